@@ -1,0 +1,49 @@
+# kiln entry points. `make setup` once per machine (root: installs Docker, debootstrap,
+# docker-registry, the project, and builds kiln/base:bookworm); everything else after.
+MODEL ?= tiny-moe
+REGISTRY ?=
+CHANNEL ?= experimental
+PYTHON ?= python3
+
+.PHONY: setup demo build-image run smoke publish test lint check bench-build bench-cpu build-cuda clean-results
+
+setup:
+	./scripts/setup.sh
+
+## the main job on the embedded default: build tiny-moe, serve it, prove it with the OpenAI client
+demo: setup
+	kiln smoke $(MODEL) --build
+
+build-image:
+	kiln build $(MODEL)
+
+run:
+	kiln run $(MODEL)
+
+smoke:
+	nox -s smoke -- $(MODEL)
+
+publish:
+	kiln publish $(MODEL) $(if $(REGISTRY),--registry $(REGISTRY)) --channel $(CHANNEL)
+
+check:
+	kiln check --all
+
+## the tests CI runs (.ci/run): set-up, then the default nox sessions
+test: setup
+	nox
+
+lint:
+	nox -s lint
+
+bench-build:
+	nox -s bench_build
+
+bench-cpu:
+	nox -s bench_cpu
+
+build-cuda:
+	nox -s build_cuda
+
+clean-results:
+	rm -rf results

@@ -1,0 +1,66 @@
+"""`python -m kiln_engine info`: what this engine image is made of."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import json
+import sys
+from pathlib import Path
+
+from . import __version__
+from .features import FEATURES, states
+
+PATCH_MANIFEST = Path("/opt/kiln/patches.json")
+LAUNCH = Path("/opt/kiln/launch.json")
+
+
+def _version(dist: str) -> str:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return "not installed"
+
+
+def info() -> dict:
+    patches = json.loads(PATCH_MANIFEST.read_text()) if PATCH_MANIFEST.is_file() else None
+    launch = json.loads(LAUNCH.read_text()) if LAUNCH.is_file() else {}
+    baked = set(launch.get("features", []))
+    return {
+        "kiln_engine": __version__,
+        "vllm": _version("vllm"),
+        "torch": _version("torch"),
+        "patches": patches,
+        "features": {
+            f.name: {"env": f.env, "enabled": on, "baked_into_launch": f.name in baked}
+            for f, on in zip(FEATURES, states().values())
+        },
+        "recipe": launch.get("recipe"),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kiln_engine")
+    p.add_argument("command", choices=["info"])
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    data = info()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"kiln-engine {data['kiln_engine']}  vllm {data['vllm']}  torch {data['torch']}")
+    print(f"recipe: {data['recipe'] or '(engine image, no recipe)'}")
+    if data["patches"] is None:
+        print("patches: no manifest at /opt/kiln/patches.json")
+    else:
+        entries = data["patches"].get("applied", data["patches"]) if isinstance(data["patches"], dict) else data["patches"]
+        print(f"patches: {len(entries)} applied")
+        for e in entries:
+            print(f"  {e.get('source', 'series')}: {e['name']} sha256:{e['sha256'][:12]}")
+    for name, f in data["features"].items():
+        print(f"feature {name}: {'on' if f['enabled'] else 'off'} ({f['env']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

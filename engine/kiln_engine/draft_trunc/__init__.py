@@ -1,0 +1,229 @@
+"""draft_trunc: verify only the drafts worth verifying, without changing shapes.
+
+Exposed to vLLM 0.32.0 as ``vllm.v1.worker.gpu.spec_decode.draft_trunc`` (the
+kiln plugin registers it in ``sys.modules``). Each verifying request's query is
+``[t0, d1..dn]``; draft_trunc keeps the first ``j`` drafts and marks the tail as
+MoE padding, so routed experts skip it while token counts, CUDA-graph shapes and
+DP sync stay as they are. Exactness comes from the rejection sampler's
+``invalid_drafts``: drafts past ``j`` are never accepted, so the output is the
+output of a batch truly truncated to ``j`` drafts.
+
+Lifecycle of one step, as the runner patches call it:
+1. ``mark_dead`` (``prepare_inputs``): one kernel writes the dead marks and ``j``.
+2. ``verify_mask`` (before rejection sampling): rows past ``j`` become invalid.
+3. ``graded`` (before ``observe_verification``): censored rejection counts.
+4. ``log_step`` (if ``LOG``): device-side statistics.
+
+Importing this module is cheap and imports neither vLLM nor torch; with
+``KILN_DRAFT_TRUNC`` unset every entry point returns at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+from ._env import Knobs, read_knobs
+
+logger = logging.getLogger("kiln_engine.draft_trunc")
+
+KNOBS: Knobs = read_knobs()
+ENABLED: bool = KNOBS.enabled
+LOG: bool = KNOBS.enabled and KNOBS.log_interval > 0
+
+# Per-process state: buffers are allocated once and reused, so that the kernel
+# itself never allocates. ``active`` says whether this step's marks were written.
+_STATE = SimpleNamespace(
+    live=None, expected=None, step=None, stats=None, active=False, top_k=0
+)
+
+__all__ = [
+    "ENABLED",
+    "KNOBS",
+    "LOG",
+    "check_config",
+    "graded",
+    "log_step",
+    "mark_dead",
+    "prepare",
+    "reload",
+    "verify_mask",
+]
+
+
+def reload(env: dict[str, str] | None = None) -> Knobs:
+    """Re-read the knobs (tests, or a process that sets them after import)."""
+    global KNOBS, ENABLED, LOG
+    KNOBS = read_knobs(env)
+    ENABLED = KNOBS.enabled
+    LOG = KNOBS.enabled and KNOBS.log_interval > 0
+    _STATE.live = _STATE.expected = _STATE.step = _STATE.stats = None
+    _STATE.active = False
+    return KNOBS
+
+
+def prepare(max_num_reqs: int, device: Any) -> None:
+    """Allocate the per-slot buffers up front (else the first mark_dead does)."""
+    import torch
+
+    device = torch.device(device)
+    live = _STATE.live
+    if live is not None and live.shape[0] >= max_num_reqs and live.device == device:
+        return
+    _STATE.live = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+    _STATE.expected = torch.zeros(max_num_reqs, dtype=torch.float32, device=device)
+    _STATE.step = torch.zeros(1, dtype=torch.int64, device=device)
+    _STATE.stats = None
+
+
+def mark_dead(
+    is_padding,
+    query_start_loc,
+    cu_num_logits,
+    num_reqs: int,
+    num_speculative_steps: int,
+    predictions,
+    idx_mapping,
+    *,
+    seq_lens,
+    prefill_len,
+    num_draft_tokens: int | None = None,
+    refits: int | None = None,
+) -> bool:
+    """Mark the dead draft tail of every verifying request as MoE padding.
+
+    ``is_padding`` is the persistent buffer the model reads (written in place);
+    ``predictions`` the estimator's ``[max_num_reqs, K]`` conditional acceptance
+    probabilities by slot, or None. ``refits`` is the estimator's host-side refit
+    count (None: treat as warmed up). Returns whether a kernel was launched;
+    with no predictions, no drafts, before warm-up or when disabled it launches
+    nothing and ``verify_mask``/``graded`` stay no-ops for this step.
+    """
+    _STATE.active = False
+    if not ENABLED or predictions is None or num_reqs <= 0:
+        return False
+    if num_draft_tokens is not None and num_draft_tokens <= 0:
+        return False
+    if refits is not None and refits < KNOBS.warmup:
+        return False
+    assert predictions.shape[1] == num_speculative_steps, (
+        f"predictions hold {predictions.shape[1]} steps, drafts {num_speculative_steps}"
+    )
+    prepare(predictions.shape[0], predictions.device)
+    from ._kernel import launch_mark_dead
+
+    launch_mark_dead(
+        is_padding,
+        query_start_loc,
+        cu_num_logits,
+        idx_mapping,
+        seq_lens,
+        prefill_len,
+        predictions,
+        _STATE.live,
+        _STATE.expected,
+        _STATE.step,
+        num_reqs,
+        KNOBS.tau,
+        KNOBS.min_keep,
+        KNOBS.explore,
+    )
+    _STATE.active = True
+    return True
+
+
+def live_drafts():
+    """Per-slot kept-draft counts of this step, or None when nothing was marked."""
+    return _STATE.live if _STATE.active else None
+
+
+def verify_mask(input_batch, invalid_drafts=None):
+    """``invalid_drafts`` for the rejection sampler, widened by this step's marks.
+
+    Row ``c0 + i`` of a request carries draft ``d_i``; drafts past the kept
+    count ``j`` become -1 in the verification copy and are never accepted, so
+    the garbage logits of dead rows are never read.
+    """
+    if not _STATE.active:
+        return invalid_drafts
+    return mask_from_live(
+        _STATE.live,
+        input_batch.expanded_idx_mapping,
+        input_batch.expanded_local_pos,
+        invalid_drafts,
+    )
+
+
+def mask_from_live(live, expanded_idx_mapping, expanded_local_pos, invalid_drafts=None):
+    # Cudagraph-padded rows may carry slot -1: clamp them to a real slot; the
+    # sampler never reads those rows anyway.
+    kept = live.index_select(0, expanded_idx_mapping.clamp(min=0).long())
+    mask = expanded_local_pos > kept
+    return mask if invalid_drafts is None else (mask | invalid_drafts)
+
+
+def graded(num_rejected, cu_num_logits, idx_mapping):
+    """Rejection counts to grade the acceptance estimator with.
+
+    A truncated window that accepted all ``j`` kept drafts would otherwise be
+    graded as rejecting ``d_{j+1}``, which was never verified; subtracting the
+    ``n - j`` dead drafts labels only verified drafts, so truncation does not
+    bias the estimator. Returns ``num_rejected`` itself when nothing was marked.
+    """
+    if not _STATE.active:
+        return num_rejected
+    num_reqs = idx_mapping.shape[0]
+    cu = cu_num_logits[: num_reqs + 1]
+    n = (cu[1:] - cu[:-1] - 1).clamp(min=0)
+    # Masked entries carry slot -1 and keep their count.
+    slots = idx_mapping.long()
+    j = _STATE.live.index_select(0, slots.clamp(min=0))
+    dead = (n - j) * (slots >= 0)
+    censored = (num_rejected[:num_reqs] - dead).clamp(min=0)
+    return censored.to(num_rejected.dtype)
+
+
+
+def log_step(cu_num_logits, num_sampled, idx_mapping, num_tokens: int):
+    """Fold this step into the device-side statistics (no host sync).
+
+    Every ``KILN_DRAFT_TRUNC_LOG_INTERVAL`` steps the totals are logged and
+    published as ``kiln_draft_trunc_*`` Prometheus counters once their copy has
+    landed. Returns the last finished summary, if one finished now.
+    """
+    if not (LOG and _STATE.active):
+        return None
+    from ._stats import StepStats
+
+    if _STATE.stats is None:
+        _STATE.stats = StepStats(_STATE.live.device, KNOBS.log_interval, _STATE.top_k)
+    stats = _STATE.stats
+    before = stats.last
+    stats.add(cu_num_logits, num_sampled, idx_mapping, num_tokens, _STATE.live, _STATE.expected)
+    return stats.last if stats.last is not before else None
+
+
+def check_config(vllm_config) -> None:
+    """Refuse configurations where the marks cannot be trusted (RuntimeError).
+
+    Called once per process at start. Turns draft_trunc off (with a warning)
+    when adaptive verification is on and ``KILN_DRAFT_TRUNC_WITH_AV`` is not.
+    """
+    global ENABLED, LOG
+    if not ENABLED:
+        return
+    from ._config_check import problems, adaptive_verification_on, routed_top_k
+
+    found = problems(vllm_config)
+    if found:
+        raise RuntimeError(f"KILN_DRAFT_TRUNC=1 cannot run here: {found[0]}")
+    if adaptive_verification_on(vllm_config) and not KNOBS.with_av:
+        logger.warning(
+            "draft_trunc: adaptive verification is on; draft truncation is off "
+            "(set KILN_DRAFT_TRUNC_WITH_AV=1 to combine them)"
+        )
+        ENABLED = LOG = False
+        return
+    _STATE.top_k = routed_top_k(vllm_config)
+    logger.info("draft_trunc on: %s", KNOBS)

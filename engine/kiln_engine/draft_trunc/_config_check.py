@@ -1,0 +1,56 @@
+"""Start-up checks: which vLLM configurations draft_trunc refuses, and why."""
+
+from __future__ import annotations
+
+import importlib.util
+
+
+def _get(obj, *path, default=None):
+    for name in path:
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return default
+    return obj
+
+
+def problems(vllm_config) -> list[str]:
+    """One-line reasons this configuration is unsafe; empty when it is fine."""
+    found = []
+    if importlib.util.find_spec("triton") is None:
+        found.append("triton is not installed (mark_dead is a Triton kernel)")
+    parallel = _get(vllm_config, "parallel_config")
+    if (_get(parallel, "pipeline_parallel_size", default=1) or 1) > 1:
+        found.append(
+            "pipeline parallelism keeps several microbatches in flight, "
+            "so the dead-token marks would not match the batch being verified"
+        )
+    if (_get(parallel, "prefill_context_parallel_size", default=1) or 1) > 1:
+        found.append(
+            "prefill context parallelism repartitions the batch and overwrites the marks"
+        )
+    dp = _get(parallel, "data_parallel_size", default=1) or 1
+    backend = _get(parallel, "all2all_backend", default="")
+    if dp > 1 and backend in ("naive", "allgather_reducescatter"):
+        found.append(
+            f"all2all_backend={backend!r} with data parallelism gathers every rank's "
+            "tokens, and this rank's padding mask no longer lines up with them"
+        )
+    if _get(vllm_config, "speculative_config", "method") == "extract_hidden_states":
+        found.append("speculative method extract_hidden_states reads every token's hidden state")
+    return found
+
+
+def adaptive_verification_on(vllm_config) -> bool:
+    return bool(_get(vllm_config, "speculative_config", "enable_adaptive_verification"))
+
+
+def routed_top_k(vllm_config) -> int:
+    """Routed experts per token, for the 'expert slots saved' statistic."""
+    hf = _get(vllm_config, "model_config", "hf_text_config") or _get(
+        vllm_config, "model_config", "hf_config"
+    )
+    for name in ("num_experts_per_tok", "moe_topk", "num_experts_per_token"):
+        value = getattr(hf, name, None)
+        if isinstance(value, int):
+            return value
+    return 0

@@ -1,0 +1,158 @@
+"""Device-side statistics of draft_trunc, flushed without blocking.
+
+``StepStats.add`` only queues a few small device ops; every ``interval`` steps
+the accumulator is copied to pinned host memory behind a CUDA event, and a later
+step reports it once the event has completed, so the host never waits.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+logger = logging.getLogger("kiln_engine.draft_trunc")
+
+# Order of the accumulator's columns.
+FIELDS = (
+    "proposed",  # drafts proposed, n
+    "kept",  # drafts kept for verification, j
+    "accepted",  # drafts accepted, a
+    "predicted",  # estimator's E[A_j]
+    "dead",  # dead tail tokens, n - j
+    "wasted",  # kept but not accepted, j - a
+    "boundary",  # requests with a = j < n: truncation may have cost tokens
+    "requests",  # verifying requests
+    "tokens",  # all scheduled tokens
+    "steps",  # truncating steps folded in
+)
+_IDX = {name: i for i, name in enumerate(FIELDS)}
+
+
+@dataclass
+class Summary:
+    values: dict[str, float]
+    top_k: int
+
+    def line(self) -> str:
+        v = self.values
+        tokens = max(v["tokens"], 1.0)
+        return (
+            "draft_trunc: steps=%d reqs=%d proposed=%d kept=%d accepted=%d "
+            "predicted=%.1f dead_frac=%.4f expert_slots_saved=%d wasted_live=%d "
+            "boundary_hits=%d"
+            % (
+                v["steps"],
+                v["requests"],
+                v["proposed"],
+                v["kept"],
+                v["accepted"],
+                v["predicted"],
+                v["dead"] / tokens,
+                v["dead"] * self.top_k,
+                v["wasted"],
+                v["boundary"],
+            )
+        )
+
+
+class _Prometheus:
+    """Counters in the worker's prometheus_client registry, if it is there.
+
+    vLLM runs with PROMETHEUS_MULTIPROC_DIR when it serves several processes,
+    and then the API server's collector picks these up from the shared files.
+    """
+
+    _counters: dict[str, object] | None = None
+
+    @classmethod
+    def counters(cls) -> dict[str, object]:
+        if cls._counters is None:
+            cls._counters = {}
+            try:
+                import prometheus_client as prom
+            except ImportError:
+                return cls._counters
+            names = {
+                "proposed": "drafts proposed to draft_trunc",
+                "kept": "drafts kept for verification",
+                "accepted": "kept drafts accepted",
+                "dead": "draft tokens whose routed experts were skipped",
+                "expert_slots_saved": "routed expert slots skipped (top_k * dead)",
+                "wasted": "kept drafts that were rejected",
+                "boundary": "requests that accepted every kept draft of a truncated window",
+                "tokens": "tokens scheduled in truncating steps",
+            }
+            for key, doc in names.items():
+                try:
+                    cls._counters[key] = prom.Counter(f"kiln_draft_trunc_{key}", doc)
+                except ValueError:  # already registered by an earlier import
+                    pass
+        return cls._counters
+
+    @classmethod
+    def publish(cls, summary: Summary) -> None:
+        v = dict(summary.values)
+        v["expert_slots_saved"] = v["dead"] * summary.top_k
+        for key, counter in cls.counters().items():
+            counter.inc(max(v[key], 0.0))
+
+
+class StepStats:
+    def __init__(self, device: torch.device, interval: int, top_k: int):
+        self.interval = interval
+        self.top_k = top_k
+        self.acc = torch.zeros(len(FIELDS), dtype=torch.float64, device=device)
+        pinned = device.type == "cuda"
+        self.host = torch.zeros(len(FIELDS), dtype=torch.float64, pin_memory=pinned)
+        self.event = torch.cuda.Event() if pinned else None
+        self.pending = False
+        self.steps = 0
+        self.last: Summary | None = None
+
+    def add(
+        self,
+        cu_num_logits: torch.Tensor,
+        num_sampled: torch.Tensor,
+        idx_mapping: torch.Tensor,
+        num_tokens: int,
+        live: torch.Tensor,
+        expected: torch.Tensor,
+    ) -> None:
+        num_reqs = idx_mapping.shape[0]
+        cu = cu_num_logits[: num_reqs + 1]
+        n = (cu[1:] - cu[:-1] - 1).clamp(min=0).float()
+        slots = idx_mapping.long().clamp(min=0)  # masked entries carry -1
+        j = live[slots].float()
+        a = (num_sampled[:num_reqs].float() - 1.0).clamp(min=0.0)
+        per_req = torch.stack(
+            (n, j, a, expected[slots], n - j, j - a, ((a == j) & (j < n)).float())
+        )
+        self.acc[:7] += per_req.sum(dim=1).double()
+        self.acc[_IDX["requests"]] += num_reqs
+        self.acc[_IDX["tokens"]] += num_tokens
+        self.acc[_IDX["steps"]] += 1
+        self.steps += 1
+        self.poll()
+        if self.steps % self.interval == 0 and not self.pending:
+            self._flush()
+
+    def _flush(self) -> None:
+        self.host.copy_(self.acc, non_blocking=self.event is not None)
+        self.acc.zero_()
+        if self.event is not None:
+            self.event.record()
+        self.pending = True
+        self.poll()
+
+    def poll(self) -> Summary | None:
+        """Report a finished flush; never waits for one that is still running."""
+        if not self.pending or (self.event is not None and not self.event.query()):
+            return None
+        self.pending = False
+        summary = Summary(dict(zip(FIELDS, self.host.tolist(), strict=True)), self.top_k)
+        self.last = summary
+        logger.info(summary.line())
+        _Prometheus.publish(summary)
+        return summary

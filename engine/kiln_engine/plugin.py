@@ -1,0 +1,50 @@
+"""The vLLM general plugin: runs once in every vLLM process before models load.
+
+It makes our feature modules importable where patched vLLM code expects them, logs one
+line naming the kiln-engine version and each feature's state, and refuses unsafe
+feature combinations before any request is served.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+
+from . import __version__
+from .features import FEATURES, check_environment, states
+
+_logger = logging.getLogger("vllm.kiln_engine")
+_done = False
+
+
+def _alias(feature) -> None:
+    """Expose our module under the vLLM module name the patched runner imports."""
+    if feature.vllm_module in sys.modules:
+        return
+    try:
+        sys.modules[feature.vllm_module] = importlib.import_module(feature.module)
+    except ImportError as exc:  # feature code missing its deps (e.g. no triton on CPU)
+        if feature.enabled():
+            raise
+        _logger.debug("kiln-engine: %s not importable here: %s", feature.module, exc)
+
+
+def status_line() -> str:
+    feats = " ".join(f"{name}={'on' if on else 'off'}" for name, on in states().items())
+    return f"kiln-engine {__version__} loaded (pid {os.getpid()}): features: {feats}"
+
+
+def register() -> None:
+    global _done
+    if _done:
+        return
+    _done = True
+    check_environment()
+    for feature in FEATURES:
+        _alias(feature)
+    _logger.info(status_line())
+    # vLLM's logger may not be configured in every process yet; make the line visible
+    if not logging.getLogger("vllm").handlers and not _logger.handlers:
+        print(status_line(), file=sys.stderr, flush=True)

@@ -1,0 +1,68 @@
+"""kiln's test and benchmark sessions.
+
+Sessions run in the environment `make setup` prepared (system packages, a running
+Docker daemon, `pip install -e .[dev] -e engine`), not in fresh virtualenvs: the tests
+drive the real daemon, registry and vLLM images, which no venv can isolate anyway.
+`nox` with no arguments runs the default sessions; that is what `make test` and CI run.
+"""
+
+import os
+
+import nox
+
+nox.options.default_venv_backend = "none"
+nox.options.sessions = ["lint", "tests", "e2e"]
+nox.options.error_on_missing_interpreters = True
+
+PYTEST = ["python", "-m", "pytest", "-p", "no:cacheprovider"]
+
+
+@nox.session
+def lint(session):
+    """ruff over the harness, the engine package and the tests."""
+    session.run("ruff", "check", "src", "engine", "tests", "noxfile.py", "benchmarks")
+
+
+@nox.session
+def tests(session):
+    """Unit tests plus real-daemon builds of small images, patches against real vLLM
+    sources, registry tests (everything except the vLLM end-to-end run)."""
+    session.run(*PYTEST, "-m", "not e2e and not gpu", *session.posargs)
+
+
+@nox.session
+def e2e(session):
+    """Build engine-cpu and tiny-moe from scratch (reusing the daemon's layer cache),
+    serve it, smoke it with the OpenAI client, publish it to a local registry."""
+    session.run(*PYTEST, "-m", "e2e", *session.posargs)
+
+
+@nox.session
+def smoke(session):
+    """`nox -s smoke -- NAME`: build (if needed) and smoke-test one recipe."""
+    names = session.posargs or ["tiny-moe"]
+    for name in names:
+        session.run("kiln", "smoke", name, "--build")
+
+
+@nox.session
+def bench_build(session):
+    """Cold build, no-op rebuild and launch-config-only rebuild of a small recipe."""
+    session.run("python", "benchmarks/bench_build.py", *session.posargs)
+
+
+@nox.session
+def bench_cpu(session):
+    """engine-cpu + tiny-moe: build times, image size, time to healthy, tokens/s."""
+    session.run("python", "benchmarks/bench_cpu.py", *session.posargs)
+
+
+@nox.session
+def build_cuda(session):
+    """Opt-in (multi-GB downloads): build engine-cuda and glm53-kindling here, check
+    them on CPU inside the image, record time and size in docs/."""
+    session.run("python", "benchmarks/build_cuda.py", *session.posargs, env={"PYTHONUNBUFFERED": "1"})
+
+
+if os.environ.get("KILN_NOX_DEBUG"):
+    nox.options.verbose = True

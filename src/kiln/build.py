@@ -1,0 +1,193 @@
+"""`kiln build`: engine image (if needed), then the recipe image, each skipped when an
+image with the same input digest already exists."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from . import log
+from .ca import CABundle, add_to_context, resolve_ca
+from .context import BuildContext
+from .dockerengine import DockerEngine
+from .errors import BudgetExceeded, BuildFailed
+from .images import LABEL_NS, EngineImage, RecipeImage
+from .paths import recipes_dir
+from .recipe import LoadedRecipe, load_recipe
+
+
+@dataclass
+class BuildOutcome:
+    tag: str
+    image_id: str
+    digest: str
+    size: int
+    seconds: float
+    skipped: bool
+    steps: int = 0
+    cached_steps: int = 0
+
+
+class _LazyCA:
+    """Resolving the CA may ask pip for its config (a subprocess): only do it when a
+    build really runs, so no-op rebuilds stay fast."""
+
+    def __init__(self, flag: str | None):
+        self.flag = flag
+        self._value: CABundle | None = None
+
+    def get(self) -> CABundle:
+        if self._value is None:
+            self._value = resolve_ca(self.flag)
+        return self._value
+
+
+def resolve(name: str, ca_flag: str | None = None) -> tuple[LoadedRecipe, EngineImage, RecipeImage]:
+    loaded = load_recipe(recipes_dir() / name)
+    engine_image = EngineImage(loaded.recipe.engine, _LazyCA(ca_flag))
+    return loaded, engine_image, RecipeImage(loaded, engine_image)
+
+
+def existing(docker: DockerEngine, tag: str, digest: str):
+    """The local image for this input digest, or None (a tag alone is not trusted)."""
+    img = docker.image(tag)
+    if img is None:
+        return None
+    if (img.labels or {}).get(f"{LABEL_NS}.input-digest") != digest:
+        return None
+    return img
+
+
+def _build(
+    docker: DockerEngine,
+    *,
+    label: str,
+    context: BuildContext,
+    ca: CABundle,
+    digest: str,
+    tags: list[str],
+    labels: dict[str, str],
+    buildargs: dict[str, str],
+    force: bool,
+    max_size_gb: float | None = None,
+    verify=None,
+) -> BuildOutcome:
+    t0 = time.monotonic()
+    img = None if force else existing(docker, tags[0], digest)
+    if img is not None:
+        for tag in tags[1:]:
+            docker.tag(img.id, tag)
+        return BuildOutcome(tags[0], img.id, digest, img.attrs.get("Size", 0), time.monotonic() - t0, True)
+    if not context.has("_kiln/ca.crt"):
+        add_to_context(context, ca)
+    log.step(f"building {tags[0]} (context {log.human_size(context.size())}, CA: {ca.origin})")
+    result = docker.build(context, label=label, buildargs=buildargs, labels=labels, nocache=False)
+    image = docker.client.images.get(result.image_id)
+    size = image.attrs.get("Size", 0)
+    # check before tagging: a failed check must leave no tag behind
+    if max_size_gb is not None and size > max_size_gb * 1e9:
+        raise BudgetExceeded(
+            f"{label}: image is {log.human_size(size)}, over budgets.max_image_size_gb={max_size_gb}"
+        )
+    if verify is not None:
+        verify(image)
+    for tag in tags:
+        docker.tag(result.image_id, tag)
+    return BuildOutcome(
+        tags[0], result.image_id, digest, size, result.seconds, False, result.steps, result.cached_steps
+    )
+
+
+def build_engine(docker: DockerEngine, engine_image: EngineImage, *, force: bool = False) -> BuildOutcome:
+    base = engine_image.engine.base_image
+    if not force and existing(docker, engine_image.tag, engine_image.digest) is not None:
+        return _build(docker, label="engine", context=engine_image.context, ca=engine_image.ca.get(),
+                      digest=engine_image.digest, tags=[engine_image.tag, engine_image.alias_tag],
+                      labels={}, buildargs={}, force=False)
+    # a registry base is pulled by digest; the air-gapped kiln/base is never pulled
+    docker.ensure_base(base.pinned, pull=not base.ref.startswith("kiln/"))
+    engine_image.add_wheels()
+    return _build(
+        docker,
+        label=f"engine-{engine_image.engine.flavour}",
+        context=engine_image.context,
+        ca=engine_image.ca.get(),
+        digest=engine_image.digest,
+        tags=[engine_image.tag, engine_image.alias_tag],
+        labels=engine_image.labels(),
+        buildargs=engine_image.buildargs(),
+        force=force,
+    )
+
+
+def build_recipe(
+    name: str, *, docker: DockerEngine | None = None, force: bool = False, force_engine: bool = False,
+    ca_flag: str | None = None, quiet_summary: bool = False,
+) -> BuildOutcome:
+    docker = docker or DockerEngine()
+    t0 = time.monotonic()
+    loaded, engine_image, recipe_image = resolve(name, ca_flag)
+    if not force and existing(docker, recipe_image.tag, recipe_image.digest) is not None:
+        outcome = _build(docker, label=name, context=recipe_image.context, ca=engine_image.ca.get(),
+                         digest=recipe_image.digest, tags=[recipe_image.tag, recipe_image.latest_tag],
+                         labels={}, buildargs={}, force=False)
+        if not quiet_summary:
+            log.ok(f"{recipe_image.tag} is up to date (input digest {recipe_image.digest[:19]}); "
+                   f"nothing to build [{log.human_secs(time.monotonic() - t0)}]")
+        return outcome
+    engine_outcome = build_engine(docker, engine_image, force=force_engine)
+    if engine_outcome.skipped:
+        log.ok(f"engine {engine_image.tag} up to date")
+    else:
+        _summary("engine image built", engine_outcome, engine_outcome.seconds)
+    outcome = _build(
+        docker,
+        label=name,
+        context=recipe_image.context,
+        ca=engine_image.ca.get(),
+        digest=recipe_image.digest,
+        tags=[recipe_image.tag, recipe_image.latest_tag],
+        labels=recipe_image.labels(),
+        buildargs=recipe_image.buildargs(),
+        force=force,
+        max_size_gb=loaded.recipe.budgets.max_image_size_gb,
+        verify=_engine_verifier(loaded, engine_image),
+    )
+    if not quiet_summary:
+        _summary(f"built {recipe_image.repository}", outcome, time.monotonic() - t0,
+                 extra={"also tagged": recipe_image.latest_tag, "engine": engine_image.tag})
+    return outcome
+
+
+def _engine_verifier(loaded: LoadedRecipe, engine_image: EngineImage):
+    """Checks run on the built image before it is tagged (see enginecheck)."""
+    from . import enginecheck
+
+    return lambda image: enginecheck.verify(loaded, image)
+
+
+def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict | None = None) -> None:
+    rows = {
+        "tag": o.tag,
+        "image id": o.image_id,
+        "input digest": o.digest,
+        "size": log.human_size(o.size),
+        "took": log.human_secs(seconds),
+        "cache": f"{o.cached_steps}/{o.steps} steps cached",
+    }
+    rows.update(extra or {})
+    log.summary(title, rows)
+
+
+def require_built(docker: DockerEngine, name: str):
+    """The image built from the current inputs, or ImageNotBuilt."""
+    from .errors import ImageNotBuilt
+
+    loaded, engine_image, recipe_image = resolve(name)
+    img = existing(docker, recipe_image.tag, recipe_image.digest)
+    if img is None:
+        raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {name}) is not built")
+    return loaded, recipe_image, img
+
+
+__all__ = ["BuildOutcome", "build_recipe", "build_engine", "resolve", "existing", "require_built", "BuildFailed"]

@@ -1,0 +1,182 @@
+"""`kiln` command line. Each subcommand is a small function; errors are KilnError
+subclasses turned into one-line messages and their exit codes here, and only here."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+
+from rich.markup import escape
+
+from . import log
+from .errors import KilnError, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would exit 2, which means "recipe invalid" here
+        raise UsageError(f"{self.prog}: {message}")
+
+
+# -- commands -------------------------------------------------------------------------
+def cmd_list(args) -> int:
+    from .paths import recipes_dir
+    from .recipe import load_recipe
+
+    for d in sorted(p for p in recipes_dir().iterdir() if (p / "recipe.yaml").exists()):
+        try:
+            r = load_recipe(d).recipe
+            log.out.print(f"{r.name:24} {r.engine.name}=={r.engine.version} {r.engine.flavour:5} {r.launch.served_model_name}", markup=False)
+        except KilnError:
+            log.out.print(f"{d.name:24} INVALID (kiln check {d.name})", markup=False)
+    return 0
+
+
+def cmd_show(args) -> int:
+    from .build import resolve
+    from .launch import launch_document
+
+    loaded, engine_image, recipe_image = resolve(args.name)
+    doc = {
+        "recipe": loaded.recipe.model_dump(mode="json"),
+        "file": str(loaded.file),
+        "input_digest": recipe_image.digest,
+        "tag": recipe_image.tag,
+        "engine_image": {"tag": engine_image.tag, "input_digest": engine_image.digest},
+        "launch": launch_document(loaded),
+    }
+    log.out.print_json(json.dumps(doc))
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .check import check
+
+    return check(args.name, all_recipes=args.all)
+
+
+def cmd_schema(args) -> int:
+    from .recipe import json_schema
+
+    print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+def cmd_build(args) -> int:
+    from .build import build_recipe
+
+    build_recipe(args.name, force=args.force, force_engine=args.force_engine, ca_flag=args.ca_bundle)
+    return 0
+
+
+def cmd_base_build(args) -> int:
+    from .base import build_base
+    from .dockerengine import DockerEngine
+
+    build_base(DockerEngine(), tag=args.tag, force=args.force)
+    return 0
+
+
+def cmd_doctor(args) -> int:
+    from .doctor import doctor
+
+    return doctor()
+
+
+def cmd_run(args) -> int:
+    from .runner import run
+
+    return run(args)
+
+
+def cmd_smoke(args) -> int:
+    from .smoke import smoke_cli
+
+    return smoke_cli(args)
+
+
+# -- parser ---------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="kiln", description="Build, serve, smoke-test and publish per-model vLLM images.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks and build output")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    s = sub.add_parser("list", help="list recipes")
+    s.set_defaults(func=cmd_list)
+    s = sub.add_parser("show", help="resolved recipe, input digest and tag")
+    s.add_argument("name")
+    s.set_defaults(func=cmd_show)
+    s = sub.add_parser("check", help="validate recipes without building")
+    s.add_argument("name", nargs="?")
+    s.add_argument("--all", action="store_true")
+    s.set_defaults(func=cmd_check)
+    s = sub.add_parser("schema", help="print the recipe JSON Schema")
+    s.set_defaults(func=cmd_schema)
+    s = sub.add_parser("build", help="build a recipe's image (engine image first if needed)")
+    s.add_argument("name")
+    s.add_argument("--force", action="store_true", help="rebuild even if an image with this input digest exists")
+    s.add_argument("--force-engine", action="store_true", help="rebuild the engine image too")
+    s.add_argument("--ca-bundle", help="PEM bundle builds trust (default: $KILN_CA_BUNDLE, else pip's cert)")
+    s.set_defaults(func=cmd_build)
+    base = sub.add_parser("base", help="the air-gapped Debian base image")
+    bsub = base.add_subparsers(dest="base_command", required=True, parser_class=_Parser)
+    s = bsub.add_parser("build", help="debootstrap + import kiln/base:bookworm")
+    s.add_argument("--tag", default=None)
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(func=cmd_base_build)
+    s = sub.add_parser("doctor", help="check this machine")
+    s.set_defaults(func=cmd_doctor)
+    s = sub.add_parser("run", help="serve a recipe's image")
+    s.add_argument("name")
+    s.add_argument("--print", action="store_true", help="only print the docker run command")
+    s.add_argument("--port", type=int, default=None, help="host port (default: the recipe's port)")
+    s.add_argument("--detach", action="store_true", help="return once healthy, leave it running")
+    s.add_argument("vllm_args", nargs=argparse.REMAINDER, help="extra vLLM args after --")
+    s.set_defaults(func=cmd_run)
+    s = sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client")
+    s.add_argument("name")
+    s.add_argument("--build", action="store_true", help="build first if needed")
+    s.set_defaults(func=cmd_smoke)
+    for module in ("kiln.patchcmd", "kiln.publish"):
+        try:
+            importlib.import_module(module).register(sub)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in argv
+    log.set_debug(debug or log.DEBUG)
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args) or 0)
+    except KilnError as exc:
+        if log.DEBUG:
+            import traceback
+
+            traceback.print_exc()
+        lines = exc.lines()
+        log.console.print(f"[bold red]kiln: error:[/] {escape(lines[0])}", markup=True, highlight=False)
+        for line in lines[1:]:
+            if line.startswith("hint: "):
+                log.console.print(f"  [dim]{escape(line)}[/]", markup=True, highlight=False)
+            else:
+                log.console.print(f"[bold red]kiln: error:[/] {escape(line)}", markup=True, highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        log.console.print("kiln: interrupted")
+        return 130
+    except Exception as exc:  # a bug in kiln, not a user error: say so, keep it short
+        if log.DEBUG:
+            raise
+        log.console.print(f"kiln: internal error: {type(exc).__name__}: {exc}", markup=False)
+        log.console.print("  hint: rerun with --debug for the traceback and report it", markup=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Deterministic build contexts and input digests.
+
+The digest is the image's identity: the same inputs always give the same digest and
+any changed byte gives another one, so "is this image already built?" is one lookup.
+The tar sent to the daemon is deterministic too (sorted entries, mtime 0, uid/gid 0),
+which keeps the daemon's layer cache hitting across checkouts and machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+_SKIP_NAMES = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git", ".DS_Store"}
+_SKIP_SUFFIXES = (".pyc", ".pyo", ".swp")
+
+
+@dataclass(frozen=True)
+class Entry:
+    arcname: str
+    mode: int
+    source: Path | None = None
+    data: bytes | None = None
+    # secret entries travel in the context but never into the digest or labels (CA bundle)
+    in_digest: bool = True
+
+    def content(self) -> bytes:
+        return self.data if self.data is not None else self.source.read_bytes()
+
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else self.source.stat().st_size
+
+
+def _mode(path: Path) -> int:
+    # only the executable bit is an input; umask differences between checkouts are not
+    return 0o755 if path.stat().st_mode & 0o111 else 0o644
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class BuildContext:
+    """The files a docker build sees, plus the non-file inputs of its digest."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+        self._params: dict[str, str] = {}
+
+    # -- adding inputs -----------------------------------------------------
+    def add_file(self, arcname: str, path: Path, *, in_digest: bool = True) -> None:
+        self._put(Entry(arcname, _mode(path), source=path, in_digest=in_digest))
+
+    def add_bytes(self, arcname: str, data: bytes, *, mode: int = 0o644, in_digest: bool = True) -> None:
+        self._put(Entry(arcname, mode, data=data, in_digest=in_digest))
+
+    def add_tree(self, prefix: str, directory: Path, *, exclude: tuple[str, ...] = ()) -> None:
+        for path in sorted(directory.rglob("*")):
+            rel = path.relative_to(directory)
+            if any(part in _SKIP_NAMES or part.endswith(".egg-info") for part in rel.parts):
+                continue
+            if path.is_dir() or path.name.endswith(_SKIP_SUFFIXES):
+                continue
+            if any(rel.as_posix() == ex or rel.as_posix().startswith(ex + "/") for ex in exclude):
+                continue
+            self.add_file(f"{prefix}/{rel.as_posix()}" if prefix else rel.as_posix(), path)
+
+    def add_param(self, key: str, value: str) -> None:
+        """A non-file input (engine pin, base image ref, build args)."""
+        self._params[key] = value
+
+    def _put(self, entry: Entry) -> None:
+        name = entry.arcname.strip("/")
+        if name in self._entries:
+            raise ValueError(f"build context entry {name!r} added twice")
+        self._entries[name] = Entry(name, entry.mode, entry.source, entry.data, entry.in_digest)
+
+    # -- reading it back ---------------------------------------------------
+    @property
+    def entries(self) -> list[Entry]:
+        return [self._entries[k] for k in sorted(self._entries)]
+
+    @property
+    def params(self) -> dict[str, str]:
+        return dict(sorted(self._params.items()))
+
+    def has(self, arcname: str) -> bool:
+        return arcname in self._entries
+
+    def manifest(self) -> list[tuple[str, int, str]]:
+        """(arcname, mode, sha256) of every digested entry, sorted."""
+        out = []
+        for e in self.entries:
+            if not e.in_digest:
+                continue
+            sha = hashlib.sha256(e.data).hexdigest() if e.data is not None else _file_sha256(e.source)
+            out.append((e.arcname, e.mode, sha))
+        return out
+
+    def digest(self) -> str:
+        doc = {"files": self.manifest(), "params": self.params, "format": 1}
+        raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+        return "sha256:" + hashlib.sha256(raw).hexdigest()
+
+    def size(self) -> int:
+        return sum(e.size() for e in self.entries)
+
+    def write_tar(self, fileobj: IO[bytes]) -> None:
+        with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            dirs: set[str] = set()
+            for e in self.entries:
+                parts = e.arcname.split("/")[:-1]
+                for i in range(1, len(parts) + 1):
+                    d = "/".join(parts[:i])
+                    if d not in dirs:
+                        dirs.add(d)
+                        tar.addfile(_info(d, tarfile.DIRTYPE, 0o755, 0))
+                info = _info(e.arcname, tarfile.REGTYPE, e.mode, e.size())
+                if e.data is not None:
+                    tar.addfile(info, io.BytesIO(e.data))
+                else:
+                    with e.source.open("rb") as fh:
+                        tar.addfile(info, fh)
+
+    def tar_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        self.write_tar(buf)
+        return buf.getvalue()
+
+
+def _info(name: str, kind: bytes, mode: int, size: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = mode
+    info.size = size
+    info.mtime = 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info

@@ -1,0 +1,217 @@
+"""The one place kiln talks to the Docker daemon (through the docker SDK).
+
+Everything above this module speaks in kiln terms (build this context, does this tag
+exist, run this container); the SDK's quirks and the legacy builder's stream format
+stay here.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import docker
+import docker.errors
+from docker.models.images import Image
+
+from . import log
+from .context import BuildContext
+from .errors import BaseImageMissing, BuildFailed, DockerUnavailable
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+_BUILT = re.compile(r"Successfully built ([0-9a-f]{12,64})")
+
+
+@dataclass
+class BuildResult:
+    image_id: str
+    steps: int = 0
+    cached_steps: int = 0
+    seconds: float = 0.0
+    step_times: list[tuple[str, float, bool]] = field(default_factory=list)
+
+
+class _BuildProgress:
+    """Turns the legacy builder's JSON stream into readable step lines with timings."""
+
+    def __init__(self, label: str, quiet: bool = False):
+        self.label = label
+        self.quiet = quiet
+        self.tail: deque[str] = deque(maxlen=40)
+        self.current: str | None = None
+        self.current_cached = False
+        self.t_step = time.monotonic()
+        self.result = BuildResult(image_id="")
+        self._last_progress = 0.0
+
+    def _close_step(self) -> None:
+        if self.current is None:
+            return
+        dt = time.monotonic() - self.t_step
+        self.result.step_times.append((self.current, dt, self.current_cached))
+        if not self.quiet:
+            tag = "cached" if self.current_cached else log.human_secs(dt)
+            log.info(f"  [{tag}]")
+
+    def feed(self, chunk: dict) -> None:
+        if "error" in chunk or "errorDetail" in chunk:
+            detail = chunk.get("errorDetail", {}).get("message") or chunk.get("error", "")
+            raise _StreamError(str(detail).strip())
+        if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
+            self.result.image_id = chunk["aux"]["ID"]
+        if "status" in chunk:  # base image pull during FROM
+            now = time.monotonic()
+            if not self.quiet and now - self._last_progress > 2:
+                self._last_progress = now
+                log.info(f"  pull: {chunk['status']} {chunk.get('progress', '')}".rstrip())
+            return
+        text = chunk.get("stream")
+        if not text:
+            return
+        for line in _ANSI.sub("", text).splitlines():
+            line = line.rstrip()
+            if not line:
+                continue
+            m = _STEP.match(line)
+            if m:
+                self._close_step()
+                self.current = line
+                self.current_cached = False
+                self.t_step = time.monotonic()
+                self.result.steps = int(m.group(2))
+                if not self.quiet:
+                    log.console.print(f"[bold]{self.label}[/] {line[:160]}", markup=True, highlight=False)
+                continue
+            if "Using cache" in line:
+                self.current_cached = True
+                self.result.cached_steps += 1
+                continue
+            m = _BUILT.search(line)
+            if m and not self.result.image_id:
+                self.result.image_id = m.group(1)
+            self.tail.append(line)
+            if not self.quiet and not line.startswith(" ---> ") and log.DEBUG:
+                log.info(f"    {line[:200]}")
+
+
+class _StreamError(Exception):
+    pass
+
+
+class DockerEngine:
+    """A small facade over the local Docker daemon."""
+
+    def __init__(self, client: docker.DockerClient | None = None):
+        self._client = client
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            try:
+                self._client = docker.from_env(timeout=600)
+                self._client.ping()
+            except Exception as exc:  # the SDK raises several unrelated types here
+                raise DockerUnavailable(f"cannot reach the Docker daemon: {_short(exc)}") from None
+        return self._client
+
+    def ping(self) -> str:
+        return self.client.version().get("Version", "?")
+
+    # -- images -------------------------------------------------------------
+    def image(self, ref: str) -> Image | None:
+        try:
+            return self.client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.APIError as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+
+    def ensure_base(self, ref: str, *, pull: bool) -> Image:
+        img = self.image(ref)
+        if img is not None:
+            return img
+        if not pull:
+            raise BaseImageMissing(f"base image {ref} is not present locally")
+        log.step(f"pulling {ref}")
+        repo, _, tag = ref.rpartition(":") if "@" not in ref else (ref, "", "")
+        try:
+            for chunk in self.client.api.pull(repo or ref, tag=tag or None, stream=True, decode=True):
+                if "status" in chunk:
+                    log.debug(f"pull: {chunk['status']} {chunk.get('progress', '')}")
+            return self.client.images.get(ref)
+        except docker.errors.APIError as exc:
+            raise BaseImageMissing(f"base image {ref} is not local and could not be pulled: {_short(exc)}") from None
+
+    def tag(self, image_id: str, ref: str) -> None:
+        repo, _, tag = ref.rpartition(":")
+        if not self.client.api.tag(image_id, repo, tag, force=True):
+            raise BuildFailed(f"could not tag {image_id[:19]} as {ref}")
+
+    def remove_image(self, ref: str) -> None:
+        try:
+            self.client.images.remove(ref, noprune=False)
+        except docker.errors.ImageNotFound:
+            pass
+
+    def build(
+        self,
+        context: BuildContext,
+        *,
+        label: str,
+        buildargs: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+        nocache: bool = False,
+        quiet: bool = False,
+    ) -> BuildResult:
+        """Build an untagged image; the caller tags it only once the build succeeded."""
+        progress = _BuildProgress(label, quiet=quiet)
+        t0 = time.monotonic()
+        with tempfile.TemporaryFile() as tar:
+            context.write_tar(tar)
+            tar.seek(0)
+            try:
+                stream = self.client.api.build(
+                    fileobj=tar,
+                    custom_context=True,
+                    buildargs=buildargs or {},
+                    labels=labels or {},
+                    rm=True,
+                    forcerm=True,
+                    nocache=nocache,
+                    decode=True,
+                    pull=False,
+                )
+                for chunk in stream:
+                    progress.feed(chunk)
+            except _StreamError as exc:
+                self._fail(progress, str(exc))
+            except docker.errors.APIError as exc:
+                self._fail(progress, _short(exc))
+        progress._close_step()
+        result = progress.result
+        result.seconds = time.monotonic() - t0
+        if not result.image_id:
+            self._fail(progress, "the daemon reported no image id")
+        if not result.image_id.startswith("sha256:"):
+            result.image_id = self.client.images.get(result.image_id).id
+        return result
+
+    @staticmethod
+    def _fail(progress: _BuildProgress, message: str) -> None:
+        step = progress.current or "(before the first step)"
+        tail = "\n".join(f"    | {line}" for line in list(progress.tail)[-25:])
+        log.console.print(f"[red]build failed at[/] {step}", markup=True, highlight=False)
+        if tail:
+            log.console.print(tail, markup=False, highlight=False)
+        raise BuildFailed(f"{progress.label}: {step}: {message.splitlines()[-1] if message else 'failed'}")
+
+
+def _short(exc: BaseException) -> str:
+    text = getattr(exc, "explanation", None) or str(exc)
+    return " ".join(str(text).split())[:300]

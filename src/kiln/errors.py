@@ -1,0 +1,167 @@
+"""Every fatal, user-facing error kiln raises.
+
+Each class carries its own exit code and a hint that tells the user what to do next.
+The CLI prints ``kiln: error: <message>`` plus ``  hint: <hint>`` and exits with the
+code; tracebacks only appear with ``--debug``. Codes are part of the CLI contract:
+scripts and CI branch on them, so never renumber an existing class.
+"""
+
+from __future__ import annotations
+
+
+class KilnError(Exception):
+    """Base class: a problem the user can act on."""
+
+    exit_code = 1
+    hint = ""
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        if hint is not None:
+            self.hint = hint
+
+    def lines(self) -> list[str]:
+        """The lines the CLI prints, message first."""
+        out = [self.message]
+        if self.hint:
+            out.append(f"hint: {self.hint}")
+        return out
+
+
+class RecipeInvalid(KilnError):
+    """One or more recipe problems; each is its own ``file:line: field: message`` line."""
+
+    exit_code = 2
+    hint = "fix the field(s) above; `kiln schema` prints the JSON Schema for editors"
+
+    def __init__(self, problems: list[str], *, hint: str | None = None):
+        super().__init__("\n".join(problems), hint=hint)
+        self.problems = problems
+
+    def lines(self) -> list[str]:
+        return [*self.problems, *( [f"hint: {self.hint}"] if self.hint else [])]
+
+
+class DockerUnavailable(KilnError):
+    exit_code = 3
+    hint = "start the daemon (`sudo dockerd &` or `systemctl start docker`) and check `kiln doctor`"
+
+
+class BaseImageMissing(KilnError):
+    exit_code = 4
+    hint = "run `kiln base build` (air-gapped Debian base) or name a registry image with its digest"
+
+
+class BuildFailed(KilnError):
+    exit_code = 5
+    hint = "read the failing step's output above; rerun with `--debug` for the full log"
+
+
+class PatchFailed(KilnError):
+    exit_code = 6
+    hint = "run `kiln patches check` to reproduce without Docker, or `kiln engine bump --to VERSION --dry-run`"
+
+
+class OverrideDrift(KilnError):
+    exit_code = 7
+    hint = "run `kiln override rebase RECIPE FEATURE --from OLD_VERSION` to 3-way merge onto the pinned engine"
+
+
+class SmokeFailed(KilnError):
+    exit_code = 8
+    hint = "the last container log lines are printed above; `kiln run NAME` serves it interactively"
+
+
+class PushFailed(KilnError):
+    exit_code = 9
+    hint = "nothing was tagged in the registry; rerun `kiln publish` once the cause is fixed"
+
+
+class RegistryUnreachable(KilnError):
+    exit_code = 10
+    hint = "check the registry address and that it is up (`curl https://HOST/v2/`)"
+
+
+class RegistryAuthFailed(KilnError):
+    exit_code = 11
+    hint = "set KILN_REGISTRY_USER / KILN_REGISTRY_PASSWORD (or `docker login`) with valid credentials"
+
+
+class NotSmokeTested(KilnError):
+    exit_code = 12
+    hint = "run `kiln smoke NAME` first, or pass --skip-smoke-check (recorded in what is pushed)"
+
+
+class ContainerStartFailed(KilnError):
+    exit_code = 13
+    hint = "see the container log above; `kiln run NAME --print` shows the exact docker command"
+
+
+class PortInUse(KilnError):
+    exit_code = 14
+    hint = "pick another port with --port, or stop whatever listens there"
+
+
+class ModelPathMissing(KilnError):
+    exit_code = 15
+    hint = "download the weights to that path on the host, or point model.host_path at them"
+
+
+class NoGPU(KilnError):
+    exit_code = 16
+    hint = "this recipe needs NVIDIA GPUs and the NVIDIA container runtime; use --print to see the command"
+
+
+class LaunchArgInvalid(KilnError):
+    exit_code = 17
+    hint = "the pinned engine does not accept this flag; check `vllm serve --help=all` for that version"
+
+
+class BudgetExceeded(KilnError):
+    exit_code = 18
+    hint = "shrink the image or raise budgets.max_image_size_gb in the recipe"
+
+
+class CABundleInvalid(KilnError):
+    exit_code = 19
+    hint = "point KILN_CA_BUNDLE (or --ca-bundle) at a readable PEM file"
+
+
+class EngineFetchFailed(KilnError):
+    exit_code = 20
+    hint = "check network access to PyPI (pip config) or pre-fill ~/.cache/kiln/wheels"
+
+
+class EngineMismatch(KilnError):
+    exit_code = 21
+    hint = "the built engine does not match the recipe's engine pin; fix engine.* in the recipe"
+
+
+class ImageNotBuilt(KilnError):
+    exit_code = 22
+    hint = "run `kiln build NAME` first"
+
+
+class RebaseConflict(KilnError):
+    exit_code = 23
+    hint = "resolve the conflict markers in the override file, then rebuild"
+
+
+class UsageError(KilnError):
+    exit_code = 64
+    hint = "see `kiln --help`"
+
+
+class PatchInvalid(KilnError):
+    """Malformed patches or series files; each problem is its own line naming the file."""
+
+    exit_code = 30
+    hint = "each patch is a unified diff (-p1) with a free-text header holding `Why:` and `Upstream:` lines; see docs/patches.md"
+
+    def __init__(self, problems: list[str], *, hint: str | None = None):
+        super().__init__("\n".join(problems), hint=hint)
+        self.problems = problems
+
+    def lines(self) -> list[str]:
+        return [*self.problems, *([f"hint: {self.hint}"] if self.hint else [])]

@@ -1,0 +1,160 @@
+"""LaunchConfig: from a recipe to the vLLM command line baked into the image, and to
+the `docker run` that starts it (one RunSpec feeds both `--print` and the SDK call)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+
+from .recipe import LoadedRecipe, Recipe
+
+LAUNCH_FILE = "_kiln/launch.json"
+CPU_SHM = "4g"
+CUDA_SHM = "16g"
+
+
+def _flag_args(flag: str, value) -> list[str]:
+    if value is True:
+        return [f"--{flag}"]
+    if value is False:
+        return []
+    if isinstance(value, list):
+        return [f"--{flag}", *(str(v) for v in value)]
+    if isinstance(value, dict):
+        return [f"--{flag}", json.dumps(value, sort_keys=True, separators=(",", ":"))]
+    return [f"--{flag}", str(value)]
+
+
+def speculative_config(recipe: Recipe) -> dict | None:
+    spec = recipe.launch.speculative_config
+    if spec is None:
+        return None
+    spec = dict(spec)
+    if spec.get("method") == "draft_model" and "model" not in spec and recipe.model.draft:
+        spec["model"] = recipe.model.draft.path
+    return spec
+
+
+def vllm_argv(recipe: Recipe) -> list[str]:
+    """`vllm serve ...` arguments, in recipe order; user args appended at run time win."""
+    launch = recipe.launch
+    argv = [
+        "serve", recipe.model.target.path,
+        "--served-model-name", launch.served_model_name,
+        "--host", "0.0.0.0",
+        "--port", str(launch.port),
+    ]
+    for flag, value in launch.args.items():
+        argv += _flag_args(flag, value)
+    spec = speculative_config(recipe)
+    if spec is not None:
+        argv += _flag_args("speculative-config", spec)
+    return argv
+
+
+def feature_env(loaded: LoadedRecipe) -> dict[str, str]:
+    """Env each enabled experimental feature sets (from its override.yaml)."""
+    from .overrides import load_override  # late: overrides pulls in patch tooling
+
+    env: dict[str, str] = {}
+    for feature in loaded.recipe.experimental:
+        env.update(load_override(loaded.dir / "experimental" / feature).env)
+    return env
+
+
+def launch_document(loaded: LoadedRecipe) -> dict:
+    recipe = loaded.recipe
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        **feature_env(loaded),
+        **recipe.launch.env,
+        "KILN_FEATURES": ",".join(recipe.experimental),
+    }
+    return {
+        "recipe": recipe.name,
+        "served_model_name": recipe.launch.served_model_name,
+        "port": recipe.launch.port,
+        "argv": ["vllm", *vllm_argv(recipe)],
+        "env": env,
+        "features": list(recipe.experimental),
+    }
+
+
+def launch_json(loaded: LoadedRecipe) -> bytes:
+    return (json.dumps(launch_document(loaded), indent=2, sort_keys=True) + "\n").encode()
+
+
+@dataclass
+class RunSpec:
+    """Everything `docker run` needs for one serving container."""
+
+    image: str
+    name: str
+    host_port: int
+    container_port: int
+    host_ip: str = ""
+    flavour: str = "cpu"
+    mounts: list[tuple[str, str]] = field(default_factory=list)  # (host, container), read-only
+    env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
+    remove: bool = True
+    detach: bool = False
+
+    def docker_cli(self) -> list[str]:
+        cmd = ["docker", "run"]
+        if self.remove:
+            cmd.append("--rm")
+        if self.detach:
+            cmd.append("-d")
+        cmd += ["--name", self.name]
+        bind = f"{self.host_ip}:" if self.host_ip else ""
+        cmd += ["-p", f"{bind}{self.host_port}:{self.container_port}"]
+        if self.flavour == "cuda":
+            cmd += ["--gpus", "all", "--ipc=host", "--shm-size", CUDA_SHM, "--ulimit", "memlock=-1"]
+        else:
+            cmd += ["--cap-add", "SYS_NICE", "--shm-size", CPU_SHM]
+        for host, inside in self.mounts:
+            cmd += ["-v", f"{host}:{inside}:ro"]
+        for key, value in sorted(self.env.items()):
+            cmd += ["-e", f"{key}={value}"]
+        cmd.append(self.image)
+        cmd += self.extra_args
+        return cmd
+
+    def shell(self) -> str:
+        return shlex.join(self.docker_cli())
+
+    def sdk_kwargs(self) -> dict:
+        import docker.types
+
+        kw: dict = {
+            "image": self.image,
+            "name": self.name,
+            "command": self.extra_args or None,
+            "detach": True,
+            "ports": {f"{self.container_port}/tcp": (self.host_ip or "0.0.0.0", self.host_port)},
+            "environment": dict(self.env),
+            "volumes": {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts},
+        }
+        if self.flavour == "cuda":
+            kw.update(
+                ipc_mode="host",
+                shm_size=CUDA_SHM,
+                ulimits=[docker.types.Ulimit(name="memlock", soft=-1, hard=-1)],
+                device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])],
+            )
+        else:
+            kw.update(cap_add=["SYS_NICE"], shm_size=CPU_SHM)
+        return kw
+
+
+def model_mounts(recipe: Recipe) -> list[tuple[str, str]]:
+    out = []
+    for src in (recipe.model.target, recipe.model.draft):
+        if src is not None and src.source == "host_path":
+            out.append((src.host_path, src.path))
+    return out

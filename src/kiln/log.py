@@ -1,0 +1,76 @@
+"""Progress and summaries on stderr; machine-readable output stays on stdout."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from contextlib import contextmanager
+
+from rich.console import Console
+
+console = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+DEBUG = bool(os.environ.get("KILN_DEBUG"))
+
+
+def set_debug(flag: bool) -> None:
+    global DEBUG
+    DEBUG = flag
+
+
+def step(msg: str) -> None:
+    console.print(f"[bold cyan]==>[/] {msg}")
+
+
+def info(msg: str) -> None:
+    console.print(f"    {msg}", markup=False)
+
+
+def warn(msg: str) -> None:
+    console.print(f"[yellow]warning:[/] {msg}")
+
+
+def debug(msg: str) -> None:
+    if DEBUG:
+        console.print(f"[dim]debug: {msg}[/]", markup=True)
+
+
+def ok(msg: str) -> None:
+    console.print(f"[green]ok[/] {msg}")
+
+
+def summary(title: str, rows: dict[str, object]) -> None:
+    console.print(f"[bold]{title}[/]")
+    width = max(len(k) for k in rows) if rows else 0
+    for key, value in rows.items():
+        console.print(f"  {key.ljust(width)}  {value}", markup=False)
+
+
+def human_size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000
+    return f"{n:.2f} TB"
+
+
+def human_secs(s: float) -> str:
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 120:
+        return f"{s:.1f} s"
+    return f"{int(s // 60)} min {s % 60:.0f} s"
+
+
+@contextmanager
+def timed(label: str):
+    t0 = time.monotonic()
+    step(label)
+    yield
+    info(f"{label}: {human_secs(time.monotonic() - t0)}")
+
+
+def is_tty() -> bool:
+    return sys.stderr.isatty()

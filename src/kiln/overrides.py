@@ -1,0 +1,93 @@
+"""Experimental overrides: `recipes/<name>/experimental/<feature>/override.yaml`.
+
+An override is a feature a recipe can switch on: env it sets at launch, plus either a
+patch series (preferred) or whole-file replacements against the pinned engine. A
+replacement records the sha256 of the upstream file it was forked from, so an engine
+bump that changes that file fails the build instead of silently reverting upstream.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import RecipeInvalid
+from .recipe import Version, problems_from_validation
+from .yamlsrc import YamlProblem, load_yaml
+
+OVERRIDE_FILE = "override.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class OverrideEngine(_Strict):
+    name: str = "vllm"
+    version: Version
+
+
+class Replacement(_Strict):
+    """A whole file replaced in the installed engine (discouraged: prefer a patch)."""
+
+    target: Annotated[str, Field(pattern=r"^vllm/[A-Za-z0-9_./-]+\.py$")] = Field(
+        description="path inside site-packages, e.g. vllm/v1/worker/gpu/model_runner.py"
+    )
+    file: str = Field(description="the replacement, relative to the override folder")
+    upstream_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] = Field(
+        description="sha256 of the upstream file this replacement was forked from"
+    )
+
+
+class Override(_Strict):
+    name: str
+    description: str
+    engine: OverrideEngine
+    env: dict[str, str] = Field(default_factory=dict)
+    patches: str | None = Field(None, description="series file (relative) listing the patches in order")
+    replacements: list[Replacement] = Field(default_factory=list)
+
+
+class LoadedOverride:
+    def __init__(self, override: Override, directory: Path):
+        self.override = override
+        self.dir = directory
+
+    @property
+    def name(self) -> str:
+        return self.override.name
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.override.env)
+
+    @property
+    def series_file(self) -> Path | None:
+        return self.dir / self.override.patches if self.override.patches else None
+
+
+def load_override(directory: Path) -> LoadedOverride:
+    file = directory / OVERRIDE_FILE
+    try:
+        src = load_yaml(file)
+    except FileNotFoundError:
+        raise RecipeInvalid([f"{file}:1: (file): not found"]) from None
+    except YamlProblem as exc:
+        raise RecipeInvalid([f"{file}:{exc.line}: (yaml): {exc.message}"]) from None
+    try:
+        override = Override.model_validate(src.data)
+    except ValidationError as exc:
+        raise RecipeInvalid(problems_from_validation(src, exc)) from None
+    problems = []
+    if override.name != directory.name:
+        problems.append(f"{file}:{src.line_of(('name',))}: name: must equal its folder name {directory.name!r}")
+    if override.patches and not (directory / override.patches).is_file():
+        problems.append(f"{file}:{src.line_of(('patches',))}: patches: no series file {override.patches!r}")
+    for i, rep in enumerate(override.replacements):
+        if not (directory / rep.file).is_file():
+            problems.append(f"{file}:{src.line_of(('replacements', i, 'file'))}: replacements[{i}].file: not found")
+    if problems:
+        raise RecipeInvalid(problems)
+    return LoadedOverride(override, directory)

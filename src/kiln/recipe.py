@@ -1,0 +1,308 @@
+"""The recipe schema (`recipes/<name>/recipe.yaml`) and its loader.
+
+Strict on purpose: unknown keys are rejected (a typo such as ``serverd_model_name``
+would otherwise be silently ignored and the image built wrong), and values are not
+coerced (``port: "8000"`` is an error, not a string that happens to work).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from .errors import RecipeInvalid
+from .yamlsrc import SourcedYaml, YamlProblem, load_yaml
+
+RECIPE_FILE = "recipe.yaml"
+DOCKERFILE = "Dockerfile"
+
+
+def _port(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise PydanticCustomError("port", "must be an integer in 1..65535")
+    return value
+
+
+Port = Annotated[
+    int,
+    PlainValidator(_port),
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 65535}),
+]
+Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.+-][A-Za-z0-9.+-]+)?$")]
+Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+ImageRef = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._/:-]*$", max_length=255)]
+ContainerPath = Annotated[str, Field(pattern=r"^/[^\s]*$")]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+FlagName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+ArgValue = bool | int | float | str | list[str | int | float] | dict[str, Any]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class BaseImage(Strict):
+    """The image the engine is built on: `kiln/base:bookworm` or any registry image."""
+
+    ref: ImageRef = Field(description="image reference, e.g. kiln/base:bookworm or nvcr.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04")
+    digest: Digest | None = Field(None, description="pin by content digest (recommended for registry images)")
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.ref.split('@')[0]}@{self.digest}" if self.digest else self.ref
+
+
+class Engine(Strict):
+    name: Literal["vllm"] = Field(description="upstream engine")
+    version: Version = Field(description="upstream engine version, e.g. 0.32.0")
+    flavour: Literal["cpu", "cuda"]
+    base_image: BaseImage
+    torch: Version | None = Field(None, description="torch version the engine must carry (checked against the built image)")
+    cuda: Annotated[str, Field(pattern=r"^\d+\.\d+$")] | None = Field(
+        None, description="CUDA major.minor the engine must carry (cuda flavour; checked against the built image)"
+    )
+
+
+class ModelSource(Strict):
+    """Where one set of weights comes from."""
+
+    source: Literal["baked", "host_path"] = Field(
+        description="baked: generated or copied into the image at build; host_path: mounted read-only at run time"
+    )
+    path: ContainerPath = Field(description="absolute path of the weights inside the container")
+    host_path: str | None = Field(None, description="host directory mounted at `path` (source: host_path)")
+
+    @model_validator(mode="after")
+    def _host_path_matches_source(self) -> ModelSource:
+        if self.source == "host_path" and not self.host_path:
+            raise PydanticCustomError("host_path", "host_path is required when source is host_path")
+        if self.source == "baked" and self.host_path:
+            raise PydanticCustomError("host_path", "host_path is only allowed when source is host_path")
+        return self
+
+
+class Model(Strict):
+    target: ModelSource
+    draft: ModelSource | None = Field(None, description="draft model for speculative decoding")
+
+
+class Launch(Strict):
+    """How the container starts vLLM (`vllm serve <target> ...`)."""
+
+    served_model_name: Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
+    port: Port = 8000
+    args: dict[FlagName, ArgValue] = Field(
+        default_factory=dict,
+        description="vLLM CLI flags without the leading --; true = bare flag, dict = JSON value",
+    )
+    speculative_config: dict[str, Any] | None = Field(
+        None, description="vLLM --speculative-config; a draft_model method gets model.draft.path filled in"
+    )
+    env: dict[EnvName, str] = Field(default_factory=dict)
+
+
+class Smoke(Strict):
+    startup_timeout_s: Annotated[int, Field(ge=1, le=7200)] = 300
+    request_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 60
+    served_model_name: str | None = Field(None, description="name the smoke test asks for (defaults to launch.served_model_name)")
+    prompts: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=1, le=4096)] = 16
+    expect_spec_decode: bool = Field(False, description="require vllm:spec_decode_* counters with draft tokens > 0")
+    min_acceptance_rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    min_tokens_per_s: Annotated[float, Field(gt=0)] | None = None
+    gpu: bool = Field(False, description="needs NVIDIA GPUs; skipped with a reason on hosts without them")
+
+
+class Publish(Strict):
+    repository: Annotated[str, Field(pattern=r"^[a-z0-9]+([._/-][a-z0-9]+)*$")] = Field(
+        description="repository path under the registry, e.g. kiln/tiny-moe"
+    )
+    registry: str | None = Field(None, description="default registry HOST[:PORT][/NAMESPACE]")
+    channels: list[Name] = Field(default_factory=lambda: ["experimental", "stable"])
+
+
+class Budgets(Strict):
+    max_image_size_gb: Annotated[float, Field(gt=0)] | None = None
+
+
+class Recipe(Strict):
+    name: Name
+    description: Annotated[str, Field(min_length=1)]
+    engine: Engine
+    model: Model
+    launch: Launch
+    experimental: list[Name] = Field(
+        default_factory=list, description="experimental/<feature>/ overlays switched on"
+    )
+    smoke: Smoke
+    publish: Publish | None = None
+    budgets: Budgets = Field(default_factory=Budgets)
+
+
+class LoadedRecipe:
+    """A validated recipe plus where it lives (its folder holds the Dockerfile and overlays)."""
+
+    def __init__(self, recipe: Recipe, directory: Path, source: SourcedYaml):
+        self.recipe = recipe
+        self.dir = directory
+        self.source = source
+
+    @property
+    def name(self) -> str:
+        return self.recipe.name
+
+    @property
+    def file(self) -> Path:
+        return self.dir / RECIPE_FILE
+
+    def line_of(self, *loc: Any) -> int:
+        return self.source.line_of(tuple(loc))
+
+    def where(self, *loc: Any) -> str:
+        return f"{display_path(self.file)}:{self.line_of(*loc)}"
+
+
+def display_path(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+_SHOULD = re.compile(r"^Input should be ")
+
+
+def _message(err: dict) -> str:
+    kind = err["type"]
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        return "unknown key"
+    msg = err["msg"]
+    msg = msg.removeprefix("Value error, ")
+    msg = _SHOULD.sub("must be ", msg)
+    if kind == "string_pattern_mismatch":
+        msg = f"must match {err['ctx']['pattern']}"
+    return msg
+
+
+def _field_path(loc: tuple) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            # pydantic puts union member / validator names into loc; they are not fields
+            if any(ch in item for ch in "[](),") or item.startswith("function-"):
+                continue
+            parts.append(("." if parts else "") + item)
+    return "".join(parts) or "(top level)"
+
+
+def _clean_loc(loc: tuple, data: Any) -> tuple:
+    """Keep only loc entries that index into the YAML data (drops union branch tags)."""
+    out: list = []
+    node = data
+    for item in loc:
+        if isinstance(node, dict) and item in node:
+            out.append(item)
+            node = node[item]
+        elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
+            out.append(item)
+            node = node[item]
+        elif isinstance(node, dict) and isinstance(item, str) and not any(c in item for c in "[](),"):
+            out.append(item)  # a missing key: report it under its parent's line
+            node = None
+    return tuple(out)
+
+
+def problems_from_validation(src: SourcedYaml, exc: ValidationError) -> list[str]:
+    where = display_path(src.path)
+    seen: set[str] = set()
+    lines: list[str] = []
+    for err in exc.errors():
+        loc = _clean_loc(err["loc"], src.data)
+        line = src.line_of(loc)
+        text = f"{where}:{line}: {_field_path(loc)}: {_message(err)}"
+        if text not in seen:
+            seen.add(text)
+            lines.append(text)
+    return lines
+
+
+def _cross_checks(loaded: LoadedRecipe) -> list[str]:
+    """Rules that span sections, reported at the line of the field that breaks them."""
+    rec = loaded.recipe
+    problems = []
+    wanted = rec.smoke.served_model_name
+    if wanted is not None and wanted != rec.launch.served_model_name:
+        problems.append(
+            f"{loaded.where('smoke', 'served_model_name')}: smoke.served_model_name: {wanted!r} is not "
+            f"served (launch.served_model_name is {rec.launch.served_model_name!r})"
+        )
+    spec = rec.launch.speculative_config or {}
+    if spec.get("method") == "draft_model" and "model" not in spec and rec.model.draft is None:
+        problems.append(
+            f"{loaded.where('launch', 'speculative_config')}: launch.speculative_config: method "
+            "draft_model needs model.draft (or a model key here)"
+        )
+    return problems
+
+
+def _check_files(loaded: LoadedRecipe) -> list[str]:
+    problems = []
+    rec = loaded.recipe
+    if rec.name != loaded.dir.name:
+        problems.append(f"{loaded.where('name')}: name: {rec.name!r} must equal its folder name {loaded.dir.name!r}")
+    if not (loaded.dir / DOCKERFILE).is_file():
+        problems.append(f"{loaded.where()}: (recipe): missing file {display_path(loaded.dir / DOCKERFILE)}")
+    for i, feature in enumerate(rec.experimental):
+        fdir = loaded.dir / "experimental" / feature
+        if not (fdir / "override.yaml").is_file():
+            problems.append(
+                f"{loaded.where('experimental', i)}: experimental[{i}]: no overlay at {display_path(fdir)}/override.yaml"
+            )
+    return problems
+
+
+def load_recipe(directory: Path) -> LoadedRecipe:
+    """Load and validate one recipe folder; raise RecipeInvalid with every problem found."""
+    file = directory / RECIPE_FILE
+    shown = display_path(file)
+    if not file.is_file():
+        raise RecipeInvalid([f"{shown}:1: (file): not found"], hint="each recipe folder needs a recipe.yaml")
+    try:
+        src = load_yaml(file)
+    except YamlProblem as exc:
+        raise RecipeInvalid([f"{shown}:{exc.line}: (yaml): {exc.message}"]) from None
+    if not isinstance(src.data, dict):
+        raise RecipeInvalid([f"{shown}:1: (top level): must be a mapping of fields"])
+    try:
+        recipe = Recipe.model_validate(src.data)
+    except ValidationError as exc:
+        raise RecipeInvalid(problems_from_validation(src, exc)) from None
+    loaded = LoadedRecipe(recipe, directory, src)
+    problems = _cross_checks(loaded) + _check_files(loaded)
+    if problems:
+        raise RecipeInvalid(problems)
+    return loaded
+
+
+def json_schema() -> dict:
+    schema = Recipe.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "kiln recipe.yaml"
+    return schema

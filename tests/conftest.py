@@ -1,0 +1,47 @@
+"""Shared fixtures: a real Docker daemon, the kiln base image, and throwaway kiln trees."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from kilntest import make_tree
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    from kiln.dockerengine import DockerEngine
+    from kiln.errors import KilnError
+
+    try:
+        engine = DockerEngine()
+        engine.ping()
+    except KilnError as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI needs a Docker daemon: {exc.message}")
+        pytest.skip(f"no Docker daemon: {exc.message}")
+    return engine
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_engine) -> str:
+    from kiln.base import build_base
+
+    tag = "kiln/base:bookworm"
+    if docker_engine.image(tag) is None:
+        build_base(docker_engine)
+    return tag
+
+
+
+@pytest.fixture
+def kiln_tree(tmp_path, monkeypatch) -> Path:
+    from kiln import paths
+
+    root = make_tree(tmp_path / "tree")
+    monkeypatch.setenv("KILN_ROOT", str(root))
+    monkeypatch.setenv("KILN_RESULTS_DIR", str(tmp_path / "results"))
+    paths.repo_root.cache_clear()
+    yield root
+    paths.repo_root.cache_clear()
+

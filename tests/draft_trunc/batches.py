@@ -1,0 +1,104 @@
+"""Random verify batches shaped like vLLM 0.32.0's prepare_inputs builds them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Batch:
+    num_reqs: int
+    num_tokens: int
+    is_padding: torch.Tensor  # [num_tokens_after_padding] bool
+    query_start_loc: torch.Tensor  # [num_reqs_padded + 1] int32
+    cu_num_logits: torch.Tensor  # [num_reqs + 1] int32
+    idx_mapping: torch.Tensor  # [num_reqs] int64
+    seq_lens: torch.Tensor  # [num_reqs] int32
+    prefill_len: torch.Tensor  # [max_num_reqs] int32
+    predictions: torch.Tensor  # [max_num_reqs, K] fp32
+    num_drafts: np.ndarray  # [num_reqs]
+
+    def to(self, device) -> Batch:
+        moved = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in vars(self).items()}
+        return Batch(**moved)
+
+    @property
+    def expanded(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """expanded_idx_mapping and expanded_local_pos, one entry per logits row."""
+        counts = (self.cu_num_logits[1:] - self.cu_num_logits[:-1]).long()
+        eidx = torch.repeat_interleave(self.idx_mapping, counts)
+        starts = torch.repeat_interleave(self.cu_num_logits[:-1].long(), counts)
+        lpos = torch.arange(eidx.shape[0], device=eidx.device) - starts
+        return eidx, lpos.to(torch.int32)
+
+
+def random_predictions(rng: np.random.Generator, rows: int, k: int) -> torch.Tensor:
+    """Mostly uniform, with exact zeros, exact ones and NaN sprinkled in."""
+    p = rng.uniform(0.0, 1.0, size=(rows, k)).astype(np.float32)
+    special = rng.uniform(size=(rows, k))
+    p[special < 0.08] = 0.0
+    p[(special >= 0.08) & (special < 0.2)] = 1.0
+    p[(special >= 0.2) & (special < 0.25)] = np.nan
+    return torch.from_numpy(p)
+
+
+def random_batch(
+    rng: np.random.Generator,
+    num_reqs: int,
+    k: int,
+    max_num_reqs: int | None = None,
+    mixed: bool = True,
+    pad_reqs: int = 0,
+    pad_tokens: int = 0,
+) -> Batch:
+    """A batch of verifying requests (n in [0, K]); with ``mixed``, also prefill
+    chunks, placeholder drafts of a request still in its prefill, and queries
+    longer than their verify window."""
+    max_num_reqs = max_num_reqs or num_reqs + 7
+    slots = rng.permutation(max_num_reqs)[:num_reqs]
+    prefill_len = rng.integers(1, 50, size=max_num_reqs).astype(np.int32)
+    qlens, ns, seq_lens = [], [], []
+    for r in range(num_reqs):
+        plen = int(prefill_len[slots[r]])
+        kind = rng.choice(["decode", "prefill", "placeholder", "long"], p=[0.7, 0.1, 0.1, 0.1])
+        if not mixed:
+            kind = "decode"
+        n = int(rng.integers(0, k + 1))
+        if kind == "decode":  # t0 at a position past the prefill
+            qlen, seq_len = n + 1, plen + int(rng.integers(0, 30)) + n + 1
+        elif kind == "prefill":  # a prompt chunk, no drafts
+            n, qlen = 0, int(rng.integers(1, 12))
+            seq_len = int(rng.integers(qlen, plen + qlen + 1))
+        elif kind == "placeholder":  # drafts scheduled while t0 is still prefill
+            n = max(n, 1)
+            qlen = n + 1
+            seq_len = int(rng.integers(qlen, plen + n + 1))
+        else:  # more query tokens than the verify window
+            qlen = n + 1 + int(rng.integers(1, 6))
+            seq_len = plen + qlen + int(rng.integers(0, 10))
+        qlens.append(qlen)
+        ns.append(n)
+        seq_lens.append(seq_len)
+    num_tokens = int(sum(qlens))
+    qsl = np.full(num_reqs + pad_reqs + 1, num_tokens, dtype=np.int32)
+    qsl[0] = 0
+    qsl[1 : num_reqs + 1] = np.cumsum(qlens)
+    cu = np.zeros(num_reqs + 1, dtype=np.int32)
+    cu[1:] = np.cumsum(np.array(ns) + 1)
+    is_padding = torch.zeros(num_tokens + pad_tokens, dtype=torch.bool)
+    is_padding[num_tokens:] = True
+    return Batch(
+        num_reqs=num_reqs,
+        num_tokens=num_tokens,
+        is_padding=is_padding,
+        query_start_loc=torch.from_numpy(qsl),
+        cu_num_logits=torch.from_numpy(cu),
+        idx_mapping=torch.from_numpy(slots.astype(np.int64)),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+        prefill_len=torch.from_numpy(prefill_len),
+        predictions=random_predictions(rng, max_num_reqs, k),
+        num_drafts=np.array(ns),
+    )
