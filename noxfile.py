@@ -66,3 +66,24 @@ def build_cuda(session):
 
 if os.environ.get("KILN_NOX_DEBUG"):
     nox.options.verbose = True
+
+
+# --- draft_trunc sessions (issue 5) ---
+# Opt-in (not in nox.options.sessions): they need a CUDA GPU and run with the
+# current interpreter, whose torch/triton are the GPU machine's own.
+@nox.session(python=False)
+def gpu(session):
+    """draft_trunc's GPU tests (kernel at size, exactness vs vLLM 0.32.0's rejection
+    sampler, CUDA-graph replay); skipped cleanly without a GPU. KILN_VLLM_SRC may
+    point at a folder holding vLLM 0.32.0's sources (e.g. .vllm-carry)."""
+    session.run("python", "-m", "pytest", "tests/draft_trunc", "-m", "gpu", "-q", *session.posargs)
+
+
+@nox.session(python=False)
+def bench_gpu(session):
+    """draft_trunc's MoE-layer and mark_dead benchmark on the local GPU (JSON out)."""
+    session.run(
+        "python", "benchmarks/draft_trunc/bench_moe.py", *session.posargs,
+        env={"PYTHONUNBUFFERED": "1"},
+    )
+# --- end draft_trunc sessions ---

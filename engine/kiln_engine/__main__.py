@@ -53,10 +53,12 @@ def main(argv=None) -> int:
     if data["patches"] is None:
         print("patches: no manifest at /opt/kiln/patches.json")
     else:
-        entries = data["patches"].get("applied", data["patches"]) if isinstance(data["patches"], dict) else data["patches"]
+        entries = data["patches"].get("patches", [])
         print(f"patches: {len(entries)} applied")
         for e in entries:
             print(f"  {e.get('source', 'series')}: {e['name']} sha256:{e['sha256'][:12]}")
+        for r in data["patches"].get("replacements", []):
+            print(f"  feature:{r['feature']}: replaced {r['target']} sha256:{r['sha256'][:12]}")
     for name, f in data["features"].items():
         print(f"feature {name}: {'on' if f['enabled'] else 'off'} ({f['env']})")
     return 0

@@ -127,12 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_base_build)
     s = sub.add_parser("doctor", help="check this machine")
     s.set_defaults(func=cmd_doctor)
-    s = sub.add_parser("run", help="serve a recipe's image")
+    s = sub.add_parser("run", help="serve a recipe's image (extra vLLM args after --)")
     s.add_argument("name")
     s.add_argument("--print", action="store_true", help="only print the docker run command")
     s.add_argument("--port", type=int, default=None, help="host port (default: the recipe's port)")
     s.add_argument("--detach", action="store_true", help="return once healthy, leave it running")
-    s.add_argument("vllm_args", nargs=argparse.REMAINDER, help="extra vLLM args after --")
     s.set_defaults(func=cmd_run)
     s = sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client")
     s.add_argument("name")
@@ -152,7 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv
     log.set_debug(debug or log.DEBUG)
     try:
+        # everything after a bare `--` goes to vLLM untouched (argparse mangles it in subparsers)
+        passthrough: list[str] = []
+        if "--" in argv:
+            cut = argv.index("--")
+            argv, passthrough = argv[:cut], argv[cut + 1:]
         args = build_parser().parse_args(argv)
+        args.vllm_args = passthrough
         return int(args.func(args) or 0)
     except KilnError as exc:
         if log.DEBUG:

@@ -51,9 +51,18 @@ def run_spec(loaded: LoadedRecipe, image: str, *, host_port: int, host_ip: str =
         host_ip=host_ip,
         flavour=recipe.engine.flavour,
         mounts=model_mounts(recipe),
+        env=_explicit_env(loaded),
         extra_args=list(extra_args or []),
         detach=detach,
     )
+
+
+def _explicit_env(loaded: LoadedRecipe) -> dict[str, str]:
+    """The recipe's launch env, spelled out on the command line (it is baked into the
+    image too) so a printed `docker run` says exactly what the server gets."""
+    from .launch import feature_env
+
+    return {**feature_env(loaded), **loaded.recipe.launch.env}
 
 
 def preflight(loaded: LoadedRecipe, spec: RunSpec) -> None:

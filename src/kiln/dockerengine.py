@@ -21,6 +21,7 @@ from . import log
 from .context import BuildContext
 from .errors import BaseImageMissing, BuildFailed, DockerUnavailable
 
+HEARTBEAT_S = 10.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _BUILT = re.compile(r"Successfully built ([0-9a-f]{12,64})")
@@ -94,8 +95,15 @@ class _BuildProgress:
             if m and not self.result.image_id:
                 self.result.image_id = m.group(1)
             self.tail.append(line)
-            if not self.quiet and not line.startswith(" ---> ") and log.DEBUG:
+            if self.quiet or line.startswith(" ---> "):
+                continue
+            if log.DEBUG:
                 log.info(f"    {line[:200]}")
+            elif time.monotonic() - self._last_progress > HEARTBEAT_S:
+                # long RUN steps (pip installs) stay visibly alive without flooding the log
+                self._last_progress = time.monotonic()
+                elapsed = time.monotonic() - self.t_step
+                log.info(f"    ... {elapsed:4.0f} s  {line[:150]}")
 
 
 class _StreamError(Exception):

@@ -364,7 +364,7 @@ def refresh(version: str, flavour: str | None = None) -> list[str]:
     # The refreshed patches are the new baseline: a second refresh is a no-op.
     new_state = dict(state, series_from=version, patches=[
         dict(e, sha256=patching.sha256_bytes((dest / e["name"]).read_bytes()), exact=True, after=after)
-        for e, after in zip(state["patches"], afters)])
+        for e, after in zip(state["patches"], afters, strict=True)])
     new_state["final"] = {rel: _file_sha(scratch / rel) for rel in state["final"]}
     (scratch / ".pc" / STATE).write_text(json.dumps(new_state, indent=2) + "\n")
     return written

@@ -113,7 +113,7 @@ def vllm_kernels(vllm_src):
     # vllm.triton_utils pulls in platform detection; the kernels only need these.
     tu = types.ModuleType("vllm.triton_utils")
     if os.environ.get("TRITON_INTERPRET") == "1":
-        import interp_libdevice as tldevice
+        import dt_interp_libdevice as tldevice
     tu.triton, tu.tl, tu.tldevice, tu.HAS_TRITON = triton, tl, tldevice, True
     sys.modules["vllm.triton_utils"] = tu
     ns = types.SimpleNamespace(

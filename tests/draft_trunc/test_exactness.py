@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from exactness import make_case, mismatches
+from dt_exactness import make_case, mismatches
 
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

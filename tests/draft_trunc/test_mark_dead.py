@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from batches import random_batch
-from reference import mark_dead_ref, verify_mask_ref
+from dt_batches import random_batch
+from dt_reference import mark_dead_ref, verify_mask_ref
 
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -67,7 +67,9 @@ def prepare(max_num_reqs: int, device: Any) -> None:
     """Allocate the per-slot buffers up front (else the first mark_dead does)."""
     import torch
 
-    device = torch.device(device)
+    # Normalise "cuda" to "cuda:N" so an unchanged device never reallocates
+    # (which would also reset the step counter).
+    device = torch.empty(0, device=device).device
     live = _STATE.live
     if live is not None and live.shape[0] >= max_num_reqs and live.device == device:
         return
