@@ -135,6 +135,7 @@ def build_recipe(
             log.ok(f"{recipe_image.tag} is up to date (input digest {recipe_image.digest[:19]}); "
                    f"nothing to build [{log.human_secs(time.monotonic() - t0)}]")
         return outcome
+    preflight_patches(loaded)
     engine_outcome = build_engine(docker, engine_image, force=force_engine)
     if engine_outcome.skipped:
         log.ok(f"engine {engine_image.tag} up to date")
@@ -157,6 +158,23 @@ def build_recipe(
         _summary(f"built {recipe_image.repository}", outcome, time.monotonic() - t0,
                  extra={"also tagged": recipe_image.latest_tag, "engine": engine_image.tag})
     return outcome
+
+
+def preflight_patches(loaded: LoadedRecipe) -> None:
+    """Apply the engine series and the recipe's switched-on features to the pinned
+    engine's sources on the host, so a hunk that no longer applies fails in seconds,
+    before any image layer is built. The in-image application stays authoritative."""
+    from . import patchcmd
+    from .errors import EngineFetchFailed
+
+    engine = loaded.recipe.engine
+    has_features = bool(loaded.recipe.experimental)
+    if not patchcmd.series_for(engine.version).patches and not has_features:
+        return
+    try:
+        patchcmd.check(engine.version, None, loaded)
+    except EngineFetchFailed as exc:
+        log.warn(f"patch pre-flight skipped ({exc.message}); the image build still applies the series")
 
 
 def _engine_verifier(loaded: LoadedRecipe, engine_image: EngineImage):

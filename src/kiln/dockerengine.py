@@ -19,7 +19,7 @@ from docker.models.images import Image
 
 from . import log
 from .context import BuildContext
-from .errors import BaseImageMissing, BuildFailed, DockerUnavailable
+from .errors import BaseImageMissing, BuildFailed, DockerUnavailable, PushFailed
 
 HEARTBEAT_S = 10.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -110,6 +110,65 @@ class _StreamError(Exception):
     pass
 
 
+@dataclass
+class PushResult:
+    """What the daemon reported for one pushed tag."""
+
+    digest: str = ""  # manifest digest the registry accepted
+    size: int = 0
+    layers_pushed: int = 0
+    layers_existing: int = 0
+    seconds: float = 0.0
+
+
+class _PushProgress:
+    """Turns the daemon's push stream into one line per finished layer plus a heartbeat
+    with the bytes sent, so a multi-GB push is visibly alive without a line per chunk."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+        self.sent: dict[str, tuple[int, int]] = {}  # layer id -> (current, total)
+        self.result = PushResult()
+        self._last_beat = time.monotonic()
+
+    def feed(self, chunk: dict) -> None:
+        if "error" in chunk or "errorDetail" in chunk:
+            detail = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error", "")
+            raise _StreamError(str(detail).strip())
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and "Digest" in aux:
+            self.result.digest, self.result.size = aux["Digest"], int(aux.get("Size") or 0)
+            return
+        status, layer = chunk.get("status", ""), chunk.get("id", "")
+        if not layer:
+            return
+        if status == "Pushing":
+            detail = chunk.get("progressDetail") or {}
+            self.sent[layer] = (int(detail.get("current") or 0), int(detail.get("total") or 0))
+            self._heartbeat()
+        elif status == "Pushed":
+            self.result.layers_pushed += 1
+            self._say(f"  {layer} pushed")
+        elif status.startswith(("Layer already exists", "Mounted from")):
+            self.result.layers_existing += 1
+            self._say(f"  {layer} {status[0].lower()}{status[1:]}")
+        elif status.startswith("Retrying in"):
+            # the daemon retries a failed layer upload itself (5 attempts, growing delay)
+            self._say(f"  {layer} upload failed; {status[0].lower()}{status[1:]}", warn=True)
+
+    def _heartbeat(self) -> None:
+        if self.quiet or time.monotonic() - self._last_beat < 2.0:
+            return
+        self._last_beat = time.monotonic()
+        done = sum(c for c, _ in self.sent.values())
+        total = sum(t for _, t in self.sent.values())
+        log.info(f"  pushing {log.human_size(done)} / {log.human_size(total)} ({len(self.sent)} layers uploading)")
+
+    def _say(self, line: str, warn: bool = False) -> None:
+        if not self.quiet:
+            (log.warn if warn else log.info)(line.strip() if warn else line)
+
+
 class DockerEngine:
     """A small facade over the local Docker daemon."""
 
@@ -167,6 +226,28 @@ class DockerEngine:
         except docker.errors.ImageNotFound:
             pass
 
+    def push(self, ref: str, *, auth_config: dict | None = None, quiet: bool = False) -> PushResult:
+        """Push one local tag (layers, then the manifest under that tag) with progress.
+
+        The daemon writes the tag only after every layer is up, so a failure midway
+        leaves the registry's tags untouched. `auth_config` travels to the daemon in the
+        request header only (never into ~/.docker/config.json)."""
+        progress = _PushProgress(quiet=quiet)
+        repo, _, tag = ref.rpartition(":")
+        t0 = time.monotonic()
+        try:
+            stream = self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth_config)
+            for chunk in stream:
+                progress.feed(chunk)
+        except _StreamError as exc:
+            raise PushFailed(f"push of {ref} failed: {_one_line(str(exc))}") from None
+        except docker.errors.APIError as exc:
+            raise PushFailed(f"push of {ref} failed: {_short(exc)}") from None
+        progress.result.seconds = time.monotonic() - t0
+        if not progress.result.digest:
+            raise PushFailed(f"push of {ref} ended without the daemon reporting a manifest digest")
+        return progress.result
+
     def build(
         self,
         context: BuildContext,
@@ -218,6 +299,10 @@ class DockerEngine:
         if tail:
             log.console.print(tail, markup=False, highlight=False)
         raise BuildFailed(f"{progress.label}: {step}: {message.splitlines()[-1] if message else 'failed'}")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300] or "failed"
 
 
 def _short(exc: BaseException) -> str:

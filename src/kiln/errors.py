@@ -165,3 +165,37 @@ class PatchInvalid(KilnError):
 
     def lines(self) -> list[str]:
         return [*self.problems, *([f"hint: {self.hint}"] if self.hint else [])]
+
+
+# -- publishing (kiln publish / kiln promote) ---------------------------------------------
+class RegistryInvalid(KilnError):
+    """No registry given, or one that is not HOST[:PORT][/NAMESPACE]."""
+
+    exit_code = 40
+    hint = "pass --registry HOST[:PORT][/NAMESPACE] or set publish.registry in the recipe"
+
+
+class ChannelInvalid(KilnError):
+    exit_code = 41
+    hint = "use one of the recipe's publish.channels (default: experimental, stable)"
+
+
+class ChannelEmpty(KilnError):
+    """`kiln promote --from C` where the registry has no tag C in the repository."""
+
+    exit_code = 42
+    hint = "publish to that channel first: `kiln publish NAME --channel CHANNEL`"
+
+
+class ManifestMismatch(KilnError):
+    """What the registry returns is not what was pushed (digest or image id differ)."""
+
+    exit_code = 43
+    hint = "the registry (or a proxy in front of it) rewrote the manifest; no channel tag was moved"
+
+
+class TagWriteFailed(KilnError):
+    """The layers are pushed but the registry refused a tag (manifest PUT)."""
+
+    exit_code = 44
+    hint = "check the account may push tags to this repository; rerun `kiln publish` (layers are not re-sent)"

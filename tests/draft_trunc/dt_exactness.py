@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-
 from kiln_engine.draft_trunc import mask_from_live
 
 
@@ -60,8 +59,16 @@ def make_case(gen: torch.Generator, num_reqs, k, vocab, device=None, accept_bias
     seeds = torch.randint(0, 2**62, (max_slots,), generator=gen, device=dev)
     draft_logits = torch.randn(max_slots, k, vocab, generator=gen, device=dev) * 4.0
     return dict(
-        n=n, j=j, slots=slots, counts=counts, logits=logits, drafts=drafts, pos=pos,
-        temperature=temperature.float(), seeds=seeds, draft_logits=draft_logits,
+        n=n,
+        j=j,
+        slots=slots,
+        counts=counts,
+        logits=logits,
+        drafts=drafts,
+        pos=pos,
+        temperature=temperature.float(),
+        seeds=seeds,
+        draft_logits=draft_logits,
     )
 
 
@@ -92,16 +99,28 @@ def truncated(case) -> Window:
     idx = torch.tensor(keep_rows, dtype=torch.long, device=case["logits"].device)
     counts = (case["j"] + 1).tolist()
     return _window(
-        case["logits"][idx].contiguous(), case["drafts"][idx], case["pos"][idx], counts, case["slots"]
+        case["logits"][idx].contiguous(),
+        case["drafts"][idx],
+        case["pos"][idx],
+        counts,
+        case["slots"],
     )
 
 
 def verify(rsu, w: Window, case, k, mode, invalid=None):
     drafts = w.drafts if invalid is None else w.drafts.masked_fill(invalid, -1)
     return rsu.rejection_sample(
-        w.logits, case["draft_logits"] if mode.endswith("draft_probs") else None,
-        drafts, w.cu, w.pos, case["slots"], w.eidx, w.lpos,
-        case["temperature"], case["seeds"], k,
+        w.logits,
+        case["draft_logits"] if mode.endswith("draft_probs") else None,
+        drafts,
+        w.cu,
+        w.pos,
+        case["slots"],
+        w.eidx,
+        w.lpos,
+        case["temperature"],
+        case["seeds"],
+        k,
         use_block_verification=mode.startswith("block"),
     )
 

@@ -64,11 +64,7 @@ def mark_dead_ref(
         slot = int(idx_mapping[r])
         n = min(max(int(cu_num_logits[r + 1] - cu_num_logits[r]) - 1, 0), K)
         qs, qe = int(query_start_loc[r]), int(query_start_loc[r + 1])
-        eligible = (
-            n > 0
-            and qe - qs == n + 1
-            and int(seq_lens[r]) - n - 1 >= int(prefill_len[slot])
-        )
+        eligible = n > 0 and qe - qs == n + 1 and int(seq_lens[r]) - n - 1 >= int(prefill_len[slot])
         explored = explore_uniform(step, slot) < _f32(explore)
         preds = [float(x) for x in predictions[slot, :n]]
         if eligible and not explored:

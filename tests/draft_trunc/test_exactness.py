@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from dt_exactness import make_case, mismatches
 
 pytest.importorskip("triton")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from dt_batches import random_batch
 from dt_exactness import make_case, mismatches
 from dt_reference import mark_dead_ref
@@ -24,21 +23,48 @@ def test_kernel_matches_reference_large(draft_trunc, num_reqs, k):
     b = batch.to("cuda")
     dt.prepare(batch.predictions.shape[0], "cuda")
     step = int(dt._STATE.step.item())
-    assert dt.mark_dead(b.is_padding, b.query_start_loc, b.cu_num_logits, num_reqs, k,
-                        b.predictions, b.idx_mapping, seq_lens=b.seq_lens,
-                        prefill_len=b.prefill_len)
+    assert dt.mark_dead(
+        b.is_padding,
+        b.query_start_loc,
+        b.cu_num_logits,
+        num_reqs,
+        k,
+        b.predictions,
+        b.idx_mapping,
+        seq_lens=b.seq_lens,
+        prefill_len=b.prefill_len,
+    )
     pad, live = batch.is_padding.clone(), torch.zeros(num_reqs + 64, dtype=torch.int32)
-    mark_dead_ref(pad, batch.query_start_loc, batch.cu_num_logits, batch.idx_mapping,
-                  batch.seq_lens, batch.prefill_len, batch.predictions, live,
-                  torch.zeros(num_reqs + 64), step, num_reqs, 0.3, 1, 0.05)
+    mark_dead_ref(
+        pad,
+        batch.query_start_loc,
+        batch.cu_num_logits,
+        batch.idx_mapping,
+        batch.seq_lens,
+        batch.prefill_len,
+        batch.predictions,
+        live,
+        torch.zeros(num_reqs + 64),
+        step,
+        num_reqs,
+        0.3,
+        1,
+        0.05,
+    )
     assert torch.equal(b.is_padding.cpu(), pad)
     assert torch.equal(dt._STATE.live.cpu()[batch.idx_mapping], live[batch.idx_mapping])
 
 
-@pytest.mark.parametrize("mode,batches", [
-    ("greedy", 10), ("sampled", 10), ("sampled_draft_probs", 10), ("block", 3),
-    ("block_draft_probs", 3),
-])
+@pytest.mark.parametrize(
+    "mode,batches",
+    [
+        ("greedy", 10),
+        ("sampled", 10),
+        ("sampled_draft_probs", 10),
+        ("block", 3),
+        ("block_draft_probs", 3),
+    ],
+)
 @pytest.mark.parametrize("dead_fill", ["garbage", "nan"])
 def test_exact_with_vllm_sampler_on_gpu(vllm_kernels, mode, batches, dead_fill):
     gen = torch.Generator("cuda").manual_seed(1234)
@@ -77,8 +103,15 @@ def test_cuda_graph_capture_and_replay(draft_trunc):
     static = random_batch(rng, num_reqs, k, max_num_reqs=max_reqs).to("cuda")
     static.is_padding = torch.ones(4096, dtype=torch.bool, device="cuda")
     dt.prepare(max_reqs, "cuda")
-    args = (static.is_padding, static.query_start_loc, static.cu_num_logits, num_reqs, k,
-            static.predictions, static.idx_mapping)
+    args = (
+        static.is_padding,
+        static.query_start_loc,
+        static.cu_num_logits,
+        num_reqs,
+        k,
+        static.predictions,
+        static.idx_mapping,
+    )
     kw = dict(seq_lens=static.seq_lens, prefill_len=static.prefill_len)
     dt.mark_dead(*args, **kw)  # compile outside the capture
     torch.cuda.synchronize()
@@ -88,8 +121,14 @@ def test_cuda_graph_capture_and_replay(draft_trunc):
     step0 = int(dt._STATE.step.item())
     for i in range(6):
         host = batch_with_tokens(100 + i)
-        for name in ("query_start_loc", "cu_num_logits", "idx_mapping", "seq_lens",
-                     "prefill_len", "predictions"):
+        for name in (
+            "query_start_loc",
+            "cu_num_logits",
+            "idx_mapping",
+            "seq_lens",
+            "prefill_len",
+            "predictions",
+        ):
             getattr(static, name).copy_(getattr(host, name))
         static.is_padding[: host.num_tokens] = False
         static.is_padding[host.num_tokens :] = True
@@ -97,9 +136,22 @@ def test_cuda_graph_capture_and_replay(draft_trunc):
         pad = torch.ones(4096, dtype=torch.bool)
         pad[: host.num_tokens] = False
         live = torch.zeros(max_reqs, dtype=torch.int32)
-        mark_dead_ref(pad, host.query_start_loc, host.cu_num_logits, host.idx_mapping,
-                      host.seq_lens, host.prefill_len, host.predictions, live,
-                      torch.zeros(max_reqs), step0 + i, num_reqs, 0.35, 0, 0.3)
+        mark_dead_ref(
+            pad,
+            host.query_start_loc,
+            host.cu_num_logits,
+            host.idx_mapping,
+            host.seq_lens,
+            host.prefill_len,
+            host.predictions,
+            live,
+            torch.zeros(max_reqs),
+            step0 + i,
+            num_reqs,
+            0.35,
+            0,
+            0.3,
+        )
         assert torch.equal(static.is_padding.cpu(), pad), f"replay {i}"
         assert torch.equal(dt._STATE.live.cpu()[host.idx_mapping], live[host.idx_mapping])
     assert int(dt._STATE.step.item()) == step0 + 6

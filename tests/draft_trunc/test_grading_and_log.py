@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from dt_batches import random_batch
 
 pytest.importorskip("triton")
@@ -16,9 +15,16 @@ def _marked_batch(dt, seed=11, num_reqs=96, k=5):
     batch = random_batch(np.random.default_rng(seed), num_reqs, k).to(DEVICE)
     dt.prepare(batch.predictions.shape[0], DEVICE)
     assert dt.mark_dead(
-        batch.is_padding, batch.query_start_loc, batch.cu_num_logits, batch.num_reqs, k,
-        batch.predictions, batch.idx_mapping, seq_lens=batch.seq_lens,
-        prefill_len=batch.prefill_len, refits=10,
+        batch.is_padding,
+        batch.query_start_loc,
+        batch.cu_num_logits,
+        batch.num_reqs,
+        k,
+        batch.predictions,
+        batch.idx_mapping,
+        seq_lens=batch.seq_lens,
+        prefill_len=batch.prefill_len,
+        refits=10,
     )
     n = torch.from_numpy(batch.num_drafts).to(DEVICE)
     j = dt._STATE.live[batch.idx_mapping].long()
@@ -67,8 +73,15 @@ def test_log_step_totals(draft_trunc, caplog):
     with caplog.at_level("INFO", logger="kiln_engine.draft_trunc"):
         for seed in (1, 2):
             batch, n, j, a = _marked_batch(dt, seed=seed)
-            summary = dt.log_step(batch.cu_num_logits, (a + 1).to(torch.int32),
-                                  batch.idx_mapping, batch.num_tokens) or summary
+            summary = (
+                dt.log_step(
+                    batch.cu_num_logits,
+                    (a + 1).to(torch.int32),
+                    batch.idx_mapping,
+                    batch.num_tokens,
+                )
+                or summary
+            )
             expect["proposed"] += float(n.sum())
             expect["kept"] += float(j.sum())
             expect["accepted"] += float(a.sum())
@@ -84,7 +97,7 @@ def test_log_step_totals(draft_trunc, caplog):
     for key, value in expect.items():
         assert summary.values[key] == pytest.approx(value), key
     assert summary.values["steps"] == 2
-    assert "expert_slots_saved=%d" % (8 * expect["dead"]) in caplog.text
+    assert f"expert_slots_saved={8 * expect['dead']:.0f}" in caplog.text
 
 
 def test_log_step_off_without_marks(draft_trunc):

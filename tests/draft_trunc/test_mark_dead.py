@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
 from dt_batches import random_batch
 from dt_reference import mark_dead_ref, verify_mask_ref
 
@@ -19,19 +18,37 @@ def run_both(dt, batch, refits=None, step=None):
     dt.prepare(b.predictions.shape[0], DEVICE)
     step = int(dt._STATE.step.item()) if step is None else step
     launched = dt.mark_dead(
-        b.is_padding, b.query_start_loc, b.cu_num_logits, b.num_reqs,
-        b.predictions.shape[1], b.predictions, b.idx_mapping,
-        seq_lens=b.seq_lens, prefill_len=b.prefill_len,
-        num_draft_tokens=int(batch.num_drafts.sum()), refits=refits,
+        b.is_padding,
+        b.query_start_loc,
+        b.cu_num_logits,
+        b.num_reqs,
+        b.predictions.shape[1],
+        b.predictions,
+        b.idx_mapping,
+        seq_lens=b.seq_lens,
+        prefill_len=b.prefill_len,
+        num_draft_tokens=int(batch.num_drafts.sum()),
+        refits=refits,
     )
     ref_pad = batch.is_padding.clone()
     max_reqs = batch.predictions.shape[0]
     ref_live = torch.full((max_reqs,), -1, dtype=torch.int32)
     ref_exp = torch.full((max_reqs,), -1.0)
     mark_dead_ref(
-        ref_pad, batch.query_start_loc, batch.cu_num_logits, batch.idx_mapping,
-        batch.seq_lens, batch.prefill_len, batch.predictions, ref_live, ref_exp,
-        step, batch.num_reqs, dt.KNOBS.tau, dt.KNOBS.min_keep, dt.KNOBS.explore,
+        ref_pad,
+        batch.query_start_loc,
+        batch.cu_num_logits,
+        batch.idx_mapping,
+        batch.seq_lens,
+        batch.prefill_len,
+        batch.predictions,
+        ref_live,
+        ref_exp,
+        step,
+        batch.num_reqs,
+        dt.KNOBS.tau,
+        dt.KNOBS.min_keep,
+        dt.KNOBS.explore,
     )
     return launched, b, ref_pad, ref_live, ref_exp
 
@@ -46,7 +63,10 @@ def test_kernel_matches_reference(draft_trunc, seed):
         explore=float(rng.choice([0.0, 0.2])),
     )
     batch = random_batch(
-        rng, int(rng.integers(1, 80)), k, pad_reqs=int(rng.integers(0, 4)),
+        rng,
+        int(rng.integers(1, 80)),
+        k,
+        pad_reqs=int(rng.integers(0, 4)),
         pad_tokens=int(rng.integers(0, 9)),
     )
     launched, b, ref_pad, ref_live, ref_exp = run_both(dt, batch)
@@ -57,9 +77,13 @@ def test_kernel_matches_reference(draft_trunc, seed):
     assert torch.equal(b.is_padding.cpu(), ref_pad)
     slots = batch.idx_mapping
     assert torch.equal(dt._STATE.live.cpu()[slots], ref_live[slots])
-    torch.testing.assert_close(dt._STATE.expected.cpu()[slots], ref_exp[slots], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(
+        dt._STATE.expected.cpu()[slots], ref_exp[slots], rtol=1e-5, atol=1e-5
+    )
     eidx, lpos = b.expanded
-    mask = dt.verify_mask(type("IB", (), {"expanded_idx_mapping": eidx, "expanded_local_pos": lpos}))
+    mask = dt.verify_mask(
+        type("IB", (), {"expanded_idx_mapping": eidx, "expanded_local_pos": lpos})
+    )
     assert torch.equal(mask.cpu(), verify_mask_ref(ref_live, batch.cu_num_logits, slots))
 
 
@@ -108,7 +132,9 @@ def test_disabled_is_a_no_op():
 
     dt.reload({})
     pad = torch.zeros(4, dtype=torch.bool)
-    assert not dt.mark_dead(pad, None, None, 1, 4, torch.zeros(1, 4), None, seq_lens=None, prefill_len=None)
+    assert not dt.mark_dead(
+        pad, None, None, 1, 4, torch.zeros(1, 4), None, seq_lens=None, prefill_len=None
+    )
     assert not pad.any() and dt._STATE.live is None
 
 

@@ -8,7 +8,6 @@ from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
-
 from kiln_engine.draft_trunc._env import Knobs, read_knobs
 
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
@@ -26,29 +25,43 @@ def test_import_pulls_neither_torch_nor_vllm():
 
 
 def test_knobs_from_env():
-    knobs = read_knobs({
-        "KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_TAU": "0.4",
-        "KILN_DRAFT_TRUNC_MIN_KEEP": "2", "KILN_DRAFT_TRUNC_WARMUP": "0",
-        "KILN_DRAFT_TRUNC_EXPLORE": "0", "KILN_DRAFT_TRUNC_LOG_INTERVAL": "500",
-        "KILN_DRAFT_TRUNC_WITH_AV": "true",
-    })
+    knobs = read_knobs(
+        {
+            "KILN_DRAFT_TRUNC": "1",
+            "KILN_DRAFT_TRUNC_TAU": "0.4",
+            "KILN_DRAFT_TRUNC_MIN_KEEP": "2",
+            "KILN_DRAFT_TRUNC_WARMUP": "0",
+            "KILN_DRAFT_TRUNC_EXPLORE": "0",
+            "KILN_DRAFT_TRUNC_LOG_INTERVAL": "500",
+            "KILN_DRAFT_TRUNC_WITH_AV": "true",
+        }
+    )
     assert knobs == Knobs(True, 0.4, 2, 0, 0.0, 500, True)
     assert read_knobs({}) == Knobs()
 
 
-@pytest.mark.parametrize("name,value", [
-    ("KILN_DRAFT_TRUNC", "maybe"), ("KILN_DRAFT_TRUNC_TAU", "1.5"),
-    ("KILN_DRAFT_TRUNC_TAU", "nan"), ("KILN_DRAFT_TRUNC_MIN_KEEP", "-1"),
-    ("KILN_DRAFT_TRUNC_EXPLORE", "x"),
-])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("KILN_DRAFT_TRUNC", "maybe"),
+        ("KILN_DRAFT_TRUNC_TAU", "1.5"),
+        ("KILN_DRAFT_TRUNC_TAU", "nan"),
+        ("KILN_DRAFT_TRUNC_MIN_KEEP", "-1"),
+        ("KILN_DRAFT_TRUNC_EXPLORE", "x"),
+    ],
+)
 def test_bad_knobs_fail_loudly(name, value):
     with pytest.raises(ValueError, match=name):
         read_knobs({name: value})
 
 
 def _config(**parallel):
-    base = dict(pipeline_parallel_size=1, prefill_context_parallel_size=1,
-                data_parallel_size=1, all2all_backend="allgather_reducescatter")
+    base = dict(
+        pipeline_parallel_size=1,
+        prefill_context_parallel_size=1,
+        data_parallel_size=1,
+        all2all_backend="allgather_reducescatter",
+    )
     base.update(parallel)
     return NS(
         parallel_config=NS(**base),
@@ -57,12 +70,15 @@ def _config(**parallel):
     )
 
 
-@pytest.mark.parametrize("parallel,match", [
-    (dict(pipeline_parallel_size=2), "pipeline"),
-    (dict(prefill_context_parallel_size=2), "prefill context"),
-    (dict(data_parallel_size=2, all2all_backend="allgather_reducescatter"), "all2all_backend"),
-    (dict(data_parallel_size=2, all2all_backend="naive"), "all2all_backend"),
-])
+@pytest.mark.parametrize(
+    "parallel,match",
+    [
+        (dict(pipeline_parallel_size=2), "pipeline"),
+        (dict(prefill_context_parallel_size=2), "prefill context"),
+        (dict(data_parallel_size=2, all2all_backend="allgather_reducescatter"), "all2all_backend"),
+        (dict(data_parallel_size=2, all2all_backend="naive"), "all2all_backend"),
+    ],
+)
 def test_unsafe_configs_refused(draft_trunc, parallel, match):
     dt = draft_trunc()
     with pytest.raises(RuntimeError, match=match):

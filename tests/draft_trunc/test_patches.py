@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 PATCH_DIR = (
-    Path(__file__).resolve().parents[2]
-    / "recipes/glm53-kindling/experimental/draft-trunc/patches"
+    Path(__file__).resolve().parents[2] / "recipes/glm53-kindling/experimental/draft-trunc/patches"
 )
 SERIES = [line.strip() for line in (PATCH_DIR / "series").read_text().splitlines() if line.strip()]
 
@@ -51,14 +50,20 @@ def test_series_applies_cleanly_and_compiles(vllm_src, tmp_path):
     for name in SERIES:
         for dry in (True, False):
             cmd = ["patch", "-p1", "--forward", "--batch", "-i", str(PATCH_DIR / name)]
-            out = subprocess.run(cmd + (["--dry-run"] if dry else []), cwd=tree,
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                cmd + (["--dry-run"] if dry else []), cwd=tree, capture_output=True, text=True
+            )
             assert out.returncode == 0, f"{name}: {out.stdout}{out.stderr}"
             assert "offset" not in out.stdout and "fuzz" not in out.stdout, out.stdout
     runner = tree / "vllm/v1/worker/gpu/model_runner.py"
     text = runner.read_text()
-    for hook in ("draft_trunc.check_config(", "draft_trunc.mark_dead(",
-                 "draft_trunc.verify_mask(", "draft_trunc.graded(", "draft_trunc.log_step("):
+    for hook in (
+        "draft_trunc.check_config(",
+        "draft_trunc.mark_dead(",
+        "draft_trunc.verify_mask(",
+        "draft_trunc.graded(",
+        "draft_trunc.log_step(",
+    ):
         assert text.count(hook) == 1, hook
     for path in tree.rglob("*.py"):
         py_compile.compile(str(path), doraise=True)

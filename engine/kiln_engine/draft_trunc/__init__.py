@@ -34,9 +34,7 @@ LOG: bool = KNOBS.enabled and KNOBS.log_interval > 0
 
 # Per-process state: buffers are allocated once and reused, so that the kernel
 # itself never allocates. ``active`` says whether this step's marks were written.
-_STATE = SimpleNamespace(
-    live=None, expected=None, step=None, stats=None, active=False, top_k=0
-)
+_STATE = SimpleNamespace(live=None, expected=None, step=None, stats=None, active=False, top_k=0)
 
 __all__ = [
     "ENABLED",
@@ -186,7 +184,6 @@ def graded(num_rejected, cu_num_logits, idx_mapping):
     return censored.to(num_rejected.dtype)
 
 
-
 def log_step(cu_num_logits, num_sampled, idx_mapping, num_tokens: int):
     """Fold this step into the device-side statistics (no host sync).
 
@@ -215,7 +212,7 @@ def check_config(vllm_config) -> None:
     global ENABLED, LOG
     if not ENABLED:
         return
-    from ._config_check import problems, adaptive_verification_on, routed_top_k
+    from ._config_check import adaptive_verification_on, problems, routed_top_k
 
     found = problems(vllm_config)
     if found:

@@ -25,9 +25,7 @@ def problems(vllm_config) -> list[str]:
             "so the dead-token marks would not match the batch being verified"
         )
     if (_get(parallel, "prefill_context_parallel_size", default=1) or 1) > 1:
-        found.append(
-            "prefill context parallelism repartitions the batch and overwrites the marks"
-        )
+        found.append("prefill context parallelism repartitions the batch and overwrites the marks")
     dp = _get(parallel, "data_parallel_size", default=1) or 1
     backend = _get(parallel, "all2all_backend", default="")
     if dp > 1 and backend in ("naive", "allgather_reducescatter"):

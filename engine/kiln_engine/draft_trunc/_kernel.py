@@ -90,9 +90,7 @@ def _mark_dead_kernel(
             e_all += s
         truncated = eligible & (~explored)
         j = tl.where(truncated, tl.maximum(j_rule, j_min), n)
-        expected = tl.where(
-            truncated, tl.where(j_rule >= j_min, e_rule, e_min), e_all
-        )
+        expected = tl.where(truncated, tl.where(j_rule >= j_min, e_rule, e_min), e_all)
         tl.store(live_ptr + slot, j, mask=rmask)
         tl.store(expected_ptr + slot, expected, mask=rmask)
         # Draft d_{k+1} sits at query row qe - n + k; rows k >= j are dead.

@@ -39,21 +39,11 @@ class Summary:
         v = self.values
         tokens = max(v["tokens"], 1.0)
         return (
-            "draft_trunc: steps=%d reqs=%d proposed=%d kept=%d accepted=%d "
-            "predicted=%.1f dead_frac=%.4f expert_slots_saved=%d wasted_live=%d "
-            "boundary_hits=%d"
-            % (
-                v["steps"],
-                v["requests"],
-                v["proposed"],
-                v["kept"],
-                v["accepted"],
-                v["predicted"],
-                v["dead"] / tokens,
-                v["dead"] * self.top_k,
-                v["wasted"],
-                v["boundary"],
-            )
+            f"draft_trunc: steps={v['steps']:.0f} reqs={v['requests']:.0f} "
+            f"proposed={v['proposed']:.0f} kept={v['kept']:.0f} accepted={v['accepted']:.0f} "
+            f"predicted={v['predicted']:.1f} dead_frac={v['dead'] / tokens:.4f} "
+            f"expert_slots_saved={v['dead'] * self.top_k:.0f} wasted_live={v['wasted']:.0f} "
+            f"boundary_hits={v['boundary']:.0f}"
         )
 
 
