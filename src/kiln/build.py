@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from . import log
+from . import engineprobe, log
 from .ca import CABundle, add_to_context, resolve_ca
 from .context import BuildContext
 from .dockerengine import DockerEngine
@@ -101,13 +101,15 @@ def _build(
 def build_engine(docker: DockerEngine, engine_image: EngineImage, *, force: bool = False) -> BuildOutcome:
     base = engine_image.engine.base_image
     if not force and existing(docker, engine_image.tag, engine_image.digest) is not None:
-        return _build(docker, label="engine", context=engine_image.context, ca=engine_image.ca.get(),
-                      digest=engine_image.digest, tags=[engine_image.tag, engine_image.alias_tag],
-                      labels={}, buildargs={}, force=False)
+        return engineprobe.stamp(docker, engine_image, _build(
+            docker, label="engine", context=engine_image.context, ca=engine_image.ca.get(),
+            digest=engine_image.digest, tags=[engine_image.tag, engine_image.alias_tag],
+            labels={}, buildargs={}, force=False))
     # a registry base is pulled by digest; the air-gapped kiln/base is never pulled
     docker.ensure_base(base.pinned, pull=not base.ref.startswith("kiln/"))
     engine_image.add_wheels()
-    return _build(
+    # torch/CUDA/NCCL labels read from the built image; tags move to the labelled one
+    return engineprobe.stamp(docker, engine_image, _build(
         docker,
         label=f"engine-{engine_image.engine.flavour}",
         context=engine_image.context,
@@ -117,7 +119,7 @@ def build_engine(docker: DockerEngine, engine_image: EngineImage, *, force: bool
         labels=engine_image.labels(),
         buildargs=engine_image.buildargs(),
         force=force,
-    )
+    ))
 
 
 def build_recipe(

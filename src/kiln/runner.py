@@ -34,12 +34,13 @@ def run(args) -> int:
         if not built:
             log.warn(f"{recipe_image.tag} is not built on this host (`kiln build {args.name}`)")
         return 0
+    # host-side problems (model paths, GPU, port) first: they need no daemon to explain
+    preflight(loaded, run_spec(loaded, recipe_image.tag, host_port=port))
     docker = DockerEngine()
     ref, built = _image_ref(docker, recipe_image)
     if not built:
         raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {args.name}) is not built")
     spec = run_spec(loaded, ref, host_port=port, extra_args=extra, detach=args.detach)
-    preflight(loaded, spec)
     log.step(f"starting {recipe_image.tag}: {spec.shell()}")
     box = ServingContainer(docker, spec)
     box.start()

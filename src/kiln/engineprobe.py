@@ -1,0 +1,122 @@
+"""Stamp an engine image with the torch / CUDA / NCCL versions it really carries.
+
+The Dockerfile cannot know them: torch comes from whatever vLLM pins, its CUDA build
+from the index, NCCL from the nvidia-nccl wheel torch pins. So after the engine image is
+built, a short container imports torch inside it (no GPU needed) and prints what it
+finds; a derived image (`FROM <id>` plus labels, no new filesystem layer) carries the
+answers as `ai.kiln.engine.torch` / `.cuda` / `.nccl`, and that image is what gets
+tagged. `enginecheck` compares these labels with the recipe's declared engine.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from . import log
+from .context import BuildContext
+from .errors import BuildFailed
+from .images import LABEL_NS
+
+TORCH = f"{LABEL_NS}.engine.torch"
+CUDA = f"{LABEL_NS}.engine.cuda"
+NCCL = f"{LABEL_NS}.engine.nccl"
+PROBED = f"{LABEL_NS}.engine.probe"  # the raw answer; marks the image as probed
+PROBE_TIMEOUT_S = 180
+
+# Runs inside the image with its own python. NCCL: the library torch actually loads
+# (ncclGetVersion needs no GPU); the wheel's metadata only if torch cannot say.
+PROBE = r"""
+import importlib.metadata as md, json, sys
+try:
+    import torch
+except ModuleNotFoundError as exc:  # no torch at all (a stand-in engine): nothing to stamp
+    if exc.name != "torch":
+        raise
+    print("KILN-PROBE " + json.dumps({"torch": None, "cuda": None, "nccl": None}))
+    sys.exit(0)
+out = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
+try:
+    v = torch.cuda.nccl.version()
+    out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+except Exception:
+    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
+        try:
+            out["nccl"] = md.version(dist)
+            break
+        except md.PackageNotFoundError:
+            pass
+if out["cuda"] is None:
+    out["nccl"] = None  # a CPU torch: an installed NCCL wheel would be dead weight, not a fact
+print("KILN-PROBE " + json.dumps(out))
+"""
+
+
+def probe(docker, image_id: str) -> dict[str, str | None]:
+    """{"torch", "cuda", "nccl"} as found inside the image (None when absent)."""
+    container = docker.client.containers.create(
+        image_id, entrypoint=["python", "-c", PROBE], network_disabled=True, detach=True
+    )
+    try:
+        container.start()
+        status = container.wait(timeout=PROBE_TIMEOUT_S)
+        output = container.logs().decode(errors="replace")
+    except Exception as exc:  # timeouts and API errors alike: the build cannot be trusted
+        raise BuildFailed(f"engine probe in {image_id[:19]} did not finish: {exc}") from None
+    finally:
+        container.remove(force=True)
+    line = next((ln for ln in output.splitlines() if ln.startswith("KILN-PROBE ")), None)
+    if status.get("StatusCode") != 0 or line is None:
+        tail = " | ".join(output.strip().splitlines()[-3:]) or "no output"
+        raise BuildFailed(f"engine probe in {image_id[:19]} failed (torch not importable?): {tail}")
+    return json.loads(line.removeprefix("KILN-PROBE "))
+
+
+def labels_for(found: dict[str, str | None]) -> dict[str, str]:
+    """Probe results as labels; CUDA as major.minor, the form recipes declare. What the
+    engine lacks gets no label (a CPU torch has no CUDA)."""
+    out = {PROBED: json.dumps(found, sort_keys=True)}
+    if found.get("torch"):
+        out[TORCH] = found["torch"]
+    if found.get("cuda"):
+        out[CUDA] = ".".join(found["cuda"].split(".")[:2])
+    if found.get("nccl"):
+        out[NCCL] = found["nccl"]
+    return out
+
+
+def is_stamped(image) -> bool:
+    return PROBED in (image.labels or {})
+
+
+def stamp(docker, engine_image, outcome):
+    """Probe the image `outcome` names and tag a labelled derivative in its place.
+
+    Also heals engine images built before probing existed (skipped builds without the
+    labels). If the probe fails, the engine's tags are removed, so a failed check never
+    leaves a tag that a later build would trust."""
+    tags = [engine_image.tag, engine_image.alias_tag]
+    image = docker.client.images.get(outcome.image_id)
+    if is_stamped(image):
+        return outcome
+    try:
+        found = probe(docker, image.id)
+        labels = labels_for(found)
+        ctx = BuildContext()
+        ctx.add_bytes("Dockerfile", f"FROM {image.id}\n".encode())
+        result = docker.build(ctx, label="engine-labels", labels=labels, quiet=True)
+    except BaseException:
+        _untag(docker, tags)
+        raise
+    for tag in tags:
+        docker.tag(result.image_id, tag)
+    log.ok("engine probe: " + ", ".join(f"{k} {v or 'none'}" for k, v in found.items()))
+    return replace(outcome, image_id=result.image_id)
+
+
+def _untag(docker, tags: list[str]) -> None:
+    for tag in tags:
+        try:
+            docker.remove_image(tag)
+        except Exception as exc:  # keep the probe's own error as the one reported
+            log.warn(f"could not remove tag {tag}: {exc}")

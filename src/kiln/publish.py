@@ -1,0 +1,352 @@
+"""`kiln publish` and `kiln promote`: put a built, smoke-tested image into an OCI
+registry and move it between channels without rebuilding or re-pushing.
+
+Tags written per publish, in this order (each one a manifest PUT of the same bytes):
+
+    <registry>/<repository>:<engine>-<version>-<recipe>   e.g. vllm-0.32.0-tiny-moe
+    <registry>/<repository>:<channel>                      e.g. experimental
+    <registry>/<repository>:<input digest, 12 hex>         written last
+
+Layers travel through the Docker daemon under the fixed tag `kiln-staging` (a
+`docker push` always writes some tag; this one is never a release tag). The daemon
+writes it only after every layer is up, so a push that dies midway moves no tag. The
+input-digest tag is written last, so its presence means the publish completed; that is
+also what "already published" is checked against.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from . import credentials, log
+from .build import require_built
+from .context import BuildContext
+from .dockerengine import DockerEngine
+from .errors import (
+    ChannelEmpty,
+    ChannelInvalid,
+    KilnError,
+    ManifestMismatch,
+    NotSmokeTested,
+    PushFailed,
+    RegistryInvalid,
+)
+from .images import LABEL_NS
+from .paths import recipes_dir, results_dir
+from .recipe import LoadedRecipe, load_recipe
+from .records import passing_smoke_record, record_path
+from .registry import Manifest, RegistryClient, Target
+
+STAGING_TAG = "kiln-staging"
+SMOKE_LABEL = f"{LABEL_NS}.smoke-check"
+DEFAULT_CHANNELS = ("experimental", "stable")
+
+
+@dataclass
+class PublishResult:
+    recipe: str
+    image_id: str  # what was pushed (differs from the built id only with --skip-smoke-check)
+    input_digest: str
+    manifest_digest: str
+    registry: str
+    repository: str
+    channel: str
+    tags: list[str]  # full references, in the order they were written
+    pushed: bool  # False: the registry already held this image, only tags were checked
+    smoke: dict = field(default_factory=dict)
+    record: str = ""
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.registry}/{self.repository}@{self.manifest_digest}"
+
+
+@dataclass
+class PromoteResult:
+    recipe: str
+    image_id: str
+    manifest_digest: str
+    registry: str
+    repository: str
+    from_channel: str
+    to_channel: str
+    moved: bool  # False: the target channel already pointed there
+    smoke: dict = field(default_factory=dict)
+    record: str = ""
+
+
+# -- shared pieces ------------------------------------------------------------------------
+def target_for(loaded: LoadedRecipe, registry: str | None, *, plain_http: bool = False) -> Target:
+    """--registry wins over publish.registry; the repository comes from publish.repository."""
+    pub = loaded.recipe.publish
+    chosen = registry or (pub.registry if pub else None)
+    if not chosen:
+        raise RegistryInvalid(f"{loaded.name}: no registry (no --registry and no publish.registry)")
+    repository = pub.repository if pub else f"kiln/{loaded.name}"
+    return Target.parse(chosen, repository, plain_http=plain_http)
+
+
+def channels_of(loaded: LoadedRecipe) -> list[str]:
+    pub = loaded.recipe.publish
+    return list(pub.channels) if pub else list(DEFAULT_CHANNELS)
+
+
+def check_channel(loaded: LoadedRecipe, channel: str | None) -> str:
+    allowed = channels_of(loaded)
+    if channel is None:
+        return "experimental" if "experimental" in allowed else allowed[0]
+    if channel not in allowed or channel == STAGING_TAG:
+        raise ChannelInvalid(f"{loaded.name}: channel {channel!r} is not one of {', '.join(allowed)}")
+    return channel
+
+
+def engine_tag(loaded: LoadedRecipe) -> str:
+    e = loaded.recipe.engine
+    # a version like 0.32.0+cpu is not a valid tag character set
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{e.name}-{e.version}-{loaded.name}")
+
+
+def _client(target: Target, password_stdin: bool) -> RegistryClient:
+    client = RegistryClient(target, credentials.resolve(target.host, password_stdin=password_stdin))
+    client.check_access()
+    return client
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def write_record(kind: str, name: str, doc: dict) -> Path:
+    """results/publish/<recipe>-<kind>-<time>.json. Holds digests, tags and the smoke
+    evidence; never credentials (not even the user name)."""
+    d = results_dir() / "publish"
+    d.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    path = d / f"{name}-{kind}-{stamp}.json"
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"kind": kind, **doc}, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)  # atomic: a reader never sees half a record
+    return path
+
+
+def _smoke_evidence(image_id: str, skip: bool) -> dict:
+    rec = passing_smoke_record(image_id)
+    if rec is not None:
+        if skip:
+            log.warn("--skip-smoke-check ignored: this image has a passing smoke record")
+        return {"status": "passed", "record": str(record_path(image_id))}
+    if not skip:
+        raise NotSmokeTested(f"image {image_id[:19]} has no passing smoke record; refusing to publish")
+    log.warn(f"publishing WITHOUT a smoke test (--skip-smoke-check): the image gets label {SMOKE_LABEL}=skipped")
+    return {"status": "skipped"}
+
+
+def _unsmoked_image(docker: DockerEngine, loaded: LoadedRecipe, short: str, image_id: str) -> str:
+    """The built image plus `ai.kiln.smoke-check=skipped`, so whoever pulls it can see it
+    was never smoke-tested. A label (not a manifest annotation) because `docker inspect`
+    shows it after any pull. Its own image id means the built image's future smoke
+    record can never vouch for it."""
+    ctx = BuildContext()
+    ctx.add_bytes("Dockerfile", f"FROM {image_id}\n".encode())
+    result = docker.build(ctx, label=f"{loaded.name} (smoke-check label)", labels={SMOKE_LABEL: "skipped"},
+                          quiet=True)
+    # a local tag keeps the derived image (and its layer cache) between runs, so a
+    # rerun derives the same id and "already published" still recognises it
+    docker.tag(result.image_id, f"kiln/{loaded.name}:{short}-smoke-skipped")
+    return result.image_id
+
+
+# -- publish ----------------------------------------------------------------------------
+def publish(
+    name: str,
+    *,
+    registry: str | None = None,
+    channel: str | None = None,
+    skip_smoke_check: bool = False,
+    plain_http: bool = False,
+    password_stdin: bool = False,
+    docker: DockerEngine | None = None,
+) -> PublishResult:
+    """Push the image built from NAME's current inputs and tag it (see module doc)."""
+    docker = docker or DockerEngine()
+    loaded, recipe_image, img = require_built(docker, name)
+    target = target_for(loaded, registry, plain_http=plain_http)
+    channel = check_channel(loaded, channel)
+    smoke = _smoke_evidence(img.id, skip_smoke_check)
+    client = _client(target, password_stdin)
+    image_id = img.id
+    if smoke["status"] == "skipped":
+        image_id = _unsmoked_image(docker, loaded, recipe_image.short, img.id)
+    tags = [engine_tag(loaded), channel, recipe_image.short]  # write order: digest tag last
+    log.step(f"publishing {name} ({image_id[:19]}) to {target.host}/{target.path}")
+    manifest, pushed = _upload(docker, client, recipe_image.short, image_id)
+    _write_tags(client, manifest, tags)
+    _verify(client, manifest, tags)
+    result = PublishResult(
+        recipe=name, image_id=image_id, input_digest=recipe_image.digest, manifest_digest=manifest.digest,
+        registry=target.host, repository=target.path, channel=channel,
+        tags=[target.ref(t) for t in tags], pushed=pushed, smoke=smoke,
+    )
+    doc = {**asdict(result), "built_image_id": img.id, "time": _now()}
+    doc.pop("record")
+    result.record = str(write_record("publish", name, doc))
+    _report_publish(result)
+    return result
+
+
+def _upload(docker: DockerEngine, client: RegistryClient, digest_tag: str, image_id: str) -> tuple[Manifest, bool]:
+    """The manifest of `image_id` in the registry, pushing its layers only if needed."""
+    target = client.target
+    present = client.manifest(digest_tag)
+    # the image id is the digest of the image config, which names every layer: the same
+    # config means the same image, whatever compression another push chose
+    if present is not None and present.config_digest == image_id:
+        log.ok(f"{target.ref(digest_tag)} already holds this image ({present.digest}); push skipped")
+        return present, False
+    if present is not None:
+        log.info(f"{target.ref(digest_tag)} holds another build of these inputs; replacing it")
+    staging = target.ref(STAGING_TAG)
+    docker.tag(image_id, staging)
+    auth = client.credentials.auth_config(target.host) if client.credentials else None
+    try:
+        pushed = docker.push(staging, auth_config=auth)
+    except PushFailed as exc:
+        raise PushFailed(f"{exc.message}; no channel or digest tag was written") from None
+    finally:
+        docker.remove_image(staging)  # only the local tag; the image keeps its kiln/ tags
+    log.info(f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
+             f"[{log.human_secs(pushed.seconds)}]")
+    manifest = client.manifest(pushed.digest)  # read back by digest: did the registry keep it?
+    if manifest is None:
+        raise ManifestMismatch(f"the registry accepted {pushed.digest} but does not return it")
+    if manifest.config_digest != image_id:
+        raise ManifestMismatch(f"{pushed.digest} holds image {manifest.config_digest}, pushed {image_id}")
+    return manifest, True
+
+
+def _write_tags(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
+    done: list[str] = []
+    for tag in tags:
+        try:
+            current = client.manifest(tag)
+            if current is None or current.digest != manifest.digest:
+                client.put_manifest(tag, manifest)
+        except KilnError as exc:
+            # same class (exit code), plus what state the registry is left in
+            exc.message = (f"{exc.message} (writing tag {tag}; written so far: {', '.join(done) or 'none'}; "
+                           "the input-digest tag comes last, so a rerun finishes the publish)")
+            raise
+        done.append(tag)
+
+
+def _verify(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
+    for tag in tags:
+        got = client.manifest(tag)
+        if got is None or got.digest != manifest.digest:
+            raise ManifestMismatch(f"{client.target.ref(tag)} reads back as "
+                                   f"{got.digest if got else 'missing'}, expected {manifest.digest}")
+
+
+def _report_publish(r: PublishResult) -> None:
+    log.summary(f"published {r.recipe}" if r.pushed else f"{r.recipe} already published (push skipped)", {
+        "manifest digest": r.manifest_digest,
+        "image id": r.image_id,
+        "input digest": r.input_digest,
+        "tags": ", ".join(t.rsplit(":", 1)[1] for t in r.tags),
+        "channel": r.channel,
+        "smoke check": "SKIPPED (--skip-smoke-check; labelled in the image)"
+        if r.smoke["status"] == "skipped" else "passed",
+        "record": r.record,
+    })
+    log.out.print(r.pinned, markup=False)  # stdout: the one machine-readable line
+
+
+# -- promote ----------------------------------------------------------------------------
+def promote(
+    name: str,
+    *,
+    from_channel: str,
+    to_channel: str,
+    registry: str | None = None,
+    plain_http: bool = False,
+    password_stdin: bool = False,
+) -> PromoteResult:
+    """Point channel `to` at the exact manifest channel `from` points at (no layer moves)."""
+    loaded = load_recipe(recipes_dir() / name)
+    target = target_for(loaded, registry, plain_http=plain_http)
+    source, dest = check_channel(loaded, from_channel), check_channel(loaded, to_channel)
+    if source == dest:
+        raise ChannelInvalid(f"--from and --to are both {source!r}")
+    client = _client(target, password_stdin)
+    manifest = client.manifest(source)
+    if manifest is None:
+        raise ChannelEmpty(f"{target.ref(source)} does not exist; nothing to promote")
+    image_id = manifest.config_digest or ""
+    if not image_id or passing_smoke_record(image_id) is None:
+        raise NotSmokeTested(f"{target.ref(source)} is image {image_id[:19] or '(an index)'}, "
+                             "which has no passing smoke record; refusing to promote")
+    current = client.manifest(dest)
+    moved = current is None or current.digest != manifest.digest
+    if moved:
+        client.put_manifest(dest, manifest)
+    _verify(client, manifest, [dest])
+    result = PromoteResult(
+        recipe=name, image_id=image_id, manifest_digest=manifest.digest, registry=target.host,
+        repository=target.path, from_channel=source, to_channel=dest, moved=moved,
+        smoke={"status": "passed", "record": str(record_path(image_id))},
+    )
+    doc = {**asdict(result), "time": _now()}
+    doc.pop("record")
+    result.record = str(write_record("promote", name, doc))
+    log.summary(f"promoted {name}: {source} -> {dest}" if moved else f"{dest} already points at {source}'s image", {
+        "manifest digest": manifest.digest,
+        "image id": image_id,
+        "tag": target.ref(dest),
+        "record": result.record,
+    })
+    log.out.print(target.pinned(manifest.digest), markup=False)
+    return result
+
+
+# -- CLI ----------------------------------------------------------------------------------
+def _common(p) -> None:
+    p.add_argument("name")
+    p.add_argument("--registry", help="HOST[:PORT][/NAMESPACE] (default: the recipe's publish.registry)")
+    p.add_argument("--plain-http", action="store_true",
+                   help="talk HTTP, not HTTPS, to a non-loopback registry (loopback is HTTP already)")
+    p.add_argument("--password-stdin", action="store_true",
+                   help=f"read the password from stdin (user from ${credentials.USER_ENV})")
+
+
+def cmd_publish(args) -> int:
+    publish(args.name, registry=args.registry, channel=args.channel, skip_smoke_check=args.skip_smoke_check,
+            plain_http=args.plain_http, password_stdin=args.password_stdin)
+    return 0
+
+
+def cmd_promote(args) -> int:
+    promote(args.name, from_channel=args.from_channel, to_channel=args.to_channel, registry=args.registry,
+            plain_http=args.plain_http, password_stdin=args.password_stdin)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("publish", help="push a built, smoke-tested image to a registry")
+    _common(p)
+    p.add_argument("--channel", default=None, help="channel tag to move (default: experimental)")
+    p.add_argument("--skip-smoke-check", action="store_true",
+                   help=f"publish without a passing smoke record (labelled {SMOKE_LABEL}=skipped)")
+    p.set_defaults(func=cmd_publish)
+    p = sub.add_parser("promote", help="point one channel at another's image (no rebuild, no re-push)")
+    _common(p)
+    p.add_argument("--from", dest="from_channel", required=True)
+    p.add_argument("--to", dest="to_channel", required=True)
+    p.set_defaults(func=cmd_promote)

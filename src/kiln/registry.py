@@ -1,0 +1,266 @@
+"""A small client for the OCI distribution (Docker Registry HTTP API v2) protocol.
+
+kiln pushes layers through the Docker daemon (it already has them, compressed and
+cached) and uses this client for everything the daemon cannot do: read a manifest back
+by digest, write more tags onto an existing manifest (a manifest PUT: no layer is sent
+again), and ask which image a channel tag points at.
+
+Auth follows the registry's `WWW-Authenticate` challenge: Basic (htpasswd registries)
+or Bearer tokens (Docker Hub, GHCR, ECR, GCR/Artifact Registry, Harbor, Quay).
+Transient failures (no connection, timeouts, 429, 5xx) are retried a bounded number of
+times with backoff; an auth failure is never retried (retrying a wrong password only
+locks accounts).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import json
+import re
+import time
+from dataclasses import dataclass
+
+import requests
+
+from .credentials import Credentials
+from .errors import (
+    ManifestMismatch,
+    RegistryAuthFailed,
+    RegistryInvalid,
+    RegistryUnreachable,
+    TagWriteFailed,
+)
+
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+INDEX_TYPES = MANIFEST_TYPES[2:]
+ATTEMPTS = 4  # first try + 3 retries: 0.5 s, 1 s, 2 s apart
+BACKOFF_S = 0.5
+TIMEOUT = (5, 60)  # connect, read
+_HOST = re.compile(r"^(\[[0-9a-fA-F:]+\]|[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?)(:\d{1,5})?$")
+_PATH = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one recipe's images go: registry host, optional namespace, repository."""
+
+    host: str  # HOST[:PORT] as docker names it (and as its config keys credentials)
+    path: str  # namespace/repository inside the registry
+    plain_http: bool = False
+
+    @classmethod
+    def parse(cls, registry: str, repository: str, *, plain_http: bool = False) -> Target:
+        if registry.startswith("http://"):
+            raise RegistryInvalid(f"registry {registry!r}: write it without http:// and pass --plain-http")
+        text = registry.strip().removeprefix("https://").rstrip("/")
+        host, _, namespace = text.partition("/")
+        if not _HOST.match(host) or (namespace and not _PATH.match(namespace)):
+            raise RegistryInvalid(f"registry {registry!r} is not HOST[:PORT][/NAMESPACE]")
+        path = f"{namespace}/{repository}" if namespace else repository
+        return cls(host, path, plain_http or is_loopback(host))
+
+    @property
+    def api_host(self) -> str:
+        # Docker Hub's API is not served on the name images use
+        return "registry-1.docker.io" if self.host in ("docker.io", "index.docker.io") else self.host
+
+    @property
+    def base_url(self) -> str:
+        return f"{'http' if self.plain_http else 'https'}://{self.api_host}/v2"
+
+    def ref(self, tag: str) -> str:
+        return f"{self.host}/{self.path}:{tag}"
+
+    def pinned(self, digest: str) -> str:
+        return f"{self.host}/{self.path}@{digest}"
+
+
+def is_loopback(host: str) -> bool:
+    """Plain HTTP is only assumed for this machine (as the daemon and crane do)."""
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:host.index("]")]
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Manifest:
+    digest: str
+    media_type: str
+    body: bytes  # the exact bytes: re-PUT them and the digest stays the same
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEX_TYPES
+
+    @property
+    def config_digest(self) -> str | None:
+        """For a single-image manifest, the image id docker shows for it."""
+        if self.is_index:
+            return None
+        return (json.loads(self.body).get("config") or {}).get("digest")
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _challenge(header: str) -> tuple[str, dict[str, str]]:
+    """`Bearer realm="...",service="..."` -> ("bearer", {realm: ..., service: ...})."""
+    scheme, _, rest = header.strip().partition(" ")
+    params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+    return scheme.lower(), params
+
+
+class RegistryClient:
+    """One repository on one registry, authenticated once per process."""
+
+    def __init__(self, target: Target, credentials: Credentials | None):
+        self.target = target
+        self.credentials = credentials
+        self.session = requests.Session()
+        self.session.trust_env = True  # honours REQUESTS_CA_BUNDLE / proxies like other tools
+        self._auth: str | None = None  # the Authorization header that worked
+
+    # -- requests with retries and auth ---------------------------------------------
+    def _send(self, method: str, url: str, headers: dict | None = None, **kw) -> requests.Response:
+        """One HTTP exchange, retried on transient failures only."""
+        last = ""
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+            sent = {**(headers or {}), **({"Authorization": self._auth} if self._auth else {})}
+            try:
+                resp = self.session.request(method, url, headers=sent, timeout=TIMEOUT, **kw)
+            except requests.exceptions.SSLError as exc:
+                # not transient: retrying a TLS mismatch only delays the message
+                raise RegistryUnreachable(
+                    f"TLS to {self.target.api_host} failed: {_reason(exc)}",
+                    hint="trust its CA via REQUESTS_CA_BUNDLE, or pass --plain-http for an HTTP-only registry",
+                ) from None
+            except requests.exceptions.RequestException as exc:
+                last = _reason(exc)
+                continue
+            if resp.status_code == 429 or resp.status_code >= 500:
+                last = f"HTTP {resp.status_code}"
+                continue
+            return resp
+        raise RegistryUnreachable(f"registry {self.target.host} unreachable after {ATTEMPTS} attempts: {last}")
+
+    def request(self, method: str, path: str, **kw) -> requests.Response:
+        url = f"{self.target.base_url}{path}"
+        resp = self._send(method, url, **kw)
+        if resp.status_code == 401:
+            self._authenticate(resp)
+            resp = self._send(method, url, **kw)
+        if resp.status_code in (401, 403):
+            raise RegistryAuthFailed(f"registry {self.target.host} rejected {self._who()} for {self.target.path} "
+                                     f"(HTTP {resp.status_code}{_error_code(resp)})")
+        return resp
+
+    def _who(self) -> str:
+        # where the credentials came from, never what they are
+        return f"the credentials from {self.credentials.source}" if self.credentials else "anonymous access"
+
+    def _authenticate(self, resp: requests.Response) -> None:
+        scheme, params = _challenge(resp.headers.get("WWW-Authenticate", ""))
+        if scheme == "basic":
+            if self.credentials is None:
+                raise RegistryAuthFailed(f"registry {self.target.host} needs credentials and none were found")
+            pair = f"{self.credentials.username}:{self.credentials.password}".encode()
+            self._auth = "Basic " + base64.b64encode(pair).decode()
+        elif scheme == "bearer" and params.get("realm"):
+            self._auth = f"Bearer {self._token(params)}"
+        else:
+            raise RegistryAuthFailed(f"registry {self.target.host} asked for unsupported auth {scheme or '(none)'!r}")
+
+    def _token(self, params: dict[str, str]) -> str:
+        """The distribution token flow: GET realm?service=..&scope=.. with Basic creds."""
+        query = {"scope": f"repository:{self.target.path}:pull,push"}
+        if params.get("service"):
+            query["service"] = params["service"]
+        auth = (self.credentials.username, self.credentials.password) if self.credentials else None
+        try:
+            resp = self.session.get(params["realm"], params=query, auth=auth, timeout=TIMEOUT)
+        except requests.exceptions.RequestException as exc:
+            raise RegistryUnreachable(f"token service {params['realm']} unreachable: {_reason(exc)}") from None
+        if resp.status_code in (401, 403):
+            raise RegistryAuthFailed(f"token service for {self.target.host} rejected {self._who()}")
+        if resp.status_code != 200:
+            raise RegistryUnreachable(f"token service for {self.target.host} answered HTTP {resp.status_code}")
+        body = resp.json()
+        token = body.get("token") or body.get("access_token")
+        if not token:
+            raise RegistryAuthFailed(f"token service for {self.target.host} returned no token")
+        return token
+
+    # -- the API calls kiln needs -----------------------------------------------------
+    def check_access(self) -> None:
+        """Fail early, before any layer moves, on a wrong address, TLS setup or password.
+        GET /v2/ answers the auth challenge: Basic proves the password right here, Bearer
+        fetches a push token for this repository (the token service checks the password)."""
+        resp = self.request("GET", "/")
+        if resp.status_code != 200:
+            raise RegistryUnreachable(f"{self.target.base_url}/ answered HTTP {resp.status_code}: not a registry API")
+
+    def manifest(self, reference: str) -> Manifest | None:
+        """GET a manifest by tag or digest; None when the registry has no such reference."""
+        resp = self.request("GET", f"/{self.target.path}/manifests/{reference}",
+                            headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise RegistryUnreachable(f"GET manifest {reference}: HTTP {resp.status_code}{_error_code(resp)}")
+        digest = _sha256(resp.content)
+        claimed = resp.headers.get("Docker-Content-Digest")
+        if claimed and claimed != digest:
+            raise ManifestMismatch(f"registry says {reference} is {claimed} but its bytes hash to {digest}")
+        if reference.startswith("sha256:") and reference != digest:
+            raise ManifestMismatch(f"asked for manifest {reference}, got {digest}")
+        media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
+        media_type = media_type or json.loads(resp.content).get("mediaType", "")
+        return Manifest(digest, media_type, resp.content)
+
+    def put_manifest(self, tag: str, manifest: Manifest) -> None:
+        """Point `tag` at `manifest` (the same bytes, so the same digest): a retag."""
+        if not TAG.match(tag):
+            raise TagWriteFailed(f"{tag!r} is not a valid tag")
+        resp = self.request("PUT", f"/{self.target.path}/manifests/{tag}", data=manifest.body,
+                            headers={"Content-Type": manifest.media_type})
+        if resp.status_code not in (200, 201):
+            raise TagWriteFailed(f"registry refused tag {tag}: HTTP {resp.status_code}{_error_code(resp)}")
+        written = resp.headers.get("Docker-Content-Digest")
+        if written and written != manifest.digest:
+            raise ManifestMismatch(f"tag {tag} was written as {written}, expected {manifest.digest}")
+
+
+def _error_code(resp: requests.Response) -> str:
+    """The registry's own error code (MANIFEST_BLOB_UNKNOWN, DENIED, ...), if it sent one."""
+    try:
+        errors = resp.json().get("errors") or []
+    except ValueError:
+        return ""
+    return f": {errors[0].get('code')} {errors[0].get('message', '')}".rstrip() if errors else ""
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause of a requests error in a few words (no URL-embedded secrets:
+    kiln never puts credentials into URLs)."""
+    text = str(exc)
+    for marker in ("Connection refused", "Name or service not known", "timed out",
+                   "Temporary failure in name resolution", "Connection reset", "No route to host",
+                   "certificate verify failed", "wrong version number", "Max retries exceeded"):
+        if marker in text:
+            return marker.lower() if marker != "Max retries exceeded" else "no connection"
+    return " ".join(text.split())[:200]

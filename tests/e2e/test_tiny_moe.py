@@ -1,0 +1,203 @@
+"""The embedded default, end to end: build engine-cpu + tiny-moe with the harness,
+serve a real vLLM from it, and prove the serving contract with real clients."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import tarfile
+import tempfile
+import time
+import urllib.request
+
+import pytest
+from kilntest import REPO, make_tree, run_kiln
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+
+NAME = "tiny-moe"
+
+
+@pytest.fixture(scope="module")
+def image(docker_engine, base_image):
+    """tiny-moe built from the current inputs (a no-op when the daemon already has it)."""
+    result = run_kiln("build", NAME)
+    assert result.returncode == 0, result.stderr[-4000:]
+    from kiln.build import require_built
+
+    loaded, recipe_image, img = require_built(docker_engine, NAME)
+    return loaded, recipe_image, img
+
+
+def _containers(docker_engine, image_id):
+    return [c for c in docker_engine.client.containers.list(all=True) if c.image.id == image_id]
+
+
+def _wait_health(port: int, timeout: float = 180) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return time.monotonic() - t0
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"no /health on {port} after {timeout} s")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_image_is_labelled_non_root_and_in_budget(image):
+    loaded, recipe_image, img = image
+    labels = img.labels
+    assert labels["ai.kiln.recipe"] == NAME
+    assert labels["ai.kiln.input-digest"] == recipe_image.digest
+    assert labels["ai.kiln.engine.flavour"] == "cpu"
+    patches = json.loads(labels["ai.kiln.patches"])
+    series = (REPO / "patches" / "vllm" / "0.32.0" / "series").read_text().split()
+    listed = [n for n in series if n.endswith(".patch")]
+    assert sorted(patches) == sorted(listed)
+    for name, sha in patches.items():
+        data = (REPO / "patches" / "vllm" / "0.32.0" / name).read_bytes()
+        assert sha == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert img.attrs["Config"]["User"] == "kiln"
+    assert img.attrs["Config"]["Healthcheck"]["Test"][-1] == "/opt/kiln/bin/kiln-health"
+    assert img.attrs["Size"] <= loaded.recipe.budgets.max_image_size_gb * 1e9
+
+
+def test_smoke_passes_and_writes_a_record(image, tmp_path):
+    _, recipe_image, img = image
+    result = run_kiln("smoke", NAME, env={"KILN_RESULTS_DIR": str(tmp_path)})
+    assert result.returncode == 0, result.stderr[-5000:]
+    record = json.loads((tmp_path / "smoke" / f"{img.id.split(':')[1]}.json").read_text())
+    assert record["passed"] is True and record["image_id"] == img.id
+    assert record["input_digest"] == recipe_image.digest
+    names = {c["name"]: c for c in record["checks"]}
+    for check in ("models", "completion", "chat", "greedy_determinism", "metrics", "plugin_loaded",
+                  "patched_runner_imports", "engine_info", "clean_stop"):
+        assert names[check]["ok"], names[check]
+    assert "spec_decode draft tokens=" in names["metrics"]["detail"]
+
+
+def test_print_launch_shows_resolved_command_and_overrides(image, docker_engine):
+    _, _, img = image
+    out = docker_engine.client.containers.run(
+        img.id, ["--print-launch", "--max-model-len", "256"], remove=True,
+        environment={"VLLM_CPU_KVCACHE_SPACE": "2"}).decode()
+    command = out.strip().splitlines()[-1]
+    assert command.startswith("vllm serve /models/tiny-qwen3moe")
+    assert "--max-model-len 256" in command and "--max-model-len 512" not in command
+    assert '"method":"draft_model"' in command
+    assert "VLLM_CPU_KVCACHE_SPACE=2" in out  # env given to docker run wins over baked env
+
+
+def test_docker_run_serves_appended_args_and_stops_on_sigterm(image, docker_engine):
+    """The serving contract with plain `docker run`: no kiln on the path."""
+    from openai import OpenAI
+
+    _, _, img = image
+    port = _free_port()
+    box = docker_engine.client.containers.run(
+        img.id, ["--max-model-len", "384"], detach=True, cap_add=["SYS_NICE"], shm_size="4g",
+        ports={"8000/tcp": ("127.0.0.1", port)})
+    try:
+        _wait_health(port)
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
+        model = client.models.list().data[0]
+        assert model.id == "tiny-moe"
+        assert model.model_extra.get("max_model_len") == 384  # the appended arg won
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            box.reload()
+            if box.attrs["State"].get("Health", {}).get("Status") == "healthy":
+                break
+            time.sleep(2)
+        assert box.attrs["State"]["Health"]["Status"] == "healthy"  # Docker's HEALTHCHECK agrees
+        uid = box.exec_run(["id", "-u"]).output.decode().strip()
+        assert uid == "1000"
+        t0 = time.monotonic()
+        box.stop(timeout=30)
+        assert time.monotonic() - t0 < 30
+        box.reload()
+        assert box.attrs["State"]["ExitCode"] in (0, 143), box.attrs["State"]
+    finally:
+        box.remove(force=True)
+
+
+def test_port_in_use_is_refused_and_leaves_no_container(image, docker_engine):
+    _, _, img = image
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen(1)
+        port = s.getsockname()[1]
+        result = run_kiln("run", NAME, "--port", str(port), "--detach")
+    assert result.returncode == 14, result.stderr
+    assert f"port {port}" in result.stderr and "already in use" in result.stderr
+    assert _containers(docker_engine, img.id) == []
+
+
+def test_container_exiting_during_start_is_a_clear_error(image, docker_engine):
+    _, _, img = image
+    result = run_kiln("run", NAME, "--port", str(_free_port()), "--detach", "--", "--no-such-vllm-flag")
+    assert result.returncode == 13, result.stderr[-3000:]
+    assert "exited during start" in result.stderr
+    assert "no-such-vllm-flag" in result.stderr  # the log tail names the cause
+    assert _containers(docker_engine, img.id) == []
+
+
+def test_kiln_run_detach_serves_then_stops(image, docker_engine):
+    _, _, img = image
+    port = _free_port()
+    result = run_kiln("run", NAME, "--port", str(port), "--detach")
+    try:
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert f":{port}/v1" in result.stderr
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+            assert json.load(r)["data"][0]["id"] == "tiny-moe"
+    finally:
+        for c in _containers(docker_engine, img.id):
+            c.remove(force=True)
+
+
+def test_missing_model_host_path_is_refused_before_docker(tmp_path):
+    tree = make_tree(tmp_path / "tree")
+    recipe = tree / "recipes" / "kiln-test-mini" / "recipe.yaml"
+    recipe.write_text(recipe.read_text().replace(
+        "    source: baked\n    path: /models/none",
+        f"    source: host_path\n    host_path: {tmp_path}/no-such-weights\n    path: /models/none"))
+    result = run_kiln("run", "kiln-test-mini", env={"KILN_ROOT": str(tree)}, cwd=tree)
+    assert result.returncode == 15, result.stderr
+    assert f"{tmp_path}/no-such-weights" in result.stderr and "does not exist" in result.stderr
+
+
+def test_engine_image_has_no_ca_or_wheels_in_any_layer(image, docker_engine):
+    """The CA bundle the build used and the wheelhouse never reach a layer of the image."""
+    from kiln.ca import resolve_ca
+
+    _, _, img = image
+    ca = resolve_ca()
+    ca_sha = hashlib.sha256(ca.data).hexdigest() if ca.path else None
+    found = []
+    with tempfile.TemporaryFile() as fh:
+        for chunk in docker_engine.client.images.get(img.id).save(named=False):
+            fh.write(chunk)
+        fh.seek(0)
+        with tarfile.open(fileobj=fh, mode="r:") as outer:
+            for member in outer.getmembers():
+                if not member.name.endswith("layer.tar"):
+                    continue
+                with tarfile.open(fileobj=outer.extractfile(member), mode="r|") as layer:
+                    for f in layer:
+                        name = f.name
+                        if "kiln-ca" in name or name.endswith(".whl") or "/wheels/" in name or "99kiln-ca" in name:
+                            found.append(name)
+                        if ca_sha and f.isfile() and f.size == len(ca.data):
+                            if hashlib.sha256(layer.extractfile(f).read()).hexdigest() == ca_sha:
+                                found.append(f"{name} (CA bundle bytes)")
+    assert found == []

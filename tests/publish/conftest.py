@@ -1,0 +1,59 @@
+"""Fixtures for the publish tests: a real registry on 127.0.0.1 and kiln-test-mini
+built once per module in a throwaway kiln tree that has a `publish:` section."""
+
+from __future__ import annotations
+
+import pytest
+from kilntest import make_tree, remove_images, run_kiln
+from localregistry import LocalRegistry, available
+from pubtest import NAME, PUBLISH_SECTION, Mini
+
+
+@pytest.fixture(scope="session")
+def registry_tools():
+    why = available()
+    if why:
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def registry(registry_tools, tmp_path_factory):
+    """One registry shared by a module's tests (they use their own repositories or
+    namespaces where they must not see each other's tags)."""
+    reg = LocalRegistry(tmp_path_factory.mktemp("registry")).start()
+    yield reg
+    reg.stop()
+
+
+@pytest.fixture
+def fresh_registry(registry_tools, tmp_path):
+    """An empty registry for tests that kill it or need every layer to travel."""
+    reg = LocalRegistry(tmp_path / "registry").start()
+    yield reg
+    reg.stop()
+
+
+@pytest.fixture(scope="module")
+def mini(tmp_path_factory, base_image, docker_engine):
+    from kiln import paths
+
+    tmp = tmp_path_factory.mktemp("publish-tree")
+    root = make_tree(tmp / "tree")
+    recipe = root / "recipes" / NAME / "recipe.yaml"
+    recipe.write_text(recipe.read_text() + PUBLISH_SECTION)
+    (tmp / "docker-config").mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KILN_ROOT", str(root))
+        mp.setenv("KILN_RESULTS_DIR", str(tmp / "results"))
+        paths.repo_root.cache_clear()
+        built = run_kiln("build", NAME, env={"KILN_ROOT": str(root)}, cwd=root)
+        assert built.returncode == 0, built.stderr[-3000:]
+        from kiln.build import resolve
+        from kiln.publish import engine_tag
+
+        loaded, _, recipe_image = resolve(NAME)
+        image = docker_engine.image(recipe_image.tag)
+        yield Mini(root, tmp / "results", tmp / "docker-config", image.id, recipe_image.short,
+                   recipe_image.digest, engine_tag(loaded), [])
+    paths.repo_root.cache_clear()
+    remove_images(docker_engine, f"kiln/{NAME}")
