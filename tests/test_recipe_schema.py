@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kilntest import REPO, run_kiln
 
 from kiln.errors import RecipeInvalid
 from kiln.recipe import load_recipe
-
-from kilntest import REPO, run_kiln
 
 GOOD = (REPO / "recipes" / "tiny-moe" / "recipe.yaml").read_text()
 

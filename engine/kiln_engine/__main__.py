@@ -33,7 +33,7 @@ def info() -> dict:
         "patches": patches,
         "features": {
             f.name: {"env": f.env, "enabled": on, "baked_into_launch": f.name in baked}
-            for f, on in zip(FEATURES, states().values())
+            for f, on in zip(FEATURES, states().values(), strict=True)
         },
         "recipe": launch.get("recipe"),
     }

@@ -71,6 +71,7 @@ def _build(
     force: bool,
     max_size_gb: float | None = None,
     verify=None,
+    nocache: bool = False,
 ) -> BuildOutcome:
     t0 = time.monotonic()
     img = None if force else existing(docker, tags[0], digest)
@@ -81,7 +82,7 @@ def _build(
     if not context.has("_kiln/ca.crt"):
         add_to_context(context, ca)
     log.step(f"building {tags[0]} (context {log.human_size(context.size())}, CA: {ca.origin})")
-    result = docker.build(context, label=label, buildargs=buildargs, labels=labels, nocache=False)
+    result = docker.build(context, label=label, buildargs=buildargs, labels=labels, nocache=nocache)
     image = docker.client.images.get(result.image_id)
     size = image.attrs.get("Size", 0)
     # check before tagging: a failed check must leave no tag behind
@@ -98,7 +99,8 @@ def _build(
     )
 
 
-def build_engine(docker: DockerEngine, engine_image: EngineImage, *, force: bool = False) -> BuildOutcome:
+def build_engine(docker: DockerEngine, engine_image: EngineImage, *, force: bool = False,
+                 nocache: bool = False) -> BuildOutcome:
     base = engine_image.engine.base_image
     if not force and existing(docker, engine_image.tag, engine_image.digest) is not None:
         return engineprobe.stamp(docker, engine_image, _build(
@@ -119,12 +121,13 @@ def build_engine(docker: DockerEngine, engine_image: EngineImage, *, force: bool
         labels=engine_image.labels(),
         buildargs=engine_image.buildargs(),
         force=force,
+        nocache=nocache,
     ))
 
 
 def build_recipe(
     name: str, *, docker: DockerEngine | None = None, force: bool = False, force_engine: bool = False,
-    ca_flag: str | None = None, quiet_summary: bool = False,
+    ca_flag: str | None = None, quiet_summary: bool = False, nocache: bool = False,
 ) -> BuildOutcome:
     docker = docker or DockerEngine()
     t0 = time.monotonic()
@@ -138,7 +141,7 @@ def build_recipe(
                    f"nothing to build [{log.human_secs(time.monotonic() - t0)}]")
         return outcome
     preflight_patches(loaded)
-    engine_outcome = build_engine(docker, engine_image, force=force_engine)
+    engine_outcome = build_engine(docker, engine_image, force=force_engine, nocache=nocache and force_engine)
     if engine_outcome.skipped:
         log.ok(f"engine {engine_image.tag} up to date")
     else:
@@ -155,6 +158,7 @@ def build_recipe(
         force=force,
         max_size_gb=loaded.recipe.budgets.max_image_size_gb,
         verify=_engine_verifier(loaded, engine_image),
+        nocache=nocache,
     )
     if not quiet_summary:
         _summary(f"built {recipe_image.repository}", outcome, time.monotonic() - t0,

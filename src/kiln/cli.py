@@ -66,7 +66,8 @@ def cmd_schema(args) -> int:
 def cmd_build(args) -> int:
     from .build import build_recipe
 
-    build_recipe(args.name, force=args.force, force_engine=args.force_engine, ca_flag=args.ca_bundle)
+    build_recipe(args.name, force=args.force or args.no_cache, force_engine=args.force_engine,
+                 ca_flag=args.ca_bundle, nocache=args.no_cache)
     return 0
 
 
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s.add_argument("--force", action="store_true", help="rebuild even if an image with this input digest exists")
     s.add_argument("--force-engine", action="store_true", help="rebuild the engine image too")
+    s.add_argument("--no-cache", action="store_true", help="ignore the daemon's layer cache (with --force-engine: for the engine too)")
     s.add_argument("--ca-bundle", help="PEM bundle builds trust (default: $KILN_CA_BUNDLE, else pip's cert)")
     s.set_defaults(func=cmd_build)
     base = sub.add_parser("base", help="the air-gapped Debian base image")

@@ -162,7 +162,7 @@ class _PushProgress:
         self._last_beat = time.monotonic()
         done = sum(c for c, _ in self.sent.values())
         total = sum(t for _, t in self.sent.values())
-        log.info(f"  pushing {log.human_size(done)} / {log.human_size(total)} ({len(self.sent)} layers uploading)")
+        log.info(f"  pushing {log.human_size(done)} / {log.human_size(total)} ({len(self.sent)} layers)")
 
     def _say(self, line: str, warn: bool = False) -> None:
         if not self.quiet:

@@ -8,7 +8,6 @@ import datetime as _dt
 import json
 import re
 import subprocess
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 

@@ -35,6 +35,7 @@ from .errors import (
     ManifestMismatch,
     NotSmokeTested,
     PushFailed,
+    RegistryAuthFailed,
     RegistryInvalid,
 )
 from .images import LABEL_NS
@@ -112,8 +113,10 @@ def engine_tag(loaded: LoadedRecipe) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{e.name}-{e.version}-{loaded.name}")
 
 
-def _client(target: Target, password_stdin: bool) -> RegistryClient:
-    client = RegistryClient(target, credentials.resolve(target.host, password_stdin=password_stdin))
+def _client(target: Target, password_stdin: bool, creds: credentials.Credentials | None) -> RegistryClient:
+    if creds is None:
+        creds = credentials.resolve(target.host, password_stdin=password_stdin)
+    client = RegistryClient(target, creds)
     client.check_access()
     return client
 
@@ -137,14 +140,14 @@ def write_record(kind: str, name: str, doc: dict) -> Path:
     return path
 
 
-def _smoke_evidence(image_id: str, skip: bool) -> dict:
+def _smoke_evidence(tag: str, image_id: str, skip: bool) -> dict:
     rec = passing_smoke_record(image_id)
     if rec is not None:
         if skip:
             log.warn("--skip-smoke-check ignored: this image has a passing smoke record")
         return {"status": "passed", "record": str(record_path(image_id))}
     if not skip:
-        raise NotSmokeTested(f"image {image_id[:19]} has no passing smoke record; refusing to publish")
+        raise NotSmokeTested(f"{tag} (image {image_id[:19]}) has no passing smoke record; refusing to publish")
     log.warn(f"publishing WITHOUT a smoke test (--skip-smoke-check): the image gets label {SMOKE_LABEL}=skipped")
     return {"status": "skipped"}
 
@@ -173,15 +176,17 @@ def publish(
     skip_smoke_check: bool = False,
     plain_http: bool = False,
     password_stdin: bool = False,
+    creds: credentials.Credentials | None = None,
     docker: DockerEngine | None = None,
 ) -> PublishResult:
-    """Push the image built from NAME's current inputs and tag it (see module doc)."""
+    """Push the image built from NAME's current inputs and tag it (see module doc).
+    `creds` (for callers in Python) replaces the env / docker-config lookup."""
     docker = docker or DockerEngine()
     loaded, recipe_image, img = require_built(docker, name)
     target = target_for(loaded, registry, plain_http=plain_http)
     channel = check_channel(loaded, channel)
-    smoke = _smoke_evidence(img.id, skip_smoke_check)
-    client = _client(target, password_stdin)
+    smoke = _smoke_evidence(recipe_image.tag, img.id, skip_smoke_check)
+    client = _client(target, password_stdin, creds)
     image_id = img.id
     if smoke["status"] == "skipped":
         image_id = _unsmoked_image(docker, loaded, recipe_image.short, img.id)
@@ -219,7 +224,7 @@ def _upload(docker: DockerEngine, client: RegistryClient, digest_tag: str, image
     try:
         pushed = docker.push(staging, auth_config=auth)
     except PushFailed as exc:
-        raise PushFailed(f"{exc.message}; no channel or digest tag was written") from None
+        raise _push_error(exc.message) from None
     finally:
         docker.remove_image(staging)  # only the local tag; the image keeps its kiln/ tags
     log.info(f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
@@ -230,6 +235,19 @@ def _upload(docker: DockerEngine, client: RegistryClient, digest_tag: str, image
     if manifest.config_digest != image_id:
         raise ManifestMismatch(f"{pushed.digest} holds image {manifest.config_digest}, pushed {image_id}")
     return manifest, True
+
+
+def _push_error(message: str) -> KilnError:
+    """The daemon's push error as the kiln error a user can act on."""
+    text = f"{message}; no channel or digest tag was written"
+    lowered = message.lower()
+    if any(word in lowered for word in ("unauthorized", "denied", "authentication required")):
+        return RegistryAuthFailed(text, hint="the account may read but not push this repository, "
+                                             "or the daemon was handed other credentials")
+    if "http response to https client" in lowered:
+        return PushFailed(text, hint="the Docker daemon must list this registry in insecure-registries "
+                                     "(/etc/docker/daemon.json) to push over plain HTTP")
+    return PushFailed(text)
 
 
 def _write_tags(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
@@ -278,6 +296,7 @@ def promote(
     registry: str | None = None,
     plain_http: bool = False,
     password_stdin: bool = False,
+    creds: credentials.Credentials | None = None,
 ) -> PromoteResult:
     """Point channel `to` at the exact manifest channel `from` points at (no layer moves)."""
     loaded = load_recipe(recipes_dir() / name)
@@ -285,14 +304,16 @@ def promote(
     source, dest = check_channel(loaded, from_channel), check_channel(loaded, to_channel)
     if source == dest:
         raise ChannelInvalid(f"--from and --to are both {source!r}")
-    client = _client(target, password_stdin)
+    client = _client(target, password_stdin, creds)
     manifest = client.manifest(source)
     if manifest is None:
         raise ChannelEmpty(f"{target.ref(source)} does not exist; nothing to promote")
     image_id = manifest.config_digest or ""
     if not image_id or passing_smoke_record(image_id) is None:
         raise NotSmokeTested(f"{target.ref(source)} is image {image_id[:19] or '(an index)'}, "
-                             "which has no passing smoke record; refusing to promote")
+                             "which has no passing smoke record here; refusing to promote",
+                             hint="promote only what `kiln smoke` passed on this machine; "
+                                  "publish a smoke-tested build to the source channel first")
     current = client.manifest(dest)
     moved = current is None or current.digest != manifest.digest
     if moved:

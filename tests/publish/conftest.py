@@ -39,8 +39,11 @@ def mini(tmp_path_factory, base_image, docker_engine):
 
     tmp = tmp_path_factory.mktemp("publish-tree")
     root = make_tree(tmp / "tree")
-    recipe = root / "recipes" / NAME / "recipe.yaml"
-    recipe.write_text(recipe.read_text() + PUBLISH_SECTION)
+    recipe_dir = root / "recipes" / NAME
+    (root / "recipes" / "kiln-test-mini").rename(recipe_dir)
+    recipe = recipe_dir / "recipe.yaml"
+    text = recipe.read_text().replace("name: kiln-test-mini\n", f"name: {NAME}\n", 1)
+    recipe.write_text(text + PUBLISH_SECTION)
     (tmp / "docker-config").mkdir()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KILN_ROOT", str(root))

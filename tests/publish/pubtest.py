@@ -9,7 +9,9 @@ from pathlib import Path
 from kilntest import run_kiln
 from localregistry import LocalRegistry
 
-NAME = "kiln-test-mini"
+# its own name (the recipe is kiln-test-mini, renamed): other build tests clear
+# kiln/kiln-test-mini images, which must not pull the image from under these tests
+NAME = "kiln-test-publish"
 REPOSITORY = "kiln-test/mini"
 PUBLISH_SECTION = f"""
 publish:

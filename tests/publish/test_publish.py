@@ -49,7 +49,7 @@ def test_push_writes_all_tags_and_reads_back(mini, registry, published):
         # the image id is the config digest: what was pushed is exactly what was smoke-tested
         assert manifest["config"]["digest"] == mini.image_id
     assert "stable" not in tags  # only the channel asked for moves
-    assert mini.engine_tag == "vllm-0.0.1-test-kiln-test-mini"
+    assert mini.engine_tag == f"vllm-0.0.1-test-{NAME}"
     assert digest in published.stderr and "layers:" in published.stderr
 
     record = json.loads(next((mini.results / "publish").glob(f"{NAME}-publish-*.json")).read_text())
