@@ -3,6 +3,7 @@ image with the same input digest already exists."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 
@@ -81,8 +82,11 @@ def _build(
         return BuildOutcome(tags[0], img.id, digest, img.attrs.get("Size", 0), time.monotonic() - t0, True)
     if not context.has("_kiln/ca.crt"):
         add_to_context(context, ca)
+    if labels:
+        # one LABEL instruction: the legacy builder makes one step per label passed via the API
+        context.append_at_build("Dockerfile", label_instruction(labels).encode())
     log.step(f"building {tags[0]} (context {log.human_size(context.size())}, CA: {ca.origin})")
-    result = docker.build(context, label=label, buildargs=buildargs, labels=labels, nocache=nocache)
+    result = docker.build(context, label=label, buildargs=buildargs, nocache=nocache)
     image = docker.client.images.get(result.image_id)
     size = image.attrs.get("Size", 0)
     # check before tagging: a failed check must leave no tag behind
@@ -97,6 +101,12 @@ def _build(
     return BuildOutcome(
         tags[0], result.image_id, digest, size, result.seconds, False, result.steps, result.cached_steps
     )
+
+
+def label_instruction(labels: dict[str, str]) -> str:
+    """`LABEL "k"="v" ...` for the final stage; values JSON-quoted (Dockerfile-compatible)."""
+    pairs = " \\\n      ".join(f"{json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items()))
+    return f"\n# ---- kiln labels (added at build time, not part of the input digest) ----\nLABEL {pairs}\n"
 
 
 def build_engine(docker: DockerEngine, engine_image: EngineImage, *, force: bool = False,

@@ -55,6 +55,7 @@ class BuildContext:
     def __init__(self) -> None:
         self._entries: dict[str, Entry] = {}
         self._params: dict[str, str] = {}
+        self._appendix: dict[str, bytes] = {}
 
     # -- adding inputs -----------------------------------------------------
     def add_file(self, arcname: str, path: Path, *, in_digest: bool = True) -> None:
@@ -73,6 +74,13 @@ class BuildContext:
             if any(rel.as_posix() == ex or rel.as_posix().startswith(ex + "/") for ex in exclude):
                 continue
             self.add_file(f"{prefix}/{rel.as_posix()}" if prefix else rel.as_posix(), path)
+
+    def append_at_build(self, arcname: str, data: bytes) -> None:
+        """Bytes appended to an entry in the tar only, never in the digest: build-time
+        facts such as the `created` label must not change an image's identity."""
+        if arcname not in self._entries:
+            raise KeyError(arcname)
+        self._appendix[arcname] = data
 
     def add_param(self, key: str, value: str) -> None:
         """A non-file input (engine pin, base image ref, build args)."""
@@ -112,7 +120,7 @@ class BuildContext:
         return "sha256:" + hashlib.sha256(raw).hexdigest()
 
     def size(self) -> int:
-        return sum(e.size() for e in self.entries)
+        return sum(e.size() for e in self.entries) + sum(len(v) for v in self._appendix.values())
 
     def write_tar(self, fileobj: IO[bytes]) -> None:
         with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -124,6 +132,11 @@ class BuildContext:
                     if d not in dirs:
                         dirs.add(d)
                         tar.addfile(_info(d, tarfile.DIRTYPE, 0o755, 0))
+                extra = self._appendix.get(e.arcname)
+                if extra is not None:
+                    data = e.content() + extra
+                    tar.addfile(_info(e.arcname, tarfile.REGTYPE, e.mode, len(data)), io.BytesIO(data))
+                    continue
                 info = _info(e.arcname, tarfile.REGTYPE, e.mode, e.size())
                 if e.data is not None:
                     tar.addfile(info, io.BytesIO(e.data))

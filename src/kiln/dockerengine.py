@@ -254,7 +254,6 @@ class DockerEngine:
         *,
         label: str,
         buildargs: dict[str, str] | None = None,
-        labels: dict[str, str] | None = None,
         nocache: bool = False,
         quiet: bool = False,
     ) -> BuildResult:
@@ -269,7 +268,6 @@ class DockerEngine:
                     fileobj=tar,
                     custom_context=True,
                     buildargs=buildargs or {},
-                    labels=labels or {},
                     rm=True,
                     forcerm=True,
                     nocache=nocache,

@@ -71,11 +71,17 @@ def test_image_is_labelled_non_root_and_in_budget(image):
     assert img.attrs["Size"] <= loaded.recipe.budgets.max_image_size_gb * 1e9
 
 
-def test_smoke_passes_and_writes_a_record(image, tmp_path):
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """One results folder for the module: the smoke record the publish test relies on."""
+    return tmp_path_factory.mktemp("results")
+
+
+def test_smoke_passes_and_writes_a_record(image, results):
     _, recipe_image, img = image
-    result = run_kiln("smoke", NAME, env={"KILN_RESULTS_DIR": str(tmp_path)})
+    result = run_kiln("smoke", NAME, env={"KILN_RESULTS_DIR": str(results)})
     assert result.returncode == 0, result.stderr[-5000:]
-    record = json.loads((tmp_path / "smoke" / f"{img.id.split(':')[1]}.json").read_text())
+    record = json.loads((results / "smoke" / f"{img.id.split(':')[1]}.json").read_text())
     assert record["passed"] is True and record["image_id"] == img.id
     assert record["input_digest"] == recipe_image.digest
     names = {c["name"]: c for c in record["checks"]}
@@ -201,3 +207,34 @@ def test_engine_image_has_no_ca_or_wheels_in_any_layer(image, docker_engine):
                             if hashlib.sha256(layer.extractfile(f).read()).hexdigest() == ca_sha:
                                 found.append(f"{name} (CA bundle bytes)")
     assert found == []
+
+
+@pytest.mark.registry
+def test_publish_the_smoked_image_and_promote(image, results, tmp_path):
+    """The real chain: smoke record from the test above -> push to a registry -> promote."""
+    from publish.localregistry import LocalRegistry, available
+
+    if available():
+        pytest.skip(available())
+    _, recipe_image, img = image
+    if not (results / "smoke" / f"{img.id.split(':')[1]}.json").is_file():
+        pytest.skip("needs the smoke record of test_smoke_passes_and_writes_a_record")
+    reg = LocalRegistry(tmp_path / "registry").start()
+    try:
+        env = {"KILN_RESULTS_DIR": str(results), **reg.env()}
+        pushed = run_kiln("publish", NAME, "--registry", f"{reg.host}/team", "--channel", "experimental", env=env)
+        assert pushed.returncode == 0, pushed.stderr[-3000:]
+        repo = "team/kiln/tiny-moe"
+        tags = set(reg.tags(repo))
+        assert {recipe_image.short, "experimental", "vllm-0.32.0-tiny-moe"} <= tags, tags
+        digest, manifest = reg.manifest(repo, recipe_image.short)
+        assert manifest["config"]["digest"] == img.id
+        assert digest in pushed.stdout + pushed.stderr
+        promoted = run_kiln("promote", NAME, "--registry", f"{reg.host}/team", "--from", "experimental",
+                            "--to", "stable", env=env)
+        assert promoted.returncode == 0, promoted.stderr[-3000:]
+        assert reg.manifest(repo, "stable")[0] == digest
+        again = run_kiln("publish", NAME, "--registry", f"{reg.host}/team", env=env)
+        assert again.returncode == 0 and "skip" in (again.stdout + again.stderr).lower()
+    finally:
+        reg.stop()

@@ -1,0 +1,51 @@
+"""The real CUDA engine and glm53-kindling, built on this machine (opt-in: multi-GB)."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+
+
+@pytest.fixture(scope="module")
+def built(cuda_build_enabled, docker_engine, base_image):
+    from kiln.build import build_recipe, resolve
+
+    outcome = build_recipe("glm53-kindling", docker=docker_engine, quiet_summary=True)
+    loaded, engine_image, _ = resolve("glm53-kindling")
+    return loaded, engine_image, docker_engine.client.images.get(outcome.image_id)
+
+
+def test_labels_are_read_from_the_image_and_match_the_recipe(built):
+    loaded, _, image = built
+    labels = image.labels
+    assert labels["ai.kiln.engine.torch"].split("+")[0] == loaded.recipe.engine.torch
+    assert labels["ai.kiln.engine.cuda"] == loaded.recipe.engine.cuda
+    assert labels["ai.kiln.engine.nccl"].count(".") == 2
+
+
+def test_patched_runner_and_kiln_engine_import_on_cpu(built, docker_engine):
+    _, _, image = built
+    out = docker_engine.client.containers.run(
+        image.id, entrypoint=["python", "-c",
+                              "import vllm, kiln_engine, vllm.v1.worker.gpu.model_runner as m, inspect; "
+                              "assert 'draft_trunc' in inspect.getsource(m); print('ok')"],
+        remove=True, network_disabled=True)
+    assert out.decode().strip().endswith("ok")
+
+
+def test_launch_args_accepted_by_the_built_engine(built):
+    from kiln import argcheck
+
+    loaded, _, _ = built
+    assert argcheck.check_against_engine(loaded) == []
+
+
+def test_image_runs_as_non_root_without_ca_or_pip(built, docker_engine):
+    _, _, image = built
+    assert image.attrs["Config"]["User"] == "kiln"
+    out = docker_engine.client.containers.run(
+        image.id, entrypoint=["sh", "-c", "ls /tmp/kiln-ca.crt /tmp/wheels 2>&1; "
+                                          "python -c 'import pip' 2>&1 | tail -1; ls ~/.cache/pip 2>&1"],
+        remove=True, network_disabled=True).decode()
+    assert "No such file" in out and "No module named 'pip'" in out
