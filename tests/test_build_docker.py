@@ -9,7 +9,7 @@ import tarfile
 import time
 
 import pytest
-from kilntest import remove_images, run_kiln
+from kilntest import REPO, remove_images, run_kiln
 
 pytestmark = pytest.mark.docker
 
@@ -208,3 +208,50 @@ def test_base_image_is_labelled(base_image, docker_engine):
     labels = docker_engine.image(base_image).labels
     assert labels["ai.kiln.base.suite"] == "bookworm"
     assert len(labels["ai.kiln.base.packages-sha256"]) == 64
+
+
+BROKEN = (
+    "Why: a hunk that cannot apply\nUpstream: no - test only\n\n"
+    "--- a/kiln_note.txt\n+++ b/kiln_note.txt\n@@ -1,3 +1,3 @@\n context that is not there\n-old\n+new\n more\n"
+)
+
+
+def test_patch_that_does_not_apply_in_the_image_fails_with_its_hunk(kiln_tree, base_image, docker_engine):
+    """The stand-in engine pin has no wheel to pre-check on the host, so the in-image
+    step is what fails: its per-hunk line and exit code reach the user, no tag is left."""
+    series_dir = kiln_tree / "patches" / "vllm" / "0.0.1-test"
+    (series_dir / "0001-broken.patch").write_text(
+        "Why: creates the file\nUpstream: no\n\n--- /dev/null\n+++ b/kiln_note.txt\n@@ -0,0 +1,3 @@\n+a\n+b\n+c\n")
+    (series_dir / "0002-broken.patch").write_text(BROKEN)
+    (series_dir / "series").write_text("0001-broken.patch\n0002-broken.patch\n")
+    remove_images(docker_engine, f"kiln/{NAME}")
+    result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
+    assert result.returncode == 6, result.stderr[-3000:]
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+    assert len(errors) == 1, errors
+    assert "0002-broken.patch: kiln_note.txt: hunk #1 @@ -1,3 +1,3 @@" in errors[0]
+    assert '(first context line: "context that is not there") does not apply' in errors[0]
+    assert docker_engine.client.images.list(name=f"kiln/{NAME}") == []
+    assert not [i for i in docker_engine.client.images.list(name="kiln/engine-cpu")
+                if any(t.endswith(":vllm-0.0.1-test") for t in i.tags)
+                and i.labels.get("ai.kiln.patches", "").find("0002-broken") >= 0]
+
+
+def test_real_series_broken_fails_before_docker(tmp_path, docker_engine):
+    """Against the real vLLM 0.32.0 sources the host pre-flight catches it in seconds,
+    before any build step runs."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    for part in ("recipes", "docker-images", "engine", "patches"):
+        shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    series = tree / "patches" / "vllm" / "0.32.0"
+    patch = sorted(series.glob("*.patch"))[0]
+    text = patch.read_text()
+    body = text[text.index("\n@@ "):]  # header lines may be indented too: look past the first hunk header
+    first_context = next(ln for ln in body.splitlines() if ln.startswith(" ") and ln.strip())
+    patch.write_text(text.replace(first_context, " this line is not in vLLM 0.32.0", 1))
+    result = run_kiln("build", "tiny-moe", env={"KILN_ROOT": str(tree)}, cwd=tree)
+    assert result.returncode == 6, result.stderr[-3000:]
+    assert f"{patch.name}:" in result.stderr and "does not apply" in result.stderr
+    assert "Step 1/" not in result.stderr

@@ -11,7 +11,7 @@ from . import engineprobe, log
 from .ca import CABundle, add_to_context, resolve_ca
 from .context import BuildContext
 from .dockerengine import DockerEngine
-from .errors import BudgetExceeded, BuildFailed
+from .errors import BudgetExceeded, BuildFailed, KilnError
 from .images import LABEL_NS, EngineImage, RecipeImage
 from .paths import recipes_dir
 from .recipe import LoadedRecipe, load_recipe
@@ -86,7 +86,10 @@ def _build(
         # one LABEL instruction: the legacy builder makes one step per label passed via the API
         context.append_at_build("Dockerfile", label_instruction(labels).encode())
     log.step(f"building {tags[0]} (context {log.human_size(context.size())}, CA: {ca.origin})")
-    result = docker.build(context, label=label, buildargs=buildargs, nocache=nocache)
+    try:
+        result = docker.build(context, label=label, buildargs=buildargs, nocache=nocache)
+    except BuildFailed as exc:
+        raise _as_patch_failure(exc) or exc from None
     image = docker.client.images.get(result.image_id)
     size = image.attrs.get("Size", 0)
     # check before tagging: a failed check must leave no tag behind
@@ -101,6 +104,20 @@ def _build(
     return BuildOutcome(
         tags[0], result.image_id, digest, size, result.seconds, False, result.steps, result.cached_steps
     )
+
+
+def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
+    """A failed in-image patch step is a patch failure (its own exit code), reported
+    with the applier's one line per failed hunk, not as a generic build failure."""
+    if "kiln_patching.py" not in getattr(exc, "step", ""):
+        return None
+    lines = [ln for ln in getattr(exc, "tail", []) if "does not apply" in ln or "forked from a different upstream" in ln]
+    if not lines:
+        return None
+    from .patchcmd import DriftFound, SeriesFailed
+
+    drift = any("forked from a different upstream" in ln for ln in lines)
+    return (DriftFound if drift else SeriesFailed)(lines)
 
 
 def label_instruction(labels: dict[str, str]) -> str:

@@ -254,6 +254,7 @@ class DockerEngine:
         *,
         label: str,
         buildargs: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
         nocache: bool = False,
         quiet: bool = False,
     ) -> BuildResult:
@@ -268,6 +269,7 @@ class DockerEngine:
                     fileobj=tar,
                     custom_context=True,
                     buildargs=buildargs or {},
+                    labels=labels or {},
                     rm=True,
                     forcerm=True,
                     nocache=nocache,
@@ -296,7 +298,9 @@ class DockerEngine:
         log.console.print(f"[red]build failed at[/] {step}", markup=True, highlight=False)
         if tail:
             log.console.print(tail, markup=False, highlight=False)
-        raise BuildFailed(f"{progress.label}: {step}: {message.splitlines()[-1] if message else 'failed'}")
+        exc = BuildFailed(f"{progress.label}: {step}: {message.splitlines()[-1] if message else 'failed'}")
+        exc.step, exc.tail = step, list(progress.tail)
+        raise exc
 
 
 def _one_line(text: str) -> str:
