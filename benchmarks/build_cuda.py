@@ -34,7 +34,15 @@ DOC = REPO / "docs" / "build-cuda.md"
 ANCHORS_GB = {"vllm/vllm-openai": 12.0, "`pip install vllm` on a slim base": 7.07}
 GOAL_GB = 0.8 * 7.07
 
+TRITON_CHECK = (
+    "import triton, tokenspeed_triton, torch.utils._triton as t; "
+    "assert t.has_triton_package(), 'torch does not see triton'; print('triton', triton.__version__)"
+)
+
+# vLLM workers load the general plugins (kiln-engine registers draft_trunc under
+# vllm.v1.worker.gpu.spec_decode) before importing the runner; do the same.
 RUNNER_CHECK = (
+    "from vllm.plugins import load_general_plugins; load_general_plugins(); "
     "import inspect, vllm.v1.worker.gpu.model_runner as m; "
     "src = inspect.getsource(m); "
     "assert 'draft_trunc' in src, 'draft-trunc hook missing from the runner'; "
@@ -63,13 +71,16 @@ def gb(n: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--force", action="store_true", help="rebuild both images (layer cache still used)")
+    ap.add_argument("--cold", action="store_true", help="rebuild both images without the layer cache "
+                    "(the number to compare: downloads everything again)")
     args = ap.parse_args()
+    args.force = args.force or args.cold
     docker = DockerEngine()
     loaded, engine_image, recipe_image = resolve(NAME)
 
     t0 = time.monotonic()
-    engine = build_engine(docker, engine_image, force=args.force)
-    recipe = build_recipe(NAME, docker=docker, force=args.force, quiet_summary=True)
+    engine = build_engine(docker, engine_image, force=args.force, nocache=args.cold)
+    recipe = build_recipe(NAME, docker=docker, force=args.force, quiet_summary=True, nocache=args.cold)
     total_s = time.monotonic() - t0
 
     engine_img = docker.client.images.get(engine.image_id)
@@ -82,6 +93,9 @@ def main() -> int:
 
     code, out = in_image(docker, recipe_img.id, "-c", "import vllm, kiln_engine; print('vllm', vllm.__version__)")
     check("import vllm, kiln_engine", code == 0, out)
+    # Triton must import without a GPU; if it cannot, torch and vLLM quietly run without it
+    code, out = in_image(docker, recipe_img.id, "-c", TRITON_CHECK)
+    check("Triton importable (torch sees it)", code == 0, out)
     code, out = in_image(docker, recipe_img.id, "-m", "kiln_engine", "info")
     check("python -m kiln_engine info", code == 0 and "draft_trunc" in out.replace("-", "_"), out)
     code, out = in_image(docker, recipe_img.id, "-c", RUNNER_CHECK)
@@ -107,7 +121,7 @@ def main() -> int:
     check("torch/CUDA/NCCL labels match the recipe", ok and shown["torch"] is not None,
           f"{shown}\n{detail}")
 
-    write_doc(engine, recipe, engine_img, recipe_img, total_s, results, shown)
+    write_doc(engine, recipe, engine_img, recipe_img, total_s, results, shown, args.cold)
     log.info(f"wrote {DOC.relative_to(REPO)}")
     return 0 if all(ok for _, ok, _ in results) else 1
 
@@ -129,7 +143,7 @@ def _layer_sizes(docker: DockerEngine, image_id: str) -> list[tuple[int, str]]:
     return rows
 
 
-def write_doc(engine, recipe, engine_img, recipe_img, total_s, results, shown) -> None:
+def write_doc(engine, recipe, engine_img, recipe_img, total_s, results, shown, cold) -> None:
     size = recipe_img.attrs.get("Size", 0)
     cpu = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
     docker = DockerEngine()
@@ -151,7 +165,8 @@ def write_doc(engine, recipe, engine_img, recipe_img, total_s, results, shown) -
         f"{'skipped (up to date)' if recipe.skipped else f'{recipe.seconds:.0f} s'} | "
         f"{recipe.cached_steps}/{recipe.steps} steps cached |",
         "",
-        f"Wall time of the whole run: {total_s:.0f} s. Engine labels read from the image: "
+        f"Wall time of the whole run: {total_s:.0f} s ({'cold: no layer cache' if cold else 'with the layer cache'}). "
+        "Engine labels read from the image: "
         f"torch {shown['torch']}, CUDA {shown['cuda']}, NCCL {shown['nccl']}.",
         "",
         "## Against the anchors",
@@ -208,10 +223,11 @@ the final stage is `FROM scratch` plus two COPYs, so no pip cache, CA or wheel i
 
 `docker-images/engine-cuda/strip-venv.sh` removes, in the builder stage, only what no code
 path on an NVIDIA GPU can load, each measured: DWARF debug sections of shared libraries
-(`strip --strip-debug`; libtriton.so alone 441 -> 214 MB, libnccl 226 -> 187 MB), the ROCm
-backends of both Triton builds, cuSOLVER-Mg and the alternative-ABI NVRTC (linked by
-nothing in the venv), CUTLASS-DSL's CUDA 12 libraries (torch here is a CUDA 13 build),
-and pip itself.
+(`strip --strip-debug`; libtriton.so alone 441 -> 214 MB, libnccl 226 -> 187 MB),
+cuSOLVER-Mg and the alternative-ABI NVRTC (linked by nothing in the venv), CUTLASS-DSL's
+CUDA 12 libraries (torch here is a CUDA 13 build), and pip itself. Tried and reverted:
+removing the ROCm backends of the two Triton builds (~100 MB) broke `import triton`
+(its entry points name them), which the CPU checks below now catch.
 
 What stays and dominates is what vLLM 0.32.0 itself pulls for CUDA 13: the CUDA math
 libraries torch links at load time (cuBLAS/cuBLASLt, cuFFT, cuSPARSE, cuSPARSELt, cuRAND,

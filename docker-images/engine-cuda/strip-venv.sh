@@ -18,8 +18,9 @@ find "$venv" -name '*.so*' -type f | while read -r lib; do
 done
 echo "strip-venv: debug sections: $before -> $(mb "$venv") MB"
 
-# ROCm backends of the two Triton builds: this image targets NVIDIA GPUs only.
-rm -rf "$sp"/triton/backends/amd "$sp"/tokenspeed_triton/backends/amd
+# Kept on purpose: the ROCm backends of both Triton builds (~100 MB). Triton loads every
+# backend named in its entry points; without them `import triton` fails and torch and
+# vLLM silently run as if Triton were not installed.
 # cuSOLVER-Mg (multi-GPU dense solvers) and the alternative-ABI NVRTC build: no library
 # in the venv links them (torch links libcusolver / libnvrtc, never these).
 rm -f "$sp"/nvidia/cu*/lib/libcusolverMg.so.* "$sp"/nvidia/cu*/lib/libnvrtc.alt.so.* \

@@ -34,6 +34,19 @@ except ModuleNotFoundError as exc:  # no vLLM at all (a stand-in engine): nothin
         raise
     print("KILN-ARGS " + json.dumps({"version": None}))
     sys.exit(0)
+import vllm.platforms
+from vllm.platforms.interface import UnspecifiedPlatform
+
+# Without a GPU (the build host) vLLM detects no platform, and building the parser
+# instantiates a DeviceConfig that refuses an empty device type. The flags do not depend
+# on the device, so name the one this torch was built for and go on.
+if not vllm.platforms.current_platform.device_type:
+    import torch
+
+    class _ParserOnly(UnspecifiedPlatform):
+        device_type = "cuda" if torch.version.cuda else "cpu"
+
+    vllm.platforms._current_platform = _ParserOnly()
 from vllm.utils.argparse_utils import FlexibleArgumentParser
 
 def serve_parser():

@@ -58,20 +58,24 @@ def run_spec(loaded: LoadedRecipe, image: str, *, host_port: int, host_ip: str =
 
 
 def _explicit_env(loaded: LoadedRecipe) -> dict[str, str]:
-    """The recipe's launch env, spelled out on the command line (it is baked into the
-    image too) so a printed `docker run` says exactly what the server gets."""
-    from .launch import feature_env
+    """The launch env (also baked into the image), spelled out on the command line so a
+    printed `docker run` says exactly what the server gets."""
+    from .launch import launch_document
 
-    return {**feature_env(loaded), **loaded.recipe.launch.env}
+    env = dict(launch_document(loaded)["env"])
+    if not env.get("KILN_FEATURES"):
+        env.pop("KILN_FEATURES", None)
+    return env
 
 
 def preflight(loaded: LoadedRecipe, spec: RunSpec) -> None:
     """Fail before docker does, with a clearer message."""
+    # no GPU first: nothing else matters on a host that cannot run the recipe at all
+    if spec.flavour == "cuda" and not gpu_visible():
+        raise NoGPU(f"{loaded.recipe.name} is a CUDA recipe and no NVIDIA GPU is visible on this host")
     for host, inside in spec.mounts:
         if not os.path.isdir(host):
             raise ModelPathMissing(f"{loaded.where('model')}: model host path {host} (for {inside}) does not exist")
-    if spec.flavour == "cuda" and not gpu_visible():
-        raise NoGPU(f"{loaded.recipe.name} is a CUDA recipe and no NVIDIA GPU is visible on this host")
     ensure_port_free(spec.host_ip, spec.host_port)
 
 

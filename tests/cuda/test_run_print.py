@@ -47,8 +47,6 @@ def test_print_names_the_image_by_content(printed):
     assert not image.endswith(":latest")
 
 
-@pytest.mark.xfail(strict=True, reason="runner.run checks the image and the model paths before "
-                   "the GPU (exit 22 / 15 here); the lead owns runner.py/container.py")
 def test_run_without_gpu_stops_early_with_nogpu():
     import os
 

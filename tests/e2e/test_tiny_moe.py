@@ -238,3 +238,18 @@ def test_publish_the_smoked_image_and_promote(image, results, tmp_path):
         assert again.returncode == 0 and "skip" in (again.stdout + again.stderr).lower()
     finally:
         reg.stop()
+
+
+def test_plugin_refuses_unsafe_feature_combination_at_start(image, docker_engine):
+    """In a real vLLM process: draft-trunc without MoE padding skip must not serve."""
+    _, _, img = image
+    box = docker_engine.client.containers.run(
+        img.id, detach=True, cap_add=["SYS_NICE"], shm_size="4g",
+        environment={"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "0"})
+    try:
+        status = box.wait(timeout=180)
+        logs = box.logs().decode(errors="replace")
+        assert status["StatusCode"] != 0, logs[-2000:]
+        assert "KILN_DRAFT_TRUNC=1 needs VLLM_MOE_SKIP_PADDING=1" in logs
+    finally:
+        box.remove(force=True)
