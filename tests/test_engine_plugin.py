@@ -6,7 +6,6 @@ import importlib.metadata as md
 import sys
 
 import pytest
-
 from kiln_engine import features, plugin
 
 
