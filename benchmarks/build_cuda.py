@@ -227,7 +227,7 @@ path on an NVIDIA GPU can load, each measured: DWARF debug sections of shared li
 cuSOLVER-Mg and the alternative-ABI NVRTC (linked by nothing in the venv), CUTLASS-DSL's
 CUDA 12 libraries (torch here is a CUDA 13 build), and pip itself. Tried and reverted:
 removing the ROCm backends of the two Triton builds (~100 MB) broke `import triton`
-(its entry points name them), which the CPU checks below now catch.
+(its entry points name them), which the CPU checks above now catch.
 
 What stays and dominates is what vLLM 0.32.0 itself pulls for CUDA 13: the CUDA math
 libraries torch links at load time (cuBLAS/cuBLASLt, cuFFT, cuSPARSE, cuSPARSELt, cuRAND,

@@ -160,6 +160,15 @@ class _Checks:
         _require(code == 0, f"exit {code}: {out.strip().splitlines()[-1] if out.strip() else ''}")
         return out.strip(), out.strip().splitlines()[-1]
 
+    def draft_trunc(self):
+        """draft-trunc recipes: the feature announced itself and flushed its statistics
+        (the smoke container runs with a short log interval so a few prompts suffice)."""
+        text = self.box.logs(tail=100000)
+        _require("draft_trunc on:" in text, "no 'draft_trunc on:' line: the feature did not switch on")
+        stats = [ln for ln in text.splitlines() if "draft_trunc: steps=" in ln]
+        _require(bool(stats), "no 'draft_trunc: steps=...' statistics line was flushed")
+        return stats[-1], stats[-1].strip()[-160:]
+
     def engine_info(self):
         code, out = self.box.exec(["python", "-m", "kiln_engine", "info"])
         _require(code == 0, f"exit {code}: {out[-200:]}")
@@ -185,6 +194,8 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False)
         log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host")
         return {"skipped": True, "reason": "no GPU"}
     spec = run_spec(loaded, image.id, host_port=free_port(), host_ip="127.0.0.1")
+    if "draft-trunc" in recipe.experimental:
+        spec.env["KILN_DRAFT_TRUNC_LOG_INTERVAL"] = "20"  # flush within a handful of requests
     preflight(loaded, spec)
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     log.step(f"smoke {name}: {recipe_image.tag} ({image.id[:19]}) on {spec.host_ip}:{spec.host_port}")
@@ -199,7 +210,8 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False)
             run.checks.append(Check("startup", False, exc.message))
         if startup is not None:
             checks = _Checks(box, recipe)
-            for check_name in CHECKS:
+            names = CHECKS + (("draft_trunc",) if "draft-trunc" in recipe.experimental else ())
+            for check_name in names:
                 run.check(check_name, getattr(checks, check_name))
             if not run.passed:
                 box._dump_logs(100)

@@ -74,10 +74,10 @@ def test_unknown_flag_names_the_recipe_line(tmp_path, accepted):
 
 
 def test_value_and_switch_mistakes_are_caught(tmp_path, accepted):
-    loaded = _load(_recipe(tmp_path, "    max-num-seqs: true\n    enable-prefix-caching: false\n"))
+    loaded = _load(_recipe(tmp_path, "    max-num-batched-tokens: true\n    use-tqdm-on-load: false\n"))
     found = "\n".join(argcheck.problems(loaded, accepted))
-    assert "launch.args.max-num-seqs: --max-num-seqs takes a value" in found
-    assert "launch.args.enable-prefix-caching: false has no effect" in found
+    assert "launch.args.max-num-batched-tokens: --max-num-batched-tokens takes a value" in found
+    assert "launch.args.use-tqdm-on-load: false has no effect" in found
 
 
 def test_unknown_speculative_key_is_caught(tmp_path, accepted):
