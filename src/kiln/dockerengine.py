@@ -207,11 +207,16 @@ class DockerEngine:
             raise BaseImageMissing(f"base image {ref} is not present locally")
         log.step(f"pulling {ref}")
         repo, _, tag = ref.rpartition(":") if "@" not in ref else (ref, "", "")
+        t0 = last = time.monotonic()
         try:
             for chunk in self.client.api.pull(repo or ref, tag=tag or None, stream=True, decode=True):
-                if "status" in chunk:
-                    log.debug(f"pull: {chunk['status']} {chunk.get('progress', '')}")
-            return self.client.images.get(ref)
+                if "status" in chunk and (log.DEBUG or time.monotonic() - last > 2):
+                    last = time.monotonic()
+                    log.info(f"  pull {time.monotonic() - t0:5.0f} s  {chunk.get('id', '')} {chunk['status']} "
+                             f"{chunk.get('progress', '')}".rstrip())
+            img = self.client.images.get(ref)
+            log.ok(f"pulled {ref} in {log.human_secs(time.monotonic() - t0)}")
+            return img
         except docker.errors.APIError as exc:
             raise BaseImageMissing(f"base image {ref} is not local and could not be pulled: {_short(exc)}") from None
 
