@@ -206,10 +206,11 @@ class DockerEngine:
         if not pull:
             raise BaseImageMissing(f"base image {ref} is not present locally")
         log.step(f"pulling {ref}")
-        repo, _, tag = ref.rpartition(":") if "@" not in ref else (ref, "", "")
+        repo, tag = split_ref(ref)
+        auth = _pull_auth(repo)
         t0 = last = time.monotonic()
         try:
-            for chunk in self.client.api.pull(repo or ref, tag=tag or None, stream=True, decode=True):
+            for chunk in self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth):
                 if "status" in chunk and (log.DEBUG or time.monotonic() - last > 2):
                     last = time.monotonic()
                     log.info(f"  pull {time.monotonic() - t0:5.0f} s  {chunk.get('id', '')} {chunk['status']} "
@@ -310,6 +311,25 @@ class DockerEngine:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())[:300] or "failed"
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """("repo", "tag") or ("repo@sha256:...", None); a registry port is not a tag."""
+    if "@" in ref:
+        return ref, None
+    slash, colon = ref.rfind("/"), ref.rfind(":")
+    return (ref[:colon], ref[colon + 1:]) if colon > slash else (ref, None)
+
+
+def _pull_auth(repo: str) -> dict | None:
+    """Credentials for a registry base image: KILN_REGISTRY_* or the docker config."""
+    from .credentials import resolve
+
+    first = repo.split("/", 1)[0]
+    if "/" not in repo or not ("." in first or ":" in first or first == "localhost"):
+        return None  # Docker Hub style name: anonymous pulls
+    creds = resolve(first)
+    return creds.auth_config(first) if creds else None
 
 
 def _short(exc: BaseException) -> str:

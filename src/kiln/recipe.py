@@ -62,7 +62,13 @@ class BaseImage(Strict):
 
     @property
     def pinned(self) -> str:
-        return f"{self.ref.split('@')[0]}@{self.digest}" if self.digest else self.ref
+        """`repo@digest` when pinned (the tag is only a label then), else the ref."""
+        if not self.digest:
+            return self.ref
+        name = self.ref.split("@")[0]
+        slash = name.rfind("/")
+        colon = name.rfind(":")
+        return f"{name[:colon] if colon > slash else name}@{self.digest}"
 
 
 class Engine(Strict):
