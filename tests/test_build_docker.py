@@ -255,3 +255,27 @@ def test_real_series_broken_fails_before_docker(tmp_path, docker_engine):
     assert result.returncode == 6, result.stderr[-3000:]
     assert f"{patch.name}:" in result.stderr and "does not apply" in result.stderr
     assert "Step 1/" not in result.stderr
+
+
+def test_prune_removes_superseded_images_only(kiln_tree, base_image, docker_engine):
+    env = {"KILN_ROOT": str(kiln_tree)}
+    remove_images(docker_engine, f"kiln/{NAME}")
+    assert run_kiln("build", NAME, env=env, cwd=kiln_tree).returncode == 0
+    old_tag = resolve()[2].tag
+    (kiln_tree / "recipes" / NAME / "payload.txt").write_text("payload v3\n")
+    assert run_kiln("build", NAME, env=env, cwd=kiln_tree).returncode == 0
+    new_tag = resolve()[2].tag
+    assert docker_engine.image(old_tag) is not None
+    dry = run_kiln("prune", NAME, "--dry-run", env=env, cwd=kiln_tree)
+    assert dry.returncode == 0 and f"would remove {old_tag}" in dry.stderr
+    assert docker_engine.image(old_tag) is not None
+    others = {i.id for i in docker_engine.client.images.list(filters={"label": "ai.kiln.input-digest"})
+              if i.labels.get("ai.kiln.recipe") != NAME}
+    done = run_kiln("prune", NAME, env=env, cwd=kiln_tree)
+    assert done.returncode == 0, done.stderr
+    assert docker_engine.image(old_tag) is None
+    assert docker_engine.image(new_tag) is not None
+    assert docker_engine.image(base_image) is not None
+    # naming a recipe touches nothing else: engines and other recipes' images stay
+    assert others <= {i.id for i in docker_engine.client.images.list(filters={"label": "ai.kiln.input-digest"})}
+    remove_images(docker_engine, f"kiln/{NAME}")

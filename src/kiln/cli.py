@@ -91,6 +91,12 @@ def cmd_run(args) -> int:
     return run(args)
 
 
+def cmd_prune(args) -> int:
+    from .prune import prune
+
+    return prune(args.names, dry_run=args.dry_run)
+
+
 def cmd_smoke(args) -> int:
     from .smoke import smoke_cli
 
@@ -127,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tag", default=None)
     s.add_argument("--force", action="store_true")
     s.set_defaults(func=cmd_base_build)
+    s = sub.add_parser("prune", help="remove kiln images no current recipe input produces")
+    s.add_argument("names", nargs="*", help="only these recipes' images (default: all recipes and engines)")
+    s.add_argument("--dry-run", action="store_true", help="only list them")
+    s.set_defaults(func=cmd_prune)
     s = sub.add_parser("doctor", help="check this machine")
     s.set_defaults(func=cmd_doctor)
     s = sub.add_parser("run", help="serve a recipe's image (extra vLLM args after --)")
