@@ -50,6 +50,10 @@ def test_build_tags_and_labels(built, docker_engine):
     assert labels["ai.kiln.engine.flavour"] == "cpu"
     assert labels["ai.kiln.experimental"] == ""
     assert json.loads(labels["ai.kiln.patches"]) == {}
+    # the engine tag points at the image the probe labelled (the stand-in has no torch)
+    engine_labels = docker_engine.image(engine_image.tag).labels
+    assert json.loads(engine_labels["ai.kiln.engine.probe"]) == {"torch": None, "cuda": None, "nccl": None}
+    assert engine_labels["ai.kiln.input-digest"] == engine_image.digest
     # summary names what was built
     assert recipe_image.tag in result.stderr and img.id in result.stderr
     assert "took" in result.stderr and "steps cached" in result.stderr

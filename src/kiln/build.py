@@ -72,6 +72,7 @@ def _build(
     force: bool,
     max_size_gb: float | None = None,
     verify=None,
+    finalize=None,
     nocache: bool = False,
 ) -> BuildOutcome:
     t0 = time.monotonic()
@@ -99,6 +100,8 @@ def _build(
         )
     if verify is not None:
         verify(image)
+    if finalize is not None:  # e.g. the engine probe's labels: a new image id, still untagged
+        result.image_id = finalize(image)
     for tag in tags:
         docker.tag(result.image_id, tag)
     return BuildOutcome(
@@ -137,8 +140,8 @@ def build_engine(docker: DockerEngine, engine_image: EngineImage, *, force: bool
     # a registry base is pulled by digest; the air-gapped kiln/base is never pulled
     docker.ensure_base(base.pinned, pull=not base.ref.startswith("kiln/"))
     engine_image.add_wheels()
-    # torch/CUDA/NCCL labels read from the built image; tags move to the labelled one
-    return engineprobe.stamp(docker, engine_image, _build(
+    # torch/CUDA/NCCL labels read from the built image before anything is tagged
+    return _build(
         docker,
         label=f"engine-{engine_image.engine.flavour}",
         context=engine_image.context,
@@ -148,8 +151,9 @@ def build_engine(docker: DockerEngine, engine_image: EngineImage, *, force: bool
         labels=engine_image.labels(),
         buildargs=engine_image.buildargs(),
         force=force,
+        finalize=lambda image: engineprobe.labelled(docker, image),
         nocache=nocache,
-    ))
+    )
 
 
 def build_recipe(

@@ -89,29 +89,36 @@ def is_stamped(image) -> bool:
     return PROBED in (image.labels or {})
 
 
-def stamp(docker, engine_image, outcome):
-    """Probe the image `outcome` names and tag a labelled derivative in its place.
+def labelled(docker, image) -> str:
+    """Id of an image carrying the probed labels: `image` itself when already stamped,
+    else a derived `FROM <id>` image with them. Raises if the probe fails; tags nothing."""
+    if is_stamped(image):
+        return image.id
+    found = probe(docker, image.id)
+    ctx = BuildContext()
+    ctx.add_bytes("Dockerfile", f"FROM {image.id}\n".encode())
+    result = docker.build(ctx, label="engine-labels", labels=labels_for(found), quiet=True)
+    log.ok("engine probe: " + ", ".join(f"{k} {v or 'none'}" for k, v in found.items()))
+    return result.image_id
 
-    Also heals engine images built before probing existed (skipped builds without the
-    labels). If the probe fails, the engine's tags are removed, so a failed check never
-    leaves a tag that a later build would trust."""
+
+def stamp(docker, engine_image, outcome):
+    """Heal an engine image built before probing existed (a skipped build without the
+    labels): tag a labelled derivative in its place. If the probe fails, the engine's
+    tags are removed, so a failed check never leaves a tag that a later build would trust.
+    Fresh builds are labelled before they are tagged (`build._build`'s finalize hook)."""
     tags = [engine_image.tag, engine_image.alias_tag]
     image = docker.client.images.get(outcome.image_id)
     if is_stamped(image):
         return outcome
     try:
-        found = probe(docker, image.id)
-        labels = labels_for(found)
-        ctx = BuildContext()
-        ctx.add_bytes("Dockerfile", f"FROM {image.id}\n".encode())
-        result = docker.build(ctx, label="engine-labels", labels=labels, quiet=True)
+        image_id = labelled(docker, image)
     except BaseException:
         _untag(docker, tags)
         raise
     for tag in tags:
-        docker.tag(result.image_id, tag)
-    log.ok("engine probe: " + ", ".join(f"{k} {v or 'none'}" for k, v in found.items()))
-    return replace(outcome, image_id=result.image_id)
+        docker.tag(image_id, tag)
+    return replace(outcome, image_id=image_id)
 
 
 def _untag(docker, tags: list[str]) -> None:
