@@ -473,10 +473,6 @@ def bump_report(from_version: str, to_version: str, flavour: str | None = None) 
 def cmd_engine_bump(args) -> int:
     to_version = _parse_engine(args.to)
     from_version = _parse_engine(args.from_version) if args.from_version else _only_version()
-    if not args.dry_run:
-        raise UsageError("only `kiln engine bump --to Y --dry-run` is available",
-                         hint=f"then: `kiln patches checkout --engine {ENGINE}=={to_version} --series-from {from_version}"
-                              " [--force-apply]`, fix, `kiln patches refresh`, and update the recipes' engine.version")
     rows = bump_report(from_version, to_version, args.flavour)
     log.out.print(f"{ENGINE} {from_version} -> {to_version}: {len(rows)} patch(es)", markup=False)
     width = max((len(r[0]) for r in rows), default=0)
@@ -486,7 +482,40 @@ def cmd_engine_bump(args) -> int:
     if failures:
         raise SeriesFailed(failures, hint=f"port them: `kiln patches checkout --engine {ENGINE}=={to_version} "
                                           f"--series-from {from_version} --force-apply`, fix, `kiln patches refresh`")
+    if not args.dry_run:
+        write_bumped_series(from_version, to_version, rows, args.flavour)
     return 0
+
+
+def write_bumped_series(from_version: str, to_version: str, rows, flavour: str | None) -> Path:
+    """patches/vllm/<to>/: the old series minus patches already upstream, with patches
+    that applied at an offset regenerated against the new sources (checkout + refresh).
+    Only called when every patch ported; a folder that already exists is never touched."""
+    dest = series_dir(to_version)
+    if dest.exists():
+        raise UsageError(f"{_shown(dest)} already exists", hint="remove it or edit it with checkout/refresh")
+    src = series_dir(from_version)
+    kept = [name for name, status, _, _ in rows if status != "upstream"]
+    staging = dest.with_name(f".{dest.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name in kept:
+        shutil.copy2(src / name, staging / name)
+    header = [ln for ln in (src / "series").read_text().splitlines() if ln.startswith("#")]
+    dropped = [name for name, status, _, _ in rows if status == "upstream"]
+    notes = [f"# bumped from {ENGINE} {from_version}; dropped as already upstream: {name}" for name in dropped]
+    (staging / "series").write_text("\n".join([*header, *notes, *kept]) + "\n")
+    staging.rename(dest)  # whole folder at once: no half-written series
+    try:
+        checkout(to_version, flavour, force=True)
+        rewritten = refresh(to_version, flavour)
+    except BaseException:
+        shutil.rmtree(dest)
+        raise
+    log.ok(f"wrote {_shown(dest)}: {len(kept)} patch(es), {len(dropped)} dropped as upstream, "
+           f"{len(rewritten)} regenerated for offsets")
+    log.info(f"next: set engine.version: {to_version} in the recipes, `kiln check --all`, `kiln build NAME`")
+    return dest
 
 
 # -- overrides: rebase and to-patch --------------------------------------------------------------
@@ -640,7 +669,7 @@ def register(sub) -> None:
 
     e = sub.add_parser("engine", help="engine version management")
     es = e.add_subparsers(dest="engine_command", required=True, parser_class=type(e))
-    s = es.add_parser("bump", help="how the patch series fares on another engine version")
+    s = es.add_parser("bump", help="port the patch series to another engine version (--dry-run: only report)")
     s.add_argument("--to", required=True, help=f"{ENGINE}==Y or Y")
     s.add_argument("--from", dest="from_version", help="series to bump (default: the only one)")
     s.add_argument("--dry-run", action="store_true", help="report per patch; change nothing")

@@ -210,3 +210,38 @@ def test_harness_helpers(kroot, src032):
         "name": "feat", "series": None,
         "replacements": [{"target": MAIN, "file": "files/main.py", "upstream_sha256": sha(upstream)}],
     }
+
+
+def test_bump_writes_the_ported_series_and_drops_upstream_patches(kroot, capsys, src032, src033):
+    upstream_change = (b"from vllm.entrypoints.serve.utils.api_utils import VLLM_SUBCMD_PARSER_EPILOG\n",
+                       b"from vllm.entrypoints.common.startup import VLLM_SUBCMD_PARSER_EPILOG\n")
+    clean = HEADER + edit(src032, "vllm/logger.py", b"def init_logger(name: str)", b"def init_logger(name: str) ")
+    write_series(kroot, "0.32.0", {
+        "0001-clean.patch": clean,
+        "0002-offset.patch": HEADER + edit(src032, MAIN, b'action="version",', b'action="version",  # kiln'),
+        "0003-upstream.patch": HEADER + edit(src032, RUN_BATCH, *upstream_change),
+    })
+    code, out, err = kiln(capsys, "engine", "bump", "--to", "vllm==0.33.0")
+    assert code == 0, err
+    new = kroot / "patches" / "vllm" / "0.33.0"
+    names = [ln for ln in (new / "series").read_text().splitlines() if ln and not ln.startswith("#")]
+    assert names == ["0001-clean.patch", "0002-offset.patch"]
+    assert "dropped as already upstream: 0003-upstream.patch" in (new / "series").read_text()
+    assert not (new / "0003-upstream.patch").exists()
+    assert (new / "0001-clean.patch").read_bytes() == clean  # applied exactly: bytes kept
+    offset = (new / "0002-offset.patch").read_bytes()
+    assert offset.startswith(HEADER) and b'action="version",  # kiln' in offset
+    tree = P.Tree(src033)
+    result = P.apply_series(tree, [P.load_series(new / "series")])
+    assert all(r.ok and not r.offsets for r in result)  # regenerated: no offsets left
+
+
+def test_bump_that_cannot_port_writes_nothing(kroot, capsys, src032, src033):
+    write_series(kroot, "0.32.0", {
+        "0001-conflict.patch": HEADER + edit(src032, MAIN, b"    from vllm.entrypoints.serve.utils.api_utils import (\n",
+                                             b"    from vllm.entrypoints.serve.utils.api_utils import (  # kiln\n"),
+    })
+    code, _, err = kiln(capsys, "engine", "bump", "--to", "vllm==0.33.0")
+    assert code == 6
+    assert "0001-conflict.patch: vllm/entrypoints/cli/main.py: hunk #1" in err
+    assert not (kroot / "patches" / "vllm" / "0.33.0").exists()
