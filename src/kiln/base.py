@@ -15,13 +15,8 @@ import yaml
 
 from . import log
 from .dockerengine import DockerEngine
-from .errors import BuildFailed, KilnError
+from .errors import BuildFailed, DebootstrapMissing
 from .paths import repo_root
-
-
-class DebootstrapMissing(KilnError):
-    exit_code = 24
-    hint = "install it (`apt-get install debootstrap`) and run `kiln base build` as root"
 
 
 @dataclass(frozen=True)

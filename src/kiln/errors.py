@@ -148,6 +148,11 @@ class RebaseConflict(KilnError):
     hint = "resolve the conflict markers in the override file, then rebuild"
 
 
+class DebootstrapMissing(KilnError):
+    exit_code = 24
+    hint = "install it (`apt-get install debootstrap`) and run `kiln base build` as root"
+
+
 class UsageError(KilnError):
     exit_code = 64
     hint = "see `kiln --help`"
