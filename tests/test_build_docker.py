@@ -283,3 +283,20 @@ def test_prune_removes_superseded_images_only(kiln_tree, base_image, docker_engi
     # naming a recipe touches nothing else: engines and other recipes' images stay
     assert others <= {i.id for i in docker_engine.client.images.list(filters={"label": "ai.kiln.input-digest"})}
     remove_images(docker_engine, f"kiln/{NAME}")
+
+
+def test_base_build_without_debootstrap_is_a_clear_error(docker_engine, tmp_path):
+    import os
+    import sys
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python").symlink_to(sys.executable)
+    env = {"PATH": f"{bindir}:{os.path.dirname(sys.executable)}"}  # no /usr/sbin: no debootstrap
+    before = docker_engine.image("kiln/base:bookworm")
+    result = run_kiln("base", "build", "--force", "--tag", "kiln/base:kiln-test-none", env=env)
+    assert result.returncode == 24, result.stderr
+    assert "debootstrap is not installed" in result.stderr and "apt-get install debootstrap" in result.stderr
+    assert docker_engine.image("kiln/base:kiln-test-none") is None
+    after = docker_engine.image("kiln/base:bookworm")
+    assert (before and before.id) == (after and after.id)
