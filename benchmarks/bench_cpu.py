@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -23,24 +22,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "tiny-moe"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(port: int, timeout: float = 300) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return time.monotonic() - t0
-        except OSError:
-            time.sleep(0.25)
-    raise SystemExit(f"not healthy after {timeout} s")
 
 
 def tokens_per_s(port: int, model: str) -> float:
@@ -59,6 +40,8 @@ def tokens_per_s(port: int, model: str) -> float:
 
 def serve(docker, image_id: str, argv: list[str] | None, model: str) -> tuple[float, float]:
     """(seconds from `docker run` to healthy, tokens/s); argv replaces the command if given."""
+    from kiln.container import free_port, wait_for_health
+
     port = free_port()
     kw = dict(detach=True, cap_add=["SYS_NICE"], shm_size="4g", ports={"8000/tcp": ("127.0.0.1", port)})
     if argv is not None:
@@ -66,7 +49,7 @@ def serve(docker, image_id: str, argv: list[str] | None, model: str) -> tuple[fl
     t0 = time.monotonic()
     box = docker.client.containers.run(image_id, **kw)
     try:
-        wait_healthy(port)
+        wait_for_health(f"http://127.0.0.1:{port}", 300)
         healthy = time.monotonic() - t0
         return healthy, tokens_per_s(port, model)
     finally:

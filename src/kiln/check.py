@@ -5,13 +5,13 @@ from __future__ import annotations
 from . import log
 from .errors import KilnError, RecipeInvalid
 from .paths import recipes_dir
-from .recipe import load_recipe
+from .recipe import load_recipe, recipe_names
 
 
 def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
     if name and not all_recipes:
         return [name]
-    return sorted(p.name for p in recipes_dir().iterdir() if (p / "recipe.yaml").is_file())
+    return recipe_names()
 
 
 def check_one(name: str) -> list[str]:

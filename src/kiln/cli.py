@@ -22,14 +22,14 @@ class _Parser(argparse.ArgumentParser):
 # -- commands -------------------------------------------------------------------------
 def cmd_list(args) -> int:
     from .paths import recipes_dir
-    from .recipe import load_recipe
+    from .recipe import load_recipe, recipe_names
 
-    for d in sorted(p for p in recipes_dir().iterdir() if (p / "recipe.yaml").exists()):
+    for name in recipe_names():
         try:
-            r = load_recipe(d).recipe
+            r = load_recipe(recipes_dir() / name).recipe
             log.out.print(f"{r.name:24} {r.engine.name}=={r.engine.version} {r.engine.flavour:5} {r.launch.served_model_name}", markup=False)
         except KilnError:
-            log.out.print(f"{d.name:24} INVALID (kiln check {d.name})", markup=False)
+            log.out.print(f"{name:24} INVALID (kiln check {name})", markup=False)
     return 0
 
 

@@ -25,6 +25,26 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def health_ok(base_url: str) -> bool:
+    """True when vLLM's /health under `base_url` answers 200."""
+    try:
+        with urllib.request.urlopen(f"{base_url}/health", timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_for_health(base_url: str, timeout_s: float) -> float:
+    """Seconds until /health answered 200 (plain polling, for callers that started the
+    container themselves); TimeoutError after `timeout_s`."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if health_ok(base_url):
+            return time.monotonic() - t0
+        time.sleep(0.25)
+    raise TimeoutError(f"no 200 from {base_url}/health after {timeout_s:.0f} s")
+
+
 def ensure_port_free(host: str, port: int) -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -126,7 +146,7 @@ class ServingContainer:
                     self._dump_logs()
                     code = self.container.attrs.get("State", {}).get("ExitCode") if state != "removed" else "?"
                     raise ContainerStartFailed(f"container {self.spec.name} exited during start (exit code {code})")
-                if self._healthy():
+                if health_ok(self.url):
                     log.ok(f"healthy after {elapsed:.1f} s: {self.url}")
                     return elapsed
                 if elapsed > timeout_s:
@@ -137,13 +157,6 @@ class ServingContainer:
                     last_line = lines[-1][-110:]
                 status.update(f"waiting for {self.url}/health  {elapsed:5.0f}s / {timeout_s:.0f}s  {last_line}")
                 time.sleep(0.5)
-
-    def _healthy(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
 
     def _dump_logs(self, tail: int = 100) -> None:
         text = self.logs(tail=tail)

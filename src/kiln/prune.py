@@ -15,11 +15,7 @@ from .build import resolve
 from .dockerengine import DockerEngine
 from .errors import KilnError
 from .images import LABEL_NS
-from .paths import recipes_dir
-
-
-def recipe_names() -> list[str]:
-    return sorted(p.name for p in recipes_dir().iterdir() if (p / "recipe.yaml").is_file())
+from .recipe import recipe_names
 
 
 def current_digests() -> set[str]:

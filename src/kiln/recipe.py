@@ -307,6 +307,13 @@ def load_recipe(directory: Path) -> LoadedRecipe:
     return loaded
 
 
+def recipe_names() -> list[str]:
+    """Folders under recipes/ that hold a recipe.yaml, sorted."""
+    from .paths import recipes_dir
+
+    return sorted(p.name for p in recipes_dir().iterdir() if (p / RECIPE_FILE).is_file())
+
+
 def json_schema() -> dict:
     schema = Recipe.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"

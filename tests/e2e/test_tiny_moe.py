@@ -14,6 +14,8 @@ import urllib.request
 import pytest
 from kilntest import REPO, make_tree, run_kiln
 
+from kiln.container import free_port, wait_for_health
+
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 NAME = "tiny-moe"
@@ -32,25 +34,6 @@ def image(docker_engine, base_image):
 
 def _containers(docker_engine, image_id):
     return [c for c in docker_engine.client.containers.list(all=True) if c.image.id == image_id]
-
-
-def _wait_health(port: int, timeout: float = 180) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                if r.status == 200:
-                    return time.monotonic() - t0
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"no /health on {port} after {timeout} s")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_image_is_labelled_non_root_and_in_budget(image):
@@ -108,12 +91,12 @@ def test_docker_run_serves_appended_args_and_stops_on_sigterm(image, docker_engi
     from openai import OpenAI
 
     _, _, img = image
-    port = _free_port()
+    port = free_port()
     box = docker_engine.client.containers.run(
         img.id, ["--max-model-len", "384"], detach=True, cap_add=["SYS_NICE"], shm_size="4g",
         ports={"8000/tcp": ("127.0.0.1", port)})
     try:
-        _wait_health(port)
+        wait_for_health(f"http://127.0.0.1:{port}", 180)
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
         model = client.models.list().data[0]
         assert model.id == "tiny-moe"
@@ -150,7 +133,7 @@ def test_port_in_use_is_refused_and_leaves_no_container(image, docker_engine):
 
 def test_container_exiting_during_start_is_a_clear_error(image, docker_engine):
     _, _, img = image
-    result = run_kiln("run", NAME, "--port", str(_free_port()), "--detach", "--", "--no-such-vllm-flag")
+    result = run_kiln("run", NAME, "--port", str(free_port()), "--detach", "--", "--no-such-vllm-flag")
     assert result.returncode == 13, result.stderr[-3000:]
     assert "exited during start" in result.stderr
     assert "no-such-vllm-flag" in result.stderr  # the log tail names the cause
@@ -159,7 +142,7 @@ def test_container_exiting_during_start_is_a_clear_error(image, docker_engine):
 
 def test_kiln_run_detach_serves_then_stops(image, docker_engine):
     _, _, img = image
-    port = _free_port()
+    port = free_port()
     result = run_kiln("run", NAME, "--port", str(port), "--detach")
     try:
         assert result.returncode == 0, result.stderr[-3000:]
