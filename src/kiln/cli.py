@@ -91,6 +91,24 @@ def cmd_run(args) -> int:
     return run(args)
 
 
+def cmd_ps(args) -> int:
+    from .runner import ps
+
+    return ps(args)
+
+
+def cmd_logs(args) -> int:
+    from .runner import logs
+
+    return logs(args)
+
+
+def cmd_stop(args) -> int:
+    from .runner import stop
+
+    return stop(args)
+
+
 def cmd_prune(args) -> int:
     from .prune import prune
 
@@ -139,12 +157,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_prune)
     s = sub.add_parser("doctor", help="check this machine")
     s.set_defaults(func=cmd_doctor)
-    s = sub.add_parser("run", help="serve a recipe's image (extra vLLM args after --)")
+    s = sub.add_parser("run", help="serve a recipe's image (extra vLLM args after --)",
+                       usage="kiln run NAME [--print] [--port P] [--detach] [-e VAR=VALUE ...] [-- VLLM ARGS ...]")
     s.add_argument("name")
+    s.add_argument("-e", "--env", action="append", metavar="VAR=VALUE", help="set a container env var (wins over the recipe's)")
     s.add_argument("--print", action="store_true", help="only print the docker run command")
     s.add_argument("--port", type=int, default=None, help="host port (default: the recipe's port)")
     s.add_argument("--detach", action="store_true", help="return once healthy, leave it running")
     s.set_defaults(func=cmd_run)
+    s = sub.add_parser("ps", help="containers kiln started")
+    s.add_argument("-a", "--all", action="store_true", help="stopped ones too")
+    s.set_defaults(func=cmd_ps)
+    s = sub.add_parser("logs", help="a kiln container's log")
+    s.add_argument("name")
+    s.add_argument("-f", "--follow", action="store_true")
+    s.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
+    s.set_defaults(func=cmd_logs)
+    s = sub.add_parser("stop", help="stop and remove kiln containers")
+    s.add_argument("names", nargs="*", metavar="NAME")
+    s.add_argument("--all", action="store_true", help="every container kiln started")
+    s.add_argument("--timeout", type=int, default=30, help="seconds before SIGKILL")
+    s.set_defaults(func=cmd_stop)
     s = sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client")
     s.add_argument("name")
     s.add_argument("--build", action="store_true", help="build first if needed")

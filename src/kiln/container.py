@@ -6,16 +6,18 @@ import os
 import secrets
 import shutil
 import socket
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections import deque
 
 import docker.errors
 
 from . import log
 from .dockerengine import DockerEngine
 from .errors import ContainerStartFailed, ModelPathMissing, NoGPU, PortInUse
-from .launch import RunSpec, model_mounts
+from .launch import LABEL_RECIPE, LABEL_URL, RunSpec, model_mounts
 from .recipe import LoadedRecipe
 
 
@@ -45,13 +47,42 @@ def wait_for_health(base_url: str, timeout_s: float) -> float:
     raise TimeoutError(f"no 200 from {base_url}/health after {timeout_s:.0f} s")
 
 
+def kiln_containers(client, *, all_states: bool = False) -> list:
+    """Containers that kiln started (by label), newest first."""
+    return client.containers.list(all=all_states, filters={"label": LABEL_RECIPE})
+
+
+def kiln_container_on_port(port: int, client=None):
+    """The kiln container publishing host `port`, or None (also when no daemon answers)."""
+    try:
+        client = client or DockerEngine().client
+        for box in kiln_containers(client):
+            bindings = (box.attrs.get("HostConfig") or {}).get("PortBindings") or {}
+            for binds in bindings.values():
+                if any(str(b.get("HostPort")) == str(port) for b in binds or []):
+                    return box
+    except Exception:  # best effort: it only improves an error message
+        return None
+    return None
+
+
+def port_in_use(host: str, port: int, client=None) -> PortInUse:
+    where = f"port {port} on {host or '0.0.0.0'}"
+    box = kiln_container_on_port(port, client)
+    if box is None:
+        return PortInUse(f"{where} is already in use")
+    recipe = box.labels.get(LABEL_RECIPE, "?")
+    return PortInUse(f"{where} is already in use by kiln container {box.name} ({recipe})",
+                     hint=f"`kiln stop {box.name}`, or pick another port with --port")
+
+
 def ensure_port_free(host: str, port: int) -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host or "0.0.0.0", port))
         except OSError:
-            raise PortInUse(f"port {port} on {host or '0.0.0.0'} is already in use") from None
+            raise port_in_use(host, port) from None
 
 
 def gpu_visible() -> bool:
@@ -61,8 +92,11 @@ def gpu_visible() -> bool:
 
 
 def run_spec(loaded: LoadedRecipe, image: str, *, host_port: int, host_ip: str = "",
-             extra_args: list[str] | None = None, detach: bool = False) -> RunSpec:
+             extra_args: list[str] | None = None, detach: bool = False,
+             env: dict[str, str] | None = None) -> RunSpec:
+    """`env` (from `kiln run -e`) wins over the recipe's launch env."""
     recipe = loaded.recipe
+    url = f"http://{host_ip or '127.0.0.1'}:{host_port}"
     return RunSpec(
         image=image,
         name=f"kiln-{recipe.name}-{secrets.token_hex(3)}",
@@ -71,9 +105,10 @@ def run_spec(loaded: LoadedRecipe, image: str, *, host_port: int, host_ip: str =
         host_ip=host_ip,
         flavour=recipe.engine.flavour,
         mounts=model_mounts(recipe),
-        env=_explicit_env(loaded),
+        env={**_explicit_env(loaded), **(env or {})},
         extra_args=list(extra_args or []),
         detach=detach,
+        labels={LABEL_RECIPE: recipe.name, LABEL_URL: url},
     )
 
 
@@ -100,32 +135,70 @@ def preflight(loaded: LoadedRecipe, spec: RunSpec) -> None:
 
 
 class ServingContainer:
+    """One serving container. Started with AutoRemove (the printed `docker run --rm`), so
+    its output is captured from the start: a container that dies is gone with its log."""
+
     def __init__(self, docker: DockerEngine, spec: RunSpec):
         self.docker = docker
         self.spec = spec
         self.container = None
+        self.captured: deque[str] = deque(maxlen=5000)
+        self.exit_code: int | None = None
+        self._gone = threading.Event()
 
     def start(self) -> None:
+        client = self.docker.client
         try:
-            self.container = self.docker.client.containers.run(**self.spec.sdk_kwargs())
+            self.container = client.containers.create(**self.spec.sdk_kwargs())
+            self._watch_exit()
+            self.container.start()
         except docker.errors.APIError as exc:
             self.remove()
-            text = getattr(exc, "explanation", None) or str(exc)
-            if "port is already allocated" in str(text) or "address already in use" in str(text):
-                raise PortInUse(f"port {self.spec.host_port} is already in use") from None
-            raise ContainerStartFailed(f"docker could not start {self.spec.image}: {' '.join(str(text).split())[:300]}") from None
+            text = " ".join(str(getattr(exc, "explanation", None) or exc).split())
+            if "port is already allocated" in text or "address already in use" in text:
+                raise port_in_use(self.spec.host_ip, self.spec.host_port, client) from None
+            raise ContainerStartFailed(f"docker could not start {self.spec.image}: {text[:300]}") from None
+        threading.Thread(target=self._capture, daemon=True).start()
+
+    def _watch_exit(self) -> None:
+        """Record the exit code even when AutoRemove deletes the container right after."""
+        condition = "removed" if self.spec.remove else "not-running"
+        api, cid = self.docker.client.api, self.container.id
+
+        def wait():
+            try:
+                self.exit_code = api.wait(cid, condition=condition).get("StatusCode")
+            except Exception:  # gone before the wait was registered
+                pass
+            self._gone.set()
+
+        threading.Thread(target=wait, daemon=True).start()
+
+    def _capture(self) -> None:
+        try:
+            pending = ""
+            for chunk in self.container.logs(stream=True, follow=True):
+                pending += chunk.decode(errors="replace")
+                *lines, pending = pending.split("\n")
+                self.captured.extend(lines)
+            if pending:
+                self.captured.append(pending)
+        except Exception:  # container gone mid-stream: keep what was read
+            pass
 
     @property
     def url(self) -> str:
         return f"http://{self.spec.host_ip or '127.0.0.1'}:{self.spec.host_port}"
 
     def logs(self, tail: int = 100) -> str:
+        """The last `tail` lines: from the daemon while the container exists, else captured."""
         if self.container is None:
             return ""
         try:
             return self.container.logs(tail=tail).decode(errors="replace")
         except docker.errors.APIError:
-            return ""
+            lines = list(self.captured)[-tail:]
+            return "\n".join(lines) + ("\n" if lines else "")
 
     def status(self) -> str:
         try:
@@ -143,8 +216,10 @@ class ServingContainer:
                 elapsed = time.monotonic() - t0
                 state = self.status()
                 if state in ("exited", "dead", "removed"):
+                    self._gone.wait(timeout=5)  # the exit code, and the log read to its end
+                    time.sleep(0.2)
                     self._dump_logs()
-                    code = self.container.attrs.get("State", {}).get("ExitCode") if state != "removed" else "?"
+                    code = "?" if self.exit_code is None else self.exit_code
                     raise ContainerStartFailed(f"container {self.spec.name} exited during start (exit code {code})")
                 if health_ok(self.url):
                     log.ok(f"healthy after {elapsed:.1f} s: {self.url}")
@@ -152,7 +227,7 @@ class ServingContainer:
                 if elapsed > timeout_s:
                     self._dump_logs()
                     raise ContainerStartFailed(f"{self.spec.name} not healthy after {timeout_s:.0f} s")
-                lines = [ln for ln in self.logs(tail=3).splitlines() if ln.strip()]
+                lines = [ln for ln in list(self.captured)[-3:] if ln.strip()]
                 if lines:
                     last_line = lines[-1][-110:]
                 status.update(f"waiting for {self.url}/health  {elapsed:5.0f}s / {timeout_s:.0f}s  {last_line}")
@@ -181,14 +256,7 @@ class ServingContainer:
         return time.monotonic() - t0
 
     def remove(self) -> None:
-        name = self.spec.name
-        try:
-            self.docker.client.containers.get(name).remove(force=True)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if "removal of container" not in str(exc):  # already being removed (--rm)
-                raise
+        remove_container(self.docker.client, self.spec.name)
 
     def __enter__(self) -> ServingContainer:
         return self
@@ -196,3 +264,14 @@ class ServingContainer:
     def __exit__(self, *exc) -> None:
         self.stop(timeout=30)
         self.remove()
+
+
+def remove_container(client, name: str) -> None:
+    """Remove `name` if it still exists; AutoRemove may be deleting it already."""
+    try:
+        client.containers.get(name).remove(force=True)
+    except docker.errors.NotFound:
+        pass
+    except docker.errors.APIError as exc:
+        if "removal of container" not in str(exc) and "is already in progress" not in str(exc):
+            raise

@@ -153,6 +153,20 @@ class DebootstrapMissing(KilnError):
     hint = "install it (`apt-get install debootstrap`) and run `kiln base build` as root"
 
 
+class ContainerNotFound(KilnError):
+    """`kiln logs/stop NAME` where NAME is not a container kiln started (or it is gone)."""
+
+    exit_code = 50
+    hint = "`kiln ps` lists the containers kiln started"
+
+
+class ServerExited(KilnError):
+    """A served container died after it had turned healthy."""
+
+    exit_code = 51
+    hint = "the last container log lines are printed above; `kiln run NAME --print` shows the exact docker command"
+
+
 class UsageError(KilnError):
     exit_code = 64
     hint = "see `kiln --help`"

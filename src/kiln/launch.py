@@ -88,6 +88,19 @@ def launch_json(loaded: LoadedRecipe) -> bytes:
     return (json.dumps(launch_document(loaded), indent=2, sort_keys=True) + "\n").encode()
 
 
+# Hardened by default: the root filesystem is read-only, so vLLM and its libraries may
+# write only to these tmpfs mounts (torch/triton/vLLM caches all live under /tmp or are
+# redirected there by HARDENED_ENV); no capability beyond what the flavour needs.
+TMPFS = ("/tmp",)
+CPU_CAPS = ("SYS_NICE",)  # vLLM-CPU binds its OpenMP threads to cores (sched_setaffinity)
+SECURITY_OPTS = ("no-new-privileges",)
+HARDENED_ENV: dict[str, str] = {}
+
+# Containers that kiln starts carry these, so `kiln ps/logs/stop` find exactly them.
+LABEL_RECIPE = "ai.kiln.run.recipe"
+LABEL_URL = "ai.kiln.run.url"
+
+
 @dataclass
 class RunSpec:
     """Everything `docker run` needs for one serving container."""
@@ -103,6 +116,11 @@ class RunSpec:
     extra_args: list[str] = field(default_factory=list)
     remove: bool = True
     detach: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def caps(self) -> list[str]:
+        return [] if self.flavour == "cuda" else list(CPU_CAPS)
 
     def docker_cli(self) -> list[str]:
         cmd = ["docker", "run"]
@@ -113,12 +131,22 @@ class RunSpec:
         cmd += ["--name", self.name]
         bind = f"{self.host_ip}:" if self.host_ip else ""
         cmd += ["-p", f"{bind}{self.host_port}:{self.container_port}"]
+        cmd.append("--read-only")
+        for path in TMPFS:
+            cmd += ["--tmpfs", path]
+        cmd += ["--cap-drop", "ALL"]
+        for cap in self.caps:
+            cmd += ["--cap-add", cap]
+        for opt in SECURITY_OPTS:
+            cmd += ["--security-opt", opt]
         if self.flavour == "cuda":
             cmd += ["--gpus", "all", "--ipc=host", "--shm-size", CUDA_SHM, "--ulimit", "memlock=-1"]
         else:
-            cmd += ["--cap-add", "SYS_NICE", "--shm-size", CPU_SHM]
+            cmd += ["--shm-size", CPU_SHM]
         for host, inside in self.mounts:
             cmd += ["-v", f"{host}:{inside}:ro"]
+        for key, value in sorted(self.labels.items()):
+            cmd += ["--label", f"{key}={value}"]
         for key, value in sorted(self.env.items()):
             cmd += ["-e", f"{key}={value}"]
         cmd.append(self.image)
@@ -136,9 +164,16 @@ class RunSpec:
             "name": self.name,
             "command": self.extra_args or None,
             "detach": True,
+            "auto_remove": self.remove,
             "ports": {f"{self.container_port}/tcp": (self.host_ip or "0.0.0.0", self.host_port)},
             "environment": dict(self.env),
             "volumes": {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts},
+            "labels": dict(self.labels),
+            "read_only": True,
+            "tmpfs": {path: "" for path in TMPFS},
+            "cap_drop": ["ALL"],
+            "cap_add": self.caps or None,
+            "security_opt": list(SECURITY_OPTS),
         }
         if self.flavour == "cuda":
             kw.update(
@@ -148,7 +183,7 @@ class RunSpec:
                 device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])],
             )
         else:
-            kw.update(cap_add=["SYS_NICE"], shm_size=CPU_SHM)
+            kw.update(shm_size=CPU_SHM)
         return kw
 
 

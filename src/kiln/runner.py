@@ -1,12 +1,27 @@
-"""`kiln run NAME`: serve a built recipe image the way its flavour needs."""
+"""`kiln run NAME`: serve a built recipe image the way its flavour needs; `kiln ps`,
+`kiln logs` and `kiln stop` for the containers it started (found by label)."""
 
 from __future__ import annotations
 
+import re
+import signal
+
+import docker.errors
+
 from . import log
 from .build import existing, resolve
-from .container import ServingContainer, preflight, run_spec
+from .container import (
+    ServingContainer,
+    kiln_containers,
+    preflight,
+    remove_container,
+    run_spec,
+)
 from .dockerengine import DockerEngine
-from .errors import ImageNotBuilt
+from .errors import ContainerNotFound, ImageNotBuilt, ServerExited, UsageError
+from .launch import LABEL_RECIPE, LABEL_URL
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _image_ref(docker: DockerEngine | None, recipe_image) -> tuple[str, bool]:
@@ -18,9 +33,38 @@ def _image_ref(docker: DockerEngine | None, recipe_image) -> tuple[str, bool]:
     return recipe_image.tag, False
 
 
+def parse_env(pairs: list[str] | None) -> dict[str, str]:
+    """`-e VAR=VALUE` options; a bare `VAR` is refused (docker would copy the host's)."""
+    env: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not ENV_NAME.match(key):
+            raise UsageError(f"kiln run: -e {pair!r}: expected VAR=VALUE", hint="e.g. `kiln run NAME -e VLLM_LOGGING_LEVEL=DEBUG`")
+        env[key] = value
+    return env
+
+
+def vllm_extra(args) -> list[str]:
+    extra = [a for a in (args.vllm_args or []) if a != "--"]
+    for token in extra:
+        if token in ("-e", "--env") or token.startswith("--env="):
+            raise UsageError(f"kiln run: {token} after `--` would go to vLLM, not to the container",
+                             hint="put -e VAR=VALUE before the `--`")
+    return extra
+
+
+def _sigterm_as_interrupt() -> None:
+    """`kill PID` of a foreground `kiln run` cleans up like Ctrl-C does."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def run(args) -> int:
     loaded, _, recipe_image = resolve(args.name)
-    extra = [a for a in (args.vllm_args or []) if a != "--"]
+    extra = vllm_extra(args)
+    env = parse_env(getattr(args, "env", None))
     port = args.port or loaded.recipe.launch.port
     if args.print:
         try:
@@ -29,7 +73,7 @@ def run(args) -> int:
         except Exception:
             docker = None
         ref, built = _image_ref(docker, recipe_image)
-        spec = run_spec(loaded, ref, host_port=port, extra_args=extra)
+        spec = run_spec(loaded, ref, host_port=port, extra_args=extra, env=env, detach=args.detach)
         print(spec.shell())
         if not built:
             log.warn(f"{recipe_image.tag} is not built on this host (`kiln build {args.name}`)")
@@ -40,21 +84,28 @@ def run(args) -> int:
     ref, built = _image_ref(docker, recipe_image)
     if not built:
         raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {args.name}) is not built")
-    spec = run_spec(loaded, ref, host_port=port, extra_args=extra, detach=args.detach)
+    spec = run_spec(loaded, ref, host_port=port, extra_args=extra, env=env, detach=args.detach)
     log.step(f"starting {recipe_image.tag}: {spec.shell()}")
+    if not args.detach:
+        _sigterm_as_interrupt()
     box = ServingContainer(docker, spec)
-    box.start()
     try:
+        box.start()
         box.wait_healthy(loaded.recipe.smoke.startup_timeout_s)
         log.ok(f"serving {loaded.recipe.launch.served_model_name} at {box.url}/v1 (container {spec.name})")
         if args.detach:
-            log.info(f"stop it with: docker stop {spec.name}")
+            log.info(f"`kiln logs {spec.name}` shows its log; `kiln stop {spec.name}` (or docker stop) stops and removes it")
             box = None
             return 0
-        log.info("streaming logs; Ctrl-C stops the container")
-        for chunk in box.container.logs(stream=True, follow=True, since=0):
-            log.console.out(chunk.decode(errors="replace"), end="", highlight=False)
-        return 0
+        log.info("streaming logs; Ctrl-C stops and removes the container")
+        _stream(box.container)
+        box._gone.wait(timeout=10)
+        if box.exit_code in (0, 143):  # stopped from outside (`kiln stop`, `docker stop`)
+            log.info(f"{spec.name} was stopped (exit code {box.exit_code})")
+            return 0
+        box._dump_logs()
+        code = "?" if box.exit_code is None else box.exit_code
+        raise ServerExited(f"container {spec.name} exited while serving (exit code {code})")
     except KeyboardInterrupt:
         log.info(f"stopping {spec.name}")
         return 130
@@ -62,3 +113,73 @@ def run(args) -> int:
         if box is not None:
             box.stop()
             box.remove()
+
+
+def _stream(container) -> None:
+    try:
+        for chunk in container.logs(stream=True, follow=True):
+            log.console.out(chunk.decode(errors="replace"), end="", highlight=False)
+    except docker.errors.NotFound:  # removed before the stream attached
+        pass
+
+
+# -- kiln ps / logs / stop ------------------------------------------------------------
+def _ours(client, name: str):
+    """The kiln container called `name` (or with that id prefix)."""
+    try:
+        box = client.containers.get(name)
+    except docker.errors.NotFound:
+        box = None
+    if box is None or LABEL_RECIPE not in (box.labels or {}):
+        running = ", ".join(c.name for c in kiln_containers(client)) or "none"
+        raise ContainerNotFound(f"no kiln container {name!r} (running kiln containers: {running})")
+    return box
+
+
+def ps(args) -> int:
+    boxes = kiln_containers(DockerEngine().client, all_states=args.all)
+    if not boxes:
+        log.info("no kiln containers" + ("" if args.all else " running"))
+        return 0
+    rows = [(c.name, c.labels.get(LABEL_RECIPE, "?"), c.status, _health(c), c.labels.get(LABEL_URL, "")) for c in boxes]
+    widths = [max(len(r[i]) for r in [("NAME", "RECIPE", "STATUS", "HEALTH", "URL"), *rows]) for i in range(5)]
+    for row in [("NAME", "RECIPE", "STATUS", "HEALTH", "URL"), *rows]:
+        log.out.print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip(), markup=False, highlight=False)
+    return 0
+
+
+def _health(box) -> str:
+    return ((box.attrs.get("State") or {}).get("Health") or {}).get("Status", "-")
+
+
+def logs(args) -> int:
+    box = _ours(DockerEngine().client, args.name)
+    tail = "all" if args.tail is None else args.tail
+    try:
+        if args.follow:
+            for chunk in box.logs(stream=True, follow=True, tail=tail):
+                log.console.out(chunk.decode(errors="replace"), end="", highlight=False)
+        else:
+            log.console.out(box.logs(tail=tail).decode(errors="replace"), end="", highlight=False)
+    except KeyboardInterrupt:
+        return 130
+    except docker.errors.NotFound:  # stopped (and auto-removed) while we read
+        pass
+    return 0
+
+
+def stop(args) -> int:
+    client = DockerEngine().client
+    if args.all == bool(args.names):
+        raise UsageError("kiln stop: name containers or pass --all, not both or neither", hint="`kiln ps` lists them")
+    boxes = kiln_containers(client, all_states=True) if args.all else [_ours(client, n) for n in args.names]
+    if not boxes:
+        log.info("no kiln containers to stop")
+    for box in boxes:
+        try:
+            box.stop(timeout=args.timeout)
+        except docker.errors.NotFound:
+            pass
+        remove_container(client, box.name)
+        log.ok(f"stopped and removed {box.name}")
+    return 0

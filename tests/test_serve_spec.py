@@ -1,0 +1,93 @@
+"""`kiln run` without a daemon: the hardened docker run line, -e, and the argument rules.
+(The real serve loop, ps/logs/stop, runs in tests/e2e/test_tiny_moe.py.)"""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+from kilntest import REPO, run_kiln
+
+from kiln.cli import build_parser
+from kiln.container import run_spec
+from kiln.errors import UsageError
+from kiln.launch import LABEL_RECIPE, RunSpec
+from kiln.recipe import load_recipe
+from kiln.runner import parse_env, vllm_extra
+
+
+def _pairs(cmd: list[str], flag: str) -> list[str]:
+    return [cmd[i + 1] for i, tok in enumerate(cmd) if tok == flag]
+
+
+@pytest.mark.parametrize(("flavour", "caps"), [("cpu", ["SYS_NICE"]), ("cuda", [])])
+def test_cli_line_and_sdk_call_are_hardened_alike(flavour, caps):
+    spec = RunSpec(image="img", name="n", host_port=8000, container_port=8000, flavour=flavour)
+    cmd = spec.docker_cli()
+    kw = spec.sdk_kwargs()
+    assert "--read-only" in cmd and kw["read_only"] is True
+    assert _pairs(cmd, "--tmpfs") == list(kw["tmpfs"]) == ["/tmp"]
+    assert _pairs(cmd, "--cap-drop") == kw["cap_drop"] == ["ALL"]
+    assert _pairs(cmd, "--cap-add") == (kw["cap_add"] or []) == caps
+    assert _pairs(cmd, "--security-opt") == kw["security_opt"] == ["no-new-privileges"]
+    assert _pairs(cmd, "--shm-size") == [kw["shm_size"]]
+
+
+@pytest.mark.parametrize("detach", [False, True])
+def test_printed_rm_matches_auto_remove(detach):
+    """`--rm -d` printed must be what the container gets: AutoRemove, so `docker stop` removes it."""
+    spec = RunSpec(image="img", name="n", host_port=1, container_port=2, detach=detach)
+    assert ("--rm" in spec.docker_cli()) is spec.sdk_kwargs()["auto_remove"] is True
+    assert ("-d" in spec.docker_cli()) is detach
+
+
+def test_run_env_wins_over_recipe_env_and_containers_are_labelled():
+    loaded = load_recipe(REPO / "recipes" / "tiny-moe")
+    spec = run_spec(loaded, "img", host_port=8123, env={"VLLM_CPU_KVCACHE_SPACE": "2", "FOO": "a=b"})
+    assert spec.env["VLLM_CPU_KVCACHE_SPACE"] == "2" and spec.env["FOO"] == "a=b"
+    assert spec.env["HF_HUB_OFFLINE"] == "1"  # the rest of the launch env stays
+    assert spec.labels[LABEL_RECIPE] == "tiny-moe"
+    assert spec.sdk_kwargs()["labels"][LABEL_RECIPE] == "tiny-moe"
+    cmd = spec.docker_cli()
+    assert "VLLM_CPU_KVCACHE_SPACE=2" in _pairs(cmd, "-e") and f"{LABEL_RECIPE}=tiny-moe" in _pairs(cmd, "--label")
+
+
+@pytest.mark.parametrize("bad", ["FOO", "=x", "1A=x", "A B=x"])
+def test_env_needs_var_equals_value(bad):
+    with pytest.raises(UsageError):
+        parse_env([bad])
+
+
+def test_env_value_may_hold_equals_and_be_empty():
+    assert parse_env(["A=b=c", "B="]) == {"A": "b=c", "B": ""}
+
+
+@pytest.mark.parametrize("token", ["-e", "--env", "--env=A=1"])
+def test_env_after_double_dash_is_refused(token):
+    args = build_parser().parse_args(["run", "tiny-moe"])
+    args.vllm_args = ["--max-model-len", "256", token]
+    with pytest.raises(UsageError, match="would go to vLLM"):
+        vllm_extra(args)
+
+
+def test_run_usage_shows_vllm_args_and_env():
+    result = run_kiln("run", "--help")
+    assert result.returncode == 0
+    usage = result.stdout.split("\n\n")[0]
+    assert "-- VLLM ARGS" in usage and "-e VAR=VALUE" in usage
+
+
+def test_run_print_shows_env_option_and_hardening():
+    result = run_kiln("run", "tiny-moe", "--print", "--port", "8124", "-e", "KILN_FEATURES=", "--detach",
+                      "--", "--max-model-len", "256")
+    assert result.returncode == 0, result.stderr
+    cmd = shlex.split(result.stdout.strip().splitlines()[-1])
+    assert cmd[:4] == ["docker", "run", "--rm", "-d"]
+    assert "KILN_FEATURES=" in _pairs(cmd, "-e")
+    assert {"--read-only", "--cap-drop", "--security-opt", "--shm-size"} <= set(cmd)
+    assert cmd[-2:] == ["--max-model-len", "256"]
+
+
+def test_stop_needs_names_or_all():
+    result = run_kiln("stop")
+    assert result.returncode == 64 and "--all" in result.stderr
