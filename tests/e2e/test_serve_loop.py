@@ -1,0 +1,112 @@
+"""The serve loop against a real vLLM: `kiln run` in the foreground and detached,
+`kiln ps/logs/stop`, `-e`, and the hardened container flags. Two vLLM starts in all."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from kilntest import REPO, run_kiln
+
+from kiln.container import free_port, wait_for_health
+from kiln.launch import LABEL_RECIPE
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+
+NAME = "tiny-moe"
+
+
+@pytest.fixture(scope="module")
+def image(docker_engine, base_image):
+    result = run_kiln("build", NAME)
+    assert result.returncode == 0, result.stderr[-4000:]
+    from kiln.build import require_built
+
+    return require_built(docker_engine, NAME)[2]
+
+
+def _ours_on(docker_engine, port: int) -> list:
+    return [c for c in docker_engine.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
+            if c.labels.get("ai.kiln.run.url", "").endswith(f":{port}")]
+
+
+def _complete(port: int) -> str:
+    body = json.dumps({"model": NAME, "prompt": "def fibonacci(n):", "max_tokens": 8, "temperature": 0}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.load(resp)["choices"][0]["text"]
+
+
+def test_foreground_run_is_hardened_streams_logs_and_ctrl_c_removes_it(image, docker_engine):
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kiln", "run", NAME, "--port", str(port), "-e", "KILN_E2E_MARK=on"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+        env={**os.environ, "COLUMNS": "300"})
+    try:
+        wait_for_health(f"http://127.0.0.1:{port}", 240)
+        [box] = _ours_on(docker_engine, port)
+        host = box.attrs["HostConfig"]
+        assert host["ReadonlyRootfs"] is True
+        assert host["CapDrop"] == ["ALL"] and host["CapAdd"] == ["SYS_NICE"]
+        assert host["SecurityOpt"] == ["no-new-privileges"]
+        assert host["AutoRemove"] is True
+        assert "KILN_E2E_MARK=on" in box.attrs["Config"]["Env"]
+        assert _complete(port).strip()  # serves while hardened
+
+        listed = run_kiln("ps")
+        assert listed.returncode == 0 and box.name in listed.stdout and NAME in listed.stdout
+        logs = run_kiln("logs", box.name, "--tail", "400")
+        assert logs.returncode == 0 and "kiln-serve: tiny-moe" in logs.stdout + logs.stderr
+
+        # a second run on the same port names the kiln container that holds it
+        clash = run_kiln("run", NAME, "--port", str(port), "--detach")
+        assert clash.returncode == 14, clash.stderr
+        assert box.name in clash.stderr and f"kiln stop {box.name}" in clash.stderr
+
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, out[-3000:]
+    assert "kiln-serve: tiny-moe" in out  # the container log reached the terminal
+    assert "internal error" not in out
+    assert _ours_on(docker_engine, port) == []
+
+
+def test_detached_run_then_ps_logs_stop_leave_nothing(image, docker_engine):
+    port = free_port()
+    started = run_kiln("run", NAME, "--port", str(port), "--detach")
+    try:
+        assert started.returncode == 0, started.stderr[-3000:]
+        [box] = _ours_on(docker_engine, port)
+        assert box.attrs["HostConfig"]["AutoRemove"] is True  # `docker stop` removes it too
+        assert f"kiln stop {box.name}" in started.stderr
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
+            assert json.load(r)["data"][0]["id"] == NAME
+        listed = run_kiln("ps")
+        assert box.name in listed.stdout and f"http://127.0.0.1:{port}" in listed.stdout
+        t0 = time.monotonic()
+        stopped = run_kiln("stop", box.name)
+        assert stopped.returncode == 0, stopped.stderr
+        assert time.monotonic() - t0 < 40
+        assert _ours_on(docker_engine, port) == []
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        again = run_kiln("stop", box.name)
+        assert again.returncode == 50 and box.name in again.stderr
+        gone = run_kiln("logs", box.name)
+        assert gone.returncode == 50
+    finally:
+        for c in _ours_on(docker_engine, port):
+            c.remove(force=True)
