@@ -90,7 +90,7 @@ class RegistryAuthFailed(KilnError):
 
 class NotSmokeTested(KilnError):
     exit_code = 12
-    hint = "run `kiln smoke NAME` first, or pass --skip-smoke-check (recorded in what is pushed)"
+    hint = "run `kiln smoke NAME` first, or pass --skip-smoke-check (pushed only under a `-unsmoked` tag)"
 
 
 class ContainerStartFailed(KilnError):
@@ -151,6 +151,13 @@ class RebaseConflict(KilnError):
 class DebootstrapMissing(KilnError):
     exit_code = 24
     hint = "install it (`apt-get install debootstrap`) and run `kiln base build` as root"
+
+
+class NotACheckout(KilnError):
+    """kiln runs outside a checkout and KILN_ROOT does not name one."""
+
+    exit_code = 25
+    hint = "cd into your kiln checkout, or set KILN_ROOT=/path/to/checkout"
 
 
 class UsageError(KilnError):
