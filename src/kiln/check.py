@@ -36,13 +36,22 @@ def check_one(name: str) -> list[str]:
             continue
         if override.override.engine.version != loaded.recipe.engine.version:
             problems.append(
-                f"{override.dir / 'override.yaml'}: engine.version: {fdir.name} targets "
+                f"{_rel(override.dir / 'override.yaml')}: engine.version: {fdir.name} targets "
                 f"{override.override.engine.name}=={override.override.engine.version}, recipe pins "
                 f"{loaded.recipe.engine.version} (kiln override rebase {name} {fdir.name} --from "
                 f"{override.override.engine.version})"
             )
     problems += _launch_args(loaded)
     return problems
+
+
+def _rel(path) -> str:
+    from .paths import repo_root
+
+    try:
+        return str(path.relative_to(repo_root()))
+    except ValueError:
+        return str(path)
 
 
 def _launch_args(loaded) -> list[str]:
