@@ -28,6 +28,12 @@ class BuildOutcome:
     steps: int = 0
     cached_steps: int = 0
 
+    def document(self, recipe: str) -> dict:
+        """`kiln build --json` (schema: schemas/build.json)."""
+        return {"recipe": recipe, "tag": self.tag, "image_id": self.image_id, "input_digest": self.digest,
+                "size_bytes": self.size, "seconds": round(self.seconds, 2), "skipped": self.skipped,
+                "steps": self.steps, "cached_steps": self.cached_steps}
+
 
 class _LazyCA:
     """Resolving the CA may ask pip for its config (a subprocess): only do it when a

@@ -24,20 +24,34 @@ def check_one(name: str) -> list[str]:
         return exc.problems
     problems: list[str] = []
     for feature in loaded.recipe.experimental:
+        if not (loaded.dir / "experimental" / feature / "override.yaml").is_file():
+            problems.append(f"{loaded.where('experimental')}: experimental: {feature}: no "
+                            f"experimental/{feature}/override.yaml next to the recipe")
+    # every shipped override, switched on or not: one that is off today is on tomorrow
+    for fdir in sorted(p for p in (loaded.dir / "experimental").glob("*") if (p / "override.yaml").is_file()):
         try:
-            override = load_override(loaded.dir / "experimental" / feature)
+            override = load_override(fdir)
         except RecipeInvalid as exc:
             problems += exc.problems
             continue
         if override.override.engine.version != loaded.recipe.engine.version:
             problems.append(
-                f"{loaded.where('experimental')}: experimental: {feature} targets "
+                f"{_rel(override.dir / 'override.yaml')}: engine.version: {fdir.name} targets "
                 f"{override.override.engine.name}=={override.override.engine.version}, recipe pins "
-                f"{loaded.recipe.engine.version} (kiln override rebase {name} {feature} --from "
+                f"{loaded.recipe.engine.version} (kiln override rebase {name} {fdir.name} --from "
                 f"{override.override.engine.version})"
             )
     problems += _launch_args(loaded)
     return problems
+
+
+def _rel(path) -> str:
+    from .paths import repo_root
+
+    try:
+        return str(path.relative_to(repo_root()))
+    except ValueError:
+        return str(path)
 
 
 def _launch_args(loaded) -> list[str]:
@@ -49,17 +63,21 @@ def _launch_args(loaded) -> list[str]:
     return check_against_engine(loaded, build_if_missing=False)
 
 
-def check(name: str | None, *, all_recipes: bool) -> int:
+def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     if not name and not all_recipes:
         all_recipes = True
     problems: list[str] = []
     names = _recipe_names(name, all_recipes)
+    report = []
     for recipe in names:
         found = check_one(recipe)
+        report.append({"name": recipe, "valid": not found, "problems": found})
         if found:
             problems += found
         else:
             log.ok(f"{recipe}")
+    if as_json:
+        log.emit_json({"valid": not problems, "recipes": report})
     if problems:
         raise RecipeInvalid(problems)
     log.info(f"{len(names)} recipe(s) valid")

@@ -301,9 +301,9 @@ class DockerEngine:
     def _fail(progress: _BuildProgress, message: str) -> None:
         step = progress.current or "(before the first step)"
         tail = "\n".join(f"    | {line}" for line in list(progress.tail)[-25:])
-        log.console.print(f"[red]build failed at[/] {step}", markup=True, highlight=False)
+        log.errors.print(f"[red]build failed at[/] {step}", markup=True, highlight=False)
         if tail:
-            log.console.print(tail, markup=False, highlight=False)
+            log.errors.print(tail, markup=False, highlight=False)
         exc = BuildFailed(f"{progress.label}: {step}: {message.splitlines()[-1] if message else 'failed'}")
         exc.step, exc.tail = step, list(progress.tail)
         raise exc

@@ -8,12 +8,16 @@ from . import log
 from .ca import resolve_ca
 from .dockerengine import DockerEngine
 from .errors import KilnError
-from .paths import cache_dir
+from .paths import cache_dir, repo_root, shown_home, state_dir
+
+_ROWS: list[dict] = []
 
 
 def _row(ok: bool | None, what: str, detail: str) -> bool:
     mark = {True: "[green]ok[/]  ", False: "[red]FAIL[/]", None: "[yellow]warn[/]"}[ok]
-    log.console.print(f"  {mark} {what}: {detail}", markup=True, highlight=False)
+    log.console.print(f"  {mark} {what}: ", end="", markup=True, highlight=False)
+    log.console.print(detail, markup=False, highlight=False)
+    _ROWS.append({"check": what, "status": {True: "ok", False: "fail", None: "warn"}[ok], "detail": detail})
     return ok is not False
 
 
@@ -26,7 +30,8 @@ def _gpu() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-def doctor() -> int:
+def doctor(as_json: bool = False) -> int:
+    _ROWS.clear()
     good = True
     log.step("kiln doctor")
     try:
@@ -48,4 +53,15 @@ def doctor() -> int:
     _row(True if gpu else None, "GPU", gpu or "none visible (CPU recipes only; GPU smoke tests skip)")
     reg = shutil.which("docker-registry") or shutil.which("registry")
     _row(True if reg else None, "local registry binary", reg or "missing (publish tests need Debian's docker-registry)")
+    _row(True, "records", f"{shown_home(state_dir())} (smoke passes and publish results; $KILN_STATE_DIR moves them)")
+    _row(*_checkout())
+    if as_json:
+        log.emit_json({"ok": good, "checks": list(_ROWS)})
     return 0 if good else 1
+
+
+def _checkout() -> tuple[bool | None, str, str]:
+    try:
+        return True, "checkout", str(repo_root())
+    except KilnError as exc:
+        return None, "checkout", f"{exc.message} (recipe commands need one)"

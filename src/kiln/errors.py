@@ -90,7 +90,7 @@ class RegistryAuthFailed(KilnError):
 
 class NotSmokeTested(KilnError):
     exit_code = 12
-    hint = "run `kiln smoke NAME` first, or pass --skip-smoke-check (recorded in what is pushed)"
+    hint = "run `kiln smoke NAME` first, or pass --skip-smoke-check (pushed only under a `-unsmoked` tag)"
 
 
 class ContainerStartFailed(KilnError):
@@ -165,6 +165,13 @@ class ServerExited(KilnError):
 
     exit_code = 51
     hint = "the last container log lines are printed above; `kiln run NAME --print` shows the exact docker command"
+
+
+class NotACheckout(KilnError):
+    """kiln runs outside a checkout and KILN_ROOT does not name one."""
+
+    exit_code = 25
+    hint = "cd into your kiln checkout, or set KILN_ROOT=/path/to/checkout"
 
 
 class UsageError(KilnError):

@@ -11,13 +11,31 @@ from rich.console import Console
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
+# errors and warnings: still shown under --quiet, which only silences progress
+errors = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DEBUG = bool(os.environ.get("KILN_DEBUG"))
+JSON_EMITTED = False
 
 
 def set_debug(flag: bool) -> None:
     global DEBUG
     DEBUG = flag
+
+
+def set_quiet(flag: bool) -> None:
+    """--quiet: no progress, summaries or ok-lines on stderr; errors and warnings stay."""
+    console.quiet = flag
+
+
+def emit_json(doc) -> None:
+    """The one JSON document a `--json` command writes to stdout."""
+    global JSON_EMITTED
+    import json
+
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    sys.stdout.flush()
+    JSON_EMITTED = True
 
 
 def step(msg: str) -> None:
@@ -29,7 +47,7 @@ def info(msg: str) -> None:
 
 
 def warn(msg: str) -> None:
-    console.print(f"[yellow]warning:[/] {msg}")
+    errors.print(f"[yellow]warning:[/] {msg}")
 
 
 def debug(msg: str) -> None:

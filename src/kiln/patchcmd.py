@@ -481,7 +481,8 @@ def cmd_engine_bump(args) -> int:
     failures = [line for row in rows for line in row[3]]
     if failures:
         raise SeriesFailed(failures, hint=f"port them: `kiln patches checkout --engine {ENGINE}=={to_version} "
-                                          f"--series-from {from_version} --force-apply`, fix, `kiln patches refresh`")
+                                          f"--series-from {from_version} --force-apply`, fix, "
+                                          f"`kiln patches refresh --engine {ENGINE}=={to_version}`")
     if not args.dry_run:
         write_bumped_series(from_version, to_version, rows, args.flavour)
     return 0
@@ -520,22 +521,41 @@ def write_bumped_series(from_version: str, to_version: str, rows, flavour: str |
 
 # -- overrides: rebase and to-patch --------------------------------------------------------------
 def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:
-    """3-way merge each whole-file replacement of `feature` onto the pinned engine:
-    base = the file in `from_version`'s engine, ours = the override, theirs = pinned.
-    Writes merged files (with diff3 conflict markers where needed) and the new
-    upstream_sha256; returns the replacement files rewritten; raises on conflicts."""
+    """Move `feature` onto the pinned engine, leaving an override `kiln check` accepts.
+    Whole-file replacements are 3-way merged: base = the file in `from_version`'s engine,
+    ours = the override, theirs = pinned; merged files (with diff3 conflict markers where
+    needed) and the new upstream_sha256 are written. A feature's patch series must apply
+    to the pinned engine as it is. Then `engine.version` becomes the pinned version.
+    Returns the replacement files rewritten; raises on conflicts (version left as is)."""
     loaded = _recipe(recipe_name)
     ov = _feature(loaded, feature)
-    if not ov.override.replacements:
-        raise UsageError(f"feature {feature} has no whole-file replacements to rebase",
-                         hint=f"its patches are checked by `kiln patches check --recipe {recipe_name}`")
     pinned = loaded.recipe.engine.version
     flavour = loaded.recipe.engine.flavour
+    yaml_file = ov.dir / "override.yaml"
     theirs_tree, _ = engine_tree(pinned, flavour)
-    base_tree, _ = engine_tree(from_version, flavour)
+    if ov.series_file is not None:
+        _check_feature_series(theirs_tree, ov, recipe_name, pinned)
+    rewritten = _rebase_replacements(ov, feature, from_version, pinned, flavour, theirs_tree) \
+        if ov.override.replacements else []
+    _set_override_version(yaml_file, pinned)
+    return rewritten
+
+
+def _check_feature_series(tree: patching.Tree, ov, recipe_name: str, pinned: str) -> None:
+    try:
+        results = patching.apply_series(tree.fork(), [_load_series(ov.series_file, f"feature:{ov.name}")])
+    except patching.PatchError as exc:
+        raise _translate(exc, hint=f"port the feature's patches to {ENGINE} {pinned} by hand, then check with "
+                                   f"`kiln patches check --recipe {recipe_name}`") from None
+    log.ok(f"feature {ov.name}: {len(results)} patch(es) apply to {ENGINE} {pinned}")
+
+
+def _rebase_replacements(ov, feature: str, from_version: str, pinned: str, flavour: str,
+                         theirs_tree: patching.Tree) -> list[str]:
     yaml_file = ov.dir / "override.yaml"
     yaml_text = yaml_file.read_text()
     rewritten, conflicts = [], []
+    base_tree = None
     for idx, rep in enumerate(ov.override.replacements):
         theirs = theirs_tree.read(rep.target)
         if theirs is None:
@@ -543,6 +563,8 @@ def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:
         if patching.sha256_bytes(theirs) == rep.upstream_sha256:
             log.ok(f"{rep.target}: already forked from {ENGINE} {pinned}'s file")
             continue
+        if base_tree is None:  # only download the old engine when something needs merging
+            base_tree, _ = engine_tree(from_version, flavour)
         base = base_tree.read(rep.target)
         base_sha = patching.sha256_bytes(base) if base is not None else "(file missing)"
         if base_sha != rep.upstream_sha256:
@@ -559,8 +581,28 @@ def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:
                       f"these lines of {rep.target}" for a, b in merged.conflicts]
     yaml_file.write_text(yaml_text)
     if conflicts:
-        raise ConflictsLeft(conflicts)
+        raise ConflictsLeft(conflicts, hint=f"resolve the conflict markers, then `kiln check` (the override's "
+                                            f"engine.version is set to {pinned} once they are gone)")
     return rewritten
+
+
+def _set_override_version(file: Path, version: str) -> None:
+    """engine.version in override.yaml, edited on its own line so comments and layout stay."""
+    from .yamlsrc import load_yaml
+
+    src = load_yaml(file)
+    current = str((src.data.get("engine") or {}).get("version", ""))
+    if current == version:
+        return
+    lines = file.read_text().splitlines(keepends=True)
+    n = src.line_of(("engine", "version")) - 1
+    new = re.sub(rf"(version:\s*[\"']?){re.escape(current)}", rf"\g<1>{version}", lines[n], count=1)
+    if new == lines[n]:
+        raise UsageError(f"{_shown(file)}:{n + 1}: engine.version: could not rewrite {current} to {version}",
+                         hint=f"set engine.version: {version} by hand")
+    lines[n] = new
+    file.write_text("".join(lines))
+    log.ok(f"{_shown(file)}: engine.version {current} -> {version}")
 
 
 def cmd_override_rebase(args) -> int:
@@ -676,9 +718,9 @@ def register(sub) -> None:
     s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
     s.set_defaults(func=cmd_engine_bump)
 
-    o = sub.add_parser("override", help="experimental whole-file overrides")
+    o = sub.add_parser("override", help="experimental overrides (recipes/NAME/experimental/FEATURE)")
     os_ = o.add_subparsers(dest="override_command", required=True, parser_class=type(o))
-    s = os_.add_parser("rebase", help="3-way merge a whole-file override onto the pinned engine")
+    s = os_.add_parser("rebase", help="move a feature onto the pinned engine (3-way merges whole-file replacements)")
     s.add_argument("recipe")
     s.add_argument("feature")
     s.add_argument("--from", dest="from_version", required=True, help="engine version the override was forked from")

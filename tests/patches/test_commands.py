@@ -164,6 +164,37 @@ def test_rebase_merges_a_non_conflicting_change(kroot, capsys, src031, src032):
     assert kiln(capsys, "patches", "check", "--recipe", "tiny-moe")[0] == 0
 
 
+def test_rebase_follows_checks_advice_and_then_check_passes(kroot, capsys, src031, src032):
+    """#16: `kiln check` advised a rebase that left engine.version behind, so the advice
+    came back forever. Follow the advice word for word; check must then be clean."""
+    old = (src031 / MAIN).read_bytes()
+    text = override_yaml(sha(old)).replace("version: 0.32.0", "version: 0.31.0  # forked here")
+    fdir = add_feature(kroot, "feat", text, {"files/main.py": old + b"# feat\n"})
+    code, _, err = kiln(capsys, "check", "tiny-moe")
+    assert code == 2
+    advice = err[err.index("(kiln override rebase"):].split(")")[0][1:]
+    assert advice == "kiln override rebase tiny-moe feat --from 0.31.0"
+    code, _, err = kiln(capsys, *advice.split()[1:])
+    assert code == 0, err
+    yaml_text = (fdir / "override.yaml").read_text()
+    assert "version: 0.32.0  # forked here" in yaml_text
+    code, _, err = kiln(capsys, "check", "tiny-moe")
+    assert code == 0, err
+    code, _, err = kiln(capsys, *advice.split()[1:])  # idempotent
+    assert code == 0 and "already forked from vllm 0.32.0" in err
+
+
+def test_rebase_of_a_patch_feature_checks_its_series(kroot, capsys, src032):
+    theirs = pinned_main(src032)
+    patch = HEADER + P.file_diff(MAIN, theirs, theirs.replace(b'action="version",', b'action="version",  # kiln'))
+    text = "name: feat\ndescription: d\nengine: {version: 0.31.0}\npatches: patches/series\n"
+    fdir = add_feature(kroot, "feat", text, {"patches/series": b"0001-feat.patch\n", "patches/0001-feat.patch": patch})
+    code, _, err = kiln(capsys, "override", "rebase", "tiny-moe", "feat", "--from", "0.31.0")
+    assert code == 0, err
+    assert "engine: {version: 0.32.0}" in (fdir / "override.yaml").read_text()
+    assert kiln(capsys, "check", "tiny-moe")[0] == 0
+
+
 def test_rebase_reports_a_conflicting_change(kroot, capsys, src031):
     old = (src031 / MAIN).read_bytes()
     ours = old.replace(b"        vllm.entrypoints.cli.collect_env,\n", b"        vllm.entrypoints.cli.collect_env,  # kiln\n")

@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from clijson import validated
 from pubtest import NAME, REPOSITORY
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
@@ -106,28 +107,55 @@ def test_pull_back_and_run(mini, registry, published, docker_engine):
         client.images.remove(pinned)
 
 
-def test_skip_smoke_check_labels_the_pushed_image_and_promote_refuses(mini, registry, published):
-    ns = f"{registry.host}/unsmoked"  # its own repository: the main chain's tags stay put
+def test_skip_smoke_check_never_moves_a_release_tag(mini, registry, published):
+    """Into the main chain's repository, on purpose: the input-digest, engine and channel
+    tags there point at the smoke-passed image and must still do so afterwards."""
+    release = (mini.short, mini.engine_tag, "experimental")
+    before = {tag: registry.manifest(REPOSITORY, tag)[0] for tag in release}
     mini.forget_smoke()
     try:
-        result = mini.kiln("publish", NAME, "--registry", ns, "--skip-smoke-check", registry=registry)
+        result = mini.kiln("publish", NAME, "--registry", registry.host, "--skip-smoke-check", "--json",
+                           registry=registry)
         assert result.returncode == 0, result.stderr[-3000:]
-        assert "SKIPPED" in result.stderr
-        _, digest = _pinned(result)
-        _, manifest = registry.manifest(f"unsmoked/{REPOSITORY}", "experimental")
-        config = json.loads(registry.blob(f"unsmoked/{REPOSITORY}", manifest["config"]["digest"]))
+        doc = validated("publish", result.stdout)
+        unsmoked = f"{mini.short}-unsmoked"
+        assert doc["tags"] == [f"{registry.host}/{REPOSITORY}:{unsmoked}"]
+        assert doc["channel"] is None and doc["smoke"] == {"status": "skipped"}
+        assert "SKIPPED" in result.stderr and "replacing" not in result.stderr
+        assert {tag: registry.manifest(REPOSITORY, tag)[0] for tag in release} == before
+
+        digest, manifest = registry.manifest(REPOSITORY, unsmoked)
+        assert digest == doc["manifest_digest"] and digest not in before.values()
+        config = json.loads(registry.blob(REPOSITORY, manifest["config"]["digest"]))
         assert config["config"]["Labels"]["ai.kiln.smoke-check"] == "skipped"
         assert manifest["config"]["digest"] != mini.image_id  # a smoke pass can never vouch for it
         record = json.loads(sorted((mini.results / "publish").glob(f"{NAME}-publish-*.json"))[-1].read_text())
-        assert record["smoke"] == {"status": "skipped"}
+        assert record["smoke"] == {"status": "skipped"} and record["channel"] is None
 
-        mini.pass_smoke()  # even with the built image smoke-passed, the labelled one is not
-        promoted = mini.kiln("promote", NAME, "--from", "experimental", "--to", "stable",
-                             "--registry", ns, registry=registry)
-        assert promoted.returncode == 12, promoted.stderr
-        assert "stable" not in registry.tags(f"unsmoked/{REPOSITORY}")
+        # asking for a channel without a smoke pass is refused before anything is pushed
+        refused = mini.kiln("publish", NAME, "--registry", f"{registry.host}/unsmoked", "--skip-smoke-check",
+                            "--channel", "stable", registry=registry)
+        assert refused.returncode == 41, refused.stderr
+        assert "never moves a channel" in refused.stderr
+        assert registry.tags(f"unsmoked/{REPOSITORY}") == []
     finally:
         mini.pass_smoke()
+
+
+def test_publish_and_promote_json(mini, registry, published):
+    ns = f"{registry.host}/jsondoc"
+    mini.pass_smoke()
+    pub = mini.kiln("publish", NAME, "--registry", ns, "--json", registry=registry)
+    assert pub.returncode == 0, pub.stderr[-3000:]
+    doc = validated("publish", pub.stdout)
+    assert doc["channel"] == "experimental" and doc["image_id"] == mini.image_id
+    assert doc["tags"][-1] == f"{ns}/{REPOSITORY}:{mini.short}"
+    assert doc["pinned"] == f"{ns}/{REPOSITORY}@{doc['manifest_digest']}"
+    pro = mini.kiln("promote", NAME, "--registry", ns, "--from", "experimental", "--to", "stable", "--json",
+                    registry=registry)
+    assert pro.returncode == 0, pro.stderr[-3000:]
+    pdoc = validated("promote", pro.stdout)
+    assert pdoc["manifest_digest"] == doc["manifest_digest"] and pdoc["moved"] is True
 
 
 def test_wrong_password_fails_at_once(mini, registry, published):
