@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 import docker
+import docker.auth
 import docker.errors
 from docker.models.images import Image
 
@@ -322,14 +323,13 @@ def split_ref(ref: str) -> tuple[str, str | None]:
 
 
 def _pull_auth(repo: str) -> dict | None:
-    """Credentials for a registry base image: KILN_REGISTRY_* or the docker config."""
-    from .credentials import resolve
+    """Credentials for the registry that serves a base image, and for no other: its
+    docker config entry (the env credentials only where KILN_REGISTRY_HOST names it)."""
+    from .credentials import for_pull
 
-    first = repo.split("/", 1)[0]
-    if "/" not in repo or not ("." in first or ":" in first or first == "localhost"):
-        return None  # Docker Hub style name: anonymous pulls
-    creds = resolve(first)
-    return creds.auth_config(first) if creds else None
+    host, _ = docker.auth.resolve_repository_name(repo)  # "docker.io" for Hub names
+    creds = for_pull(host)
+    return creds.auth_config(host) if creds else None
 
 
 def _short(exc: BaseException) -> str:

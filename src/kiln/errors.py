@@ -80,7 +80,7 @@ class PushFailed(KilnError):
 
 class RegistryUnreachable(KilnError):
     exit_code = 10
-    hint = "check the registry address and that it is up (`curl https://HOST/v2/`)"
+    hint = "check the registry address and that it is up (`curl https://HOST/v2/`, or http:// for a plain-HTTP one)"
 
 
 class RegistryAuthFailed(KilnError):
@@ -225,3 +225,17 @@ class TagWriteFailed(KilnError):
 
     exit_code = 44
     hint = "check the account may push tags to this repository; rerun `kiln publish` (layers are not re-sent)"
+
+
+class RegistryRateLimited(KilnError):
+    """The registry still answered 429 after the bounded retries (Retry-After honoured)."""
+
+    exit_code = 45
+    hint = "wait a few minutes and rerun (layers already up are not re-sent); authenticated accounts get higher limits"
+
+
+class RegistryServerError(KilnError):
+    """The registry answered 5xx on every bounded retry: it is up but failing."""
+
+    exit_code = 46
+    hint = "the registry itself is failing (see its logs or status page); rerun once it answers again"

@@ -8,8 +8,10 @@ again), and ask which image a channel tag points at.
 Auth follows the registry's `WWW-Authenticate` challenge: Basic (htpasswd registries)
 or Bearer tokens (Docker Hub, GHCR, ECR, GCR/Artifact Registry, Harbor, Quay).
 Transient failures (no connection, timeouts, 429, 5xx) are retried a bounded number of
-times with backoff; an auth failure is never retried (retrying a wrong password only
-locks accounts).
+times with backoff (a Retry-After header is honoured, up to a cap); each kind that
+persists ends in its own typed error. An auth failure is never retried (retrying a
+wrong password only locks accounts), except that an expired Bearer token is replaced
+once by a fresh one from the token service.
 """
 
 from __future__ import annotations
@@ -26,9 +28,12 @@ import requests
 
 from .credentials import Credentials
 from .errors import (
+    KilnError,
     ManifestMismatch,
     RegistryAuthFailed,
     RegistryInvalid,
+    RegistryRateLimited,
+    RegistryServerError,
     RegistryUnreachable,
     TagWriteFailed,
 )
@@ -42,6 +47,7 @@ MANIFEST_TYPES = (
 INDEX_TYPES = MANIFEST_TYPES[2:]
 ATTEMPTS = 4  # first try + 3 retries: 0.5 s, 1 s, 2 s apart
 BACKOFF_S = 0.5
+RETRY_AFTER_CAP_S = 30.0  # a Retry-After beyond this is not waited for: bounded total time
 TIMEOUT = (5, 60)  # connect, read
 _HOST = re.compile(r"^(\[[0-9a-fA-F:]+\]|[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?)(:\d{1,5})?$")
 _PATH = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
@@ -58,14 +64,24 @@ class Target:
 
     @classmethod
     def parse(cls, registry: str, repository: str, *, plain_http: bool = False) -> Target:
-        if registry.startswith("http://"):
-            raise RegistryInvalid(f"registry {registry!r}: write it without http:// and pass --plain-http")
-        text = registry.strip().removeprefix("https://").rstrip("/")
-        host, _, namespace = text.partition("/")
+        """One rule for the scheme: `http://` means plain HTTP, `https://` means HTTPS,
+        and without a scheme loopback hosts get HTTP and all others HTTPS (--plain-http
+        asks for HTTP)."""
+        text = registry.strip()
+        scheme, sep, rest = text.partition("://")
+        if not sep:
+            scheme, rest = "", text
+        elif scheme not in ("http", "https"):
+            raise RegistryInvalid(f"registry {registry!r}: scheme {scheme}:// is neither http:// nor https://")
+        if scheme == "https" and plain_http:
+            raise RegistryInvalid(f"registry {registry!r} says https:// but --plain-http asks for HTTP",
+                                  hint="drop one of them: http://HOST or --plain-http for HTTP, https://HOST for HTTPS")
+        host, _, namespace = rest.rstrip("/").partition("/")
         if not _HOST.match(host) or (namespace and not _PATH.match(namespace)):
-            raise RegistryInvalid(f"registry {registry!r} is not HOST[:PORT][/NAMESPACE]")
+            raise RegistryInvalid(f"registry {registry!r} is not [http://|https://]HOST[:PORT][/NAMESPACE]")
         path = f"{namespace}/{repository}" if namespace else repository
-        return cls(host, path, plain_http or is_loopback(host))
+        plain = scheme == "http" or plain_http or (not scheme and is_loopback(host))
+        return cls(host, path, plain)
 
     @property
     def api_host(self) -> str:
@@ -136,10 +152,11 @@ class RegistryClient:
     # -- requests with retries and auth ---------------------------------------------
     def _send(self, method: str, url: str, headers: dict | None = None, **kw) -> requests.Response:
         """One HTTP exchange, retried on transient failures only."""
-        last = ""
+        last, wait = "", 0.0
         for attempt in range(ATTEMPTS):
             if attempt:
-                time.sleep(BACKOFF_S * 2 ** (attempt - 1))
+                time.sleep(max(wait, BACKOFF_S * 2 ** (attempt - 1)))
+            wait = 0.0
             sent = {**(headers or {}), **({"Authorization": self._auth} if self._auth else {})}
             try:
                 resp = self.session.request(method, url, headers=sent, timeout=TIMEOUT, **kw)
@@ -147,21 +164,36 @@ class RegistryClient:
                 # not transient: retrying a TLS mismatch only delays the message
                 raise RegistryUnreachable(
                     f"TLS to {self.target.api_host} failed: {_reason(exc)}",
-                    hint="trust its CA via REQUESTS_CA_BUNDLE, or pass --plain-http for an HTTP-only registry",
+                    hint=f"trust its CA via REQUESTS_CA_BUNDLE, or write the registry as http://{self.target.host} "
+                         "if it speaks plain HTTP",
                 ) from None
             except requests.exceptions.RequestException as exc:
                 last = _reason(exc)
                 continue
             if resp.status_code == 429 or resp.status_code >= 500:
                 last = f"HTTP {resp.status_code}"
+                wait = _retry_after(resp)
                 continue
             return resp
-        raise RegistryUnreachable(f"registry {self.target.host} unreachable after {ATTEMPTS} attempts: {last}")
+        raise self._gave_up(method, url, last)
+
+    def _gave_up(self, method: str, url: str, last: str) -> KilnError:
+        what = f"{method} {url.removeprefix(self.target.base_url) or '/'}"
+        if last == "HTTP 429":
+            return RegistryRateLimited(f"registry {self.target.host} still rate-limits {what} "
+                                       f"after {ATTEMPTS} attempts (HTTP 429)")
+        if last.startswith("HTTP 5"):
+            return RegistryServerError(f"registry {self.target.host} answered {last} to {what} "
+                                       f"on all {ATTEMPTS} attempts")
+        return RegistryUnreachable(f"registry {self.target.host} unreachable after {ATTEMPTS} attempts: {last}",
+                                   hint=f"check the address and that it is up: `curl {self.target.base_url}/`")
 
     def request(self, method: str, path: str, **kw) -> requests.Response:
         url = f"{self.target.base_url}{path}"
         resp = self._send(method, url, **kw)
-        if resp.status_code == 401:
+        # a 401 to a Basic password is final; to a Bearer token (or no header yet) it
+        # asks for a (fresh) token: fetched once, then the request is sent again
+        if resp.status_code == 401 and not (self._auth or "").startswith("Basic "):
             self._authenticate(resp)
             resp = self._send(method, url, **kw)
         if resp.status_code in (401, 403):
@@ -177,7 +209,13 @@ class RegistryClient:
         scheme, params = _challenge(resp.headers.get("WWW-Authenticate", ""))
         if scheme == "basic":
             if self.credentials is None:
-                raise RegistryAuthFailed(f"registry {self.target.host} needs credentials and none were found")
+                raise RegistryAuthFailed(f"registry {self.target.host} needs credentials and none were found",
+                                         hint=f"`docker login {self.target.host}`, or set KILN_REGISTRY_USER and "
+                                              "pipe the password in with --password-stdin")
+            if not self.credentials.password:
+                raise RegistryAuthFailed(f"registry {self.target.host} wants a password; the credentials from "
+                                         f"{self.credentials.source} hold only an identity token",
+                                         hint=f"`docker login {self.target.host}` with a user name and password")
             pair = f"{self.credentials.username}:{self.credentials.password}".encode()
             self._auth = "Basic " + base64.b64encode(pair).decode()
         elif scheme == "bearer" and params.get("realm"):
@@ -190,9 +228,16 @@ class RegistryClient:
         query = {"scope": f"repository:{self.target.path}:pull,push"}
         if params.get("service"):
             query["service"] = params["service"]
-        auth = (self.credentials.username, self.credentials.password) if self.credentials else None
+        creds = self.credentials
         try:
-            resp = self.session.get(params["realm"], params=query, auth=auth, timeout=TIMEOUT)
+            if creds is not None and creds.identity_token:
+                # OAuth2 refresh-token grant: what `docker login` stored instead of a password
+                resp = self.session.post(params["realm"], timeout=TIMEOUT, data={
+                    **query, "grant_type": "refresh_token", "refresh_token": creds.identity_token,
+                    "client_id": "kiln"})
+            else:
+                auth = (creds.username, creds.password) if creds else None
+                resp = self.session.get(params["realm"], params=query, auth=auth, timeout=TIMEOUT)
         except requests.exceptions.RequestException as exc:
             raise RegistryUnreachable(f"token service {params['realm']} unreachable: {_reason(exc)}") from None
         if resp.status_code in (401, 403):
@@ -243,6 +288,14 @@ class RegistryClient:
         written = resp.headers.get("Docker-Content-Digest")
         if written and written != manifest.digest:
             raise ManifestMismatch(f"tag {tag} was written as {written}, expected {manifest.digest}")
+
+
+def _retry_after(resp: requests.Response) -> float:
+    """Retry-After in seconds (the delta-seconds form registries send), capped."""
+    try:
+        return min(max(float(resp.headers.get("Retry-After", "")), 0.0), RETRY_AFTER_CAP_S)
+    except ValueError:
+        return 0.0
 
 
 def _error_code(resp: requests.Response) -> str:

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
+import json
 import secrets
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
+from urllib.parse import urljoin
 
 import requests
 
 BINARY = "docker-registry"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 MANIFEST_ACCEPT = ", ".join((
     "application/vnd.oci.image.manifest.v1+json",
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -41,7 +45,8 @@ def available() -> str | None:
 
 
 class LocalRegistry:
-    def __init__(self, workdir: Path, port: int | None = None):
+    def __init__(self, workdir: Path, port: int | None = None, log_level: str = "warn"):
+        self.log_level = log_level  # "info": every request is logged with the user it authenticated as
         self.dir = workdir
         self.dir.mkdir(parents=True, exist_ok=True)
         self.port = port or free_port()
@@ -59,7 +64,7 @@ class LocalRegistry:
         (self.dir / "htpasswd").write_text(htpasswd)
         (self.dir / "config.yml").write_text(
             "version: 0.1\n"
-            "log: {level: warn}\n"
+            f"log: {{level: {self.log_level}}}\n"
             f"storage: {{filesystem: {{rootdirectory: {self.storage}}}}}\n"
             f"http: {{addr: '{self.host}'}}\n"
             f"auth: {{htpasswd: {{realm: kiln-test, path: {self.dir / 'htpasswd'}}}}}\n"
@@ -121,6 +126,34 @@ class LocalRegistry:
         resp = requests.get(f"http://{self.host}/v2/{repo}/blobs/{digest}", auth=self.auth, timeout=60)
         resp.raise_for_status()
         return resp.content
+
+    def push_tiny(self, repo: str, tag: str) -> tuple[str, bytes]:
+        """A one-layer image written straight through the API (no daemon): (digest, manifest bytes)."""
+        layer = gzip.compress(b"kiln test layer " + secrets.token_bytes(8))
+        config = json.dumps({"architecture": "amd64", "os": "linux",
+                             "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+        descs = [self._upload(repo, data, media) for data, media in (
+            (config, "application/vnd.oci.image.config.v1+json"),
+            (layer, "application/vnd.oci.image.layer.v1.tar+gzip"))]
+        body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descs[0],
+                           "layers": descs[1:]}).encode()
+        resp = requests.put(f"http://{self.host}/v2/{repo}/manifests/{tag}", data=body, auth=self.auth,
+                            headers={"Content-Type": OCI_MANIFEST}, timeout=10)
+        resp.raise_for_status()
+        return resp.headers["Docker-Content-Digest"], body
+
+    def _upload(self, repo: str, data: bytes, media: str) -> dict:
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        start = requests.post(f"http://{self.host}/v2/{repo}/blobs/uploads/", auth=self.auth, timeout=10)
+        start.raise_for_status()
+        location = urljoin(f"http://{self.host}/", start.headers["Location"])
+        done = requests.put(location, params={"digest": digest}, data=data, auth=self.auth, timeout=10,
+                            headers={"Content-Type": "application/octet-stream"})
+        done.raise_for_status()
+        return {"mediaType": media, "digest": digest, "size": len(data)}
+
+    def log_text(self) -> str:
+        return (self.dir / "registry.log").read_text(errors="replace")
 
     def blob_files(self) -> list[Path]:
         return sorted(self.storage.rglob("blobs/sha256/*/*/data"))

@@ -17,6 +17,7 @@ def docker_config(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
     monkeypatch.delenv(credentials.USER_ENV, raising=False)
     monkeypatch.delenv(credentials.PASSWORD_ENV, raising=False)
+    monkeypatch.delenv(credentials.HOST_ENV, raising=False)
 
     def write(doc: dict):
         (tmp_path / "config.json").write_text(json.dumps(doc))
@@ -60,8 +61,50 @@ def test_docker_config_auths(docker_config, key):
 
 
 def test_docker_hub_key(docker_config):
-    docker_config({"auths": {"https://index.docker.io/v1/": {"username": "hub", "password": "hubpw"}}})
+    # what `docker login` writes for Docker Hub: its v1 index URL as the key
+    docker_config({"auths": {"https://index.docker.io/v1/": {"auth": base64.b64encode(b"hub:hubpw").decode()}}})
     assert credentials.resolve("docker.io").username == "hub"
+    assert credentials.for_pull("index.docker.io").password == "hubpw"
+
+
+def test_identity_token_goes_to_the_daemon_as_such(docker_config):
+    docker_config({"auths": {"reg.example": {"identitytoken": "refresh-tok"}}})
+    creds = credentials.resolve("reg.example")
+    assert creds.auth_config("reg.example") == {"identitytoken": "refresh-tok", "serveraddress": "reg.example"}
+    assert "refresh-tok" not in repr(creds) + str(creds)
+
+
+def test_env_credentials_never_serve_a_base_image_pull(docker_config, monkeypatch):
+    """Set to publish to one registry, they must not reach the registry of a base image."""
+    docker_config({"auths": {"base.example": {"auth": base64.b64encode(b"cfg:cfgpw").decode()}}})
+    monkeypatch.setenv(credentials.USER_ENV, "envuser")
+    monkeypatch.setenv(credentials.PASSWORD_ENV, "envpw")
+    assert credentials.for_pull("base.example").username == "cfg"
+    assert credentials.for_pull("nvcr.io") is None
+    assert credentials.resolve("push.example").username == "envuser"  # the publish target
+
+
+def test_registry_host_binds_env_credentials(docker_config, monkeypatch):
+    docker_config({"auths": {"other.example": {"auth": base64.b64encode(b"cfg:cfgpw").decode()}}})
+    monkeypatch.setenv(credentials.USER_ENV, "envuser")
+    monkeypatch.setenv(credentials.PASSWORD_ENV, "envpw")
+    monkeypatch.setenv(credentials.HOST_ENV, "https://mine.example:5000")
+    assert credentials.for_pull("mine.example:5000").username == "envuser"
+    assert credentials.resolve("mine.example:5000").username == "envuser"
+    assert credentials.resolve("other.example").username == "cfg"  # bound elsewhere: not sent
+    assert credentials.resolve("third.example") is None
+    with pytest.raises(RegistryAuthFailed, match=credentials.HOST_ENV):
+        credentials.resolve("other.example", password_stdin=True, stdin=io.StringIO("pw\n"))
+
+
+def test_each_env_error_names_the_next_step(docker_config, monkeypatch):
+    with pytest.raises(RegistryAuthFailed) as exc:
+        credentials.resolve("h", password_stdin=True, stdin=io.StringIO("pw\n"))
+    assert f"export {credentials.USER_ENV}=" in exc.value.hint
+    monkeypatch.setenv(credentials.USER_ENV, "u")
+    with pytest.raises(RegistryAuthFailed) as exc:
+        credentials.resolve("h")
+    assert "--password-stdin" in exc.value.hint
 
 
 def test_credential_helper(docker_config, tmp_path, monkeypatch):

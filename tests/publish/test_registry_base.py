@@ -41,7 +41,9 @@ def test_registry_base_by_digest_is_pulled_and_built_on(fresh_registry, docker_e
         "    ref: kiln/base:bookworm\n", f"    ref: {ref}:bookworm\n    digest: {digest}\n"))
     remove_images(docker_engine, "kiln/kiln-test-mini")
     try:
-        result = run_kiln("build", "kiln-test-mini", env={"KILN_ROOT": str(tree), **reg.env()}, cwd=tree)
+        # env credentials reach a base image's registry only where KILN_REGISTRY_HOST names it
+        env = {"KILN_ROOT": str(tree), "KILN_REGISTRY_HOST": reg.host, **reg.env()}
+        result = run_kiln("build", "kiln-test-mini", env=env, cwd=tree)
         assert result.returncode == 0, result.stderr[-3000:]
         assert f"pulled {ref}@{digest}" in result.stderr
         from kiln import paths

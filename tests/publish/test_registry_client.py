@@ -98,10 +98,23 @@ def test_bearer_wrong_password(fake_registry):
         client.check_access()
 
 
-@pytest.mark.parametrize("bad", ["http://reg.example", "Has Space", "reg.example/UPPER"])
+@pytest.mark.parametrize("bad", ["ftp://reg.example", "Has Space", "reg.example/UPPER"])
 def test_registry_must_be_host_and_namespace(bad):
     with pytest.raises(RegistryInvalid):
         Target.parse(bad, "kiln/x")
+
+
+@pytest.mark.parametrize("given,plain", [("http://10.0.0.5:5000/ml", True), ("https://127.0.0.1:5000", False),
+                                         ("http://127.0.0.1:5000/", True), ("https://ghcr.io/acme/", False)])
+def test_a_scheme_says_which_protocol(given, plain):
+    target = Target.parse(given, "kiln/x")
+    assert target.plain_http is plain
+    assert "://" not in target.host + target.path  # docker references never carry the scheme
+
+
+def test_https_and_plain_http_contradict():
+    with pytest.raises(RegistryInvalid, match="--plain-http"):
+        Target.parse("https://reg.example", "kiln/x", plain_http=True)
 
 
 @pytest.mark.parametrize("host,plain", [("127.0.0.1:5000", True), ("localhost:5000", True), ("[::1]:5000", True),
