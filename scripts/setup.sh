@@ -12,6 +12,7 @@ command -v dockerd >/dev/null || need_pkgs+=(docker.io)
 command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
 command -v docker-registry >/dev/null || need_pkgs+=(docker-registry)
 command -v htpasswd >/dev/null || need_pkgs+=(apache2-utils)
+command -v patch >/dev/null || need_pkgs+=(patch)  # the GNU-patch differential test
 if ((${#need_pkgs[@]})); then
   say "apt-get install ${need_pkgs[*]}"
   export DEBIAN_FRONTEND=noninteractive

@@ -218,27 +218,56 @@ BROKEN = (
     "Why: a hunk that cannot apply\nUpstream: no - test only\n\n"
     "--- a/kiln_note.txt\n+++ b/kiln_note.txt\n@@ -1,3 +1,3 @@\n context that is not there\n-old\n+new\n more\n"
 )
+CREATES_NOTE = "Why: creates the file\nUpstream: no\n\n--- /dev/null\n+++ b/kiln_note.txt\n@@ -0,0 +1,3 @@\n+a\n+b\n+c\n"
+
+
+def _break_series(tree, patches: dict[str, str]) -> None:
+    series_dir = tree / "patches" / "vllm" / "0.0.1-test"
+    for name, text in patches.items():
+        (series_dir / name).write_text(text)
+    (series_dir / "series").write_text("".join(f"{name}\n" for name in patches))
+
+
+def _assert_failed_patch_step(result, docker_engine, code: int, *wanted: str) -> None:
+    """Exit `code` and the typed error's hint (not BuildFailed's), one error line naming
+    the problem, and neither the recipe nor the engine image tagged."""
+    from kiln.errors import BuildFailed, PatchFailed
+
+    assert result.returncode == code, result.stderr[-3000:]
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+    assert len(errors) == 1, errors
+    for text in wanted:
+        assert text in errors[0], errors[0]
+    assert f"hint: {PatchFailed.hint}" in result.stderr and BuildFailed.hint not in result.stderr
+    assert docker_engine.client.images.list(name=f"kiln/{NAME}") == []
+    _, engine_image, _ = resolve()  # the engine's input digest includes the broken series
+    assert docker_engine.image(engine_image.tag) is None, "a failed patch step tagged the engine"
+    assert docker_engine.image(engine_image.alias_tag) is None or \
+        docker_engine.image(engine_image.alias_tag).labels.get("ai.kiln.input-digest") != engine_image.digest
 
 
 def test_patch_that_does_not_apply_in_the_image_fails_with_its_hunk(kiln_tree, base_image, docker_engine):
     """The stand-in engine pin has no wheel to pre-check on the host, so the in-image
-    step is what fails: its per-hunk line and exit code reach the user, no tag is left."""
-    series_dir = kiln_tree / "patches" / "vllm" / "0.0.1-test"
-    (series_dir / "0001-broken.patch").write_text(
-        "Why: creates the file\nUpstream: no\n\n--- /dev/null\n+++ b/kiln_note.txt\n@@ -0,0 +1,3 @@\n+a\n+b\n+c\n")
-    (series_dir / "0002-broken.patch").write_text(BROKEN)
-    (series_dir / "series").write_text("0001-broken.patch\n0002-broken.patch\n")
+    step is what fails: the RUN step's exit status (the applier's 6) picks the error, its
+    per-hunk line reaches the user, no tag is left."""
+    _break_series(kiln_tree, {"0001-broken.patch": CREATES_NOTE, "0002-broken.patch": BROKEN})
     remove_images(docker_engine, f"kiln/{NAME}")
     result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
-    assert result.returncode == 6, result.stderr[-3000:]
-    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
-    assert len(errors) == 1, errors
-    assert "0002-broken.patch: kiln_note.txt: hunk #1 @@ -1,3 +1,3 @@" in errors[0]
-    assert '(first context line: "context that is not there") does not apply' in errors[0]
-    assert docker_engine.client.images.list(name=f"kiln/{NAME}") == []
-    assert not [i for i in docker_engine.client.images.list(name="kiln/engine-cpu")
-                if any(t.endswith(":vllm-0.0.1-test") for t in i.tags)
-                and i.labels.get("ai.kiln.patches", "").find("0002-broken") >= 0]
+    _assert_failed_patch_step(result, docker_engine, 6,
+                              "0002-broken.patch: kiln_note.txt: hunk #1 @@ -1,3 +1,3 @@",
+                              '(first context line: "context that is not there") does not apply')
+
+
+def test_patch_that_breaks_syntax_in_the_image_is_a_patch_failure(kiln_tree, base_image, docker_engine):
+    """Not a hunk failure, so no phrase to grep for: only the applier's exit status says
+    it is a patch problem (this exited 5 when build.py matched output text)."""
+    _break_series(kiln_tree, {"0001-syntax.patch": (
+        "Why: a patch that applies but leaves Python that does not compile\nUpstream: no\n\n"
+        "--- /dev/null\n+++ b/kiln_broken.py\n@@ -0,0 +1,2 @@\n+def f(:\n+    pass\n")})
+    remove_images(docker_engine, f"kiln/{NAME}")
+    result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
+    _assert_failed_patch_step(result, docker_engine, 6,
+                              "kiln_broken.py: does not compile after patching (0001-syntax.patch)")
 
 
 def test_real_series_broken_fails_before_docker(tmp_path, docker_engine):

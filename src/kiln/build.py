@@ -4,17 +4,21 @@ image with the same input digest already exists."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
-from . import engineprobe, log
+from . import engineprobe, log, patching
 from .ca import CABundle, add_to_context, resolve_ca
 from .context import BuildContext
 from .dockerengine import DockerEngine
-from .errors import BudgetExceeded, BuildFailed, KilnError
-from .images import LABEL_NS, EngineImage, RecipeImage
+from .errors import BudgetExceeded, BuildFailed, KilnError, PatchInvalid
+from .images import LABEL_NS, PATCHER_ARC, EngineImage, RecipeImage
 from .paths import recipes_dir
 from .recipe import LoadedRecipe, load_recipe
+
+_STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
 
 
 @dataclass
@@ -116,17 +120,28 @@ def _build(
 
 
 def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
-    """A failed in-image patch step is a patch failure (its own exit code), reported
-    with the applier's one line per failed hunk, not as a generic build failure."""
-    if "kiln_patching.py" not in getattr(exc, "step", ""):
-        return None
-    lines = [ln for ln in getattr(exc, "tail", []) if "does not apply" in ln or "forked from a different upstream" in ln]
-    if not lines:
+    """A failed RUN step that runs the in-image applier, with one of the applier's own exit
+    statuses, is that typed error (its own exit code), reported with the lines the applier
+    printed in that step; any other status (e.g. a compileall after it) stays BuildFailed."""
+    if exc.status is None or not _runs_applier(exc.step):
         return None
     from .patchcmd import DriftFound, SeriesFailed
 
-    drift = any("forked from a different upstream" in ln for ln in lines)
-    return (DriftFound if drift else SeriesFailed)(lines)
+    typed = {
+        patching.ApplyFailed.exit_code: SeriesFailed,
+        patching.DriftError.exit_code: DriftFound,
+        patching.PatchFormatError.exit_code: PatchInvalid,
+    }.get(exc.status)
+    if typed is None:
+        return None
+    lines = [ln for ln in exc.tail if not ln.startswith(patching.HINT_PREFIX)]
+    return typed(lines or [f"{exc.step}: the patch applier exited {exc.status} without saying why"])
+
+
+def _runs_applier(step: str) -> bool:
+    """`Step N/M : RUN ...` whose command runs the applier the harness copies in."""
+    m = _STEP_HEADER.match(step)
+    return bool(m) and m.group(1).upper() == "RUN" and PurePosixPath(PATCHER_ARC).name in m.group(2)
 
 
 def label_instruction(labels: dict[str, str]) -> str:

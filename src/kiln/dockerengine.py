@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 import docker
 import docker.auth
 import docker.errors
+import requests
+import urllib3
 from docker.models.images import Image
 
 from . import log
@@ -26,6 +28,10 @@ HEARTBEAT_S = 10.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _BUILT = re.compile(r"Successfully built ([0-9a-f]{12,64})")
+# the legacy builder's own bookkeeping between a step's header and its output
+_BOOKKEEPING = re.compile(r"^ ---> |^Removing intermediate container ")
+# daemons that leave errorDetail.code out still end the message with the status
+_RUN_STATUS = re.compile(r"returned a non-zero code: (\d+)")
 
 
 @dataclass
@@ -44,6 +50,7 @@ class _BuildProgress:
         self.label = label
         self.quiet = quiet
         self.tail: deque[str] = deque(maxlen=40)
+        self.step_tail: deque[str] = deque(maxlen=40)  # output of the current step only
         self.current: str | None = None
         self.current_cached = False
         self.t_step = time.monotonic()
@@ -61,8 +68,9 @@ class _BuildProgress:
 
     def feed(self, chunk: dict) -> None:
         if "error" in chunk or "errorDetail" in chunk:
-            detail = chunk.get("errorDetail", {}).get("message") or chunk.get("error", "")
-            raise _StreamError(str(detail).strip())
+            detail = chunk.get("errorDetail") or {}
+            message = str(detail.get("message") or chunk.get("error", "")).strip()
+            raise _StreamError(message, _run_status(detail.get("code"), message))
         if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
             self.result.image_id = chunk["aux"]["ID"]
         if "status" in chunk:  # base image pull during FROM
@@ -83,6 +91,7 @@ class _BuildProgress:
                 self._close_step()
                 self.current = line
                 self.current_cached = False
+                self.step_tail.clear()
                 self.t_step = time.monotonic()
                 self.result.steps = int(m.group(2))
                 if not self.quiet:
@@ -96,6 +105,8 @@ class _BuildProgress:
             if m and not self.result.image_id:
                 self.result.image_id = m.group(1)
             self.tail.append(line)
+            if not _BOOKKEEPING.match(line):
+                self.step_tail.append(line)
             if self.quiet or line.startswith(" ---> "):
                 continue
             if log.DEBUG:
@@ -108,7 +119,21 @@ class _BuildProgress:
 
 
 class _StreamError(Exception):
-    pass
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # exit status of a failed RUN step
+
+
+class _DaemonGone(Exception):
+    """The connection to the daemon broke while it streamed the build."""
+
+
+def _run_status(code, message: str) -> int | None:
+    """A failed RUN's exit status: errorDetail.code, else the number the message ends with."""
+    if isinstance(code, int) and code > 0:
+        return code
+    m = _RUN_STATUS.search(message)
+    return int(m.group(1)) if m else None
 
 
 @dataclass
@@ -283,31 +308,59 @@ class DockerEngine:
                     decode=True,
                     pull=False,
                 )
-                for chunk in stream:
+                for chunk in _guarded(stream):
                     progress.feed(chunk)
             except _StreamError as exc:
-                self._fail(progress, str(exc))
+                self._fail(progress, str(exc), exc.status)
             except docker.errors.APIError as exc:
                 self._fail(progress, _short(exc))
+            except _DaemonGone as exc:
+                self._daemon_gone(progress, str(exc))
         progress._close_step()
         result = progress.result
         result.seconds = time.monotonic() - t0
         if not result.image_id:
+            # a daemon shutting down may close the stream cleanly, before any result
+            if not self._alive():
+                self._daemon_gone(progress, "the stream ended without a result")
             self._fail(progress, "the daemon reported no image id")
         if not result.image_id.startswith("sha256:"):
             result.image_id = self.client.images.get(result.image_id).id
         return result
 
     @staticmethod
-    def _fail(progress: _BuildProgress, message: str) -> None:
+    def _fail(progress: _BuildProgress, message: str, status: int | None = None) -> None:
         step = progress.current or "(before the first step)"
         tail = "\n".join(f"    | {line}" for line in list(progress.tail)[-25:])
         log.errors.print(f"[red]build failed at[/] {step}", markup=True, highlight=False)
         if tail:
             log.errors.print(tail, markup=False, highlight=False)
-        exc = BuildFailed(f"{progress.label}: {step}: {message.splitlines()[-1] if message else 'failed'}")
-        exc.step, exc.tail = step, list(progress.tail)
-        raise exc
+        raise BuildFailed(f"{progress.label}: {step}: {message.splitlines()[-1] if message else 'failed'}",
+                          step=step, tail=list(progress.step_tail), status=status)
+
+    @staticmethod
+    def _daemon_gone(progress: _BuildProgress, why: str) -> None:
+        step = progress.current or "before the first step"
+        raise DockerUnavailable(
+            f"{progress.label}: the Docker daemon went away during the build (at {step}): {_one_line(why)}",
+            hint="nothing was tagged; once `docker info` answers again, rerun the same build "
+                 "(finished steps come from the layer cache)")
+
+    def _alive(self) -> bool:
+        try:
+            self.client.ping()
+            return True
+        except Exception:  # connection refused, reset, timeout: all mean "not there now"
+            return False
+
+
+def _guarded(stream):
+    """The build stream, with a broken connection (daemon stopped or restarted mid-build)
+    raised as one exception type instead of whatever requests/urllib3 layer noticed it."""
+    try:
+        yield from stream
+    except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, ConnectionError) as exc:
+        raise _DaemonGone(_short(exc)) from None
 
 
 def _one_line(text: str) -> str:

@@ -54,8 +54,19 @@ class BaseImageMissing(KilnError):
 
 
 class BuildFailed(KilnError):
+    """A build that stopped at a step. `step` is the builder's `Step N/M : INSTRUCTION`
+    line, `tail` that step's own output lines, `status` the exit status of a failed RUN
+    (None when the step failed otherwise): callers map known statuses to typed errors."""
+
     exit_code = 5
     hint = "read the failing step's output above; rerun with `--debug` for the full log"
+
+    def __init__(self, message: str, *, hint: str | None = None, step: str = "",
+                 tail: list[str] | None = None, status: int | None = None):
+        super().__init__(message, hint=hint)
+        self.step = step
+        self.tail = list(tail or [])
+        self.status = status
 
 
 class PatchFailed(KilnError):

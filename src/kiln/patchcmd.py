@@ -18,6 +18,8 @@ import re
 import shutil
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from . import log, patching, wheelcache
 from .errors import (
     EngineFetchFailed,
@@ -131,7 +133,14 @@ def _pinned_versions() -> list[str]:
 
 
 def _vkey(v: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else x for x in re.split(r"[.+-]", v))
+    """PEP 440 order (0.33.0rc1 < 0.33.0 < 0.33.0.post1). A folder that is no PEP 440
+    version (`latest`, a test pin like `0.0.1-test`) sorts after every real one, by name,
+    with a warning: comparing it with a version has no meaning."""
+    try:
+        return (0, Version(v), "")
+    except InvalidVersion:
+        log.warn(f"patches/{ENGINE}/{v}: {v!r} is not a PEP 440 version; ordered after the versions")
+        return (1, None, v)
 
 
 def engine_root(version: str, flavour: str | None) -> tuple[Path, str]:

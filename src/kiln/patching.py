@@ -32,11 +32,17 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Exit codes shared with kiln.errors (PatchFailed=6, OverrideDrift=7, PatchInvalid=30).
+# The in-image applier's exit statuses. Mirrors (this file must stay stdlib-only, so it
+# cannot import kiln.errors) of PatchFailed, OverrideDrift and PatchInvalid's exit codes:
+# `kiln build` maps the status of the failed RUN step to those errors, and a test keeps
+# the two in step.
 EXIT_PATCH_FAILED = 6
 EXIT_DRIFT = 7
 EXIT_INVALID = 30
 
+# The applier's last stderr line on failure starts with this; kiln replaces it with the
+# typed error's own hint.
+HINT_PREFIX = "hint: "
 HINT_PATCH = "hint: reproduce without Docker: kiln patches check / kiln engine bump --to VERSION --dry-run"
 HINT_OVERLAY = "hint: reproduce without Docker: kiln patches check --recipe RECIPE"
 HINT_DRIFT = "hint: kiln override rebase RECIPE FEATURE --from OLD_VERSION merges the override onto this engine"

@@ -1,0 +1,56 @@
+"""The in-image applier's exit statuses are kiln's typed errors' exit codes, and a
+failed build step that runs it becomes that typed error (no network, no Docker)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kiln import build, errors, patchcmd
+from kiln import patching as P
+
+APPLY_STEP = ("Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site-packages"
+              " && python /opt/kiln/lib/kiln_patching.py apply --root /opt/kiln/site-packages")
+
+
+def test_applier_codes_equal_the_typed_errors():
+    # patching.py runs inside images with the standard library only, so it mirrors the codes
+    assert P.EXIT_PATCH_FAILED == P.ApplyFailed.exit_code == errors.PatchFailed.exit_code
+    assert P.EXIT_DRIFT == P.DriftError.exit_code == errors.OverrideDrift.exit_code
+    assert P.EXIT_INVALID == P.PatchFormatError.exit_code == errors.PatchInvalid.exit_code
+
+
+@pytest.mark.parametrize("status, typed", [
+    (6, errors.PatchFailed), (7, errors.OverrideDrift), (30, errors.PatchInvalid)])
+def test_applier_step_status_picks_the_typed_error(status, typed):
+    exc = errors.BuildFailed("x", step=APPLY_STEP, status=status,
+                             tail=["vllm/a.py: does not compile after patching (0001-x.patch): bad",
+                                   P.HINT_PATCH])
+    mapped = build._as_patch_failure(exc)
+    assert isinstance(mapped, typed) and mapped.exit_code == status
+    assert mapped.lines()[0] == "vllm/a.py: does not compile after patching (0001-x.patch): bad"
+    assert P.HINT_PATCH not in mapped.lines()  # the typed error's own hint replaces the applier's
+
+
+@pytest.mark.parametrize("step, status", [
+    (APPLY_STEP, 1),  # e.g. compileall after the applier: a build failure, not a patch one
+    (APPLY_STEP, None),  # not a RUN exit status at all
+    ("Step 3/12 : RUN exit 6", 6),  # a 6 from a step that does not run the applier
+    ("Step 2/12 : COPY _kiln/kiln_patching.py /opt/kiln/lib/kiln_patching.py", 6),
+])
+def test_other_failures_stay_build_failures(step, status):
+    assert build._as_patch_failure(errors.BuildFailed("x", step=step, status=status)) is None
+
+
+def test_pinned_versions_follow_pep440(tmp_path, monkeypatch, capsys):
+    from kiln import paths
+
+    for name in ("0.33.0", "0.33.0rc1", "0.9.0", "0.32.0", "latest", "0.33.0.post1"):
+        (tmp_path / "patches" / "vllm" / name).mkdir(parents=True)
+        (tmp_path / "patches" / "vllm" / name / "series").write_text("")
+    monkeypatch.setenv("KILN_ROOT", str(tmp_path))
+    paths.repo_root.cache_clear()
+    try:
+        assert patchcmd._pinned_versions() == ["0.9.0", "0.32.0", "0.33.0rc1", "0.33.0", "0.33.0.post1", "latest"]
+    finally:
+        paths.repo_root.cache_clear()
+    assert "patches/vllm/latest: 'latest' is not a PEP 440 version" in capsys.readouterr().err
