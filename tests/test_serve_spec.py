@@ -91,3 +91,53 @@ def test_run_print_shows_env_option_and_hardening():
 def test_stop_needs_names_or_all():
     result = run_kiln("stop")
     assert result.returncode == 64 and "--all" in result.stderr
+
+
+class _Box:
+    def __init__(self, name, port, labels=None):
+        self.name = name
+        self.labels = {LABEL_RECIPE: "tiny-moe"} if labels is None else labels
+        self.attrs = {"HostConfig": {"PortBindings": {"8000/tcp": [{"HostIp": "", "HostPort": str(port)}]}}}
+
+
+class _Client:
+    """Stands in for docker.DockerClient: only what the label lookups call."""
+
+    def __init__(self, boxes):
+        self.boxes = boxes
+        self.containers = self
+
+    def list(self, all=False, filters=None):
+        key = (filters or {}).get("label")
+        return [b for b in self.boxes if key is None or key in b.labels]
+
+    def get(self, name):
+        import docker.errors
+
+        for b in self.boxes:
+            if b.name == name:
+                return b
+        raise docker.errors.NotFound(name)
+
+
+def test_port_in_use_names_the_kiln_container_holding_it():
+    from kiln.container import port_in_use
+
+    client = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("kiln-tiny-moe-bbbbbb", 8002)])
+    err = port_in_use("", 8002, client)
+    assert err.exit_code == 14 and "kiln-tiny-moe-bbbbbb (tiny-moe)" in err.message
+    assert "kiln stop kiln-tiny-moe-bbbbbb" in err.hint
+    plain = port_in_use("", 9999, client)
+    assert "kiln container" not in plain.message and "--port" in plain.hint
+
+
+def test_logs_and_stop_only_touch_containers_kiln_started():
+    from kiln.errors import ContainerNotFound
+    from kiln.runner import _ours
+
+    client = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("postgres", 5432, labels={})])
+    assert _ours(client, "kiln-tiny-moe-aaaaaa").name == "kiln-tiny-moe-aaaaaa"
+    for name in ("postgres", "gone"):
+        with pytest.raises(ContainerNotFound, match="kiln-tiny-moe-aaaaaa") as info:
+            _ours(client, name)
+        assert info.value.exit_code == 50
