@@ -95,6 +95,19 @@ def test_rebuild_with_same_inputs_is_skipped_quickly(built):
     assert elapsed < 10, elapsed
 
 
+def test_build_json_document(built):
+    from clijson import validated
+
+    tree, _ = built
+    again = run_kiln("build", NAME, "--json", env={"KILN_ROOT": str(tree)}, cwd=tree)
+    assert again.returncode == 0, again.stderr
+    doc = validated("build", again.stdout)
+    assert doc["skipped"] is True and doc["recipe"] == NAME
+    assert doc["tag"] == f"kiln/{NAME}:{doc['input_digest'][7:19]}"
+    quiet = run_kiln("build", NAME, "-q", env={"KILN_ROOT": str(tree)}, cwd=tree)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
+
+
 def test_force_rebuilds(built):
     tree, _ = built
     again = run_kiln("build", NAME, "--force", env={"KILN_ROOT": str(tree)}, cwd=tree)

@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # before parsing, so a usage error or a crash in parsing honours them too
     log.set_debug("--debug" in argv or log.DEBUG)
-    as_json = "--json" in argv
+    as_json = "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
     try:
         # everything after a bare `--` goes to vLLM untouched (argparse mangles it in subparsers)
         passthrough: list[str] = []

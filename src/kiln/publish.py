@@ -131,7 +131,7 @@ def _now() -> str:
 
 
 def write_record(kind: str, name: str, doc: dict) -> Path:
-    """results/publish/<recipe>-<kind>-<time>.json. Holds digests, tags and the smoke
+    """publish/<recipe>-<kind>-<time>.json in the records folder. Holds digests, tags and the smoke
     evidence; never credentials (not even the user name)."""
     d = results_dir() / "publish"
     d.mkdir(parents=True, exist_ok=True)

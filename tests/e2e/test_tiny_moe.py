@@ -63,9 +63,12 @@ def results(tmp_path_factory):
 
 def test_smoke_passes_and_writes_a_record(image, results):
     _, recipe_image, img = image
-    result = run_kiln("smoke", NAME, env={"KILN_RESULTS_DIR": str(results)})
+    result = run_kiln("smoke", NAME, "--json", env={"KILN_RESULTS_DIR": str(results)})
     assert result.returncode == 0, result.stderr[-5000:]
     record = json.loads((results / "smoke" / f"{img.id.split(':')[1]}.json").read_text())
+    from clijson import validated
+
+    assert validated("smoke", result.stdout) == {**record, "record": str(results / "smoke" / f"{img.id.split(':')[1]}.json")}
     assert record["passed"] is True and record["image_id"] == img.id
     assert record["input_digest"] == recipe_image.digest
     names = {c["name"]: c for c in record["checks"]}

