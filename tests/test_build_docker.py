@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
-import tarfile
 import time
 
 import pytest
-from kilntest import REPO, remove_images, run_kiln
+from kilntest import REPO, remove_images, run_kiln, saved_image
 
 pytestmark = pytest.mark.docker
 
@@ -164,16 +162,11 @@ def _make_ca(tmp_path):
 
 def _layer_blobs(docker_engine, ref: str):
     """Every file of every layer of `docker save REF`, as (layer, path, bytes)."""
-    raw = b"".join(docker_engine.client.images.get(ref).save(named=False))
-    outer = tarfile.open(fileobj=io.BytesIO(raw))
-    manifest = json.load(outer.extractfile("manifest.json"))
-    config = outer.extractfile(manifest[0]["Config"]).read()
-    yield "config", "config.json", config
-    for layer in manifest[0]["Layers"]:
-        inner = tarfile.open(fileobj=io.BytesIO(outer.extractfile(layer).read()))
-        for member in inner.getmembers():
+    with saved_image(docker_engine, ref) as image:
+        yield "config", "config.json", image.config
+        for layer, member, tar in image.members():
             if member.isfile():
-                yield layer, member.name, inner.extractfile(member).read()
+                yield layer, member.name, tar.extractfile(member).read()
 
 
 def test_custom_ca_is_trusted_in_builds_and_absent_from_every_layer(kiln_tree, base_image, docker_engine, tmp_path):
