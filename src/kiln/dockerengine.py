@@ -328,7 +328,7 @@ class DockerEngine:
         # A daemon shutting down stops the step's container first (so the step "fails",
         # often with 143) and stops listening: a daemon that does not answer now is the cause.
         if not self._alive():
-            self._daemon_gone(progress, message)
+            self._daemon_gone(progress, f"the step was stopped (status {status})" if status else message)
         step = progress.current or "(before the first step)"
         tail = "\n".join(f"    | {line}" for line in list(progress.tail)[-25:])
         log.console.print(f"[red]build failed at[/] {step}", markup=True, highlight=False)
