@@ -267,6 +267,52 @@ def test_patch_that_breaks_syntax_in_the_image_is_a_patch_failure(kiln_tree, bas
                               "kiln_broken.py: does not compile after patching (0001-syntax.patch)")
 
 
+def test_override_with_conflict_markers_is_drift_in_the_image(kiln_tree, base_image, docker_engine):
+    """A replacement left with `kiln override rebase`'s conflict markers: the overlay step's
+    status 7 makes it OverrideDrift (it exited 5 when build.py matched output text)."""
+    import hashlib
+
+    from kiln.errors import BuildFailed, OverrideDrift
+
+    upstream = "def f():\n    return 1\n"
+    _break_series(kiln_tree, {"0001-module.patch": (
+        "Why: a module for the override to fork\nUpstream: no\n\n--- /dev/null\n+++ b/vllm/kiln_mod.py\n"
+        "@@ -0,0 +1,2 @@\n" + "".join(f"+{ln}\n" for ln in upstream.splitlines()))})
+    recipe = kiln_tree / "recipes" / NAME
+    feature = recipe / "experimental" / "forked"
+    (feature / "files").mkdir(parents=True)
+    (feature / "files" / "kiln_mod.py").write_text(
+        "def f():\n<<<<<<< ours\n    return 2\n||||||| base\n    return 1\n=======\n    return 3\n>>>>>>> theirs\n")
+    (feature / "override.yaml").write_text(
+        "name: forked\ndescription: a fork left mid-rebase\nengine:\n  name: vllm\n  version: 0.0.1-test\n"
+        "replacements:\n  - target: vllm/kiln_mod.py\n    file: files/kiln_mod.py\n"
+        f"    upstream_sha256: {hashlib.sha256(upstream.encode()).hexdigest()}\n")
+    (recipe / "recipe.yaml").write_text((recipe / "recipe.yaml").read_text() + "experimental: [forked]\n")
+    remove_images(docker_engine, f"kiln/{NAME}")
+    result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
+    assert result.returncode == OverrideDrift.exit_code, result.stderr[-3000:]
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+    assert len(errors) == 1, errors
+    assert "feature forked:" in errors[0] and "kiln_mod.py: unresolved conflict markers" in errors[0]
+    assert f"hint: {OverrideDrift.hint}" in result.stderr and BuildFailed.hint not in result.stderr
+    assert docker_engine.client.images.list(name=f"kiln/{NAME}") == []
+
+
+def test_patch_without_its_header_fails_before_docker(kiln_tree, base_image, docker_engine):
+    """Malformed patches never reach the in-image applier (its status 30 is unit-tested):
+    the host parses the series with the same code and refuses it before any step runs."""
+    from kiln.errors import PatchInvalid
+
+    _break_series(kiln_tree, {"0001-noheader.patch": CREATES_NOTE.split("\n\n", 1)[1]})
+    remove_images(docker_engine, f"kiln/{NAME}")
+    result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
+    assert result.returncode == PatchInvalid.exit_code, result.stderr[-3000:]
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+    assert errors and all("0001-noheader.patch: header has no" in ln for ln in errors), errors
+    assert "Step 1/" not in result.stderr
+    assert docker_engine.client.images.list(name=f"kiln/{NAME}") == []
+
+
 def test_real_series_broken_fails_before_docker(tmp_path, docker_engine):
     """Against the real vLLM 0.32.0 sources the host pre-flight catches it in seconds,
     before any build step runs."""
