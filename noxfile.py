@@ -27,7 +27,7 @@ def lint(session):
 def tests(session):
     """Unit tests plus real-daemon builds of small images, patches against real vLLM
     sources, registry tests (everything except the vLLM end-to-end run)."""
-    session.run(*PYTEST, "-m", "not e2e and not gpu", *session.posargs)
+    session.run(*PYTEST, "-m", "not e2e and not gpu and not disruptive", *session.posargs)
 
 
 @nox.session
@@ -35,6 +35,13 @@ def e2e(session):
     """Build engine-cpu and tiny-moe from scratch (reusing the daemon's layer cache),
     serve it, smoke it with the OpenAI client, publish it to a local registry."""
     session.run(*PYTEST, "-m", "e2e", *session.posargs)
+
+
+@nox.session
+def disruptive(session):
+    """Opt-in: restarts the Docker daemon in the middle of a build (stops every running
+    container on it), as root, where scripts/setup.sh started dockerd."""
+    session.run(*PYTEST, "-m", "disruptive", *session.posargs)
 
 
 @nox.session

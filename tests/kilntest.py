@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -34,3 +39,38 @@ def remove_images(engine, repository: str) -> None:
     for img in engine.client.images.list(name=repository):
         for tag in img.tags:
             engine.remove_image(tag)
+
+
+class SavedImage:
+    """`docker save` of one image, read through its manifest.json: the layer files are
+    named differently by daemon versions (`<id>/layer.tar`, `blobs/sha256/<digest>`), so
+    matching file names can silently find none."""
+
+    def __init__(self, outer: tarfile.TarFile, ref: str):
+        self._outer = outer
+        manifest = json.load(outer.extractfile("manifest.json"))
+        self.config: bytes = outer.extractfile(manifest[0]["Config"]).read()
+        self.layers: list[str] = list(manifest[0]["Layers"])
+        assert self.layers, f"docker save {ref}: manifest.json lists no layer"
+
+    def members(self) -> Iterator[tuple[str, tarfile.TarInfo, tarfile.TarFile]]:
+        """(layer, member, that layer's tar) for every member of every layer; read a
+        file with `tar.extractfile(member)` before the next one (the tar is streamed)."""
+        scanned = 0
+        for layer in self.layers:
+            with tarfile.open(fileobj=self._outer.extractfile(layer), mode="r|*") as tar:
+                for member in tar:
+                    yield layer, member, tar
+            scanned += 1
+        assert scanned == len(self.layers) > 0, f"scanned {scanned} of {len(self.layers)} layers"
+
+
+@contextmanager
+def saved_image(engine, ref: str) -> Iterator[SavedImage]:
+    """The image as `docker save` writes it, spooled to a temporary file (multi-GB images)."""
+    with tempfile.TemporaryFile() as fh:
+        for chunk in engine.client.images.get(ref).save(named=False):
+            fh.write(chunk)
+        fh.seek(0)
+        with tarfile.open(fileobj=fh, mode="r:") as outer:
+            yield SavedImage(outer, ref)

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import io
 import json
+import os
+import signal
 import subprocess
-import tarfile
+import sys
 import time
+from pathlib import Path
 
 import pytest
-from kilntest import REPO, remove_images, run_kiln
+from kilntest import REPO, remove_images, run_kiln, saved_image
 
 pytestmark = pytest.mark.docker
 
@@ -177,16 +179,11 @@ def _make_ca(tmp_path):
 
 def _layer_blobs(docker_engine, ref: str):
     """Every file of every layer of `docker save REF`, as (layer, path, bytes)."""
-    raw = b"".join(docker_engine.client.images.get(ref).save(named=False))
-    outer = tarfile.open(fileobj=io.BytesIO(raw))
-    manifest = json.load(outer.extractfile("manifest.json"))
-    config = outer.extractfile(manifest[0]["Config"]).read()
-    yield "config", "config.json", config
-    for layer in manifest[0]["Layers"]:
-        inner = tarfile.open(fileobj=io.BytesIO(outer.extractfile(layer).read()))
-        for member in inner.getmembers():
+    with saved_image(docker_engine, ref) as image:
+        yield "config", "config.json", image.config
+        for layer, member, tar in image.members():
             if member.isfile():
-                yield layer, member.name, inner.extractfile(member).read()
+                yield layer, member.name, tar.extractfile(member).read()
 
 
 def test_custom_ca_is_trusted_in_builds_and_absent_from_every_layer(kiln_tree, base_image, docker_engine, tmp_path):
@@ -283,6 +280,52 @@ def test_patch_that_breaks_syntax_in_the_image_is_a_patch_failure(kiln_tree, bas
                               "kiln_broken.py: does not compile after patching (0001-syntax.patch)")
 
 
+def test_override_with_conflict_markers_is_drift_in_the_image(kiln_tree, base_image, docker_engine):
+    """A replacement left with `kiln override rebase`'s conflict markers: the overlay step's
+    status 7 makes it OverrideDrift (it exited 5 when build.py matched output text)."""
+    import hashlib
+
+    from kiln.errors import BuildFailed, OverrideDrift
+
+    upstream = "def f():\n    return 1\n"
+    _break_series(kiln_tree, {"0001-module.patch": (
+        "Why: a module for the override to fork\nUpstream: no\n\n--- /dev/null\n+++ b/vllm/kiln_mod.py\n"
+        "@@ -0,0 +1,2 @@\n" + "".join(f"+{ln}\n" for ln in upstream.splitlines()))})
+    recipe = kiln_tree / "recipes" / NAME
+    feature = recipe / "experimental" / "forked"
+    (feature / "files").mkdir(parents=True)
+    (feature / "files" / "kiln_mod.py").write_text(
+        "def f():\n<<<<<<< ours\n    return 2\n||||||| base\n    return 1\n=======\n    return 3\n>>>>>>> theirs\n")
+    (feature / "override.yaml").write_text(
+        "name: forked\ndescription: a fork left mid-rebase\nengine:\n  name: vllm\n  version: 0.0.1-test\n"
+        "replacements:\n  - target: vllm/kiln_mod.py\n    file: files/kiln_mod.py\n"
+        f"    upstream_sha256: {hashlib.sha256(upstream.encode()).hexdigest()}\n")
+    (recipe / "recipe.yaml").write_text((recipe / "recipe.yaml").read_text() + "experimental: [forked]\n")
+    remove_images(docker_engine, f"kiln/{NAME}")
+    result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
+    assert result.returncode == OverrideDrift.exit_code, result.stderr[-3000:]
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+    assert len(errors) == 1, errors
+    assert "feature forked:" in errors[0] and "kiln_mod.py: unresolved conflict markers" in errors[0]
+    assert f"hint: {OverrideDrift.hint}" in result.stderr and BuildFailed.hint not in result.stderr
+    assert docker_engine.client.images.list(name=f"kiln/{NAME}") == []
+
+
+def test_patch_without_its_header_fails_before_docker(kiln_tree, base_image, docker_engine):
+    """Malformed patches never reach the in-image applier (its status 30 is unit-tested):
+    the host parses the series with the same code and refuses it before any step runs."""
+    from kiln.errors import PatchInvalid
+
+    _break_series(kiln_tree, {"0001-noheader.patch": CREATES_NOTE.split("\n\n", 1)[1]})
+    remove_images(docker_engine, f"kiln/{NAME}")
+    result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
+    assert result.returncode == PatchInvalid.exit_code, result.stderr[-3000:]
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+    assert errors and all("0001-noheader.patch: header has no" in ln for ln in errors), errors
+    assert "Step 1/" not in result.stderr
+    assert docker_engine.client.images.list(name=f"kiln/{NAME}") == []
+
+
 def test_real_series_broken_fails_before_docker(tmp_path, docker_engine):
     """Against the real vLLM 0.32.0 sources the host pre-flight catches it in seconds,
     before any build step runs."""
@@ -342,3 +385,94 @@ def test_base_build_without_debootstrap_is_a_clear_error(docker_engine, tmp_path
     assert docker_engine.image("kiln/base:kiln-test-none") is None
     after = docker_engine.image("kiln/base:bookworm")
     assert (before and before.id) == (after and after.id)
+
+
+# -- daemon restart during a build (restarts the shared daemon: marker `disruptive`) -------
+DOCKERD_PID = Path("/var/run/docker.pid")
+DOCKERD_LOG = "/var/log/kiln-dockerd.log"
+
+
+def _daemon_up(timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _start_dockerd() -> None:
+    """As scripts/setup.sh starts it: detached from this session, logging to DOCKERD_LOG."""
+    with open(DOCKERD_LOG, "ab") as log_file:
+        subprocess.Popen(["dockerd"], stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop_dockerd(pid: int, timeout: float = 60) -> None:
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+        time.sleep(0.1)
+
+
+def _container_running(docker_engine, marker: str):
+    """The build's RUN container, found by the unique word in its command."""
+    for c in docker_engine.client.containers.list():
+        if marker in " ".join(c.attrs.get("Config", {}).get("Cmd") or []):
+            return c
+    return None
+
+
+def _others_running(docker_engine, mine) -> list[str]:
+    return [c.name for c in docker_engine.client.containers.list() if c.id != mine.id]
+
+
+@pytest.mark.disruptive
+def test_daemon_restart_during_a_build_leaves_no_tag_and_a_clean_error(kiln_tree, base_image, docker_engine):
+    """SIGTERM to dockerd while a RUN step runs, dockerd started again as set-up starts
+    it: kiln says in one line that the daemon went away (exit 3, DockerUnavailable) and
+    tags nothing. The daemon is always started again, whatever happens."""
+    from kiln.errors import DockerUnavailable
+
+    if os.geteuid() != 0 or not DOCKERD_PID.is_file() or Path("/run/systemd/system").is_dir():
+        pytest.skip("needs root and a dockerd started by scripts/setup.sh (not systemd)")
+    marker = f"kiln-restart-{os.getpid()}"
+    dockerfile = kiln_tree / "recipes" / NAME / "Dockerfile"
+    # exits on the daemon's SIGTERM at once, so the restart window stays short for others
+    dockerfile.write_text(dockerfile.read_text() + f"RUN trap 'exit 143' TERM; echo {marker}; sleep 120 & wait\n")
+    remove_images(docker_engine, f"kiln/{NAME}")
+    proc = subprocess.Popen([sys.executable, "-m", "kiln", "build", NAME], cwd=kiln_tree, text=True,
+                            env={**os.environ, "KILN_ROOT": str(kiln_tree), "COLUMNS": "300"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    restarted = False
+    try:
+        deadline = time.monotonic() + 600
+        while (mine := _container_running(docker_engine, marker)) is None:
+            assert proc.poll() is None, f"the build ended before its RUN step: {proc.communicate()[1][-3000:]}"
+            assert time.monotonic() < deadline, "the sleeping RUN step never started"
+            time.sleep(0.5)
+        quiet = time.monotonic() + 180  # let other users' containers finish first
+        while (others := _others_running(docker_engine, mine)) and time.monotonic() < quiet:
+            time.sleep(1)
+        if others:
+            pytest.skip(f"not restarting the shared daemon while {others} run")
+        _stop_dockerd(int(DOCKERD_PID.read_text()))
+        restarted = True
+        _start_dockerd()
+        assert _daemon_up(60), f"dockerd did not come back; see {DOCKERD_LOG}"
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        if restarted and not _daemon_up(5):
+            _start_dockerd()
+            _daemon_up(60)
+    assert proc.returncode == DockerUnavailable.exit_code, err[-3000:]
+    errors = [ln for ln in err.splitlines() if ln.startswith("kiln: error:")]
+    assert len(errors) == 1, err[-3000:]
+    assert "the Docker daemon went away during the build" in errors[0] and marker in errors[0]
+    assert "hint: nothing was tagged" in err and "Traceback" not in err
+    from kiln.dockerengine import DockerEngine
+
+    fresh = DockerEngine()  # the session's client may hold connections to the old daemon
+    assert fresh.client.images.list(name=f"kiln/{NAME}") == []

@@ -320,16 +320,16 @@ class DockerEngine:
         result = progress.result
         result.seconds = time.monotonic() - t0
         if not result.image_id:
-            # a daemon shutting down may close the stream cleanly, before any result
-            if not self._alive():
-                self._daemon_gone(progress, "the stream ended without a result")
             self._fail(progress, "the daemon reported no image id")
         if not result.image_id.startswith("sha256:"):
             result.image_id = self.client.images.get(result.image_id).id
         return result
 
-    @staticmethod
-    def _fail(progress: _BuildProgress, message: str, status: int | None = None) -> None:
+    def _fail(self, progress: _BuildProgress, message: str, status: int | None = None) -> None:
+        # A daemon shutting down stops the step's container first (so the step "fails",
+        # often with 143) and stops listening: a daemon that does not answer now is the cause.
+        if not self._alive():
+            self._daemon_gone(progress, f"the step was stopped (status {status})" if status else message)
         step = progress.current or "(before the first step)"
         tail = "\n".join(f"    | {line}" for line in list(progress.tail)[-25:])
         log.errors.print(f"[red]build failed at[/] {step}", markup=True, highlight=False)
@@ -347,11 +347,18 @@ class DockerEngine:
                  "(finished steps come from the layer cache)")
 
     def _alive(self) -> bool:
+        # a new client: a pooled keep-alive connection may still reach a daemon that has
+        # stopped listening and is shutting down
+        probe = None
         try:
-            self.client.ping()
+            probe = docker.from_env(timeout=5)
+            probe.ping()
             return True
         except Exception:  # connection refused, reset, timeout: all mean "not there now"
             return False
+        finally:
+            if probe is not None:
+                probe.close()
 
 
 def _guarded(stream):

@@ -129,18 +129,20 @@ def _parse_engine(spec: str) -> str:
 
 def _pinned_versions() -> list[str]:
     root = repo_root() / "patches" / ENGINE
-    return sorted((d.name for d in root.iterdir() if (d / "series").is_file()), key=_vkey) if root.is_dir() else []
+    names = [d.name for d in root.iterdir() if (d / "series").is_file()] if root.is_dir() else []
+    return sorted((n for n in names if _vkey(n) is not None), key=_vkey)
 
 
-def _vkey(v: str) -> tuple:
+def _vkey(v: str) -> Version | None:
     """PEP 440 order (0.33.0rc1 < 0.33.0 < 0.33.0.post1). A folder that is no PEP 440
-    version (`latest`, a test pin like `0.0.1-test`) sorts after every real one, by name,
-    with a warning: comparing it with a version has no meaning."""
+    version (`latest`) names no release pip could fetch: it is left out, with a warning
+    (`--engine vllm==NAME` still checks it explicitly)."""
     try:
-        return (0, Version(v), "")
+        return Version(v)
     except InvalidVersion:
-        log.warn(f"patches/{ENGINE}/{v}: {v!r} is not a PEP 440 version; ordered after the versions")
-        return (1, None, v)
+        log.warn(f"patches/{ENGINE}/{v}: {v!r} is not a PEP 440 version; left out "
+                 f"(name it with --engine {ENGINE}=={v} to check it anyway)")
+        return None
 
 
 def engine_root(version: str, flavour: str | None) -> tuple[Path, str]:

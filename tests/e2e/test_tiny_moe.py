@@ -8,12 +8,10 @@ import json
 import shlex
 import socket
 import subprocess
-import tarfile
-import tempfile
 import time
 
 import pytest
-from kilntest import REPO, make_tree, run_kiln
+from kilntest import REPO, make_tree, run_kiln, saved_image
 
 from kiln.container import free_port, wait_for_health
 
@@ -175,23 +173,17 @@ def test_engine_image_has_no_ca_or_wheels_in_any_layer(image, docker_engine):
     _, _, img = image
     ca = resolve_ca()
     ca_sha = hashlib.sha256(ca.data).hexdigest() if ca.path else None
-    found = []
-    with tempfile.TemporaryFile() as fh:
-        for chunk in docker_engine.client.images.get(img.id).save(named=False):
-            fh.write(chunk)
-        fh.seek(0)
-        with tarfile.open(fileobj=fh, mode="r:") as outer:
-            for member in outer.getmembers():
-                if not member.name.endswith("layer.tar"):
-                    continue
-                with tarfile.open(fileobj=outer.extractfile(member), mode="r|") as layer:
-                    for f in layer:
-                        name = f.name
-                        if "kiln-ca" in name or name.endswith(".whl") or "/wheels/" in name or "99kiln-ca" in name:
-                            found.append(name)
-                        if ca_sha and f.isfile() and f.size == len(ca.data):
-                            if hashlib.sha256(layer.extractfile(f).read()).hexdigest() == ca_sha:
-                                found.append(f"{name} (CA bundle bytes)")
+    found, files = [], 0
+    with saved_image(docker_engine, img.id) as saved:  # asserts it scanned every layer (> 0)
+        for _, f, layer in saved.members():
+            name = f.name
+            files += f.isfile()
+            if "kiln-ca" in name or name.endswith(".whl") or "/wheels/" in name or "99kiln-ca" in name:
+                found.append(name)
+            if ca_sha and f.isfile() and f.size == len(ca.data):
+                if hashlib.sha256(layer.extractfile(f).read()).hexdigest() == ca_sha:
+                    found.append(f"{name} (CA bundle bytes)")
+    assert files > 1000, f"only {files} files in the layers: the scan missed the image"
     assert found == []
 
 
