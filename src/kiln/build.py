@@ -13,8 +13,7 @@ from .context import BuildContext
 from .dockerengine import DockerEngine
 from .errors import BudgetExceeded, BuildFailed, KilnError
 from .images import LABEL_NS, EngineImage, RecipeImage
-from .paths import recipes_dir
-from .recipe import LoadedRecipe, load_recipe
+from .recipe import LoadedRecipe, load_recipe, recipe_dir
 
 
 @dataclass
@@ -44,7 +43,7 @@ class _LazyCA:
 
 
 def resolve(name: str, ca_flag: str | None = None) -> tuple[LoadedRecipe, EngineImage, RecipeImage]:
-    loaded = load_recipe(recipes_dir() / name)
+    loaded = load_recipe(recipe_dir(name))
     engine_image = EngineImage(loaded.recipe.engine, _LazyCA(ca_flag))
     return loaded, engine_image, RecipeImage(loaded, engine_image)
 
