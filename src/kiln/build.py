@@ -15,8 +15,7 @@ from .context import BuildContext
 from .dockerengine import DockerEngine
 from .errors import BudgetExceeded, BuildFailed, KilnError, PatchInvalid
 from .images import LABEL_NS, PATCHER_ARC, EngineImage, RecipeImage
-from .paths import recipes_dir
-from .recipe import LoadedRecipe, load_recipe
+from .recipe import LoadedRecipe, load_recipe, recipe_dir
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
 
@@ -54,7 +53,7 @@ class _LazyCA:
 
 
 def resolve(name: str, ca_flag: str | None = None) -> tuple[LoadedRecipe, EngineImage, RecipeImage]:
-    loaded = load_recipe(recipes_dir() / name)
+    loaded = load_recipe(recipe_dir(name))
     engine_image = EngineImage(loaded.recipe.engine, _LazyCA(ca_flag))
     return loaded, engine_image, RecipeImage(loaded, engine_image)
 

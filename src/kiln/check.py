@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from . import log
 from .errors import KilnError, RecipeInvalid
-from .paths import recipes_dir
-from .recipe import load_recipe, recipe_names
+from .recipe import load_recipe, recipe_dir, recipe_names
 
 
 def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
     if name and not all_recipes:
+        recipe_dir(name)  # an unknown name is no recipe problem: say so with its own hint
         return [name]
     return recipe_names()
 
@@ -19,7 +19,7 @@ def check_one(name: str) -> list[str]:
     from .overrides import load_override
 
     try:
-        loaded = load_recipe(recipes_dir() / name)
+        loaded = load_recipe(recipe_dir(name))
     except RecipeInvalid as exc:
         return exc.problems
     problems: list[str] = []

@@ -29,6 +29,18 @@ class KilnError(Exception):
         return out
 
 
+def one_line(text: str) -> str:
+    """``text`` with control, format and line-separator characters escaped, so a hostile
+    key or file name can neither split an error line nor send terminal escapes to CI logs."""
+    import unicodedata
+
+    return "".join(
+        ch if ch == " " or unicodedata.category(ch) not in {"Cc", "Cf", "Zl", "Zp", "Cs"}
+        else ascii(ch)[1:-1]
+        for ch in text
+    )
+
+
 class RecipeInvalid(KilnError):
     """One or more recipe problems; each is its own ``file:line: field: message`` line."""
 
@@ -36,6 +48,7 @@ class RecipeInvalid(KilnError):
     hint = "fix the field(s) above; `kiln schema` prints the JSON Schema for editors"
 
     def __init__(self, problems: list[str], *, hint: str | None = None):
+        problems = [one_line(p) for p in problems]
         super().__init__("\n".join(problems), hint=hint)
         self.problems = problems
 

@@ -14,7 +14,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import RecipeInvalid
-from .recipe import Version, problems_from_validation
+from .recipe import Version, display_path, problems_from_validation
 from .yamlsrc import YamlProblem, load_yaml
 
 OVERRIDE_FILE = "override.yaml"
@@ -68,26 +68,49 @@ class LoadedOverride:
         return self.dir / self.override.patches if self.override.patches else None
 
 
+def _escapes(directory: Path, rel: str) -> str | None:
+    """Why a path the override names is not a file inside its own folder (only that
+    folder goes into the build context; anything else would be read from the host)."""
+    try:
+        target = (directory / rel).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return "is not a usable path"
+    if not target.is_relative_to(directory.resolve()):
+        return f"is outside {display_path(directory)}/"
+    return None
+
+
 def load_override(directory: Path) -> LoadedOverride:
     file = directory / OVERRIDE_FILE
+    shown = display_path(file)
     try:
         src = load_yaml(file)
     except FileNotFoundError:
-        raise RecipeInvalid([f"{file}:1: (file): not found"]) from None
+        raise RecipeInvalid([f"{shown}:1: (file): not found"]) from None
     except YamlProblem as exc:
-        raise RecipeInvalid([f"{file}:{exc.line}: (yaml): {exc.message}"]) from None
+        raise RecipeInvalid([f"{shown}:{exc.line}: (yaml): {exc.message}"]) from None
+    if not isinstance(src.data, dict):
+        raise RecipeInvalid([f"{shown}:1: (top level): must be a mapping of fields"])
     try:
         override = Override.model_validate(src.data)
     except ValidationError as exc:
         raise RecipeInvalid(problems_from_validation(src, exc)) from None
     problems = []
     if override.name != directory.name:
-        problems.append(f"{file}:{src.line_of(('name',))}: name: must equal its folder name {directory.name!r}")
-    if override.patches and not (directory / override.patches).is_file():
-        problems.append(f"{file}:{src.line_of(('patches',))}: patches: no series file {override.patches!r}")
+        problems.append(f"{shown}:{src.line_of(('name',))}: name: must equal its folder name {directory.name!r}")
+    if override.patches:
+        why = _escapes(directory, override.patches)
+        if why:
+            problems.append(f"{shown}:{src.line_of(('patches',))}: patches: {override.patches!r} {why}")
+        elif not (directory / override.patches).is_file():
+            problems.append(f"{shown}:{src.line_of(('patches',))}: patches: no series file {override.patches!r}")
     for i, rep in enumerate(override.replacements):
-        if not (directory / rep.file).is_file():
-            problems.append(f"{file}:{src.line_of(('replacements', i, 'file'))}: replacements[{i}].file: not found")
+        where = f"{shown}:{src.line_of(('replacements', i, 'file'))}: replacements[{i}].file"
+        why = _escapes(directory, rep.file)
+        if why:
+            problems.append(f"{where}: {rep.file!r} {why}")
+        elif not (directory / rep.file).is_file():
+            problems.append(f"{where}: not found")
     if problems:
         raise RecipeInvalid(problems)
     return LoadedOverride(override, directory)

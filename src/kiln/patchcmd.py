@@ -30,7 +30,7 @@ from .errors import (
     RebaseConflict,
     UsageError,
 )
-from .paths import cache_dir, recipes_dir, repo_root
+from .paths import cache_dir, repo_root
 
 ENGINE = "vllm"
 PatchSeries = patching.Series
@@ -170,12 +170,9 @@ def engine_tree(version: str, flavour: str | None) -> tuple[patching.Tree, list[
 
 # -- recipes and their features --------------------------------------------------------------
 def _recipe(name: str):
-    from .recipe import load_recipe
+    from .recipe import load_recipe, recipe_dir
 
-    d = recipes_dir() / name
-    if not d.is_dir():
-        raise UsageError(f"no recipe {name!r} under {_shown(recipes_dir())}")
-    return load_recipe(d)
+    return load_recipe(recipe_dir(name))
 
 
 def _feature(loaded_recipe, feature: str):

@@ -43,8 +43,8 @@ from .errors import (
     RegistryInvalid,
 )
 from .images import LABEL_NS
-from .paths import recipes_dir, results_dir, shown_home
-from .recipe import LoadedRecipe, load_recipe
+from .paths import results_dir, shown_home
+from .recipe import LoadedRecipe, load_recipe, recipe_dir
 from .records import passing_smoke_record, record_path
 from .registry import Manifest, RegistryClient, Target
 
@@ -312,7 +312,7 @@ def promote(
     creds: credentials.Credentials | None = None,
 ) -> PromoteResult:
     """Point channel `to` at the exact manifest channel `from` points at (no layer moves)."""
-    loaded = load_recipe(recipes_dir() / name)
+    loaded = load_recipe(recipe_dir(name))
     target = target_for(loaded, registry, plain_http=plain_http)
     source, dest = check_channel(loaded, from_channel), check_channel(loaded, to_channel)
     if source == dest:

@@ -7,7 +7,9 @@ coerced (``port: "8000"`` is an error, not a string that happens to work).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -27,6 +29,10 @@ from .yamlsrc import SourcedYaml, YamlProblem, load_yaml
 
 RECIPE_FILE = "recipe.yaml"
 DOCKERFILE = "Dockerfile"
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+# a recipe folder holds a Dockerfile, a few scripts and overlays; walking more than
+# this many entries is not a recipe, and it would all go into the build context
+MAX_FILES = 2000
 
 
 def _port(value: Any) -> int:
@@ -40,7 +46,7 @@ Port = Annotated[
     PlainValidator(_port),
     WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 65535}),
 ]
-Name = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.+-][A-Za-z0-9.+-]+)?$")]
 Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 ImageRef = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._/:-]*$", max_length=255)]
@@ -182,9 +188,14 @@ class LoadedRecipe:
 
 
 def display_path(path: Path) -> str:
+    # lexical first: a symlink must be shown as itself, not as what it points to
+    try:
+        return str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        pass
     try:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
+    except (ValueError, OSError, RuntimeError):
         return str(path)
 
 
@@ -205,6 +216,9 @@ def _message(err: dict) -> str:
     return msg
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def _field_path(loc: tuple) -> str:
     parts: list[str] = []
     for item in loc:
@@ -214,7 +228,10 @@ def _field_path(loc: tuple) -> str:
             # pydantic puts union member / validator names into loc; they are not fields
             if any(ch in item for ch in "[](),") or item.startswith("function-"):
                 continue
-            parts.append(("." if parts else "") + item)
+            if _PLAIN_KEY.fullmatch(item):
+                parts.append(("." if parts else "") + item)
+            else:  # repr: a key holding ": ", newlines or escapes must not break the line
+                parts.append(f"[{item!r}]")
     return "".join(parts) or "(top level)"
 
 
@@ -284,10 +301,50 @@ def _check_files(loaded: LoadedRecipe) -> list[str]:
     return problems
 
 
+def _entry_problem(path: Path, root: Path) -> str | None:
+    """Why one entry of a recipe folder must not be read (the build context takes them
+    all): a symlink leading outside the folder would ship e.g. ~/.docker/config.json."""
+    try:
+        mode = path.lstat().st_mode
+        if stat.S_ISLNK(mode):
+            try:
+                target = path.resolve(strict=True)
+            except (OSError, RuntimeError):
+                return "broken or looping symlink"
+            if not target.is_relative_to(root):
+                return f"symlink to {target}, outside the recipe folder"
+            mode = target.stat().st_mode
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror}"
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return "not a regular file or folder"
+    return None
+
+
+def tree_problems(directory: Path) -> list[str]:
+    """Entries of the recipe folder kiln refuses, one `path:1: (file): why` line each."""
+    root = directory.resolve()
+    problems: list[str] = []
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(directory):
+        for name in sorted(dirnames + filenames):
+            count += 1
+            if count > MAX_FILES:
+                return [*problems, f"{display_path(directory)}:1: (recipe): more than {MAX_FILES} files and folders"]
+            path = Path(dirpath, name)
+            why = _entry_problem(path, root)
+            if why:
+                problems.append(f"{display_path(path)}:1: (file): {why}")
+    return problems
+
+
 def load_recipe(directory: Path) -> LoadedRecipe:
     """Load and validate one recipe folder; raise RecipeInvalid with every problem found."""
     file = directory / RECIPE_FILE
     shown = display_path(file)
+    refused = tree_problems(directory)
+    if refused:
+        raise RecipeInvalid(refused, hint="keep every file of a recipe inside its folder; copy it in instead of linking")
     if not file.is_file():
         raise RecipeInvalid([f"{shown}:1: (file): not found"], hint="each recipe folder needs a recipe.yaml")
     try:
@@ -311,7 +368,33 @@ def recipe_names() -> list[str]:
     """Folders under recipes/ that hold a recipe.yaml, sorted."""
     from .paths import recipes_dir
 
-    return sorted(p.name for p in recipes_dir().iterdir() if (p / RECIPE_FILE).is_file())
+    root = recipes_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / RECIPE_FILE).is_file())
+
+
+def recipe_dir(name: str) -> Path:
+    """The folder of the recipe called ``name``: a simple name of a folder inside
+    recipes/, so `kiln build ../x` or `/etc` cannot reach anything else."""
+    from .paths import recipes_dir
+
+    root = recipes_dir()
+    directory = root / name
+    if re.fullmatch(NAME_PATTERN, name) and directory.is_dir():
+        if not directory.resolve().is_relative_to(root.resolve()):
+            raise RecipeInvalid(
+                [f"{display_path(directory)}:1: (file): symlink to {directory.resolve()}, outside {display_path(root)}/"],
+                hint="move the recipe folder into recipes/ instead of linking it",
+            )
+        return directory
+    known = recipe_names()
+    shown = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "") if known else "none"
+    what = "no recipe named {!r} in {}/" if re.fullmatch(NAME_PATTERN, name) else "{!r} is not a recipe name in {}/"
+    raise RecipeInvalid(
+        [f"{what.format(name, display_path(root))} (known: {shown})"],
+        hint="`kiln list` shows the recipes; a recipe is a folder recipes/NAME/ holding a recipe.yaml",
+    )
 
 
 def json_schema() -> dict:

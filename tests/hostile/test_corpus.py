@@ -1,0 +1,104 @@
+"""Hostile recipe files through the real CLI: exit 2 with one-line `file:line: field:
+message` errors (0 where the input is harmless), never a traceback, in under 2 s and
+200 MB each."""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import shutil
+import subprocess
+import tempfile
+import time
+
+import pytest
+from cases import CASES, Case
+from hostilekit import (
+    Outcome,
+    error_lines,
+    hermetic_env,
+    make_root,
+    run_inprocess,
+    shape_problems,
+)
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    return make_root(tmp_path_factory.mktemp("template") / "tree")
+
+
+@pytest.fixture
+def tree(template, tmp_path):
+    return shutil.copytree(template, tmp_path / "tree", symlinks=True)
+
+
+def _check(case: Case, outcome) -> None:
+    assert shape_problems(outcome, case.shape) == [], outcome.stderr[-3000:]
+    assert outcome.code == case.code, outcome.stderr[-3000:]
+    if case.code == 2:
+        first = error_lines(outcome)[0]
+        assert re.search(case.expect, outcome.stderr), outcome.stderr[-3000:]
+        if case.line is not None:
+            assert re.match(rf"kiln: error: \S+?:{case.line}: ", first), first
+
+
+def test_corpus_is_large_and_unique():
+    assert len(CASES) >= 50
+    assert len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_case(case: Case, tree):
+    case.setup(tree)
+    outcome = run_inprocess(tree, list(case.argv))
+    _check(case, outcome)
+    assert outcome.time_problems() == []
+
+
+# -- the installed console script, one process per case: wall time and peak RSS as a
+# user's CI sees them; the address-space cap turns a blowup into a quick, clear failure
+SUBPROCESS_CASES = [
+    "alias-bomb-9x9", "deep-flow-nesting-10000", "huge-file-10mb", "sparse-file-4gb", "non-utf8-byte",
+    "nul-byte", "build-unknown-name", "build-dotdot-name", "credentials-symlink", "recipe-yaml-is-fifo",
+    "overlay-patches-dotdot", "bom-is-accepted",
+]
+BY_ID = {c.id: c for c in CASES}
+
+
+def _cap_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def _run_console_script(argv, cwd, env) -> Outcome:
+    """Run it and reap it ourselves: os.wait4 gives this one child's peak RSS."""
+    kiln = shutil.which("kiln")
+    assert kiln, "the kiln console script is not installed (pip install -e .)"
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([kiln, *argv], cwd=cwd, env=env, stdout=out, stderr=err, preexec_fn=_cap_memory)
+        deadline = t0 + 30
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.perf_counter() > deadline:
+                proc.kill()
+            time.sleep(0.01)
+        seconds = time.perf_counter() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return Outcome(proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
+                       seconds, usage.ru_maxrss / 1024,  # ru_maxrss is in KiB on Linux
+                       usage.ru_utime + usage.ru_stime)
+
+
+@pytest.mark.parametrize("case_id", SUBPROCESS_CASES)
+def test_hostile_case_console_script(case_id: str, tree):
+    case = BY_ID[case_id]
+    case.setup(tree)
+    outcome = _run_console_script(case.argv, tree, {**os.environ, **hermetic_env(tree)})
+    _check(case, outcome)
+    assert outcome.time_problems() == []
