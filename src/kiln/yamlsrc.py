@@ -202,7 +202,10 @@ def load_yaml(path: Path, text: str | None = None) -> SourcedYaml:
         text = decode(read_limited(path))
     elif len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise YamlProblem(1, f"larger than {MAX_BYTES // 1024} KiB: too large for a recipe")
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # the reader already rejects unprintable characters here
+    except yaml.YAMLError as exc:
+        raise _syntax_problem(exc, text) from None
     try:
         try:
             root = loader.get_single_node()

@@ -202,6 +202,7 @@ CASES: list[Case] = [
     Case("surrogate-escape-in-value", sub("  served_model_name: tiny-moe\n", '  served_model_name: "tiny\\ud800"\n'),
          r"U\+D800"),
     Case("bell-byte-in-comment", sub("# The embedded", b"# The \x07embedded"), r"control character U\+0007", line=1),
+    Case("c1-control-char", sub("  port: 8000\n", "  port: 8000 # \x80\n"), r"character U\+0080 is not allowed", line=22),
     Case("bom-is-accepted", lambda r: rfile(r).write_bytes(b"\xef\xbb\xbf" + rfile(r).read_bytes()), code=0),
     Case("double-bom-is-harmless", lambda r: rfile(r).write_bytes(b"\xef\xbb\xbf\xef\xbb\xbf" + rfile(r).read_bytes()), code=0),
     Case("crlf-line-endings", lambda r: rfile(r).write_bytes(rfile(r).read_bytes().replace(b"\n", b"\r\n")), code=0),
