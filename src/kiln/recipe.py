@@ -389,6 +389,8 @@ def recipe_dir(name: str) -> Path:
             )
         return directory
     known = recipe_names()
+    if name in known:  # listed by `kiln check --all`, but no name a recipe can have
+        raise RecipeInvalid([f"{display_path(directory)}:1: (file): folder name must match {NAME_PATTERN}"])
     shown = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "") if known else "none"
     what = "no recipe named {!r} in {}/" if re.fullmatch(NAME_PATTERN, name) else "{!r} is not a recipe name in {}/"
     raise RecipeInvalid(

@@ -98,10 +98,12 @@ def _scalar(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
     except yaml.YAMLError as exc:
         raise YamlProblem(_line(node), f"invalid value: {getattr(exc, 'problem', None) or exc}") from None
     except ValueError as exc:  # e.g. an integer of more than 4300 digits, a bad !!float
-        raise YamlProblem(_line(node), f"invalid {_short_tag(node.tag)} value: {exc}") from None
+        reason = str(exc).split(":")[0]
+        raise YamlProblem(_line(node), f"invalid {_short_tag(node.tag)} value: {reason}") from None
     bad = _BAD_IN_VALUE.search(value) if isinstance(value, str) else None
     if bad:
-        raise YamlProblem(_line(node), f"control character U+{ord(bad.group()):04X} is not allowed")
+        kind = "lone surrogate" if "\ud800" <= bad.group() <= "\udfff" else "control character"
+        raise YamlProblem(_line(node), f"{kind} U+{ord(bad.group()):04X} is not allowed")
     return value
 
 
@@ -202,7 +204,10 @@ def load_yaml(path: Path, text: str | None = None) -> SourcedYaml:
         text = decode(read_limited(path))
     elif len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
         raise YamlProblem(1, f"larger than {MAX_BYTES // 1024} KiB: too large for a recipe")
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)  # the reader already rejects unprintable characters here
+    except yaml.YAMLError as exc:
+        raise _syntax_problem(exc, text) from None
     try:
         try:
             root = loader.get_single_node()

@@ -49,11 +49,17 @@ def test_corpus_is_large_and_unique():
     assert len({c.id for c in CASES}) == len(CASES)
 
 
+def _listing(root) -> set[str]:
+    return {os.path.join(d, n) for d, dirs, files in os.walk(root) for n in dirs + files}
+
+
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_hostile_case(case: Case, tree):
     case.setup(tree)
+    before = _listing(tree)
     outcome = run_inprocess(tree, list(case.argv))
     _check(case, outcome)
+    assert _listing(tree) == before, "kiln left files behind"
     assert outcome.time_problems() == []
 
 
