@@ -148,3 +148,24 @@ def test_publish_through_a_failing_registry_leaves_no_channel_or_digest_tag(mini
     finally:
         proxy.stop()
         reg.stop()
+
+
+@pytest.mark.docker
+def test_publish_rides_out_transient_faults(mini, registry_tools, tmp_path):
+    """429 with Retry-After on the access check, 503s on a manifest read and a dropped
+    connection on a tag write: the publish still completes, with every tag in place."""
+    reg = LocalRegistry(tmp_path / "registry").start()
+    proxy = FaultProxy(reg.host).start()
+    try:
+        mini.pass_smoke()
+        proxy.inject("GET", "/v2/", 2, 429, Retry_After="1")
+        proxy.inject("GET", f"/manifests/{mini.short}", 2, 503)
+        proxy.inject("PUT", "/manifests/experimental", 1)
+        result = mini.kiln("publish", NAME, "--registry", f"http://{proxy.host}",
+                           registry=reg, KILN_REGISTRY_HOST=proxy.host)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert all(f.times == 0 for f in proxy.faults)  # every fault was really hit
+        assert set(reg.tags(REPOSITORY)) == {mini.engine_tag, "experimental", mini.short}
+    finally:
+        proxy.stop()
+        reg.stop()
