@@ -7,11 +7,13 @@ Tags written per publish, in this order (each one a manifest PUT of the same byt
     <registry>/<repository>:<channel>                      e.g. experimental
     <registry>/<repository>:<input digest, 12 hex>         written last
 
-Layers travel through the Docker daemon under the fixed tag `kiln-staging` (a
-`docker push` always writes some tag; this one is never a release tag). The daemon
-writes it only after every layer is up, so a push that dies midway moves no tag. The
-input-digest tag is written last, so its presence means the publish completed; that is
-also what "already published" is checked against.
+Layers travel through the Docker daemon, pushed under the engine tag (a `docker push`
+always writes some tag, and a registry cannot delete a single tag: distribution 2.8
+deletes manifests by digest only, which would take every tag on it along; so kiln
+writes no tag of its own such as a staging tag). The daemon writes that tag only after
+every layer is up, so a push that dies midway moves no tag. The input-digest tag is
+written last, so its presence means the publish completed; that is also what "already
+published" is checked against.
 
 `--skip-smoke-check` (no passing smoke record) writes none of those three: the image,
 labelled `ai.kiln.smoke-check=skipped`, goes out under `<input digest, 12 hex>-unsmoked`
@@ -48,7 +50,6 @@ from .recipe import LoadedRecipe, load_recipe, recipe_dir
 from .records import passing_smoke_record, record_path
 from .registry import Manifest, RegistryClient, Target
 
-STAGING_TAG = "kiln-staging"
 SMOKE_LABEL = f"{LABEL_NS}.smoke-check"
 UNSMOKED_SUFFIX = "-unsmoked"
 DEFAULT_CHANNELS = ("experimental", "stable")
@@ -107,7 +108,7 @@ def check_channel(loaded: LoadedRecipe, channel: str | None) -> str:
     allowed = channels_of(loaded)
     if channel is None:
         return "experimental" if "experimental" in allowed else allowed[0]
-    if channel not in allowed or channel == STAGING_TAG:
+    if channel not in allowed:
         raise ChannelInvalid(f"{loaded.name}: channel {channel!r} is not one of {', '.join(allowed)}")
     return channel
 
@@ -206,7 +207,7 @@ def publish(
     if smoke["status"] == "skipped":
         image_id = _unsmoked_image(docker, loaded, recipe_image.short, img.id)
     log.step(f"publishing {name} ({image_id[:19]}) to {target.host}/{target.path}")
-    manifest, pushed = _upload(docker, client, tags[-1], image_id)
+    manifest, pushed = _upload(docker, client, tags[-1], image_id, tags[0])
     _write_tags(client, manifest, tags)
     _verify(client, manifest, tags)
     result = PublishResult(
@@ -221,8 +222,10 @@ def publish(
     return result
 
 
-def _upload(docker: DockerEngine, client: RegistryClient, digest_tag: str, image_id: str) -> tuple[Manifest, bool]:
-    """The manifest of `image_id` in the registry, pushing its layers only if needed."""
+def _upload(docker: DockerEngine, client: RegistryClient, digest_tag: str, image_id: str,
+            push_tag: str) -> tuple[Manifest, bool]:
+    """The manifest of `image_id` in the registry, pushing its layers only if needed
+    (the daemon's push writes `push_tag`, the first tag a publish writes anyway)."""
     target = client.target
     present = client.manifest(digest_tag)
     # the image id is the digest of the image config, which names every layer: the same
@@ -232,22 +235,23 @@ def _upload(docker: DockerEngine, client: RegistryClient, digest_tag: str, image
         return present, False
     if present is not None:
         log.info(f"{target.ref(digest_tag)} holds another build of these inputs; replacing it")
-    staging = target.ref(STAGING_TAG)
-    docker.tag(image_id, staging)
+    pushing = target.ref(push_tag)
+    docker.tag(image_id, pushing)
     auth = client.credentials.auth_config(target.host) if client.credentials else None
     try:
-        pushed = docker.push(staging, auth_config=auth)
+        pushed = docker.push(pushing, auth_config=auth)
     except PushFailed as exc:
         raise _push_error(exc.message) from None
     finally:
-        docker.remove_image(staging)  # only the local tag; the image keeps its kiln/ tags
+        docker.remove_image(pushing)  # only the local tag; the image keeps its kiln/ tags
     log.info(f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
              f"[{log.human_secs(pushed.seconds)}]")
     manifest = client.manifest(pushed.digest)  # read back by digest: did the registry keep it?
+    moved = f"; only tag {push_tag} moved (no channel or digest tag)"
     if manifest is None:
-        raise ManifestMismatch(f"the registry accepted {pushed.digest} but does not return it")
+        raise ManifestMismatch(f"the registry accepted {pushed.digest} but does not return it{moved}")
     if manifest.config_digest != image_id:
-        raise ManifestMismatch(f"{pushed.digest} holds image {manifest.config_digest}, pushed {image_id}")
+        raise ManifestMismatch(f"{pushed.digest} holds image {manifest.config_digest}, pushed {image_id}{moved}")
     return manifest, True
 
 
@@ -353,9 +357,10 @@ def promote(
 # -- CLI ----------------------------------------------------------------------------------
 def _common(p) -> None:
     p.add_argument("name")
-    p.add_argument("--registry", help="HOST[:PORT][/NAMESPACE] (default: the recipe's publish.registry)")
+    p.add_argument("--registry", help="[http://|https://]HOST[:PORT][/NAMESPACE] (default: the recipe's "
+                                      "publish.registry); without a scheme: HTTP for loopback, else HTTPS")
     p.add_argument("--plain-http", action="store_true",
-                   help="talk HTTP, not HTTPS, to a non-loopback registry (loopback is HTTP already)")
+                   help="talk HTTP, not HTTPS (same as writing http://HOST)")
     p.add_argument("--password-stdin", action="store_true",
                    help=f"read the password from stdin (user from ${credentials.USER_ENV})")
 

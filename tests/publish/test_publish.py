@@ -50,6 +50,7 @@ def test_push_writes_all_tags_and_reads_back(mini, registry, published):
         # the image id is the config digest: what was pushed is exactly what was smoke-tested
         assert manifest["config"]["digest"] == mini.image_id
     assert "stable" not in tags  # only the channel asked for moves
+    assert set(tags) == {mini.short, mini.engine_tag, "experimental"}  # no staging tag for consumers to see
     assert mini.engine_tag == f"vllm-0.0.1-test-{NAME}"
     assert digest in published.stderr and "layers:" in published.stderr
 
@@ -189,7 +190,7 @@ def test_unreachable_registry_retries_then_fails(mini, published):
 
 def test_registry_stopped_mid_push_moves_no_tag(mini, fresh_registry):
     """Kill the registry while the daemon uploads layers: the publish fails with its own
-    code and, once the registry is back, no tag at all exists (not even staging)."""
+    code and, once the registry is back, no tag at all exists."""
 
     def kill_when_uploading():
         deadline = time.monotonic() + 120
@@ -224,7 +225,7 @@ def test_registry_gone_before_tags_leaves_channels_alone(mini, fresh_registry, m
     code = cli.main(["publish", NAME, "--registry", fresh_registry.host])
     assert code == 10
     fresh_registry.start()
-    assert fresh_registry.tags(REPOSITORY) == ["kiln-staging"]
+    assert fresh_registry.tags(REPOSITORY) == [mini.engine_tag]  # the daemon's push tag; no staging tag
 
 
 def test_no_credential_in_layers_labels_records_or_output(mini, registry, published, docker_engine):

@@ -131,19 +131,41 @@ def test_bearer_token_with_wrong_password_is_not_retried(proxied):
 
 @pytest.mark.docker
 def test_publish_through_a_failing_registry_leaves_no_channel_or_digest_tag(mini, registry_tools, tmp_path):
-    """The daemon pushes through the proxy; then every tag write answers 503: exit 46,
-    and neither a channel tag nor the input-digest tag exists."""
+    """The daemon pushes through the proxy; then every write of the channel tag answers
+    503: exit 46, and neither the channel tag nor the input-digest tag exists."""
     reg = LocalRegistry(tmp_path / "registry").start()
     proxy = FaultProxy(reg.host).start()
     try:
         mini.pass_smoke()
-        proxy.inject("PUT", f"/manifests/{mini.engine_tag}", 100, 503)
+        proxy.inject("PUT", "/manifests/experimental", 100, 503)
         result = mini.kiln("publish", NAME, "--registry", f"http://{proxy.host}",
                            registry=reg, KILN_REGISTRY_HOST=proxy.host)
         assert result.returncode == 46, result.stderr[-3000:]
-        assert f"answered HTTP 503 to PUT /{REPOSITORY}/manifests/{mini.engine_tag}" in result.stderr
-        assert "written so far: none" in result.stderr
-        assert not {"experimental", mini.short} & set(reg.tags(REPOSITORY))
+        assert f"answered HTTP 503 to PUT /{REPOSITORY}/manifests/experimental" in result.stderr
+        assert f"written so far: {mini.engine_tag};" in result.stderr
+        assert reg.tags(REPOSITORY) == [mini.engine_tag]
+        assert len(proxy.statuses("PUT", "/manifests/experimental")) == 4  # bounded retries
+    finally:
+        proxy.stop()
+        reg.stop()
+
+
+@pytest.mark.docker
+def test_publish_rides_out_transient_faults(mini, registry_tools, tmp_path):
+    """429 with Retry-After on the access check, 503s on a manifest read and a dropped
+    connection on a tag write: the publish still completes, with every tag in place."""
+    reg = LocalRegistry(tmp_path / "registry").start()
+    proxy = FaultProxy(reg.host).start()
+    try:
+        mini.pass_smoke()
+        proxy.inject("GET", "/v2/", 2, 429, Retry_After="1")
+        proxy.inject("GET", f"/manifests/{mini.short}", 2, 503)
+        proxy.inject("PUT", "/manifests/experimental", 1)
+        result = mini.kiln("publish", NAME, "--registry", f"http://{proxy.host}",
+                           registry=reg, KILN_REGISTRY_HOST=proxy.host)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert all(f.times == 0 for f in proxy.faults)  # every fault was really hit
+        assert set(reg.tags(REPOSITORY)) == {mini.engine_tag, "experimental", mini.short}
     finally:
         proxy.stop()
         reg.stop()
