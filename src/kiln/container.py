@@ -266,12 +266,20 @@ class ServingContainer:
         self.remove()
 
 
-def remove_container(client, name: str) -> None:
-    """Remove `name` if it still exists; AutoRemove may be deleting it already."""
+def remove_container(client, name: str, timeout_s: float = 30) -> None:
+    """Remove `name` if it still exists and return once it is gone: AutoRemove may be
+    deleting it already, and a caller that lists containers next must not see it."""
     try:
         client.containers.get(name).remove(force=True)
     except docker.errors.NotFound:
-        pass
+        return
     except docker.errors.APIError as exc:
         if "removal of container" not in str(exc) and "is already in progress" not in str(exc):
             raise
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            client.containers.get(name)
+        except docker.errors.NotFound:
+            return
+        time.sleep(0.2)

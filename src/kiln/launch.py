@@ -89,12 +89,20 @@ def launch_json(loaded: LoadedRecipe) -> bytes:
 
 
 # Hardened by default: the root filesystem is read-only, so vLLM and its libraries may
-# write only to these tmpfs mounts (torch/triton/vLLM caches all live under /tmp or are
-# redirected there by HARDENED_ENV); no capability beyond what the flavour needs.
-TMPFS = ("/tmp",)
+# write only to tmpfs mounts. `exec` because torch inductor and triton dlopen() the kernels
+# they compile there (docker's tmpfs default is noexec). CUDA images also compile and cache
+# kernels under $HOME (/home/kiln in both engine images): vLLM's torch.compile cache,
+# triton, flashinfer and the CUDA JIT cache; the rest of ~/.cache/vllm (the model-info
+# cache kiln-prewarm fills at build time) stays readable from the image.
+TMPFS = {"/tmp": "exec"}
+CUDA_TMPFS = {
+    "/home/kiln/.cache/vllm/torch_compile_cache": "exec",
+    "/home/kiln/.triton": "exec",
+    "/home/kiln/.cache/flashinfer": "exec",
+    "/home/kiln/.nv": "exec",
+}
 CPU_CAPS = ("SYS_NICE",)  # vLLM-CPU binds its OpenMP threads to cores (sched_setaffinity)
 SECURITY_OPTS = ("no-new-privileges",)
-HARDENED_ENV: dict[str, str] = {}
 
 # Containers that kiln starts carry these, so `kiln ps/logs/stop` find exactly them.
 LABEL_RECIPE = "ai.kiln.run.recipe"
@@ -122,6 +130,10 @@ class RunSpec:
     def caps(self) -> list[str]:
         return [] if self.flavour == "cuda" else list(CPU_CAPS)
 
+    @property
+    def tmpfs(self) -> dict[str, str]:
+        return {**TMPFS, **(CUDA_TMPFS if self.flavour == "cuda" else {})}
+
     def docker_cli(self) -> list[str]:
         cmd = ["docker", "run"]
         if self.remove:
@@ -132,8 +144,8 @@ class RunSpec:
         bind = f"{self.host_ip}:" if self.host_ip else ""
         cmd += ["-p", f"{bind}{self.host_port}:{self.container_port}"]
         cmd.append("--read-only")
-        for path in TMPFS:
-            cmd += ["--tmpfs", path]
+        for path, opts in self.tmpfs.items():
+            cmd += ["--tmpfs", f"{path}:{opts}" if opts else path]
         cmd += ["--cap-drop", "ALL"]
         for cap in self.caps:
             cmd += ["--cap-add", cap]
@@ -170,7 +182,7 @@ class RunSpec:
             "volumes": {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts},
             "labels": dict(self.labels),
             "read_only": True,
-            "tmpfs": {path: "" for path in TMPFS},
+            "tmpfs": self.tmpfs,
             "cap_drop": ["ALL"],
             "cap_add": self.caps or None,
             "security_opt": list(SECURITY_OPTS),
