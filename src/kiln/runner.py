@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import signal
+import sys
 
 import docker.errors
 
@@ -115,10 +116,16 @@ def run(args) -> int:
             box.remove()
 
 
+def _print_log(chunk: bytes) -> None:
+    """A server's log is the command's output (stdout, shown under --quiet too), as with `docker logs`."""
+    sys.stdout.write(chunk.decode(errors="replace"))
+    sys.stdout.flush()
+
+
 def _stream(container) -> None:
     try:
         for chunk in container.logs(stream=True, follow=True):
-            log.console.out(chunk.decode(errors="replace"), end="", highlight=False)
+            _print_log(chunk)
     except docker.errors.NotFound:  # removed before the stream attached
         pass
 
@@ -134,6 +141,21 @@ def _ours(client, name: str):
         running = ", ".join(c.name for c in kiln_containers(client)) or "none"
         raise ContainerNotFound(f"no kiln container {name!r} (running kiln containers: {running})")
     return box
+
+
+def _of_recipe(client, name: str) -> list:
+    """Running containers kiln started for recipe `name` (so docs and scripts need not
+    know the random container suffix)."""
+    return [c for c in kiln_containers(client) if c.labels.get(LABEL_RECIPE) == name]
+
+
+def _one(client, name: str):
+    """`name` as a container name, else as a recipe with exactly one running container."""
+    boxes = _of_recipe(client, name)
+    if len(boxes) > 1 and name not in {b.name for b in boxes}:
+        raise ContainerNotFound(f"recipe {name!r} has {len(boxes)} running kiln containers: "
+                                f"{', '.join(b.name for b in boxes)}", hint="name one of them")
+    return boxes[0] if len(boxes) == 1 else _ours(client, name)
 
 
 def ps(args) -> int:
@@ -153,14 +175,14 @@ def _health(box) -> str:
 
 
 def logs(args) -> int:
-    box = _ours(DockerEngine().client, args.name)
+    box = _one(DockerEngine().client, args.name)
     tail = "all" if args.tail is None else args.tail
     try:
         if args.follow:
             for chunk in box.logs(stream=True, follow=True, tail=tail):
-                log.console.out(chunk.decode(errors="replace"), end="", highlight=False)
+                _print_log(chunk)
         else:
-            log.console.out(box.logs(tail=tail).decode(errors="replace"), end="", highlight=False)
+            _print_log(box.logs(tail=tail))
     except KeyboardInterrupt:
         return 130
     except docker.errors.NotFound:  # stopped (and auto-removed) while we read
@@ -172,7 +194,8 @@ def stop(args) -> int:
     client = DockerEngine().client
     if args.all == bool(args.names):
         raise UsageError("kiln stop: name containers or pass --all, not both or neither", hint="`kiln ps` lists them")
-    boxes = kiln_containers(client, all_states=True) if args.all else [_ours(client, n) for n in args.names]
+    boxes = kiln_containers(client, all_states=True) if args.all else \
+        [b for n in args.names for b in (_of_recipe(client, n) or [_ours(client, n)])]
     if not boxes:
         log.info("no kiln containers to stop")
     for box in boxes:
