@@ -4,13 +4,14 @@ message` errors (0 where the input is harmless), never a traceback, in under 2 s
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import resource
 import shutil
 import subprocess
+import sys
 import tempfile
-import time
+from pathlib import Path
 
 import pytest
 from cases import CASES, Case
@@ -73,32 +74,40 @@ SUBPROCESS_CASES = [
 BY_ID = {c.id: c for c in CASES}
 
 
-def _cap_memory():
+# Run by a small launcher, not forked from pytest: Linux counts the RSS a child had before
+# exec in its ru_maxrss, and a child forked from this (torch-sized) process would report
+# pytest's size. The launcher caps the address space, reaps the child with wait4 and
+# writes its peak RSS, CPU and wall time as JSON.
+_LAUNCHER = """
+import json, os, resource, subprocess, sys, time
+def cap():
     resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+t0 = time.perf_counter()
+proc = subprocess.Popen(sys.argv[2:], preexec_fn=cap)
+deadline = t0 + 30
+while True:
+    pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+    if pid:
+        break
+    if time.perf_counter() > deadline:
+        proc.kill()
+    time.sleep(0.01)
+with open(sys.argv[1], "w") as fh:
+    json.dump({"code": os.waitstatus_to_exitcode(status), "seconds": time.perf_counter() - t0,
+               "peak_mb": usage.ru_maxrss / 1024, "cpu_s": usage.ru_utime + usage.ru_stime}, fh)
+"""
 
 
 def _run_console_script(argv, cwd, env) -> Outcome:
-    """Run it and reap it ourselves: os.wait4 gives this one child's peak RSS."""
     kiln = shutil.which("kiln")
     assert kiln, "the kiln console script is not installed (pip install -e .)"
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen([kiln, *argv], cwd=cwd, env=env, stdout=out, stderr=err, preexec_fn=_cap_memory)
-        deadline = t0 + 30
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                proc.kill()
-            time.sleep(0.01)
-        seconds = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        return Outcome(proc.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"),
-                       seconds, usage.ru_maxrss / 1024,  # ru_maxrss is in KiB on Linux
-                       usage.ru_utime + usage.ru_stime)
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        proc = subprocess.run([sys.executable, "-c", _LAUNCHER, str(report), kiln, *argv], cwd=cwd, env=env,
+                              capture_output=True, timeout=120)
+        got = json.loads(report.read_text())
+    return Outcome(got["code"], proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"),
+                   got["seconds"], got["peak_mb"], got["cpu_s"])
 
 
 @pytest.mark.parametrize("case_id", SUBPROCESS_CASES)

@@ -44,6 +44,8 @@ def test_other_failures_stay_build_failures(step, status):
 def test_pinned_versions_follow_pep440(tmp_path, monkeypatch, capsys):
     from kiln import paths
 
+    for marker in paths.MARKERS:  # a checkout as far as repo_root() is concerned
+        (tmp_path / marker).mkdir()
     for name in ("0.33.0", "0.33.0rc1", "0.9.0", "0.32.0", "latest", "0.33.0.post1"):
         (tmp_path / "patches" / "vllm" / name).mkdir(parents=True)
         (tmp_path / "patches" / "vllm" / name / "series").write_text("")
