@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from kilntest import make_tree
+from kilntest import make_tree, run_kiln
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +33,16 @@ def base_image(docker_engine) -> str:
         build_base(docker_engine)
     return tag
 
+
+@pytest.fixture(scope="session")
+def tiny_moe(docker_engine, base_image):
+    """(loaded recipe, RecipeImage, docker Image) of tiny-moe, built by the real CLI (a
+    no-op when the daemon already has an image for these inputs)."""
+    from kiln.build import require_built
+
+    result = run_kiln("build", "tiny-moe")
+    assert result.returncode == 0, result.stderr[-4000:]
+    return require_built(docker_engine, "tiny-moe")
 
 
 @pytest.fixture

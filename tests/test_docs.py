@@ -144,8 +144,10 @@ def _checkout(base: Path, doc: str, env: dict[str, str]) -> Path:
 
 
 @pytest.mark.parametrize("block", list(_params()))
-def test_doc_block_runs(block: Block, doc_env):
+def test_doc_block_runs(block: Block, doc_env, request):
     base, env = doc_env
+    if _kind(block.tag) == "e2e":  # the built tiny-moe these blocks serve
+        request.getfixturevalue("tiny_moe")
     cwd = _checkout(base, block.doc, env)
     kind = _kind(block.tag)
     proc = subprocess.run(["bash", "-eo", "pipefail", "-c", block.body], cwd=cwd, env=env, capture_output=True,

@@ -24,12 +24,8 @@ NAME = "tiny-moe"
 
 
 @pytest.fixture(scope="module")
-def image(docker_engine, base_image):
-    result = run_kiln("build", NAME)
-    assert result.returncode == 0, result.stderr[-4000:]
-    from kiln.build import require_built
-
-    return require_built(docker_engine, NAME)[2]
+def image(tiny_moe):
+    return tiny_moe[2]
 
 
 def _ours_on(docker_engine, port: int) -> list:

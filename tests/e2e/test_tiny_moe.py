@@ -21,14 +21,8 @@ NAME = "tiny-moe"
 
 
 @pytest.fixture(scope="module")
-def image(docker_engine, base_image):
-    """tiny-moe built from the current inputs (a no-op when the daemon already has it)."""
-    result = run_kiln("build", NAME)
-    assert result.returncode == 0, result.stderr[-4000:]
-    from kiln.build import require_built
-
-    loaded, recipe_image, img = require_built(docker_engine, NAME)
-    return loaded, recipe_image, img
+def image(tiny_moe):
+    return tiny_moe
 
 
 def _containers(docker_engine, image_id):
