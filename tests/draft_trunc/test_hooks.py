@@ -90,3 +90,18 @@ def test_v1_runner_refuses_draft_trunc_at_start(tree, draft_trunc):
         run(nodes, {})
     with stub_vllm(tree):  # no kiln plugin: V1 starts
         run(nodes, {})
+
+
+def test_moe_runner_zeroes_dead_rows_right_after_the_modular_experts(tree):
+    # The routed output of the experts (not the monolithic path, whose router
+    # ignores is_padding) goes through _zero_dead_rows before anything reads it.
+    methods = statements(
+        tree / RUNNER,
+        lambda n, s: isinstance(n, ast.FunctionDef) and n.name == "_apply_quant_method",
+    )
+    assert len(methods) == 1
+    src = ast.unparse(methods[0])
+    modular = src.index("self.routed_experts.forward_modular(")
+    hook = src.index("fused_out = _zero_dead_rows(fused_out)")
+    assert modular < hook < src.index("if shared_experts_overlapping:")
+    assert src.count("_zero_dead_rows(") == 1
