@@ -27,6 +27,14 @@ def test_unsafe_combination_is_refused_with_a_clear_message():
     features.check_environment({"VLLM_MOE_SKIP_PADDING": "0"})  # feature off: nothing to refuse
 
 
+def test_v1_runner_chosen_by_env_is_refused_at_plugin_load():
+    # The hooks live in Model Runner V2 only; under V1 the feature would do nothing.
+    with pytest.raises(features.UnsafeConfiguration, match="VLLM_USE_V2_MODEL_RUNNER=0"):
+        features.check_environment({"KILN_DRAFT_TRUNC": "1", "VLLM_USE_V2_MODEL_RUNNER": "0"})
+    features.check_environment({"KILN_DRAFT_TRUNC": "1", "VLLM_USE_V2_MODEL_RUNNER": "1"})
+    features.check_environment({"VLLM_USE_V2_MODEL_RUNNER": "0"})  # feature off
+
+
 def test_register_aliases_our_module_where_patched_vllm_imports_it(monkeypatch, capsys):
     target = "vllm.v1.worker.gpu.spec_decode.draft_trunc"
     monkeypatch.delitem(sys.modules, target, raising=False)

@@ -59,3 +59,11 @@ def check_environment(environ=None) -> None:
                 "kiln-engine: KILN_DRAFT_TRUNC=1 needs VLLM_MOE_SKIP_PADDING=1 (dead draft tokens are "
                 "skipped through the MoE padding mask); set it or turn draft-trunc off"
             )
+        # vLLM reads this variable as bool(int(value))
+        runner = environ.get("VLLM_USE_V2_MODEL_RUNNER", "").strip()
+        if runner.lstrip("+-").isdigit() and int(runner) == 0:
+            raise UnsafeConfiguration(
+                f"kiln-engine: KILN_DRAFT_TRUNC=1 needs Model Runner V2, but "
+                f"VLLM_USE_V2_MODEL_RUNNER={runner} selects the V1 runner, which has no "
+                "draft-trunc hooks; unset it or turn draft-trunc off"
+            )

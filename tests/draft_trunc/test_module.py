@@ -85,6 +85,28 @@ def test_unsafe_configs_refused(draft_trunc, parallel, match):
         dt.check_config(_config(**parallel))
 
 
+def test_sequence_parallel_moe_refused(draft_trunc):
+    # DP=2 x TP=2 with expert parallelism over DeepEP: vLLM shards tokens across TP
+    # ranks, and GLM-5's router would read is_padding[:n] of the whole batch.
+    dt = draft_trunc()
+    cfg = _config(data_parallel_size=2, all2all_backend="deepep_low_latency")
+    cfg.parallel_config.use_sequence_parallel_moe = True
+    with pytest.raises(RuntimeError, match="sequence-parallel MoE"):
+        dt.check_config(cfg)
+    cfg.parallel_config.use_sequence_parallel_moe = False
+    dt.check_config(cfg)
+    assert dt.ENABLED
+
+
+def test_local_argmax_reduction_refused_before_the_speculator_says_av(draft_trunc):
+    dt = draft_trunc()
+    cfg = _config()
+    cfg.speculative_config.use_local_argmax_reduction = True
+    with pytest.raises(RuntimeError, match="use_local_argmax_reduction") as err:
+        dt.check_config(cfg)
+    assert "daptive verification" not in str(err.value)
+
+
 def test_safe_configs_pass_and_av_turns_it_off(draft_trunc):
     dt = draft_trunc()
     dt.check_config(_config(data_parallel_size=2, all2all_backend="deepep_low_latency"))

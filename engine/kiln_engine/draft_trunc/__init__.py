@@ -45,8 +45,10 @@ __all__ = [
     "log_step",
     "mark_dead",
     "prepare",
+    "refuse_runner",
     "reload",
     "verify_mask",
+    "zero_dead_rows",
 ]
 
 
@@ -201,6 +203,34 @@ def log_step(cu_num_logits, num_sampled, idx_mapping, num_tokens: int):
     before = stats.last
     stats.add(cu_num_logits, num_sampled, idx_mapping, num_tokens, _STATE.live, _STATE.expected)
     return stats.last if stats.last is not before else None
+
+
+def zero_dead_rows(routed, is_padding):
+    """The routed-expert output with the rows marked padding set to 0, in place.
+
+    The experts never write the rows the router skipped, so those rows hold
+    whatever the buffer held, NaN or Inf included. Dead draft rows keep their KV
+    slots, and attention masks their scores but still multiplies their values
+    (0 * NaN = NaN), so a non-finite dead row would poison live rows of its
+    request. ``masked_fill_`` is graph-safe and allocates nothing. Anything but
+    a plain tensor (a deferred MoE output) is returned as it is.
+    """
+    if not ENABLED or is_padding is None or not hasattr(routed, "masked_fill_"):
+        return routed
+    rows = routed.shape[0]
+    mask = is_padding[:rows].view(rows, *([1] * (routed.dim() - 1)))
+    return routed.masked_fill_(mask, 0)
+
+
+def refuse_runner(name: str) -> None:
+    """Refuse to start in a model runner that has no draft_trunc hooks."""
+    if ENABLED:
+        raise RuntimeError(
+            f"KILN_DRAFT_TRUNC=1 cannot run here: vLLM chose {name}, which has no "
+            "draft-trunc hooks (only Model Runner V2 has them); set "
+            "VLLM_USE_V2_MODEL_RUNNER=1, or drop what makes vLLM fall back, or turn "
+            "draft-trunc off"
+        )
 
 
 def check_config(vllm_config) -> None:

@@ -33,6 +33,20 @@ def problems(vllm_config) -> list[str]:
             f"all2all_backend={backend!r} with data parallelism gathers every rank's "
             "tokens, and this rank's padding mask no longer lines up with them"
         )
+    if _get(parallel, "use_sequence_parallel_moe", default=False):
+        found.append(
+            "sequence-parallel MoE (data + tensor + expert parallelism) gives each TP rank "
+            "a slice of the batch, but GLM-5's router reads the padding mask of the whole "
+            "batch, so live tokens would skip their experts; use tensor_parallel_size=1 "
+            "per DP rank or turn draft-trunc off"
+        )
+    spec = _get(vllm_config, "speculative_config")
+    if _get(spec, "use_local_argmax_reduction", default=False):
+        found.append(
+            "speculative use_local_argmax_reduction never materializes the draft logits "
+            "the acceptance estimator reads, and draft-trunc needs that estimator; turn "
+            "one of them off"
+        )
     if _get(vllm_config, "speculative_config", "method") == "extract_hidden_states":
         found.append("speculative method extract_hidden_states reads every token's hidden state")
     return found

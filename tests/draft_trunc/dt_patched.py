@@ -1,0 +1,110 @@
+"""The draft-trunc series applied to vLLM 0.32.0's sources, and pieces of it run alone.
+
+vLLM is not installed on the test host, so a patched module cannot be imported
+whole; the hook tests execute the patched statements that mention draft_trunc
+(the import fallback, the helper functions, the hook lines) with stub ``vllm``
+parent packages whose ``__path__`` is the patched tree.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import re
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+PATCH_DIR = (
+    Path(__file__).resolve().parents[2] / "recipes/glm53-kindling/experimental/draft-trunc/patches"
+)
+ALIAS = "vllm.v1.worker.gpu.spec_decode.draft_trunc"
+PARENTS = (
+    "vllm",
+    "vllm.v1",
+    "vllm.v1.worker",
+    "vllm.v1.worker.gpu",
+    "vllm.v1.worker.gpu.spec_decode",
+)
+
+
+def series() -> list[str]:
+    return [
+        line.strip() for line in (PATCH_DIR / "series").read_text().splitlines() if line.strip()
+    ]
+
+
+def touched(patch_text: str) -> list[str]:
+    return re.findall(r"^\+\+\+ b/(\S+)", patch_text, flags=re.M)
+
+
+def apply_series(vllm_src: Path, tree: Path) -> Path:
+    """Copy the files the series touches into ``tree`` and apply it there."""
+    for name in series():
+        for rel in touched((PATCH_DIR / name).read_text()):
+            dest = tree / rel
+            if not dest.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(vllm_src / rel, dest)
+    for name in series():
+        cmd = ["patch", "-p1", "--forward", "--batch", "-i", str(PATCH_DIR / name)]
+        out = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
+        assert out.returncode == 0, f"{name}: {out.stdout}{out.stderr}"
+    return tree
+
+
+def statements(path: Path, pred) -> list[ast.stmt]:
+    """Statements anywhere in ``path`` (outermost first) whose source satisfies ``pred``."""
+    lines = path.read_text().splitlines()
+    tree = ast.parse("\n".join(lines))
+    found = []
+
+    def walk(body):
+        for node in body:
+            src = "\n".join(lines[node.lineno - 1 : node.end_lineno])
+            if isinstance(node, ast.ClassDef | ast.FunctionDef) and not pred(node, src):
+                walk(node.body)
+            elif pred(node, src):
+                found.append(node)
+
+    walk(tree.body)
+    return found
+
+
+def run(nodes: list[ast.stmt], namespace: dict) -> dict:
+    """Execute ``nodes`` (dedented into a module) in ``namespace``."""
+    module = ast.Module(body=[ast.fix_missing_locations(n) for n in nodes], type_ignores=[])
+    exec(compile(module, "<patched>", "exec"), namespace)
+    return namespace
+
+
+def imports_draft_trunc(node, src) -> bool:
+    """A module-level statement or helper function that imports draft_trunc."""
+    return (
+        isinstance(node, ast.Import | ast.ImportFrom | ast.Try | ast.FunctionDef)
+        and "draft_trunc" in src
+        and "spec_decode import" in src
+    )
+
+
+@contextlib.contextmanager
+def stub_vllm(tree: Path, module=None):
+    """``vllm`` parent packages over ``tree``; ``module`` registered as the kiln alias
+    (as the plugin does), or nothing there, as without kiln-engine."""
+    saved = {k: v for k, v in sys.modules.items() if k == "vllm" or k.startswith("vllm.")}
+    for name in saved:
+        del sys.modules[name]
+    try:
+        for name in PARENTS:
+            pkg = types.ModuleType(name)
+            pkg.__path__ = [str(tree.joinpath(*name.split(".")))]
+            sys.modules[name] = pkg
+        if module is not None:
+            sys.modules[ALIAS] = module
+        yield
+    finally:
+        for name in [k for k in sys.modules if k == "vllm" or k.startswith("vllm.")]:
+            del sys.modules[name]
+        sys.modules.update(saved)
