@@ -45,5 +45,6 @@ bench-cpu:
 build-cuda:
 	nox -s build_cuda
 
+## forget smoke/publish records (per user: $KILN_STATE_DIR, else ~/.local/state/kiln); publish needs a new smoke
 clean-results:
-	rm -rf results
+	d="$$(python3 -c 'from kiln.paths import results_dir; print(results_dir())')" && [ -n "$$d" ] && rm -rf "$$d/smoke" "$$d/publish"
