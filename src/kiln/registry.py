@@ -22,6 +22,7 @@ import ipaddress
 import json
 import re
 import time
+import urllib.parse
 from dataclasses import dataclass
 
 import requests
@@ -97,6 +98,20 @@ class Target:
 
     def pinned(self, digest: str) -> str:
         return f"{self.host}/{self.path}@{digest}"
+
+
+def _check_realm(realm: str, host: str) -> None:
+    """The registry names its token service, which may live on another host (Docker Hub's
+    does); credentials travel there only over TLS, so a registry cannot have a password
+    sent in clear text to an address of its choosing. Plain HTTP stays for loopback."""
+    parsed = urllib.parse.urlsplit(realm)
+    if parsed.scheme == "https" and parsed.hostname:
+        return
+    if parsed.scheme == "http" and parsed.hostname and is_loopback(parsed.netloc):
+        return
+    raise RegistryAuthFailed(f"registry {host} sends the credentials to token service {realm!r}, which is "
+                             "not HTTPS; kiln does not send them there",
+                             hint="check the registry's auth set-up (its token realm must be an https:// URL)")
 
 
 def is_loopback(host: str) -> bool:
@@ -229,6 +244,8 @@ class RegistryClient:
         if params.get("service"):
             query["service"] = params["service"]
         creds = self.credentials
+        if creds is not None:
+            _check_realm(params["realm"], self.target.host)
         try:
             if creds is not None and creds.identity_token:
                 # OAuth2 refresh-token grant: what `docker login` stored instead of a password

@@ -122,3 +122,16 @@ def test_https_and_plain_http_contradict():
 def test_plain_http_only_for_loopback(host, plain):
     assert Target.parse(host, "kiln/x").plain_http is plain
     assert Target.parse(host, "kiln/x", plain_http=True).plain_http is True
+
+
+@pytest.mark.parametrize("realm", ["http://203.0.113.9/token", "ftp://auth.example/token", "//auth.example/token"])
+def test_credentials_never_go_to_a_clear_text_token_service(realm):
+    """A registry's challenge names the token service; a plain-HTTP one off this machine
+    gets no credentials (the request is never sent)."""
+    class Challenge:
+        headers = {"WWW-Authenticate": f'Bearer realm="{realm}",service="x"'}
+
+    client = RegistryClient(Target("registry.example", "team/app", False), Credentials(USER, PASSWORD, "test"))
+    client.session.get = client.session.post = lambda *a, **k: pytest.fail(f"credentials sent to {realm}")
+    with pytest.raises(RegistryAuthFailed, match="not HTTPS"):
+        client._authenticate(Challenge())
