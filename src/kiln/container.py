@@ -174,6 +174,11 @@ class ServingContainer:
 
         threading.Thread(target=wait, daemon=True).start()
 
+    def wait_exited(self, timeout_s: float) -> int | None:
+        """The exit code once the container is gone (None if unknown within `timeout_s`)."""
+        self._gone.wait(timeout=timeout_s)
+        return self.exit_code
+
     def _capture(self) -> None:
         try:
             pending = ""
@@ -216,10 +221,10 @@ class ServingContainer:
                 elapsed = time.monotonic() - t0
                 state = self.status()
                 if state in ("exited", "dead", "removed"):
-                    self._gone.wait(timeout=5)  # the exit code, and the log read to its end
+                    exit_code = self.wait_exited(5)  # and the log read to its end
                     time.sleep(0.2)
                     self._dump_logs()
-                    code = "?" if self.exit_code is None else self.exit_code
+                    code = "?" if exit_code is None else exit_code
                     raise ContainerStartFailed(f"container {self.spec.name} exited during start (exit code {code})")
                 if health_ok(self.url):
                     log.ok(f"healthy after {elapsed:.1f} s: {self.url}")

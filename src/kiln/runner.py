@@ -100,12 +100,12 @@ def run(args) -> int:
             return 0
         log.info("streaming logs; Ctrl-C stops and removes the container")
         _stream(box.container)
-        box._gone.wait(timeout=10)
-        if box.exit_code in (0, 143):  # stopped from outside (`kiln stop`, `docker stop`)
-            log.info(f"{spec.name} was stopped (exit code {box.exit_code})")
+        exit_code = box.wait_exited(10)
+        if exit_code in (0, 143):  # stopped from outside (`kiln stop`, `docker stop`)
+            log.info(f"{spec.name} was stopped (exit code {exit_code})")
             return 0
         box._dump_logs()
-        code = "?" if box.exit_code is None else box.exit_code
+        code = "?" if exit_code is None else exit_code
         raise ServerExited(f"container {spec.name} exited while serving (exit code {code})")
     except KeyboardInterrupt:
         log.info(f"stopping {spec.name}")
@@ -122,11 +122,12 @@ def _print_log(chunk: bytes) -> None:
     sys.stdout.flush()
 
 
-def _stream(container) -> None:
+def _stream(container, tail: int | str = "all") -> None:
+    """Follow a container's log to stdout until it stops."""
     try:
-        for chunk in container.logs(stream=True, follow=True):
+        for chunk in container.logs(stream=True, follow=True, tail=tail):
             _print_log(chunk)
-    except docker.errors.NotFound:  # removed before the stream attached
+    except docker.errors.NotFound:  # removed before (or while) the stream attached
         pass
 
 
@@ -179,8 +180,7 @@ def logs(args) -> int:
     tail = "all" if args.tail is None else args.tail
     try:
         if args.follow:
-            for chunk in box.logs(stream=True, follow=True, tail=tail):
-                _print_log(chunk)
+            _stream(box, tail)
         else:
             _print_log(box.logs(tail=tail))
     except KeyboardInterrupt:
