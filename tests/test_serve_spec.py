@@ -142,3 +142,18 @@ def test_logs_and_stop_only_touch_containers_kiln_started():
         with pytest.raises(ContainerNotFound, match="kiln-tiny-moe-aaaaaa") as info:
             _ours(client, name)
         assert info.value.exit_code == 50
+
+
+def test_logs_take_a_recipe_name_only_when_one_container_serves_it():
+    from kiln.errors import ContainerNotFound
+    from kiln.runner import _one
+
+    one = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("postgres", 5432, labels={})])
+    assert _one(one, "tiny-moe").name == "kiln-tiny-moe-aaaaaa"
+    two = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("kiln-tiny-moe-bbbbbb", 8002)])
+    with pytest.raises(ContainerNotFound, match="recipe 'tiny-moe' has 2 running kiln containers") as info:
+        _one(two, "tiny-moe")
+    assert info.value.exit_code == 50 and "kiln-tiny-moe-bbbbbb" in info.value.message
+    assert _one(two, "kiln-tiny-moe-bbbbbb").name == "kiln-tiny-moe-bbbbbb"
+    with pytest.raises(ContainerNotFound, match="no kiln container 'other-recipe'"):
+        _one(one, "other-recipe")
