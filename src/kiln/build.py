@@ -9,12 +9,13 @@ import time
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from . import engineprobe, log, patching
+from . import engineprobe, log
 from .ca import CABundle, add_to_context, resolve_ca
 from .context import BuildContext
 from .dockerengine import DockerEngine
-from .errors import BudgetExceeded, BuildFailed, KilnError, PatchInvalid
+from .errors import BudgetExceeded, BuildFailed, KilnError, OverrideDrift, PatchFailed, PatchInvalid
 from .images import LABEL_NS, PATCHER_ARC, EngineImage, RecipeImage
+from .patching import applier
 from .recipe import LoadedRecipe, load_recipe, recipe_dir
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
@@ -124,16 +125,14 @@ def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
     printed in that step; any other status (e.g. a compileall after it) stays BuildFailed."""
     if exc.status is None or not _runs_applier(exc.step):
         return None
-    from .patchcmd import DriftFound, SeriesFailed
-
     typed = {
-        patching.ApplyFailed.exit_code: SeriesFailed,
-        patching.DriftError.exit_code: DriftFound,
-        patching.PatchFormatError.exit_code: PatchInvalid,
+        applier.ApplyFailed.exit_code: PatchFailed,
+        applier.DriftError.exit_code: OverrideDrift,
+        applier.PatchFormatError.exit_code: PatchInvalid,
     }.get(exc.status)
     if typed is None:
         return None
-    lines = [ln for ln in exc.tail if not ln.startswith(patching.HINT_PREFIX)]
+    lines = [ln for ln in exc.tail if not ln.startswith(applier.HINT_PREFIX)]
     return typed(lines or [f"{exc.step}: the patch applier exited {exc.status} without saying why"])
 
 
@@ -221,15 +220,15 @@ def preflight_patches(loaded: LoadedRecipe) -> None:
     """Apply the engine series and the recipe's switched-on features to the pinned
     engine's sources on the host, so a hunk that no longer applies fails in seconds,
     before any image layer is built. The in-image application stays authoritative."""
-    from . import patchcmd
     from .errors import EngineFetchFailed
+    from .patching import series
 
     engine = loaded.recipe.engine
     has_features = bool(loaded.recipe.experimental)
-    if not patchcmd.series_for(engine.version).patches and not has_features:
+    if not series.series_for(engine.version).patches and not has_features:
         return
     try:
-        patchcmd.check(engine.version, None, loaded)
+        series.check(engine.version, None, loaded)
     except EngineFetchFailed as exc:
         log.warn(f"patch pre-flight skipped ({exc.message}); the image build still applies the series")
 
