@@ -184,11 +184,11 @@ class RecipeImage:
         dockerfile = (self.loaded.dir / DOCKERFILE).read_text()
         ctx.add_bytes(DOCKERFILE, (dockerfile.rstrip("\n") + "\n" + _TAIL).encode())
         ctx.add_tree("", self.loaded.dir, exclude=(DOCKERFILE, "experimental", "README.md"))
-        for feature in self.recipe.experimental:
+        for feature in self.recipe.features:
             from .overrides import load_override
             from .patchcmd import overlay_json
 
-            fdir = self.loaded.dir / "experimental" / feature
+            fdir = self.loaded.feature_dir(feature)
             ctx.add_tree(f"_kiln/overlays/{feature}", fdir)
             ctx.add_bytes(f"_kiln/overlays/{feature}/overlay.json", overlay_json(load_override(fdir)))
         if not self.recipe.experimental:
@@ -220,8 +220,8 @@ class RecipeImage:
         from .overrides import load_override
 
         out: dict[str, str] = {}
-        for feature in self.recipe.experimental:
-            series = load_override(self.loaded.dir / "experimental" / feature).series_file
+        for feature in self.recipe.features:
+            series = load_override(self.loaded.feature_dir(feature)).series_file
             if series is not None:
                 for name, sha in series_entries(series):
                     out[f"{feature}/{name}"] = sha
@@ -243,7 +243,7 @@ class RecipeImage:
             f"{LABEL_NS}.engine.image": self.engine_image.tag,
             f"{LABEL_NS}.engine.input-digest": self.engine_image.digest,
             f"{LABEL_NS}.patches": json.dumps(patches, sort_keys=True),
-            f"{LABEL_NS}.experimental": ",".join(r.experimental),
+            f"{LABEL_NS}.experimental": ",".join(r.features),
             f"{LABEL_NS}.served-model-name": r.launch.served_model_name,
             f"{LABEL_NS}.port": str(r.launch.port),
         }

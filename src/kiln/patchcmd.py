@@ -178,7 +178,7 @@ def _recipe(name: str):
 def _feature(loaded_recipe, feature: str):
     from .overrides import load_override
 
-    fdir = loaded_recipe.dir / "experimental" / feature
+    fdir = loaded_recipe.feature_dir(feature)
     if not (fdir / "override.yaml").is_file():
         raise UsageError(f"recipe {loaded_recipe.name} has no experimental/{feature}/override.yaml")
     return load_override(fdir)
@@ -187,7 +187,7 @@ def _feature(loaded_recipe, feature: str):
 def feature_overlays(loaded_recipe) -> tuple[list[PatchSeries], list[patching.Replacement]]:
     """The recipe's switched-on features in feature-name order, as the image applies them."""
     series_list, reps = [], []
-    for feature in sorted(loaded_recipe.recipe.experimental):
+    for feature in sorted(loaded_recipe.recipe.features):
         ov = _feature(loaded_recipe, feature)
         if ov.series_file is not None:
             series_list.append(_load_series(ov.series_file, f"feature:{ov.name}"))
