@@ -45,6 +45,17 @@ def tiny_moe(docker_engine, base_image):
     return require_built(docker_engine, "tiny-moe")
 
 
+@pytest.fixture(scope="session")
+def tiny_kindling(docker_engine, base_image):
+    """(loaded recipe, RecipeImage, docker Image) of tiny-kindling (the CPU twin of
+    glm53-kindling), built by the real CLI; shares engine-cpu with tiny-moe."""
+    from kiln.build import require_built
+
+    result = run_kiln("build", "tiny-kindling")
+    assert result.returncode == 0, result.stderr[-4000:]
+    return require_built(docker_engine, "tiny-kindling")
+
+
 @pytest.fixture
 def kiln_tree(tmp_path, monkeypatch) -> Path:
     from kiln import paths

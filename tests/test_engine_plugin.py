@@ -46,3 +46,23 @@ def test_register_aliases_our_module_where_patched_vllm_imports_it(monkeypatch, 
     assert sys.modules[target] is ours
     assert ours.ENABLED is False
     assert "kiln-engine 0.1.0 loaded" in plugin.status_line() and "draft-trunc=off" in plugin.status_line()
+
+
+def test_feature_logs_reach_vllms_handler(monkeypatch):
+    """In vLLM's processes only the `vllm` logger has a handler; without routing, every
+    `kiln_engine.draft_trunc` line (start line, summaries) was dropped."""
+    import io
+    import logging
+
+    ours = logging.getLogger("kiln_engine")
+    monkeypatch.setattr(ours, "handlers", [])
+    monkeypatch.setattr(ours, "level", logging.NOTSET)
+    stream = io.StringIO()
+    vllm_handler = logging.StreamHandler(stream)
+    monkeypatch.setattr(logging.getLogger("vllm"), "handlers", [vllm_handler])
+    monkeypatch.setattr(plugin, "_done", False)
+    monkeypatch.delenv("KILN_DRAFT_TRUNC", raising=False)
+    plugin.register()
+    logging.getLogger("kiln_engine.draft_trunc").info("draft_trunc on: test")
+    assert "draft_trunc on: test" in stream.getvalue()
+    assert ours.handlers == [vllm_handler]

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .features import FEATURES, states
+from .features import FEATURES, describe, states
 
 PATCH_MANIFEST = Path("/opt/kiln/patches.json")
 LAUNCH = Path("/opt/kiln/launch.json")
@@ -32,7 +32,7 @@ def info() -> dict:
         "torch": _version("torch"),
         "patches": patches,
         "features": {
-            f.name: {"env": f.env, "enabled": on, "baked_into_launch": f.name in baked}
+            f.name: {**describe(f), "enabled": on, "baked_into_launch": f.name in baked}
             for f, on in zip(FEATURES, states().values(), strict=True)
         },
         "recipe": launch.get("recipe"),

@@ -1,37 +1,157 @@
-"""The engine features kiln ships, and how each is switched on.
+"""The feature registry: the engine features kiln ships, what switches them, how they
+are checked and what they publish.
 
-A feature is off unless its environment switch is set ("1", "true", "on", "yes").
-Recipes switch features on through their launch env (`experimental:` overlays set it);
-users can turn one off per container with `docker run -e KILN_DRAFT_TRUNC=0`.
+Each feature declares, in one place:
+- its switch and knobs (environment variables with defaults) and the ONE parser of
+  them (`Feature.read`): a bad value fails with the variable's name, never silently;
+- the Prometheus counters it publishes (names as they appear on /metrics);
+- its smoke checks: log lines that must appear once per server, counters that must be
+  on /metrics, and named ratios of counters a recipe's smoke spec can bound;
+- env the smoke container runs with (e.g. a short statistics interval).
+The kiln plugin (plugin.py), `python -m kiln_engine info` and `kiln smoke` read
+features from here; none of them names a feature.
+
+A feature is off unless its switch is set ("1", "true", "on", "yes"). Recipes switch
+features on through their launch env (`experimental:` overrides set it); users turn
+one off per container with e.g. `docker run -e KILN_DRAFT_TRUNC=0`.
+
+Pure Python and standard library only: kiln (on the host) and vLLM's processes (in the
+image) both import it, so it must not pull torch, triton or vLLM.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-_TRUE = {"1", "true", "on", "yes"}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One environment variable of a feature. `kind`: flag, int, float or path."""
+
+    name: str  # short name, the key in Feature.read()'s result
+    env: str
+    kind: str
+    default: Any
+    lo: float | None = None
+    hi: float | None = None
+    doc: str = ""
+
+    def parse(self, raw: str | None) -> Any:
+        if raw is None or raw.strip() == "":
+            return self.default
+        value = raw.strip()
+        if self.kind == "path":
+            return value
+        if self.kind == "flag":
+            if value.lower() in _TRUE:
+                return True
+            if value.lower() in _FALSE:
+                return False
+            raise ValueError(f"{self.env}={raw!r}: expected 0/1/true/false/on/off/yes/no")
+        cast = int if self.kind == "int" else float
+        try:
+            number = cast(value)
+        except ValueError:
+            raise ValueError(f"{self.env}={raw!r}: not {'an integer' if cast is int else 'a number'}") from None
+        if not (self.lo <= number <= self.hi):  # also refuses NaN
+            raise ValueError(f"{self.env}={raw!r}: must lie in [{self.lo:g}, {self.hi:g}]")
+        return number
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """A quantity smoke specs can bound: sum(numerator) / sum(denominator) on /metrics."""
+
+    name: str
+    numerator: str
+    denominator: str
+    doc: str = ""
 
 
 @dataclass(frozen=True)
 class Feature:
     name: str
-    env: str
     module: str  # our implementation
     vllm_module: str  # where patched vLLM code imports it from
+    switch: Knob
+    knobs: tuple[Knob, ...] = ()
+    metrics: tuple[str, ...] = ()  # counters on /metrics, as exposed (with _total)
+    ratios: tuple[Ratio, ...] = ()
+    log_lines: tuple[str, ...] = ()  # substrings the server log must show (start, summary)
+    start_line: str = ""  # the one that must appear exactly once per server
+    smoke_env: Mapping[str, str] = field(default_factory=dict)
 
-    def enabled(self, environ=None) -> bool:
-        return (environ if environ is not None else os.environ).get(self.env, "").strip().lower() in _TRUE
+    @property
+    def env(self) -> str:
+        return self.switch.env
+
+    def read(self, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """The switch and every knob, parsed: {"enabled": bool, <knob name>: value}."""
+        environ = os.environ if environ is None else environ
+        values = {"enabled": self.switch.parse(environ.get(self.switch.env))}
+        for knob in self.knobs:
+            values[knob.name] = knob.parse(environ.get(knob.env))
+        return values
+
+    def enabled(self, environ: Mapping[str, str] | None = None) -> bool:
+        environ = os.environ if environ is None else environ
+        return bool(self.switch.parse(environ.get(self.switch.env)))
+
+    def ratio(self, name: str) -> Ratio:
+        for r in self.ratios:
+            if r.name == name:
+                return r
+        known = ", ".join(r.name for r in self.ratios) or "none"
+        raise KeyError(f"feature {self.name} has no ratio {name!r} (known: {known})")
 
 
-FEATURES: tuple[Feature, ...] = (
-    Feature(
-        name="draft-trunc",
-        env="KILN_DRAFT_TRUNC",
-        module="kiln_engine.draft_trunc",
-        vllm_module="vllm.v1.worker.gpu.spec_decode.draft_trunc",
+_DT = "KILN_DRAFT_TRUNC"
+_DT_METRIC = "kiln_draft_trunc_{}_total"
+
+DRAFT_TRUNC = Feature(
+    name="draft-trunc",
+    module="kiln_engine.draft_trunc",
+    vllm_module="vllm.v1.worker.gpu.spec_decode.draft_trunc",
+    switch=Knob("enabled", _DT, "flag", False, doc="turn draft truncation on"),
+    knobs=(
+        Knob("tau", f"{_DT}_TAU", "float", 0.25, 0.0, 1.0,
+             "keep draft m while its predicted survival p_1*...*p_m >= tau"),
+        Knob("min_keep", f"{_DT}_MIN_KEEP", "int", 1, 0, 1 << 16, "never keep fewer drafts"),
+        Knob("warmup", f"{_DT}_WARMUP", "int", 1, 0, 1 << 30,
+             "acceptance-estimator refits before the first truncation"),
+        Knob("explore", f"{_DT}_EXPLORE", "float", 0.05, 0.0, 1.0,
+             "share of (step, request) pairs that verify every draft"),
+        Knob("log_interval", f"{_DT}_LOG_INTERVAL", "int", 0, 0, 1 << 30,
+             "log a summary and publish the counters every N steps (0: off)"),
+        Knob("with_av", f"{_DT}_WITH_AV", "flag", False,
+             "also truncate when adaptive verification is on"),
+        Knob("trace", f"{_DT}_TRACE", "path", "",
+             "append one JSON line per verify step to this file (predictions and outcomes)"),
     ),
+    metrics=tuple(_DT_METRIC.format(k) for k in (
+        "proposed", "kept", "accepted", "dead", "expert_slots_saved", "wasted", "boundary", "tokens",
+    )),
+    ratios=(
+        Ratio("dead_fraction", _DT_METRIC.format("dead"), _DT_METRIC.format("tokens"),
+              "share of scheduled tokens whose routed experts were skipped"),
+        Ratio("acceptance", _DT_METRIC.format("accepted"), _DT_METRIC.format("kept"),
+              "accepted share of the drafts kept for verification"),
+        Ratio("kept_fraction", _DT_METRIC.format("kept"), _DT_METRIC.format("proposed"),
+              "share of proposed drafts that were verified"),
+    ),
+    log_lines=("draft_trunc on:", "draft_trunc: steps="),
+    start_line="draft_trunc on:",
+    # flush within the smoke test's handful of requests
+    smoke_env={f"{_DT}_LOG_INTERVAL": "20"},
 )
+
+FEATURES: tuple[Feature, ...] = (DRAFT_TRUNC,)
 
 
 def by_name(name: str) -> Feature:
@@ -45,14 +165,30 @@ def states(environ=None) -> dict[str, bool]:
     return {f.name: f.enabled(environ) for f in FEATURES}
 
 
+def describe(feature: Feature) -> dict:
+    """The declaration as plain data (`python -m kiln_engine info --json`)."""
+    return {
+        "env": feature.env,
+        "knobs": {k.env: k.default for k in feature.knobs},
+        "metrics": list(feature.metrics),
+        "ratios": {r.name: [r.numerator, r.denominator] for r in feature.ratios},
+    }
+
+
 class UnsafeConfiguration(RuntimeError):
     """A feature combination that would produce wrong tokens: refuse to start."""
 
 
 def check_environment(environ=None) -> None:
-    """Refuse combinations we can see from the environment alone, at plugin load."""
+    """Parse every feature's knobs (a bad value stops start-up, naming the variable),
+    then refuse combinations we can see from the environment alone, at plugin load."""
     environ = environ if environ is not None else os.environ
-    if by_name("draft-trunc").enabled(environ):
+    for feature in FEATURES:
+        try:
+            feature.read(environ)
+        except ValueError as exc:
+            raise UnsafeConfiguration(f"kiln-engine: {feature.name}: {exc}") from None
+    if DRAFT_TRUNC.enabled(environ):
         skip = environ.get("VLLM_MOE_SKIP_PADDING", "1").strip().lower()
         if skip not in _TRUE:
             raise UnsafeConfiguration(

@@ -1,8 +1,10 @@
 """The vLLM general plugin: runs once in every vLLM process before models load.
 
-It makes our feature modules importable where patched vLLM code expects them, logs one
-line naming the kiln-engine version and each feature's state, and refuses unsafe
-feature combinations before any request is served.
+It makes our feature modules importable where patched vLLM code expects them, routes
+our features' loggers to vLLM's log handler (in vLLM's processes the ``kiln_engine``
+logger has none, so its lines would be dropped), logs one line naming the kiln-engine
+version and each feature's state, and refuses unsafe feature combinations before any
+request is served. Features come from the registry (features.py); none is named here.
 """
 
 from __future__ import annotations
@@ -31,6 +33,23 @@ def _alias(feature) -> None:
         _logger.debug("kiln-engine: %s not importable here: %s", feature.module, exc)
 
 
+def _route_logs() -> None:
+    """Send ``kiln_engine.*`` records where vLLM's own go (its handler and format, on
+    stdout, so `docker logs` shows them); a plain stdout handler if vLLM has none
+    (VLLM_CONFIGURE_LOGGING=0)."""
+    ours = logging.getLogger("kiln_engine")
+    if ours.handlers:
+        return
+    handlers = logging.getLogger("vllm").handlers
+    if not handlers:
+        fallback = logging.StreamHandler(sys.stdout)
+        fallback.setFormatter(logging.Formatter("%(levelname)s %(asctime)s [%(name)s] %(message)s"))
+        handlers = [fallback]
+    for handler in handlers:
+        ours.addHandler(handler)
+    ours.setLevel(logging.INFO)
+
+
 def status_line() -> str:
     feats = " ".join(f"{name}={'on' if on else 'off'}" for name, on in states().items())
     return f"kiln-engine {__version__} loaded (pid {os.getpid()}): features: {feats}"
@@ -41,6 +60,7 @@ def register() -> None:
     if _done:
         return
     _done = True
+    _route_logs()
     check_environment()
     for feature in FEATURES:
         _alias(feature)

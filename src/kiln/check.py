@@ -23,8 +23,8 @@ def check_one(name: str) -> list[str]:
     except RecipeInvalid as exc:
         return exc.problems
     problems: list[str] = []
-    for feature in loaded.recipe.experimental:
-        if not (loaded.dir / "experimental" / feature / "override.yaml").is_file():
+    for feature in loaded.recipe.features:
+        if not (loaded.feature_dir(feature) / "override.yaml").is_file():
             problems.append(f"{loaded.where('experimental')}: experimental: {feature}: no "
                             f"experimental/{feature}/override.yaml next to the recipe")
     # every shipped override, switched on or not: one that is off today is on tomorrow

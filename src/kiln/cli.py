@@ -62,7 +62,7 @@ def show_document(name: str) -> dict:
 
     loaded, engine_image, recipe_image = resolve(name)
     return {
-        "recipe": loaded.recipe.model_dump(mode="json"),
+        "recipe": loaded.recipe.model_dump(mode="json", by_alias=True),
         "file": str(loaded.file),
         "input_digest": recipe_image.digest,
         "tag": recipe_image.tag,
@@ -84,7 +84,8 @@ def cmd_show(args) -> int:
         "description": " ".join((r.get("description") or "").split()),
         "file": doc["file"],
         "engine": f"{e['name']}=={e['version']} ({e['flavour']})",
-        "features": ", ".join(r.get("experimental") or []) or "none",
+        "features": ", ".join(f if isinstance(f, str) else f"{f['name']} (from {f['from']})"
+                              for f in r.get("experimental") or []) or "none",
         "tag": doc["tag"],
         "input digest": doc["input_digest"],
         "engine image": doc["engine_image"]["tag"],

@@ -185,11 +185,11 @@ class RecipeImage:
         dockerfile = (self.loaded.dir / DOCKERFILE).read_text()
         ctx.add_bytes(DOCKERFILE, (dockerfile.rstrip("\n") + "\n" + _TAIL).encode())
         ctx.add_tree("", self.loaded.dir, exclude=(DOCKERFILE, "experimental", "README.md"))
-        for feature in self.recipe.experimental:
+        for feature in self.recipe.features:
             from .overrides import load_override
             from .patching.overlay import excluded_paths, overlay_json
 
-            fdir = self.loaded.dir / "experimental" / feature
+            fdir = self.loaded.feature_dir(feature)
             ov, version = load_override(fdir), self.recipe.engine.version
             ctx.add_tree(f"_kiln/overlays/{feature}", fdir, exclude=excluded_paths(ov, version))
             ctx.add_bytes(f"_kiln/overlays/{feature}/overlay.json", overlay_json(ov, version))
@@ -222,8 +222,8 @@ class RecipeImage:
         from .overrides import load_override
 
         out: dict[str, str] = {}
-        for feature in self.recipe.experimental:
-            series = load_override(self.loaded.dir / "experimental" / feature).series_file_for(
+        for feature in self.recipe.features:
+            series = load_override(self.loaded.feature_dir(feature)).series_file_for(
                 self.recipe.engine.version)
             if series is not None:
                 for name, sha in series_entries(series):
@@ -246,7 +246,7 @@ class RecipeImage:
             f"{LABEL_NS}.engine.image": self.engine_image.tag,
             f"{LABEL_NS}.engine.input-digest": self.engine_image.digest,
             f"{LABEL_NS}.patches": json.dumps(patches, sort_keys=True),
-            f"{LABEL_NS}.experimental": ",".join(r.experimental),
+            f"{LABEL_NS}.experimental": ",".join(r.features),
             f"{LABEL_NS}.served-model-name": r.launch.served_model_name,
             f"{LABEL_NS}.port": str(r.launch.port),
         }

@@ -58,8 +58,8 @@ def feature_env(loaded: LoadedRecipe) -> dict[str, str]:
     from .overrides import load_override  # late: overrides pulls in patch tooling
 
     env: dict[str, str] = {}
-    for feature in loaded.recipe.experimental:
-        env.update(load_override(loaded.dir / "experimental" / feature).env)
+    for feature in loaded.recipe.features:
+        env.update(load_override(loaded.feature_dir(feature)).env)
     return env
 
 
@@ -72,7 +72,7 @@ def launch_document(loaded: LoadedRecipe) -> dict:
         "DO_NOT_TRACK": "1",
         **feature_env(loaded),
         **recipe.launch.env,
-        "KILN_FEATURES": ",".join(recipe.experimental),
+        "KILN_FEATURES": ",".join(recipe.features),
     }
     return {
         "recipe": recipe.name,
@@ -80,7 +80,7 @@ def launch_document(loaded: LoadedRecipe) -> dict:
         "port": recipe.launch.port,
         "argv": ["vllm", *vllm_argv(recipe)],
         "env": env,
-        "features": list(recipe.experimental),
+        "features": recipe.features,
     }
 
 

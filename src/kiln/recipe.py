@@ -20,6 +20,7 @@ from pydantic import (
     PlainValidator,
     ValidationError,
     WithJsonSchema,
+    model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -126,6 +127,11 @@ class Launch(Strict):
     env: dict[EnvName, str] = Field(default_factory=dict)
 
 
+class Bounds(Strict):
+    min: float | None = None
+    max: float | None = None
+
+
 class Smoke(Strict):
     startup_timeout_s: Annotated[int, Field(ge=1, le=7200)] = 300
     request_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 60
@@ -136,6 +142,11 @@ class Smoke(Strict):
     min_acceptance_rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     min_tokens_per_s: Annotated[float, Field(gt=0)] | None = None
     gpu: bool = Field(False, description="needs NVIDIA GPUs; skipped with a reason on hosts without them")
+    features: dict[Name, dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")], Bounds]] = Field(
+        default_factory=dict,
+        description="per switched-on engine feature: bounds on its ratios (e.g. draft-trunc: "
+        "dead_fraction: {min: 0.2, max: 0.9}); its counters and log lines are always checked",
+    )
 
 
 class Publish(Strict):
@@ -150,18 +161,52 @@ class Budgets(Strict):
     max_image_size_gb: Annotated[float, Field(gt=0)] | None = None
 
 
+class FeatureUse(Strict):
+    """One switched-on experimental feature: a plain name (its override is this recipe's
+    experimental/<name>/), or {name, from} for the override of another recipe in the same
+    recipes/ folder, so that twins of a recipe (e.g. a CPU copy of a GPU recipe) share
+    one override instead of copies."""
+
+    name: Name
+    from_: Name | None = Field(None, alias="from")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> Any:
+        return self.name if self.from_ is None else handler(self)
+
+
+_FEATURE_USE_SCHEMA = {"anyOf": [
+    {"type": "string", "pattern": NAME_PATTERN},
+    {"type": "object", "additionalProperties": False, "required": ["name", "from"], "properties": {
+        "name": {"type": "string", "pattern": NAME_PATTERN, "description": "experimental/<name>/ of that recipe"},
+        "from": {"type": "string", "pattern": NAME_PATTERN, "description": "the recipe whose override is used"},
+    }},
+]}
+
+
 class Recipe(Strict):
     name: Name
     description: Annotated[str, Field(min_length=1)]
     engine: Engine
     model: Model
     launch: Launch
-    experimental: list[Name] = Field(
-        default_factory=list, description="experimental/<feature>/ overlays switched on"
+    experimental: list[Annotated[FeatureUse, WithJsonSchema(_FEATURE_USE_SCHEMA)]] = Field(
+        default_factory=list,
+        description="experimental/<feature>/ overlays switched on; {name, from} uses another recipe's",
     )
     smoke: Smoke
     publish: Publish | None = None
     budgets: Budgets = Field(default_factory=Budgets)
+
+    @property
+    def features(self) -> list[str]:
+        """Names of the switched-on experimental features, wherever their override lives."""
+        return [f.name for f in self.experimental]
 
 
 class LoadedRecipe:
@@ -185,6 +230,14 @@ class LoadedRecipe:
 
     def where(self, *loc: Any) -> str:
         return f"{display_path(self.file)}:{self.line_of(*loc)}"
+
+    def feature_dir(self, feature: str) -> Path:
+        """The override folder of a switched-on feature: experimental/<feature>/ of this
+        recipe, or of the recipe named by its `from:` (checked at load)."""
+        for entry in self.recipe.experimental:
+            if entry.from_ is not None and entry.name == feature:
+                return self.dir.parent / entry.from_ / "experimental" / feature
+        return self.dir / "experimental" / feature
 
 
 def display_path(path: Path) -> str:
@@ -276,6 +329,12 @@ def _cross_checks(loaded: LoadedRecipe) -> list[str]:
             f"{loaded.where('smoke', 'served_model_name')}: smoke.served_model_name: {wanted!r} is not "
             f"served (launch.served_model_name is {rec.launch.served_model_name!r})"
         )
+    for feature in rec.smoke.features:
+        if feature not in rec.features:
+            problems.append(
+                f"{loaded.where('smoke', 'features', feature)}: smoke.features.{feature}: "
+                f"not switched on (experimental: {rec.features or []})"
+            )
     spec = rec.launch.speculative_config or {}
     if spec.get("method") == "draft_model" and "model" not in spec and rec.model.draft is None:
         problems.append(
@@ -292,13 +351,42 @@ def _check_files(loaded: LoadedRecipe) -> list[str]:
         problems.append(f"{loaded.where('name')}: name: {rec.name!r} must equal its folder name {loaded.dir.name!r}")
     if not (loaded.dir / DOCKERFILE).is_file():
         problems.append(f"{loaded.where()}: (recipe): missing file {display_path(loaded.dir / DOCKERFILE)}")
-    for i, feature in enumerate(rec.experimental):
+    for i, use in enumerate(rec.experimental):
+        if use.from_ is not None:
+            problems += _shared_feature_problems(loaded, i, use)
+            continue
+        feature = use.name
         fdir = loaded.dir / "experimental" / feature
         if not (fdir / "override.yaml").is_file():
             problems.append(
                 f"{loaded.where('experimental', i)}: experimental[{i}]: no overlay at {display_path(fdir)}/override.yaml"
             )
+    names = rec.features
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            problems.append(f"{loaded.where('experimental', i)}: experimental[{i}]: {name!r} is switched on twice")
     return problems
+
+
+def _shared_feature_problems(loaded: LoadedRecipe, i: int, feature: FeatureUse) -> list[str]:
+    """`{name, from}`: a sibling recipe (same recipes/ folder) that ships that override."""
+    where = f"{loaded.where('experimental', i, 'from')}: experimental[{i}].from"
+    root = loaded.dir.parent
+    other = root / feature.from_
+    if feature.from_ == loaded.recipe.name:
+        return [f"{where}: {feature.from_!r} is this recipe; write the plain name {feature.name!r} instead"]
+    if not (other / RECIPE_FILE).is_file():
+        return [f"{where}: no recipe {feature.from_!r} in {display_path(root)}/"]
+    fdir = other / "experimental" / feature.name
+    try:
+        inside = fdir.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):
+        inside = False
+    if not inside:
+        return [f"{where}: {display_path(fdir)} leads outside {display_path(root)}/"]
+    if not (fdir / "override.yaml").is_file():
+        return [f"{where}: recipe {feature.from_!r} has no overlay at {display_path(fdir)}/override.yaml"]
+    return []
 
 
 def _entry_problem(path: Path, root: Path) -> str | None:

@@ -19,6 +19,7 @@ from .build import build_recipe, require_built
 from .container import ServingContainer, free_port, gpu_visible, preflight, run_spec
 from .dockerengine import DockerEngine
 from .errors import ContainerStartFailed, SmokeFailed
+from .features import engine_features
 from .paths import shown_home
 from .records import write_smoke_record
 
@@ -161,14 +162,34 @@ class _Checks:
         _require(code == 0, f"exit {code}: {out.strip().splitlines()[-1] if out.strip() else ''}")
         return out.strip(), out.strip().splitlines()[-1]
 
-    def draft_trunc(self):
-        """draft-trunc recipes: the feature announced itself and flushed its statistics
-        (the smoke container runs with a short log interval so a few prompts suffice)."""
-        text = self.box.logs(tail=100000)
-        _require("draft_trunc on:" in text, "no 'draft_trunc on:' line: the feature did not switch on")
-        stats = [ln for ln in text.splitlines() if "draft_trunc: steps=" in ln]
-        _require(bool(stats), "no 'draft_trunc: steps=...' statistics line was flushed")
-        return stats[-1], stats[-1].strip()[-160:]
+    def feature_logs(self, feature):
+        """The feature announced itself once per server (not once per tensor-parallel
+        rank) and logged its periodic summary (the smoke container runs with the
+        feature's smoke env, e.g. a short interval, so a few prompts suffice)."""
+        lines = self.box.logs(tail=100000).splitlines()
+        starts = [ln for ln in lines if feature.start_line in ln]
+        _require(len(starts) == 1, f"{len(starts)} {feature.start_line!r} lines in the log (want exactly 1)")
+        for marker in feature.log_lines:
+            _require(any(marker in ln for ln in lines), f"no {marker!r} line in the container log")
+        last = [ln for ln in lines if feature.log_lines[-1] in ln][-1]
+        return last, last.strip()[-160:]
+
+    def feature_metrics(self, feature):
+        """The feature's counters are on the server's /metrics (they are counted in
+        the engine's worker processes), and its ratios lie within the spec's bounds."""
+        text = feature_metrics_text(self.box.url)
+        values = {name: metric_sum(text, name) for name in feature.metrics}
+        missing = [name for name, v in values.items() if v is None]
+        _require(not missing, f"not on /metrics: {', '.join(missing)}")
+        ratios = {}
+        for name, bounds in self.spec.features.get(feature.name, {}).items():
+            value = feature_ratio(values, feature.ratio(name))
+            ratios[name] = value
+            _require(value is not None, f"{name}: denominator is 0 (nothing counted yet)")
+            _require(bounds.min is None or value >= bounds.min, f"{name}={value:.3f} < min {bounds.min}")
+            _require(bounds.max is None or value <= bounds.max, f"{name}={value:.3f} > max {bounds.max}")
+        shown = ", ".join(f"{k}={v:.3f}" for k, v in ratios.items()) or "no bounds in the spec"
+        return {**values, **ratios}, f"{len(values)} counters; {shown}"
 
     def engine_info(self):
         code, out = self.box.exec(["python", "-m", "kiln_engine", "info"])
@@ -178,6 +199,19 @@ class _Checks:
 
 CHECKS = ("models", "completion", "chat", "greedy_determinism", "throughput",
           "metrics", "plugin_loaded", "patched_runner_imports", "engine_info")
+
+
+def feature_metrics_text(url: str) -> str:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+def feature_ratio(values: dict, ratio) -> float | None:
+    """sum(numerator) / sum(denominator) from counter sums; None when nothing counted."""
+    num, den = values.get(ratio.numerator), values.get(ratio.denominator)
+    if num is None or not den:
+        return None
+    return num / den
 
 
 def _stopped_in_time(stop_s: float):
@@ -195,8 +229,9 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False)
         log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host")
         return {"recipe": name, "skipped": True, "reason": "no GPU visible on this host", "passed": None}
     spec = run_spec(loaded, image.id, host_port=free_port(), host_ip="127.0.0.1")
-    if "draft-trunc" in recipe.experimental:
-        spec.env["KILN_DRAFT_TRUNC_LOG_INTERVAL"] = "20"  # flush within a handful of requests
+    features = engine_features(recipe.features)
+    for feature in features:
+        spec.env.update(feature.smoke_env)
     preflight(loaded, spec)
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     log.step(f"smoke {name}: {recipe_image.tag} ({image.id[:19]}) on {spec.host_ip}:{spec.host_port}")
@@ -211,9 +246,11 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False)
             run.checks.append(Check("startup", False, exc.message))
         if startup is not None:
             checks = _Checks(box, recipe)
-            names = CHECKS + (("draft_trunc",) if "draft-trunc" in recipe.experimental else ())
-            for check_name in names:
+            for check_name in CHECKS:
                 run.check(check_name, getattr(checks, check_name))
+            for feature in features:
+                run.check(f"{feature.name} logs", lambda f=feature: checks.feature_logs(f))
+                run.check(f"{feature.name} metrics", lambda f=feature: checks.feature_metrics(f))
             if not run.passed:
                 box._dump_logs(100)
             stop_s = box.stop(timeout=30)

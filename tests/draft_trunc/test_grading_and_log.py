@@ -104,3 +104,37 @@ def test_log_step_off_without_marks(draft_trunc):
     dt = draft_trunc(log_interval=1)
     dt.reload({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_LOG_INTERVAL": "1"})
     assert dt.log_step(None, None, None, 0) is None  # nothing was marked this step
+
+
+def test_trace_records_predictions_kept_and_accepted(draft_trunc, tmp_path):
+    """KILN_DRAFT_TRUNC_TRACE: one JSON line per verify step with the predictions the
+    marks were made from (snapshotted at mark time: the speculator overwrites the
+    buffer before the outcome is known), kept j and accepted a <= j per request."""
+    import json
+
+    path = tmp_path / "trace.jsonl"
+    dt = draft_trunc(tau=0.4, min_keep=0, explore=0.0, trace=path)
+    k = 5
+    steps = []
+    for seed in (3, 4):
+        batch, n, j, a = _marked_batch(dt, seed=seed, k=k)
+        expected_p = batch.predictions[batch.idx_mapping].tolist()
+        batch.predictions.fill_(0.5)  # the next step's drafts overwrite the buffer
+        assert dt.log_step(batch.cu_num_logits, (a + 1).to(torch.int32), batch.idx_mapping,
+                           batch.num_tokens) is None  # no statistics without an interval
+        steps.append((n.tolist(), j.tolist(), a.tolist(), expected_p))
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [x["step"] for x in lines] == [0, 1] and all(x["k"] == k for x in lines)
+    for line, (n, j, a, p) in zip(lines, steps, strict=True):
+        verifying = [i for i in range(len(n)) if n[i] > 0]
+        assert len(line["reqs"]) == len(verifying) > 0
+        for req, i in zip(line["reqs"], verifying, strict=True):
+            assert (req["n"], req["kept"], req["accepted"]) == (n[i], j[i], a[i])
+            assert req["accepted"] <= req["kept"] <= req["n"]
+            want = [None if x != x else x for x in p[i]]  # NaN (no prediction) is null
+            assert req["p"] == pytest.approx(want, abs=1e-6)
+
+
+def test_trace_alone_turns_log_step_on(draft_trunc, tmp_path):
+    assert draft_trunc(log_interval=0).LOG is False
+    assert draft_trunc(log_interval=0, trace=tmp_path / "t.jsonl").LOG is True

@@ -12,7 +12,8 @@ Lifecycle of one step, as the runner patches call it:
 1. ``mark_dead`` (``prepare_inputs``): one kernel writes the dead marks and ``j``.
 2. ``verify_mask`` (before rejection sampling): rows past ``j`` become invalid.
 3. ``graded`` (before ``observe_verification``): censored rejection counts.
-4. ``log_step`` (if ``LOG``): device-side statistics.
+4. ``log_step`` (if ``LOG``): device-side statistics, and the acceptance trace
+   (``KILN_DRAFT_TRUNC_TRACE``).
 
 Importing this module is cheap and imports neither vLLM nor torch; with
 ``KILN_DRAFT_TRUNC`` unset every entry point returns at once.
@@ -28,13 +29,24 @@ from ._env import Knobs, read_knobs
 
 logger = logging.getLogger("kiln_engine.draft_trunc")
 
+
+
+def _wants_log_step(knobs: Knobs) -> bool:
+    return knobs.enabled and (knobs.log_interval > 0 or bool(knobs.trace))
+
+
 KNOBS: Knobs = read_knobs()
 ENABLED: bool = KNOBS.enabled
-LOG: bool = KNOBS.enabled and KNOBS.log_interval > 0
+LOG: bool = _wants_log_step(KNOBS)
 
 # Per-process state: buffers are allocated once and reused, so that the kernel
 # itself never allocates. ``active`` says whether this step's marks were written.
-_STATE = SimpleNamespace(live=None, expected=None, step=None, stats=None, active=False, top_k=0)
+# ``lead``: this process reports (logs, counters, trace); False on tensor-parallel
+# ranks other than 0, which see the same batch and would only repeat rank 0.
+_STATE = SimpleNamespace(
+    live=None, expected=None, step=None, stats=None, active=False, top_k=0, lead=True,
+    trace=None, trace_p=None, trace_steps=0,
+)
 
 __all__ = [
     "ENABLED",
@@ -57,9 +69,11 @@ def reload(env: dict[str, str] | None = None) -> Knobs:
     global KNOBS, ENABLED, LOG
     KNOBS = read_knobs(env)
     ENABLED = KNOBS.enabled
-    LOG = KNOBS.enabled and KNOBS.log_interval > 0
+    LOG = _wants_log_step(KNOBS)
     _STATE.live = _STATE.expected = _STATE.step = _STATE.stats = None
     _STATE.active = False
+    _STATE.lead = True
+    _close_trace()
     return KNOBS
 
 
@@ -132,6 +146,11 @@ def mark_dead(
         KNOBS.explore,
     )
     _STATE.active = True
+    if KNOBS.trace and _STATE.lead:
+        # the predictions this step's marks were made from: by the time the outcome
+        # is known, the speculator may have written the next step's into the buffer
+        slots = idx_mapping[:num_reqs].long().clamp(min=0)
+        _STATE.trace_p = predictions.index_select(0, slots).clone()
     return True
 
 
@@ -191,9 +210,15 @@ def log_step(cu_num_logits, num_sampled, idx_mapping, num_tokens: int):
 
     Every ``KILN_DRAFT_TRUNC_LOG_INTERVAL`` steps the totals are logged and
     published as ``kiln_draft_trunc_*`` Prometheus counters once their copy has
-    landed. Returns the last finished summary, if one finished now.
+    landed. Returns the last finished summary, if one finished now. With
+    ``KILN_DRAFT_TRUNC_TRACE`` set it also appends this step to the trace (that
+    part does sync the host: it is a measurement mode).
     """
-    if not (LOG and _STATE.active):
+    if not (LOG and _STATE.active and _STATE.lead):
+        return None
+    if KNOBS.trace and _STATE.trace_p is not None:
+        _write_trace(cu_num_logits, num_sampled, idx_mapping)
+    if KNOBS.log_interval <= 0:
         return None
     from ._stats import StepStats
 
@@ -203,6 +228,37 @@ def log_step(cu_num_logits, num_sampled, idx_mapping, num_tokens: int):
     before = stats.last
     stats.add(cu_num_logits, num_sampled, idx_mapping, num_tokens, _STATE.live, _STATE.expected)
     return stats.last if stats.last is not before else None
+
+
+def _write_trace(cu_num_logits, num_sampled, idx_mapping) -> None:
+    """One JSON line per verify step: {"step", "k", "reqs": [{"p", "kept", "accepted",
+    "n"}]}; p_i is the estimator's conditional acceptance probability of draft i
+    (null where it had none), kept the drafts verified, accepted those accepted."""
+    import json
+
+    from ._stats import step_outcomes
+
+    if _STATE.trace is None:
+        _STATE.trace = open(KNOBS.trace, "a", buffering=1)  # noqa: SIM115 (kept open)
+        _STATE.trace_steps = 0
+    p = _STATE.trace_p
+    _STATE.trace_p = None
+    rows = step_outcomes(cu_num_logits, num_sampled, idx_mapping, _STATE.live)
+    reqs = []
+    for (n, kept, accepted), probs in zip(rows, p.tolist(), strict=True):
+        if n <= 0:  # prefill or no drafts: nothing was verified
+            continue
+        probs = [None if x != x else round(x, 6) for x in probs]  # NaN: no prediction
+        reqs.append({"p": probs, "kept": kept, "accepted": accepted, "n": n})
+    if reqs:
+        _STATE.trace.write(json.dumps({"step": _STATE.trace_steps, "k": p.shape[1], "reqs": reqs}) + "\n")
+        _STATE.trace_steps += 1
+
+
+def _close_trace() -> None:
+    if _STATE.trace is not None:
+        _STATE.trace.close()
+    _STATE.trace = _STATE.trace_p = None
 
 
 def zero_dead_rows(routed, is_padding):
@@ -255,4 +311,19 @@ def check_config(vllm_config) -> None:
         ENABLED = LOG = False
         return
     _STATE.top_k = routed_top_k(vllm_config)
-    logger.info("draft_trunc on: %s", KNOBS)
+    _STATE.lead = _is_lead_rank()
+    if _STATE.lead:
+        logger.info("draft_trunc on: %s", KNOBS)
+
+
+def _is_lead_rank() -> bool:
+    """Tensor-parallel rank 0 (of its data-parallel replica) reports for the server;
+    the other TP ranks see the same batch. True where no TP group exists."""
+    try:
+        from vllm.distributed import parallel_state
+    except ImportError:
+        return True
+    try:
+        return parallel_state.get_tensor_model_parallel_rank() == 0
+    except (AssertionError, AttributeError, RuntimeError):  # group not initialized
+        return True

@@ -1,41 +1,19 @@
-"""Knobs of draft_trunc, read from ``KILN_DRAFT_TRUNC*`` environment variables.
+"""Knobs of draft_trunc, as the feature registry (``kiln_engine.features``) parses them.
 
-Pure Python on purpose: importing the package must stay cheap and must not pull
-torch, triton or vLLM. The ``KILN_`` prefix keeps vLLM's unknown-``VLLM_*``
-check quiet, so nothing needs registering in ``vllm/envs.py``.
+The registry holds the one parser of ``KILN_DRAFT_TRUNC*`` (the plugin, kiln's smoke
+test and this module all go through it); this module only gives the result a typed
+shape. Pure Python on purpose: importing the package must stay cheap and must not pull
+torch, triton or vLLM.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-PREFIX = "KILN_DRAFT_TRUNC"
+from ..features import DRAFT_TRUNC
 
-
-def _flag(env: dict[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"{name}={raw!r}: expected 0/1/true/false")
-
-
-def _number(env: dict[str, str], name: str, default: float, cast, lo: float, hi: float):
-    raw = env.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = cast(raw.strip())
-    except ValueError as exc:
-        raise ValueError(f"{name}={raw!r}: not a number") from exc
-    if not (lo <= value <= hi):  # also rejects NaN
-        raise ValueError(f"{name}={raw!r}: must lie in [{lo}, {hi}]")
-    return value
+PREFIX = DRAFT_TRUNC.env
+_DEFAULT = {knob.name: knob.default for knob in DRAFT_TRUNC.knobs}
 
 
 @dataclass(frozen=True)
@@ -49,25 +27,19 @@ class Knobs:
         estimator keeps seeing labels for deep positions.
     log_interval: flush the device-side statistics every this many steps (0: off).
     with_av: also truncate when adaptive verification is on.
+    trace: append one JSON line per verify step to this file ("" : off).
     """
 
-    enabled: bool = False
-    tau: float = 0.25
-    min_keep: int = 1
-    warmup: int = 1
-    explore: float = 0.05
-    log_interval: int = 0
-    with_av: bool = False
+    enabled: bool = DRAFT_TRUNC.switch.default
+    tau: float = _DEFAULT["tau"]
+    min_keep: int = _DEFAULT["min_keep"]
+    warmup: int = _DEFAULT["warmup"]
+    explore: float = _DEFAULT["explore"]
+    log_interval: int = _DEFAULT["log_interval"]
+    with_av: bool = _DEFAULT["with_av"]
+    trace: str = _DEFAULT["trace"]
 
 
 def read_knobs(env: dict[str, str] | None = None) -> Knobs:
-    env = dict(os.environ if env is None else env)
-    return Knobs(
-        enabled=_flag(env, PREFIX, False),
-        tau=_number(env, f"{PREFIX}_TAU", Knobs.tau, float, 0.0, 1.0),
-        min_keep=_number(env, f"{PREFIX}_MIN_KEEP", Knobs.min_keep, int, 0, 1 << 16),
-        warmup=_number(env, f"{PREFIX}_WARMUP", Knobs.warmup, int, 0, 1 << 30),
-        explore=_number(env, f"{PREFIX}_EXPLORE", Knobs.explore, float, 0.0, 1.0),
-        log_interval=_number(env, f"{PREFIX}_LOG_INTERVAL", Knobs.log_interval, int, 0, 1 << 30),
-        with_av=_flag(env, f"{PREFIX}_WITH_AV", False),
-    )
+    """Knobs from ``env`` (default: os.environ); ValueError naming the bad variable."""
+    return Knobs(**DRAFT_TRUNC.read(env))

@@ -89,6 +89,24 @@ class _Prometheus:
             counter.inc(max(v[key], 0.0))
 
 
+def _per_request(cu_num_logits, num_sampled, idx_mapping, live):
+    """Per verifying request of this step: drafts proposed n, kept j, accepted a, and
+    the slots (masked entries carry slot -1 and read slot 0's j)."""
+    num_reqs = idx_mapping.shape[0]
+    cu = cu_num_logits[: num_reqs + 1]
+    n = (cu[1:] - cu[:-1] - 1).clamp(min=0).float()
+    slots = idx_mapping.long().clamp(min=0)
+    j = live[slots].float()
+    a = (num_sampled[:num_reqs].float() - 1.0).clamp(min=0.0)
+    return n, j, a, slots
+
+
+def step_outcomes(cu_num_logits, num_sampled, idx_mapping, live) -> list[tuple[int, int, int]]:
+    """(proposed, kept, accepted) per request, on the host (syncs: trace mode only)."""
+    n, j, a, _ = _per_request(cu_num_logits, num_sampled, idx_mapping, live)
+    return [tuple(int(x) for x in row) for row in torch.stack((n, j, a), dim=1).tolist()]
+
+
 class StepStats:
     def __init__(self, device: torch.device, interval: int, top_k: int):
         self.interval = interval
@@ -111,11 +129,7 @@ class StepStats:
         expected: torch.Tensor,
     ) -> None:
         num_reqs = idx_mapping.shape[0]
-        cu = cu_num_logits[: num_reqs + 1]
-        n = (cu[1:] - cu[:-1] - 1).clamp(min=0).float()
-        slots = idx_mapping.long().clamp(min=0)  # masked entries carry -1
-        j = live[slots].float()
-        a = (num_sampled[:num_reqs].float() - 1.0).clamp(min=0.0)
+        n, j, a, slots = _per_request(cu_num_logits, num_sampled, idx_mapping, live)
         per_req = torch.stack(
             (n, j, a, expected[slots], n - j, j - a, ((a == j) & (j < n)).float())
         )

@@ -139,7 +139,7 @@ def load_recipe(name: str):
 def load_feature(loaded_recipe, feature: str):
     from ..overrides import load_override
 
-    fdir = loaded_recipe.dir / "experimental" / feature
+    fdir = loaded_recipe.feature_dir(feature)
     if not (fdir / "override.yaml").is_file():
         raise UsageError(f"recipe {loaded_recipe.name} has no experimental/{feature}/override.yaml")
     return load_override(fdir)
@@ -186,7 +186,7 @@ def feature_overlays(loaded_recipe) -> tuple[list[applier.Series], list[applier.
     """The recipe's switched-on features in feature-name order, as the image applies them."""
     version = loaded_recipe.recipe.engine.version
     series_list, reps = [], []
-    for feature in sorted(loaded_recipe.recipe.experimental):
+    for feature in sorted(loaded_recipe.recipe.features):
         ov = load_feature(loaded_recipe, feature)
         file = feature_series_file(ov, version)
         if file is not None:
@@ -203,7 +203,7 @@ def recipe_series(loaded_recipe) -> list[tuple[str, Path | None, int]]:
     engine_file = series_dir(version) / "series"
     out = [(f"{ENGINE} {version}", engine_file if engine_file.is_file() else None,
             len(series_for(version).patches))]
-    for feature in sorted(loaded_recipe.recipe.experimental):
+    for feature in sorted(loaded_recipe.recipe.features):
         ov = load_feature(loaded_recipe, feature)
         file = ov.series_file_for(version)
         count = len(applier.read_series_names(file)) if file is not None else 0

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Record draft-trunc acceptance traces from a real tiny-kindling server.
+
+For each concurrency N: serve the built tiny-kindling image with draft-trunc on and
+tau = 0 (nothing is cut, so every draft is verified and the outcomes are uncensored),
+KILN_DRAFT_TRUNC_TRACE pointing into the container's /tmp, and keep N requests in
+flight (64 tokens each; even requests greedy, odd ones sampled at temperature 0.8 with
+a per-request seed) until the trace holds --steps verify steps; then copy the first
+--steps lines to OUT/tiny-kindling-c{N}.jsonl. Line format: see traces/README.md.
+
+usage: record_traces.py [--concurrency 1 4 8] [--steps 2000] [--out DIR] [--dev]
+--dev mounts this checkout's engine/kiln_engine and kiln-serve over the image's, to
+record with engine code newer than the built image (the trace format is the same).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(REPO / "src"), str(REPO / "tests"), str(REPO / "engine")]
+TRACE_IN_CONTAINER = "/tmp/kiln-draft-trunc-trace.jsonl"
+
+
+def dev_mounts() -> list[tuple[str, str]]:
+    return [(str(REPO / "engine" / "kiln_engine"), "/opt/kiln/engine/kiln_engine"),
+            (str(REPO / "docker-images" / "common" / "kiln-serve"), "/opt/kiln/bin/kiln-serve")]
+
+
+def trace_lines(box) -> int:
+    code, out = box.exec(["sh", "-c", f"wc -l < {TRACE_IN_CONTAINER} 2>/dev/null || echo 0"])
+    return int(out.strip() or 0) if code == 0 else 0
+
+
+def record(docker, loaded, image_id, concurrency: int, steps: int, out: Path, dev: bool,
+           limit_s: float) -> dict:
+    from twinserve import prompts, run_set, serving
+
+    env = {"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_TAU": "0",
+           "KILN_DRAFT_TRUNC_TRACE": TRACE_IN_CONTAINER, "KILN_DRAFT_TRUNC_LOG_INTERVAL": "200"}
+    model = loaded.recipe.launch.served_model_name
+    with serving(docker, loaded, image_id, env, mounts=dev_mounts() if dev else None) as box:
+        t0 = time.monotonic()
+        stop = threading.Event()
+        done = {"tokens": 0}
+
+        def client(worker: int) -> None:
+            batch = 0
+            while not stop.is_set():
+                ps = prompts(4, seed=1000 * worker + batch)
+                batch += 1
+                for i, p in enumerate(ps):
+                    if stop.is_set():
+                        break
+                    greedy = i % 2 == 0
+                    res = run_set(box.url, model, [p], max_tokens=64,
+                                  temperature=0.0 if greedy else 0.8,
+                                  seeds=None if greedy else [worker * 100003 + batch * 7 + i])
+                    done["tokens"] += len(res[0].token_ids)
+
+        workers = [threading.Thread(target=client, args=(w,), daemon=True) for w in range(concurrency)]
+        for w in workers:
+            w.start()
+        have = 0
+        while have < steps and time.monotonic() - t0 < limit_s:
+            time.sleep(5)
+            have = trace_lines(box)
+            print(f"  c{concurrency}: {have}/{steps} steps, {done['tokens']} tokens, "
+                  f"{time.monotonic() - t0:.0f} s", flush=True)
+        stop.set()
+        for w in workers:
+            w.join(timeout=120)
+        code, text = box.exec(["cat", TRACE_IN_CONTAINER])
+        if code != 0:
+            raise SystemExit(f"record_traces: cannot read the trace: {text[-300:]}")
+    lines = text.splitlines()[:steps]
+    path = out / f"tiny-kindling-c{concurrency}.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return {"concurrency": concurrency, "steps": len(lines), "file": str(path.relative_to(REPO)),
+            "bytes": path.stat().st_size, "seconds": round(time.monotonic() - t0, 1)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "draft_trunc" / "traces")
+    p.add_argument("--limit-s", type=float, default=900, help="per concurrency")
+    p.add_argument("--dev", action="store_true")
+    args = p.parse_args()
+    from kiln.build import require_built
+    from kiln.dockerengine import DockerEngine
+
+    docker = DockerEngine()
+    loaded, _, image = require_built(docker, "tiny-kindling") if not args.dev else _any_built(docker)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = [record(docker, loaded, image.id, c, args.steps, args.out, args.dev, args.limit_s)
+            for c in args.concurrency]
+    print("\nrecorded:")
+    for row in rows:
+        print(f"  c{row['concurrency']}: {row['steps']} steps, {row['bytes'] / 1e3:.0f} kB, "
+              f"{row['seconds']:.0f} s -> {row['file']}")
+
+
+def _any_built(docker):
+    """--dev: the newest kiln/tiny-kindling image, whatever inputs it was built from."""
+    from kiln.build import resolve
+
+    loaded, _, _ = resolve("tiny-kindling")
+    image = docker.client.images.get("kiln/tiny-kindling:latest")
+    return loaded, None, image
+
+
+if __name__ == "__main__":
+    main()

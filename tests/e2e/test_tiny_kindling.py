@@ -1,0 +1,126 @@
+"""draft-trunc inside a real server: the tiny-kindling image (the CPU twin of
+glm53-kindling: vLLM's Model Runner V2 through Triton's interpreter, the same override
+and knobs) served with the feature on and off, answering the same request sets through
+the OpenAI client.
+
+One server per mode, reused for every request set (the interpreter is slow):
+- greedy, sequential and at concurrency 8: token ids identical on and off; a divergence
+  is allowed only at a numeric tie (top-2 logprob margin < 1e-4 at the divergence);
+- seeded sampling (temperature 0.8, a seed per request) at concurrency 8: on and off
+  are equal in distribution (a permutation test over requests must not reject at
+  p = 0.01); two feature-on runs with the same seeds;
+- the feature really cut: its own counters on /metrics give a dead fraction in
+  [0.2, 0.9], with accepted and rejected drafts both > 0; its start line appears
+  exactly once in the server log.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from twinserve import counters, prompts, run_set, serving
+from twinstats import greedy_divergences, permutation_test
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+
+PROMPTS = prompts(64, seed=7)
+MAX_TOKENS = 32
+CONCURRENCY = 8
+TIE = 1e-4
+SEEDS = [10_000 + i for i in range(len(PROMPTS))]
+OFF_SEEDS = [90_000 + i for i in range(len(PROMPTS))]  # independent draws for the test
+VOCAB = 1024
+
+
+def _sets(url: str, model: str, *, on: bool) -> dict:
+    t0 = time.monotonic()
+    common = dict(max_tokens=MAX_TOKENS)
+    out = {
+        "greedy_seq": run_set(url, model, PROMPTS, concurrency=1, logprobs=2, **common),
+        "greedy_c8": run_set(url, model, PROMPTS, concurrency=CONCURRENCY, logprobs=2, **common),
+        "sampled": run_set(url, model, PROMPTS, concurrency=CONCURRENCY, temperature=0.8,
+                           seeds=SEEDS if on else OFF_SEEDS, **common),
+    }
+    if on:
+        out["sampled_again"] = run_set(url, model, PROMPTS, concurrency=CONCURRENCY,
+                                       temperature=0.8, seeds=SEEDS, **common)
+    out["seconds"] = time.monotonic() - t0
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tiny_kindling, docker_engine):
+    """Both servers' answers, counters and logs (each server is gone afterwards)."""
+    from kiln.features import engine_features
+
+    loaded, _, img = tiny_kindling
+    (feature,) = engine_features(loaded.recipe.features)
+    model = loaded.recipe.launch.served_model_name
+    result = {"feature": feature, "timing": {}}
+    for mode, env in (("on", dict(feature.smoke_env)), ("off", {feature.env: "0"})):
+        t0 = time.monotonic()
+        with serving(docker_engine, loaded, img.id, env) as box:
+            answers = _sets(box.url, model, on=mode == "on")
+            result[mode] = answers
+            result[f"{mode}_counters"] = counters(box.url, feature.metrics)
+            result[f"{mode}_logs"] = box.logs(tail=100000)
+            result["timing"][mode] = {"startup_s": round(box.startup_s, 1),
+                                      "requests_s": round(answers["seconds"], 1),
+                                      "total_s": round(time.monotonic() - t0, 1)}
+    print(f"\ntiny-kindling on/off timing: {result['timing']}")
+    return result
+
+
+def test_greedy_outputs_equal_on_and_off_except_at_numeric_ties(runs):
+    for name in ("greedy_seq", "greedy_c8"):
+        on, off = runs["on"][name], runs["off"][name]
+        assert sum(len(c.token_ids) for c in on) == len(PROMPTS) * MAX_TOKENS
+        divergences = greedy_divergences(on, off)
+        print(f"{name}: {len(divergences)} divergence(s) of {len(on)} requests: "
+              f"{[(d.prompt, d.position, f'{d.margin:.2e}') for d in divergences]}")
+        not_ties = [d for d in divergences if not d.margin < TIE]
+        assert not not_ties, f"{name}: outputs differ away from a numeric tie: {not_ties}"
+
+
+def test_sampled_outputs_equal_in_distribution(runs):
+    on = [c.token_ids for c in runs["on"]["sampled"]]
+    off = [c.token_ids for c in runs["off"]["sampled"]]
+    assert sum(map(len, on)) >= 2000 and sum(map(len, off)) >= 2000
+    tvd, p = permutation_test(on, off, VOCAB)
+    print(f"sampled on vs off: total variation {tvd:.3f}, permutation p = {p:.3f}")
+    assert p >= 0.01, f"token distributions differ (TVD {tvd:.3f}, p = {p:.4f})"
+
+
+def test_same_seed_same_tokens_in_two_feature_on_runs(runs):
+    first, again = runs["on"]["sampled"], runs["on"]["sampled_again"]
+    differ = [a.prompt for a, b in zip(first, again, strict=True) if a.token_ids != b.token_ids]
+    print(f"seeded feature-on reruns: {len(differ)} of {len(first)} requests differ: {differ}")
+    assert not differ
+
+
+def test_the_feature_really_cut_and_counted_it(runs):
+    feature = runs["feature"]
+    values = runs["on_counters"]
+    missing = [k for k, v in values.items() if v is None]
+    assert not missing, f"not on /metrics: {missing}"
+    dead = values[feature.ratio("dead_fraction").numerator] / values[feature.ratio("dead_fraction").denominator]
+    accepted = values["kiln_draft_trunc_accepted_total"]
+    rejected = values["kiln_draft_trunc_wasted_total"]  # kept, verified, rejected
+    print(f"feature on: dead fraction {dead:.3f}, accepted {accepted:.0f}, rejected {rejected:.0f}, "
+          f"kept {values['kiln_draft_trunc_kept_total']:.0f} of {values['kiln_draft_trunc_proposed_total']:.0f}")
+    assert 0.2 <= dead <= 0.9
+    assert accepted > 0 and rejected > 0
+    # feature off: the counters are never published
+    assert all(v is None for v in runs["off_counters"].values()), runs["off_counters"]
+
+
+def test_the_feature_announces_itself_once_per_server(runs):
+    feature = runs["feature"]
+    on_lines = runs["on_logs"].splitlines()
+    assert sum(feature.start_line in ln for ln in on_lines) == 1
+    assert any(feature.log_lines[-1] in ln for ln in on_lines), "no periodic summary in the log"
+    assert "Using V2 Model Runner" in runs["on_logs"] or "V2" in runs["on_logs"]
+    off_lines = runs["off_logs"].splitlines()
+    assert not any(feature.start_line in ln for ln in off_lines)
+    assert any("draft-trunc=off" in ln for ln in off_lines)

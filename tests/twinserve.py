@@ -1,0 +1,112 @@
+"""Serve a built recipe image the way `kiln run` does (hardened, loopback port) with
+extra env, and send it request sets through the OpenAI client.
+
+Shared by tests/e2e/test_tiny_kindling.py, benchmarks/bench_cpu.py and
+benchmarks/draft_trunc/record_traces.py, so all three measure the same thing.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from kiln.container import ServingContainer, free_port, run_spec
+from kiln.smoke import feature_metrics_text, metric_sum
+
+_TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
+
+
+@contextmanager
+def serving(docker_engine, loaded, image_id: str, env: dict[str, str] | None = None,
+            startup_timeout_s: float = 600, mounts: list[tuple[str, str]] | None = None):
+    """A healthy server of `image_id`; `env` wins over the recipe's launch env (as with
+    `docker run -e`). Yields the ServingContainer; stops and removes it afterwards."""
+    spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env)
+    spec.mounts += list(mounts or [])
+    box = ServingContainer(docker_engine, spec)
+    with box:
+        box.start()
+        box.startup_s = box.wait_healthy(startup_timeout_s)
+        yield box
+
+
+@dataclass
+class Completion:
+    prompt: int  # index into the request set
+    token_ids: list[int]
+    # per position: the top-2 (token id, logprob) pairs, best first (greedy requests)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _ids(tokens: list[str]) -> list[int]:
+    out = []
+    for tok in tokens:
+        m = _TOKEN_ID.match(tok)
+        if m is None:
+            raise AssertionError(f"token {tok!r} is not 'token_id:N' (return_tokens_as_token_ids)")
+        out.append(int(m.group(1)))
+    return out
+
+
+def complete(client, model: str, i: int, prompt: str, *, max_tokens: int, temperature: float,
+             seed: int | None = None, logprobs: int | None = None) -> Completion:
+    t0 = time.monotonic()
+    resp = client.completions.create(
+        model=model, prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
+        logprobs=logprobs if logprobs is not None else 1,
+        extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
+    lp = resp.choices[0].logprobs
+    top = []
+    if logprobs and lp.top_logprobs:
+        for entry in lp.top_logprobs:
+            pairs = sorted(((int(_TOKEN_ID.match(k).group(1)), v) for k, v in entry.items()),
+                           key=lambda kv: -kv[1])
+            top.append(pairs)
+    return Completion(i, _ids(lp.tokens), top, time.monotonic() - t0)
+
+
+def run_set(url: str, model: str, prompts: list[str], *, max_tokens: int, concurrency: int = 1,
+            temperature: float = 0.0, seeds: list[int] | None = None,
+            logprobs: int | None = None, timeout_s: float = 600) -> list[Completion]:
+    """Every prompt once, `concurrency` requests in flight; results in prompt order."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key="kiln-test", timeout=timeout_s, max_retries=0)
+
+    def one(i: int) -> Completion:
+        return complete(client, model, i, prompts[i], max_tokens=max_tokens, temperature=temperature,
+                        seed=None if seeds is None else seeds[i], logprobs=logprobs)
+
+    if concurrency <= 1:
+        return [one(i) for i in range(len(prompts))]
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        return list(pool.map(one, range(len(prompts))))
+
+
+def counters(url: str, names) -> dict[str, float | None]:
+    text = feature_metrics_text(url)
+    return {name: metric_sum(text, name) for name in names}
+
+
+def prompts(n: int, seed: int = 0) -> list[str]:
+    """`n` distinct short prompts: code and prose fragments (the tokenizer is trained on
+    Python sources), deterministic for a seed."""
+    import random
+
+    rng = random.Random(seed)
+    heads = ["def ", "class ", "import ", "for ", "while ", "return ", "if ", "with ", "# ", "print("]
+    words = ["fibonacci", "parse", "buffer", "socket", "path", "value", "result", "config", "token",
+             "stream", "header", "count", "index", "items", "error", "module", "object", "string",
+             "the quick brown fox", "lazy dog", "self", "args", "kwargs", "data", "name", "file"]
+    out: list[str] = []
+    seen = set()
+    while len(out) < n:
+        text = rng.choice(heads) + " ".join(rng.choice(words) for _ in range(rng.randint(1, 4)))
+        if text not in seen:
+            seen.add(text)
+            out.append(text)
+    return out
