@@ -32,7 +32,7 @@ _FALSE = ("0", "false", "no", "off")
 
 @dataclass(frozen=True)
 class Knob:
-    """One environment variable of a feature. `kind`: flag, int, float or path."""
+    """One environment variable of a feature. `kind`: flag, int, float, path or choice."""
 
     name: str  # short name, the key in Feature.read()'s result
     env: str
@@ -41,6 +41,7 @@ class Knob:
     lo: float | None = None
     hi: float | None = None
     doc: str = ""
+    choices: tuple[str, ...] = ()  # kind "choice": the accepted values
 
     def parse(self, raw: str | None) -> Any:
         if raw is None or raw.strip() == "":
@@ -48,6 +49,10 @@ class Knob:
         value = raw.strip()
         if self.kind == "path":
             return value
+        if self.kind == "choice":
+            if value.lower() not in self.choices:
+                raise ValueError(f"{self.env}={raw!r}: expected one of {', '.join(self.choices)}")
+            return value.lower()
         if self.kind == "flag":
             if value.lower() in _TRUE:
                 return True
@@ -131,6 +136,12 @@ DRAFT_TRUNC = Feature(
              "log a summary and publish the counters every N steps (0: off)"),
         Knob("with_av", f"{_DT}_WITH_AV", "flag", False,
              "also truncate when adaptive verification is on"),
+        Knob("policy", f"{_DT}_POLICY", "choice", "auto",
+             doc="cost: choose tau on the device each step from the verify-cost model; tau: the fixed "
+                 "tau; auto: tau when KILN_DRAFT_TRUNC_TAU is set, else cost",
+             choices=("auto", "cost", "tau")),
+        Knob("other_share", f"{_DT}_OTHER_SHARE", "float", 0.5, 0.0, 0.95,
+             "share of a full verify step's time outside the routed experts (cost policy; an assumption)"),
         Knob("trace", f"{_DT}_TRACE", "path", "",
              "append one JSON line per verify step to this file (predictions and outcomes)"),
     ),

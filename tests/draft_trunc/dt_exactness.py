@@ -72,6 +72,38 @@ def make_case(gen: torch.Generator, num_reqs, k, vocab, device=None, accept_bias
     )
 
 
+def with_policy_j(dt, case, k, layer):
+    """The case with its kept counts ``j`` chosen by ``mark_dead`` itself (the
+    module's current policy, e.g. cost-aware), on a decode batch of the same
+    requests with random predictions, instead of drawn at random."""
+    dev = case["logits"].device
+    n = case["n"]
+    slots = case["slots"]
+    max_slots = int(case["temperature"].shape[0])
+    gen = torch.Generator().manual_seed(int(n.sum()) * 7919 + len(n))
+    predictions = (0.3 + 0.7 * torch.rand(max_slots, k, generator=gen)).to(dev)
+    counts = (n + 1).to(torch.int32)
+    cu = torch.zeros(len(n) + 1, dtype=torch.int32)
+    cu[1:] = torch.cumsum(counts, 0)
+    num_tokens = int(cu[-1])
+    is_padding = torch.zeros(num_tokens, dtype=torch.bool, device=dev)
+    dt.set_moe_layer(layer)
+    dt.prepare(max_slots, dev, num_tokens)
+    dt.mark_dead(
+        is_padding,
+        cu.to(dev),
+        cu.to(dev),
+        len(n),
+        k,
+        predictions,
+        slots.to(dev),
+        seq_lens=(counts + 100).to(dev),
+        prefill_len=torch.ones(max_slots, dtype=torch.int32, device=dev),
+    )
+    j = dt._STATE.live.index_select(0, slots.to(dev)).long().cpu()
+    return dict(case, j=j)
+
+
 def full_masked(case, dead_fill: str) -> tuple[Window, torch.Tensor]:
     w = _window(case["logits"].clone(), case["drafts"], case["pos"], case["counts"], case["slots"])
     live = torch.zeros(int(case["slots"].max()) + 1, dtype=torch.int32, device=w.logits.device)

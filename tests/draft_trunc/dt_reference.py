@@ -9,30 +9,39 @@ from __future__ import annotations
 import math
 
 import torch
+from kiln_engine.draft_trunc import _kernel as kernel
 
-_M32 = 0xFFFFFFFF
+_M32 = kernel.MASK32.value
+_STEP_MUL = kernel.STEP_MUL.value
+_MIX_MUL = kernel.MIX_MUL.value
+TAU_GRID = kernel.TAU_GRID.value
 
 
 def explore_uniform(step: int, slot: int) -> float:
-    x = (slot & _M32) ^ (((step & _M32) * 0x6D2B79F5) & _M32)
-    x = ((x ^ (x >> 16)) * 0x045D9F3B) & _M32
-    x = ((x ^ (x >> 16)) * 0x045D9F3B) & _M32
+    x = (slot & _M32) ^ (((step & _M32) * _STEP_MUL) & _M32)
+    x = ((x ^ (x >> 16)) * _MIX_MUL) & _M32
+    x = ((x ^ (x >> 16)) * _MIX_MUL) & _M32
     x ^= x >> 16
-    return float(x >> 8) / 16777216.0
+    return float(x >> kernel.UNIFORM_SHIFT.value) * kernel.UNIFORM_SCALE.value
 
 
 def _f32(x: float) -> float:
     return float(torch.tensor(x, dtype=torch.float32))
 
 
-def kept_drafts(preds: list[float], n: int, tau: float, min_keep: int) -> tuple[int, float]:
-    """j = max{m in [j_min, n] : S_m >= tau} and E[A_j] = sum_{m<=j} S_m."""
-    surv, survs = 1.0, []
+def survivals(preds: list[float], n: int) -> list[float]:
+    surv, out = 1.0, []
     for m in range(n):
         p = preds[m]
         p = 1.0 if math.isnan(p) else min(max(p, 0.0), 1.0)
         surv = _f32(surv * p)  # the kernel multiplies in fp32
-        survs.append(surv)
+        out.append(surv)
+    return out
+
+
+def kept_drafts(preds: list[float], n: int, tau: float, min_keep: int) -> tuple[int, float]:
+    """j = max{m in [j_min, n] : S_m >= tau} and E[A_j] = sum_{m<=j} S_m."""
+    survs = survivals(preds, n)
     j_min = min(n, min_keep)
     j = j_min
     for m in range(n, j_min, -1):
@@ -40,6 +49,71 @@ def kept_drafts(preds: list[float], n: int, tau: float, min_keep: int) -> tuple[
             j = m
             break
     return j, sum(survs[:j])
+
+
+def _request(
+    r, query_start_loc, cu_num_logits, idx_mapping, seq_lens, prefill_len, K, step, explore
+):
+    """slot, n, qe and whether request r may lose drafts this step."""
+    slot = int(idx_mapping[r])
+    n = min(max(int(cu_num_logits[r + 1] - cu_num_logits[r]) - 1, 0), K)
+    qs, qe = int(query_start_loc[r]), int(query_start_loc[r + 1])
+    eligible = n > 0 and qe - qs == n + 1 and int(seq_lens[r]) - n - 1 >= int(prefill_len[slot])
+    explored = explore_uniform(step, slot) < _f32(explore)
+    return slot, n, qe, eligible and not explored
+
+
+def cost_aware_ratios(
+    query_start_loc,
+    cu_num_logits,
+    idx_mapping,
+    seq_lens,
+    prefill_len,
+    predictions,
+    step,
+    num_reqs,
+    min_keep,
+    explore,
+    table,
+    t_fixed,
+    t_token,
+    other_ratio,
+) -> list[float]:
+    """Expected tokens per unit of step time at each candidate tau g / TAU_GRID.
+
+    Written as the spec reads: keep, in every truncatable request, the drafts
+    past min_keep whose survival reaches tau; everything else stays live.
+    """
+    num_tokens = int(query_start_loc[num_reqs])
+    table = [float(x) for x in table]
+    cap = len(table) - 1
+    shared = t_fixed + t_token * num_tokens
+    other = other_ratio * (table[min(num_tokens, cap)] + shared)
+    ratios = []
+    for g in range(TAU_GRID):
+        tau = g / TAU_GRID
+        tokens, dead = float(num_reqs), 0
+        for r in range(num_reqs):
+            slot, n, _, truncatable = _request(
+                r,
+                query_start_loc,
+                cu_num_logits,
+                idx_mapping,
+                seq_lens,
+                prefill_len,
+                predictions.shape[1],
+                step,
+                explore,
+            )
+            survs = survivals([float(x) for x in predictions[slot, :n]], n)
+            for m, s in enumerate(survs):
+                if truncatable and m >= min(n, min_keep) and s < tau:
+                    dead += 1
+                else:
+                    tokens += s
+        live = min(max(num_tokens - dead, 0), cap)
+        ratios.append(tokens / (shared + other + table[live]))
+    return ratios
 
 
 def mark_dead_ref(
@@ -59,15 +133,20 @@ def mark_dead_ref(
     explore: float,
 ) -> None:
     """Same effect as one mark_dead kernel launch, on CPU tensors, in place."""
-    K = predictions.shape[1]
     for r in range(num_reqs):
-        slot = int(idx_mapping[r])
-        n = min(max(int(cu_num_logits[r + 1] - cu_num_logits[r]) - 1, 0), K)
-        qs, qe = int(query_start_loc[r]), int(query_start_loc[r + 1])
-        eligible = n > 0 and qe - qs == n + 1 and int(seq_lens[r]) - n - 1 >= int(prefill_len[slot])
-        explored = explore_uniform(step, slot) < _f32(explore)
+        slot, n, qe, truncatable = _request(
+            r,
+            query_start_loc,
+            cu_num_logits,
+            idx_mapping,
+            seq_lens,
+            prefill_len,
+            predictions.shape[1],
+            step,
+            explore,
+        )
         preds = [float(x) for x in predictions[slot, :n]]
-        if eligible and not explored:
+        if truncatable:
             j, e = kept_drafts(preds, n, tau, min_keep)
             for k in range(j, n):
                 is_padding[qe - n + k] = True

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 import torch
 from dt_batches import random_batch
-from dt_exactness import make_case, mismatches
+from dt_exactness import make_case, mismatches, with_policy_j
 from dt_reference import mark_dead_ref
+from kiln_engine.draft_trunc._cost import MoELayer
 
 pytest.importorskip("triton")
 pytestmark = pytest.mark.gpu
@@ -66,11 +67,19 @@ def test_kernel_matches_reference_large(draft_trunc, num_reqs, k):
     ],
 )
 @pytest.mark.parametrize("dead_fill", ["garbage", "nan"])
-def test_exact_with_vllm_sampler_on_gpu(vllm_kernels, mode, batches, dead_fill):
+@pytest.mark.parametrize("policy", ["random", "cost"])
+def test_exact_with_vllm_sampler_on_gpu(
+    vllm_kernels, draft_trunc, mode, batches, dead_fill, policy
+):
+    """Kept counts drawn at random, or chosen by the cost-aware kernel (priced
+    for a layer with so many experts that cutting pays even at 1024 requests)."""
     gen = torch.Generator("cuda").manual_seed(1234)
+    dt = draft_trunc(policy="cost", explore=0.0)
     checked = truncated = 0
     for _ in range(batches):
         case = make_case(gen, num_reqs=1024, k=4, vocab=VOCAB)
+        if policy == "cost":
+            case = with_policy_j(dt, case, 4, MoELayer(experts=1 << 20, top_k=8))
         assert mismatches(vllm_kernels.rsu, case, 4, mode, dead_fill) == 0
         checked += 1024
         truncated += int((case["j"] < case["n"]).sum())

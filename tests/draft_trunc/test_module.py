@@ -36,7 +36,7 @@ def test_knobs_from_env():
             "KILN_DRAFT_TRUNC_WITH_AV": "true",
         }
     )
-    assert knobs == Knobs(True, 0.4, 2, 0, 0.0, 500, True)
+    assert knobs == Knobs(True, 0.4, 2, 0, 0.0, 500, True, policy="tau")
     assert read_knobs({}) == Knobs()
 
 

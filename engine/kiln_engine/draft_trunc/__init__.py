@@ -9,7 +9,8 @@ DP sync stay as they are. Exactness comes from the rejection sampler's
 output of a batch truly truncated to ``j`` drafts.
 
 Lifecycle of one step, as the runner patches call it:
-1. ``mark_dead`` (``prepare_inputs``): one kernel writes the dead marks and ``j``.
+1. ``mark_dead`` (``prepare_inputs``): one kernel chooses ``tau`` (cost-aware
+   policy, the default) and writes the dead marks and ``j``.
 2. ``verify_mask`` (before rejection sampling): rows past ``j`` become invalid.
 3. ``graded`` (before ``observe_verification``): censored rejection counts.
 4. ``log_step`` (if ``LOG``): device-side statistics, and the acceptance trace
@@ -43,9 +44,11 @@ LOG: bool = _wants_log_step(KNOBS)
 # itself never allocates. ``active`` says whether this step's marks were written.
 # ``lead``: this process reports (logs, counters, trace); False on tensor-parallel
 # ranks other than 0, which see the same batch and would only repeat rank 0.
+# ``layer`` is the MoE shape the cost model prices (set from the model config at
+# start, or by ``set_moe_layer``); ``cost`` the device inputs built from it.
 _STATE = SimpleNamespace(
-    live=None, expected=None, step=None, stats=None, active=False, top_k=0, lead=True,
-    trace=None, trace_p=None, trace_steps=0,
+    live=None, expected=None, step=None, tau=None, cost=None, layer=None, stats=None,
+    active=False, top_k=0, lead=True, trace=None, trace_p=None, trace_steps=0,
 )
 
 __all__ = [
@@ -56,9 +59,11 @@ __all__ = [
     "graded",
     "log_step",
     "mark_dead",
+    "policy_tau",
     "prepare",
     "refuse_runner",
     "reload",
+    "set_moe_layer",
     "verify_mask",
     "zero_dead_rows",
 ]
@@ -70,27 +75,61 @@ def reload(env: dict[str, str] | None = None) -> Knobs:
     KNOBS = read_knobs(env)
     ENABLED = KNOBS.enabled
     LOG = _wants_log_step(KNOBS)
-    _STATE.live = _STATE.expected = _STATE.step = _STATE.stats = None
+    _STATE.live = _STATE.expected = _STATE.step = _STATE.tau = _STATE.stats = None
+    _STATE.cost = None
     _STATE.active = False
     _STATE.lead = True
     _close_trace()
     return KNOBS
 
 
-def prepare(max_num_reqs: int, device: Any) -> None:
-    """Allocate the per-slot buffers up front (else the first mark_dead does)."""
+def set_moe_layer(layer) -> None:
+    """The MoE layer shape (a ``_cost.MoELayer``) the cost-aware policy prices."""
+    _STATE.layer = layer
+    _STATE.cost = None
+
+
+def prepare(max_num_reqs: int, device: Any, max_num_tokens: int = 0) -> None:
+    """Allocate the per-slot buffers (and the cost table for ``max_num_tokens``)
+    up front, else the first mark_dead does."""
     import torch
 
     # Normalise "cuda" to "cuda:N" so an unchanged device never reallocates
     # (which would also reset the step counter).
     device = torch.empty(0, device=device).device
     live = _STATE.live
-    if live is not None and live.shape[0] >= max_num_reqs and live.device == device:
+    if live is None or live.shape[0] < max_num_reqs or live.device != device:
+        _STATE.live = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
+        _STATE.expected = torch.zeros(max_num_reqs, dtype=torch.float32, device=device)
+        _STATE.step = torch.zeros(1, dtype=torch.int64, device=device)
+        _STATE.tau = torch.zeros(1, dtype=torch.float32, device=device)
+        _STATE.stats = None
+    if KNOBS.policy == "cost":
+        _prepare_cost(max_num_tokens, device)
+
+
+def _prepare_cost(max_num_tokens: int, device) -> None:
+    import torch
+
+    from ._cost import H200_FIT, MoELayer, live_table, other_ratio
+    from ._kernel import CostInputs
+
+    cost = _STATE.cost
+    if cost is not None and cost.table.shape[0] > max_num_tokens and cost.table.device == device:
         return
-    _STATE.live = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
-    _STATE.expected = torch.zeros(max_num_reqs, dtype=torch.float32, device=device)
-    _STATE.step = torch.zeros(1, dtype=torch.int64, device=device)
-    _STATE.stats = None
+    layer = _STATE.layer or MoELayer()
+    # Room for a few thousand tokens at once, so that growing batches rarely
+    # rebuild the table (a rebuild allocates, which a graph capture must not).
+    size = max(max_num_tokens, 8192)
+    table = torch.tensor(live_table(layer, H200_FIT, size), dtype=torch.float32, device=device)
+    _STATE.cost = CostInputs(
+        table, H200_FIT.t_fixed, H200_FIT.t_token, other_ratio(KNOBS.other_share)
+    )
+
+
+def policy_tau():
+    """The device scalar holding the tau the last ``mark_dead`` used (or None)."""
+    return _STATE.tau if _STATE.active else None
 
 
 def mark_dead(
@@ -126,7 +165,7 @@ def mark_dead(
     assert predictions.shape[1] == num_speculative_steps, (
         f"predictions hold {predictions.shape[1]} steps, drafts {num_speculative_steps}"
     )
-    prepare(predictions.shape[0], predictions.device)
+    prepare(predictions.shape[0], predictions.device, is_padding.shape[0])
     from ._kernel import launch_mark_dead
 
     launch_mark_dead(
@@ -140,10 +179,12 @@ def mark_dead(
         _STATE.live,
         _STATE.expected,
         _STATE.step,
+        _STATE.tau,
         num_reqs,
         KNOBS.tau,
         KNOBS.min_keep,
         KNOBS.explore,
+        cost=_STATE.cost if KNOBS.policy == "cost" else None,
     )
     _STATE.active = True
     if KNOBS.trace and _STATE.lead:
@@ -152,11 +193,6 @@ def mark_dead(
         slots = idx_mapping[:num_reqs].long().clamp(min=0)
         _STATE.trace_p = predictions.index_select(0, slots).clone()
     return True
-
-
-def live_drafts():
-    """Per-slot kept-draft counts of this step, or None when nothing was marked."""
-    return _STATE.live if _STATE.active else None
 
 
 def verify_mask(input_batch, invalid_drafts=None):
@@ -298,7 +334,7 @@ def check_config(vllm_config) -> None:
     global ENABLED, LOG
     if not ENABLED:
         return
-    from ._config_check import adaptive_verification_on, problems, routed_top_k
+    from ._config_check import adaptive_verification_on, moe_layer, problems, routed_top_k
 
     found = problems(vllm_config)
     if found:
@@ -312,6 +348,9 @@ def check_config(vllm_config) -> None:
         return
     _STATE.top_k = routed_top_k(vllm_config)
     _STATE.lead = _is_lead_rank()
+    layer = moe_layer(vllm_config)
+    if layer is not None:
+        set_moe_layer(layer)
     if _STATE.lead:
         logger.info("draft_trunc on: %s", KNOBS)
 

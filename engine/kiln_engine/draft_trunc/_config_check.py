@@ -56,13 +56,50 @@ def adaptive_verification_on(vllm_config) -> bool:
     return bool(_get(vllm_config, "speculative_config", "enable_adaptive_verification"))
 
 
-def routed_top_k(vllm_config) -> int:
-    """Routed experts per token, for the 'expert slots saved' statistic."""
-    hf = _get(vllm_config, "model_config", "hf_text_config") or _get(
+def _hf(vllm_config):
+    return _get(vllm_config, "model_config", "hf_text_config") or _get(
         vllm_config, "model_config", "hf_config"
     )
-    for name in ("num_experts_per_tok", "moe_topk", "num_experts_per_token"):
-        value = getattr(hf, name, None)
-        if isinstance(value, int):
+
+
+def _first_int(obj, names) -> int:
+    for name in names:
+        value = getattr(obj, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
             return value
     return 0
+
+
+def routed_top_k(vllm_config) -> int:
+    """Routed experts per token, for the 'expert slots saved' statistic."""
+    return _first_int(_hf(vllm_config), ("num_experts_per_tok", "moe_topk", "num_experts_per_token"))
+
+
+def moe_layer(vllm_config):
+    """The routed-expert shape the cost-aware policy prices, or None if unknown.
+
+    With expert parallelism a rank streams only its 1/ep share of the touched
+    experts; that is priced as a 1/ep share of every expert's bytes.
+    """
+    from ._cost import MoELayer
+
+    hf = _hf(vllm_config)
+    experts = _first_int(hf, ("n_routed_experts", "num_experts", "num_local_experts"))
+    top_k = routed_top_k(vllm_config)
+    hidden = _first_int(hf, ("hidden_size",))
+    inter = _first_int(hf, ("moe_intermediate_size", "intermediate_size"))
+    if not (experts and top_k and hidden and inter) or top_k > experts:
+        return None
+    dtype = _get(vllm_config, "model_config", "dtype")
+    itemsize = getattr(dtype, "itemsize", 2) or 2
+    quant = _get(vllm_config, "model_config", "quantization") or ""
+    if "fp8" in str(quant):
+        itemsize = 1
+    ep = 1
+    parallel = _get(vllm_config, "parallel_config")
+    if _get(parallel, "enable_expert_parallel", default=False):
+        ep = (_get(parallel, "tensor_parallel_size", default=1) or 1) * (
+            _get(parallel, "data_parallel_size", default=1) or 1
+        )
+    expert_bytes = 3.0 * hidden * inter * itemsize / max(ep, 1)
+    return MoELayer(experts=experts, top_k=top_k, expert_bytes=expert_bytes)

@@ -8,6 +8,7 @@ torch, triton or vLLM.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from ..features import DRAFT_TRUNC
@@ -27,6 +28,11 @@ class Knobs:
         estimator keeps seeing labels for deep positions.
     log_interval: flush the device-side statistics every this many steps (0: off).
     with_av: also truncate when adaptive verification is on.
+    policy: "cost" picks tau on the device every step, maximising expected
+        tokens per unit of verify time; "tau" keeps the fixed ``tau``. Default:
+        "tau" when KILN_DRAFT_TRUNC_TAU is set, else "cost".
+    other_share: share of a verify step's time outside the routed experts when
+        every draft is verified (policy "cost"; not measured, an assumption).
     trace: append one JSON line per verify step to this file ("" : off).
     """
 
@@ -37,9 +43,23 @@ class Knobs:
     explore: float = _DEFAULT["explore"]
     log_interval: int = _DEFAULT["log_interval"]
     with_av: bool = _DEFAULT["with_av"]
+    policy: str = "cost"
+    other_share: float = _DEFAULT["other_share"]
     trace: str = _DEFAULT["trace"]
+
+
+POLICIES = ("cost", "tau")
 
 
 def read_knobs(env: dict[str, str] | None = None) -> Knobs:
     """Knobs from ``env`` (default: os.environ); ValueError naming the bad variable."""
-    return Knobs(**DRAFT_TRUNC.read(env))
+    env = os.environ if env is None else env
+    values = DRAFT_TRUNC.read(env)
+    # "auto" resolves here because it depends on whether a tau was given, which the
+    # parsed value (default or not) no longer says
+    tau_set = (env.get(f"{PREFIX}_TAU") or "").strip() != ""
+    if values["policy"] == "auto":
+        values["policy"] = "tau" if tau_set else "cost"
+    elif values["policy"] == "cost" and tau_set:
+        raise ValueError(f"{PREFIX}_POLICY=cost ignores {PREFIX}_TAU: unset one of them")
+    return Knobs(**values)

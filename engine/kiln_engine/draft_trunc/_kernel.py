@@ -1,4 +1,4 @@
-"""The one Triton kernel behind ``mark_dead``.
+"""The one Triton kernel behind ``mark_dead``, with both truncation policies.
 
 Imported lazily by the package: it needs torch and triton, which a CPU vLLM
 image may lack.
@@ -6,30 +6,177 @@ image may lack.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 
+from . import _cost
+
 # Exploration hash: a small integer mixer. Every multiplier is below 2**31 and
 # every operand below 2**32, so products fit in int64 both on the GPU and in
-# the interpreter (numpy), and the two agree bit for bit.
-_MASK32 = 0xFFFFFFFF
-_STEP_MUL = 0x6D2B79F5
-_MIX_MUL = 0x045D9F3B
+# the interpreter (numpy), and the two agree bit for bit. The test reference
+# imports these, so there is one copy of each.
+MASK32 = tl.constexpr(0xFFFFFFFF)
+STEP_MUL = tl.constexpr(0x6D2B79F5)
+MIX_MUL = tl.constexpr(0x045D9F3B)
+# The uniform keeps the top 24 bits: they convert to fp32 exactly, so the
+# comparison with ``explore`` is reproducible.
+UNIFORM_SHIFT = tl.constexpr(8)
+UNIFORM_SCALE = tl.constexpr(1.0 / (1 << 24))
+TAU_GRID = tl.constexpr(_cost.TAU_GRID)
+
+
+class CostInputs(NamedTuple):
+    """What the cost-aware policy reads: the live-token cost table (device,
+    persistent) and the per-token/fixed routed time and non-routed ratio."""
+
+    table: torch.Tensor
+    t_fixed: float
+    t_token: float
+    other_ratio: float
 
 
 @triton.jit
 def _explore_uniform(step, slot):
     """Uniform in [0, 1) keyed by (step, slot); identical on every TP rank."""
-    x = (slot & 0xFFFFFFFF) ^ (((step & 0xFFFFFFFF) * 0x6D2B79F5) & 0xFFFFFFFF)
-    x = ((x ^ (x >> 16)) * 0x045D9F3B) & 0xFFFFFFFF
-    x = ((x ^ (x >> 16)) * 0x045D9F3B) & 0xFFFFFFFF
+    x = (slot & MASK32) ^ (((step & MASK32) * STEP_MUL) & MASK32)
+    x = ((x ^ (x >> 16)) * MIX_MUL) & MASK32
+    x = ((x ^ (x >> 16)) * MIX_MUL) & MASK32
     x = x ^ (x >> 16)
-    # 24 bits convert to fp32 exactly, so the comparison is reproducible.
-    return (x >> 8).to(tl.float32) * (1.0 / 16777216.0)
+    return (x >> UNIFORM_SHIFT).to(tl.float32) * UNIFORM_SCALE
 
 
-@triton.jit(do_not_specialize=["num_reqs", "tau", "min_keep", "explore"])
+@triton.jit
+def _clamped_prediction(pred_ptr, slot, pred_stride, k, in_n):
+    p = tl.load(pred_ptr + slot * pred_stride + k, mask=in_n, other=1.0)
+    # NaN says nothing: keep the draft. Clamp the rest into [0, 1] so survival
+    # never grows with depth and "keep" is a prefix.
+    return tl.where(p != p, 1.0, tl.minimum(tl.maximum(p, 0.0), 1.0))
+
+
+@triton.jit
+def _request_block(
+    start,
+    query_start_loc_ptr,
+    cu_num_logits_ptr,
+    idx_mapping_ptr,
+    seq_lens_ptr,
+    prefill_len_ptr,
+    step,
+    num_reqs,
+    explore,
+    K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """Per-request facts of one block: rows, slot, n, qe, and whether truncatable."""
+    r = start + tl.arange(0, BLOCK)
+    rmask = r < num_reqs
+    slot = tl.load(idx_mapping_ptr + r, mask=rmask, other=0).to(tl.int64)
+    c0 = tl.load(cu_num_logits_ptr + r, mask=rmask, other=0)
+    c1 = tl.load(cu_num_logits_ptr + r + 1, mask=rmask, other=1)
+    n = tl.minimum(tl.maximum(c1 - c0 - 1, 0), K)
+    qs = tl.load(query_start_loc_ptr + r, mask=rmask, other=0)
+    qe = tl.load(query_start_loc_ptr + r + 1, mask=rmask, other=0)
+    seq_len = tl.load(seq_lens_ptr + r, mask=rmask, other=0)
+    prefill_len = tl.load(prefill_len_ptr + slot, mask=rmask, other=0)
+    # Only a pure verify query [t0, d1..dn] whose t0 lies past the prefill
+    # may lose drafts: prompt, prefill-chunk and placeholder drafts stay.
+    eligible = rmask & (n > 0) & (qe - qs == n + 1) & (seq_len - n - 1 >= prefill_len)
+    explored = _explore_uniform(step, slot) < explore
+    return rmask, slot, n, qe, eligible & (~explored)
+
+
+@triton.jit
+def _cost_aware_tau(
+    query_start_loc_ptr,
+    cu_num_logits_ptr,
+    idx_mapping_ptr,
+    seq_lens_ptr,
+    prefill_len_ptr,
+    pred_ptr,
+    pred_stride,
+    cost_ptr,
+    cost_max,
+    step,
+    num_reqs,
+    min_keep,
+    explore,
+    t_fixed,
+    t_token,
+    other_ratio,
+    K: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+):
+    """The tau of the grid that maximises expected tokens per unit of step time.
+
+    For any number x of optional drafts kept, keeping the x with the highest
+    survival maximises expected accepted tokens; survival falls with depth, so
+    those x form a prefix of every request, i.e. a threshold on S. So the
+    search is over thresholds: for each candidate tau, count the optional
+    drafts it keeps and their summed survival, price the live tokens with the
+    routed-cost table, and take the best ratio (the smallest tau on ties, so
+    when cutting buys nothing, nothing is cut).
+    """
+    taus = tl.arange(0, TAU_GRID).to(tl.float32) * (1.0 / TAU_GRID)
+    kept = tl.zeros([TAU_GRID], tl.float32)
+    gain = tl.zeros([TAU_GRID], tl.float32)
+    forced = tl.zeros([BLOCK_C], tl.float32)
+    optional = tl.zeros([BLOCK_C], tl.int32)
+    for start in range(0, num_reqs, BLOCK_C):
+        rmask, slot, n, qe, truncatable = _request_block(
+            start,
+            query_start_loc_ptr,
+            cu_num_logits_ptr,
+            idx_mapping_ptr,
+            seq_lens_ptr,
+            prefill_len_ptr,
+            step,
+            num_reqs,
+            explore,
+            K,
+            BLOCK_C,
+        )
+        j_min = tl.minimum(n, min_keep)
+        surv = tl.full([BLOCK_C], 1.0, tl.float32)
+        hits = tl.zeros([BLOCK_C, TAU_GRID], tl.float32)
+        sums = tl.zeros([BLOCK_C, TAU_GRID], tl.float32)
+        for k in tl.static_range(K):
+            in_n = rmask & (k < n)
+            surv = surv * _clamped_prediction(pred_ptr, slot, pred_stride, k, in_n)
+            opt = truncatable & in_n & (k >= j_min)
+            hit = opt[:, None] & (surv[:, None] >= taus[None, :])
+            hits += hit.to(tl.float32)
+            sums += tl.where(hit, surv[:, None], 0.0)
+            forced += tl.where(in_n & (~opt), surv, 0.0)
+            optional += opt.to(tl.int32)
+        kept += tl.sum(hits, axis=0)
+        gain += tl.sum(sums, axis=0)
+    num_tokens = tl.load(query_start_loc_ptr + num_reqs)
+    live = num_tokens - tl.sum(optional, axis=0) + kept.to(tl.int32)
+    t_live = tl.load(cost_ptr + tl.minimum(tl.maximum(live, 0), cost_max))
+    t_all = tl.load(cost_ptr + tl.minimum(num_tokens, cost_max))
+    t_shared = t_fixed + t_token * num_tokens.to(tl.float32)
+    t_other = other_ratio * (t_all + t_shared)
+    # Every scheduled request yields one token besides its accepted drafts.
+    tokens = num_reqs.to(tl.float32) + tl.sum(forced, axis=0) + gain
+    ratio = tokens / (t_shared + t_other + t_live)
+    return tl.argmax(ratio, axis=0).to(tl.float32) * (1.0 / TAU_GRID)
+
+
+@triton.jit(
+    do_not_specialize=[
+        "num_reqs",
+        "tau",
+        "min_keep",
+        "explore",
+        "cost_max",
+        "t_fixed",
+        "t_token",
+        "other_ratio",
+    ]
+)
 def _mark_dead_kernel(
     is_padding_ptr,  # [>= num_tokens] bool, persistent, written in place
     query_start_loc_ptr,  # [num_reqs + 1] int32
@@ -42,33 +189,61 @@ def _mark_dead_kernel(
     live_ptr,  # [max_num_reqs] int32, by slot: kept draft count j
     expected_ptr,  # [max_num_reqs] fp32, by slot: E[A_j]
     step_ptr,  # [1] int64, bumped by this kernel
+    tau_ptr,  # [1] fp32: the tau this step used
+    cost_ptr,  # [cost_max + 1] fp32: live-token part of routed time (COST only)
+    cost_max,
     num_reqs,
     tau,
     min_keep,
     explore,
+    t_fixed,
+    t_token,
+    other_ratio,
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
+    BLOCK_C: tl.constexpr,
+    COST: tl.constexpr,
 ):
     # One program walks the whole batch: the step counter is read once and
     # bumped at the end without a race, and a verify batch is small enough
     # (<= a few thousand requests) that one CTA finishes in microseconds.
     step = tl.load(step_ptr)
+    if COST:
+        tau = _cost_aware_tau(
+            query_start_loc_ptr,
+            cu_num_logits_ptr,
+            idx_mapping_ptr,
+            seq_lens_ptr,
+            prefill_len_ptr,
+            pred_ptr,
+            pred_stride,
+            cost_ptr,
+            cost_max,
+            step,
+            num_reqs,
+            min_keep,
+            explore,
+            t_fixed,
+            t_token,
+            other_ratio,
+            K,
+            BLOCK_C,
+        )
+    tl.store(tau_ptr, tau)
     for start in range(0, num_reqs, BLOCK_R):
-        r = start + tl.arange(0, BLOCK_R)
-        rmask = r < num_reqs
-        slot = tl.load(idx_mapping_ptr + r, mask=rmask, other=0).to(tl.int64)
-        c0 = tl.load(cu_num_logits_ptr + r, mask=rmask, other=0)
-        c1 = tl.load(cu_num_logits_ptr + r + 1, mask=rmask, other=1)
-        n = tl.minimum(tl.maximum(c1 - c0 - 1, 0), K)
-        qs = tl.load(query_start_loc_ptr + r, mask=rmask, other=0)
-        qe = tl.load(query_start_loc_ptr + r + 1, mask=rmask, other=0)
-        seq_len = tl.load(seq_lens_ptr + r, mask=rmask, other=0)
-        prefill_len = tl.load(prefill_len_ptr + slot, mask=rmask, other=0)
-        # Only a pure verify query [t0, d1..dn] whose t0 lies past the prefill
-        # may lose drafts: prompt, prefill-chunk and placeholder drafts stay.
-        eligible = rmask & (n > 0) & (qe - qs == n + 1) & (seq_len - n - 1 >= prefill_len)
-        explored = _explore_uniform(step, slot) < explore
-
+        rmask, slot, n, qe, truncated = _request_block(
+            start,
+            query_start_loc_ptr,
+            cu_num_logits_ptr,
+            idx_mapping_ptr,
+            seq_lens_ptr,
+            prefill_len_ptr,
+            step,
+            num_reqs,
+            explore,
+            K,
+            BLOCK_R,
+        )
         surv = tl.full([BLOCK_R], 1.0, tl.float32)
         j_rule = tl.zeros([BLOCK_R], tl.int32)
         e_rule = tl.zeros([BLOCK_R], tl.float32)
@@ -77,18 +252,13 @@ def _mark_dead_kernel(
         j_min = tl.minimum(n, min_keep)
         for k in tl.static_range(K):
             in_n = rmask & (k < n)
-            p = tl.load(pred_ptr + slot * pred_stride + k, mask=in_n, other=1.0)
-            # NaN says nothing: keep the draft. Clamp the rest into [0, 1] so
-            # survival never grows with depth and "keep" is a prefix.
-            p = tl.where(p != p, 1.0, tl.minimum(tl.maximum(p, 0.0), 1.0))
-            surv = surv * p
+            surv = surv * _clamped_prediction(pred_ptr, slot, pred_stride, k, in_n)
             keep = in_n & (surv >= tau)
             j_rule += keep.to(tl.int32)
             s = tl.where(in_n, surv, 0.0)
             e_rule += tl.where(keep, s, 0.0)
             e_min += tl.where(k < j_min, s, 0.0)
             e_all += s
-        truncated = eligible & (~explored)
         j = tl.where(truncated, tl.maximum(j_rule, j_min), n)
         expected = tl.where(truncated, tl.where(j_rule >= j_min, e_rule, e_min), e_all)
         tl.store(live_ptr + slot, j, mask=rmask)
@@ -111,14 +281,24 @@ def launch_mark_dead(
     live: torch.Tensor,
     expected: torch.Tensor,
     step: torch.Tensor,
+    tau_used: torch.Tensor,
     num_reqs: int,
     tau: float,
     min_keep: int,
     explore: float,
+    cost=None,
 ) -> None:
-    """Launch the kernel: no allocation, no host sync, capturable."""
+    """Launch the kernel: no allocation, no host sync, capturable.
+
+    ``cost`` (a ``CostInputs``) switches on the cost-aware policy; ``tau`` is
+    then ignored and the chosen one lands in ``tau_used``.
+    """
     num_spec = predictions.shape[1]
     block_r = max(64, min(1024, triton.next_power_of_2(max(num_reqs, 1))))
+    # The cost pass holds [BLOCK_C, TAU_GRID] tiles: small blocks keep them in
+    # registers.
+    block_c = 64 if num_reqs > 32 else 32
+    table = tau_used if cost is None else cost.table
     _mark_dead_kernel[(1,)](
         is_padding,
         query_start_loc,
@@ -131,11 +311,19 @@ def launch_mark_dead(
         live,
         expected,
         step,
+        tau_used,
+        table,
+        table.shape[0] - 1,
         num_reqs,
         float(tau),
         int(min_keep),
         float(explore),
+        0.0 if cost is None else cost.t_fixed,
+        0.0 if cost is None else cost.t_token,
+        0.0 if cost is None else cost.other_ratio,
         K=num_spec,
         BLOCK_R=block_r,
-        num_warps=4 if block_r >= 256 else 1,
+        BLOCK_C=block_c,
+        COST=cost is not None,
+        num_warps=4 if (block_r >= 256 or cost is not None) else 1,
     )

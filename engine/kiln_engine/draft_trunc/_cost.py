@@ -1,0 +1,199 @@
+"""Cost of one verify step, for the cost-aware truncation policy.
+
+Routed-expert time of one MoE layer, fitted to the H200 benchmark
+(``benchmarks/draft_trunc/results-2026-11-30-h200.json``, 16 points):
+
+    t_routed(L, N) = t_fixed + t_byte * U(L) * expert_bytes + t_token * N + t_route * L * top_k
+
+L: live tokens (their routes reach the experts), N: all scheduled tokens (the
+router, sort and scatter still see dead ones), U(L): experts touched by the live
+tokens. The layer streams each touched expert's weights once, so U(L) carries
+almost all of it; the fit says what a live route costs beyond that.
+
+U(L) follows from routing: each token picks ``top_k`` distinct experts of
+``experts``. With uniform routing an expert is missed by one token with
+probability ``1 - top_k / experts``, so ``U = E * (1 - (1 - k/E)^L)``, the upper
+bound for a given L. Real routers are skewed; with expert popularity
+``w_e ~ (e + 1)^-skew`` (Zipf), expert e is hit by a token with probability
+``min(1, k * w_e)`` and ``U = sum_e 1 - (1 - min(1, k w_e))^L``: fewer experts
+touched, so more to save at small L. ``skew = 0`` is the uniform case.
+
+The rest of a step (attention, dense layers, shared experts, lm_head, the
+drafter, the runner) is not measured here. Dead draft rows still run all of it,
+so truncation never changes it: it enters only as a constant in the
+denominator, ``other_share`` of the step's time when every draft is verified
+(``KILN_DRAFT_TRUNC_OTHER_SHARE``). Only ratios of times matter to the policy,
+so the number of MoE layers cancels.
+
+Pure Python (numpy only for the fit): importing it must stay cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+# The cost-aware policy chooses tau among g / TAU_GRID, g = 0..TAU_GRID-1: a
+# power of two, so every candidate is exact in fp32 and tau = 0 is one of them.
+TAU_GRID = 32
+
+
+@dataclass(frozen=True)
+class MoELayer:
+    """The shape that decides what a routed-expert pass costs."""
+
+    experts: int = 256
+    top_k: int = 8
+    expert_bytes: float = 3 * 6144 * 2048 * 2  # gate + up + down, bf16 (GLM-5-like)
+    skew: float = 0.0  # Zipf exponent of expert popularity; 0 = uniform
+
+
+@dataclass(frozen=True)
+class RoutedCost:
+    """Per-layer routed-expert time coefficients, microseconds."""
+
+    t_fixed: float
+    t_byte: float  # per byte of touched expert weights
+    t_token: float  # per scheduled token (live or dead)
+    t_route: float  # per live route (live token x top_k)
+
+
+# Fitted by ``fit_routed_cost`` to the H200 table (see benchmarks/draft_trunc/
+# fit_cost.py, which re-derives and checks these; tests/draft_trunc/test_cost.py
+# fails if they drift from the JSON).
+H200_FIT = RoutedCost(t_fixed=298.96, t_byte=3.0107e-07, t_token=0.76686, t_route=0.0)
+
+
+def hit_probabilities(layer: MoELayer) -> list[float]:
+    """Probability that one token routes to each expert."""
+    e, k = layer.experts, layer.top_k
+    if layer.skew <= 0.0:
+        return [k / e] * e
+    w = [(i + 1) ** -layer.skew for i in range(e)]
+    total = sum(w)
+    return [min(1.0, k * x / total) for x in w]
+
+
+def experts_touched(layer: MoELayer, live: float) -> float:
+    """Expected number of distinct experts the ``live`` tokens route to."""
+    if live <= 0:
+        return 0.0
+    if layer.skew <= 0.0:
+        return layer.experts * -math.expm1(live * math.log1p(-layer.top_k / layer.experts))
+    return sum(
+        1.0 if p >= 1.0 else -math.expm1(live * math.log1p(-p)) for p in hit_probabilities(layer)
+    )
+
+
+def routed_us(layer: MoELayer, cost: RoutedCost, live: float, tokens: float, touched=None) -> float:
+    """Routed-expert time of one layer (us); ``touched`` overrides U(live)."""
+    u = experts_touched(layer, live) if touched is None else touched
+    return (
+        cost.t_fixed
+        + cost.t_byte * u * layer.expert_bytes
+        + cost.t_token * tokens
+        + cost.t_route * live * layer.top_k
+    )
+
+
+def live_table(layer: MoELayer, cost: RoutedCost, max_tokens: int) -> list[float]:
+    """The live-token-dependent part of ``routed_us`` for L = 0..max_tokens.
+
+    The policy kernel reads it by index, so any routing model works on device.
+    """
+    return [
+        cost.t_byte * experts_touched(layer, n) * layer.expert_bytes
+        + cost.t_route * n * layer.top_k
+        for n in range(max_tokens + 1)
+    ]
+
+
+def other_ratio(other_share: float) -> float:
+    """Non-routed time per unit of routed time at full verification."""
+    return other_share / (1.0 - other_share)
+
+
+def _live_tokens(row: dict) -> int:
+    return row["tokens"] - round(row["dead_frac"] * row["tokens"])
+
+
+def fit_routed_cost(rows: list[dict], layer: MoELayer) -> RoutedCost:
+    """Non-negative least squares of ``routed_us`` on measured rows.
+
+    Each row gives requests/tokens/dead_frac/experts_touched and the measured
+    ``routed_skip_us``. Relative residuals are minimised (the table spans 2-8 ms),
+    and every coefficient is kept >= 0 by trying each subset of free ones: a
+    negative per-token time would be noise, not physics.
+    """
+    import itertools
+
+    import numpy as np
+
+    x = np.array(
+        [
+            [
+                1.0,
+                r["experts_touched"] * layer.expert_bytes,
+                r["tokens"],
+                _live_tokens(r) * layer.top_k,
+            ]
+            for r in rows
+        ]
+    )
+    y = np.array([r["routed_skip_us"] for r in rows])
+    w = 1.0 / y
+    best, best_err = None, math.inf
+    for size in range(1, 5):
+        for cols in itertools.combinations(range(4), size):
+            sub = x[:, cols] * w[:, None]
+            coef, *_ = np.linalg.lstsq(sub, y * w, rcond=None)
+            if (coef < 0).any():
+                continue
+            full = np.zeros(4)
+            full[list(cols)] = coef
+            err = float(((((x @ full) - y) * w) ** 2).sum())
+            if err < best_err:
+                best, best_err = full, err
+    return RoutedCost(*(float(c) for c in best))
+
+
+def fit_errors(rows: list[dict], layer: MoELayer, cost: RoutedCost, expected: bool) -> list[float]:
+    """Relative error per row: with the measured experts touched, or (``expected``)
+    with U(L) from the routing model instead."""
+    out = []
+    for r in rows:
+        touched = None if expected else r["experts_touched"]
+        pred = routed_us(layer, cost, _live_tokens(r), r["tokens"], touched)
+        out.append(pred / r["routed_skip_us"] - 1.0)
+    return out
+
+
+def cost_aware_tau(
+    surv,
+    optional,
+    num_tokens: int,
+    num_reqs: int,
+    table,
+    cost: RoutedCost,
+    ratio_other: float,
+) -> float:
+    """The device policy's choice for one step, in numpy (for the simulator).
+
+    ``surv`` [R, K]: survival of each draft (0 where there is none);
+    ``optional`` [R, K]: drafts the policy may cut (past min_keep, truncatable
+    request). Same grid, same tie rule (smallest tau) as the kernel.
+    """
+    import numpy as np
+
+    taus = np.arange(TAU_GRID) / TAU_GRID
+    s_opt = np.where(optional, surv, -1.0).ravel()
+    hit = s_opt[None, :] >= taus[:, None]
+    kept = hit.sum(axis=1)
+    gain = np.where(hit, s_opt[None, :], 0.0).sum(axis=1)
+    forced = float(np.where(optional, 0.0, surv).sum())
+    cap = len(table) - 1
+    live = np.clip(num_tokens - int(optional.sum()) + kept, 0, cap)
+    shared = cost.t_fixed + cost.t_token * num_tokens
+    other = ratio_other * (table[min(num_tokens, cap)] + shared)
+    ratio = (num_reqs + forced + gain) / (shared + other + np.asarray(table)[live])
+    return float(taus[int(np.argmax(ratio))])
