@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from . import log
-from .errors import KilnError, RecipeInvalid
+from .argcheck import check_against_engine
+from .errors import RecipeInvalid
+from .overrides import load_override
+from .paths import repo_root
 from .recipe import load_recipe, recipe_dir, recipe_names
 
 
@@ -16,8 +19,6 @@ def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
 
 def check_one(name: str) -> list[str]:
     """Problems with one recipe, as one-line messages (empty when it is fine)."""
-    from .overrides import load_override
-
     try:
         loaded = load_recipe(recipe_dir(name))
     except RecipeInvalid as exc:
@@ -46,8 +47,6 @@ def check_one(name: str) -> list[str]:
 
 
 def _rel(path) -> str:
-    from .paths import repo_root
-
     try:
         return str(path.relative_to(repo_root()))
     except ValueError:
@@ -56,11 +55,7 @@ def _rel(path) -> str:
 
 def _launch_args(loaded) -> list[str]:
     """Flags checked against the built engine's own parser, when that image exists."""
-    try:
-        from .argcheck import check_against_engine
-    except ModuleNotFoundError:
-        return []
-    return check_against_engine(loaded, build_if_missing=False)
+    return check_against_engine(loaded)
 
 
 def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
@@ -83,5 +78,3 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     log.info(f"{len(names)} recipe(s) valid")
     return 0
 
-
-__all__ = ["check", "check_one", "KilnError"]
