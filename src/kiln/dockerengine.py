@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Protocol
 
 import docker
 import docker.auth
@@ -25,7 +26,6 @@ from docker.models.containers import Container as _SDKContainer
 from docker.models.images import Image
 
 from . import log
-from .context import BuildContext
 from .errors import BaseImageMissing, BuildFailed, DockerUnavailable, PushFailed
 from .progress import Activity
 
@@ -36,6 +36,12 @@ _BUILT = re.compile(r"Successfully built ([0-9a-f]{12,64})")
 _BOOKKEEPING = re.compile(r"^ ---> |^Removing intermediate container ")
 # daemons that leave errorDetail.code out still end the message with the status
 _RUN_STATUS = re.compile(r"returned a non-zero code: (\d+)")
+
+
+class TarContext(Protocol):
+    """A build context, as the daemon needs it: a tar stream (kiln's `context.BuildContext`)."""
+
+    def write_tar(self, fileobj: IO[bytes]) -> None: ...
 
 
 @dataclass
@@ -462,7 +468,7 @@ class DockerEngine:
 
     def build(
         self,
-        context: BuildContext,
+        context: TarContext,
         *,
         label: str,
         buildargs: dict[str, str] | None = None,
