@@ -85,7 +85,7 @@ MOVES: dict[str, str] = {
 STAY = {"__init__", "__main__", "cli", "schemas", *LAYERS}
 
 # Identifiers renamed with the move: "engine" means vLLM only; the daemon is the daemon.
-RENAMES = {"DockerEngine": "DockerDaemon"}
+RENAMES = {"DockerEngine": "DockerDaemon", "docker_engine": "docker_daemon"}  # the class; the tests' fixture
 
 # Where references are rewritten (text files only).
 SCOPE = ("src", "engine", "tests", "benchmarks", "scripts", "docker-images", "docs",
@@ -114,6 +114,7 @@ def main() -> int:
     changed = [p for p in files_in_scope() if rewrite_file(p, dotted, moves, present)]
     say(f"references rewritten in {len(changed)} file(s)")
     write_contract(moves)
+    describe_in_readme()
     say("import contract written: [tool.importlinter] in pyproject.toml, lint-imports in nox -s lint")
     run_tool(["ruff", "check", "--select", "I", "--fix", "--quiet", *existing("src", "engine", "tests", "noxfile.py",
                                                                               "benchmarks", "scripts")])
@@ -271,6 +272,20 @@ def rewrite_paths(text: str, moves: dict[str, str], present: dict[str, str]) -> 
         else:
             text = re.sub(rf"(?<![\w.-])((?:src/)?kiln/){re.escape(old)}\.py\b", rf"\g<1>{new_path}.py", text)
     return text
+
+
+README_ROW = ("| `src/kiln/` | the harness in layers (docs/architecture.md): `cli.py`, `commands/` (one module "
+              "per stage), `domain/` (recipes, images, launch, engine checks, patches), `infra/` (Docker daemon, "
+              "registry, credentials), `basics/` (errors, log, paths) |")
+
+
+def describe_in_readme() -> None:
+    readme = ROOT / "README.md"
+    if readme.is_file():
+        text = readme.read_text()
+        new = re.sub(r"(?m)^\| `src/kiln/` \|.*\|$", lambda _: README_ROW, text, count=1)
+        if new != text:
+            readme.write_text(new)
 
 
 # -- step 6: the contract ----------------------------------------------------------------

@@ -115,13 +115,15 @@ class _BuildProgress:
             if m and not self.result.image_id:
                 self.result.image_id = m.group(1)
             self.tail.append(line)
-            if not _BOOKKEEPING.match(line):
+            bookkeeping = bool(_BOOKKEEPING.match(line))
+            if not bookkeeping:
                 self.step_tail.append(line)
             if self.quiet or line.startswith(" ---> "):
                 continue
             if log.DEBUG:
                 log.info(f"    {line[:200]}")
-            else:  # long RUN steps (pip installs) stay visibly alive without flooding the log
+            elif not bookkeeping and not line.startswith("Successfully "):
+                # long RUN steps (pip installs) stay visibly alive without flooding the log
                 self.activity.update(line)
 
 
