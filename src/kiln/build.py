@@ -14,12 +14,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
-from . import credentials, enginecheck, engineprobe, log, patchcmd, patching
+from . import credentials, enginecheck, engineprobe, log
 from .ca import CABundle, add_to_context
 from .context import BuildContext
 from .dockerengine import DockerEngine, Image
-from .errors import BudgetExceeded, BuildFailed, EngineFetchFailed, KilnError, PatchInvalid
+from .errors import (
+    BudgetExceeded,
+    BuildFailed,
+    EngineFetchFailed,
+    KilnError,
+    OverrideDrift,
+    PatchFailed,
+    PatchInvalid,
+)
 from .images import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
+from .patching import applier, series
 from .recipe import LoadedRecipe
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
@@ -109,13 +118,13 @@ def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
     if exc.status is None or not _runs_applier(exc.step):
         return None
     typed = {
-        patching.ApplyFailed.exit_code: patchcmd.SeriesFailed,
-        patching.DriftError.exit_code: patchcmd.DriftFound,
-        patching.PatchFormatError.exit_code: PatchInvalid,
+        applier.ApplyFailed.exit_code: PatchFailed,
+        applier.DriftError.exit_code: OverrideDrift,
+        applier.PatchFormatError.exit_code: PatchInvalid,
     }.get(exc.status)
     if typed is None:
         return None
-    lines = [ln for ln in exc.tail if not ln.startswith(patching.HINT_PREFIX)]
+    lines = [ln for ln in exc.tail if not ln.startswith(applier.HINT_PREFIX)]
     return typed(lines or [f"{exc.step}: the patch applier exited {exc.status} without saying why"])
 
 
@@ -238,10 +247,10 @@ def preflight_patches(loaded: LoadedRecipe) -> None:
     before any image layer is built. The in-image application stays authoritative."""
     engine = loaded.recipe.engine
     has_features = bool(loaded.recipe.experimental)
-    if not patchcmd.series_for(engine.version).patches and not has_features:
+    if not series.series_for(engine.version).patches and not has_features:
         return
     try:
-        patchcmd.check(engine.version, None, loaded)
+        series.check(engine.version, None, loaded)
     except EngineFetchFailed as exc:
         log.warn(f"patch pre-flight skipped ({exc.message}); the image build still applies the series")
 

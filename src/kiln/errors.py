@@ -41,19 +41,30 @@ def one_line(text: str) -> str:
     )
 
 
-class RecipeInvalid(KilnError):
+class ManyProblems:
+    """Mixed in before KilnError: several problems at once, each printed as its own
+    ``kiln: error:`` line (every hunk that fails, every invalid field), then the hint.
+    (A mixin, not a KilnError itself: it has no exit code of its own.)"""
+
+    hint: str
+
+    def __init__(self, problems: list[str] | str, *, hint: str | None = None):
+        problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(problems), hint=hint)  # type: ignore[call-arg]
+        self.problems = problems
+
+    def lines(self) -> list[str]:
+        return [*self.problems, *([f"hint: {self.hint}"] if self.hint else [])]
+
+
+class RecipeInvalid(ManyProblems, KilnError):
     """One or more recipe problems; each is its own ``file:line: field: message`` line."""
 
     exit_code = 2
     hint = "fix the field(s) above; `kiln schema` prints the JSON Schema for editors"
 
     def __init__(self, problems: list[str], *, hint: str | None = None):
-        problems = [one_line(p) for p in problems]
-        super().__init__("\n".join(problems), hint=hint)
-        self.problems = problems
-
-    def lines(self) -> list[str]:
-        return [*self.problems, *( [f"hint: {self.hint}"] if self.hint else [])]
+        super().__init__([one_line(p) for p in problems], hint=hint)
 
 
 class DockerUnavailable(KilnError):
@@ -82,12 +93,16 @@ class BuildFailed(KilnError):
         self.status = status
 
 
-class PatchFailed(KilnError):
+class PatchFailed(ManyProblems, KilnError):
+    """Hunks of a series that do not apply (or leave Python that does not compile); one line each."""
+
     exit_code = 6
     hint = "run `kiln patches check` to reproduce without Docker, or `kiln engine bump --to VERSION --dry-run`"
 
 
-class OverrideDrift(KilnError):
+class OverrideDrift(ManyProblems, KilnError):
+    """Whole-file replacements forked from another upstream file than the engine's; one line each."""
+
     exit_code = 7
     hint = "run `kiln override rebase RECIPE FEATURE --from OLD_VERSION` to 3-way merge onto the pinned engine"
 
@@ -167,7 +182,9 @@ class ImageNotBuilt(KilnError):
     hint = "run `kiln build NAME` first"
 
 
-class RebaseConflict(KilnError):
+class RebaseConflict(ManyProblems, KilnError):
+    """Conflict blocks `kiln override rebase` left in the override's files; one line each."""
+
     exit_code = 23
     hint = "resolve the conflict markers in the override file, then rebuild"
 
@@ -203,18 +220,11 @@ class UsageError(KilnError):
     hint = "see `kiln --help`"
 
 
-class PatchInvalid(KilnError):
+class PatchInvalid(ManyProblems, KilnError):
     """Malformed patches or series files; each problem is its own line naming the file."""
 
     exit_code = 30
     hint = "each patch is a unified diff (-p1) with a free-text header holding `Why:` and `Upstream:` lines; see docs/patches.md"
-
-    def __init__(self, problems: list[str], *, hint: str | None = None):
-        super().__init__("\n".join(problems), hint=hint)
-        self.problems = problems
-
-    def lines(self) -> list[str]:
-        return [*self.problems, *([f"hint: {self.hint}"] if self.hint else [])]
 
 
 # -- publishing (kiln publish / kiln promote) ---------------------------------------------

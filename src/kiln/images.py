@@ -20,7 +20,8 @@ from .dockerengine import DockerEngine, Image
 from .errors import ImageNotBuilt
 from .launch import LAUNCH_FILE, launch_json
 from .overrides import load_override
-from .patchcmd import overlay_json
+from .patching import applier
+from .patching.overlay import excluded_paths, overlay_json
 from .paths import repo_root
 from .recipe import DOCKERFILE, Engine, LoadedRecipe, load_recipe, recipe_dir
 
@@ -52,7 +53,8 @@ def _now() -> str:
 
 
 def _patcher_source() -> Path:
-    return Path(__file__).with_name("patching.py")
+    # the in-image applier only: host-side patch tools are no engine-image input
+    return Path(applier.__file__)
 
 
 class EngineImage:
@@ -191,8 +193,9 @@ class RecipeImage:
         ctx.add_tree("", self.loaded.dir, exclude=(DOCKERFILE, "experimental", "README.md"))
         for feature in self.recipe.experimental:
             fdir = self.loaded.dir / "experimental" / feature
-            ctx.add_tree(f"_kiln/overlays/{feature}", fdir)
-            ctx.add_bytes(f"_kiln/overlays/{feature}/overlay.json", overlay_json(load_override(fdir)))
+            ov, version = load_override(fdir), self.recipe.engine.version
+            ctx.add_tree(f"_kiln/overlays/{feature}", fdir, exclude=excluded_paths(ov, version))
+            ctx.add_bytes(f"_kiln/overlays/{feature}/overlay.json", overlay_json(ov, version))
         if not self.recipe.experimental:
             ctx.add_bytes("_kiln/overlays/.none", b"")
         ctx.add_bytes(LAUNCH_FILE, launch_json(self.loaded))
@@ -221,7 +224,8 @@ class RecipeImage:
     def overlay_patch_entries(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for feature in self.recipe.experimental:
-            series = load_override(self.loaded.dir / "experimental" / feature).series_file
+            series = load_override(self.loaded.dir / "experimental" / feature).series_file_for(
+                self.recipe.engine.version)
             if series is not None:
                 for name, sha in series_entries(series):
                     out[f"{feature}/{name}"] = sha

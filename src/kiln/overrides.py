@@ -4,6 +4,11 @@ An override is a feature a recipe can switch on: env it sets at launch, plus eit
 patch series (preferred) or whole-file replacements against the pinned engine. A
 replacement records the sha256 of the upstream file it was forked from, so an engine
 bump that changes that file fails the build instead of silently reverting upstream.
+
+`patches:` names either one series file (for one engine version, `engine.version`) or a
+folder holding one series per engine version (`patches/0.32.0/series`,
+`patches/0.33.0/series`): recipes on different engine versions then share the feature,
+each applying the series of its own engine version.
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
+from packaging.version import InvalidVersion
+from packaging.version import Version as PEP440
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import RecipeInvalid
@@ -46,7 +53,8 @@ class Override(_Strict):
     description: str
     engine: OverrideEngine
     env: dict[str, str] = Field(default_factory=dict)
-    patches: str | None = Field(None, description="series file (relative) listing the patches in order")
+    patches: str | None = Field(None, description="series file (relative) listing the patches in order, or a "
+                                "folder holding one <engine version>/series per engine version")
     replacements: list[Replacement] = Field(default_factory=list)
 
 
@@ -64,8 +72,61 @@ class LoadedOverride:
         return dict(self.override.env)
 
     @property
+    def versioned(self) -> bool:
+        """`patches:` names a folder of per-engine-version series, not one series file."""
+        return bool(self.override.patches) and (self.dir / self.override.patches).is_dir()
+
+    @property
     def series_file(self) -> Path | None:
-        return self.dir / self.override.patches if self.override.patches else None
+        """The one series file of an unversioned override (None when versioned or patch-less)."""
+        if not self.override.patches or self.versioned:
+            return None
+        return self.dir / self.override.patches
+
+    def series_versions(self) -> list[str]:
+        """Engine versions a versioned override has a series for, oldest first."""
+        if not self.versioned:
+            return []
+        return series_versions(self.dir / self.override.patches)
+
+    def series_dir_for(self, version: str) -> Path | None:
+        """Where the series for engine `version` lives (or would live, once ported)."""
+        if not self.override.patches:
+            return None
+        if self.versioned:
+            return self.dir / self.override.patches / version
+        return (self.dir / self.override.patches).parent
+
+    def series_file_for(self, version: str) -> Path | None:
+        """The series applied on engine `version`: the versioned one (None when not ported
+        to that version) or the single series file."""
+        if self.versioned:
+            f = self.dir / self.override.patches / version / "series"
+            return f if f.is_file() else None
+        return self.series_file
+
+    def supports(self, version: str) -> bool:
+        """Whether the override can be applied on engine `version` as it stands."""
+        if self.versioned:
+            return version in self.series_versions() and (
+                not self.override.replacements or self.override.engine.version == version)
+        return self.override.engine.version == version
+
+
+def _version_key(name: str) -> PEP440 | None:
+    try:
+        return PEP440(name)
+    except InvalidVersion:
+        return None
+
+
+def series_versions(folder: Path) -> list[str]:
+    """Sub-folders of `folder` named by a PEP 440 version and holding a `series` file,
+    in version order (0.9.0 < 0.32.0 < 0.33.0rc1 < 0.33.0)."""
+    if not folder.is_dir():
+        return []
+    names = [d.name for d in folder.iterdir() if (d / "series").is_file() and _version_key(d.name) is not None]
+    return sorted(names, key=_version_key)
 
 
 def _escapes(directory: Path, rel: str) -> str | None:
@@ -102,6 +163,10 @@ def load_override(directory: Path) -> LoadedOverride:
         why = _escapes(directory, override.patches)
         if why:
             problems.append(f"{shown}:{src.line_of(('patches',))}: patches: {override.patches!r} {why}")
+        elif (directory / override.patches).is_dir():
+            if not series_versions(directory / override.patches):
+                problems.append(f"{shown}:{src.line_of(('patches',))}: patches: folder {override.patches!r} holds "
+                                "no <engine version>/series")
         elif not (directory / override.patches).is_file():
             problems.append(f"{shown}:{src.line_of(('patches',))}: patches: no series file {override.patches!r}")
     for i, rep in enumerate(override.replacements):

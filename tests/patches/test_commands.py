@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from patchtest import add_feature
 
-from kiln import patching as P
 from kiln.cli import main
+from kiln.patching import applier as P
+from kiln.patching import diff as D
 
 pytestmark = pytest.mark.network
 
@@ -35,7 +36,12 @@ def sha(data: bytes) -> str:
 def edit(src: Path, target: str, old: bytes, new: bytes) -> bytes:
     before = (src / target).read_bytes()
     assert old in before, f"{old!r} not in {target}"
-    return P.file_diff(target, before, before.replace(old, new, 1))
+    return D.file_diff(target, before, before.replace(old, new, 1))
+
+
+def before_the_bump(root: Path) -> None:
+    """The checkout as it was before 0.33.0 was ported: 0.32.0's series only."""
+    shutil.rmtree(root / "patches" / "vllm" / "0.33.0")
 
 
 def write_series(root: Path, version: str, patches: dict[str, bytes]) -> Path:
@@ -92,8 +98,9 @@ def test_checkout_refresh_round_trips_byte_for_byte(kroot, capsys):
         fh.write("0002-git-style.patch\n")
     originals = {p.name: p.read_bytes() for p in pdir.glob("*.patch")}
 
-    assert kiln(capsys, "patches", "checkout")[0] == 0
-    code, _, err = kiln(capsys, "patches", "refresh")
+    v032 = ("--engine", "vllm==0.32.0")  # the newest folder is the default; this test edits 0.32.0's
+    assert kiln(capsys, "patches", "checkout", *v032)[0] == 0
+    code, _, err = kiln(capsys, "patches", "refresh", *v032)
     assert code == 0 and "every patch is up to date" in err
     assert {p.name: p.read_bytes() for p in pdir.glob("*.patch")} == originals
 
@@ -101,14 +108,14 @@ def test_checkout_refresh_round_trips_byte_for_byte(kroot, capsys):
     assert (scratch / ".pc" / "applied-patches").read_text() == "0001-cli-version-from-package.patch\n0002-git-style.patch\n"
     f = scratch / MAIN
     f.write_bytes(f.read_bytes().replace(b"version=vllm.__version__,", b"version=vllm.__version__,  # kiln"))
-    assert kiln(capsys, "patches", "checkout")[0] == 64  # unrefreshed edits are not thrown away
-    assert kiln(capsys, "patches", "refresh")[0] == 0
+    assert kiln(capsys, "patches", "checkout", *v032)[0] == 64  # unrefreshed edits are not thrown away
+    assert kiln(capsys, "patches", "refresh", *v032)[0] == 0
     edited = (pdir / "0001-cli-version-from-package.patch").read_bytes()
     assert b"+        version=vllm.__version__,  # kiln\n" in edited
     assert edited.startswith(originals["0001-cli-version-from-package.patch"][:300])  # header kept
     assert (pdir / "0002-git-style.patch").read_bytes() == originals["0002-git-style.patch"]
     f.write_bytes(f.read_bytes().replace(b"version=vllm.__version__,  # kiln", b"version=vllm.__version__,"))
-    assert kiln(capsys, "patches", "refresh")[0] == 0
+    assert kiln(capsys, "patches", "refresh", *v032)[0] == 0
     assert (pdir / "0001-cli-version-from-package.patch").read_bytes() == originals["0001-cli-version-from-package.patch"]
 
 
@@ -188,7 +195,7 @@ def test_rebase_follows_checks_advice_and_then_check_passes(kroot, capsys, src03
 
 def test_rebase_of_a_patch_feature_checks_its_series(kroot, capsys, src032):
     theirs = pinned_main(src032)
-    patch = HEADER + P.file_diff(MAIN, theirs, theirs.replace(b'action="version",', b'action="version",  # kiln'))
+    patch = HEADER + D.file_diff(MAIN, theirs, theirs.replace(b'action="version",', b'action="version",  # kiln'))
     text = "name: feat\ndescription: d\nengine: {version: 0.31.0}\npatches: patches/series\n"
     fdir = add_feature(kroot, "feat", text, {"patches/series": b"0001-feat.patch\n", "patches/0001-feat.patch": patch})
     code, _, err = kiln(capsys, "override", "rebase", "tiny-moe", "feat", "--from", "0.31.0")
@@ -229,23 +236,23 @@ def test_to_patch_turns_a_replacement_into_a_patch(kroot, capsys, src032):
 
 def test_harness_helpers(kroot, src032):
     from kiln.overrides import load_override
-    from kiln.patchcmd import overlay_json, patch_labels, series_for
+    from kiln.patching.overlay import overlay_json
+    from kiln.patching.series import series_for
 
-    series = series_for("0.32.0")
-    data = (kroot / PATCH).read_bytes()
-    assert patch_labels(series) == {"0001-cli-version-from-package.patch": f"sha256:{sha(data)}"}
+    assert [p.name for p in series_for("0.32.0").patches] == ["0001-cli-version-from-package.patch"]
     assert series_for("9.9.9").patches == []
     upstream = pinned_main(src032)
     fdir = add_feature(kroot, "feat", override_yaml(sha(upstream)), {"files/main.py": upstream})
     import json
 
-    assert json.loads(overlay_json(load_override(fdir))) == {
+    assert json.loads(overlay_json(load_override(fdir), "0.32.0")) == {
         "name": "feat", "series": None,
         "replacements": [{"target": MAIN, "file": "files/main.py", "upstream_sha256": sha(upstream)}],
     }
 
 
 def test_bump_writes_the_ported_series_and_drops_upstream_patches(kroot, capsys, src032, src033):
+    before_the_bump(kroot)
     upstream_change = (b"from vllm.entrypoints.serve.utils.api_utils import VLLM_SUBCMD_PARSER_EPILOG\n",
                        b"from vllm.entrypoints.common.startup import VLLM_SUBCMD_PARSER_EPILOG\n")
     clean = HEADER + edit(src032, "vllm/logger.py", b"def init_logger(name: str)", b"def init_logger(name: str) ")
@@ -270,6 +277,7 @@ def test_bump_writes_the_ported_series_and_drops_upstream_patches(kroot, capsys,
 
 
 def test_bump_that_cannot_port_writes_nothing(kroot, capsys, src032, src033):
+    before_the_bump(kroot)
     write_series(kroot, "0.32.0", {
         "0001-conflict.patch": HEADER + edit(src032, MAIN, b"    from vllm.entrypoints.serve.utils.api_utils import (\n",
                                              b"    from vllm.entrypoints.serve.utils.api_utils import (  # kiln\n"),

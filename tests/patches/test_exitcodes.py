@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from kiln import build, errors, patchcmd
-from kiln import patching as P
+from kiln import build, errors
+from kiln.patching import applier as P
+from kiln.patching import series
 
 APPLY_STEP = ("Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site-packages"
               " && python /opt/kiln/lib/kiln_patching.py apply --root /opt/kiln/site-packages")
 
 
 def test_applier_codes_equal_the_typed_errors():
-    # patching.py runs inside images with the standard library only, so it mirrors the codes
+    # applier.py runs inside images with the standard library only, so it mirrors the codes
     assert P.EXIT_PATCH_FAILED == P.ApplyFailed.exit_code == errors.PatchFailed.exit_code
     assert P.EXIT_DRIFT == P.DriftError.exit_code == errors.OverrideDrift.exit_code
     assert P.EXIT_INVALID == P.PatchFormatError.exit_code == errors.PatchInvalid.exit_code
@@ -52,7 +53,24 @@ def test_pinned_versions_follow_pep440(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KILN_ROOT", str(tmp_path))
     paths.repo_root.cache_clear()
     try:
-        assert patchcmd._pinned_versions() == ["0.9.0", "0.32.0", "0.33.0rc1", "0.33.0", "0.33.0.post1"]
+        assert series.pinned_versions() == ["0.9.0", "0.32.0", "0.33.0rc1", "0.33.0", "0.33.0.post1"]
     finally:
         paths.repo_root.cache_clear()
     assert "patches/vllm/latest: 'latest' is not a PEP 440 version; left out" in capsys.readouterr().err
+
+
+def test_the_applier_is_stdlib_only_and_the_only_patch_file_in_engine_images():
+    """It runs in images with nothing but python3, standing alone: no kiln import, no
+    third-party module. And host tools (diff, merge, quilt) are no engine-image input."""
+    import ast
+    import sys
+    from pathlib import Path
+
+    from kiln import images
+
+    tree = ast.parse(Path(P.__file__).read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
+    relative = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0]
+    assert relative == [] and imported - {"__future__"} <= set(sys.stdlib_module_names), imported
+    assert images._patcher_source().resolve() == Path(P.__file__).resolve()

@@ -1,4 +1,4 @@
-"""The patch engine (kiln/patching.py) against the real vLLM 0.32.0 sources."""
+"""The patch engine (kiln/patching/applier.py, diff.py) against the real vLLM 0.32.0 sources."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln import patching as P
+from kiln.patching import applier as P
+from kiln.patching import diff as D
 
 pytestmark = pytest.mark.network  # the fixtures download the engine wheel once
 
@@ -32,7 +33,7 @@ def make_patch(root: Path, edits: dict[str, tuple[bytes, bytes]], name="0001-tes
     for target, (old, new) in edits.items():
         before = (root / target).read_bytes()
         assert old in before, f"{old!r} not in {target}"
-        parts.append(P.file_diff(target, before, before.replace(old, new, 1)))
+        parts.append(D.file_diff(target, before, before.replace(old, new, 1)))
     return b"".join(parts)
 
 
@@ -101,9 +102,9 @@ def test_hunk_with_less_leading_context_is_anchored_to_file_start(src032):
 
 def test_new_and_deleted_files_and_missing_newline(src032, tmp_path):
     text = (src032 / "vllm/version.py").read_bytes()
-    new_file = P.file_diff("vllm/kiln_extra.py", None, text.rstrip(b"\n"))  # no final newline
+    new_file = D.file_diff("vllm/kiln_extra.py", None, text.rstrip(b"\n"))  # no final newline
     assert P.NO_NEWLINE in new_file
-    delete = P.file_diff("vllm/version.py", text, None)
+    delete = D.file_diff("vllm/version.py", text, None)
     patch = P.parse_patch(b"Why: t\nUpstream: no\n" + new_file + delete, "nd.patch")
     assert [f.creates for f in patch.files] == [True, False] and patch.files[1].deletes
     tree = P.Tree(src032)
@@ -112,7 +113,7 @@ def test_new_and_deleted_files_and_missing_newline(src032, tmp_path):
     assert P.apply_patch(tree, patch, reverse=True).ok
     assert tree.read("vllm/kiln_extra.py") is None and tree.read("vllm/version.py") == text
     # creating a file that exists is a file-level failure, not a silent overwrite
-    res = P.apply_patch(P.Tree(src032), P.parse_patch(P.file_diff("vllm/version.py", None, b"x\n"), "c.patch"))
+    res = P.apply_patch(P.Tree(src032), P.parse_patch(D.file_diff("vllm/version.py", None, b"x\n"), "c.patch"))
     assert res.failure_lines() == ["c.patch: vllm/version.py: already exists, but the patch creates it"]
 
 
@@ -205,8 +206,8 @@ def test_patch_that_breaks_syntax_is_a_failure(src032):
 
 def test_merge3_takes_one_sided_changes_and_marks_conflicts():
     base = b"a\nb\nc\nd\ne\n"
-    ok = P.merge3(base, b"a\nB\nc\nd\ne\n", b"a\nb\nc\nd\nE\n", ("o", "b", "t"))
+    ok = D.merge3(base, b"a\nB\nc\nd\ne\n", b"a\nb\nc\nd\nE\n", ("o", "b", "t"))
     assert ok.data == b"a\nB\nc\nd\nE\n" and ok.conflicts == []
-    bad = P.merge3(base, b"a\nX\nc\nd\ne\n", b"a\nY\nc\nd\ne\n", ("o", "b", "t"))
+    bad = D.merge3(base, b"a\nX\nc\nd\ne\n", b"a\nY\nc\nd\ne\n", ("o", "b", "t"))
     assert bad.conflicts == [(2, 8)]
     assert bad.data == b"a\n<<<<<<< o\nX\n||||||| b\nb\n=======\nY\n>>>>>>> t\nc\nd\ne\n"

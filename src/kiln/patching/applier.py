@@ -1,9 +1,12 @@
-"""Quilt-style patch series for the installed engine: parse, apply, reverse, diff, merge.
+"""The in-image patch applier: parse quilt-style series, apply them (or reverse them)
+to an installed engine, swap in whole-file replacements, write the manifest.
 
-Standard library only, in one file, on purpose: the harness copies this module into
-engine build contexts as ``kiln_patching.py`` and runs it with the image's python3
-(``main()`` below), and the host-side commands (`kiln patches ...`) import the very same
-code, so "it applies on my machine" and "it applies in the image" cannot disagree.
+Standard library only, in one file, on purpose: the harness copies this module (and no
+other patch code) into engine build contexts as ``kiln_patching.py`` and runs it with the
+image's python3 (``main()`` below). The host-side commands (`kiln patches ...`, in the
+other modules of this package) apply series with the very same code, so "it applies on
+my machine" and "it applies in the image" cannot disagree, while editing the host-only
+diff/merge tools changes no engine image's inputs.
 
 Semantics follow GNU patch with fuzz 0 (what quilt uses by default):
 
@@ -21,7 +24,6 @@ newline survive a round trip exactly.
 from __future__ import annotations
 
 import argparse
-import difflib
 import hashlib
 import json
 import os
@@ -657,103 +659,10 @@ def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[dict]:
     return entries
 
 
-# -- diffs and merges ---------------------------------------------------------------------
-def _range(start: int, length: int) -> str:
-    # GNU diff: a one-line range has no count; an empty one names the line before it.
-    if length == 1:
-        return str(start + 1)
-    return f"{start if length == 0 else start + 1},{length}"
-
-
+# -- hunk bytes ---------------------------------------------------------------------------
 def _emit(tag: bytes, text: bytes) -> bytes:
     line = tag + text
     return line if text.endswith(b"\n") else line + b"\n" + NO_NEWLINE + b"\n"
-
-
-def diff_hunks(old: list[bytes], new: list[bytes], context: int = 3) -> bytes:
-    """Unified-diff hunks (no file header) turning `old` into `new`."""
-    out = []
-    matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
-    for group in matcher.get_grouped_opcodes(context):
-        i1, i2, j1, j2 = group[0][1], group[-1][2], group[0][3], group[-1][4]
-        out.append(f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@\n".encode())
-        for op, a1, a2, b1, b2 in group:
-            if op == "equal":
-                out.extend(_emit(b" ", t) for t in old[a1:a2])
-                continue
-            out.extend(_emit(b"-", t) for t in old[a1:a2])
-            out.extend(_emit(b"+", t) for t in new[b1:b2])
-    return b"".join(out)
-
-
-def file_diff(target: str, old: bytes | None, new: bytes | None, preamble: list[bytes] = ()) -> bytes:
-    """One file's section: `--- a/T` / `+++ b/T` (or /dev/null) plus hunks; b"" if equal."""
-    if old == new:
-        return b""
-    body = diff_hunks(split_lines(old or b""), split_lines(new or b""))
-    a = b"/dev/null" if old is None else b"a/" + target.encode()
-    b = b"/dev/null" if new is None else b"b/" + target.encode()
-    # git's `index <blob>..<blob>` line would be stale after an edit; keep the rest.
-    keep = b"".join(line for line in preamble if not line.startswith(b"index "))
-    return keep + b"--- " + a + b"\n+++ " + b + b"\n" + body
-
-
-@dataclass
-class MergeResult:
-    data: bytes
-    conflicts: list[tuple[int, int]]  # (first, last) 1-based lines of each conflict block
-
-
-def merge3(base: bytes, ours: bytes, theirs: bytes, labels: tuple[str, str, str]) -> MergeResult:
-    """diff3-style merge: regions changed on one side only take that side; regions changed
-    on both (or touching) sides differently become conflict blocks with the base shown,
-    like `git merge-file --diff3`. labels = (ours, base, theirs)."""
-    b, o, t = split_lines(base), split_lines(ours), split_lines(theirs)
-
-    def matches(other):
-        mapping = {}
-        for blk in difflib.SequenceMatcher(None, b, other, autojunk=False).get_matching_blocks():
-            for k in range(blk.size):
-                mapping[blk.a + k] = blk.b + k
-        return mapping
-
-    om, tm = matches(o), matches(t)
-    out: list[bytes] = []
-    conflicts: list[tuple[int, int]] = []
-    i = io = it = 0
-    while True:
-        # stable run: base, ours and theirs agree line for line
-        while i < len(b) and om.get(i) == io and tm.get(i) == it:
-            out.append(b[i])
-            i, io, it = i + 1, io + 1, it + 1
-        nxt = next((k for k in range(i, len(b)) if k in om and k in tm), None)
-        end_b, end_o, end_t = (len(b), len(o), len(t)) if nxt is None else (nxt, om[nxt], tm[nxt])
-        cb, co, ct = b[i:end_b], o[io:end_o], t[it:end_t]
-        if co == cb:
-            out.extend(ct)
-        elif ct == cb or co == ct:
-            out.extend(co)
-        else:
-            start = len(out) + 1
-            out.append(f"<<<<<<< {labels[0]}\n".encode())
-            out.extend(_terminated(co))
-            out.append(f"||||||| {labels[1]}\n".encode())
-            out.extend(_terminated(cb))
-            out.append(b"=======\n")
-            out.extend(_terminated(ct))
-            out.append(f">>>>>>> {labels[2]}\n".encode())
-            conflicts.append((start, len(out)))
-        if nxt is None:
-            break
-        i, io, it = end_b, end_o, end_t
-    return MergeResult(b"".join(out), conflicts)
-
-
-def _terminated(lines: list[bytes]) -> list[bytes]:
-    # a last line without newline inside a conflict block would glue onto the marker
-    if lines and not lines[-1].endswith(b"\n"):
-        return [*lines[:-1], lines[-1] + b"\n"]
-    return lines
 
 
 # -- in-image command line -----------------------------------------------------------------
