@@ -93,17 +93,22 @@ SCOPE = ("src", "engine", "tests", "benchmarks", "scripts", "docker-images", "do
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".cfg", ".ini", ".txt", ".sh", ".yaml", ".yml", ".json", ""}
 SKIP_PARTS = {"__pycache__", ".git", "node_modules", ".nox", ".venv"}
 SELF = Path(__file__).resolve()
+NOT_REWRITTEN = {SELF, ROOT / "tests" / "test_relayout.py"}  # both spell old names on purpose
 
 
 def main() -> int:
     dirty = git("status", "--porcelain", "--untracked-files=no").strip()
     if dirty:
         return fail("the work tree has uncommitted changes; commit or stash them first:\n" + dirty)
+    untracked = [f for f in git("ls-files", "--others", "--exclude-standard", "src/kiln").split() if f.endswith(".py")]
+    if untracked:
+        return fail("untracked modules under src/kiln (git mv cannot move them); `git add` or remove them:\n"
+                    + "\n".join(f"  {f}" for f in untracked))
     present = flat_modules()
     unplaced = sorted(set(present) - set(MOVES) - STAY)
     if unplaced:
         return fail("src/kiln holds modules MOVES does not place; add a line for each to MOVES in "
-                    f"{SELF.relative_to(ROOT)} (see docs/architecture.md for the layers), then rerun:\n"
+                    "scripts/relayout.py (see docs/architecture.md for the layers), then rerun:\n"
                     + "\n".join(f"  {name!r}: \"<layer>.{name}\",  # src/kiln/{present[name]}" for name in unplaced))
     moves = {old: new for old, new in MOVES.items() if old in present}
     skipped = sorted(set(MOVES) - set(present))
@@ -154,7 +159,7 @@ def files_in_scope() -> list[Path]:
         base = ROOT / name
         paths = [base] if base.is_file() else sorted(base.rglob("*")) if base.is_dir() else []
         for p in paths:
-            if p.is_file() and p.suffix in TEXT_SUFFIXES and not SKIP_PARTS & set(p.parts) and p.resolve() != SELF:
+            if p.is_file() and p.suffix in TEXT_SUFFIXES and not SKIP_PARTS & set(p.parts) and p.resolve() not in NOT_REWRITTEN:
                 out.append(p)
     return out
 
@@ -369,7 +374,11 @@ def contract_toml(moves: dict[str, str]) -> str:
 
 # -- helpers -----------------------------------------------------------------------------
 def git(*args: str) -> str:
-    return subprocess.run(["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True).stdout
+    proc = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"relayout: STOPPED: git {' '.join(args)}: {proc.stderr.strip()}\n"
+                         "  undo everything this run did: git reset -q --hard HEAD && git clean -fdq src/kiln")
+    return proc.stdout
 
 
 def run_tool(cmd: list[str], cwd: Path = ROOT) -> bool:
