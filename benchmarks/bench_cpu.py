@@ -58,8 +58,9 @@ def serve(docker, image_id: str, argv: list[str] | None, model: str) -> tuple[fl
 
 def main() -> None:
     from kiln import paths
-    from kiln.build import build_engine, build_recipe, resolve
+    from kiln.build import build_engine, build_recipe
     from kiln.dockerengine import DockerEngine
+    from kiln.images import resolve
 
     reuse = "--reuse" in sys.argv
     docker = DockerEngine()

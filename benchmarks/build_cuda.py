@@ -25,9 +25,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from kiln import argcheck, enginecheck, log  # noqa: E402
-from kiln.build import build_engine, build_recipe, resolve  # noqa: E402
+from kiln.build import build_engine, build_recipe  # noqa: E402
 from kiln.dockerengine import DockerEngine  # noqa: E402
 from kiln.errors import KilnError  # noqa: E402
+from kiln.images import resolve  # noqa: E402
 
 NAME = "glm53-kindling"
 DOC = REPO / "docs" / "build-cuda.md"

@@ -38,7 +38,7 @@ def base_image(docker_engine) -> str:
 def tiny_moe(docker_engine, base_image):
     """(loaded recipe, RecipeImage, docker Image) of tiny-moe, built by the real CLI (a
     no-op when the daemon already has an image for these inputs)."""
-    from kiln.build import require_built
+    from kiln.images import require_built
 
     result = run_kiln("build", "tiny-moe")
     assert result.returncode == 0, result.stderr[-4000:]

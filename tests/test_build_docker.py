@@ -29,7 +29,7 @@ def built(kiln_tree, base_image, docker_engine):
 
 
 def resolve(name=NAME):
-    from kiln.build import resolve as _resolve
+    from kiln.images import resolve as _resolve
 
     return _resolve(name)
 

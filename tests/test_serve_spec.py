@@ -97,28 +97,24 @@ def test_stop_needs_names_or_all():
 class _Box:
     def __init__(self, name, port, labels=None):
         self.name = name
+        self.port = port
         self.labels = {LABEL_RECIPE: "tiny-moe"} if labels is None else labels
-        self.attrs = {"HostConfig": {"PortBindings": {"8000/tcp": [{"HostIp": "", "HostPort": str(port)}]}}}
+
+    def publishes(self, host_port):
+        return host_port == self.port
 
 
 class _Client:
-    """Stands in for docker.DockerClient: only what the label lookups call."""
+    """Stands in for kiln's DockerEngine: only what the label lookups call."""
 
     def __init__(self, boxes):
         self.boxes = boxes
-        self.containers = self
 
-    def list(self, all=False, filters=None):
-        key = (filters or {}).get("label")
-        return [b for b in self.boxes if key is None or key in b.labels]
+    def containers(self, label, all_states=False):
+        return [b for b in self.boxes if label in b.labels]
 
-    def get(self, name):
-        import docker.errors
-
-        for b in self.boxes:
-            if b.name == name:
-                return b
-        raise docker.errors.NotFound(name)
+    def container(self, name):
+        return next((b for b in self.boxes if b.name == name), None)
 
 
 def test_port_in_use_names_the_kiln_container_holding_it():

@@ -6,6 +6,7 @@ container from the engine image builds vLLM's own `serve` parser (and reads its
 SpeculativeConfig fields) and prints what it accepts; the answer is cached per engine
 image id, which changes whenever the engine does. `kiln build` runs this before tagging
 a recipe image (via enginecheck), `kiln check` runs it when the engine image exists.
+This module only checks: building a missing engine image is the caller's decision.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import json
 from pathlib import Path
 
 from . import log
+from .dockerengine import DockerEngine, Image
 from .errors import KilnError
-from .images import LABEL_NS
+from .images import LABEL_NS, existing, resolve
 from .paths import cache_dir
 from .recipe import LoadedRecipe
 
@@ -96,7 +98,7 @@ def _cache_file(image_id: str) -> Path:
     return cache_dir() / "argcheck" / f"{image_id.split(':')[-1]}.json"
 
 
-def engine_args(docker, image_id: str) -> EngineArgs:
+def engine_args(docker: DockerEngine, image_id: str) -> EngineArgs:
     """The accepted flags of the image, from the cache or from a container run."""
     path = _cache_file(image_id)
     if path.is_file():
@@ -114,27 +116,12 @@ def engine_args(docker, image_id: str) -> EngineArgs:
     return EngineArgs(data)
 
 
-def _dump(docker, image_id: str) -> dict:
-    from .errors import BuildFailed
-
+def _dump(docker: DockerEngine, image_id: str) -> dict:
     # no network, no GPU: the parser is pure Python; the env keeps vLLM quiet and offline
-    container = docker.client.containers.create(
-        image_id, entrypoint=["python", "-c", DUMP], network_disabled=True, detach=True,
-        environment={"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"},
-    )
-    try:
-        container.start()
-        status = container.wait(timeout=TIMEOUT_S)
-        output = container.logs().decode(errors="replace")
-    except Exception as exc:
-        raise BuildFailed(f"reading vllm serve's flags from {image_id[:19]} did not finish: {exc}") from None
-    finally:
-        container.remove(force=True)
-    line = next((ln for ln in output.splitlines() if ln.startswith("KILN-ARGS ")), None)
-    if status.get("StatusCode") != 0 or line is None:
-        tail = " | ".join(output.strip().splitlines()[-3:]) or "no output"
-        raise BuildFailed(f"could not read vllm serve's flags from {image_id[:19]}: {tail}")
-    return json.loads(line.removeprefix("KILN-ARGS "))
+    return docker.run_script(
+        image_id, DUMP, marker="KILN-ARGS", what=f"reading vllm serve's flags from {image_id[:19]}",
+        timeout_s=TIMEOUT_S,
+        env={"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "VLLM_LOGGING_LEVEL": "ERROR"})
 
 
 def problems(loaded: LoadedRecipe, accepted: EngineArgs) -> list[str]:
@@ -177,39 +164,24 @@ def _speculative_problems(loaded: LoadedRecipe, accepted: EngineArgs) -> list[st
     return out
 
 
-def engine_image_id(docker, loaded: LoadedRecipe, *, build_if_missing: bool) -> str | None:
-    """The id of the engine image built from the recipe's current engine inputs."""
-    from .build import build_engine, existing, resolve
-
-    _, engine_image, _ = resolve(loaded.name)
-    img = existing(docker, engine_image.tag, engine_image.digest)
-    if img is not None:
-        return img.id
-    if not build_if_missing:
-        return None
-    return build_engine(docker, engine_image).image_id
-
-
-def check_against_engine(loaded: LoadedRecipe, build_if_missing: bool = False, docker=None) -> list[str]:
-    """Launch-arg problems against the built engine; [] when there is no engine image to
-    ask (not built, or no Docker daemon): `kiln check` must work on any machine."""
-    from .dockerengine import DockerEngine
-
+def check_against_engine(loaded: LoadedRecipe, docker: DockerEngine | None = None) -> list[str]:
+    """Launch-arg problems against the engine image built from the recipe's current
+    engine inputs; [] when there is none to ask (not built, or no Docker daemon): `kiln
+    check` must work on any machine, and it never builds."""
     try:
         docker = docker or DockerEngine()
-        image_id = engine_image_id(docker, loaded, build_if_missing=build_if_missing)
+        _, engine_image, _ = resolve(loaded.name)
+        image = existing(docker, engine_image.tag, engine_image.digest)
     except KilnError as exc:
-        if build_if_missing:
-            raise
         log.debug(f"launch args of {loaded.name} not checked: {exc.message}")
         return []
-    if image_id is None:
+    if image is None:
         log.info(f"{loaded.name}: launch args not checked against vLLM (engine image not built)")
         return []
-    return problems(loaded, engine_args(docker, image_id))
+    return problems(loaded, engine_args(docker, image.id))
 
 
-def check_image(docker, loaded: LoadedRecipe, image) -> list[str]:
+def check_image(docker: DockerEngine, loaded: LoadedRecipe, image: Image) -> list[str]:
     """Problems against the engine a just-built recipe image was built FROM (its
     `ai.kiln.engine.image` label), so the cached answer is shared by every recipe on it."""
     ref = (image.labels or {}).get(f"{LABEL_NS}.engine.image")

@@ -62,11 +62,11 @@ def _sources_list(spec: BaseSpec) -> str:
     )
 
 
-def build_base(engine: DockerEngine, *, spec: BaseSpec | None = None, tag: str | None = None,
+def build_base(docker: DockerEngine, *, spec: BaseSpec | None = None, tag: str | None = None,
                force: bool = False) -> str:
     spec = spec or BaseSpec.load()
     tag = tag or spec.tag
-    existing = engine.image(tag)
+    existing = docker.image(tag)
     if existing is not None and not force:
         log.ok(f"{tag} already exists ({existing.id[:19]}); --force rebuilds it")
         return existing.id
@@ -117,12 +117,9 @@ def build_base(engine: DockerEngine, *, spec: BaseSpec | None = None, tag: str |
         changes += ['ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
                     'ENV LANG=C.UTF-8', 'CMD ["/bin/bash"]']
         log.step(f"docker import -> {tag}")
-        repo, _, tagname = tag.rpartition(":")
-        with tarball.open("rb") as fh:
-            resp = engine.client.api.import_image(src=fh, repository=repo, tag=tagname, changes=changes)
-        image = engine.image(tag)
+        image = docker.import_rootfs(tarball, tag, changes)
         if image is None:
-            raise BuildFailed(f"base image: docker import did not produce {tag}: {str(resp)[:200]}")
+            raise BuildFailed(f"base image: docker import did not produce {tag}")
     log.summary(
         "base image built",
         {

@@ -1,24 +1,40 @@
 """`kiln build`: engine image (if needed), then the recipe image, each skipped when an
-image with the same input digest already exists."""
+image with the same input digest already exists.
+
+A build runs untagged; the size budget, the engine checks and (for engine images) the
+probe's labels come next, and only an image that passed them all is tagged, so a
+failed check never leaves a tag that a later build would trust."""
 
 from __future__ import annotations
 
 import json
 import re
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
-from . import engineprobe, log
-from .ca import CABundle, add_to_context, resolve_ca
+from . import credentials, enginecheck, engineprobe, log
+from .ca import CABundle, add_to_context
 from .context import BuildContext
-from .dockerengine import DockerEngine
-from .errors import BudgetExceeded, BuildFailed, KilnError, OverrideDrift, PatchFailed, PatchInvalid
-from .images import LABEL_NS, PATCHER_ARC, EngineImage, RecipeImage
-from .patching import applier
-from .recipe import LoadedRecipe, load_recipe, recipe_dir
+from .dockerengine import DockerEngine, Image
+from .errors import (
+    BudgetExceeded,
+    BuildFailed,
+    EngineFetchFailed,
+    KilnError,
+    OverrideDrift,
+    PatchFailed,
+    PatchInvalid,
+)
+from .images import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
+from .patching import applier, series
+from .recipe import LoadedRecipe
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
+
+Check = Callable[[Image], None]  # raises a KilnError: the image must not be tagged
+Finalize = Callable[[Image], str]  # returns the id to tag (e.g. a labelled derivative)
 
 
 @dataclass
@@ -39,84 +55,60 @@ class BuildOutcome:
                 "steps": self.steps, "cached_steps": self.cached_steps}
 
 
-class _LazyCA:
-    """Resolving the CA may ask pip for its config (a subprocess): only do it when a
-    build really runs, so no-op rebuilds stay fast."""
+@dataclass(frozen=True)
+class ImageBuild:
+    """One image to build: its inputs, its names, and what must hold before it is tagged."""
 
-    def __init__(self, flag: str | None):
-        self.flag = flag
-        self._value: CABundle | None = None
-
-    def get(self) -> CABundle:
-        if self._value is None:
-            self._value = resolve_ca(self.flag)
-        return self._value
-
-
-def resolve(name: str, ca_flag: str | None = None) -> tuple[LoadedRecipe, EngineImage, RecipeImage]:
-    loaded = load_recipe(recipe_dir(name))
-    engine_image = EngineImage(loaded.recipe.engine, _LazyCA(ca_flag))
-    return loaded, engine_image, RecipeImage(loaded, engine_image)
+    label: str  # names the build in progress lines and errors
+    context: BuildContext
+    digest: str  # input digest, stamped as a label and checked by `existing`
+    tags: list[str]  # the digest tag first, then aliases
+    labels: dict[str, str]
+    buildargs: dict[str, str]
+    max_size_gb: float | None = None
+    check: Check | None = None
+    finalize: Finalize | None = None
 
 
-def existing(docker: DockerEngine, tag: str, digest: str):
-    """The local image for this input digest, or None (a tag alone is not trusted)."""
-    img = docker.image(tag)
+def reuse(docker: DockerEngine, digest: str, tags: list[str]) -> BuildOutcome | None:
+    """The image these inputs already built, with every alias tag (re)pointed at it;
+    None when there is none."""
+    t0 = time.monotonic()
+    img = existing(docker, tags[0], digest)
     if img is None:
         return None
-    if (img.labels or {}).get(f"{LABEL_NS}.input-digest") != digest:
-        return None
-    return img
+    for tag in tags[1:]:
+        docker.tag(img.id, tag)
+    return BuildOutcome(tags[0], img.id, digest, img.attrs.get("Size", 0), time.monotonic() - t0, True)
 
 
-def _build(
-    docker: DockerEngine,
-    *,
-    label: str,
-    context: BuildContext,
-    ca: CABundle,
-    digest: str,
-    tags: list[str],
-    labels: dict[str, str],
-    buildargs: dict[str, str],
-    force: bool,
-    max_size_gb: float | None = None,
-    verify=None,
-    finalize=None,
-    nocache: bool = False,
-) -> BuildOutcome:
-    t0 = time.monotonic()
-    img = None if force else existing(docker, tags[0], digest)
-    if img is not None:
-        for tag in tags[1:]:
-            docker.tag(img.id, tag)
-        return BuildOutcome(tags[0], img.id, digest, img.attrs.get("Size", 0), time.monotonic() - t0, True)
+def run_build(docker: DockerEngine, job: ImageBuild, ca: CABundle, *, nocache: bool = False) -> BuildOutcome:
+    """Build `job` untagged, check it, then tag it."""
+    context = job.context
     if not context.has("_kiln/ca.crt"):
         add_to_context(context, ca)
-    if labels:
+    if job.labels:
         # one LABEL instruction: the legacy builder makes one step per label passed via the API
-        context.append_at_build("Dockerfile", label_instruction(labels).encode())
-    log.step(f"building {tags[0]} (context {log.human_size(context.size())}, CA: {ca.origin})")
+        context.append_at_build("Dockerfile", label_instruction(job.labels).encode())
+    log.step(f"building {job.tags[0]} (context {log.human_size(context.size())}, CA: {ca.origin})")
     try:
-        result = docker.build(context, label=label, buildargs=buildargs, nocache=nocache)
+        result = docker.build(context, label=job.label, buildargs=job.buildargs, nocache=nocache)
     except BuildFailed as exc:
         raise _as_patch_failure(exc) or exc from None
-    image = docker.client.images.get(result.image_id)
+    image = docker.require_image(result.image_id)
     size = image.attrs.get("Size", 0)
     # check before tagging: a failed check must leave no tag behind
-    if max_size_gb is not None and size > max_size_gb * 1e9:
+    if job.max_size_gb is not None and size > job.max_size_gb * 1e9:
         raise BudgetExceeded(
-            f"{label}: image is {log.human_size(size)}, over budgets.max_image_size_gb={max_size_gb}"
+            f"{job.label}: image is {log.human_size(size)}, over budgets.max_image_size_gb={job.max_size_gb}"
         )
-    if verify is not None:
-        verify(image)
-    if finalize is not None:  # e.g. the engine probe's labels: a new image id, still untagged
-        result.image_id = finalize(image)
-    for tag in tags:
-        docker.tag(result.image_id, tag)
-    return BuildOutcome(
-        tags[0], result.image_id, digest, size, result.seconds, False, result.steps, result.cached_steps
-    )
+    if job.check is not None:
+        job.check(image)
+    image_id = job.finalize(image) if job.finalize is not None else result.image_id
+    for tag in job.tags:
+        docker.tag(image_id, tag)
+    return BuildOutcome(job.tags[0], image_id, job.digest, size, result.seconds, False, result.steps,
+                        result.cached_steps)
 
 
 def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
@@ -150,29 +142,63 @@ def label_instruction(labels: dict[str, str]) -> str:
 
 def build_engine(docker: DockerEngine, engine_image: EngineImage, *, force: bool = False,
                  nocache: bool = False) -> BuildOutcome:
+    tags = [engine_image.tag, engine_image.alias_tag]
+    reused = None if force else reuse(docker, engine_image.digest, tags)
+    if reused is not None:
+        return stamp(docker, tags, reused)
     base = engine_image.engine.base_image
-    if not force and existing(docker, engine_image.tag, engine_image.digest) is not None:
-        return engineprobe.stamp(docker, engine_image, _build(
-            docker, label="engine", context=engine_image.context, ca=engine_image.ca.get(),
-            digest=engine_image.digest, tags=[engine_image.tag, engine_image.alias_tag],
-            labels={}, buildargs={}, force=False))
     # a registry base is pulled by digest; the air-gapped kiln/base is never pulled
-    docker.ensure_base(base.pinned, pull=not base.ref.startswith("kiln/"))
+    docker.ensure_base(base.pinned, pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth)
     engine_image.add_wheels()
-    # torch/CUDA/NCCL labels read from the built image before anything is tagged
-    return _build(
-        docker,
+    job = ImageBuild(
         label=f"engine-{engine_image.engine.flavour}",
         context=engine_image.context,
-        ca=engine_image.ca.get(),
         digest=engine_image.digest,
-        tags=[engine_image.tag, engine_image.alias_tag],
+        tags=tags,
         labels=engine_image.labels(),
         buildargs=engine_image.buildargs(),
-        force=force,
+        # torch/CUDA/NCCL labels read from the built image before anything is tagged
         finalize=lambda image: engineprobe.labelled(docker, image),
-        nocache=nocache,
     )
+    return run_build(docker, job, engine_image.ca.get(), nocache=nocache)
+
+
+def stamp(docker: DockerEngine, tags: list[str], outcome: BuildOutcome) -> BuildOutcome:
+    """Heal an engine image built before probing existed (a reused image without the
+    labels): tag a labelled derivative in its place. If the probe fails, the engine's
+    tags are removed, so a failed check never leaves a tag that a later build would trust.
+    Fresh builds are labelled before they are tagged (`ImageBuild.finalize`)."""
+    image = docker.require_image(outcome.image_id)
+    if engineprobe.is_stamped(image):
+        return outcome
+    try:
+        image_id = engineprobe.labelled(docker, image)
+    except BaseException:
+        _untag(docker, tags)
+        raise
+    for tag in tags:
+        docker.tag(image_id, tag)
+    return replace(outcome, image_id=image_id)
+
+
+def _untag(docker: DockerEngine, tags: list[str]) -> None:
+    for tag in tags:
+        try:
+            docker.remove_image(tag)
+        except Exception as exc:  # keep the probe's own error as the one reported
+            log.warn(f"could not remove tag {tag}: {exc}")
+
+
+def engine_image_id(docker: DockerEngine, loaded: LoadedRecipe, *, build_if_missing: bool) -> str | None:
+    """The id of the engine image built from the recipe's current engine inputs (built
+    now when missing and `build_if_missing`), None when there is none."""
+    _, engine_image, _ = resolve(loaded.name)
+    img = existing(docker, engine_image.tag, engine_image.digest)
+    if img is not None:
+        return img.id
+    if not build_if_missing:
+        return None
+    return build_engine(docker, engine_image).image_id
 
 
 def build_recipe(
@@ -182,47 +208,43 @@ def build_recipe(
     docker = docker or DockerEngine()
     t0 = time.monotonic()
     loaded, engine_image, recipe_image = resolve(name, ca_flag)
-    if not force and existing(docker, recipe_image.tag, recipe_image.digest) is not None:
-        outcome = _build(docker, label=name, context=recipe_image.context, ca=engine_image.ca.get(),
-                         digest=recipe_image.digest, tags=[recipe_image.tag, recipe_image.latest_tag],
-                         labels={}, buildargs={}, force=False)
+    reused = None if force else reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag])
+    if reused is not None:
         if not quiet_summary:
             log.ok(f"{recipe_image.tag} is up to date (input digest {recipe_image.digest[:19]}); "
                    f"nothing to build [{log.human_secs(time.monotonic() - t0)}]")
-        return outcome
+        return reused
     preflight_patches(loaded)
     engine_outcome = build_engine(docker, engine_image, force=force_engine, nocache=nocache and force_engine)
     if engine_outcome.skipped:
         log.ok(f"engine {engine_image.tag} up to date")
     else:
         _summary("engine image built", engine_outcome, engine_outcome.seconds)
-    outcome = _build(
-        docker,
-        label=name,
-        context=recipe_image.context,
-        ca=engine_image.ca.get(),
-        digest=recipe_image.digest,
-        tags=[recipe_image.tag, recipe_image.latest_tag],
-        labels=recipe_image.labels(),
-        buildargs=recipe_image.buildargs(),
-        force=force,
-        max_size_gb=loaded.recipe.budgets.max_image_size_gb,
-        verify=_engine_verifier(loaded, engine_image),
-        nocache=nocache,
-    )
+    outcome = run_build(docker, _recipe_build(docker, loaded, recipe_image), engine_image.ca.get(), nocache=nocache)
     if not quiet_summary:
         _summary(f"built {recipe_image.repository}", outcome, time.monotonic() - t0,
                  extra={"also tagged": recipe_image.latest_tag, "engine": engine_image.tag})
     return outcome
 
 
+def _recipe_build(docker: DockerEngine, loaded: LoadedRecipe, recipe_image: RecipeImage) -> ImageBuild:
+    return ImageBuild(
+        label=loaded.name,
+        context=recipe_image.context,
+        digest=recipe_image.digest,
+        tags=[recipe_image.tag, recipe_image.latest_tag],
+        labels=recipe_image.labels(),
+        buildargs=recipe_image.buildargs(),
+        max_size_gb=loaded.recipe.budgets.max_image_size_gb,
+        # the engine really is the declared one and accepts the launch args (enginecheck)
+        check=lambda image: enginecheck.verify(loaded, image, docker),
+    )
+
+
 def preflight_patches(loaded: LoadedRecipe) -> None:
     """Apply the engine series and the recipe's switched-on features to the pinned
     engine's sources on the host, so a hunk that no longer applies fails in seconds,
     before any image layer is built. The in-image application stays authoritative."""
-    from .errors import EngineFetchFailed
-    from .patching import series
-
     engine = loaded.recipe.engine
     has_features = bool(loaded.recipe.experimental)
     if not series.series_for(engine.version).patches and not has_features:
@@ -231,13 +253,6 @@ def preflight_patches(loaded: LoadedRecipe) -> None:
         series.check(engine.version, None, loaded)
     except EngineFetchFailed as exc:
         log.warn(f"patch pre-flight skipped ({exc.message}); the image build still applies the series")
-
-
-def _engine_verifier(loaded: LoadedRecipe, engine_image: EngineImage):
-    """Checks run on the built image before it is tagged (see enginecheck)."""
-    from . import enginecheck
-
-    return lambda image: enginecheck.verify(loaded, image)
 
 
 def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict | None = None) -> None:
@@ -252,16 +267,3 @@ def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict | None = N
     rows.update(extra or {})
     log.summary(title, rows)
 
-
-def require_built(docker: DockerEngine, name: str):
-    """The image built from the current inputs, or ImageNotBuilt."""
-    from .errors import ImageNotBuilt
-
-    loaded, engine_image, recipe_image = resolve(name)
-    img = existing(docker, recipe_image.tag, recipe_image.digest)
-    if img is None:
-        raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {name}) is not built")
-    return loaded, recipe_image, img
-
-
-__all__ = ["BuildOutcome", "build_recipe", "build_engine", "resolve", "existing", "require_built", "BuildFailed"]

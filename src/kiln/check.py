@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from . import log
-from .errors import KilnError, RecipeInvalid
+from .argcheck import check_against_engine
+from .errors import RecipeInvalid
+from .overrides import load_override
+from .patching.series import recipe_series
+from .paths import repo_root
 from .recipe import load_recipe, recipe_dir, recipe_names
 
 
@@ -16,8 +20,6 @@ def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
 
 def check_one(name: str) -> list[str]:
     """Problems with one recipe, as one-line messages (empty when it is fine)."""
-    from .overrides import load_override
-
     try:
         loaded = load_recipe(recipe_dir(name))
     except RecipeInvalid as exc:
@@ -34,11 +36,19 @@ def check_one(name: str) -> list[str]:
         except RecipeInvalid as exc:
             problems += exc.problems
             continue
-        if override.override.engine.version != loaded.recipe.engine.version:
+        version = loaded.recipe.engine.version
+        if override.versioned and not override.supports(version):
+            have = ", ".join(override.series_versions())
+            problems.append(
+                f"{_rel(override.dir / override.override.patches)}: {fdir.name} has no series for "
+                f"{override.override.engine.name}=={version} (it has: {have}; port it: kiln patches checkout "
+                f"--feature {name}/{fdir.name} --engine {version} --series-from {override.series_versions()[-1]})"
+            )
+        elif not override.versioned and override.override.engine.version != version:
             problems.append(
                 f"{_rel(override.dir / 'override.yaml')}: engine.version: {fdir.name} targets "
                 f"{override.override.engine.name}=={override.override.engine.version}, recipe pins "
-                f"{loaded.recipe.engine.version} (kiln override rebase {name} {fdir.name} --from "
+                f"{version} (kiln override rebase {name} {fdir.name} --from "
                 f"{override.override.engine.version})"
             )
     problems += _launch_args(loaded)
@@ -46,21 +56,22 @@ def check_one(name: str) -> list[str]:
 
 
 def _rel(path) -> str:
-    from .paths import repo_root
-
     try:
         return str(path.relative_to(repo_root()))
     except ValueError:
         return str(path)
 
 
+def _series_used(name: str) -> list[dict]:
+    """Which patch series a valid recipe's image applies, in order."""
+    loaded = load_recipe(recipe_dir(name))
+    return [{"applies": what, "file": _rel(file) if file else None, "patches": count}
+            for what, file, count in recipe_series(loaded)]
+
+
 def _launch_args(loaded) -> list[str]:
     """Flags checked against the built engine's own parser, when that image exists."""
-    try:
-        from .argcheck import check_against_engine
-    except ModuleNotFoundError:
-        return []
-    return check_against_engine(loaded, build_if_missing=False)
+    return check_against_engine(loaded)
 
 
 def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
@@ -71,11 +82,15 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     report = []
     for recipe in names:
         found = check_one(recipe)
-        report.append({"name": recipe, "valid": not found, "problems": found})
+        entry = {"name": recipe, "valid": not found, "problems": found}
         if found:
             problems += found
         else:
+            entry["series"] = _series_used(recipe)
             log.ok(f"{recipe}")
+            for s in entry["series"]:
+                log.info(f"{s['applies']}: {s['file'] or 'no series'} ({s['patches']} patch(es))")
+        report.append(entry)
     if as_json:
         log.emit_json({"valid": not problems, "recipes": report})
     if problems:
@@ -83,5 +98,3 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     log.info(f"{len(names)} recipe(s) valid")
     return 0
 
-
-__all__ = ["check", "check_one", "KilnError"]

@@ -4,14 +4,29 @@ subclasses turned into one-line messages and their exit codes here, and only her
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
+import shlex
 import sys
+import traceback
+from importlib.metadata import PackageNotFoundError, version
 
+import shtab
 from rich.markup import escape
 
-from . import log
+from . import __version__, log, patchcmd, publish
+from .base import build_base
+from .build import build_recipe
+from .check import check
+from .dockerengine import DockerEngine
+from .doctor import doctor
 from .errors import KilnError, UsageError
+from .images import resolve
+from .launch import launch_document
+from .paths import recipes_dir
+from .prune import prune
+from .recipe import json_schema, load_recipe, recipe_names
+from .runner import logs, ps, run, stop
+from .smoke import smoke_cli
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,20 +37,13 @@ class _Parser(argparse.ArgumentParser):
 
 def _version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("kiln")
-    except Exception:  # running from a source tree that was never installed
-        from . import __version__
-
+    except PackageNotFoundError:  # running from a source tree that was never installed
         return __version__
 
 
 # -- commands -------------------------------------------------------------------------
 def cmd_list(args) -> int:
-    from .paths import recipes_dir
-    from .recipe import load_recipe, recipe_names
-
     rows = []
     for name in recipe_names():
         try:
@@ -57,9 +65,6 @@ def cmd_list(args) -> int:
 
 
 def show_document(name: str) -> dict:
-    from .build import resolve
-    from .launch import launch_document
-
     loaded, engine_image, recipe_image = resolve(name)
     return {
         "recipe": loaded.recipe.model_dump(mode="json", by_alias=True),
@@ -72,8 +77,6 @@ def show_document(name: str) -> dict:
 
 
 def cmd_show(args) -> int:
-    import shlex
-
     doc = show_document(args.name)
     if args.json:
         log.emit_json(doc)
@@ -105,21 +108,15 @@ def cmd_show(args) -> int:
 
 
 def cmd_check(args) -> int:
-    from .check import check
-
     return check(args.name, all_recipes=args.all, as_json=args.json)
 
 
 def cmd_schema(args) -> int:
-    from .recipe import json_schema
-
     print(json.dumps(json_schema(), indent=2))
     return 0
 
 
 def cmd_build(args) -> int:
-    from .build import build_recipe
-
     outcome = build_recipe(args.name, force=args.force or args.no_cache, force_engine=args.force_engine,
                            ca_flag=args.ca_bundle, nocache=args.no_cache)
     if args.json:
@@ -128,61 +125,39 @@ def cmd_build(args) -> int:
 
 
 def cmd_base_build(args) -> int:
-    from .base import build_base
-    from .dockerengine import DockerEngine
-
     build_base(DockerEngine(), tag=args.tag, force=args.force)
     return 0
 
 
 def cmd_doctor(args) -> int:
-    from .doctor import doctor
-
     return doctor(as_json=args.json)
 
 
 def cmd_run(args) -> int:
-    from .runner import run
-
     return run(args)
 
 
 def cmd_ps(args) -> int:
-    from .runner import ps
-
     return ps(args)
 
 
 def cmd_logs(args) -> int:
-    from .runner import logs
-
     return logs(args)
 
 
 def cmd_stop(args) -> int:
-    from .runner import stop
-
     return stop(args)
 
 
 def cmd_prune(args) -> int:
-    from .prune import prune
-
     return prune(args.names, dry_run=args.dry_run)
 
 
 def cmd_smoke(args) -> int:
-    from .smoke import smoke_cli
-
     return smoke_cli(args)
 
 
 def cmd_completion(args) -> int:
-    try:
-        import shtab
-    except ModuleNotFoundError:
-        raise UsageError("shell completion needs the `shtab` package, which is not installed",
-                         hint="pip install shtab (kiln depends on it; reinstall kiln to get it)") from None
     print(shtab.complete(build_parser(), shell=args.shell))
     return 0
 
@@ -270,12 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("name")
     s.add_argument("--build", action="store_true", help="build first if needed")
     s.set_defaults(func=cmd_smoke)
-    for module in ("kiln.patchcmd", "kiln.publish"):
-        try:
-            importlib.import_module(module).register(sub)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+    patchcmd.register(sub)
+    publish.register(sub)
     s = sub.add_parser("completion", help="print a shell completion script (bash, zsh, tcsh)")
     s.add_argument("shell", choices=("bash", "zsh", "tcsh"))
     s.set_defaults(func=cmd_completion)
@@ -300,8 +271,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KilnError as exc:
         if log.DEBUG:
-            import traceback
-
             traceback.print_exc()
         _print_error(exc, as_json)
         return exc.exit_code

@@ -12,12 +12,11 @@ import urllib.error
 import urllib.request
 from collections import deque
 
-import docker.errors
-
 from . import log
-from .dockerengine import DockerEngine
+from .dockerengine import Container, DockerEngine, DockerError
 from .errors import ContainerStartFailed, ModelPathMissing, NoGPU, PortInUse
-from .launch import LABEL_RECIPE, LABEL_URL, RunSpec, model_mounts
+from .launch import LABEL_RECIPE, LABEL_URL, RunSpec, launch_document, model_mounts
+from .progress import Activity
 from .recipe import LoadedRecipe
 
 
@@ -47,28 +46,22 @@ def wait_for_health(base_url: str, timeout_s: float) -> float:
     raise TimeoutError(f"no 200 from {base_url}/health after {timeout_s:.0f} s")
 
 
-def kiln_containers(client, *, all_states: bool = False) -> list:
+def kiln_containers(docker: DockerEngine, *, all_states: bool = False) -> list[Container]:
     """Containers that kiln started (by label), newest first."""
-    return client.containers.list(all=all_states, filters={"label": LABEL_RECIPE})
+    return docker.containers(label=LABEL_RECIPE, all_states=all_states)
 
 
-def kiln_container_on_port(port: int, client=None):
+def kiln_container_on_port(port: int, docker: DockerEngine | None = None) -> Container | None:
     """The kiln container publishing host `port`, or None (also when no daemon answers)."""
     try:
-        client = client or DockerEngine().client
-        for box in kiln_containers(client):
-            bindings = (box.attrs.get("HostConfig") or {}).get("PortBindings") or {}
-            for binds in bindings.values():
-                if any(str(b.get("HostPort")) == str(port) for b in binds or []):
-                    return box
+        return next((box for box in kiln_containers(docker or DockerEngine()) if box.publishes(port)), None)
     except Exception:  # best effort: it only improves an error message
         return None
-    return None
 
 
-def port_in_use(host: str, port: int, client=None) -> PortInUse:
+def port_in_use(host: str, port: int, docker: DockerEngine | None = None) -> PortInUse:
     where = f"port {port} on {host or '0.0.0.0'}"
-    box = kiln_container_on_port(port, client)
+    box = kiln_container_on_port(port, docker)
     if box is None:
         return PortInUse(f"{where} is already in use")
     recipe = box.labels.get(LABEL_RECIPE, "?")
@@ -115,8 +108,6 @@ def run_spec(loaded: LoadedRecipe, image: str, *, host_port: int, host_ip: str =
 def _explicit_env(loaded: LoadedRecipe) -> dict[str, str]:
     """The launch env (also baked into the image), spelled out on the command line so a
     printed `docker run` says exactly what the server gets."""
-    from .launch import launch_document
-
     env = dict(launch_document(loaded)["env"])
     if not env.get("KILN_FEATURES"):
         env.pop("KILN_FEATURES", None)
@@ -141,35 +132,31 @@ class ServingContainer:
     def __init__(self, docker: DockerEngine, spec: RunSpec):
         self.docker = docker
         self.spec = spec
-        self.container = None
+        self.container: Container | None = None
         self.captured: deque[str] = deque(maxlen=5000)
         self.exit_code: int | None = None
         self._gone = threading.Event()
 
     def start(self) -> None:
-        client = self.docker.client
         try:
-            self.container = client.containers.create(**self.spec.sdk_kwargs())
+            self.container = self.docker.create_container(**self.spec.sdk_kwargs())
             self._watch_exit()
             self.container.start()
-        except docker.errors.APIError as exc:
+        except DockerError as exc:
             self.remove()
-            text = " ".join(str(getattr(exc, "explanation", None) or exc).split())
+            text = str(exc)
             if "port is already allocated" in text or "address already in use" in text:
-                raise port_in_use(self.spec.host_ip, self.spec.host_port, client) from None
+                raise port_in_use(self.spec.host_ip, self.spec.host_port, self.docker) from None
             raise ContainerStartFailed(f"docker could not start {self.spec.image}: {text[:300]}") from None
         threading.Thread(target=self._capture, daemon=True).start()
 
     def _watch_exit(self) -> None:
         """Record the exit code even when AutoRemove deletes the container right after."""
         condition = "removed" if self.spec.remove else "not-running"
-        api, cid = self.docker.client.api, self.container.id
+        container = self.container
 
         def wait():
-            try:
-                self.exit_code = api.wait(cid, condition=condition).get("StatusCode")
-            except Exception:  # gone before the wait was registered
-                pass
+            self.exit_code = container.wait_gone(condition)
             self._gone.set()
 
         threading.Thread(target=wait, daemon=True).start()
@@ -182,7 +169,7 @@ class ServingContainer:
     def _capture(self) -> None:
         try:
             pending = ""
-            for chunk in self.container.logs(stream=True, follow=True):
+            for chunk in self.container.follow_logs():
                 pending += chunk.decode(errors="replace")
                 *lines, pending = pending.split("\n")
                 self.captured.extend(lines)
@@ -199,43 +186,42 @@ class ServingContainer:
         """The last `tail` lines: from the daemon while the container exists, else captured."""
         if self.container is None:
             return ""
-        try:
-            return self.container.logs(tail=tail).decode(errors="replace")
-        except docker.errors.APIError:
-            lines = list(self.captured)[-tail:]
-            return "\n".join(lines) + ("\n" if lines else "")
+        text = self.container.logs(tail=tail)
+        if text is not None:
+            return text.decode(errors="replace")
+        lines = list(self.captured)[-tail:]
+        return "\n".join(lines) + ("\n" if lines else "")
 
     def status(self) -> str:
-        try:
-            self.container.reload()
-            return self.container.status
-        except docker.errors.NotFound:
-            return "removed"
+        return self.container.refresh()
 
     def wait_healthy(self, timeout_s: float) -> float:
         """Seconds until /health answered 200; ContainerStartFailed if it exits or times out."""
         t0 = time.monotonic()
         last_line = ""
-        with log.console.status(f"waiting for {self.url}/health") as status:
+        with Activity(f"waiting for {self.url}/health") as activity:
             while True:
                 elapsed = time.monotonic() - t0
                 state = self.status()
                 if state in ("exited", "dead", "removed"):
                     exit_code = self.wait_exited(5)  # and the log read to its end
                     time.sleep(0.2)
+                    activity.stop()
                     self._dump_logs()
                     code = "?" if exit_code is None else exit_code
                     raise ContainerStartFailed(f"container {self.spec.name} exited during start (exit code {code})")
                 if health_ok(self.url):
+                    activity.stop()
                     log.ok(f"healthy after {elapsed:.1f} s: {self.url}")
                     return elapsed
                 if elapsed > timeout_s:
+                    activity.stop()
                     self._dump_logs()
                     raise ContainerStartFailed(f"{self.spec.name} not healthy after {timeout_s:.0f} s")
                 lines = [ln for ln in list(self.captured)[-3:] if ln.strip()]
                 if lines:
                     last_line = lines[-1][-110:]
-                status.update(f"waiting for {self.url}/health  {elapsed:5.0f}s / {timeout_s:.0f}s  {last_line}")
+                activity.update(f"(limit {timeout_s:.0f} s)  {last_line}")
                 time.sleep(0.5)
 
     def _dump_logs(self, tail: int = 100) -> None:
@@ -246,22 +232,18 @@ class ServingContainer:
             log.console.print("---", markup=False)
 
     def exec(self, cmd: list[str]) -> tuple[int, str]:
-        res = self.container.exec_run(cmd, demux=False)
-        return res.exit_code, (res.output or b"").decode(errors="replace")
+        return self.container.exec(cmd)
 
     def stop(self, timeout: int = 30) -> float:
         """Stop (SIGTERM, then SIGKILL after `timeout`); returns the seconds it took."""
         if self.container is None:
             return 0.0
         t0 = time.monotonic()
-        try:
-            self.container.stop(timeout=timeout)
-        except docker.errors.NotFound:
-            pass
+        self.container.stop(timeout=timeout)
         return time.monotonic() - t0
 
     def remove(self) -> None:
-        remove_container(self.docker.client, self.spec.name)
+        self.docker.remove_container(self.spec.name)
 
     def __enter__(self) -> ServingContainer:
         return self
@@ -269,22 +251,3 @@ class ServingContainer:
     def __exit__(self, *exc) -> None:
         self.stop(timeout=30)
         self.remove()
-
-
-def remove_container(client, name: str, timeout_s: float = 30) -> None:
-    """Remove `name` if it still exists and return once it is gone: AutoRemove may be
-    deleting it already, and a caller that lists containers next must not see it."""
-    try:
-        client.containers.get(name).remove(force=True)
-    except docker.errors.NotFound:
-        return
-    except docker.errors.APIError as exc:
-        if "removal of container" not in str(exc) and "is already in progress" not in str(exc):
-            raise
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            client.containers.get(name)
-        except docker.errors.NotFound:
-            return
-        time.sleep(0.2)

@@ -9,7 +9,7 @@ Two sources, with one rule each:
   Without it they never go to a base image's registry: a password set to publish to a
   private registry must not reach whichever registry hosts a base image.
 * Everything else comes from the docker config for that host, read through the docker
-  SDK's own auth code (`docker.auth`: `credHelpers` / `credsStore` helpers, `auths`
+  SDK's own auth code (behind `dockerengine.config_auth`: `credHelpers` / `credsStore` helpers, `auths`
   entries, Docker Hub's `https://index.docker.io/v1/` key, identity tokens), so kiln
   finds exactly what `docker login HOST` stored.
 
@@ -27,9 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-import docker.auth
-import docker.errors
-
+from .dockerengine import DockerError, config_auth, index_name
 from .errors import RegistryAuthFailed
 
 USER_ENV = "KILN_REGISTRY_USER"
@@ -61,7 +59,7 @@ def same_host(a: str, b: str) -> bool:
 
 
 def _host_key(name: str) -> str:
-    return docker.auth.resolve_index_name(name.strip().split("://", 1)[-1].split("/", 1)[0])
+    return index_name(name.strip().split("://", 1)[-1].split("/", 1)[0])
 
 
 def resolve(host: str, *, password_stdin: bool = False, stdin: TextIO | None = None) -> Credentials | None:
@@ -85,6 +83,12 @@ def for_pull(host: str) -> Credentials | None:
         if explicit is not None:
             return explicit
     return from_docker_config(host)
+
+
+def pull_auth(host: str) -> dict | None:
+    """The daemon's auth config for pulling a base image from `host`, and no other host."""
+    creds = for_pull(host)
+    return creds.auth_config(host) if creds else None
 
 
 def _from_env(password_stdin: bool, stdin: TextIO) -> Credentials | None:
@@ -123,13 +127,13 @@ def from_docker_config(host: str) -> Credentials | None:
         raise RegistryAuthFailed(f"cannot read {path}: {type(exc).__name__}",
                                  hint="fix the file, or move it away and `docker login` again") from None
     if not isinstance(doc, dict) or not any(doc.get(k) for k in ("auths", "credsStore", "credHelpers")):
-        return None  # (an empty dict would send docker.auth looking in ~/.docker instead)
+        return None  # (an empty dict would send the SDK looking in ~/.docker instead)
     try:
-        found = docker.auth.load_config(config_dict=doc).resolve_authconfig(_host_key(host))
-    except docker.errors.DockerException as exc:  # bad `auth` entry, failing credential helper
-        raise RegistryAuthFailed(f"{path}: credentials for {host}: {_first_line(exc)}",
+        found = config_auth(doc, _host_key(host))
+    except DockerError as exc:  # bad `auth` entry, failing credential helper
+        raise RegistryAuthFailed(f"{path}: credentials for {host}: {exc}",
                                  hint="fix that entry (or its credential helper), or `docker login` again") from None
-    return _credentials(found or {}, path)
+    return _credentials(found, path)
 
 
 def _credentials(found: dict, path: Path) -> Credentials | None:
@@ -140,7 +144,3 @@ def _credentials(found: dict, path: Path) -> Credentials | None:
         return None  # e.g. an empty `auths` entry: anonymous, like docker
     helper = " (credential helper)" if "ServerAddress" in found else ""
     return Credentials(user, password, f"docker config {path}{helper}", identity_token=token)
-
-
-def _first_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200]

@@ -7,24 +7,28 @@ stay here.
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Protocol
 
 import docker
 import docker.auth
 import docker.errors
 import requests
 import urllib3
+from docker.models.containers import Container as _SDKContainer
 from docker.models.images import Image
 
 from . import log
-from .context import BuildContext
 from .errors import BaseImageMissing, BuildFailed, DockerUnavailable, PushFailed
+from .progress import Activity
 
-HEARTBEAT_S = 10.0
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
 _BUILT = re.compile(r"Successfully built ([0-9a-f]{12,64})")
@@ -32,6 +36,12 @@ _BUILT = re.compile(r"Successfully built ([0-9a-f]{12,64})")
 _BOOKKEEPING = re.compile(r"^ ---> |^Removing intermediate container ")
 # daemons that leave errorDetail.code out still end the message with the status
 _RUN_STATUS = re.compile(r"returned a non-zero code: (\d+)")
+
+
+class TarContext(Protocol):
+    """A build context, as the daemon needs it: a tar stream (kiln's `context.BuildContext`)."""
+
+    def write_tar(self, fileobj: IO[bytes]) -> None: ...
 
 
 @dataclass
@@ -44,10 +54,12 @@ class BuildResult:
 
 
 class _BuildProgress:
-    """Turns the legacy builder's JSON stream into readable step lines with timings."""
+    """Turns the legacy builder's JSON stream into readable step lines with timings; a
+    long step's own output shows as live progress (`progress.Activity`), not a flood."""
 
-    def __init__(self, label: str, quiet: bool = False):
+    def __init__(self, label: str, activity: Activity, quiet: bool = False):
         self.label = label
+        self.activity = activity
         self.quiet = quiet
         self.tail: deque[str] = deque(maxlen=40)
         self.step_tail: deque[str] = deque(maxlen=40)  # output of the current step only
@@ -55,7 +67,6 @@ class _BuildProgress:
         self.current_cached = False
         self.t_step = time.monotonic()
         self.result = BuildResult(image_id="")
-        self._last_progress = 0.0
 
     def _close_step(self) -> None:
         if self.current is None:
@@ -74,10 +85,8 @@ class _BuildProgress:
         if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
             self.result.image_id = chunk["aux"]["ID"]
         if "status" in chunk:  # base image pull during FROM
-            now = time.monotonic()
-            if not self.quiet and now - self._last_progress > 2:
-                self._last_progress = now
-                log.info(f"  pull: {chunk['status']} {chunk.get('progress', '')}".rstrip())
+            if not self.quiet:
+                self.activity.update(f"pull: {chunk['status']} {chunk.get('progress', '')}".rstrip())
             return
         text = chunk.get("stream")
         if not text:
@@ -94,6 +103,7 @@ class _BuildProgress:
                 self.step_tail.clear()
                 self.t_step = time.monotonic()
                 self.result.steps = int(m.group(2))
+                self.activity.restart(f"{self.label} step {m.group(1)}/{m.group(2)}")
                 if not self.quiet:
                     log.console.print(f"[bold]{self.label}[/] {line[:160]}", markup=True, highlight=False)
                 continue
@@ -105,17 +115,16 @@ class _BuildProgress:
             if m and not self.result.image_id:
                 self.result.image_id = m.group(1)
             self.tail.append(line)
-            if not _BOOKKEEPING.match(line):
+            bookkeeping = bool(_BOOKKEEPING.match(line))
+            if not bookkeeping:
                 self.step_tail.append(line)
             if self.quiet or line.startswith(" ---> "):
                 continue
             if log.DEBUG:
                 log.info(f"    {line[:200]}")
-            elif time.monotonic() - self._last_progress > HEARTBEAT_S:
+            elif not bookkeeping and not line.startswith("Successfully "):
                 # long RUN steps (pip installs) stay visibly alive without flooding the log
-                self._last_progress = time.monotonic()
-                elapsed = time.monotonic() - self.t_step
-                log.info(f"    ... {elapsed:4.0f} s  {line[:150]}")
+                self.activity.update(line)
 
 
 class _StreamError(Exception):
@@ -148,14 +157,14 @@ class PushResult:
 
 
 class _PushProgress:
-    """Turns the daemon's push stream into one line per finished layer plus a heartbeat
+    """Turns the daemon's push stream into one line per finished layer plus progress
     with the bytes sent, so a multi-GB push is visibly alive without a line per chunk."""
 
-    def __init__(self, quiet: bool = False):
+    def __init__(self, activity: Activity, quiet: bool = False):
+        self.activity = activity
         self.quiet = quiet
         self.sent: dict[str, tuple[int, int]] = {}  # layer id -> (current, total)
         self.result = PushResult()
-        self._last_beat = time.monotonic()
 
     def feed(self, chunk: dict) -> None:
         if "error" in chunk or "errorDetail" in chunk:
@@ -183,16 +192,101 @@ class _PushProgress:
             self._say(f"  {layer} upload failed; {status[0].lower()}{status[1:]}", warn=True)
 
     def _heartbeat(self) -> None:
-        if self.quiet or time.monotonic() - self._last_beat < 2.0:
+        if self.quiet:
             return
-        self._last_beat = time.monotonic()
         done = sum(c for c, _ in self.sent.values())
         total = sum(t for _, t in self.sent.values())
-        log.info(f"  pushing {log.human_size(done)} / {log.human_size(total)} ({len(self.sent)} layers)")
+        self.activity.update(f"{len(self.sent)} layers", done=done, total=total)
 
     def _say(self, line: str, warn: bool = False) -> None:
         if not self.quiet:
             (log.warn if warn else log.info)(line.strip() if warn else line)
+
+
+class DockerError(Exception):
+    """The daemon (or the SDK reading the docker config) refused a request; the message
+    is its own explanation on one line. Callers turn it into their typed error."""
+
+
+class Container:
+    """One container, in kiln terms. A container that is already gone (AutoRemove may
+    delete it at any moment) reads as gone instead of raising the SDK's NotFound."""
+
+    def __init__(self, sdk: _SDKContainer):
+        self._sdk = sdk
+
+    @property
+    def id(self) -> str:
+        return self._sdk.id
+
+    @property
+    def name(self) -> str:
+        return self._sdk.name
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self._sdk.labels or {}
+
+    @property
+    def status(self) -> str:
+        """The state as last read (`refresh` reads it again)."""
+        return self._sdk.status
+
+    @property
+    def health(self) -> str:
+        """The HEALTHCHECK status, "-" for an image without one."""
+        return ((self._sdk.attrs.get("State") or {}).get("Health") or {}).get("Status", "-")
+
+    def publishes(self, host_port: int) -> bool:
+        """True when this container publishes `host_port` on the host."""
+        bindings = (self._sdk.attrs.get("HostConfig") or {}).get("PortBindings") or {}
+        return any(str(b.get("HostPort")) == str(host_port) for binds in bindings.values() for b in binds or [])
+
+    def refresh(self) -> str:
+        """The current state, "removed" once the container no longer exists."""
+        try:
+            self._sdk.reload()
+            return self._sdk.status
+        except docker.errors.NotFound:
+            return "removed"
+
+    def start(self) -> None:
+        try:
+            self._sdk.start()
+        except docker.errors.APIError as exc:
+            raise DockerError(_short(exc)) from None
+
+    def logs(self, tail: int | str = "all") -> bytes | None:
+        """The last `tail` lines of its log; None once the daemon cannot give them."""
+        try:
+            return self._sdk.logs(tail=tail)
+        except docker.errors.APIError:
+            return None
+
+    def follow_logs(self, tail: int | str = "all") -> Iterator[bytes]:
+        """Its log as it is written, until the container stops or is removed."""
+        try:
+            yield from self._sdk.logs(stream=True, follow=True, tail=tail)
+        except docker.errors.NotFound:  # removed before (or while) the stream attached
+            return
+
+    def wait_gone(self, condition: str) -> int | None:
+        """Block until the container is `condition` ("removed", "not-running"); its exit
+        code, None when it was gone before the wait was registered."""
+        try:
+            return self._sdk.client.api.wait(self.id, condition=condition).get("StatusCode")
+        except Exception:  # gone before the wait was registered: nothing to report
+            return None
+
+    def exec(self, cmd: list[str]) -> tuple[int, str]:
+        res = self._sdk.exec_run(cmd, demux=False)
+        return res.exit_code, (res.output or b"").decode(errors="replace")
+
+    def stop(self, timeout: int) -> None:
+        try:
+            self._sdk.stop(timeout=timeout)
+        except docker.errors.NotFound:
+            pass
 
 
 class DockerEngine:
@@ -225,7 +319,10 @@ class DockerEngine:
                 return None
             raise
 
-    def ensure_base(self, ref: str, *, pull: bool) -> Image:
+    def ensure_base(self, ref: str, *, pull: bool,
+                    auth: Callable[[str], dict | None] | None = None) -> Image:
+        """The local image `ref`, pulled first when allowed; `auth(registry host)` gives the
+        credentials for that pull (asked only when a pull happens)."""
         img = self.image(ref)
         if img is not None:
             return img
@@ -233,14 +330,23 @@ class DockerEngine:
             raise BaseImageMissing(f"base image {ref} is not present locally")
         log.step(f"pulling {ref}")
         repo, tag = split_ref(ref)
-        auth = _pull_auth(repo)
-        t0 = last = time.monotonic()
+        auth_config = auth(registry_of(repo)) if auth else None
+        t0 = time.monotonic()
+        layers: dict[str, tuple[int, int]] = {}  # layer id -> (bytes done, bytes total)
         try:
-            for chunk in self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth):
-                if "status" in chunk and (log.DEBUG or time.monotonic() - last > 2):
-                    last = time.monotonic()
-                    log.info(f"  pull {time.monotonic() - t0:5.0f} s  {chunk.get('id', '')} {chunk['status']} "
-                             f"{chunk.get('progress', '')}".rstrip())
+            with Activity(f"pulling {ref}", unit_bytes=True) as activity:
+                for chunk in self.client.api.pull(repo, tag=tag, stream=True, decode=True,
+                                                 auth_config=auth_config):
+                    if "status" not in chunk:
+                        continue
+                    detail = chunk.get("progressDetail") or {}
+                    if chunk.get("id") and detail.get("total"):
+                        layers[chunk["id"]] = (int(detail.get("current") or 0), int(detail["total"]))
+                    if log.DEBUG:
+                        log.info(f"  pull {chunk.get('id', '')} {chunk['status']} {chunk.get('progress', '')}")
+                    activity.update(f"{chunk.get('id', '')} {chunk['status']}",
+                                    done=sum(c for c, _ in layers.values()),
+                                    total=sum(t for _, t in layers.values()))
             img = self.client.images.get(ref)
             log.ok(f"pulled {ref} in {log.human_secs(time.monotonic() - t0)}")
             return img
@@ -252,11 +358,92 @@ class DockerEngine:
         if not self.client.api.tag(image_id, repo, tag, force=True):
             raise BuildFailed(f"could not tag {image_id[:19]} as {ref}")
 
+    def require_image(self, ref: str) -> Image:
+        """The image `ref` names, which the caller just built or tagged."""
+        img = self.image(ref)
+        if img is None:
+            raise BuildFailed(f"image {ref[:71]} vanished from the daemon right after it was made")
+        return img
+
+    def images(self, *, label: str | None = None, name: str | None = None) -> list[Image]:
+        """Local images carrying `label` (a key, or key=value) and/or in repository `name`."""
+        return self.client.images.list(name=name, filters={"label": label} if label else None)
+
     def remove_image(self, ref: str) -> None:
         try:
             self.client.images.remove(ref, noprune=False)
         except docker.errors.ImageNotFound:
             pass
+
+    def import_rootfs(self, tarball: Path, ref: str, changes: list[str]) -> Image | None:
+        """`docker import` of a root filesystem tarball as `ref`, with Dockerfile `changes`."""
+        repo, _, tag = ref.rpartition(":")
+        with tarball.open("rb") as fh:
+            resp = self.client.api.import_image(src=fh, repository=repo, tag=tag, changes=changes)
+        log.debug(f"docker import: {str(resp)[:200]}")
+        return self.image(ref)
+
+    def run_script(self, image_id: str, script: str, *, marker: str, what: str, timeout_s: float,
+                   env: dict[str, str] | None = None, cause: str = "") -> dict:
+        """Run `python -c script` in a throwaway, network-less container of `image_id` and
+        return the JSON the script printed after `marker ` on one line of its output.
+        BuildFailed (`what` names the job) when it does not finish, fails or prints no
+        such line: what a built image reports about itself must be read, never guessed."""
+        container = self.client.containers.create(
+            image_id, entrypoint=["python", "-c", script], network_disabled=True, detach=True,
+            environment=env or {})
+        try:
+            container.start()
+            status = container.wait(timeout=timeout_s)
+            output = container.logs().decode(errors="replace")
+        except Exception as exc:  # timeouts and API errors alike: the answer cannot be trusted
+            raise BuildFailed(f"{what} did not finish: {exc}") from None
+        finally:
+            container.remove(force=True)
+        prefix = f"{marker} "
+        line = next((ln for ln in output.splitlines() if ln.startswith(prefix)), None)
+        if status.get("StatusCode") != 0 or line is None:
+            tail = " | ".join(output.strip().splitlines()[-3:]) or "no output"
+            raise BuildFailed(f"{what} failed{cause}: {tail}")
+        return json.loads(line.removeprefix(prefix))
+
+    # -- containers ---------------------------------------------------------
+    def containers(self, *, label: str, all_states: bool = False) -> list[Container]:
+        """Containers carrying `label` (running ones only unless `all_states`), newest first."""
+        return [Container(c) for c in self.client.containers.list(all=all_states, filters={"label": label})]
+
+    def container(self, name: str) -> Container | None:
+        """The container called `name` (or with that id prefix), None when there is none."""
+        try:
+            return Container(self.client.containers.get(name))
+        except docker.errors.NotFound:
+            return None
+
+    def create_container(self, **sdk_kwargs) -> Container:
+        """A created (not started) container; `sdk_kwargs` as `RunSpec.sdk_kwargs()` spells them."""
+        try:
+            return Container(self.client.containers.create(**sdk_kwargs))
+        except docker.errors.APIError as exc:
+            raise DockerError(_short(exc)) from None
+
+    def remove_container(self, name: str, timeout_s: float = 30) -> None:
+        """Remove `name` if it still exists and return once it is gone: AutoRemove may be
+        deleting it already, and a caller that lists containers next must not see it."""
+        client = self.client
+        try:
+            client.containers.get(name).remove(force=True)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            if "removal of container" not in str(exc) and "is already in progress" not in str(exc):
+                raise
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                client.containers.get(name)
+            except docker.errors.NotFound:
+                return
+            time.sleep(0.2)
 
     def push(self, ref: str, *, auth_config: dict | None = None, quiet: bool = False) -> PushResult:
         """Push one local tag (layers, then the manifest under that tag) with progress.
@@ -264,13 +451,14 @@ class DockerEngine:
         The daemon writes the tag only after every layer is up, so a failure midway
         leaves the registry's tags untouched. `auth_config` travels to the daemon in the
         request header only (never into ~/.docker/config.json)."""
-        progress = _PushProgress(quiet=quiet)
         repo, _, tag = ref.rpartition(":")
         t0 = time.monotonic()
         try:
-            stream = self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth_config)
-            for chunk in stream:
-                progress.feed(chunk)
+            with Activity(f"pushing {ref}", unit_bytes=True, silent=quiet) as activity:
+                progress = _PushProgress(activity, quiet=quiet)
+                stream = self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth_config)
+                for chunk in stream:
+                    progress.feed(chunk)
         except _StreamError as exc:
             raise PushFailed(f"push of {ref} failed: {_one_line(str(exc))}") from None
         except docker.errors.APIError as exc:
@@ -282,7 +470,7 @@ class DockerEngine:
 
     def build(
         self,
-        context: BuildContext,
+        context: TarContext,
         *,
         label: str,
         buildargs: dict[str, str] | None = None,
@@ -291,9 +479,10 @@ class DockerEngine:
         quiet: bool = False,
     ) -> BuildResult:
         """Build an untagged image; the caller tags it only once the build succeeded."""
-        progress = _BuildProgress(label, quiet=quiet)
+        activity = Activity(label, silent=quiet)
+        progress = _BuildProgress(label, activity, quiet=quiet)
         t0 = time.monotonic()
-        with tempfile.TemporaryFile() as tar:
+        with tempfile.TemporaryFile() as tar, activity:
             context.write_tar(tar)
             tar.seek(0)
             try:
@@ -328,6 +517,7 @@ class DockerEngine:
     def _fail(self, progress: _BuildProgress, message: str, status: int | None = None) -> None:
         # A daemon shutting down stops the step's container first (so the step "fails",
         # often with 143) and stops listening: a daemon that does not answer now is the cause.
+        progress.activity.stop()
         if not self._alive():
             self._daemon_gone(progress, f"the step was stopped (status {status})" if status else message)
         step = progress.current or "(before the first step)"
@@ -382,14 +572,25 @@ def split_ref(ref: str) -> tuple[str, str | None]:
     return (ref[:colon], ref[colon + 1:]) if colon > slash else (ref, None)
 
 
-def _pull_auth(repo: str) -> dict | None:
-    """Credentials for the registry that serves a base image, and for no other: its
-    docker config entry (the env credentials only where KILN_REGISTRY_HOST names it)."""
-    from .credentials import for_pull
+def registry_of(repo: str) -> str:
+    """The registry host serving `repo`, as docker resolves it ("docker.io" for Hub names)."""
+    host, _ = docker.auth.resolve_repository_name(repo)
+    return host
 
-    host, _ = docker.auth.resolve_repository_name(repo)  # "docker.io" for Hub names
-    creds = for_pull(host)
-    return creds.auth_config(host) if creds else None
+
+def index_name(name: str) -> str:
+    """A registry host as the docker config keys it (Docker Hub's aliases as one)."""
+    return docker.auth.resolve_index_name(name)
+
+
+def config_auth(config: dict, host: str) -> dict:
+    """What a docker config document (`auths`, `credsStore`, `credHelpers`) holds for
+    `host`, resolved by the SDK's own auth code ({} when nothing); DockerError when an
+    entry is bad or a credential helper fails."""
+    try:
+        return docker.auth.load_config(config_dict=config).resolve_authconfig(host) or {}
+    except docker.errors.DockerException as exc:
+        raise DockerError(" ".join(str(exc).split())[:200]) from None
 
 
 def _short(exc: BaseException) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 
 from . import log
 from .ca import resolve_ca
@@ -24,8 +25,6 @@ def _row(ok: bool | None, what: str, detail: str) -> bool:
 def _gpu() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
-    import subprocess
-
     out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 

@@ -8,6 +8,8 @@ writing the Dockerfile. `build.py` runs `verify` before tagging: a failure leave
 
 from __future__ import annotations
 
+from . import argcheck
+from .dockerengine import DockerEngine, Image
 from .errors import EngineMismatch, LaunchArgInvalid
 from .images import LABEL_NS
 from .recipe import LoadedRecipe
@@ -18,21 +20,18 @@ def _same_release(declared: str, found: str) -> bool:
     return found == declared or found.split("+", 1)[0] == declared.split("+", 1)[0]
 
 
-def verify(loaded: LoadedRecipe, image, docker=None) -> None:
+def verify(loaded: LoadedRecipe, image: Image, docker: DockerEngine) -> None:
     verify_labels(loaded, image)
     verify_launch_args(loaded, image, docker)
 
 
-def verify_launch_args(loaded: LoadedRecipe, image, docker=None) -> None:
-    from . import argcheck
-    from .dockerengine import DockerEngine
-
-    problems = argcheck.check_image(docker or DockerEngine(), loaded, image)
+def verify_launch_args(loaded: LoadedRecipe, image: Image, docker: DockerEngine) -> None:
+    problems = argcheck.check_image(docker, loaded, image)
     if problems:
         raise LaunchArgInvalid("; ".join(problems))
 
 
-def verify_labels(loaded: LoadedRecipe, image) -> None:
+def verify_labels(loaded: LoadedRecipe, image: Image) -> None:
     labels = image.labels or {}
     recipe = loaded.recipe
     checks = [

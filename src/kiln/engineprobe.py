@@ -5,17 +5,17 @@ from the index, NCCL from the nvidia-nccl wheel torch pins. So after the engine 
 built, a short container imports torch inside it (no GPU needed) and prints what it
 finds; a derived image (`FROM <id>` plus labels, no new filesystem layer) carries the
 answers as `ai.kiln.engine.torch` / `.cuda` / `.nccl`, and that image is what gets
-tagged. `enginecheck` compares these labels with the recipe's declared engine.
+tagged (`build.stamp` heals an image built before probing existed). `enginecheck`
+compares these labels with the recipe's declared engine.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 from . import log
 from .context import BuildContext
-from .errors import BuildFailed
+from .dockerengine import DockerEngine, Image
 from .images import LABEL_NS
 
 TORCH = f"{LABEL_NS}.engine.torch"
@@ -52,24 +52,10 @@ print("KILN-PROBE " + json.dumps(out))
 """
 
 
-def probe(docker, image_id: str) -> dict[str, str | None]:
+def probe(docker: DockerEngine, image_id: str) -> dict[str, str | None]:
     """{"torch", "cuda", "nccl"} as found inside the image (None when absent)."""
-    container = docker.client.containers.create(
-        image_id, entrypoint=["python", "-c", PROBE], network_disabled=True, detach=True
-    )
-    try:
-        container.start()
-        status = container.wait(timeout=PROBE_TIMEOUT_S)
-        output = container.logs().decode(errors="replace")
-    except Exception as exc:  # timeouts and API errors alike: the build cannot be trusted
-        raise BuildFailed(f"engine probe in {image_id[:19]} did not finish: {exc}") from None
-    finally:
-        container.remove(force=True)
-    line = next((ln for ln in output.splitlines() if ln.startswith("KILN-PROBE ")), None)
-    if status.get("StatusCode") != 0 or line is None:
-        tail = " | ".join(output.strip().splitlines()[-3:]) or "no output"
-        raise BuildFailed(f"engine probe in {image_id[:19]} failed (torch not importable?): {tail}")
-    return json.loads(line.removeprefix("KILN-PROBE "))
+    return docker.run_script(image_id, PROBE, marker="KILN-PROBE", what=f"engine probe in {image_id[:19]}",
+                             timeout_s=PROBE_TIMEOUT_S, cause=" (torch not importable?)")
 
 
 def labels_for(found: dict[str, str | None]) -> dict[str, str]:
@@ -85,11 +71,11 @@ def labels_for(found: dict[str, str | None]) -> dict[str, str]:
     return out
 
 
-def is_stamped(image) -> bool:
+def is_stamped(image: Image) -> bool:
     return PROBED in (image.labels or {})
 
 
-def labelled(docker, image) -> str:
+def labelled(docker: DockerEngine, image: Image) -> str:
     """Id of an image carrying the probed labels: `image` itself when already stamped,
     else a derived `FROM <id>` image with them. Raises if the probe fails; tags nothing."""
     if is_stamped(image):
@@ -100,30 +86,3 @@ def labelled(docker, image) -> str:
     result = docker.build(ctx, label="engine-labels", labels=labels_for(found), quiet=True)
     log.ok("engine probe: " + ", ".join(f"{k} {v or 'none'}" for k, v in found.items()))
     return result.image_id
-
-
-def stamp(docker, engine_image, outcome):
-    """Heal an engine image built before probing existed (a skipped build without the
-    labels): tag a labelled derivative in its place. If the probe fails, the engine's
-    tags are removed, so a failed check never leaves a tag that a later build would trust.
-    Fresh builds are labelled before they are tagged (`build._build`'s finalize hook)."""
-    tags = [engine_image.tag, engine_image.alias_tag]
-    image = docker.client.images.get(outcome.image_id)
-    if is_stamped(image):
-        return outcome
-    try:
-        image_id = labelled(docker, image)
-    except BaseException:
-        _untag(docker, tags)
-        raise
-    for tag in tags:
-        docker.tag(image_id, tag)
-    return replace(outcome, image_id=image_id)
-
-
-def _untag(docker, tags: list[str]) -> None:
-    for tag in tags:
-        try:
-            docker.remove_image(tag)
-        except Exception as exc:  # keep the probe's own error as the one reported
-            log.warn(f"could not remove tag {tag}: {exc}")

@@ -8,6 +8,8 @@ scripts and CI branch on them, so never renumber an existing class.
 
 from __future__ import annotations
 
+import unicodedata
+
 
 class KilnError(Exception):
     """Base class: a problem the user can act on."""
@@ -32,8 +34,6 @@ class KilnError(Exception):
 def one_line(text: str) -> str:
     """``text`` with control, format and line-separator characters escaped, so a hostile
     key or file name can neither split an error line nor send terminal escapes to CI logs."""
-    import unicodedata
-
     return "".join(
         ch if ch == " " or unicodedata.category(ch) not in {"Cc", "Cf", "Zl", "Zp", "Cs"}
         else ascii(ch)[1:-1]

@@ -1,10 +1,12 @@
 """What goes into each image kiln builds: EngineImage (shared per flavour and engine
 pin) and RecipeImage (one per recipe, FROM its engine image). Each knows its build
-context, input digest, tags and labels; `build.py` does the building."""
+context, input digest, tags and labels; `resolve` makes both from a recipe name and
+`existing` finds the image the current inputs already built. `build.py` builds them."""
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import re
 import subprocess
@@ -12,10 +14,16 @@ from functools import cached_property
 from pathlib import Path
 
 from . import wheelhouse
+from .ca import CABundle, resolve_ca
 from .context import BuildContext
+from .dockerengine import DockerEngine, Image
+from .errors import ImageNotBuilt
 from .launch import LAUNCH_FILE, launch_json
+from .overrides import load_override
+from .patching import applier
+from .patching.overlay import excluded_paths, overlay_json
 from .paths import repo_root
-from .recipe import DOCKERFILE, Engine, LoadedRecipe
+from .recipe import DOCKERFILE, Engine, LoadedRecipe, load_recipe, recipe_dir
 
 LABEL_NS = "ai.kiln"
 PATCHER_ARC = "_kiln/kiln_patching.py"
@@ -46,7 +54,7 @@ def _now() -> str:
 
 def _patcher_source() -> Path:
     # the in-image applier only: host-side patch tools are no engine-image input
-    return Path(__file__).parent / "patching" / "applier.py"
+    return Path(applier.__file__)
 
 
 class EngineImage:
@@ -132,8 +140,6 @@ class EngineImage:
 
 def series_entries(series: Path) -> list[tuple[str, str]]:
     """(patch name, sha256) in series order; missing series means no patches."""
-    import hashlib
-
     if not series.is_file():
         return []
     out = []
@@ -186,9 +192,6 @@ class RecipeImage:
         ctx.add_bytes(DOCKERFILE, (dockerfile.rstrip("\n") + "\n" + _TAIL).encode())
         ctx.add_tree("", self.loaded.dir, exclude=(DOCKERFILE, "experimental", "README.md"))
         for feature in self.recipe.features:
-            from .overrides import load_override
-            from .patching.overlay import excluded_paths, overlay_json
-
             fdir = self.loaded.feature_dir(feature)
             ov, version = load_override(fdir), self.recipe.engine.version
             ctx.add_tree(f"_kiln/overlays/{feature}", fdir, exclude=excluded_paths(ov, version))
@@ -219,8 +222,6 @@ class RecipeImage:
         return {"KILN_ENGINE_IMAGE": self.engine_image.tag}
 
     def overlay_patch_entries(self) -> dict[str, str]:
-        from .overrides import load_override
-
         out: dict[str, str] = {}
         for feature in self.recipe.features:
             series = load_override(self.loaded.feature_dir(feature)).series_file_for(
@@ -250,3 +251,43 @@ class RecipeImage:
             f"{LABEL_NS}.served-model-name": r.launch.served_model_name,
             f"{LABEL_NS}.port": str(r.launch.port),
         }
+
+
+class LazyCA:
+    """Resolving the CA may ask pip for its config (a subprocess): only do it when a
+    build really runs, so no-op rebuilds stay fast."""
+
+    def __init__(self, flag: str | None):
+        self.flag = flag
+        self._value: CABundle | None = None
+
+    def get(self) -> CABundle:
+        if self._value is None:
+            self._value = resolve_ca(self.flag)
+        return self._value
+
+
+def resolve(name: str, ca_flag: str | None = None) -> tuple[LoadedRecipe, EngineImage, RecipeImage]:
+    """A recipe by name, with the engine image and recipe image its current inputs make."""
+    loaded = load_recipe(recipe_dir(name))
+    engine_image = EngineImage(loaded.recipe.engine, LazyCA(ca_flag))
+    return loaded, engine_image, RecipeImage(loaded, engine_image)
+
+
+def existing(docker: DockerEngine, tag: str, digest: str) -> Image | None:
+    """The local image for this input digest, or None (a tag alone is not trusted)."""
+    img = docker.image(tag)
+    if img is None:
+        return None
+    if (img.labels or {}).get(f"{LABEL_NS}.input-digest") != digest:
+        return None
+    return img
+
+
+def require_built(docker: DockerEngine, name: str) -> tuple[LoadedRecipe, RecipeImage, Image]:
+    """The image built from the current inputs, or ImageNotBuilt."""
+    loaded, _, recipe_image = resolve(name)
+    img = existing(docker, recipe_image.tag, recipe_image.digest)
+    if img is None:
+        raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {name}) is not built")
+    return loaded, recipe_image, img

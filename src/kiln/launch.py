@@ -7,6 +7,7 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
+from .overrides import load_override
 from .recipe import LoadedRecipe, Recipe
 
 LAUNCH_FILE = "_kiln/launch.json"
@@ -55,8 +56,6 @@ def vllm_argv(recipe: Recipe) -> list[str]:
 
 def feature_env(loaded: LoadedRecipe) -> dict[str, str]:
     """Env each enabled experimental feature sets (from its override.yaml)."""
-    from .overrides import load_override  # late: overrides pulls in patch tooling
-
     env: dict[str, str] = {}
     for feature in loaded.recipe.features:
         env.update(load_override(loaded.feature_dir(feature)).env)
@@ -169,8 +168,7 @@ class RunSpec:
         return shlex.join(self.docker_cli())
 
     def sdk_kwargs(self) -> dict:
-        import docker.types
-
+        """The docker SDK's `containers.create` keywords for the same container."""
         kw: dict = {
             "image": self.image,
             "name": self.name,
@@ -191,8 +189,9 @@ class RunSpec:
             kw.update(
                 ipc_mode="host",
                 shm_size=CUDA_SHM,
-                ulimits=[docker.types.Ulimit(name="memlock", soft=-1, hard=-1)],
-                device_requests=[docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])],
+                # plain dicts: the SDK turns them into its Ulimit / DeviceRequest types
+                ulimits=[{"name": "memlock", "soft": -1, "hard": -1}],
+                device_requests=[{"count": -1, "capabilities": [["gpu"]]}],
             )
         else:
             kw.update(shm_size=CPU_SHM)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-import time
-from contextlib import contextmanager
 
 from rich.console import Console
 
@@ -31,8 +30,6 @@ def set_quiet(flag: bool) -> None:
 def emit_json(doc) -> None:
     """The one JSON document a `--json` command writes to stdout."""
     global JSON_EMITTED
-    import json
-
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")
     sys.stdout.flush()
     JSON_EMITTED = True
@@ -81,13 +78,6 @@ def human_secs(s: float) -> str:
         return f"{s:.1f} s"
     return f"{int(s // 60)} min {s % 60:.0f} s"
 
-
-@contextmanager
-def timed(label: str):
-    t0 = time.monotonic()
-    step(label)
-    yield
-    info(f"{label}: {human_secs(time.monotonic() - t0)}")
 
 
 def is_tty() -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import log, wheelcache
 from .patching import series as S
-from .patching.bump import bump, default_from
+from .patching.bump import bump, default_from, move_recipe
 from .patching.quilt import Target, checkout, refresh
 from .patching.rebase import rebase, to_patch
 from .paths import repo_root
@@ -75,8 +75,14 @@ def cmd_patches_refresh(args) -> int:
 
 def cmd_engine_bump(args) -> int:
     to_version = S.parse_engine(args.to)
-    from_version = S.parse_engine(args.from_version) if args.from_version else default_from(to_version)
-    bump(from_version, to_version, args.flavour, args.dry_run)
+    ported = args.recipe and S.series_dir(to_version).is_dir() and not args.from_version
+    if ported:  # moving one more recipe onto an engine whose series is already ported
+        log.ok(f"{S.shown(S.series_dir(to_version))} exists; moving {args.recipe} onto it")
+    else:
+        from_version = S.parse_engine(args.from_version) if args.from_version else default_from(to_version)
+        bump(from_version, to_version, args.flavour, args.dry_run)
+    if args.recipe and not args.dry_run:
+        move_recipe(args.recipe, to_version)
     return 0
 
 
@@ -130,6 +136,8 @@ def register(sub) -> None:
     s.add_argument("--from", dest="from_version", help="series to bump (default: the newest one older than --to)")
     s.add_argument("--dry-run", action="store_true", help="report per patch; change nothing")
     s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
+    s.add_argument("--recipe", metavar="NAME", help="then pin this recipe to the new version (its features' series "
+                                                    "for that version must apply)")
     s.set_defaults(func=cmd_engine_bump)
 
     o = sub.add_parser("override", help="experimental overrides (recipes/NAME/experimental/FEATURE)")

@@ -13,6 +13,8 @@ import os
 from functools import cache
 from pathlib import Path
 
+from .errors import NotACheckout
+
 MARKERS = ("recipes", "docker-images", "engine")
 
 
@@ -25,8 +27,6 @@ def repo_root() -> Path:
     """The kiln checkout: $KILN_ROOT, else the nearest parent of cwd holding recipes/,
     docker-images/ and engine/. Anything else is NotACheckout: silently using the
     checkout kiln was installed from would build and record against the wrong tree."""
-    from .errors import NotACheckout
-
     env = os.environ.get("KILN_ROOT")
     if env:
         root = Path(env).resolve()

@@ -11,10 +11,9 @@ of this checkout's recipes and every engine image no recipe here uses.
 from __future__ import annotations
 
 from . import log
-from .build import resolve
-from .dockerengine import DockerEngine
+from .dockerengine import DockerEngine, Image
 from .errors import KilnError
-from .images import LABEL_NS
+from .images import LABEL_NS, resolve
 from .recipe import recipe_names
 
 
@@ -30,9 +29,9 @@ def current_digests() -> set[str]:
     return keep
 
 
-def stale_images(docker: DockerEngine, keep: set[str], recipes: set[str], engines: bool) -> list:
+def stale_images(docker: DockerEngine, keep: set[str], recipes: set[str], engines: bool) -> list[Image]:
     out = []
-    for image in docker.client.images.list(filters={"label": f"{LABEL_NS}.input-digest"}):
+    for image in docker.images(label=f"{LABEL_NS}.input-digest"):
         labels = image.labels or {}
         if labels.get(f"{LABEL_NS}.input-digest") in keep:
             continue

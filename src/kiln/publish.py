@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import credentials, log
-from .build import require_built
 from .context import BuildContext
 from .dockerengine import DockerEngine
 from .errors import (
@@ -44,7 +43,7 @@ from .errors import (
     RegistryAuthFailed,
     RegistryInvalid,
 )
-from .images import LABEL_NS
+from .images import LABEL_NS, require_built
 from .paths import results_dir, shown_home
 from .recipe import LoadedRecipe, load_recipe, recipe_dir
 from .records import passing_smoke_record, record_path

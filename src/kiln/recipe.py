@@ -26,6 +26,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from .errors import RecipeInvalid
+from .paths import recipes_dir
 from .yamlsrc import SourcedYaml, YamlProblem, load_yaml
 
 RECIPE_FILE = "recipe.yaml"
@@ -454,8 +455,6 @@ def load_recipe(directory: Path) -> LoadedRecipe:
 
 def recipe_names() -> list[str]:
     """Folders under recipes/ that hold a recipe.yaml, sorted."""
-    from .paths import recipes_dir
-
     root = recipes_dir()
     if not root.is_dir():
         return []
@@ -465,8 +464,6 @@ def recipe_names() -> list[str]:
 def recipe_dir(name: str) -> Path:
     """The folder of the recipe called ``name``: a simple name of a folder inside
     recipes/, so `kiln build ../x` or `/etc` cannot reach anything else."""
-    from .paths import recipes_dir
-
     root = recipes_dir()
     directory = root / name
     if re.fullmatch(NAME_PATTERN, name) and directory.is_dir():

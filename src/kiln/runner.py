@@ -7,19 +7,11 @@ import re
 import signal
 import sys
 
-import docker.errors
-
 from . import log
-from .build import existing, resolve
-from .container import (
-    ServingContainer,
-    kiln_containers,
-    preflight,
-    remove_container,
-    run_spec,
-)
-from .dockerengine import DockerEngine
+from .container import ServingContainer, kiln_containers, preflight, run_spec
+from .dockerengine import Container, DockerEngine
 from .errors import ContainerNotFound, ImageNotBuilt, ServerExited, UsageError
+from .images import existing, resolve
 from .launch import LABEL_RECIPE, LABEL_URL
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -122,87 +114,72 @@ def _print_log(chunk: bytes) -> None:
     sys.stdout.flush()
 
 
-def _stream(container, tail: int | str = "all") -> None:
-    """Follow a container's log to stdout until it stops."""
-    try:
-        for chunk in container.logs(stream=True, follow=True, tail=tail):
-            _print_log(chunk)
-    except docker.errors.NotFound:  # removed before (or while) the stream attached
-        pass
+def _stream(container: Container, tail: int | str = "all") -> None:
+    """Follow a container's log to stdout until it stops (or is removed)."""
+    for chunk in container.follow_logs(tail=tail):
+        _print_log(chunk)
 
 
 # -- kiln ps / logs / stop ------------------------------------------------------------
-def _ours(client, name: str):
+def _ours(docker: DockerEngine, name: str) -> Container:
     """The kiln container called `name` (or with that id prefix)."""
-    try:
-        box = client.containers.get(name)
-    except docker.errors.NotFound:
-        box = None
-    if box is None or LABEL_RECIPE not in (box.labels or {}):
-        running = ", ".join(c.name for c in kiln_containers(client)) or "none"
+    box = docker.container(name)
+    if box is None or LABEL_RECIPE not in box.labels:
+        running = ", ".join(c.name for c in kiln_containers(docker)) or "none"
         raise ContainerNotFound(f"no kiln container {name!r} (running kiln containers: {running})")
     return box
 
 
-def _of_recipe(client, name: str) -> list:
+def _of_recipe(docker: DockerEngine, name: str) -> list[Container]:
     """Running containers kiln started for recipe `name` (so docs and scripts need not
     know the random container suffix)."""
-    return [c for c in kiln_containers(client) if c.labels.get(LABEL_RECIPE) == name]
+    return [c for c in kiln_containers(docker) if c.labels.get(LABEL_RECIPE) == name]
 
 
-def _one(client, name: str):
+def _one(docker: DockerEngine, name: str) -> Container:
     """`name` as a container name, else as a recipe with exactly one running container."""
-    boxes = _of_recipe(client, name)
+    boxes = _of_recipe(docker, name)
     if len(boxes) > 1 and name not in {b.name for b in boxes}:
         raise ContainerNotFound(f"recipe {name!r} has {len(boxes)} running kiln containers: "
                                 f"{', '.join(b.name for b in boxes)}", hint="name one of them")
-    return boxes[0] if len(boxes) == 1 else _ours(client, name)
+    return boxes[0] if len(boxes) == 1 else _ours(docker, name)
 
 
 def ps(args) -> int:
-    boxes = kiln_containers(DockerEngine().client, all_states=args.all)
+    boxes = kiln_containers(DockerEngine(), all_states=args.all)
     if not boxes:
         log.info("no kiln containers" + ("" if args.all else " running"))
         return 0
-    rows = [(c.name, c.labels.get(LABEL_RECIPE, "?"), c.status, _health(c), c.labels.get(LABEL_URL, "")) for c in boxes]
+    rows = [(c.name, c.labels.get(LABEL_RECIPE, "?"), c.status, c.health, c.labels.get(LABEL_URL, "")) for c in boxes]
     widths = [max(len(r[i]) for r in [("NAME", "RECIPE", "STATUS", "HEALTH", "URL"), *rows]) for i in range(5)]
     for row in [("NAME", "RECIPE", "STATUS", "HEALTH", "URL"), *rows]:
         log.out.print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip(), markup=False, highlight=False)
     return 0
 
 
-def _health(box) -> str:
-    return ((box.attrs.get("State") or {}).get("Health") or {}).get("Status", "-")
-
-
 def logs(args) -> int:
-    box = _one(DockerEngine().client, args.name)
+    box = _one(DockerEngine(), args.name)
     tail = "all" if args.tail is None else args.tail
     try:
         if args.follow:
             _stream(box, tail)
         else:
-            _print_log(box.logs(tail=tail))
+            _print_log(box.logs(tail=tail) or b"")  # None: stopped (and auto-removed) while we read
     except KeyboardInterrupt:
         return 130
-    except docker.errors.NotFound:  # stopped (and auto-removed) while we read
-        pass
     return 0
 
 
 def stop(args) -> int:
-    client = DockerEngine().client
+    docker = DockerEngine()
     if args.all == bool(args.names):
         raise UsageError("kiln stop: name containers or pass --all, not both or neither", hint="`kiln ps` lists them")
-    boxes = kiln_containers(client, all_states=True) if args.all else \
-        [b for n in args.names for b in (_of_recipe(client, n) or [_ours(client, n)])]
+    boxes = kiln_containers(docker, all_states=True) if args.all else \
+        [b for n in args.names for b in (_of_recipe(docker, n) or [_ours(docker, n)])]
     if not boxes:
         log.info("no kiln containers to stop")
     for box in boxes:
-        try:
-            box.stop(timeout=args.timeout)
-        except docker.errors.NotFound:
-            pass
-        remove_container(client, box.name)
+        box.stop(timeout=args.timeout)
+        docker.remove_container(box.name)
         log.ok(f"stopped and removed {box.name}")
     return 0

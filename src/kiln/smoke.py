@@ -15,11 +15,12 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from . import log
-from .build import build_recipe, require_built
+from .build import build_recipe
 from .container import ServingContainer, free_port, gpu_visible, preflight, run_spec
 from .dockerengine import DockerEngine
 from .errors import ContainerStartFailed, SmokeFailed
 from .features import engine_features
+from .images import require_built
 from .paths import shown_home
 from .records import write_smoke_record
 
@@ -76,7 +77,7 @@ class _Checks:
     """The checks themselves; each returns (value, detail) or raises."""
 
     def __init__(self, box: ServingContainer, recipe):
-        from openai import OpenAI
+        from openai import OpenAI  # late: a dev extra, needed only once a server is up to smoke
 
         self.box = box
         self.recipe = recipe

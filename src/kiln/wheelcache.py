@@ -86,11 +86,21 @@ def _is_text_source(name: str, data: bytes) -> bool:
         not name.lower().endswith(_BINARY_SUFFIXES) and b"\0" not in data
 
 
+def _sources_dir(version: str, flavour: str) -> Path:
+    return cache_dir() / "sources" / f"vllm-{version}-{flavour}"
+
+
+def cached_sources(version: str, flavour: str) -> Path | None:
+    """The unpacked sources if they are already in the cache (no network, no unpack)."""
+    dest = _sources_dir(version, flavour)
+    return dest if (dest / MARKER).is_file() else None
+
+
 def engine_sources(version: str, flavour: str = "cpu") -> Path:
     """A directory laid out like site-packages holding ``vllm/**`` text sources of the
     pinned engine. Idempotent: the marker file is written last, so an interrupted unpack
     is redone rather than trusted."""
-    dest = cache_dir() / "sources" / f"vllm-{version}-{flavour}"
+    dest = _sources_dir(version, flavour)
     if (dest / MARKER).is_file():
         return dest
     wheel = engine_wheel(version, flavour)
@@ -117,3 +127,20 @@ def engine_sources(version: str, flavour: str = "cpu") -> Path:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
+
+
+def pinned_dependency(version: str, flavour: str, name: str) -> str | None:
+    """The exact version the engine wheel pins for dependency `name` (`Requires-Dist:
+    torch==2.14.0` -> "2.14.0"), None if it pins none; read from the wheel's METADATA."""
+    wheel = engine_wheel(version, flavour)
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
+        text = zf.read(meta).decode("utf-8", "replace") if meta else ""
+    for line in text.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = line.split(":", 1)[1].split(";", 1)[0].strip()
+        dist, sep, pinned = req.partition("==")
+        if sep and dist.strip().lower() == name.lower():
+            return pinned.strip()
+    return None

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kilntest import REPO, remove_images, run_kiln
 
-from kiln import argcheck
+from kiln import argcheck, build
 
 pytestmark = pytest.mark.docker
 
@@ -23,7 +23,7 @@ def cpu_engine_id(docker_engine, base_image) -> str:
     from kiln.recipe import load_recipe
 
     loaded = load_recipe(recipes_dir() / "tiny-moe")
-    return argcheck.engine_image_id(docker_engine, loaded, build_if_missing=True)
+    return build.engine_image_id(docker_engine, loaded, build_if_missing=True)
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 @pytest.fixture(scope="module")
 def built(cuda_build_enabled, docker_engine, base_image):
-    from kiln.build import build_recipe, resolve
+    from kiln.build import build_recipe
+    from kiln.images import resolve
 
     outcome = build_recipe("glm53-kindling", docker=docker_engine, quiet_summary=True)
     loaded, engine_image, _ = resolve("glm53-kindling")

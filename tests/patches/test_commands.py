@@ -39,6 +39,11 @@ def edit(src: Path, target: str, old: bytes, new: bytes) -> bytes:
     return D.file_diff(target, before, before.replace(old, new, 1))
 
 
+def before_the_bump(root: Path) -> None:
+    """The checkout as it was before 0.33.0 was ported: 0.32.0's series only."""
+    shutil.rmtree(root / "patches" / "vllm" / "0.33.0")
+
+
 def write_series(root: Path, version: str, patches: dict[str, bytes]) -> Path:
     d = root / "patches" / "vllm" / version
     shutil.rmtree(d, ignore_errors=True)
@@ -93,8 +98,9 @@ def test_checkout_refresh_round_trips_byte_for_byte(kroot, capsys):
         fh.write("0002-git-style.patch\n")
     originals = {p.name: p.read_bytes() for p in pdir.glob("*.patch")}
 
-    assert kiln(capsys, "patches", "checkout")[0] == 0
-    code, _, err = kiln(capsys, "patches", "refresh")
+    v032 = ("--engine", "vllm==0.32.0")  # the newest folder is the default; this test edits 0.32.0's
+    assert kiln(capsys, "patches", "checkout", *v032)[0] == 0
+    code, _, err = kiln(capsys, "patches", "refresh", *v032)
     assert code == 0 and "every patch is up to date" in err
     assert {p.name: p.read_bytes() for p in pdir.glob("*.patch")} == originals
 
@@ -102,14 +108,14 @@ def test_checkout_refresh_round_trips_byte_for_byte(kroot, capsys):
     assert (scratch / ".pc" / "applied-patches").read_text() == "0001-cli-version-from-package.patch\n0002-git-style.patch\n"
     f = scratch / MAIN
     f.write_bytes(f.read_bytes().replace(b"version=vllm.__version__,", b"version=vllm.__version__,  # kiln"))
-    assert kiln(capsys, "patches", "checkout")[0] == 64  # unrefreshed edits are not thrown away
-    assert kiln(capsys, "patches", "refresh")[0] == 0
+    assert kiln(capsys, "patches", "checkout", *v032)[0] == 64  # unrefreshed edits are not thrown away
+    assert kiln(capsys, "patches", "refresh", *v032)[0] == 0
     edited = (pdir / "0001-cli-version-from-package.patch").read_bytes()
     assert b"+        version=vllm.__version__,  # kiln\n" in edited
     assert edited.startswith(originals["0001-cli-version-from-package.patch"][:300])  # header kept
     assert (pdir / "0002-git-style.patch").read_bytes() == originals["0002-git-style.patch"]
     f.write_bytes(f.read_bytes().replace(b"version=vllm.__version__,  # kiln", b"version=vllm.__version__,"))
-    assert kiln(capsys, "patches", "refresh")[0] == 0
+    assert kiln(capsys, "patches", "refresh", *v032)[0] == 0
     assert (pdir / "0001-cli-version-from-package.patch").read_bytes() == originals["0001-cli-version-from-package.patch"]
 
 
@@ -246,6 +252,7 @@ def test_harness_helpers(kroot, src032):
 
 
 def test_bump_writes_the_ported_series_and_drops_upstream_patches(kroot, capsys, src032, src033):
+    before_the_bump(kroot)
     upstream_change = (b"from vllm.entrypoints.serve.utils.api_utils import VLLM_SUBCMD_PARSER_EPILOG\n",
                        b"from vllm.entrypoints.common.startup import VLLM_SUBCMD_PARSER_EPILOG\n")
     clean = HEADER + edit(src032, "vllm/logger.py", b"def init_logger(name: str)", b"def init_logger(name: str) ")
@@ -270,6 +277,7 @@ def test_bump_writes_the_ported_series_and_drops_upstream_patches(kroot, capsys,
 
 
 def test_bump_that_cannot_port_writes_nothing(kroot, capsys, src032, src033):
+    before_the_bump(kroot)
     write_series(kroot, "0.32.0", {
         "0001-conflict.patch": HEADER + edit(src032, MAIN, b"    from vllm.entrypoints.serve.utils.api_utils import (\n",
                                              b"    from vllm.entrypoints.serve.utils.api_utils import (  # kiln\n"),

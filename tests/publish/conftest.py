@@ -51,7 +51,7 @@ def mini(tmp_path_factory, base_image, docker_engine):
         paths.repo_root.cache_clear()
         built = run_kiln("build", NAME, env={"KILN_ROOT": str(root)}, cwd=root)
         assert built.returncode == 0, built.stderr[-3000:]
-        from kiln.build import resolve
+        from kiln.images import resolve
         from kiln.publish import engine_tag
 
         loaded, _, recipe_image = resolve(NAME)

@@ -81,7 +81,7 @@ def _pass_smoke(monkeypatch, tree, results) -> None:
     import datetime as dt
 
     from kiln import paths
-    from kiln.build import resolve
+    from kiln.images import resolve
     from kiln.records import write_smoke_record
 
     monkeypatch.setenv("KILN_ROOT", str(tree))

@@ -28,6 +28,7 @@ from .series import (
     FeatureRef,
     engine_root,
     load_series,
+    pinned_versions,
     series_dir,
     series_for,
     shown,
@@ -65,8 +66,16 @@ class Target:
         return load_series(self.series_folder(version) / "series", source)
 
     def base(self) -> list[applier.Series]:
-        """What the tree carries underneath, untracked: the engine series, for a feature."""
-        return [] if self.feature is None else [series_for(self.version)]
+        """What the tree carries underneath, untracked: the engine series, for a feature.
+        A feature is never ported ahead of the engine: its patches are diffs against the
+        engine as that version's image installs it."""
+        if self.feature is None:
+            return []
+        if not (series_dir(self.version) / "series").is_file() and pinned_versions():
+            raise UsageError(f"{shown(series_dir(self.version))}/ does not exist: the engine series is not "
+                             f"ported to {ENGINE} {self.version}",
+                             hint=f"port the engine series first: `kiln engine bump --to {self.version}`")
+        return [series_for(self.version)]
 
     def scratch_name(self, flavour: str) -> str:
         name = f"{ENGINE}-{self.version}-{flavour}"
@@ -122,6 +131,9 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
         before = {t: tree.read(t) for t in patch.targets}
         res = applier.apply_patch(tree, patch, partial=force_apply)
         failures += res.failure_lines()
+        for target_file, number, off in res.offsets:
+            log.info(f"{patch.display}: {target_file}: hunk #{number} applies with offset {off:+d} lines "
+                     "(refresh rewrites it)")
         for t, data in before.items():
             if data is not None:
                 snap = pc / patch.name / t

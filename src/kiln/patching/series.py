@@ -111,6 +111,10 @@ def engine_root(version: str, flavour: str | None) -> tuple[Path, str]:
     Python sources match except a few flavour files; some versions only ship one wheel)."""
     if flavour:
         return wheelcache.engine_sources(version, flavour), flavour
+    for cached in ("cpu", "cuda"):  # no download (nor a retry of a missing wheel) once unpacked
+        root = wheelcache.cached_sources(version, cached)
+        if root is not None:
+            return root, cached
     try:
         return wheelcache.engine_sources(version, "cpu"), "cpu"
     except EngineFetchFailed as exc:
@@ -182,9 +186,10 @@ def feature_series_file(ov, version: str) -> Path | None:
     return file
 
 
-def feature_overlays(loaded_recipe) -> tuple[list[applier.Series], list[applier.Replacement]]:
-    """The recipe's switched-on features in feature-name order, as the image applies them."""
-    version = loaded_recipe.recipe.engine.version
+def feature_overlays(loaded_recipe, version: str | None = None) -> tuple[list[applier.Series], list[applier.Replacement]]:
+    """The recipe's switched-on features in feature-name order, as the image applies them
+    (on the recipe's engine version, or on `version`)."""
+    version = version or loaded_recipe.recipe.engine.version
     series_list, reps = [], []
     for feature in sorted(loaded_recipe.recipe.features):
         ov = load_feature(loaded_recipe, feature)
@@ -212,13 +217,17 @@ def recipe_series(loaded_recipe) -> list[tuple[str, Path | None, int]]:
 
 
 # -- patches check -----------------------------------------------------------------------------
+def report_offsets(result: applier.PatchResult) -> None:
+    for target, number, off in result.offsets:
+        log.warn(f"{result.patch.display}: {target}: hunk #{number} applies with offset {off:+d} lines "
+                 "(`kiln patches checkout` + `kiln patches refresh` updates it)")
+
+
 def _report(results: list[applier.PatchResult]) -> None:
     for r in results:
         hunks = sum(len(f.hunks) for f in r.patch.files)
         log.ok(f"{r.patch.display} ({len(r.patch.files)} file(s), {hunks} hunk(s))")
-        for target, number, off in r.offsets:
-            log.warn(f"{r.patch.display}: {target}: hunk #{number} applies with offset {off:+d} lines "
-                     "(`kiln patches checkout` + `kiln patches refresh` updates it)")
+        report_offsets(r)
 
 
 def check(version: str, flavour: str | None = None, recipe=None) -> list[applier.PatchResult]:
@@ -227,7 +236,7 @@ def check(version: str, flavour: str | None = None, recipe=None) -> list[applier
     series_list = [series_for(version)]
     reps: list[applier.Replacement] = []
     if recipe is not None:
-        more, reps = feature_overlays(recipe)
+        more, reps = feature_overlays(recipe, version)
         series_list += more
     problems = header_problems(series_list)
     if problems:
