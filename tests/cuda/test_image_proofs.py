@@ -1,0 +1,91 @@
+"""What kiln removed from engine-cuda is not needed at run time: proved inside the built
+image, on CPU (opt-in: KILN_CUDA_TESTS=1; `nox -s build_cuda` runs these).
+
+  - every ELF file's DT_NEEDED entries resolve inside the image (driver libraries aside);
+  - every module of vllm, torch and triton imports (justified failures aside);
+  - torch's CUDA libraries dlopen without a GPU;
+  - the compilers kept for run-time JIT (Triton's driver module, torch extensions, nvcc)
+    compile.
+Set KILN_CUDA_ENGINE_IMAGE to an image id to check that image instead of building; set
+KILN_CUDA_PROOFS_JSON to a path to get the measured counts (benchmarks/build_cuda.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from import_allowlist import verdict
+from inimage import run_proof
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+
+PACKAGES = ("vllm", "torch", "triton")
+_RECORD: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def record():
+    yield _RECORD
+    path = os.environ.get("KILN_CUDA_PROOFS_JSON")
+    if path:
+        with open(path, "w") as f:
+            json.dump(_RECORD, f, indent=1, sort_keys=True)
+
+
+@pytest.fixture(scope="module")
+def engine_id(cuda_build_enabled, docker_engine) -> str:
+    given = os.environ.get("KILN_CUDA_ENGINE_IMAGE")
+    if given:
+        return docker_engine.client.images.get(given).id
+    from kiln.build import build_engine, resolve
+
+    _, engine_image, _ = resolve("glm53-kindling")
+    return build_engine(docker_engine, engine_image).image_id
+
+
+def test_every_needed_library_resolves_inside_the_image(docker_engine, engine_id):
+    run = run_proof(docker_engine, engine_id, "elf_needed.py", "/", user="root")
+    assert run.result is not None, run.tail()
+    _RECORD["elf"] = run.result
+    assert run.result["unresolved"] == [], "\n".join(run.result["unresolved"][:40])
+    assert run.status == 0, run.tail()
+    assert run.result["counts"]["elf_files"] > 1000  # the venv alone has thousands: a walk that saw few is broken
+
+
+def test_every_module_of_vllm_torch_triton_imports_on_cpu(docker_engine, engine_id):
+    run = run_proof(docker_engine, engine_id, "import_walk.py", *PACKAGES, timeout=3000)
+    assert run.result is not None, run.tail()
+    report, unexpected = {}, []
+    for package in PACKAGES:
+        walk = run.result[package]
+        v = verdict(package, walk)
+        report[package] = {"modules": walk["modules"], "imported": walk["imported"],
+                           "programs": len(walk["programs"]), "seconds": walk["seconds"],
+                           "allowed": {why: len(mods) for why, mods in v.allowed.items()},
+                           "allowed_modules": v.allowed,
+                           "unexpected": {m: walk["failed"][m] for m in v.unexpected}}
+        unexpected += [f"{m}: {walk['failed'][m]['type']}: {walk['failed'][m]['message']}" for m in v.unexpected]
+    _RECORD["imports"] = report
+    assert unexpected == [], "\n".join(unexpected[:60])
+    for package in PACKAGES:  # the walk must have imported the bulk of each package
+        assert report[package]["imported"] > 0.9 * report[package]["modules"], report[package]
+
+
+def test_torch_cuda_libraries_dlopen_without_a_gpu(docker_engine, engine_id):
+    run = run_proof(docker_engine, engine_id, "dlopen_cuda.py")
+    assert run.result is not None, run.tail()
+    _RECORD["dlopen"] = {k: v for k, v in run.result.items() if k != "loaded"} | {
+        "loaded_count": len(run.result["loaded"])}
+    assert run.result["failed"] == {}, run.result["failed"]
+    assert run.result["gpu_visible"] is False  # really without a GPU
+    assert len(run.result["loaded"]) > 20 and run.result["cuda"]
+
+
+def test_runtime_compilers_compile_as_triton_torch_and_nvcc_do(docker_engine, engine_id):
+    run = run_proof(docker_engine, engine_id, "compilers.py", user="kiln")
+    assert run.result is not None, run.tail()
+    _RECORD["compilers"] = run.result
+    assert run.result["failed"] == {}, run.result["failed"]
+    assert set(run.result["ok"]) == {"triton_cuda_utils", "torch_cpp_extension", "nvcc"}
