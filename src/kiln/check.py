@@ -5,6 +5,7 @@ from __future__ import annotations
 from . import log
 from .errors import KilnError, RecipeInvalid
 from .recipe import load_recipe, recipe_dir, recipe_names
+from .topology import feature_problems
 
 
 def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
@@ -41,6 +42,7 @@ def check_one(name: str) -> list[str]:
                 f"{loaded.recipe.engine.version} (kiln override rebase {name} {fdir.name} --from "
                 f"{override.override.engine.version})"
             )
+    problems += feature_problems(loaded)
     problems += _launch_args(loaded)
     return problems
 

@@ -268,8 +268,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = _reports(sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client"))
     s.add_argument("name")
     s.add_argument("--build", action="store_true", help="build first if needed")
+    s.add_argument("--nodes", type=int, default=None, metavar="N",
+                   help="serve across N containers on a private docker network, one tensor-parallel rank each "
+                        "(proves the multi-node wiring on one host; writes no smoke record)")
     s.set_defaults(func=cmd_smoke)
-    for module in ("kiln.patchcmd", "kiln.publish"):
+    for module in ("kiln.patchcmd", "kiln.publish", "kiln.k8s"):
         try:
             importlib.import_module(module).register(sub)
         except ModuleNotFoundError as exc:
