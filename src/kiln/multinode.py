@@ -76,14 +76,18 @@ class NodeGroup:
             box.start()
 
     def lost_node(self) -> tuple[int, ServingContainer] | None:
-        """(rank, box) of the first node that is no longer running, else None."""
-        for rank, box in enumerate(self.boxes):
+        """(rank, box) of a node that is no longer running, else None. Workers first: a
+        leader whose worker died exits too, and the worker is the cause."""
+        order = list(range(1, len(self.boxes))) + [0]
+        for rank in order:
+            box = self.boxes[rank]
             if box.status() in ("exited", "dead", "removed"):
                 return rank, box
         return None
 
     def node_lost(self, rank: int, box: ServingContainer, when: str) -> NodeLost:
         code = box.wait_exited(5)
+        box._dump_logs(40)
         role = "leader" if rank == 0 else "worker"
         return NodeLost(f"{role} node {rank} (container {box.spec.name}) exited {when} "
                         f"(exit code {'?' if code is None else code}); the group of {len(self.boxes)} cannot serve")
@@ -95,7 +99,6 @@ class NodeGroup:
                 elapsed = time.monotonic() - t0
                 lost = self.lost_node()
                 if lost is not None:
-                    self._dump_logs()
                     raise self.node_lost(*lost, "during start")
                 if health_ok(self.url):
                     log.ok(f"healthy after {elapsed:.1f} s: {self.url} ({len(self.boxes)} nodes)")
