@@ -9,6 +9,7 @@ from .overrides import load_override
 from .patching.series import recipe_series
 from .paths import repo_root
 from .recipe import load_recipe, recipe_dir, recipe_names
+from .topology import feature_problems
 
 
 def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
@@ -51,6 +52,7 @@ def check_one(name: str) -> list[str]:
                 f"{version} (kiln override rebase {name} {fdir.name} --from "
                 f"{override.override.engine.version})"
             )
+    problems += feature_problems(loaded)
     problems += _launch_args(loaded)
     return problems
 

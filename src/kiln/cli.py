@@ -13,7 +13,7 @@ from importlib.metadata import PackageNotFoundError, version
 import shtab
 from rich.markup import escape
 
-from . import __version__, log, patchcmd, publish
+from . import __version__, k8s, log, patchcmd, publish
 from .base import build_base
 from .build import build_recipe
 from .check import check
@@ -244,9 +244,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = _reports(sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client"))
     s.add_argument("name")
     s.add_argument("--build", action="store_true", help="build first if needed")
+    s.add_argument("--nodes", type=int, default=None, metavar="N",
+                   help="serve across N containers on a private docker network, one tensor-parallel rank each "
+                        "(proves the multi-node wiring on one host; writes no smoke record)")
     s.set_defaults(func=cmd_smoke)
     patchcmd.register(sub)
     publish.register(sub)
+    k8s.register(sub)
     s = sub.add_parser("completion", help="print a shell completion script (bash, zsh, tcsh)")
     s.add_argument("shell", choices=("bash", "zsh", "tcsh"))
     s.set_defaults(func=cmd_completion)

@@ -273,3 +273,17 @@ class RegistryServerError(KilnError):
 
     exit_code = 46
     hint = "the registry itself is failing (see its logs or status page); rerun once it answers again"
+
+
+class NodeLost(KilnError):
+    """A node of a multi-node group exited while the group started or served."""
+
+    exit_code = 70
+    hint = "its log tail is above; every node of the group was stopped and removed"
+
+
+class ImageNotPublished(KilnError):
+    """`kiln render k8s` needs the image by digest and this recipe was never published."""
+
+    exit_code = 71
+    hint = "`kiln publish NAME` first (it records the digest), or pass --image REPO@sha256:..."

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from .overrides import load_override
 from .recipe import LoadedRecipe, Recipe
+from .topology import layout_args
 
 LAUNCH_FILE = "_kiln/launch.json"
 CPU_SHM = "4g"
@@ -46,6 +47,8 @@ def vllm_argv(recipe: Recipe) -> list[str]:
         "--host", "0.0.0.0",
         "--port", str(launch.port),
     ]
+    if recipe.topology is not None:
+        argv += layout_args(recipe.topology)
     for flag, value in launch.args.items():
         argv += _flag_args(flag, value)
     spec = speculative_config(recipe)
@@ -73,7 +76,7 @@ def launch_document(loaded: LoadedRecipe) -> dict:
         **recipe.launch.env,
         "KILN_FEATURES": ",".join(recipe.features),
     }
-    return {
+    doc = {
         "recipe": recipe.name,
         "served_model_name": recipe.launch.served_model_name,
         "port": recipe.launch.port,
@@ -81,6 +84,9 @@ def launch_document(loaded: LoadedRecipe) -> dict:
         "env": env,
         "features": recipe.features,
     }
+    if recipe.topology is not None:  # kiln-serve --print-launch shows the per-node commands from it
+        doc["topology"] = recipe.topology.model_dump(mode="json")
+    return doc
 
 
 def launch_json(loaded: LoadedRecipe) -> bytes:
@@ -114,7 +120,7 @@ class RunSpec:
 
     image: str
     name: str
-    host_port: int
+    host_port: int | None  # None: nothing published (a worker node)
     container_port: int
     host_ip: str = ""
     flavour: str = "cpu"
@@ -124,6 +130,7 @@ class RunSpec:
     remove: bool = True
     detach: bool = False
     labels: dict[str, str] = field(default_factory=dict)
+    network: str = ""  # a user-defined network: containers reach each other by name
 
     @property
     def caps(self) -> list[str]:
@@ -140,8 +147,11 @@ class RunSpec:
         if self.detach:
             cmd.append("-d")
         cmd += ["--name", self.name]
-        bind = f"{self.host_ip}:" if self.host_ip else ""
-        cmd += ["-p", f"{bind}{self.host_port}:{self.container_port}"]
+        if self.network:
+            cmd += ["--network", self.network]
+        if self.host_port is not None:
+            bind = f"{self.host_ip}:" if self.host_ip else ""
+            cmd += ["-p", f"{bind}{self.host_port}:{self.container_port}"]
         cmd.append("--read-only")
         for path, opts in self.tmpfs.items():
             cmd += ["--tmpfs", f"{path}:{opts}" if opts else path]
@@ -175,7 +185,8 @@ class RunSpec:
             "command": self.extra_args or None,
             "detach": True,
             "auto_remove": self.remove,
-            "ports": {f"{self.container_port}/tcp": (self.host_ip or "0.0.0.0", self.host_port)},
+            "ports": {} if self.host_port is None else
+            {f"{self.container_port}/tcp": (self.host_ip or "0.0.0.0", self.host_port)},
             "environment": dict(self.env),
             "volumes": {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts},
             "labels": dict(self.labels),
@@ -185,6 +196,8 @@ class RunSpec:
             "cap_add": self.caps or None,
             "security_opt": list(SECURITY_OPTS),
         }
+        if self.network:
+            kw["network"] = self.network
         if self.flavour == "cuda":
             kw.update(
                 ipc_mode="host",

@@ -27,6 +27,8 @@ from pydantic_core import PydanticCustomError
 
 from .errors import RecipeInvalid
 from .paths import recipes_dir
+from .topology import Topology
+from .topology import problems as topology_problems
 from .yamlsrc import SourcedYaml, YamlProblem, load_yaml
 
 RECIPE_FILE = "recipe.yaml"
@@ -98,6 +100,8 @@ class ModelSource(Strict):
     )
     path: ContainerPath = Field(description="absolute path of the weights inside the container")
     host_path: str | None = Field(None, description="host directory mounted at `path` (source: host_path)")
+    pvc: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=253)] | None = Field(
+        None, description="Kubernetes: mount this PersistentVolumeClaim at `path` instead of host_path (source: host_path)")
 
     @model_validator(mode="after")
     def _host_path_matches_source(self) -> ModelSource:
@@ -105,6 +109,8 @@ class ModelSource(Strict):
             raise PydanticCustomError("host_path", "host_path is required when source is host_path")
         if self.source == "baked" and self.host_path:
             raise PydanticCustomError("host_path", "host_path is only allowed when source is host_path")
+        if self.source == "baked" and self.pvc:
+            raise PydanticCustomError("pvc", "pvc is only allowed when source is host_path")
         return self
 
 
@@ -196,6 +202,8 @@ class Recipe(Strict):
     engine: Engine
     model: Model
     launch: Launch
+    topology: Topology | None = Field(
+        None, description="nodes, accelerators per node and the parallel layout; drives the launch flags")
     experimental: list[Annotated[FeatureUse, WithJsonSchema(_FEATURE_USE_SCHEMA)]] = Field(
         default_factory=list,
         description="experimental/<feature>/ overlays switched on; {name, from} uses another recipe's",
@@ -342,7 +350,7 @@ def _cross_checks(loaded: LoadedRecipe) -> list[str]:
             f"{loaded.where('launch', 'speculative_config')}: launch.speculative_config: method "
             "draft_model needs model.draft (or a model key here)"
         )
-    return problems
+    return problems + topology_problems(loaded)
 
 
 def _check_files(loaded: LoadedRecipe) -> list[str]:

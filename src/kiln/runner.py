@@ -59,6 +59,11 @@ def run(args) -> int:
     extra = vllm_extra(args)
     env = parse_env(getattr(args, "env", None))
     port = args.port or loaded.recipe.launch.port
+    from .topology import effective
+
+    topo = effective(loaded.recipe)
+    if topo.multi_node:
+        return _multi_node(args, loaded, recipe_image, topo, port=port, extra=extra, env=env)
     if args.print:
         try:
             docker = DockerEngine()
@@ -106,6 +111,31 @@ def run(args) -> int:
         if box is not None:
             box.stop()
             box.remove()
+
+
+def _multi_node(args, loaded, recipe_image, topo, *, port: int, extra: list[str], env: dict) -> int:
+    """A recipe spanning several nodes: `--print` shows each node's command (one host, a
+    user-defined network; on real hosts use each host's network and the leader's address)."""
+    from .multinode import node_specs, print_commands
+
+    if not args.print:
+        raise UsageError(f"{args.name} spans {topo.nodes} nodes: `kiln run` serves one-node recipes",
+                         hint=f"`kiln run {args.name} --print` prints each node's command; `kiln render k8s "
+                              f"{args.name}` writes Kubernetes manifests; `kiln smoke {args.name}` (CPU) serves it "
+                              "across local containers")
+    try:
+        docker = DockerEngine()
+        docker.ping()
+    except Exception:
+        docker = None
+    ref, built = _image_ref(docker, recipe_image)
+    specs = node_specs(loaded, ref, topo, host_port=port, extra_args=extra, env=env)
+    for spec in specs:
+        spec.detach = args.detach
+    print_commands(specs, topo)
+    if not built:
+        log.warn(f"{recipe_image.tag} is not built on this host (`kiln build {args.name}`)")
+    return 0
 
 
 def _print_log(chunk: bytes) -> None:

@@ -220,7 +220,24 @@ def _stopped_in_time(stop_s: float):
     return stop_s, f"stopped in {stop_s:.1f} s after SIGTERM"
 
 
-def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False) -> dict:
+def _serving(docker: DockerEngine, loaded, image_id: str, topo):
+    """The container (one node) or the node group (several) the checks run against, and
+    the box whose URL, log and shell the checks use."""
+    if topo.multi_node:
+        from .multinode import NodeGroup, node_specs
+
+        group = NodeGroup(docker, node_specs(loaded, image_id, topo, host_port=free_port(), host_ip="127.0.0.1"))
+        return group, group.leader, group.specs[0]
+    spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1")
+    box = ServingContainer(docker, spec)
+    return box, box, spec
+
+
+def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False, topology=None) -> dict:
+    """`topology` overrides the recipe's (e.g. one tensor-parallel rank per container, to
+    prove the multi-node wiring on one host); such a run writes no smoke record."""
+    from .topology import effective
+
     docker = docker or DockerEngine()
     if build:
         build_recipe(name, docker=docker)
@@ -229,32 +246,38 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False)
     if recipe.smoke.gpu and not gpu_visible():
         log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host")
         return {"recipe": name, "skipped": True, "reason": "no GPU visible on this host", "passed": None}
-    spec = run_spec(loaded, image.id, host_port=free_port(), host_ip="127.0.0.1")
+    topo = topology or effective(recipe)
+    served, box, spec = _serving(docker, loaded, image.id, topo)
     features = engine_features(recipe.features)
-    for feature in features:
-        spec.env.update(feature.smoke_env)
+    for node_spec in getattr(served, "specs", [spec]):
+        for feature in features:
+            node_spec.env.update(feature.smoke_env)
     preflight(loaded, spec)
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
-    log.step(f"smoke {name}: {recipe_image.tag} ({image.id[:19]}) on {spec.host_ip}:{spec.host_port}")
+    nodes = f", {topo.nodes} nodes" if topo.multi_node else ""
+    log.step(f"smoke {name}: {recipe_image.tag} ({image.id[:19]}) on {spec.host_ip}:{spec.host_port}{nodes}")
     t0 = time.monotonic()
     run = SmokeRun()
     startup = None
-    with ServingContainer(docker, spec) as box:
-        box.start()
+    with served:
+        served.start()
         try:
-            startup = box.wait_healthy(recipe.smoke.startup_timeout_s)
+            startup = served.wait_healthy(recipe.smoke.startup_timeout_s)
         except ContainerStartFailed as exc:
             run.checks.append(Check("startup", False, exc.message))
         if startup is not None:
             checks = _Checks(box, recipe)
             for check_name in CHECKS:
+                _raise_if_node_lost(served)
                 run.check(check_name, getattr(checks, check_name))
             for feature in features:
+                _raise_if_node_lost(served)
                 run.check(f"{feature.name} logs", lambda f=feature: checks.feature_logs(f))
                 run.check(f"{feature.name} metrics", lambda f=feature: checks.feature_metrics(f))
+            _raise_if_node_lost(served)
             if not run.passed:
                 box._dump_logs(100)
-            stop_s = box.stop(timeout=30)
+            stop_s = served.stop(timeout=30)
             run.check("clean_stop", lambda: _stopped_in_time(stop_s))
     record = {
         "recipe": name,
@@ -266,14 +289,15 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False)
         "checks": [c.__dict__ for c in run.checks],
         "timings": {"startup_s": None if startup is None else round(startup, 2), "total_s": round(time.monotonic() - t0, 2)},
     }
-    path = write_smoke_record(record)
-    record["record"] = str(path)
+    if topology is None:
+        path = write_smoke_record(record)
+        record["record"] = str(path)
     log.summary(f"smoke {name}: {'PASSED' if run.passed else 'FAILED'}", {
         "image": f"{recipe_image.tag} ({image.id[:19]})",
         "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
         "startup": "never healthy" if startup is None else f"{startup:.1f} s",
         "took": log.human_secs(time.monotonic() - t0),
-        "record": shown_home(path),
+        "record": shown_home(path) if topology is None else "none (topology overridden)",
     })
     if not run.passed:
         failed = ", ".join(c.name for c in run.checks if not c.ok)
@@ -283,9 +307,22 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False)
     return record
 
 
+def _raise_if_node_lost(served) -> None:
+    """A node group whose member died fails the smoke as NodeLost, not as a list of
+    checks that timed out one after another."""
+    lost = getattr(served, "lost_node", lambda: None)()
+    if lost is not None:
+        raise served.node_lost(*lost, "while serving")
+
+
 def smoke_cli(args) -> int:
+    topology = None
+    if getattr(args, "nodes", None):
+        from .topology import split_over_nodes
+
+        topology = split_over_nodes(args.nodes)
     try:
-        record = smoke(args.name, build=args.build)
+        record = smoke(args.name, build=args.build, topology=topology)
     except SmokeFailed as exc:
         if args.json and getattr(exc, "record", None):
             log.emit_json(exc.record)  # the failed checks are what a script wants to see
