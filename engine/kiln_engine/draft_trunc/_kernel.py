@@ -287,17 +287,23 @@ def launch_mark_dead(
     min_keep: int,
     explore: float,
     cost=None,
+    block_c: int | None = None,
+    num_warps: int | None = None,
 ) -> None:
     """Launch the kernel: no allocation, no host sync, capturable.
 
     ``cost`` (a ``CostInputs``) switches on the cost-aware policy; ``tau`` is
-    then ignored and the chosen one lands in ``tau_used``.
+    then ignored and the chosen one lands in ``tau_used``. ``block_c`` and
+    ``num_warps`` override the launch shape (benchmarks).
     """
     num_spec = predictions.shape[1]
     block_r = max(64, min(1024, triton.next_power_of_2(max(num_reqs, 1))))
     # The cost pass holds [BLOCK_C, TAU_GRID] tiles: small blocks keep them in
     # registers.
-    block_c = 64 if num_reqs > 32 else 32
+    if block_c is None:
+        block_c = 64 if num_reqs > 32 else 32
+    if num_warps is None:
+        num_warps = 4 if (block_r >= 256 or cost is not None) else 1
     table = tau_used if cost is None else cost.table
     _mark_dead_kernel[(1,)](
         is_padding,
@@ -325,5 +331,5 @@ def launch_mark_dead(
         BLOCK_R=block_r,
         BLOCK_C=block_c,
         COST=cost is not None,
-        num_warps=4 if (block_r >= 256 or cost is not None) else 1,
+        num_warps=num_warps,
     )
