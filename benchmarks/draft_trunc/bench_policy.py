@@ -64,7 +64,7 @@ def time_policy(dtm, policy: str, num_reqs: int, k: int) -> dict:
 
 
 def time_launch_shapes(dtm, num_reqs: int, k: int) -> list[dict]:
-    """The cost-aware launch at other (BLOCK_C, num_warps) shapes."""
+    """The cost-aware launch at other num_warps."""
     from dt_batches import random_batch
     from kiln_engine.draft_trunc._kernel import launch_mark_dead
 
@@ -73,7 +73,7 @@ def time_launch_shapes(dtm, num_reqs: int, k: int) -> list[dict]:
     dtm.prepare(b.predictions.shape[0], "cuda", b.is_padding.shape[0])
     st = dtm._STATE
     out = []
-    for block_c, warps in ((32, 4), (64, 4), (64, 8), (128, 8), (128, 16)):
+    for warps in (1, 2, 4, 8, 16):
         call = functools.partial(
             launch_mark_dead,
             b.is_padding,
@@ -92,15 +92,12 @@ def time_launch_shapes(dtm, num_reqs: int, k: int) -> list[dict]:
             1,
             0.05,
             cost=st.cost,
-            block_c=block_c,
             num_warps=warps,
         )
         call()
         torch.cuda.synchronize()
         us = timed_graph(call, iters=200) * 1e6
-        out.append(
-            {"requests": num_reqs, "k": k, "block_c": block_c, "num_warps": warps, "graph_us": us}
-        )
+        out.append({"requests": num_reqs, "k": k, "num_warps": warps, "graph_us": us})
         print(json.dumps(out[-1]), flush=True)
     return out
 

@@ -185,8 +185,8 @@ def candidate_prices(surv, optional, num_tokens, num_reqs, table, cost: RoutedCo
     ``surv`` [..., R, K]: survival of each draft (0 where there is none);
     ``optional`` [..., R, K]: drafts the policy may cut (past min_keep, in a
     truncatable request); ``num_tokens``/``num_reqs``: scalars or [...]. Same
-    grid, same prices and same tie rule (smallest tau) as the kernel. Returns
-    two arrays [..., TAU_GRID].
+    grid, bins, prices and tie rule (smallest tau) as the kernel. Returns two
+    arrays [..., TAU_GRID].
     """
     import numpy as np
 
@@ -195,11 +195,13 @@ def candidate_prices(surv, optional, num_tokens, num_reqs, table, cost: RoutedCo
     lead = surv.shape[:-2]
     flat = surv.reshape(*lead, -1)
     opt = optional.reshape(*lead, -1)
-    taus = np.arange(TAU_GRID) / TAU_GRID
-    s_opt = np.where(opt, flat, -1.0)
-    hit = s_opt[..., None, :] >= taus[:, None]  # [..., G, R*K]
-    kept = hit.sum(axis=-1)
-    gain = np.where(hit, s_opt[..., None, :], 0.0).sum(axis=-1)
+    # Bin each optional draft by floor(S * TAU_GRID): candidate g keeps the
+    # bins >= g, and a kept draft counts the middle of its bin (as the kernel).
+    bins = np.where(opt, np.minimum(np.floor(flat * TAU_GRID), TAU_GRID - 1), -1).astype(int)
+    hist = np.stack([(bins == g).sum(axis=-1) for g in range(TAU_GRID)], axis=-1)
+    mids = (np.arange(TAU_GRID) + 0.5) / TAU_GRID
+    kept = np.flip(np.cumsum(np.flip(hist, -1), axis=-1), -1)
+    gain = np.flip(np.cumsum(np.flip(hist * mids, -1), axis=-1), -1)
     forced = np.where(opt, 0.0, flat).sum(axis=-1)
     table = np.asarray(table, dtype=np.float64)
     cap = len(table) - 1
