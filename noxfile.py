@@ -95,4 +95,15 @@ def bench_gpu(session):
         "python", "benchmarks/draft_trunc/bench_moe.py", *session.posargs,
         env={"PYTHONUNBUFFERED": "1"},
     )
+
+
+@nox.session(python=False)
+def sim_trunc(session):
+    """draft_trunc policies replayed on acceptance traces (synthetic + recorded):
+    tokens/s and accepted tokens per step at 1-512 requests; JSON + PNG in
+    benchmarks/draft_trunc/results/, ratios printed. CPU only, ~20 s."""
+    session.run(
+        "python", "benchmarks/draft_trunc/sim_trunc.py", *session.posargs,
+        env={"PYTHONUNBUFFERED": "1"},
+    )
 # --- end draft_trunc sessions ---

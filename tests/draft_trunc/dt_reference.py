@@ -82,7 +82,8 @@ def cost_aware_ratios(
     """Expected tokens per unit of step time at each candidate tau g / TAU_GRID.
 
     Written as the spec reads: keep, in every truncatable request, the drafts
-    past min_keep whose survival reaches tau; everything else stays live.
+    past min_keep whose survival reaches tau; a kept optional draft counts the
+    middle of its 1/TAU_GRID survival bin, every other live draft its survival.
     """
     num_tokens = int(query_start_loc[num_reqs])
     table = [float(x) for x in table]
@@ -95,22 +96,17 @@ def cost_aware_ratios(
         tokens, dead = float(num_reqs), 0
         for r in range(num_reqs):
             slot, n, _, truncatable = _request(
-                r,
-                query_start_loc,
-                cu_num_logits,
-                idx_mapping,
-                seq_lens,
-                prefill_len,
-                predictions.shape[1],
-                step,
-                explore,
+                r, query_start_loc, cu_num_logits, idx_mapping, seq_lens, prefill_len,
+                predictions.shape[1], step, explore,
             )
             survs = survivals([float(x) for x in predictions[slot, :n]], n)
             for m, s in enumerate(survs):
-                if truncatable and m >= min(n, min_keep) and s < tau:
+                if not (truncatable and m >= min(n, min_keep)):
+                    tokens += s
+                elif s < tau:
                     dead += 1
                 else:
-                    tokens += s
+                    tokens += (min(math.floor(s * TAU_GRID), TAU_GRID - 1) + 0.5) / TAU_GRID
         live = min(max(num_tokens - dead, 0), cap)
         ratios.append(tokens / (shared + other + table[live]))
     return ratios

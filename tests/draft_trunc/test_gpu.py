@@ -164,3 +164,133 @@ def test_cuda_graph_capture_and_replay(draft_trunc):
         assert torch.equal(static.is_padding.cpu(), pad), f"replay {i}"
         assert torch.equal(dt._STATE.live.cpu()[host.idx_mapping], live[host.idx_mapping])
     assert int(dt._STATE.step.item()) == step0 + 6
+
+
+def _cost_reference(dt, batch, step, tau):
+    """Reference ratios per candidate tau, and the marks at the kernel's tau."""
+    from dt_reference import cost_aware_ratios
+
+    c = dt._STATE.cost
+    ratios = cost_aware_ratios(
+        batch.query_start_loc,
+        batch.cu_num_logits,
+        batch.idx_mapping,
+        batch.seq_lens,
+        batch.prefill_len,
+        batch.predictions,
+        step,
+        batch.num_reqs,
+        dt.KNOBS.min_keep,
+        dt.KNOBS.explore,
+        c.table.cpu(),
+        c.t_fixed,
+        c.t_token,
+        c.other_ratio,
+    )
+    max_reqs = batch.predictions.shape[0]
+    pad, live = batch.is_padding.clone(), torch.zeros(max_reqs, dtype=torch.int32)
+    mark_dead_ref(
+        pad,
+        batch.query_start_loc,
+        batch.cu_num_logits,
+        batch.idx_mapping,
+        batch.seq_lens,
+        batch.prefill_len,
+        batch.predictions,
+        live,
+        torch.zeros(max_reqs),
+        step,
+        batch.num_reqs,
+        tau,
+        dt.KNOBS.min_keep,
+        dt.KNOBS.explore,
+    )
+    return ratios, pad, live
+
+
+@pytest.mark.parametrize(
+    "num_reqs,k,experts",
+    [(1, 4, 256), (8, 4, 256), (64, 4, 4096), (512, 8, 1 << 16), (1024, 4, 1 << 20)],
+)
+def test_cost_kernel_matches_reference_large(draft_trunc, num_reqs, k, experts):
+    """The cost-aware kernel at size: its tau is the reference's best (within
+    fp32 rounding) and its marks are the fixed rule's at that tau."""
+    from dt_reference import TAU_GRID
+
+    dt = draft_trunc(policy="cost", min_keep=1, explore=0.05)
+    rng = np.random.default_rng(num_reqs * 10 + k)
+    batch = random_batch(rng, num_reqs, k, max_num_reqs=num_reqs + 64, pad_tokens=16)
+    b = batch.to("cuda")
+    dt.set_moe_layer(MoELayer(experts=experts, top_k=8))
+    dt.prepare(batch.predictions.shape[0], "cuda", b.is_padding.shape[0])
+    step = int(dt._STATE.step.item())
+    assert dt.mark_dead(
+        b.is_padding,
+        b.query_start_loc,
+        b.cu_num_logits,
+        num_reqs,
+        k,
+        b.predictions,
+        b.idx_mapping,
+        seq_lens=b.seq_lens,
+        prefill_len=b.prefill_len,
+    )
+    tau = float(dt._STATE.tau.item())
+    ratios, pad, live = _cost_reference(dt, batch, step, tau)
+    assert ratios[round(tau * TAU_GRID)] >= max(ratios) * (1 - 1e-5)
+    assert torch.equal(b.is_padding.cpu(), pad)
+    assert torch.equal(dt._STATE.live.cpu()[batch.idx_mapping], live[batch.idx_mapping])
+
+
+def test_cost_policy_cuda_graph_replay(draft_trunc):
+    """Captured once, the cost-aware mark_dead re-chooses tau on every replay
+    from the batch in the static buffers (no host sync, no recapture)."""
+    from dt_reference import TAU_GRID
+
+    dt = draft_trunc(policy="cost", min_keep=0, explore=0.1)
+    num_reqs, k, max_reqs = 96, 4, 128
+    dt.set_moe_layer(MoELayer(experts=4096, top_k=8))
+    static = random_batch(np.random.default_rng(0), num_reqs, k, max_num_reqs=max_reqs).to("cuda")
+    static.is_padding = torch.ones(2048, dtype=torch.bool, device="cuda")
+    dt.prepare(max_reqs, "cuda", 2048)
+    args = (
+        static.is_padding,
+        static.query_start_loc,
+        static.cu_num_logits,
+        num_reqs,
+        k,
+        static.predictions,
+        static.idx_mapping,
+    )
+    kw = dict(seq_lens=static.seq_lens, prefill_len=static.prefill_len)
+    dt.mark_dead(*args, **kw)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        dt.mark_dead(*args, **kw)
+    step0 = int(dt._STATE.step.item())
+    taus = set()
+    for i in range(6):
+        host = random_batch(np.random.default_rng(50 + i), num_reqs, k, max_num_reqs=max_reqs)
+        host.predictions *= 0.3 + 0.15 * i  # from unlikely to likely drafts
+        for name in (
+            "query_start_loc",
+            "cu_num_logits",
+            "idx_mapping",
+            "seq_lens",
+            "prefill_len",
+            "predictions",
+        ):
+            getattr(static, name).copy_(getattr(host, name))
+        static.is_padding[: host.num_tokens] = False
+        static.is_padding[host.num_tokens :] = True
+        graph.replay()
+        tau = float(dt._STATE.tau.item())
+        taus.add(tau)
+        host.is_padding = torch.ones(2048, dtype=torch.bool)
+        host.is_padding[: host.num_tokens] = False
+        ratios, pad, live = _cost_reference(dt, host, step0 + i, tau)
+        assert ratios[round(tau * TAU_GRID)] >= max(ratios) * (1 - 1e-5), f"replay {i}"
+        assert torch.equal(static.is_padding.cpu(), pad), f"replay {i}"
+        assert torch.equal(dt._STATE.live.cpu()[host.idx_mapping], live[host.idx_mapping])
+    assert len(taus) > 1, "tau should follow the batch"

@@ -168,7 +168,7 @@ def test_numpy_twin_matches_reference(draft_trunc, seed):
         _cost.H200_FIT,
         _cost.other_ratio(0.3),
     )
-    assert ratios[int(round(tau * TAU_GRID))] >= max(ratios) * (1 - 1e-6)
+    assert ratios[int(round(float(tau) * TAU_GRID))] >= max(ratios) * (1 - 1e-6)
 
 
 def test_policy_knob():

@@ -168,32 +168,46 @@ def fit_errors(rows: list[dict], layer: MoELayer, cost: RoutedCost, expected: bo
     return out
 
 
-def cost_aware_tau(
-    surv,
-    optional,
-    num_tokens: int,
-    num_reqs: int,
-    table,
-    cost: RoutedCost,
-    ratio_other: float,
-) -> float:
-    """The device policy's choice for one step, in numpy (for the simulator).
+def cost_aware_tau(surv, optional, num_tokens, num_reqs, table, cost: RoutedCost, ratio_other):
+    """The device policy's choice, in numpy (the simulator replays it)."""
+    import numpy as np
 
-    ``surv`` [R, K]: survival of each draft (0 where there is none);
-    ``optional`` [R, K]: drafts the policy may cut (past min_keep, truncatable
-    request). Same grid, same tie rule (smallest tau) as the kernel.
+    tokens, time_us = candidate_prices(
+        surv, optional, num_tokens, num_reqs, table, cost, ratio_other
+    )
+    taus = np.arange(TAU_GRID) / TAU_GRID
+    return taus[np.argmax(tokens / time_us, axis=-1)]
+
+
+def candidate_prices(surv, optional, num_tokens, num_reqs, table, cost: RoutedCost, ratio_other):
+    """Expected tokens and routed+other time (per layer) of each candidate tau.
+
+    ``surv`` [..., R, K]: survival of each draft (0 where there is none);
+    ``optional`` [..., R, K]: drafts the policy may cut (past min_keep, in a
+    truncatable request); ``num_tokens``/``num_reqs``: scalars or [...]. Same
+    grid, bins, prices and tie rule (smallest tau) as the kernel. Returns two
+    arrays [..., TAU_GRID].
     """
     import numpy as np
 
-    taus = np.arange(TAU_GRID) / TAU_GRID
-    s_opt = np.where(optional, surv, -1.0).ravel()
-    hit = s_opt[None, :] >= taus[:, None]
-    kept = hit.sum(axis=1)
-    gain = np.where(hit, s_opt[None, :], 0.0).sum(axis=1)
-    forced = float(np.where(optional, 0.0, surv).sum())
+    surv = np.asarray(surv, dtype=np.float64)
+    optional = np.asarray(optional, dtype=bool)
+    lead = surv.shape[:-2]
+    flat = surv.reshape(*lead, -1)
+    opt = optional.reshape(*lead, -1)
+    # Bin each optional draft by floor(S * TAU_GRID): candidate g keeps the
+    # bins >= g, and a kept draft counts the middle of its bin (as the kernel).
+    bins = np.where(opt, np.minimum(np.floor(flat * TAU_GRID), TAU_GRID - 1), -1).astype(int)
+    hist = np.stack([(bins == g).sum(axis=-1) for g in range(TAU_GRID)], axis=-1)
+    mids = (np.arange(TAU_GRID) + 0.5) / TAU_GRID
+    kept = np.flip(np.cumsum(np.flip(hist, -1), axis=-1), -1)
+    gain = np.flip(np.cumsum(np.flip(hist * mids, -1), axis=-1), -1)
+    forced = np.where(opt, 0.0, flat).sum(axis=-1)
+    table = np.asarray(table, dtype=np.float64)
     cap = len(table) - 1
-    live = np.clip(num_tokens - int(optional.sum()) + kept, 0, cap)
+    num_tokens = np.asarray(num_tokens)
+    live = np.clip(num_tokens[..., None] - opt.sum(axis=-1)[..., None] + kept, 0, cap)
     shared = cost.t_fixed + cost.t_token * num_tokens
-    other = ratio_other * (table[min(num_tokens, cap)] + shared)
-    ratio = (num_reqs + forced + gain) / (shared + other + np.asarray(table)[live])
-    return float(taus[int(np.argmax(ratio))])
+    other = ratio_other * (table[np.minimum(num_tokens, cap)] + shared)
+    tokens = np.asarray(num_reqs)[..., None] + forced[..., None] + gain
+    return tokens, (shared + other)[..., None] + table[live]

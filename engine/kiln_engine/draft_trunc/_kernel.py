@@ -90,71 +90,52 @@ def _request_block(
 
 @triton.jit
 def _cost_aware_tau(
-    query_start_loc_ptr,
-    cu_num_logits_ptr,
-    idx_mapping_ptr,
-    seq_lens_ptr,
-    prefill_len_ptr,
     pred_ptr,
     pred_stride,
+    slot,
+    rmask,
+    n,
+    truncated,
+    j_min,
+    query_start_loc_ptr,
     cost_ptr,
     cost_max,
-    step,
     num_reqs,
-    min_keep,
-    explore,
     t_fixed,
     t_token,
     other_ratio,
     K: tl.constexpr,
-    BLOCK_C: tl.constexpr,
+    BLOCK_R: tl.constexpr,
 ):
     """The tau of the grid that maximises expected tokens per unit of step time.
 
     For any number x of optional drafts kept, keeping the x with the highest
     survival maximises expected accepted tokens; survival falls with depth, so
     those x form a prefix of every request, i.e. a threshold on S. So the
-    search is over thresholds: for each candidate tau, count the optional
-    drafts it keeps and their summed survival, price the live tokens with the
-    routed-cost table, and take the best ratio (the smallest tau on ties, so
-    when cutting buys nothing, nothing is cut).
+    search is over thresholds g / TAU_GRID. Draft survivals are binned by
+    floor(S * TAU_GRID) (exact: TAU_GRID is a power of two), so candidate g
+    keeps exactly the optional drafts of bins >= g; each kept draft adds the
+    middle of its bin to the expected tokens (within 1 / (2 TAU_GRID) of S).
+    Live tokens are priced with the routed-cost table; the best ratio wins,
+    the smallest tau on ties, so when cutting buys nothing nothing is cut.
     """
-    taus = tl.arange(0, TAU_GRID).to(tl.float32) * (1.0 / TAU_GRID)
-    kept = tl.zeros([TAU_GRID], tl.float32)
-    gain = tl.zeros([TAU_GRID], tl.float32)
-    forced = tl.zeros([BLOCK_C], tl.float32)
-    optional = tl.zeros([BLOCK_C], tl.int32)
-    for start in range(0, num_reqs, BLOCK_C):
-        rmask, slot, n, qe, truncatable = _request_block(
-            start,
-            query_start_loc_ptr,
-            cu_num_logits_ptr,
-            idx_mapping_ptr,
-            seq_lens_ptr,
-            prefill_len_ptr,
-            step,
-            num_reqs,
-            explore,
-            K,
-            BLOCK_C,
-        )
-        j_min = tl.minimum(n, min_keep)
-        surv = tl.full([BLOCK_C], 1.0, tl.float32)
-        hits = tl.zeros([BLOCK_C, TAU_GRID], tl.float32)
-        sums = tl.zeros([BLOCK_C, TAU_GRID], tl.float32)
-        for k in tl.static_range(K):
-            in_n = rmask & (k < n)
-            surv = surv * _clamped_prediction(pred_ptr, slot, pred_stride, k, in_n)
-            opt = truncatable & in_n & (k >= j_min)
-            hit = opt[:, None] & (surv[:, None] >= taus[None, :])
-            hits += hit.to(tl.float32)
-            sums += tl.where(hit, surv[:, None], 0.0)
-            forced += tl.where(in_n & (~opt), surv, 0.0)
-            optional += opt.to(tl.int32)
-        kept += tl.sum(hits, axis=0)
-        gain += tl.sum(sums, axis=0)
+    counts = tl.zeros([TAU_GRID], tl.int32)
+    forced = tl.zeros([BLOCK_R], tl.float32)
+    optional = tl.zeros([BLOCK_R], tl.int32)
+    surv = tl.full([BLOCK_R], 1.0, tl.float32)
+    for k in tl.static_range(K):
+        in_n = rmask & (k < n)
+        surv = surv * _clamped_prediction(pred_ptr, slot, pred_stride, k, in_n)
+        opt = truncated & in_n & (k >= j_min)
+        bins = tl.minimum((surv * TAU_GRID).to(tl.int32), TAU_GRID - 1)
+        counts += tl.histogram(bins, TAU_GRID, mask=opt)
+        forced += tl.where(in_n & (~opt), surv, 0.0)
+        optional += opt.to(tl.int32)
+    mids = (tl.arange(0, TAU_GRID).to(tl.float32) + 0.5) * (1.0 / TAU_GRID)
+    kept = tl.cumsum(counts, 0, reverse=True)
+    gain = tl.cumsum(counts.to(tl.float32) * mids, 0, reverse=True)
     num_tokens = tl.load(query_start_loc_ptr + num_reqs)
-    live = num_tokens - tl.sum(optional, axis=0) + kept.to(tl.int32)
+    live = num_tokens - tl.sum(optional, axis=0) + kept
     t_live = tl.load(cost_ptr + tl.minimum(tl.maximum(live, 0), cost_max))
     t_all = tl.load(cost_ptr + tl.minimum(num_tokens, cost_max))
     t_shared = t_fixed + t_token * num_tokens.to(tl.float32)
@@ -201,35 +182,14 @@ def _mark_dead_kernel(
     other_ratio,
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
-    BLOCK_C: tl.constexpr,
     COST: tl.constexpr,
 ):
     # One program walks the whole batch: the step counter is read once and
     # bumped at the end without a race, and a verify batch is small enough
     # (<= a few thousand requests) that one CTA finishes in microseconds.
+    # With COST the launcher makes BLOCK_R cover the batch, so the loop runs
+    # once and tau is chosen from the whole batch before any draft is marked.
     step = tl.load(step_ptr)
-    if COST:
-        tau = _cost_aware_tau(
-            query_start_loc_ptr,
-            cu_num_logits_ptr,
-            idx_mapping_ptr,
-            seq_lens_ptr,
-            prefill_len_ptr,
-            pred_ptr,
-            pred_stride,
-            cost_ptr,
-            cost_max,
-            step,
-            num_reqs,
-            min_keep,
-            explore,
-            t_fixed,
-            t_token,
-            other_ratio,
-            K,
-            BLOCK_C,
-        )
-    tl.store(tau_ptr, tau)
     for start in range(0, num_reqs, BLOCK_R):
         rmask, slot, n, qe, truncated = _request_block(
             start,
@@ -244,12 +204,31 @@ def _mark_dead_kernel(
             K,
             BLOCK_R,
         )
+        j_min = tl.minimum(n, min_keep)
+        if COST:
+            tau = _cost_aware_tau(
+                pred_ptr,
+                pred_stride,
+                slot,
+                rmask,
+                n,
+                truncated,
+                j_min,
+                query_start_loc_ptr,
+                cost_ptr,
+                cost_max,
+                num_reqs,
+                t_fixed,
+                t_token,
+                other_ratio,
+                K,
+                BLOCK_R,
+            )
         surv = tl.full([BLOCK_R], 1.0, tl.float32)
         j_rule = tl.zeros([BLOCK_R], tl.int32)
         e_rule = tl.zeros([BLOCK_R], tl.float32)
         e_min = tl.zeros([BLOCK_R], tl.float32)
         e_all = tl.zeros([BLOCK_R], tl.float32)
-        j_min = tl.minimum(n, min_keep)
         for k in tl.static_range(K):
             in_n = rmask & (k < n)
             surv = surv * _clamped_prediction(pred_ptr, slot, pred_stride, k, in_n)
@@ -267,7 +246,14 @@ def _mark_dead_kernel(
         for k in tl.static_range(K):
             dead = truncated & (k >= j) & (k < n)
             tl.store(is_padding_ptr + (qe - n + k), tl.full([BLOCK_R], 1, tl.int1), mask=dead)
+    tl.store(tau_ptr, tau)
     tl.store(step_ptr, step + 1)
+
+
+# The cost-aware launch keeps the whole batch in one block; past this many
+# requests the launcher verifies every draft instead (on the fitted H200 model
+# nothing is worth cutting at that load anyway).
+MAX_COST_REQS = 4096
 
 
 def launch_mark_dead(
@@ -287,17 +273,26 @@ def launch_mark_dead(
     min_keep: int,
     explore: float,
     cost=None,
+    num_warps: int | None = None,
 ) -> None:
     """Launch the kernel: no allocation, no host sync, capturable.
 
     ``cost`` (a ``CostInputs``) switches on the cost-aware policy; ``tau`` is
-    then ignored and the chosen one lands in ``tau_used``.
+    then ignored and the chosen one lands in ``tau_used``. ``num_warps``
+    overrides the launch shape (benchmarks).
     """
     num_spec = predictions.shape[1]
-    block_r = max(64, min(1024, triton.next_power_of_2(max(num_reqs, 1))))
-    # The cost pass holds [BLOCK_C, TAU_GRID] tiles: small blocks keep them in
-    # registers.
-    block_c = 64 if num_reqs > 32 else 32
+    if cost is not None and num_reqs > MAX_COST_REQS:
+        cost, tau = None, 0.0
+    block_r = max(64, triton.next_power_of_2(max(num_reqs, 1)))
+    if cost is None:
+        block_r = min(block_r, 1024)
+    if num_warps is None and cost is None:
+        num_warps = 1 if block_r < 256 else 4
+    elif num_warps is None:
+        # Measured on an H200 (bench_policy.py): the cost pass's histograms
+        # want more warps as the block grows; 16 at 512 requests.
+        num_warps = 4 if block_r <= 128 else (8 if block_r == 256 else 16)
     table = tau_used if cost is None else cost.table
     _mark_dead_kernel[(1,)](
         is_padding,
@@ -323,7 +318,6 @@ def launch_mark_dead(
         0.0 if cost is None else cost.other_ratio,
         K=num_spec,
         BLOCK_R=block_r,
-        BLOCK_C=block_c,
         COST=cost is not None,
-        num_warps=4 if (block_r >= 256 or cost is not None) else 1,
+        num_warps=num_warps,
     )

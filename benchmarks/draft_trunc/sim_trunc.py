@@ -1,0 +1,516 @@
+"""Trace-driven model of decoding speed under draft-truncation policies.
+
+Replays acceptance traces (per verify step and request: the estimator's
+conditional acceptance predictions p_1..p_K and how many drafts the target
+accepted) through each policy, for verify batches of 1-512 requests, and prices
+every step with the routed-expert cost model fitted to the H200 benchmark
+(kiln_engine.draft_trunc._cost). Policies:
+
+- none: verify every draft;
+- tau=t: the fixed rule, keep draft m while S_m = p_1...p_m >= t (min_keep 1);
+- cost: the cost-aware rule the device kernel runs (same grid, same prices);
+- oracle: knows which drafts will be accepted and keeps the best number of
+  them for the whole run (an upper bound on any policy, see ``oracle``).
+
+A request keeping j drafts yields 1 + min(a, j) tokens, a = drafts the full
+window accepted: truncation is exact (outputs equal a batch truly truncated to
+j), so a shorter window accepts its prefix of the same outcome. That needs
+uncensored records: traces recorded with tau = 0 (kept == n), or windows that
+ended in a rejection. A step costs
+
+    moe_layers * (routed(live, tokens) + other),
+
+routed from the fitted model (live = tokens minus dead drafts), other = the
+non-routed time, ``other_share`` of a fully verified step (an assumption, the
+same knob as KILN_DRAFT_TRUNC_OTHER_SHARE). Steps are drawn with replacement
+from the trace's request records, so a batch of R requests mixes records of
+different requests; batch composition does not react to the policy (the model
+ignores that a faster policy changes who is in the next batch).
+
+Traces: synthetic (stated mean acceptance alpha: p_i ~ Beta(alpha c, (1-alpha) c),
+draft i accepted with probability p_i given the ones before it, so predictions
+are calibrated), and JSONL files recorded by KILN_DRAFT_TRUNC_TRACE, one verify
+step per line: {"step", "k", "reqs": [{"p": [...], "kept", "accepted", "n"?}]}.
+
+Usage: python benchmarks/draft_trunc/sim_trunc.py [--out DIR] [--trace FILE ...]
+(``nox -s sim_trunc``). Writes sim-trunc.json and sim-trunc.png, prints ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "engine"))
+
+from kiln_engine.draft_trunc import _cost  # noqa: E402
+
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+ALPHAS = (0.3, 0.5, 0.7, 0.9)
+TAUS = tuple(round(0.1 * i, 1) for i in range(10))
+TRACE_GLOB = "traces/*.jsonl"
+
+
+class TraceError(ValueError):
+    """A trace line that cannot be replayed: 'file:line: field: problem'."""
+
+
+@dataclass
+class Records:
+    """Request-step records: predictions, drafts proposed, drafts accepted."""
+
+    p: np.ndarray  # [M, K] fp64, NaN where the estimator had none
+    n: np.ndarray  # [M] drafts proposed
+    accepted: np.ndarray  # [M]
+    source: str
+    censored: int = 0  # records dropped: all kept drafts accepted with kept < n
+
+    @property
+    def k(self) -> int:
+        return self.p.shape[1]
+
+    @property
+    def acceptance(self) -> float:
+        """Mean accepted drafts per proposed draft (the trace's stated rate)."""
+        return float(self.accepted.sum() / max(self.n.sum(), 1))
+
+
+def _field(where: str, obj: dict, name: str, kind):
+    if not isinstance(obj, dict) or name not in obj:
+        raise TraceError(f"{where}: {name}: missing")
+    value = obj[name]
+    if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise TraceError(f"{where}: {name}: expected an integer, got {value!r}")
+    if kind is list and not isinstance(value, list):
+        raise TraceError(f"{where}: {name}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def read_trace(path: Path) -> Records:
+    """Request records of a KILN_DRAFT_TRUNC_TRACE file (TraceError on bad lines).
+
+    Records whose window was cut before its first rejection (accepted == kept <
+    n) are censored: how far it would have gone is unknown, so they are
+    dropped and counted.
+    """
+    ps, ns, accs, k, censored = [], [], [], None, 0
+    for lineno, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{lineno}"
+        try:
+            step = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{where}: not JSON ({exc.msg})") from None
+        step_k = _field(where, step, "k", int)
+        if step_k < 1 or (k is not None and step_k != k):
+            raise TraceError(f"{where}: k: {step_k} (expected {k or 'a positive integer'})")
+        k = step_k
+        for i, req in enumerate(_field(where, step, "reqs", list)):
+            at = f"{where}: reqs[{i}]"
+            p = _field(at, req, "p", list)
+            if len(p) != k or not all(x is None or isinstance(x, (int, float)) for x in p):
+                raise TraceError(f"{at}: p: expected {k} numbers or nulls")
+            kept = _field(at, req, "kept", int)
+            acc = _field(at, req, "accepted", int)
+            n = req.get("n", k)
+            if not isinstance(n, int) or not 0 <= n <= k:
+                raise TraceError(f"{at}: n: {n!r} not in [0, {k}]")
+            if not 0 <= kept <= n:
+                raise TraceError(f"{at}: kept: {kept} not in [0, n={n}]")
+            if not 0 <= acc <= kept:
+                raise TraceError(f"{at}: accepted: {acc} not in [0, kept={kept}]")
+            if n == 0:
+                continue
+            if acc == kept < n:
+                censored += 1
+                continue
+            ps.append([math.nan if x is None else float(x) for x in p])
+            ns.append(n)
+            accs.append(acc)
+    if not ps:
+        raise TraceError(f"{path}: no uncensored verify records")
+    return Records(np.array(ps), np.array(ns), np.array(accs), Path(path).stem, censored)
+
+
+def synthetic(alpha: float, count: int, k: int, rng, concentration: float = 3.0) -> Records:
+    """Calibrated predictions with mean conditional acceptance ``alpha``."""
+    p = rng.beta(alpha * concentration, (1 - alpha) * concentration, size=(count, k))
+    accept = rng.random((count, k)) < p
+    accepted = np.cumprod(accept, axis=1).sum(axis=1)
+    return Records(p, np.full(count, k), accepted, f"synthetic-a{alpha:.1f}")
+
+
+def survival(p: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """S_m per draft as the kernel computes it (NaN -> 1, clamped), 0 past n."""
+    k = p.shape[-1]
+    q = np.where(np.isnan(p), 1.0, np.clip(p, 0.0, 1.0))
+    s = np.cumprod(q.astype(np.float32), axis=-1).astype(np.float64)
+    return np.where(np.arange(k) < n[..., None], s, 0.0)
+
+
+@dataclass
+class Model:
+    """Prices a verify step; the policy and the replay use the same prices."""
+
+    layer: _cost.MoELayer = field(default_factory=_cost.MoELayer)
+    cost: _cost.RoutedCost = _cost.H200_FIT
+    other_share: float = 0.5
+    moe_layers: int = 58
+    min_keep: int = 1
+    max_tokens: int = 512 * 9
+
+    def __post_init__(self):
+        self.table = np.array(_cost.live_table(self.layer, self.cost, self.max_tokens))
+        self.ratio = _cost.other_ratio(self.other_share)
+
+    def step_us(self, live, tokens):
+        live = np.clip(live, 0, self.max_tokens).astype(int)
+        tokens = np.asarray(tokens).astype(int)
+        shared = self.cost.t_fixed + self.cost.t_token * tokens
+        other = self.ratio * (self.table[np.minimum(tokens, self.max_tokens)] + shared)
+        return self.moe_layers * (shared + other + self.table[live])
+
+
+@dataclass
+class Batches:
+    """S verify steps of R requests each, drawn from a trace's records."""
+
+    surv: np.ndarray  # [S, R, K]
+    n: np.ndarray  # [S, R]
+    accepted: np.ndarray  # [S, R]
+
+    @property
+    def tokens(self) -> np.ndarray:  # scheduled tokens per step: t0 + drafts
+        return (1 + self.n).sum(axis=1)
+
+    @property
+    def reqs(self) -> int:
+        return self.n.shape[1]
+
+
+def draw(records: Records, batch: int, rng, target_records: int = 40_000) -> Batches:
+    steps = max(64, target_records // batch)
+    idx = rng.integers(0, len(records.n), size=(steps, batch))
+    n = records.n[idx]
+    return Batches(survival(records.p[idx], n), n, records.accepted[idx])
+
+
+def rule_j(surv, n, tau, min_keep):
+    """Kept drafts under the survival threshold ``tau`` (scalar or per step)."""
+    tau = np.asarray(tau, dtype=np.float32)
+    tau = tau.reshape(tau.shape + (1, 1)) if tau.ndim else tau
+    keep = (surv.astype(np.float32) >= tau) & (np.arange(surv.shape[-1]) < n[..., None])
+    return np.maximum(keep.sum(axis=-1), np.minimum(n, min_keep))
+
+
+def cost_j(b: Batches, model: Model):
+    """The cost-aware kernel's choice, replayed (no exploration: a trace
+    replay has nothing to learn)."""
+    k = b.surv.shape[-1]
+    pos = np.arange(k)
+    optional = (pos < b.n[..., None]) & (pos >= np.minimum(b.n, model.min_keep)[..., None])
+    tau = _cost.cost_aware_tau(
+        b.surv, optional, b.tokens, b.reqs, model.table, model.cost, model.ratio
+    )
+    return rule_j(b.surv, b.n, tau, model.min_keep), tau
+
+
+@dataclass
+class Outcome:
+    tokens: float  # tokens produced (accepted drafts + one per request-step)
+    time_us: float
+    accepted_per_req_step: float
+    kept_frac: float
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / (self.time_us * 1e-6)
+
+
+def replay(b: Batches, j: np.ndarray, model: Model) -> Outcome:
+    acc = np.minimum(b.accepted, j)
+    live = b.tokens - (b.n - j).sum(axis=1)
+    return Outcome(
+        tokens=float((1 + acc).sum()),
+        time_us=float(model.step_us(live, b.tokens).sum()),
+        accepted_per_req_step=float(acc.mean()),
+        kept_frac=float(j.sum() / max(b.n.sum(), 1)),
+    )
+
+
+def oracle(b: Batches, model: Model, iters: int = 50) -> Outcome:
+    """The best any policy can do on these steps, knowing the outcomes.
+
+    Only accepted drafts are worth keeping, and which of them are kept does not
+    change the price, so a step is described by x, the number kept (0..sum a).
+    Maximising total tokens / total time over every step's x is a fractional
+    program: Dinkelbach's iteration (choose each x to maximise tokens -
+    lam * time, set lam to the resulting ratio) reaches its optimum. Any policy
+    keeping j drafts yields sum min(a, j) tokens at a price no lower than
+    keeping just those, so none can beat this.
+    """
+    useful = b.accepted.sum(axis=1)  # [S]
+    x = np.arange(useful.max() + 1)[None, :]  # [1, X]
+    valid = x <= useful[:, None]
+    tokens = b.reqs + x  # [S, X] (broadcast)
+    live = (b.tokens - b.n.sum(axis=1))[:, None] + x
+    time_us = model.step_us(live, np.broadcast_to(b.tokens[:, None], live.shape))
+    lam = 0.0
+    for _ in range(iters):
+        value = np.where(valid, tokens - lam * time_us, -np.inf)
+        pick = value.argmax(axis=1)
+        rows = np.arange(len(pick))
+        tot_tokens = float((b.reqs + pick).sum())
+        tot_time = float(time_us[rows, pick].sum())
+        new = tot_tokens / tot_time
+        if abs(new - lam) <= 1e-15 * new:
+            break
+        lam = new
+    return Outcome(
+        tokens=tot_tokens,
+        time_us=tot_time,
+        accepted_per_req_step=float(pick.sum() / b.n.size),
+        kept_frac=float(pick.sum() / max(b.n.sum(), 1)),
+    )
+
+
+def predicted_bound(b: Batches, model: Model, iters: int = 50) -> Outcome:
+    """The best a threshold policy can do knowing only the predictions.
+
+    Like ``oracle``, but each step chooses among the kernel's candidate taus by
+    their expected tokens (Dinkelbach over the whole run, so the long-run
+    rate, not each step's own ratio, prices a draft). On calibrated synthetic
+    traces this is what perfect knowledge of p buys; the gap to ``oracle`` is
+    the value of knowing the coin flips, which no predictor-driven policy has.
+    """
+    k = b.surv.shape[-1]
+    pos = np.arange(k)
+    optional = (pos < b.n[..., None]) & (pos >= np.minimum(b.n, model.min_keep)[..., None])
+    tokens, time_us = _cost.candidate_prices(
+        b.surv, optional, b.tokens, b.reqs, model.table, model.cost, model.ratio
+    )
+    lam = 0.0
+    for _ in range(iters):
+        pick = (tokens - lam * time_us).argmax(axis=1)
+        rows = np.arange(len(pick))
+        new = float(tokens[rows, pick].sum() / time_us[rows, pick].sum())
+        if abs(new - lam) <= 1e-15 * new:
+            break
+        lam = new
+    taus = pick / _cost.TAU_GRID
+    return replay(b, rule_j(b.surv, b.n, taus, model.min_keep), model)
+
+
+def run_policies(b: Batches, model: Model, fixed_only: bool = False) -> dict[str, Outcome]:
+    out = {"none": replay(b, b.n, model)}
+    for t in TAUS:
+        out[f"tau={t:.1f}"] = replay(b, rule_j(b.surv, b.n, t, model.min_keep), model)
+    if not fixed_only:
+        j, _ = cost_j(b, model)
+        out["cost"] = replay(b, j, model)
+        out["predicted_bound"] = predicted_bound(b, model)
+        out["oracle"] = oracle(b, model)
+    return out
+
+
+def best_fixed_tau(results: dict[str, Outcome]) -> float:
+    return max(TAUS, key=lambda t: results[f"tau={t:.1f}"].tokens_per_s)
+
+
+def summarise(results: dict[str, Outcome], tuned_tau: float) -> dict:
+    """``tuned_tau``: the fixed tau an operator would pick for this load, tuned
+    on a separate draw of the same trace (the hindsight best is also given)."""
+    hindsight = best_fixed_tau(results)
+    tps = {name: o.tokens_per_s for name, o in results.items()}
+    cost = tps["cost"]
+    return {
+        "tokens_per_s": tps,
+        "accepted_per_req_step": {n: o.accepted_per_req_step for n, o in results.items()},
+        "kept_frac": {n: o.kept_frac for n, o in results.items()},
+        "best_tau": tuned_tau,
+        "hindsight_tau": hindsight,
+        "cost_vs_oracle": cost / tps["oracle"],
+        "cost_vs_predicted_bound": cost / tps["predicted_bound"],
+        "cost_vs_best_tau": cost / tps[f"tau={tuned_tau:.1f}"],
+        "cost_vs_hindsight_tau": cost / tps[f"tau={hindsight:.1f}"],
+        "cost_vs_none": cost / tps["none"],
+        "oracle_vs_none": tps["oracle"] / tps["none"],
+    }
+
+
+def goals(row: dict) -> dict[str, bool]:
+    """The issue's goals, in this model."""
+    return {
+        "within_5pct_of_oracle": row["cost_vs_oracle"] >= 0.95,
+        "at_least_best_tau": row["cost_vs_best_tau"] >= 1.0 - 1e-9,
+        "never_1pct_slower_than_none": row["cost_vs_none"] >= 0.99,
+    }
+
+
+def simulate(
+    traces: list[Records], model: Model, sizes=BATCH_SIZES, seed=0, log=print
+) -> list[dict]:
+    rows = []
+    for records in traces:
+        for size in sizes:
+            tune = draw(records, size, np.random.default_rng(seed + 10_000 + size))
+            tuned = best_fixed_tau(run_policies(tune, model, fixed_only=True))
+            b = draw(records, size, np.random.default_rng(seed + size))
+            row = {
+                "trace": records.source,
+                "acceptance": records.acceptance,
+                "batch": size,
+                "steps": int(b.n.shape[0]),
+                **summarise(run_policies(b, model), tuned),
+            }
+            row["goals"] = goals(row)
+            rows.append(row)
+            log(
+                f"{records.source:<24} R={size:<4} cost/oracle={row['cost_vs_oracle']:.3f} "
+                f"cost/pred-bound={row['cost_vs_predicted_bound']:.3f} "
+                f"cost/tuned-tau({row['best_tau']:.1f})={row['cost_vs_best_tau']:.3f} "
+                f"cost/hindsight-tau({row['hindsight_tau']:.1f})={row['cost_vs_hindsight_tau']:.3f} "
+                f"cost/none={row['cost_vs_none']:.3f} oracle/none={row['oracle_vs_none']:.3f}"
+            )
+    return rows
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    traces = list(dict.fromkeys(r["trace"] for r in rows))
+    cols = min(3, len(traces))
+    nrows = math.ceil(len(traces) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.6 * nrows), squeeze=False)
+    for ax, name in zip(axes.flat, traces, strict=False):
+        rs = [r for r in rows if r["trace"] == name]
+        x = [r["batch"] for r in rs]
+
+        def rel(key, rs=rs):
+            return [r["tokens_per_s"][key] / r["tokens_per_s"]["none"] for r in rs]
+
+        ax.plot(x, rel("oracle"), "k--", label="oracle (knows outcomes)")
+        ax.plot(x, rel("predicted_bound"), "k:", label="bound from predictions")
+        ax.plot(x, rel("cost"), "C3-o", ms=3, label="cost-aware")
+        best = [
+            r["tokens_per_s"][f"tau={r['best_tau']:.1f}"] / r["tokens_per_s"]["none"] for r in rs
+        ]
+        ax.plot(x, best, "C0-.", label="fixed tau tuned per load")
+        ax.plot(x, rel("tau=0.3"), "C2-", alpha=0.6, label="tau=0.3")
+        ax.plot(x, rel("tau=0.6"), "C1-", alpha=0.6, label="tau=0.6")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{name} (acceptance {rs[0]['acceptance']:.2f})", fontsize=9)
+        ax.set_xlabel("verifying requests")
+        ax.set_ylabel("tokens/s vs no truncation")
+    for ax in list(axes.flat)[len(traces) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def load_traces(paths: list[Path], k: int, rng, synthetic_records: int) -> list[Records]:
+    traces = [synthetic(a, synthetic_records, k, rng) for a in ALPHAS]
+    for path in paths:
+        traces.append(read_trace(path))
+    return traces
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        action="append",
+        default=None,
+        help=f"JSONL trace(s); default: {TRACE_GLOB} next to this script",
+    )
+    ap.add_argument("--k", type=int, default=4, help="drafts per step of the synthetic traces")
+    ap.add_argument(
+        "--other-share",
+        type=float,
+        default=0.5,
+        help="non-routed share of a fully verified step (assumption)",
+    )
+    ap.add_argument("--skew", type=float, default=0.0, help="Zipf skew of expert popularity")
+    ap.add_argument(
+        "--ep", type=int, default=1, help="expert-parallel ranks (1/ep of expert bytes)"
+    )
+    ap.add_argument("--moe-layers", type=int, default=58)
+    ap.add_argument("--sizes", type=int, nargs="*", default=list(BATCH_SIZES))
+    ap.add_argument("--quick", action="store_true", help="fewer records (a smoke run)")
+    args = ap.parse_args(argv)
+    paths = args.trace if args.trace is not None else sorted(HERE.glob(TRACE_GLOB))
+    base = _cost.MoELayer()
+    layer = _cost.MoELayer(base.experts, base.top_k, base.expert_bytes / args.ep, args.skew)
+    model = Model(layer=layer, other_share=args.other_share, moe_layers=args.moe_layers)
+    rng = np.random.default_rng(0)
+    traces = load_traces(paths, args.k, rng, 4_000 if args.quick else 100_000)
+    start = time.monotonic()
+    print(
+        f"sim_trunc: {len(traces)} traces x {len(args.sizes)} batch sizes; "
+        f"other_share={args.other_share} skew={args.skew} ep={args.ep}",
+        flush=True,
+    )
+    rows = simulate(traces, model, args.sizes, log=lambda s: print(s, flush=True))
+    args.out.mkdir(parents=True, exist_ok=True)
+    tag = f"os{args.other_share:g}-skew{args.skew:g}-ep{args.ep}"
+    meta = {
+        "model": {
+            "layer": vars(layer),
+            "cost": vars(model.cost),
+            "other_share": args.other_share,
+            "moe_layers": args.moe_layers,
+            "min_keep": model.min_keep,
+            "tau_grid": _cost.TAU_GRID,
+        },
+        "traces": [
+            {
+                "source": t.source,
+                "records": int(len(t.n)),
+                "k": t.k,
+                "acceptance": t.acceptance,
+                "censored_dropped": t.censored,
+            }
+            for t in traces
+        ],
+        "rows": rows,
+    }
+    json_path = args.out / f"sim-trunc-{tag}.json"
+    json_path.write_text(json.dumps(meta, indent=1))
+    png_path = args.out / f"sim-trunc-{tag}.png"
+    plot(rows, png_path, f"draft-trunc policies, H200 cost model ({tag})")
+    met = {g: sum(r["goals"][g] for r in rows) for g in rows[0]["goals"]}
+    worst = {
+        "cost/oracle": min(r["cost_vs_oracle"] for r in rows),
+        "cost/pred-bound": min(r["cost_vs_predicted_bound"] for r in rows),
+        "cost/tuned-tau": min(r["cost_vs_best_tau"] for r in rows),
+        "cost/hindsight-tau": min(r["cost_vs_hindsight_tau"] for r in rows),
+        "cost/none": min(r["cost_vs_none"] for r in rows),
+    }
+    print(
+        f"summary ({time.monotonic() - start:.0f} s): goals met over {len(rows)} cases: {met}; "
+        f"worst ratios: " + ", ".join(f"{k}={v:.3f}" for k, v in worst.items())
+    )
+    print(f"wrote {json_path} and {png_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
