@@ -156,3 +156,15 @@ def test_recipe_image_carries_only_its_engine_versions_series(groot):
     assert excluded_paths(ov, "0.33.0") == ("patches/0.32.0",)
     assert json.loads(overlay_json(ov, "0.33.0"))["series"] == "patches/0.33.0/series"
     assert json.loads(overlay_json(ov, "0.32.0"))["series"] == "patches/0.32.0/series"
+
+
+def test_readme_names_each_recipes_engine_version():
+    """The README's recipe table is what the recipes pin (and lists every recipe)."""
+    import re
+
+    from kiln.recipe import load_recipe
+
+    rows = dict(re.findall(r"^\| ([a-z0-9-]+) \| vLLM (\S+) \|", (REPO / "README.md").read_text(), re.M))
+    pinned = {d.name: load_recipe(d).recipe.engine.version
+              for d in sorted((REPO / "recipes").iterdir()) if (d / "recipe.yaml").is_file()}
+    assert rows == pinned
