@@ -263,3 +263,23 @@ def warn_unlisted(folder: Path) -> None:
     for p in sorted(folder.glob("*.patch")):
         if p.name not in listed:
             log.warn(f"{shown(p)} is not listed in {shown(folder / 'series')} and is not applied")
+
+
+def check_feature(ov, versions: list[str], flavour: str | None = None) -> None:
+    """Apply a feature's series for each of `versions` (on top of that version's engine
+    series) to that version's sources, in memory; raises like check()."""
+    for version in versions:
+        file = feature_series_file(ov, version)
+        if file is None:
+            raise UsageError(f"feature {ov.name} has no patch series")
+        series_list = [series_for(version), load_series(file, f"feature:{ov.name}")]
+        problems = header_problems(series_list)
+        if problems:
+            raise PatchInvalid(problems)
+        root, used = engine_root(version, flavour)
+        log.step(f"applying feature {ov.name}'s series for {ENGINE} {version} ({used} wheel sources)")
+        try:
+            results = applier.apply_series(applier.Tree(root), series_list)
+        except applier.PatchError as exc:
+            raise translate(exc) from None
+        _report(results)
