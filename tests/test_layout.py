@@ -33,3 +33,17 @@ def test_function_level_imports_say_why():
     offenders = _late_imports_without_reason()
     assert not offenders, ("import at the top of the module, or say on the same line why it must be "
                            "late (`# late: ...`):\n" + "\n".join(offenders))
+
+
+def test_only_the_daemon_module_imports_the_docker_sdk():
+    """The docker SDK's types and quirks stay behind one module (lint-imports enforces the
+    same once the layered layout is in place)."""
+    daemon = SRC.parent / "kiln/dockerengine.py"  # (relayout rewrites this path)
+    users = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            if any(n == "docker" or n.startswith("docker.") for n in names) and path != daemon:
+                users.append(f"{path.relative_to(SRC.parent)}:{node.lineno}")
+    assert daemon.is_file() and not users, users
