@@ -121,6 +121,7 @@ def test_worker_killed_mid_run_fails_the_smoke_clearly_and_leaves_nothing(tiny_m
                     wait_for_health(url, 1)
                 except TimeoutError:
                     continue
+                assert worker.attrs["Config"]["Healthcheck"]["Test"] == ["NONE"]  # no /health on a headless node
                 worker.kill()  # mid-run: the group is healthy and the checks have begun
                 break
             time.sleep(0.5)

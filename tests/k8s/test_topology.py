@@ -195,6 +195,7 @@ def test_run_print_shows_one_command_per_node():
         assert f"--master-addr {leader_name} --master-port 29501" in cmd
     assert "--node-rank 0" in leader and "--headless" not in leader and "-p 8000:8000" in leader
     assert "--node-rank 1" in worker and worker.endswith("--headless") and " -p " not in worker
+    assert "--no-healthcheck" in worker and "--no-healthcheck" not in leader  # headless ranks serve no /health
 
 
 def test_a_multi_node_recipe_is_not_started_by_kiln_run():
