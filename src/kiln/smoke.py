@@ -212,6 +212,10 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False,
         log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host")
         return {"recipe": name, "skipped": True, "reason": "no GPU visible on this host", "passed": None}
     topo = topology or effective(recipe)
+    if topo.multi_node and recipe.engine.flavour != "cpu":
+        reason = f"spans {topo.nodes} nodes of GPUs; one host cannot serve it (smoke it on the cluster)"
+        log.warn(f"smoke {name}: SKIPPED: {reason}")
+        return {"recipe": name, "skipped": True, "reason": reason, "passed": None}
     served, box, spec = _serving(docker, loaded, image.id, topo)
     for node_spec in getattr(served, "specs", [spec]):
         if "draft-trunc" in recipe.experimental:

@@ -223,3 +223,10 @@ def test_kiln_serve_print_launch_shows_each_node(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr("sys.argv", ["kiln-serve", "--print-launch", "--node-rank", "1", "--headless"])
     assert serve.main() == 0
     assert not any(ln.startswith("# node") for ln in capsys.readouterr().out.splitlines())
+
+
+@pytest.mark.parametrize("count", ["0", "-1", "two"])
+def test_smoke_nodes_must_be_a_node_count(count):
+    result = run_kiln("smoke", "tiny-moe", "--nodes", count)
+    assert result.returncode == 64, result.stderr
+    assert "is not a node count" in result.stderr and "internal error" not in result.stderr
