@@ -163,6 +163,12 @@ def cmd_completion(args) -> int:
 
 
 # -- parser ---------------------------------------------------------------------------
+def _node_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a node count in 1..64")
+    return int(text)
+
+
 def _reports(s: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """A command that reports something: --json prints one document on stdout
     (schema: src/kiln/schemas/<command>.json, docs/cli-json.md)."""
@@ -244,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = _reports(sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client"))
     s.add_argument("name")
     s.add_argument("--build", action="store_true", help="build first if needed")
-    s.add_argument("--nodes", type=int, default=None, metavar="N",
+    s.add_argument("--nodes", type=_node_count, default=None, metavar="N",
                    help="serve across N containers on a private docker network, one tensor-parallel rank each "
                         "(proves the multi-node wiring on one host; writes no smoke record)")
     s.set_defaults(func=cmd_smoke)

@@ -131,6 +131,7 @@ class RunSpec:
     detach: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     network: str = ""  # a user-defined network: containers reach each other by name
+    healthcheck: bool = True  # False: a headless worker node, which serves no /health
 
     @property
     def caps(self) -> list[str]:
@@ -149,6 +150,8 @@ class RunSpec:
         cmd += ["--name", self.name]
         if self.network:
             cmd += ["--network", self.network]
+        if not self.healthcheck:
+            cmd.append("--no-healthcheck")
         if self.host_port is not None:
             bind = f"{self.host_ip}:" if self.host_ip else ""
             cmd += ["-p", f"{bind}{self.host_port}:{self.container_port}"]
@@ -198,6 +201,8 @@ class RunSpec:
         }
         if self.network:
             kw["network"] = self.network
+        if not self.healthcheck:
+            kw["healthcheck"] = {"test": ["NONE"]}
         if self.flavour == "cuda":
             kw.update(
                 ipc_mode="host",

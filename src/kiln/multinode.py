@@ -36,7 +36,8 @@ def node_specs(loaded: LoadedRecipe, image: str, topo: Topology, *, host_port: i
         args = layout_args(topo) + node_args(topo, node.rank, leader) + list(extra_args or [])
         specs.append(replace(
             base, name=f"{prefix}-node{node.rank}", network=network, extra_args=args,
-            host_port=host_port if node.leader else None, env=dict(base.env), labels=dict(base.labels)))
+            host_port=host_port if node.leader else None, healthcheck=node.leader,
+            env=dict(base.env), labels=dict(base.labels)))
     return specs
 
 

@@ -247,6 +247,10 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False,
         log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host")
         return {"recipe": name, "skipped": True, "reason": "no GPU visible on this host", "passed": None}
     topo = topology or effective(recipe)
+    if topo.multi_node and recipe.engine.flavour != "cpu":
+        reason = f"spans {topo.nodes} nodes of GPUs; one host cannot serve it (smoke it on the cluster)"
+        log.warn(f"smoke {name}: SKIPPED: {reason}")
+        return {"recipe": name, "skipped": True, "reason": reason, "passed": None}
     served, box, spec = _serving(docker, loaded, image.id, topo)
     features = engine_features(recipe.features)
     for node_spec in getattr(served, "specs", [spec]):
@@ -289,15 +293,16 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False,
         "checks": [c.__dict__ for c in run.checks],
         "timings": {"startup_s": None if startup is None else round(startup, 2), "total_s": round(time.monotonic() - t0, 2)},
     }
+    path = None
     if topology is None:
         path = write_smoke_record(record)
-        record["record"] = str(path)
+    record["record"] = None if path is None else str(path)
     log.summary(f"smoke {name}: {'PASSED' if run.passed else 'FAILED'}", {
         "image": f"{recipe_image.tag} ({image.id[:19]})",
         "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
         "startup": "never healthy" if startup is None else f"{startup:.1f} s",
         "took": log.human_secs(time.monotonic() - t0),
-        "record": shown_home(path) if topology is None else "none (topology overridden)",
+        "record": shown_home(path) if path else "none (topology overridden)",
     })
     if not run.passed:
         failed = ", ".join(c.name for c in run.checks if not c.ok)

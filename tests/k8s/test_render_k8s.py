@@ -209,3 +209,18 @@ def test_crd_fixture_is_the_shared_one():
     assert "060ab4da17eea1f0865fcbd3236bb1075e2cea32" in readme
     assert yaml.safe_load(CRD.read_text())["spec"]["group"] == "leaderworkerset.x-k8s.io"
     assert (REPO / "tests" / "fixtures" / "k8s").is_dir()
+
+
+def test_single_node_gpu_recipe_gets_its_gpus_and_host_paths(tmp_path):
+    """glm53-kindling has no topology: its launch.args layout (tensor parallel 8) decides."""
+    result = _render("glm53-kindling", "--image", f"r.example.com/kiln/glm53-kindling@{DIGEST}", "-o", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    objects = _objects(tmp_path)
+    for obj in objects.values():
+        validate(obj)
+    pod = objects["Deployment"]["spec"]["template"]["spec"]
+    [c] = pod["containers"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["model-target"]["hostPath"] == {"path": "/data/models/GLM-5.3", "type": "Directory"}
+    assert {e["name"]: e["value"] for e in c["env"]}["KILN_DRAFT_TRUNC"] == "1"

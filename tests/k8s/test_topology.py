@@ -195,6 +195,7 @@ def test_run_print_shows_one_command_per_node():
         assert f"--master-addr {leader_name} --master-port 29501" in cmd
     assert "--node-rank 0" in leader and "--headless" not in leader and "-p 8000:8000" in leader
     assert "--node-rank 1" in worker and worker.endswith("--headless") and " -p " not in worker
+    assert "--no-healthcheck" in worker and "--no-healthcheck" not in leader  # headless ranks serve no /health
 
 
 def test_a_multi_node_recipe_is_not_started_by_kiln_run():
@@ -222,3 +223,10 @@ def test_kiln_serve_print_launch_shows_each_node(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr("sys.argv", ["kiln-serve", "--print-launch", "--node-rank", "1", "--headless"])
     assert serve.main() == 0
     assert not any(ln.startswith("# node") for ln in capsys.readouterr().out.splitlines())
+
+
+@pytest.mark.parametrize("count", ["0", "-1", "two"])
+def test_smoke_nodes_must_be_a_node_count(count):
+    result = run_kiln("smoke", "tiny-moe", "--nodes", count)
+    assert result.returncode == 64, result.stderr
+    assert "is not a node count" in result.stderr and "internal error" not in result.stderr
