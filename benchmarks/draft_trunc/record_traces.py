@@ -39,8 +39,8 @@ def dev_mounts() -> list[tuple[str, str]]:
 
 
 def trace_lines(box) -> int:
-    code, out = box.exec(["sh", "-c", f"wc -l < {TRACE_IN_CONTAINER} 2>/dev/null || echo 0"])
-    return int(out.strip() or 0) if code == 0 else 0
+    code, out = box.exec(["sh", "-c", f"if [ -f {TRACE_IN_CONTAINER} ]; then wc -l < {TRACE_IN_CONTAINER}; else echo 0; fi"])
+    return int(out.strip().splitlines()[-1]) if code == 0 and out.strip() else 0
 
 
 def _phase(box, model: str, concurrency: int, until_lines: int, limit_s: float) -> int:
