@@ -5,8 +5,13 @@ Prints: cold build of engine-cpu (no layer cache) and of tiny-moe on top of it; 
 rebuild of tiny-moe after a launch-config-only edit (goal <= 5% of the engine's cold
 build); image size (goal <= 2.8 GB); `docker run` to /health (goal <= 30 s on 2 cores);
 tokens/s of a 128-token greedy completion with and without speculative decoding.
-Pass --reuse to skip the cold builds (use the daemon's cache) when only serving numbers
-are wanted.
+Then tiny-kindling (the CPU twin of glm53-kindling: Model Runner V2 through Triton's
+interpreter, draft-trunc on): time to healthy, tokens/s with the feature on and off
+(16 greedy 64-token requests at concurrency 1 and 8), and from its counters the dead
+fraction and the acceptance of kept drafts. The interpreter dominates CPU speed, so
+these are numbers to spot regressions, not goals. Pass --reuse to skip the cold builds
+(use the daemon's cache) when only serving numbers are wanted; --twin-only to measure
+tiny-kindling alone.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # twinserve: the e2e test's serving helpers
 NAME = "tiny-moe"
+TWIN = "tiny-kindling"
 
 
 def tokens_per_s(port: int, model: str) -> float:
@@ -56,7 +63,56 @@ def serve(docker, image_id: str, argv: list[str] | None, model: str) -> tuple[fl
         box.remove(force=True)
 
 
+def twin_numbers(docker) -> dict:
+    """tiny-kindling with draft-trunc on, then off (same image, -e KILN_DRAFT_TRUNC=0)."""
+    from twinserve import counters, prompts, run_set, serving
+
+    from kiln.build import build_recipe, require_built
+    from kiln.features import engine_features
+
+    build_recipe(TWIN, docker=docker, quiet_summary=True)
+    loaded, _, image = require_built(docker, TWIN)
+    (feature,) = engine_features(loaded.recipe.features)
+    model = loaded.recipe.launch.served_model_name
+    ps = prompts(16, seed=3)
+    out = {}
+    for mode, env in (("on", dict(feature.smoke_env)), ("off", {feature.env: "0"})):
+        with serving(docker, loaded, image.id, env) as box:
+            row = {"healthy_s": box.startup_s}
+            for conc in (1, 8):
+                t0 = time.monotonic()
+                res = run_set(box.url, model, ps, max_tokens=64, concurrency=conc)
+                row[f"tps_c{conc}"] = sum(len(r.token_ids) for r in res) / (time.monotonic() - t0)
+            values = counters(box.url, feature.metrics)
+            for name in ("dead_fraction", "acceptance"):
+                ratio = feature.ratio(name)
+                num, den = values.get(ratio.numerator), values.get(ratio.denominator)
+                row[name] = None if num is None or not den else num / den
+            out[mode] = row
+        print(f"  {TWIN} feature {mode}: healthy {row['healthy_s']:.1f} s, "
+              f"{row['tps_c1']:.1f} tok/s at c1, {row['tps_c8']:.1f} tok/s at c8", flush=True)
+    return out
+
+
+def print_twin(t: dict) -> None:
+    on, off = t["on"], t["off"]
+    print(f"  {TWIN} docker run -> healthy {on['healthy_s']:8.1f} s   (feature off {off['healthy_s']:.1f} s)")
+    for conc in (1, 8):
+        key = f"tps_c{conc}"
+        print(f"  {TWIN} c{conc}, draft-trunc on {on[key]:8.1f} tok/s  off {off[key]:.1f} tok/s  "
+              f"ratio on/off {on[key] / off[key]:.2f}")
+    dead = "n/a" if on["dead_fraction"] is None else f"{on['dead_fraction']:.3f}"
+    acc = "n/a" if on["acceptance"] is None else f"{on['acceptance']:.3f}"
+    print(f"  {TWIN} dead fraction {dead}   acceptance of kept drafts {acc}")
+
+
 def main() -> None:
+    if "--twin-only" in sys.argv:
+        from kiln.dockerengine import DockerEngine
+
+        print(f"bench_cpu: {TWIN} only")
+        print_twin(twin_numbers(DockerEngine()))
+        return
     from kiln import paths
     from kiln.build import build_engine, build_recipe
     from kiln.dockerengine import DockerEngine
@@ -97,6 +153,7 @@ def main() -> None:
     model = loaded.recipe.launch.served_model_name
     healthy, tps_spec = serve(docker, rec.image_id, None, model)
     _, tps_plain = serve(docker, rec.image_id, no_spec, model)
+    twin = twin_numbers(docker)
 
     print(f"  engine-cpu cold build         {engine_cold:8.1f} s{'  (cache reused)' if eng.skipped or reuse else ''}")
     print(f"  tiny-moe cold build           {recipe_cold:8.1f} s")
@@ -105,6 +162,7 @@ def main() -> None:
     print(f"  docker run -> healthy         {healthy:8.1f} s   ratio to 30 s goal {healthy / 30:.3f}")
     print(f"  128-token greedy, spec decode {tps_spec:8.1f} tok/s")
     print(f"  128-token greedy, no spec     {tps_plain:8.1f} tok/s  ratio spec/plain {tps_spec / tps_plain:.2f}")
+    print_twin(twin)
 
 
 if __name__ == "__main__":

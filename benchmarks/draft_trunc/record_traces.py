@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Record draft-trunc acceptance traces from a real tiny-kindling server.
 
-For each concurrency N: serve the built tiny-kindling image with draft-trunc on and
-tau = 0 (nothing is cut, so every draft is verified and the outcomes are uncensored),
-KILN_DRAFT_TRUNC_TRACE pointing into the container's /tmp, and keep N requests in
-flight (64 tokens each; even requests greedy, odd ones sampled at temperature 0.8 with
-a per-request seed) until the trace holds --steps verify steps; then copy the first
---steps lines to OUT/tiny-kindling-c{N}.jsonl. Line format: see traces/README.md.
+Serve the built tiny-kindling image once, with draft-trunc on and tau = 0 (nothing is
+cut, so every draft is verified and the outcomes are uncensored) and
+KILN_DRAFT_TRUNC_TRACE pointing into the container's /tmp. Then, for each concurrency N
+in turn, keep N requests in flight (64 tokens each; even requests greedy, odd ones
+sampled at temperature 0.8 with a per-request seed) until the trace has grown by
+--steps verify steps, and let the requests in flight finish. The trace is split at
+those boundaries into OUT/tiny-kindling-c{N}.jsonl. Line format: see traces/README.md.
 
 usage: record_traces.py [--concurrency 1 4 8] [--steps 2000] [--out DIR] [--dev]
 --dev mounts this checkout's engine/kiln_engine and kiln-serve over the image's, to
@@ -26,62 +27,88 @@ sys.path[:0] = [str(REPO / "src"), str(REPO / "tests"), str(REPO / "engine")]
 TRACE_IN_CONTAINER = "/tmp/kiln-draft-trunc-trace.jsonl"
 
 
+MODELS: Path | None = None
+
+
 def dev_mounts() -> list[tuple[str, str]]:
-    return [(str(REPO / "engine" / "kiln_engine"), "/opt/kiln/engine/kiln_engine"),
-            (str(REPO / "docker-images" / "common" / "kiln-serve"), "/opt/kiln/bin/kiln-serve")]
+    mounts = [(str(REPO / "engine" / "kiln_engine"), "/opt/kiln/engine/kiln_engine"),
+              (str(REPO / "docker-images" / "common" / "kiln-serve"), "/opt/kiln/bin/kiln-serve")]
+    if MODELS is not None:
+        mounts += [(str(MODELS / name), f"/models/{name}") for name in ("tiny-qwen3moe", "tiny-qwen3-draft")]
+    return mounts
 
 
 def trace_lines(box) -> int:
-    code, out = box.exec(["sh", "-c", f"wc -l < {TRACE_IN_CONTAINER} 2>/dev/null || echo 0"])
-    return int(out.strip() or 0) if code == 0 else 0
+    code, out = box.exec(["sh", "-c", f"if [ -f {TRACE_IN_CONTAINER} ]; then wc -l < {TRACE_IN_CONTAINER}; else echo 0; fi"])
+    return int(out.strip().splitlines()[-1]) if code == 0 and out.strip() else 0
 
 
-def record(docker, loaded, image_id, concurrency: int, steps: int, out: Path, dev: bool,
-           limit_s: float) -> dict:
-    from twinserve import prompts, run_set, serving
+def _phase(box, model: str, concurrency: int, until_lines: int, limit_s: float) -> int:
+    """Keep `concurrency` requests in flight until the trace has `until_lines` lines (or
+    the time limit), then let every request in flight finish: phases never overlap."""
+    from twinserve import prompts, run_set
+
+    t0 = time.monotonic()
+    stop = threading.Event()
+    done = {"tokens": 0}
+
+    def client(worker: int) -> None:
+        batch = 0
+        while not stop.is_set():
+            ps = prompts(4, seed=100_000 * concurrency + 1000 * worker + batch)
+            batch += 1
+            for i, p in enumerate(ps):
+                if stop.is_set():
+                    break
+                greedy = i % 2 == 0
+                res = run_set(box.url, model, [p], max_tokens=64, temperature=0.0 if greedy else 0.8,
+                              seeds=None if greedy else [worker * 100_003 + batch * 7 + i])
+                done["tokens"] += len(res[0].token_ids)
+
+    workers = [threading.Thread(target=client, args=(w,), daemon=True) for w in range(concurrency)]
+    for w in workers:
+        w.start()
+    have = trace_lines(box)
+    while have < until_lines and time.monotonic() - t0 < limit_s:
+        time.sleep(5)
+        have = trace_lines(box)
+        print(f"  c{concurrency}: {have}/{until_lines} trace lines, {done['tokens']} tokens, "
+              f"{time.monotonic() - t0:.0f} s", flush=True)
+    stop.set()
+    for w in workers:
+        w.join(timeout=300)
+    return trace_lines(box)
+
+
+def record(docker, loaded, image_id, concurrencies: list[int], steps: int, out: Path, dev: bool,
+           limit_s: float) -> list[dict]:
+    """One server, one phase per concurrency (in order); the trace is split at the phase
+    boundaries, where no request is in flight."""
+    from twinserve import serving
 
     env = {"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_TAU": "0",
            "KILN_DRAFT_TRUNC_TRACE": TRACE_IN_CONTAINER, "KILN_DRAFT_TRUNC_LOG_INTERVAL": "200"}
     model = loaded.recipe.launch.served_model_name
+    bounds = []
     with serving(docker, loaded, image_id, env, mounts=dev_mounts() if dev else None) as box:
-        t0 = time.monotonic()
-        stop = threading.Event()
-        done = {"tokens": 0}
-
-        def client(worker: int) -> None:
-            batch = 0
-            while not stop.is_set():
-                ps = prompts(4, seed=1000 * worker + batch)
-                batch += 1
-                for i, p in enumerate(ps):
-                    if stop.is_set():
-                        break
-                    greedy = i % 2 == 0
-                    res = run_set(box.url, model, [p], max_tokens=64,
-                                  temperature=0.0 if greedy else 0.8,
-                                  seeds=None if greedy else [worker * 100003 + batch * 7 + i])
-                    done["tokens"] += len(res[0].token_ids)
-
-        workers = [threading.Thread(target=client, args=(w,), daemon=True) for w in range(concurrency)]
-        for w in workers:
-            w.start()
-        have = 0
-        while have < steps and time.monotonic() - t0 < limit_s:
-            time.sleep(5)
-            have = trace_lines(box)
-            print(f"  c{concurrency}: {have}/{steps} steps, {done['tokens']} tokens, "
-                  f"{time.monotonic() - t0:.0f} s", flush=True)
-        stop.set()
-        for w in workers:
-            w.join(timeout=120)
+        start = trace_lines(box)
+        for conc in concurrencies:
+            t0 = time.monotonic()
+            end = _phase(box, model, conc, start + steps, limit_s)
+            bounds.append((conc, start, end, time.monotonic() - t0))
+            start = end
         code, text = box.exec(["cat", TRACE_IN_CONTAINER])
         if code != 0:
             raise SystemExit(f"record_traces: cannot read the trace: {text[-300:]}")
-    lines = text.splitlines()[:steps]
-    path = out / f"tiny-kindling-c{concurrency}.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    return {"concurrency": concurrency, "steps": len(lines), "file": str(path.relative_to(REPO)),
-            "bytes": path.stat().st_size, "seconds": round(time.monotonic() - t0, 1)}
+    lines = text.splitlines()
+    rows = []
+    for conc, first, last, seconds in bounds:
+        path = out / f"tiny-kindling-c{conc}.jsonl"
+        chunk = lines[first:last]
+        path.write_text("\n".join(chunk) + "\n")
+        rows.append({"concurrency": conc, "steps": len(chunk), "file": str(path.relative_to(REPO)),
+                     "bytes": path.stat().st_size, "seconds": round(seconds, 1)})
+    return rows
 
 
 def main() -> None:
@@ -91,15 +118,17 @@ def main() -> None:
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "draft_trunc" / "traces")
     p.add_argument("--limit-s", type=float, default=900, help="per concurrency")
     p.add_argument("--dev", action="store_true")
+    p.add_argument("--models", type=Path, help="with --dev: a make_models.py output folder to serve instead")
     args = p.parse_args()
+    global MODELS
+    MODELS = args.models.resolve() if args.models else None
     from kiln.build import require_built
     from kiln.dockerengine import DockerEngine
 
     docker = DockerEngine()
     loaded, _, image = require_built(docker, "tiny-kindling") if not args.dev else _any_built(docker)
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = [record(docker, loaded, image.id, c, args.steps, args.out, args.dev, args.limit_s)
-            for c in args.concurrency]
+    rows = record(docker, loaded, image.id, args.concurrency, args.steps, args.out, args.dev, args.limit_s)
     print("\nrecorded:")
     for row in rows:
         print(f"  c{row['concurrency']}: {row['steps']} steps, {row['bytes'] / 1e3:.0f} kB, "

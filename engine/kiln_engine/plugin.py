@@ -48,6 +48,8 @@ def _route_logs() -> None:
     for handler in handlers:
         ours.addHandler(handler)
     ours.setLevel(logging.INFO)
+    # some vLLM processes also give the root logger a handler: print each line once
+    ours.propagate = False
 
 
 def status_line() -> str:

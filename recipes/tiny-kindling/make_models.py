@@ -160,7 +160,7 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
     p.add_argument("--draft-noise", type=float, default=0.05, help="x each draft matrix's std")
     p.add_argument("--expert-spread", type=float, default=0.05, help="x each layer-0 expert matrix's std")
-    p.add_argument("--damp", type=float, default=0.3, help="scale of layers 1..'s residual writes")
+    p.add_argument("--damp", type=float, default=0.02, help="scale of layers 1..'s residual writes")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     tok = tokenizer()

@@ -8,7 +8,8 @@ One server per mode, reused for every request set (the interpreter is slow):
   is allowed only at a numeric tie (top-2 logprob margin < 1e-4 at the divergence);
 - seeded sampling (temperature 0.8, a seed per request) at concurrency 8: on and off
   are equal in distribution (a permutation test over requests must not reject at
-  p = 0.01); two feature-on runs with the same seeds;
+  p = 0.01); two feature-on runs with the same seeds give the same tokens (the rerun
+  covers the first RERUN prompts, to keep CI time down);
 - the feature really cut: its own counters on /metrics give a dead fraction in
   [0.2, 0.9], with accepted and rejected drafts both > 0; its start line appears
   exactly once in the server log.
@@ -31,6 +32,7 @@ TIE = 1e-4
 SEEDS = [10_000 + i for i in range(len(PROMPTS))]
 OFF_SEEDS = [90_000 + i for i in range(len(PROMPTS))]  # independent draws for the test
 VOCAB = 1024
+RERUN = 16
 
 
 def _sets(url: str, model: str, *, on: bool) -> dict:
@@ -43,8 +45,8 @@ def _sets(url: str, model: str, *, on: bool) -> dict:
                            seeds=SEEDS if on else OFF_SEEDS, **common),
     }
     if on:
-        out["sampled_again"] = run_set(url, model, PROMPTS, concurrency=CONCURRENCY,
-                                       temperature=0.8, seeds=SEEDS, **common)
+        out["sampled_again"] = run_set(url, model, PROMPTS[:RERUN], concurrency=CONCURRENCY,
+                                       temperature=0.8, seeds=SEEDS[:RERUN], **common)
     out["seconds"] = time.monotonic() - t0
     return out
 
@@ -94,8 +96,8 @@ def test_sampled_outputs_equal_in_distribution(runs):
 
 def test_same_seed_same_tokens_in_two_feature_on_runs(runs):
     first, again = runs["on"]["sampled"], runs["on"]["sampled_again"]
-    differ = [a.prompt for a, b in zip(first, again, strict=True) if a.token_ids != b.token_ids]
-    print(f"seeded feature-on reruns: {len(differ)} of {len(first)} requests differ: {differ}")
+    differ = [a.prompt for a, b in zip(first[:RERUN], again, strict=True) if a.token_ids != b.token_ids]
+    print(f"seeded feature-on reruns: {len(differ)} of {len(again)} requests differ: {differ}")
     assert not differ
 
 
@@ -120,7 +122,7 @@ def test_the_feature_announces_itself_once_per_server(runs):
     on_lines = runs["on_logs"].splitlines()
     assert sum(feature.start_line in ln for ln in on_lines) == 1
     assert any(feature.log_lines[-1] in ln for ln in on_lines), "no periodic summary in the log"
-    assert "Using V2 Model Runner" in runs["on_logs"] or "V2" in runs["on_logs"]
+    assert "Using V2 Model Runner" in runs["on_logs"]
     off_lines = runs["off_logs"].splitlines()
     assert not any(feature.start_line in ln for ln in off_lines)
     assert any("draft-trunc=off" in ln for ln in off_lines)
