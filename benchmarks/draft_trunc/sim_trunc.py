@@ -392,7 +392,10 @@ def simulate(
                 f"cost/pred-bound={row['cost_vs_predicted_bound']:.3f} "
                 f"cost/tuned-tau({row['best_tau']:.1f})={row['cost_vs_best_tau']:.3f} "
                 f"cost/hindsight-tau({row['hindsight_tau']:.1f})={row['cost_vs_hindsight_tau']:.3f} "
-                f"cost/none={row['cost_vs_none']:.3f} oracle/none={row['oracle_vs_none']:.3f}"
+                f"cost/none={row['cost_vs_none']:.3f} oracle/none={row['oracle_vs_none']:.3f} | "
+                f"tok/s cost {row['tokens_per_s']['cost']:.0f} none {row['tokens_per_s']['none']:.0f}, "
+                f"accepted/req-step cost {row['accepted_per_req_step']['cost']:.2f} "
+                f"none {row['accepted_per_req_step']['none']:.2f}"
             )
     return rows
 
