@@ -79,8 +79,15 @@ class Records:
 
     @property
     def acceptance(self) -> float:
-        """Mean accepted drafts per proposed draft (the trace's stated rate)."""
+        """Accepted drafts per proposed draft."""
         return float(self.accepted.sum() / max(self.n.sum(), 1))
+
+    @property
+    def conditional_acceptance(self) -> float:
+        """Accepted share of the drafts actually tested: a window accepting a of
+        n tested a + 1 (a if it accepted all); the synthetic traces' alpha."""
+        tested = np.minimum(self.accepted + 1, self.n)
+        return float(self.accepted.sum() / max(tested.sum(), 1))
 
 
 def _field(where: str, obj: dict, name: str, kind):
@@ -167,10 +174,15 @@ class Model:
     moe_layers: int = 58
     min_keep: int = 1
     max_tokens: int = 512 * 9
+    # The routing the policy assumes, if not the one the replay prices with
+    # (a mismatch check: e.g. skewed real routing, uniform policy).
+    policy_layer: _cost.MoELayer | None = None
 
     def __post_init__(self):
         self.table = np.array(_cost.live_table(self.layer, self.cost, self.max_tokens))
         self.ratio = _cost.other_ratio(self.other_share)
+        believed = self.policy_layer or self.layer
+        self.policy_table = np.array(_cost.live_table(believed, self.cost, self.max_tokens))
 
     def step_us(self, live, tokens):
         live = np.clip(live, 0, self.max_tokens).astype(int)
@@ -219,7 +231,7 @@ def cost_j(b: Batches, model: Model):
     pos = np.arange(k)
     optional = (pos < b.n[..., None]) & (pos >= np.minimum(b.n, model.min_keep)[..., None])
     tau = _cost.cost_aware_tau(
-        b.surv, optional, b.tokens, b.reqs, model.table, model.cost, model.ratio
+        b.surv, optional, b.tokens, b.reqs, model.policy_table, model.cost, model.ratio
     )
     return rule_j(b.surv, b.n, tau, model.min_keep), tau
 
@@ -368,6 +380,7 @@ def simulate(
             row = {
                 "trace": records.source,
                 "acceptance": records.acceptance,
+                "conditional_acceptance": records.conditional_acceptance,
                 "batch": size,
                 "steps": int(b.n.shape[0]),
                 **summarise(run_policies(b, model), tuned),
@@ -379,7 +392,10 @@ def simulate(
                 f"cost/pred-bound={row['cost_vs_predicted_bound']:.3f} "
                 f"cost/tuned-tau({row['best_tau']:.1f})={row['cost_vs_best_tau']:.3f} "
                 f"cost/hindsight-tau({row['hindsight_tau']:.1f})={row['cost_vs_hindsight_tau']:.3f} "
-                f"cost/none={row['cost_vs_none']:.3f} oracle/none={row['oracle_vs_none']:.3f}"
+                f"cost/none={row['cost_vs_none']:.3f} oracle/none={row['oracle_vs_none']:.3f} | "
+                f"tok/s cost {row['tokens_per_s']['cost']:.0f} none {row['tokens_per_s']['none']:.0f}, "
+                f"accepted/req-step cost {row['accepted_per_req_step']['cost']:.2f} "
+                f"none {row['accepted_per_req_step']['none']:.2f}"
             )
     return rows
 
@@ -412,7 +428,11 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ax.plot(x, rel("tau=0.6"), "C1-", alpha=0.6, label="tau=0.6")
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xscale("log", base=2)
-        ax.set_title(f"{name} (acceptance {rs[0]['acceptance']:.2f})", fontsize=9)
+        ax.set_title(
+            f"{name}: per-draft acceptance {rs[0]['conditional_acceptance']:.2f}, "
+            f"accepted/proposed {rs[0]['acceptance']:.2f}",
+            fontsize=8,
+        )
         ax.set_xlabel("verifying requests")
         ax.set_ylabel("tokens/s vs no truncation")
     for ax in list(axes.flat)[len(traces) :]:
@@ -450,6 +470,12 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--skew", type=float, default=0.0, help="Zipf skew of expert popularity")
     ap.add_argument(
+        "--policy-skew",
+        type=float,
+        default=None,
+        help="skew the policy assumes (default: --skew; differ to test a mismatch)",
+    )
+    ap.add_argument(
         "--ep", type=int, default=1, help="expert-parallel ranks (1/ep of expert bytes)"
     )
     ap.add_argument("--moe-layers", type=int, default=58)
@@ -459,7 +485,12 @@ def main(argv=None) -> int:
     paths = args.trace if args.trace is not None else sorted(HERE.glob(TRACE_GLOB))
     base = _cost.MoELayer()
     layer = _cost.MoELayer(base.experts, base.top_k, base.expert_bytes / args.ep, args.skew)
-    model = Model(layer=layer, other_share=args.other_share, moe_layers=args.moe_layers)
+    believed = None
+    if args.policy_skew is not None:
+        believed = _cost.MoELayer(layer.experts, layer.top_k, layer.expert_bytes, args.policy_skew)
+    model = Model(
+        layer=layer, other_share=args.other_share, moe_layers=args.moe_layers, policy_layer=believed
+    )
     rng = np.random.default_rng(0)
     traces = load_traces(paths, args.k, rng, 4_000 if args.quick else 100_000)
     start = time.monotonic()
@@ -471,6 +502,8 @@ def main(argv=None) -> int:
     rows = simulate(traces, model, args.sizes, log=lambda s: print(s, flush=True))
     args.out.mkdir(parents=True, exist_ok=True)
     tag = f"os{args.other_share:g}-skew{args.skew:g}-ep{args.ep}"
+    if args.policy_skew is not None:
+        tag += f"-policyskew{args.policy_skew:g}"
     meta = {
         "model": {
             "layer": vars(layer),

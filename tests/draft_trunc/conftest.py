@@ -159,3 +159,4 @@ def draft_trunc(monkeypatch):
     configure()
     yield configure
     dt.reload({})
+    dt.set_moe_layer(None)  # a test's layer must not price the next test's steps

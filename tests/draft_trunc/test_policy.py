@@ -182,3 +182,19 @@ def test_policy_knob():
         read_knobs({"KILN_DRAFT_TRUNC_POLICY": "cost", "KILN_DRAFT_TRUNC_TAU": "0.2"})
     with pytest.raises(ValueError, match="KILN_DRAFT_TRUNC_OTHER_SHARE"):
         read_knobs({"KILN_DRAFT_TRUNC_OTHER_SHARE": "1.0"})
+
+
+def test_batches_past_the_cost_block_keep_every_draft(draft_trunc, monkeypatch):
+    """Past MAX_COST_REQS one block cannot hold the batch: every draft is kept
+    (tau = 0) rather than a tau chosen from part of it."""
+    from kiln_engine.draft_trunc import _kernel
+
+    dt = draft_trunc(policy="cost", explore=0.0, min_keep=0)
+    batch = decode_batch(8, 4, 0.6)
+    monkeypatch.setattr(_kernel, "MAX_COST_REQS", 7)
+    b, _ = launch(dt, batch, _cost.MoELayer())
+    assert float(dt._STATE.tau.item()) == 0.0
+    assert not b.is_padding[: batch.num_tokens].any()
+    monkeypatch.setattr(_kernel, "MAX_COST_REQS", 8)
+    b, _ = launch(dt, decode_batch(8, 4, 0.6), _cost.MoELayer())
+    assert float(dt._STATE.tau.item()) > 0.0

@@ -23,6 +23,9 @@ def test_reader_keeps_uncensored_records():
     assert rec.k == 3 and len(rec.n) == 4
     assert rec.accepted.tolist() == [2, 0, 3, 1]
     assert rec.n.tolist() == [3, 3, 3, 2]
+    # Tested drafts: a + 1 unless the window accepted all n.
+    assert rec.conditional_acceptance == pytest.approx(6 / 9)
+    assert rec.acceptance == pytest.approx(6 / 11)
     assert np.isnan(rec.p[1, 1])  # null: the estimator had no prediction
     # A missing prediction counts as 1, drafts past n survive with 0.
     s = sim.survival(rec.p, rec.n)
