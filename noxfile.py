@@ -68,8 +68,9 @@ def bench_cpu(session):
 
 @nox.session
 def build_cuda(session):
-    """Opt-in (multi-GB downloads): build engine-cuda and glm53-kindling here, check
-    them on CPU inside the image, record time and size in docs/."""
+    """Opt-in (multi-GB downloads): build engine-cuda, glm53-kindling and the plain
+    `pip install vllm` anchor here, prove inside the image that what kiln removed is not
+    needed (tests/cuda/test_image_proofs.py), record both sizes in docs/build-cuda.*."""
     session.run("python", "benchmarks/build_cuda.py", *session.posargs, env={"PYTHONUNBUFFERED": "1"})
 
 

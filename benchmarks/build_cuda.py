@@ -1,42 +1,55 @@
-"""`nox -s build_cuda`: build engine-cuda and glm53-kindling here (no GPU needed), check
-them on CPU inside the image, and record build time and image size in docs/build-cuda.md.
+"""`nox -s build_cuda`: build engine-cuda, glm53-kindling and the plain `pip install vllm`
+anchor here (no GPU needed), prove inside the image that what kiln removed is not needed,
+and record sizes side by side in docs/build-cuda.json and docs/build-cuda.md.
 
-Opt-in: the first run downloads several GB from PyPI. Checks, all inside the built
-recipe image with no GPU and no network:
-  1. `import vllm, kiln_engine`
-  2. `python -m kiln_engine info`
-  3. import of the patched GPU model runner (and the draft-trunc hook is in it)
-  4. launch-arg validation against the image's own vLLM parser (plus a bogus flag, which
-     must be rejected: a check that cannot fail proves nothing)
-  5. torch / CUDA / NCCL labels against the recipe's declared engine
-Exit status 1 if any check fails; the document is written either way.
+Opt-in: the first run downloads ~4 GB from PyPI, once for both images (the two
+Dockerfiles share their `wheels` stage, so the layer cache serves the second build).
+Steps, each reported as it runs:
+  1. build kiln/engine-cuda (and glm53-kindling on it) with kiln's own builder;
+  2. build the plain anchor (docker-images/engine-cuda/plain.Dockerfile) on the same base;
+  3. sizes side by side, ratio against the goal (kiln <= 0.8 x plain), `du` per package;
+  4. checks in the recipe image (imports, patched runner, launch args against 0.33.0's
+     own parser with a negative control, probed torch/CUDA/NCCL labels);
+  5. the proofs (tests/cuda/test_image_proofs.py, run by pytest in a subprocess).
+Exit status 1 if any check or proof fails or the ratio misses the goal; the documents
+are written either way.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
+import os
+import re
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from kiln import argcheck, enginecheck, log  # noqa: E402
+from kiln import argcheck, enginecheck, log, wheelhouse  # noqa: E402
 from kiln.build import build_engine, build_recipe  # noqa: E402
+from kiln.ca import add_to_context  # noqa: E402
+from kiln.context import BuildContext  # noqa: E402
 from kiln.dockerengine import DockerEngine  # noqa: E402
 from kiln.errors import KilnError  # noqa: E402
 from kiln.images import resolve  # noqa: E402
 
 NAME = "glm53-kindling"
 DOC = REPO / "docs" / "build-cuda.md"
-ANCHORS_GB = {"vllm/vllm-openai": 12.0, "`pip install vllm` on a slim base": 7.07}
-GOAL_GB = 0.8 * 7.07
+DATA = REPO / "docs" / "build-cuda.json"
+GOAL_RATIO = 0.8
+PLAIN_REPOSITORY = "kiln/vllm-plain"
+PLAIN_LABEL = "ai.kiln.plain.wheels"  # the wheels stage the anchor was installed from
+BEGIN, END = "<!-- build_cuda: begin (generated from docs/build-cuda.json) -->", "<!-- build_cuda: end -->"
 
 TRITON_CHECK = (
-    "import triton, tokenspeed_triton, torch.utils._triton as t; "
+    "import triton, torch.utils._triton as t; "
     "assert t.has_triton_package(), 'torch does not see triton'; print('triton', triton.__version__)"
 )
 
@@ -50,16 +63,25 @@ RUNNER_CHECK = (
     "print('patched runner imported:', m.__file__)"
 )
 
+# Where the bytes are, per top-level entry of site-packages and outside the venv.
+DU = (
+    "sp=$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'); "
+    "venv=$(dirname $(dirname $(dirname $sp))); "
+    "du -sm $sp/* 2>/dev/null | sed \"s|$sp/||\"; "
+    "du -sm --exclude=/proc --exclude=/sys --exclude=\"$venv\" / 2>/dev/null | sed 's|\t/$|\toutside the venv|'; "
+    "du -sm /usr/lib/gcc /usr/libexec/gcc /usr/include /var/cache/apt /var/lib/apt 2>/dev/null"
+)
 
-def in_image(docker: DockerEngine, image_id: str, *argv: str) -> tuple[int, str]:
-    """Run `python ARGV` in the image on CPU: no GPU, no network, output captured."""
+
+def in_image(docker: DockerEngine, image_id: str, *argv: str, entrypoint: str = "python") -> tuple[int, str]:
+    """Run ARGV in the image on CPU: no GPU, no network, output captured."""
     container = docker.client.containers.create(
-        image_id, entrypoint=["python", *argv], network_disabled=True,
+        image_id, entrypoint=[entrypoint, *argv], network_disabled=True,
         environment={"VLLM_LOGGING_LEVEL": "WARNING"},
     )
     try:
         container.start()
-        code = container.wait(timeout=600).get("StatusCode", 1)
+        code = container.wait(timeout=900).get("StatusCode", 1)
         return code, container.logs().decode(errors="replace")
     finally:
         container.remove(force=True)
@@ -69,62 +91,132 @@ def gb(n: float) -> float:
     return n / 1e9
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--force", action="store_true", help="rebuild both images (layer cache still used)")
-    ap.add_argument("--cold", action="store_true", help="rebuild both images without the layer cache "
-                    "(the number to compare: downloads everything again)")
-    args = ap.parse_args()
-    args.force = args.force or args.cold
-    docker = DockerEngine()
-    loaded, engine_image, recipe_image = resolve(NAME)
+def _plain_context(engine_image) -> BuildContext:
+    """plain.Dockerfile in a context holding exactly the files its shared `wheels` stage
+    COPYs, byte for byte as engine-cuda's context holds them (so the cache matches)."""
+    ctx = BuildContext()
+    ctx.add_bytes("Dockerfile", (engine_image.dir / "plain.Dockerfile").read_bytes())
+    ctx.add_file("_kiln/common/with-ca", REPO / "docker-images" / "common" / "with-ca")
+    wheels = wheelhouse.fetch(engine_image.wheel_requirements(), engine_image.engine.flavour)
+    for whl in wheels:
+        ctx.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
+    if not wheels:
+        ctx.add_bytes("_kiln/wheels/.keep", b"", in_digest=False)
+    add_to_context(ctx, engine_image.ca.get())
+    return ctx
 
-    t0 = time.monotonic()
-    engine = build_engine(docker, engine_image, force=args.force, nocache=args.cold)
-    recipe = build_recipe(NAME, docker=docker, force=args.force, quiet_summary=True, nocache=args.cold)
-    total_s = time.monotonic() - t0
 
-    engine_img = docker.client.images.get(engine.image_id)
-    recipe_img = docker.client.images.get(recipe.image_id)
-    results: list[tuple[str, bool, str]] = []
+def _build_wheels_stage(docker: DockerEngine, ctx: BuildContext, buildargs: dict, nocache: bool) -> str:
+    """The id of the shared `wheels` stage (a layer-cache hit after the engine build)."""
+    image_id = None
+    with tempfile.TemporaryFile() as tar:
+        ctx.write_tar(tar)
+        tar.seek(0)
+        for chunk in docker.client.api.build(fileobj=tar, custom_context=True, buildargs=buildargs,
+                                             target="wheels", rm=True, forcerm=True, decode=True,
+                                             nocache=nocache, pull=False):
+            if "error" in chunk:
+                raise SystemExit(f"build_cuda: the wheels stage failed: {chunk['error'].strip()}")
+            text = chunk.get("stream", "")
+            if text.startswith("Step ") or "wheels:" in text:
+                log.info(f"  wheels {text.strip()[:150]}")
+            image_id = chunk.get("aux", {}).get("ID", image_id)
+    if not image_id:
+        raise SystemExit("build_cuda: the daemon reported no id for the wheels stage")
+    return image_id
+
+
+def build_plain(docker: DockerEngine, engine_image, nocache: bool, force: bool):
+    """The anchor image, installed by pip from the shared wheels, served over HTTP from a
+    container on the default bridge (where the legacy builder's RUN steps run)."""
+    ctx = _plain_context(engine_image)
+    buildargs = engine_image.buildargs()
+    wheels_id = _build_wheels_stage(docker, ctx, buildargs, nocache)
+    tag = f"{PLAIN_REPOSITORY}:{engine_image.engine.version}"
+    old = docker.image(tag)
+    if old is not None and not force and (old.labels or {}).get(PLAIN_LABEL) == wheels_id:
+        log.ok(f"{tag} is up to date (built from wheels {wheels_id[:19]})")
+        return old.id, tag, 0.0, "skipped (up to date)"
+    server = docker.client.containers.run(
+        wheels_id, entrypoint=["python3", "-m", "http.server", "8765", "--directory", "/wheels"],
+        detach=True, name=f"kiln-cuda-wheels-{os.getpid()}")
+    try:
+        url = f"http://{_ip_when_serving(server)}:8765/"
+        log.step(f"building the plain anchor: pip install vllm=={engine_image.engine.version} on "
+                 f"{engine_image.engine.base_image.pinned} (wheels from {url})")
+        result = docker.build(ctx, label="vllm-plain", buildargs={**buildargs, "WHEELS_URL": url},
+                              labels={PLAIN_LABEL: wheels_id}, nocache=nocache)
+    finally:
+        server.remove(force=True)
+    docker.tag(result.image_id, tag)
+    return result.image_id, tag, result.seconds, f"{result.cached_steps}/{result.steps}"
+
+
+def _ip_when_serving(server, timeout_s: float = 60) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        server.reload()
+        ip = server.attrs["NetworkSettings"].get("IPAddress")
+        if ip:
+            try:
+                urllib.request.urlopen(f"http://{ip}:8765/", timeout=2).close()
+                return ip
+            except OSError:
+                pass
+        time.sleep(0.5)
+    raise SystemExit(f"build_cuda: the wheel server did not answer within {timeout_s:.0f} s")
+
+
+def du(docker: DockerEngine, image_id: str) -> dict[str, int]:
+    code, out = in_image(docker, image_id, "-c", DU, entrypoint="sh")
+    sizes = {}
+    for line in out.splitlines():
+        parts = line.split("\t", 1)
+        if len(parts) == 2 and parts[0].isdigit():
+            sizes[parts[1].strip()] = int(parts[0])
+    return sizes
+
+
+def run_checks(docker, loaded, engine_id: str, recipe_id: str | None) -> list[dict]:
+    results: list[dict] = []
 
     def check(title: str, ok: bool, detail: str) -> None:
-        results.append((title, ok, detail.strip()))
+        results.append({"check": title, "ok": ok, "detail": detail.strip()[-2000:]})
         (log.ok if ok else log.warn)(f"{title}: {'ok' if ok else 'FAILED'}")
 
-    code, out = in_image(docker, recipe_img.id, "-c", "import vllm, kiln_engine; print('vllm', vllm.__version__)")
+    image = recipe_id or engine_id
+    code, out = in_image(docker, image, "-c", "import vllm, kiln_engine; print('vllm', vllm.__version__)")
     check("import vllm, kiln_engine", code == 0, out)
     # Triton must import without a GPU; if it cannot, torch and vLLM quietly run without it
-    code, out = in_image(docker, recipe_img.id, "-c", TRITON_CHECK)
+    code, out = in_image(docker, image, "-c", TRITON_CHECK)
     check("Triton importable (torch sees it)", code == 0, out)
-    code, out = in_image(docker, recipe_img.id, "-m", "kiln_engine", "info")
-    check("python -m kiln_engine info", code == 0 and "draft_trunc" in out.replace("-", "_"), out)
-    code, out = in_image(docker, recipe_img.id, "-c", RUNNER_CHECK)
-    check("import of the patched GPU runner", code == 0, out)
-
+    code, out = in_image(docker, image, "-m", "kiln_engine", "info")
+    check("python -m kiln_engine info", code == 0, out)
+    if recipe_id:
+        code, out = in_image(docker, recipe_id, "-c", RUNNER_CHECK)
+        check("import of the patched GPU runner (recipe image)", code == 0, out)
     try:
-        found = argcheck.check_against_engine(loaded, docker=docker)
-        check("launch args against the engine's vLLM parser", not found, "\n".join(found) or "all accepted")
+        found = argcheck.problems(loaded, argcheck.engine_args(docker, engine_id))
+        check("launch args against the engine's own vLLM parser", not found, "\n".join(found) or "all accepted")
     except KilnError as exc:
-        check("launch args against the engine's vLLM parser", False, exc.message)
-    accepted = argcheck.engine_args(docker, engine_img.id)
-    bogus = argcheck.problems(_with_bogus_flag(loaded), accepted)
-    check("a bogus flag is rejected (negative control)", len(bogus) == 1, "\n".join(bogus))
-
-    labels = recipe_img.labels or {}
+        check("launch args against the engine's own vLLM parser", False, exc.message)
     try:
-        enginecheck.verify_labels(loaded, recipe_img)
-        ok, detail = True, ""
+        bogus = argcheck.problems(_with_bogus_flag(loaded), argcheck.engine_args(docker, engine_id))
+        check("a bogus flag is rejected (negative control)", len(bogus) == 1, "\n".join(bogus))
     except KilnError as exc:
-        ok, detail = False, exc.message
-    shown = {k.rsplit(".", 1)[1]: labels.get(k) for k in
-             ("ai.kiln.engine.torch", "ai.kiln.engine.cuda", "ai.kiln.engine.nccl")}
-    check("torch/CUDA/NCCL labels match the recipe", ok and shown["torch"] is not None,
-          f"{shown}\n{detail}")
+        check("a bogus flag is rejected (negative control)", False, exc.message)
+    try:
+        enginecheck.verify_labels(loaded, docker.client.images.get(image))
+        check("torch/CUDA/NCCL labels match the recipe", True, json.dumps(_labels(docker, image)))
+    except KilnError as exc:
+        check("torch/CUDA/NCCL labels match the recipe", False, exc.message)
+    return results
 
-    write_doc(engine, recipe, engine_img, recipe_img, total_s, results, shown, args.cold)
-    log.info(f"wrote {DOC.relative_to(REPO)}")
-    return 0 if all(ok for _, ok, _ in results) else 1
+
+def _labels(docker, image_id: str) -> dict:
+    labels = docker.client.images.get(image_id).labels or {}
+    return {k.rsplit(".", 1)[1]: labels.get(k) for k in
+            ("ai.kiln.engine.torch", "ai.kiln.engine.cuda", "ai.kiln.engine.nccl")}
 
 
 def _with_bogus_flag(loaded):
@@ -136,116 +228,165 @@ def _with_bogus_flag(loaded):
     return LoadedRecipe(loaded.recipe.model_copy(update={"launch": launch}), loaded.dir, loaded.source)
 
 
-def _layer_sizes(docker: DockerEngine, image_id: str) -> list[tuple[int, str]]:
-    rows = []
-    for layer in docker.client.api.history(image_id):
-        if layer.get("Size", 0) > 1e6:
-            rows.append((layer["Size"], " ".join(layer.get("CreatedBy", "").split())[:90]))
+def run_proofs(engine_id: str) -> tuple[bool, dict]:
+    """tests/cuda/test_image_proofs.py against this engine image; its counts come back
+    through KILN_CUDA_PROOFS_JSON."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "proofs.json"
+        env = {**os.environ, "KILN_CUDA_TESTS": "1", "KILN_CUDA_ENGINE_IMAGE": engine_id,
+               "KILN_CUDA_PROOFS_JSON": str(out),
+               "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), str(REPO / "tests"),
+                                              os.environ.get("PYTHONPATH", "")])}
+        log.step("proofs inside the image: pytest tests/cuda/test_image_proofs.py (minutes: every module imports)")
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
+                               str(REPO / "tests" / "cuda" / "test_image_proofs.py")], env=env, cwd=REPO)
+        data = json.loads(out.read_text()) if out.is_file() else {}
+    return proc.returncode == 0, data
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--force", action="store_true", help="rebuild the images (layer cache still used)")
+    ap.add_argument("--cold", action="store_true", help="rebuild without the layer cache (downloads again)")
+    ap.add_argument("--no-proofs", action="store_true", help="skip the in-image proofs (minutes)")
+    args = ap.parse_args()
+    args.force = args.force or args.cold
+    docker = DockerEngine()
+    loaded, engine_image, _ = resolve(NAME)
+    run: dict = {"date": dt.date.today().isoformat(), "engine": loaded.recipe.engine.version,
+                 "base_image": engine_image.engine.base_image.pinned, "cold": args.cold,
+                 "cpus": os.cpu_count()}
+
+    t0 = time.monotonic()
+    engine = build_engine(docker, engine_image, force=args.force, nocache=args.cold)
+    run["engine_build"] = {"tag": engine.tag, "image_id": engine.image_id, "size": engine.size,
+                           "seconds": round(time.monotonic() - t0), "skipped": engine.skipped,
+                           "cached_steps": f"{engine.cached_steps}/{engine.steps}"}
+    log.ok(f"engine {engine.tag}: {gb(engine.size):.2f} GB")
+
+    plain_id, plain_tag, plain_s, plain_cache = build_plain(docker, engine_image, nocache=args.cold,
+                                                            force=args.force)
+    plain_size = docker.client.images.get(plain_id).attrs.get("Size", 0)
+    run["plain_build"] = {"tag": plain_tag, "image_id": plain_id, "size": plain_size,
+                          "seconds": round(plain_s), "cached_steps": plain_cache}
+    log.ok(f"plain {plain_tag}: {gb(plain_size):.2f} GB")
+
+    recipe_id = None
+    try:
+        recipe = build_recipe(NAME, docker=docker, force=args.force, quiet_summary=True, nocache=args.cold)
+        recipe_id = recipe.image_id
+        run["recipe_build"] = {"tag": recipe.tag, "size": recipe.size, "skipped": recipe.skipped}
+    except KilnError as exc:  # the engine and the anchor are still measured
+        log.warn(f"{NAME} did not build: {exc.message}")
+        run["recipe_build"] = {"error": exc.message}
+
+    ratio = engine.size / plain_size
+    run["ratio"] = round(ratio, 3)
+    run["goal_met"] = ratio <= GOAL_RATIO
+    (log.ok if run["goal_met"] else log.warn)(
+        f"engine-cuda {gb(engine.size):.2f} GB / plain {gb(plain_size):.2f} GB = {ratio:.2f} x (goal <= {GOAL_RATIO})")
+    run["du_mb"] = {"kiln": du(docker, engine.image_id), "plain": du(docker, plain_id)}
+    run["checks"] = run_checks(docker, loaded, engine.image_id, recipe_id)
+    if not args.no_proofs:
+        ok, proofs = run_proofs(engine.image_id)
+        run["proofs_ok"], run["proofs"] = ok, proofs
+    run["wall_s"] = round(time.monotonic() - t0)
+    DATA.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n")
+    render(run)
+    log.summary("build_cuda", {"engine-cuda": f"{gb(engine.size):.2f} GB", "plain": f"{gb(plain_size):.2f} GB",
+                               "ratio": f"{ratio:.2f} x (goal <= {GOAL_RATIO}: {'met' if run['goal_met'] else 'NOT met'})",
+                               "checks": f"{sum(c['ok'] for c in run['checks'])}/{len(run['checks'])} ok",
+                               "proofs": "skipped" if args.no_proofs else ("ok" if run.get("proofs_ok") else "FAILED"),
+                               "written": f"{DATA.relative_to(REPO)}, {DOC.relative_to(REPO)}"})
+    failed = (not run["goal_met"] or not all(c["ok"] for c in run["checks"])
+              or (not args.no_proofs and not run.get("proofs_ok")))
+    return 1 if failed else 0
+
+
+def render(run: dict) -> None:
+    """Replace the generated block of docs/build-cuda.md with this run's numbers."""
+    text = DOC.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{DOC.relative_to(REPO)}: the markers {BEGIN!r} and {END!r} are missing")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    DOC.write_text(head + BEGIN + "\n" + "\n".join(generated(run)) + "\n" + END + tail)
+
+
+def generated(run: dict) -> list[str]:
+    e, p = run["engine_build"], run["plain_build"]
+    lines = [
+        "",
+        f"Measured by `nox -s build_cuda` on {run['date']} ({run['cpus']} CPU cores, no GPU), vLLM "
+        f"{run['engine']} on `{run['base_image']}`, legacy Docker builder"
+        f"{', cold (no layer cache)' if run['cold'] else ''}. Sizes are uncompressed, as `docker images` shows them.",
+        "",
+        "| image | size | build | layer cache |",
+        "|---|---|---|---|",
+        f"| `{p['tag']}`: plain `pip install vllm=={run['engine']}` in a venv | {gb(p['size']):.2f} GB | "
+        f"{p['seconds']} s | {p['cached_steps']} |",
+        f"| `{e['tag']}`: kiln engine-cuda | {gb(e['size']):.2f} GB | "
+        f"{'up to date' if e['skipped'] else str(e['seconds']) + ' s'} | {e['cached_steps']} steps cached |",
+    ]
+    r = run.get("recipe_build", {})
+    if "size" in r:
+        lines.append(f"| `{r['tag']}`: glm53-kindling (engine + recipe tail) | {gb(r['size']):.2f} GB | | |")
+    else:
+        lines.append(f"| glm53-kindling | not built: {r.get('error', '?')[:160]} | | |")
+    lines += ["", f"**engine-cuda / plain = {run['ratio']:.2f} x** (goal <= {GOAL_RATIO}: "
+              f"{'met' if run['goal_met'] else 'NOT met'}).", ""]
+    lines += _du_table(run["du_mb"])
+    lines += ["", "Checks in the image (CPU, no network):", "", "| check | result |", "|---|---|"]
+    for c in run["checks"]:
+        last = c["detail"].splitlines()[-1] if c["detail"] else ""
+        lines.append(f"| {c['check']} | {'ok' if c['ok'] else 'FAILED'}: {last.replace('|', '/')[:140]} |")
+    lines += _proof_lines(run)
+    return lines
+
+
+def _du_table(du_mb: dict) -> list[str]:
+    kiln, plain = du_mb["kiln"], du_mb["plain"]
+    names = sorted(set(kiln) | set(plain), key=lambda n: -max(kiln.get(n, 0), plain.get(n, 0)))
+    rows = ["Where the bytes are (`du -sm`, MB; site-packages entries, then the OS):", "",
+            "| path | plain | kiln | kiln - plain |", "|---|---:|---:|---:|"]
+    for name in names:
+        a, b = plain.get(name, 0), kiln.get(name, 0)
+        if max(a, b) >= 20 or (a and not b):
+            if name.endswith((".dist-info", ".pth")) and max(a, b) < 20:
+                continue
+            rows.append(f"| `{name}` | {a or '-'} | {b or '-'} | {b - a:+d} |")
     return rows
 
 
-def write_doc(engine, recipe, engine_img, recipe_img, total_s, results, shown, cold) -> None:
-    size = recipe_img.attrs.get("Size", 0)
-    cpu = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
-    docker = DockerEngine()
-    lines = [
-        "# engine-cuda and glm53-kindling: build time and image size",
-        "",
-        f"Measured by `nox -s build_cuda` (`benchmarks/build_cuda.py`) on "
-        f"{dt.date.today().isoformat()}, on this build host ({cpu} CPU cores, no GPU, PyPI "
-        "through a TLS-intercepting proxy), with the legacy Docker builder.",
-        "",
-        "## This run",
-        "",
-        "| | image | size | build time | layer cache |",
-        "|---|---|---|---|---|",
-        f"| engine | `{engine_img.tags[0] if engine_img.tags else engine.tag}` | {gb(engine_img.attrs.get('Size', 0)):.2f} GB | "
-        f"{'skipped (up to date)' if engine.skipped else f'{engine.seconds:.0f} s'} | "
-        f"{engine.cached_steps}/{engine.steps} steps cached |",
-        f"| recipe | `{recipe.tag}` | {gb(size):.2f} GB | "
-        f"{'skipped (up to date)' if recipe.skipped else f'{recipe.seconds:.0f} s'} | "
-        f"{recipe.cached_steps}/{recipe.steps} steps cached |",
-        "",
-        f"Wall time of the whole run: {total_s:.0f} s ({'cold: no layer cache' if cold else 'with the layer cache'}). "
-        "Engine labels read from the image: "
-        f"torch {shown['torch']}, CUDA {shown['cuda']}, NCCL {shown['nccl']}.",
-        "",
-        "## Against the anchors",
-        "",
-        "| | size | glm53-kindling relative to it |",
-        "|---|---|---|",
-    ]
-    for name, anchor in ANCHORS_GB.items():
-        lines.append(f"| {name} | {anchor:.2f} GB | {gb(size) / anchor:.2f} x |")
-    verdict = "met" if gb(size) <= GOAL_GB else "NOT met"
-    lines += [
-        "",
-        f"Goal <= 0.8 x 7.07 GB = {GOAL_GB:.2f} GB: **{verdict}** ({gb(size):.2f} GB). "
-        "Sizes are uncompressed, as `docker images` shows them.",
-        "",
-        "## Largest layers of the recipe image",
-        "",
-        "| size | created by |",
-        "|---|---|",
-    ]
-    for n, cmd in _layer_sizes(docker, recipe_img.id):
-        lines.append(f"| {gb(n):.2f} GB | `{cmd.replace('|', '/')}` |")
-    lines += ["", "## CPU checks inside the image", "", "| check | result |", "|---|---|"]
-    for title, ok, detail in results:
-        first = detail.splitlines()[-1] if detail else ""
-        lines.append(f"| {title} | {'ok' if ok else 'FAILED'}: {first.replace('|', '/')[:140]} |")
-    lines += ["", "## Where the size is (inside the image, `du`)", "", "| MB | path |", "|---|---|"]
-    for mb, path in _du(docker, recipe_img.id):
-        lines.append(f"| {mb} | `{path}` |")
-    lines += ["", NOTES.strip()]
-    DOC.write_text("\n".join(lines) + "\n")
-
-
-DU = ("sp=$(readlink -f /opt/kiln/site-packages); "
-      "{ du -sm /usr /opt/kiln/venv; du -sm $sp/* $sp/nvidia/*/lib $sp/nvidia/*/bin; } 2>/dev/null "
-      "| sort -rn | head -22")
-
-
-def _du(docker: DockerEngine, image_id: str) -> list[tuple[str, str]]:
-    out = docker.client.containers.run(image_id, entrypoint=["sh", "-c", DU], remove=True,
-                                       network_disabled=True).decode()
-    return [tuple(line.split(None, 1)) for line in out.splitlines() if line.strip()]
-
-
-NOTES = """
-## What is in the image, what was taken out, and why the goal is missed
-
-The engine is `pip install vllm==0.32.0` from PyPI into a venv, minus what only audio,
-video and vision inputs use (torchvision, torchaudio, torchcodec, PyNvVideoCodec), plus
-kiln-engine and the patch series, on Debian bookworm with python3, tini and the compilers
-that GPU code compiles with at run time (gcc/g++/libc6-dev/python3-dev: Triton's launcher,
-nvcc's host compiler for DeepGEMM and TileLang). Everything is installed in builder stages;
-the final stage is `FROM scratch` plus two COPYs, so no pip cache, CA or wheel is in it.
-
-`docker-images/engine-cuda/strip-venv.sh` removes, in the builder stage, only what no code
-path on an NVIDIA GPU can load, each measured: DWARF debug sections of shared libraries
-(`strip --strip-debug`; libtriton.so alone 441 -> 214 MB, libnccl 226 -> 187 MB),
-cuSOLVER-Mg and the alternative-ABI NVRTC (linked by nothing in the venv), CUTLASS-DSL's
-CUDA 12 libraries (torch here is a CUDA 13 build), and pip itself. Tried and reverted:
-removing the ROCm backends of the two Triton builds (~100 MB) broke `import triton`
-(its entry points name them), which the CPU checks above now catch.
-
-What stays and dominates is what vLLM 0.32.0 itself pulls for CUDA 13: the CUDA math
-libraries torch links at load time (cuBLAS/cuBLASLt, cuFFT, cuSPARSE, cuSPARSELt, cuRAND,
-cuDNN, NCCL, NVSHMEM: all NEEDED by libtorch_cuda.so, so not removable), two Triton
-builds (triton, and tokenspeed-triton for tokenspeed-mla), vLLM's own kernels
-(FlashAttention 2 and 3, ~460 MB: FA2 is the fallback on non-Hopper GPUs and for ALiBi,
-so a shared engine keeps it), CUTLASS DSL, TileLang (GLM-5's sparse-attention indexer),
-FlashInfer and the nvcc toolchain that DeepGEMM/TileLang JIT needs. The 7.07 GB anchor
-predates several of these dependencies; reaching 5.66 GB would mean dropping libraries
-vLLM or torch load (cuFFT, cuDNN, FA2) and is not done blind, without a GPU to prove it
-safe.
-
-FlashInfer: vLLM 0.32.0 wants `flashinfer-cubin` matching flashinfer-python 0.7.0.post1,
-which the index does not have (newest 0.6.13), or nvcc + ninja for JIT with network access
-for cubins. Without them vLLM logs "FlashInfer kernels are disabled" and uses its other
-kernels; the image is built that way on purpose (no run-time downloads).
-"""
+def _proof_lines(run: dict) -> list[str]:
+    if "proofs" not in run:
+        return ["", "Proofs: not run (--no-proofs)."]
+    p = run["proofs"]
+    lines = ["", f"Proofs inside the image (`tests/cuda/test_image_proofs.py`): "
+             f"**{'all passed' if run['proofs_ok'] else 'FAILED'}**.", ""]
+    if "elf" in p:
+        c = p["elf"]["counts"]
+        lines.append(f"- ELF: {c['elf_files']} files, {c['needed_entries']} DT_NEEDED entries: "
+                     f"{c['by_search_path']} by the loader's search path, {c['by_soname_preloaded']} by a "
+                     f"library loaded first (by soname), {c['driver']} driver libraries "
+                     f"({', '.join(p['elf']['driver']) or 'none'}), **{c['unresolved']} unresolved**.")
+    for package, r in p.get("imports", {}).items():
+        allowed = sum(r["allowed"].values())
+        lines.append(f"- `import` every module of {package}: {r['imported']}/{r['modules']} imported, "
+                     f"{allowed} allowed failures ({'; '.join(f'{n}: {w}' for w, n in r['allowed'].items()) or 'none'}), "
+                     f"**{len(r['unexpected'])} unexpected**, {r['programs']} `__main__` not run.")
+    if "dlopen" in p:
+        d = p["dlopen"]
+        lines.append(f"- dlopen: {d['loaded_count']} libraries of torch/lib and nvidia/ loaded without a GPU "
+                     f"(torch {d['torch']}, CUDA {d['cuda']}; {', '.join(f'{k} {v}' for k, v in d.get('calls', {}).items())}), "
+                     f"{len(d['driver_only'])} need only the driver, **{len(d['failed'])} failed**.")
+    if "compilers" in p:
+        for name, detail in p["compilers"]["ok"].items():
+            lines.append(f"- compiler `{name}`: {detail}")
+        for name, detail in p["compilers"]["failed"].items():
+            flat = re.sub(r"\s+", " ", detail)[:200]
+            lines.append(f"- compiler `{name}`: **FAILED**: {flat}")
+    return lines
 
 
 if __name__ == "__main__":

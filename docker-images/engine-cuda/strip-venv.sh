@@ -2,25 +2,29 @@
 # Remove from the engine venv what vLLM never loads at run time, and report the largest
 # trees so the next candidate is chosen by measurement. Runs in the builder stage, so
 # nothing removed here reaches a final-image layer. Each removal says why it is safe;
-# anything a GPU code path might load (cuBLAS, cuFFT, cuDNN, nvcc, FA2, ...) stays.
+# docs/build-cuda.md has the sizes, and tests/cuda/test_image_proofs.py proves in the
+# built image that every DT_NEEDED still resolves and every vllm/torch/triton module
+# still imports. Anything a GPU code path of a text model might load (cuBLAS, cuFFT,
+# NCCL, nvcc, FA2, torch's CUPTI, ...) stays.
 set -eu
 venv=$1
 sp=$(ls -d "$venv"/lib/python3*/site-packages)
 mb() { du -sm "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
-before=$(mb "$venv")
+step() { echo "strip-venv: $1: $(mb "$venv") MB"; }
+step "installed"
 
 # Debug sections (DWARF) only serve debuggers; code, symbols and CUDA fatbins stay.
-# libtriton.so alone carries ~230 MB of them.
+# libtriton.so alone carries ~290 MB of them.
 find "$venv" -name '*.so*' -type f | while read -r lib; do
   if readelf -S "$lib" 2>/dev/null | grep -q '\.debug_info'; then
     strip --strip-debug "$lib"
   fi
 done
-echo "strip-venv: debug sections: $before -> $(mb "$venv") MB"
+step "debug sections stripped"
 
-# Kept on purpose: the ROCm backends of both Triton builds (~100 MB). Triton loads every
-# backend named in its entry points; without them `import triton` fails and torch and
-# vLLM silently run as if Triton were not installed.
+# Kept on purpose: the ROCm backends' Python code of both Triton builds. Triton loads
+# every backend named in its entry points; without them `import triton` fails and torch
+# and vLLM silently run as if Triton were not installed.
 # cuSOLVER-Mg (multi-GPU dense solvers) and the alternative-ABI NVRTC build: no library
 # in the venv links them (torch links libcusolver / libnvrtc, never these).
 rm -f "$sp"/nvidia/cu*/lib/libcusolverMg.so.* "$sp"/nvidia/cu*/lib/libnvrtc.alt.so.* \
@@ -30,6 +34,66 @@ cuda_major=$("$venv"/bin/python -c "import torch; print(torch.version.cuda.split
 for d in "$sp"/nvidia_cutlass_dsl/cu[0-9]*; do
   [ "$(basename "$d")" = "cu$cuda_major" ] || rm -rf "$d"
 done
+step "cuSOLVER-Mg, NVRTC alt-ABI, CUTLASS DSL for other CUDA majors removed"
 
-echo "strip-venv: $before -> $(mb "$venv") MB; largest packages now:"
+# Static archives of CUPTI and NVPerf that Triton ships to build Proton from source
+# (~170 MB): only a linker reads a .a, and the only run-time link Triton does is its
+# driver module against libcuda (-l:libcuda.so.1). Proton itself uses the shared copies,
+# which stay. nvcc's own archives (libcudart_static.a, libcudadevrt.a) stay: nvcc links
+# them by default.
+rm -f "$sp"/triton/backends/nvidia/lib/cupti*/lib*_static.a \
+      "$sp"/tokenspeed_triton/backends/nvidia/lib/cupti*/lib*_static.a
+# tokenspeed-triton's AMD code generator (~96 MB): dlopened only by the HIP backend's
+# compile path (_load_amd_codegen), which runs only for an AMD GPU target. The backend's
+# Python stays, so its entry point still imports.
+rm -f "$sp"/tokenspeed_triton/backends/amd/lib/libtriton_amd_codegen.so
+step "static CUPTI archives and the AMD code generator removed"
+
+# cuDNN's engine and API libraries (~920 MB; libcudnn.so.9 itself stays: libtorch_cuda.so
+# links it and it loads the others only when a cuDNN routine first runs). In this
+# text-only engine nothing runs one: vLLM switches torch's cuDNN attention off itself
+# (vllm/platforms/cuda.py: enable_cudnn_sdp(False)); convolutions and RNNs appear only in
+# vision and audio encoders, whose media inputs this engine does not take (see OpenCV
+# below); vLLM's cuDNN FP4 GEMM goes through FlashInfer, which vLLM turns off in this
+# image (has_flashinfer(): no flashinfer-cubin, no nvcc on PATH). Should a model reach
+# cuDNN anyway, the call fails loudly naming the missing libcudnn_*.so.9, never silently.
+rm -f "$sp"/nvidia/cudnn/lib/libcudnn_*.so.*
+# Triton's own CUPTI copies (~85 MB): loaded only by Proton, Triton's profiler, when a
+# profiling session starts; vLLM never starts one (torch's profiler uses nvidia/'s CUPTI).
+rm -rf "$sp"/triton/backends/nvidia/lib/cupti "$sp"/triton/backends/nvidia/lib/cupti-blackwell
+step "cuDNN engines and Proton's CUPTI removed"
+
+# OpenCV (~150 MB): vLLM imports cv2 only to decode video inputs (vllm.multimodal.video,
+# its OpenCV video decoder, vllm.assets.video); like torchvision, torchaudio and
+# torchcodec (never installed, see the Dockerfile) it serves media inputs this text-only
+# engine does not take. mistral_common and transformers import it only behind their
+# is-installed checks.
+"$venv"/bin/pip uninstall -y -q opencv-python-headless
+step "OpenCV removed"
+
+# Identical files (the same bytes shipped by several wheels: cutlass/cute headers in
+# flashinfer, tilelang and vLLM's third_party trees, three names of one libcupti, ...)
+# become hard links to one copy. Nothing changes for a reader; the tree is root-owned
+# and the server runs as uid 1000, so no process can write through one name to another.
+"$venv"/bin/python - "$venv" <<'EOF'
+import hashlib, os, sys
+seen, saved = {}, 0
+for root, _, files in os.walk(sys.argv[1]):
+    for name in files:
+        path = os.path.join(root, name)
+        st = os.lstat(path)
+        if not os.path.isfile(path) or os.path.islink(path) or st.st_size < 4096 or st.st_nlink > 1:
+            continue
+        with open(path, "rb") as f:
+            key = (st.st_size, st.st_mode, hashlib.sha256(f.read()).digest())
+        first = seen.setdefault(key, path)
+        if first != path:
+            os.unlink(path)
+            os.link(first, path)
+            saved += st.st_size
+print(f"strip-venv: {saved / 1e6:.0f} MB of duplicate files hard-linked")
+EOF
+step "duplicates hard-linked"
+
+echo "strip-venv: largest packages now:"
 du -sm "$sp"/* | sort -rn | head -15

@@ -123,21 +123,50 @@ def test_import_walk_reports_broken_modules_and_still_walks_their_children(tmp_p
     assert set(walk["failed"]) == {"fakepkg.needs_gone", "fakepkg.broken", "fakepkg.broken.child"}
     verdict = import_allowlist.verdict("fakepkg", walk)
     assert sorted(verdict.unexpected) == ["fakepkg.broken", "fakepkg.broken.child", "fakepkg.needs_gone"]
+    only = subprocess.run([sys.executable, str(HERE / "proofs" / "import_walk.py"), "--json",
+                           "--only", "fakepkg.good,fakepkg.broken", "fakepkg"],
+                          cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path)})
+    line = next(ln for ln in only.stdout.splitlines() if ln.startswith("KILN-PROOF "))
+    assert json.loads(line.removeprefix("KILN-PROOF "))["fakepkg"]["modules"] == 2
+
+
+def _fail(kind: str, message: str = "", missing: str | None = None) -> dict:
+    return {"type": kind, "message": message, "missing": missing, "where": ""}
 
 
 def test_the_allow_list_accepts_only_the_failure_it_names():
     rule = import_allowlist.ALLOWED[0]
     module = rule.example
-    walk = {"modules": 3, "imported": 1, "programs": [], "failed": {
-        module: {"type": "ModuleNotFoundError", "message": f"No module named '{rule.example_missing}'",
-                 "missing": rule.example_missing, "where": ""},
-        "somepkg.other": {"type": "ImportError", "message": "boom", "missing": None, "where": ""}}}
-    verdict = import_allowlist.verdict(module.split(".")[0], walk)
-    assert verdict.unexpected == ["somepkg.other"]
+    walk = {"failed": {
+        module: _fail("ModuleNotFoundError", f"No module named '{rule.example_missing}'", rule.example_missing),
+        "vllm.other": _fail("ImportError", "boom")}}
+    verdict = import_allowlist.verdict("vllm", walk)
+    assert verdict.unexpected == ["vllm.other"]
     assert verdict.allowed == {rule.why: [module]}
     # the same module failing for another reason is not covered by the rule
-    walk["failed"][module] = {"type": "RuntimeError", "message": "CUDA error", "missing": None, "where": ""}
-    assert module in import_allowlist.verdict(module.split(".")[0], walk).unexpected
+    walk["failed"][module] = _fail("RuntimeError", "CUDA error")
+    assert module in import_allowlist.verdict("vllm", walk).unexpected
+
+
+def test_a_failure_is_upstreams_only_if_the_plain_image_fails_the_same_way():
+    walk = {"failed": {"vllm.a": _fail("ModuleNotFoundError", "No module named 'lmcache'", "lmcache"),
+                       "vllm.b": _fail("ImportError", "libcuda.so.1: cannot open shared object file"),
+                       "vllm.c": _fail("ModuleNotFoundError", "No module named 'kiln_removed'", "kiln_removed"),
+                       "vllm.d": _fail("AttributeError", "no attribute 'x'")}}
+    plain = {"vllm.a": walk["failed"]["vllm.a"], "vllm.b": walk["failed"]["vllm.b"],
+             "vllm.d": _fail("ImportError", "something else")}  # c imports there; d fails otherwise
+    v = import_allowlist.verdict("vllm", walk, plain)
+    assert v.unexpected == ["vllm.c", "vllm.d"]
+    kinds = {why.split(": ", 1)[1]: mods for why, mods in v.allowed.items()}
+    assert kinds == {"optional dependency not installed: lmcache": ["vllm.a"],
+                     "needs the GPU driver (libcuda.so.1) at import": ["vllm.b"]}
+
+
+def test_the_serving_path_must_import_whatever_the_plain_image_does():
+    module = import_allowlist.MUST_IMPORT[0]
+    failure = _fail("ModuleNotFoundError", "No module named 'cv2'", "cv2")
+    v = import_allowlist.verdict("vllm", {"failed": {module: failure}}, {module: failure})
+    assert v.unexpected == [module]
 
 
 def test_dlopen_reports_a_library_that_cannot_load(tmp_path: Path):
@@ -158,3 +187,20 @@ def _host_lib(name: str) -> str:
         if (Path(d) / name).exists():
             return str(Path(d) / name)
     pytest.skip(f"no {name} on this host")
+
+
+@needs_gcc
+def test_optional_plugins_are_allowed_only_under_their_own_path(tmp_path: Path, tree: Path):
+    stub = tmp_path / "stub"
+    stub.mkdir()
+    (stub / "m.c").write_text("int mlx5dv_query(void) { return 0; }\n")
+    (stub / "user.c").write_text("int mlx5dv_query(void);\nint go(void) { return mlx5dv_query(); }\n")
+    _gcc("-shared", "-fPIC", "-Wl,-soname,libmlx5.so.1", "-o", str(stub / "libmlx5.so.1"), str(stub / "m.c"))
+    plugin = tree / "opt/venv/nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3"
+    plugin.parent.mkdir(parents=True)
+    for target in (plugin, tree / "opt/app/lib/libnot_a_plugin.so"):
+        _gcc("-shared", "-fPIC", "-o", str(target), str(stub / "user.c"), f"-L{stub}", "-Wl,--no-as-needed",
+             "-l:libmlx5.so.1")
+    result = elf_needed.prove(str(tree), ["/"])
+    assert result["optional_plugins"] == ["/opt/venv/nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3: libmlx5.so.1"]
+    assert result["unresolved"] == ["/opt/app/lib/libnot_a_plugin.so: libmlx5.so.1"]

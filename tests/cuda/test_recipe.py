@@ -1,5 +1,5 @@
 """glm53-kindling's recipe: schema, launch command, and the names it relies on existing
-in vLLM 0.33.0, its pinned engine (checked in the engine's own sources, not from memory)."""
+in the pinned vLLM (checked in the engine's own sources, not from memory)."""
 
 from __future__ import annotations
 

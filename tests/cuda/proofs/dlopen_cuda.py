@@ -6,7 +6,7 @@ loads libtorch_cuda.so and preloads the nvidia-* wheels' libraries it needs), ev
 library under torch/lib and the nvidia/ packages is dlopen'ed with RTLD_NOW, so a missing
 dependency or an undefined symbol fails here, not on the GPU host. Libraries whose only
 failure is the driver (libcuda.so.1, mounted by the NVIDIA container runtime) are counted
-apart and listed. Then cuDNN and NCCL are asked for their versions, which loads them for
+apart and listed, as are elf_needed.OPTIONAL_PLUGINS missing the host stack they serve. Then cuDNN and NCCL are asked for their versions, which loads them for
 real without a GPU.
 
 usage: dlopen_cuda.py [--json]
@@ -15,10 +15,14 @@ usage: dlopen_cuda.py [--json]
 from __future__ import annotations
 
 import ctypes
+import fnmatch
 import json
 import os
 import re
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from elf_needed import OPTIONAL_PLUGINS  # noqa: E402
 
 DRIVER = re.compile(r"libcuda\.so|libnvidia-ml\.so")
 
@@ -37,7 +41,7 @@ def libraries(site: str) -> list[str]:
 def load_all(paths: list[str], site: str) -> dict:
     """dlopen each path (RTLD_NOW: undefined symbols fail now); sort the failures into
     those that only lack the driver and the rest."""
-    out = {"loaded": [], "driver_only": {}, "failed": {}}
+    out = {"loaded": [], "driver_only": {}, "optional_plugin": {}, "failed": {}}
     for path in paths:
         rel = os.path.relpath(path, site)
         try:
@@ -45,8 +49,18 @@ def load_all(paths: list[str], site: str) -> dict:
             out["loaded"].append(rel)
         except OSError as exc:
             message = str(exc).replace(path, rel)
-            (out["driver_only"] if DRIVER.search(message) else out["failed"])[rel] = message
+            if DRIVER.search(message):
+                out["driver_only"][rel] = message
+            elif _optional_plugin(path, message):
+                out["optional_plugin"][rel] = message
+            else:
+                out["failed"][rel] = message
     return out
+
+
+def _optional_plugin(path: str, message: str) -> bool:
+    missing = message.split(":", 1)[0].strip()
+    return any(missing in names and fnmatch.fnmatchcase(path, pattern) for pattern, names, _ in OPTIONAL_PLUGINS)
 
 
 def main() -> int:

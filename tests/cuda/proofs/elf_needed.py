@@ -9,7 +9,10 @@ ELF file with a dynamic section, every DT_NEEDED name must be found:
     _C.abi3.so carry no run path for libtorch.so and rely on `import torch` having loaded
     it, and the loader matches an already-loaded library by its DT_SONAME;
   - else the name must be on the driver allow-list (libraries the NVIDIA container
-    runtime mounts from the host driver, never shipped in an image).
+    runtime mounts from the host driver, never shipped in an image);
+  - else the file must be an optional plugin that upstream loads only when the host
+    stack it serves is installed (OPTIONAL_PLUGINS: file pattern, the names, why). The
+    plain `pip install vllm` image has the same gaps (build_cuda checks that).
 Anything else is unresolved: the file, the name, and a non-zero exit.
 
 usage: elf_needed.py [--root ROOT] [--json] DIR...   (DIRs inside ROOT, default /)
@@ -18,6 +21,7 @@ usage: elf_needed.py [--root ROOT] [--json] DIR...   (DIRs inside ROOT, default 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import glob
 import json
 import os
@@ -34,6 +38,19 @@ DRIVER_LIBS = {
     "libnvidia-ptxjitcompiler.so.1": "the driver's PTX JIT: part of the host driver",
     "libnvidia-nvvm.so.4": "the driver's NVVM used for LTO JIT: part of the host driver",
 }
+
+# (file pattern, needed names, why): plugins pip's wheels ship for host stacks that no
+# `pip install` provides; their loaders dlopen them only when that stack is configured.
+OPTIONAL_PLUGINS = [
+    ("*/numba/np/ufunc/tbbpool*.so", {"libtbb.so.12"},
+     "numba's TBB threading layer: used only if the tbb package is installed, else OpenMP or workqueue"),
+    ("*/nvidia/*/lib/libcufile_rdma.so*", {"libmlx5.so.1", "librdmacm.so.1", "libibverbs.so.1"},
+     "cuFile's RDMA plugin (GPUDirect Storage over InfiniBand): loaded only with rdma-core configured"),
+    ("*/nvidia/nvshmem/lib/nvshmem_bootstrap_*.so*", {"libmpi.so.40", "libpmix.so.2", "liboshmem.so.40"},
+     "NVSHMEM bootstraps for MPI, PMIx and OpenSHMEM launchers: dlopened only when NVSHMEM_BOOTSTRAP names them"),
+    ("*/nvidia/nvshmem/lib/nvshmem_transport_*.so*", {"libmlx5.so.1", "libfabric.so.1", "libucs.so.0", "libucp.so.0"},
+     "NVSHMEM's InfiniBand, libfabric and UCX transports: dlopened only for inter-node NVSHMEM over those stacks"),
+]
 
 EM_X86_64 = 62
 PT_LOAD, PT_DYNAMIC = 1, 2
@@ -169,8 +186,8 @@ def prove(root: str, dirs: list[str]) -> dict:
             sonames.setdefault(info.soname, path)
     system_dirs = ld_conf_dirs(root) + DEFAULT_DIRS
     counts = {"elf_files": len(elves), "needed_entries": 0, "by_search_path": 0,
-              "by_soname_preloaded": 0, "driver": 0, "unresolved": 0}
-    unresolved, driver_users, preloaded = [], {}, {}
+              "by_soname_preloaded": 0, "driver": 0, "optional_plugin": 0, "unresolved": 0}
+    unresolved, driver_users, preloaded, optional = [], {}, {}, []
     for path, info in sorted(elves.items()):
         origin = os.path.dirname(path)
         search = ([] if info.runpath else info.rpath) + info.runpath + system_dirs
@@ -185,12 +202,23 @@ def prove(root: str, dirs: list[str]) -> dict:
             elif name in DRIVER_LIBS:
                 counts["driver"] += 1
                 driver_users.setdefault(name, []).append(path)
+            elif _optional_plugin(path, name):
+                counts["optional_plugin"] += 1
+                optional.append(f"{path}: {name}")
             else:
                 counts["unresolved"] += 1
                 unresolved.append(f"{path}: {name}")
     return {"counts": counts, "unresolved": unresolved, "preloaded": dict(sorted(preloaded.items())),
+            "optional_plugins": optional,
             "driver": {k: {"why": DRIVER_LIBS[k], "files": len(v), "example": v[0]}
                        for k, v in sorted(driver_users.items())}}
+
+
+def _optional_plugin(path: str, name: str) -> str | None:
+    for pattern, names, why in OPTIONAL_PLUGINS:
+        if name in names and fnmatch.fnmatchcase(path, pattern):
+            return why
+    return None
 
 
 def _found(root: str, name: str, origin: str, search: list[str]) -> bool:

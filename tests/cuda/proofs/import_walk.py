@@ -9,7 +9,9 @@ imported in this one process, parents first; a module that hangs is stopped afte
 listed, not imported. The verdict (which failures are acceptable, and why) is the
 caller's: see tests/cuda/import_allowlist.py.
 
-usage: import_walk.py [--json] [--timeout S] PACKAGE...
+usage: import_walk.py [--json] [--timeout S] [--only M1,M2,...] PACKAGE...
+(--only: import just these modules of the packages, e.g. to ask a reference image how
+the modules that failed elsewhere fail there)
 """
 
 from __future__ import annotations
@@ -87,12 +89,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="one KILN-PROOF line of JSON")
     ap.add_argument("--timeout", type=int, default=120)
+    ap.add_argument("--only", default="", help="comma-separated module names")
     ap.add_argument("packages", nargs="+")
     args = ap.parse_args(argv)
+    only = {m for m in args.only.split(",") if m}
     result = {}
     for package in args.packages:
         t0 = time.monotonic()
-        result[package] = import_all(module_names(package), args.timeout)
+        names = module_names(package)
+        if only:
+            names = [n for n in names if n in only]
+        result[package] = import_all(names, args.timeout)
         result[package]["seconds"] = round(time.monotonic() - t0, 1)
         r = result[package]
         print(f"import_walk: {package}: {r['imported']}/{r['modules']} imported, "
