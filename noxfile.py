@@ -82,9 +82,9 @@ if os.environ.get("KILN_NOX_DEBUG"):
 # current interpreter, whose torch/triton are the GPU machine's own.
 @nox.session(python=False)
 def gpu(session):
-    """draft_trunc's GPU tests (kernel at size, exactness vs vLLM 0.32.0's rejection
-    sampler, CUDA-graph replay); skipped cleanly without a GPU. KILN_VLLM_SRC may
-    point at a folder holding vLLM 0.32.0's sources (e.g. .vllm-carry)."""
+    """draft_trunc's GPU tests (kernel at size, exactness vs vLLM 0.32.0's and 0.33.0's
+    rejection samplers, CUDA-graph replay); skipped cleanly without a GPU.
+    KILN_VLLM_SRC_0_32_0 / KILN_VLLM_SRC_0_33_0 may point at each version's sources."""
     session.run("python", "-m", "pytest", "tests/draft_trunc", "-m", "gpu", "-q", *session.posargs)
 
 

@@ -88,13 +88,15 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
         else:
             entry["series"] = _series_used(recipe)
             log.ok(f"{recipe}")
-            for s in entry["series"]:
-                log.info(f"{s['applies']}: {s['file'] or 'no series'} ({s['patches']} patch(es))")
         report.append(entry)
     if as_json:
         log.emit_json({"valid": not problems, "recipes": report})
     if problems:
         raise RecipeInvalid(problems)
+    for entry in report:  # after the verdict: error output stays one line per problem
+        log.info(f"{entry['name']} applies:")
+        for s in entry["series"]:
+            log.info(f"  {s['applies']}: {s['file'] or 'no series'} ({s['patches']} patch(es))")
     log.info(f"{len(names)} recipe(s) valid")
     return 0
 

@@ -113,20 +113,31 @@ class LoadedOverride:
         return self.override.engine.version == version
 
 
-def _version_key(name: str) -> PEP440 | None:
+def version_key(name: str) -> PEP440 | None:
+    """PEP 440 order (0.33.0rc1 < 0.33.0 < 0.33.0.post1); None for no version."""
     try:
         return PEP440(name)
     except InvalidVersion:
         return None
 
 
-def series_versions(folder: Path) -> list[str]:
+def series_versions(folder: Path, left_out=None) -> list[str]:
     """Sub-folders of `folder` named by a PEP 440 version and holding a `series` file,
-    in version order (0.9.0 < 0.32.0 < 0.33.0rc1 < 0.33.0)."""
+    in version order (0.9.0 < 0.32.0 < 0.33.0rc1 < 0.33.0 < 0.33.0.post1). A folder
+    that is no version (`latest`) names no release pip could fetch: it is left out,
+    and passed to `left_out` (to say so)."""
     if not folder.is_dir():
         return []
-    names = [d.name for d in folder.iterdir() if (d / "series").is_file() and _version_key(d.name) is not None]
-    return sorted(names, key=_version_key)
+    names = []
+    for d in folder.iterdir():
+        if not (d / "series").is_file():
+            continue
+        if version_key(d.name) is None:
+            if left_out is not None:
+                left_out(d.name)
+            continue
+        names.append(d.name)
+    return sorted(names, key=version_key)
 
 
 def _escapes(directory: Path, rel: str) -> str | None:

@@ -14,6 +14,11 @@ ENGINE = S.ENGINE
 
 
 def cmd_patches_check(args) -> int:
+    if args.feature:  # every engine version the feature has a series for, or --engine's
+        _, ov = S.FeatureRef.parse(args.feature).load()
+        versions = [S.parse_engine(args.engine)] if args.engine else (ov.series_versions() or [ov.override.engine.version])
+        S.check_feature(ov, versions, args.flavour)
+        return 0
     recipe = S.load_recipe(args.recipe) if args.recipe else None
     if args.engine:
         versions = [S.parse_engine(args.engine)]
@@ -111,6 +116,8 @@ def register(sub) -> None:
     s = ps.add_parser("check", help="apply the series to the pinned engine's sources in a scratch tree")
     s.add_argument("--engine", help=f"{ENGINE}==X.Y.Z (default: every series under patches/{ENGINE}/)")
     s.add_argument("--recipe", help="also apply this recipe's switched-on experimental features")
+    s.add_argument("--feature", metavar="RECIPE/FEATURE",
+                   help="check a feature's series for every engine version it has one for (or --engine's)")
     s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
     s.set_defaults(func=cmd_patches_check)
 

@@ -11,7 +11,7 @@ from kiln.errors import EngineMismatch
 
 
 def _image(**found):
-    return SimpleNamespace(labels={"ai.kiln.engine.version": "0.32.0",
+    return SimpleNamespace(labels={"ai.kiln.engine.version": "0.33.0",
                                    **engineprobe.labels_for({"torch": None, "cuda": None, "nccl": None, **found})})
 
 
@@ -26,7 +26,7 @@ def test_probe_labels_keep_cuda_major_minor_and_skip_what_is_absent():
 
 
 def test_matching_engine_passes(glm):
-    enginecheck.verify_labels(glm, _image(torch="2.13.0", cuda="13.0.96", nccl="2.29.7"))
+    enginecheck.verify_labels(glm, _image(torch="2.14.0", cuda="13.0.96", nccl="2.29.7"))
 
 
 def test_wrong_torch_fails_naming_the_recipe_line(glm):
@@ -38,9 +38,9 @@ def test_wrong_torch_fails_naming_the_recipe_line(glm):
 
 def test_cpu_torch_contradicts_a_declared_cuda(glm):
     with pytest.raises(EngineMismatch) as exc:
-        enginecheck.verify_labels(glm, _image(torch="2.13.0+cpu"))
+        enginecheck.verify_labels(glm, _image(torch="2.14.0+cpu"))
     assert "engine.cuda" in exc.value.message and "has none" in exc.value.message
 
 
 def test_unprobed_image_is_not_judged_on_missing_labels(glm):
-    enginecheck.verify_labels(glm, SimpleNamespace(labels={"ai.kiln.engine.version": "0.32.0"}))
+    enginecheck.verify_labels(glm, SimpleNamespace(labels={"ai.kiln.engine.version": "0.33.0"}))

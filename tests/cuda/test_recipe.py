@@ -1,5 +1,5 @@
 """glm53-kindling's recipe: schema, launch command, and the names it relies on existing
-in vLLM 0.32.0 (checked in the engine's own sources, not from memory)."""
+in vLLM 0.33.0, its pinned engine (checked in the engine's own sources, not from memory)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 def test_recipe_is_a_cuda_recipe_on_one_8_gpu_node(glm):
     r = glm.recipe
-    assert r.engine.flavour == "cuda" and r.engine.version == "0.32.0"
+    assert r.engine.flavour == "cuda" and r.engine.version == "0.33.0"
     assert r.engine.torch and r.engine.cuda, "torch and CUDA must be declared, so the build can check them"
     assert r.launch.args["tensor-parallel-size"] == 8
     assert r.smoke.gpu is True and r.smoke.expect_spec_decode is True
@@ -58,7 +58,7 @@ def test_recipe_passes_kiln_check():
 
 @pytest.fixture(scope="module")
 def vllm_sources(glm):
-    """vLLM 0.32.0's Python sources when already unpacked here (never downloaded by tests)."""
+    """The pinned vLLM's Python sources when already unpacked here (never downloaded by tests)."""
     from kiln.paths import cache_dir
 
     for flavour in ("cuda", "cpu"):

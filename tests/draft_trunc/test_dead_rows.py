@@ -22,11 +22,11 @@ HIDDEN, EXPERTS, TOP_K, LAYERS = 16, 4, 2, 2
 
 
 @pytest.fixture(scope="module")
-def zero_hook(vllm_src, tmp_path_factory):
+def zero_hook(vllm_src, vllm_version, tmp_path_factory):
     """The patched runner's ``_zero_dead_rows``, reading ``is_padding`` from a forward context."""
     if shutil.which("patch") is None:
         pytest.skip("GNU patch not installed")
-    tree = apply_series(vllm_src, tmp_path_factory.mktemp("patched"))
+    tree = apply_series(vllm_src, tmp_path_factory.mktemp("patched"), vllm_version)
     nodes = [
         n for n in statements(tree / RUNNER, imports_draft_trunc) if n.name == "_zero_dead_rows"
     ]

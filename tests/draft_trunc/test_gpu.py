@@ -1,5 +1,6 @@
 """GPU checks at realistic sizes (skipped without CUDA): kernel vs reference,
-exactness against vLLM 0.32.0's rejection sampler, CUDA-graph capture/replay."""
+exactness against each engine version's rejection sampler (vLLM 0.32.0 and 0.33.0,
+0.33.0's FLy mode included), CUDA-graph capture/replay."""
 
 from __future__ import annotations
 
@@ -63,10 +64,14 @@ def test_kernel_matches_reference_large(draft_trunc, num_reqs, k):
         ("sampled_draft_probs", 10),
         ("block", 3),
         ("block_draft_probs", 3),
+        ("fly", 3),  # vLLM >= 0.33.0
     ],
 )
 @pytest.mark.parametrize("dead_fill", ["garbage", "nan"])
-def test_exact_with_vllm_sampler_on_gpu(vllm_kernels, mode, batches, dead_fill):
+def test_exact_with_vllm_sampler_on_gpu(vllm_kernels, vllm_version, mode, batches, dead_fill):
+    if mode == "fly" and "fly_window_size" not in vllm_kernels.rsu.rejection_sample.__code__.co_varnames:
+        assert vllm_version == "0.32.0", f"vLLM {vllm_version} has no FLy mode"
+        pytest.skip("vLLM 0.32.0 has no FLy rejection mode")
     gen = torch.Generator("cuda").manual_seed(1234)
     checked = truncated = 0
     for _ in range(batches):

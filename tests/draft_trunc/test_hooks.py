@@ -16,10 +16,10 @@ V1 = "vllm/v1/worker/gpu_model_runner.py"
 
 
 @pytest.fixture(scope="module")
-def tree(vllm_src, tmp_path_factory):
+def tree(vllm_src, vllm_version, tmp_path_factory):
     if shutil.which("patch") is None:
         pytest.skip("GNU patch not installed")
-    return apply_series(vllm_src, tmp_path_factory.mktemp("patched"))
+    return apply_series(vllm_src, tmp_path_factory.mktemp("patched"), vllm_version)
 
 
 def _import_hooks(tree, rel):

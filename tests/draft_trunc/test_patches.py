@@ -1,4 +1,5 @@
-"""The hook patches apply cleanly, in series order, to pristine vLLM 0.32.0."""
+"""The hook patches apply cleanly, in series order, to pristine vLLM: each engine
+version's series to that version."""
 
 from __future__ import annotations
 
@@ -6,29 +7,33 @@ import py_compile
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+from dt_patched import SERIES_ROOT, VLLM_VERSIONS, patch_dir, series
 
-PATCH_DIR = (
-    Path(__file__).resolve().parents[2] / "recipes/glm53-kindling/experimental/draft-trunc/patches"
-)
-SERIES = [line.strip() for line in (PATCH_DIR / "series").read_text().splitlines() if line.strip()]
+SERIES = [(v, name) for v in VLLM_VERSIONS for name in series(v)]
 
 
 def _touched(patch_text: str) -> list[str]:
     return re.findall(r"^\+\+\+ b/(\S+)", patch_text, flags=re.M)
 
 
-def test_series_lists_every_patch_once():
-    on_disk = sorted(p.name for p in PATCH_DIR.glob("*.patch"))
-    assert sorted(SERIES) == on_disk and len(set(SERIES)) == len(SERIES)
-    assert all(re.match(r"^\d{4}-[a-z0-9-]+\.patch$", name) for name in SERIES)
+def test_one_series_per_engine_version():
+    assert sorted(p.name for p in SERIES_ROOT.iterdir()) == sorted(VLLM_VERSIONS)
+    assert not list(SERIES_ROOT.glob("*.patch")), "patches live in their engine version's folder"
 
 
-@pytest.mark.parametrize("name", SERIES)
-def test_patch_header(name):
-    text = (PATCH_DIR / name).read_text()
+@pytest.mark.parametrize("version", VLLM_VERSIONS)
+def test_series_lists_every_patch_once(version):
+    names = series(version)
+    on_disk = sorted(p.name for p in patch_dir(version).glob("*.patch"))
+    assert sorted(names) == on_disk and len(set(names)) == len(names)
+    assert all(re.match(r"^\d{4}-[a-z0-9-]+\.patch$", name) for name in names)
+
+
+@pytest.mark.parametrize("version, name", SERIES)
+def test_patch_header(version, name):
+    text = (patch_dir(version) / name).read_text()
     header = text.split("\n--- a/", 1)[0]
     assert re.search(r"^Why: \S", header, flags=re.M), "needs a 'Why:' line"
     assert re.search(r"^Upstream: (yes|no|maybe) - \S", header, flags=re.M)
@@ -37,19 +42,21 @@ def test_patch_header(name):
         assert f"--- a/{path}" in text
 
 
-def test_series_applies_cleanly_and_compiles(vllm_src, tmp_path):
+def test_series_applies_cleanly_and_compiles(vllm_src, vllm_version, tmp_path):
     if shutil.which("patch") is None:
         pytest.skip("GNU patch not installed")
     tree = tmp_path / "site-packages"
-    for name in SERIES:
-        for rel in _touched((PATCH_DIR / name).read_text()):
+    names = series(vllm_version)
+    folder = patch_dir(vllm_version)
+    for name in names:
+        for rel in _touched((folder / name).read_text()):
             dest = tree / rel
             if not dest.exists():
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(vllm_src / rel, dest)
-    for name in SERIES:
+    for name in names:
         for dry in (True, False):
-            cmd = ["patch", "-p1", "--forward", "--batch", "-i", str(PATCH_DIR / name)]
+            cmd = ["patch", "-p1", "--forward", "--batch", "-i", str(folder / name)]
             out = subprocess.run(
                 cmd + (["--dry-run"] if dry else []), cwd=tree, capture_output=True, text=True
             )

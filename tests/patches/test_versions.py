@@ -156,3 +156,30 @@ def test_recipe_image_carries_only_its_engine_versions_series(groot):
     assert excluded_paths(ov, "0.33.0") == ("patches/0.32.0",)
     assert json.loads(overlay_json(ov, "0.33.0"))["series"] == "patches/0.33.0/series"
     assert json.loads(overlay_json(ov, "0.32.0"))["series"] == "patches/0.32.0/series"
+
+
+def test_readme_names_each_recipes_engine_version():
+    """The README's recipe table is what the recipes pin (and lists every recipe)."""
+    import re
+
+    from kiln.recipe import load_recipe
+
+    rows = dict(re.findall(r"^\| ([a-z0-9-]+) \| vLLM (\S+) \|", (REPO / "README.md").read_text(), re.M))
+    pinned = {d.name: load_recipe(d).recipe.engine.version
+              for d in sorted((REPO / "recipes").iterdir()) if (d / "recipe.yaml").is_file()}
+    assert rows == pinned
+
+
+def test_patches_check_feature_checks_every_engine_versions_series(groot, capsys):
+    code, _, err = kiln(capsys, "patches", "check", "--feature", FEATURE)
+    assert code == 0, err
+    for version in ("0.32.0", "0.33.0"):
+        assert f"applying feature draft-trunc's series for vllm {version}" in err
+        assert f"ok {DT}/patches/{version}/0008-draft-trunc-refuse-v1-runner.patch (1 file(s), 2 hunk(s))" in err
+    patch = groot / DT / "patches" / "0.32.0" / "0003-draft-trunc-verify-mask.patch"
+    data = patch.read_bytes()
+    context = next(ln for ln in data[data.index(b"\n@@ "):].splitlines(keepends=True)[2:] if ln.startswith(b" ") and ln.strip())
+    patch.write_bytes(data.replace(context, context.rstrip(b"\n") + b"  # not upstream\n", 1))
+    code, _, err = kiln(capsys, "patches", "check", "--feature", FEATURE)
+    assert code == 6 and f"{DT}/patches/0.32.0/0003-draft-trunc-verify-mask.patch: vllm/v1/worker/gpu/model_runner.py: hunk #1" in err
+    assert kiln(capsys, "patches", "check", "--feature", FEATURE, "--engine", "0.33.0")[0] == 0

@@ -164,7 +164,7 @@ class Hunk:
 
     def to_bytes(self) -> bytes:
         head = f"@@ -{self.old_start},{self.old_len} +{self.new_start},{self.new_len} @@".encode()
-        return head + self.heading + b"\n" + b"".join(_emit(tag, text) for tag, text in self.lines)
+        return head + self.heading + b"\n" + b"".join(emit_line(tag, text) for tag, text in self.lines)
 
     def range_text(self) -> str:
         return f"@@ -{self.old_start},{self.old_len} +{self.new_start},{self.new_len} @@"
@@ -660,7 +660,8 @@ def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[dict]:
 
 
 # -- hunk bytes ---------------------------------------------------------------------------
-def _emit(tag: bytes, text: bytes) -> bytes:
+def emit_line(tag: bytes, text: bytes) -> bytes:
+    """One diff line; a last line without newline gets GNU diff's marker line."""
     line = tag + text
     return line if text.endswith(b"\n") else line + b"\n" + NO_NEWLINE + b"\n"
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from .. import log
 from ..errors import PatchFailed, UsageError
+from ..overrides import version_key
 from . import applier
 from .diff import file_diff, merge3
 from .quilt import Target, checkout, refresh
-from .series import ENGINE, engine_root, pinned_versions, series_dir, series_for, shown, version_key
+from .series import ENGINE, engine_root, pinned_versions, series_dir, series_for, shown
 
 
 @dataclass

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
-from .applier import _emit, split_lines
+from .applier import emit_line, split_lines
 
 
 def _range(start: int, length: int) -> str:
@@ -29,10 +29,10 @@ def diff_hunks(old: list[bytes], new: list[bytes], context: int = 3) -> bytes:
         out.append(f"@@ -{_range(i1, i2 - i1)} +{_range(j1, j2 - j1)} @@\n".encode())
         for op, a1, a2, b1, b2 in group:
             if op == "equal":
-                out.extend(_emit(b" ", t) for t in old[a1:a2])
+                out.extend(emit_line(b" ", t) for t in old[a1:a2])
                 continue
-            out.extend(_emit(b"-", t) for t in old[a1:a2])
-            out.extend(_emit(b"+", t) for t in new[b1:b2])
+            out.extend(emit_line(b"-", t) for t in old[a1:a2])
+            out.extend(emit_line(b"+", t) for t in new[b1:b2])
     return b"".join(out)
 
 

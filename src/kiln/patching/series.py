@@ -13,8 +13,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
-
 from .. import log, wheelcache
 from ..errors import (
     EngineFetchFailed,
@@ -24,6 +22,7 @@ from ..errors import (
     PatchInvalid,
     UsageError,
 )
+from ..overrides import series_versions
 from ..paths import repo_root
 from . import applier
 
@@ -76,23 +75,15 @@ def parse_engine(spec: str) -> str:
     return m.group(1)
 
 
-def version_key(v: str) -> Version | None:
-    """PEP 440 order (0.33.0rc1 < 0.33.0 < 0.33.0.post1). A folder that is no PEP 440
-    version (`latest`) names no release pip could fetch: it is left out, with a warning
-    (`--engine vllm==NAME` still checks it explicitly)."""
-    try:
-        return Version(v)
-    except InvalidVersion:
-        log.warn(f"patches/{ENGINE}/{v}: {v!r} is not a PEP 440 version; left out "
-                 f"(name it with --engine {ENGINE}=={v} to check it anyway)")
-        return None
-
-
 def pinned_versions() -> list[str]:
-    """Every engine version with a series under patches/vllm/, oldest first."""
-    root = repo_root() / "patches" / ENGINE
-    names = [d.name for d in root.iterdir() if (d / "series").is_file()] if root.is_dir() else []
-    return sorted((n for n in names if version_key(n) is not None), key=version_key)
+    """Every engine version with a series under patches/vllm/, oldest first. A folder
+    that is no PEP 440 version is left out with a warning (`--engine vllm==NAME` still
+    checks it explicitly)."""
+    def left_out(name: str) -> None:
+        log.warn(f"patches/{ENGINE}/{name}: {name!r} is not a PEP 440 version; left out "
+                 f"(name it with --engine {ENGINE}=={name} to check it anyway)")
+
+    return series_versions(repo_root() / "patches" / ENGINE, left_out)
 
 
 def newest_version() -> str:
@@ -263,3 +254,23 @@ def warn_unlisted(folder: Path) -> None:
     for p in sorted(folder.glob("*.patch")):
         if p.name not in listed:
             log.warn(f"{shown(p)} is not listed in {shown(folder / 'series')} and is not applied")
+
+
+def check_feature(ov, versions: list[str], flavour: str | None = None) -> None:
+    """Apply a feature's series for each of `versions` (on top of that version's engine
+    series) to that version's sources, in memory; raises like check()."""
+    for version in versions:
+        file = feature_series_file(ov, version)
+        if file is None:
+            raise UsageError(f"feature {ov.name} has no patch series")
+        series_list = [series_for(version), load_series(file, f"feature:{ov.name}")]
+        problems = header_problems(series_list)
+        if problems:
+            raise PatchInvalid(problems)
+        root, used = engine_root(version, flavour)
+        log.step(f"applying feature {ov.name}'s series for {ENGINE} {version} ({used} wheel sources)")
+        try:
+            results = applier.apply_series(applier.Tree(root), series_list)
+        except applier.PatchError as exc:
+            raise translate(exc) from None
+        _report(results)
