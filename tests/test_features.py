@@ -38,10 +38,12 @@ def test_a_bad_knob_stops_the_plugin_naming_the_variable():
 
 def test_knobs_are_the_registry_reading():
     env = {"KILN_DRAFT_TRUNC": "on", "KILN_DRAFT_TRUNC_TAU": "0", "KILN_DRAFT_TRUNC_TRACE": "/tmp/t.jsonl"}
-    assert read_knobs(env) == Knobs(**DT.read(env))
+    # policy "auto" resolves from whether a tau is given: here one is, so the fixed-tau rule
+    assert read_knobs(env) == Knobs(**{**DT.read(env), "policy": "tau"})
     assert read_knobs(env).trace == "/tmp/t.jsonl" and read_knobs(env).tau == 0.0
-    defaults = {k.name: k.default for k in DT.knobs}
-    assert {k: v for k, v in Knobs().__dict__.items() if k != "enabled"} == defaults
+    assert read_knobs({"KILN_DRAFT_TRUNC": "1"}).policy == "cost" == Knobs().policy
+    defaults = {k.name: k.default for k in DT.knobs if k.name != "policy"}
+    assert {k: v for k, v in Knobs().__dict__.items() if k not in ("enabled", "policy")} == defaults
 
 
 def test_the_override_sets_only_knobs_the_registry_knows():

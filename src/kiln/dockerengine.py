@@ -445,6 +445,28 @@ class DockerEngine:
                 return
             time.sleep(0.2)
 
+    def create_network(self, name: str, *, labels: dict[str, str]) -> None:
+        """A user-defined bridge network: containers on it resolve each other by name."""
+        try:
+            self.client.networks.create(name, driver="bridge", labels=labels)
+        except docker.errors.APIError as exc:
+            raise DockerError(_short(exc)) from None
+
+    def remove_network(self, name: str, timeout_s: float = 10) -> None:
+        """Remove network `name` if it exists; retried while auto-removed containers are
+        still being detached from it (the daemon does that asynchronously)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.client.networks.get(name).remove()
+                return
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError as exc:
+                if time.monotonic() > deadline:
+                    raise DockerError(_short(exc)) from None
+                time.sleep(0.2)
+
     def push(self, ref: str, *, auth_config: dict | None = None, quiet: bool = False) -> PushResult:
         """Push one local tag (layers, then the manifest under that tag) with progress.
 

@@ -12,6 +12,7 @@ by digest and a non-root, read-only security context.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -19,8 +20,12 @@ from pathlib import Path
 import yaml
 
 from . import log
+from .check import check_one
+from .container import _explicit_env
 from .errors import ImageNotPublished, RecipeInvalid
+from .images import resolve
 from .launch import CPU_CAPS, CPU_SHM, CUDA_SHM, CUDA_TMPFS, TMPFS
+from .paths import results_dir, shown_home
 from .recipe import LoadedRecipe
 from .topology import Topology, effective, node_args
 
@@ -35,7 +40,6 @@ PROBE_PERIOD_S = 10
 def published_image(name: str, input_digest: str) -> str:
     """REGISTRY/REPO@sha256:... of the newest publish record of `name` built from the
     recipe's current inputs."""
-    from .paths import results_dir, shown_home
 
     folder = results_dir() / "publish"
     records = []
@@ -104,7 +108,6 @@ def _probes(loaded: LoadedRecipe) -> dict:
 
 
 def _env(loaded: LoadedRecipe) -> list[dict]:
-    from .container import _explicit_env
 
     return [{"name": k, "value": v} for k, v in sorted(_explicit_env(loaded).items())]
 
@@ -228,8 +231,6 @@ def dump(objects: list[dict]) -> str:
 # -- command --------------------------------------------------------------------------
 def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int) -> list[Path]:
     """Check the recipe as `kiln check` does, then write (or print) its manifests."""
-    from .build import resolve
-    from .check import check_one
 
     problems = check_one(name)
     if problems:
@@ -274,7 +275,6 @@ def register(sub) -> None:
 
 
 def _replicas(text: str) -> int:
-    import argparse
 
     try:
         value = int(text)

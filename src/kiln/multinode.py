@@ -10,8 +10,6 @@ import shlex
 import time
 from dataclasses import replace
 
-import docker.errors
-
 from . import log
 from .container import ServingContainer, health_ok, run_spec
 from .dockerengine import DockerEngine
@@ -70,8 +68,8 @@ class NodeGroup:
         return self.leader.url
 
     def start(self) -> None:
-        self.network = self.docker.client.networks.create(self.specs[0].network, driver="bridge",
-                                                          labels={"ai.kiln.run.network": "1"})
+        self.docker.create_network(self.specs[0].network, labels={"ai.kiln.run.network": "1"})
+        self.network = self.specs[0].network
         # workers first: the leader's rank 0 waits for them at master_addr:master_port
         for box in reversed(self.boxes):
             box.start()
@@ -128,17 +126,8 @@ class NodeGroup:
         self._remove_network()
 
     def _remove_network(self) -> None:
-        if self.network is None:
-            return
-        for _ in range(50):  # the daemon detaches auto-removed containers asynchronously
-            try:
-                self.network.remove()
-                return
-            except docker.errors.NotFound:
-                return
-            except docker.errors.APIError:
-                time.sleep(0.2)
-        self.network.remove()
+        if self.network is not None:
+            self.docker.remove_network(self.network)
 
     def __enter__(self) -> NodeGroup:
         return self

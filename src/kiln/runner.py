@@ -13,6 +13,8 @@ from .dockerengine import Container, DockerEngine
 from .errors import ContainerNotFound, ImageNotBuilt, ServerExited, UsageError
 from .images import existing, resolve
 from .launch import LABEL_RECIPE, LABEL_URL
+from .multinode import node_specs, print_commands
+from .topology import effective
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -59,7 +61,6 @@ def run(args) -> int:
     extra = vllm_extra(args)
     env = parse_env(getattr(args, "env", None))
     port = args.port or loaded.recipe.launch.port
-    from .topology import effective
 
     topo = effective(loaded.recipe)
     if topo.multi_node:
@@ -116,7 +117,6 @@ def run(args) -> int:
 def _multi_node(args, loaded, recipe_image, topo, *, port: int, extra: list[str], env: dict) -> int:
     """A recipe spanning several nodes: `--print` shows each node's command (one host, a
     user-defined network; on real hosts use each host's network and the leader's address)."""
-    from .multinode import node_specs, print_commands
 
     if not args.print:
         raise UsageError(f"{args.name} spans {topo.nodes} nodes: `kiln run` serves one-node recipes",

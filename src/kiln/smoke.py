@@ -21,8 +21,10 @@ from .dockerengine import DockerEngine
 from .errors import ContainerStartFailed, SmokeFailed
 from .features import engine_features
 from .images import require_built
+from .multinode import NodeGroup, node_specs
 from .paths import shown_home
 from .records import write_smoke_record
+from .topology import effective, split_over_nodes
 
 
 @dataclass
@@ -224,7 +226,6 @@ def _serving(docker: DockerEngine, loaded, image_id: str, topo):
     """The container (one node) or the node group (several) the checks run against, and
     the box whose URL, log and shell the checks use."""
     if topo.multi_node:
-        from .multinode import NodeGroup, node_specs
 
         group = NodeGroup(docker, node_specs(loaded, image_id, topo, host_port=free_port(), host_ip="127.0.0.1"))
         return group, group.leader, group.specs[0]
@@ -236,7 +237,6 @@ def _serving(docker: DockerEngine, loaded, image_id: str, topo):
 def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False, topology=None) -> dict:
     """`topology` overrides the recipe's (e.g. one tensor-parallel rank per container, to
     prove the multi-node wiring on one host); such a run writes no smoke record."""
-    from .topology import effective
 
     docker = docker or DockerEngine()
     if build:
@@ -323,7 +323,6 @@ def _raise_if_node_lost(served) -> None:
 def smoke_cli(args) -> int:
     topology = None
     if getattr(args, "nodes", None):
-        from .topology import split_over_nodes
 
         topology = split_over_nodes(args.nodes)
     try:

@@ -249,7 +249,7 @@ def feature_problems(loaded) -> list[str]:
     recipe = loaded.recipe
     topo = effective(recipe)
     lines = []
-    for i, feature in enumerate(recipe.experimental):
+    for i, feature in enumerate(recipe.features):
         for field, reason in feature_refusals(feature, topo, recipe.launch.args):
             if recipe.topology is not None and field in Topology.model_fields:
                 where, shown = loaded.where("topology", field), f"topology.{field}"

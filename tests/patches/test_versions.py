@@ -123,8 +123,11 @@ def test_check_says_which_series_each_recipe_uses(groot, capsys):
         {"applies": "vllm 0.33.0", "file": "patches/vllm/0.33.0/series", "patches": 1},
         {"applies": "feature draft-trunc", "file": f"{DT}/patches/0.33.0/series", "patches": 8},
     ]
+    from kiln.patching.applier import read_series_names
+
+    cpu_engine = len(read_series_names(groot / "patches" / "vllm" / "0.32.0" / "series"))
     assert recipes["tiny-moe"]["series"] == [
-        {"applies": "vllm 0.32.0", "file": "patches/vllm/0.32.0/series", "patches": 1}]
+        {"applies": "vllm 0.32.0", "file": "patches/vllm/0.32.0/series", "patches": cpu_engine}]
     code, _, err = kiln(capsys, "check", GLM)
     assert f"feature draft-trunc: {DT}/patches/0.33.0/series (8 patch(es))" in err
 
