@@ -91,6 +91,8 @@ class Feature:
     log_lines: tuple[str, ...] = ()  # substrings the server log must show (start, summary)
     start_line: str = ""  # the one that must appear exactly once per server
     smoke_env: Mapping[str, str] = field(default_factory=dict)
+    # (requests in flight, tokens each) the smoke test sends before checking the feature
+    smoke_load: tuple[int, int] = (0, 0)
 
     @property
     def env(self) -> str:
@@ -160,6 +162,8 @@ DRAFT_TRUNC = Feature(
     start_line="draft_trunc on:",
     # flush within the smoke test's handful of requests
     smoke_env={f"{_DT}_LOG_INTERVAL": "20"},
+    # enough verify steps past the estimator's warm-up (100 steps) for a few flushes
+    smoke_load=(8, 64),
 )
 
 FEATURES: tuple[Feature, ...] = (DRAFT_TRUNC,)

@@ -161,9 +161,29 @@ class _Checks:
         return lines[0], lines[0].strip()[-140:]
 
     def patched_runner_imports(self):
-        code, out = self.box.exec(["python", "-c", "import vllm.v1.worker.gpu.model_runner as m; print(m.__file__)"])
+        # as vLLM does: general plugins first (kiln's registers the modules patched code imports)
+        code, out = self.box.exec(["python", "-c", "from vllm.plugins import load_general_plugins; "
+                                   "load_general_plugins(); import vllm.v1.worker.gpu.model_runner as m; print(m.__file__)"])
         _require(code == 0, f"exit {code}: {out.strip().splitlines()[-1] if out.strip() else ''}")
         return out.strip(), out.strip().splitlines()[-1]
+
+    def feature_load(self, feature):
+        """The traffic the feature asks for before its checks (e.g. enough verify steps
+        to pass an estimator's warm-up), as concurrent greedy completions."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        in_flight, tokens = feature.smoke_load
+        prompts = [f"{self.spec.prompts[i % len(self.spec.prompts)]} {i}" for i in range(in_flight)]
+
+        def one(prompt):
+            r = self.client.completions.create(model=self.name, prompt=prompt, max_tokens=tokens,
+                                               temperature=0, extra_body={"ignore_eos": True})
+            return r.usage.completion_tokens
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(max_workers=in_flight) as pool:
+            done = sum(pool.map(one, prompts))
+        return done, f"{in_flight} requests x {tokens} tokens in {time.monotonic() - t0:.1f} s"
 
     def feature_logs(self, feature):
         """The feature announced itself once per server (not once per tensor-parallel
@@ -276,6 +296,8 @@ def smoke(name: str, *, docker: DockerEngine | None = None, build: bool = False,
                 run.check(check_name, getattr(checks, check_name))
             for feature in features:
                 _raise_if_node_lost(served)
+                if feature.smoke_load[0] > 0:
+                    run.check(f"{feature.name} load", lambda f=feature: checks.feature_load(f))
                 run.check(f"{feature.name} logs", lambda f=feature: checks.feature_logs(f))
                 run.check(f"{feature.name} metrics", lambda f=feature: checks.feature_metrics(f))
             _raise_if_node_lost(served)
