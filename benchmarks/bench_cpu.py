@@ -67,8 +67,9 @@ def twin_numbers(docker) -> dict:
     """tiny-kindling with draft-trunc on, then off (same image, -e KILN_DRAFT_TRUNC=0)."""
     from twinserve import counters, prompts, run_set, serving
 
-    from kiln.build import build_recipe, require_built
+    from kiln.build import build_recipe
     from kiln.features import engine_features
+    from kiln.images import require_built
 
     build_recipe(TWIN, docker=docker, quiet_summary=True)
     loaded, _, image = require_built(docker, TWIN)

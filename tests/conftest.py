@@ -49,7 +49,7 @@ def tiny_moe(docker_engine, base_image):
 def tiny_kindling(docker_engine, base_image):
     """(loaded recipe, RecipeImage, docker Image) of tiny-kindling (the CPU twin of
     glm53-kindling), built by the real CLI; shares engine-cpu with tiny-moe."""
-    from kiln.build import require_built
+    from kiln.images import require_built
 
     result = run_kiln("build", "tiny-kindling")
     assert result.returncode == 0, result.stderr[-4000:]

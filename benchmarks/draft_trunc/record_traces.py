@@ -122,8 +122,8 @@ def main() -> None:
     args = p.parse_args()
     global MODELS
     MODELS = args.models.resolve() if args.models else None
-    from kiln.build import require_built
     from kiln.dockerengine import DockerEngine
+    from kiln.images import require_built
 
     docker = DockerEngine()
     loaded, _, image = require_built(docker, "tiny-kindling") if not args.dev else _any_built(docker)
@@ -137,7 +137,7 @@ def main() -> None:
 
 def _any_built(docker):
     """--dev: the newest kiln/tiny-kindling image, whatever inputs it was built from."""
-    from kiln.build import resolve
+    from kiln.images import resolve
 
     loaded, _, _ = resolve("tiny-kindling")
     image = docker.client.images.get("kiln/tiny-kindling:latest")

@@ -12,6 +12,7 @@ import datetime as _dt
 import re
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from . import log
@@ -170,7 +171,6 @@ class _Checks:
     def feature_load(self, feature):
         """The traffic the feature asks for before its checks (e.g. enough verify steps
         to pass an estimator's warm-up), as concurrent greedy completions."""
-        from concurrent.futures import ThreadPoolExecutor
 
         in_flight, tokens = feature.smoke_load
         prompts = [f"{self.spec.prompts[i % len(self.spec.prompts)]} {i}" for i in range(in_flight)]

@@ -41,7 +41,8 @@ def engine_id(cuda_build_enabled, docker_engine) -> str:
     given = os.environ.get("KILN_CUDA_ENGINE_IMAGE")
     if given:
         return docker_engine.client.images.get(given).id
-    from kiln.build import build_engine, resolve
+    from kiln.build import build_engine
+    from kiln.images import resolve
 
     _, engine_image, _ = resolve("glm53-kindling")
     return build_engine(docker_engine, engine_image).image_id
@@ -51,7 +52,7 @@ def engine_id(cuda_build_enabled, docker_engine) -> str:
 def plain_id(cuda_build_enabled, docker_engine, engine_id) -> str:
     ref = os.environ.get("KILN_CUDA_PLAIN_IMAGE")
     if not ref:
-        from kiln.build import resolve
+        from kiln.images import resolve
 
         ref = f"kiln/vllm-plain:{resolve('glm53-kindling')[0].recipe.engine.version}"
     image = docker_engine.image(ref)

@@ -239,10 +239,9 @@ def test_to_patch_turns_a_replacement_into_a_patch(kroot, capsys, src032):
 
 def test_harness_helpers(kroot, src032):
     from kiln.overrides import load_override
+    from kiln.patching.applier import read_series_names
     from kiln.patching.overlay import overlay_json
     from kiln.patching.series import series_for
-
-    from kiln.patching.applier import read_series_names
 
     shipped = read_series_names(kroot / "patches" / "vllm" / "0.32.0" / "series")
     assert [p.name for p in series_for("0.32.0").patches] == shipped and shipped[0] == "0001-cli-version-from-package.patch"
