@@ -54,8 +54,9 @@ class Allow:
 
 # Failures kiln causes on purpose (they do not happen in the plain image).
 ALLOWED: list[Allow] = [
-    Allow(modules=("vllm.*",), missing=("cv2", "torchvision", "torchaudio", "torchcodec", "PyNvVideoCodec"),
-          why="decodes image, audio or video inputs, whose packages this text-only engine leaves out",
+    Allow(modules=("vllm.*",), missing=("cv2", "torchaudio", "torchcodec", "PyNvVideoCodec"),
+          why="decodes audio or video inputs, whose packages (OpenCV, torchaudio, torchcodec, "
+              "PyNvVideoCodec) this engine leaves out",
           example="vllm.multimodal.video", example_missing="cv2"),
 ]
 
