@@ -77,8 +77,8 @@ def upstream_kind(failure: dict) -> str:
     """A short class of an upstream failure, for the report."""
     if "libcuda.so" in failure.get("message", ""):
         return "needs the GPU driver (libcuda.so.1) at import"
-    if failure.get("type") == "ModuleNotFoundError":
-        return f"optional dependency not installed: {(failure.get('missing') or '?').split('.')[0]}"
+    if failure.get("type") == "ModuleNotFoundError" and failure.get("missing"):
+        return f"optional dependency not installed: {failure['missing'].split('.')[0]}"
     return f"{failure.get('type')} at import (upstream)"
 
 
