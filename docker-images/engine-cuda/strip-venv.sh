@@ -55,10 +55,10 @@ rm -rf "$sp"/triton/backends/nvidia/lib/cupti "$sp"/triton/backends/nvidia/lib/c
 step "Proton's CUPTI removed"
 
 # OpenCV (~150 MB): vLLM imports cv2 only to decode video inputs (vllm.multimodal.video,
-# its OpenCV video decoder, vllm.assets.video); like torchvision, torchaudio and
-# torchcodec (never installed, see the Dockerfile) it serves media inputs this text-only
-# engine does not take. mistral_common and transformers import it only behind their
-# is-installed checks.
+# its OpenCV video decoder, vllm.assets.video); like torchaudio, torchcodec and
+# PyNvVideoCodec (never installed, see the Dockerfile) it serves video and audio inputs.
+# mistral_common and transformers import it only behind their is-installed checks.
+# (The import proof checks that only media modules lose an import by this.)
 "$venv"/bin/pip uninstall -y -q opencv-python-headless
 step "OpenCV removed"
 
