@@ -11,7 +11,8 @@ Steps, each reported as it runs:
   4. checks in the recipe image (imports, patched runner, launch args against 0.33.0's
      own parser with a negative control, probed torch/CUDA/NCCL labels);
   5. the proofs (tests/cuda/test_image_proofs.py, run by pytest in a subprocess).
-Exit status 1 if any check or proof fails or the ratio misses the goal; the documents
+Exit status 1 if any check or proof fails; the ratio against the goal is reported, not
+enforced (the recipe's budgets.max_image_size_gb guards size regressions). The documents
 are written either way.
 """
 
@@ -39,6 +40,9 @@ from kiln.context import BuildContext  # noqa: E402
 from kiln.dockerengine import DockerEngine  # noqa: E402
 from kiln.errors import KilnError  # noqa: E402
 from kiln.images import resolve  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tests" / "cuda"))
+from import_allowlist import UPSTREAM  # noqa: E402
 
 NAME = "glm53-kindling"
 DOC = REPO / "docs" / "build-cuda.md"
@@ -249,7 +253,11 @@ def main() -> int:
     ap.add_argument("--force", action="store_true", help="rebuild the images (layer cache still used)")
     ap.add_argument("--cold", action="store_true", help="rebuild without the layer cache (downloads again)")
     ap.add_argument("--no-proofs", action="store_true", help="skip the in-image proofs (minutes)")
+    ap.add_argument("--render-only", action="store_true", help=f"re-render {DOC.name} from {DATA.name}")
     args = ap.parse_args()
+    if args.render_only:
+        render(json.loads(DATA.read_text()))
+        return 0
     args.force = args.force or args.cold
     docker = DockerEngine()
     loaded, engine_image, _ = resolve(NAME)
@@ -298,8 +306,7 @@ def main() -> int:
                                "checks": f"{sum(c['ok'] for c in run['checks'])}/{len(run['checks'])} ok",
                                "proofs": "skipped" if args.no_proofs else ("ok" if run.get("proofs_ok") else "FAILED"),
                                "written": f"{DATA.relative_to(REPO)}, {DOC.relative_to(REPO)}"})
-    failed = (not run["goal_met"] or not all(c["ok"] for c in run["checks"])
-              or (not args.no_proofs and not run.get("proofs_ok")))
+    failed = not all(c["ok"] for c in run["checks"]) or (not args.no_proofs and not run.get("proofs_ok"))
     return 1 if failed else 0
 
 
@@ -344,6 +351,16 @@ def generated(run: dict) -> list[str]:
     return lines
 
 
+def _kinds(upstream: dict[str, int]) -> str:
+    """'needs the GPU driver: 21, optional dependencies: 80 (lmcache, ...), other: 6'."""
+    driver = sum(n for k, n in upstream.items() if "driver" in k)
+    optional = {k.rsplit(": ", 1)[1]: n for k, n in upstream.items() if k.startswith("optional dependency")}
+    other = sum(upstream.values()) - driver - sum(optional.values())
+    names = ", ".join(sorted(optional, key=lambda k: -optional[k])[:8])
+    return (f"needs the GPU driver: {driver}; optional dependencies not installed: {sum(optional.values())}"
+            f"{f' ({names}, ...)' if names else ''}; other upstream errors: {other}")
+
+
 def _du_table(du_mb: dict) -> list[str]:
     kiln, plain = du_mb["kiln"], du_mb["plain"]
     names = sorted(set(kiln) | set(plain), key=lambda n: -max(kiln.get(n, 0), plain.get(n, 0)))
@@ -371,10 +388,13 @@ def _proof_lines(run: dict) -> list[str]:
                      f"library loaded first (by soname), {c['driver']} driver libraries "
                      f"({', '.join(p['elf']['driver']) or 'none'}), **{c['unresolved']} unresolved**.")
     for package, r in p.get("imports", {}).items():
-        allowed = sum(r["allowed"].values())
-        lines.append(f"- `import` every module of {package}: {r['imported']}/{r['modules']} imported, "
-                     f"{allowed} allowed failures ({'; '.join(f'{n}: {w}' for w, n in r['allowed'].items()) or 'none'}), "
-                     f"**{len(r['unexpected'])} unexpected**, {r['programs']} `__main__` not run.")
+        upstream = {w.split(": ", 1)[1]: n for w, n in r["allowed"].items() if w.startswith(UPSTREAM)}
+        ours = {w: n for w, n in r["allowed"].items() if not w.startswith(UPSTREAM)}
+        lines.append(f"- `import` every module of {package}: {r['imported']}/{r['modules']} imported; "
+                     f"{sum(upstream.values())} fail exactly as in the plain image ({_kinds(upstream)}); "
+                     f"{sum(ours.values())} fail only here, as intended "
+                     f"({'; '.join(f'{n}: {w}' for w, n in ours.items()) or 'none'}); "
+                     f"**{len(r['unexpected'])} unexpected**; {r['programs']} `__main__` not run.")
     if "dlopen" in p:
         d = p["dlopen"]
         lines.append(f"- dlopen: {d['loaded_count']} libraries of torch/lib and nvidia/ loaded without a GPU "

@@ -49,25 +49,16 @@ rm -f "$sp"/triton/backends/nvidia/lib/cupti*/lib*_static.a \
 rm -f "$sp"/tokenspeed_triton/backends/amd/lib/libtriton_amd_codegen.so
 step "static CUPTI archives and the AMD code generator removed"
 
-# cuDNN's engine and API libraries (~920 MB; libcudnn.so.9 itself stays: libtorch_cuda.so
-# links it and it loads the others only when a cuDNN routine first runs). In this
-# text-only engine nothing runs one: vLLM switches torch's cuDNN attention off itself
-# (vllm/platforms/cuda.py: enable_cudnn_sdp(False)); convolutions and RNNs appear only in
-# vision and audio encoders, whose media inputs this engine does not take (see OpenCV
-# below); vLLM's cuDNN FP4 GEMM goes through FlashInfer, which vLLM turns off in this
-# image (has_flashinfer(): no flashinfer-cubin, no nvcc on PATH). Should a model reach
-# cuDNN anyway, the call fails loudly naming the missing libcudnn_*.so.9, never silently.
-rm -f "$sp"/nvidia/cudnn/lib/libcudnn_*.so.*
 # Triton's own CUPTI copies (~85 MB): loaded only by Proton, Triton's profiler, when a
 # profiling session starts; vLLM never starts one (torch's profiler uses nvidia/'s CUPTI).
 rm -rf "$sp"/triton/backends/nvidia/lib/cupti "$sp"/triton/backends/nvidia/lib/cupti-blackwell
-step "cuDNN engines and Proton's CUPTI removed"
+step "Proton's CUPTI removed"
 
 # OpenCV (~150 MB): vLLM imports cv2 only to decode video inputs (vllm.multimodal.video,
-# its OpenCV video decoder, vllm.assets.video); like torchvision, torchaudio and
-# torchcodec (never installed, see the Dockerfile) it serves media inputs this text-only
-# engine does not take. mistral_common and transformers import it only behind their
-# is-installed checks.
+# its OpenCV video decoder, vllm.assets.video); like torchaudio, torchcodec and
+# PyNvVideoCodec (never installed, see the Dockerfile) it serves video and audio inputs.
+# mistral_common and transformers import it only behind their is-installed checks.
+# (The import proof checks that only media modules lose an import by this.)
 "$venv"/bin/pip uninstall -y -q opencv-python-headless
 step "OpenCV removed"
 

@@ -54,8 +54,9 @@ class Allow:
 
 # Failures kiln causes on purpose (they do not happen in the plain image).
 ALLOWED: list[Allow] = [
-    Allow(modules=("vllm.*",), missing=("cv2", "torchvision", "torchaudio", "torchcodec", "PyNvVideoCodec"),
-          why="decodes image, audio or video inputs, whose packages this text-only engine leaves out",
+    Allow(modules=("vllm.*",), missing=("cv2", "torchaudio", "torchcodec", "PyNvVideoCodec"),
+          why="decodes audio or video inputs, whose packages (OpenCV, torchaudio, torchcodec, "
+              "PyNvVideoCodec) this engine leaves out",
           example="vllm.multimodal.video", example_missing="cv2"),
 ]
 
@@ -76,8 +77,8 @@ def upstream_kind(failure: dict) -> str:
     """A short class of an upstream failure, for the report."""
     if "libcuda.so" in failure.get("message", ""):
         return "needs the GPU driver (libcuda.so.1) at import"
-    if failure.get("type") == "ModuleNotFoundError":
-        return f"optional dependency not installed: {(failure.get('missing') or '?').split('.')[0]}"
+    if failure.get("type") == "ModuleNotFoundError" and failure.get("missing"):
+        return f"optional dependency not installed: {failure['missing'].split('.')[0]}"
     return f"{failure.get('type')} at import (upstream)"
 
 
