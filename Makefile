@@ -47,4 +47,4 @@ build-cuda:
 
 ## forget smoke/publish records (per user: $KILN_STATE_DIR, else ~/.local/state/kiln); publish needs a new smoke
 clean-results:
-	d="$$(python3 -c 'from kiln.paths import results_dir; print(results_dir())')" && [ -n "$$d" ] && rm -rf "$$d/smoke" "$$d/publish"
+	d="$$(python3 -c 'from kiln.basics.paths import results_dir; print(results_dir())')" && [ -n "$$d" ] && rm -rf "$$d/smoke" "$$d/publish"

@@ -21,8 +21,9 @@ PYTEST = ["python", "-m", "pytest", "-p", "no:cacheprovider"]
 
 @nox.session
 def lint(session):
-    """ruff over the harness, the engine package and the tests."""
+    """ruff over the harness, the engine package and the tests; the import contract."""
     session.run("ruff", "check", "src", "engine", "tests", "noxfile.py", "benchmarks")
+    session.run("lint-imports")  # the layers of docs/architecture.md
 
 
 @nox.session

@@ -47,7 +47,7 @@ def tokens_per_s(port: int, model: str) -> float:
 
 def serve(docker, image_id: str, argv: list[str] | None, model: str) -> tuple[float, float]:
     """(seconds from `docker run` to healthy, tokens/s); argv replaces the command if given."""
-    from kiln.container import free_port, wait_for_health
+    from kiln.domain.container import free_port, wait_for_health
 
     port = free_port()
     kw = dict(detach=True, cap_add=["SYS_NICE"], shm_size="4g", ports={"8000/tcp": ("127.0.0.1", port)})
@@ -67,9 +67,9 @@ def twin_numbers(docker) -> dict:
     """tiny-kindling with draft-trunc on, then off (same image, -e KILN_DRAFT_TRUNC=0)."""
     from twinserve import counters, prompts, run_set, serving
 
-    from kiln.build import build_recipe
-    from kiln.features import engine_features
-    from kiln.images import require_built
+    from kiln.commands.build import build_recipe
+    from kiln.domain.features import engine_features
+    from kiln.domain.images import require_built
 
     build_recipe(TWIN, docker=docker, quiet_summary=True)
     loaded, _, image = require_built(docker, TWIN)
@@ -109,18 +109,18 @@ def print_twin(t: dict) -> None:
 
 def main() -> None:
     if "--twin-only" in sys.argv:
-        from kiln.dockerengine import DockerEngine
+        from kiln.infra.docker import DockerDaemon
 
         print(f"bench_cpu: {TWIN} only")
-        print_twin(twin_numbers(DockerEngine()))
+        print_twin(twin_numbers(DockerDaemon()))
         return
-    from kiln import paths
-    from kiln.build import build_engine, build_recipe
-    from kiln.dockerengine import DockerEngine
-    from kiln.images import resolve
+    from kiln.basics import paths
+    from kiln.commands.build import build_engine, build_recipe
+    from kiln.domain.images import resolve
+    from kiln.infra.docker import DockerDaemon
 
     reuse = "--reuse" in sys.argv
-    docker = DockerEngine()
+    docker = DockerDaemon()
     loaded, engine_image, recipe_image = resolve(NAME)
     print(f"bench_cpu: {NAME} on {engine_image.repository} (vllm {loaded.recipe.engine.version}, 2 cores)")
     t0 = time.monotonic()

@@ -33,13 +33,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from kiln import argcheck, enginecheck, log, wheelhouse  # noqa: E402
-from kiln.build import build_engine, build_recipe  # noqa: E402
-from kiln.ca import add_to_context  # noqa: E402
-from kiln.context import BuildContext  # noqa: E402
-from kiln.dockerengine import DockerEngine  # noqa: E402
-from kiln.errors import KilnError  # noqa: E402
-from kiln.images import resolve  # noqa: E402
+from kiln.basics import log  # noqa: E402
+from kiln.basics.errors import KilnError  # noqa: E402
+from kiln.commands.build import build_engine, build_recipe  # noqa: E402
+from kiln.domain import argcheck, enginecheck, wheelhouse  # noqa: E402
+from kiln.domain.ca import add_to_context  # noqa: E402
+from kiln.domain.context import BuildContext  # noqa: E402
+from kiln.domain.images import resolve  # noqa: E402
+from kiln.infra.docker import DockerDaemon  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests" / "cuda"))
 from import_allowlist import UPSTREAM  # noqa: E402
@@ -77,7 +78,7 @@ DU = (
 )
 
 
-def in_image(docker: DockerEngine, image_id: str, *argv: str, entrypoint: str = "python") -> tuple[int, str]:
+def in_image(docker: DockerDaemon, image_id: str, *argv: str, entrypoint: str = "python") -> tuple[int, str]:
     """Run ARGV in the image on CPU: no GPU, no network, output captured."""
     container = docker.client.containers.create(
         image_id, entrypoint=[entrypoint, *argv], network_disabled=True,
@@ -110,7 +111,7 @@ def _plain_context(engine_image) -> BuildContext:
     return ctx
 
 
-def _build_wheels_stage(docker: DockerEngine, ctx: BuildContext, buildargs: dict, nocache: bool) -> str:
+def _build_wheels_stage(docker: DockerDaemon, ctx: BuildContext, buildargs: dict, nocache: bool) -> str:
     """The id of the shared `wheels` stage (a layer-cache hit after the engine build)."""
     image_id = None
     with tempfile.TemporaryFile() as tar:
@@ -130,7 +131,7 @@ def _build_wheels_stage(docker: DockerEngine, ctx: BuildContext, buildargs: dict
     return image_id
 
 
-def build_plain(docker: DockerEngine, engine_image, nocache: bool, force: bool):
+def build_plain(docker: DockerDaemon, engine_image, nocache: bool, force: bool):
     """The anchor image, installed by pip from the shared wheels, served over HTTP from a
     container on the default bridge (where the legacy builder's RUN steps run)."""
     ctx = _plain_context(engine_image)
@@ -171,7 +172,7 @@ def _ip_when_serving(server, timeout_s: float = 60) -> str:
     raise SystemExit(f"build_cuda: the wheel server did not answer within {timeout_s:.0f} s")
 
 
-def du(docker: DockerEngine, image_id: str) -> dict[str, int]:
+def du(docker: DockerDaemon, image_id: str) -> dict[str, int]:
     code, out = in_image(docker, image_id, "-c", DU, entrypoint="sh")
     sizes = {}
     for line in out.splitlines():
@@ -225,7 +226,7 @@ def _labels(docker, image_id: str) -> dict:
 
 def _with_bogus_flag(loaded):
     """The same recipe with one flag no vLLM has, at a real line of the real file."""
-    from kiln.recipe import LoadedRecipe
+    from kiln.domain.recipe import LoadedRecipe
 
     launch = loaded.recipe.launch.model_copy(
         update={"args": {**loaded.recipe.launch.args, "kiln-bogus-flag": 1}})
@@ -259,7 +260,7 @@ def main() -> int:
         render(json.loads(DATA.read_text()))
         return 0
     args.force = args.force or args.cold
-    docker = DockerEngine()
+    docker = DockerDaemon()
     loaded, engine_image, _ = resolve(NAME)
     run: dict = {"date": dt.date.today().isoformat(), "engine": loaded.recipe.engine.version,
                  "base_image": engine_image.engine.base_image.pinned, "cold": args.cold,

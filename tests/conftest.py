@@ -10,12 +10,12 @@ from kilntest import make_tree, run_kiln
 
 
 @pytest.fixture(scope="session")
-def docker_engine():
-    from kiln.dockerengine import DockerEngine
-    from kiln.errors import KilnError
+def docker_daemon():
+    from kiln.basics.errors import KilnError
+    from kiln.infra.docker import DockerDaemon
 
     try:
-        engine = DockerEngine()
+        engine = DockerDaemon()
         engine.ping()
     except KilnError as exc:
         if os.environ.get("CI"):
@@ -25,40 +25,40 @@ def docker_engine():
 
 
 @pytest.fixture(scope="session")
-def base_image(docker_engine) -> str:
-    from kiln.base import build_base
+def base_image(docker_daemon) -> str:
+    from kiln.commands.base import build_base
 
     tag = "kiln/base:bookworm"
-    if docker_engine.image(tag) is None:
-        build_base(docker_engine)
+    if docker_daemon.image(tag) is None:
+        build_base(docker_daemon)
     return tag
 
 
 @pytest.fixture(scope="session")
-def tiny_moe(docker_engine, base_image):
+def tiny_moe(docker_daemon, base_image):
     """(loaded recipe, RecipeImage, docker Image) of tiny-moe, built by the real CLI (a
     no-op when the daemon already has an image for these inputs)."""
-    from kiln.images import require_built
+    from kiln.domain.images import require_built
 
     result = run_kiln("build", "tiny-moe")
     assert result.returncode == 0, result.stderr[-4000:]
-    return require_built(docker_engine, "tiny-moe")
+    return require_built(docker_daemon, "tiny-moe")
 
 
 @pytest.fixture(scope="session")
-def tiny_kindling(docker_engine, base_image):
+def tiny_kindling(docker_daemon, base_image):
     """(loaded recipe, RecipeImage, docker Image) of tiny-kindling (the CPU twin of
     glm53-kindling), built by the real CLI; shares engine-cpu with tiny-moe."""
-    from kiln.images import require_built
+    from kiln.domain.images import require_built
 
     result = run_kiln("build", "tiny-kindling")
     assert result.returncode == 0, result.stderr[-4000:]
-    return require_built(docker_engine, "tiny-kindling")
+    return require_built(docker_daemon, "tiny-kindling")
 
 
 @pytest.fixture
 def kiln_tree(tmp_path, monkeypatch) -> Path:
-    from kiln import paths
+    from kiln.basics import paths
 
     root = make_tree(tmp_path / "tree")
     monkeypatch.setenv("KILN_ROOT", str(root))

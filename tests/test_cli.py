@@ -127,7 +127,7 @@ def test_inside_a_checkout_subfolder_finds_it():
 
 
 def test_records_live_per_user(monkeypatch, tmp_path):
-    from kiln import paths
+    from kiln.basics import paths
 
     for var in ("KILN_RESULTS_DIR", "KILN_STATE_DIR", "XDG_STATE_HOME"):
         monkeypatch.delenv(var, raising=False)

@@ -114,7 +114,7 @@ def doc_env(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     shim.mkdir()
     (shim / "kiln").write_text(f"#!/bin/sh\nexec {sys.executable} -m kiln \"$@\"\n")
     (shim / "kiln").chmod(0o755)
-    from kiln.paths import cache_dir
+    from kiln.basics.paths import cache_dir
 
     real, cache = cache_dir(), base / "cache"
     cache.mkdir()

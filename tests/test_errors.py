@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from kiln import errors
+from kiln.basics import errors
 
 
 def test_every_error_class_has_its_own_exit_code_and_a_hint():

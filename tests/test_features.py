@@ -10,10 +10,10 @@ from kiln_engine import features
 from kiln_engine.draft_trunc._env import Knobs, read_knobs
 from kilntest import REPO, run_kiln
 
-from kiln.errors import RecipeInvalid
-from kiln.features import engine_features, registry
-from kiln.recipe import load_recipe
-from kiln.smoke import feature_ratio, metric_sum
+from kiln.basics.errors import RecipeInvalid
+from kiln.commands.smoke import feature_ratio, metric_sum
+from kiln.domain.features import engine_features, registry
+from kiln.domain.recipe import load_recipe
 
 DT = features.DRAFT_TRUNC
 

@@ -9,8 +9,8 @@ import json
 import pytest
 from kilntest import REPO, run_kiln
 
-from kiln.launch import RunSpec, launch_document, vllm_argv
-from kiln.recipe import load_recipe
+from kiln.domain.launch import RunSpec, launch_document, vllm_argv
+from kiln.domain.recipe import load_recipe
 
 
 def _load_entrypoint():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from kiln import log
-from kiln.progress import Activity, live
+from kiln.basics import log
+from kiln.basics.progress import Activity, live
 
 
 def test_heartbeat_lines_are_rate_limited_and_say_how_far(capsys, monkeypatch):

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from kilntest import REPO, run_kiln
 
-from kiln.errors import RecipeInvalid
-from kiln.recipe import load_recipe
+from kiln.basics.errors import RecipeInvalid
+from kiln.domain.recipe import load_recipe
 
 GOOD = (REPO / "recipes" / "tiny-moe" / "recipe.yaml").read_text()
 

@@ -8,12 +8,12 @@ import shlex
 import pytest
 from kilntest import REPO, run_kiln
 
+from kiln.basics.errors import UsageError
 from kiln.cli import build_parser
-from kiln.container import run_spec
-from kiln.errors import UsageError
-from kiln.launch import LABEL_RECIPE, RunSpec
-from kiln.recipe import load_recipe
-from kiln.runner import parse_env, vllm_extra
+from kiln.commands.serve import parse_env, vllm_extra
+from kiln.domain.container import run_spec
+from kiln.domain.launch import LABEL_RECIPE, RunSpec
+from kiln.domain.recipe import load_recipe
 
 
 def _pairs(cmd: list[str], flag: str) -> list[str]:
@@ -105,7 +105,7 @@ class _Box:
 
 
 class _Client:
-    """Stands in for kiln's DockerEngine: only what the label lookups call."""
+    """Stands in for kiln's DockerDaemon: only what the label lookups call."""
 
     def __init__(self, boxes):
         self.boxes = boxes
@@ -118,7 +118,7 @@ class _Client:
 
 
 def test_port_in_use_names_the_kiln_container_holding_it():
-    from kiln.container import port_in_use
+    from kiln.domain.container import port_in_use
 
     client = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("kiln-tiny-moe-bbbbbb", 8002)])
     err = port_in_use("", 8002, client)
@@ -129,8 +129,8 @@ def test_port_in_use_names_the_kiln_container_holding_it():
 
 
 def test_logs_and_stop_only_touch_containers_kiln_started():
-    from kiln.errors import ContainerNotFound
-    from kiln.runner import _ours
+    from kiln.basics.errors import ContainerNotFound
+    from kiln.commands.serve import _ours
 
     client = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("postgres", 5432, labels={})])
     assert _ours(client, "kiln-tiny-moe-aaaaaa").name == "kiln-tiny-moe-aaaaaa"
@@ -141,8 +141,8 @@ def test_logs_and_stop_only_touch_containers_kiln_started():
 
 
 def test_logs_take_a_recipe_name_only_when_one_container_serves_it():
-    from kiln.errors import ContainerNotFound
-    from kiln.runner import _one
+    from kiln.basics.errors import ContainerNotFound
+    from kiln.commands.serve import _one
 
     one = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("postgres", 5432, labels={})])
     assert _one(one, "tiny-moe").name == "kiln-tiny-moe-aaaaaa"

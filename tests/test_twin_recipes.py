@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kilntest import REPO
 
-from kiln.recipe import load_recipe
+from kiln.domain.recipe import load_recipe
 
 
 def test_both_tiny_recipes_ship_the_same_model_generator():
@@ -21,7 +21,7 @@ def test_tiny_kindling_is_glm53_kindlings_twin():
     assert not (twin.dir / "experimental").exists(), "the override is shared, not copied"
     spec = twin.recipe.launch.speculative_config
     assert spec["num_speculative_tokens"] == glm.recipe.launch.speculative_config["num_speculative_tokens"]
-    from kiln.launch import launch_document
+    from kiln.domain.launch import launch_document
 
     def knobs(loaded):
         env = launch_document(loaded)["env"]

@@ -13,20 +13,20 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from kiln.container import ServingContainer, free_port, run_spec
-from kiln.smoke import feature_metrics_text, metric_sum
+from kiln.commands.smoke import feature_metrics_text, metric_sum
+from kiln.domain.container import ServingContainer, free_port, run_spec
 
 _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 
 
 @contextmanager
-def serving(docker_engine, loaded, image_id: str, env: dict[str, str] | None = None,
+def serving(docker_daemon, loaded, image_id: str, env: dict[str, str] | None = None,
             startup_timeout_s: float = 600, mounts: list[tuple[str, str]] | None = None):
     """A healthy server of `image_id`; `env` wins over the recipe's launch env (as with
     `docker run -e`). Yields the ServingContainer; stops and removes it afterwards."""
     spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env)
     spec.mounts += list(mounts or [])
-    box = ServingContainer(docker_engine, spec)
+    box = ServingContainer(docker_daemon, spec)
     with box:
         box.start()
         box.startup_s = box.wait_healthy(startup_timeout_s)

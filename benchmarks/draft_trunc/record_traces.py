@@ -122,10 +122,10 @@ def main() -> None:
     args = p.parse_args()
     global MODELS
     MODELS = args.models.resolve() if args.models else None
-    from kiln.dockerengine import DockerEngine
-    from kiln.images import require_built
+    from kiln.domain.images import require_built
+    from kiln.infra.docker import DockerDaemon
 
-    docker = DockerEngine()
+    docker = DockerDaemon()
     loaded, _, image = require_built(docker, "tiny-kindling") if not args.dev else _any_built(docker)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = record(docker, loaded, image.id, args.concurrency, args.steps, args.out, args.dev, args.limit_s)
@@ -137,7 +137,7 @@ def main() -> None:
 
 def _any_built(docker):
     """--dev: the newest kiln/tiny-kindling image, whatever inputs it was built from."""
-    from kiln.images import resolve
+    from kiln.domain.images import resolve
 
     loaded, _, _ = resolve("tiny-kindling")
     image = docker.client.images.get("kiln/tiny-kindling:latest")

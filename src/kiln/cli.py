@@ -13,20 +13,24 @@ from importlib.metadata import PackageNotFoundError, version
 import shtab
 from rich.markup import escape
 
-from . import __version__, k8s, log, patchcmd, publish
-from .base import build_base
-from .build import build_recipe
-from .check import check
-from .dockerengine import DockerEngine
-from .doctor import doctor
-from .errors import KilnError, UsageError
-from .images import resolve
-from .launch import launch_document
-from .paths import recipes_dir
-from .prune import prune
-from .recipe import json_schema, load_recipe, recipe_names
-from .runner import logs, ps, run, stop
-from .smoke import smoke_cli
+from kiln import __version__
+from kiln.basics import log
+from kiln.basics.errors import KilnError, UsageError
+from kiln.basics.paths import recipes_dir
+from kiln.commands import patches as patchcmd
+from kiln.commands import publish
+from kiln.commands import render as k8s
+from kiln.commands.base import build_base
+from kiln.commands.build import build_recipe
+from kiln.commands.check import check
+from kiln.commands.doctor import doctor
+from kiln.commands.prune import prune
+from kiln.commands.serve import logs, ps, run, stop
+from kiln.commands.smoke import smoke_cli
+from kiln.domain.images import resolve
+from kiln.domain.launch import launch_document
+from kiln.domain.recipe import json_schema, load_recipe, recipe_names
+from kiln.infra.docker import DockerDaemon
 
 
 class _Parser(argparse.ArgumentParser):
@@ -125,7 +129,7 @@ def cmd_build(args) -> int:
 
 
 def cmd_base_build(args) -> int:
-    build_base(DockerEngine(), tag=args.tag, force=args.force)
+    build_base(DockerDaemon(), tag=args.tag, force=args.force)
     return 0
 
 

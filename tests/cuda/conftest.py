@@ -11,8 +11,8 @@ NAME = "glm53-kindling"
 
 @pytest.fixture(scope="session")
 def glm():
-    from kiln.paths import recipes_dir
-    from kiln.recipe import load_recipe
+    from kiln.basics.paths import recipes_dir
+    from kiln.domain.recipe import load_recipe
 
     return load_recipe(recipes_dir() / NAME)
 

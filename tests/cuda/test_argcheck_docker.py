@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from kilntest import REPO, remove_images, run_kiln
 
-from kiln import argcheck, build
+from kiln.commands import build
+from kiln.domain import argcheck
 
 pytestmark = pytest.mark.docker
 
@@ -17,18 +18,18 @@ TEST_RECIPE = "kiln-test-argcheck"
 
 
 @pytest.fixture(scope="module")
-def cpu_engine_id(docker_engine, base_image) -> str:
+def cpu_engine_id(docker_daemon, base_image) -> str:
     """The engine image tiny-moe builds on (built here if missing: minutes, once)."""
-    from kiln.paths import recipes_dir
-    from kiln.recipe import load_recipe
+    from kiln.basics.paths import recipes_dir
+    from kiln.domain.recipe import load_recipe
 
     loaded = load_recipe(recipes_dir() / "tiny-moe")
-    return build.engine_image_id(docker_engine, loaded, build_if_missing=True)
+    return build.engine_image_id(docker_daemon, loaded, build_if_missing=True)
 
 
 @pytest.fixture(scope="module")
-def accepted(docker_engine, cpu_engine_id) -> argcheck.EngineArgs:
-    return argcheck.engine_args(docker_engine, cpu_engine_id)
+def accepted(docker_daemon, cpu_engine_id) -> argcheck.EngineArgs:
+    return argcheck.engine_args(docker_daemon, cpu_engine_id)
 
 
 def _recipe(tmp_path: Path, extra_args: str = "", spec_extra: str = "") -> Path:
@@ -44,7 +45,7 @@ def _recipe(tmp_path: Path, extra_args: str = "", spec_extra: str = "") -> Path:
 
 
 def _load(path: Path):
-    from kiln.recipe import load_recipe
+    from kiln.domain.recipe import load_recipe
 
     return load_recipe(path)
 
@@ -59,7 +60,7 @@ def test_engine_parser_is_read_from_the_image_and_cached(accepted, cpu_engine_id
 
 
 def test_good_recipe_passes(accepted):
-    from kiln.paths import recipes_dir
+    from kiln.basics.paths import recipes_dir
 
     assert argcheck.problems(_load(recipes_dir() / "tiny-moe"), accepted) == []
 
@@ -105,13 +106,13 @@ def _tree(tmp_path: Path, extra_args: str) -> Path:
     return tree
 
 
-def test_build_with_bad_flag_fails_with_17_and_leaves_no_tag(tmp_path, accepted, docker_engine):
+def test_build_with_bad_flag_fails_with_17_and_leaves_no_tag(tmp_path, accepted, docker_daemon):
     tree = _tree(tmp_path, "    no-such-vllm-flag: 1\n")
-    remove_images(docker_engine, f"kiln/{TEST_RECIPE}")
+    remove_images(docker_daemon, f"kiln/{TEST_RECIPE}")
     result = run_kiln("build", TEST_RECIPE, env={"KILN_ROOT": str(tree)}, cwd=tree)
     try:
         assert result.returncode == 17, result.stderr[-3000:]
         assert "recipe.yaml:" in result.stderr and "launch.args.no-such-vllm-flag" in result.stderr
-        assert docker_engine.client.images.list(name=f"kiln/{TEST_RECIPE}") == []
+        assert docker_daemon.client.images.list(name=f"kiln/{TEST_RECIPE}") == []
     finally:
-        remove_images(docker_engine, f"kiln/{TEST_RECIPE}")
+        remove_images(docker_daemon, f"kiln/{TEST_RECIPE}")

@@ -8,13 +8,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 
 @pytest.fixture(scope="module")
-def built(cuda_build_enabled, docker_engine, base_image):
-    from kiln.build import build_recipe
-    from kiln.images import resolve
+def built(cuda_build_enabled, docker_daemon, base_image):
+    from kiln.commands.build import build_recipe
+    from kiln.domain.images import resolve
 
-    outcome = build_recipe("glm53-kindling", docker=docker_engine, quiet_summary=True)
+    outcome = build_recipe("glm53-kindling", docker=docker_daemon, quiet_summary=True)
     loaded, engine_image, _ = resolve("glm53-kindling")
-    return loaded, engine_image, docker_engine.client.images.get(outcome.image_id)
+    return loaded, engine_image, docker_daemon.client.images.get(outcome.image_id)
 
 
 def test_labels_are_read_from_the_image_and_match_the_recipe(built):
@@ -25,9 +25,9 @@ def test_labels_are_read_from_the_image_and_match_the_recipe(built):
     assert labels["ai.kiln.engine.nccl"].count(".") == 2
 
 
-def test_patched_runner_and_kiln_engine_import_on_cpu(built, docker_engine):
+def test_patched_runner_and_kiln_engine_import_on_cpu(built, docker_daemon):
     _, _, image = built
-    out = docker_engine.client.containers.run(
+    out = docker_daemon.client.containers.run(
         image.id, entrypoint=["python", "-c",
                               # workers load kiln-engine's plugin (it registers draft_trunc) first
                               "from vllm.plugins import load_general_plugins; load_general_plugins(); "
@@ -38,16 +38,16 @@ def test_patched_runner_and_kiln_engine_import_on_cpu(built, docker_engine):
 
 
 def test_launch_args_accepted_by_the_built_engine(built):
-    from kiln import argcheck
+    from kiln.domain import argcheck
 
     loaded, _, _ = built
     assert argcheck.check_against_engine(loaded) == []
 
 
-def test_image_runs_as_non_root_without_ca_or_pip(built, docker_engine):
+def test_image_runs_as_non_root_without_ca_or_pip(built, docker_daemon):
     _, _, image = built
     assert image.attrs["Config"]["User"] == "kiln"
-    out = docker_engine.client.containers.run(
+    out = docker_daemon.client.containers.run(
         image.id, entrypoint=["sh", "-c", "ls -d /tmp/kiln-ca.crt /tmp/wheels /root/.cache/pip "
                                           "/home/kiln/.cache/pip 2>&1; python -c 'import pip' 2>&1 | tail -1; true"],
         remove=True, network_disabled=True, user="root").decode()  # root: /root is not kiln's to read

@@ -6,8 +6,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kiln import enginecheck, engineprobe
-from kiln.errors import EngineMismatch
+from kiln.basics.errors import EngineMismatch
+from kiln.domain import enginecheck, engineprobe
 
 
 def _image(version="0.33.0", **found):

@@ -37,25 +37,25 @@ def record():
 
 
 @pytest.fixture(scope="module")
-def engine_id(cuda_build_enabled, docker_engine) -> str:
+def engine_id(cuda_build_enabled, docker_daemon) -> str:
     given = os.environ.get("KILN_CUDA_ENGINE_IMAGE")
     if given:
-        return docker_engine.client.images.get(given).id
-    from kiln.build import build_engine
-    from kiln.images import resolve
+        return docker_daemon.client.images.get(given).id
+    from kiln.commands.build import build_engine
+    from kiln.domain.images import resolve
 
     _, engine_image, _ = resolve("glm53-kindling")
-    return build_engine(docker_engine, engine_image).image_id
+    return build_engine(docker_daemon, engine_image).image_id
 
 
 @pytest.fixture(scope="module")
-def plain_id(cuda_build_enabled, docker_engine, engine_id) -> str:
+def plain_id(cuda_build_enabled, docker_daemon, engine_id) -> str:
     ref = os.environ.get("KILN_CUDA_PLAIN_IMAGE")
     if not ref:
-        from kiln.images import resolve
+        from kiln.domain.images import resolve
 
         ref = f"kiln/vllm-plain:{resolve('glm53-kindling')[0].recipe.engine.version}"
-    image = docker_engine.image(ref)
+    image = docker_daemon.image(ref)
     if image is None:
         pytest.skip(f"{ref} (the plain anchor) is not built: nox -s build_cuda builds it")
     return image.id
@@ -65,8 +65,8 @@ def _in_site_packages(entry: str) -> str:
     return entry.split("site-packages/", 1)[-1]
 
 
-def test_every_needed_library_resolves_inside_the_image(docker_engine, engine_id):
-    run = run_proof(docker_engine, engine_id, "elf_needed.py", "/", user="root")
+def test_every_needed_library_resolves_inside_the_image(docker_daemon, engine_id):
+    run = run_proof(docker_daemon, engine_id, "elf_needed.py", "/", user="root")
     assert run.result is not None, run.tail()
     _RECORD["elf"] = run.result
     assert run.result["unresolved"] == [], "\n".join(run.result["unresolved"][:40])
@@ -74,9 +74,9 @@ def test_every_needed_library_resolves_inside_the_image(docker_engine, engine_id
     assert run.result["counts"]["elf_files"] > 1000  # the venv alone has thousands: a walk that saw few is broken
 
 
-def test_optional_plugin_gaps_are_the_plain_installs_own(docker_engine, engine_id, plain_id):
-    ours = run_proof(docker_engine, engine_id, "elf_needed.py", "/", user="root").result
-    theirs = run_proof(docker_engine, plain_id, "elf_needed.py", "/", user="root").result
+def test_optional_plugin_gaps_are_the_plain_installs_own(docker_daemon, engine_id, plain_id):
+    ours = run_proof(docker_daemon, engine_id, "elf_needed.py", "/", user="root").result
+    theirs = run_proof(docker_daemon, plain_id, "elf_needed.py", "/", user="root").result
     assert ours is not None and theirs is not None
     upstream = {_in_site_packages(e) for e in theirs["unresolved"] + theirs["optional_plugins"]}
     _RECORD["elf_plain"] = theirs["counts"]
@@ -84,12 +84,12 @@ def test_optional_plugin_gaps_are_the_plain_installs_own(docker_engine, engine_i
     assert {_in_site_packages(e) for e in ours["optional_plugins"]} <= upstream
 
 
-def test_every_module_of_vllm_torch_triton_imports_on_cpu(docker_engine, engine_id, plain_id):
-    run = run_proof(docker_engine, engine_id, "import_walk.py", *PACKAGES, timeout=3000)
+def test_every_module_of_vllm_torch_triton_imports_on_cpu(docker_daemon, engine_id, plain_id):
+    run = run_proof(docker_daemon, engine_id, "import_walk.py", *PACKAGES, timeout=3000)
     assert run.result is not None, run.tail()
     failed = sorted(m for p in PACKAGES for m in run.result[p]["failed"])
     # the same modules in the plain image: what fails there too is upstream's state
-    ref = run_proof(docker_engine, plain_id, "import_walk.py", "--only", ",".join(failed), *PACKAGES,
+    ref = run_proof(docker_daemon, plain_id, "import_walk.py", "--only", ",".join(failed), *PACKAGES,
                     timeout=3000)
     assert ref.result is not None, ref.tail()
     report, unexpected = {}, []
@@ -108,8 +108,8 @@ def test_every_module_of_vllm_torch_triton_imports_on_cpu(docker_engine, engine_
         assert report[package]["imported"] > 0.8 * report[package]["modules"], report[package]
 
 
-def test_torch_cuda_libraries_dlopen_without_a_gpu(docker_engine, engine_id):
-    run = run_proof(docker_engine, engine_id, "dlopen_cuda.py")
+def test_torch_cuda_libraries_dlopen_without_a_gpu(docker_daemon, engine_id):
+    run = run_proof(docker_daemon, engine_id, "dlopen_cuda.py")
     assert run.result is not None, run.tail()
     _RECORD["dlopen"] = {k: v for k, v in run.result.items() if k != "loaded"} | {
         "loaded_count": len(run.result["loaded"])}
@@ -120,8 +120,8 @@ def test_torch_cuda_libraries_dlopen_without_a_gpu(docker_engine, engine_id):
     assert len(run.result["loaded"]) > 20 and run.result["cuda"]
 
 
-def test_runtime_compilers_compile_as_triton_torch_and_nvcc_do(docker_engine, engine_id):
-    run = run_proof(docker_engine, engine_id, "compilers.py", user="kiln")
+def test_runtime_compilers_compile_as_triton_torch_and_nvcc_do(docker_daemon, engine_id):
+    run = run_proof(docker_daemon, engine_id, "compilers.py", user="kiln")
     assert run.result is not None, run.tail()
     _RECORD["compilers"] = run.result
     assert run.result["failed"] == {}, run.result["failed"]

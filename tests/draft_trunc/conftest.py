@@ -99,8 +99,8 @@ def vllm_src(vllm_version) -> Path:
     given = _given_sources(vllm_version)
     if given is not None:
         return given
-    from kiln import wheelcache
-    from kiln.errors import EngineFetchFailed
+    from kiln.basics.errors import EngineFetchFailed
+    from kiln.infra import wheelcache
 
     flavour = VLLM_VERSIONS[vllm_version]
     try:

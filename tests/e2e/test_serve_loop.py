@@ -15,8 +15,8 @@ import urllib.request
 import pytest
 from kilntest import REPO, run_kiln
 
-from kiln.container import free_port, wait_for_health
-from kiln.launch import LABEL_RECIPE
+from kiln.domain.container import free_port, wait_for_health
+from kiln.domain.launch import LABEL_RECIPE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -28,8 +28,8 @@ def image(tiny_moe):
     return tiny_moe[2]
 
 
-def _ours_on(docker_engine, port: int) -> list:
-    return [c for c in docker_engine.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
+def _ours_on(docker_daemon, port: int) -> list:
+    return [c for c in docker_daemon.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
             if c.labels.get("ai.kiln.run.url", "").endswith(f":{port}")]
 
 
@@ -41,7 +41,7 @@ def _complete(port: int) -> str:
         return json.load(resp)["choices"][0]["text"]
 
 
-def test_foreground_run_is_hardened_streams_logs_and_ctrl_c_removes_it(image, docker_engine):
+def test_foreground_run_is_hardened_streams_logs_and_ctrl_c_removes_it(image, docker_daemon):
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "kiln", "run", NAME, "--port", str(port), "-e", "KILN_E2E_MARK=on"],
@@ -49,7 +49,7 @@ def test_foreground_run_is_hardened_streams_logs_and_ctrl_c_removes_it(image, do
         env={**os.environ, "COLUMNS": "300"})
     try:
         wait_for_health(f"http://127.0.0.1:{port}", 240)
-        [box] = _ours_on(docker_engine, port)
+        [box] = _ours_on(docker_daemon, port)
         host = box.attrs["HostConfig"]
         assert host["ReadonlyRootfs"] is True
         assert host["CapDrop"] == ["ALL"] and host["CapAdd"] == ["SYS_NICE"]
@@ -77,15 +77,15 @@ def test_foreground_run_is_hardened_streams_logs_and_ctrl_c_removes_it(image, do
     assert proc.returncode == 130, out[-3000:]
     assert "kiln-serve: tiny-moe" in out  # the container log reached the terminal
     assert "internal error" not in out
-    assert _ours_on(docker_engine, port) == []
+    assert _ours_on(docker_daemon, port) == []
 
 
-def test_detached_run_then_ps_logs_stop_leave_nothing(image, docker_engine):
+def test_detached_run_then_ps_logs_stop_leave_nothing(image, docker_daemon):
     port = free_port()
     started = run_kiln("run", NAME, "--port", str(port), "--detach")
     try:
         assert started.returncode == 0, started.stderr[-3000:]
-        [box] = _ours_on(docker_engine, port)
+        [box] = _ours_on(docker_daemon, port)
         assert box.attrs["HostConfig"]["AutoRemove"] is True  # `docker stop` removes it too
         assert f"kiln stop {box.name}" in started.stderr
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
@@ -96,7 +96,7 @@ def test_detached_run_then_ps_logs_stop_leave_nothing(image, docker_engine):
         stopped = run_kiln("stop", box.name)
         assert stopped.returncode == 0, stopped.stderr
         assert time.monotonic() - t0 < 40
-        assert _ours_on(docker_engine, port) == []
+        assert _ours_on(docker_daemon, port) == []
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
         again = run_kiln("stop", box.name)
@@ -104,5 +104,5 @@ def test_detached_run_then_ps_logs_stop_leave_nothing(image, docker_engine):
         gone = run_kiln("logs", box.name)
         assert gone.returncode == 50
     finally:
-        for c in _ours_on(docker_engine, port):
+        for c in _ours_on(docker_daemon, port):
             c.remove(force=True)

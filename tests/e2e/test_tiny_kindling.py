@@ -52,9 +52,9 @@ def _sets(url: str, model: str, *, on: bool) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(tiny_kindling, docker_engine):
+def runs(tiny_kindling, docker_daemon):
     """Both servers' answers, counters and logs (each server is gone afterwards)."""
-    from kiln.features import engine_features
+    from kiln.domain.features import engine_features
 
     loaded, _, img = tiny_kindling
     (feature,) = engine_features(loaded.recipe.features)
@@ -62,7 +62,7 @@ def runs(tiny_kindling, docker_engine):
     result = {"feature": feature, "timing": {}}
     for mode, env in (("on", dict(feature.smoke_env)), ("off", {feature.env: "0"})):
         t0 = time.monotonic()
-        with serving(docker_engine, loaded, img.id, env) as box:
+        with serving(docker_daemon, loaded, img.id, env) as box:
             answers = _sets(box.url, model, on=mode == "on")
             result[mode] = answers
             result[f"{mode}_counters"] = counters(box.url, feature.metrics)

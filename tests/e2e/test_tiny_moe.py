@@ -13,7 +13,7 @@ import time
 import pytest
 from kilntest import REPO, make_tree, run_kiln, saved_image
 
-from kiln.container import free_port, wait_for_health
+from kiln.domain.container import free_port, wait_for_health
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -25,8 +25,8 @@ def image(tiny_moe):
     return tiny_moe
 
 
-def _containers(docker_engine, image_id):
-    return [c for c in docker_engine.client.containers.list(all=True) if c.image.id == image_id]
+def _containers(docker_daemon, image_id):
+    return [c for c in docker_daemon.client.containers.list(all=True) if c.image.id == image_id]
 
 
 def test_image_is_labelled_non_root_and_in_budget(image):
@@ -70,9 +70,9 @@ def test_smoke_passes_and_writes_a_record(image, results):
     assert "spec_decode draft tokens=" in names["metrics"]["detail"]
 
 
-def test_print_launch_shows_resolved_command_and_overrides(image, docker_engine):
+def test_print_launch_shows_resolved_command_and_overrides(image, docker_daemon):
     _, _, img = image
-    out = docker_engine.client.containers.run(
+    out = docker_daemon.client.containers.run(
         img.id, ["--print-launch", "--max-model-len", "256"], remove=True,
         environment={"VLLM_CPU_KVCACHE_SPACE": "2"}).decode()
     command = out.strip().splitlines()[-1]
@@ -88,7 +88,7 @@ def _readme_docker_run() -> list[str]:
     return shlex.split(lines[0])
 
 
-def test_readme_docker_run_serves_appended_args_and_stops_on_sigterm(image, docker_engine):
+def test_readme_docker_run_serves_appended_args_and_stops_on_sigterm(image, docker_daemon):
     """The serving contract with the README's own hardened `docker run` line: no kiln on the
     path. Only the port (a free loopback one), -d/--name, and --rm (to read the exit code
     after the stop) differ from the line as printed."""
@@ -103,7 +103,7 @@ def test_readme_docker_run_serves_appended_args_and_stops_on_sigterm(image, dock
     cmd[cmd.index("8000:8000")] = f"127.0.0.1:{port}:8000"
     cmd[2:2] = ["-d", "--name", name]
     subprocess.run([*cmd, img.id, "--max-model-len", "384"], check=True, capture_output=True)
-    box = docker_engine.client.containers.get(name)
+    box = docker_daemon.client.containers.get(name)
     try:
         wait_for_health(f"http://127.0.0.1:{port}", 180)
         client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0, timeout=60)
@@ -128,7 +128,7 @@ def test_readme_docker_run_serves_appended_args_and_stops_on_sigterm(image, dock
         box.remove(force=True)
 
 
-def test_port_in_use_is_refused_and_leaves_no_container(image, docker_engine):
+def test_port_in_use_is_refused_and_leaves_no_container(image, docker_daemon):
     _, _, img = image
     with socket.socket() as s:
         s.bind(("0.0.0.0", 0))
@@ -137,16 +137,16 @@ def test_port_in_use_is_refused_and_leaves_no_container(image, docker_engine):
         result = run_kiln("run", NAME, "--port", str(port), "--detach")
     assert result.returncode == 14, result.stderr
     assert f"port {port}" in result.stderr and "already in use" in result.stderr
-    assert _containers(docker_engine, img.id) == []
+    assert _containers(docker_daemon, img.id) == []
 
 
-def test_container_exiting_during_start_is_a_clear_error(image, docker_engine):
+def test_container_exiting_during_start_is_a_clear_error(image, docker_daemon):
     _, _, img = image
     result = run_kiln("run", NAME, "--port", str(free_port()), "--detach", "--", "--no-such-vllm-flag")
     assert result.returncode == 13, result.stderr[-3000:]
     assert "exited during start" in result.stderr
     assert "no-such-vllm-flag" in result.stderr  # the log tail names the cause
-    assert _containers(docker_engine, img.id) == []
+    assert _containers(docker_daemon, img.id) == []
 
 
 def test_missing_model_host_path_is_refused_before_docker(tmp_path):
@@ -160,15 +160,15 @@ def test_missing_model_host_path_is_refused_before_docker(tmp_path):
     assert f"{tmp_path}/no-such-weights" in result.stderr and "does not exist" in result.stderr
 
 
-def test_engine_image_has_no_ca_or_wheels_in_any_layer(image, docker_engine):
+def test_engine_image_has_no_ca_or_wheels_in_any_layer(image, docker_daemon):
     """The CA bundle the build used and the wheelhouse never reach a layer of the image."""
-    from kiln.ca import resolve_ca
+    from kiln.domain.ca import resolve_ca
 
     _, _, img = image
     ca = resolve_ca()
     ca_sha = hashlib.sha256(ca.data).hexdigest() if ca.path else None
     found, files = [], 0
-    with saved_image(docker_engine, img.id) as saved:  # asserts it scanned every layer (> 0)
+    with saved_image(docker_daemon, img.id) as saved:  # asserts it scanned every layer (> 0)
         for _, f, layer in saved.members():
             name = f.name
             files += f.isfile()
@@ -212,10 +212,10 @@ def test_publish_the_smoked_image_and_promote(image, results, tmp_path):
         reg.stop()
 
 
-def test_plugin_refuses_unsafe_feature_combination_at_start(image, docker_engine):
+def test_plugin_refuses_unsafe_feature_combination_at_start(image, docker_daemon):
     """In a real vLLM process: draft-trunc without MoE padding skip must not serve."""
     _, _, img = image
-    box = docker_engine.client.containers.run(
+    box = docker_daemon.client.containers.run(
         img.id, detach=True, cap_add=["SYS_NICE"], shm_size="4g",
         environment={"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "0"})
     try:

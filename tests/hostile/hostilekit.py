@@ -84,7 +84,7 @@ def _rss_kb() -> int:
 
 @contextlib.contextmanager
 def _in_tree(root: Path):
-    from kiln import log, paths
+    from kiln.basics import log, paths
 
     saved_env = {k: os.environ.get(k) for k in hermetic_env(root)}
     saved_cwd, saved_debug = os.getcwd(), log.DEBUG

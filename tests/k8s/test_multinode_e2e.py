@@ -16,10 +16,10 @@ import urllib.request
 import pytest
 from kilntest import REPO
 
-from kiln.container import ServingContainer, free_port, run_spec, wait_for_health
-from kiln.launch import LABEL_RECIPE
-from kiln.multinode import NodeGroup, node_specs
-from kiln.topology import split_over_nodes
+from kiln.domain.container import ServingContainer, free_port, run_spec, wait_for_health
+from kiln.domain.launch import LABEL_RECIPE
+from kiln.domain.multinode import NodeGroup, node_specs
+from kiln.domain.topology import split_over_nodes
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -41,31 +41,31 @@ def _greedy(url: str) -> list[str]:
     return out
 
 
-def _leftovers(docker_engine, prefix: str) -> list[str]:
-    client = docker_engine.client
+def _leftovers(docker_daemon, prefix: str) -> list[str]:
+    client = docker_daemon.client
     boxes = [c.name for c in client.containers.list(all=True) if c.name.startswith(prefix)]
     nets = [n.name for n in client.networks.list() if n.name.startswith(prefix)]
     return boxes + nets
 
 
-def test_greedy_outputs_across_two_containers_equal_one(tiny_moe, docker_engine):
+def test_greedy_outputs_across_two_containers_equal_one(tiny_moe, docker_daemon):
     loaded, _, image = tiny_moe
     topo = split_over_nodes(2)
     specs = node_specs(loaded, image.id, topo, host_port=free_port(), host_ip="127.0.0.1", extra_args=EXACT)
     prefix = specs[0].name.rsplit("-node", 1)[0]
     try:
-        with NodeGroup(docker_engine, specs) as group:
+        with NodeGroup(docker_daemon, specs) as group:
             group.start()
             group.wait_healthy(300)
             two_nodes = _greedy(group.url)
             logs = group.leader.logs(tail=100000)
         single = run_spec(loaded, image.id, host_port=free_port(), host_ip="127.0.0.1", extra_args=EXACT)
-        with ServingContainer(docker_engine, single) as box:
+        with ServingContainer(docker_daemon, single) as box:
             box.start()
             box.wait_healthy(300)
             one_node = _greedy(box.url)
     finally:
-        assert _leftovers(docker_engine, prefix) == []
+        assert _leftovers(docker_daemon, prefix) == []
     assert "world_size=2" in logs and "tensor_parallel_size=2" in logs  # really split, not two servers
     assert all(t.strip() for t in one_node)
     assert two_nodes == one_node
@@ -76,17 +76,17 @@ def _smoke(*args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "300"})
 
 
-def _group_of(docker_engine, since: set[str]) -> list:
-    return [c for c in docker_engine.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
+def _group_of(docker_daemon, since: set[str]) -> list:
+    return [c for c in docker_daemon.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
             if c.name not in since and "-node" in c.name]
 
 
-def test_smoke_passes_against_the_leader_of_two_nodes(tiny_moe, docker_engine):
-    before = {c.name for c in docker_engine.client.containers.list(all=True)}
+def test_smoke_passes_against_the_leader_of_two_nodes(tiny_moe, docker_daemon):
+    before = {c.name for c in docker_daemon.client.containers.list(all=True)}
     proc = _smoke("--nodes", "2", "--json")
     seen: set[str] = set()
     while proc.poll() is None:  # record the group's containers while they live
-        seen |= {c.name for c in _group_of(docker_engine, before)}
+        seen |= {c.name for c in _group_of(docker_daemon, before)}
         time.sleep(1)
     out, err = proc.communicate()
     assert proc.returncode == 0, err[-5000:]
@@ -101,17 +101,17 @@ def test_smoke_passes_against_the_leader_of_two_nodes(tiny_moe, docker_engine):
     assert record["record"] is None  # an overridden topology vouches for nothing publish trusts
     assert {n.rsplit("-", 1)[1] for n in seen} == {"node0", "node1"}
     prefix = sorted(seen)[0].rsplit("-node", 1)[0]
-    assert _leftovers(docker_engine, prefix) == []
+    assert _leftovers(docker_daemon, prefix) == []
 
 
-def test_worker_killed_mid_run_fails_the_smoke_clearly_and_leaves_nothing(tiny_moe, docker_engine):
-    before = {c.name for c in docker_engine.client.containers.list(all=True)}
+def test_worker_killed_mid_run_fails_the_smoke_clearly_and_leaves_nothing(tiny_moe, docker_daemon):
+    before = {c.name for c in docker_daemon.client.containers.list(all=True)}
     proc = _smoke("--nodes", "2")
     worker = prefix = None
     deadline = time.monotonic() + 600
     try:
         while proc.poll() is None and time.monotonic() < deadline:
-            group = {c.name: c for c in _group_of(docker_engine, before)}
+            group = {c.name: c for c in _group_of(docker_daemon, before)}
             leader = next((c for n, c in group.items() if n.endswith("-node0")), None)
             worker = next((c for n, c in group.items() if n.endswith("-node1")), None)
             if leader is not None and worker is not None:
@@ -136,22 +136,22 @@ def test_worker_killed_mid_run_fails_the_smoke_clearly_and_leaves_nothing(tiny_m
     assert len(errors) == 1, err[-3000:]
     assert "worker node 1" in errors[0] and "exited while serving" in errors[0], errors[0]
     assert "internal error" not in err
-    assert _leftovers(docker_engine, prefix) == []
+    assert _leftovers(docker_daemon, prefix) == []
 
 
-def test_image_prints_each_nodes_command(tiny_moe, docker_engine, tmp_path):
+def test_image_prints_each_nodes_command(tiny_moe, docker_daemon, tmp_path):
     """`docker run IMAGE --print-launch` with a multi-node launch config: the image's own
     entrypoint prints one command per node, with the flags kiln renders."""
-    from kiln.launch import launch_document
-    from kiln.recipe import load_recipe
-    from kiln.topology import node_args
+    from kiln.domain.launch import launch_document
+    from kiln.domain.recipe import load_recipe
+    from kiln.domain.topology import node_args
 
     _, _, image = tiny_moe
     loaded = load_recipe(REPO / "recipes" / "glm53-kindling-2node")
     launch = tmp_path / "launch.json"
     launch.write_text(json.dumps(launch_document(loaded)))
     launch.chmod(0o644)
-    out = docker_engine.client.containers.run(
+    out = docker_daemon.client.containers.run(
         image.id, ["--print-launch"], remove=True, environment={"LWS_LEADER_ADDRESS": "glm-0.glm"},
         volumes={str(launch): {"bind": "/opt/kiln/launch.json", "mode": "ro"}}).decode().splitlines()
     topo = loaded.recipe.topology

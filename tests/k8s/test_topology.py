@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 from kilntest import REPO, run_kiln
 
-from kiln.launch import launch_document, vllm_argv
-from kiln.recipe import load_recipe
-from kiln.topology import Topology, feature_refusals, layout_problems, node_args
+from kiln.domain.launch import launch_document, vllm_argv
+from kiln.domain.recipe import load_recipe
+from kiln.domain.topology import Topology, feature_refusals, layout_problems, node_args
 
 MINI = "kiln-test-mini"
 TOPOLOGY = "topology:\n  nodes: 2\n  accelerators_per_node: 1\n  tensor_parallel: 2\n"
@@ -145,7 +145,7 @@ def test_kiln_refuses_exactly_the_layouts_the_engine_refuses(monkeypatch):
     """The check-time table mirrors the engine's start-up check: over a grid of layouts and
     all2all backends, kiln refuses a layout iff draft-trunc would refuse it in vLLM
     (use_sequence_parallel_moe computed as vLLM 0.32.0's ParallelConfig does)."""
-    from kiln.topology import SEQUENCE_PARALLEL_BACKENDS
+    from kiln.domain.topology import SEQUENCE_PARALLEL_BACKENDS
 
     engine = _engine_check()
     monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: object())  # triton: not a layout rule

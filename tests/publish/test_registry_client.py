@@ -12,9 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kiln.credentials import Credentials
-from kiln.errors import RegistryAuthFailed, RegistryInvalid
-from kiln.registry import Manifest, RegistryClient, Target
+from kiln.basics.errors import RegistryAuthFailed, RegistryInvalid
+from kiln.infra.credentials import Credentials
+from kiln.infra.registry import Manifest, RegistryClient, Target
 
 USER, PASSWORD, TOKEN = "tokuser", "tokpass", "tok-123"
 MEDIA = "application/vnd.oci.image.manifest.v1+json"

@@ -12,15 +12,15 @@ from faultproxy import FaultProxy
 from localregistry import LocalRegistry
 from pubtest import NAME, REPOSITORY
 
-from kiln import registry as kreg
-from kiln.credentials import Credentials
-from kiln.errors import (
+from kiln.basics.errors import (
     RegistryAuthFailed,
     RegistryRateLimited,
     RegistryServerError,
     RegistryUnreachable,
 )
-from kiln.registry import Manifest, RegistryClient, Target
+from kiln.infra import registry as kreg
+from kiln.infra.credentials import Credentials
+from kiln.infra.registry import Manifest, RegistryClient, Target
 
 pytestmark = [pytest.mark.registry]
 REPO = "faults/tiny"

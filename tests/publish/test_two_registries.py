@@ -17,14 +17,14 @@ pytestmark = [pytest.mark.docker, pytest.mark.registry]
 NAME = "kiln-test-tworeg"
 
 
-def test_base_from_a_with_docker_config_published_to_b_with_env(registry_tools, docker_engine, base_image,
+def test_base_from_a_with_docker_config_published_to_b_with_env(registry_tools, docker_daemon, base_image,
                                                                  tmp_path, monkeypatch):
     a = LocalRegistry(tmp_path / "a", log_level="debug").start()
     b = LocalRegistry(tmp_path / "b", log_level="debug").start()
     ref = f"{a.host}/mirror/debian"
-    image_id = _unique_base(docker_engine, base_image, a.password[-8:])
+    image_id = _unique_base(docker_daemon, base_image, a.password[-8:])
     try:
-        digest = _push_base(docker_engine, a, image_id, ref)
+        digest = _push_base(docker_daemon, a, image_id, ref)
         tree = _tree(tmp_path / "tree", f"{ref}:bookworm", digest)
         config = tmp_path / "docker-config"
         config.mkdir()
@@ -48,19 +48,19 @@ def test_base_from_a_with_docker_config_published_to_b_with_env(registry_tools, 
         for run in (built, published):
             assert not any(s in run.stdout + run.stderr for s in a.secrets() + b.secrets())
     finally:
-        remove_images(docker_engine, f"kiln/{NAME}")
-        remove_images(docker_engine, ref)
+        remove_images(docker_daemon, f"kiln/{NAME}")
+        remove_images(docker_daemon, ref)
         a.stop()
         b.stop()
 
 
-def _push_base(docker_engine, reg: LocalRegistry, image_id: str, ref: str) -> str:
+def _push_base(docker_daemon, reg: LocalRegistry, image_id: str, ref: str) -> str:
     """Push the base to `reg`, then drop it locally so the build has to pull it."""
-    docker_engine.tag(image_id, f"{ref}:bookworm")
-    out = docker_engine.client.api.push(ref, tag="bookworm", auth_config={"username": reg.user, "password": reg.password})
+    docker_daemon.tag(image_id, f"{ref}:bookworm")
+    out = docker_daemon.client.api.push(ref, tag="bookworm", auth_config={"username": reg.user, "password": reg.password})
     assert "error" not in out.lower(), out
-    pinned = next(d for d in docker_engine.client.images.get(image_id).attrs["RepoDigests"] if d.startswith(ref))
-    docker_engine.client.images.remove(image_id, force=True)
+    pinned = next(d for d in docker_daemon.client.images.get(image_id).attrs["RepoDigests"] if d.startswith(ref))
+    docker_daemon.client.images.remove(image_id, force=True)
     return pinned.split("@", 1)[1]
 
 
@@ -80,18 +80,18 @@ def _pass_smoke(monkeypatch, tree, results) -> None:
     tested elsewhere)."""
     import datetime as dt
 
-    from kiln import paths
-    from kiln.images import resolve
-    from kiln.records import write_smoke_record
+    from kiln.basics import paths
+    from kiln.domain.images import resolve
+    from kiln.infra.records import write_smoke_record
 
     monkeypatch.setenv("KILN_ROOT", str(tree))
     monkeypatch.setenv("KILN_RESULTS_DIR", str(results))
     paths.repo_root.cache_clear()
     try:
-        from kiln.dockerengine import DockerEngine
+        from kiln.infra.docker import DockerDaemon
 
         _, _, recipe_image = resolve(NAME)
-        image = DockerEngine().image(recipe_image.tag)
+        image = DockerDaemon().image(recipe_image.tag)
         write_smoke_record({"image_id": image.id, "passed": True, "recipe": NAME,
                             "time": dt.datetime.now(dt.UTC).isoformat(), "note": "test_two_registries"})
     finally:

@@ -1,0 +1,1 @@
+"""kiln's basics layer (docs/architecture.md)."""

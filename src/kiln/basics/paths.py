@@ -1,0 +1,78 @@
+"""Where kiln finds its recipes, engine sources, caches and records.
+
+The checkout (recipes, Dockerfiles, engine sources) is $KILN_ROOT or the nearest parent
+of the working directory that holds one; never a guess. Records (smoke passes, publish
+results) are per user, not per checkout, so `kiln publish` run from another clone still
+sees what `kiln smoke` proved: $KILN_STATE_DIR, else $XDG_STATE_HOME/kiln, else
+~/.local/state/kiln ($KILN_RESULTS_DIR, the older name, still wins over all three).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from pathlib import Path
+
+from kiln.basics.errors import NotACheckout
+
+MARKERS = ("recipes", "docker-images", "engine")
+
+
+def _is_checkout(path: Path) -> bool:
+    return all((path / m).is_dir() for m in MARKERS)
+
+
+@cache
+def repo_root() -> Path:
+    """The kiln checkout: $KILN_ROOT, else the nearest parent of cwd holding recipes/,
+    docker-images/ and engine/. Anything else is NotACheckout: silently using the
+    checkout kiln was installed from would build and record against the wrong tree."""
+    env = os.environ.get("KILN_ROOT")
+    if env:
+        root = Path(env).resolve()
+        if not _is_checkout(root):
+            raise NotACheckout(f"KILN_ROOT={env} is not a kiln checkout (it needs {', '.join(m + '/' for m in MARKERS)})",
+                               hint="point KILN_ROOT at the folder holding recipes/, or unset it and cd into the checkout")
+        return root
+    here = Path.cwd().resolve()
+    for cand in (here, *here.parents):
+        if _is_checkout(cand):
+            return cand
+    raise NotACheckout(f"{here} is not inside a kiln checkout (no parent holds {', '.join(m + '/' for m in MARKERS)})")
+
+
+def recipes_dir() -> Path:
+    return repo_root() / "recipes"
+
+
+def cache_dir() -> Path:
+    """User cache: engine wheels, wheelhouses, unpacked engine sources."""
+    base = os.environ.get("KILN_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kiln"
+    )
+    path = Path(base)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def state_dir() -> Path:
+    """Where records live (see the module doc); not created here."""
+    for var in ("KILN_RESULTS_DIR", "KILN_STATE_DIR"):
+        if os.environ.get(var):
+            return Path(os.environ[var]).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "kiln"
+
+
+def results_dir() -> Path:
+    """Smoke and publish records: state_dir(), created on first use."""
+    path = state_dir()
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def shown_home(path: Path | str) -> str:
+    """A path for messages, with the home folder as ~ (shorter, and the same on every machine)."""
+    text = str(path)
+    home = os.path.expanduser("~")
+    return "~" + text[len(home):] if home != "/" and text.startswith(home + os.sep) else text

@@ -1,0 +1,105 @@
+"""Progress of long work (builds, pulls, pushes, health waits), drawn for who reads it.
+
+On a terminal an `Activity` is one live line that rewrites itself (rich), with a bar
+when the size of the work is known. In CI, or whenever stderr is not a terminal, live
+redraws would turn into thousands of log lines, so the same activity prints a plain
+heartbeat line at most every `HEARTBEAT_S` seconds instead: the log shows the work is
+alive and how far it got, without a line per chunk. `--quiet` silences both.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from kiln.basics import log
+
+HEARTBEAT_S = 10.0
+
+
+def live() -> bool:
+    """True when progress may redraw in place: stderr is a terminal, not CI, not --quiet."""
+    console = log.console
+    return console.is_terminal and not os.environ.get("CI") and not console.quiet
+
+
+class Activity:
+    """One long-running piece of work, as a context manager:
+
+        with Activity("pulling debian") as act:
+            act.update("layer 3/7", done=1.2e8, total=3.4e8)
+    """
+
+    def __init__(self, title: str, *, unit_bytes: bool = False, heartbeat_s: float = HEARTBEAT_S,
+                 silent: bool = False):
+        self.title = title
+        self.silent = silent  # shows nothing at all (a caller's own quiet mode)
+        self.unit_bytes = unit_bytes  # done/total are byte counts (shown as sizes)
+        self.heartbeat_s = heartbeat_s
+        self.t0 = time.monotonic()
+        self._last_beat = self.t0
+        self._progress: Progress | None = None
+        self._task: TaskID | None = None
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def __enter__(self) -> Activity:
+        self.t0 = self._last_beat = time.monotonic()
+        if live() and not self.silent:
+            columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24)]
+            if self.unit_bytes:
+                columns.append(DownloadColumn())
+            columns += [TimeElapsedColumn(), TextColumn("{task.fields[detail]}")]
+            # stderr written meanwhile (warnings, errors) prints above the live line; stdout
+            # stays where it is, it may carry a --json document
+            self._progress = Progress(*columns, console=log.console, transient=True,
+                                      redirect_stdout=False, redirect_stderr=True)
+            self._progress.start()
+            self._task = self._progress.add_task(self.title, total=None, detail="")
+        return self
+
+    def restart(self, title: str) -> None:
+        """The same display, now for the next part of the work (e.g. the next build step)."""
+        self.title = title
+        self.t0 = self._last_beat = time.monotonic()
+        if self._progress is not None:
+            self._progress.reset(self._task, total=None, description=title, detail="")
+
+    def update(self, detail: str = "", *, done: float | None = None, total: float | None = None) -> None:
+        """The latest state; cheap to call for every chunk of a stream."""
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done or 0, total=total or None, detail=detail[-110:])
+            return
+        now = time.monotonic()
+        if self.silent or now - self._last_beat < self.heartbeat_s:
+            return
+        self._last_beat = now
+        amount = ""
+        if done is not None and total:
+            amount = f"  {_amount(done, self.unit_bytes)} / {_amount(total, self.unit_bytes)}"
+        log.info(f"... {now - self.t0:4.0f} s  {self.title}{amount}  {detail[:150]}".rstrip())
+
+    def stop(self) -> None:
+        """Remove the live line (idempotent), e.g. before printing a failure's details."""
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _amount(n: float, unit_bytes: bool) -> str:
+    return log.human_size(n) if unit_bytes else f"{n:.0f}"

@@ -1,0 +1,1 @@
+"""kiln's commands layer (docs/architecture.md)."""

@@ -1,0 +1,133 @@
+"""`kiln base build`: a Debian base image from Debian packages alone (no registry)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from kiln.basics import log
+from kiln.basics.errors import BuildFailed, DebootstrapMissing
+from kiln.basics.paths import repo_root
+from kiln.infra.docker import DockerDaemon
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    suite: str
+    variant: str
+    mirror: str
+    security_mirror: str
+    include: tuple[str, ...]
+    strip: tuple[str, ...]
+    tag: str
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> BaseSpec:
+        path = path or repo_root() / "docker-images" / "base" / "base.yaml"
+        raw = yaml.safe_load(path.read_text())
+        return cls(
+            suite=raw["suite"],
+            variant=raw["variant"],
+            mirror=raw["mirror"],
+            security_mirror=raw["security_mirror"],
+            include=tuple(raw.get("include", [])),
+            strip=tuple(raw.get("strip", [])),
+            tag=raw["tag"],
+        )
+
+
+def _run(cmd: list[str], what: str) -> str:
+    log.debug(" ".join(cmd))
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        log.console.print(tail, markup=False)
+        raise BuildFailed(f"base image: {what} failed (exit {proc.returncode})")
+    return proc.stdout
+
+
+def _sources_list(spec: BaseSpec) -> str:
+    return (
+        f"deb {spec.mirror} {spec.suite} main\n"
+        f"deb {spec.mirror} {spec.suite}-updates main\n"
+        f"deb {spec.security_mirror} {spec.suite}-security main\n"
+    )
+
+
+def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str | None = None,
+               force: bool = False) -> str:
+    spec = spec or BaseSpec.load()
+    tag = tag or spec.tag
+    existing = docker.image(tag)
+    if existing is not None and not force:
+        log.ok(f"{tag} already exists ({existing.id[:19]}); --force rebuilds it")
+        return existing.id
+    if shutil.which("debootstrap") is None:
+        raise DebootstrapMissing("debootstrap is not installed")
+    if os.geteuid() != 0:
+        raise DebootstrapMissing("debootstrap needs root")
+    t0 = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kiln-base-") as tmp:
+        root = Path(tmp) / "rootfs"
+        log.step(f"debootstrap --variant={spec.variant} {spec.suite} ({spec.mirror})")
+        cmd = ["debootstrap", f"--variant={spec.variant}"]
+        if spec.include:
+            cmd.append("--include=" + ",".join(spec.include))
+        _run([*cmd, spec.suite, str(root), spec.mirror], "debootstrap")
+        log.info(f"debootstrap: {log.human_secs(time.monotonic() - t0)}")
+        (root / "etc/apt/sources.list").write_text(_sources_list(spec))
+        packages = _run(
+            ["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}=${Version}\\n"], "dpkg-query"
+        )
+        pkg_sha = hashlib.sha256("\n".join(sorted(packages.split())).encode()).hexdigest()
+        for rel in spec.strip:
+            target = root / rel
+            if target.is_dir():
+                for child in target.iterdir():
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
+            elif target.exists():
+                target.unlink()
+        tarball = Path(tmp) / "rootfs.tar"
+        log.step("packing rootfs (sorted, mtime 0, numeric owners)")
+        _run(["tar", "-C", str(root), "--sort=name", "--numeric-owner", "--mtime=@0",
+              "--exclude=./dev/*", "--exclude=./proc/*", "--exclude=./sys/*",
+              "-cf", str(tarball), "."], "tar")
+        labels = {
+            "org.opencontainers.image.title": tag,
+            "org.opencontainers.image.description": f"Debian {spec.suite} {spec.variant} from debootstrap",
+            "org.opencontainers.image.base.name": f"debootstrap:{spec.suite}",
+            "ai.kiln.base.suite": spec.suite,
+            "ai.kiln.base.variant": spec.variant,
+            "ai.kiln.base.mirror": spec.mirror,
+            "ai.kiln.base.packages-sha256": pkg_sha,
+            "ai.kiln.base.packages-count": str(len(packages.split())),
+        }
+        changes = [f'LABEL "{k}"="{v}"' for k, v in labels.items()]
+        changes += ['ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+                    'ENV LANG=C.UTF-8', 'CMD ["/bin/bash"]']
+        log.step(f"docker import -> {tag}")
+        image = docker.import_rootfs(tarball, tag, changes)
+        if image is None:
+            raise BuildFailed(f"base image: docker import did not produce {tag}")
+    log.summary(
+        "base image built",
+        {
+            "tag": tag,
+            "image id": image.id,
+            "size": log.human_size(image.attrs.get("Size", 0)),
+            "packages": f"{len(packages.split())} (sha256 {pkg_sha[:12]})",
+            "took": log.human_secs(time.monotonic() - t0),
+        },
+    )
+    return image.id

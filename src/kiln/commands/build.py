@@ -1,0 +1,271 @@
+"""`kiln build`: engine image (if needed), then the recipe image, each skipped when an
+image with the same input digest already exists.
+
+A build runs untagged; the size budget, the engine checks and (for engine images) the
+probe's labels come next, and only an image that passed them all is tagged, so a
+failed check never leaves a tag that a later build would trust."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import PurePosixPath
+
+from kiln.basics import log
+from kiln.basics.errors import (
+    BudgetExceeded,
+    BuildFailed,
+    EngineFetchFailed,
+    KilnError,
+    OverrideDrift,
+    PatchFailed,
+    PatchInvalid,
+)
+from kiln.domain import enginecheck, engineprobe
+from kiln.domain.ca import CABundle, add_to_context
+from kiln.domain.context import BuildContext
+from kiln.domain.images import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
+from kiln.domain.patching import applier, series
+from kiln.domain.recipe import LoadedRecipe
+from kiln.infra import credentials
+from kiln.infra.docker import DockerDaemon, Image
+
+_STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
+
+Check = Callable[[Image], None]  # raises a KilnError: the image must not be tagged
+Finalize = Callable[[Image], str]  # returns the id to tag (e.g. a labelled derivative)
+
+
+@dataclass
+class BuildOutcome:
+    tag: str
+    image_id: str
+    digest: str
+    size: int
+    seconds: float
+    skipped: bool
+    steps: int = 0
+    cached_steps: int = 0
+
+    def document(self, recipe: str) -> dict:
+        """`kiln build --json` (schema: schemas/build.json)."""
+        return {"recipe": recipe, "tag": self.tag, "image_id": self.image_id, "input_digest": self.digest,
+                "size_bytes": self.size, "seconds": round(self.seconds, 2), "skipped": self.skipped,
+                "steps": self.steps, "cached_steps": self.cached_steps}
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """One image to build: its inputs, its names, and what must hold before it is tagged."""
+
+    label: str  # names the build in progress lines and errors
+    context: BuildContext
+    digest: str  # input digest, stamped as a label and checked by `existing`
+    tags: list[str]  # the digest tag first, then aliases
+    labels: dict[str, str]
+    buildargs: dict[str, str]
+    max_size_gb: float | None = None
+    check: Check | None = None
+    finalize: Finalize | None = None
+
+
+def reuse(docker: DockerDaemon, digest: str, tags: list[str]) -> BuildOutcome | None:
+    """The image these inputs already built, with every alias tag (re)pointed at it;
+    None when there is none."""
+    t0 = time.monotonic()
+    img = existing(docker, tags[0], digest)
+    if img is None:
+        return None
+    for tag in tags[1:]:
+        docker.tag(img.id, tag)
+    return BuildOutcome(tags[0], img.id, digest, img.attrs.get("Size", 0), time.monotonic() - t0, True)
+
+
+def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: bool = False) -> BuildOutcome:
+    """Build `job` untagged, check it, then tag it."""
+    context = job.context
+    if not context.has("_kiln/ca.crt"):
+        add_to_context(context, ca)
+    if job.labels:
+        # one LABEL instruction: the legacy builder makes one step per label passed via the API
+        context.append_at_build("Dockerfile", label_instruction(job.labels).encode())
+    log.step(f"building {job.tags[0]} (context {log.human_size(context.size())}, CA: {ca.origin})")
+    try:
+        result = docker.build(context, label=job.label, buildargs=job.buildargs, nocache=nocache)
+    except BuildFailed as exc:
+        raise _as_patch_failure(exc) or exc from None
+    image = docker.require_image(result.image_id)
+    size = image.attrs.get("Size", 0)
+    # check before tagging: a failed check must leave no tag behind
+    if job.max_size_gb is not None and size > job.max_size_gb * 1e9:
+        raise BudgetExceeded(
+            f"{job.label}: image is {log.human_size(size)}, over budgets.max_image_size_gb={job.max_size_gb}"
+        )
+    if job.check is not None:
+        job.check(image)
+    image_id = job.finalize(image) if job.finalize is not None else result.image_id
+    for tag in job.tags:
+        docker.tag(image_id, tag)
+    return BuildOutcome(job.tags[0], image_id, job.digest, size, result.seconds, False, result.steps,
+                        result.cached_steps)
+
+
+def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
+    """A failed RUN step that runs the in-image applier, with one of the applier's own exit
+    statuses, is that typed error (its own exit code), reported with the lines the applier
+    printed in that step; any other status (e.g. a compileall after it) stays BuildFailed."""
+    if exc.status is None or not _runs_applier(exc.step):
+        return None
+    typed = {
+        applier.ApplyFailed.exit_code: PatchFailed,
+        applier.DriftError.exit_code: OverrideDrift,
+        applier.PatchFormatError.exit_code: PatchInvalid,
+    }.get(exc.status)
+    if typed is None:
+        return None
+    lines = [ln for ln in exc.tail if not ln.startswith(applier.HINT_PREFIX)]
+    return typed(lines or [f"{exc.step}: the patch applier exited {exc.status} without saying why"])
+
+
+def _runs_applier(step: str) -> bool:
+    """`Step N/M : RUN ...` whose command runs the applier the harness copies in."""
+    m = _STEP_HEADER.match(step)
+    return bool(m) and m.group(1).upper() == "RUN" and PurePosixPath(PATCHER_ARC).name in m.group(2)
+
+
+def label_instruction(labels: dict[str, str]) -> str:
+    """`LABEL "k"="v" ...` for the final stage; values JSON-quoted (Dockerfile-compatible)."""
+    pairs = " \\\n      ".join(f"{json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items()))
+    return f"\n# ---- kiln labels (added at build time, not part of the input digest) ----\nLABEL {pairs}\n"
+
+
+def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool = False,
+                 nocache: bool = False) -> BuildOutcome:
+    tags = [engine_image.tag, engine_image.alias_tag]
+    reused = None if force else reuse(docker, engine_image.digest, tags)
+    if reused is not None:
+        return stamp(docker, tags, reused)
+    base = engine_image.engine.base_image
+    # a registry base is pulled by digest; the air-gapped kiln/base is never pulled
+    docker.ensure_base(base.pinned, pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth)
+    engine_image.add_wheels()
+    job = ImageBuild(
+        label=f"engine-{engine_image.engine.flavour}",
+        context=engine_image.context,
+        digest=engine_image.digest,
+        tags=tags,
+        labels=engine_image.labels(),
+        buildargs=engine_image.buildargs(),
+        # torch/CUDA/NCCL labels read from the built image before anything is tagged
+        finalize=lambda image: engineprobe.labelled(docker, image),
+    )
+    return run_build(docker, job, engine_image.ca.get(), nocache=nocache)
+
+
+def stamp(docker: DockerDaemon, tags: list[str], outcome: BuildOutcome) -> BuildOutcome:
+    """Heal an engine image built before probing existed (a reused image without the
+    labels): tag a labelled derivative in its place. If the probe fails, the engine's
+    tags are removed, so a failed check never leaves a tag that a later build would trust.
+    Fresh builds are labelled before they are tagged (`ImageBuild.finalize`)."""
+    image = docker.require_image(outcome.image_id)
+    if engineprobe.is_stamped(image):
+        return outcome
+    try:
+        image_id = engineprobe.labelled(docker, image)
+    except BaseException:
+        _untag(docker, tags)
+        raise
+    for tag in tags:
+        docker.tag(image_id, tag)
+    return replace(outcome, image_id=image_id)
+
+
+def _untag(docker: DockerDaemon, tags: list[str]) -> None:
+    for tag in tags:
+        try:
+            docker.remove_image(tag)
+        except Exception as exc:  # keep the probe's own error as the one reported
+            log.warn(f"could not remove tag {tag}: {exc}")
+
+
+def engine_image_id(docker: DockerDaemon, loaded: LoadedRecipe, *, build_if_missing: bool) -> str | None:
+    """The id of the engine image built from the recipe's current engine inputs (built
+    now when missing and `build_if_missing`), None when there is none."""
+    _, engine_image, _ = resolve(loaded.name)
+    img = existing(docker, engine_image.tag, engine_image.digest)
+    if img is not None:
+        return img.id
+    if not build_if_missing:
+        return None
+    return build_engine(docker, engine_image).image_id
+
+
+def build_recipe(
+    name: str, *, docker: DockerDaemon | None = None, force: bool = False, force_engine: bool = False,
+    ca_flag: str | None = None, quiet_summary: bool = False, nocache: bool = False,
+) -> BuildOutcome:
+    docker = docker or DockerDaemon()
+    t0 = time.monotonic()
+    loaded, engine_image, recipe_image = resolve(name, ca_flag)
+    reused = None if force else reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag])
+    if reused is not None:
+        if not quiet_summary:
+            log.ok(f"{recipe_image.tag} is up to date (input digest {recipe_image.digest[:19]}); "
+                   f"nothing to build [{log.human_secs(time.monotonic() - t0)}]")
+        return reused
+    preflight_patches(loaded)
+    engine_outcome = build_engine(docker, engine_image, force=force_engine, nocache=nocache and force_engine)
+    if engine_outcome.skipped:
+        log.ok(f"engine {engine_image.tag} up to date")
+    else:
+        _summary("engine image built", engine_outcome, engine_outcome.seconds)
+    outcome = run_build(docker, _recipe_build(docker, loaded, recipe_image), engine_image.ca.get(), nocache=nocache)
+    if not quiet_summary:
+        _summary(f"built {recipe_image.repository}", outcome, time.monotonic() - t0,
+                 extra={"also tagged": recipe_image.latest_tag, "engine": engine_image.tag})
+    return outcome
+
+
+def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage) -> ImageBuild:
+    return ImageBuild(
+        label=loaded.name,
+        context=recipe_image.context,
+        digest=recipe_image.digest,
+        tags=[recipe_image.tag, recipe_image.latest_tag],
+        labels=recipe_image.labels(),
+        buildargs=recipe_image.buildargs(),
+        max_size_gb=loaded.recipe.budgets.max_image_size_gb,
+        # the engine really is the declared one and accepts the launch args (enginecheck)
+        check=lambda image: enginecheck.verify(loaded, image, docker),
+    )
+
+
+def preflight_patches(loaded: LoadedRecipe) -> None:
+    """Apply the engine series and the recipe's switched-on features to the pinned
+    engine's sources on the host, so a hunk that no longer applies fails in seconds,
+    before any image layer is built. The in-image application stays authoritative."""
+    engine = loaded.recipe.engine
+    has_features = bool(loaded.recipe.experimental)
+    if not series.series_for(engine.version).patches and not has_features:
+        return
+    try:
+        series.check(engine.version, None, loaded)
+    except EngineFetchFailed as exc:
+        log.warn(f"patch pre-flight skipped ({exc.message}); the image build still applies the series")
+
+
+def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict | None = None) -> None:
+    rows = {
+        "tag": o.tag,
+        "image id": o.image_id,
+        "input digest": o.digest,
+        "size": log.human_size(o.size),
+        "took": log.human_secs(seconds),
+        "cache": f"{o.cached_steps}/{o.steps} steps cached",
+    }
+    rows.update(extra or {})
+    log.summary(title, rows)
+

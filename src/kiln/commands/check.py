@@ -1,0 +1,104 @@
+"""`kiln check`: validate everything that can be validated without building."""
+
+from __future__ import annotations
+
+from kiln.basics import log
+from kiln.basics.errors import RecipeInvalid
+from kiln.basics.paths import repo_root
+from kiln.domain.argcheck import check_against_engine
+from kiln.domain.overrides import load_override
+from kiln.domain.patching.series import recipe_series
+from kiln.domain.recipe import load_recipe, recipe_dir, recipe_names
+from kiln.domain.topology import feature_problems
+
+
+def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
+    if name and not all_recipes:
+        recipe_dir(name)  # an unknown name is no recipe problem: say so with its own hint
+        return [name]
+    return recipe_names()
+
+
+def check_one(name: str) -> list[str]:
+    """Problems with one recipe, as one-line messages (empty when it is fine)."""
+    try:
+        loaded = load_recipe(recipe_dir(name))
+    except RecipeInvalid as exc:
+        return exc.problems
+    problems: list[str] = []
+    for feature in loaded.recipe.features:
+        if not (loaded.feature_dir(feature) / "override.yaml").is_file():
+            problems.append(f"{loaded.where('experimental')}: experimental: {feature}: no "
+                            f"experimental/{feature}/override.yaml next to the recipe")
+    # every shipped override, switched on or not: one that is off today is on tomorrow
+    for fdir in sorted(p for p in (loaded.dir / "experimental").glob("*") if (p / "override.yaml").is_file()):
+        try:
+            override = load_override(fdir)
+        except RecipeInvalid as exc:
+            problems += exc.problems
+            continue
+        version = loaded.recipe.engine.version
+        if override.versioned and not override.supports(version):
+            have = ", ".join(override.series_versions())
+            problems.append(
+                f"{_rel(override.dir / override.override.patches)}: {fdir.name} has no series for "
+                f"{override.override.engine.name}=={version} (it has: {have}; port it: kiln patches checkout "
+                f"--feature {name}/{fdir.name} --engine {version} --series-from {override.series_versions()[-1]})"
+            )
+        elif not override.versioned and override.override.engine.version != version:
+            problems.append(
+                f"{_rel(override.dir / 'override.yaml')}: engine.version: {fdir.name} targets "
+                f"{override.override.engine.name}=={override.override.engine.version}, recipe pins "
+                f"{version} (kiln override rebase {name} {fdir.name} --from "
+                f"{override.override.engine.version})"
+            )
+    problems += feature_problems(loaded)
+    problems += _launch_args(loaded)
+    return problems
+
+
+def _rel(path) -> str:
+    try:
+        return str(path.relative_to(repo_root()))
+    except ValueError:
+        return str(path)
+
+
+def _series_used(name: str) -> list[dict]:
+    """Which patch series a valid recipe's image applies, in order."""
+    loaded = load_recipe(recipe_dir(name))
+    return [{"applies": what, "file": _rel(file) if file else None, "patches": count}
+            for what, file, count in recipe_series(loaded)]
+
+
+def _launch_args(loaded) -> list[str]:
+    """Flags checked against the built engine's own parser, when that image exists."""
+    return check_against_engine(loaded)
+
+
+def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
+    if not name and not all_recipes:
+        all_recipes = True
+    problems: list[str] = []
+    names = _recipe_names(name, all_recipes)
+    report = []
+    for recipe in names:
+        found = check_one(recipe)
+        entry = {"name": recipe, "valid": not found, "problems": found}
+        if found:
+            problems += found
+        else:
+            entry["series"] = _series_used(recipe)
+            log.ok(f"{recipe}")
+        report.append(entry)
+    if as_json:
+        log.emit_json({"valid": not problems, "recipes": report})
+    if problems:
+        raise RecipeInvalid(problems)
+    for entry in report:  # after the verdict: error output stays one line per problem
+        log.info(f"{entry['name']} applies:")
+        for s in entry["series"]:
+            log.info(f"  {s['applies']}: {s['file'] or 'no series'} ({s['patches']} patch(es))")
+    log.info(f"{len(names)} recipe(s) valid")
+    return 0
+

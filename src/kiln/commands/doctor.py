@@ -1,0 +1,66 @@
+"""`kiln doctor`: is this machine ready to build, serve and publish?"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from kiln.basics import log
+from kiln.basics.errors import KilnError
+from kiln.basics.paths import cache_dir, repo_root, shown_home, state_dir
+from kiln.domain.ca import resolve_ca
+from kiln.infra.docker import DockerDaemon
+
+_ROWS: list[dict] = []
+
+
+def _row(ok: bool | None, what: str, detail: str) -> bool:
+    mark = {True: "[green]ok[/]  ", False: "[red]FAIL[/]", None: "[yellow]warn[/]"}[ok]
+    log.console.print(f"  {mark} {what}: ", end="", markup=True, highlight=False)
+    log.console.print(detail, markup=False, highlight=False)
+    _ROWS.append({"check": what, "status": {True: "ok", False: "fail", None: "warn"}[ok], "detail": detail})
+    return ok is not False
+
+
+def _gpu() -> str | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
+
+
+def doctor(as_json: bool = False) -> int:
+    _ROWS.clear()
+    good = True
+    log.step("kiln doctor")
+    try:
+        version = DockerDaemon().ping()
+        good &= _row(True, "docker daemon", f"reachable, server {version}")
+    except KilnError as exc:
+        good &= _row(False, "docker daemon", exc.message)
+    deb = shutil.which("debootstrap")
+    _row(True if deb else None, "debootstrap", deb or "missing (needed only for `kiln base build`)")
+    usage = shutil.disk_usage(cache_dir())
+    free_gb = usage.free / 1e9
+    good &= _row(free_gb > 15 if free_gb < 15 else True, "disk", f"{free_gb:.0f} GB free (an engine build needs ~10 GB)")
+    try:
+        ca = resolve_ca()
+        _row(True, "CA bundle", f"{ca.path or 'none'} ({ca.origin})")
+    except KilnError as exc:
+        good &= _row(False, "CA bundle", exc.message)
+    gpu = _gpu()
+    _row(True if gpu else None, "GPU", gpu or "none visible (CPU recipes only; GPU smoke tests skip)")
+    reg = shutil.which("docker-registry") or shutil.which("registry")
+    _row(True if reg else None, "local registry binary", reg or "missing (publish tests need Debian's docker-registry)")
+    _row(True, "records", f"{shown_home(state_dir())} (smoke passes and publish results; $KILN_STATE_DIR moves them)")
+    _row(*_checkout())
+    if as_json:
+        log.emit_json({"ok": good, "checks": list(_ROWS)})
+    return 0 if good else 1
+
+
+def _checkout() -> tuple[bool | None, str, str]:
+    try:
+        return True, "checkout", str(repo_root())
+    except KilnError as exc:
+        return None, "checkout", f"{exc.message} (recipe commands need one)"

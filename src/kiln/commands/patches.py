@@ -1,0 +1,161 @@
+"""CLI wiring of `kiln patches ...`, `kiln engine bump` and `kiln override ...`: argument
+parsing and printing only; the work is done in kiln.domain.patching."""
+
+from __future__ import annotations
+
+from kiln.basics import log
+from kiln.basics.paths import repo_root
+from kiln.domain.patching import series as S
+from kiln.domain.patching.bump import bump, default_from, move_recipe
+from kiln.domain.patching.quilt import Target, checkout, refresh
+from kiln.domain.patching.rebase import rebase, to_patch
+from kiln.infra import wheelcache
+
+ENGINE = S.ENGINE
+
+
+def cmd_patches_check(args) -> int:
+    if args.feature:  # every engine version the feature has a series for, or --engine's
+        _, ov = S.FeatureRef.parse(args.feature).load()
+        versions = [S.parse_engine(args.engine)] if args.engine else (ov.series_versions() or [ov.override.engine.version])
+        S.check_feature(ov, versions, args.flavour)
+        return 0
+    recipe = S.load_recipe(args.recipe) if args.recipe else None
+    if args.engine:
+        versions = [S.parse_engine(args.engine)]
+    elif recipe is not None:
+        versions = [recipe.recipe.engine.version]
+    else:
+        versions = S.pinned_versions()
+        if not versions:
+            log.info(f"no series under {S.shown(repo_root() / 'patches' / ENGINE)}; nothing to check")
+            return 0
+    flavour = args.flavour or (recipe.recipe.engine.flavour if recipe is not None else None)
+    for version in versions:
+        S.check(version, flavour, recipe)
+    return 0
+
+
+def _target(args) -> Target:
+    """The series checkout/refresh work on: --feature RECIPE/FEATURE or the engine's."""
+    feature = S.FeatureRef.parse(args.feature) if getattr(args, "feature", None) else None
+    if args.engine:
+        version = S.parse_engine(args.engine)
+    elif feature is not None:
+        version = feature.load()[0].recipe.engine.version
+    else:
+        version = S.newest_version()
+    series_from = getattr(args, "series_from", None)
+    return Target(version, S.parse_engine(series_from) if series_from else version, feature)
+
+
+def _again(args, target: Target) -> str:
+    """The refresh command for this checkout, with the options it needs."""
+    parts = ["kiln patches refresh"]
+    if target.feature is not None:
+        parts.append(f"--feature {target.feature}")
+    if args.engine or target.feature is not None:
+        parts.append(f"--engine {ENGINE}=={target.version}")
+    return " ".join(parts)
+
+
+def cmd_patches_checkout(args) -> int:
+    target = _target(args)
+    scratch = checkout(target, args.flavour, args.force, args.force_apply)
+    log.ok(f"series applied in {scratch}")
+    log.info(f"edit files there, then `{_again(args, target)}`")
+    log.out.print(str(scratch), markup=False)
+    return 0
+
+
+def cmd_patches_refresh(args) -> int:
+    target = _target(args)
+    written = refresh(target, args.flavour)
+    folder = target.series_folder(target.version)
+    for name in written:
+        log.ok(f"refreshed {S.shown(folder / name)}")
+    if not written:
+        log.ok("every patch is up to date")
+    return 0
+
+
+def cmd_engine_bump(args) -> int:
+    to_version = S.parse_engine(args.to)
+    ported = args.recipe and S.series_dir(to_version).is_dir() and not args.from_version
+    if ported:  # moving one more recipe onto an engine whose series is already ported
+        log.ok(f"{S.shown(S.series_dir(to_version))} exists; moving {args.recipe} onto it")
+    else:
+        from_version = S.parse_engine(args.from_version) if args.from_version else default_from(to_version)
+        bump(from_version, to_version, args.flavour, args.dry_run)
+    if args.recipe and not args.dry_run:
+        move_recipe(args.recipe, to_version)
+    return 0
+
+
+def cmd_override_rebase(args) -> int:
+    written = rebase(args.recipe, args.feature, S.parse_engine(args.from_version))
+    for f in written:
+        log.ok(f"merged {f} onto the pinned engine; upstream_sha256 updated")
+    return 0
+
+
+def cmd_override_to_patch(args) -> int:
+    path = to_patch(args.recipe, args.feature)
+    log.ok(f"wrote {S.shown(path)}; override.yaml now uses the series, replacement files removed")
+    return 0
+
+
+def register(sub) -> None:
+    """Add `patches`, `engine` and `override` to the kiln CLI's subparsers."""
+    p = sub.add_parser("patches", help="the engine patch series (no Docker needed)")
+    ps = p.add_subparsers(dest="patches_command", required=True, parser_class=type(p))
+    engine_help = (f"{ENGINE}==X.Y.Z (default: the newest series under patches/{ENGINE}/, "
+                   "or with --feature the recipe's engine)")
+    flavour_help = "wheel whose sources are used: cpu (default, smaller) or cuda"
+    feature_help = "a recipe feature's own series instead of the engine's, e.g. glm53-kindling/draft-trunc"
+
+    s = ps.add_parser("check", help="apply the series to the pinned engine's sources in a scratch tree")
+    s.add_argument("--engine", help=f"{ENGINE}==X.Y.Z (default: every series under patches/{ENGINE}/)")
+    s.add_argument("--recipe", help="also apply this recipe's switched-on experimental features")
+    s.add_argument("--feature", metavar="RECIPE/FEATURE",
+                   help="check a feature's series for every engine version it has one for (or --engine's)")
+    s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
+    s.set_defaults(func=cmd_patches_check)
+
+    s = ps.add_parser("checkout", help="scratch tree with the series applied, for editing patches")
+    s.add_argument("--engine", help=engine_help)
+    s.add_argument("--feature", metavar="RECIPE/FEATURE", help=feature_help)
+    s.add_argument("--series-from", help="apply this version's series instead (porting to a new engine)")
+    s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
+    s.add_argument("--force", action="store_true", help="discard unrefreshed edits in an existing scratch tree")
+    s.add_argument("--force-apply", action="store_true", help="apply what applies, write .rej files for the rest")
+    s.set_defaults(func=cmd_patches_checkout)
+
+    s = ps.add_parser("refresh", help="regenerate the patch files from the edited scratch tree")
+    s.add_argument("--engine", help=engine_help)
+    s.add_argument("--feature", metavar="RECIPE/FEATURE", help=feature_help)
+    s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
+    s.set_defaults(func=cmd_patches_refresh)
+
+    e = sub.add_parser("engine", help="engine version management")
+    es = e.add_subparsers(dest="engine_command", required=True, parser_class=type(e))
+    s = es.add_parser("bump", help="port the patch series to another engine version (--dry-run: only report)")
+    s.add_argument("--to", required=True, help=f"{ENGINE}==Y or Y")
+    s.add_argument("--from", dest="from_version", help="series to bump (default: the newest one older than --to)")
+    s.add_argument("--dry-run", action="store_true", help="report per patch; change nothing")
+    s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
+    s.add_argument("--recipe", metavar="NAME", help="then pin this recipe to the new version (its features' series "
+                                                    "for that version must apply)")
+    s.set_defaults(func=cmd_engine_bump)
+
+    o = sub.add_parser("override", help="experimental overrides (recipes/NAME/experimental/FEATURE)")
+    os_ = o.add_subparsers(dest="override_command", required=True, parser_class=type(o))
+    s = os_.add_parser("rebase", help="move a feature onto the pinned engine (3-way merges whole-file replacements)")
+    s.add_argument("recipe")
+    s.add_argument("feature")
+    s.add_argument("--from", dest="from_version", required=True, help="engine version the override was forked from")
+    s.set_defaults(func=cmd_override_rebase)
+    s = os_.add_parser("to-patch", help="turn a feature's whole-file replacements into a patch")
+    s.add_argument("recipe")
+    s.add_argument("feature")
+    s.set_defaults(func=cmd_override_to_patch)

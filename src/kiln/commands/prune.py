@@ -1,0 +1,65 @@
+"""`kiln prune`: remove kiln images that no current recipe input can produce.
+
+Every edit to a recipe or the engine makes a new digest-tagged image and the old ones
+stay behind (an engine image is ~3 GB on CPU, ~9 GB on CUDA), so a day of work can fill
+a disk. An image is kept when its input digest is the current one of some recipe or of
+that recipe's engine; `kiln/base:*` is always kept. Only images labelled by kiln are
+ever touched: with recipe names, only those recipes' images; without, every recipe image
+of this checkout's recipes and every engine image no recipe here uses.
+"""
+
+from __future__ import annotations
+
+from kiln.basics import log
+from kiln.basics.errors import KilnError
+from kiln.domain.images import LABEL_NS, resolve
+from kiln.domain.recipe import recipe_names
+from kiln.infra.docker import DockerDaemon, Image
+
+
+def current_digests() -> set[str]:
+    """Input digests of every valid recipe's image and engine image, as of now."""
+    keep: set[str] = set()
+    for name in recipe_names():
+        try:
+            _, engine_image, recipe_image = resolve(name)
+            keep.update({recipe_image.digest, engine_image.digest})
+        except KilnError as exc:  # an invalid recipe protects nothing, but say so
+            log.warn(f"prune: {name} is not valid ({exc.message.splitlines()[0]}); its images count as stale")
+    return keep
+
+
+def stale_images(docker: DockerDaemon, keep: set[str], recipes: set[str], engines: bool) -> list[Image]:
+    out = []
+    for image in docker.images(label=f"{LABEL_NS}.input-digest"):
+        labels = image.labels or {}
+        if labels.get(f"{LABEL_NS}.input-digest") in keep:
+            continue
+        mine = labels.get(f"{LABEL_NS}.recipe") in recipes
+        engine = engines and labels.get(f"{LABEL_NS}.kind") == "engine"
+        if mine or engine:
+            out.append(image)
+    return out
+
+
+def prune(names: list[str] | None = None, *, dry_run: bool = False, docker: DockerDaemon | None = None) -> int:
+    docker = docker or DockerDaemon()
+    keep = current_digests()
+    stale = stale_images(docker, keep, set(names or recipe_names()), engines=not names)
+    total = 0
+    for image in stale:
+        name = ", ".join(image.tags) or image.short_id
+        total += image.attrs.get("Size", 0)
+        if dry_run:
+            log.info(f"would remove {name}")
+            continue
+        for tag in image.tags or [image.id]:
+            docker.remove_image(tag)
+        log.info(f"removed {name}")
+    verb = "would free" if dry_run else "freed"
+    log.summary("kiln prune", {
+        "kept": f"{len(keep)} current input digest(s)",
+        "stale images": str(len(stale)),
+        verb: f"up to {log.human_size(total)} (shared layers are freed only when nothing uses them)",
+    })
+    return 0

@@ -1,0 +1,403 @@
+"""`kiln publish` and `kiln promote`: put a built, smoke-tested image into an OCI
+registry and move it between channels without rebuilding or re-pushing.
+
+Tags written per publish, in this order (each one a manifest PUT of the same bytes):
+
+    <registry>/<repository>:<engine>-<version>-<recipe>   e.g. vllm-0.32.0-tiny-moe
+    <registry>/<repository>:<channel>                      e.g. experimental
+    <registry>/<repository>:<input digest, 12 hex>         written last
+
+Layers travel through the Docker daemon, pushed under the engine tag (a `docker push`
+always writes some tag, and a registry cannot delete a single tag: distribution 2.8
+deletes manifests by digest only, which would take every tag on it along; so kiln
+writes no tag of its own such as a staging tag). The daemon writes that tag only after
+every layer is up, so a push that dies midway moves no tag. The input-digest tag is
+written last, so its presence means the publish completed; that is also what "already
+published" is checked against.
+
+`--skip-smoke-check` (no passing smoke record) writes none of those three: the image,
+labelled `ai.kiln.smoke-check=skipped`, goes out under `<input digest, 12 hex>-unsmoked`
+only, so no tag that consumers follow or pin ever points at an unproven image.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kiln.basics import log
+from kiln.basics.errors import (
+    ChannelEmpty,
+    ChannelInvalid,
+    KilnError,
+    ManifestMismatch,
+    NotSmokeTested,
+    PushFailed,
+    RegistryAuthFailed,
+    RegistryInvalid,
+)
+from kiln.basics.paths import results_dir, shown_home
+from kiln.domain.context import BuildContext
+from kiln.domain.images import LABEL_NS, require_built
+from kiln.domain.recipe import LoadedRecipe, load_recipe, recipe_dir
+from kiln.infra import credentials
+from kiln.infra.docker import DockerDaemon
+from kiln.infra.records import passing_smoke_record, record_path
+from kiln.infra.registry import Manifest, RegistryClient, Target
+
+SMOKE_LABEL = f"{LABEL_NS}.smoke-check"
+UNSMOKED_SUFFIX = "-unsmoked"
+DEFAULT_CHANNELS = ("experimental", "stable")
+
+
+@dataclass
+class PublishResult:
+    recipe: str
+    image_id: str  # what was pushed (differs from the built id only with --skip-smoke-check)
+    input_digest: str
+    manifest_digest: str
+    registry: str
+    repository: str
+    channel: str | None  # None: --skip-smoke-check moves no channel
+    tags: list[str]  # full references, in the order they were written
+    pushed: bool  # False: the registry already held this image, only tags were checked
+    smoke: dict = field(default_factory=dict)
+    record: str = ""
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.registry}/{self.repository}@{self.manifest_digest}"
+
+
+@dataclass
+class PromoteResult:
+    recipe: str
+    image_id: str
+    manifest_digest: str
+    registry: str
+    repository: str
+    from_channel: str
+    to_channel: str
+    moved: bool  # False: the target channel already pointed there
+    smoke: dict = field(default_factory=dict)
+    record: str = ""
+
+
+# -- shared pieces ------------------------------------------------------------------------
+def target_for(loaded: LoadedRecipe, registry: str | None, *, plain_http: bool = False) -> Target:
+    """--registry wins over publish.registry; the repository comes from publish.repository."""
+    pub = loaded.recipe.publish
+    chosen = registry or (pub.registry if pub else None)
+    if not chosen:
+        raise RegistryInvalid(f"{loaded.name}: no registry (no --registry and no publish.registry)")
+    repository = pub.repository if pub else f"kiln/{loaded.name}"
+    return Target.parse(chosen, repository, plain_http=plain_http)
+
+
+def channels_of(loaded: LoadedRecipe) -> list[str]:
+    pub = loaded.recipe.publish
+    return list(pub.channels) if pub else list(DEFAULT_CHANNELS)
+
+
+def check_channel(loaded: LoadedRecipe, channel: str | None) -> str:
+    allowed = channels_of(loaded)
+    if channel is None:
+        return "experimental" if "experimental" in allowed else allowed[0]
+    if channel not in allowed:
+        raise ChannelInvalid(f"{loaded.name}: channel {channel!r} is not one of {', '.join(allowed)}")
+    return channel
+
+
+def engine_tag(loaded: LoadedRecipe) -> str:
+    e = loaded.recipe.engine
+    # a version like 0.32.0+cpu is not a valid tag character set
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{e.name}-{e.version}-{loaded.name}")
+
+
+def _client(target: Target, password_stdin: bool, creds: credentials.Credentials | None) -> RegistryClient:
+    if creds is None:
+        creds = credentials.resolve(target.host, password_stdin=password_stdin)
+    client = RegistryClient(target, creds)
+    client.check_access()
+    return client
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def write_record(kind: str, name: str, doc: dict) -> Path:
+    """publish/<recipe>-<kind>-<time>.json in the records folder. Holds digests, tags and the smoke
+    evidence; never credentials (not even the user name)."""
+    d = results_dir() / "publish"
+    d.mkdir(parents=True, exist_ok=True)
+    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    path = d / f"{name}-{kind}-{stamp}.json"
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"kind": kind, **doc}, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)  # atomic: a reader never sees half a record
+    return path
+
+
+def _smoke_evidence(tag: str, image_id: str, skip: bool) -> dict:
+    rec = passing_smoke_record(image_id)
+    if rec is not None:
+        if skip:
+            log.warn("--skip-smoke-check ignored: this image has a passing smoke record")
+        return {"status": "passed", "record": str(record_path(image_id))}
+    if not skip:
+        raise NotSmokeTested(f"{tag} (image {image_id[:19]}) has no passing smoke record in "
+                             f"{shown_home(record_path(image_id).parent)}; refusing to publish")
+    log.warn(f"publishing WITHOUT a smoke test (--skip-smoke-check): only the tag "
+             f"{tag.rsplit(':', 1)[-1]}{UNSMOKED_SUFFIX} is written, and the image gets label {SMOKE_LABEL}=skipped")
+    return {"status": "skipped"}
+
+
+def _unsmoked_image(docker: DockerDaemon, loaded: LoadedRecipe, short: str, image_id: str) -> str:
+    """The built image plus `ai.kiln.smoke-check=skipped`, so whoever pulls it can see it
+    was never smoke-tested. A label (not a manifest annotation) because `docker inspect`
+    shows it after any pull. Its own image id means the built image's future smoke
+    record can never vouch for it."""
+    ctx = BuildContext()
+    ctx.add_bytes("Dockerfile", f"FROM {image_id}\n".encode())
+    result = docker.build(ctx, label=f"{loaded.name} (smoke-check label)", labels={SMOKE_LABEL: "skipped"},
+                          quiet=True)
+    # the local tag mirrors the registry's: it keeps the derived image (and its layer
+    # cache) between runs, so a rerun derives the same id and "already published" holds
+    docker.tag(result.image_id, f"kiln/{loaded.name}:{short}{UNSMOKED_SUFFIX}")
+    return result.image_id
+
+
+# -- publish ----------------------------------------------------------------------------
+def publish(
+    name: str,
+    *,
+    registry: str | None = None,
+    channel: str | None = None,
+    skip_smoke_check: bool = False,
+    plain_http: bool = False,
+    password_stdin: bool = False,
+    creds: credentials.Credentials | None = None,
+    docker: DockerDaemon | None = None,
+) -> PublishResult:
+    """Push the image built from NAME's current inputs and tag it (see module doc).
+    `creds` (for callers in Python) replaces the env / docker-config lookup."""
+    docker = docker or DockerDaemon()
+    loaded, recipe_image, img = require_built(docker, name)
+    target = target_for(loaded, registry, plain_http=plain_http)
+    explicit_channel = channel
+    channel = check_channel(loaded, channel)
+    smoke = _smoke_evidence(recipe_image.tag, img.id, skip_smoke_check)
+    image_id = img.id
+    tags = [engine_tag(loaded), channel, recipe_image.short]  # write order: digest tag last
+    if smoke["status"] == "skipped":
+        if explicit_channel is not None:
+            raise ChannelInvalid(f"--channel {explicit_channel}: an image without a passing smoke record never "
+                                 "moves a channel", hint=f"run `kiln smoke {name}` and publish again, or drop --channel "
+                                 f"to push it as {recipe_image.short}{UNSMOKED_SUFFIX} only")
+        channel, tags = None, [f"{recipe_image.short}{UNSMOKED_SUFFIX}"]
+    client = _client(target, password_stdin, creds)
+    if smoke["status"] == "skipped":
+        image_id = _unsmoked_image(docker, loaded, recipe_image.short, img.id)
+    log.step(f"publishing {name} ({image_id[:19]}) to {target.host}/{target.path}")
+    manifest, pushed = _upload(docker, client, tags[-1], image_id, tags[0])
+    _write_tags(client, manifest, tags)
+    _verify(client, manifest, tags)
+    result = PublishResult(
+        recipe=name, image_id=image_id, input_digest=recipe_image.digest, manifest_digest=manifest.digest,
+        registry=target.host, repository=target.path, channel=channel,
+        tags=[target.ref(t) for t in tags], pushed=pushed, smoke=smoke,
+    )
+    doc = {**asdict(result), "built_image_id": img.id, "time": _now()}
+    doc.pop("record")
+    result.record = str(write_record("publish", name, doc))
+    _report_publish(result)
+    return result
+
+
+def _upload(docker: DockerDaemon, client: RegistryClient, digest_tag: str, image_id: str,
+            push_tag: str) -> tuple[Manifest, bool]:
+    """The manifest of `image_id` in the registry, pushing its layers only if needed
+    (the daemon's push writes `push_tag`, the first tag a publish writes anyway)."""
+    target = client.target
+    present = client.manifest(digest_tag)
+    # the image id is the digest of the image config, which names every layer: the same
+    # config means the same image, whatever compression another push chose
+    if present is not None and present.config_digest == image_id:
+        log.ok(f"{target.ref(digest_tag)} already holds this image ({present.digest}); push skipped")
+        return present, False
+    if present is not None:
+        log.info(f"{target.ref(digest_tag)} holds another build of these inputs; replacing it")
+    pushing = target.ref(push_tag)
+    docker.tag(image_id, pushing)
+    auth = client.credentials.auth_config(target.host) if client.credentials else None
+    try:
+        pushed = docker.push(pushing, auth_config=auth)
+    except PushFailed as exc:
+        raise _push_error(exc.message) from None
+    finally:
+        docker.remove_image(pushing)  # only the local tag; the image keeps its kiln/ tags
+    log.info(f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
+             f"[{log.human_secs(pushed.seconds)}]")
+    manifest = client.manifest(pushed.digest)  # read back by digest: did the registry keep it?
+    moved = f"; only tag {push_tag} moved (no channel or digest tag)"
+    if manifest is None:
+        raise ManifestMismatch(f"the registry accepted {pushed.digest} but does not return it{moved}")
+    if manifest.config_digest != image_id:
+        raise ManifestMismatch(f"{pushed.digest} holds image {manifest.config_digest}, pushed {image_id}{moved}")
+    return manifest, True
+
+
+def _push_error(message: str) -> KilnError:
+    """The daemon's push error as the kiln error a user can act on."""
+    text = f"{message}; no channel or digest tag was written"
+    lowered = message.lower()
+    if any(word in lowered for word in ("unauthorized", "denied", "authentication required")):
+        return RegistryAuthFailed(text, hint="the account may read but not push this repository, "
+                                             "or the daemon was handed other credentials")
+    if "http response to https client" in lowered:
+        return PushFailed(text, hint="the Docker daemon must list this registry in insecure-registries "
+                                     "(/etc/docker/daemon.json) to push over plain HTTP")
+    return PushFailed(text)
+
+
+def _write_tags(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
+    done: list[str] = []
+    for tag in tags:
+        try:
+            current = client.manifest(tag)
+            if current is None or current.digest != manifest.digest:
+                client.put_manifest(tag, manifest)
+        except KilnError as exc:
+            # same class (exit code), plus what state the registry is left in
+            exc.message = (f"{exc.message} (writing tag {tag}; written so far: {', '.join(done) or 'none'}; "
+                           "the input-digest tag comes last, so a rerun finishes the publish)")
+            raise
+        done.append(tag)
+
+
+def _verify(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
+    for tag in tags:
+        got = client.manifest(tag)
+        if got is None or got.digest != manifest.digest:
+            raise ManifestMismatch(f"{client.target.ref(tag)} reads back as "
+                                   f"{got.digest if got else 'missing'}, expected {manifest.digest}")
+
+
+def _report_publish(r: PublishResult) -> None:
+    log.summary(f"published {r.recipe}" if r.pushed else f"{r.recipe} already published (push skipped)", {
+        "manifest digest": r.manifest_digest,
+        "image id": r.image_id,
+        "input digest": r.input_digest,
+        "tags": ", ".join(t.rsplit(":", 1)[1] for t in r.tags),
+        "channel": r.channel or "none (not smoke-tested)",
+        "smoke check": f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
+        if r.smoke["status"] == "skipped" else "passed",
+        "record": shown_home(r.record),
+    })
+
+
+# -- promote ----------------------------------------------------------------------------
+def promote(
+    name: str,
+    *,
+    from_channel: str,
+    to_channel: str,
+    registry: str | None = None,
+    plain_http: bool = False,
+    password_stdin: bool = False,
+    creds: credentials.Credentials | None = None,
+) -> PromoteResult:
+    """Point channel `to` at the exact manifest channel `from` points at (no layer moves)."""
+    loaded = load_recipe(recipe_dir(name))
+    target = target_for(loaded, registry, plain_http=plain_http)
+    source, dest = check_channel(loaded, from_channel), check_channel(loaded, to_channel)
+    if source == dest:
+        raise ChannelInvalid(f"--from and --to are both {source!r}")
+    client = _client(target, password_stdin, creds)
+    manifest = client.manifest(source)
+    if manifest is None:
+        raise ChannelEmpty(f"{target.ref(source)} does not exist; nothing to promote")
+    image_id = manifest.config_digest or ""
+    if not image_id or passing_smoke_record(image_id) is None:
+        raise NotSmokeTested(f"{target.ref(source)} is image {image_id[:19] or '(an index)'}, "
+                             f"which has no passing smoke record in {shown_home(results_dir() / 'smoke')}; "
+                             "refusing to promote",
+                             hint=f"`kiln smoke {name}`, then `kiln publish {name} --channel {source}`, then promote "
+                                  "(or run promote where the smoke records are, or point $KILN_STATE_DIR at them)")
+    current = client.manifest(dest)
+    moved = current is None or current.digest != manifest.digest
+    if moved:
+        client.put_manifest(dest, manifest)
+    _verify(client, manifest, [dest])
+    result = PromoteResult(
+        recipe=name, image_id=image_id, manifest_digest=manifest.digest, registry=target.host,
+        repository=target.path, from_channel=source, to_channel=dest, moved=moved,
+        smoke={"status": "passed", "record": str(record_path(image_id))},
+    )
+    doc = {**asdict(result), "time": _now()}
+    doc.pop("record")
+    result.record = str(write_record("promote", name, doc))
+    log.summary(f"promoted {name}: {source} -> {dest}" if moved else f"{dest} already points at {source}'s image", {
+        "manifest digest": manifest.digest,
+        "image id": image_id,
+        "tag": target.ref(dest),
+        "record": shown_home(result.record),
+    })
+    return result
+
+
+# -- CLI ----------------------------------------------------------------------------------
+def _common(p) -> None:
+    p.add_argument("name")
+    p.add_argument("--registry", help="[http://|https://]HOST[:PORT][/NAMESPACE] (default: the recipe's "
+                                      "publish.registry); without a scheme: HTTP for loopback, else HTTPS")
+    p.add_argument("--plain-http", action="store_true",
+                   help="talk HTTP, not HTTPS (same as writing http://HOST)")
+    p.add_argument("--password-stdin", action="store_true",
+                   help=f"read the password from stdin (user from ${credentials.USER_ENV})")
+
+
+def cmd_publish(args) -> int:
+    r = publish(args.name, registry=args.registry, channel=args.channel, skip_smoke_check=args.skip_smoke_check,
+                plain_http=args.plain_http, password_stdin=args.password_stdin)
+    if args.json:
+        log.emit_json({**asdict(r), "pinned": r.pinned})
+    else:
+        log.out.print(r.pinned, markup=False)  # stdout: the one machine-readable line
+    return 0
+
+
+def cmd_promote(args) -> int:
+    r = promote(args.name, from_channel=args.from_channel, to_channel=args.to_channel, registry=args.registry,
+                plain_http=args.plain_http, password_stdin=args.password_stdin)
+    pinned = f"{r.registry}/{r.repository}@{r.manifest_digest}"
+    if args.json:
+        log.emit_json({**asdict(r), "pinned": pinned})
+    else:
+        log.out.print(pinned, markup=False)
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("publish", help="push a built, smoke-tested image to a registry")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
+    p.add_argument("--channel", default=None, help="channel tag to move (default: experimental)")
+    p.add_argument("--skip-smoke-check", action="store_true",
+                   help=f"publish without a passing smoke record: only as <digest12>{UNSMOKED_SUFFIX}, "
+                        f"labelled {SMOKE_LABEL}=skipped, no channel")
+    p.set_defaults(func=cmd_publish)
+    p = sub.add_parser("promote", help="point one channel at another's image (no rebuild, no re-push)")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
+    p.add_argument("--from", dest="from_channel", required=True)
+    p.add_argument("--to", dest="to_channel", required=True)
+    p.set_defaults(func=cmd_promote)

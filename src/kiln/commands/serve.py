@@ -1,0 +1,215 @@
+"""`kiln run NAME`: serve a built recipe image the way its flavour needs; `kiln ps`,
+`kiln logs` and `kiln stop` for the containers it started (found by label)."""
+
+from __future__ import annotations
+
+import re
+import signal
+import sys
+
+from kiln.basics import log
+from kiln.basics.errors import ContainerNotFound, ImageNotBuilt, ServerExited, UsageError
+from kiln.domain.container import ServingContainer, kiln_containers, preflight, run_spec
+from kiln.domain.images import existing, resolve
+from kiln.domain.launch import LABEL_RECIPE, LABEL_URL
+from kiln.domain.multinode import node_specs, print_commands
+from kiln.domain.topology import effective
+from kiln.infra.docker import Container, DockerDaemon
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _image_ref(docker: DockerDaemon | None, recipe_image) -> tuple[str, bool]:
+    """The image by content id when built here, else its digest tag."""
+    if docker is not None:
+        img = existing(docker, recipe_image.tag, recipe_image.digest)
+        if img is not None:
+            return img.id, True
+    return recipe_image.tag, False
+
+
+def parse_env(pairs: list[str] | None) -> dict[str, str]:
+    """`-e VAR=VALUE` options; a bare `VAR` is refused (docker would copy the host's)."""
+    env: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not ENV_NAME.match(key):
+            raise UsageError(f"kiln run: -e {pair!r}: expected VAR=VALUE", hint="e.g. `kiln run NAME -e VLLM_LOGGING_LEVEL=DEBUG`")
+        env[key] = value
+    return env
+
+
+def vllm_extra(args) -> list[str]:
+    extra = [a for a in (args.vllm_args or []) if a != "--"]
+    for token in extra:
+        if token in ("-e", "--env") or token.startswith("--env="):
+            raise UsageError(f"kiln run: {token} after `--` would go to vLLM, not to the container",
+                             hint="put -e VAR=VALUE before the `--`")
+    return extra
+
+
+def _sigterm_as_interrupt() -> None:
+    """`kill PID` of a foreground `kiln run` cleans up like Ctrl-C does."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def run(args) -> int:
+    loaded, _, recipe_image = resolve(args.name)
+    extra = vllm_extra(args)
+    env = parse_env(getattr(args, "env", None))
+    port = args.port or loaded.recipe.launch.port
+
+    topo = effective(loaded.recipe)
+    if topo.multi_node:
+        return _multi_node(args, loaded, recipe_image, topo, port=port, extra=extra, env=env)
+    if args.print:
+        try:
+            docker = DockerDaemon()
+            docker.ping()
+        except Exception:
+            docker = None
+        ref, built = _image_ref(docker, recipe_image)
+        spec = run_spec(loaded, ref, host_port=port, extra_args=extra, env=env, detach=args.detach)
+        print(spec.shell())
+        if not built:
+            log.warn(f"{recipe_image.tag} is not built on this host (`kiln build {args.name}`)")
+        return 0
+    # host-side problems (model paths, GPU, port) first: they need no daemon to explain
+    preflight(loaded, run_spec(loaded, recipe_image.tag, host_port=port))
+    docker = DockerDaemon()
+    ref, built = _image_ref(docker, recipe_image)
+    if not built:
+        raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {args.name}) is not built")
+    spec = run_spec(loaded, ref, host_port=port, extra_args=extra, env=env, detach=args.detach)
+    log.step(f"starting {recipe_image.tag}: {spec.shell()}")
+    if not args.detach:
+        _sigterm_as_interrupt()
+    box = ServingContainer(docker, spec)
+    try:
+        box.start()
+        box.wait_healthy(loaded.recipe.smoke.startup_timeout_s)
+        log.ok(f"serving {loaded.recipe.launch.served_model_name} at {box.url}/v1 (container {spec.name})")
+        if args.detach:
+            log.info(f"`kiln logs {spec.name}` shows its log; `kiln stop {spec.name}` (or docker stop) stops and removes it")
+            box = None
+            return 0
+        log.info("streaming logs; Ctrl-C stops and removes the container")
+        _stream(box.container)
+        exit_code = box.wait_exited(10)
+        if exit_code in (0, 143):  # stopped from outside (`kiln stop`, `docker stop`)
+            log.info(f"{spec.name} was stopped (exit code {exit_code})")
+            return 0
+        box._dump_logs()
+        code = "?" if exit_code is None else exit_code
+        raise ServerExited(f"container {spec.name} exited while serving (exit code {code})")
+    except KeyboardInterrupt:
+        log.info(f"stopping {spec.name}")
+        return 130
+    finally:
+        if box is not None:
+            box.stop()
+            box.remove()
+
+
+def _multi_node(args, loaded, recipe_image, topo, *, port: int, extra: list[str], env: dict) -> int:
+    """A recipe spanning several nodes: `--print` shows each node's command (one host, a
+    user-defined network; on real hosts use each host's network and the leader's address)."""
+
+    if not args.print:
+        raise UsageError(f"{args.name} spans {topo.nodes} nodes: `kiln run` serves one-node recipes",
+                         hint=f"`kiln run {args.name} --print` prints each node's command; `kiln render k8s "
+                              f"{args.name}` writes Kubernetes manifests; `kiln smoke {args.name}` (CPU) serves it "
+                              "across local containers")
+    try:
+        docker = DockerDaemon()
+        docker.ping()
+    except Exception:
+        docker = None
+    ref, built = _image_ref(docker, recipe_image)
+    specs = node_specs(loaded, ref, topo, host_port=port, extra_args=extra, env=env)
+    for spec in specs:
+        spec.detach = args.detach
+    print_commands(specs, topo)
+    if not built:
+        log.warn(f"{recipe_image.tag} is not built on this host (`kiln build {args.name}`)")
+    return 0
+
+
+def _print_log(chunk: bytes) -> None:
+    """A server's log is the command's output (stdout, shown under --quiet too), as with `docker logs`."""
+    sys.stdout.write(chunk.decode(errors="replace"))
+    sys.stdout.flush()
+
+
+def _stream(container: Container, tail: int | str = "all") -> None:
+    """Follow a container's log to stdout until it stops (or is removed)."""
+    for chunk in container.follow_logs(tail=tail):
+        _print_log(chunk)
+
+
+# -- kiln ps / logs / stop ------------------------------------------------------------
+def _ours(docker: DockerDaemon, name: str) -> Container:
+    """The kiln container called `name` (or with that id prefix)."""
+    box = docker.container(name)
+    if box is None or LABEL_RECIPE not in box.labels:
+        running = ", ".join(c.name for c in kiln_containers(docker)) or "none"
+        raise ContainerNotFound(f"no kiln container {name!r} (running kiln containers: {running})")
+    return box
+
+
+def _of_recipe(docker: DockerDaemon, name: str) -> list[Container]:
+    """Running containers kiln started for recipe `name` (so docs and scripts need not
+    know the random container suffix)."""
+    return [c for c in kiln_containers(docker) if c.labels.get(LABEL_RECIPE) == name]
+
+
+def _one(docker: DockerDaemon, name: str) -> Container:
+    """`name` as a container name, else as a recipe with exactly one running container."""
+    boxes = _of_recipe(docker, name)
+    if len(boxes) > 1 and name not in {b.name for b in boxes}:
+        raise ContainerNotFound(f"recipe {name!r} has {len(boxes)} running kiln containers: "
+                                f"{', '.join(b.name for b in boxes)}", hint="name one of them")
+    return boxes[0] if len(boxes) == 1 else _ours(docker, name)
+
+
+def ps(args) -> int:
+    boxes = kiln_containers(DockerDaemon(), all_states=args.all)
+    if not boxes:
+        log.info("no kiln containers" + ("" if args.all else " running"))
+        return 0
+    rows = [(c.name, c.labels.get(LABEL_RECIPE, "?"), c.status, c.health, c.labels.get(LABEL_URL, "")) for c in boxes]
+    widths = [max(len(r[i]) for r in [("NAME", "RECIPE", "STATUS", "HEALTH", "URL"), *rows]) for i in range(5)]
+    for row in [("NAME", "RECIPE", "STATUS", "HEALTH", "URL"), *rows]:
+        log.out.print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip(), markup=False, highlight=False)
+    return 0
+
+
+def logs(args) -> int:
+    box = _one(DockerDaemon(), args.name)
+    tail = "all" if args.tail is None else args.tail
+    try:
+        if args.follow:
+            _stream(box, tail)
+        else:
+            _print_log(box.logs(tail=tail) or b"")  # None: stopped (and auto-removed) while we read
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def stop(args) -> int:
+    docker = DockerDaemon()
+    if args.all == bool(args.names):
+        raise UsageError("kiln stop: name containers or pass --all, not both or neither", hint="`kiln ps` lists them")
+    boxes = kiln_containers(docker, all_states=True) if args.all else \
+        [b for n in args.names for b in (_of_recipe(docker, n) or [_ours(docker, n)])]
+    if not boxes:
+        log.info("no kiln containers to stop")
+    for box in boxes:
+        box.stop(timeout=args.timeout)
+        docker.remove_container(box.name)
+        log.ok(f"stopped and removed {box.name}")
+    return 0

@@ -1,0 +1,1 @@
+"""kiln's domain layer (docs/architecture.md)."""

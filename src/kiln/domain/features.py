@@ -1,0 +1,38 @@
+"""The engine's feature registry (engine/kiln_engine/features.py), for the harness.
+
+kiln-engine is installed next to kiln in a development checkout (`pip install -e
+engine`); without it the registry is loaded from the checkout's engine/ folder, the
+very file kiln bakes into every engine image. The registry module is standard-library
+only, so loading it never pulls torch, triton or vLLM.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import cache
+from types import ModuleType
+
+from kiln.basics.paths import repo_root
+
+_MODULE = "kiln_engine.features"
+
+
+@cache
+def registry() -> ModuleType:
+    try:
+        import kiln_engine.features as features  # late: optional on the host (file fallback)
+    except ImportError:
+        path = repo_root() / "engine" / "kiln_engine" / "features.py"
+        spec = importlib.util.spec_from_file_location("_kiln_feature_registry", path)
+        features = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = features  # dataclasses resolve their module by name
+        spec.loader.exec_module(features)
+    return features
+
+
+def engine_features(names) -> list:
+    """The registered engine features among `names` (recipe features without engine
+    code, e.g. a pure replacement override, have no entry and are skipped)."""
+    known = {f.name: f for f in registry().FEATURES}
+    return [known[n] for n in names if n in known]

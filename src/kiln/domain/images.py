@@ -1,0 +1,293 @@
+"""What goes into each image kiln builds: EngineImage (shared per flavour and engine
+pin) and RecipeImage (one per recipe, FROM its engine image). Each knows its build
+context, input digest, tags and labels; `resolve` makes both from a recipe name and
+`existing` finds the image the current inputs already built. `build.py` builds them."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import re
+import subprocess
+from functools import cached_property
+from pathlib import Path
+
+from kiln.basics.errors import ImageNotBuilt
+from kiln.basics.paths import repo_root
+from kiln.domain import wheelhouse
+from kiln.domain.ca import CABundle, resolve_ca
+from kiln.domain.context import BuildContext
+from kiln.domain.launch import LAUNCH_FILE, launch_json
+from kiln.domain.overrides import load_override
+from kiln.domain.patching import applier
+from kiln.domain.patching.overlay import excluded_paths, overlay_json
+from kiln.domain.recipe import DOCKERFILE, Engine, LoadedRecipe, load_recipe, recipe_dir
+from kiln.infra.docker import DockerDaemon, Image
+
+LABEL_NS = "ai.kiln"
+PATCHER_ARC = "_kiln/kiln_patching.py"
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(["git", "-C", str(repo_root()), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+def source_revision() -> str:
+    rev = _git("rev-parse", "HEAD") or "unknown"
+    if rev != "unknown" and _git("status", "--porcelain", "--untracked-files=no"):
+        rev += "-dirty"
+    return rev
+
+
+def source_url() -> str:
+    return _git("config", "--get", "remote.origin.url") or f"file://{repo_root()}"
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _patcher_source() -> Path:
+    # the in-image applier only: host-side patch tools are no engine-image input
+    return Path(applier.__file__)
+
+
+class EngineImage:
+    """kiln/engine-<flavour>: vLLM + kiln-engine + the pinned patch series on a base image."""
+
+    def __init__(self, engine: Engine, ca):
+        self.engine = engine
+        self.ca = ca
+        self.dir = repo_root() / "docker-images" / f"engine-{engine.flavour}"
+
+    @property
+    def repository(self) -> str:
+        return f"kiln/engine-{self.engine.flavour}"
+
+    @property
+    def series_dir(self) -> Path:
+        return repo_root() / "patches" / self.engine.name / self.engine.version
+
+    def wheel_requirements(self) -> list[str]:
+        return wheelhouse.requirements(self.dir, self.engine)
+
+    @cached_property
+    def context(self) -> BuildContext:
+        ctx = BuildContext()
+        ctx.add_tree("", self.dir)
+        ctx.add_tree("_kiln/common", repo_root() / "docker-images" / "common")
+        ctx.add_tree("_kiln/engine", repo_root() / "engine", exclude=("tests",))
+        if self.series_dir.is_dir():
+            ctx.add_tree("_kiln/patches", self.series_dir)
+        else:
+            ctx.add_bytes("_kiln/patches/series", b"")
+        ctx.add_file(PATCHER_ARC, _patcher_source())
+        ctx.add_param("engine", f"{self.engine.name}=={self.engine.version}")
+        ctx.add_param("flavour", self.engine.flavour)
+        ctx.add_param("base_image", self.engine.base_image.pinned)
+        ctx.add_param("wheelhouse", "\n".join(self.wheel_requirements()))
+        return ctx
+
+    def add_wheels(self) -> list[Path]:
+        """Fetch the wheelhouse (once, into the cache) and put it into the context.
+        Wheels are identified by their pins in the digest, not by their bytes."""
+        wheels = wheelhouse.fetch(self.wheel_requirements(), self.engine.flavour)
+        for whl in wheels:
+            self.context.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
+        if not wheels:
+            self.context.add_bytes("_kiln/wheels/.keep", b"", in_digest=False)
+        return wheels
+
+    @cached_property
+    def digest(self) -> str:
+        return self.context.digest()
+
+    @property
+    def tag(self) -> str:
+        return f"{self.repository}:{self.digest.split(':')[1][:12]}"
+
+    @property
+    def alias_tag(self) -> str:
+        return f"{self.repository}:{self.engine.name}-{self.engine.version}"
+
+    def buildargs(self) -> dict[str, str]:
+        return {
+            "BASE_IMAGE": self.engine.base_image.pinned,
+            "ENGINE_VERSION": self.engine.version,
+        }
+
+    def patch_entries(self) -> list[tuple[str, str]]:
+        return series_entries(self.series_dir / "series")
+
+    def labels(self) -> dict[str, str]:
+        e = self.engine
+        return {
+            **oci_labels(self.repository, f"{e.name}-{e.version}"),
+            f"{LABEL_NS}.kind": "engine",
+            f"{LABEL_NS}.input-digest": self.digest,
+            f"{LABEL_NS}.engine.name": e.name,
+            f"{LABEL_NS}.engine.version": e.version,
+            f"{LABEL_NS}.engine.flavour": e.flavour,
+            f"{LABEL_NS}.base-image": e.base_image.pinned,
+            f"{LABEL_NS}.patches": json.dumps(dict(self.patch_entries()), sort_keys=True),
+        }
+
+
+def series_entries(series: Path) -> list[tuple[str, str]]:
+    """(patch name, sha256) in series order; missing series means no patches."""
+    if not series.is_file():
+        return []
+    out = []
+    for raw in series.read_text().splitlines():
+        name = raw.split("#", 1)[0].strip()
+        if name:
+            out.append((name, "sha256:" + hashlib.sha256((series.parent / name).read_bytes()).hexdigest()))
+    return out
+
+
+def oci_labels(title: str, version: str) -> dict[str, str]:
+    return {
+        "org.opencontainers.image.title": title,
+        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.revision": source_revision(),
+        "org.opencontainers.image.created": _now(),
+        "org.opencontainers.image.source": source_url(),
+    }
+
+
+_TAIL = """
+# ---- kiln tail: appended by the harness (overlays, launch config, non-root user) ----
+USER root
+COPY _kiln/overlays/ /opt/kiln/overlays/
+RUN ["/opt/kiln/venv/bin/python", "/opt/kiln/lib/kiln_patching.py", "apply-overlays", "--root", "/opt/kiln/site-packages", "--overlays", "/opt/kiln/overlays", "--manifest-append", "/opt/kiln/patches.json"]
+COPY _kiln/launch.json /opt/kiln/launch.json
+USER kiln
+"""
+
+
+class RecipeImage:
+    """kiln/<recipe>: the recipe's thin Dockerfile FROM its engine image, plus the kiln tail."""
+
+    def __init__(self, loaded: LoadedRecipe, engine_image: EngineImage):
+        self.loaded = loaded
+        self.engine_image = engine_image
+
+    @property
+    def recipe(self):
+        return self.loaded.recipe
+
+    @property
+    def repository(self) -> str:
+        return f"kiln/{self.recipe.name}"
+
+    @cached_property
+    def context(self) -> BuildContext:
+        ctx = BuildContext()
+        dockerfile = (self.loaded.dir / DOCKERFILE).read_text()
+        ctx.add_bytes(DOCKERFILE, (dockerfile.rstrip("\n") + "\n" + _TAIL).encode())
+        ctx.add_tree("", self.loaded.dir, exclude=(DOCKERFILE, "experimental", "README.md"))
+        for feature in self.recipe.features:
+            fdir = self.loaded.feature_dir(feature)
+            ov, version = load_override(fdir), self.recipe.engine.version
+            ctx.add_tree(f"_kiln/overlays/{feature}", fdir, exclude=excluded_paths(ov, version))
+            ctx.add_bytes(f"_kiln/overlays/{feature}/overlay.json", overlay_json(ov, version))
+        if not self.recipe.experimental:
+            ctx.add_bytes("_kiln/overlays/.none", b"")
+        ctx.add_bytes(LAUNCH_FILE, launch_json(self.loaded))
+        ctx.add_param("engine-image-digest", self.engine_image.digest)
+        return ctx
+
+    @cached_property
+    def digest(self) -> str:
+        return self.context.digest()
+
+    @property
+    def short(self) -> str:
+        return self.digest.split(":")[1][:12]
+
+    @property
+    def tag(self) -> str:
+        return f"{self.repository}:{self.short}"
+
+    @property
+    def latest_tag(self) -> str:
+        return f"{self.repository}:latest"
+
+    def buildargs(self) -> dict[str, str]:
+        return {"KILN_ENGINE_IMAGE": self.engine_image.tag}
+
+    def overlay_patch_entries(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for feature in self.recipe.features:
+            series = load_override(self.loaded.feature_dir(feature)).series_file_for(
+                self.recipe.engine.version)
+            if series is not None:
+                for name, sha in series_entries(series):
+                    out[f"{feature}/{name}"] = sha
+        return out
+
+    def labels(self) -> dict[str, str]:
+        r = self.recipe
+        patches = dict(self.engine_image.patch_entries())
+        patches.update(self.overlay_patch_entries())
+        return {
+            **oci_labels(self.repository, f"{r.engine.name}-{r.engine.version}-{self.short}"),
+            "org.opencontainers.image.description": re.sub(r"\s+", " ", r.description)[:500],
+            f"{LABEL_NS}.kind": "recipe",
+            f"{LABEL_NS}.recipe": r.name,
+            f"{LABEL_NS}.input-digest": self.digest,
+            f"{LABEL_NS}.engine.name": r.engine.name,
+            f"{LABEL_NS}.engine.version": r.engine.version,
+            f"{LABEL_NS}.engine.flavour": r.engine.flavour,
+            f"{LABEL_NS}.engine.image": self.engine_image.tag,
+            f"{LABEL_NS}.engine.input-digest": self.engine_image.digest,
+            f"{LABEL_NS}.patches": json.dumps(patches, sort_keys=True),
+            f"{LABEL_NS}.experimental": ",".join(r.features),
+            f"{LABEL_NS}.served-model-name": r.launch.served_model_name,
+            f"{LABEL_NS}.port": str(r.launch.port),
+        }
+
+
+class LazyCA:
+    """Resolving the CA may ask pip for its config (a subprocess): only do it when a
+    build really runs, so no-op rebuilds stay fast."""
+
+    def __init__(self, flag: str | None):
+        self.flag = flag
+        self._value: CABundle | None = None
+
+    def get(self) -> CABundle:
+        if self._value is None:
+            self._value = resolve_ca(self.flag)
+        return self._value
+
+
+def resolve(name: str, ca_flag: str | None = None) -> tuple[LoadedRecipe, EngineImage, RecipeImage]:
+    """A recipe by name, with the engine image and recipe image its current inputs make."""
+    loaded = load_recipe(recipe_dir(name))
+    engine_image = EngineImage(loaded.recipe.engine, LazyCA(ca_flag))
+    return loaded, engine_image, RecipeImage(loaded, engine_image)
+
+
+def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
+    """The local image for this input digest, or None (a tag alone is not trusted)."""
+    img = docker.image(tag)
+    if img is None:
+        return None
+    if (img.labels or {}).get(f"{LABEL_NS}.input-digest") != digest:
+        return None
+    return img
+
+
+def require_built(docker: DockerDaemon, name: str) -> tuple[LoadedRecipe, RecipeImage, Image]:
+    """The image built from the current inputs, or ImageNotBuilt."""
+    loaded, _, recipe_image = resolve(name)
+    img = existing(docker, recipe_image.tag, recipe_image.digest)
+    if img is None:
+        raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {name}) is not built")
+    return loaded, recipe_image, img

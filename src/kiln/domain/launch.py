@@ -1,0 +1,224 @@
+"""LaunchConfig: from a recipe to the vLLM command line baked into the image, and to
+the `docker run` that starts it (one RunSpec feeds both `--print` and the SDK call)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+
+from kiln.domain.overrides import load_override
+from kiln.domain.recipe import LoadedRecipe, Recipe
+from kiln.domain.topology import layout_args
+
+LAUNCH_FILE = "_kiln/launch.json"
+CPU_SHM = "4g"
+CUDA_SHM = "16g"
+
+
+def _flag_args(flag: str, value) -> list[str]:
+    if value is True:
+        return [f"--{flag}"]
+    if value is False:
+        return []
+    if isinstance(value, list):
+        return [f"--{flag}", *(str(v) for v in value)]
+    if isinstance(value, dict):
+        return [f"--{flag}", json.dumps(value, sort_keys=True, separators=(",", ":"))]
+    return [f"--{flag}", str(value)]
+
+
+def speculative_config(recipe: Recipe) -> dict | None:
+    spec = recipe.launch.speculative_config
+    if spec is None:
+        return None
+    spec = dict(spec)
+    if spec.get("method") == "draft_model" and "model" not in spec and recipe.model.draft:
+        spec["model"] = recipe.model.draft.path
+    return spec
+
+
+def vllm_argv(recipe: Recipe) -> list[str]:
+    """`vllm serve ...` arguments, in recipe order; user args appended at run time win."""
+    launch = recipe.launch
+    argv = [
+        "serve", recipe.model.target.path,
+        "--served-model-name", launch.served_model_name,
+        "--host", "0.0.0.0",
+        "--port", str(launch.port),
+    ]
+    if recipe.topology is not None:
+        argv += layout_args(recipe.topology)
+    for flag, value in launch.args.items():
+        argv += _flag_args(flag, value)
+    spec = speculative_config(recipe)
+    if spec is not None:
+        argv += _flag_args("speculative-config", spec)
+    return argv
+
+
+def feature_env(loaded: LoadedRecipe) -> dict[str, str]:
+    """Env each enabled experimental feature sets (from its override.yaml)."""
+    env: dict[str, str] = {}
+    for feature in loaded.recipe.features:
+        env.update(load_override(loaded.feature_dir(feature)).env)
+    return env
+
+
+def launch_document(loaded: LoadedRecipe) -> dict:
+    recipe = loaded.recipe
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        **feature_env(loaded),
+        **recipe.launch.env,
+        "KILN_FEATURES": ",".join(recipe.features),
+    }
+    doc = {
+        "recipe": recipe.name,
+        "served_model_name": recipe.launch.served_model_name,
+        "port": recipe.launch.port,
+        "argv": ["vllm", *vllm_argv(recipe)],
+        "env": env,
+        "features": recipe.features,
+    }
+    if recipe.topology is not None:  # kiln-serve --print-launch shows the per-node commands from it
+        doc["topology"] = recipe.topology.model_dump(mode="json")
+    return doc
+
+
+def launch_json(loaded: LoadedRecipe) -> bytes:
+    return (json.dumps(launch_document(loaded), indent=2, sort_keys=True) + "\n").encode()
+
+
+# Hardened by default: the root filesystem is read-only, so vLLM and its libraries may
+# write only to tmpfs mounts. `exec` because torch inductor and triton dlopen() the kernels
+# they compile there (docker's tmpfs default is noexec). CUDA images also compile and cache
+# kernels under $HOME (/home/kiln in both engine images): vLLM's torch.compile cache,
+# triton, flashinfer and the CUDA JIT cache; the rest of ~/.cache/vllm (the model-info
+# cache kiln-prewarm fills at build time) stays readable from the image.
+TMPFS = {"/tmp": "exec"}
+CUDA_TMPFS = {
+    "/home/kiln/.cache/vllm/torch_compile_cache": "exec",
+    "/home/kiln/.triton": "exec",
+    "/home/kiln/.cache/flashinfer": "exec",
+    "/home/kiln/.nv": "exec",
+}
+CPU_CAPS = ("SYS_NICE",)  # vLLM-CPU binds its OpenMP threads to cores (sched_setaffinity)
+SECURITY_OPTS = ("no-new-privileges",)
+
+# Containers that kiln starts carry these, so `kiln ps/logs/stop` find exactly them.
+LABEL_RECIPE = "ai.kiln.run.recipe"
+LABEL_URL = "ai.kiln.run.url"
+
+
+@dataclass
+class RunSpec:
+    """Everything `docker run` needs for one serving container."""
+
+    image: str
+    name: str
+    host_port: int | None  # None: nothing published (a worker node)
+    container_port: int
+    host_ip: str = ""
+    flavour: str = "cpu"
+    mounts: list[tuple[str, str]] = field(default_factory=list)  # (host, container), read-only
+    env: dict[str, str] = field(default_factory=dict)
+    extra_args: list[str] = field(default_factory=list)
+    remove: bool = True
+    detach: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    network: str = ""  # a user-defined network: containers reach each other by name
+    healthcheck: bool = True  # False: a headless worker node, which serves no /health
+
+    @property
+    def caps(self) -> list[str]:
+        return [] if self.flavour == "cuda" else list(CPU_CAPS)
+
+    @property
+    def tmpfs(self) -> dict[str, str]:
+        return {**TMPFS, **(CUDA_TMPFS if self.flavour == "cuda" else {})}
+
+    def docker_cli(self) -> list[str]:
+        cmd = ["docker", "run"]
+        if self.remove:
+            cmd.append("--rm")
+        if self.detach:
+            cmd.append("-d")
+        cmd += ["--name", self.name]
+        if self.network:
+            cmd += ["--network", self.network]
+        if not self.healthcheck:
+            cmd.append("--no-healthcheck")
+        if self.host_port is not None:
+            bind = f"{self.host_ip}:" if self.host_ip else ""
+            cmd += ["-p", f"{bind}{self.host_port}:{self.container_port}"]
+        cmd.append("--read-only")
+        for path, opts in self.tmpfs.items():
+            cmd += ["--tmpfs", f"{path}:{opts}" if opts else path]
+        cmd += ["--cap-drop", "ALL"]
+        for cap in self.caps:
+            cmd += ["--cap-add", cap]
+        for opt in SECURITY_OPTS:
+            cmd += ["--security-opt", opt]
+        if self.flavour == "cuda":
+            cmd += ["--gpus", "all", "--ipc=host", "--shm-size", CUDA_SHM, "--ulimit", "memlock=-1"]
+        else:
+            cmd += ["--shm-size", CPU_SHM]
+        for host, inside in self.mounts:
+            cmd += ["-v", f"{host}:{inside}:ro"]
+        for key, value in sorted(self.labels.items()):
+            cmd += ["--label", f"{key}={value}"]
+        for key, value in sorted(self.env.items()):
+            cmd += ["-e", f"{key}={value}"]
+        cmd.append(self.image)
+        cmd += self.extra_args
+        return cmd
+
+    def shell(self) -> str:
+        return shlex.join(self.docker_cli())
+
+    def sdk_kwargs(self) -> dict:
+        """The docker SDK's `containers.create` keywords for the same container."""
+        kw: dict = {
+            "image": self.image,
+            "name": self.name,
+            "command": self.extra_args or None,
+            "detach": True,
+            "auto_remove": self.remove,
+            "ports": {} if self.host_port is None else
+            {f"{self.container_port}/tcp": (self.host_ip or "0.0.0.0", self.host_port)},
+            "environment": dict(self.env),
+            "volumes": {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts},
+            "labels": dict(self.labels),
+            "read_only": True,
+            "tmpfs": self.tmpfs,
+            "cap_drop": ["ALL"],
+            "cap_add": self.caps or None,
+            "security_opt": list(SECURITY_OPTS),
+        }
+        if self.network:
+            kw["network"] = self.network
+        if not self.healthcheck:
+            kw["healthcheck"] = {"test": ["NONE"]}
+        if self.flavour == "cuda":
+            kw.update(
+                ipc_mode="host",
+                shm_size=CUDA_SHM,
+                # plain dicts: the SDK turns them into its Ulimit / DeviceRequest types
+                ulimits=[{"name": "memlock", "soft": -1, "hard": -1}],
+                device_requests=[{"count": -1, "capabilities": [["gpu"]]}],
+            )
+        else:
+            kw.update(shm_size=CPU_SHM)
+        return kw
+
+
+def model_mounts(recipe: Recipe) -> list[tuple[str, str]]:
+    out = []
+    for src in (recipe.model.target, recipe.model.draft):
+        if src is not None and src.source == "host_path":
+            out.append((src.host_path, src.path))
+    return out

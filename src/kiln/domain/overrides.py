@@ -1,0 +1,192 @@
+"""Experimental overrides: `recipes/<name>/experimental/<feature>/override.yaml`.
+
+An override is a feature a recipe can switch on: env it sets at launch, plus either a
+patch series (preferred) or whole-file replacements against the pinned engine. A
+replacement records the sha256 of the upstream file it was forked from, so an engine
+bump that changes that file fails the build instead of silently reverting upstream.
+
+`patches:` names either one series file (for one engine version, `engine.version`) or a
+folder holding one series per engine version (`patches/0.32.0/series`,
+`patches/0.33.0/series`): recipes on different engine versions then share the feature,
+each applying the series of its own engine version.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from packaging.version import InvalidVersion
+from packaging.version import Version as PEP440
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kiln.basics.errors import RecipeInvalid
+from kiln.basics.yamlsrc import YamlProblem, load_yaml
+from kiln.domain.recipe import Version, display_path, problems_from_validation
+
+OVERRIDE_FILE = "override.yaml"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class OverrideEngine(_Strict):
+    name: str = "vllm"
+    version: Version
+
+
+class Replacement(_Strict):
+    """A whole file replaced in the installed engine (discouraged: prefer a patch)."""
+
+    target: Annotated[str, Field(pattern=r"^vllm/[A-Za-z0-9_./-]+\.py$")] = Field(
+        description="path inside site-packages, e.g. vllm/v1/worker/gpu/model_runner.py"
+    )
+    file: str = Field(description="the replacement, relative to the override folder")
+    upstream_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] = Field(
+        description="sha256 of the upstream file this replacement was forked from"
+    )
+
+
+class Override(_Strict):
+    name: str
+    description: str
+    engine: OverrideEngine
+    env: dict[str, str] = Field(default_factory=dict)
+    patches: str | None = Field(None, description="series file (relative) listing the patches in order, or a "
+                                "folder holding one <engine version>/series per engine version")
+    replacements: list[Replacement] = Field(default_factory=list)
+
+
+class LoadedOverride:
+    def __init__(self, override: Override, directory: Path):
+        self.override = override
+        self.dir = directory
+
+    @property
+    def name(self) -> str:
+        return self.override.name
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(self.override.env)
+
+    @property
+    def versioned(self) -> bool:
+        """`patches:` names a folder of per-engine-version series, not one series file."""
+        return bool(self.override.patches) and (self.dir / self.override.patches).is_dir()
+
+    @property
+    def series_file(self) -> Path | None:
+        """The one series file of an unversioned override (None when versioned or patch-less)."""
+        if not self.override.patches or self.versioned:
+            return None
+        return self.dir / self.override.patches
+
+    def series_versions(self) -> list[str]:
+        """Engine versions a versioned override has a series for, oldest first."""
+        if not self.versioned:
+            return []
+        return series_versions(self.dir / self.override.patches)
+
+    def series_dir_for(self, version: str) -> Path | None:
+        """Where the series for engine `version` lives (or would live, once ported)."""
+        if not self.override.patches:
+            return None
+        if self.versioned:
+            return self.dir / self.override.patches / version
+        return (self.dir / self.override.patches).parent
+
+    def series_file_for(self, version: str) -> Path | None:
+        """The series applied on engine `version`: the versioned one (None when not ported
+        to that version) or the single series file."""
+        if self.versioned:
+            f = self.dir / self.override.patches / version / "series"
+            return f if f.is_file() else None
+        return self.series_file
+
+    def supports(self, version: str) -> bool:
+        """Whether the override can be applied on engine `version` as it stands."""
+        if self.versioned:
+            return version in self.series_versions() and (
+                not self.override.replacements or self.override.engine.version == version)
+        return self.override.engine.version == version
+
+
+def version_key(name: str) -> PEP440 | None:
+    """PEP 440 order (0.33.0rc1 < 0.33.0 < 0.33.0.post1); None for no version."""
+    try:
+        return PEP440(name)
+    except InvalidVersion:
+        return None
+
+
+def series_versions(folder: Path, left_out=None) -> list[str]:
+    """Sub-folders of `folder` named by a PEP 440 version and holding a `series` file,
+    in version order (0.9.0 < 0.32.0 < 0.33.0rc1 < 0.33.0 < 0.33.0.post1). A folder
+    that is no version (`latest`) names no release pip could fetch: it is left out,
+    and passed to `left_out` (to say so)."""
+    if not folder.is_dir():
+        return []
+    names = []
+    for d in folder.iterdir():
+        if not (d / "series").is_file():
+            continue
+        if version_key(d.name) is None:
+            if left_out is not None:
+                left_out(d.name)
+            continue
+        names.append(d.name)
+    return sorted(names, key=version_key)
+
+
+def _escapes(directory: Path, rel: str) -> str | None:
+    """Why a path the override names is not a file inside its own folder (only that
+    folder goes into the build context; anything else would be read from the host)."""
+    try:
+        target = (directory / rel).resolve()
+    except (OSError, RuntimeError, ValueError):
+        return "is not a usable path"
+    if not target.is_relative_to(directory.resolve()):
+        return f"is outside {display_path(directory)}/"
+    return None
+
+
+def load_override(directory: Path) -> LoadedOverride:
+    file = directory / OVERRIDE_FILE
+    shown = display_path(file)
+    try:
+        src = load_yaml(file)
+    except FileNotFoundError:
+        raise RecipeInvalid([f"{shown}:1: (file): not found"]) from None
+    except YamlProblem as exc:
+        raise RecipeInvalid([f"{shown}:{exc.line}: (yaml): {exc.message}"]) from None
+    if not isinstance(src.data, dict):
+        raise RecipeInvalid([f"{shown}:1: (top level): must be a mapping of fields"])
+    try:
+        override = Override.model_validate(src.data)
+    except ValidationError as exc:
+        raise RecipeInvalid(problems_from_validation(src, exc)) from None
+    problems = []
+    if override.name != directory.name:
+        problems.append(f"{shown}:{src.line_of(('name',))}: name: must equal its folder name {directory.name!r}")
+    if override.patches:
+        why = _escapes(directory, override.patches)
+        if why:
+            problems.append(f"{shown}:{src.line_of(('patches',))}: patches: {override.patches!r} {why}")
+        elif (directory / override.patches).is_dir():
+            if not series_versions(directory / override.patches):
+                problems.append(f"{shown}:{src.line_of(('patches',))}: patches: folder {override.patches!r} holds "
+                                "no <engine version>/series")
+        elif not (directory / override.patches).is_file():
+            problems.append(f"{shown}:{src.line_of(('patches',))}: patches: no series file {override.patches!r}")
+    for i, rep in enumerate(override.replacements):
+        where = f"{shown}:{src.line_of(('replacements', i, 'file'))}: replacements[{i}].file"
+        why = _escapes(directory, rep.file)
+        if why:
+            problems.append(f"{where}: {rep.file!r} {why}")
+        elif not (directory / rep.file).is_file():
+            problems.append(f"{where}: not found")
+    if problems:
+        raise RecipeInvalid(problems)
+    return LoadedOverride(override, directory)

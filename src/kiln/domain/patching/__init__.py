@@ -1,0 +1,14 @@
+"""kiln's patch series, one module per job:
+
+- applier:  the in-image applier (stdlib only; the one patch file engine images carry);
+- diff:     host-only unified diffs and the 3-way merge (`git merge-file --diff3`);
+- series:   where series live (engine-wide, per feature and engine version), `patches check`;
+- quilt:    scratch trees for editing a series: checkout / refresh;
+- bump:     `kiln engine bump`;
+- rebase:   `kiln override rebase` / `to-patch`;
+- overlay:  what a recipe image carries for a switched-on feature (used by the builder);
+- yamledit: round-trip YAML edits (ruamel.yaml).
+
+The CLI wiring is kiln.commands.patches. This file imports nothing, so that loading the applier
+as `kiln.domain.patching.applier` costs nothing more than the applier itself.
+"""

@@ -1,0 +1,263 @@
+"""Quilt-style scratch trees: `kiln patches checkout` and `kiln patches refresh`, for the
+engine-wide series and for a recipe feature's own series.
+
+A scratch tree is the full `vllm/` tree with the series applied, plus `.pc/<patch>/<file>`
+holding each touched file as it was *before* that patch. `refresh` regenerates every
+patch as the diff between its `.pc` snapshot and the next snapshot of that file (or the
+working file, for the last patch touching it), so an edit lands in the top-most patch
+that touches the file, as in `quilt refresh`.
+
+A feature's series applies on top of the engine-wide series of the same engine version
+(as in the image): that series is applied to the scratch tree first and is not tracked.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.basics import log
+from kiln.basics.errors import PatchFailed, UsageError
+from kiln.basics.paths import cache_dir
+from kiln.domain.patching import applier
+from kiln.domain.patching.diff import file_diff
+from kiln.domain.patching.series import (
+    ENGINE,
+    FeatureRef,
+    engine_root,
+    load_series,
+    pinned_versions,
+    series_dir,
+    series_for,
+    shown,
+    translate,
+)
+from kiln.infra import wheelcache
+
+STATE = "kiln.json"
+
+
+@dataclass
+class Target:
+    """Which series a scratch tree edits: the engine-wide one (feature None) or a recipe
+    feature's, ported from `from_version`'s series to `version`'s sources."""
+
+    version: str
+    from_version: str
+    feature: FeatureRef | None = None
+
+    def series_folder(self, version: str) -> Path:
+        if self.feature is None:
+            return series_dir(version)
+        _, ov = self.feature.load()
+        folder = ov.series_dir_for(version)
+        if folder is None:
+            raise UsageError(f"feature {self.feature}: override.yaml names no `patches:` series")
+        if not ov.versioned and version != ov.override.engine.version:
+            raise UsageError(f"feature {self.feature}: {shown(ov.dir / ov.override.patches)} is one series for "
+                             f"{ENGINE} {ov.override.engine.version}, not {version}",
+                             hint="keep one series per engine version: move it to "
+                                  f"patches/{ov.override.engine.version}/series and set `patches: patches`")
+        return folder
+
+    def series(self, version: str) -> applier.Series:
+        source = "series" if self.feature is None else f"feature:{self.feature.feature}"
+        return load_series(self.series_folder(version) / "series", source)
+
+    def base(self) -> list[applier.Series]:
+        """What the tree carries underneath, untracked: the engine series, for a feature.
+        A feature is never ported ahead of the engine: its patches are diffs against the
+        engine as that version's image installs it."""
+        if self.feature is None:
+            return []
+        if not (series_dir(self.version) / "series").is_file() and pinned_versions():
+            raise UsageError(f"{shown(series_dir(self.version))}/ does not exist: the engine series is not "
+                             f"ported to {ENGINE} {self.version}",
+                             hint=f"port the engine series first: `kiln engine bump --to {self.version}`")
+        return [series_for(self.version)]
+
+    def scratch_name(self, flavour: str) -> str:
+        name = f"{ENGINE}-{self.version}-{flavour}"
+        return name if self.feature is None else f"{name}-{self.feature.recipe}-{self.feature.feature}"
+
+    def to_state(self) -> dict:
+        return {"feature": str(self.feature) if self.feature else None}
+
+
+def scratch_dir(target: Target, flavour: str) -> Path:
+    return cache_dir() / "scratch" / target.scratch_name(flavour)
+
+
+def _read_state(scratch: Path) -> dict:
+    f = scratch / ".pc" / STATE
+    if not f.is_file():
+        raise UsageError(f"{scratch}: no checked-out series here; run `kiln patches checkout` first")
+    return json.loads(f.read_text())
+
+
+def _file_sha(path: Path) -> str | None:
+    return applier.sha256_bytes(path.read_bytes()) if path.is_file() else None
+
+
+def _dirty(scratch: Path, state: dict) -> list[str]:
+    """Files edited since checkout (compared with what the series left there)."""
+    return [rel for rel, sha in state["final"].items() if _file_sha(scratch / rel) != sha]
+
+
+def _sha_or_none(data: bytes | None) -> str | None:
+    return applier.sha256_bytes(data) if data is not None else None
+
+
+def checkout(target: Target, flavour: str | None = None, force: bool = False, force_apply: bool = False) -> Path:
+    """Materialise `target.from_version`'s series applied to `target.version`'s sources
+    under cache_dir()/scratch/, with quilt-style .pc snapshots for refresh."""
+    series = target.series(target.from_version)
+    root, used = engine_root(target.version, flavour)
+    scratch = scratch_dir(target, used)
+    if (scratch / ".pc" / STATE).is_file() and not force:
+        edited = _dirty(scratch, _read_state(scratch))
+        if edited:
+            raise UsageError(f"{scratch} has edits not yet refreshed into patches: {', '.join(edited)}",
+                             hint="run `kiln patches refresh` first, or pass --force to discard them")
+    if scratch.exists():
+        shutil.rmtree(scratch)
+    shutil.copytree(root, scratch, ignore=shutil.ignore_patterns(wheelcache.MARKER))
+    tree = applier.Tree(scratch)
+    _apply_base(tree, target)
+    pc = scratch / ".pc"
+    entries, failures = [], []
+    for patch in series.patches:
+        before = {t: tree.read(t) for t in patch.targets}
+        res = applier.apply_patch(tree, patch, partial=force_apply)
+        failures += res.failure_lines()
+        for target_file, number, off in res.offsets:
+            log.info(f"{patch.display}: {target_file}: hunk #{number} applies with offset {off:+d} lines "
+                     "(refresh rewrites it)")
+        for t, data in before.items():
+            if data is not None:
+                snap = pc / patch.name / t
+                snap.parent.mkdir(parents=True, exist_ok=True)
+                snap.write_bytes(data)
+        entries.append({
+            "name": patch.name,
+            "sha256": patch.sha256,
+            "exact": res.ok and not res.offsets,  # else refresh must regenerate it
+            "before": {t: _sha_or_none(d) for t, d in before.items()},
+            "after": {t: _sha_or_none(tree.read(t)) for t in patch.targets},
+        })
+        for t, hr in res.failed_hunks:
+            rej = scratch / f"{t}.rej"
+            rej.parent.mkdir(parents=True, exist_ok=True)
+            with rej.open("ab") as fh:
+                fh.write(hr.hunk.to_bytes())
+    if failures and not force_apply:
+        shutil.rmtree(scratch)
+        raise PatchFailed(failures, hint="pass --force-apply to check out what applies and get .rej files for the rest")
+    tree.commit()
+    final = {t: _sha_or_none(tree.read(t)) for p in series.patches for t in p.targets}
+    pc.mkdir(exist_ok=True)
+    (pc / "applied-patches").write_text("".join(f"{p.name}\n" for p in series.patches))
+    (pc / STATE).write_text(json.dumps({
+        "engine": target.version, "flavour": used, "series_from": target.from_version, **target.to_state(),
+        "patches": entries, "final": final,
+    }, indent=2) + "\n")
+    for line in failures:
+        log.warn(line)
+    return scratch
+
+
+def _apply_base(tree: applier.Tree, target: Target) -> None:
+    """The engine series under a feature's, committed to the scratch tree first: the
+    upstream state the feature's patches are diffs against."""
+    base = target.base()
+    if not base or not base[0].patches:
+        return
+    try:
+        applier.apply_series(tree, base)
+    except applier.PatchError as exc:
+        raise translate(exc, hint=f"port the engine series first: `kiln engine bump --to {target.version}`") from None
+    tree.commit()
+
+
+def refresh(target: Target, flavour: str | None = None) -> list[str]:
+    """Regenerate the target's series for `target.version` from the scratch tree.
+    Unchanged patches keep their exact bytes; returns the names of the patch files rewritten."""
+    _, used = engine_root(target.version, flavour)
+    scratch = scratch_dir(target, used)
+    state = _read_state(scratch)
+    rejects = sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*.rej"))
+    if rejects:
+        raise UsageError(f"{scratch}: unresolved rejects: {', '.join(rejects)}",
+                         hint="port those hunks by hand, delete the .rej files, then refresh")
+    source = target.series_folder(state["series_from"])
+    dest = target.series_folder(target.version)
+    by_name = {p.name: p for p in target.series(state["series_from"]).patches}
+    written, afters = [], []
+    for i, entry in enumerate(state["patches"]):
+        patch = by_name.get(entry["name"])
+        if patch is None or patch.sha256 != entry["sha256"]:
+            raise UsageError(f"{shown(source / entry['name'])} changed since checkout; refreshing would lose that",
+                             hint="run `kiln patches checkout --force` to start over from the current patch files")
+        data, entry_after = _regenerate(scratch, state, i, patch, exact=entry["exact"] and source == dest)
+        afters.append(entry_after)
+        if data == patch.header:
+            log.warn(f"{patch.name}: every change was reverted; remove it from the series")
+        out = dest / patch.name
+        if not out.is_file() or out.read_bytes() != data:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(data)
+            written.append(patch.name)
+    if dest != source and not (dest / "series").is_file():
+        shutil.copyfile(source / "series", dest / "series")
+    _warn_untracked_edits(scratch, state, target)
+    # The refreshed patches are the new baseline: a second refresh is a no-op.
+    new_state = dict(state, series_from=target.version, patches=[
+        dict(e, sha256=applier.sha256_bytes((dest / e["name"]).read_bytes()), exact=True, after=after)
+        for e, after in zip(state["patches"], afters, strict=True)])
+    new_state["final"] = {rel: _file_sha(scratch / rel) for rel in state["final"]}
+    (scratch / ".pc" / STATE).write_text(json.dumps(new_state, indent=2) + "\n")
+    return written
+
+
+def _regenerate(scratch: Path, state: dict, i: int, patch: applier.Patch, exact: bool) -> tuple[bytes, dict]:
+    """Patch i's new bytes, and the sha256 of each of its files' post-images."""
+    entries = state["patches"]
+    parts, after_shas = [patch.header], {}
+    for fd in patch.files:
+        t = fd.target
+        before = _snapshot(scratch, entries[i], t)
+        nxt = next((e for e in entries[i + 1:] if t in e["before"]), None)
+        after = _snapshot(scratch, nxt, t) if nxt else (
+            (scratch / t).read_bytes() if (scratch / t).is_file() else None)
+        after_sha = after_shas[t] = _sha_or_none(after)
+        if exact and after_sha == entries[i]["after"][t]:
+            parts.append(fd.raw)  # untouched: keep the bytes as written
+        else:
+            parts.append(file_diff(t, before, after, fd.preamble))
+    return b"".join(parts), after_shas
+
+
+def _snapshot(scratch: Path, entry: dict, target: str) -> bytes | None:
+    if entry["before"][target] is None:
+        return None
+    return (scratch / ".pc" / entry["name"] / target).read_bytes()
+
+
+def _warn_untracked_edits(scratch: Path, state: dict, target: Target) -> None:
+    pristine = applier.Tree(engine_root(state["engine"], state["flavour"])[0])
+    for series in target.base():  # a feature's tree carries the engine series: not an edit
+        applier.apply_series(pristine, [series])
+    tracked = set(state["final"])
+    for path in sorted((scratch / ENGINE).rglob("*")):
+        if not path.is_file():
+            continue
+        rel = str(path.relative_to(scratch))
+        if rel in tracked:
+            continue
+        orig = pristine.read(rel)
+        if orig is None or len(orig) != path.stat().st_size or orig != path.read_bytes():
+            log.warn(f"{rel} differs from upstream but belongs to no patch; its change is not recorded "
+                     "(add a file section for it to a patch, then refresh)")
+

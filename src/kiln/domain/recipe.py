@@ -1,0 +1,499 @@
+"""The recipe schema (`recipes/<name>/recipe.yaml`) and its loader.
+
+Strict on purpose: unknown keys are rejected (a typo such as ``serverd_model_name``
+would otherwise be silently ignored and the image built wrong), and values are not
+coerced (``port: "8000"`` is an error, not a string that happens to work).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from kiln.basics.errors import RecipeInvalid
+from kiln.basics.paths import recipes_dir
+from kiln.basics.yamlsrc import SourcedYaml, YamlProblem, load_yaml
+from kiln.domain.topology import Topology
+from kiln.domain.topology import problems as topology_problems
+
+RECIPE_FILE = "recipe.yaml"
+DOCKERFILE = "Dockerfile"
+NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
+# a recipe folder holds a Dockerfile, a few scripts and overlays; walking more than
+# this many entries is not a recipe, and it would all go into the build context
+MAX_FILES = 2000
+
+
+def _port(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise PydanticCustomError("port", "must be an integer in 1..65535")
+    return value
+
+
+Port = Annotated[
+    int,
+    PlainValidator(_port),
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 65535}),
+]
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.+-][A-Za-z0-9.+-]+)?$")]
+Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+ImageRef = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._/:-]*$", max_length=255)]
+ContainerPath = Annotated[str, Field(pattern=r"^/[^\s]*$")]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+FlagName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+ArgValue = bool | int | float | str | list[str | int | float] | dict[str, Any]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class BaseImage(Strict):
+    """The image the engine is built on: `kiln/base:bookworm` or any registry image."""
+
+    ref: ImageRef = Field(description="image reference, e.g. kiln/base:bookworm or nvcr.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04")
+    digest: Digest | None = Field(None, description="pin by content digest (recommended for registry images)")
+
+    @property
+    def pinned(self) -> str:
+        """`repo@digest` when pinned (the tag is only a label then), else the ref."""
+        if not self.digest:
+            return self.ref
+        name = self.ref.split("@")[0]
+        slash = name.rfind("/")
+        colon = name.rfind(":")
+        return f"{name[:colon] if colon > slash else name}@{self.digest}"
+
+
+class Engine(Strict):
+    name: Literal["vllm"] = Field(description="upstream engine")
+    version: Version = Field(description="upstream engine version, e.g. 0.32.0")
+    flavour: Literal["cpu", "cuda"]
+    base_image: BaseImage
+    torch: Version | None = Field(None, description="torch version the engine must carry (checked against the built image)")
+    cuda: Annotated[str, Field(pattern=r"^\d+\.\d+$")] | None = Field(
+        None, description="CUDA major.minor the engine must carry (cuda flavour; checked against the built image)"
+    )
+
+
+class ModelSource(Strict):
+    """Where one set of weights comes from."""
+
+    source: Literal["baked", "host_path"] = Field(
+        description="baked: generated or copied into the image at build; host_path: mounted read-only at run time"
+    )
+    path: ContainerPath = Field(description="absolute path of the weights inside the container")
+    host_path: str | None = Field(None, description="host directory mounted at `path` (source: host_path)")
+    pvc: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=253)] | None = Field(
+        None, description="Kubernetes: mount this PersistentVolumeClaim at `path` instead of host_path (source: host_path)")
+
+    @model_validator(mode="after")
+    def _host_path_matches_source(self) -> ModelSource:
+        if self.source == "host_path" and not self.host_path:
+            raise PydanticCustomError("host_path", "host_path is required when source is host_path")
+        if self.source == "baked" and self.host_path:
+            raise PydanticCustomError("host_path", "host_path is only allowed when source is host_path")
+        if self.source == "baked" and self.pvc:
+            raise PydanticCustomError("pvc", "pvc is only allowed when source is host_path")
+        return self
+
+
+class Model(Strict):
+    target: ModelSource
+    draft: ModelSource | None = Field(None, description="draft model for speculative decoding")
+
+
+class Launch(Strict):
+    """How the container starts vLLM (`vllm serve <target> ...`)."""
+
+    served_model_name: Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
+    port: Port = 8000
+    args: dict[FlagName, ArgValue] = Field(
+        default_factory=dict,
+        description="vLLM CLI flags without the leading --; true = bare flag, dict = JSON value",
+    )
+    speculative_config: dict[str, Any] | None = Field(
+        None, description="vLLM --speculative-config; a draft_model method gets model.draft.path filled in"
+    )
+    env: dict[EnvName, str] = Field(default_factory=dict)
+
+
+class Bounds(Strict):
+    min: float | None = None
+    max: float | None = None
+
+
+class Smoke(Strict):
+    startup_timeout_s: Annotated[int, Field(ge=1, le=7200)] = 300
+    request_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 60
+    served_model_name: str | None = Field(None, description="name the smoke test asks for (defaults to launch.served_model_name)")
+    prompts: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    max_tokens: Annotated[int, Field(ge=1, le=4096)] = 16
+    expect_spec_decode: bool = Field(False, description="require vllm:spec_decode_* counters with draft tokens > 0")
+    min_acceptance_rate: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    min_tokens_per_s: Annotated[float, Field(gt=0)] | None = None
+    gpu: bool = Field(False, description="needs NVIDIA GPUs; skipped with a reason on hosts without them")
+    features: dict[Name, dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")], Bounds]] = Field(
+        default_factory=dict,
+        description="per switched-on engine feature: bounds on its ratios (e.g. draft-trunc: "
+        "dead_fraction: {min: 0.2, max: 0.9}); its counters and log lines are always checked",
+    )
+
+
+class Publish(Strict):
+    repository: Annotated[str, Field(pattern=r"^[a-z0-9]+([._/-][a-z0-9]+)*$")] = Field(
+        description="repository path under the registry, e.g. kiln/tiny-moe"
+    )
+    registry: str | None = Field(None, description="default registry HOST[:PORT][/NAMESPACE]")
+    channels: list[Name] = Field(default_factory=lambda: ["experimental", "stable"])
+
+
+class Budgets(Strict):
+    max_image_size_gb: Annotated[float, Field(gt=0)] | None = None
+
+
+class FeatureUse(Strict):
+    """One switched-on experimental feature: a plain name (its override is this recipe's
+    experimental/<name>/), or {name, from} for the override of another recipe in the same
+    recipes/ folder, so that twins of a recipe (e.g. a CPU copy of a GPU recipe) share
+    one override instead of copies."""
+
+    name: Name
+    from_: Name | None = Field(None, alias="from")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler) -> Any:
+        return self.name if self.from_ is None else handler(self)
+
+
+_FEATURE_USE_SCHEMA = {"anyOf": [
+    {"type": "string", "pattern": NAME_PATTERN},
+    {"type": "object", "additionalProperties": False, "required": ["name", "from"], "properties": {
+        "name": {"type": "string", "pattern": NAME_PATTERN, "description": "experimental/<name>/ of that recipe"},
+        "from": {"type": "string", "pattern": NAME_PATTERN, "description": "the recipe whose override is used"},
+    }},
+]}
+
+
+class Recipe(Strict):
+    name: Name
+    description: Annotated[str, Field(min_length=1)]
+    engine: Engine
+    model: Model
+    launch: Launch
+    topology: Topology | None = Field(
+        None, description="nodes, accelerators per node and the parallel layout; drives the launch flags")
+    experimental: list[Annotated[FeatureUse, WithJsonSchema(_FEATURE_USE_SCHEMA)]] = Field(
+        default_factory=list,
+        description="experimental/<feature>/ overlays switched on; {name, from} uses another recipe's",
+    )
+    smoke: Smoke
+    publish: Publish | None = None
+    budgets: Budgets = Field(default_factory=Budgets)
+
+    @property
+    def features(self) -> list[str]:
+        """Names of the switched-on experimental features, wherever their override lives."""
+        return [f.name for f in self.experimental]
+
+
+class LoadedRecipe:
+    """A validated recipe plus where it lives (its folder holds the Dockerfile and overlays)."""
+
+    def __init__(self, recipe: Recipe, directory: Path, source: SourcedYaml):
+        self.recipe = recipe
+        self.dir = directory
+        self.source = source
+
+    @property
+    def name(self) -> str:
+        return self.recipe.name
+
+    @property
+    def file(self) -> Path:
+        return self.dir / RECIPE_FILE
+
+    def line_of(self, *loc: Any) -> int:
+        return self.source.line_of(tuple(loc))
+
+    def where(self, *loc: Any) -> str:
+        return f"{display_path(self.file)}:{self.line_of(*loc)}"
+
+    def feature_dir(self, feature: str) -> Path:
+        """The override folder of a switched-on feature: experimental/<feature>/ of this
+        recipe, or of the recipe named by its `from:` (checked at load)."""
+        for entry in self.recipe.experimental:
+            if entry.from_ is not None and entry.name == feature:
+                return self.dir.parent / entry.from_ / "experimental" / feature
+        return self.dir / "experimental" / feature
+
+
+def display_path(path: Path) -> str:
+    # lexical first: a symlink must be shown as itself, not as what it points to
+    try:
+        return str(path.absolute().relative_to(Path.cwd()))
+    except ValueError:
+        pass
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError, RuntimeError):
+        return str(path)
+
+
+_SHOULD = re.compile(r"^Input should be ")
+
+
+def _message(err: dict) -> str:
+    kind = err["type"]
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        return "unknown key"
+    msg = err["msg"]
+    msg = msg.removeprefix("Value error, ")
+    msg = _SHOULD.sub("must be ", msg)
+    if kind == "string_pattern_mismatch":
+        msg = f"must match {err['ctx']['pattern']}"
+    return msg
+
+
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _field_path(loc: tuple) -> str:
+    parts: list[str] = []
+    for item in loc:
+        if isinstance(item, int):
+            parts.append(f"[{item}]")
+        else:
+            # pydantic puts union member / validator names into loc; they are not fields
+            if any(ch in item for ch in "[](),") or item.startswith("function-"):
+                continue
+            if _PLAIN_KEY.fullmatch(item):
+                parts.append(("." if parts else "") + item)
+            else:  # repr: a key holding ": ", newlines or escapes must not break the line
+                parts.append(f"[{item!r}]")
+    return "".join(parts) or "(top level)"
+
+
+def _clean_loc(loc: tuple, data: Any) -> tuple:
+    """Keep only loc entries that index into the YAML data (drops union branch tags)."""
+    out: list = []
+    node = data
+    for item in loc:
+        if isinstance(node, dict) and item in node:
+            out.append(item)
+            node = node[item]
+        elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
+            out.append(item)
+            node = node[item]
+        elif isinstance(node, dict) and isinstance(item, str) and not any(c in item for c in "[](),"):
+            out.append(item)  # a missing key: report it under its parent's line
+            node = None
+    return tuple(out)
+
+
+def problems_from_validation(src: SourcedYaml, exc: ValidationError) -> list[str]:
+    where = display_path(src.path)
+    seen: set[str] = set()
+    lines: list[str] = []
+    for err in exc.errors():
+        loc = _clean_loc(err["loc"], src.data)
+        line = src.line_of(loc)
+        text = f"{where}:{line}: {_field_path(loc)}: {_message(err)}"
+        if text not in seen:
+            seen.add(text)
+            lines.append(text)
+    return lines
+
+
+def _cross_checks(loaded: LoadedRecipe) -> list[str]:
+    """Rules that span sections, reported at the line of the field that breaks them."""
+    rec = loaded.recipe
+    problems = []
+    wanted = rec.smoke.served_model_name
+    if wanted is not None and wanted != rec.launch.served_model_name:
+        problems.append(
+            f"{loaded.where('smoke', 'served_model_name')}: smoke.served_model_name: {wanted!r} is not "
+            f"served (launch.served_model_name is {rec.launch.served_model_name!r})"
+        )
+    for feature in rec.smoke.features:
+        if feature not in rec.features:
+            problems.append(
+                f"{loaded.where('smoke', 'features', feature)}: smoke.features.{feature}: "
+                f"not switched on (experimental: {rec.features or []})"
+            )
+    spec = rec.launch.speculative_config or {}
+    if spec.get("method") == "draft_model" and "model" not in spec and rec.model.draft is None:
+        problems.append(
+            f"{loaded.where('launch', 'speculative_config')}: launch.speculative_config: method "
+            "draft_model needs model.draft (or a model key here)"
+        )
+    return problems + topology_problems(loaded)
+
+
+def _check_files(loaded: LoadedRecipe) -> list[str]:
+    problems = []
+    rec = loaded.recipe
+    if rec.name != loaded.dir.name:
+        problems.append(f"{loaded.where('name')}: name: {rec.name!r} must equal its folder name {loaded.dir.name!r}")
+    if not (loaded.dir / DOCKERFILE).is_file():
+        problems.append(f"{loaded.where()}: (recipe): missing file {display_path(loaded.dir / DOCKERFILE)}")
+    for i, use in enumerate(rec.experimental):
+        if use.from_ is not None:
+            problems += _shared_feature_problems(loaded, i, use)
+            continue
+        feature = use.name
+        fdir = loaded.dir / "experimental" / feature
+        if not (fdir / "override.yaml").is_file():
+            problems.append(
+                f"{loaded.where('experimental', i)}: experimental[{i}]: no overlay at {display_path(fdir)}/override.yaml"
+            )
+    names = rec.features
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            problems.append(f"{loaded.where('experimental', i)}: experimental[{i}]: {name!r} is switched on twice")
+    return problems
+
+
+def _shared_feature_problems(loaded: LoadedRecipe, i: int, feature: FeatureUse) -> list[str]:
+    """`{name, from}`: a sibling recipe (same recipes/ folder) that ships that override."""
+    where = f"{loaded.where('experimental', i, 'from')}: experimental[{i}].from"
+    root = loaded.dir.parent
+    other = root / feature.from_
+    if feature.from_ == loaded.recipe.name:
+        return [f"{where}: {feature.from_!r} is this recipe; write the plain name {feature.name!r} instead"]
+    if not (other / RECIPE_FILE).is_file():
+        return [f"{where}: no recipe {feature.from_!r} in {display_path(root)}/"]
+    fdir = other / "experimental" / feature.name
+    try:
+        inside = fdir.resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):
+        inside = False
+    if not inside:
+        return [f"{where}: {display_path(fdir)} leads outside {display_path(root)}/"]
+    if not (fdir / "override.yaml").is_file():
+        return [f"{where}: recipe {feature.from_!r} has no overlay at {display_path(fdir)}/override.yaml"]
+    return []
+
+
+def _entry_problem(path: Path, root: Path) -> str | None:
+    """Why one entry of a recipe folder must not be read (the build context takes them
+    all): a symlink leading outside the folder would ship e.g. ~/.docker/config.json."""
+    try:
+        mode = path.lstat().st_mode
+        if stat.S_ISLNK(mode):
+            try:
+                target = path.resolve(strict=True)
+            except (OSError, RuntimeError):
+                return "broken or looping symlink"
+            if not target.is_relative_to(root):
+                return f"symlink to {target}, outside the recipe folder"
+            mode = target.stat().st_mode
+    except OSError as exc:
+        return f"cannot read it: {exc.strerror}"
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return "not a regular file or folder"
+    return None
+
+
+def tree_problems(directory: Path) -> list[str]:
+    """Entries of the recipe folder kiln refuses, one `path:1: (file): why` line each."""
+    root = directory.resolve()
+    problems: list[str] = []
+    count = 0
+    for dirpath, dirnames, filenames in os.walk(directory):
+        for name in sorted(dirnames + filenames):
+            count += 1
+            if count > MAX_FILES:
+                return [*problems, f"{display_path(directory)}:1: (recipe): more than {MAX_FILES} files and folders"]
+            path = Path(dirpath, name)
+            why = _entry_problem(path, root)
+            if why:
+                problems.append(f"{display_path(path)}:1: (file): {why}")
+    return problems
+
+
+def load_recipe(directory: Path) -> LoadedRecipe:
+    """Load and validate one recipe folder; raise RecipeInvalid with every problem found."""
+    file = directory / RECIPE_FILE
+    shown = display_path(file)
+    refused = tree_problems(directory)
+    if refused:
+        raise RecipeInvalid(refused, hint="keep every file of a recipe inside its folder; copy it in instead of linking")
+    if not file.is_file():
+        raise RecipeInvalid([f"{shown}:1: (file): not found"], hint="each recipe folder needs a recipe.yaml")
+    try:
+        src = load_yaml(file)
+    except YamlProblem as exc:
+        raise RecipeInvalid([f"{shown}:{exc.line}: (yaml): {exc.message}"]) from None
+    if not isinstance(src.data, dict):
+        raise RecipeInvalid([f"{shown}:1: (top level): must be a mapping of fields"])
+    try:
+        recipe = Recipe.model_validate(src.data)
+    except ValidationError as exc:
+        raise RecipeInvalid(problems_from_validation(src, exc)) from None
+    loaded = LoadedRecipe(recipe, directory, src)
+    problems = _cross_checks(loaded) + _check_files(loaded)
+    if problems:
+        raise RecipeInvalid(problems)
+    return loaded
+
+
+def recipe_names() -> list[str]:
+    """Folders under recipes/ that hold a recipe.yaml, sorted."""
+    root = recipes_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / RECIPE_FILE).is_file())
+
+
+def recipe_dir(name: str) -> Path:
+    """The folder of the recipe called ``name``: a simple name of a folder inside
+    recipes/, so `kiln build ../x` or `/etc` cannot reach anything else."""
+    root = recipes_dir()
+    directory = root / name
+    if re.fullmatch(NAME_PATTERN, name) and directory.is_dir():
+        if not directory.resolve().is_relative_to(root.resolve()):
+            raise RecipeInvalid(
+                [f"{display_path(directory)}:1: (file): symlink to {directory.resolve()}, outside {display_path(root)}/"],
+                hint="move the recipe folder into recipes/ instead of linking it",
+            )
+        return directory
+    known = recipe_names()
+    if name in known:  # listed by `kiln check --all`, but no name a recipe can have
+        raise RecipeInvalid([f"{display_path(directory)}:1: (file): folder name must match {NAME_PATTERN}"])
+    shown = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "") if known else "none"
+    what = "no recipe named {!r} in {}/" if re.fullmatch(NAME_PATTERN, name) else "{!r} is not a recipe name in {}/"
+    raise RecipeInvalid(
+        [f"{what.format(name, display_path(root))} (known: {shown})"],
+        hint="`kiln list` shows the recipes; a recipe is a folder recipes/NAME/ holding a recipe.yaml",
+    )
+
+
+def json_schema() -> dict:
+    schema = Recipe.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "kiln recipe.yaml"
+    return schema

@@ -1,0 +1,1 @@
+"""kiln's infra layer (docs/architecture.md)."""

@@ -1,0 +1,620 @@
+"""The one place kiln talks to the Docker daemon (through the docker SDK).
+
+Everything above this module speaks in kiln terms (build this context, does this tag
+exist, run this container); the SDK's quirks and the legacy builder's stream format
+stay here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Protocol
+
+import docker
+import docker.auth
+import docker.errors
+import requests
+import urllib3
+from docker.models.containers import Container as _SDKContainer
+from docker.models.images import Image
+
+from kiln.basics import log
+from kiln.basics.errors import BaseImageMissing, BuildFailed, DockerUnavailable, PushFailed
+from kiln.basics.progress import Activity
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_STEP = re.compile(r"^Step (\d+)/(\d+) : (.*)$")
+_BUILT = re.compile(r"Successfully built ([0-9a-f]{12,64})")
+# the legacy builder's own bookkeeping between a step's header and its output
+_BOOKKEEPING = re.compile(r"^ ---> |^Removing intermediate container ")
+# daemons that leave errorDetail.code out still end the message with the status
+_RUN_STATUS = re.compile(r"returned a non-zero code: (\d+)")
+
+
+class TarContext(Protocol):
+    """A build context, as the daemon needs it: a tar stream (kiln's `context.BuildContext`)."""
+
+    def write_tar(self, fileobj: IO[bytes]) -> None: ...
+
+
+@dataclass
+class BuildResult:
+    image_id: str
+    steps: int = 0
+    cached_steps: int = 0
+    seconds: float = 0.0
+    step_times: list[tuple[str, float, bool]] = field(default_factory=list)
+
+
+class _BuildProgress:
+    """Turns the legacy builder's JSON stream into readable step lines with timings; a
+    long step's own output shows as live progress (`progress.Activity`), not a flood."""
+
+    def __init__(self, label: str, activity: Activity, quiet: bool = False):
+        self.label = label
+        self.activity = activity
+        self.quiet = quiet
+        self.tail: deque[str] = deque(maxlen=40)
+        self.step_tail: deque[str] = deque(maxlen=40)  # output of the current step only
+        self.current: str | None = None
+        self.current_cached = False
+        self.t_step = time.monotonic()
+        self.result = BuildResult(image_id="")
+
+    def _close_step(self) -> None:
+        if self.current is None:
+            return
+        dt = time.monotonic() - self.t_step
+        self.result.step_times.append((self.current, dt, self.current_cached))
+        if not self.quiet:
+            tag = "cached" if self.current_cached else log.human_secs(dt)
+            log.info(f"  [{tag}]")
+
+    def feed(self, chunk: dict) -> None:
+        if "error" in chunk or "errorDetail" in chunk:
+            detail = chunk.get("errorDetail") or {}
+            message = str(detail.get("message") or chunk.get("error", "")).strip()
+            raise _StreamError(message, _run_status(detail.get("code"), message))
+        if "aux" in chunk and isinstance(chunk["aux"], dict) and "ID" in chunk["aux"]:
+            self.result.image_id = chunk["aux"]["ID"]
+        if "status" in chunk:  # base image pull during FROM
+            if not self.quiet:
+                self.activity.update(f"pull: {chunk['status']} {chunk.get('progress', '')}".rstrip())
+            return
+        text = chunk.get("stream")
+        if not text:
+            return
+        for line in _ANSI.sub("", text).splitlines():
+            line = line.rstrip()
+            if not line:
+                continue
+            m = _STEP.match(line)
+            if m:
+                self._close_step()
+                self.current = line
+                self.current_cached = False
+                self.step_tail.clear()
+                self.t_step = time.monotonic()
+                self.result.steps = int(m.group(2))
+                self.activity.restart(f"{self.label} step {m.group(1)}/{m.group(2)}")
+                if not self.quiet:
+                    log.console.print(f"[bold]{self.label}[/] {line[:160]}", markup=True, highlight=False)
+                continue
+            if "Using cache" in line:
+                self.current_cached = True
+                self.result.cached_steps += 1
+                continue
+            m = _BUILT.search(line)
+            if m and not self.result.image_id:
+                self.result.image_id = m.group(1)
+            self.tail.append(line)
+            bookkeeping = bool(_BOOKKEEPING.match(line))
+            if not bookkeeping:
+                self.step_tail.append(line)
+            if self.quiet or line.startswith(" ---> "):
+                continue
+            if log.DEBUG:
+                log.info(f"    {line[:200]}")
+            elif not bookkeeping and not line.startswith("Successfully "):
+                # long RUN steps (pip installs) stay visibly alive without flooding the log
+                self.activity.update(line)
+
+
+class _StreamError(Exception):
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status  # exit status of a failed RUN step
+
+
+class _DaemonGone(Exception):
+    """The connection to the daemon broke while it streamed the build."""
+
+
+def _run_status(code, message: str) -> int | None:
+    """A failed RUN's exit status: errorDetail.code, else the number the message ends with."""
+    if isinstance(code, int) and code > 0:
+        return code
+    m = _RUN_STATUS.search(message)
+    return int(m.group(1)) if m else None
+
+
+@dataclass
+class PushResult:
+    """What the daemon reported for one pushed tag."""
+
+    digest: str = ""  # manifest digest the registry accepted
+    size: int = 0
+    layers_pushed: int = 0
+    layers_existing: int = 0
+    seconds: float = 0.0
+
+
+class _PushProgress:
+    """Turns the daemon's push stream into one line per finished layer plus progress
+    with the bytes sent, so a multi-GB push is visibly alive without a line per chunk."""
+
+    def __init__(self, activity: Activity, quiet: bool = False):
+        self.activity = activity
+        self.quiet = quiet
+        self.sent: dict[str, tuple[int, int]] = {}  # layer id -> (current, total)
+        self.result = PushResult()
+
+    def feed(self, chunk: dict) -> None:
+        if "error" in chunk or "errorDetail" in chunk:
+            detail = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error", "")
+            raise _StreamError(str(detail).strip())
+        aux = chunk.get("aux")
+        if isinstance(aux, dict) and "Digest" in aux:
+            self.result.digest, self.result.size = aux["Digest"], int(aux.get("Size") or 0)
+            return
+        status, layer = chunk.get("status", ""), chunk.get("id", "")
+        if not layer:
+            return
+        if status == "Pushing":
+            detail = chunk.get("progressDetail") or {}
+            self.sent[layer] = (int(detail.get("current") or 0), int(detail.get("total") or 0))
+            self._heartbeat()
+        elif status == "Pushed":
+            self.result.layers_pushed += 1
+            self._say(f"  {layer} pushed")
+        elif status.startswith(("Layer already exists", "Mounted from")):
+            self.result.layers_existing += 1
+            self._say(f"  {layer} {status[0].lower()}{status[1:]}")
+        elif status.startswith("Retrying in"):
+            # the daemon retries a failed layer upload itself (5 attempts, growing delay)
+            self._say(f"  {layer} upload failed; {status[0].lower()}{status[1:]}", warn=True)
+
+    def _heartbeat(self) -> None:
+        if self.quiet:
+            return
+        done = sum(c for c, _ in self.sent.values())
+        total = sum(t for _, t in self.sent.values())
+        self.activity.update(f"{len(self.sent)} layers", done=done, total=total)
+
+    def _say(self, line: str, warn: bool = False) -> None:
+        if not self.quiet:
+            (log.warn if warn else log.info)(line.strip() if warn else line)
+
+
+class DockerError(Exception):
+    """The daemon (or the SDK reading the docker config) refused a request; the message
+    is its own explanation on one line. Callers turn it into their typed error."""
+
+
+class Container:
+    """One container, in kiln terms. A container that is already gone (AutoRemove may
+    delete it at any moment) reads as gone instead of raising the SDK's NotFound."""
+
+    def __init__(self, sdk: _SDKContainer):
+        self._sdk = sdk
+
+    @property
+    def id(self) -> str:
+        return self._sdk.id
+
+    @property
+    def name(self) -> str:
+        return self._sdk.name
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self._sdk.labels or {}
+
+    @property
+    def status(self) -> str:
+        """The state as last read (`refresh` reads it again)."""
+        return self._sdk.status
+
+    @property
+    def health(self) -> str:
+        """The HEALTHCHECK status, "-" for an image without one."""
+        return ((self._sdk.attrs.get("State") or {}).get("Health") or {}).get("Status", "-")
+
+    def publishes(self, host_port: int) -> bool:
+        """True when this container publishes `host_port` on the host."""
+        bindings = (self._sdk.attrs.get("HostConfig") or {}).get("PortBindings") or {}
+        return any(str(b.get("HostPort")) == str(host_port) for binds in bindings.values() for b in binds or [])
+
+    def refresh(self) -> str:
+        """The current state, "removed" once the container no longer exists."""
+        try:
+            self._sdk.reload()
+            return self._sdk.status
+        except docker.errors.NotFound:
+            return "removed"
+
+    def start(self) -> None:
+        try:
+            self._sdk.start()
+        except docker.errors.APIError as exc:
+            raise DockerError(_short(exc)) from None
+
+    def logs(self, tail: int | str = "all") -> bytes | None:
+        """The last `tail` lines of its log; None once the daemon cannot give them."""
+        try:
+            return self._sdk.logs(tail=tail)
+        except docker.errors.APIError:
+            return None
+
+    def follow_logs(self, tail: int | str = "all") -> Iterator[bytes]:
+        """Its log as it is written, until the container stops or is removed."""
+        try:
+            yield from self._sdk.logs(stream=True, follow=True, tail=tail)
+        except docker.errors.NotFound:  # removed before (or while) the stream attached
+            return
+
+    def wait_gone(self, condition: str) -> int | None:
+        """Block until the container is `condition` ("removed", "not-running"); its exit
+        code, None when it was gone before the wait was registered."""
+        try:
+            return self._sdk.client.api.wait(self.id, condition=condition).get("StatusCode")
+        except Exception:  # gone before the wait was registered: nothing to report
+            return None
+
+    def exec(self, cmd: list[str]) -> tuple[int, str]:
+        res = self._sdk.exec_run(cmd, demux=False)
+        return res.exit_code, (res.output or b"").decode(errors="replace")
+
+    def stop(self, timeout: int) -> None:
+        try:
+            self._sdk.stop(timeout=timeout)
+        except docker.errors.NotFound:
+            pass
+
+
+class DockerDaemon:
+    """A small facade over the local Docker daemon."""
+
+    def __init__(self, client: docker.DockerClient | None = None):
+        self._client = client
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            try:
+                self._client = docker.from_env(timeout=600)
+                self._client.ping()
+            except Exception as exc:  # the SDK raises several unrelated types here
+                raise DockerUnavailable(f"cannot reach the Docker daemon: {_short(exc)}") from None
+        return self._client
+
+    def ping(self) -> str:
+        return self.client.version().get("Version", "?")
+
+    # -- images -------------------------------------------------------------
+    def image(self, ref: str) -> Image | None:
+        try:
+            return self.client.images.get(ref)
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.APIError as exc:
+            if exc.status_code == 404:
+                return None
+            raise
+
+    def ensure_base(self, ref: str, *, pull: bool,
+                    auth: Callable[[str], dict | None] | None = None) -> Image:
+        """The local image `ref`, pulled first when allowed; `auth(registry host)` gives the
+        credentials for that pull (asked only when a pull happens)."""
+        img = self.image(ref)
+        if img is not None:
+            return img
+        if not pull:
+            raise BaseImageMissing(f"base image {ref} is not present locally")
+        log.step(f"pulling {ref}")
+        repo, tag = split_ref(ref)
+        auth_config = auth(registry_of(repo)) if auth else None
+        t0 = time.monotonic()
+        layers: dict[str, tuple[int, int]] = {}  # layer id -> (bytes done, bytes total)
+        try:
+            with Activity(f"pulling {ref}", unit_bytes=True) as activity:
+                for chunk in self.client.api.pull(repo, tag=tag, stream=True, decode=True,
+                                                 auth_config=auth_config):
+                    if "status" not in chunk:
+                        continue
+                    detail = chunk.get("progressDetail") or {}
+                    if chunk.get("id") and detail.get("total"):
+                        layers[chunk["id"]] = (int(detail.get("current") or 0), int(detail["total"]))
+                    if log.DEBUG:
+                        log.info(f"  pull {chunk.get('id', '')} {chunk['status']} {chunk.get('progress', '')}")
+                    activity.update(f"{chunk.get('id', '')} {chunk['status']}",
+                                    done=sum(c for c, _ in layers.values()),
+                                    total=sum(t for _, t in layers.values()))
+            img = self.client.images.get(ref)
+            log.ok(f"pulled {ref} in {log.human_secs(time.monotonic() - t0)}")
+            return img
+        except docker.errors.APIError as exc:
+            raise BaseImageMissing(f"base image {ref} is not local and could not be pulled: {_short(exc)}") from None
+
+    def tag(self, image_id: str, ref: str) -> None:
+        repo, _, tag = ref.rpartition(":")
+        if not self.client.api.tag(image_id, repo, tag, force=True):
+            raise BuildFailed(f"could not tag {image_id[:19]} as {ref}")
+
+    def require_image(self, ref: str) -> Image:
+        """The image `ref` names, which the caller just built or tagged."""
+        img = self.image(ref)
+        if img is None:
+            raise BuildFailed(f"image {ref[:71]} vanished from the daemon right after it was made")
+        return img
+
+    def images(self, *, label: str | None = None, name: str | None = None) -> list[Image]:
+        """Local images carrying `label` (a key, or key=value) and/or in repository `name`."""
+        return self.client.images.list(name=name, filters={"label": label} if label else None)
+
+    def remove_image(self, ref: str) -> None:
+        try:
+            self.client.images.remove(ref, noprune=False)
+        except docker.errors.ImageNotFound:
+            pass
+
+    def import_rootfs(self, tarball: Path, ref: str, changes: list[str]) -> Image | None:
+        """`docker import` of a root filesystem tarball as `ref`, with Dockerfile `changes`."""
+        repo, _, tag = ref.rpartition(":")
+        with tarball.open("rb") as fh:
+            resp = self.client.api.import_image(src=fh, repository=repo, tag=tag, changes=changes)
+        log.debug(f"docker import: {str(resp)[:200]}")
+        return self.image(ref)
+
+    def run_script(self, image_id: str, script: str, *, marker: str, what: str, timeout_s: float,
+                   env: dict[str, str] | None = None, cause: str = "") -> dict:
+        """Run `python -c script` in a throwaway, network-less container of `image_id` and
+        return the JSON the script printed after `marker ` on one line of its output.
+        BuildFailed (`what` names the job) when it does not finish, fails or prints no
+        such line: what a built image reports about itself must be read, never guessed."""
+        container = self.client.containers.create(
+            image_id, entrypoint=["python", "-c", script], network_disabled=True, detach=True,
+            environment=env or {})
+        try:
+            container.start()
+            status = container.wait(timeout=timeout_s)
+            output = container.logs().decode(errors="replace")
+        except Exception as exc:  # timeouts and API errors alike: the answer cannot be trusted
+            raise BuildFailed(f"{what} did not finish: {exc}") from None
+        finally:
+            container.remove(force=True)
+        prefix = f"{marker} "
+        line = next((ln for ln in output.splitlines() if ln.startswith(prefix)), None)
+        if status.get("StatusCode") != 0 or line is None:
+            tail = " | ".join(output.strip().splitlines()[-3:]) or "no output"
+            raise BuildFailed(f"{what} failed{cause}: {tail}")
+        return json.loads(line.removeprefix(prefix))
+
+    # -- containers ---------------------------------------------------------
+    def containers(self, *, label: str, all_states: bool = False) -> list[Container]:
+        """Containers carrying `label` (running ones only unless `all_states`), newest first."""
+        return [Container(c) for c in self.client.containers.list(all=all_states, filters={"label": label})]
+
+    def container(self, name: str) -> Container | None:
+        """The container called `name` (or with that id prefix), None when there is none."""
+        try:
+            return Container(self.client.containers.get(name))
+        except docker.errors.NotFound:
+            return None
+
+    def create_container(self, **sdk_kwargs) -> Container:
+        """A created (not started) container; `sdk_kwargs` as `RunSpec.sdk_kwargs()` spells them."""
+        try:
+            return Container(self.client.containers.create(**sdk_kwargs))
+        except docker.errors.APIError as exc:
+            raise DockerError(_short(exc)) from None
+
+    def remove_container(self, name: str, timeout_s: float = 30) -> None:
+        """Remove `name` if it still exists and return once it is gone: AutoRemove may be
+        deleting it already, and a caller that lists containers next must not see it."""
+        client = self.client
+        try:
+            client.containers.get(name).remove(force=True)
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as exc:
+            if "removal of container" not in str(exc) and "is already in progress" not in str(exc):
+                raise
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                client.containers.get(name)
+            except docker.errors.NotFound:
+                return
+            time.sleep(0.2)
+
+    def create_network(self, name: str, *, labels: dict[str, str]) -> None:
+        """A user-defined bridge network: containers on it resolve each other by name."""
+        try:
+            self.client.networks.create(name, driver="bridge", labels=labels)
+        except docker.errors.APIError as exc:
+            raise DockerError(_short(exc)) from None
+
+    def remove_network(self, name: str, timeout_s: float = 10) -> None:
+        """Remove network `name` if it exists; retried while auto-removed containers are
+        still being detached from it (the daemon does that asynchronously)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.client.networks.get(name).remove()
+                return
+            except docker.errors.NotFound:
+                return
+            except docker.errors.APIError as exc:
+                if time.monotonic() > deadline:
+                    raise DockerError(_short(exc)) from None
+                time.sleep(0.2)
+
+    def push(self, ref: str, *, auth_config: dict | None = None, quiet: bool = False) -> PushResult:
+        """Push one local tag (layers, then the manifest under that tag) with progress.
+
+        The daemon writes the tag only after every layer is up, so a failure midway
+        leaves the registry's tags untouched. `auth_config` travels to the daemon in the
+        request header only (never into ~/.docker/config.json)."""
+        repo, _, tag = ref.rpartition(":")
+        t0 = time.monotonic()
+        try:
+            with Activity(f"pushing {ref}", unit_bytes=True, silent=quiet) as activity:
+                progress = _PushProgress(activity, quiet=quiet)
+                stream = self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth_config)
+                for chunk in stream:
+                    progress.feed(chunk)
+        except _StreamError as exc:
+            raise PushFailed(f"push of {ref} failed: {_one_line(str(exc))}") from None
+        except docker.errors.APIError as exc:
+            raise PushFailed(f"push of {ref} failed: {_short(exc)}") from None
+        progress.result.seconds = time.monotonic() - t0
+        if not progress.result.digest:
+            raise PushFailed(f"push of {ref} ended without the daemon reporting a manifest digest")
+        return progress.result
+
+    def build(
+        self,
+        context: TarContext,
+        *,
+        label: str,
+        buildargs: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+        nocache: bool = False,
+        quiet: bool = False,
+    ) -> BuildResult:
+        """Build an untagged image; the caller tags it only once the build succeeded."""
+        activity = Activity(label, silent=quiet)
+        progress = _BuildProgress(label, activity, quiet=quiet)
+        t0 = time.monotonic()
+        with tempfile.TemporaryFile() as tar, activity:
+            context.write_tar(tar)
+            tar.seek(0)
+            try:
+                stream = self.client.api.build(
+                    fileobj=tar,
+                    custom_context=True,
+                    buildargs=buildargs or {},
+                    labels=labels or {},
+                    rm=True,
+                    forcerm=True,
+                    nocache=nocache,
+                    decode=True,
+                    pull=False,
+                )
+                for chunk in _guarded(stream):
+                    progress.feed(chunk)
+            except _StreamError as exc:
+                self._fail(progress, str(exc), exc.status)
+            except docker.errors.APIError as exc:
+                self._fail(progress, _short(exc))
+            except _DaemonGone as exc:
+                self._daemon_gone(progress, str(exc))
+        progress._close_step()
+        result = progress.result
+        result.seconds = time.monotonic() - t0
+        if not result.image_id:
+            self._fail(progress, "the daemon reported no image id")
+        if not result.image_id.startswith("sha256:"):
+            result.image_id = self.client.images.get(result.image_id).id
+        return result
+
+    def _fail(self, progress: _BuildProgress, message: str, status: int | None = None) -> None:
+        # A daemon shutting down stops the step's container first (so the step "fails",
+        # often with 143) and stops listening: a daemon that does not answer now is the cause.
+        progress.activity.stop()
+        if not self._alive():
+            self._daemon_gone(progress, f"the step was stopped (status {status})" if status else message)
+        step = progress.current or "(before the first step)"
+        tail = "\n".join(f"    | {line}" for line in list(progress.tail)[-25:])
+        log.errors.print(f"[red]build failed at[/] {step}", markup=True, highlight=False)
+        if tail:
+            log.errors.print(tail, markup=False, highlight=False)
+        raise BuildFailed(f"{progress.label}: {step}: {message.splitlines()[-1] if message else 'failed'}",
+                          step=step, tail=list(progress.step_tail), status=status)
+
+    @staticmethod
+    def _daemon_gone(progress: _BuildProgress, why: str) -> None:
+        step = progress.current or "before the first step"
+        raise DockerUnavailable(
+            f"{progress.label}: the Docker daemon went away during the build (at {step}): {_one_line(why)}",
+            hint="nothing was tagged; once `docker info` answers again, rerun the same build "
+                 "(finished steps come from the layer cache)")
+
+    def _alive(self) -> bool:
+        # a new client: a pooled keep-alive connection may still reach a daemon that has
+        # stopped listening and is shutting down
+        probe = None
+        try:
+            probe = docker.from_env(timeout=5)
+            probe.ping()
+            return True
+        except Exception:  # connection refused, reset, timeout: all mean "not there now"
+            return False
+        finally:
+            if probe is not None:
+                probe.close()
+
+
+def _guarded(stream):
+    """The build stream, with a broken connection (daemon stopped or restarted mid-build)
+    raised as one exception type instead of whatever requests/urllib3 layer noticed it."""
+    try:
+        yield from stream
+    except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, ConnectionError) as exc:
+        raise _DaemonGone(_short(exc)) from None
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())[:300] or "failed"
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """("repo", "tag") or ("repo@sha256:...", None); a registry port is not a tag."""
+    if "@" in ref:
+        return ref, None
+    slash, colon = ref.rfind("/"), ref.rfind(":")
+    return (ref[:colon], ref[colon + 1:]) if colon > slash else (ref, None)
+
+
+def registry_of(repo: str) -> str:
+    """The registry host serving `repo`, as docker resolves it ("docker.io" for Hub names)."""
+    host, _ = docker.auth.resolve_repository_name(repo)
+    return host
+
+
+def index_name(name: str) -> str:
+    """A registry host as the docker config keys it (Docker Hub's aliases as one)."""
+    return docker.auth.resolve_index_name(name)
+
+
+def config_auth(config: dict, host: str) -> dict:
+    """What a docker config document (`auths`, `credsStore`, `credHelpers`) holds for
+    `host`, resolved by the SDK's own auth code ({} when nothing); DockerError when an
+    entry is bad or a credential helper fails."""
+    try:
+        return docker.auth.load_config(config_dict=config).resolve_authconfig(host) or {}
+    except docker.errors.DockerException as exc:
+        raise DockerError(" ".join(str(exc).split())[:200]) from None
+
+
+def _short(exc: BaseException) -> str:
+    text = getattr(exc, "explanation", None) or str(exc)
+    return " ".join(str(text).split())[:300]

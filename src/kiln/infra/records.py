@@ -1,0 +1,56 @@
+"""Smoke records: what `kiln smoke` proved about one image id.
+
+`kiln publish` refuses images without a passing record, so records are keyed by the
+image id (content digest of the image config), not by tag: retagging or rebuilding to
+a different image never inherits a pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from kiln.basics.paths import results_dir
+
+
+def _dir() -> Path:
+    d = results_dir() / "smoke"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _key(image_id: str) -> str:
+    return image_id.split(":", 1)[-1]
+
+
+def record_path(image_id: str) -> Path:
+    return _dir() / f"{_key(image_id)}.json"
+
+
+def write_smoke_record(record: dict) -> Path:
+    path = record_path(record["image_id"])
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(record, fh, indent=2, sort_keys=True)
+        fh.write("\n")
+    os.replace(tmp, path)  # atomic: a reader never sees half a record
+    return path
+
+
+def smoke_record(image_id: str) -> dict | None:
+    path = record_path(image_id)
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def passing_smoke_record(image_id: str) -> dict | None:
+    rec = smoke_record(image_id)
+    if rec and rec.get("passed") is True and rec.get("image_id") == image_id:
+        return rec
+    return None

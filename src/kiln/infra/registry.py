@@ -1,0 +1,336 @@
+"""A small client for the OCI distribution (Docker Registry HTTP API v2) protocol.
+
+kiln pushes layers through the Docker daemon (it already has them, compressed and
+cached) and uses this client for everything the daemon cannot do: read a manifest back
+by digest, write more tags onto an existing manifest (a manifest PUT: no layer is sent
+again), and ask which image a channel tag points at.
+
+Auth follows the registry's `WWW-Authenticate` challenge: Basic (htpasswd registries)
+or Bearer tokens (Docker Hub, GHCR, ECR, GCR/Artifact Registry, Harbor, Quay).
+Transient failures (no connection, timeouts, 429, 5xx) are retried a bounded number of
+times with backoff (a Retry-After header is honoured, up to a cap); each kind that
+persists ends in its own typed error. An auth failure is never retried (retrying a
+wrong password only locks accounts), except that an expired Bearer token is replaced
+once by a fresh one from the token service.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import json
+import re
+import time
+import urllib.parse
+from dataclasses import dataclass
+
+import requests
+
+from kiln.basics.errors import (
+    KilnError,
+    ManifestMismatch,
+    RegistryAuthFailed,
+    RegistryInvalid,
+    RegistryRateLimited,
+    RegistryServerError,
+    RegistryUnreachable,
+    TagWriteFailed,
+)
+from kiln.infra.credentials import Credentials
+
+MANIFEST_TYPES = (
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+)
+INDEX_TYPES = MANIFEST_TYPES[2:]
+ATTEMPTS = 4  # first try + 3 retries: 0.5 s, 1 s, 2 s apart
+BACKOFF_S = 0.5
+RETRY_AFTER_CAP_S = 30.0  # a Retry-After beyond this is not waited for: bounded total time
+TIMEOUT = (5, 60)  # connect, read
+_HOST = re.compile(r"^(\[[0-9a-fA-F:]+\]|[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?)(:\d{1,5})?$")
+_PATH = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
+TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one recipe's images go: registry host, optional namespace, repository."""
+
+    host: str  # HOST[:PORT] as docker names it (and as its config keys credentials)
+    path: str  # namespace/repository inside the registry
+    plain_http: bool = False
+
+    @classmethod
+    def parse(cls, registry: str, repository: str, *, plain_http: bool = False) -> Target:
+        """One rule for the scheme: `http://` means plain HTTP, `https://` means HTTPS,
+        and without a scheme loopback hosts get HTTP and all others HTTPS (--plain-http
+        asks for HTTP)."""
+        text = registry.strip()
+        scheme, sep, rest = text.partition("://")
+        if not sep:
+            scheme, rest = "", text
+        elif scheme not in ("http", "https"):
+            raise RegistryInvalid(f"registry {registry!r}: scheme {scheme}:// is neither http:// nor https://")
+        if scheme == "https" and plain_http:
+            raise RegistryInvalid(f"registry {registry!r} says https:// but --plain-http asks for HTTP",
+                                  hint="drop one of them: http://HOST or --plain-http for HTTP, https://HOST for HTTPS")
+        host, _, namespace = rest.rstrip("/").partition("/")
+        if not _HOST.match(host) or (namespace and not _PATH.match(namespace)):
+            raise RegistryInvalid(f"registry {registry!r} is not [http://|https://]HOST[:PORT][/NAMESPACE]")
+        path = f"{namespace}/{repository}" if namespace else repository
+        plain = scheme == "http" or plain_http or (not scheme and is_loopback(host))
+        return cls(host, path, plain)
+
+    @property
+    def api_host(self) -> str:
+        # Docker Hub's API is not served on the name images use
+        return "registry-1.docker.io" if self.host in ("docker.io", "index.docker.io") else self.host
+
+    @property
+    def base_url(self) -> str:
+        return f"{'http' if self.plain_http else 'https'}://{self.api_host}/v2"
+
+    def ref(self, tag: str) -> str:
+        return f"{self.host}/{self.path}:{tag}"
+
+    def pinned(self, digest: str) -> str:
+        return f"{self.host}/{self.path}@{digest}"
+
+
+def _check_realm(realm: str, host: str) -> None:
+    """The registry names its token service, which may live on another host (Docker Hub's
+    does); credentials travel there only over TLS, so a registry cannot have a password
+    sent in clear text to an address of its choosing. Plain HTTP stays for loopback."""
+    parsed = urllib.parse.urlsplit(realm)
+    if parsed.scheme == "https" and parsed.hostname:
+        return
+    if parsed.scheme == "http" and parsed.hostname and is_loopback(parsed.netloc):
+        return
+    raise RegistryAuthFailed(f"registry {host} sends the credentials to token service {realm!r}, which is "
+                             "not HTTPS; kiln does not send them there",
+                             hint="check the registry's auth set-up (its token realm must be an https:// URL)")
+
+
+def is_loopback(host: str) -> bool:
+    """Plain HTTP is only assumed for this machine (as the daemon and crane do)."""
+    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:host.index("]")]
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Manifest:
+    digest: str
+    media_type: str
+    body: bytes  # the exact bytes: re-PUT them and the digest stays the same
+
+    @property
+    def is_index(self) -> bool:
+        return self.media_type in INDEX_TYPES
+
+    @property
+    def config_digest(self) -> str | None:
+        """For a single-image manifest, the image id docker shows for it."""
+        if self.is_index:
+            return None
+        return (json.loads(self.body).get("config") or {}).get("digest")
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _challenge(header: str) -> tuple[str, dict[str, str]]:
+    """`Bearer realm="...",service="..."` -> ("bearer", {realm: ..., service: ...})."""
+    scheme, _, rest = header.strip().partition(" ")
+    params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+    return scheme.lower(), params
+
+
+class RegistryClient:
+    """One repository on one registry, authenticated once per process."""
+
+    def __init__(self, target: Target, credentials: Credentials | None):
+        self.target = target
+        self.credentials = credentials
+        self.session = requests.Session()
+        self.session.trust_env = True  # honours REQUESTS_CA_BUNDLE / proxies like other tools
+        self._auth: str | None = None  # the Authorization header that worked
+
+    # -- requests with retries and auth ---------------------------------------------
+    def _send(self, method: str, url: str, headers: dict | None = None, **kw) -> requests.Response:
+        """One HTTP exchange, retried on transient failures only."""
+        last, wait = "", 0.0
+        for attempt in range(ATTEMPTS):
+            if attempt:
+                time.sleep(max(wait, BACKOFF_S * 2 ** (attempt - 1)))
+            wait = 0.0
+            sent = {**(headers or {}), **({"Authorization": self._auth} if self._auth else {})}
+            try:
+                resp = self.session.request(method, url, headers=sent, timeout=TIMEOUT, **kw)
+            except requests.exceptions.SSLError as exc:
+                # not transient: retrying a TLS mismatch only delays the message
+                raise RegistryUnreachable(
+                    f"TLS to {self.target.api_host} failed: {_reason(exc)}",
+                    hint=f"trust its CA via REQUESTS_CA_BUNDLE, or write the registry as http://{self.target.host} "
+                         "if it speaks plain HTTP",
+                ) from None
+            except requests.exceptions.RequestException as exc:
+                last = _reason(exc)
+                continue
+            if resp.status_code == 429 or resp.status_code >= 500:
+                last = f"HTTP {resp.status_code}"
+                wait = _retry_after(resp)
+                continue
+            return resp
+        raise self._gave_up(method, url, last)
+
+    def _gave_up(self, method: str, url: str, last: str) -> KilnError:
+        what = f"{method} {url.removeprefix(self.target.base_url) or '/'}"
+        if last == "HTTP 429":
+            return RegistryRateLimited(f"registry {self.target.host} still rate-limits {what} "
+                                       f"after {ATTEMPTS} attempts (HTTP 429)")
+        if last.startswith("HTTP 5"):
+            return RegistryServerError(f"registry {self.target.host} answered {last} to {what} "
+                                       f"on all {ATTEMPTS} attempts")
+        return RegistryUnreachable(f"registry {self.target.host} unreachable after {ATTEMPTS} attempts: {last}",
+                                   hint=f"check the address and that it is up: `curl {self.target.base_url}/`")
+
+    def request(self, method: str, path: str, **kw) -> requests.Response:
+        url = f"{self.target.base_url}{path}"
+        resp = self._send(method, url, **kw)
+        # a 401 to a Basic password is final; to a Bearer token (or no header yet) it
+        # asks for a (fresh) token: fetched once, then the request is sent again
+        if resp.status_code == 401 and not (self._auth or "").startswith("Basic "):
+            self._authenticate(resp)
+            resp = self._send(method, url, **kw)
+        if resp.status_code in (401, 403):
+            raise RegistryAuthFailed(f"registry {self.target.host} rejected {self._who()} for {self.target.path} "
+                                     f"(HTTP {resp.status_code}{_error_code(resp)})")
+        return resp
+
+    def _who(self) -> str:
+        # where the credentials came from, never what they are
+        return f"the credentials from {self.credentials.source}" if self.credentials else "anonymous access"
+
+    def _authenticate(self, resp: requests.Response) -> None:
+        scheme, params = _challenge(resp.headers.get("WWW-Authenticate", ""))
+        if scheme == "basic":
+            if self.credentials is None:
+                raise RegistryAuthFailed(f"registry {self.target.host} needs credentials and none were found",
+                                         hint=f"`docker login {self.target.host}`, or set KILN_REGISTRY_USER and "
+                                              "pipe the password in with --password-stdin")
+            if not self.credentials.password:
+                raise RegistryAuthFailed(f"registry {self.target.host} wants a password; the credentials from "
+                                         f"{self.credentials.source} hold only an identity token",
+                                         hint=f"`docker login {self.target.host}` with a user name and password")
+            pair = f"{self.credentials.username}:{self.credentials.password}".encode()
+            self._auth = "Basic " + base64.b64encode(pair).decode()
+        elif scheme == "bearer" and params.get("realm"):
+            self._auth = f"Bearer {self._token(params)}"
+        else:
+            raise RegistryAuthFailed(f"registry {self.target.host} asked for unsupported auth {scheme or '(none)'!r}")
+
+    def _token(self, params: dict[str, str]) -> str:
+        """The distribution token flow: GET realm?service=..&scope=.. with Basic creds."""
+        query = {"scope": f"repository:{self.target.path}:pull,push"}
+        if params.get("service"):
+            query["service"] = params["service"]
+        creds = self.credentials
+        if creds is not None:
+            _check_realm(params["realm"], self.target.host)
+        try:
+            if creds is not None and creds.identity_token:
+                # OAuth2 refresh-token grant: what `docker login` stored instead of a password
+                resp = self.session.post(params["realm"], timeout=TIMEOUT, data={
+                    **query, "grant_type": "refresh_token", "refresh_token": creds.identity_token,
+                    "client_id": "kiln"})
+            else:
+                auth = (creds.username, creds.password) if creds else None
+                resp = self.session.get(params["realm"], params=query, auth=auth, timeout=TIMEOUT)
+        except requests.exceptions.RequestException as exc:
+            raise RegistryUnreachable(f"token service {params['realm']} unreachable: {_reason(exc)}") from None
+        if resp.status_code in (401, 403):
+            raise RegistryAuthFailed(f"token service for {self.target.host} rejected {self._who()}")
+        if resp.status_code != 200:
+            raise RegistryUnreachable(f"token service for {self.target.host} answered HTTP {resp.status_code}")
+        body = resp.json()
+        token = body.get("token") or body.get("access_token")
+        if not token:
+            raise RegistryAuthFailed(f"token service for {self.target.host} returned no token")
+        return token
+
+    # -- the API calls kiln needs -----------------------------------------------------
+    def check_access(self) -> None:
+        """Fail early, before any layer moves, on a wrong address, TLS setup or password.
+        GET /v2/ answers the auth challenge: Basic proves the password right here, Bearer
+        fetches a push token for this repository (the token service checks the password)."""
+        resp = self.request("GET", "/")
+        if resp.status_code != 200:
+            raise RegistryUnreachable(f"{self.target.base_url}/ answered HTTP {resp.status_code}: not a registry API")
+
+    def manifest(self, reference: str) -> Manifest | None:
+        """GET a manifest by tag or digest; None when the registry has no such reference."""
+        resp = self.request("GET", f"/{self.target.path}/manifests/{reference}",
+                            headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise RegistryUnreachable(f"GET manifest {reference}: HTTP {resp.status_code}{_error_code(resp)}")
+        digest = _sha256(resp.content)
+        claimed = resp.headers.get("Docker-Content-Digest")
+        if claimed and claimed != digest:
+            raise ManifestMismatch(f"registry says {reference} is {claimed} but its bytes hash to {digest}")
+        if reference.startswith("sha256:") and reference != digest:
+            raise ManifestMismatch(f"asked for manifest {reference}, got {digest}")
+        media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
+        media_type = media_type or json.loads(resp.content).get("mediaType", "")
+        return Manifest(digest, media_type, resp.content)
+
+    def put_manifest(self, tag: str, manifest: Manifest) -> None:
+        """Point `tag` at `manifest` (the same bytes, so the same digest): a retag."""
+        if not TAG.match(tag):
+            raise TagWriteFailed(f"{tag!r} is not a valid tag")
+        resp = self.request("PUT", f"/{self.target.path}/manifests/{tag}", data=manifest.body,
+                            headers={"Content-Type": manifest.media_type})
+        if resp.status_code not in (200, 201):
+            raise TagWriteFailed(f"registry refused tag {tag}: HTTP {resp.status_code}{_error_code(resp)}")
+        written = resp.headers.get("Docker-Content-Digest")
+        if written and written != manifest.digest:
+            raise ManifestMismatch(f"tag {tag} was written as {written}, expected {manifest.digest}")
+
+
+def _retry_after(resp: requests.Response) -> float:
+    """Retry-After in seconds (the delta-seconds form registries send), capped."""
+    try:
+        return min(max(float(resp.headers.get("Retry-After", "")), 0.0), RETRY_AFTER_CAP_S)
+    except ValueError:
+        return 0.0
+
+
+def _error_code(resp: requests.Response) -> str:
+    """The registry's own error code (MANIFEST_BLOB_UNKNOWN, DENIED, ...), if it sent one."""
+    try:
+        errors = resp.json().get("errors") or []
+    except ValueError:
+        return ""
+    return f": {errors[0].get('code')} {errors[0].get('message', '')}".rstrip() if errors else ""
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause of a requests error in a few words (no URL-embedded secrets:
+    kiln never puts credentials into URLs)."""
+    text = str(exc)
+    for marker in ("Connection refused", "Name or service not known", "timed out",
+                   "Temporary failure in name resolution", "Connection reset", "No route to host",
+                   "certificate verify failed", "wrong version number", "Max retries exceeded"):
+        if marker in text:
+            return marker.lower() if marker != "Max retries exceeded" else "no connection"
+    return " ".join(text.split())[:200]
