@@ -75,7 +75,9 @@ def test_feature_series_is_ported_per_engine_version(groot, capsys):
     shutil.rmtree(series / "0.33.0")
     code, _, err = kiln(capsys, "check", GLM)
     assert code == 2
-    assert (f"{DT}/patches: draft-trunc has no series for vllm==0.33.0 (it has: 0.32.0; port it: kiln patches "
+    ov_lines = (REPO / DT / "override.yaml").read_text().splitlines()
+    line = next(i for i, text in enumerate(ov_lines, 1) if text.startswith("patches:"))
+    assert (f"{DT}/override.yaml:{line}: patches: {DT}/patches/ has no series for vllm==0.33.0 (it has: 0.32.0; port it: kiln patches "
             f"checkout --feature {FEATURE} --engine 0.33.0 --series-from 0.32.0)") in err
     assert kiln(capsys, "patches", "check", "--recipe", GLM)[0] == 7
 

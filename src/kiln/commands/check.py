@@ -41,13 +41,13 @@ def check_one(name: str) -> list[str]:
         if override.versioned and not override.supports(version):
             have = ", ".join(override.series_versions())
             problems.append(
-                f"{_rel(override.dir / override.override.patches)}: {fdir.name} has no series for "
+                f"{override.where('patches')}: patches: {_rel(override.dir / override.override.patches)}/ has no series for "
                 f"{override.override.engine.name}=={version} (it has: {have}; port it: kiln patches checkout "
                 f"--feature {name}/{fdir.name} --engine {version} --series-from {override.series_versions()[-1]})"
             )
         elif not override.versioned and override.override.engine.version != version:
             problems.append(
-                f"{_rel(override.dir / 'override.yaml')}: engine.version: {fdir.name} targets "
+                f"{override.where('engine', 'version')}: engine.version: {fdir.name} targets "
                 f"{override.override.engine.name}=={override.override.engine.version}, recipe pins "
                 f"{version} (kiln override rebase {name} {fdir.name} --from "
                 f"{override.override.engine.version})"

@@ -14,14 +14,14 @@ each applying the series of its own engine version.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from packaging.version import InvalidVersion
 from packaging.version import Version as PEP440
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kiln.basics.errors import RecipeInvalid
-from kiln.basics.yamlsrc import YamlProblem, load_yaml
+from kiln.basics.yamlsrc import SourcedYaml, YamlProblem, load_yaml
 from kiln.domain.recipe import Version, display_path, problems_from_validation
 
 OVERRIDE_FILE = "override.yaml"
@@ -59,9 +59,15 @@ class Override(_Strict):
 
 
 class LoadedOverride:
-    def __init__(self, override: Override, directory: Path):
+    def __init__(self, override: Override, directory: Path, source: SourcedYaml | None = None):
         self.override = override
         self.dir = directory
+        self.source = source  # where each field sits in override.yaml, for error lines
+
+    def where(self, *loc: Any) -> str:
+        """`path:line` of a field of override.yaml (line 1 when not known)."""
+        line = self.source.line_of(tuple(loc)) if self.source is not None else 1
+        return f"{display_path(self.dir / OVERRIDE_FILE)}:{line}"
 
     @property
     def name(self) -> str:
@@ -189,4 +195,4 @@ def load_override(directory: Path) -> LoadedOverride:
             problems.append(f"{where}: not found")
     if problems:
         raise RecipeInvalid(problems)
-    return LoadedOverride(override, directory)
+    return LoadedOverride(override, directory, src)
