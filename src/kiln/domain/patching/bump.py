@@ -14,12 +14,16 @@ from kiln.domain.patching.diff import file_diff, merge3
 from kiln.domain.patching.quilt import Target, checkout, refresh
 from kiln.domain.patching.series import (
     ENGINE,
+    check,
     engine_root,
+    load_recipe,
     pinned_versions,
     series_dir,
     series_for,
     shown,
 )
+from kiln.domain.patching.yamledit import set_value
+from kiln.infra import wheelcache
 
 
 @dataclass
@@ -178,10 +182,6 @@ def move_recipe(recipe_name: str, to_version: str) -> None:
     and each switched-on feature's series for that version must apply to its sources
     (checked first; nothing is edited otherwise). engine.version and, when the recipe
     pins it, engine.torch (what the engine wheel pins) are rewritten in place."""
-    from kiln.domain.patching.series import check, load_recipe
-    from kiln.domain.patching.yamledit import set_value
-    from kiln.infra import wheelcache
-
     loaded = load_recipe(recipe_name)
     engine = loaded.recipe.engine
     if engine.version == to_version:

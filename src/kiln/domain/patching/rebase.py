@@ -7,6 +7,7 @@ from pathlib import Path
 
 from kiln.basics import log
 from kiln.basics.errors import OverrideDrift, RebaseConflict, UsageError
+from kiln.domain.overrides import load_override
 from kiln.domain.patching import applier
 from kiln.domain.patching.diff import file_diff, merge3
 from kiln.domain.patching.series import (
@@ -148,8 +149,6 @@ def to_patch(recipe_name: str, feature: str) -> Path:
         edit_yaml(ov.dir / "override.yaml", lambda doc: doc.pop("replacements", None))
     for rep in reps:
         (ov.dir / rep.file).unlink(missing_ok=True)
-    from kiln.domain.overrides import load_override
-
     load_override(ov.dir)  # the rewritten override.yaml must still validate
     return series_file.parent / name
 

@@ -23,8 +23,10 @@ from kiln.basics.errors import (
     UsageError,
 )
 from kiln.basics.paths import repo_root
-from kiln.domain.overrides import series_versions
+from kiln.domain.overrides import load_override, series_versions
 from kiln.domain.patching import applier
+from kiln.domain.recipe import load_recipe as load_recipe_at
+from kiln.domain.recipe import recipe_dir
 from kiln.infra import wheelcache
 
 ENGINE = "vllm"
@@ -127,14 +129,10 @@ def engine_tree(version: str, flavour: str | None) -> tuple[applier.Tree, list[a
 
 # -- recipes and their features --------------------------------------------------------------
 def load_recipe(name: str):
-    from kiln.domain.recipe import load_recipe, recipe_dir
-
-    return load_recipe(recipe_dir(name))
+    return load_recipe_at(recipe_dir(name))
 
 
 def load_feature(loaded_recipe, feature: str):
-    from kiln.domain.overrides import load_override
-
     fdir = loaded_recipe.feature_dir(feature)
     if not (fdir / "override.yaml").is_file():
         raise UsageError(f"recipe {loaded_recipe.name} has no experimental/{feature}/override.yaml")
