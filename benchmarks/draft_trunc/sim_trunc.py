@@ -8,9 +8,19 @@ every step with the routed-expert cost model fitted to the H200 benchmark
 
 - none: verify every draft;
 - tau=t: the fixed rule, keep draft m while S_m = p_1...p_m >= t (min_keep 1);
-- cost: the cost-aware rule the device kernel runs (same grid, same prices);
+- cost: the cost-aware rule the device kernel runs (same grid, same prices,
+  and the same online calibration of the estimator from the drafts it verified,
+  learnt as the replay goes: see ``cost_j``);
+- cost_uncalibrated: the same rule trusting the raw predictions;
+- informed_bound: the best any policy can do knowing only what the policy
+  knows about each draft (its position and predicted-survival bin), with each
+  such cell's true acceptance rate (see ``informed_bound``);
 - oracle: knows which drafts will be accepted and keeps the best number of
   them for the whole run (an upper bound on any policy, see ``oracle``).
+
+Truncating policies explore as on the device: a share ``explore`` of (step,
+request) pairs verifies every draft (the estimator and the calibration need
+labels for deep drafts); the bounds do not.
 
 A request keeping j drafts yields 1 + min(a, j) tokens, a = drafts the full
 window accepted: truncation is exact (outputs equal a batch truly truncated to
@@ -199,6 +209,7 @@ class Batches:
     surv: np.ndarray  # [S, R, K]
     n: np.ndarray  # [S, R]
     accepted: np.ndarray  # [S, R]
+    explored: np.ndarray | None = None  # [S, R]: verifies every draft (None: none do)
 
     @property
     def tokens(self) -> np.ndarray:  # scheduled tokens per step: t0 + drafts
@@ -209,11 +220,30 @@ class Batches:
         return self.n.shape[1]
 
 
-def draw(records: Records, batch: int, rng, target_records: int = 40_000) -> Batches:
+def draw(
+    records: Records, batch: int, rng, target_records: int = 40_000, explore: float = 0.0
+) -> Batches:
     steps = max(64, target_records // batch)
     idx = rng.integers(0, len(records.n), size=(steps, batch))
     n = records.n[idx]
-    return Batches(survival(records.p[idx], n), n, records.accepted[idx])
+    explored = rng.random((steps, batch)) < explore
+    return Batches(survival(records.p[idx], n), n, records.accepted[idx], explored)
+
+
+def explored_keep_all(b: Batches, j: np.ndarray) -> np.ndarray:
+    return j if b.explored is None else np.where(b.explored, b.n, j)
+
+
+def optional_drafts(b: Batches, model: Model, surv=None, n=None, explored=None):
+    """Drafts a policy may cut: past min_keep, in a request not exploring."""
+    surv = b.surv if surv is None else surv
+    n = b.n if n is None else n
+    explored = b.explored if explored is None else explored
+    pos = np.arange(surv.shape[-1])
+    optional = (pos < n[..., None]) & (pos >= np.minimum(n, model.min_keep)[..., None])
+    if explored is not None:
+        optional &= ~explored[..., None]
+    return optional
 
 
 def rule_j(surv, n, tau, min_keep):
@@ -224,16 +254,49 @@ def rule_j(surv, n, tau, min_keep):
     return np.maximum(keep.sum(axis=-1), np.minimum(n, min_keep))
 
 
-def cost_j(b: Batches, model: Model):
-    """The cost-aware kernel's choice, replayed (no exploration: a trace
-    replay has nothing to learn)."""
+def tau_j(b: Batches, tau: float, model: Model) -> np.ndarray:
+    """The fixed rule, exploring as on the device."""
+    return explored_keep_all(b, rule_j(b.surv, b.n, tau, model.min_keep))
+
+
+def cost_j(b: Batches, model: Model, calibrate: bool = True, chunk_reqs: int = 64):
+    """The cost-aware kernel's choices, replayed in order.
+
+    With ``calibrate`` the policy prices drafts with ``_cost.calibrated_values``
+    learnt from the drafts it verified so far (censored grading, as
+    ``draft_trunc.graded`` feeds the device), starting from nothing. The device
+    grades after every step; here after every ``chunk_reqs`` request-steps
+    (one step from 64 requests up), a lag that only slows learning.
+    """
     k = b.surv.shape[-1]
-    pos = np.arange(k)
-    optional = (pos < b.n[..., None]) & (pos >= np.minimum(b.n, model.min_keep)[..., None])
-    tau = _cost.cost_aware_tau(
-        b.surv, optional, b.tokens, b.reqs, model.policy_table, model.cost, model.ratio
-    )
-    return rule_j(b.surv, b.n, tau, model.min_keep), tau
+    hits = np.zeros((k, _cost.TAU_GRID))
+    counts = np.zeros((k, _cost.TAU_GRID))
+    steps = b.n.shape[0]
+    chunk = max(1, -(-chunk_reqs // b.reqs))
+    j = np.zeros_like(b.n)
+    taus = np.zeros(steps)
+    explored = b.explored if b.explored is not None else np.zeros(b.n.shape, bool)
+    for start in range(0, steps, chunk):
+        part = slice(start, start + chunk)
+        surv, n = b.surv[part], b.n[part]
+        optional = optional_drafts(b, model, surv, n, explored[part])
+        values = _cost.calibrated_values(hits, counts) if calibrate else None
+        tau = _cost.cost_aware_tau(
+            surv,
+            optional,
+            b.tokens[part],
+            b.reqs,
+            model.policy_table,
+            model.cost,
+            model.ratio,
+            values,
+        )
+        kept = np.where(explored[part], n, rule_j(surv, n, tau, model.min_keep))
+        j[part], taus[part] = kept, tau
+        if calibrate:
+            accepted = np.minimum(b.accepted[part], kept)
+            _cost.calibration_update(hits, counts, surv, kept, accepted)
+    return j, taus
 
 
 @dataclass
@@ -295,41 +358,79 @@ def oracle(b: Batches, model: Model, iters: int = 50) -> Outcome:
     )
 
 
-def predicted_bound(b: Batches, model: Model, iters: int = 50) -> Outcome:
-    """The best a threshold policy can do knowing only the predictions.
-
-    Like ``oracle``, but each step chooses among the kernel's candidate taus by
-    their expected tokens (Dinkelbach over the whole run, so the long-run
-    rate, not each step's own ratio, prices a draft). On calibrated synthetic
-    traces this is what perfect knowledge of p buys; the gap to ``oracle`` is
-    the value of knowing the coin flips, which no predictor-driven policy has.
-    """
+def cell_rates(b: Batches) -> np.ndarray:
+    """[S, R, K] each draft's (position, survival bin) cell's acceptance rate over
+    these steps: what a perfectly calibrated estimator would say, in hindsight."""
     k = b.surv.shape[-1]
+    pos = np.broadcast_to(np.arange(k), b.surv.shape)
+    valid = pos < b.n[..., None]
+    survived = pos < b.accepted[..., None]
+    bins = _cost.survival_bins(b.surv)
+    counts = np.zeros((k, _cost.TAU_GRID))
+    hits = np.zeros((k, _cost.TAU_GRID))
+    np.add.at(counts, (pos[valid], bins[valid]), 1.0)
+    np.add.at(hits, (pos[valid], bins[valid]), survived[valid].astype(float))
+    rates = (hits / np.maximum(counts, 1.0))[pos, bins]
+    return np.where(valid, rates, 0.0)
+
+
+def informed_bound(b: Batches, model: Model, iters: int = 60) -> Outcome:
+    """The best a policy can do knowing what the cost-aware policy knows.
+
+    Each draft is described by its position and predicted-survival bin, and
+    its worth is that cell's true acceptance rate on these very steps (the
+    limit of the policy's calibration). Within a step any prefix of each
+    request may be kept: survival cannot grow with depth (worths are made
+    non-increasing along a request), so for x optional drafts kept the best are
+    the x worth most, and they form prefixes. Across steps the run's own
+    optimal rate prices a draft (Dinkelbach over every step's x), not each
+    step's ratio; nothing explores. So it bounds the policy's threshold search,
+    its per-step pricing, its learning and its exploration, but not its
+    information: the gap from here to ``oracle`` is what knowing the outcomes
+    is worth.
+    """
+    steps, reqs, k = b.surv.shape
     pos = np.arange(k)
-    optional = (pos < b.n[..., None]) & (pos >= np.minimum(b.n, model.min_keep)[..., None])
-    tokens, time_us = _cost.candidate_prices(
-        b.surv, optional, b.tokens, b.reqs, model.table, model.cost, model.ratio
-    )
+    worth = np.minimum.accumulate(cell_rates(b), axis=-1)
+    valid = pos < b.n[..., None]
+    forced = valid & (pos < np.minimum(b.n, model.min_keep)[..., None])
+    optional = valid & ~forced
+    base = reqs + np.where(forced, worth, 0.0).sum(axis=(1, 2))
+    flat = np.where(optional, worth, -1.0).reshape(steps, -1)
+    order = np.argsort(-flat, axis=-1, kind="stable")
+    best = np.take_along_axis(flat, order, axis=-1)
+    gain = np.concatenate([np.zeros((steps, 1)), np.cumsum(np.maximum(best, 0), -1)], -1)
+    n_opt = optional.reshape(steps, -1).sum(axis=-1)
+    x = np.arange(gain.shape[1])[None, :]
+    allowed = x <= n_opt[:, None]
+    live = (b.tokens - n_opt)[:, None] + x
+    time_us = model.step_us(live, np.broadcast_to(b.tokens[:, None], live.shape))
+    tokens = base[:, None] + gain
+    rows = np.arange(steps)
     lam = 0.0
     for _ in range(iters):
-        pick = (tokens - lam * time_us).argmax(axis=1)
-        rows = np.arange(len(pick))
+        pick = np.where(allowed, tokens - lam * time_us, -np.inf).argmax(axis=1)
         new = float(tokens[rows, pick].sum() / time_us[rows, pick].sum())
-        if abs(new - lam) <= 1e-15 * new:
+        if abs(new - lam) <= 1e-12 * new:
             break
         lam = new
-    taus = pick / _cost.TAU_GRID
-    return replay(b, rule_j(b.surv, b.n, taus, model.min_keep), model)
+    # Keep each step's `pick` most worth drafts; the kept count of a request is
+    # its kept drafts (a prefix, as worths do not grow with depth; a tie broken
+    # against the prefix only moves a draft of equal worth).
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(order.shape[1]), order.shape), -1)
+    keep = optional & (rank.reshape(steps, reqs, k) < pick[:, None, None])
+    return replay(b, (keep | forced).sum(axis=-1), model)
 
 
 def run_policies(b: Batches, model: Model, fixed_only: bool = False) -> dict[str, Outcome]:
     out = {"none": replay(b, b.n, model)}
     for t in TAUS:
-        out[f"tau={t:.1f}"] = replay(b, rule_j(b.surv, b.n, t, model.min_keep), model)
+        out[f"tau={t:.1f}"] = replay(b, tau_j(b, t, model), model)
     if not fixed_only:
-        j, _ = cost_j(b, model)
-        out["cost"] = replay(b, j, model)
-        out["predicted_bound"] = predicted_bound(b, model)
+        out["cost"] = replay(b, cost_j(b, model)[0], model)
+        out["cost_uncalibrated"] = replay(b, cost_j(b, model, calibrate=False)[0], model)
+        out["informed_bound"] = informed_bound(b, model)
         out["oracle"] = oracle(b, model)
     return out
 
@@ -351,7 +452,9 @@ def summarise(results: dict[str, Outcome], tuned_tau: float) -> dict:
         "best_tau": tuned_tau,
         "hindsight_tau": hindsight,
         "cost_vs_oracle": cost / tps["oracle"],
-        "cost_vs_predicted_bound": cost / tps["predicted_bound"],
+        "cost_vs_informed_bound": cost / tps["informed_bound"],
+        "bound_vs_oracle": tps["informed_bound"] / tps["oracle"],
+        "uncalibrated_vs_none": tps["cost_uncalibrated"] / tps["none"],
         "cost_vs_best_tau": cost / tps[f"tau={tuned_tau:.1f}"],
         "cost_vs_hindsight_tau": cost / tps[f"tau={hindsight:.1f}"],
         "cost_vs_none": cost / tps["none"],
@@ -369,14 +472,14 @@ def goals(row: dict) -> dict[str, bool]:
 
 
 def simulate(
-    traces: list[Records], model: Model, sizes=BATCH_SIZES, seed=0, log=print
+    traces: list[Records], model: Model, sizes=BATCH_SIZES, seed=0, log=print, explore=0.05
 ) -> list[dict]:
     rows = []
     for records in traces:
         for size in sizes:
-            tune = draw(records, size, np.random.default_rng(seed + 10_000 + size))
+            tune = draw(records, size, np.random.default_rng(seed + 10_000 + size), explore=explore)
             tuned = best_fixed_tau(run_policies(tune, model, fixed_only=True))
-            b = draw(records, size, np.random.default_rng(seed + size))
+            b = draw(records, size, np.random.default_rng(seed + size), explore=explore)
             row = {
                 "trace": records.source,
                 "acceptance": records.acceptance,
@@ -389,10 +492,13 @@ def simulate(
             rows.append(row)
             log(
                 f"{records.source:<24} R={size:<4} cost/oracle={row['cost_vs_oracle']:.3f} "
-                f"cost/pred-bound={row['cost_vs_predicted_bound']:.3f} "
+                f"cost/bound={row['cost_vs_informed_bound']:.3f} "
+                f"bound/oracle={row['bound_vs_oracle']:.3f} "
                 f"cost/tuned-tau({row['best_tau']:.1f})={row['cost_vs_best_tau']:.3f} "
                 f"cost/hindsight-tau({row['hindsight_tau']:.1f})={row['cost_vs_hindsight_tau']:.3f} "
-                f"cost/none={row['cost_vs_none']:.3f} oracle/none={row['oracle_vs_none']:.3f} | "
+                f"cost/none={row['cost_vs_none']:.3f} "
+                f"uncalibrated/none={row['uncalibrated_vs_none']:.3f} "
+                f"oracle/none={row['oracle_vs_none']:.3f} | "
                 f"tok/s cost {row['tokens_per_s']['cost']:.0f} none {row['tokens_per_s']['none']:.0f}, "
                 f"accepted/req-step cost {row['accepted_per_req_step']['cost']:.2f} "
                 f"none {row['accepted_per_req_step']['none']:.2f}"
@@ -418,8 +524,9 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
             return [r["tokens_per_s"][key] / r["tokens_per_s"]["none"] for r in rs]
 
         ax.plot(x, rel("oracle"), "k--", label="oracle (knows outcomes)")
-        ax.plot(x, rel("predicted_bound"), "k:", label="bound from predictions")
-        ax.plot(x, rel("cost"), "C3-o", ms=3, label="cost-aware")
+        ax.plot(x, rel("informed_bound"), "k:", label="informed bound (same information)")
+        ax.plot(x, rel("cost"), "C3-o", ms=3, label="cost-aware (calibrated)")
+        ax.plot(x, rel("cost_uncalibrated"), "C4-", alpha=0.6, label="cost-aware, raw predictions")
         best = [
             r["tokens_per_s"][f"tau={r['best_tau']:.1f}"] / r["tokens_per_s"]["none"] for r in rs
         ]
@@ -479,6 +586,12 @@ def main(argv=None) -> int:
         "--ep", type=int, default=1, help="expert-parallel ranks (1/ep of expert bytes)"
     )
     ap.add_argument("--moe-layers", type=int, default=58)
+    ap.add_argument(
+        "--explore",
+        type=float,
+        default=0.05,
+        help="share of request-steps verifying every draft (KILN_DRAFT_TRUNC_EXPLORE)",
+    )
     ap.add_argument("--sizes", type=int, nargs="*", default=list(BATCH_SIZES))
     ap.add_argument("--quick", action="store_true", help="fewer records (a smoke run)")
     args = ap.parse_args(argv)
@@ -499,7 +612,9 @@ def main(argv=None) -> int:
         f"other_share={args.other_share} skew={args.skew} ep={args.ep}",
         flush=True,
     )
-    rows = simulate(traces, model, args.sizes, log=lambda s: print(s, flush=True))
+    rows = simulate(
+        traces, model, args.sizes, log=lambda s: print(s, flush=True), explore=args.explore
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     tag = f"os{args.other_share:g}-skew{args.skew:g}-ep{args.ep}"
     if args.policy_skew is not None:
@@ -511,6 +626,7 @@ def main(argv=None) -> int:
             "other_share": args.other_share,
             "moe_layers": args.moe_layers,
             "min_keep": model.min_keep,
+            "explore": args.explore,
             "tau_grid": _cost.TAU_GRID,
         },
         "traces": [
@@ -532,7 +648,7 @@ def main(argv=None) -> int:
     met = {g: sum(r["goals"][g] for r in rows) for g in rows[0]["goals"]}
     worst = {
         "cost/oracle": min(r["cost_vs_oracle"] for r in rows),
-        "cost/pred-bound": min(r["cost_vs_predicted_bound"] for r in rows),
+        "cost/bound": min(r["cost_vs_informed_bound"] for r in rows),
         "cost/tuned-tau": min(r["cost_vs_best_tau"] for r in rows),
         "cost/hindsight-tau": min(r["cost_vs_hindsight_tau"] for r in rows),
         "cost/none": min(r["cost_vs_none"] for r in rows),

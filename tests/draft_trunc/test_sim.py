@@ -118,3 +118,69 @@ def test_main_writes_json_and_png(tmp_path):
     assert {r["trace"] for r in data["rows"]} >= {"trace-small", "synthetic-a0.3"}
     assert all(r["goals"]["never_1pct_slower_than_none"] for r in data["rows"])
     assert next(tmp_path.glob("sim-trunc-*.png")).stat().st_size > 10_000
+
+
+def noisy_records(count, k, alpha, rng):
+    """Predictions that carry no information: p ~ U(0, 1) while every draft is
+    accepted with probability ``alpha`` (the CPU twin's estimator in the
+    extreme)."""
+    accept = rng.random((count, k)) < alpha
+    accepted = np.cumprod(accept, axis=1).sum(axis=1)
+    return sim.Records(rng.random((count, k)), np.full(count, k), accepted, "noise")
+
+
+@pytest.mark.parametrize("size", [1, 8])
+def test_calibration_rescues_uninformative_predictions(size):
+    """Drafts accepted 80% of the time, predictions noise: trusting them, the
+    policy cuts drafts it believes unlikely and loses to no truncation;
+    calibrated online from the drafts it verified (and the 5% it explores), it
+    learns they are good and keeps them."""
+    rng = np.random.default_rng(size)
+    b = sim.draw(noisy_records(20_000, 4, 0.8, rng), size, rng, explore=0.05)
+    model = sim.Model()
+    none = sim.replay(b, b.n, model).tokens_per_s
+    raw = sim.replay(b, sim.cost_j(b, model, calibrate=False)[0], model).tokens_per_s
+    calibrated = sim.replay(b, sim.cost_j(b, model)[0], model).tokens_per_s
+    assert raw < 0.95 * none
+    assert calibrated >= 0.99 * none
+
+
+def test_calibration_update_grades_verified_drafts_only():
+    hits = np.zeros((3, sim._cost.TAU_GRID))
+    counts = np.zeros_like(hits)
+    surv = np.array([[0.9, 0.5, 0.2], [0.9, 0.5, 0.2]])
+    # first request: 2 verified, 1 accepted; second: 3 verified, 3 accepted
+    sim._cost.calibration_update(hits, counts, surv, np.array([2, 3]), np.array([1, 3]))
+    b9, b5, b2 = (int(x * sim._cost.TAU_GRID) for x in (0.9, 0.5, 0.2))
+    assert counts[0, b9] == 2 and hits[0, b9] == 2
+    assert counts[1, b5] == 2 and hits[1, b5] == 1
+    assert counts[2, b2] == 1 and hits[2, b2] == 1
+    assert counts.sum() == 5 and hits.sum() == 4
+    values = sim._cost.calibrated_values(hits, counts)
+    # an empty cell is the prediction itself; a graded one moves toward its rate
+    assert values[2, 0] == pytest.approx(0.5 / sim._cost.TAU_GRID)
+    prior = sim._cost.CAL_PRIOR
+    mid = (b5 + 0.5) / sim._cost.TAU_GRID
+    assert values[1, b5] == pytest.approx((1 + prior * mid) / (2 + prior))
+
+
+@pytest.mark.parametrize("trace", ["synthetic", "noise"])
+def test_informed_bound_sits_between_policies_and_oracle(trace):
+    """The informed bound knows each draft's (position, bin) cell's true rate
+    and prices at the run's optimal rate: no policy using those cells beats it
+    (beyond the noise of realised outcomes), and the oracle beats it."""
+    rng = np.random.default_rng(5)
+    records = (
+        sim.synthetic(0.4, 5000, 4, rng)
+        if trace == "synthetic"
+        else noisy_records(5000, 4, 0.35, rng)
+    )
+    b = sim.draw(records, 4, rng, target_records=20_000)
+    model = sim.Model()
+    results = sim.run_policies(b, model)
+    bound = results["informed_bound"].tokens_per_s
+    assert bound <= results["oracle"].tokens_per_s
+    for name, outcome in results.items():
+        if name not in ("oracle", "informed_bound"):
+            assert outcome.tokens_per_s <= bound * 1.003, name
+    assert bound > results["none"].tokens_per_s * 1.02
