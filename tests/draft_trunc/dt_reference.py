@@ -15,6 +15,7 @@ _M32 = kernel.MASK32.value
 _STEP_MUL = kernel.STEP_MUL.value
 _MIX_MUL = kernel.MIX_MUL.value
 TAU_GRID = kernel.TAU_GRID.value
+CAL_PRIOR = kernel.CAL_PRIOR.value
 
 
 def explore_uniform(step: int, slot: int) -> float:
@@ -78,13 +79,29 @@ def cost_aware_ratios(
     t_fixed,
     t_token,
     other_ratio,
+    calibration=None,
 ) -> list[float]:
     """Expected tokens per unit of step time at each candidate tau g / TAU_GRID.
 
     Written as the spec reads: keep, in every truncatable request, the drafts
-    past min_keep whose survival reaches tau; a kept optional draft counts the
-    middle of its 1/TAU_GRID survival bin, every other live draft its survival.
+    past min_keep whose survival reaches tau; every live draft kept counts its
+    calibrated survival: (hits + CAL_PRIOR * mid) / (counts + CAL_PRIOR) of its
+    cell (position k, bin b of its survival; mid the middle of that bin), from
+    ``calibration`` (a ``Calibration``; None: no grades yet, i.e. mid).
     """
+    hits = counts = None
+    if calibration is not None:
+        hits = [float(x) for x in calibration.hits.cpu()]
+        counts = [float(x) for x in calibration.counts.cpu()]
+
+    def worth(k: int, s: float) -> float:
+        b = min(math.floor(s * TAU_GRID), TAU_GRID - 1)
+        mid = (b + 0.5) / TAU_GRID
+        if hits is None:
+            return mid
+        cell = k * TAU_GRID + b
+        return (hits[cell] + CAL_PRIOR * mid) / (counts[cell] + CAL_PRIOR)
+
     num_tokens = int(query_start_loc[num_reqs])
     table = [float(x) for x in table]
     cap = len(table) - 1
@@ -101,12 +118,10 @@ def cost_aware_ratios(
             )
             survs = survivals([float(x) for x in predictions[slot, :n]], n)
             for m, s in enumerate(survs):
-                if not (truncatable and m >= min(n, min_keep)):
-                    tokens += s
-                elif s < tau:
+                if truncatable and m >= min(n, min_keep) and s < tau:
                     dead += 1
                 else:
-                    tokens += (min(math.floor(s * TAU_GRID), TAU_GRID - 1) + 0.5) / TAU_GRID
+                    tokens += worth(m, s)
         live = min(max(num_tokens - dead, 0), cap)
         ratios.append(tokens / (shared + other + table[live]))
     return ratios

@@ -191,6 +191,7 @@ def _cost_reference(dt, batch, step, tau):
         c.t_fixed,
         c.t_token,
         c.other_ratio,
+        dt._STATE.calibration,
     )
     max_reqs = batch.predictions.shape[0]
     pad, live = batch.is_padding.clone(), torch.zeros(max_reqs, dtype=torch.int32)

@@ -37,6 +37,17 @@ def launch(dt, batch, layer=None):
     return b, step
 
 
+def learnt_calibration(dt, batch, rng):
+    """Random grades in every calibration cell (some empty), as if learnt."""
+    k = batch.predictions.shape[1]
+    dt.prepare(batch.predictions.shape[0], DEVICE, batch.is_padding.shape[0], num_spec=k)
+    cal = dt._STATE.calibration
+    counts = rng.integers(0, 40, size=cal.counts.shape[0]) * (rng.random(cal.counts.shape[0]) < 0.7)
+    hits = np.floor(counts * rng.random(counts.shape[0]))
+    cal.counts.copy_(torch.from_numpy(counts.astype(np.float32)))
+    cal.hits.copy_(torch.from_numpy(hits.astype(np.float32)))
+
+
 def reference_ratios(dt, batch, step):
     c = dt._STATE.cost
     return cost_aware_ratios(
@@ -54,6 +65,7 @@ def reference_ratios(dt, batch, step):
         c.t_fixed,
         c.t_token,
         c.other_ratio,
+        dt._STATE.calibration,
     )
 
 
@@ -74,6 +86,8 @@ def test_kernel_picks_the_best_tau_and_marks_by_it(draft_trunc, seed):
     batch = random_batch(rng, int(rng.integers(1, 80)), k, pad_tokens=int(rng.integers(0, 9)))
     if batch.num_drafts.sum() == 0:
         pytest.skip("nothing to truncate in this draw")
+    if seed % 2:
+        learnt_calibration(dt, batch, rng)
     b, step = launch(dt, batch, layer)
     tau = float(dt._STATE.tau.item())
     assert tau * TAU_GRID == int(tau * TAU_GRID), "tau must lie on the grid"
@@ -194,7 +208,84 @@ def test_batches_past_the_cost_block_keep_every_draft(draft_trunc, monkeypatch):
     monkeypatch.setattr(_kernel, "MAX_COST_REQS", 7)
     b, _ = launch(dt, batch, _cost.MoELayer())
     assert float(dt._STATE.tau.item()) == 0.0
+    assert not dt._STATE.calibrating  # no cells were filed to grade
     assert not b.is_padding[: batch.num_tokens].any()
     monkeypatch.setattr(_kernel, "MAX_COST_REQS", 8)
     b, _ = launch(dt, decode_batch(8, 4, 0.6), _cost.MoELayer())
     assert float(dt._STATE.tau.item()) > 0.0
+
+
+def test_calibration_overrules_pessimistic_predictions(draft_trunc):
+    """8 requests predicting 0.6 per draft: uncalibrated, the policy cuts (see
+    above). Once grades say every such draft survived, it keeps them all."""
+    dt = draft_trunc(policy="cost", explore=0.0, min_keep=0)
+    batch = decode_batch(8, 4, 0.6)
+    dt.prepare(batch.predictions.shape[0], DEVICE, batch.is_padding.shape[0], num_spec=4)
+    cal = dt._STATE.calibration
+    cal.counts[:-1] = 1000.0
+    cal.hits[:-1] = 1000.0
+    b, _ = launch(dt, batch, _cost.MoELayer())
+    assert float(dt._STATE.tau.item()) == 0.0
+    assert not b.is_padding[: batch.num_tokens].any()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_graded_files_verified_drafts_under_their_cells(draft_trunc, seed):
+    """After mark_dead, ``graded`` adds each verified draft of a pure verify
+    query to its (position, survival bin) cell, a hit if it was accepted; drafts
+    cut, prefill chunks and placeholder drafts are not graded."""
+    from dt_reference import _request
+
+    rng = np.random.default_rng(seed)
+    k = 4
+    dt = draft_trunc(policy="cost", explore=0.3, min_keep=1)
+    batch = random_batch(rng, 40, k)
+    b, step = launch(dt, batch, _cost.MoELayer(experts=64, top_k=4))
+    j = dt._STATE.live[b.idx_mapping].long().cpu()
+    n = torch.from_numpy(batch.num_drafts).long()
+    accepted = (
+        (j.float() * torch.rand(batch.num_reqs, generator=torch.Generator().manual_seed(seed)))
+        .round()
+        .long()
+    )
+    num_rejected = (n - accepted).to(torch.int32)  # what vLLM reports for the full window
+    dt.graded(num_rejected.to(DEVICE), b.cu_num_logits, b.idx_mapping)
+    hits = np.zeros((k, TAU_GRID))
+    counts = np.zeros((k, TAU_GRID))
+    graded_any = False
+    for r in range(batch.num_reqs):
+        # with explore 0 the reference says whether the request is a pure
+        # verify query (eligible), explored or not
+        slot, nr, _, eligible = _request(
+            r,
+            batch.query_start_loc,
+            batch.cu_num_logits,
+            batch.idx_mapping,
+            batch.seq_lens,
+            batch.prefill_len,
+            k,
+            step,
+            0.0,
+        )
+        if not eligible:
+            continue
+        survs = survivals([float(x) for x in batch.predictions[slot, :nr]], nr)
+        for m in range(int(j[r])):
+            cell = min(int(survs[m] * TAU_GRID), TAU_GRID - 1)
+            counts[m, cell] += 1
+            hits[m, cell] += m < int(accepted[r])
+            graded_any = True
+    assert graded_any
+    cal = dt._STATE.calibration
+    assert np.array_equal(cal.counts[:-1].cpu().numpy().reshape(k, TAU_GRID), counts)
+    assert np.array_equal(cal.hits[:-1].cpu().numpy().reshape(k, TAU_GRID), hits)
+
+
+def test_fixed_tau_policy_does_not_calibrate(draft_trunc):
+    dt = draft_trunc(policy="tau", tau=0.3, explore=0.0, min_keep=0)
+    batch = decode_batch(8, 4, 0.6)
+    b, _ = launch(dt, batch)
+    assert dt._STATE.calibration is None
+    num_rejected = torch.zeros(8, dtype=torch.int32, device=DEVICE)
+    dt.graded(num_rejected, b.cu_num_logits, b.idx_mapping)
+    assert dt._STATE.calibration is None

@@ -12,7 +12,9 @@ Lifecycle of one step, as the runner patches call it:
 1. ``mark_dead`` (``prepare_inputs``): one kernel chooses ``tau`` (cost-aware
    policy, the default) and writes the dead marks and ``j``.
 2. ``verify_mask`` (before rejection sampling): rows past ``j`` become invalid.
-3. ``graded`` (before ``observe_verification``): censored rejection counts.
+3. ``graded`` (before ``observe_verification``): censored rejection counts;
+   with the cost-aware policy it also grades the verified drafts into the
+   policy's calibration of the estimator (on the device, no host sync).
 4. ``log_step`` (if ``LOG``): device-side statistics, and the acceptance trace
    (``KILN_DRAFT_TRUNC_TRACE``).
 
@@ -46,9 +48,12 @@ LOG: bool = _wants_log_step(KNOBS)
 # ranks other than 0, which see the same batch and would only repeat rank 0.
 # ``layer`` is the MoE shape the cost model prices (set from the model config at
 # start, or by ``set_moe_layer``); ``cost`` the device inputs built from it.
+# ``calibration``: the cost policy's online calibration of the estimator (kept
+# across steps); ``calibrating``: this step's marks filed cells to grade.
 _STATE = SimpleNamespace(
     live=None, expected=None, step=None, tau=None, cost=None, layer=None, stats=None,
     active=False, top_k=0, lead=True, trace=None, trace_p=None, trace_steps=0,
+    calibration=None, calibrating=False,
 )
 
 __all__ = [
@@ -76,8 +81,8 @@ def reload(env: dict[str, str] | None = None) -> Knobs:
     ENABLED = KNOBS.enabled
     LOG = _wants_log_step(KNOBS)
     _STATE.live = _STATE.expected = _STATE.step = _STATE.tau = _STATE.stats = None
-    _STATE.cost = None
-    _STATE.active = False
+    _STATE.cost = _STATE.calibration = None
+    _STATE.active = _STATE.calibrating = False
     _STATE.lead = True
     _close_trace()
     return KNOBS
@@ -89,9 +94,10 @@ def set_moe_layer(layer) -> None:
     _STATE.cost = None
 
 
-def prepare(max_num_reqs: int, device: Any, max_num_tokens: int = 0) -> None:
-    """Allocate the per-slot buffers (and the cost table for ``max_num_tokens``)
-    up front, else the first mark_dead does."""
+def prepare(max_num_reqs: int, device: Any, max_num_tokens: int = 0, num_spec: int = 0) -> None:
+    """Allocate the per-slot buffers (and the cost table for ``max_num_tokens``,
+    and the calibration for ``num_spec`` drafts) up front, else the first
+    mark_dead does."""
     import torch
 
     # Normalise "cuda" to "cuda:N" so an unchanged device never reallocates
@@ -106,6 +112,26 @@ def prepare(max_num_reqs: int, device: Any, max_num_tokens: int = 0) -> None:
         _STATE.stats = None
     if KNOBS.policy == "cost":
         _prepare_cost(max_num_tokens, device)
+        if num_spec > 0:
+            _prepare_calibration(max_num_reqs, num_spec, device)
+
+
+def _prepare_calibration(max_num_reqs: int, num_spec: int, device) -> None:
+    from ._kernel import Calibration
+
+    cal = _STATE.calibration
+    if (
+        cal is not None
+        and cal.cells.shape[0] >= max_num_reqs
+        and cal.cells.shape[1] == num_spec
+        and cal.cells.device == device
+    ):
+        return
+    fresh = Calibration.allocate(max_num_reqs, num_spec, device)
+    if cal is not None and cal.cells.shape[1] == num_spec and cal.hits.device == device:
+        # more slots: keep what was learnt
+        fresh = fresh._replace(hits=cal.hits, counts=cal.counts)
+    _STATE.calibration = fresh
 
 
 def _prepare_cost(max_num_tokens: int, device) -> None:
@@ -165,8 +191,10 @@ def mark_dead(
     assert predictions.shape[1] == num_speculative_steps, (
         f"predictions hold {predictions.shape[1]} steps, drafts {num_speculative_steps}"
     )
-    prepare(predictions.shape[0], predictions.device, is_padding.shape[0])
-    from ._kernel import launch_mark_dead
+    prepare(predictions.shape[0], predictions.device, is_padding.shape[0], num_speculative_steps)
+    from ._kernel import MAX_COST_REQS, launch_mark_dead
+
+    cost = _STATE.cost if KNOBS.policy == "cost" else None
 
     launch_mark_dead(
         is_padding,
@@ -184,9 +212,11 @@ def mark_dead(
         KNOBS.tau,
         KNOBS.min_keep,
         KNOBS.explore,
-        cost=_STATE.cost if KNOBS.policy == "cost" else None,
+        cost=cost,
+        calibration=_STATE.calibration,
     )
     _STATE.active = True
+    _STATE.calibrating = cost is not None and num_reqs <= MAX_COST_REQS
     if KNOBS.trace and _STATE.lead:
         # the predictions this step's marks were made from: by the time the outcome
         # is known, the speculator may have written the next step's into the buffer
@@ -238,7 +268,36 @@ def graded(num_rejected, cu_num_logits, idx_mapping):
     j = _STATE.live.index_select(0, slots.clamp(min=0))
     dead = (n - j) * (slots >= 0)
     censored = (num_rejected[:num_reqs] - dead).clamp(min=0)
+    if _STATE.calibrating:
+        _calibrate(slots, j, j - censored)
     return censored.to(num_rejected.dtype)
+
+
+def _calibrate(slots, kept, accepted) -> None:
+    """File each verified draft's outcome under the cell its marks were made in.
+
+    Only verified drafts are graded (k < kept), and only those of pure verify
+    queries (the kernel filed the rest under the sink cell). Every count added
+    is 1.0, so the totals are exact and identical on every rank whatever the
+    order of the atomic adds; past ``CAL_CAP`` a cell's counts are halved so
+    that old grades fade. Graph-safe, no host sync.
+    """
+    import torch
+
+    from ._cost import CAL_CAP
+
+    cal = _STATE.calibration
+    sink = cal.hits.shape[0] - 1
+    pos = torch.arange(cal.cells.shape[1], device=cal.cells.device)
+    cells = cal.cells.index_select(0, slots.clamp(min=0))
+    verified = (pos < kept[:, None]) & (slots >= 0)[:, None]
+    survived = verified & (pos < accepted[:, None])
+    cells = torch.where(verified, cells, sink).flatten().long()
+    cal.counts.index_add_(0, cells, verified.flatten().to(cal.counts.dtype))
+    cal.hits.index_add_(0, cells, survived.flatten().to(cal.hits.dtype))
+    fade = torch.where(cal.counts > CAL_CAP, 0.5, 1.0)
+    cal.counts.mul_(fade)
+    cal.hits.mul_(fade)
 
 
 def log_step(cu_num_logits, num_sampled, idx_mapping, num_tokens: int):

@@ -26,6 +26,7 @@ MIX_MUL = tl.constexpr(0x045D9F3B)
 UNIFORM_SHIFT = tl.constexpr(8)
 UNIFORM_SCALE = tl.constexpr(1.0 / (1 << 24))
 TAU_GRID = tl.constexpr(_cost.TAU_GRID)
+CAL_PRIOR = tl.constexpr(_cost.CAL_PRIOR)
 
 
 class CostInputs(NamedTuple):
@@ -36,6 +37,27 @@ class CostInputs(NamedTuple):
     t_fixed: float
     t_token: float
     other_ratio: float
+
+
+class Calibration(NamedTuple):
+    """The estimator's online calibration (device, persistent; see
+    ``_cost.calibrated_values``). Cell ``k * TAU_GRID + b``: drafts at position
+    k whose predicted survival fell in bin b; the last cell is a sink for
+    drafts nobody grades. ``cells`` [max_num_reqs, K], by slot: each draft's
+    cell at marking time, for ``graded`` to file the outcome under."""
+
+    hits: torch.Tensor  # [K * TAU_GRID + 1] fp32
+    counts: torch.Tensor  # [K * TAU_GRID + 1] fp32
+    cells: torch.Tensor  # [max_num_reqs, K] int32
+
+    @staticmethod
+    def allocate(max_num_reqs: int, k: int, device) -> Calibration:
+        size = k * _cost.TAU_GRID + 1
+        return Calibration(
+            torch.zeros(size, dtype=torch.float32, device=device),
+            torch.zeros(size, dtype=torch.float32, device=device),
+            torch.full((max_num_reqs, k), size - 1, dtype=torch.int32, device=device),
+        )
 
 
 @triton.jit
@@ -85,7 +107,17 @@ def _request_block(
     # may lose drafts: prompt, prefill-chunk and placeholder drafts stay.
     eligible = rmask & (n > 0) & (qe - qs == n + 1) & (seq_len - n - 1 >= prefill_len)
     explored = _explore_uniform(step, slot) < explore
-    return rmask, slot, n, qe, eligible & (~explored)
+    return rmask, slot, n, qe, eligible, eligible & (~explored)
+
+
+@triton.jit
+def _calibrated(hits_ptr, counts_ptr, cell, bins, mask):
+    """Calibrated survival of the drafts in ``cell`` (``_cost.calibrated_values``):
+    shrunk toward the middle of their bin with CAL_PRIOR pseudo-drafts."""
+    h = tl.load(hits_ptr + cell, mask=mask, other=0.0)
+    c = tl.load(counts_ptr + cell, mask=mask, other=0.0)
+    mid = (bins.to(tl.float32) + 0.5) * (1.0 / TAU_GRID)
+    return (h + CAL_PRIOR * mid) / (c + CAL_PRIOR)
 
 
 @triton.jit
@@ -104,6 +136,8 @@ def _cost_aware_tau(
     t_fixed,
     t_token,
     other_ratio,
+    hits_ptr,
+    counts_ptr,
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
 ):
@@ -114,26 +148,34 @@ def _cost_aware_tau(
     those x form a prefix of every request, i.e. a threshold on S. So the
     search is over thresholds g / TAU_GRID. Draft survivals are binned by
     floor(S * TAU_GRID) (exact: TAU_GRID is a power of two), so candidate g
-    keeps exactly the optional drafts of bins >= g; each kept draft adds the
-    middle of its bin to the expected tokens (within 1 / (2 TAU_GRID) of S).
-    Live tokens are priced with the routed-cost table; the best ratio wins,
-    the smallest tau on ties, so when cutting buys nothing nothing is cut.
+    keeps exactly the optional drafts of bins >= g. Each draft adds to the
+    expected tokens its calibrated survival: the acceptance rate measured so
+    far in its (position, bin) cell, which is the bin's middle until grades
+    arrive. Live tokens are priced with the routed-cost table; the best ratio
+    wins, the smallest tau on ties, so when cutting buys nothing nothing is cut.
     """
     counts = tl.zeros([TAU_GRID], tl.int32)
+    worth = tl.zeros([TAU_GRID], tl.float32)
     forced = tl.zeros([BLOCK_R], tl.float32)
     optional = tl.zeros([BLOCK_R], tl.int32)
     surv = tl.full([BLOCK_R], 1.0, tl.float32)
+    grid = tl.arange(0, TAU_GRID)
     for k in tl.static_range(K):
         in_n = rmask & (k < n)
         surv = surv * _clamped_prediction(pred_ptr, slot, pred_stride, k, in_n)
         opt = truncated & in_n & (k >= j_min)
         bins = tl.minimum((surv * TAU_GRID).to(tl.int32), TAU_GRID - 1)
-        counts += tl.histogram(bins, TAU_GRID, mask=opt)
-        forced += tl.where(in_n & (~opt), surv, 0.0)
+        in_bin = tl.histogram(bins, TAU_GRID, mask=opt)
+        counts += in_bin
+        rates = _calibrated(hits_ptr, counts_ptr, k * TAU_GRID + grid, grid, grid >= 0)
+        worth += in_bin.to(tl.float32) * rates
+        pinned = in_n & (~opt)
+        forced += tl.where(
+            pinned, _calibrated(hits_ptr, counts_ptr, k * TAU_GRID + bins, bins, pinned), 0.0
+        )
         optional += opt.to(tl.int32)
-    mids = (tl.arange(0, TAU_GRID).to(tl.float32) + 0.5) * (1.0 / TAU_GRID)
     kept = tl.cumsum(counts, 0, reverse=True)
-    gain = tl.cumsum(counts.to(tl.float32) * mids, 0, reverse=True)
+    gain = tl.cumsum(worth, 0, reverse=True)
     num_tokens = tl.load(query_start_loc_ptr + num_reqs)
     live = num_tokens - tl.sum(optional, axis=0) + kept
     t_live = tl.load(cost_ptr + tl.minimum(tl.maximum(live, 0), cost_max))
@@ -173,6 +215,9 @@ def _mark_dead_kernel(
     tau_ptr,  # [1] fp32: the tau this step used
     cost_ptr,  # [cost_max + 1] fp32: live-token part of routed time (COST only)
     cost_max,
+    hits_ptr,  # [K * TAU_GRID + 1] fp32: calibration (COST only)
+    counts_ptr,  # [K * TAU_GRID + 1] fp32
+    cells_ptr,  # [max_num_reqs, K] int32, by slot: each draft's cell (COST only)
     num_reqs,
     tau,
     min_keep,
@@ -191,7 +236,7 @@ def _mark_dead_kernel(
     # once and tau is chosen from the whole batch before any draft is marked.
     step = tl.load(step_ptr)
     for start in range(0, num_reqs, BLOCK_R):
-        rmask, slot, n, qe, truncated = _request_block(
+        rmask, slot, n, qe, eligible, truncated = _request_block(
             start,
             query_start_loc_ptr,
             cu_num_logits_ptr,
@@ -221,6 +266,8 @@ def _mark_dead_kernel(
                 t_fixed,
                 t_token,
                 other_ratio,
+                hits_ptr,
+                counts_ptr,
                 K,
                 BLOCK_R,
             )
@@ -238,6 +285,13 @@ def _mark_dead_kernel(
             e_rule += tl.where(keep, s, 0.0)
             e_min += tl.where(k < j_min, s, 0.0)
             e_all += s
+            if COST:
+                # Graded later (``graded``) if verified: pure verify queries only,
+                # explored or not; the rest go to the sink cell.
+                bins = tl.minimum((surv * TAU_GRID).to(tl.int32), TAU_GRID - 1)
+                sink = K * TAU_GRID
+                cell = tl.where(eligible & in_n, k * TAU_GRID + bins, sink)
+                tl.store(cells_ptr + slot * K + k, cell, mask=rmask)
         j = tl.where(truncated, tl.maximum(j_rule, j_min), n)
         expected = tl.where(truncated, tl.where(j_rule >= j_min, e_rule, e_min), e_all)
         tl.store(live_ptr + slot, j, mask=rmask)
@@ -274,16 +328,20 @@ def launch_mark_dead(
     explore: float,
     cost=None,
     num_warps: int | None = None,
+    calibration: Calibration | None = None,
 ) -> None:
     """Launch the kernel: no allocation, no host sync, capturable.
 
     ``cost`` (a ``CostInputs``) switches on the cost-aware policy; ``tau`` is
-    then ignored and the chosen one lands in ``tau_used``. ``num_warps``
-    overrides the launch shape (benchmarks).
+    then ignored and the chosen one lands in ``tau_used``. It prices drafts
+    with ``calibration`` (required with ``cost``) and files each draft's cell
+    there for ``graded``. ``num_warps`` overrides the launch shape (benchmarks).
     """
     num_spec = predictions.shape[1]
     if cost is not None and num_reqs > MAX_COST_REQS:
         cost, tau = None, 0.0
+    if cost is not None and calibration is None:
+        raise ValueError("the cost-aware policy needs a Calibration")
     block_r = max(64, triton.next_power_of_2(max(num_reqs, 1)))
     if cost is None:
         block_r = min(block_r, 1024)
@@ -294,6 +352,8 @@ def launch_mark_dead(
         # want more warps as the block grows; 16 at 512 requests.
         num_warps = 4 if block_r <= 128 else (8 if block_r == 256 else 16)
     table = tau_used if cost is None else cost.table
+    # Without the cost policy the calibration pointers are never read.
+    cal = Calibration(tau_used, tau_used, live) if cost is None else calibration
     _mark_dead_kernel[(1,)](
         is_padding,
         query_start_loc,
@@ -309,6 +369,9 @@ def launch_mark_dead(
         tau_used,
         table,
         table.shape[0] - 1,
+        cal.hits,
+        cal.counts,
+        cal.cells,
         num_reqs,
         float(tau),
         int(min_keep),
