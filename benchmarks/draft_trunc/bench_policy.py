@@ -70,7 +70,7 @@ def time_launch_shapes(dtm, num_reqs: int, k: int) -> list[dict]:
 
     dtm.reload({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_POLICY": "cost"})
     b = random_batch(np.random.default_rng(num_reqs), num_reqs, k, mixed=False).to("cuda")
-    dtm.prepare(b.predictions.shape[0], "cuda", b.is_padding.shape[0])
+    dtm.prepare(b.predictions.shape[0], "cuda", b.is_padding.shape[0], num_spec=k)
     st = dtm._STATE
     out = []
     for warps in (1, 2, 4, 8, 16):
@@ -93,6 +93,7 @@ def time_launch_shapes(dtm, num_reqs: int, k: int) -> list[dict]:
             0.05,
             cost=st.cost,
             num_warps=warps,
+            calibration=st.calibration,
         )
         call()
         torch.cuda.synchronize()

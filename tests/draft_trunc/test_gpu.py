@@ -300,3 +300,12 @@ def test_cost_policy_cuda_graph_replay(draft_trunc):
         assert torch.equal(static.is_padding.cpu(), pad), f"replay {i}"
         assert torch.equal(dt._STATE.live.cpu()[host.idx_mapping], live[host.idx_mapping])
     assert len(taus) > 1, "tau should follow the batch"
+    # Grades land in the calibration between replays (graded runs eagerly, in
+    # place): the captured kernel reads them. Every draft said to survive: keep all.
+    cal = dt._STATE.calibration
+    cal.counts[:-1] = 1000.0
+    cal.hits[:-1] = 1000.0
+    static.is_padding[: host.num_tokens] = False
+    graph.replay()
+    assert float(dt._STATE.tau.item()) == 0.0
+    assert not static.is_padding[: host.num_tokens].any()
