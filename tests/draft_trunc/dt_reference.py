@@ -84,10 +84,11 @@ def cost_aware_ratios(
     """Expected tokens per unit of step time at each candidate tau g / TAU_GRID.
 
     Written as the spec reads: keep, in every truncatable request, the drafts
-    past min_keep whose survival reaches tau; every live draft kept counts its
-    calibrated survival: (hits + CAL_PRIOR * mid) / (counts + CAL_PRIOR) of its
-    cell (position k, bin b of its survival; mid the middle of that bin), from
-    ``calibration`` (a ``Calibration``; None: no grades yet, i.e. mid).
+    past min_keep whose survival reaches tau; every other live draft counts
+    its survival, and a kept optional draft its calibrated survival,
+    (hits + CAL_PRIOR * mid) / (counts + CAL_PRIOR) of its cell (position k,
+    bin b of its survival; mid the middle of that bin), from ``calibration``
+    (a ``Calibration``; None: no grades yet, i.e. mid).
     """
     hits = counts = None
     if calibration is not None:
@@ -118,7 +119,9 @@ def cost_aware_ratios(
             )
             survs = survivals([float(x) for x in predictions[slot, :n]], n)
             for m, s in enumerate(survs):
-                if truncatable and m >= min(n, min_keep) and s < tau:
+                if not (truncatable and m >= min(n, min_keep)):
+                    tokens += s
+                elif s < tau:
                     dead += 1
                 else:
                     tokens += worth(m, s)

@@ -260,7 +260,8 @@ def candidate_prices(
     ``optional`` [..., R, K]: drafts the policy may cut (past min_keep, in a
     truncatable request); ``num_tokens``/``num_reqs``: scalars or [...];
     ``values`` [K, TAU_GRID]: calibrated survival by (position, bin), see
-    ``calibrated_values`` (None: each draft counts the middle of its bin). Same
+    ``calibrated_values`` (None: each optional draft counts the middle of its
+    bin; drafts no candidate cuts always count their survival). Same
     grid, bins, prices and tie rule (smallest tau) as the kernel: candidate g
     keeps the optional drafts of bins >= g. Returns two arrays [..., TAU_GRID].
     """
@@ -280,7 +281,8 @@ def candidate_prices(
     )
     kept = np.flip(np.cumsum(np.flip(hist, -1), axis=-1), -1)
     gain = np.flip(np.cumsum(np.flip(weighted, -1), axis=-1), -1)
-    forced = np.where(opt | ~live_draft, 0.0, worth).sum(axis=-1)
+    # drafts no candidate cuts count their raw survival, as in the kernel
+    forced = np.where(opt | ~live_draft, 0.0, flat).sum(axis=-1)
     table = np.asarray(table, dtype=np.float64)
     cap = len(table) - 1
     num_tokens = np.asarray(num_tokens)
