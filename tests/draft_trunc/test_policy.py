@@ -229,15 +229,16 @@ def test_calibration_overrules_pessimistic_predictions(draft_trunc):
     assert not b.is_padding[: batch.num_tokens].any()
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_graded_files_verified_drafts_under_their_cells(draft_trunc, seed):
+@pytest.mark.parametrize("seed,k", [(0, 4), (1, 4), (2, 4), (3, 14)])
+def test_graded_files_verified_drafts_under_their_cells(draft_trunc, seed, k):
     """After mark_dead, ``graded`` adds each verified draft of a pure verify
     query to its (position, survival bin) cell, a hit if it was accepted; drafts
-    cut, prefill chunks and placeholder drafts are not graded."""
+    cut, prefill chunks and placeholder drafts are not graded, nor drafts past
+    the 12th (their bins do not fit the packed int64)."""
     from dt_reference import _request
+    from kiln_engine.draft_trunc._kernel import CAL_DEPTH
 
     rng = np.random.default_rng(seed)
-    k = 4
     dt = draft_trunc(policy="cost", explore=0.3, min_keep=1)
     batch = random_batch(rng, 40, k)
     b, step = launch(dt, batch, _cost.MoELayer(experts=64, top_k=4))
@@ -270,7 +271,7 @@ def test_graded_files_verified_drafts_under_their_cells(draft_trunc, seed):
         if not eligible:
             continue
         survs = survivals([float(x) for x in batch.predictions[slot, :nr]], nr)
-        for m in range(int(j[r])):
+        for m in range(min(int(j[r]), CAL_DEPTH.value)):
             cell = min(int(survs[m] * TAU_GRID), TAU_GRID - 1)
             counts[m, cell] += 1
             hits[m, cell] += m < int(accepted[r])

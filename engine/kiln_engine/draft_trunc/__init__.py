@@ -117,18 +117,15 @@ def prepare(max_num_reqs: int, device: Any, max_num_tokens: int = 0, num_spec: i
 
 
 def _prepare_calibration(max_num_reqs: int, num_spec: int, device) -> None:
+    from ._cost import TAU_GRID
     from ._kernel import Calibration
 
     cal = _STATE.calibration
-    if (
-        cal is not None
-        and cal.cells.shape[0] >= max_num_reqs
-        and cal.cells.shape[1] == num_spec
-        and cal.cells.device == device
-    ):
+    same_shape = cal is not None and cal.hits.shape[0] == num_spec * TAU_GRID + 1
+    if same_shape and cal.bins.shape[0] >= max_num_reqs and cal.bins.device == device:
         return
     fresh = Calibration.allocate(max_num_reqs, num_spec, device)
-    if cal is not None and cal.cells.shape[1] == num_spec and cal.hits.device == device:
+    if same_shape and cal.hits.device == device:
         # more slots: keep what was learnt
         fresh = fresh._replace(hits=cal.hits, counts=cal.counts)
     _STATE.calibration = fresh
@@ -277,22 +274,26 @@ def _calibrate(slots, kept, accepted) -> None:
     """File each verified draft's outcome under the cell its marks were made in.
 
     Only verified drafts are graded (k < kept), and only those of pure verify
-    queries (the kernel filed the rest under the sink cell). Every count added
+    queries (the kernel filed -1 for the rest). Every count added
     is 1.0, so the totals are exact and identical on every rank whatever the
     order of the atomic adds; past ``CAL_CAP`` a cell's counts are halved so
     that old grades fade. Graph-safe, no host sync.
     """
     import torch
 
-    from ._cost import CAL_CAP
+    from ._cost import CAL_CAP, TAU_GRID
+    from ._kernel import BIN_BITS, CAL_DEPTH
 
     cal = _STATE.calibration
     sink = cal.hits.shape[0] - 1
-    pos = torch.arange(cal.cells.shape[1], device=cal.cells.device)
-    cells = cal.cells.index_select(0, slots.clamp(min=0))
-    verified = (pos < kept[:, None]) & (slots >= 0)[:, None]
+    depth = min(sink // TAU_GRID, CAL_DEPTH.value)
+    pos = torch.arange(depth, device=cal.bins.device)
+    packed = cal.bins.index_select(0, slots.clamp(min=0))
+    bins = (packed[:, None] >> (BIN_BITS.value * pos)) & (TAU_GRID - 1)
+    filed = (slots >= 0) & (packed >= 0)
+    verified = (pos < kept[:, None]) & filed[:, None]
     survived = verified & (pos < accepted[:, None])
-    cells = torch.where(verified, cells, sink).flatten().long()
+    cells = torch.where(verified, pos * TAU_GRID + bins, sink).flatten()
     cal.counts.index_add_(0, cells, verified.flatten().to(cal.counts.dtype))
     cal.hits.index_add_(0, cells, survived.flatten().to(cal.hits.dtype))
     fade = torch.where(cal.counts > CAL_CAP, 0.5, 1.0)

@@ -27,6 +27,11 @@ UNIFORM_SHIFT = tl.constexpr(8)
 UNIFORM_SCALE = tl.constexpr(1.0 / (1 << 24))
 TAU_GRID = tl.constexpr(_cost.TAU_GRID)
 CAL_PRIOR = tl.constexpr(_cost.CAL_PRIOR)
+# A request's survival bins are filed for grading packed into one int64, 5
+# bits per draft (TAU_GRID = 32): one store per request instead of K. Drafts
+# past the 12th (60 bits) are not graded; their cells keep the prediction.
+BIN_BITS = tl.constexpr(5)
+CAL_DEPTH = tl.constexpr(12)
 
 
 class CostInputs(NamedTuple):
@@ -43,12 +48,14 @@ class Calibration(NamedTuple):
     """The estimator's online calibration (device, persistent; see
     ``_cost.calibrated_values``). Cell ``k * TAU_GRID + b``: drafts at position
     k whose predicted survival fell in bin b; the last cell is a sink for
-    drafts nobody grades. ``cells`` [max_num_reqs, K], by slot: each draft's
-    cell at marking time, for ``graded`` to file the outcome under."""
+    drafts nobody grades. ``bins`` [max_num_reqs] int64, by slot: the bins of
+    a request's drafts at marking time, ``BIN_BITS`` each from the lowest
+    (-1: not a pure verify query, nothing to grade), for ``graded`` to file
+    the outcomes under."""
 
     hits: torch.Tensor  # [K * TAU_GRID + 1] fp32
     counts: torch.Tensor  # [K * TAU_GRID + 1] fp32
-    cells: torch.Tensor  # [max_num_reqs, K] int32
+    bins: torch.Tensor  # [max_num_reqs] int64
 
     @staticmethod
     def allocate(max_num_reqs: int, k: int, device) -> Calibration:
@@ -56,7 +63,7 @@ class Calibration(NamedTuple):
         return Calibration(
             torch.zeros(size, dtype=torch.float32, device=device),
             torch.zeros(size, dtype=torch.float32, device=device),
-            torch.full((max_num_reqs, k), size - 1, dtype=torch.int32, device=device),
+            torch.full((max_num_reqs,), -1, dtype=torch.int64, device=device),
         )
 
 
@@ -141,7 +148,8 @@ def _cost_aware_tau(
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
 ):
-    """The tau of the grid that maximises expected tokens per unit of step time.
+    """The tau of the grid that maximises expected tokens per unit of step
+    time, and each request's survival bins packed for grading.
 
     For any number x of optional drafts kept, keeping the x with the highest
     survival maximises expected accepted tokens; survival falls with depth, so
@@ -160,11 +168,14 @@ def _cost_aware_tau(
     optional = tl.zeros([BLOCK_R], tl.int32)
     surv = tl.full([BLOCK_R], 1.0, tl.float32)
     grid = tl.arange(0, TAU_GRID)
+    packed = tl.zeros([BLOCK_R], tl.int64)
     for k in tl.static_range(K):
         in_n = rmask & (k < n)
         surv = surv * _clamped_prediction(pred_ptr, slot, pred_stride, k, in_n)
         opt = truncated & in_n & (k >= j_min)
         bins = tl.minimum((surv * TAU_GRID).to(tl.int32), TAU_GRID - 1)
+        if k < CAL_DEPTH:
+            packed = packed | (bins.to(tl.int64) << (BIN_BITS * k))
         in_bin = tl.histogram(bins, TAU_GRID, mask=opt)
         counts += in_bin
         rates = _calibrated(hits_ptr, counts_ptr, k * TAU_GRID + grid, grid, grid >= 0)
@@ -186,7 +197,7 @@ def _cost_aware_tau(
     # Every scheduled request yields one token besides its accepted drafts.
     tokens = num_reqs.to(tl.float32) + tl.sum(forced, axis=0) + gain
     ratio = tokens / (t_shared + t_other + t_live)
-    return tl.argmax(ratio, axis=0).to(tl.float32) * (1.0 / TAU_GRID)
+    return tl.argmax(ratio, axis=0).to(tl.float32) * (1.0 / TAU_GRID), packed
 
 
 @triton.jit(
@@ -218,7 +229,7 @@ def _mark_dead_kernel(
     cost_max,
     hits_ptr,  # [K * TAU_GRID + 1] fp32: calibration (COST only)
     counts_ptr,  # [K * TAU_GRID + 1] fp32
-    cells_ptr,  # [max_num_reqs, K] int32, by slot: each draft's cell (COST only)
+    bins_ptr,  # [max_num_reqs] int64, by slot: packed survival bins (COST only)
     num_reqs,
     tau,
     min_keep,
@@ -252,7 +263,7 @@ def _mark_dead_kernel(
         )
         j_min = tl.minimum(n, min_keep)
         if COST:
-            tau = _cost_aware_tau(
+            tau, packed = _cost_aware_tau(
                 pred_ptr,
                 pred_stride,
                 slot,
@@ -286,13 +297,10 @@ def _mark_dead_kernel(
             e_rule += tl.where(keep, s, 0.0)
             e_min += tl.where(k < j_min, s, 0.0)
             e_all += s
-            if COST:
-                # Graded later (``graded``) if verified: pure verify queries only,
-                # explored or not; the rest go to the sink cell.
-                bins = tl.minimum((surv * TAU_GRID).to(tl.int32), TAU_GRID - 1)
-                sink = K * TAU_GRID
-                cell = tl.where(eligible & in_n, k * TAU_GRID + bins, sink)
-                tl.store(cells_ptr + slot * K + k, cell, mask=rmask)
+        if COST:
+            # Graded later (``graded``) if verified: pure verify queries only,
+            # explored or not.
+            tl.store(bins_ptr + slot, tl.where(eligible, packed, -1), mask=rmask)
         j = tl.where(truncated, tl.maximum(j_rule, j_min), n)
         expected = tl.where(truncated, tl.where(j_rule >= j_min, e_rule, e_min), e_all)
         tl.store(live_ptr + slot, j, mask=rmask)
@@ -353,8 +361,8 @@ def launch_mark_dead(
         # want more warps as the block grows; 16 at 512 requests.
         num_warps = 4 if block_r <= 128 else (8 if block_r == 256 else 16)
     table = tau_used if cost is None else cost.table
-    # Without the cost policy the calibration pointers are never read.
-    cal = Calibration(tau_used, tau_used, live) if cost is None else calibration
+    # Without the cost policy the calibration pointers are never touched.
+    cal = Calibration(tau_used, tau_used, step) if cost is None else calibration
     _mark_dead_kernel[(1,)](
         is_padding,
         query_start_loc,
@@ -372,7 +380,7 @@ def launch_mark_dead(
         table.shape[0] - 1,
         cal.hits,
         cal.counts,
-        cal.cells,
+        cal.bins,
         num_reqs,
         float(tau),
         int(min_keep),
