@@ -103,7 +103,7 @@ def bench_gpu(session):
 def sim_trunc(session):
     """draft_trunc policies replayed on acceptance traces (synthetic + recorded):
     tokens/s and accepted tokens per step at 1-512 requests; JSON + PNG in
-    benchmarks/draft_trunc/results/, ratios printed. CPU only, ~20 s."""
+    benchmarks/draft_trunc/results/, ratios printed. CPU only, ~45 s."""
     session.run(
         "python", "benchmarks/draft_trunc/sim_trunc.py", *session.posargs,
         env={"PYTHONUNBUFFERED": "1"},
