@@ -50,7 +50,7 @@ step "cuSOLVER-Mg, NVRTC alt-ABI, CUTLASS DSL and nccl4py for other CUDA majors 
 
 # cuDNN's causal-convolution sub-library (libcudnn_ext, ~128 MB): the shim libcudnn.so.9
 # loads it only for the seven cudnn*CausalConv1d*/cudnnSubquadraticOpsVersionCheck
-# entry points it defines. torch imports none of them (tests/cuda/proofs/cudnn_subsets.py
+# entry points it defines. torch imports none of them (tests/cuda/proofs/removed_symbols.py
 # checks every ELF file's imports against the plain image's libcudnn_ext); only
 # cudnn-frontend's cudnn.ops.causal_conv1d calls them, and neither vLLM nor FlashInfer
 # calls that (vLLM's causal conv1d is its own Triton kernel). The graph, engine,
