@@ -401,6 +401,12 @@ def _proof_lines(run: dict) -> list[str]:
         lines.append(f"- dlopen: {d['loaded_count']} libraries of torch/lib and nvidia/ loaded without a GPU "
                      f"(torch {d['torch']}, CUDA {d['cuda']}; {', '.join(f'{k} {v}' for k, v in d.get('calls', {}).items())}), "
                      f"{len(d['driver_only'])} need only the driver, **{len(d['failed'])} failed**.")
+    if "removed_symbols" in p:
+        r = p["removed_symbols"]
+        control = ", ".join(u.split("site-packages/")[-1] for u in r["control_users"]) or "none"
+        lines.append(f"- removed cuDNN sub-libraries ({', '.join(x.rsplit('/', 1)[-1] for x in r['libraries'])}): "
+                     f"their {r['entry_points']} exported symbols (read in the plain image) are imported by "
+                     f"**{len(r['users'])} ELF files** here (control: `cudnnGetVersion` is imported by {control})")
     if "compilers" in p:
         for name, detail in p["compilers"]["ok"].items():
             lines.append(f"- compiler `{name}`: {detail}")

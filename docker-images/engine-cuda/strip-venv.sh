@@ -13,14 +13,13 @@ mb() { du -sm "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
 step() { echo "strip-venv: $1: $(mb "$venv") MB"; }
 step "installed"
 
-# Debug sections (DWARF) only serve debuggers; code, symbols and CUDA fatbins stay.
-# libtriton.so alone carries ~290 MB of them.
-find "$venv" -name '*.so*' -type f | while read -r lib; do
-  if readelf -S "$lib" 2>/dev/null | grep -q '\.debug_info'; then
-    strip --strip-debug "$lib"
-  fi
-done
-step "debug sections stripped"
+# Debug sections (DWARF) and static symbol tables (.symtab/.strtab) only serve debuggers,
+# profilers and crash symbolizers; the loader and dlsym use the dynamic symbol table,
+# which stays, as do code and CUDA fatbins. libtriton.so alone carries ~290 MB of DWARF,
+# torch's libraries ~180 MB of symbol tables. strip-symbols.py keeps a stripped file only
+# if the loader maps exactly the same bytes from it (patchelf'd files included).
+"$venv"/bin/python /usr/local/bin/strip-symbols.py "$venv"
+step "debug sections and static symbol tables stripped"
 
 # Kept on purpose: the ROCm backends' Python code of both Triton builds. Triton loads
 # every backend named in its entry points; without them `import triton` fails and torch
@@ -29,12 +28,48 @@ step "debug sections stripped"
 # in the venv links them (torch links libcusolver / libnvrtc, never these).
 rm -f "$sp"/nvidia/cu*/lib/libcusolverMg.so.* "$sp"/nvidia/cu*/lib/libnvrtc.alt.so.* \
       "$sp"/nvidia/cu*/lib/libnvrtc-builtins.alt.so.*
-# CUTLASS DSL ships libraries for CUDA 12 and 13; torch here is a CUDA 13 build.
+# CUTLASS DSL ships its runtime (cu*/lib) and its MLIR compiler module
+# (_cutlass_ir.cu*.so, ~190 MB each) for CUDA 12 and 13; torch here is a CUDA 13 build.
+# The DSL loads the newest flavour the driver supports, and a driver too old for 13
+# cannot run this torch at all; without cu12/lib the cu12 module was unusable anyway.
 cuda_major=$("$venv"/bin/python -c "import torch; print(torch.version.cuda.split('.')[0])")
 for d in "$sp"/nvidia_cutlass_dsl/cu[0-9]*; do
   [ "$(basename "$d")" = "cu$cuda_major" ] || rm -rf "$d"
 done
-step "cuSOLVER-Mg, NVRTC alt-ABI, CUTLASS DSL for other CUDA majors removed"
+for f in "$sp"/nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass_ir.cu[0-9]*.so; do
+  case "$(basename "$f")" in _cutlass_ir.cu$cuda_major.*) ;; *) rm -f "$f" ;; esac
+done
+# nccl4py (NCCL's EP and M2N extensions) ships both majors too and picks the one of the
+# installed cuda-bindings; refuse to guess if that is not torch's major.
+bindings_major=$("$venv"/bin/python -c "import cuda.bindings as b; print(b.__version__.split('.')[0])")
+[ "$bindings_major" = "$cuda_major" ] || { echo "strip-venv: cuda-bindings $bindings_major != torch CUDA $cuda_major" >&2; exit 1; }
+for d in "$sp"/nccl/*/lib/cu[0-9]*; do
+  [ "$(basename "$d")" = "cu$cuda_major" ] || rm -rf "$d"
+done
+step "cuSOLVER-Mg, NVRTC alt-ABI, CUTLASS DSL and nccl4py for other CUDA majors removed"
+
+# cuDNN's causal-convolution sub-library (libcudnn_ext, ~128 MB): the shim libcudnn.so.9
+# loads it only for the seven cudnn*CausalConv1d*/cudnnSubquadraticOpsVersionCheck
+# entry points it defines. torch imports none of them (tests/cuda/proofs/removed_symbols.py
+# checks every ELF file's imports against the plain image's libcudnn_ext); only
+# cudnn-frontend's cudnn.ops.causal_conv1d calls them, and neither vLLM nor FlashInfer
+# calls that (vLLM's causal conv1d is its own Triton kernel). The graph, engine,
+# heuristic, ops, cnn and adv libraries all stay.
+rm -f "$sp"/nvidia/cudnn/lib/libcudnn_ext.so.*
+step "cuDNN's causal-conv1d sub-library removed"
+
+# TileLang's copy of AMD's Composable Kernel headers (~44 MB): included only when
+# TileLang compiles for a HIP target; its CUDA target uses the CUTLASS headers, which stay.
+rm -rf "$sp"/tilelang/3rdparty/composable_kernel
+# Test suites and examples shipped inside packages (numba, numpy, sympy, networkx, ...,
+# CUTLASS's examples/ and test/ in FlashInfer's JIT sources): no code imports a package's
+# tests/ at run time, and FlashInfer's JIT includes only cutlass/include and tools/.
+# torch, vLLM and Triton keep theirs: the import proof walks every module of them.
+find "$sp" -mindepth 2 -type d -name tests -prune \
+     ! -path "$sp/torch/*" ! -path "$sp/vllm/*" ! -path "$sp/triton/*" ! -path "$sp/tokenspeed_triton/*" \
+     -exec rm -rf {} +
+rm -rf "$sp"/flashinfer/data/cutlass/examples "$sp"/flashinfer/data/cutlass/test
+step "Composable Kernel headers, test suites and examples removed"
 
 # Static archives of CUPTI and NVPerf that Triton ships to build Proton from source
 # (~170 MB): only a linker reads a .a, and the only run-time link Triton does is its

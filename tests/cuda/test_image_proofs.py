@@ -126,3 +126,27 @@ def test_runtime_compilers_compile_as_triton_torch_and_nvcc_do(docker_daemon, en
     _RECORD["compilers"] = run.result
     assert run.result["failed"] == {}, run.result["failed"]
     assert set(run.result["ok"]) == {"triton_cuda_utils", "torch_cpp_extension", "nvcc"}
+
+
+# Libraries kiln removes that nothing lists in DT_NEEDED: cuDNN's shim (libcudnn.so.9)
+# dlopens a sub-library when one of the entry points it implements is first called.
+REMOVED_BY_SYMBOL = ("nvidia/cudnn/lib/libcudnn_ext.so.9",)
+# an entry point torch does import: the walk must find its users (control)
+CONTROL_IMPORT = "cudnnGetVersion"
+
+
+def test_no_file_calls_into_a_removed_cudnn_sub_library(docker_daemon, engine_id, plain_id):
+    theirs = run_proof(docker_daemon, plain_id, "removed_symbols.py", "exports", *REMOVED_BY_SYMBOL)
+    assert theirs.result is not None and theirs.result["missing"] == [], theirs.tail()
+    names = sorted({n for lib in REMOVED_BY_SYMBOL for n in theirs.result["exports"][lib]})
+    assert names, "the plain image's sub-libraries export nothing: the reader is broken"
+    absent = [a for lib in REMOVED_BY_SYMBOL for a in ("--absent", lib)]
+    ours = run_proof(docker_daemon, engine_id, "removed_symbols.py", "users", *absent, *names, user="root")
+    control = run_proof(docker_daemon, engine_id, "removed_symbols.py", "users", CONTROL_IMPORT, user="root")
+    assert ours.result is not None and control.result is not None, ours.tail() + control.tail()
+    _RECORD["removed_symbols"] = {"libraries": list(REMOVED_BY_SYMBOL), "entry_points": len(names),
+                                  "users": ours.result["users"],
+                                  "control_users": sorted(control.result["users"])}
+    assert ours.result["present"] == [], "kiln's image still has them: nothing was removed"
+    assert ours.result["users"] == {}, ours.result["users"]
+    assert any(p.endswith("torch/lib/libtorch_cuda.so") for p in control.result["users"]), control.result

@@ -18,6 +18,7 @@ sys.path.insert(0, str(HERE))
 import dlopen_cuda  # noqa: E402
 import elf_needed  # noqa: E402
 import import_allowlist  # noqa: E402
+import removed_symbols  # noqa: E402
 
 needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to make ELF files")
 
@@ -204,3 +205,22 @@ def test_optional_plugins_are_allowed_only_under_their_own_path(tmp_path: Path, 
     result = elf_needed.prove(str(tree), ["/"])
     assert result["optional_plugins"] == ["/opt/venv/nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3: libmlx5.so.1"]
     assert result["unresolved"] == ["/opt/app/lib/libnot_a_plugin.so: libmlx5.so.1"]
+
+
+@needs_gcc
+def test_removed_symbols_finds_the_callers_of_a_library(tmp_path: Path):
+    (tmp_path / "sub.c").write_text("int sub_entry(void) { return 1; }\nint sub_other(void) { return 2; }\n")
+    (tmp_path / "app.c").write_text("int sub_entry(void);\nint main(void) { return sub_entry(); }\n")
+    lib = tmp_path / "site/libsub.so"
+    lib.parent.mkdir()
+    _gcc("-shared", "-fPIC", "-o", str(lib), str(tmp_path / "sub.c"))
+    root = tmp_path / "root"
+    root.mkdir()
+    _gcc("-o", str(root / "app"), str(tmp_path / "app.c"), f"-L{lib.parent}", "-lsub")
+    (root / "notes.txt").write_text("sub_entry\n")  # not ELF: never a caller
+
+    found = removed_symbols.exports(str(lib.parent), ["libsub.so", "libgone.so"])
+    assert {"sub_entry", "sub_other"} <= set(found["exports"]["libsub.so"])
+    assert found["missing"] == ["libgone.so"]
+    assert removed_symbols.users(str(root), {"sub_entry", "sub_other"}) == {str(root / "app"): ["sub_entry"]}
+    assert removed_symbols.users(str(root), {"sub_other"}) == {}
