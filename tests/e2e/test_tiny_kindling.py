@@ -12,7 +12,10 @@ One server per mode, reused for every request set (the interpreter is slow):
   covers the first RERUN prompts, to keep CI time down);
 - the feature really cut: its own counters on /metrics give a dead fraction in
   [0.2, 0.9], with accepted and rejected drafts both > 0; its start line appears
-  exactly once in the server log.
+  exactly once in the server log;
+- the twin's draft agrees with its target as the issue asks: with the feature off,
+  vLLM's own counters give an acceptance (accepted / proposed draft tokens) in
+  [0.4, 0.9].
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from twinserve import counters, prompts, run_set, serving
+from twinserve import counters, prompts, run_set, serving, spec_decode_stats
 from twinstats import greedy_divergences, permutation_test
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
@@ -33,6 +36,7 @@ SEEDS = [10_000 + i for i in range(len(PROMPTS))]
 OFF_SEEDS = [90_000 + i for i in range(len(PROMPTS))]  # independent draws for the test
 VOCAB = 1024
 RERUN = 16
+ACCEPTANCE = (0.4, 0.9)  # vLLM's accepted / proposed draft tokens, feature off (issue #10)
 
 
 def _sets(url: str, model: str, *, on: bool) -> dict:
@@ -66,6 +70,7 @@ def runs(tiny_kindling, docker_daemon):
             answers = _sets(box.url, model, on=mode == "on")
             result[mode] = answers
             result[f"{mode}_counters"] = counters(box.url, feature.metrics)
+            result[f"{mode}_spec"] = spec_decode_stats(box.url)
             result[f"{mode}_logs"] = box.logs(tail=100000)
             result["timing"][mode] = {"startup_s": round(box.startup_s, 1),
                                       "requests_s": round(answers["seconds"], 1),
@@ -126,3 +131,14 @@ def test_the_feature_announces_itself_once_per_server(runs):
     off_lines = runs["off_logs"].splitlines()
     assert not any(feature.start_line in ln for ln in off_lines)
     assert any("draft-trunc=off" in ln for ln in off_lines)
+
+
+def test_the_draft_agrees_with_the_target_as_often_as_asked(runs):
+    """Every draft is verified with the feature off, so vLLM's counters give the twin's
+    true acceptance; with 4 drafts chained, it is the mean of the per-position rates."""
+    spec = runs["off_spec"]
+    assert spec is not None, "no vllm:spec_decode_* counters on /metrics with the feature off"
+    print(f"feature off, vLLM {spec.summary()}")
+    print(f"feature on, vLLM {runs['on_spec'].summary()}")
+    assert len(spec.accepted_per_pos) == 4
+    assert ACCEPTANCE[0] <= spec.acceptance <= ACCEPTANCE[1], spec.summary()
