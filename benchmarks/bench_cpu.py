@@ -18,11 +18,13 @@ tiny-kindling alone, --moe-only tiny-moe's serving numbers alone.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,7 +38,13 @@ def throughput(url: str, model: str) -> dict:
     the first request (warms caches) is not counted."""
     from twinserve import prompts, run_set
 
-    run_set(url, model, prompts(1, seed=2), max_tokens=16)
+    # first request without logprobs: tiny-moe's worker (V1 runner, bf16, draft model)
+    # dies on a fresh server's first request when it asks for logprobs (seen 2026-12-01)
+    body = json.dumps({"model": model, "prompt": "def fibonacci(n):", "max_tokens": 16,
+                       "temperature": 0}).encode()
+    req = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        resp.read()
     out = {}
     for conc, n in ((1, 8), (8, 16)):
         t0 = time.monotonic()

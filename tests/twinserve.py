@@ -163,7 +163,10 @@ class SpecDecodeStats:
 
 def spec_decode_stats(url: str) -> SpecDecodeStats | None:
     """The server's speculative-decoding counters from /metrics; None without any."""
-    text = feature_metrics_text(url)
+    return parse_spec_decode(feature_metrics_text(url))
+
+
+def parse_spec_decode(text: str) -> SpecDecodeStats | None:
     drafts = metric_sum(text, "vllm:spec_decode_num_drafts_total")
     tokens = metric_sum(text, "vllm:spec_decode_num_draft_tokens_total")
     accepted = metric_sum(text, "vllm:spec_decode_num_accepted_tokens_total")
