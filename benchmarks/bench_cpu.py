@@ -171,12 +171,16 @@ def main() -> None:
             shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         f = tree / "recipes" / NAME / "recipe.yaml"
         f.write_text(f.read_text().replace("max-num-seqs: 8", "max-num-seqs: 6"))
+        root = os.environ.get("KILN_ROOT")
         os.environ["KILN_ROOT"] = str(tree)
         paths.repo_root.cache_clear()
         t0 = time.monotonic()
         build_recipe(NAME, docker=docker, quiet_summary=True)
         warm = time.monotonic() - t0
-        del os.environ["KILN_ROOT"]
+        if root is None:
+            del os.environ["KILN_ROOT"]
+        else:  # the checkout measured (e.g. a worktree) stays the one the rest resolves
+            os.environ["KILN_ROOT"] = root
         paths.repo_root.cache_clear()
 
     image = docker.client.images.get(rec.image_id)
