@@ -63,7 +63,8 @@ def bench_build(session):
 
 @nox.session
 def bench_cpu(session):
-    """engine-cpu + tiny-moe: build times, image size, time to healthy, tokens/s."""
+    """engine-cpu + tiny-moe (build times, image size, time to healthy, tokens/s with and without
+    speculation) and tiny-kindling (draft-trunc on/off); `-- --reuse`, `--moe-only`, `--twin-only`."""
     session.run("python", "benchmarks/bench_cpu.py", *session.posargs)
 
 

@@ -21,10 +21,12 @@ _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 
 @contextmanager
 def serving(docker_daemon, loaded, image_id: str, env: dict[str, str] | None = None,
-            startup_timeout_s: float = 600, mounts: list[tuple[str, str]] | None = None):
+            startup_timeout_s: float = 600, mounts: list[tuple[str, str]] | None = None,
+            args: list[str] | None = None):
     """A healthy server of `image_id`; `env` wins over the recipe's launch env (as with
-    `docker run -e`). Yields the ServingContainer; stops and removes it afterwards."""
-    spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env)
+    `docker run -e`), `args` over its baked vLLM flags of the same name (as with `kiln
+    run NAME -- ARGS`). Yields the ServingContainer; stops and removes it afterwards."""
+    spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env, extra_args=args)
     spec.mounts += list(mounts or [])
     box = ServingContainer(docker_daemon, spec)
     with box:
@@ -110,3 +112,69 @@ def prompts(n: int, seed: int = 0) -> list[str]:
             seen.add(text)
             out.append(text)
     return out
+
+
+_PER_POS = re.compile(
+    r'^vllm:spec_decode_num_accepted_tokens_per_pos(?:_total)?\{[^}]*position="(\d+)"[^}]*\}\s+([0-9.eE+-]+)\s*$')
+
+
+@dataclass
+class SpecDecodeStats:
+    """vLLM's own speculative-decoding counters, summed over label sets: verify windows
+    (`drafts`), draft tokens proposed, accepted, and accepted at each draft position."""
+
+    drafts: float
+    draft_tokens: float
+    accepted: float
+    accepted_per_pos: list[float]
+
+    @property
+    def acceptance(self) -> float:
+        """accepted / proposed draft tokens: what vLLM's log calls the acceptance rate."""
+        return self.accepted / self.draft_tokens
+
+    @property
+    def per_position(self) -> list[float]:
+        """Of the windows that proposed a draft at position i, the share accepting it
+        (chain acceptance: position i counts only when positions < i were accepted)."""
+        return [a / self.drafts for a in self.accepted_per_pos]
+
+    @property
+    def conditional(self) -> list[float]:
+        """P(draft i accepted | drafts < i accepted), the per-token agreement."""
+        out, prev = [], self.drafts
+        for a in self.accepted_per_pos:
+            out.append(a / prev if prev else float("nan"))
+            prev = a
+        return out
+
+    def __sub__(self, earlier: SpecDecodeStats) -> SpecDecodeStats:
+        """What was counted since `earlier` (a snapshot of the same server)."""
+        pos = [a - b for a, b in zip(self.accepted_per_pos, earlier.accepted_per_pos, strict=True)]
+        return SpecDecodeStats(self.drafts - earlier.drafts, self.draft_tokens - earlier.draft_tokens,
+                               self.accepted - earlier.accepted, pos)
+
+    def summary(self) -> str:
+        return (f"acceptance {self.acceptance:.3f} ({self.accepted:.0f}/{self.draft_tokens:.0f} draft tokens, "
+                f"{self.drafts:.0f} windows); per position "
+                f"{' '.join(f'{x:.3f}' for x in self.per_position)}; conditional "
+                f"{' '.join(f'{x:.3f}' for x in self.conditional)}")
+
+
+def spec_decode_stats(url: str) -> SpecDecodeStats | None:
+    """The server's speculative-decoding counters from /metrics; None without any."""
+    return parse_spec_decode(feature_metrics_text(url))
+
+
+def parse_spec_decode(text: str) -> SpecDecodeStats | None:
+    drafts = metric_sum(text, "vllm:spec_decode_num_drafts_total")
+    tokens = metric_sum(text, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = metric_sum(text, "vllm:spec_decode_num_accepted_tokens_total")
+    if not drafts or not tokens or accepted is None:
+        return None
+    per_pos: dict[int, float] = {}
+    for line in text.splitlines():
+        m = _PER_POS.match(line)
+        if m:
+            per_pos[int(m.group(1))] = per_pos.get(int(m.group(1)), 0.0) + float(m.group(2))
+    return SpecDecodeStats(drafts, tokens, accepted, [per_pos[i] for i in sorted(per_pos)])

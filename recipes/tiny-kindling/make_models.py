@@ -15,8 +15,11 @@ layer, and the target is built so that its first layer decides most of the outpu
 - the draft copies the target's embedding, layer-0 attention and norms, final norm and
   head, with the base expert as its dense MLP, then every matrix gets Gaussian noise of
   `--draft-noise` x its own std. More noise, less agreement.
-The greedy next-token agreement of draft and target on random token sequences is
-printed at the end. The tokenizer is a byte-level BPE trained on the Python standard
+At the end it prints the greedy next-token agreement of draft and target on random
+token sequences, and replays greedy speculative decoding (`--spec-tokens` drafts per
+window, short code prompts) the way vLLM runs it: the acceptance per draft position and
+overall (accepted / proposed draft tokens) match what a server's
+vllm:spec_decode_* counters report for the same models (benchmarks/spec_acceptance.py). The tokenizer is a byte-level BPE trained on the Python standard
 library sources that ship with the image, so nothing is downloaded. Same arguments,
 same weights.
 """
@@ -46,6 +49,11 @@ SEED = 1234
 VOCAB = 1024
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 128, 4, 2, 32
 EXPERT_DIM = 64
+# short code and prose fragments like the e2e test's prompts (tests/twinserve.py)
+PROMPT_HEADS = ["def ", "class ", "import ", "for ", "while ", "return ", "if ", "with "]
+PROMPT_WORDS = ["fibonacci(n):", "parse buffer", "socket path", "the quick brown fox", "value = result",
+         "config.token", "stream header", "count index"]
+PROMPTS = [h + w for i, h in enumerate(PROMPT_HEADS) for w in PROMPT_WORDS[i % 2::2]]  # 32 prompts
 SPECIAL = {"pad": "<|endoftext|>", "bos": "<|im_start|>", "eos": "<|im_end|>"}
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -133,10 +141,43 @@ def draft_from(target, draft, noise: float, gen: torch.Generator) -> None:
 
 @torch.no_grad()
 def agreement(target, draft, gen: torch.Generator, seqs: int = 32, length: int = 24) -> float:
+    """Teacher-forced greedy next-token agreement on random token sequences."""
     ids = torch.randint(3, VOCAB, (seqs, length), generator=gen)
     t = target(input_ids=ids).logits.argmax(-1)
     d = draft(input_ids=ids).logits.argmax(-1)
     return (t == d).float().mean().item()
+
+
+@torch.no_grad()
+def speculate(target, draft, tok, k: int, tokens: int = 32) -> list[float]:
+    """Greedy draft-model speculative decoding, replayed as a server runs it: after the
+    prompt's first token, the draft proposes k tokens, the target keeps the agreeing
+    prefix plus its own next token. Greedy, the output is the target's own greedy text,
+    and draft i only counts when drafts < i matched it, so the draft's inputs are that
+    text too: one teacher-forced draft pass over it decides every window. Returns, per
+    draft position, the share of windows accepting it (vLLM's
+    spec_decode_num_accepted_tokens_per_pos / num_drafts); their mean is vLLM's
+    acceptance rate (accepted / proposed draft tokens)."""
+    accepted, windows = [0] * k, 0
+    for prompt in PROMPTS:
+        ids = tok(prompt, return_tensors="pt").input_ids
+        start, end = ids.shape[1] + 1, ids.shape[1] + tokens
+        text = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
+                               min_new_tokens=tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+        guess = draft(input_ids=text).logits[0].argmax(-1)
+        hit = (guess[:-1] == text[0, 1:]).tolist()  # hit[j]: the draft predicts token j + 1
+        t = start
+        while t < end:
+            n = min(k, end - t - 1)
+            agree = 0
+            while agree < n and hit[t + agree - 1]:
+                agree += 1
+            if n == k:  # vLLM counts full windows; a shorter last one hardly matters
+                windows += 1
+                for i in range(agree):
+                    accepted[i] += 1
+            t += agree + 1
+    return [a / windows for a in accepted]
 
 
 def save(model, tok, path: str, dtype: torch.dtype) -> None:
@@ -161,6 +202,7 @@ def main(argv=None) -> None:
     p.add_argument("--draft-noise", type=float, default=0.05, help="x each draft matrix's std")
     p.add_argument("--expert-spread", type=float, default=0.05, help="x each layer-0 expert matrix's std")
     p.add_argument("--damp", type=float, default=0.02, help="scale of layers 1..'s residual writes")
+    p.add_argument("--spec-tokens", type=int, default=4, help="draft tokens per window, for the report")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     tok = tokenizer()
@@ -175,11 +217,16 @@ def main(argv=None) -> None:
     shape_target(target, args.expert_spread, args.damp, gen)
     draft_from(target, draft, args.draft_noise, gen)
     dtype = getattr(torch, args.dtype)
-    rate = agreement(target.to(dtype).eval(), draft.to(dtype).eval(), gen)
+    target, draft = target.to(dtype).eval(), draft.to(dtype).eval()
+    rate = agreement(target, draft, gen)
+    per_pos = speculate(target, draft, tok, args.spec_tokens)
     save(target, tok, f"{args.out}/tiny-qwen3moe", dtype)
     save(draft, tok, f"{args.out}/tiny-qwen3-draft", dtype)
     print(f"greedy next-token agreement draft vs target: {rate:.2f} "
           f"(draft noise {args.draft_noise}, expert spread {args.expert_spread}, damp {args.damp})")
+    print(f"greedy speculative decoding, {args.spec_tokens} draft tokens: acceptance "
+          f"{sum(per_pos) / len(per_pos):.2f} (accepted / proposed), per position "
+          f"{' '.join(f'{x:.2f}' for x in per_pos)}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,10 @@ One server per mode, reused for every request set (the interpreter is slow):
   covers the first RERUN prompts, to keep CI time down);
 - the feature really cut: its own counters on /metrics give a dead fraction in
   [0.2, 0.9], with accepted and rejected drafts both > 0; its start line appears
-  exactly once in the server log.
+  exactly once in the server log;
+- the twin's draft agrees with its target as the issue asks: with the feature off,
+  vLLM's own counters over the greedy sets give an acceptance (accepted / proposed
+  draft tokens) in [0.4, 0.9].
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from twinserve import counters, prompts, run_set, serving
+from twinserve import counters, prompts, run_set, serving, spec_decode_stats
 from twinstats import greedy_divergences, permutation_test
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
@@ -33,6 +36,7 @@ SEEDS = [10_000 + i for i in range(len(PROMPTS))]
 OFF_SEEDS = [90_000 + i for i in range(len(PROMPTS))]  # independent draws for the test
 VOCAB = 1024
 RERUN = 16
+ACCEPTANCE = (0.4, 0.9)  # vLLM's accepted / proposed draft tokens, feature off (issue #10)
 
 
 def _sets(url: str, model: str, *, on: bool) -> dict:
@@ -41,6 +45,9 @@ def _sets(url: str, model: str, *, on: bool) -> dict:
     out = {
         "greedy_seq": run_set(url, model, PROMPTS, concurrency=1, logprobs=2, **common),
         "greedy_c8": run_set(url, model, PROMPTS, concurrency=CONCURRENCY, logprobs=2, **common),
+        # before any sampled request: the issue's acceptance goal is greedy (sampled
+        # requests verify the draft's greedy proposals against a sampled target: ~0.02)
+        "greedy_spec": spec_decode_stats(url),
         "sampled": run_set(url, model, PROMPTS, concurrency=CONCURRENCY, temperature=0.8,
                            seeds=SEEDS if on else OFF_SEEDS, **common),
     }
@@ -126,3 +133,15 @@ def test_the_feature_announces_itself_once_per_server(runs):
     off_lines = runs["off_logs"].splitlines()
     assert not any(feature.start_line in ln for ln in off_lines)
     assert any("draft-trunc=off" in ln for ln in off_lines)
+
+
+def test_the_draft_agrees_with_the_target_as_often_as_asked(runs):
+    """Every draft is verified with the feature off, so vLLM's counters over the greedy
+    sets give the twin's true greedy acceptance; with 4 drafts chained, it is the mean of
+    the per-position rates."""
+    spec = runs["off"]["greedy_spec"]
+    assert spec is not None, "no vllm:spec_decode_* counters on /metrics with the feature off"
+    print(f"greedy sets, feature off, vLLM {spec.summary()}")
+    print(f"greedy sets, feature on, vLLM {runs['on']['greedy_spec'].summary()}")
+    assert len(spec.accepted_per_pos) == 4
+    assert ACCEPTANCE[0] <= spec.acceptance <= ACCEPTANCE[1], spec.summary()

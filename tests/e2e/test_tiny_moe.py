@@ -82,6 +82,22 @@ def test_print_launch_shows_resolved_command_and_overrides(image, docker_daemon)
     assert "VLLM_CPU_KVCACHE_SPACE=2" in out  # env given to docker run wins over baked env
 
 
+def test_speculation_turns_off_with_speculative_config_none(image, docker_daemon):
+    """How an operator turns the baked draft model off (README's serving contract):
+    vLLM's own `--speculative-config None` replaces the baked flag; the server then
+    answers without proposing a single draft token."""
+    from twinserve import run_set, serving, spec_decode_stats
+
+    loaded, _, img = image
+    with serving(docker_daemon, loaded, img.id, args=["--speculative-config", "None"],
+                 startup_timeout_s=180) as box:
+        (done,) = run_set(box.url, NAME, ["def fibonacci(n):"], max_tokens=16)
+        assert len(done.token_ids) == 16
+        assert spec_decode_stats(box.url) is None
+        logs = box.logs(tail=100000)
+    assert "--speculative-config None" in logs and '"method":"draft_model"' not in logs
+
+
 def _readme_docker_run() -> list[str]:
     lines = [ln for ln in (REPO / "README.md").read_text().splitlines() if ln.startswith("docker run --rm -p 8000:8000")]
     assert len(lines) == 1, lines
