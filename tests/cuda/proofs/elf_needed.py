@@ -67,16 +67,24 @@ class ElfInfo:
         self.runpath: list[str] = runpath
 
 
+def x86_64_elf_header(f) -> bytes | None:
+    """The 64-byte header of the 64-bit little-endian x86-64 ELF file open at offset 0 in F,
+    or None for anything else."""
+    head = f.read(64)
+    if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+        return None
+    if struct.unpack_from("<H", head, 18)[0] != EM_X86_64:
+        return None
+    return head
+
+
 def read_dynamic(path: str) -> ElfInfo | None:
     """DT_NEEDED/SONAME/RPATH/RUNPATH of a 64-bit little-endian x86-64 ELF file; None for
     anything else (not ELF, device code such as cubins, objects without a dynamic section)."""
     try:
         with open(path, "rb") as f:
-            head = f.read(64)
-            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-                return None
-            e_machine = struct.unpack_from("<H", head, 18)[0]
-            if e_machine != EM_X86_64:
+            head = x86_64_elf_header(f)
+            if head is None:
                 return None
             e_phoff, = struct.unpack_from("<Q", head, 32)
             e_phentsize, e_phnum = struct.unpack_from("<HH", head, 54)
@@ -161,8 +169,9 @@ def _in(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
 
 
-def walk_elves(root: str, dirs: list[str]):
-    """(path inside the tree, ElfInfo) for every dynamic x86-64 ELF file under dirs."""
+def regular_files(root: str, dirs: list[str]):
+    """(path inside the tree, path on disk) of every regular file (not a link) under dirs,
+    leaving out the kernel's pseudo file systems."""
     skip = {"/proc", "/sys", "/dev"}
     for top in dirs:
         for dirpath, dirnames, filenames in os.walk(_in(root, top)):
@@ -170,11 +179,16 @@ def walk_elves(root: str, dirs: list[str]):
             dirnames[:] = [d for d in dirnames if os.path.join(inner, d) not in skip]
             for name in filenames:
                 full = os.path.join(dirpath, name)
-                if os.path.islink(full) or not os.path.isfile(full):
-                    continue
-                info = read_dynamic(full)
-                if info is not None:
-                    yield os.path.join(inner, name), info
+                if not os.path.islink(full) and os.path.isfile(full):
+                    yield os.path.join(inner, name), full
+
+
+def walk_elves(root: str, dirs: list[str]):
+    """(path inside the tree, ElfInfo) for every dynamic x86-64 ELF file under dirs."""
+    for inner, full in regular_files(root, dirs):
+        info = read_dynamic(full)
+        if info is not None:
+            yield inner, info
 
 
 def prove(root: str, dirs: list[str]) -> dict:

@@ -23,19 +23,18 @@ import struct
 import sys
 import sysconfig
 
-EM_X86_64 = 62
+# the proofs travel into the image as one folder, run with it on sys.path
+from elf_needed import regular_files, x86_64_elf_header
+
 SHT_DYNSYM = 11
-SKIP = ("/proc", "/sys", "/dev")
 
 
 def dynamic_symbols(path: str) -> tuple[set[str], set[str]] | None:
     """(defined, undefined) names of an x86-64 ELF64 file's .dynsym; None if not one."""
     try:
         with open(path, "rb") as f:
-            head = f.read(64)
-            if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
-                return None
-            if struct.unpack_from("<H", head, 0x12)[0] != EM_X86_64:
+            head = x86_64_elf_header(f)
+            if head is None:
                 return None
             shoff, = struct.unpack_from("<Q", head, 0x28)
             shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
@@ -74,18 +73,13 @@ def exports(site: str, libs: list[str]) -> dict:
     return out
 
 
-def users(root: str, names: set[str], skip_dirs: tuple[str, ...] = SKIP) -> dict[str, list[str]]:
+def users(root: str, names: set[str]) -> dict[str, list[str]]:
     """{file: the NAMEs it imports} over every regular file under ROOT."""
     out: dict[str, list[str]] = {}
-    for dirpath, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in skip_dirs]
-        for name in files:
-            path = os.path.join(dirpath, name)
-            if os.path.islink(path) or not os.path.isfile(path):
-                continue
-            found = dynamic_symbols(path)
-            if found and found[1] & names:
-                out[path] = sorted(found[1] & names)
+    for _, path in regular_files(root, ["/"]):
+        found = dynamic_symbols(path)
+        if found and found[1] & names:
+            out[path] = sorted(found[1] & names)
     return out
 
 
