@@ -36,7 +36,7 @@ TWIN = "tiny-kindling"
 def throughput(url: str, model: str) -> dict:
     """Greedy tokens/s: 8 prompts x 128 tokens one at a time (c1), 16 at 8 in flight (c8);
     the first request (warms caches) is not counted."""
-    from twinserve import prompts, run_set
+    from twinserve import prompts
 
     # first request without logprobs: tiny-moe's worker (V1 runner, bf16, draft model)
     # dies on a fresh server's first request when it asks for logprobs (seen 2026-12-01)
@@ -45,12 +45,17 @@ def throughput(url: str, model: str) -> dict:
     req = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as resp:
         resp.read()
-    out = {}
-    for conc, n in ((1, 8), (8, 16)):
-        t0 = time.monotonic()
-        res = run_set(url, model, prompts(n, seed=3), max_tokens=128, concurrency=conc)
-        out[f"tps_c{conc}"] = sum(len(r.token_ids) for r in res) / (time.monotonic() - t0)
-    return out
+    return {f"tps_c{conc}": tokens_per_s(url, model, prompts(n, seed=3), 128, conc)
+            for conc, n in ((1, 8), (8, 16))}
+
+
+def tokens_per_s(url: str, model: str, texts: list[str], max_tokens: int, concurrency: int) -> float:
+    """Greedy completion tokens per wall-clock second over one request set."""
+    from twinserve import run_set
+
+    t0 = time.monotonic()
+    res = run_set(url, model, texts, max_tokens=max_tokens, concurrency=concurrency)
+    return sum(len(r.token_ids) for r in res) / (time.monotonic() - t0)
 
 
 def serve_moe(docker, loaded, image_id: str, args: list[str]) -> dict:
@@ -92,9 +97,10 @@ def print_moe(m: dict) -> None:
 
 def twin_numbers(docker) -> dict:
     """tiny-kindling with draft-trunc on, then off (same image, -e KILN_DRAFT_TRUNC=0)."""
-    from twinserve import counters, prompts, run_set, serving
+    from twinserve import counters, prompts, serving
 
     from kiln.commands.build import build_recipe
+    from kiln.commands.smoke import feature_ratio
     from kiln.domain.features import engine_features
     from kiln.domain.images import require_built
 
@@ -108,14 +114,10 @@ def twin_numbers(docker) -> dict:
         with serving(docker, loaded, image.id, env) as box:
             row = {"healthy_s": box.startup_s}
             for conc in (1, 8):
-                t0 = time.monotonic()
-                res = run_set(box.url, model, ps, max_tokens=64, concurrency=conc)
-                row[f"tps_c{conc}"] = sum(len(r.token_ids) for r in res) / (time.monotonic() - t0)
+                row[f"tps_c{conc}"] = tokens_per_s(box.url, model, ps, 64, conc)
             values = counters(box.url, feature.metrics)
             for name in ("dead_fraction", "acceptance"):
-                ratio = feature.ratio(name)
-                num, den = values.get(ratio.numerator), values.get(ratio.denominator)
-                row[name] = None if num is None or not den else num / den
+                row[name] = feature_ratio(values, feature.ratio(name))
             out[mode] = row
         print(f"  {TWIN} feature {mode}: healthy {row['healthy_s']:.1f} s, "
               f"{row['tps_c1']:.1f} tok/s at c1, {row['tps_c8']:.1f} tok/s at c8", flush=True)
