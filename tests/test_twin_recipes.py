@@ -27,7 +27,16 @@ def test_tiny_kindling_is_glm53_kindlings_twin():
         env = launch_document(loaded)["env"]
         return {k: v for k, v in env.items() if k.startswith("KILN_DRAFT_TRUNC")}
 
-    assert knobs(twin) == knobs(glm) and knobs(twin)["KILN_DRAFT_TRUNC"] == "1"
+    twin_knobs = knobs(twin)
+    # the one knob only the twin sets: its cost policy prices glm53's layer, not its own
+    priced = twin_knobs.pop("KILN_DRAFT_TRUNC_MOE_LAYER")
+    assert twin_knobs == knobs(glm) and twin_knobs["KILN_DRAFT_TRUNC"] == "1"
+    assert "KILN_DRAFT_TRUNC_TAU" not in twin_knobs, "both run the cost-aware policy"
+    from kiln_engine.draft_trunc._cost import MoELayer
+    from kiln_engine.draft_trunc._env import read_knobs
+
+    experts, top_k, expert_bytes = read_knobs({"KILN_DRAFT_TRUNC_MOE_LAYER": priced}).moe_layer
+    assert MoELayer(experts, top_k, expert_bytes) == MoELayer(), "the GLM-5-like layer the H200 table measured"
     env = twin.recipe.launch.env
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1" and env["TRITON_INTERPRET"] == "1"
     assert twin.recipe.launch.args["dtype"] == "float32"

@@ -32,7 +32,8 @@ _FALSE = ("0", "false", "no", "off")
 
 @dataclass(frozen=True)
 class Knob:
-    """One environment variable of a feature. `kind`: flag, int, float, path or choice."""
+    """One environment variable of a feature. `kind`: flag, int, float, path, choice or
+    moe_layer ("EXPERTS,TOP_K,EXPERT_BYTES", parsed to a tuple)."""
 
     name: str  # short name, the key in Feature.read()'s result
     env: str
@@ -49,6 +50,8 @@ class Knob:
         value = raw.strip()
         if self.kind == "path":
             return value
+        if self.kind == "moe_layer":
+            return _parse_moe_layer(self.env, raw, value)
         if self.kind == "choice":
             if value.lower() not in self.choices:
                 raise ValueError(f"{self.env}={raw!r}: expected one of {', '.join(self.choices)}")
@@ -67,6 +70,20 @@ class Knob:
         if not (self.lo <= number <= self.hi):  # also refuses NaN
             raise ValueError(f"{self.env}={raw!r}: must lie in [{self.lo:g}, {self.hi:g}]")
         return number
+
+
+def _parse_moe_layer(env: str, raw: str, value: str) -> tuple[int, int, float]:
+    fields = [f.strip() for f in value.split(",")]
+    bad = f"{env}={raw!r}: expected EXPERTS,TOP_K,EXPERT_BYTES (e.g. 256,8,75497472)"
+    if len(fields) != 3:
+        raise ValueError(bad)
+    try:
+        experts, top_k, expert_bytes = int(fields[0]), int(fields[1]), float(fields[2])
+    except ValueError:
+        raise ValueError(bad) from None
+    if not (0 < top_k <= experts <= 1 << 20 and 0 < expert_bytes < 1e15):  # also refuses NaN
+        raise ValueError(f"{bad}; need 0 < TOP_K <= EXPERTS and EXPERT_BYTES > 0")
+    return experts, top_k, expert_bytes
 
 
 @dataclass(frozen=True)
@@ -144,6 +161,9 @@ DRAFT_TRUNC = Feature(
              choices=("auto", "cost", "tau")),
         Knob("other_share", f"{_DT}_OTHER_SHARE", "float", 0.5, 0.0, 0.95,
              "share of a full verify step's time outside the routed experts (cost policy; an assumption)"),
+        Knob("moe_layer", f"{_DT}_MOE_LAYER", "moe_layer", None,
+             doc="price routed experts as this layer (EXPERTS,TOP_K,EXPERT_BYTES) instead of the "
+                 "served model's config (cost policy): e.g. a CPU twin priced as its GPU sibling"),
         Knob("trace", f"{_DT}_TRACE", "path", "",
              "append one JSON line per verify step to this file (predictions and outcomes)"),
     ),

@@ -77,3 +77,30 @@ def test_layer_shape_from_model_config():
     )
     assert moe_layer(_vllm_config(ep=True)).expert_bytes == pytest.approx(layer.expert_bytes / 8)
     assert moe_layer(NS(model_config=NS(hf_text_config=NS(hidden_size=8)))) is None
+
+
+def test_moe_layer_knob_overrides_the_model_config(draft_trunc):
+    """The CPU twin prices its steps as its GPU sibling: the knob's layer wins over
+    the tiny model's, and without the knob the model's config is priced."""
+    tiny = _vllm_config()
+    tiny.model_config.hf_text_config = NS(
+        num_experts=8, num_experts_per_tok=2, hidden_size=64, moe_intermediate_size=32
+    )
+    tiny.parallel_config.tensor_parallel_size = 1
+    dt = draft_trunc()
+    dt.check_config(tiny)
+    assert (dt._STATE.layer.experts, dt._STATE.layer.top_k) == (8, 2)
+    dt = draft_trunc(moe_layer="256, 8, 75497472")
+    dt.check_config(tiny)
+    assert dt._STATE.layer == _cost.MoELayer(experts=256, top_k=8, expert_bytes=75497472.0)
+
+
+@pytest.mark.parametrize(
+    "raw", ["256,8", "256,8,1e6,2", "a,8,1e6", "8,256,1e6", "256,0,1e6", "256,8,0", "256,8,nan"]
+)
+def test_moe_layer_knob_refuses_bad_shapes(raw):
+    from kiln_engine.draft_trunc._env import read_knobs
+
+    with pytest.raises(ValueError, match=r"^KILN_DRAFT_TRUNC_MOE_LAYER=.*EXPERTS,TOP_K,EXPERT_BYTES"):
+        read_knobs({"KILN_DRAFT_TRUNC_MOE_LAYER": raw})
+    assert read_knobs({}).moe_layer is None

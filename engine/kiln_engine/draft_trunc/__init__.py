@@ -408,11 +408,22 @@ def check_config(vllm_config) -> None:
         return
     _STATE.top_k = routed_top_k(vllm_config)
     _STATE.lead = _is_lead_rank()
-    layer = moe_layer(vllm_config)
+    layer = _priced_layer(vllm_config, moe_layer)
     if layer is not None:
         set_moe_layer(layer)
     if _STATE.lead:
         logger.info("draft_trunc on: %s", KNOBS)
+
+
+def _priced_layer(vllm_config, from_config):
+    """The layer the cost policy prices: the knob's if set (a CPU twin priced as its
+    GPU sibling, or a model whose config the check cannot read), else the model's."""
+    if KNOBS.moe_layer is None:
+        return from_config(vllm_config)
+    from ._cost import MoELayer
+
+    experts, top_k, expert_bytes = KNOBS.moe_layer
+    return MoELayer(experts=experts, top_k=top_k, expert_bytes=expert_bytes)
 
 
 def _is_lead_rank() -> bool:

@@ -33,6 +33,8 @@ class Knobs:
         "tau" when KILN_DRAFT_TRUNC_TAU is set, else "cost".
     other_share: share of a verify step's time outside the routed experts when
         every draft is verified (policy "cost"; not measured, an assumption).
+    moe_layer: (experts, top_k, expert_bytes) the cost-aware policy prices
+        instead of the served model's MoE shape (None: the model's).
     trace: append one JSON line per verify step to this file ("" : off).
     """
 
@@ -45,6 +47,7 @@ class Knobs:
     with_av: bool = _DEFAULT["with_av"]
     policy: str = "cost"
     other_share: float = _DEFAULT["other_share"]
+    moe_layer: tuple[int, int, float] | None = _DEFAULT["moe_layer"]
     trace: str = _DEFAULT["trace"]
 
 
