@@ -103,10 +103,11 @@ def record(docker, loaded, image_id, concurrencies: list[int], steps: int, out: 
     lines = text.splitlines()
     rows = []
     for conc, first, last, seconds in bounds:
-        path = out / f"tiny-kindling-c{conc}.jsonl"
+        path = out.resolve() / f"tiny-kindling-c{conc}.jsonl"
         chunk = lines[first:last]
         path.write_text("\n".join(chunk) + "\n")
-        rows.append({"concurrency": conc, "steps": len(chunk), "file": str(path.relative_to(REPO)),
+        shown = path.relative_to(REPO) if path.resolve().is_relative_to(REPO) else path
+        rows.append({"concurrency": conc, "steps": len(chunk), "file": str(shown),
                      "bytes": path.stat().st_size, "seconds": round(seconds, 1)})
     return rows
 

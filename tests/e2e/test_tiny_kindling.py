@@ -3,16 +3,21 @@ glm53-kindling: vLLM's Model Runner V2 through Triton's interpreter, the same ov
 and knobs) served with the feature on and off, answering the same request sets through
 the OpenAI client.
 
-One server per mode, reused for every request set (the interpreter is slow):
-- greedy, sequential and at concurrency 8: token ids identical on and off; a divergence
-  is allowed only at a numeric tie (top-2 logprob margin < 1e-4 at the divergence);
-- seeded sampling (temperature 0.8, a seed per request) at concurrency 8: on and off
-  are equal in distribution (a permutation test over requests must not reject at
-  p = 0.01); two feature-on runs with the same seeds give the same tokens (the rerun
+One server per mode, reused for every request set (the interpreter is slow). "on" is
+the recipe as shipped: the cost-aware policy, pricing glm53-kindling's H200 layer;
+"tau" adds `-e KILN_DRAFT_TRUNC_TAU=0.25`, the fixed rule, which cuts far more on this
+twin (the cost policy learns from its grades that the twin's greedy drafts are mostly
+accepted and then keeps them: docs/draft-trunc-policy.md); "off" turns the feature off.
+- greedy, sequential and at concurrency 8: token ids identical on (and tau) and off; a
+  divergence is allowed only at a numeric tie (top-2 logprob margin < 1e-4 there);
+- seeded sampling (temperature 0.8, a seed per request) at concurrency 8: on (and tau)
+  and off are equal in distribution (a permutation test over requests must not reject
+  at p = 0.01); two feature-on runs with the same seeds give the same tokens (the rerun
   covers the first RERUN prompts, to keep CI time down);
-- the feature really cut: its own counters on /metrics give a dead fraction in
-  [0.2, 0.9], with accepted and rejected drafts both > 0; its start line appears
-  exactly once in the server log;
+- the feature really cut: under the fixed rule its own counters on /metrics give a
+  dead fraction in [0.2, 0.9], with accepted and rejected drafts both > 0; the cost
+  policy cut too (dead > 0), and kept a larger share of the drafts than the fixed rule;
+  its start line appears exactly once in the server log and names the policy;
 - the twin's draft agrees with its target as the issue asks: with the feature off,
   vLLM's own counters over the greedy sets give an acceptance (accepted / proposed
   draft tokens) in [0.4, 0.9].
@@ -39,7 +44,10 @@ RERUN = 16
 ACCEPTANCE = (0.4, 0.9)  # vLLM's accepted / proposed draft tokens, feature off (issue #10)
 
 
-def _sets(url: str, model: str, *, on: bool) -> dict:
+MODES = {"on": "cost", "tau": "tau"}  # feature-on servers and the policy each runs
+
+
+def _sets(url: str, model: str, *, on: bool, rerun: bool = False) -> dict:
     t0 = time.monotonic()
     common = dict(max_tokens=MAX_TOKENS)
     out = {
@@ -51,7 +59,7 @@ def _sets(url: str, model: str, *, on: bool) -> dict:
         "sampled": run_set(url, model, PROMPTS, concurrency=CONCURRENCY, temperature=0.8,
                            seeds=SEEDS if on else OFF_SEEDS, **common),
     }
-    if on:
+    if rerun:
         out["sampled_again"] = run_set(url, model, PROMPTS[:RERUN], concurrency=CONCURRENCY,
                                        temperature=0.8, seeds=SEEDS[:RERUN], **common)
     out["seconds"] = time.monotonic() - t0
@@ -67,10 +75,15 @@ def runs(tiny_kindling, docker_daemon):
     (feature,) = engine_features(loaded.recipe.features)
     model = loaded.recipe.launch.served_model_name
     result = {"feature": feature, "timing": {}}
-    for mode, env in (("on", dict(feature.smoke_env)), ("off", {feature.env: "0"})):
+    servers = (
+        ("on", dict(feature.smoke_env)),  # the recipe's own knobs: the cost-aware policy
+        ("tau", {**feature.smoke_env, f"{feature.env}_TAU": "0.25"}),
+        ("off", {feature.env: "0"}),
+    )
+    for mode, env in servers:
         t0 = time.monotonic()
         with serving(docker_daemon, loaded, img.id, env) as box:
-            answers = _sets(box.url, model, on=mode == "on")
+            answers = _sets(box.url, model, on=mode != "off", rerun=mode == "on")
             result[mode] = answers
             result[f"{mode}_counters"] = counters(box.url, feature.metrics)
             result[f"{mode}_logs"] = box.logs(tail=100000)
@@ -81,9 +94,10 @@ def runs(tiny_kindling, docker_daemon):
     return result
 
 
-def test_greedy_outputs_equal_on_and_off_except_at_numeric_ties(runs):
+@pytest.mark.parametrize("mode", MODES)
+def test_greedy_outputs_equal_on_and_off_except_at_numeric_ties(runs, mode):
     for name in ("greedy_seq", "greedy_c8"):
-        on, off = runs["on"][name], runs["off"][name]
+        on, off = runs[mode][name], runs["off"][name]
         assert sum(len(c.token_ids) for c in on) == len(PROMPTS) * MAX_TOKENS
         divergences = greedy_divergences(on, off)
         print(f"{name}: {len(divergences)} divergence(s) of {len(on)} requests: "
@@ -92,12 +106,13 @@ def test_greedy_outputs_equal_on_and_off_except_at_numeric_ties(runs):
         assert not not_ties, f"{name}: outputs differ away from a numeric tie: {not_ties}"
 
 
-def test_sampled_outputs_equal_in_distribution(runs):
-    on = [c.token_ids for c in runs["on"]["sampled"]]
+@pytest.mark.parametrize("mode", MODES)
+def test_sampled_outputs_equal_in_distribution(runs, mode):
+    on = [c.token_ids for c in runs[mode]["sampled"]]
     off = [c.token_ids for c in runs["off"]["sampled"]]
     assert sum(map(len, on)) >= 2000 and sum(map(len, off)) >= 2000
     tvd, p = permutation_test(on, off, VOCAB)
-    print(f"sampled on vs off: total variation {tvd:.3f}, permutation p = {p:.3f}")
+    print(f"sampled {mode} vs off: total variation {tvd:.3f}, permutation p = {p:.3f}")
     assert p >= 0.01, f"token distributions differ (TVD {tvd:.3f}, p = {p:.4f})"
 
 
@@ -108,28 +123,41 @@ def test_same_seed_same_tokens_in_two_feature_on_runs(runs):
     assert not differ
 
 
+def _ratio(runs, mode, name):
+    ratio = runs["feature"].ratio(name)
+    values = runs[f"{mode}_counters"]
+    return values[ratio.numerator] / values[ratio.denominator]
+
+
 def test_the_feature_really_cut_and_counted_it(runs):
-    feature = runs["feature"]
-    values = runs["on_counters"]
-    missing = [k for k, v in values.items() if v is None]
-    assert not missing, f"not on /metrics: {missing}"
-    dead = values[feature.ratio("dead_fraction").numerator] / values[feature.ratio("dead_fraction").denominator]
-    accepted = values["kiln_draft_trunc_accepted_total"]
-    rejected = values["kiln_draft_trunc_wasted_total"]  # kept, verified, rejected
-    print(f"feature on: dead fraction {dead:.3f}, accepted {accepted:.0f}, rejected {rejected:.0f}, "
-          f"kept {values['kiln_draft_trunc_kept_total']:.0f} of {values['kiln_draft_trunc_proposed_total']:.0f}")
-    assert 0.2 <= dead <= 0.9
-    assert accepted > 0 and rejected > 0
+    for mode in MODES:
+        values = runs[f"{mode}_counters"]
+        missing = [k for k, v in values.items() if v is None]
+        assert not missing, f"{mode}: not on /metrics: {missing}"
+        print(f"feature {mode}: dead fraction {_ratio(runs, mode, 'dead_fraction'):.3f}, "
+              f"accepted {values['kiln_draft_trunc_accepted_total']:.0f}, "
+              f"rejected {values['kiln_draft_trunc_wasted_total']:.0f}, kept "
+              f"{values['kiln_draft_trunc_kept_total']:.0f} of {values['kiln_draft_trunc_proposed_total']:.0f}")
+        # kept, verified, then accepted or rejected: both happen under either policy
+        assert values["kiln_draft_trunc_accepted_total"] > 0 and values["kiln_draft_trunc_wasted_total"] > 0
+    assert 0.2 <= _ratio(runs, "tau", "dead_fraction") <= 0.9
+    # the cost policy cuts where its prices say so (it did at the start, before its
+    # grades showed the twin's greedy drafts survive) and keeps more than tau 0.25 does
+    assert runs["on_counters"]["kiln_draft_trunc_dead_total"] > 0
+    assert _ratio(runs, "on", "kept_fraction") > _ratio(runs, "tau", "kept_fraction")
     # feature off: the counters are never published
     assert all(v is None for v in runs["off_counters"].values()), runs["off_counters"]
 
 
-def test_the_feature_announces_itself_once_per_server(runs):
+@pytest.mark.parametrize("mode", MODES)
+def test_the_feature_announces_itself_once_per_server(runs, mode):
     feature = runs["feature"]
-    on_lines = runs["on_logs"].splitlines()
-    assert sum(feature.start_line in ln for ln in on_lines) == 1
+    on_lines = runs[f"{mode}_logs"].splitlines()
+    starts = [ln for ln in on_lines if feature.start_line in ln]
+    assert len(starts) == 1, starts
+    assert f"policy='{MODES[mode]}'" in starts[0], starts[0]
     assert any(feature.log_lines[-1] in ln for ln in on_lines), "no periodic summary in the log"
-    assert "Using V2 Model Runner" in runs["on_logs"]
+    assert "Using V2 Model Runner" in runs[f"{mode}_logs"]
     off_lines = runs["off_logs"].splitlines()
     assert not any(feature.start_line in ln for ln in off_lines)
     assert any("draft-trunc=off" in ln for ln in off_lines)
@@ -142,6 +170,7 @@ def test_the_draft_agrees_with_the_target_as_often_as_asked(runs):
     spec = runs["off"]["greedy_spec"]
     assert spec is not None, "no vllm:spec_decode_* counters on /metrics with the feature off"
     print(f"greedy sets, feature off, vLLM {spec.summary()}")
-    print(f"greedy sets, feature on, vLLM {runs['on']['greedy_spec'].summary()}")
+    for mode in MODES:
+        print(f"greedy sets, feature {mode}, vLLM {runs[mode]['greedy_spec'].summary()}")
     assert len(spec.accepted_per_pos) == 4
     assert ACCEPTANCE[0] <= spec.acceptance <= ACCEPTANCE[1], spec.summary()
