@@ -191,18 +191,12 @@ def _flat(cells, lo: tl.constexpr, G: tl.constexpr, BLOCK: tl.constexpr):
     elif G == 2:
         x = tl.join(cells[lo], cells[lo + 1])
     elif G == 4:
-        x = tl.join(
-            tl.join(cells[lo], cells[lo + 1]), tl.join(cells[lo + 2], cells[lo + 3])
-        )
+        x = tl.join(tl.join(cells[lo], cells[lo + 1]), tl.join(cells[lo + 2], cells[lo + 3]))
     else:
         tl.static_assert(G == 8, "positions are histogrammed 1, 2, 4 or 8 at a time")
         x = tl.join(
-            tl.join(
-                tl.join(cells[lo], cells[lo + 1]), tl.join(cells[lo + 2], cells[lo + 3])
-            ),
-            tl.join(
-                tl.join(cells[lo + 4], cells[lo + 5]), tl.join(cells[lo + 6], cells[lo + 7])
-            ),
+            tl.join(tl.join(cells[lo], cells[lo + 1]), tl.join(cells[lo + 2], cells[lo + 3])),
+            tl.join(tl.join(cells[lo + 4], cells[lo + 5]), tl.join(cells[lo + 6], cells[lo + 7])),
         )
     return tl.reshape(x, [G * BLOCK])  # no-op at G = 1
 
@@ -268,7 +262,7 @@ def _cost_aware_tau(
         # gathers per position (6.4 us instead of 3.9 at 512 requests on an
         # H200) and moved the simulated speed by under 0.5% either way.
         forced += tl.where(in_n & (~opt), surv[k], 0.0)
-    for k in tl.static_range(K, (K + GROUP - 1) // GROUP * GROUP):
+    for _pad in tl.static_range(K, (K + GROUP - 1) // GROUP * GROUP):
         cells = cells + (tl.full([BLOCK_R], -1, tl.int32),)
     counts = tl.zeros([TAU_GRID], tl.int32)
     worth = tl.zeros([TAU_GRID], tl.float32)
