@@ -158,8 +158,8 @@ def _row_predictions(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.co
 @triton.jit
 def _survivals(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.constexpr):
     """S_k of every draft position, a K-tuple of [BLOCK] vectors, multiplied
-    in order in fp32. The loads come before any barrier, so all are in flight
-    at once; positions past n read their slot's stale prediction and drop it."""
+    in order in fp32 (positions past n multiply by 1). The loads come before
+    any barrier, so all are in flight at once."""
     preds = _row_predictions(pred_ptr, slot, pred_stride, n, K, VEC)
     surv = _clamped(preds[0], 0, n)
     out = (surv,)
@@ -170,35 +170,15 @@ def _survivals(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.constexp
 
 
 @triton.jit
-def _calibrated(hits_ptr, counts_ptr, lo: tl.constexpr, G: tl.constexpr, K: tl.constexpr):
-    """Calibrated survival (``_cost.calibrated_values``) of the cells of
-    positions lo..lo+G-1, [G * TAU_GRID]: each bin's drafts shrunk toward the
-    middle of the bin with CAL_PRIOR pseudo-drafts."""
-    cell = lo * TAU_GRID + tl.arange(0, G * TAU_GRID)
-    mask = cell < K * TAU_GRID
-    h = tl.load(hits_ptr + cell, mask=mask, other=0.0)
-    c = tl.load(counts_ptr + cell, mask=mask, other=0.0)
+def _calibrated(hits_ptr, counts_ptr, k: tl.constexpr, K: tl.constexpr):
+    """Calibrated survival (``_cost.calibrated_values``) of the TAU_GRID cells of
+    position k: each bin's drafts shrunk toward the middle of the bin with
+    CAL_PRIOR pseudo-drafts."""
+    cell = k * TAU_GRID + tl.arange(0, TAU_GRID)
+    h = tl.load(hits_ptr + cell, mask=cell < K * TAU_GRID, other=0.0)
+    c = tl.load(counts_ptr + cell, mask=cell < K * TAU_GRID, other=0.0)
     mid = ((cell % TAU_GRID).to(tl.float32) + 0.5) * (1.0 / TAU_GRID)
     return (h + CAL_PRIOR * mid) / (c + CAL_PRIOR)
-
-
-@triton.jit
-def _flat(cells, lo: tl.constexpr, G: tl.constexpr, BLOCK: tl.constexpr):
-    """cells[lo..lo+G-1] as one [G * BLOCK] vector. tl.join keeps the new axis
-    in each thread's registers, so this moves no data."""
-    if G == 1:
-        x = cells[lo]
-    elif G == 2:
-        x = tl.join(cells[lo], cells[lo + 1])
-    elif G == 4:
-        x = tl.join(tl.join(cells[lo], cells[lo + 1]), tl.join(cells[lo + 2], cells[lo + 3]))
-    else:
-        tl.static_assert(G == 8, "positions are histogrammed 1, 2, 4 or 8 at a time")
-        x = tl.join(
-            tl.join(tl.join(cells[lo], cells[lo + 1]), tl.join(cells[lo + 2], cells[lo + 3])),
-            tl.join(tl.join(cells[lo + 4], cells[lo + 5]), tl.join(cells[lo + 6], cells[lo + 7])),
-        )
-    return tl.reshape(x, [G * BLOCK])  # no-op at G = 1
 
 
 @triton.jit
@@ -219,7 +199,6 @@ def _cost_aware_tau(
     counts_ptr,
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
-    GROUP: tl.constexpr,
 ):
     """The tau of the grid that maximises expected tokens per unit of step
     time, and each request's survival bins packed for grading.
@@ -235,15 +214,17 @@ def _cost_aware_tau(
     until grades arrive. Live tokens are priced with the routed-cost table; the best ratio
     wins, the smallest tau on ties, so when cutting buys nothing nothing is cut.
 
-    Every histogram synchronises the CTA, so the drafts are counted per
-    (position, bin) cell GROUP positions at a time, in one histogram of
-    GROUP * TAU_GRID cells each, after every load has been issued.
+    Every histogram synchronises the CTA, so all loads are issued first.
+    Counting all positions in one histogram of K * TAU_GRID cells saves
+    barriers but costs more (8.3 instead of 6.8 us at K = 8, 512 requests on
+    an H200): Triton's histogram spends log2(cells) ballots and cells / 32
+    popcounts on every element.
     """
     # Loads first (the rates, the batch's token count, the full-batch cost):
     # nothing below waits on them until the histograms are done.
     rates = ()
-    for lo in tl.static_range(0, K, GROUP):
-        rates = rates + (_calibrated(hits_ptr, counts_ptr, lo, GROUP, K),)
+    for k in tl.static_range(K):
+        rates = rates + (_calibrated(hits_ptr, counts_ptr, k, K),)
     num_tokens = tl.load(query_start_loc_ptr + num_reqs)
     t_all = tl.load(cost_ptr + tl.minimum(num_tokens, cost_max))
     forced = tl.zeros([BLOCK_R], tl.float32)
@@ -255,28 +236,19 @@ def _cost_aware_tau(
         bins = tl.minimum((surv[k] * TAU_GRID).to(tl.int32), TAU_GRID - 1)
         if k < CAL_DEPTH:
             packed = packed | (bins.to(tl.int64) << (BIN_BITS * k))
-        # -1: no cell (the draft stays whatever tau is)
-        cells = cells + (tl.where(opt, (k % GROUP) * TAU_GRID + bins, -1),)
+        cells = cells + (tl.where(opt, bins, -1),)  # -1: stays whatever tau is
         # Drafts that stay whatever tau is only shift every candidate's tokens
         # alike: they count their raw survival. Calibrating them too took two
         # gathers per position (6.4 us instead of 3.9 at 512 requests on an
         # H200) and moved the simulated speed by under 0.5% either way.
         forced += tl.where(in_n & (~opt), surv[k], 0.0)
-    for _pad in tl.static_range(K, (K + GROUP - 1) // GROUP * GROUP):
-        cells = cells + (tl.full([BLOCK_R], -1, tl.int32),)
+    # the barriers come only now, back to back, one histogram per position
     counts = tl.zeros([TAU_GRID], tl.int32)
     worth = tl.zeros([TAU_GRID], tl.float32)
-    for lo in tl.static_range(0, K, GROUP):
-        flat = _flat(cells, lo, GROUP, BLOCK_R)
-        in_cell = tl.histogram(flat, GROUP * TAU_GRID, mask=flat >= 0)
-        if GROUP == 1:
-            counts += in_cell
-            worth += in_cell.to(tl.float32) * rates[lo // GROUP]
-        else:
-            by_pos = tl.reshape(in_cell, [GROUP, TAU_GRID])
-            counts += tl.sum(by_pos, axis=0)
-            value = in_cell.to(tl.float32) * rates[lo // GROUP]
-            worth += tl.sum(tl.reshape(value, [GROUP, TAU_GRID]), axis=0)
+    for k in tl.static_range(K):
+        in_bin = tl.histogram(cells[k], TAU_GRID, mask=cells[k] >= 0)
+        counts += in_bin
+        worth += in_bin.to(tl.float32) * rates[k]
     kept = tl.cumsum(counts, 0, reverse=True)
     gain = tl.cumsum(worth, 0, reverse=True)
     # every optional draft falls in some bin: their count is the histograms' total
@@ -330,7 +302,6 @@ def _mark_dead_kernel(
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
     COST: tl.constexpr,
-    GROUP: tl.constexpr,
     VEC: tl.constexpr,
 ):
     # One program walks the whole batch: the step counter is read once and
@@ -373,7 +344,6 @@ def _mark_dead_kernel(
                 counts_ptr,
                 K,
                 BLOCK_R,
-                GROUP,
             )
         j_rule = tl.zeros([BLOCK_R], tl.int32)
         e_rule = tl.zeros([BLOCK_R], tl.float32)
@@ -402,9 +372,6 @@ def _mark_dead_kernel(
     tl.store(tau_ptr, tau)
     tl.store(step_ptr, step + 1)
 
-
-# Draft positions counted per histogram (see _cost_aware_tau).
-GROUP = 1
 
 # The cost-aware launch keeps the whole batch in one block; past this many
 # requests the launcher verifies every draft instead (on the fitted H200 model
@@ -450,17 +417,13 @@ def launch_mark_dead(
     cost=None,
     num_warps: int | None = None,
     calibration: Calibration | None = None,
-    group: int | None = None,
-    vec: int | None = None,
 ) -> None:
     """Launch the kernel: no allocation, no host sync, capturable.
 
     ``cost`` (a ``CostInputs``) switches on the cost-aware policy; ``tau`` is
     then ignored and the chosen one lands in ``tau_used``. It prices drafts
     with ``calibration`` (required with ``cost``) and files each draft's cell
-    there for ``graded``. ``num_warps``, ``group`` (draft positions per
-    histogram) and ``vec`` (predictions per load) override the launch shape
-    (benchmarks).
+    there for ``graded``. ``num_warps`` overrides the launch shape (benchmarks).
     """
     num_spec = predictions.shape[1]
     if cost is not None and num_reqs > MAX_COST_REQS:
@@ -507,7 +470,6 @@ def launch_mark_dead(
         K=num_spec,
         BLOCK_R=block_r,
         COST=cost is not None,
-        GROUP=min(group or GROUP, triton.next_power_of_2(num_spec)),
-        VEC=launch_vector(predictions, block_r, num_warps) if vec is None else vec,
+        VEC=launch_vector(predictions, block_r, num_warps),
         num_warps=num_warps,
     )
