@@ -125,7 +125,7 @@ def main() -> None:
             f"{'met' if us <= GOAL_US else 'MISSED'}); "
             f"ratio to tau rule {us / at512[('tau', k)]:.2f}x"
         )
-    shapes = [row for n in (128, 512, 1024) for row in time_launch_shapes(dtm, n, 4)]
+    shapes = [row for k in (4, 8) for n in (128, 512, 1024) for row in time_launch_shapes(dtm, n, k)]
     result = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "device": torch.cuda.get_device_name(),

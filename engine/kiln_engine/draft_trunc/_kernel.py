@@ -78,14 +78,6 @@ def _explore_uniform(step, slot):
 
 
 @triton.jit
-def _clamped_prediction(pred_ptr, slot, pred_stride, k, in_n):
-    p = tl.load(pred_ptr + slot * pred_stride + k, mask=in_n, other=1.0)
-    # NaN says nothing: keep the draft. Clamp the rest into [0, 1] so survival
-    # never grows with depth and "keep" is a prefix.
-    return tl.where(p != p, 1.0, tl.minimum(tl.maximum(p, 0.0), 1.0))
-
-
-@triton.jit
 def _request_block(
     start,
     query_start_loc_ptr,
@@ -118,20 +110,80 @@ def _request_block(
 
 
 @triton.jit
-def _calibrated(hits_ptr, counts_ptr, cell, bins, mask):
-    """Calibrated survival of the drafts in ``cell`` (``_cost.calibrated_values``):
-    shrunk toward the middle of their bin with CAL_PRIOR pseudo-drafts."""
-    h = tl.load(hits_ptr + cell, mask=mask, other=0.0)
-    c = tl.load(counts_ptr + cell, mask=mask, other=0.0)
-    mid = (bins.to(tl.float32) + 0.5) * (1.0 / TAU_GRID)
+def _clamped(p, k, n):
+    # NaN says nothing: keep the draft. Clamp the rest into [0, 1] so survival
+    # never grows with depth and "keep" is a prefix.
+    return tl.where((k >= n) | (p != p), 1.0, tl.minimum(tl.maximum(p, 0.0), 1.0))
+
+
+@triton.jit
+def _halves(w):
+    """The two fp32 of an int64 word, the lower address first (little endian)."""
+    lo = w.to(tl.int32).to(tl.float32, bitcast=True)
+    hi = (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    return lo, hi
+
+
+@triton.jit
+def _row_predictions(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.constexpr):
+    """A K-tuple of [BLOCK] vectors: each request's row of predictions, read
+    VEC floats per load. Slots are scattered, so every load of a warp touches
+    up to 32 cache lines, which one SM's L1 serves a line at a time: fewer,
+    wider loads, and none past a request's n drafts, are what scales (the
+    launcher picks VEC from the row's alignment). What is not loaded reads 0
+    and is dropped by ``_clamped``."""
+    out = ()
+    if VEC == 1:
+        for k in tl.static_range(K):
+            out = out + (tl.load(pred_ptr + slot * pred_stride + k, mask=k < n, other=0.0),)
+    else:
+        words = pred_ptr.to(tl.pointer_type(tl.int64), bitcast=True)
+        wrow = tl.multiple_of(slot * (pred_stride // 2), VEC // 2)
+        if VEC == 2:
+            for q in tl.static_range(K // 2):
+                lo, hi = _halves(tl.load(words + wrow + q, mask=2 * q < n, other=0))
+                out = out + (lo, hi)
+        else:
+            tl.static_assert(VEC == 4, "rows are read 1, 2 or 4 floats at a time")
+            pair = tl.arange(0, 2)
+            for q in tl.static_range(K // 4):
+                quad = words + (wrow[:, None] + (2 * q + pair)[None, :])
+                a, b = tl.split(tl.load(quad, mask=(4 * q < n)[:, None], other=0))
+                a0, a1 = _halves(a)
+                b0, b1 = _halves(b)
+                out = out + (a0, a1, b0, b1)
+    return out
+
+
+@triton.jit
+def _survivals(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.constexpr):
+    """S_k of every draft position, a K-tuple of [BLOCK] vectors, multiplied
+    in order in fp32 (positions past n multiply by 1). The loads come before
+    any barrier, so all are in flight at once."""
+    preds = _row_predictions(pred_ptr, slot, pred_stride, n, K, VEC)
+    surv = _clamped(preds[0], 0, n)
+    out = (surv,)
+    for k in tl.static_range(1, K):
+        surv = surv * _clamped(preds[k], k, n)
+        out = out + (surv,)
+    return out
+
+
+@triton.jit
+def _calibrated(hits_ptr, counts_ptr, k: tl.constexpr, K: tl.constexpr):
+    """Calibrated survival (``_cost.calibrated_values``) of the TAU_GRID cells of
+    position k: each bin's drafts shrunk toward the middle of the bin with
+    CAL_PRIOR pseudo-drafts."""
+    cell = k * TAU_GRID + tl.arange(0, TAU_GRID)
+    h = tl.load(hits_ptr + cell, mask=cell < K * TAU_GRID, other=0.0)
+    c = tl.load(counts_ptr + cell, mask=cell < K * TAU_GRID, other=0.0)
+    mid = ((cell % TAU_GRID).to(tl.float32) + 0.5) * (1.0 / TAU_GRID)
     return (h + CAL_PRIOR * mid) / (c + CAL_PRIOR)
 
 
 @triton.jit
 def _cost_aware_tau(
-    pred_ptr,
-    pred_stride,
-    slot,
+    surv,
     rmask,
     n,
     truncated,
@@ -161,37 +213,47 @@ def _cost_aware_tau(
     measured so far in its (position, bin) cell, which is the bin's middle
     until grades arrive. Live tokens are priced with the routed-cost table; the best ratio
     wins, the smallest tau on ties, so when cutting buys nothing nothing is cut.
+
+    Every histogram synchronises the CTA, so all loads are issued first.
+    Counting all positions in one histogram of K * TAU_GRID cells saves
+    barriers but costs more (8.3 instead of 6.8 us at K = 8, 512 requests on
+    an H200): Triton's histogram spends log2(cells) ballots and cells / 32
+    popcounts on every element.
     """
-    counts = tl.zeros([TAU_GRID], tl.int32)
-    worth = tl.zeros([TAU_GRID], tl.float32)
+    # Loads first (the rates, the batch's token count, the full-batch cost):
+    # nothing below waits on them until the histograms are done.
+    rates = ()
+    for k in tl.static_range(K):
+        rates = rates + (_calibrated(hits_ptr, counts_ptr, k, K),)
+    num_tokens = tl.load(query_start_loc_ptr + num_reqs)
+    t_all = tl.load(cost_ptr + tl.minimum(num_tokens, cost_max))
     forced = tl.zeros([BLOCK_R], tl.float32)
-    optional = tl.zeros([BLOCK_R], tl.int32)
-    surv = tl.full([BLOCK_R], 1.0, tl.float32)
-    grid = tl.arange(0, TAU_GRID)
     packed = tl.zeros([BLOCK_R], tl.int64)
+    cells = ()
     for k in tl.static_range(K):
         in_n = rmask & (k < n)
-        surv = surv * _clamped_prediction(pred_ptr, slot, pred_stride, k, in_n)
         opt = truncated & in_n & (k >= j_min)
-        bins = tl.minimum((surv * TAU_GRID).to(tl.int32), TAU_GRID - 1)
+        bins = tl.minimum((surv[k] * TAU_GRID).to(tl.int32), TAU_GRID - 1)
         if k < CAL_DEPTH:
             packed = packed | (bins.to(tl.int64) << (BIN_BITS * k))
-        in_bin = tl.histogram(bins, TAU_GRID, mask=opt)
-        counts += in_bin
-        rates = _calibrated(hits_ptr, counts_ptr, k * TAU_GRID + grid, grid, grid >= 0)
-        worth += in_bin.to(tl.float32) * rates
+        cells = cells + (tl.where(opt, bins, -1),)  # -1: stays whatever tau is
         # Drafts that stay whatever tau is only shift every candidate's tokens
         # alike: they count their raw survival. Calibrating them too took two
         # gathers per position (6.4 us instead of 3.9 at 512 requests on an
         # H200) and moved the simulated speed by under 0.5% either way.
-        forced += tl.where(in_n & (~opt), surv, 0.0)
-        optional += opt.to(tl.int32)
+        forced += tl.where(in_n & (~opt), surv[k], 0.0)
+    # the barriers come only now, back to back, one histogram per position
+    counts = tl.zeros([TAU_GRID], tl.int32)
+    worth = tl.zeros([TAU_GRID], tl.float32)
+    for k in tl.static_range(K):
+        in_bin = tl.histogram(cells[k], TAU_GRID, mask=cells[k] >= 0)
+        counts += in_bin
+        worth += in_bin.to(tl.float32) * rates[k]
     kept = tl.cumsum(counts, 0, reverse=True)
     gain = tl.cumsum(worth, 0, reverse=True)
-    num_tokens = tl.load(query_start_loc_ptr + num_reqs)
-    live = num_tokens - tl.sum(optional, axis=0) + kept
+    # every optional draft falls in some bin: their count is the histograms' total
+    live = num_tokens - tl.sum(counts, axis=0) + kept
     t_live = tl.load(cost_ptr + tl.minimum(tl.maximum(live, 0), cost_max))
-    t_all = tl.load(cost_ptr + tl.minimum(num_tokens, cost_max))
     t_shared = t_fixed + t_token * num_tokens.to(tl.float32)
     t_other = other_ratio * (t_all + t_shared)
     # Every scheduled request yields one token besides its accepted drafts.
@@ -240,6 +302,7 @@ def _mark_dead_kernel(
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
     COST: tl.constexpr,
+    VEC: tl.constexpr,
 ):
     # One program walks the whole batch: the step counter is read once and
     # bumped at the end without a race, and a verify batch is small enough
@@ -262,11 +325,10 @@ def _mark_dead_kernel(
             BLOCK_R,
         )
         j_min = tl.minimum(n, min_keep)
+        surv = _survivals(pred_ptr, slot, pred_stride, n, K, VEC)
         if COST:
             tau, packed = _cost_aware_tau(
-                pred_ptr,
-                pred_stride,
-                slot,
+                surv,
                 rmask,
                 n,
                 truncated,
@@ -283,17 +345,15 @@ def _mark_dead_kernel(
                 K,
                 BLOCK_R,
             )
-        surv = tl.full([BLOCK_R], 1.0, tl.float32)
         j_rule = tl.zeros([BLOCK_R], tl.int32)
         e_rule = tl.zeros([BLOCK_R], tl.float32)
         e_min = tl.zeros([BLOCK_R], tl.float32)
         e_all = tl.zeros([BLOCK_R], tl.float32)
         for k in tl.static_range(K):
             in_n = rmask & (k < n)
-            surv = surv * _clamped_prediction(pred_ptr, slot, pred_stride, k, in_n)
-            keep = in_n & (surv >= tau)
+            keep = in_n & (surv[k] >= tau)
             j_rule += keep.to(tl.int32)
-            s = tl.where(in_n, surv, 0.0)
+            s = tl.where(in_n, surv[k], 0.0)
             e_rule += tl.where(keep, s, 0.0)
             e_min += tl.where(k < j_min, s, 0.0)
             e_all += s
@@ -317,6 +377,25 @@ def _mark_dead_kernel(
 # requests the launcher verifies every draft instead (on the fitted H200 model
 # nothing is worth cutting at that load anyway).
 MAX_COST_REQS = 4096
+
+
+def row_vector(predictions: torch.Tensor) -> int:
+    """How many predictions one load may read: 4 or 2 where every row starts
+    on a 16- or 8-byte boundary and holds a whole number of such vectors."""
+    stride, k = predictions.stride(0), predictions.shape[1]
+    for vec in (4, 2):
+        aligned = predictions.data_ptr() % (4 * vec) == 0 and stride % vec == 0
+        if aligned and k % vec == 0 and predictions.stride(1) == 1:
+            return vec
+    return 1
+
+
+def launch_vector(predictions: torch.Tensor, block_r: int, num_warps: int) -> int:
+    """``row_vector``, where the block gives every thread its own requests:
+    with fewer requests than threads (64 requests, 4 warps) the wide loads'
+    layout is replicated and converting it back costs more than it saves
+    (4.4 instead of 3.9 us at K = 8 on an H200)."""
+    return row_vector(predictions) if block_r >= 32 * num_warps else 1
 
 
 def launch_mark_dead(
@@ -391,5 +470,6 @@ def launch_mark_dead(
         K=num_spec,
         BLOCK_R=block_r,
         COST=cost is not None,
+        VEC=launch_vector(predictions, block_r, num_warps),
         num_warps=num_warps,
     )
