@@ -45,8 +45,14 @@ def test_launch_env_is_offline_with_moe_padding_skip_and_draft_trunc_on(glm):
     assert env["VLLM_MOE_SKIP_PADDING"] == "1"
     assert env["KILN_DRAFT_TRUNC"] == "1"
     assert env["KILN_FEATURES"] == "draft-trunc"
-    for knob in ("TAU", "MIN_KEEP", "WARMUP", "EXPLORE", "LOG_INTERVAL"):
+    for knob in ("MIN_KEEP", "WARMUP", "EXPLORE", "LOG_INTERVAL"):
         assert f"KILN_DRAFT_TRUNC_{knob}" in env, knob
+    # no fixed tau: the engine picks the cost-aware policy, priced from the model's config
+    assert "KILN_DRAFT_TRUNC_TAU" not in env and "KILN_DRAFT_TRUNC_MOE_LAYER" not in env
+
+    from kiln_engine.draft_trunc._env import read_knobs  # the engine's knob parser, as vLLM's processes read it
+
+    assert read_knobs(env).policy == "cost"
 
 
 def test_recipe_passes_kiln_check():
