@@ -50,7 +50,7 @@ def test_launch_env_is_offline_with_moe_padding_skip_and_draft_trunc_on(glm):
     # no fixed tau: the engine picks the cost-aware policy, priced from the model's config
     assert "KILN_DRAFT_TRUNC_TAU" not in env and "KILN_DRAFT_TRUNC_MOE_LAYER" not in env
 
-    from kiln_engine.draft_trunc._env import read_knobs  # the engine's knob parser, as vLLM's processes read it
+    from kiln_engine.draft_trunc._env import read_knobs  # the engine's parser, as vLLM's reads it
 
     assert read_knobs(env).policy == "cost"
 
