@@ -106,7 +106,7 @@ def record(docker, loaded, image_id, concurrencies: list[int], steps: int, out: 
         path = out.resolve() / f"tiny-kindling-c{conc}.jsonl"
         chunk = lines[first:last]
         path.write_text("\n".join(chunk) + "\n")
-        shown = path.relative_to(REPO) if path.resolve().is_relative_to(REPO) else path
+        shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
         rows.append({"concurrency": conc, "steps": len(chunk), "file": str(shown),
                      "bytes": path.stat().st_size, "seconds": round(seconds, 1)})
     return rows

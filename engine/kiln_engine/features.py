@@ -82,7 +82,7 @@ def _parse_moe_layer(env: str, raw: str, value: str) -> tuple[int, int, float]:
     except ValueError:
         raise ValueError(bad) from None
     if not (0 < top_k <= experts <= 1 << 20 and 0 < expert_bytes < 1e15):  # also refuses NaN
-        raise ValueError(f"{bad}; need 0 < TOP_K <= EXPERTS and EXPERT_BYTES > 0")
+        raise ValueError(f"{bad}; need 0 < TOP_K <= EXPERTS <= 1048576 and 0 < EXPERT_BYTES < 1e15")
     return experts, top_k, expert_bytes
 
 

@@ -96,7 +96,9 @@ def test_moe_layer_knob_overrides_the_model_config(draft_trunc):
 
 
 @pytest.mark.parametrize(
-    "raw", ["256,8", "256,8,1e6,2", "a,8,1e6", "8,256,1e6", "256,0,1e6", "256,8,0", "256,8,nan"]
+    "raw",
+    ["256,8", "256,8,1e6,2", "a,8,1e6", "8,256,1e6", "256,0,1e6", "256,8,0", "256,8,nan",
+     "256,8,1e30", "4194304,8,1e6", "256,8,inf", "256,8," + "9" * 5000],
 )
 def test_moe_layer_knob_refuses_bad_shapes(raw):
     from kiln_engine.draft_trunc._env import read_knobs

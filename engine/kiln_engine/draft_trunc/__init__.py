@@ -394,7 +394,7 @@ def check_config(vllm_config) -> None:
     global ENABLED, LOG
     if not ENABLED:
         return
-    from ._config_check import adaptive_verification_on, moe_layer, problems, routed_top_k
+    from ._config_check import adaptive_verification_on, problems, routed_top_k
 
     found = problems(vllm_config)
     if found:
@@ -408,18 +408,20 @@ def check_config(vllm_config) -> None:
         return
     _STATE.top_k = routed_top_k(vllm_config)
     _STATE.lead = _is_lead_rank()
-    layer = _priced_layer(vllm_config, moe_layer)
+    layer = _priced_layer(vllm_config)
     if layer is not None:
         set_moe_layer(layer)
     if _STATE.lead:
         logger.info("draft_trunc on: %s", KNOBS)
 
 
-def _priced_layer(vllm_config, from_config):
+def _priced_layer(vllm_config):
     """The layer the cost policy prices: the knob's if set (a CPU twin priced as its
     GPU sibling, or a model whose config the check cannot read), else the model's."""
     if KNOBS.moe_layer is None:
-        return from_config(vllm_config)
+        from ._config_check import moe_layer
+
+        return moe_layer(vllm_config)
     from ._cost import MoELayer
 
     experts, top_k, expert_bytes = KNOBS.moe_layer
