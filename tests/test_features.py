@@ -36,6 +36,15 @@ def test_a_bad_knob_stops_the_plugin_naming_the_variable():
         features.check_environment(env)
 
 
+def test_a_bad_moe_layer_stops_the_plugin_in_one_line():
+    env = {"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_MOE_LAYER": "256,8,1e30"}
+    with pytest.raises(features.UnsafeConfiguration) as exc:
+        features.check_environment(env)
+    message = str(exc.value)
+    assert "\n" not in message
+    assert message.startswith("kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8,1e30': expected")
+
+
 def test_knobs_are_the_registry_reading():
     env = {"KILN_DRAFT_TRUNC": "on", "KILN_DRAFT_TRUNC_TAU": "0", "KILN_DRAFT_TRUNC_TRACE": "/tmp/t.jsonl"}
     # policy "auto" resolves from whether a tau is given: here one is, so the fixed-tau rule
