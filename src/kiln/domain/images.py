@@ -114,10 +114,12 @@ class EngineImage:
                 ctx.add_bytes(f"_kiln/lock/{name}", data)
         return ctx
 
-    def add_wheels(self, *, plain: bool = False) -> list[Path]:
+    def add_wheels(self, *, plain: bool | None = None) -> list[Path]:
         """Fetch the wheelhouse (once, into the cache) and put it into the context.
         Wheels are identified by their pins (the lock's hashes) in the digest, not by
         their bytes. `plain`: also the wheels only the plain size anchor installs."""
+        if plain is None:  # engine-cuda's wheels stage is shared with the plain anchor
+            plain = bool(self.lock is not None and self.lock.plain_extra_packages)
         if self.lock is not None:
             wheels = wheelhouse.fetch_locked(self.lock, self.platform, lock_file=self.lock_file,
                                              cafile=self.ca.get().path, plain=plain)
