@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 from kilntest import REPO
 
-from kiln.basics.errors import BuildFailed, DebianPinUnavailable, LockInvalid, LockMissing, WheelHashMismatch
+from kiln.basics.errors import (
+    BuildFailed,
+    DebianPinUnavailable,
+    LockInvalid,
+    LockMissing,
+    WheelHashMismatch,
+)
 from kiln.domain import enginelock as L
 from kiln.domain import lockfailure, wheelhouse
 

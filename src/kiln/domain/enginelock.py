@@ -55,7 +55,7 @@ class TargetPlatform:
         return self.name.replace("/", "-")
 
     def marker_env(self) -> dict[str, str]:
-        env = dict(default_environment())
+        env = {k: str(v) for k, v in default_environment().items()}
         env.update(python_version=PYTHON, python_full_version=PYTHON + ".2", implementation_name="cpython",
                    platform_python_implementation="CPython", sys_platform="linux", platform_system="Linux",
                    os_name="posix", platform_machine=self.machine, extra="")

@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kiln.basics.errors import BuildFailed, DebianPinUnavailable, KilnError, LockInvalid, WheelHashMismatch
+from kiln.basics.errors import (
+    BuildFailed,
+    DebianPinUnavailable,
+    KilnError,
+    LockInvalid,
+    WheelHashMismatch,
+)
 from kiln.domain.enginelock import shown
 
 WHEEL_MISMATCH = 96  # kiln-lock-tool

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -138,7 +139,8 @@ def uv_binary() -> str:
 
 
 def compile_pins(requirements: list[str], *, uv_platform: str, python: str, cafile: Path | None,
-                 excludes: list[str] = (), constraints: list[str] = (), overrides: list[str] = ()) -> list[Pin]:
+                 excludes: Sequence[str] = (), constraints: Sequence[str] = (),
+                 overrides: Sequence[str] = ()) -> list[Pin]:
     """`uv pip compile` of `requirements` for one target platform: exact pins, sorted."""
     with tempfile.TemporaryDirectory(prefix="kiln-lock-") as tmp:
         d = Path(tmp)
