@@ -33,6 +33,10 @@ def image_dir(engine: Engine):
     return repo_root() / "docker-images" / f"engine-{engine.flavour}"
 
 
+def uses_locks(engine: Engine) -> bool:
+    return L.uses_locks(image_dir(engine))
+
+
 def lock_engine(recipe: str, engine: Engine, platforms: list[str] | None = None,
                 docker: DockerDaemon | None = None) -> L.EngineLock:
     """Resolve and write one engine's lock (unchanged bytes are not rewritten)."""

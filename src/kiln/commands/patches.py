@@ -92,7 +92,8 @@ def cmd_engine_bump(args) -> int:
         move_recipe(args.recipe, to_version)
         # the recipe's engine image needs a lock for the new version (input of its digest)
         moved = S.load_recipe(args.recipe).recipe.engine
-        lock.lock_engine(args.recipe, moved)
+        if lock.uses_locks(moved):
+            lock.lock_engine(args.recipe, moved)
     return 0
 
 
