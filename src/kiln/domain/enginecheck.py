@@ -28,7 +28,7 @@ def verify(loaded: LoadedRecipe, image: Image, docker: DockerDaemon) -> None:
 def verify_launch_args(loaded: LoadedRecipe, image: Image, docker: DockerDaemon) -> None:
     problems = argcheck.check_image(docker, loaded, image)
     if problems:
-        raise LaunchArgInvalid("; ".join(problems))
+        raise LaunchArgInvalid(problems)
 
 
 def verify_labels(loaded: LoadedRecipe, image: Image) -> None:
