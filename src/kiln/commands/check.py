@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kiln.basics import log
 from kiln.basics.errors import LaunchArgInvalid, RecipeInvalid
 from kiln.basics.paths import repo_root
@@ -88,12 +90,12 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     problems: list[str] = []
     launch_only = True  # every problem is one the engine found: exit 17, as `kiln build`
     names = _recipe_names(name, all_recipes)
-    report = []
+    report: list[dict[str, Any]] = []
     for recipe in names:
         recipe_problems, launch_problems = _check_one(recipe)
         found = recipe_problems + launch_problems
         launch_only = launch_only and not recipe_problems
-        entry = {"name": recipe, "valid": not found, "problems": found}
+        entry: dict[str, Any] = {"name": recipe, "valid": not found, "problems": found}
         if found:
             problems += found
         else:

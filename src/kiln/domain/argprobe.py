@@ -131,7 +131,7 @@ class Vllm:
         table = self.serve._option_string_actions
         return table.get(opt) or table.get(opt.replace("_", "-"))
 
-    def owners(self) -> dict[str, type]:
+    def owners(self) -> dict[str, Any]:
         """dest -> the vLLM config dataclass that declares it (argument groups are titled
         by their config class: `--help=SchedulerConfig`)."""
         import vllm.config
@@ -191,11 +191,12 @@ class FieldCheck:
     cannot run at all, the field's annotated type and constraints (ge, le, Literal) do."""
 
     def __init__(self) -> None:
-        self.instances: dict[type, Any] = {}
+        self.instances: dict[Any, Any] = {}
 
-    def instance(self, cls: type, values: dict[str, Any]) -> Any:
+    def instance(self, cls: Any, values: dict[str, Any]) -> Any:
+        """cls: a pydantic dataclass of vLLM's (its __pydantic_fields__, __pydantic_validator__)."""
         if cls not in self.instances:
-            inst = object.__new__(cls)
+            inst: Any = object.__new__(cls)
             for name, info in cls.__pydantic_fields__.items():
                 try:
                     inst.__dict__[name] = info.get_default(call_default_factory=True, validated_data={})
@@ -206,7 +207,7 @@ class FieldCheck:
         inst.__dict__.update(values)
         return inst
 
-    def errors(self, cls: type, name: str, value: Any, inst: Any) -> list[str]:
+    def errors(self, cls: Any, name: str, value: Any, inst: Any) -> list[str]:
         from pydantic import ValidationError
 
         where = f"{cls.__name__}.{name}"
@@ -285,9 +286,9 @@ def check_argv(vllm: Vllm, groups: list[list[str]]) -> tuple[list[dict], list[st
 
 
 def _config_problems(vllm: Vllm, groups: list[list[str]], bad: set[int], args: argparse.Namespace,
-                     owners: dict[str, type]) -> list[dict]:
+                     owners: dict[str, Any]) -> list[dict]:
     check = FieldCheck()
-    chosen: list[tuple[int, str, type]] = []
+    chosen: list[tuple[int, str, Any]] = []
     for i, group in enumerate(groups[1:], 1):
         action = vllm.action(group[0])
         if i in bad or action is None or action.dest not in owners:
@@ -296,7 +297,7 @@ def _config_problems(vllm: Vllm, groups: list[list[str]], bad: set[int], args: a
         if _contains_dataclass(cls.__pydantic_fields__[action.dest].annotation):
             continue  # a nested config: parsed by its own dataclass already (parse, engine-args)
         chosen.append((i, action.dest, cls))
-    per_class: dict[type, dict[str, Any]] = {}
+    per_class: dict[Any, dict[str, Any]] = {}
     for _, dest, cls in chosen:
         per_class.setdefault(cls, {})[dest] = getattr(args, dest)
     out = []

@@ -62,7 +62,7 @@ def argv_parts(recipe: Recipe) -> list[ArgvPart]:
     if recipe.topology is not None:
         tokens = layout_args(recipe.topology)
         starts = [i for i, tok in enumerate(tokens) if tok.startswith("--")] + [len(tokens)]
-        parts += [ArgvPart("topology", ("topology",), tuple(tokens[a:b])) for a, b in zip(starts, starts[1:])]
+        parts += [ArgvPart("topology", ("topology",), tuple(tokens[a:b])) for a, b in zip(starts, starts[1:], strict=False)]
     for flag, value in launch.args.items():
         tokens = _flag_args(flag, value)
         if tokens:  # false: the flag is left out
