@@ -190,3 +190,13 @@ def test_probe_tidies_pydantic_reports_into_one_line():
             "    For further information visit https://errors.pydantic.dev/2.14/v/x")
     assert argprobe._tidy(text) == "1 validation error for CompilationConfig levle Unexpected keyword argument [type=x]"
     assert len(argprobe._tidy("y" * 5000)) == argprobe.MAX_MESSAGE + 3
+
+
+def test_probe_imports_nothing_of_kiln():
+    """argprobe runs alone inside engine images, where kiln is not installed."""
+    import ast
+
+    tree = ast.parse(Path(argprobe.__file__).read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert names and not [n for n in names if n == "kiln" or n.startswith("kiln.")], names
