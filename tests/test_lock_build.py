@@ -24,13 +24,24 @@ COPY _kiln/ca.crt /tmp/kiln-ca.crt
 COPY _kiln/common/with-ca /usr/local/bin/kiln-with-ca
 COPY _kiln/common/kiln-apt-install /usr/local/bin/kiln-apt-install
 COPY _kiln/lock/debian.txt /tmp/kiln-debian.txt
-RUN kiln-with-ca kiln-apt-install /tmp/kiln-debian.txt tini \\
+RUN kiln-with-ca kiln-apt-install /tmp/kiln-debian.txt python3 tini \\
+ && useradd --uid 1000 --create-home --shell /usr/sbin/nologin kiln \\
  && rm -rf /etc/apt/apt.conf.d/99kiln-ca /tmp/kiln-ca.crt /usr/local/bin/kiln-with-ca
 FROM rootfs AS builder
+COPY _kiln/common/kiln-lock-tool /usr/local/bin/kiln-lock-tool
+COPY _kiln/lock/ /tmp/kiln-lock/
 COPY _kiln/wheels/ /tmp/wheels/
-RUN mkdir -p /opt/kiln/venv/bin /opt/kiln/venv/site-packages
+RUN kiln-lock-tool verify /tmp/wheels /tmp/kiln-lock/wheels.txt \\
+ && mkdir -p /opt/kiln/venv/bin /opt/kiln/venv/site-packages && ln -s /usr/bin/python3 /opt/kiln/venv/bin/python
 FROM scratch
 COPY --from=builder / /
+COPY _kiln/kiln_patching.py /opt/kiln/lib/kiln_patching.py
+COPY _kiln/patches/ /opt/kiln/patches/vllm/
+RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site-packages \\
+ && /opt/kiln/venv/bin/python /opt/kiln/lib/kiln_patching.py apply --root /opt/kiln/site-packages \\
+      --series /opt/kiln/patches/vllm/series --manifest /opt/kiln/patches.json
+ENV PATH=/opt/kiln/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/home/kiln
+USER kiln
 ENTRYPOINT ["/bin/true"]
 """
 
@@ -44,7 +55,7 @@ def _lock_doc(wheels: list[dict], debian: list[dict], requirements: list[str]) -
         "python": "3.11",
         "resolved_from": {"requirements": requirements, "sha256": L.requirements_sha256(requirements)},
         "excluded": {}, "platforms": ["linux/amd64"],
-        "python_packages": wheels, "debian_requested": ["tini"],
+        "python_packages": wheels, "debian_requested": ["python3", "tini"],
         "debian_packages": {"linux/amd64": debian}, "tools": {},
     }
 
@@ -68,18 +79,18 @@ def _locked_tree(tree: Path, lock: dict) -> Path:
     return tree
 
 
-def _current_tini(docker_daemon) -> dict:
+def _debian_closure(docker_daemon) -> list[dict]:
+    """What apt installs for python3 and tini on the base today (the mirror's versions)."""
     from kiln.domain import relock
 
-    [tini] = [d for d in relock.debian_closure(docker_daemon, "kiln/base:bookworm", ["tini"]) if d.name == "tini"]
-    return tini.to_json()
+    return [d.to_json() for d in relock.debian_closure(docker_daemon, "kiln/base:bookworm", ["python3", "tini"])]
 
 
 @pytest.mark.docker
 @pytest.mark.network
 def test_a_tampered_wheel_in_the_wheelhouse_is_refused(kiln_tree, base_image, docker_daemon, tmp_path):
     six = _six_entry()
-    tree = _locked_tree(kiln_tree, _lock_doc([six], [_current_tini(docker_daemon)], ["six"]))
+    tree = _locked_tree(kiln_tree, _lock_doc([six], _debian_closure(docker_daemon), ["six"]))
     cache = tmp_path / "cache"
     env = {"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(cache)}
     # the real wheel, downloaded and verified by the locked wheelhouse
@@ -115,8 +126,9 @@ def test_a_tampered_wheel_in_the_wheelhouse_is_refused(kiln_tree, base_image, do
 @pytest.mark.docker
 @pytest.mark.network
 def test_a_debian_version_the_mirror_does_not_serve_stops_the_build(kiln_tree, base_image, docker_daemon, tmp_path):
-    tini = {**_current_tini(docker_daemon), "version": "0.0.0-kiln-not-on-any-mirror"}
-    tree = _locked_tree(kiln_tree, _lock_doc([], [tini], []))
+    debian = [{**d, "version": "0.0.0-kiln-not-on-any-mirror"} if d["name"] == "tini" else d
+              for d in _debian_closure(docker_daemon)]
+    tree = _locked_tree(kiln_tree, _lock_doc([], debian, []))
     remove_images(docker_daemon, f"kiln/{NAME}")
     result = run_kiln("build", NAME, "--force-engine", env={"KILN_ROOT": str(tree),
                                                            "KILN_CACHE_DIR": str(tmp_path / "c")}, cwd=tree)
