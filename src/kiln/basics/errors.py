@@ -287,3 +287,19 @@ class ImageNotPublished(KilnError):
 
     exit_code = 71
     hint = "`kiln publish NAME` first (it records the digest), or pass --image REPO@sha256:..."
+
+
+# -- supply chain (kiln sbom; the SBOM and provenance documents) ---------------------------
+class SbomReadFailed(KilnError):
+    """What an image holds could not be read (the in-image read failed, or a lock file
+    it needs is unreadable): no SBOM is printed rather than one with parts missing."""
+
+    exit_code = 88
+    hint = "rerun with --debug; `docker run --rm --entrypoint python IMAGE -V` shows whether the image has a Python"
+
+
+class SbomWriteFailed(KilnError):
+    """`kiln sbom -o FILE` could not write FILE (nothing half-written is left there)."""
+
+    exit_code = 89
+    hint = "pick a writable path for -o, or leave -o out to print to stdout"
