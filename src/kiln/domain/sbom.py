@@ -102,18 +102,20 @@ def read_inventory(docker: DockerDaemon, image_id: str, model_roots: Iterable[st
                                  what=f"SBOM read in {image_id[:19]}", env=env, user="0",
                                  cause=" (the image needs a python on its PATH)")
     except BuildFailed as exc:
-        raise SbomReadFailed(exc.message) from None
+        raise SbomReadFailed(" ".join(exc.message.split())) from None
+
+
+def baked_model_dirs(loaded: LoadedRecipe | None) -> list[str]:
+    """The recipe's baked model paths: each is one model directory in the SBOM."""
+    if loaded is None:
+        return []
+    m = loaded.recipe.model
+    return sorted({src.path for src in (m.target, m.draft) if src is not None and src.source == "baked"})
 
 
 def model_roots(loaded: LoadedRecipe | None) -> list[str]:
-    """Where baked weights live: the recipe's baked model paths and /models."""
-    roots = {DEFAULT_MODEL_ROOT}
-    if loaded is not None:
-        m = loaded.recipe.model
-        for src in (m.target, m.draft):
-            if src is not None and src.source == "baked":
-                roots.add(src.path)
-    return sorted(roots)
+    """Where baked weights are looked for: the recipe's baked model paths and /models."""
+    return sorted({DEFAULT_MODEL_ROOT, *baked_model_dirs(loaded)})
 
 
 def _matching_lock(engine: Engine, labels: dict[str, str]) -> Lock | None:
@@ -134,7 +136,7 @@ def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
     subject = subject_of(image, manifest_digest=manifest_digest, repository=repository)
     inventory = read_inventory(docker, image.id, model_roots(loaded))
     lock = _matching_lock(loaded.recipe.engine, subject.labels)
-    doc = cyclonedx_document(inventory, subject, lock=lock, model_dirs=model_roots(loaded))
+    doc = cyclonedx_document(inventory, subject, lock=lock, model_dirs=baked_model_dirs(loaded))
     return spdx_document(doc) if spec == "spdx" else doc
 
 
@@ -146,7 +148,7 @@ def build_image_sbom(docker: DockerDaemon, image: Image, *, engine: Engine | Non
     subject = subject_of(image, manifest_digest=manifest_digest, repository=repository)
     inventory = read_inventory(docker, image.id, roots)
     lock = _matching_lock(engine, subject.labels) if engine is not None else None
-    return cyclonedx_document(inventory, subject, lock=lock, model_dirs=list(roots))
+    return cyclonedx_document(inventory, subject, lock=lock)
 
 
 # -- licences ---------------------------------------------------------------------------
@@ -393,8 +395,9 @@ def _patch_components(manifest: dict | None, labels: dict[str, str]) -> tuple[li
 
 
 def _model_group(path: str, root: str, model_dirs: list[str]) -> str:
-    """The model directory a file belongs to: the deepest named model dir holding it, else
-    the first directory below its root (/models/<name>), else the root itself."""
+    """The model directory a file belongs to: the deepest named model dir (a recipe's
+    baked model path) holding it, else the first directory below its root
+    (/models/<name>), else the root itself."""
     holders = [d for d in model_dirs if path.startswith(d.rstrip("/") + "/")]
     if holders:
         return max(holders, key=len)
