@@ -360,3 +360,21 @@ class SigningRequired(KilnError):
 
     exit_code = 89
     hint = "pass --sign KEY to publish, --key PUB to promote (or pin publish.public_key in the recipe)"
+
+
+# NOTE (sign branch): 88 and 89 are allocated to signing (80-89); these two came from the
+# sbom branch as 88/89 and are renumbered 90/91 here until the integrator assigns them.
+# -- supply chain (kiln sbom; the SBOM and provenance documents) ---------------------------
+class SbomReadFailed(KilnError):
+    """What an image holds could not be read (the in-image read failed, or a lock file
+    it needs is unreadable): no SBOM is printed rather than one with parts missing."""
+
+    exit_code = 90
+    hint = "rerun with --debug; `docker run --rm --entrypoint python IMAGE -V` shows whether the image has a Python"
+
+
+class SbomWriteFailed(KilnError):
+    """`kiln sbom -o FILE` could not write FILE (nothing half-written is left there)."""
+
+    exit_code = 91
+    hint = "pick a writable path for -o, or leave -o out to print to stdout"
