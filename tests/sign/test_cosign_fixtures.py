@@ -19,9 +19,9 @@ from kiln.basics.errors import (
     KilnError,
     SignatureInvalid,
     SignatureMalformed,
-    SigningKeyInvalid,
     SignedDigestMismatch,
     SignedIdentityMismatch,
+    SigningKeyInvalid,
 )
 from kiln.domain import cosign, keys, signing
 

@@ -8,7 +8,12 @@ import json
 import pytest
 from signtest import FakeRepository
 
-from kiln.basics.errors import RegistryInvalid, SignatureMissing, SignedByOtherKey, SignedIdentityMismatch
+from kiln.basics.errors import (
+    RegistryInvalid,
+    SignatureMissing,
+    SignedByOtherKey,
+    SignedIdentityMismatch,
+)
 from kiln.domain import cosign, keys, signing
 
 
