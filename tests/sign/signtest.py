@@ -76,6 +76,9 @@ class FakeRepository:
             raise BlobTooLarge(digest, max_bytes)
         return data
 
+    def has_blob(self, digest: str) -> bool:
+        return digest in self.blobs
+
     def upload_blob(self, data: bytes) -> str:
         return self.add_blob(data)
 

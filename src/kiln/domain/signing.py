@@ -366,7 +366,12 @@ def sign_image(client: RegistryClient, digest: str, key: PrivateKey, attestation
     fetch = _fetcher(client, target.ref(sig_tag))
     for layer in _existing_layers(client, sig_tag):
         try:
-            check_signature_layer(layer, fetch(layer, MAX_PAYLOAD_BYTES), key.public, digest, repository, sig_tag)
+            payload = fetch(layer, MAX_PAYLOAD_BYTES)
+        except SignatureMalformed as exc:  # a damaged layer is dropped, not carried along
+            log.warn(f"{exc.message}; dropping that layer")
+            continue
+        try:
+            check_signature_layer(layer, payload, key.public, digest, repository, sig_tag)
             reused = True
         except LayerFailure:
             pass
@@ -383,8 +388,10 @@ def sign_image(client: RegistryClient, digest: str, key: PrivateKey, attestation
     types = [a.predicate_type for a in attestations]
     if attestations:
         att_tag = cosign.attestation_tag(digest)
+        # other predicate types stay (`cosign attest --replace` keeps them too), if their blobs still exist
         others = [layer for layer in _existing_layers(client, att_tag)
-                  if layer.annotations.get(cosign.PREDICATE_TYPE_ANNOTATION) not in types]
+                  if layer.annotations.get(cosign.PREDICATE_TYPE_ANNOTATION) not in types
+                  and client.has_blob(layer.digest)]
         layers: list[cosign.Blob | cosign.LayerRef] = list(others)
         for att in attestations:
             body = cosign.compact(att.statement)
