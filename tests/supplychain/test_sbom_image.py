@@ -177,5 +177,5 @@ def test_kiln_sbom_provenance_recomputes_the_input_digest(tiny_moe, docker_daemo
 def test_an_image_without_python_is_a_one_line_read_failure(base_image, docker_daemon):
     with pytest.raises(SbomReadFailed) as exc:
         sbom.build_image_sbom(docker_daemon, docker_daemon.image(base_image))
-    assert exc.value.exit_code == 90 and "\n" not in exc.value.message
+    assert exc.value.exit_code == 96 and "\n" not in exc.value.message
     assert "SBOM read in sha256:" in exc.value.message

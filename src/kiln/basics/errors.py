@@ -376,12 +376,12 @@ class SbomReadFailed(KilnError):
     """What an image holds could not be read (the in-image read failed, or a lock file
     it needs is unreadable): no SBOM is printed rather than one with parts missing."""
 
-    exit_code = 90
+    exit_code = 96
     hint = "rerun with --debug; `docker run --rm --entrypoint python IMAGE -V` shows whether the image has a Python"
 
 
 class SbomWriteFailed(KilnError):
     """`kiln sbom -o FILE` could not write FILE (nothing half-written is left there)."""
 
-    exit_code = 91
+    exit_code = 97
     hint = "pick a writable path for -o, or leave -o out to print to stdout"
