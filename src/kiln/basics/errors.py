@@ -152,9 +152,16 @@ class NoGPU(KilnError):
     hint = "this recipe needs NVIDIA GPUs and the NVIDIA container runtime; use --print to see the command"
 
 
-class LaunchArgInvalid(KilnError):
+class LaunchArgInvalid(ManyProblems, KilnError):
+    """The pinned engine refuses the launch command: a flag, a value or a feature knob;
+    each problem its own ``file:line: field: message`` line."""
+
     exit_code = 17
-    hint = "the pinned engine does not accept this flag; check `vllm serve --help=all` for that version"
+    hint = "the pinned engine refuses it; check `vllm serve --help=all` (and kiln-engine's knobs) for that version"
+
+    def __init__(self, problems: list[str] | str, *, hint: str | None = None):
+        problems = [problems] if isinstance(problems, str) else problems
+        super().__init__([one_line(p) for p in problems], hint=hint)
 
 
 class BudgetExceeded(KilnError):
