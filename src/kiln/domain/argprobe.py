@@ -74,15 +74,15 @@ class Vllm:
     """vLLM's serve parser and the pieces of vLLM the checks use."""
 
     def __init__(self) -> None:
-        import vllm
-        import vllm.platforms
-        from vllm.platforms.interface import UnspecifiedPlatform
+        import vllm  # late: in-image only
+        import vllm.platforms  # late: in-image only
+        from vllm.platforms.interface import UnspecifiedPlatform  # late: in-image only
 
         # Without a GPU (the build host) vLLM detects no platform, and building the
         # parser instantiates a DeviceConfig that refuses an empty device type. The flags
         # do not depend on the device, so name the one this torch was built for.
         if not vllm.platforms.current_platform.device_type:
-            import torch
+            import torch  # late: in-image only
 
             class ParserOnly(UnspecifiedPlatform):
                 device_type = "cuda" if torch.version.cuda else "cpu"
@@ -93,11 +93,11 @@ class Vllm:
 
     @staticmethod
     def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser, Any]:
-        from vllm.utils.argparse_utils import FlexibleArgumentParser
+        from vllm.utils.argparse_utils import FlexibleArgumentParser  # late: in-image only
 
         root = FlexibleArgumentParser(prog="vllm")
         try:
-            from vllm.entrypoints.cli.serve import ServeSubcommand
+            from vllm.entrypoints.cli.serve import ServeSubcommand  # late: in-image only
         except ImportError:  # older vLLM: the parser without the CLI's subcommand
             ServeSubcommand = None
         if ServeSubcommand is not None:  # as `vllm serve` (vllm/entrypoints/cli/main.py) builds it
@@ -134,7 +134,7 @@ class Vllm:
     def owners(self) -> dict[str, Any]:
         """dest -> the vLLM config dataclass that declares it (argument groups are titled
         by their config class: `--help=SchedulerConfig`)."""
-        import vllm.config
+        import vllm.config  # late: in-image only
 
         out = {}
         for group in self.serve._action_groups:
@@ -147,13 +147,13 @@ class Vllm:
 
 
 def speculative_fields() -> tuple[list[str] | None, list[str] | None]:
-    import dataclasses
+    import dataclasses  # late: in-image only
 
     try:
-        from vllm.config import SpeculativeConfig
+        from vllm.config import SpeculativeConfig  # late: in-image only
 
         keys = sorted(f.name for f in dataclasses.fields(SpeculativeConfig) if f.init)
-        import vllm.config.speculative as sp
+        import vllm.config.speculative as sp  # late: in-image only
 
         return keys, sorted(typing.get_args(sp.SpeculativeMethod)) or None
     except Exception:
@@ -173,7 +173,7 @@ def _blame(message: str, groups: list[list[str]], vllm: Vllm) -> int | None:
 
 
 def _contains_dataclass(annotation: Any) -> bool:
-    import dataclasses
+    import dataclasses  # late: in-image only
 
     if dataclasses.is_dataclass(annotation):
         return True
@@ -208,7 +208,7 @@ class FieldCheck:
         return inst
 
     def errors(self, cls: Any, name: str, value: Any, inst: Any) -> list[str]:
-        from pydantic import ValidationError
+        from pydantic import ValidationError  # late: in-image only
 
         where = f"{cls.__name__}.{name}"
         try:
@@ -221,7 +221,7 @@ class FieldCheck:
         info = cls.__pydantic_fields__.get(name)
         if info is None or _contains_dataclass(info.annotation):
             return []
-        from pydantic import ConfigDict, TypeAdapter
+        from pydantic import ConfigDict, TypeAdapter  # late: in-image only
 
         try:
             hint = typing.Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
@@ -259,7 +259,7 @@ def check_argv(vllm: Vllm, groups: list[list[str]]) -> tuple[list[dict], list[st
         except Exception as exc:
             problems.append(_problem("serve", str(exc), group=_blame(str(exc), groups, vllm)))
     try:
-        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.engine.arg_utils import AsyncEngineArgs  # late: in-image only
     except ImportError:
         AsyncEngineArgs = None
     if AsyncEngineArgs is not None:
@@ -314,7 +314,7 @@ def _speculative_problems(vllm: Vllm, groups: list[list[str]], bad: set[int],
     if not isinstance(spec, dict):
         return None
     try:
-        from vllm.config import SpeculativeConfig
+        from vllm.config import SpeculativeConfig  # late: in-image only
     except ImportError:
         return None
     index = next((i for i, g in enumerate(groups[1:], 1)
@@ -337,8 +337,8 @@ def check_env(env: dict[str, str]) -> tuple[list[dict], str | None]:
     """kiln-engine's own refusals of the env the server would run with: each knob by its
     own parser (every bad one named), then check_environment (combinations)."""
     try:
-        import kiln_engine
-        from kiln_engine import features
+        import kiln_engine  # late: in-image only
+        from kiln_engine import features  # late: in-image only
     except ModuleNotFoundError:
         return [], None
     version = getattr(kiln_engine, "__version__", "?")
