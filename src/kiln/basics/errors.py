@@ -201,6 +201,36 @@ class DebootstrapMissing(KilnError):
     hint = "install it (`apt-get install debootstrap`) and run `kiln base build` as root"
 
 
+class WheelHashMismatch(KilnError):
+    """A wheel for a locked engine image is not the file the lock names (other sha256)."""
+
+    exit_code = 26
+    hint = ("the file in the wheel cache or on the index changed; delete it from ~/.cache/kiln/wheels/locked and "
+            "rebuild, or re-lock (`kiln engine lock RECIPE`) if the new file is the one you want")
+
+
+class LockInvalid(KilnError):
+    """An engine lock that cannot be read, or no longer matches what it locks."""
+
+    exit_code = 27
+    hint = "re-lock: `kiln engine lock RECIPE` (or `--all`), then review the diff"
+
+
+class DebianPinUnavailable(KilnError):
+    """The Debian mirror no longer serves a version the engine lock pins."""
+
+    exit_code = 28
+    hint = ("Debian's mirrors keep only the newest version of each package: re-lock with `kiln engine lock RECIPE` "
+            "and rebuild (the input digest changes with the lock)")
+
+
+class LockMissing(KilnError):
+    """An engine image that is built from a lock has none for this engine version."""
+
+    exit_code = 29
+    hint = "write it: `kiln engine lock RECIPE`, then commit the lock file"
+
+
 class ContainerNotFound(KilnError):
     """`kiln logs/stop NAME` where NAME is not a container kiln started (or it is gone)."""
 

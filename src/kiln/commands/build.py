@@ -12,7 +12,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from kiln.basics import log
 from kiln.basics.errors import (
@@ -24,7 +24,7 @@ from kiln.basics.errors import (
     PatchFailed,
     PatchInvalid,
 )
-from kiln.domain import enginecheck, engineprobe
+from kiln.domain import enginecheck, engineprobe, lockfailure
 from kiln.domain.ca import CABundle, add_to_context
 from kiln.domain.context import BuildContext
 from kiln.domain.images import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
@@ -70,6 +70,8 @@ class ImageBuild:
     max_size_gb: float | None = None
     check: Check | None = None
     finalize: Finalize | None = None
+    lock_file: Path | None = None  # the engine lock the build installs from, for its errors
+    relock: str = "kiln engine lock RECIPE"  # how to re-lock it
 
 
 def reuse(docker: DockerDaemon, digest: str, tags: list[str]) -> BuildOutcome | None:
@@ -96,7 +98,7 @@ def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: b
     try:
         result = docker.build(context, label=job.label, buildargs=job.buildargs, nocache=nocache)
     except BuildFailed as exc:
-        raise _as_patch_failure(exc) or exc from None
+        raise _as_patch_failure(exc) or lockfailure.typed(exc, job.lock_file, job.relock) or exc from None
     image = docker.require_image(result.image_id)
     size = image.attrs.get("Size", 0)
     # check before tagging: a failed check must leave no tag behind
@@ -143,7 +145,7 @@ def label_instruction(labels: dict[str, str]) -> str:
 
 
 def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool = False,
-                 nocache: bool = False) -> BuildOutcome:
+                 nocache: bool = False, recipe: str = "RECIPE") -> BuildOutcome:
     tags = [engine_image.tag, engine_image.alias_tag]
     reused = None if force else reuse(docker, engine_image.digest, tags)
     if reused is not None:
@@ -161,6 +163,8 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         buildargs=engine_image.buildargs(),
         # torch/CUDA/NCCL labels read from the built image before anything is tagged
         finalize=lambda image: engineprobe.labelled(docker, image),
+        lock_file=engine_image.lock_file if engine_image.lock is not None else None,
+        relock=f"kiln engine lock {recipe}",
     )
     return run_build(docker, job, engine_image.ca.get(), nocache=nocache)
 
@@ -200,7 +204,7 @@ def engine_image_id(docker: DockerDaemon, loaded: LoadedRecipe, *, build_if_miss
         return img.id
     if not build_if_missing:
         return None
-    return build_engine(docker, engine_image).image_id
+    return build_engine(docker, engine_image, recipe=loaded.name).image_id
 
 
 def build_recipe(
@@ -217,7 +221,8 @@ def build_recipe(
                    f"nothing to build [{log.human_secs(time.monotonic() - t0)}]")
         return reused
     preflight_patches(loaded)
-    engine_outcome = build_engine(docker, engine_image, force=force_engine, nocache=nocache and force_engine)
+    engine_outcome = build_engine(docker, engine_image, force=force_engine, nocache=nocache and force_engine,
+                                  recipe=name)
     if engine_outcome.skipped:
         log.ok(f"engine {engine_image.tag} up to date")
     else:

@@ -7,11 +7,13 @@ from typing import Any
 from kiln.basics import log
 from kiln.basics.errors import LaunchArgInvalid, RecipeInvalid
 from kiln.basics.paths import repo_root
+from kiln.domain import enginelock
 from kiln.domain.argcheck import check_against_engine
 from kiln.domain.overrides import load_override
 from kiln.domain.patching.series import recipe_series
 from kiln.domain.recipe import load_recipe, recipe_dir, recipe_names
 from kiln.domain.topology import feature_problems
+from kiln.infra import wheelcache
 
 
 def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
@@ -61,7 +63,15 @@ def _check_one(name: str) -> tuple[list[str], list[str]]:
                 f"{override.override.engine.version})"
             )
     problems += feature_problems(loaded)
+    problems += _lock(loaded)
     return problems, _launch_args(loaded)
+
+
+def _lock(loaded) -> list[str]:
+    """The engine lock still matches the engine wheel (read from the cache, no download)."""
+    e = loaded.recipe.engine
+    return enginelock.lock_problems(repo_root() / "docker-images" / f"engine-{e.flavour}", e.name, e.version,
+                                    e.flavour, wheelcache.cached_engine_wheel(e.version, e.flavour), loaded.name)
 
 
 def _rel(path) -> str:

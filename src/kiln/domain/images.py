@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kiln.basics.errors import ImageNotBuilt
 from kiln.basics.paths import repo_root
-from kiln.domain import wheelhouse
+from kiln.domain import enginelock, wheelhouse
 from kiln.domain.ca import CABundle, resolve_ca
 from kiln.domain.context import BuildContext
 from kiln.domain.launch import LAUNCH_FILE, launch_json
@@ -27,6 +27,7 @@ from kiln.infra.docker import DockerDaemon, Image
 
 LABEL_NS = "ai.kiln"
 PATCHER_ARC = "_kiln/kiln_patching.py"
+LOCK_ARC = "_kiln/lock/engine.lock.json"
 
 
 def _git(*args: str) -> str:
@@ -76,6 +77,19 @@ class EngineImage:
     def wheel_requirements(self) -> list[str]:
         return wheelhouse.requirements(self.dir, self.engine)
 
+    @property
+    def lock_file(self) -> Path:
+        return enginelock.lock_path(self.dir, self.engine.name, self.engine.version)
+
+    @cached_property
+    def lock(self) -> enginelock.EngineLock | None:
+        """The lock this image installs from (None: an image dir without locks/)."""
+        return enginelock.for_image(self.dir, self.engine.name, self.engine.version)
+
+    @property
+    def platform(self) -> str:
+        return enginelock.host_platform()
+
     @cached_property
     def context(self) -> BuildContext:
         ctx = BuildContext()
@@ -90,13 +104,27 @@ class EngineImage:
         ctx.add_param("engine", f"{self.engine.name}=={self.engine.version}")
         ctx.add_param("flavour", self.engine.flavour)
         ctx.add_param("base_image", self.engine.base_image.pinned)
-        ctx.add_param("wheelhouse", "\n".join(self.wheel_requirements()))
+        lock = self.lock
+        if lock is None:
+            ctx.add_param("wheelhouse", "\n".join(self.wheel_requirements()))
+        else:
+            # the lock's bytes are the input; the files derived from it follow from them
+            ctx.add_file(LOCK_ARC, self.lock_file)
+            for name, data in enginelock.context_files(lock, self.platform).items():
+                ctx.add_bytes(f"_kiln/lock/{name}", data)
         return ctx
 
-    def add_wheels(self) -> list[Path]:
+    def add_wheels(self, *, plain: bool | None = None) -> list[Path]:
         """Fetch the wheelhouse (once, into the cache) and put it into the context.
-        Wheels are identified by their pins in the digest, not by their bytes."""
-        wheels = wheelhouse.fetch(self.wheel_requirements(), self.engine.flavour)
+        Wheels are identified by their pins (the lock's hashes) in the digest, not by
+        their bytes. `plain`: also the wheels only the plain size anchor installs."""
+        if plain is None:  # engine-cuda's wheels stage is shared with the plain anchor
+            plain = bool(self.lock is not None and self.lock.plain_extra_packages)
+        if self.lock is not None:
+            wheels = wheelhouse.fetch_locked(self.lock, self.platform, lock_file=self.lock_file,
+                                             cafile=self.ca.get().path, plain=plain)
+        else:
+            wheels = wheelhouse.fetch(self.wheel_requirements(), self.engine.flavour)
         for whl in wheels:
             self.context.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
         if not wheels:
@@ -135,6 +163,8 @@ class EngineImage:
             f"{LABEL_NS}.engine.flavour": e.flavour,
             f"{LABEL_NS}.base-image": e.base_image.pinned,
             f"{LABEL_NS}.patches": json.dumps(dict(self.patch_entries()), sort_keys=True),
+            **({f"{LABEL_NS}.lock": f"{enginelock.shown(self.lock_file)}@sha256:{hashlib.sha256(self.lock_file.read_bytes()).hexdigest()}"}
+               if self.lock is not None else {}),
         }
 
 

@@ -8,6 +8,7 @@ stay here.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 import time
@@ -407,6 +408,22 @@ class DockerDaemon:
             tail = " | ".join(output.strip().splitlines()[-3:]) or "no output"
             raise BuildFailed(f"{what} failed{cause}: {tail}")
         return json.loads(line.removeprefix(prefix))
+
+    def run_command(self, image: str, argv: list[str], *, timeout_s: float, name_prefix: str = "kiln-") -> tuple[int, str]:
+        """Run `argv` in a throwaway container of `image` (with network: e.g. apt's
+        package lists) and return its exit status and output; the container is removed."""
+        container = self.client.containers.create(
+            image, entrypoint=argv[:1], command=argv[1:], detach=True,
+            name=f"{name_prefix}{os.getpid()}-{int(time.time() * 1000) % 10**8}")
+        try:
+            container.start()
+            status = container.wait(timeout=timeout_s)
+            output = container.logs().decode(errors="replace")
+        except Exception as exc:
+            raise BuildFailed(f"{' '.join(argv[:3])} in {image} did not finish: {exc}") from None
+        finally:
+            container.remove(force=True)
+        return int(status.get("StatusCode", 1)), output
 
     # -- containers ---------------------------------------------------------
     def containers(self, *, label: str, all_states: bool = False) -> list[Container]:
