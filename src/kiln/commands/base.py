@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import shutil
@@ -131,3 +132,17 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
         },
     )
     return image.id
+
+
+def cmd_base_build(args: argparse.Namespace) -> int:
+    build_base(DockerDaemon(), tag=args.tag, force=args.force)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    base = sub.add_parser("base", help="the air-gapped Debian base image")
+    bsub = base.add_subparsers(dest="base_command", required=True, parser_class=type(base))
+    s = bsub.add_parser("build", help="debootstrap + import kiln/base:bookworm")
+    s.add_argument("--tag", default=None)
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(func=cmd_base_build)

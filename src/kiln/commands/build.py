@@ -7,6 +7,7 @@ failed check never leaves a tag that a later build would trust."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import time
@@ -24,6 +25,7 @@ from kiln.basics.errors import (
     PatchFailed,
     PatchInvalid,
 )
+from kiln.commands.options import reports
 from kiln.domain import enginecheck, engineprobe
 from kiln.domain.ca import CABundle, add_to_context
 from kiln.domain.context import BuildContext
@@ -269,3 +271,21 @@ def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict | None = N
     rows.update(extra or {})
     log.summary(title, rows)
 
+
+def cmd_build(args: argparse.Namespace) -> int:
+    outcome = build_recipe(args.name, force=args.force or args.no_cache, force_engine=args.force_engine,
+                           ca_flag=args.ca_bundle, nocache=args.no_cache)
+    if args.json:
+        log.emit_json(outcome.document(args.name))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = reports(sub.add_parser("build", help="build a recipe's image (engine image first if needed)"))
+    s.add_argument("name")
+    s.add_argument("--force", action="store_true", help="rebuild even if an image with this input digest exists")
+    s.add_argument("--force-engine", action="store_true", help="rebuild the engine image too")
+    s.add_argument("--no-cache", action="store_true",
+                   help="ignore the daemon's layer cache (with --force-engine: for the engine too)")
+    s.add_argument("--ca-bundle", help="PEM bundle builds trust (default: $KILN_CA_BUNDLE, else pip's cert)")
+    s.set_defaults(func=cmd_build)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+
 from kiln.basics import log
 from kiln.basics.errors import RecipeInvalid
 from kiln.basics.paths import repo_root
+from kiln.commands.options import reports
 from kiln.domain.argcheck import check_against_engine
 from kiln.domain.overrides import load_override
 from kiln.domain.patching.series import recipe_series
@@ -102,3 +105,13 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     log.info(f"{len(names)} recipe(s) valid")
     return 0
 
+
+def cmd_check(args: argparse.Namespace) -> int:
+    return check(args.name, all_recipes=args.all, as_json=args.json)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = reports(sub.add_parser("check", help="validate recipes without building"))
+    s.add_argument("name", nargs="?")
+    s.add_argument("--all", action="store_true")
+    s.set_defaults(func=cmd_check)

@@ -10,6 +10,8 @@ of this checkout's recipes and every engine image no recipe here uses.
 
 from __future__ import annotations
 
+import argparse
+
 from kiln.basics import log
 from kiln.basics.errors import KilnError
 from kiln.domain.images import LABEL_NS, resolve
@@ -63,3 +65,14 @@ def prune(names: list[str] | None = None, *, dry_run: bool = False, docker: Dock
         verb: f"up to {log.human_size(total)} (shared layers are freed only when nothing uses them)",
     })
     return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    return prune(args.names, dry_run=args.dry_run)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("prune", help="remove kiln images no current recipe input produces")
+    s.add_argument("names", nargs="*", help="only these recipes' images (default: all recipes and engines)")
+    s.add_argument("--dry-run", action="store_true", help="only list them")
+    s.set_defaults(func=cmd_prune)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import signal
 import sys
@@ -213,3 +214,29 @@ def stop(args) -> int:
         docker.remove_container(box.name)
         log.ok(f"stopped and removed {box.name}")
     return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """`kiln run`, `ps`, `logs` and `stop`: one family, sharing how they find kiln's containers."""
+    s = sub.add_parser("run", help="serve a recipe's image (extra vLLM args after --)",
+                       usage="kiln run NAME [--print] [--port P] [--detach] [-e VAR=VALUE ...] [-- VLLM ARGS ...]")
+    s.add_argument("name")
+    s.add_argument("-e", "--env", action="append", metavar="VAR=VALUE",
+                   help="set a container env var (wins over the recipe's)")
+    s.add_argument("--print", action="store_true", help="only print the docker run command")
+    s.add_argument("--port", type=int, default=None, help="host port (default: the recipe's port)")
+    s.add_argument("--detach", action="store_true", help="return once healthy, leave it running")
+    s.set_defaults(func=run)
+    s = sub.add_parser("ps", help="containers kiln started")
+    s.add_argument("-a", "--all", action="store_true", help="stopped ones too")
+    s.set_defaults(func=ps)
+    s = sub.add_parser("logs", help="a kiln container's log")
+    s.add_argument("name", help="a container name from `kiln ps`, or a recipe with one running container")
+    s.add_argument("-f", "--follow", action="store_true")
+    s.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
+    s.set_defaults(func=logs)
+    s = sub.add_parser("stop", help="stop and remove kiln containers")
+    s.add_argument("names", nargs="*", metavar="NAME", help="container names, or recipes (all their containers)")
+    s.add_argument("--all", action="store_true", help="every container kiln started")
+    s.add_argument("--timeout", type=int, default=30, help="seconds before SIGKILL")
+    s.set_defaults(func=stop)
