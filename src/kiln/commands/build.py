@@ -196,7 +196,7 @@ def _untag(docker: DockerDaemon, tags: list[str]) -> None:
 def engine_image_id(docker: DockerDaemon, loaded: LoadedRecipe, *, build_if_missing: bool) -> str | None:
     """The id of the engine image built from the recipe's current engine inputs (built
     now when missing and `build_if_missing`), None when there is none."""
-    _, engine_image, _ = resolve(loaded.name)
+    engine_image = resolve(loaded.name).engine_image
     img = existing(docker, engine_image.tag, engine_image.digest)
     if img is not None:
         return img.id
@@ -211,7 +211,8 @@ def build_recipe(
 ) -> BuildOutcome:
     docker = docker or DockerDaemon()
     t0 = time.monotonic()
-    loaded, engine_image, recipe_image = resolve(name, ca_flag)
+    resolved = resolve(name, ca_flag)
+    loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
     reused = None if force else reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag])
     if reused is not None:
         if not quiet_summary:

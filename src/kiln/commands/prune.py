@@ -24,8 +24,8 @@ def current_digests() -> set[str]:
     keep: set[str] = set()
     for name in recipe_names():
         try:
-            _, engine_image, recipe_image = resolve(name)
-            keep.update({recipe_image.digest, engine_image.digest})
+            resolved = resolve(name)
+            keep.update({resolved.recipe_image.digest, resolved.engine_image.digest})
         except KilnError as exc:  # an invalid recipe protects nothing, but say so
             log.warn(f"prune: {name} is not valid ({exc.message.splitlines()[0]}); its images count as stale")
     return keep

@@ -190,7 +190,8 @@ def publish(
     """Push the image built from NAME's current inputs and tag it (see module doc).
     `creds` (for callers in Python) replaces the env / docker-config lookup."""
     docker = docker or DockerDaemon()
-    loaded, recipe_image, img = require_built(docker, name)
+    built = require_built(docker, name)
+    loaded, recipe_image, img = built.loaded, built.recipe_image, built.image
     target = target_for(loaded, registry, plain_http=plain_http)
     explicit_channel = channel
     channel = check_channel(loaded, channel)

@@ -21,7 +21,8 @@ def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int)
     problems = check_one(name)
     if problems:
         raise RecipeInvalid(problems, hint="`kiln render` renders only recipes that `kiln check` accepts")
-    loaded, _, recipe_image = resolve(name)
+    resolved = resolve(name)
+    loaded, recipe_image = resolved.loaded, resolved.recipe_image
     if image is None:
         image = published_image(name, recipe_image.digest)
     elif "@sha256:" not in image:

@@ -7,6 +7,8 @@ import argparse
 import re
 import signal
 import sys
+from types import FrameType
+from typing import NoReturn
 
 from kiln.basics import log
 from kiln.basics.errors import ContainerNotFound, ImageNotBuilt, ServerExited, UsageError
@@ -51,14 +53,15 @@ def vllm_extra(args) -> list[str]:
 
 def _sigterm_as_interrupt() -> None:
     """`kill PID` of a foreground `kiln run` cleans up like Ctrl-C does."""
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> NoReturn:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
 
 
 def run(args) -> int:
-    loaded, _, recipe_image = resolve(args.name)
+    resolved = resolve(args.name)
+    loaded, recipe_image = resolved.loaded, resolved.recipe_image
     extra = vllm_extra(args)
     env = parse_env(getattr(args, "env", None))
     port = args.port or loaded.recipe.launch.port

@@ -270,7 +270,8 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
     docker = docker or DockerDaemon()
     if build:
         build_recipe(name, docker=docker)
-    loaded, recipe_image, image = require_built(docker, name)
+    built = require_built(docker, name)
+    loaded, recipe_image, image = built.loaded, built.recipe_image, built.image
     recipe = loaded.recipe
     if recipe.smoke.gpu and not gpu_visible():
         log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host")

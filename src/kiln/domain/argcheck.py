@@ -170,7 +170,7 @@ def check_against_engine(loaded: LoadedRecipe, docker: DockerDaemon | None = Non
     check` must work on any machine, and it never builds."""
     try:
         docker = docker or DockerDaemon()
-        _, engine_image, _ = resolve(loaded.name)
+        engine_image = resolve(loaded.name).engine_image
         image = existing(docker, engine_image.tag, engine_image.digest)
     except KilnError as exc:
         log.debug(f"launch args of {loaded.name} not checked: {exc.message}")

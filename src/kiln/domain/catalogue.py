@@ -28,7 +28,8 @@ def recipe_rows() -> list[dict[str, Any]]:
 
 def show_document(name: str) -> dict[str, Any]:
     """One recipe resolved: the recipe as loaded, its input digest, tags and launch command."""
-    loaded, engine_image, recipe_image = resolve(name)
+    resolved = resolve(name)
+    loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
     return {
         "recipe": loaded.recipe.model_dump(mode="json", by_alias=True),
         "file": str(loaded.file),

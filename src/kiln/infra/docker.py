@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, NoReturn, Protocol
 
 import docker
 import docker.auth
@@ -536,7 +536,7 @@ class DockerDaemon:
             result.image_id = self.client.images.get(result.image_id).id
         return result
 
-    def _fail(self, progress: _BuildProgress, message: str, status: int | None = None) -> None:
+    def _fail(self, progress: _BuildProgress, message: str, status: int | None = None) -> NoReturn:
         # A daemon shutting down stops the step's container first (so the step "fails",
         # often with 143) and stops listening: a daemon that does not answer now is the cause.
         progress.activity.stop()
@@ -551,7 +551,7 @@ class DockerDaemon:
                           step=step, tail=list(progress.step_tail), status=status)
 
     @staticmethod
-    def _daemon_gone(progress: _BuildProgress, why: str) -> None:
+    def _daemon_gone(progress: _BuildProgress, why: str) -> NoReturn:
         step = progress.current or "before the first step"
         raise DockerUnavailable(
             f"{progress.label}: the Docker daemon went away during the build (at {step}): {_one_line(why)}",
