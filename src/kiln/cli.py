@@ -21,21 +21,24 @@ from kiln.commands import (
     check,
     completion,
     doctor,
+    keys,
     listing,
     patches,
     prune,
     publish,
     render,
+    sbom,
     schema,
     serve,
     show,
     smoke,
+    verify,
 )
 
 # every command module, in the order `kiln --help` lists their commands; each one's
 # register(sub) adds its parser(s) with set_defaults(func=...), func(args) -> exit code
-COMMANDS = (listing, show, check, schema, build, base, prune, doctor, serve, smoke, patches, publish, render,
-            completion)
+COMMANDS = (listing, show, check, schema, build, base, prune, doctor, serve, smoke, patches, publish, keys, verify,
+            render, sbom, completion)
 
 
 class _Parser(argparse.ArgumentParser):
