@@ -115,6 +115,7 @@ class SmokeFailed(KilnError):
     """A smoke check of a served image failed (or the server never turned healthy)."""
 
     exit_code = 8
+    record: dict | None = None  # the smoke record of the failed run, when one was made
     hint = "the last container log lines are printed above; `kiln run NAME` serves it interactively"
 
 

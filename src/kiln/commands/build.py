@@ -33,7 +33,7 @@ from kiln.domain.images import PATCHER_ARC, EngineImage, RecipeImage, existing, 
 from kiln.domain.patching import applier, series
 from kiln.domain.recipe import LoadedRecipe
 from kiln.infra import credentials
-from kiln.infra.docker import DockerDaemon, Image
+from kiln.infra.docker import DockerDaemon, Image, id_of
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
 
@@ -82,8 +82,8 @@ def reuse(docker: DockerDaemon, digest: str, tags: list[str]) -> BuildOutcome | 
     if img is None:
         return None
     for tag in tags[1:]:
-        docker.tag(img.id, tag)
-    return BuildOutcome(tags[0], img.id, digest, img.attrs.get("Size", 0), time.monotonic() - t0, True)
+        docker.tag(id_of(img), tag)
+    return BuildOutcome(tags[0], id_of(img), digest, img.attrs.get("Size", 0), time.monotonic() - t0, True)
 
 
 def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: bool = False) -> BuildOutcome:
@@ -135,7 +135,7 @@ def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
 def _runs_applier(step: str) -> bool:
     """`Step N/M : RUN ...` whose command runs the applier the harness copies in."""
     m = _STEP_HEADER.match(step)
-    return bool(m) and m.group(1).upper() == "RUN" and PurePosixPath(PATCHER_ARC).name in m.group(2)
+    return m is not None and m.group(1).upper() == "RUN" and PurePosixPath(PATCHER_ARC).name in m.group(2)
 
 
 def label_instruction(labels: dict[str, str]) -> str:
@@ -261,8 +261,8 @@ def preflight_patches(loaded: LoadedRecipe) -> None:
         log.warn(f"patch pre-flight skipped ({exc.message}); the image build still applies the series")
 
 
-def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict | None = None) -> None:
-    rows = {
+def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict[str, object] | None = None) -> None:
+    rows: dict[str, object] = {
         "tag": o.tag,
         "image id": o.image_id,
         "input digest": o.digest,

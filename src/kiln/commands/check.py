@@ -48,10 +48,11 @@ def _check_one(name: str) -> tuple[list[str], list[str]]:
             problems += exc.problems
             continue
         version = loaded.recipe.engine.version
-        if override.versioned and not override.supports(version):
+        patches = override.override.patches  # set whenever the override is versioned
+        if patches and override.versioned and not override.supports(version):
             have = ", ".join(override.series_versions())
             problems.append(
-                f"{override.where('patches')}: patches: {_rel(override.dir / override.override.patches)}/ has no series for "
+                f"{override.where('patches')}: patches: {_rel(override.dir / patches)}/ has no series for "
                 f"{override.override.engine.name}=={version} (it has: {have}; port it: kiln patches checkout "
                 f"--feature {name}/{fdir.name} --engine {version} --series-from {override.series_versions()[-1]})"
             )

@@ -16,7 +16,7 @@ from kiln.basics import log
 from kiln.basics.errors import KilnError
 from kiln.domain.images import LABEL_NS, resolve
 from kiln.domain.recipe import recipe_names
-from kiln.infra.docker import DockerDaemon, Image
+from kiln.infra.docker import DockerDaemon, Image, id_of
 
 
 def current_digests() -> set[str]:
@@ -55,7 +55,7 @@ def prune(names: list[str] | None = None, *, dry_run: bool = False, docker: Dock
         if dry_run:
             log.info(f"would remove {name}")
             continue
-        for tag in image.tags or [image.id]:
+        for tag in image.tags or [id_of(image)]:
             docker.remove_image(tag)
         log.info(f"removed {name}")
     verb = "would free" if dry_run else "freed"

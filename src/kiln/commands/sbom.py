@@ -20,7 +20,7 @@ from kiln.basics.errors import ImageNotBuilt, SbomWriteFailed, UsageError
 from kiln.domain import sbom as sbomdoc
 from kiln.domain.images import existing, require_built, resolve
 from kiln.domain.provenance import build_provenance
-from kiln.infra.docker import DockerDaemon
+from kiln.infra.docker import DockerDaemon, id_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,7 +57,7 @@ def _document(args: argparse.Namespace, docker: DockerDaemon) -> tuple[dict, str
     built = require_built(docker, args.name)
     loaded, recipe_image, image = built.loaded, built.recipe_image, built.image
     if args.provenance:
-        subject = (args.repository or recipe_image.repository, args.manifest_digest or image.id)
+        subject = (args.repository or recipe_image.repository, args.manifest_digest or id_of(image))
         return build_provenance(loaded, recipe_image, image, [subject], docker=docker), recipe_image.tag
     doc = sbomdoc.build_sbom(docker, loaded, image, manifest_digest=args.manifest_digest,
                              repository=args.repository, spec=args.format)

@@ -17,7 +17,7 @@ from kiln.domain.images import existing, resolve
 from kiln.domain.launch import LABEL_RECIPE, LABEL_URL
 from kiln.domain.multinode import node_specs, print_commands
 from kiln.domain.topology import effective
-from kiln.infra.docker import Container, DockerDaemon
+from kiln.infra.docker import Container, DockerDaemon, LogTail, id_of
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -27,7 +27,7 @@ def _image_ref(docker: DockerDaemon | None, recipe_image) -> tuple[str, bool]:
     if docker is not None:
         img = existing(docker, recipe_image.tag, recipe_image.digest)
         if img is not None:
-            return img.id, True
+            return id_of(img), True
     return recipe_image.tag, False
 
 
@@ -92,15 +92,17 @@ def run(args) -> int:
     if not args.detach:
         _sigterm_as_interrupt()
     box = ServingContainer(docker, spec)
+    detached = False
     try:
         box.start()
         box.wait_healthy(loaded.recipe.smoke.startup_timeout_s)
         log.ok(f"serving {loaded.recipe.launch.served_model_name} at {box.url}/v1 (container {spec.name})")
         if args.detach:
             log.info(f"`kiln logs {spec.name}` shows its log; `kiln stop {spec.name}` (or docker stop) stops and removes it")
-            box = None
+            detached = True
             return 0
         log.info("streaming logs; Ctrl-C stops and removes the container")
+        assert box.container is not None, "start() sets it"
         _stream(box.container)
         exit_code = box.wait_exited(10)
         if exit_code in (0, 143):  # stopped from outside (`kiln stop`, `docker stop`)
@@ -113,7 +115,7 @@ def run(args) -> int:
         log.info(f"stopping {spec.name}")
         return 130
     finally:
-        if box is not None:
+        if not detached:
             box.stop()
             box.remove()
 
@@ -148,7 +150,7 @@ def _print_log(chunk: bytes) -> None:
     sys.stdout.flush()
 
 
-def _stream(container: Container, tail: int | str = "all") -> None:
+def _stream(container: Container, tail: LogTail = "all") -> None:
     """Follow a container's log to stdout until it stops (or is removed)."""
     for chunk in container.follow_logs(tail=tail):
         _print_log(chunk)
@@ -193,7 +195,7 @@ def ps(args) -> int:
 
 def logs(args) -> int:
     box = _one(DockerDaemon(), args.name)
-    tail = "all" if args.tail is None else args.tail
+    tail: LogTail = "all" if args.tail is None else args.tail
     try:
         if args.follow:
             _stream(box, tail)

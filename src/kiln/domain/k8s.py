@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import yaml
 
@@ -69,8 +70,9 @@ def _volume_name(path: str) -> str:
 def _volumes(loaded: LoadedRecipe) -> tuple[list[dict], list[dict]]:
     recipe = loaded.recipe
     cuda = recipe.engine.flavour == "cuda"
-    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(CUDA_SHM if cuda else CPU_SHM)}}]
-    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(CUDA_SHM if cuda else CPU_SHM)}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     # the root filesystem is read-only, as with `kiln run`: the same writable scratch dirs
     for path in {**TMPFS, **(CUDA_TMPFS if cuda else {})}:
         name = _volume_name(path)
