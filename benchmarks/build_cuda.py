@@ -267,7 +267,8 @@ def main() -> int:
         return 0
     args.force = args.force or args.cold
     docker = DockerDaemon()
-    loaded, engine_image, _ = resolve(NAME)
+    resolved = resolve(NAME)
+    loaded, engine_image = resolved.loaded, resolved.engine_image
     run: dict = {"date": dt.date.today().isoformat(), "engine": loaded.recipe.engine.version,
                  "base_image": engine_image.engine.base_image.pinned, "cold": args.cold,
                  "cpus": os.cpu_count()}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from kiln.basics import log
 from kiln.basics.errors import LaunchArgInvalid, RecipeInvalid
 from kiln.basics.paths import repo_root
+from kiln.commands.options import reports
 from kiln.domain import enginelock
 from kiln.domain.argcheck import check_against_engine
 from kiln.domain.overrides import load_override
@@ -48,10 +50,11 @@ def _check_one(name: str) -> tuple[list[str], list[str]]:
             problems += exc.problems
             continue
         version = loaded.recipe.engine.version
-        if override.versioned and not override.supports(version):
+        patches = override.override.patches  # set whenever the override is versioned
+        if patches and override.versioned and not override.supports(version):
             have = ", ".join(override.series_versions())
             problems.append(
-                f"{override.where('patches')}: patches: {_rel(override.dir / override.override.patches)}/ has no series for "
+                f"{override.where('patches')}: patches: {_rel(override.dir / patches)}/ has no series for "
                 f"{override.override.engine.name}=={version} (it has: {have}; port it: kiln patches checkout "
                 f"--feature {name}/{fdir.name} --engine {version} --series-from {override.series_versions()[-1]})"
             )
@@ -123,3 +126,13 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     log.info(f"{len(names)} recipe(s) valid")
     return 0
 
+
+def cmd_check(args: argparse.Namespace) -> int:
+    return check(args.name, all_recipes=args.all, as_json=args.json)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = reports(sub.add_parser("check", help="validate recipes without building"))
+    s.add_argument("name", nargs="?")
+    s.add_argument("--all", action="store_true")
+    s.set_defaults(func=cmd_check)

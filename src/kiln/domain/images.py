@@ -10,6 +10,7 @@ import hashlib
 import json
 import re
 import subprocess
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
@@ -297,11 +298,30 @@ class LazyCA:
         return self._value
 
 
-def resolve(name: str, ca_flag: str | None = None) -> tuple[LoadedRecipe, EngineImage, RecipeImage]:
+@dataclass(frozen=True)
+class ResolvedRecipe:
+    """A recipe with the engine image and recipe image its current inputs make (neither
+    need be built)."""
+
+    loaded: LoadedRecipe
+    engine_image: EngineImage
+    recipe_image: RecipeImage
+
+
+@dataclass(frozen=True)
+class BuiltRecipe:
+    """A recipe, its recipe image, and the local image built from its current inputs."""
+
+    loaded: LoadedRecipe
+    recipe_image: RecipeImage
+    image: Image
+
+
+def resolve(name: str, ca_flag: str | None = None) -> ResolvedRecipe:
     """A recipe by name, with the engine image and recipe image its current inputs make."""
     loaded = load_recipe(recipe_dir(name))
     engine_image = EngineImage(loaded.recipe.engine, LazyCA(ca_flag))
-    return loaded, engine_image, RecipeImage(loaded, engine_image)
+    return ResolvedRecipe(loaded, engine_image, RecipeImage(loaded, engine_image))
 
 
 def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
@@ -314,10 +334,11 @@ def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
     return img
 
 
-def require_built(docker: DockerDaemon, name: str) -> tuple[LoadedRecipe, RecipeImage, Image]:
+def require_built(docker: DockerDaemon, name: str) -> BuiltRecipe:
     """The image built from the current inputs, or ImageNotBuilt."""
-    loaded, _, recipe_image = resolve(name)
+    resolved = resolve(name)
+    recipe_image = resolved.recipe_image
     img = existing(docker, recipe_image.tag, recipe_image.digest)
     if img is None:
         raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {name}) is not built")
-    return loaded, recipe_image, img
+    return BuiltRecipe(resolved.loaded, recipe_image, img)
