@@ -48,7 +48,7 @@ def _cached_wheel(wheels: Path, dist: str, version: str) -> Path | None:
 
 def cached_engine_wheel(version: str, flavour: str = "cpu") -> Path | None:
     """The engine wheel if it is already in the cache (no network)."""
-    return _cached_wheel(cache_dir() / "wheels", distribution(flavour), version)
+    return _cached_wheel(cache_dir(create=False) / "wheels", distribution(flavour), version)
 
 
 def engine_wheel(version: str, flavour: str = "cpu") -> Path:
