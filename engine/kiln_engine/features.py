@@ -178,7 +178,8 @@ DRAFT_TRUNC = Feature(
         Ratio("kept_fraction", _DT_METRIC.format("kept"), _DT_METRIC.format("proposed"),
               "share of proposed drafts that were verified"),
     ),
-    log_lines=("draft_trunc on:", "draft_trunc: steps="),
+    # start, statistics interval, periodic summary (last: what smoke waits for)
+    log_lines=("draft_trunc on:", "draft_trunc statistics:", "draft_trunc: steps="),
     start_line="draft_trunc on:",
     # flush within the smoke test's handful of requests
     smoke_env={f"{_DT}_LOG_INTERVAL": "20"},

@@ -54,6 +54,14 @@ class Knobs:
 POLICIES = ("cost", "tau")
 
 
+def env_name(knob: str) -> str:
+    """The environment variable of a knob, by its short name (``Knobs``' field)."""
+    for declared in DRAFT_TRUNC.knobs:
+        if declared.name == knob:
+            return declared.env
+    raise KeyError(knob)
+
+
 def read_knobs(env: dict[str, str] | None = None) -> Knobs:
     """Knobs from ``env`` (default: os.environ); ValueError naming the bad variable."""
     env = os.environ if env is None else env

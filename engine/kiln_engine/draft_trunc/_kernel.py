@@ -34,6 +34,40 @@ BIN_BITS = tl.constexpr(5)
 CAL_DEPTH = tl.constexpr(12)
 
 
+class MarkInputs(NamedTuple):
+    """One step's batch as the runner holds it, in the kernel's argument order:
+    the launch passes it unpacked (a Triton kernel takes flat pointers)."""
+
+    is_padding: torch.Tensor  # [>= num_tokens] bool, persistent, written in place
+    query_start_loc: torch.Tensor  # [num_reqs + 1] int32
+    cu_num_logits: torch.Tensor  # [num_reqs + 1] int32
+    idx_mapping: torch.Tensor  # [num_reqs] int64, batch -> request slot
+    seq_lens: torch.Tensor  # [num_reqs] int32, batch order
+    prefill_len: torch.Tensor  # [max_num_reqs] int32, by slot
+    predictions: torch.Tensor  # [max_num_reqs, K] fp32, by slot
+
+
+class Buffers(NamedTuple):
+    """What the kernel writes by request slot, plus its step counter and the tau
+    it used: persistent (allocated once per device and size, so that the kernel
+    never allocates and a captured graph keeps its addresses), in the kernel's
+    argument order."""
+
+    live: torch.Tensor  # [max_num_reqs] int32: kept draft count j
+    expected: torch.Tensor  # [max_num_reqs] fp32: E[A_j]
+    step: torch.Tensor  # [1] int64: launches so far (keys the exploration)
+    tau: torch.Tensor  # [1] fp32: the tau the last launch used
+
+    @staticmethod
+    def allocate(max_num_reqs: int, device: torch.device) -> Buffers:
+        return Buffers(
+            torch.zeros(max_num_reqs, dtype=torch.int32, device=device),
+            torch.zeros(max_num_reqs, dtype=torch.float32, device=device),
+            torch.zeros(1, dtype=torch.int64, device=device),
+            torch.zeros(1, dtype=torch.float32, device=device),
+        )
+
+
 class CostInputs(NamedTuple):
     """What the cost-aware policy reads: the live-token cost table (device,
     persistent) and the per-token/fixed routed time and non-routed ratio."""
@@ -45,8 +79,8 @@ class CostInputs(NamedTuple):
 
 
 class Calibration(NamedTuple):
-    """The estimator's online calibration (device, persistent; see
-    ``_cost.calibrated_values``). Cell ``k * TAU_GRID + b``: drafts at position
+    """The estimator's online calibration (device, persistent; its numpy twin is
+    ``kiln_testkit.dt_cost.calibrated_values``). Cell ``k * TAU_GRID + b``: drafts at position
     k whose predicted survival fell in bin b; the last cell is a sink for
     drafts nobody grades. ``bins`` [max_num_reqs] int64, by slot: the bins of
     a request's drafts at marking time, ``BIN_BITS`` each from the lowest
@@ -58,7 +92,7 @@ class Calibration(NamedTuple):
     bins: torch.Tensor  # [max_num_reqs] int64
 
     @staticmethod
-    def allocate(max_num_reqs: int, k: int, device) -> Calibration:
+    def allocate(max_num_reqs: int, k: int, device: torch.device) -> Calibration:
         size = k * _cost.TAU_GRID + 1
         return Calibration(
             torch.zeros(size, dtype=torch.float32, device=device),
@@ -171,7 +205,7 @@ def _survivals(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.constexp
 
 @triton.jit
 def _calibrated(hits_ptr, counts_ptr, k: tl.constexpr, K: tl.constexpr):
-    """Calibrated survival (``_cost.calibrated_values``) of the TAU_GRID cells of
+    """Calibrated survival (``kiln_testkit.dt_cost.calibrated_values``) of the TAU_GRID cells of
     position k: each bin's drafts shrunk toward the middle of the bin with
     CAL_PRIOR pseudo-drafts."""
     cell = k * TAU_GRID + tl.arange(0, TAU_GRID)
@@ -215,10 +249,10 @@ def _cost_aware_tau(
     wins, the smallest tau on ties, so when cutting buys nothing nothing is cut.
 
     Every histogram synchronises the CTA, so all loads are issued first.
-    Counting all positions in one histogram of K * TAU_GRID cells saves
-    barriers but costs more (8.3 instead of 6.8 us at K = 8, 512 requests on
-    an H200): Triton's histogram spends log2(cells) ballots and cells / 32
-    popcounts on every element.
+    One histogram per position, not one of K * TAU_GRID cells for all of
+    them: fewer barriers, but Triton's histogram spends log2(cells) ballots
+    and cells / 32 popcounts on every element, which costs more than the
+    barriers save (measured: docs/draft-trunc-bench.md, "Kernel choices").
     """
     # Loads first (the rates, the batch's token count, the full-batch cost):
     # nothing below waits on them until the histograms are done.
@@ -238,9 +272,9 @@ def _cost_aware_tau(
             packed = packed | (bins.to(tl.int64) << (BIN_BITS * k))
         cells = cells + (tl.where(opt, bins, -1),)  # -1: stays whatever tau is
         # Drafts that stay whatever tau is only shift every candidate's tokens
-        # alike: they count their raw survival. Calibrating them too took two
-        # gathers per position (6.4 us instead of 3.9 at 512 requests on an
-        # H200) and moved the simulated speed by under 0.5% either way.
+        # alike: they count their raw survival. Calibrating them too takes two
+        # gathers per position and barely moves the simulated speed
+        # (docs/draft-trunc-bench.md, "Kernel choices").
         forced += tl.where(in_n & (~opt), surv[k], 0.0)
     # the barriers come only now, back to back, one histogram per position
     counts = tl.zeros([TAU_GRID], tl.int32)
@@ -392,82 +426,65 @@ def row_vector(predictions: torch.Tensor) -> int:
 
 def launch_vector(predictions: torch.Tensor, block_r: int, num_warps: int) -> int:
     """``row_vector``, where the block gives every thread its own requests:
-    with fewer requests than threads (64 requests, 4 warps) the wide loads'
-    layout is replicated and converting it back costs more than it saves
-    (4.4 instead of 3.9 us at K = 8 on an H200)."""
+    with fewer requests than threads (e.g. 64 requests, 4 warps) the wide
+    loads' layout is replicated and converting it back costs more than it
+    saves (docs/draft-trunc-bench.md, "Kernel choices")."""
     return row_vector(predictions) if block_r >= 32 * num_warps else 1
 
 
 def launch_mark_dead(
-    is_padding: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    cu_num_logits: torch.Tensor,
-    idx_mapping: torch.Tensor,
-    seq_lens: torch.Tensor,
-    prefill_len: torch.Tensor,
-    predictions: torch.Tensor,
-    live: torch.Tensor,
-    expected: torch.Tensor,
-    step: torch.Tensor,
-    tau_used: torch.Tensor,
+    inputs: MarkInputs,
+    buffers: Buffers,
     num_reqs: int,
     tau: float,
     min_keep: int,
     explore: float,
-    cost=None,
+    cost: CostInputs | None = None,
     num_warps: int | None = None,
     calibration: Calibration | None = None,
 ) -> None:
     """Launch the kernel: no allocation, no host sync, capturable.
 
-    ``cost`` (a ``CostInputs``) switches on the cost-aware policy; ``tau`` is
-    then ignored and the chosen one lands in ``tau_used``. It prices drafts
-    with ``calibration`` (required with ``cost``) and files each draft's cell
-    there for ``graded``. ``num_warps`` overrides the launch shape (benchmarks).
+    ``cost`` switches on the cost-aware policy; ``tau`` is then ignored and the
+    chosen one lands in ``buffers.tau``. It prices drafts with ``calibration``
+    (required with ``cost``) and files each draft's cell there for ``graded``.
+    ``num_warps`` overrides the launch shape (benchmarks).
     """
-    num_spec = predictions.shape[1]
+    predictions = inputs.predictions
     if cost is not None and num_reqs > MAX_COST_REQS:
         cost, tau = None, 0.0
-    if cost is not None and calibration is None:
-        raise ValueError("the cost-aware policy needs a Calibration")
     block_r = max(64, triton.next_power_of_2(max(num_reqs, 1)))
     if cost is None:
         block_r = min(block_r, 1024)
-    if num_warps is None and cost is None:
-        num_warps = 1 if block_r < 256 else 4
-    elif num_warps is None:
-        # Measured on an H200 (bench_policy.py): the cost pass's histograms
-        # want more warps as the block grows; 16 at 512 requests.
-        num_warps = 4 if block_r <= 128 else (8 if block_r == 256 else 16)
-    table = tau_used if cost is None else cost.table
-    # Without the cost policy the calibration pointers are never touched.
-    cal = Calibration(tau_used, tau_used, step) if cost is None else calibration
+        if num_warps is None:
+            num_warps = 1 if block_r < 256 else 4
+        # Without the cost policy the table and calibration pointers are never
+        # read: any device tensors do.
+        table = buffers.tau
+        cal = Calibration(buffers.tau, buffers.tau, buffers.step)
+        cost_scalars = (0.0, 0.0, 0.0)
+    else:
+        if calibration is None:
+            raise ValueError("the cost-aware policy needs a Calibration")
+        # The cost pass's histograms want more warps as the block grows
+        # (bench_policy.py's launch-shape sweep: docs/draft-trunc-bench.md).
+        if num_warps is None:
+            num_warps = 4 if block_r <= 128 else (8 if block_r == 256 else 16)
+        table, cal = cost.table, calibration
+        cost_scalars = (cost.t_fixed, cost.t_token, cost.other_ratio)
     _mark_dead_kernel[(1,)](
-        is_padding,
-        query_start_loc,
-        cu_num_logits,
-        idx_mapping,
-        seq_lens,
-        prefill_len,
-        predictions,
+        *inputs,
         predictions.stride(0),
-        live,
-        expected,
-        step,
-        tau_used,
+        *buffers,
         table,
         table.shape[0] - 1,
-        cal.hits,
-        cal.counts,
-        cal.bins,
+        *cal,
         num_reqs,
         float(tau),
         int(min_keep),
         float(explore),
-        0.0 if cost is None else cost.t_fixed,
-        0.0 if cost is None else cost.t_token,
-        0.0 if cost is None else cost.other_ratio,
-        K=num_spec,
+        *cost_scalars,
+        K=predictions.shape[1],
         BLOCK_R=block_r,
         COST=cost is not None,
         VEC=launch_vector(predictions, block_r, num_warps),

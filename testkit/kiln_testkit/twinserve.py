@@ -1,8 +1,9 @@
 """Serve a built recipe image the way `kiln run` does (hardened, loopback port) with
 extra env, and send it request sets through the OpenAI client.
 
-Shared by tests/e2e/test_tiny_kindling.py, benchmarks/bench_cpu.py and
-benchmarks/draft_trunc/record_traces.py, so all three measure the same thing.
+Shared by the e2e tests (tests/e2e/), benchmarks/bench_cpu.py,
+benchmarks/spec_acceptance.py and benchmarks/draft_trunc/record_traces.py, so all of
+them measure the same thing.
 """
 
 from __future__ import annotations
