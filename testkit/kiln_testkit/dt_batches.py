@@ -3,6 +3,7 @@ draft_trunc's hook called on one as the patched runner calls it."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -28,8 +29,10 @@ class Batch:
     num_drafts: np.ndarray  # [num_reqs]
 
     def to(self, device: torch.device | str) -> Batch:
-        moved = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in vars(self).items()}
-        return Batch(**moved)
+        moved: dict[str, Any] = {
+            k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)
+        }
+        return dataclasses.replace(self, **moved)
 
     def mark_dead(self, dt: ModuleType, **kwargs: Any) -> bool:
         """``dt.mark_dead`` (``kiln_engine.draft_trunc``) on this batch, with the

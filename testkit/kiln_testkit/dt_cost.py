@@ -109,7 +109,8 @@ def fit_errors(rows: list[MoERow], layer: MoELayer, cost: RoutedCost, expected: 
 
 def survival_bins(surv: npt.ArrayLike) -> IntArray:
     """The kernel's bin of each survival: floor(S * TAU_GRID), capped."""
-    return np.minimum(np.floor(np.asarray(surv) * TAU_GRID), TAU_GRID - 1).astype(int)
+    bins: IntArray = np.minimum(np.floor(np.asarray(surv) * TAU_GRID), TAU_GRID - 1).astype(int)
+    return bins
 
 
 def calibrated_values(hits: npt.ArrayLike, counts: npt.ArrayLike, prior: float = CAL_PRIOR) -> FloatArray:
@@ -127,9 +128,10 @@ def calibrated_values(hits: npt.ArrayLike, counts: npt.ArrayLike, prior: float =
     and 0.09 at the third.
     """
     mids = (np.arange(TAU_GRID) + 0.5) / TAU_GRID
-    return (np.asarray(hits, dtype=np.float64) + prior * mids) / (
+    values: FloatArray = (np.asarray(hits, dtype=np.float64) + prior * mids) / (
         np.asarray(counts, dtype=np.float64) + prior
     )
+    return values
 
 
 def draft_values(surv: npt.ArrayLike, values: npt.ArrayLike | None = None) -> FloatArray:
@@ -137,9 +139,11 @@ def draft_values(surv: npt.ArrayLike, values: npt.ArrayLike | None = None) -> Fl
     (position, bin) cell, or the middle of its bin without calibration."""
     bins = survival_bins(surv)
     if values is None:
-        return (bins + 0.5) / TAU_GRID
+        middles: FloatArray = (bins + 0.5) / TAU_GRID
+        return middles
     k = np.arange(bins.shape[-1])
-    return np.asarray(values)[k, bins]
+    calibrated: FloatArray = np.asarray(values, dtype=np.float64)[k, bins]
+    return calibrated
 
 
 def calibration_update(
@@ -183,7 +187,8 @@ def cost_aware_tau(
         surv, optional, num_tokens, num_reqs, table, cost, ratio_other, values
     )
     taus = np.arange(TAU_GRID) / TAU_GRID
-    return taus[np.argmax(tokens / time_us, axis=-1)]
+    chosen: FloatArray = taus[np.argmax(tokens / time_us, axis=-1)]
+    return chosen
 
 
 def candidate_prices(

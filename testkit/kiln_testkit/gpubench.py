@@ -14,7 +14,7 @@ import torch
 
 def timed_graph(fn: Callable[[], object], iters: int = 20, reps: int = 5) -> float:
     """Median seconds per call of ``fn``, replayed from a CUDA graph."""
-    s = torch.cuda.Stream()
+    s = torch.cuda.Stream()  # type: ignore[no-untyped-call]  # torch leaves Stream() unannotated
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
         for _ in range(2):
@@ -28,13 +28,14 @@ def timed_graph(fn: Callable[[], object], iters: int = 20, reps: int = 5) -> flo
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # unannotated in torch
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # unannotated in torch
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3 / iters)
-    return sorted(times)[len(times) // 2]
+    return float(sorted(times)[len(times) // 2])
 
 
 def timed_eager(fn: Callable[[], object], iters: int = 10) -> float:
@@ -43,13 +44,14 @@ def timed_eager(fn: Callable[[], object], iters: int = 10) -> float:
     torch.cuda.synchronize()
     times = []
     for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # unannotated in torch
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # unannotated in torch
         start.record()
         fn()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
-    return sorted(times)[len(times) // 2]
+    return float(sorted(times)[len(times) // 2])
 
 
 def write_result(path: Path | str, **fields: Any) -> None:

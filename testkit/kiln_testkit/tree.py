@@ -28,6 +28,8 @@ def make_tree(dest: Path) -> Path:
     """A kiln checkout in `dest`: the mini fixture plus the real shared sources."""
     shutil.copytree(FIXTURES / "minitree", dest)
     shutil.copytree(REPO / "docker-images" / "common", dest / "docker-images" / "common")
+    # what recipes copied into the tree name in build.shared
+    shutil.copytree(REPO / "recipes" / "_shared", dest / "recipes" / "_shared")
     shutil.copytree(REPO / "engine", dest / "engine",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "tests"))
     return dest

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
+from ._config_check import VllmConfig
 from ._env import Knobs, env_name, read_knobs
 
 if TYPE_CHECKING:  # torch and triton load only when a kernel runs
@@ -44,8 +46,6 @@ if TYPE_CHECKING:  # torch and triton load only when a kernel runs
 
 logger = logging.getLogger("kiln_engine.draft_trunc")
 
-# vLLM's VllmConfig, read by attribute only (vLLM is never imported here).
-VllmConfig = Any
 
 
 def _wants_log_step(knobs: Knobs) -> bool:
@@ -195,7 +195,7 @@ def snapshot() -> Snapshot:
     )
 
 
-def reload(env: dict[str, str] | None = None) -> Knobs:
+def reload(env: Mapping[str, str] | None = None) -> Knobs:
     """Re-read the knobs (tests, or a process that sets them after import): a fresh
     state, keeping only what the model config said (``top_k``, ``layer``)."""
     global _state

@@ -6,13 +6,46 @@ image may lack.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, Protocol, cast, overload
 
 import torch
 import triton
 import triton.language as tl
 
 from . import _cost
+
+
+class JitFunction(Protocol):
+    """What kiln uses of a ``@triton.jit`` function: a launch (``fn[grid](...)``) and,
+    inside other kernels, a call. Triton ships no type information, so mypy sees
+    its decorator through ``jit`` below; inside kernels ``tl.*`` stays unchecked."""
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@overload
+def jit(fn: Callable[..., Any]) -> JitFunction: ...
+
+
+@overload
+def jit(*, do_not_specialize: Iterable[str]) -> Callable[[Callable[..., Any]], JitFunction]: ...
+
+
+def jit(
+    fn: Callable[..., Any] | None = None, *, do_not_specialize: Iterable[str] | None = None
+) -> JitFunction | Callable[[Callable[..., Any]], JitFunction]:
+    """``triton.jit`` (with ``do_not_specialize`` when given), typed for mypy: used
+    bare it returns a ``JitFunction``, with keywords the decorator."""
+
+    def decorate(kernel: Callable[..., Any]) -> JitFunction:
+        if do_not_specialize is None:
+            return cast(JitFunction, triton.jit(kernel))
+        return cast(JitFunction, triton.jit(kernel, do_not_specialize=list(do_not_specialize)))
+
+    return decorate if fn is None else decorate(fn)
 
 # Exploration hash: a small integer mixer. Every multiplier is below 2**31 and
 # every operand below 2**32, so products fit in int64 both on the GPU and in
@@ -101,8 +134,8 @@ class Calibration(NamedTuple):
         )
 
 
-@triton.jit
-def _explore_uniform(step, slot):
+@jit
+def _explore_uniform(step: tl.tensor, slot: tl.tensor) -> tl.tensor:
     """Uniform in [0, 1) keyed by (step, slot); identical on every TP rank."""
     x = (slot & MASK32) ^ (((step & MASK32) * STEP_MUL) & MASK32)
     x = ((x ^ (x >> 16)) * MIX_MUL) & MASK32
@@ -111,20 +144,20 @@ def _explore_uniform(step, slot):
     return (x >> UNIFORM_SHIFT).to(tl.float32) * UNIFORM_SCALE
 
 
-@triton.jit
+@jit
 def _request_block(
-    start,
-    query_start_loc_ptr,
-    cu_num_logits_ptr,
-    idx_mapping_ptr,
-    seq_lens_ptr,
-    prefill_len_ptr,
-    step,
-    num_reqs,
-    explore,
+    start: tl.tensor,
+    query_start_loc_ptr: tl.tensor,
+    cu_num_logits_ptr: tl.tensor,
+    idx_mapping_ptr: tl.tensor,
+    seq_lens_ptr: tl.tensor,
+    prefill_len_ptr: tl.tensor,
+    step: tl.tensor,
+    num_reqs: tl.tensor,
+    explore: tl.tensor,
     K: tl.constexpr,
     BLOCK: tl.constexpr,
-):
+) -> tl.tuple:
     """Per-request facts of one block: rows, slot, n, qe, and whether truncatable."""
     r = start + tl.arange(0, BLOCK)
     rmask = r < num_reqs
@@ -143,30 +176,33 @@ def _request_block(
     return rmask, slot, n, qe, eligible, eligible & (~explored)
 
 
-@triton.jit
-def _clamped(p, k, n):
+@jit
+def _clamped(p: tl.tensor, k: tl.constexpr, n: tl.tensor) -> tl.tensor:
     # NaN says nothing: keep the draft. Clamp the rest into [0, 1] so survival
     # never grows with depth and "keep" is a prefix.
     return tl.where((k >= n) | (p != p), 1.0, tl.minimum(tl.maximum(p, 0.0), 1.0))
 
 
-@triton.jit
-def _halves(w):
+@jit
+def _halves(w: tl.tensor) -> tl.tuple:
     """The two fp32 of an int64 word, the lower address first (little endian)."""
     lo = w.to(tl.int32).to(tl.float32, bitcast=True)
     hi = (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     return lo, hi
 
 
-@triton.jit
-def _row_predictions(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.constexpr):
+@jit
+def _row_predictions(
+    pred_ptr: tl.tensor, slot: tl.tensor, pred_stride: tl.tensor, n: tl.tensor,
+    K: tl.constexpr, VEC: tl.constexpr,
+) -> tl.tuple:
     """A K-tuple of [BLOCK] vectors: each request's row of predictions, read
     VEC floats per load. Slots are scattered, so every load of a warp touches
     up to 32 cache lines, which one SM's L1 serves a line at a time: fewer,
     wider loads, and none past a request's n drafts, are what scales (the
     launcher picks VEC from the row's alignment). What is not loaded reads 0
     and is dropped by ``_clamped``."""
-    out = ()
+    out: tl.tuple = ()
     if VEC == 1:
         for k in tl.static_range(K):
             out = out + (tl.load(pred_ptr + slot * pred_stride + k, mask=k < n, other=0.0),)
@@ -189,22 +225,25 @@ def _row_predictions(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.co
     return out
 
 
-@triton.jit
-def _survivals(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.constexpr):
+@jit
+def _survivals(
+    pred_ptr: tl.tensor, slot: tl.tensor, pred_stride: tl.tensor, n: tl.tensor,
+    K: tl.constexpr, VEC: tl.constexpr,
+) -> tl.tuple:
     """S_k of every draft position, a K-tuple of [BLOCK] vectors, multiplied
     in order in fp32 (positions past n multiply by 1). The loads come before
     any barrier, so all are in flight at once."""
     preds = _row_predictions(pred_ptr, slot, pred_stride, n, K, VEC)
     surv = _clamped(preds[0], 0, n)
-    out = (surv,)
+    out: tl.tuple = (surv,)
     for k in tl.static_range(1, K):
         surv = surv * _clamped(preds[k], k, n)
         out = out + (surv,)
     return out
 
 
-@triton.jit
-def _calibrated(hits_ptr, counts_ptr, k: tl.constexpr, K: tl.constexpr):
+@jit
+def _calibrated(hits_ptr: tl.tensor, counts_ptr: tl.tensor, k: tl.constexpr, K: tl.constexpr) -> tl.tensor:
     """Calibrated survival (``kiln_testkit.dt_cost.calibrated_values``) of the TAU_GRID cells of
     position k: each bin's drafts shrunk toward the middle of the bin with
     CAL_PRIOR pseudo-drafts."""
@@ -215,25 +254,25 @@ def _calibrated(hits_ptr, counts_ptr, k: tl.constexpr, K: tl.constexpr):
     return (h + CAL_PRIOR * mid) / (c + CAL_PRIOR)
 
 
-@triton.jit
+@jit
 def _cost_aware_tau(
-    surv,
-    rmask,
-    n,
-    truncated,
-    j_min,
-    query_start_loc_ptr,
-    cost_ptr,
-    cost_max,
-    num_reqs,
-    t_fixed,
-    t_token,
-    other_ratio,
-    hits_ptr,
-    counts_ptr,
+    surv: tl.tensor,
+    rmask: tl.tensor,
+    n: tl.tensor,
+    truncated: tl.tensor,
+    j_min: tl.tensor,
+    query_start_loc_ptr: tl.tensor,
+    cost_ptr: tl.tensor,
+    cost_max: tl.tensor,
+    num_reqs: tl.tensor,
+    t_fixed: tl.tensor,
+    t_token: tl.tensor,
+    other_ratio: tl.tensor,
+    hits_ptr: tl.tensor,
+    counts_ptr: tl.tensor,
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
-):
+) -> tl.tuple:
     """The tau of the grid that maximises expected tokens per unit of step
     time, and each request's survival bins packed for grading.
 
@@ -256,14 +295,14 @@ def _cost_aware_tau(
     """
     # Loads first (the rates, the batch's token count, the full-batch cost):
     # nothing below waits on them until the histograms are done.
-    rates = ()
+    rates: tl.tuple = ()
     for k in tl.static_range(K):
         rates = rates + (_calibrated(hits_ptr, counts_ptr, k, K),)
     num_tokens = tl.load(query_start_loc_ptr + num_reqs)
     t_all = tl.load(cost_ptr + tl.minimum(num_tokens, cost_max))
     forced = tl.zeros([BLOCK_R], tl.float32)
     packed = tl.zeros([BLOCK_R], tl.int64)
-    cells = ()
+    cells: tl.tuple = ()
     for k in tl.static_range(K):
         in_n = rmask & (k < n)
         opt = truncated & in_n & (k >= j_min)
@@ -296,7 +335,7 @@ def _cost_aware_tau(
     return tl.argmax(ratio, axis=0).to(tl.float32) * (1.0 / TAU_GRID), packed
 
 
-@triton.jit(
+@jit(
     do_not_specialize=[
         "num_reqs",
         "tau",
@@ -309,35 +348,35 @@ def _cost_aware_tau(
     ]
 )
 def _mark_dead_kernel(
-    is_padding_ptr,  # [>= num_tokens] bool, persistent, written in place
-    query_start_loc_ptr,  # [num_reqs + 1] int32
-    cu_num_logits_ptr,  # [num_reqs + 1] int32
-    idx_mapping_ptr,  # [num_reqs] int64, batch -> request slot
-    seq_lens_ptr,  # [num_reqs] int32, batch order
-    prefill_len_ptr,  # [max_num_reqs] int32, by slot
-    pred_ptr,  # [max_num_reqs, K] fp32, by slot
-    pred_stride,
-    live_ptr,  # [max_num_reqs] int32, by slot: kept draft count j
-    expected_ptr,  # [max_num_reqs] fp32, by slot: E[A_j]
-    step_ptr,  # [1] int64, bumped by this kernel
-    tau_ptr,  # [1] fp32: the tau this step used
-    cost_ptr,  # [cost_max + 1] fp32: live-token part of routed time (COST only)
-    cost_max,
-    hits_ptr,  # [K * TAU_GRID + 1] fp32: calibration (COST only)
-    counts_ptr,  # [K * TAU_GRID + 1] fp32
-    bins_ptr,  # [max_num_reqs] int64, by slot: packed survival bins (COST only)
-    num_reqs,
-    tau,
-    min_keep,
-    explore,
-    t_fixed,
-    t_token,
-    other_ratio,
+    is_padding_ptr: tl.tensor,  # [>= num_tokens] bool, persistent, written in place
+    query_start_loc_ptr: tl.tensor,  # [num_reqs + 1] int32
+    cu_num_logits_ptr: tl.tensor,  # [num_reqs + 1] int32
+    idx_mapping_ptr: tl.tensor,  # [num_reqs] int64, batch -> request slot
+    seq_lens_ptr: tl.tensor,  # [num_reqs] int32, batch order
+    prefill_len_ptr: tl.tensor,  # [max_num_reqs] int32, by slot
+    pred_ptr: tl.tensor,  # [max_num_reqs, K] fp32, by slot
+    pred_stride: tl.tensor,
+    live_ptr: tl.tensor,  # [max_num_reqs] int32, by slot: kept draft count j
+    expected_ptr: tl.tensor,  # [max_num_reqs] fp32, by slot: E[A_j]
+    step_ptr: tl.tensor,  # [1] int64, bumped by this kernel
+    tau_ptr: tl.tensor,  # [1] fp32: the tau this step used
+    cost_ptr: tl.tensor,  # [cost_max + 1] fp32: live-token part of routed time (COST only)
+    cost_max: tl.tensor,
+    hits_ptr: tl.tensor,  # [K * TAU_GRID + 1] fp32: calibration (COST only)
+    counts_ptr: tl.tensor,  # [K * TAU_GRID + 1] fp32
+    bins_ptr: tl.tensor,  # [max_num_reqs] int64, by slot: packed survival bins (COST only)
+    num_reqs: tl.tensor,
+    tau: tl.tensor,
+    min_keep: tl.tensor,
+    explore: tl.tensor,
+    t_fixed: tl.tensor,
+    t_token: tl.tensor,
+    other_ratio: tl.tensor,
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
     COST: tl.constexpr,
     VEC: tl.constexpr,
-):
+) -> None:
     # One program walks the whole batch: the step counter is read once and
     # bumped at the end without a race, and a verify batch is small enough
     # (<= a few thousand requests) that one CTA finishes in microseconds.

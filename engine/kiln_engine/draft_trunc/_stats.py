@@ -106,7 +106,9 @@ class StepStats:
         self.acc = torch.zeros(len(FIELDS), dtype=torch.float64, device=device)
         pinned = device.type == "cuda"
         self.host = torch.zeros(len(FIELDS), dtype=torch.float64, pin_memory=pinned)
-        self.event = torch.cuda.Event() if pinned else None
+        self.event = (
+            torch.cuda.Event() if pinned else None  # type: ignore[no-untyped-call]  # torch leaves Event() unannotated
+        )
         self.pending = False
         self.steps = 0
         self.last: Summary | None = None
@@ -144,7 +146,9 @@ class StepStats:
 
     def poll(self) -> Summary | None:
         """Report a finished flush; never waits for one that is still running."""
-        if not self.pending or (self.event is not None and not self.event.query()):
+        if not self.pending:
+            return None
+        if self.event is not None and not self.event.query():  # type: ignore[no-untyped-call]  # torch leaves Event.query unannotated
             return None
         self.pending = False
         summary = Summary(dict(zip(FIELDS, self.host.tolist(), strict=True)), self.top_k)
