@@ -28,8 +28,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from twinserve import counters, prompts, run_set, serving, spec_decode_stats
-from twinstats import greedy_divergences, permutation_test
+from kiln_testkit.twinserve import counters, prompts, run_set, serving, spec_decode_stats
+from kiln_testkit.twinstats import greedy_divergences, permutation_test
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
