@@ -9,7 +9,6 @@ and exits with SmokeFailed's code.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import re
 import time
 import urllib.request
@@ -17,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kiln.basics import log
+from kiln.basics import clock, log
 from kiln.basics.errors import ContainerStartFailed, SmokeFailed
 from kiln.basics.paths import shown_home
 from kiln.commands.build import build_recipe
@@ -302,7 +301,7 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
         for feature in features:
             node_spec.env.update(feature.smoke_env)
     preflight(loaded, spec)
-    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    started = clock.now().isoformat(timespec="seconds")
     nodes = f", {topo.nodes} nodes" if topo.multi_node else ""
     log.step(f"smoke {name}: {recipe_image.tag} ({built_id[:19]}) on {spec.host_ip}:{spec.host_port}{nodes}")
     t0 = time.monotonic()

@@ -28,6 +28,7 @@ from typing import Any
 
 from kiln.basics import log
 from kiln.basics.errors import KilnError
+from kiln.basics.files import write_atomic
 from kiln.basics.paths import cache_dir
 from kiln.domain import argprobe
 from kiln.domain.images import LABEL_NS, existing, resolve
@@ -150,9 +151,7 @@ def _read(path: Path, schema: int) -> dict | None:
 
 def _write(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _probe(docker: DockerDaemon, image_id: str, *, dump: bool, jobs: list[Job]) -> dict:

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from kiln.basics.files import sha256_file
+
 _SKIP_NAMES = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git", ".DS_Store"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".swp")
 
@@ -39,14 +41,6 @@ class Entry:
 def _mode(path: Path) -> int:
     # only the executable bit is an input; umask differences between checkouts are not
     return 0o755 if path.stat().st_mode & 0o111 else 0o644
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class BuildContext:
@@ -110,7 +104,7 @@ class BuildContext:
         for e in self.entries:
             if not e.in_digest:
                 continue
-            sha = hashlib.sha256(e.data).hexdigest() if e.data is not None else _file_sha256(e.source)
+            sha = hashlib.sha256(e.data).hexdigest() if e.data is not None else sha256_file(e.source)
             out.append((e.arcname, e.mode, sha))
         return out
 

@@ -32,6 +32,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from kiln.basics.errors import LockInvalid, LockMissing
+from kiln.basics.files import write_atomic
 from kiln.basics.paths import repo_root
 
 FORMAT = 1
@@ -347,9 +348,7 @@ def write(lock: EngineLock, path: Path) -> bool:
     if path.is_file() and path.read_text() == text:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_atomic(path, text)
     return True
 
 

@@ -5,7 +5,6 @@ context, input digest, tags and labels; `resolve` makes both from a recipe name 
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
 import re
@@ -14,6 +13,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from kiln.basics import clock
 from kiln.basics.errors import ImageNotBuilt
 from kiln.basics.paths import repo_root
 from kiln.domain import enginelock, wheelhouse
@@ -48,10 +48,6 @@ def source_revision() -> str:
 
 def source_url() -> str:
     return _git("config", "--get", "remote.origin.url") or f"file://{repo_root()}"
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def _patcher_source() -> Path:
@@ -186,7 +182,7 @@ def oci_labels(title: str, version: str) -> dict[str, str]:
         "org.opencontainers.image.title": title,
         "org.opencontainers.image.version": version,
         "org.opencontainers.image.revision": source_revision(),
-        "org.opencontainers.image.created": _now(),
+        "org.opencontainers.image.created": clock.timestamp(),
         "org.opencontainers.image.source": source_url(),
     }
 

@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, repo_root
 from kiln.domain import purl
 from kiln.domain.context import BuildContext
@@ -95,14 +96,6 @@ def input_digest_from(predicate: dict, context_name: str = "recipe") -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _cached_wheel(req: str, flavour: str) -> Path | None:
     """The wheelhouse file a `name==version` pin resolves to in kiln's cache (the file
     the build context shipped; wheels travel by pin, not in the digest)."""
@@ -145,7 +138,7 @@ def _wheel_dependencies(engine_image: EngineImage, lock: Lock | None, platform: 
             if cached is None:
                 entry["annotations"]["kiln_hash_source"] = "none (no lock entry, not in the wheelhouse cache)"
             else:
-                entry.update(name=cached.name, digest={"sha256": _sha256_file(cached)})
+                entry.update(name=cached.name, digest={"sha256": sha256_file(cached)})
                 entry["annotations"]["kiln_hash_source"] = "wheelhouse cache"
         out.append(entry)
     if lock is not None and not any(d["annotations"]["kiln_role"] == "engine-wheel" for d in out):
@@ -195,7 +188,7 @@ def _patch_dependencies(recipe_image: RecipeImage) -> list[dict]:
                         "annotations": {"kiln_role": "patch", "kiln_patch_source": f"feature:{feature}"}})
         for rep in override.override.replacements:
             rep_file = fdir / rep.file
-            out.append({"name": _repo_path(rep_file) or str(rep_file), "digest": {"sha256": _sha256_file(rep_file)},
+            out.append({"name": _repo_path(rep_file) or str(rep_file), "digest": {"sha256": sha256_file(rep_file)},
                         "annotations": {"kiln_role": "override", "kiln_feature": feature, "kiln_target": rep.target,
                                         "kiln_upstream_sha256": rep.upstream_sha256}})
     return out

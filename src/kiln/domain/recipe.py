@@ -25,6 +25,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from kiln.basics import imageref
 from kiln.basics.errors import RecipeInvalid
 from kiln.basics.paths import recipes_dir
 from kiln.basics.yamlsrc import SourcedYaml, YamlProblem, load_yaml
@@ -78,10 +79,7 @@ class BaseImage(Strict):
         """`repo@digest` when pinned (the tag is only a label then), else the ref."""
         if not self.digest:
             return self.ref
-        name = self.ref.split("@")[0]
-        slash = name.rfind("/")
-        colon = name.rfind(":")
-        return f"{name[:colon] if colon > slash else name}@{self.digest}"
+        return imageref.parse(self.ref).pinned(self.digest)
 
 
 class Engine(Strict):

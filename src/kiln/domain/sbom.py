@@ -22,7 +22,6 @@ Choices a reader of the SBOM needs to know (docs/supply-chain.md says the same):
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import re
 import uuid
@@ -34,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import kiln
+from kiln.basics import clock, imageref
 from kiln.basics.errors import BuildFailed, SbomReadFailed
 from kiln.domain import purl
 from kiln.domain.images import LABEL_NS
@@ -80,7 +80,7 @@ def subject_of(image: Image, *, manifest_digest: str | None = None,
     labels = dict(image.labels or {})
     if manifest_digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", manifest_digest):
         raise ValueError(f"manifest digest {manifest_digest!r} is not sha256:<64 hex>")
-    name = labels.get("org.opencontainers.image.title") or (image.tags[0].rsplit(":", 1)[0] if image.tags else image.id)
+    name = labels.get("org.opencontainers.image.title") or (imageref.parse(image.tags[0]).name if image.tags else image.id)
     return ImageSubject(
         name=name, image_id=image.id,
         platform=f"{attrs.get('Os', 'linux')}/{attrs.get('Architecture', 'amd64')}",
@@ -267,10 +267,6 @@ def _cdx_licenses(lic: DeclaredLicences) -> list[dict]:
 # -- the CycloneDX document ------------------------------------------------------------------
 def _prop(name: str, value: Any) -> dict:
     return {"name": f"{PROP}:{name}", "value": str(value)}
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def _http(url: str) -> bool:
@@ -513,7 +509,7 @@ def cyclonedx_document(inventory: dict, subject: ImageSubject, *, lock: Lock | N
         "serialNumber": serial or uuid.uuid4().urn,
         "version": 1,
         "metadata": {
-            "timestamp": timestamp or _now(),
+            "timestamp": timestamp or clock.timestamp(),
             "tools": {"components": [{"type": "application", "name": "kiln", "version": kiln_version()}]},
             "component": image,
             "properties": meta_props,

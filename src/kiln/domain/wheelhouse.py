@@ -13,7 +13,6 @@ image's `wheelhouse.txt`, with `{engine_version}` and `{torch}` filled in from t
 
 from __future__ import annotations
 
-import hashlib
 import re
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from kiln.basics import log
 from kiln.basics.errors import EngineFetchFailed, WheelHashMismatch
+from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, shown_home
 from kiln.domain import enginelock as L
 from kiln.domain.recipe import Engine
@@ -90,14 +90,6 @@ def locked_dir() -> Path:
     return cache_dir() / "wheels" / LOCKED
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _local_copy(file: str) -> Path | None:
     """A wheel the lock says lives only on a find-links folder (url null)."""
     for folder in [*pyindex.find_links(), str(cache_dir() / "wheelhouse" / "cpu"), str(cache_dir() / "wheels")]:
@@ -147,7 +139,7 @@ def fetch_locked(lock: L.EngineLock, plat: str, *, lock_file: Path, cafile: Path
     # every file is hashed on every build: the cache is a convenience, the lock the truth
     files = [(name, version, wheel, paths[wheel.file]) for name, version, wheel in wanted]
     with ThreadPoolExecutor(2) as pool:
-        hashes = list(pool.map(lambda item: _sha256(item[3]), files))
+        hashes = list(pool.map(lambda item: sha256_file(item[3]), files))
     for (name, version, wheel, path), got in zip(files, hashes, strict=True):
         if got != wheel.sha256:
             raise _mismatch(name, version, wheel, got, lock_file, str(path))

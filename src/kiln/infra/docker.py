@@ -26,7 +26,7 @@ import urllib3
 from docker.models.containers import Container as _SDKContainer
 from docker.models.images import Image
 
-from kiln.basics import log
+from kiln.basics import imageref, log
 from kiln.basics.errors import BaseImageMissing, BuildFailed, DockerUnavailable, PushFailed
 from kiln.basics.progress import Activity
 
@@ -338,8 +338,10 @@ class DockerDaemon:
         if not pull:
             raise BaseImageMissing(f"base image {ref} is not present locally")
         log.step(f"pulling {ref}")
-        repo, tag = split_ref(ref)
-        auth_config = auth(registry_of(repo)) if auth else None
+        parts = imageref.parse(ref)
+        # by digest: the whole reference is the name, and no tag may be passed beside it
+        repo, tag = (ref, None) if parts.digest else (parts.name, parts.tag)
+        auth_config = auth(registry_of(parts.name)) if auth else None
         t0 = time.monotonic()
         layers: dict[str, tuple[int, int]] = {}  # layer id -> (bytes done, bytes total)
         try:
@@ -363,7 +365,7 @@ class DockerDaemon:
             raise BaseImageMissing(f"base image {ref} is not local and could not be pulled: {_short(exc)}") from None
 
     def tag(self, image_id: str, ref: str) -> None:
-        repo, _, tag = ref.rpartition(":")
+        repo, tag = _name_and_tag(ref)
         if not self.client.api.tag(image_id, repo, tag, force=True):
             raise BuildFailed(f"could not tag {image_id[:19]} as {ref}")
 
@@ -386,7 +388,7 @@ class DockerDaemon:
 
     def import_rootfs(self, tarball: Path, ref: str, changes: list[str]) -> Image | None:
         """`docker import` of a root filesystem tarball as `ref`, with Dockerfile `changes`."""
-        repo, _, tag = ref.rpartition(":")
+        repo, tag = _name_and_tag(ref)
         with tarball.open("rb") as fh:
             resp = self.client.api.import_image(src=fh, repository=repo, tag=tag, changes=changes)
         log.debug(f"docker import: {str(resp)[:200]}")
@@ -500,7 +502,7 @@ class DockerDaemon:
         The daemon writes the tag only after every layer is up, so a failure midway
         leaves the registry's tags untouched. `auth_config` travels to the daemon in the
         request header only (never into ~/.docker/config.json)."""
-        repo, _, tag = ref.rpartition(":")
+        repo, tag = _name_and_tag(ref)
         t0 = time.monotonic()
         try:
             with Activity(f"pushing {ref}", unit_bytes=True, silent=quiet) as activity:
@@ -613,12 +615,13 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:300] or "failed"
 
 
-def split_ref(ref: str) -> tuple[str, str | None]:
-    """("repo", "tag") or ("repo@sha256:...", None); a registry port is not a tag."""
-    if "@" in ref:
-        return ref, None
-    slash, colon = ref.rfind("/"), ref.rfind(":")
-    return (ref[:colon], ref[colon + 1:]) if colon > slash else (ref, None)
+def _name_and_tag(ref: str) -> tuple[str, str]:
+    """The repository and tag of `REPO:TAG`, for the SDK calls that take them apart (a
+    push without a tag would push every tag of the repository)."""
+    parts = imageref.parse(ref)
+    if parts.tag is None or parts.digest is not None:
+        raise DockerError(f"{ref[:200]} is no REPOSITORY:TAG")
+    return parts.name, parts.tag
 
 
 def registry_of(repo: str) -> str:
