@@ -18,25 +18,22 @@ from typing import Annotated, Any
 
 from packaging.version import InvalidVersion
 from packaging.version import Version as PEP440
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from kiln.basics.errors import RecipeInvalid
-from kiln.basics.yamlsrc import SourcedYaml, YamlProblem, load_yaml
-from kiln.domain.recipe import Version, display_path, problems_from_validation
+from kiln.basics.yamlsrc import SourcedYaml
+from kiln.domain.recipe import Version
+from kiln.domain.validated import Strict, display_path, load_validated
 
 OVERRIDE_FILE = "override.yaml"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class OverrideEngine(_Strict):
+class OverrideEngine(Strict):
     name: str = "vllm"
     version: Version
 
 
-class Replacement(_Strict):
+class Replacement(Strict):
     """A whole file replaced in the installed engine (discouraged: prefer a patch)."""
 
     target: Annotated[str, Field(pattern=r"^vllm/[A-Za-z0-9_./-]+\.py$")] = Field(
@@ -48,7 +45,7 @@ class Replacement(_Strict):
     )
 
 
-class Override(_Strict):
+class Override(Strict):
     name: str
     description: str
     engine: OverrideEngine
@@ -161,18 +158,8 @@ def _escapes(directory: Path, rel: str) -> str | None:
 def load_override(directory: Path) -> LoadedOverride:
     file = directory / OVERRIDE_FILE
     shown = display_path(file)
-    try:
-        src = load_yaml(file)
-    except FileNotFoundError:
-        raise RecipeInvalid([f"{shown}:1: (file): not found"]) from None
-    except YamlProblem as exc:
-        raise RecipeInvalid([f"{shown}:{exc.line}: (yaml): {exc.message}"]) from None
-    if not isinstance(src.data, dict):
-        raise RecipeInvalid([f"{shown}:1: (top level): must be a mapping of fields"])
-    try:
-        override = Override.model_validate(src.data)
-    except ValidationError as exc:
-        raise RecipeInvalid(problems_from_validation(src, exc)) from None
+    doc = load_validated(file, Override)
+    override, src = doc.value, doc.source
     problems = []
     if override.name != directory.name:
         problems.append(f"{shown}:{src.line_of(('name',))}: name: must equal its folder name {directory.name!r}")

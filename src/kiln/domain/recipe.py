@@ -14,11 +14,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     PlainValidator,
-    ValidationError,
     WithJsonSchema,
     model_serializer,
     model_validator,
@@ -28,9 +25,10 @@ from pydantic_core import PydanticCustomError
 from kiln.basics import imageref
 from kiln.basics.errors import RecipeInvalid
 from kiln.basics.paths import recipes_dir
-from kiln.basics.yamlsrc import SourcedYaml, YamlProblem, load_yaml
+from kiln.basics.yamlsrc import SourcedYaml
 from kiln.domain.topology import Topology
 from kiln.domain.topology import problems as topology_problems
+from kiln.domain.validated import Strict, display_path, load_validated
 
 RECIPE_FILE = "recipe.yaml"
 DOCKERFILE = "Dockerfile"
@@ -62,10 +60,6 @@ ContainerPath = Annotated[str, Field(pattern=r"^/[^\s]*$")]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 FlagName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
 ArgValue = bool | int | float | str | list[str | int | float] | dict[str, Any]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class BaseImage(Strict):
@@ -270,85 +264,6 @@ class LoadedRecipe:
         return self.dir / "experimental" / feature
 
 
-def display_path(path: Path) -> str:
-    # lexical first: a symlink must be shown as itself, not as what it points to
-    try:
-        return str(path.absolute().relative_to(Path.cwd()))
-    except ValueError:
-        pass
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError, RuntimeError):
-        return str(path)
-
-
-_SHOULD = re.compile(r"^Input should be ")
-
-
-def _message(err: dict) -> str:
-    kind = err["type"]
-    if kind == "missing":
-        return "required field is missing"
-    if kind == "extra_forbidden":
-        return "unknown key"
-    msg = err["msg"]
-    msg = msg.removeprefix("Value error, ")
-    msg = _SHOULD.sub("must be ", msg)
-    if kind == "string_pattern_mismatch":
-        msg = f"must match {err['ctx']['pattern']}"
-    return msg
-
-
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _field_path(loc: tuple) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        else:
-            # pydantic puts union member / validator names into loc; they are not fields
-            if any(ch in item for ch in "[](),") or item.startswith("function-"):
-                continue
-            if _PLAIN_KEY.fullmatch(item):
-                parts.append(("." if parts else "") + item)
-            else:  # repr: a key holding ": ", newlines or escapes must not break the line
-                parts.append(f"[{item!r}]")
-    return "".join(parts) or "(top level)"
-
-
-def _clean_loc(loc: tuple, data: Any) -> tuple:
-    """Keep only loc entries that index into the YAML data (drops union branch tags)."""
-    out: list = []
-    node = data
-    for item in loc:
-        if isinstance(node, dict) and item in node:
-            out.append(item)
-            node = node[item]
-        elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
-            out.append(item)
-            node = node[item]
-        elif isinstance(node, dict) and isinstance(item, str) and not any(c in item for c in "[](),"):
-            out.append(item)  # a missing key: report it under its parent's line
-            node = None
-    return tuple(out)
-
-
-def problems_from_validation(src: SourcedYaml, exc: ValidationError) -> list[str]:
-    where = display_path(src.path)
-    seen: set[str] = set()
-    lines: list[str] = []
-    for err in exc.errors():
-        loc = _clean_loc(err["loc"], src.data)
-        line = src.line_of(loc)
-        text = f"{where}:{line}: {_field_path(loc)}: {_message(err)}"
-        if text not in seen:
-            seen.add(text)
-            lines.append(text)
-    return lines
-
-
 def _cross_checks(loaded: LoadedRecipe) -> list[str]:
     """Rules that span sections, reported at the line of the field that breaks them."""
     rec = loaded.recipe
@@ -476,24 +391,11 @@ def tree_problems(directory: Path) -> list[str]:
 
 def load_recipe(directory: Path) -> LoadedRecipe:
     """Load and validate one recipe folder; raise RecipeInvalid with every problem found."""
-    file = directory / RECIPE_FILE
-    shown = display_path(file)
     refused = tree_problems(directory)
     if refused:
         raise RecipeInvalid(refused, hint="keep every file of a recipe inside its folder; copy it in instead of linking")
-    if not file.is_file():
-        raise RecipeInvalid([f"{shown}:1: (file): not found"], hint="each recipe folder needs a recipe.yaml")
-    try:
-        src = load_yaml(file)
-    except YamlProblem as exc:
-        raise RecipeInvalid([f"{shown}:{exc.line}: (yaml): {exc.message}"]) from None
-    if not isinstance(src.data, dict):
-        raise RecipeInvalid([f"{shown}:1: (top level): must be a mapping of fields"])
-    try:
-        recipe = Recipe.model_validate(src.data)
-    except ValidationError as exc:
-        raise RecipeInvalid(problems_from_validation(src, exc)) from None
-    loaded = LoadedRecipe(recipe, directory, src)
+    doc = load_validated(directory / RECIPE_FILE, Recipe, missing_hint="each recipe folder needs a recipe.yaml")
+    loaded = LoadedRecipe(doc.value, directory, doc.source)
     problems = _cross_checks(loaded) + _check_files(loaded)
     if problems:
         raise RecipeInvalid(problems)

@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
+from pydantic import Field, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
+
+from kiln.domain.validated import Strict
 
 DEFAULT_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port
 
@@ -36,11 +38,9 @@ def _port(value: Any) -> int:
 MasterPort = Annotated[int, PlainValidator(_port), WithJsonSchema({"type": "integer", "minimum": 1024, "maximum": 65535})]
 
 
-class Topology(BaseModel):
+class Topology(Strict):
     """`topology:` in recipe.yaml. One rank per accelerator: nodes * accelerators_per_node
     must equal tensor_parallel * pipeline_parallel * data_parallel."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     nodes: Size = Field(1, description="machines (Kubernetes pods) one replica spans")
     accelerators_per_node: Size = Field(1, description="GPUs per node (CPU recipes: ranks per node)")
