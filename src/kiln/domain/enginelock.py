@@ -9,8 +9,10 @@ same lock gives the same set of files on any machine. Builds install from it wit
 hashes required and nothing resolved; `kiln engine lock` writes it, `kiln check` says
 when it no longer matches what the engine wheel asks for.
 
-This module reads, writes and checks locks (no network); `make_lock` resolves one
-(uv, the index, a throwaway container of the base image for Debian's closure).
+This module reads, writes and checks locks (no network); kiln.domain.relock makes one
+(uv, the index, a throwaway container of the base image for Debian's closure). It is the
+one reader: builds install from what it returns, and the SBOM and the provenance take
+wheel hashes, locked distributions and Debian packages from it too.
 """
 
 from __future__ import annotations
@@ -165,6 +167,18 @@ class EngineLock:
     def package(self, name: str) -> LockedPackage | None:
         key = canonicalize_name(name)
         return next((p for p in self.python_packages if p.key == key), None)
+
+    def locked_wheel(self, plat: str, name: str, version: str) -> Wheel | None:
+        """The wheel installed on `plat` for distribution `name`, when the lock holds it at
+        exactly `version` (another version's hash says nothing about this file)."""
+        pkg = self.package(name)
+        if pkg is None or pkg.version != version:
+            return None
+        return pkg.wheels.get(plat)
+
+    def python_wheels(self, plat: str) -> list[tuple[LockedPackage, Wheel]]:
+        """Each locked distribution with its wheel for `plat`, in the lock's order."""
+        return [(p, p.wheels[plat]) for p in self.python_packages if plat in p.wheels]
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -334,12 +348,40 @@ def loads(text: str, path: Path) -> EngineLock:
     )
 
 
-def load(path: Path) -> EngineLock:
+@dataclass(frozen=True)
+class LockFile:
+    """A lock as its file holds it: supply-chain documents cite the digest of the file's
+    own bytes (what a verifier hashes), not of the lock as kiln would write it."""
+
+    path: Path
+    sha256: str  # hex, of the file's bytes
+    lock: EngineLock
+
+
+def load_file(path: Path) -> LockFile:
+    """The lock at `path` and its file digest; LockInvalid (file and field) when it is
+    missing or not a lock this kiln reads."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise LockInvalid(f"{shown(path)}: cannot read: {exc.strerror}") from None
-    return loads(text, path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LockInvalid(f"{shown(path)}: (file): not UTF-8 (byte {exc.start})") from None
+    return LockFile(path, hashlib.sha256(data).hexdigest(), loads(text, path))
+
+
+def load(path: Path) -> EngineLock:
+    return load_file(path).lock
+
+
+def committed(flavour: str, engine_name: str, engine_version: str) -> LockFile | None:
+    """The committed lock of an engine pin, None when there is none (an engine pinned
+    before locks existed, a stand-in engine); LockInvalid when it is there but unreadable:
+    an SBOM or provenance made past it would silently lose its hashes."""
+    path = lock_path(engine_image_dir(flavour), engine_name, engine_version)
+    return load_file(path) if path.is_file() else None
 
 
 def write(lock: EngineLock, path: Path) -> bool:
@@ -360,6 +402,12 @@ def shown(path: Path) -> str:
 
 
 # -- where locks live --------------------------------------------------------------------
+def engine_image_dir(flavour: str) -> Path:
+    """The engine image's folder, docker-images/engine-<flavour>/: its Dockerfile, wheelhouse
+    pins and locks/."""
+    return repo_root() / "docker-images" / f"engine-{flavour}"
+
+
 def lock_dir(image_dir: Path) -> Path:
     return image_dir / FOLDER
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from kiln.basics import clock
 from kiln.basics.errors import ImageNotBuilt
+from kiln.basics.files import sha256_file
 from kiln.basics.paths import repo_root
 from kiln.domain import enginelock, wheelhouse
 from kiln.domain.ca import CABundle, resolve_ca
@@ -61,7 +62,7 @@ class EngineImage:
     def __init__(self, engine: Engine, ca):
         self.engine = engine
         self.ca = ca
-        self.dir = repo_root() / "docker-images" / f"engine-{engine.flavour}"
+        self.dir = enginelock.engine_image_dir(engine.flavour)
 
     @property
     def repository(self) -> str:
@@ -160,7 +161,7 @@ class EngineImage:
             f"{LABEL_NS}.engine.flavour": e.flavour,
             f"{LABEL_NS}.base-image": e.base_image.pinned,
             f"{LABEL_NS}.patches": json.dumps(dict(self.patch_entries()), sort_keys=True),
-            **({f"{LABEL_NS}.lock": f"{enginelock.shown(self.lock_file)}@sha256:{hashlib.sha256(self.lock_file.read_bytes()).hexdigest()}"}
+            **({f"{LABEL_NS}.lock": f"{enginelock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
                if self.lock is not None else {}),
         }
 

@@ -13,7 +13,10 @@ import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from packaging.version import InvalidVersion
+from packaging.version import Version as PEP440Version
 from pydantic import (
+    AfterValidator,
     Field,
     PlainValidator,
     WithJsonSchema,
@@ -53,7 +56,20 @@ Port = Annotated[
     WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 65535}),
 ]
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
-Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.+-][A-Za-z0-9.+-]+)?$")]
+
+
+def _pep440(value: str) -> str:
+    # pip and uv install, and a lock records, only PEP 440 versions: `0.0.1-test` fits the
+    # pattern but no index could serve it, so it is refused here, at its line
+    try:
+        PEP440Version(value)
+    except InvalidVersion:
+        # the pattern above admits no braces, so the value cannot act as a template field
+        raise PydanticCustomError("version", f"{value!r} is not a PEP 440 version (what pip installs)") from None
+    return value
+
+
+Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.+-][A-Za-z0-9.+-]+)?$"), AfterValidator(_pep440)]
 Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 ImageRef = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._/:-]*$", max_length=255)]
 ContainerPath = Annotated[str, Field(pattern=r"^/[^\s]*$")]

