@@ -56,7 +56,31 @@ def _patcher_source() -> Path:
     return Path(applier.__file__)
 
 
-class EngineImage:
+class _NamedByInputs:
+    """An image tagged by the digest of its build inputs: `<repository>:<12 hex>`."""
+
+    @property
+    def repository(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def context(self) -> BuildContext:
+        raise NotImplementedError
+
+    @cached_property
+    def digest(self) -> str:
+        return self.context.digest()
+
+    @property
+    def short(self) -> str:
+        return self.digest.split(":")[1][:12]
+
+    @property
+    def tag(self) -> str:
+        return f"{self.repository}:{self.short}"
+
+
+class EngineImage(_NamedByInputs):
     """kiln/engine-<flavour>: vLLM + kiln-engine + the pinned patch series on a base image."""
 
     def __init__(self, engine: Engine, ca):
@@ -129,14 +153,6 @@ class EngineImage:
             self.context.add_bytes("_kiln/wheels/.keep", b"", in_digest=False)
         return wheels
 
-    @cached_property
-    def digest(self) -> str:
-        return self.context.digest()
-
-    @property
-    def tag(self) -> str:
-        return f"{self.repository}:{self.digest.split(':')[1][:12]}"
-
     @property
     def alias_tag(self) -> str:
         return f"{self.repository}:{self.engine.name}-{self.engine.version}"
@@ -198,7 +214,7 @@ USER kiln
 """
 
 
-class RecipeImage:
+class RecipeImage(_NamedByInputs):
     """kiln/<recipe>: the recipe's thin Dockerfile FROM its engine image, plus the kiln tail."""
 
     def __init__(self, loaded: LoadedRecipe, engine_image: EngineImage):
@@ -231,18 +247,6 @@ class RecipeImage:
         ctx.add_bytes(LAUNCH_FILE, launch_json(self.loaded))
         ctx.add_param("engine-image-digest", self.engine_image.digest)
         return ctx
-
-    @cached_property
-    def digest(self) -> str:
-        return self.context.digest()
-
-    @property
-    def short(self) -> str:
-        return self.digest.split(":")[1][:12]
-
-    @property
-    def tag(self) -> str:
-        return f"{self.repository}:{self.short}"
 
     @property
     def latest_tag(self) -> str:
