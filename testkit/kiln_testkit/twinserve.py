@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kiln.commands.smoke import feature_metrics_text, metric_sum
 from kiln.domain.container import ServingContainer, free_port, run_spec
+from kiln.domain.launch import Mount
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -37,12 +38,12 @@ def serving(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str,
     `docker run -e`), `args` over its baked vLLM flags of the same name (as with `kiln
     run NAME -- ARGS`). Yields the ServingContainer; stops and removes it afterwards."""
     spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env, extra_args=args)
-    spec.mounts += list(mounts or [])
+    spec.mounts += [Mount(host, inside) for host, inside in mounts or []]
     box = ServingContainer(docker_daemon, spec)
     with box:
         box.start()
-        # seconds to healthy, for the callers' reports (not a ServingContainer field)
-        box.startup_s = box.wait_healthy(startup_timeout_s)  # type: ignore[attr-defined]
+        # seconds to healthy, for the callers' reports
+        box.startup_s = box.wait_healthy(startup_timeout_s)  # type: ignore[attr-defined]  # not a ServingContainer field
         yield box
 
 

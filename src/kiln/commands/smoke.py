@@ -363,7 +363,7 @@ def _raise_if_node_lost(served) -> None:
     checks that timed out one after another."""
     lost = getattr(served, "lost_node", lambda: None)()
     if lost is not None:
-        raise served.node_lost(*lost, "while serving")
+        raise served.node_lost(lost, "while serving")
 
 
 def smoke_cli(args) -> int:

@@ -18,7 +18,7 @@ from kiln.basics.errors import ContainerStartFailed, ModelPathMissing, NoGPU, Po
 from kiln.basics.progress import Activity
 from kiln.domain.launch import LABEL_RECIPE, LABEL_URL, RunSpec, launch_document, model_mounts
 from kiln.domain.recipe import LoadedRecipe
-from kiln.infra.docker import Container, DockerDaemon, DockerError
+from kiln.infra.docker import Container, DockerDaemon, DockerError, ExecResult
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -123,7 +123,8 @@ def preflight(loaded: LoadedRecipe, spec: RunSpec) -> None:
     for host, inside in spec.mounts:
         if not os.path.isdir(host):
             raise ModelPathMissing(f"{loaded.where('model')}: model host path {host} (for {inside}) does not exist")
-    ensure_port_free(spec.host_ip, spec.host_port)
+    if spec.host_port is not None:
+        ensure_port_free(spec.host_ip, spec.host_port)
 
 
 class ServingContainer:
@@ -146,7 +147,8 @@ class ServingContainer:
         except DockerError as exc:
             self.remove()
             text = str(exc)
-            if "port is already allocated" in text or "address already in use" in text:
+            busy = "port is already allocated" in text or "address already in use" in text
+            if busy and self.spec.host_port is not None:
                 raise port_in_use(self.spec.host_ip, self.spec.host_port, self.docker) from None
             raise ContainerStartFailed(f"docker could not start {self.spec.image}: {text[:300]}") from None
         threading.Thread(target=self._capture, daemon=True).start()
@@ -154,7 +156,7 @@ class ServingContainer:
     def _watch_exit(self) -> None:
         """Record the exit code even when AutoRemove deletes the container right after."""
         condition: Literal["removed", "not-running"] = "removed" if self.spec.remove else "not-running"
-        container = self.container
+        container = self.started
 
         def wait():
             self.exit_code = container.wait_gone(condition)
@@ -170,7 +172,7 @@ class ServingContainer:
     def _capture(self) -> None:
         try:
             pending = ""
-            for chunk in self.container.follow_logs():
+            for chunk in self.started.follow_logs():
                 pending += chunk.decode(errors="replace")
                 *lines, pending = pending.split("\n")
                 self.captured.extend(lines)
@@ -193,8 +195,15 @@ class ServingContainer:
         lines = list(self.captured)[-tail:]
         return "\n".join(lines) + ("\n" if lines else "")
 
+    @property
+    def started(self) -> Container:
+        """The container, which start() made (a call before it is kiln's own bug)."""
+        if self.container is None:
+            raise RuntimeError(f"{self.spec.name}: used before start()")
+        return self.container
+
     def status(self) -> str:
-        return self.container.refresh()
+        return self.started.refresh()
 
     def wait_healthy(self, timeout_s: float) -> float:
         """Seconds until /health answered 200; ContainerStartFailed if it exits or times out."""
@@ -232,8 +241,8 @@ class ServingContainer:
             log.console.print(text.rstrip(), markup=False, highlight=False)
             log.console.print("---", markup=False)
 
-    def exec(self, cmd: list[str]) -> tuple[int, str]:
-        return self.container.exec(cmd)
+    def exec(self, cmd: list[str]) -> ExecResult:
+        return self.started.exec(cmd)
 
     def stop(self, timeout: int = 30) -> float:
         """Stop (SIGTERM, then SIGKILL after `timeout`); returns the seconds it took."""

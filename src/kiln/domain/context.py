@@ -31,11 +31,22 @@ class Entry:
     # secret entries travel in the context but never into the digest or labels (CA bundle)
     in_digest: bool = True
 
+    def __post_init__(self) -> None:
+        if (self.source is None) == (self.data is None):
+            raise ValueError(f"context entry {self.arcname}: give a source file or bytes, not both or neither")
+
+    @property
+    def file(self) -> Path:
+        """The source file of an entry that is not bytes (__post_init__: one of the two)."""
+        if self.source is None:
+            raise ValueError(f"context entry {self.arcname} holds bytes, not a file")
+        return self.source
+
     def content(self) -> bytes:
-        return self.data if self.data is not None else self.source.read_bytes()
+        return self.data if self.data is not None else self.file.read_bytes()
 
     def size(self) -> int:
-        return len(self.data) if self.data is not None else self.source.stat().st_size
+        return len(self.data) if self.data is not None else self.file.stat().st_size
 
 
 def _mode(path: Path) -> int:
@@ -104,7 +115,7 @@ class BuildContext:
         for e in self.entries:
             if not e.in_digest:
                 continue
-            sha = hashlib.sha256(e.data).hexdigest() if e.data is not None else sha256_file(e.source)
+            sha = hashlib.sha256(e.data).hexdigest() if e.data is not None else sha256_file(e.file)
             out.append((e.arcname, e.mode, sha))
         return out
 
@@ -135,7 +146,7 @@ class BuildContext:
                 if e.data is not None:
                     tar.addfile(info, io.BytesIO(e.data))
                 else:
-                    with e.source.open("rb") as fh:
+                    with e.file.open("rb") as fh:
                         tar.addfile(info, fh)
 
     def tar_bytes(self) -> bytes:

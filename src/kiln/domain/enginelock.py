@@ -24,7 +24,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -176,9 +176,9 @@ class EngineLock:
             return None
         return pkg.wheels.get(plat)
 
-    def python_wheels(self, plat: str) -> list[tuple[LockedPackage, Wheel]]:
-        """Each locked distribution with its wheel for `plat`, in the lock's order."""
-        return [(p, p.wheels[plat]) for p in self.python_packages if plat in p.wheels]
+    def python_packages_on(self, plat: str) -> list[LockedPackage]:
+        """The locked distributions with a wheel for `plat`, in the lock's order."""
+        return [p for p in self.python_packages if plat in p.wheels]
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -609,10 +609,18 @@ def host_platform() -> str:
             "arm64": "linux/arm64"}.get(machine, f"linux/{machine}")
 
 
-def all_wheels(lock: EngineLock, plat: str, *, plain: bool = False) -> list[tuple[str, str, Wheel]]:
-    """(name, version, wheel) of every file a build for `plat` needs, tools included."""
+class LockedFile(NamedTuple):
+    """One wheel file a build installs, and the distribution it is."""
+
+    name: str
+    version: str
+    wheel: Wheel
+
+
+def all_wheels(lock: EngineLock, plat: str, *, plain: bool = False) -> list[LockedFile]:
+    """Every wheel file a build for `plat` needs, tools included, by name."""
     pkgs = [*lock.python_packages, *(lock.plain_extra_packages if plain else []), *lock.tools.values()]
-    return [(p.name, p.version, p.wheels[plat]) for p in _sorted(pkgs) if plat in p.wheels]
+    return [LockedFile(p.name, p.version, p.wheels[plat]) for p in _sorted(pkgs) if plat in p.wheels]
 
 
 # -- making one --------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import hashlib
 import json
 import re
 import subprocess
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -56,16 +57,16 @@ def _patcher_source() -> Path:
     return Path(applier.__file__)
 
 
-class _NamedByInputs:
+class _NamedByInputs(ABC):
     """An image tagged by the digest of its build inputs: `<repository>:<12 hex>`."""
 
     @property
-    def repository(self) -> str:
-        raise NotImplementedError
+    @abstractmethod
+    def repository(self) -> str: ...
 
     @property
-    def context(self) -> BuildContext:
-        raise NotImplementedError
+    @abstractmethod
+    def context(self) -> BuildContext: ...
 
     @cached_property
     def digest(self) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kiln.domain.overrides import load_override
 from kiln.domain.recipe import LoadedRecipe, Recipe
@@ -136,6 +137,13 @@ LABEL_RECIPE = "ai.kiln.run.recipe"
 LABEL_URL = "ai.kiln.run.url"
 
 
+class Mount(NamedTuple):
+    """A host folder bind-mounted read-only into the container."""
+
+    host: str
+    container: str
+
+
 @dataclass
 class RunSpec:
     """Everything `docker run` needs for one serving container."""
@@ -146,7 +154,7 @@ class RunSpec:
     container_port: int
     host_ip: str = ""
     flavour: str = "cpu"
-    mounts: list[tuple[str, str]] = field(default_factory=list)  # (host, container), read-only
+    mounts: list[Mount] = field(default_factory=list)  # read-only
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
     remove: bool = True
@@ -238,9 +246,10 @@ class RunSpec:
         return kw
 
 
-def model_mounts(recipe: Recipe) -> list[tuple[str, str]]:
+def model_mounts(recipe: Recipe) -> list[Mount]:
+    """The host folders of `host_path` weights, mounted read-only where the recipe reads them."""
     out = []
     for src in (recipe.model.target, recipe.model.draft):
-        if src is not None and src.source == "host_path":
-            out.append((src.host_path, src.path))
+        if src is not None and src.source == "host_path" and src.host_path is not None:  # the schema ties them
+            out.append(Mount(src.host_path, src.path))
     return out

@@ -13,6 +13,7 @@ each applying the series of its own engine version.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -75,36 +76,39 @@ class LoadedOverride:
         return dict(self.override.env)
 
     @property
+    def patches(self) -> Path | None:
+        """What `patches:` names, inside the override folder (None: no patches)."""
+        return self.dir / self.override.patches if self.override.patches else None
+
+    @property
     def versioned(self) -> bool:
         """`patches:` names a folder of per-engine-version series, not one series file."""
-        return bool(self.override.patches) and (self.dir / self.override.patches).is_dir()
+        return self.patches is not None and self.patches.is_dir()
 
     @property
     def series_file(self) -> Path | None:
         """The one series file of an unversioned override (None when versioned or patch-less)."""
-        if not self.override.patches or self.versioned:
-            return None
-        return self.dir / self.override.patches
+        patches = self.patches
+        return None if patches is None or patches.is_dir() else patches
 
     def series_versions(self) -> list[str]:
         """Engine versions a versioned override has a series for, oldest first."""
-        if not self.versioned:
-            return []
-        return series_versions(self.dir / self.override.patches)
+        patches = self.patches
+        return series_versions(patches) if patches is not None and patches.is_dir() else []
 
     def series_dir_for(self, version: str) -> Path | None:
         """Where the series for engine `version` lives (or would live, once ported)."""
-        if not self.override.patches:
+        patches = self.patches
+        if patches is None:
             return None
-        if self.versioned:
-            return self.dir / self.override.patches / version
-        return (self.dir / self.override.patches).parent
+        return patches / version if patches.is_dir() else patches.parent
 
     def series_file_for(self, version: str) -> Path | None:
         """The series applied on engine `version`: the versioned one (None when not ported
         to that version) or the single series file."""
-        if self.versioned:
-            f = self.dir / self.override.patches / version / "series"
+        patches = self.patches
+        if patches is not None and patches.is_dir():
+            f = patches / version / "series"
             return f if f.is_file() else None
         return self.series_file
 
@@ -124,7 +128,7 @@ def version_key(name: str) -> PEP440 | None:
         return None
 
 
-def series_versions(folder: Path, left_out=None) -> list[str]:
+def series_versions(folder: Path, left_out: Callable[[str], object] | None = None) -> list[str]:
     """Sub-folders of `folder` named by a PEP 440 version and holding a `series` file,
     in version order (0.9.0 < 0.32.0 < 0.33.0rc1 < 0.33.0 < 0.33.0.post1). A folder
     that is no version (`latest`) names no release pip could fetch: it is left out,
@@ -140,7 +144,7 @@ def series_versions(folder: Path, left_out=None) -> list[str]:
                 left_out(d.name)
             continue
         names.append(d.name)
-    return sorted(names, key=version_key)
+    return sorted(names, key=PEP440)  # each one parsed above
 
 
 def _escapes(directory: Path, rel: str) -> str | None:

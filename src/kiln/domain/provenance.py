@@ -38,7 +38,7 @@ from kiln.domain.images import LABEL_NS, EngineImage, RecipeImage, existing, ser
 from kiln.domain.overrides import load_override
 from kiln.domain.recipe import LoadedRecipe
 from kiln.domain.sbom import kiln_version, subject_of
-from kiln.infra.docker import DockerDaemon, Image
+from kiln.infra.docker import DockerDaemon, Image, id_of
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -161,7 +161,8 @@ def _wheel_dependencies(engine_image: EngineImage, lock: LockFile | None, platfo
                 entry["annotations"]["kiln_hash_source"] = "wheelhouse cache"
         out.append(entry)
     if lock is not None and not any(d["annotations"]["kiln_role"] == "engine-wheel" for d in out):
-        for pkg, w in lock.lock.python_wheels(platform):
+        for pkg in lock.lock.python_packages_on(platform):
+            w = pkg.wheels[platform]
             if pkg.key == engine_dist:
                 entry = {"name": w.file, "uri": purl.pypi(pkg.name, pkg.version), "digest": {"sha256": w.sha256},
                          "annotations": {"kiln_role": "engine-wheel", "kiln_hash_source": "lock"}}
@@ -173,7 +174,8 @@ def _wheel_dependencies(engine_image: EngineImage, lock: LockFile | None, platfo
 
 def _locked_dependencies(lock: LockFile, platform: str, distro: str | None) -> list[dict]:
     out: list[dict] = [_lock_dependency(lock.path, lock.sha256)]
-    for pkg, w in lock.lock.python_wheels(platform):
+    for pkg in lock.lock.python_packages_on(platform):
+        w = pkg.wheels[platform]
         entry: dict[str, Any] = {"name": w.file, "uri": purl.pypi(pkg.name, pkg.version),
                                  "digest": {"sha256": w.sha256}, "annotations": {"kiln_role": "locked-python"}}
         if w.url:
@@ -218,7 +220,7 @@ def _image_dependency(role: str, ref: str, image: Image | None, manifest_digest:
         entry["digest"] = {"sha256": manifest_digest.removeprefix("sha256:")}
         entry["annotations"]["kiln_digest_kind"] = "manifest"
     elif image is not None:
-        entry["digest"] = {"sha256": image.id.removeprefix("sha256:")}
+        entry["digest"] = {"sha256": id_of(image).removeprefix("sha256:")}
         entry["annotations"]["kiln_digest_kind"] = "image id (config digest; a local image has no manifest)"
     return entry
 

@@ -314,7 +314,7 @@ def _check_files(loaded: LoadedRecipe) -> list[str]:
         problems.append(f"{loaded.where()}: (recipe): missing file {display_path(loaded.dir / DOCKERFILE)}")
     for i, use in enumerate(rec.experimental):
         if use.from_ is not None:
-            problems += _shared_feature_problems(loaded, i, use)
+            problems += _shared_feature_problems(loaded, i, use.name, use.from_)
             continue
         feature = use.name
         fdir = loaded.dir / "experimental" / feature
@@ -347,16 +347,16 @@ def _shared_file_problems(loaded: LoadedRecipe) -> list[str]:
     return problems
 
 
-def _shared_feature_problems(loaded: LoadedRecipe, i: int, feature: FeatureUse) -> list[str]:
-    """`{name, from}`: a sibling recipe (same recipes/ folder) that ships that override."""
+def _shared_feature_problems(loaded: LoadedRecipe, i: int, name: str, source: str) -> list[str]:
+    """`{name, from: source}`: a sibling recipe (same recipes/ folder) that ships that override."""
     where = f"{loaded.where('experimental', i, 'from')}: experimental[{i}].from"
     root = loaded.dir.parent
-    other = root / feature.from_
-    if feature.from_ == loaded.recipe.name:
-        return [f"{where}: {feature.from_!r} is this recipe; write the plain name {feature.name!r} instead"]
+    other = root / source
+    if source == loaded.recipe.name:
+        return [f"{where}: {source!r} is this recipe; write the plain name {name!r} instead"]
     if not (other / RECIPE_FILE).is_file():
-        return [f"{where}: no recipe {feature.from_!r} in {display_path(root)}/"]
-    fdir = other / "experimental" / feature.name
+        return [f"{where}: no recipe {source!r} in {display_path(root)}/"]
+    fdir = other / "experimental" / name
     try:
         inside = fdir.resolve().is_relative_to(root.resolve())
     except (OSError, RuntimeError):
@@ -364,7 +364,7 @@ def _shared_feature_problems(loaded: LoadedRecipe, i: int, feature: FeatureUse) 
     if not inside:
         return [f"{where}: {display_path(fdir)} leads outside {display_path(root)}/"]
     if not (fdir / "override.yaml").is_file():
-        return [f"{where}: recipe {feature.from_!r} has no overlay at {display_path(fdir)}/override.yaml"]
+        return [f"{where}: recipe {source!r} has no overlay at {display_path(fdir)}/override.yaml"]
     return []
 
 

@@ -41,7 +41,7 @@ from kiln.domain import enginelock, purl
 from kiln.domain.enginelock import LockFile
 from kiln.domain.images import LABEL_NS
 from kiln.domain.recipe import Engine, LoadedRecipe
-from kiln.infra.docker import DockerDaemon, Image
+from kiln.infra.docker import DockerDaemon, Image, id_of
 
 SPEC_VERSION = "1.6"
 READ_TIMEOUT_S = 600  # hashing baked weights is the slow part: ~1 GB/s on one core
@@ -82,9 +82,10 @@ def subject_of(image: Image, *, manifest_digest: str | None = None,
     labels = dict(image.labels or {})
     if manifest_digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", manifest_digest):
         raise ValueError(f"manifest digest {manifest_digest!r} is not sha256:<64 hex>")
-    name = labels.get("org.opencontainers.image.title") or (imageref.parse(image.tags[0]).name if image.tags else image.id)
+    image_id = id_of(image)
+    name = labels.get("org.opencontainers.image.title") or (imageref.parse(image.tags[0]).name if image.tags else image_id)
     return ImageSubject(
-        name=name, image_id=image.id,
+        name=name, image_id=image_id,
         platform=f"{attrs.get('Os', 'linux')}/{attrs.get('Architecture', 'amd64')}",
         labels=labels, created=str(attrs.get("Created") or ""), tags=tuple(sorted(image.tags or ())),
         manifest_digest=manifest_digest, repository=repository)
@@ -136,7 +137,7 @@ def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
     pass them after a push so the SBOM's subject carries the digest consumers pull by.
     `spec` is "cyclonedx" (CycloneDX 1.6, the default) or "spdx" (SPDX 2.3)."""
     subject = subject_of(image, manifest_digest=manifest_digest, repository=repository)
-    inventory = read_inventory(docker, image.id, model_roots(loaded))
+    inventory = read_inventory(docker, subject.image_id, model_roots(loaded))
     lock = _matching_lock(loaded.recipe.engine, subject.labels)
     doc = cyclonedx_document(inventory, subject, lock=lock, model_dirs=baked_model_dirs(loaded))
     return spdx_document(doc) if spec == "spdx" else doc
@@ -148,7 +149,7 @@ def build_image_sbom(docker: DockerDaemon, image: Image, *, engine: Engine | Non
     """The CycloneDX SBOM of any kiln image (an engine image too): `engine` names the
     engine pin whose lock supplies the wheel hashes."""
     subject = subject_of(image, manifest_digest=manifest_digest, repository=repository)
-    inventory = read_inventory(docker, image.id, roots)
+    inventory = read_inventory(docker, subject.image_id, roots)
     lock = _matching_lock(engine, subject.labels) if engine is not None else None
     return cyclonedx_document(inventory, subject, lock=lock)
 

@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kiln.basics import imageref, log
 from kiln.basics.errors import (
@@ -184,8 +184,15 @@ class AttestationCheck:
     problem: str | None = None
 
 
+class VerifiedSignature(NamedTuple):
+    """The layer of a .sig manifest that verified, and what its payload claims."""
+
+    layer: cosign.LayerRef
+    claims: cosign.SimpleSigning
+
+
 def verify_signature_image(body: bytes, fetch: Fetch, key: PublicKey, digest: str, repository: str,
-                           where: str) -> tuple[cosign.LayerRef, cosign.SimpleSigning]:
+                           where: str) -> VerifiedSignature:
     """The first layer of a .sig manifest that verifies, or the most telling failure."""
     layers = cosign.parse_artefact_manifest(body, where)
     failures: list[KilnError] = []
@@ -193,7 +200,7 @@ def verify_signature_image(body: bytes, fetch: Fetch, key: PublicKey, digest: st
         at = f"{where} layer {i}" if len(layers) > 1 else where
         try:
             payload = fetch(layer, MAX_PAYLOAD_BYTES)
-            return layer, check_signature_layer(layer, payload, key, digest, repository, at)
+            return VerifiedSignature(layer, check_signature_layer(layer, payload, key, digest, repository, at))
         except LayerFailure as exc:
             failures.append(exc)
     raise _most_telling(failures)
@@ -370,9 +377,9 @@ def sign_image(client: RegistryClient, digest: str, key: PrivateKey, attestation
         except LayerFailure:
             pass
         kept.append(layer)  # other signers' signatures stay, as `cosign sign` appends
-    signature_manifest = ""
-    if reused:
-        signature_manifest = client.manifest(sig_tag).digest  # type: ignore[union-attr]
+    present = client.manifest(sig_tag) if reused else None  # None too when it went meanwhile
+    if present is not None:
+        signature_manifest = present.digest
     else:
         payload = cosign.simple_signing_payload(repository, digest, {
             "creator": creator, "timestamp": int(time.time()), cosign.SIGNER_CLAIM: fingerprint})

@@ -108,8 +108,9 @@ def fetch_locked(lock: L.EngineLock, plat: str, *, lock_file: Path, cafile: Path
     cache = locked_dir()
     cache.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    todo = []
-    for name, version, wheel in wanted:
+    todo: list[L.LockedFile] = []
+    for item in wanted:
+        name, version, wheel = item
         cached = cache / wheel.file
         local = cached if cached.is_file() else (_local_copy(wheel.file) if wheel.url is None else None)
         if local is not None:
@@ -119,19 +120,20 @@ def fetch_locked(lock: L.EngineLock, plat: str, *, lock_file: Path, cafile: Path
                                     f"(sha256_from: file) and none of pip's has it",
                                     hint="put the wheel into pip's find-links folder or ~/.cache/kiln/wheels/locked")
         else:
-            todo.append((name, version, wheel))
+            todo.append(item)
     if todo:
         size = "" if not todo else f" ({len(todo)} of {len(wanted)} not cached)"
         log.step(f"wheelhouse: downloading{size} locked wheels into {shown_home(cache)}")
         t0 = time.monotonic()
 
-        def get(item: tuple[str, str, L.Wheel]) -> tuple[str, str, L.Wheel, str]:
-            name, version, wheel = item
-            assert wheel.url is not None
-            return name, version, wheel, pyindex.download(wheel.url, cache / wheel.file, wheel.sha256, cafile=cafile)
+        def get(item: L.LockedFile) -> str:
+            """The sha256 of what came (the file is kept only when it is the locked one)."""
+            url = item.wheel.url
+            assert url is not None, "only wheels with a url are left to download"
+            return pyindex.download(url, cache / item.wheel.file, item.wheel.sha256, cafile=cafile)
 
         with ThreadPoolExecutor(_WORKERS) as pool:
-            for name, version, wheel, got in pool.map(get, todo):
+            for (name, version, wheel), got in zip(todo, pool.map(get, todo), strict=True):
                 if got != wheel.sha256:
                     raise _mismatch(name, version, wheel, got, lock_file, wheel.url or "")
                 paths[wheel.file] = cache / wheel.file

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, NoReturn, Protocol, TypeVar
+from typing import IO, Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar
 
 import docker
 import docker.auth
@@ -45,13 +45,21 @@ class TarContext(Protocol):
     def write_tar(self, fileobj: IO[bytes]) -> None: ...
 
 
+class BuildStep(NamedTuple):
+    """One Dockerfile instruction of a build and what it cost."""
+
+    instruction: str
+    seconds: float
+    cached: bool
+
+
 @dataclass
 class BuildResult:
     image_id: str
     steps: int = 0
     cached_steps: int = 0
     seconds: float = 0.0
-    step_times: list[tuple[str, float, bool]] = field(default_factory=list)
+    step_times: list[BuildStep] = field(default_factory=list)
 
 
 class _BuildProgress:
@@ -73,7 +81,7 @@ class _BuildProgress:
         if self.current is None:
             return
         dt = time.monotonic() - self.t_step
-        self.result.step_times.append((self.current, dt, self.current_cached))
+        self.result.step_times.append(BuildStep(self.current, dt, self.current_cached))
         if not self.quiet:
             tag = "cached" if self.current_cached else log.human_secs(dt)
             log.info(f"  [{tag}]")
@@ -204,6 +212,13 @@ class _PushProgress:
             (log.warn if warn else log.info)(line.strip() if warn else line)
 
 
+class ExecResult(NamedTuple):
+    """What a command run in a container (`docker exec`) ended with."""
+
+    exit_code: int
+    output: str  # stdout and stderr together, decoded
+
+
 class DockerError(Exception):
     """The daemon (or the SDK reading the docker config) refused a request; the message
     is its own explanation on one line. Callers turn it into their typed error."""
@@ -284,12 +299,12 @@ class Container:
         except Exception:  # gone before the wait was registered: nothing to report
             return None
 
-    def exec(self, cmd: list[str]) -> tuple[int, str]:
+    def exec(self, cmd: list[str]) -> ExecResult:
         res = self._sdk.exec_run(cmd, demux=False, stream=False)
         if res.exit_code is None:  # only a streamed exec has none
             raise DockerError("the Docker daemon reported no exit code for an exec")
         output = res.output if isinstance(res.output, bytes) else b""  # not streamed: bytes or None
-        return res.exit_code, output.decode(errors="replace")
+        return ExecResult(res.exit_code, output.decode(errors="replace"))
 
     def stop(self, timeout: int) -> None:
         try:
@@ -420,7 +435,7 @@ class DockerDaemon:
             raise BuildFailed(f"{what} failed{cause}: {tail}")
         return json.loads(line.removeprefix(prefix))
 
-    def run_command(self, image: str, argv: list[str], *, timeout_s: float, name_prefix: str = "kiln-") -> tuple[int, str]:
+    def run_command(self, image: str, argv: list[str], *, timeout_s: float, name_prefix: str = "kiln-") -> ExecResult:
         """Run `argv` in a throwaway container of `image` (with network: e.g. apt's
         package lists) and return its exit status and output; the container is removed."""
         container = self.client.containers.create(
@@ -434,7 +449,7 @@ class DockerDaemon:
             raise BuildFailed(f"{' '.join(argv[:3])} in {image} did not finish: {exc}") from None
         finally:
             container.remove(force=True)
-        return int(status.get("StatusCode", 1)), output
+        return ExecResult(int(status.get("StatusCode", 1)), output)
 
     # -- containers ---------------------------------------------------------
     def containers(self, *, label: str, all_states: bool = False) -> list[Container]:
