@@ -147,7 +147,7 @@ def _run_under_unit_tier(tmp_path: Path, source: str, *args: str) -> subprocess.
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c", str(REPO / "pyproject.toml"),
          "--rootdir", str(tests), "-p", "unitguard", "--unit", *args, str(tests)],
-        cwd=tests, env=env, capture_output=True, text=True, timeout=600)
+        cwd=tests, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
 
 
 def _outcomes(junit: Path) -> dict[str, tuple[str, str]]:
