@@ -65,7 +65,7 @@ def unit(session):
     tier's guard: a test that reaches the Docker daemon, any TCP/UDP peer, a DNS name,
     or starts docker/dockerd/docker-registry/debootstrap/apt-get/pip install fails.
     Under 3 minutes on 2 cores."""
-    _pytest(session, "--unit", "-q", "--durations=15")
+    _pytest(session, "--unit", "-n", "auto", "-q", "--durations=15")  # -n: pytest-xdist, one worker per core
 
 
 @nox.session

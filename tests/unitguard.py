@@ -79,12 +79,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if found:
         raise pytest.UsageError("unit tier: importing the tests touched what the unit tier may not:\n"
                                 + "\n".join(_describe(v) for v in found))
+    strays = [item.nodeid for item in items if not _has_a_session(item)]
+    if strays:
+        raise pytest.UsageError("unit tier: no nox session runs these tests (noxfile.py): " + ", ".join(strays[:10]))
     keep, drop = [], []
     for item in items:
         (drop if any(item.get_closest_marker(m) for m in TIER_MARKERS) else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def _has_a_session(item: pytest.Item) -> bool:
+    """Whether one of noxfile.py's sessions selects `item`: integration ignores
+    tests/draft_trunc, and kernels runs only tests/draft_trunc's network/kernels tests,
+    so a draft_trunc test needing the daemon or a registry, or a `kernels` test
+    elsewhere, would run nowhere."""
+    marks = {m.name for m in item.iter_markers()} & set(TIER_MARKERS)
+    in_draft_trunc = "tests/draft_trunc/" in item.nodeid.replace("\\", "/")
+    if in_draft_trunc:
+        return not marks & {"docker", "registry", "e2e"}
+    return "kernels" not in marks
 
 
 @pytest.hookimpl(hookwrapper=True)
