@@ -201,8 +201,8 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None) -> list[di
         code, out = in_image(docker, recipe_id, "-c", RUNNER_CHECK)
         check("import of the patched GPU runner (recipe image)", code == 0, out)
     try:
-        found = argcheck.problems(loaded, argcheck.engine_args(docker, engine_id))
-        check("launch args against the engine's own vLLM parser", not found, "\n".join(found) or "all accepted")
+        found = argcheck.check_engine_image(docker, loaded, engine_id)  # names, values, knobs
+        check("launch command against the engine's own vLLM parser", not found, "\n".join(found) or "all accepted")
     except KilnError as exc:
         check("launch args against the engine's own vLLM parser", False, exc.message)
     try:

@@ -17,9 +17,12 @@ from kiln import __version__
 from kiln.basics import log
 from kiln.basics.errors import KilnError, UsageError
 from kiln.basics.paths import recipes_dir
+from kiln.commands import keys as keyscmd
 from kiln.commands import patches as patchcmd
 from kiln.commands import publish
 from kiln.commands import render as k8s
+from kiln.commands import sbom as sbomcmd
+from kiln.commands import verify as verifycmd
 from kiln.commands.base import build_base
 from kiln.commands.build import build_recipe
 from kiln.commands.check import check
@@ -260,7 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_smoke)
     patchcmd.register(sub)
     publish.register(sub)
+    keyscmd.register(sub)
+    verifycmd.register(sub)
     k8s.register(sub)
+    sbomcmd.register(sub)
     s = sub.add_parser("completion", help="print a shell completion script (bash, zsh, tcsh)")
     s.add_argument("shell", choices=("bash", "zsh", "tcsh"))
     s.set_defaults(func=cmd_completion)

@@ -1,8 +1,11 @@
 """Launch args checked against the real CPU engine image's vLLM parser: a good recipe
-passes, a bad flag fails naming its recipe line, and a failing build leaves no tag."""
+passes, a bad flag or value (or a bad feature knob in the launch env) fails with one line
+naming its recipe line, the flag, the value and the engine's own complaint, and a
+failing build leaves no tag."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -32,14 +35,20 @@ def accepted(docker_daemon, cpu_engine_id) -> argcheck.EngineArgs:
     return argcheck.engine_args(docker_daemon, cpu_engine_id)
 
 
-def _recipe(tmp_path: Path, extra_args: str = "", spec_extra: str = "") -> Path:
-    """A copy of tiny-moe named kiln-test-argcheck, with lines added under launch.args."""
+def _recipe(tmp_path: Path, extra_args: str = "", spec_extra: str = "", *, env_extra: str = "",
+            replace: dict[str, str] | None = None) -> Path:
+    """A copy of tiny-moe named kiln-test-argcheck, with lines added under launch.args,
+    launch.speculative_config and launch.env, and lines of it replaced."""
     src = REPO / "recipes" / "tiny-moe"
     dest = tmp_path / "recipes" / TEST_RECIPE
     shutil.copytree(src, dest)
     text = (dest / "recipe.yaml").read_text().replace("name: tiny-moe", f"name: {TEST_RECIPE}", 1)
     text = text.replace("    dtype: bfloat16\n", "    dtype: bfloat16\n" + extra_args, 1)
     text = text.replace("    num_speculative_tokens: 3\n", "    num_speculative_tokens: 3\n" + spec_extra, 1)
+    text = text.replace('    VLLM_CPU_KVCACHE_SPACE: "1"\n', '    VLLM_CPU_KVCACHE_SPACE: "1"\n' + env_extra, 1)
+    for old, new in (replace or {}).items():
+        assert old in text, old
+        text = text.replace(old, new, 1)
     (dest / "recipe.yaml").write_text(text)
     return dest
 
@@ -91,19 +100,113 @@ def test_kiln_check_reports_bad_flag_when_engine_exists(tmp_path, accepted):
     """`kiln check` runs the same check (the engine image exists: it is tiny-moe's)."""
     tree = _tree(tmp_path, "    no-such-vllm-flag: 1\n")
     result = run_kiln("check", TEST_RECIPE, env={"KILN_ROOT": str(tree)}, cwd=tree)
-    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.returncode == 17, result.stderr[-2000:]
     assert "launch.args.no-such-vllm-flag: vLLM" in result.stderr
+    # the name is wrong: said once, not again as argparse's "unrecognized arguments"
+    assert "unrecognized" not in result.stderr, result.stderr
 
 
-def _tree(tmp_path: Path, extra_args: str) -> Path:
+def _tree(tmp_path: Path, extra_args: str = "", **edits) -> Path:
     """A kiln tree whose engine inputs equal the real engine-cpu's (same input digest,
     so the existing engine image is used) plus the test recipe."""
     tree = tmp_path / "tree"
     for rel in ("docker-images/engine-cpu", "docker-images/common", "engine", "patches"):
         shutil.copytree(REPO / rel, tree / rel, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    _recipe(tree.parent / "tree-recipes", extra_args)
+    _recipe(tree.parent / "tree-recipes", extra_args, **edits)
     shutil.copytree(tree.parent / "tree-recipes" / "recipes", tree / "recipes")
     return tree
+
+
+def _check_fails_with_one_line(tmp_path: Path, loc: tuple, field: str, message: str, **edits) -> None:
+    """`kiln check` of the edited recipe exits 17 with exactly one error line: the
+    recipe line of `loc`, the field, then `message` (the flag, its value, the engine's
+    complaint). A fresh cache: the engine image really answers."""
+    tree = _tree(tmp_path, **edits)
+    line = _load(tree / "recipes" / TEST_RECIPE).line_of(*loc)
+    result = run_kiln("check", TEST_RECIPE, cwd=tree,
+                      env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "cache")})
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+    assert result.returncode == 17, result.stderr[-3000:]
+    assert errors == [f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: {field}: {message}"], result.stderr
+
+
+def test_check_refuses_a_shell_command_in_a_value(tmp_path, accepted):
+    _check_fails_with_one_line(
+        tmp_path, ("launch", "args", "max-model-len"), "launch.args.max-model-len",
+        "vLLM 0.32.0 refuses --max-model-len '512; touch /tmp/pwned': argument --max-model-len: "
+        "invalid human_readable_int_or_auto value: '512; touch /tmp/pwned'",
+        replace={"    max-model-len: 512\n": '    max-model-len: "512; touch /tmp/pwned"\n'})
+
+
+def test_check_refuses_an_infinite_count(tmp_path, accepted):
+    _check_fails_with_one_line(
+        tmp_path, ("launch", "args", "max-num-seqs"), "launch.args.max-num-seqs",
+        "vLLM 0.32.0 refuses --max-num-seqs inf: argument --max-num-seqs: invalid int value: 'inf'",
+        replace={"    max-num-seqs: 8\n": "    max-num-seqs: .inf\n"})
+
+
+def test_check_refuses_a_value_the_config_class_refuses(tmp_path, accepted):
+    """argparse takes 0 (an int); vLLM's SchedulerConfig does not (max_num_seqs >= 1)."""
+    _check_fails_with_one_line(
+        tmp_path, ("launch", "args", "max-num-seqs"), "launch.args.max-num-seqs",
+        "vLLM 0.32.0 refuses --max-num-seqs 0: SchedulerConfig.max_num_seqs: Input should be greater than or equal to 1",
+        replace={"    max-num-seqs: 8\n": "    max-num-seqs: 0\n"})
+
+
+def test_check_refuses_a_speculative_value(tmp_path, accepted):
+    _check_fails_with_one_line(
+        tmp_path, ("launch", "speculative_config", "num_speculative_tokens"),
+        "launch.speculative_config.num_speculative_tokens",
+        "vLLM 0.32.0 refuses num_speculative_tokens=0 in --speculative-config: "
+        "SpeculativeConfig.num_speculative_tokens: Input should be greater than 0",
+        replace={"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 0\n"})
+
+
+def test_check_refuses_a_bad_feature_knob(tmp_path, accepted):
+    _check_fails_with_one_line(
+        tmp_path, ("launch", "env", "KILN_DRAFT_TRUNC_TAU"), "launch.env.KILN_DRAFT_TRUNC_TAU",
+        "kiln-engine 0.1.0 (the engine image's) refuses it: draft-trunc: KILN_DRAFT_TRUNC_TAU='2': must lie in [0, 1]",
+        env_extra='    KILN_DRAFT_TRUNC_TAU: "2"\n')
+
+
+def test_check_refuses_a_bad_moe_layer(tmp_path, accepted):
+    _check_fails_with_one_line(
+        tmp_path, ("launch", "env", "KILN_DRAFT_TRUNC_MOE_LAYER"), "launch.env.KILN_DRAFT_TRUNC_MOE_LAYER",
+        "kiln-engine 0.1.0 (the engine image's) refuses it: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='8,16,1e6': "
+        "expected EXPERTS,TOP_K,EXPERT_BYTES (e.g. 256,8,75497472); need 0 < TOP_K <= EXPERTS <= 1048576 "
+        "and 0 < EXPERT_BYTES < 1e15",
+        env_extra='    KILN_DRAFT_TRUNC_MOE_LAYER: "8,16,1e6"\n')
+
+
+def test_shipped_cpu_recipes_pass_the_value_check(docker_daemon, cpu_engine_id):
+    from kiln.basics.paths import recipes_dir
+
+    for name in ("tiny-moe", "tiny-kindling"):
+        loaded = _load(recipes_dir() / name)
+        job = argcheck.Job.of(loaded)
+        accepted, answer = argcheck.ask(docker_daemon, cpu_engine_id, job)
+        assert answer.version.startswith("0.32.0") and answer.kiln_engine, answer
+        # every stage ran: the parser, serve's checks, EngineArgs, the config fields, the
+        # speculative config and kiln-engine's knobs (tiny-kindling switches draft-trunc on)
+        assert answer.stages == ("parse", "serve", "engine-args", "config", "speculative", "env"), answer
+        assert argcheck.launch_problems(loaded, accepted, job, answer) == [], name
+
+
+def test_answer_is_cached_per_command_line(tmp_path, docker_daemon, cpu_engine_id, monkeypatch):
+    """A second check of the same argv asks no container; a changed value does."""
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    loaded = _load(_recipe(tmp_path, replace={"    max-num-seqs: 8\n": "    max-num-seqs: 0\n"}))
+    runs = []
+    real = docker_daemon.run_script
+    monkeypatch.setattr(docker_daemon, "run_script", lambda *a, **kw: runs.append(1) or real(*a, **kw))
+    first = argcheck.check_engine_image(docker_daemon, loaded, cpu_engine_id)
+    assert len(runs) == 1 and len(first) == 1 and "SchedulerConfig.max_num_seqs" in first[0], first
+    assert argcheck.check_engine_image(docker_daemon, loaded, cpu_engine_id) == first
+    assert len(runs) == 1
+    other = _load(_recipe(tmp_path / "b", replace={"    max-num-seqs: 8\n": "    max-num-seqs: 4\n"}))
+    assert argcheck.check_engine_image(docker_daemon, other, cpu_engine_id) == []
+    assert len(runs) == 2
+    assert re.fullmatch(r"[0-9a-f]{24}-[0-9a-f]{32}\.json", argcheck._answer_file(cpu_engine_id, argcheck.Job.of(other)).name)
 
 
 def test_build_with_bad_flag_fails_with_17_and_leaves_no_tag(tmp_path, accepted, docker_daemon):
@@ -113,6 +216,22 @@ def test_build_with_bad_flag_fails_with_17_and_leaves_no_tag(tmp_path, accepted,
     try:
         assert result.returncode == 17, result.stderr[-3000:]
         assert "recipe.yaml:" in result.stderr and "launch.args.no-such-vllm-flag" in result.stderr
+        assert docker_daemon.client.images.list(name=f"kiln/{TEST_RECIPE}") == []
+    finally:
+        remove_images(docker_daemon, f"kiln/{TEST_RECIPE}")
+
+
+def test_build_with_bad_value_fails_with_17_and_leaves_no_tag(tmp_path, accepted, docker_daemon):
+    tree = _tree(tmp_path, replace={"    max-num-seqs: 8\n": "    max-num-seqs: .inf\n"})
+    line = _load(tree / "recipes" / TEST_RECIPE).line_of("launch", "args", "max-num-seqs")
+    remove_images(docker_daemon, f"kiln/{TEST_RECIPE}")
+    result = run_kiln("build", TEST_RECIPE, cwd=tree,
+                      env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "cache")})
+    try:
+        assert result.returncode == 17, result.stderr[-3000:]
+        errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+        assert errors == [f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: launch.args.max-num-seqs: "
+                          "vLLM 0.32.0 refuses --max-num-seqs inf: argument --max-num-seqs: invalid int value: 'inf'"]
         assert docker_daemon.client.images.list(name=f"kiln/{TEST_RECIPE}") == []
     finally:
         remove_images(docker_daemon, f"kiln/{TEST_RECIPE}")

@@ -222,6 +222,7 @@ def build_recipe(
         log.ok(f"engine {engine_image.tag} up to date")
     else:
         _summary("engine image built", engine_outcome, engine_outcome.seconds)
+    enginecheck.preflight_launch_args(loaded, engine_outcome.image_id, docker)
     outcome = run_build(docker, _recipe_build(docker, loaded, recipe_image), engine_image.ca.get(), nocache=nocache)
     if not quiet_summary:
         _summary(f"built {recipe_image.repository}", outcome, time.monotonic() - t0,

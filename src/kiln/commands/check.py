@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kiln.basics import log
-from kiln.basics.errors import RecipeInvalid
+from kiln.basics.errors import LaunchArgInvalid, RecipeInvalid
 from kiln.basics.paths import repo_root
 from kiln.domain.argcheck import check_against_engine
 from kiln.domain.overrides import load_override
@@ -21,10 +23,16 @@ def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
 
 def check_one(name: str) -> list[str]:
     """Problems with one recipe, as one-line messages (empty when it is fine)."""
+    recipe_problems, launch_problems = _check_one(name)
+    return recipe_problems + launch_problems
+
+
+def _check_one(name: str) -> tuple[list[str], list[str]]:
+    """(recipe problems, launch-command problems the engine image found)."""
     try:
         loaded = load_recipe(recipe_dir(name))
     except RecipeInvalid as exc:
-        return exc.problems
+        return exc.problems, []
     problems: list[str] = []
     for feature in loaded.recipe.features:
         if not (loaded.feature_dir(feature) / "override.yaml").is_file():
@@ -53,8 +61,7 @@ def check_one(name: str) -> list[str]:
                 f"{override.override.engine.version})"
             )
     problems += feature_problems(loaded)
-    problems += _launch_args(loaded)
-    return problems
+    return problems, _launch_args(loaded)
 
 
 def _rel(path) -> str:
@@ -72,7 +79,8 @@ def _series_used(name: str) -> list[dict]:
 
 
 def _launch_args(loaded) -> list[str]:
-    """Flags checked against the built engine's own parser, when that image exists."""
+    """The launch command (flags, values, feature knobs) checked by the built engine's own
+    parser and kiln-engine, when that image exists."""
     return check_against_engine(loaded)
 
 
@@ -80,11 +88,14 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     if not name and not all_recipes:
         all_recipes = True
     problems: list[str] = []
+    launch_only = True  # every problem is one the engine found: exit 17, as `kiln build`
     names = _recipe_names(name, all_recipes)
-    report = []
+    report: list[dict[str, Any]] = []
     for recipe in names:
-        found = check_one(recipe)
-        entry = {"name": recipe, "valid": not found, "problems": found}
+        recipe_problems, launch_problems = _check_one(recipe)
+        found = recipe_problems + launch_problems
+        launch_only = launch_only and not recipe_problems
+        entry: dict[str, Any] = {"name": recipe, "valid": not found, "problems": found}
         if found:
             problems += found
         else:
@@ -94,7 +105,7 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     if as_json:
         log.emit_json({"valid": not problems, "recipes": report})
     if problems:
-        raise RecipeInvalid(problems)
+        raise LaunchArgInvalid(problems) if launch_only else RecipeInvalid(problems)
     for entry in report:  # after the verdict: error output stays one line per problem
         log.info(f"{entry['name']} applies:")
         for s in entry["series"]:

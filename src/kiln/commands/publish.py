@@ -15,6 +15,13 @@ every layer is up, so a push that dies midway moves no tag. The input-digest tag
 written last, so its presence means the publish completed; that is also what "already
 published" is checked against.
 
+With `--sign KEY` (required when the recipe sets publish.require_signature) the daemon
+pushes under `<input digest, 12 hex>-staging` instead, a tag no consumer follows; the
+signature (`sha256-<hex>.sig`) and the SBOM and provenance attestations
+(`sha256-<hex>.att`) go up and are verified from the registry (commands/signstep.py);
+only then are the three tags above written. So no consumer tag ever points at an image
+whose signature is not up and verified.
+
 `--skip-smoke-check` (no passing smoke record) writes none of those three: the image,
 labelled `ai.kiln.smoke-check=skipped`, goes out under `<input digest, 12 hex>-unsmoked`
 only, so no tag that consumers follow or pin ever points at an unproven image.
@@ -42,6 +49,7 @@ from kiln.basics.errors import (
     RegistryInvalid,
 )
 from kiln.basics.paths import results_dir, shown_home
+from kiln.commands import signstep
 from kiln.domain.context import BuildContext
 from kiln.domain.images import LABEL_NS, require_built
 from kiln.domain.recipe import LoadedRecipe, load_recipe, recipe_dir
@@ -68,6 +76,7 @@ class PublishResult:
     pushed: bool  # False: the registry already held this image, only tags were checked
     smoke: dict = field(default_factory=dict)
     record: str = ""
+    signature: dict | None = None  # --sign: tags, manifests, key fingerprint (never key material)
 
     @property
     def pinned(self) -> str:
@@ -86,6 +95,7 @@ class PromoteResult:
     moved: bool  # False: the target channel already pointed there
     smoke: dict = field(default_factory=dict)
     record: str = ""
+    signature: dict | None = None  # the verification done before the channel moved
 
 
 # -- shared pieces ------------------------------------------------------------------------
@@ -186,9 +196,11 @@ def publish(
     password_stdin: bool = False,
     creds: credentials.Credentials | None = None,
     docker: DockerDaemon | None = None,
+    sign_key: Path | None = None,
 ) -> PublishResult:
     """Push the image built from NAME's current inputs and tag it (see module doc).
-    `creds` (for callers in Python) replaces the env / docker-config lookup."""
+    `creds` (for callers in Python) replaces the env / docker-config lookup; `sign_key`
+    (a cosign private key) signs and attests it before any consumer tag."""
     docker = docker or DockerDaemon()
     loaded, recipe_image, img = require_built(docker, name)
     target = target_for(loaded, registry, plain_http=plain_http)
@@ -203,17 +215,26 @@ def publish(
                                  "moves a channel", hint=f"run `kiln smoke {name}` and publish again, or drop --channel "
                                  f"to push it as {recipe_image.short}{UNSMOKED_SUFFIX} only")
         channel, tags = None, [f"{recipe_image.short}{UNSMOKED_SUFFIX}"]
+    # the key (and its password) before anything moves: a wrong one fails with nothing pushed
+    signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
     client = _client(target, password_stdin, creds)
     if smoke["status"] == "skipped":
         image_id = _unsmoked_image(docker, loaded, recipe_image.short, img.id)
     log.step(f"publishing {name} ({image_id[:19]}) to {target.host}/{target.path}")
-    manifest, pushed = _upload(docker, client, tags[-1], image_id, tags[0])
+    signing = signer is not None and channel is not None  # unsmoked: its one tag is no consumer tag
+    push_tag = f"{recipe_image.short}{signstep.STAGING_SUFFIX}" if signing else tags[0]
+    manifest, pushed = _upload(docker, client, tags[-1], image_id, push_tag)
+    signature = None
+    if signer is not None:
+        pushed_image = img if image_id == img.id else docker.image(image_id)
+        signature = signstep.sign_and_verify(docker, client, signer, loaded, recipe_image, pushed_image,
+                                             manifest.digest)
     _write_tags(client, manifest, tags)
     _verify(client, manifest, tags)
     result = PublishResult(
         recipe=name, image_id=image_id, input_digest=recipe_image.digest, manifest_digest=manifest.digest,
         registry=target.host, repository=target.path, channel=channel,
-        tags=[target.ref(t) for t in tags], pushed=pushed, smoke=smoke,
+        tags=[target.ref(t) for t in tags], pushed=pushed, smoke=smoke, signature=signature,
     )
     doc = {**asdict(result), "built_image_id": img.id, "time": _now()}
     doc.pop("record")
@@ -300,6 +321,8 @@ def _report_publish(r: PublishResult) -> None:
         "channel": r.channel or "none (not smoke-tested)",
         "smoke check": f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
         if r.smoke["status"] == "skipped" else "passed",
+        **({"signature": f"{r.signature['signature_tag']} + {r.signature['attestation_tag']} verified "
+                         f"(key {r.signature['key_fingerprint']})"} if r.signature else {}),
         "record": shown_home(r.record),
     })
 
@@ -314,8 +337,10 @@ def promote(
     plain_http: bool = False,
     password_stdin: bool = False,
     creds: credentials.Credentials | None = None,
+    key: Path | None = None,
 ) -> PromoteResult:
-    """Point channel `to` at the exact manifest channel `from` points at (no layer moves)."""
+    """Point channel `to` at the exact manifest channel `from` points at (no layer moves),
+    after verifying its signature when a key is given or the recipe requires signatures."""
     loaded = load_recipe(recipe_dir(name))
     target = target_for(loaded, registry, plain_http=plain_http)
     source, dest = check_channel(loaded, from_channel), check_channel(loaded, to_channel)
@@ -332,6 +357,7 @@ def promote(
                              "refusing to promote",
                              hint=f"`kiln smoke {name}`, then `kiln publish {name} --channel {source}`, then promote "
                                   "(or run promote where the smoke records are, or point $KILN_STATE_DIR at them)")
+    signature = signstep.verify_for_promote(loaded, client, manifest.digest, key)
     current = client.manifest(dest)
     moved = current is None or current.digest != manifest.digest
     if moved:
@@ -340,7 +366,7 @@ def promote(
     result = PromoteResult(
         recipe=name, image_id=image_id, manifest_digest=manifest.digest, registry=target.host,
         repository=target.path, from_channel=source, to_channel=dest, moved=moved,
-        smoke={"status": "passed", "record": str(record_path(image_id))},
+        smoke={"status": "passed", "record": str(record_path(image_id))}, signature=signature,
     )
     doc = {**asdict(result), "time": _now()}
     doc.pop("record")
@@ -367,7 +393,8 @@ def _common(p) -> None:
 
 def cmd_publish(args) -> int:
     r = publish(args.name, registry=args.registry, channel=args.channel, skip_smoke_check=args.skip_smoke_check,
-                plain_http=args.plain_http, password_stdin=args.password_stdin)
+                plain_http=args.plain_http, password_stdin=args.password_stdin,
+                sign_key=Path(args.sign) if args.sign else None)
     if args.json:
         log.emit_json({**asdict(r), "pinned": r.pinned})
     else:
@@ -377,7 +404,8 @@ def cmd_publish(args) -> int:
 
 def cmd_promote(args) -> int:
     r = promote(args.name, from_channel=args.from_channel, to_channel=args.to_channel, registry=args.registry,
-                plain_http=args.plain_http, password_stdin=args.password_stdin)
+                plain_http=args.plain_http, password_stdin=args.password_stdin,
+                key=Path(args.key) if args.key else None)
     pinned = f"{r.registry}/{r.repository}@{r.manifest_digest}"
     if args.json:
         log.emit_json({**asdict(r), "pinned": pinned})
@@ -394,10 +422,15 @@ def register(sub) -> None:
     p.add_argument("--skip-smoke-check", action="store_true",
                    help=f"publish without a passing smoke record: only as <digest12>{UNSMOKED_SUFFIX}, "
                         f"labelled {SMOKE_LABEL}=skipped, no channel")
+    p.add_argument("--sign", metavar="KEY", help="sign the pushed digest with this cosign private key and attach "
+                                                 "SBOM and provenance attestations, verified before any consumer tag "
+                                                 "(password from KILN_SIGNING_PASSWORD or typed)")
     p.set_defaults(func=cmd_publish)
     p = sub.add_parser("promote", help="point one channel at another's image (no rebuild, no re-push)")
     _common(p)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
     p.add_argument("--from", dest="from_channel", required=True)
     p.add_argument("--to", dest="to_channel", required=True)
+    p.add_argument("--key", metavar="PUB", help="verify the image's signature and attestations with this public key "
+                                                "before the channel moves (default: the recipe's publish.public_key)")
     p.set_defaults(func=cmd_promote)

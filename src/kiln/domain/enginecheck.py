@@ -28,7 +28,16 @@ def verify(loaded: LoadedRecipe, image: Image, docker: DockerDaemon) -> None:
 def verify_launch_args(loaded: LoadedRecipe, image: Image, docker: DockerDaemon) -> None:
     problems = argcheck.check_image(docker, loaded, image)
     if problems:
-        raise LaunchArgInvalid("; ".join(problems))
+        raise LaunchArgInvalid(problems)
+
+
+def preflight_launch_args(loaded: LoadedRecipe, engine_image_id: str, docker: DockerDaemon) -> None:
+    """The same check against the engine image, before the recipe image is built on it:
+    a refused flag, value or feature knob fails in seconds, not after the model is baked
+    in. `verify` then reads the cached answer (same engine image, same command line)."""
+    problems = argcheck.check_engine_image(docker, loaded, engine_image_id)
+    if problems:
+        raise LaunchArgInvalid(problems)
 
 
 def verify_labels(loaded: LoadedRecipe, image: Image) -> None:

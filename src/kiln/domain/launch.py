@@ -38,23 +38,45 @@ def speculative_config(recipe: Recipe) -> dict | None:
     return spec
 
 
-def vllm_argv(recipe: Recipe) -> list[str]:
-    """`vllm serve ...` arguments, in recipe order; user args appended at run time win."""
+@dataclass(frozen=True)
+class ArgvPart:
+    """Tokens of the vLLM command line and the recipe field they come from, so a check of
+    the command line can name the recipe line of each flag (argcheck)."""
+
+    field: str  # as errors name it: "launch.args.max-model-len"
+    loc: tuple[str | int, ...]  # its path in recipe.yaml, for LoadedRecipe.where
+    tokens: tuple[str, ...]
+
+
+def argv_parts(recipe: Recipe) -> list[ArgvPart]:
+    """`vllm serve ...` arguments, in recipe order, one part per flag (the first part is
+    `serve MODEL`); user args appended at run time win."""
     launch = recipe.launch
-    argv = [
-        "serve", recipe.model.target.path,
-        "--served-model-name", launch.served_model_name,
-        "--host", "0.0.0.0",
-        "--port", str(launch.port),
+    parts = [
+        ArgvPart("model.target.path", ("model", "target", "path"), ("serve", recipe.model.target.path)),
+        ArgvPart("launch.served_model_name", ("launch", "served_model_name"),
+                 ("--served-model-name", launch.served_model_name)),
+        ArgvPart("launch", ("launch",), ("--host", "0.0.0.0")),
+        ArgvPart("launch.port", ("launch", "port"), ("--port", str(launch.port))),
     ]
     if recipe.topology is not None:
-        argv += layout_args(recipe.topology)
+        tokens = layout_args(recipe.topology)
+        starts = [i for i, tok in enumerate(tokens) if tok.startswith("--")] + [len(tokens)]
+        parts += [ArgvPart("topology", ("topology",), tuple(tokens[a:b])) for a, b in zip(starts, starts[1:], strict=False)]
     for flag, value in launch.args.items():
-        argv += _flag_args(flag, value)
+        tokens = _flag_args(flag, value)
+        if tokens:  # false: the flag is left out
+            parts.append(ArgvPart(f"launch.args.{flag}", ("launch", "args", flag), tuple(tokens)))
     spec = speculative_config(recipe)
     if spec is not None:
-        argv += _flag_args("speculative-config", spec)
-    return argv
+        parts.append(ArgvPart("launch.speculative_config", ("launch", "speculative_config"),
+                              tuple(_flag_args("speculative-config", spec))))
+    return parts
+
+
+def vllm_argv(recipe: Recipe) -> list[str]:
+    """`vllm serve ...` arguments, in recipe order; user args appended at run time win."""
+    return [tok for part in argv_parts(recipe) for tok in part.tokens]
 
 
 def feature_env(loaded: LoadedRecipe) -> dict[str, str]:

@@ -162,6 +162,13 @@ class Publish(Strict):
     )
     registry: str | None = Field(None, description="default registry HOST[:PORT][/NAMESPACE]")
     channels: list[Name] = Field(default_factory=lambda: ["experimental", "stable"])
+    require_signature: bool = Field(False, description=(
+        "publish only signed images: `kiln publish` needs --sign KEY and verifies the pushed signature and "
+        "SBOM/provenance attestations before it writes any channel, engine or digest tag; `kiln promote` "
+        "verifies the image before it moves a channel (docs/supply-chain.md)"))
+    public_key: Annotated[str, Field(pattern=r"^[^/\s][^\s]*\.pub$", max_length=255)] | None = Field(None, description=(
+        "the signers' public key (cosign PEM), relative to this recipe's folder, e.g. ../../keys/kiln.pub: "
+        "`kiln publish --sign` refuses any other key, `kiln promote` verifies with it"))
 
 
 class Budgets(Strict):

@@ -384,14 +384,15 @@ class DockerDaemon:
         return self.image(ref)
 
     def run_script(self, image_id: str, script: str, *, marker: str, what: str, timeout_s: float,
-                   env: dict[str, str] | None = None, cause: str = "") -> dict:
+                   env: dict[str, str] | None = None, cause: str = "", user: str | None = None) -> dict:
         """Run `python -c script` in a throwaway, network-less container of `image_id` and
-        return the JSON the script printed after `marker ` on one line of its output.
+        return the JSON the script printed after `marker ` on one line of its output
+        (as `user` when given, else the image's own USER).
         BuildFailed (`what` names the job) when it does not finish, fails or prints no
         such line: what a built image reports about itself must be read, never guessed."""
         container = self.client.containers.create(
             image_id, entrypoint=["python", "-c", script], network_disabled=True, detach=True,
-            environment=env or {})
+            environment=env or {}, **({"user": user} if user is not None else {}))
         try:
             container.start()
             status = container.wait(timeout=timeout_s)

@@ -30,6 +30,7 @@ import requests
 from kiln.basics.errors import (
     KilnError,
     ManifestMismatch,
+    PushFailed,
     RegistryAuthFailed,
     RegistryInvalid,
     RegistryRateLimited,
@@ -204,7 +205,13 @@ class RegistryClient:
                                    hint=f"check the address and that it is up: `curl {self.target.base_url}/`")
 
     def request(self, method: str, path: str, **kw) -> requests.Response:
-        url = f"{self.target.base_url}{path}"
+        """`path` under /v2, or an absolute URL the registry handed out (an upload's
+        Location), which must stay on the registry's own origin: credentials go nowhere else."""
+        url = path if path.startswith(("http://", "https://")) else f"{self.target.base_url}{path}"
+        if not _same_origin(url, self.target.base_url):
+            raise RegistryUnreachable(f"registry {self.target.host} sent kiln to {_origin(url)}; kiln does not send "
+                                      "its credentials to another host",
+                                      hint="the registry's upload location must be on the registry itself")
         resp = self._send(method, url, **kw)
         # a 401 to a Basic password is final; to a Bearer token (or no header yet) it
         # asks for a (fresh) token: fetched once, then the request is sent again
@@ -305,6 +312,85 @@ class RegistryClient:
         written = resp.headers.get("Docker-Content-Digest")
         if written and written != manifest.digest:
             raise ManifestMismatch(f"tag {tag} was written as {written}, expected {manifest.digest}")
+
+
+    # -- blobs: what signatures and attestations need (the daemon pushes image layers) ----------
+    def blob(self, digest: str, max_bytes: int) -> bytes | None:
+        """GET a blob by digest, at most `max_bytes` (registry content is untrusted: a huge
+        "signature" must not fill memory); None when the registry has no such blob. The
+        bytes are checked against the digest they were asked for."""
+        resp = self.request("GET", f"/{self.target.path}/blobs/{digest}", stream=True)
+        try:
+            if resp.status_code == 404:
+                return None
+            if resp.status_code != 200:
+                raise RegistryUnreachable(f"GET blob {digest}: HTTP {resp.status_code}{_error_code(resp)}")
+            data = bytearray()
+            for chunk in resp.iter_content(64 * 1024):
+                data += chunk
+                if len(data) > max_bytes:
+                    raise BlobTooLarge(digest, max_bytes)
+        except requests.exceptions.RequestException as exc:
+            raise RegistryUnreachable(f"GET blob {digest} from {self.target.host} failed: {_reason(exc)}") from None
+        finally:
+            resp.close()
+        got = _sha256(bytes(data))
+        if got != digest:
+            raise ManifestMismatch(f"asked {self.target.host} for blob {digest}, its bytes hash to {got}")
+        return bytes(data)
+
+    def has_blob(self, digest: str) -> bool:
+        resp = self.request("HEAD", f"/{self.target.path}/blobs/{digest}")
+        if resp.status_code in (200, 404):
+            return resp.status_code == 200
+        raise RegistryUnreachable(f"HEAD blob {digest}: HTTP {resp.status_code}")
+
+    def upload_blob(self, data: bytes) -> str:
+        """Put `data` into the repository (skipped when the registry has it): the two-step
+        upload every registry implements (POST a session, PUT the bytes with ?digest=).
+        Returns its digest."""
+        digest = _sha256(data)
+        if self.has_blob(digest):
+            return digest
+        start = self.request("POST", f"/{self.target.path}/blobs/uploads/")
+        location = start.headers.get("Location")
+        if start.status_code != 202 or not location:
+            raise PushFailed(f"registry {self.target.host} refused to start a blob upload: HTTP "
+                             f"{start.status_code}{_error_code(start)}")
+        url = urllib.parse.urljoin(f"{self.target.base_url}/", location)
+        url += ("&" if urllib.parse.urlsplit(url).query else "?") + urllib.parse.urlencode({"digest": digest})
+        done = self.request("PUT", url, data=data, headers={"Content-Type": "application/octet-stream"})
+        if done.status_code not in (201, 204):
+            raise PushFailed(f"registry {self.target.host} refused blob {digest} ({len(data)} bytes): HTTP "
+                             f"{done.status_code}{_error_code(done)}")
+        written = done.headers.get("Docker-Content-Digest")
+        if written and written != digest:
+            raise ManifestMismatch(f"blob {digest} was stored as {written}")
+        return digest
+
+    def put_raw_manifest(self, tag: str, body: bytes, media_type: str) -> Manifest:
+        """PUT manifest bytes kiln made (a .sig or .att image) under `tag`."""
+        manifest = Manifest(_sha256(body), media_type, body)
+        self.put_manifest(tag, manifest)
+        return manifest
+
+
+class BlobTooLarge(Exception):
+    """A blob larger than the caller said it may be; the caller knows what that means
+    (for a signature artefact: not one cosign writes)."""
+
+    def __init__(self, digest: str, limit: int):
+        super().__init__(f"blob {digest} is larger than {limit} bytes")
+        self.digest, self.limit = digest, limit
+
+
+def _origin(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+def _same_origin(url: str, base: str) -> bool:
+    return _origin(url) == _origin(base)
 
 
 def _retry_after(resp: requests.Response) -> float:
