@@ -65,7 +65,8 @@ def unit(session):
     tier's guard: a test that reaches the Docker daemon, any TCP/UDP peer, a DNS name,
     or starts docker/dockerd/docker-registry/debootstrap/apt-get/pip install fails.
     Under 3 minutes on 2 cores."""
-    _pytest(session, "--unit", "-n", "auto", "-q", "--durations=15")  # -n: pytest-xdist, one worker per core
+    # -n: pytest-xdist, one worker per core (pytest-benchmark, unused here, would warn about it)
+    _pytest(session, "--unit", "-n", "auto", "-p", "no:benchmark", "-q", "--durations=15")
 
 
 @nox.session

@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from dt_patched import SERIES_ROOT, VLLM_VERSIONS
 
 REPO = Path(__file__).resolve().parents[2]
