@@ -1,7 +1,7 @@
 """kiln's test and benchmark sessions.
 
 Sessions run in the environment `make setup` prepared (system packages, a running
-Docker daemon, `pip install -e .[dev] -e engine`), not in fresh virtualenvs: the tests
+Docker daemon, `pip install -e .[dev] -e engine -e testkit`), not in fresh virtualenvs: the tests
 drive the real daemon, registry and vLLM images, which no venv can isolate anyway.
 
 `nox` with no arguments runs the default sessions in this order, and stops at the first

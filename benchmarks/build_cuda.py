@@ -30,20 +30,17 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+from kiln_testkit.import_allowlist import UPSTREAM
+from kiln_testkit.tree import REPO
 
-from kiln.basics import log  # noqa: E402
-from kiln.basics.errors import KilnError  # noqa: E402
-from kiln.commands.build import build_engine, build_recipe  # noqa: E402
-from kiln.domain import argcheck, enginecheck, wheelhouse  # noqa: E402
-from kiln.domain.ca import add_to_context  # noqa: E402
-from kiln.domain.context import BuildContext  # noqa: E402
-from kiln.domain.images import resolve  # noqa: E402
-from kiln.infra.docker import DockerDaemon  # noqa: E402
-
-sys.path.insert(0, str(REPO / "tests" / "cuda"))
-from import_allowlist import UPSTREAM  # noqa: E402
+from kiln.basics import log
+from kiln.basics.errors import KilnError
+from kiln.commands.build import build_engine, build_recipe
+from kiln.domain import argcheck, enginecheck, wheelhouse
+from kiln.domain.ca import add_to_context
+from kiln.domain.context import BuildContext
+from kiln.domain.images import resolve
+from kiln.infra.docker import DockerDaemon
 
 NAME = "glm53-kindling"
 DOC = REPO / "docs" / "build-cuda.md"
@@ -98,15 +95,21 @@ def gb(n: float) -> float:
 
 def _plain_context(engine_image) -> BuildContext:
     """plain.Dockerfile in a context holding exactly the files its shared `wheels` stage
-    COPYs, byte for byte as engine-cuda's context holds them (so the cache matches)."""
+    COPYs, byte for byte as engine-cuda's context holds them (so the cache matches): the
+    in-image lock tools, the lock's derived files and every locked wheel, the plain
+    anchor's extra ones included."""
     ctx = BuildContext()
     ctx.add_bytes("Dockerfile", (engine_image.dir / "plain.Dockerfile").read_bytes())
-    ctx.add_file("_kiln/common/with-ca", REPO / "docker-images" / "common" / "with-ca")
-    wheels = wheelhouse.fetch(engine_image.wheel_requirements(), engine_image.engine.flavour)
+    for tool in ("with-ca", "kiln-apt-install", "kiln-lock-tool"):
+        ctx.add_file(f"_kiln/common/{tool}", REPO / "docker-images" / "common" / tool)
+    for entry in engine_image.context.entries:
+        if entry.arcname.startswith("_kiln/lock/"):
+            ctx.add_bytes(entry.arcname, entry.content())
+    lock = engine_image.lock
+    wheels = wheelhouse.fetch_locked(lock, engine_image.platform, lock_file=engine_image.lock_file,
+                                     cafile=engine_image.ca.get().path, plain=True)
     for whl in wheels:
         ctx.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
-    if not wheels:
-        ctx.add_bytes("_kiln/wheels/.keep", b"", in_digest=False)
     add_to_context(ctx, engine_image.ca.get())
     return ctx
 
@@ -240,8 +243,8 @@ def run_proofs(engine_id: str) -> tuple[bool, dict]:
         out = Path(tmp) / "proofs.json"
         env = {**os.environ, "KILN_CUDA_TESTS": "1", "KILN_CUDA_ENGINE_IMAGE": engine_id,
                "KILN_CUDA_PROOFS_JSON": str(out),
-               "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), str(REPO / "tests"),
-                                              os.environ.get("PYTHONPATH", "")])}
+               "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), str(REPO / "testkit"),
+                                              str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
         log.step("proofs inside the image: pytest tests/cuda/test_image_proofs.py (minutes: every module imports)")
         proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
                                str(REPO / "tests" / "cuda" / "test_image_proofs.py")], env=env, cwd=REPO)
@@ -261,7 +264,8 @@ def main() -> int:
         return 0
     args.force = args.force or args.cold
     docker = DockerDaemon()
-    loaded, engine_image, _ = resolve(NAME)
+    resolved = resolve(NAME)
+    loaded, engine_image = resolved.loaded, resolved.engine_image
     run: dict = {"date": dt.date.today().isoformat(), "engine": loaded.recipe.engine.version,
                  "base_image": engine_image.engine.base_image.pinned, "cold": args.cold,
                  "cpus": os.cpu_count()}

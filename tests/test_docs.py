@@ -124,7 +124,8 @@ def doc_env(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("KILN_ROOT", "KILN_RESULTS_DIR")}
     env.update(PATH=f"{shim}{os.pathsep}{env.get('PATH', '')}", KILN_STATE_DIR=str(base / "state"),
                KILN_CACHE_DIR=str(cache), EDITOR="true", COLUMNS="200",
-               PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), env.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), str(REPO / "testkit"),
+                                           env.get("PYTHONPATH", "")]))
     return base, env
 
 

@@ -17,13 +17,12 @@ record with engine code newer than the built image (the trace format is the same
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "src"), str(REPO / "tests"), str(REPO / "engine")]
+from kiln_testkit.tree import REPO
+
 TRACE_IN_CONTAINER = "/tmp/kiln-draft-trunc-trace.jsonl"
 
 
@@ -46,7 +45,7 @@ def trace_lines(box) -> int:
 def _phase(box, model: str, concurrency: int, until_lines: int, limit_s: float) -> int:
     """Keep `concurrency` requests in flight until the trace has `until_lines` lines (or
     the time limit), then let every request in flight finish: phases never overlap."""
-    from twinserve import prompts, run_set
+    from kiln_testkit.twinserve import prompts, run_set
 
     t0 = time.monotonic()
     stop = threading.Event()
@@ -84,7 +83,7 @@ def record(docker, loaded, image_id, concurrencies: list[int], steps: int, out: 
            limit_s: float) -> list[dict]:
     """One server, one phase per concurrency (in order); the trace is split at the phase
     boundaries, where no request is in flight."""
-    from twinserve import serving
+    from kiln_testkit.twinserve import serving
 
     env = {"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_TAU": "0",
            "KILN_DRAFT_TRUNC_TRACE": TRACE_IN_CONTAINER, "KILN_DRAFT_TRUNC_LOG_INTERVAL": "200"}
@@ -127,7 +126,8 @@ def main() -> None:
     from kiln.infra.docker import DockerDaemon
 
     docker = DockerDaemon()
-    loaded, _, image = require_built(docker, "tiny-kindling") if not args.dev else _any_built(docker)
+    built = require_built(docker, "tiny-kindling") if not args.dev else _any_built(docker)
+    loaded, image = built.loaded, built.image
     args.out.mkdir(parents=True, exist_ok=True)
     rows = record(docker, loaded, image.id, args.concurrency, args.steps, args.out, args.dev, args.limit_s)
     print("\nrecorded:")
@@ -138,11 +138,11 @@ def main() -> None:
 
 def _any_built(docker):
     """--dev: the newest kiln/tiny-kindling image, whatever inputs it was built from."""
-    from kiln.domain.images import resolve
+    from kiln.domain.images import BuiltRecipe, resolve
 
-    loaded, _, _ = resolve("tiny-kindling")
+    resolved = resolve("tiny-kindling")
     image = docker.client.images.get("kiln/tiny-kindling:latest")
-    return loaded, None, image
+    return BuiltRecipe(resolved.loaded, resolved.recipe_image, image)
 
 
 if __name__ == "__main__":

@@ -32,8 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
-from twinserve import counters, prompts, run_set, serving_all, spec_decode_stats
-from twinstats import greedy_divergences, permutation_test
+from kiln_testkit.twinserve import counters, prompts, run_set, serving_all, spec_decode_stats
+from kiln_testkit.twinstats import greedy_divergences, permutation_test
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -92,7 +92,7 @@ def runs(request, tiny_kindling, docker_daemon):
     from kiln.domain.features import engine_features
 
     size = SIZES[request.param]
-    loaded, _, img = tiny_kindling
+    loaded, img = tiny_kindling.loaded, tiny_kindling.image
     (feature,) = engine_features(loaded.recipe.features)
     model = loaded.recipe.launch.served_model_name
     result = {"feature": feature, "size": size, "timing": {}}

