@@ -3,7 +3,7 @@
 Each fenced block whose info string is empty or a shell (sh, bash, shell, console)
 must be preceded by a tag comment saying how this test treats it:
 
-    <!-- kiln-doc: run -->             cheap: runs in the default `tests` session
+    <!-- kiln-doc: run -->             cheap: a unit test (`nox -s unit`), with no Docker daemon
     <!-- kiln-doc: network -->         downloads from PyPI the first time (marker `network`)
     <!-- kiln-doc: e2e -->             needs the built tiny-moe image or a server (marker `e2e`)
     <!-- kiln-doc: skip: REASON -->    never run here (GPU, remote registry, ...); REASON is required
@@ -151,6 +151,8 @@ def test_doc_block_runs(block: Block, doc_env, request):
         request.getfixturevalue("tiny_moe")
     cwd = _checkout(base, block.doc, env)
     kind = _kind(block.tag)
+    if kind == "run":  # unit tests: daemon-optional commands (check, render, run --print) see no daemon
+        env = {**env, "DOCKER_HOST": f"unix://{base}/no-docker.sock"}
     proc = subprocess.run(["bash", "-eo", "pipefail", "-c", block.body], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=TIMEOUT[kind])
     expected = int(TAG.match(block.tag).group("exit") or 0)

@@ -13,6 +13,9 @@ from kilntest import REPO, run_kiln
 from kiln.basics.errors import RecipeInvalid
 from kiln.domain.recipe import load_recipe
 
+# daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
+pytestmark = pytest.mark.usefixtures("no_docker")
+
 GOOD = (REPO / "recipes" / "tiny-moe" / "recipe.yaml").read_text()
 
 

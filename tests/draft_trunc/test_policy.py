@@ -60,7 +60,14 @@ def reference_ratios(dt, batch, step):
     )
 
 
-@pytest.mark.parametrize("seed", range(16))
+# seeds 2, 13 and 14 draw a 4096-expert layer with skewed routing: ~17 s each in the
+# interpreter, so they run in `nox -s kernels`; the unit tier keeps the other 13 (every
+# parameter value, 4096 experts included, unskewed)
+SLOW_SEEDS = {2, 13, 14}
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.kernels) if s in SLOW_SEEDS else s
+                                  for s in range(16)])
 def test_kernel_picks_the_best_tau_and_marks_by_it(draft_trunc, seed):
     rng = np.random.default_rng(1000 + seed)
     k = int(rng.integers(1, 9))
