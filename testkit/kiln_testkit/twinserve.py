@@ -42,20 +42,19 @@ def serving(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str,
     box = ServingContainer(docker_daemon, spec)
     with box:
         box.start()
-        # seconds to healthy, for the callers' reports
-        box.startup_s = box.wait_healthy(startup_timeout_s)  # type: ignore[attr-defined]  # not a ServingContainer field
+        box.wait_healthy(startup_timeout_s)  # sets box.startup_s, for the callers' reports
         yield box
 
 
 @contextmanager
-def serving_all(docker_daemon, loaded, image_id: str, envs: dict[str, dict[str, str]],
-                startup_timeout_s: float = 600):
+def serving_all(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str, envs: dict[str, dict[str, str]],
+                startup_timeout_s: float = 600) -> Iterator[dict[str, ServingContainer]]:
     """One healthy server of `image_id` per entry of `envs` (name -> extra env), started
     together so that they boot in parallel (a tiny-kindling start is mostly one busy
     Python process; on 2 cores two boot in about the time of one). Yields {name:
     ServingContainer}; each box's `startup_s` counts from the common start."""
     with ExitStack() as stack:
-        boxes = {}
+        boxes: dict[str, ServingContainer] = {}
         t0 = time.monotonic()
         for name, env in envs.items():
             spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env)

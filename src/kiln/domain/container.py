@@ -137,6 +137,9 @@ class ServingContainer:
         self.container: Container | None = None
         self.captured: deque[str] = deque(maxlen=5000)
         self.exit_code: int | None = None
+        # seconds until it turned healthy, for reports: wait_healthy's own count, or what
+        # the caller measured from an earlier start (several servers booting together)
+        self.startup_s: float | None = None
         self._gone = threading.Event()
 
     def start(self) -> None:
@@ -223,6 +226,7 @@ class ServingContainer:
                 if health_ok(self.url):
                     activity.stop()
                     log.ok(f"healthy after {elapsed:.1f} s: {self.url}")
+                    self.startup_s = elapsed
                     return elapsed
                 if elapsed > timeout_s:
                     activity.stop()
