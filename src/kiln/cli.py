@@ -17,8 +17,10 @@ from kiln import __version__
 from kiln.basics import log
 from kiln.basics.errors import KilnError, UsageError
 from kiln.basics.paths import recipes_dir
+from kiln.commands import fetch as fetchcmd
 from kiln.commands import keys as keyscmd
 from kiln.commands import patches as patchcmd
+from kiln.commands import plan as plancmd
 from kiln.commands import publish
 from kiln.commands import render as k8s
 from kiln.commands import sbom as sbomcmd
@@ -267,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
     verifycmd.register(sub)
     k8s.register(sub)
     sbomcmd.register(sub)
+    plancmd.register(sub)
+    fetchcmd.register(sub)
     s = sub.add_parser("completion", help="print a shell completion script (bash, zsh, tcsh)")
     s.add_argument("shell", choices=("bash", "zsh", "tcsh"))
     s.set_defaults(func=cmd_completion)

@@ -8,6 +8,12 @@ the kubelet), exactly the flags `kiln run --print` shows per node. One node: a D
 Both come with a Service on the leader, probes derived from the smoke spec, the recipe's
 accelerators as nvidia.com/gpu, a memory-backed /dev/shm, the model volumes, the image
 by digest and a non-root, read-only security context.
+
+A recipe reading weights from a Hugging Face cache (`model.*.source: hf`) mounts a
+PersistentVolumeClaim (`--hf-cache-pvc`, default `hf-cache`) read-only at /hf-cache in
+every serving pod, whose init container waits until the pinned snapshots are complete
+there; a Job (`NAME-fetch`) fills it once with the image's own hub client, the only pod
+that mounts it writable and is allowed to reach the hub.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 
 import yaml
@@ -24,8 +31,9 @@ from kiln.basics.errors import ImageNotPublished, RecipeInvalid
 from kiln.basics.paths import results_dir, shown_home
 from kiln.commands.check import check_one
 from kiln.domain.container import _explicit_env
+from kiln.domain.hfcache import CONTAINER_CACHE
 from kiln.domain.images import resolve
-from kiln.domain.launch import CPU_CAPS, CPU_SHM, CUDA_SHM, CUDA_TMPFS, TMPFS
+from kiln.domain.launch import CPU_CAPS, CPU_SHM, CUDA_SHM, CUDA_TMPFS, TMPFS, hf_models
 from kiln.domain.recipe import LoadedRecipe
 from kiln.domain.topology import Topology, effective, node_args
 
@@ -34,6 +42,8 @@ LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 UID = 1000  # the `kiln` user of every engine image
 PROBE_PERIOD_S = 10
+HF_CACHE_PVC = "hf-cache"  # default claim of the shared Hugging Face cache
+HF_TOKEN_SECRET = "hf-token"  # optional Secret (key HF_TOKEN) the fetch Job passes on, for gated repos
 
 
 # -- the image --------------------------------------------------------------------------
@@ -71,7 +81,7 @@ def _volume_name(path: str) -> str:
     return "v" + "".join(ch if ch.isalnum() else "-" for ch in path.lower()).strip("-")[:60]
 
 
-def _volumes(loaded: LoadedRecipe) -> tuple[list[dict], list[dict]]:
+def _volumes(loaded: LoadedRecipe, hf_pvc: str = HF_CACHE_PVC) -> tuple[list[dict], list[dict]]:
     recipe = loaded.recipe
     cuda = recipe.engine.flavour == "cuda"
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(CUDA_SHM if cuda else CPU_SHM)}}]
@@ -89,6 +99,9 @@ def _volumes(loaded: LoadedRecipe) -> tuple[list[dict], list[dict]]:
         else:
             volumes.append({"name": role, "hostPath": {"path": src.host_path, "type": "Directory"}})
         mounts.append({"name": role, "mountPath": src.path, "readOnly": True})
+    if hf_models(recipe):
+        volumes.append({"name": "hf-cache", "persistentVolumeClaim": {"claimName": hf_pvc, "readOnly": True}})
+        mounts.append({"name": "hf-cache", "mountPath": CONTAINER_CACHE, "readOnly": True})
     return volumes, mounts
 
 
@@ -139,15 +152,45 @@ def _container(loaded: LoadedRecipe, image: str, args: list[str], mounts: list[d
     return container
 
 
-def _pod_spec(loaded: LoadedRecipe, image: str, args: list[str], topo: Topology, *, serves: bool) -> dict:
-    volumes, mounts = _volumes(loaded)
+def _security(loaded: LoadedRecipe) -> dict:
+    caps = {"drop": ["ALL"]}
+    if loaded.recipe.engine.flavour != "cuda":
+        caps["add"] = list(CPU_CAPS)
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True, "runAsUser": UID, "capabilities": caps}
+
+
+def _pod_security() -> dict:
+    return {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _wait_for_weights(loaded: LoadedRecipe, image: str, mounts: list[dict]) -> dict:
+    """Init container: the entrypoint's own snapshot check, repeated until the fetch Job
+    has filled the cache (it prints the one line naming what is missing meanwhile)."""
     return {
-        "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "name": "wait-for-weights",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["--check-models", "--wait-models"],
+        "env": _env(loaded),
+        "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", _volume_name("/tmp"))],
+        "securityContext": _security(loaded),
+    }
+
+
+def _pod_spec(loaded: LoadedRecipe, image: str, args: list[str], topo: Topology, *, serves: bool,
+              hf_pvc: str = HF_CACHE_PVC) -> dict:
+    volumes, mounts = _volumes(loaded, hf_pvc)
+    spec: dict = {
+        "securityContext": _pod_security(),
         "terminationGracePeriodSeconds": 60,
         "containers": [_container(loaded, image, args, mounts, topo, serves=serves)],
         "volumes": volumes,
     }
+    if hf_models(loaded.recipe):
+        spec["initContainers"] = [_wait_for_weights(loaded, image, mounts)]
+    return spec
 
 
 def _labels(name: str) -> dict:
@@ -155,7 +198,8 @@ def _labels(name: str) -> dict:
 
 
 # -- objects ----------------------------------------------------------------------------
-def leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int) -> dict:
+def leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int,
+                      hf_pvc: str = HF_CACHE_PVC) -> dict:
     name = loaded.name
     leader = {**_labels(name), "ai.kiln.role": "leader"}
     worker = {**_labels(name), "ai.kiln.role": "worker"}
@@ -172,9 +216,11 @@ def leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas
                 # a vLLM world cannot take back a restarted rank: restart the whole group
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {"metadata": {"labels": leader},
-                                   "spec": _pod_spec(loaded, image, node_args(topo, 0, LEADER_ADDRESS), topo, serves=True)},
+                                   "spec": _pod_spec(loaded, image, node_args(topo, 0, LEADER_ADDRESS), topo,
+                                                     serves=True, hf_pvc=hf_pvc)},
                 "workerTemplate": {"metadata": {"labels": worker},
-                                   "spec": _pod_spec(loaded, image, _worker_args(topo), topo, serves=False)},
+                                   "spec": _pod_spec(loaded, image, _worker_args(topo), topo, serves=False,
+                                                     hf_pvc=hf_pvc)},
             },
         },
     }
@@ -187,7 +233,7 @@ def _worker_args(topo: Topology) -> list[str]:
     return args
 
 
-def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int) -> dict:
+def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, hf_pvc: str = HF_CACHE_PVC) -> dict:
     name = loaded.name
     labels = {**_labels(name), "ai.kiln.role": "leader"}
     return {
@@ -197,7 +243,8 @@ def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int) 
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"ai.kiln.recipe": name, "ai.kiln.role": "leader"}},
-            "template": {"metadata": {"labels": labels}, "spec": _pod_spec(loaded, image, [], topo, serves=True)},
+            "template": {"metadata": {"labels": labels},
+                         "spec": _pod_spec(loaded, image, [], topo, serves=True, hf_pvc=hf_pvc)},
         },
     }
 
@@ -217,11 +264,53 @@ def service(loaded: LoadedRecipe) -> dict:
     }
 
 
-def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1) -> list[dict]:
+def fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> dict:
+    """The Job that fills the shared cache with the recipe's pinned snapshots, once: the
+    recipe image's entrypoint with --fetch-models (its own hub client, online), the claim
+    mounted writable. Rerunning it resumes and re-checks; a complete cache is left as is."""
+    name = loaded.name
+    env = [e for e in _env(loaded) if e["name"] not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
+    env += [{"name": "HF_HUB_OFFLINE", "value": "0"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "HF_TOKEN",
+                                                                 "optional": True}}}]
+    tmp = _volume_name("/tmp")
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{name}-fetch", "labels": {**_labels(name), "ai.kiln.role": "fetch"}},
+        "spec": {
+            "backoffLimit": 3,
+            "template": {
+                "metadata": {"labels": {**_labels(name), "ai.kiln.role": "fetch"}},
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    "securityContext": _pod_security(),
+                    "containers": [{
+                        "name": "fetch",
+                        "image": image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "args": ["--fetch-models"],
+                        "env": env,
+                        "volumeMounts": [{"name": "hf-cache", "mountPath": CONTAINER_CACHE},
+                                         {"name": tmp, "mountPath": "/tmp"}],
+                        "securityContext": _security(loaded),
+                    }],
+                    "volumes": [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": hf_pvc}},
+                                {"name": tmp, "emptyDir": {}}],
+                },
+            },
+        },
+    }
+
+
+def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1, hf_pvc: str = HF_CACHE_PVC) -> list[dict]:
     topo = effective(loaded.recipe)
-    workload = leader_worker_set(loaded, image, topo, replicas) if topo.multi_node else \
-        deployment(loaded, image, topo, replicas)
-    return [workload, service(loaded)]
+    workload = leader_worker_set(loaded, image, topo, replicas, hf_pvc) if topo.multi_node else \
+        deployment(loaded, image, topo, replicas, hf_pvc)
+    objects = [workload, service(loaded)]
+    if hf_models(loaded.recipe):
+        objects.append(fetch_job(loaded, image, hf_pvc))
+    return objects
 
 
 def dump(objects: list[dict]) -> str:
@@ -229,7 +318,8 @@ def dump(objects: list[dict]) -> str:
 
 
 # -- command --------------------------------------------------------------------------
-def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int) -> list[Path]:
+def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int,
+           hf_pvc: str = HF_CACHE_PVC) -> list[Path]:
     """Check the recipe as `kiln check` does, then write (or print) its manifests."""
 
     problems = check_one(name)
@@ -240,7 +330,7 @@ def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int)
         image = published_image(name, recipe_image.digest)
     elif "@sha256:" not in image:
         log.warn(f"--image {image} is not pinned by digest: nodes may pull different images")
-    objects = manifests(loaded, image, replicas=replicas)
+    objects = manifests(loaded, image, replicas=replicas, hf_pvc=hf_pvc)
     if out_dir is None:
         print(dump(objects), end="")
         return []
@@ -252,14 +342,16 @@ def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int)
         written.append(path)
     topo = effective(loaded.recipe)
     shape = f"LeaderWorkerSet of {topo.nodes} nodes" if topo.multi_node else "Deployment"
-    log.ok(f"{name}: {shape} x {replicas} replica(s) + Service, image {image}")
+    fetch = f" + Job {name}-fetch (fills PVC {hf_pvc})" if hf_models(loaded.recipe) else ""
+    log.ok(f"{name}: {shape} x {replicas} replica(s) + Service{fetch}, image {image}")
     for path in written:
         log.info(f"  wrote {path}")
     return written
 
 
 def cmd_render(args) -> int:
-    render(args.name, out_dir=Path(args.output) if args.output else None, image=args.image, replicas=args.replicas)
+    render(args.name, out_dir=Path(args.output) if args.output else None, image=args.image, replicas=args.replicas,
+           hf_pvc=args.hf_cache_pvc)
     return 0
 
 
@@ -271,7 +363,15 @@ def register(sub) -> None:
     s.add_argument("-o", "--output", metavar="DIR", help="write one YAML file per object here (default: print them)")
     s.add_argument("--image", help="image reference (default: the digest of the recipe's latest publish)")
     s.add_argument("--replicas", type=_replicas, default=1, help="serving groups (default 1)")
+    s.add_argument("--hf-cache-pvc", default=HF_CACHE_PVC, type=_claim_name, metavar="CLAIM",
+                   help=f"PersistentVolumeClaim holding the shared Hugging Face cache (default {HF_CACHE_PVC})")
     s.set_defaults(func=cmd_render)
+
+
+def _claim_name(text: str) -> str:
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", text) or len(text) > 253:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a PersistentVolumeClaim name (lowercase letters, digits, '-')")
+    return text
 
 
 def _replicas(text: str) -> int:
