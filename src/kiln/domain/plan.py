@@ -433,6 +433,7 @@ class PlanInput:
     target: ModelShape
     draft: ModelShape | None
     topology: Topology | None
+    notes: tuple[str, ...] = ()
 
 
 def _arg(args: dict, name: str) -> Any:
@@ -466,7 +467,7 @@ def compute(inp: PlanInput, acc: Accelerator | None, lay: Layout, *, nodes: int 
     util = _num(_arg(args, "gpu-memory-utilization"), DEFAULT_GPU_MEMORY_UTILIZATION)
     kv_dtype = str(_arg(args, "kv-cache-dtype") or "auto")
     block = int(_num(_arg(args, "block-size"), CPU_BLOCK if acc is None else GPU_BLOCK))
-    notes: list[str] = []
+    notes: list[str] = list(inp.notes)
     prec = precision(t, args)
     spec = inp.speculative or {}
     method = str(spec.get("method") or "")
@@ -490,9 +491,13 @@ def compute(inp: PlanInput, acc: Accelerator | None, lay: Layout, *, nodes: int 
                        extra_layers=extra) + draft_kv
     reserve = _reserve(t, lay, acc, args, batched=batched, seqs=seqs)
     cpu_space = 0.0
-    if acc is None:
-        space = inp.env.get("VLLM_CPU_KVCACHE_SPACE", "4")  # GiB; vllm/envs.py's default is 0 = 4 GiB
-        cpu_space = float(space or 4) * GIB if float(space or 0) > 0 else 4 * GIB
+    if acc is None:  # VLLM_CPU_KVCACHE_SPACE GiB (vllm/platforms/cpu.py sets kv_cache_memory_bytes from it)
+        space = inp.env.get("VLLM_CPU_KVCACHE_SPACE", "")
+        if not space.isdigit() or int(space) == 0:
+            notes.append("VLLM_CPU_KVCACHE_SPACE is not set: vLLM sizes the CPU KV cache from host memory; "
+                         "the plan assumes 4 GiB")
+            space = "4"
+        cpu_space = int(space) * GIB
     return Plan(recipe=inp.recipe, accelerator=acc, layout=lay, nodes=nodes, utilization=util, max_model_len=max_len,
                 max_num_seqs=seqs, batched_tokens=batched, kv_dtype=kv_dtype, block=block, parts=tuple(parts),
                 kv_one=per_seq, kv_full=per_seq * seqs, kv_per_seq=per_seq, reserve=reserve, cpu_kv_space=cpu_space,

@@ -83,9 +83,14 @@ def plan_input(loaded: LoadedRecipe, *, docker: DockerDaemon | None = None) -> P
     draft = recipe.model.draft
     spec = speculative_config(recipe)
     uses_draft = draft is not None and (spec or {}).get("method") == "draft_model"
+    target = model_shape(loaded, "target", recipe.model.target, docker=docker)
+    draft_shape, notes = None, []
+    if uses_draft and draft is not None:
+        try:
+            draft_shape = model_shape(loaded, "draft", draft, docker=docker)
+        except ModelShapeUnknown as exc:  # a small draft: plan the target, and say what is left out
+            notes.append(f"the draft model is not counted: {exc.message.split(': ', 2)[-1]}")
     return PlanInput(
         recipe=recipe.name, flavour=recipe.engine.flavour, engine_version=recipe.engine.version,
         args=dict(recipe.launch.args), env=dict(launch_document(loaded)["env"]), speculative=spec,
-        target=model_shape(loaded, "target", recipe.model.target, docker=docker),
-        draft=model_shape(loaded, "draft", draft, docker=docker) if uses_draft and draft is not None else None,
-        topology=recipe.topology)
+        target=target, draft=draft_shape, topology=recipe.topology, notes=tuple(notes))
