@@ -146,10 +146,12 @@ def parse_config(config: dict, *, what: str = "", source: str = "") -> ModelShap
     if experts:
         n_shared = _int(cfg, "n_shared_experts", "num_shared_experts", default=0)
         shared = n_shared * expert_inter or _int(cfg, "shared_expert_intermediate_size", default=0)
-    layer_types = cfg.get("layer_types") if isinstance(cfg.get("layer_types"), list) else []
+    types = cfg.get("layer_types")
+    layer_types: list = types if isinstance(types, list) else []
     sliding = sum(1 for t in layer_types if t == "sliding_attention")
     window = _int(cfg, "sliding_window", default=0) if sliding else 0
-    quant_cfg = cfg.get("quantization_config") if isinstance(cfg.get("quantization_config"), dict) else {}
+    qc = cfg.get("quantization_config")
+    quant_cfg: dict = qc if isinstance(qc, dict) else {}
     method = str(quant_cfg.get("quant_method", "")).lower()
     quant = "fp8" if method == "fp8" else "mxfp4" if method == "mxfp4" else ""
     block = quant_cfg.get("weight_block_size") or list(FP8_BLOCK)
@@ -297,6 +299,7 @@ def weight_bytes(s: ModelShape, prec: Precision, lay: Layout, *, mtp: bool = Fal
 def kv_bytes_per_token(s: ModelShape, lay: Layout, kv_dtype: str) -> tuple[float, float]:
     """(full-attention bytes, sliding-window bytes) per token for the layers of one GPU."""
     fp8 = kv_dtype.startswith("fp8")
+    per_layer: float
     if s.mla:
         latent = s.mla.kv_lora_rank + s.mla.qk_rope_head_dim
         if fp8 and s.indexer_head_dim:

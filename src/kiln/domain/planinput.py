@@ -37,7 +37,7 @@ def _from_image(loaded: LoadedRecipe, src: ModelSource, docker: DockerDaemon | N
         if image is None:
             return None
         path = f"{src.path}/config.json"
-        data = docker.run_script(image.id, _READ.format(path=path), marker=MARKER, timeout_s=120,
+        data = docker.run_script(str(image.id), _READ.format(path=path), marker=MARKER, timeout_s=120,
                                  what=f"reading {path} in {recipe_image.tag}")
     except KilnError:
         return None
