@@ -36,8 +36,8 @@ def _plan_problems(loaded) -> tuple[list[str], list[str]]:
     if recipe.topology is None:
         return [], []
     if recipe.engine.flavour == "cuda" and recipe.topology.accelerator is None:
-        return [f"{loaded.where('topology')}: topology.accelerator: name the GPU the recipe is sized for "
-                "(kiln plan checks it fits)"], []
+        log.warn(f"{loaded.name}: not planned: topology.accelerator names no GPU (`kiln plan {loaded.name} --gpu G`)")
+        return [], []
     try:
         plan = plan_recipe(loaded)
     except KilnError as exc:

@@ -23,13 +23,11 @@ class Fetched:
 def hub_download(repo: str, revision: str, cache: Path) -> None:
     """The hub client's own download (resumes partial files, verifies sizes and hashes)."""
     try:
-        from huggingface_hub import (
-            snapshot_download,  # late: optional, only `kiln fetch` needs the hub client
-        )
+        import huggingface_hub  # late: optional, only `kiln fetch` needs the hub client
     except ImportError:
         raise FetchFailed("kiln fetch needs the huggingface_hub package on this host",
                           hint="pip install huggingface_hub (or fill the cache with `hf download` elsewhere)") from None
-    snapshot_download(repo_id=repo, revision=revision, cache_dir=str(cache))
+    huggingface_hub.snapshot_download(repo_id=repo, revision=revision, cache_dir=str(cache))
 
 
 def fetch(models: list[HfModel], cache: Path, *, download: Downloader = hub_download,
