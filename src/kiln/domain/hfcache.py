@@ -117,16 +117,16 @@ def check(cache: Path, model: HfModel) -> Missing | None:
         snaps = cache / repo_folder(model.repo) / "snapshots"
         if snaps.is_dir():
             have = sorted(p.name[:12] for p in snaps.iterdir())
-        why = f"is missing (cached revisions: {', '.join(have)})" if have else "is missing"
-        return Missing(model, f"snapshots/{model.revision}/", why + " (`kiln fetch` downloads it)", shown)
+        absent = f"is missing (cached revisions: {', '.join(have)})" if have else "is missing"
+        return Missing(model, f"snapshots/{model.revision}/", absent + " (`kiln fetch` downloads it)", shown)
     partial = _incomplete(cache, model.repo)
 
-    def missing(name: str, why: str) -> Missing:
+    def missing(name: str, reason: str) -> Missing:
         if partial:
-            why += f"; {len(partial)} unfinished download(s) in blobs/"
-        return Missing(model, name, why, shown)
+            reason += f"; {len(partial)} unfinished download(s) in blobs/"
+        return Missing(model, name, reason, shown)
 
-    why = _state(snap / CONFIG)
+    why: str | None = _state(snap / CONFIG)
     if why:
         return missing(CONFIG, why)
     index = snap / WEIGHTS_INDEX
