@@ -77,7 +77,7 @@ def moe_numbers(docker, image_id: str) -> dict:
     does (`--speculative-config None`, vLLM's own spelling, replaces the baked flag)."""
     from kiln.domain.images import resolve
 
-    loaded = resolve(NAME)[0]
+    loaded = resolve(NAME).loaded
     return {"spec": serve_moe(docker, loaded, image_id, []),
             "plain": serve_moe(docker, loaded, image_id, ["--speculative-config", "None"])}
 
@@ -105,7 +105,8 @@ def twin_numbers(docker) -> dict:
     from kiln.domain.images import require_built
 
     build_recipe(TWIN, docker=docker, quiet_summary=True)
-    loaded, _, image = require_built(docker, TWIN)
+    built = require_built(docker, TWIN)
+    loaded, image = built.loaded, built.image
     (feature,) = engine_features(loaded.recipe.features)
     model = loaded.recipe.launch.served_model_name
     ps = prompts(16, seed=3)
@@ -158,7 +159,8 @@ def main() -> None:
 
     reuse = "--reuse" in sys.argv
     docker = DockerDaemon()
-    loaded, engine_image, recipe_image = resolve(NAME)
+    resolved = resolve(NAME)
+    loaded, engine_image = resolved.loaded, resolved.engine_image
     print(f"bench_cpu: {NAME} on {engine_image.repository} (vllm {loaded.recipe.engine.version}, 2 cores)")
     t0 = time.monotonic()
     eng = build_engine(docker, engine_image, force=not reuse, nocache=not reuse)

@@ -98,15 +98,21 @@ def gb(n: float) -> float:
 
 def _plain_context(engine_image) -> BuildContext:
     """plain.Dockerfile in a context holding exactly the files its shared `wheels` stage
-    COPYs, byte for byte as engine-cuda's context holds them (so the cache matches)."""
+    COPYs, byte for byte as engine-cuda's context holds them (so the cache matches): the
+    in-image lock tools, the lock's derived files and every locked wheel, the plain
+    anchor's extra ones included."""
     ctx = BuildContext()
     ctx.add_bytes("Dockerfile", (engine_image.dir / "plain.Dockerfile").read_bytes())
-    ctx.add_file("_kiln/common/with-ca", REPO / "docker-images" / "common" / "with-ca")
-    wheels = wheelhouse.fetch(engine_image.wheel_requirements(), engine_image.engine.flavour)
+    for tool in ("with-ca", "kiln-apt-install", "kiln-lock-tool"):
+        ctx.add_file(f"_kiln/common/{tool}", REPO / "docker-images" / "common" / tool)
+    for entry in engine_image.context.entries:
+        if entry.arcname.startswith("_kiln/lock/"):
+            ctx.add_bytes(entry.arcname, entry.content())
+    lock = engine_image.lock
+    wheels = wheelhouse.fetch_locked(lock, engine_image.platform, lock_file=engine_image.lock_file,
+                                     cafile=engine_image.ca.get().path, plain=True)
     for whl in wheels:
         ctx.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
-    if not wheels:
-        ctx.add_bytes("_kiln/wheels/.keep", b"", in_digest=False)
     add_to_context(ctx, engine_image.ca.get())
     return ctx
 
@@ -261,7 +267,8 @@ def main() -> int:
         return 0
     args.force = args.force or args.cold
     docker = DockerDaemon()
-    loaded, engine_image, _ = resolve(NAME)
+    resolved = resolve(NAME)
+    loaded, engine_image = resolved.loaded, resolved.engine_image
     run: dict = {"date": dt.date.today().isoformat(), "engine": loaded.recipe.engine.version,
                  "base_image": engine_image.engine.base_image.pinned, "cold": args.cold,
                  "cpus": os.cpu_count()}

@@ -45,9 +45,10 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     docker = DockerDaemon()
     if args.image:
-        loaded, image = resolve(args.recipe)[0], docker.client.images.get(args.image)
+        loaded, image = resolve(args.recipe).loaded, docker.client.images.get(args.image)
     else:
-        loaded, _, image = require_built(docker, args.recipe)
+        built = require_built(docker, args.recipe)
+        loaded, image = built.loaded, built.image
     features = engine_features(loaded.recipe.features)
     env = {}
     for feature in features:

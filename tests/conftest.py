@@ -47,7 +47,7 @@ def tiny_moe(docker_daemon, base_image):
 
 @pytest.fixture(scope="session")
 def tiny_kindling(docker_daemon, base_image):
-    """(loaded recipe, RecipeImage, docker Image) of tiny-kindling (the CPU twin of
+    """BuiltRecipe (loaded recipe, RecipeImage, docker Image) of tiny-kindling (the CPU twin of
     glm53-kindling), built by the real CLI; shares engine-cpu with tiny-moe."""
     from kiln.domain.images import require_built
 

@@ -36,7 +36,8 @@ def resolve(name=NAME):
 
 def test_build_tags_and_labels(built, docker_daemon):
     tree, result = built
-    loaded, engine_image, recipe_image = resolve()
+    resolved = resolve()
+    engine_image, recipe_image = resolved.engine_image, resolved.recipe_image
     img = docker_daemon.image(recipe_image.tag)
     assert img is not None, "digest tag missing"
     assert docker_daemon.image(f"kiln/{NAME}:latest").id == img.id
@@ -74,7 +75,8 @@ def test_patch_labels_carry_name_and_sha256(kiln_tree, base_image, docker_daemon
     try:
         result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
         assert result.returncode == 0, result.stderr[-3000:]
-        _, engine_image, recipe_image = resolve()
+        resolved = resolve()
+        engine_image, recipe_image = resolved.engine_image, resolved.recipe_image
         sha = "sha256:" + hashlib.sha256((series_dir / "0001-note.patch").read_bytes()).hexdigest()
         for tag in (recipe_image.tag, engine_image.tag):
             assert json.loads(docker_daemon.image(tag).labels["ai.kiln.patches"]) == {"0001-note.patch": sha}
@@ -119,9 +121,9 @@ def test_force_rebuilds(built):
 
 def test_changed_input_gets_a_new_digest_tag(built, docker_daemon):
     tree, _ = built
-    before_digest = resolve()[2].digest  # digests are lazy: take it before editing
+    before_digest = resolve().recipe_image.digest  # digests are lazy: take it before editing
     (tree / "recipes" / NAME / "payload.txt").write_text("payload v2\n")
-    _, _, after = resolve()
+    after = resolve().recipe_image
     assert after.digest != before_digest
     result = run_kiln("build", NAME, env={"KILN_ROOT": str(tree)}, cwd=tree)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -199,7 +201,8 @@ def test_custom_ca_is_trusted_in_builds_and_absent_from_every_layer(kiln_tree, b
     try:
         assert result.returncode == 0, result.stderr[-3000:]
         assert "CA: KILN_CA_BUNDLE" in result.stderr
-        _, engine_image, recipe_image = resolve()
+        resolved = resolve()
+        engine_image, recipe_image = resolved.engine_image, resolved.recipe_image
         for ref in (recipe_image.tag, engine_image.tag):
             for layer, path, data in _layer_blobs(docker_daemon, ref):
                 flat = b"".join(data.splitlines())
@@ -250,7 +253,7 @@ def _assert_failed_patch_step(result, docker_daemon, code: int, *wanted: str) ->
         assert text in errors[0], errors[0]
     assert f"hint: {PatchFailed.hint}" in result.stderr and BuildFailed.hint not in result.stderr
     assert docker_daemon.client.images.list(name=f"kiln/{NAME}") == []
-    _, engine_image, _ = resolve()  # the engine's input digest includes the broken series
+    engine_image = resolve().engine_image  # the engine's input digest includes the broken series
     assert docker_daemon.image(engine_image.tag) is None, "a failed patch step tagged the engine"
     assert docker_daemon.image(engine_image.alias_tag) is None or \
         docker_daemon.image(engine_image.alias_tag).labels.get("ai.kiln.input-digest") != engine_image.digest
@@ -350,10 +353,10 @@ def test_prune_removes_superseded_images_only(kiln_tree, base_image, docker_daem
     env = {"KILN_ROOT": str(kiln_tree)}
     remove_images(docker_daemon, f"kiln/{NAME}")
     assert run_kiln("build", NAME, env=env, cwd=kiln_tree).returncode == 0
-    old_tag = resolve()[2].tag
+    old_tag = resolve().recipe_image.tag
     (kiln_tree / "recipes" / NAME / "payload.txt").write_text("payload v3\n")
     assert run_kiln("build", NAME, env=env, cwd=kiln_tree).returncode == 0
-    new_tag = resolve()[2].tag
+    new_tag = resolve().recipe_image.tag
     assert docker_daemon.image(old_tag) is not None
     dry = run_kiln("prune", NAME, "--dry-run", env=env, cwd=kiln_tree)
     assert dry.returncode == 0 and f"would remove {old_tag}" in dry.stderr

@@ -127,7 +127,8 @@ def main() -> None:
     from kiln.infra.docker import DockerDaemon
 
     docker = DockerDaemon()
-    loaded, _, image = require_built(docker, "tiny-kindling") if not args.dev else _any_built(docker)
+    built = require_built(docker, "tiny-kindling") if not args.dev else _any_built(docker)
+    loaded, image = built.loaded, built.image
     args.out.mkdir(parents=True, exist_ok=True)
     rows = record(docker, loaded, image.id, args.concurrency, args.steps, args.out, args.dev, args.limit_s)
     print("\nrecorded:")
@@ -138,11 +139,11 @@ def main() -> None:
 
 def _any_built(docker):
     """--dev: the newest kiln/tiny-kindling image, whatever inputs it was built from."""
-    from kiln.domain.images import resolve
+    from kiln.domain.images import BuiltRecipe, resolve
 
-    loaded, _, _ = resolve("tiny-kindling")
+    resolved = resolve("tiny-kindling")
     image = docker.client.images.get("kiln/tiny-kindling:latest")
-    return loaded, None, image
+    return BuiltRecipe(resolved.loaded, resolved.recipe_image, image)
 
 
 if __name__ == "__main__":

@@ -89,13 +89,11 @@ step "static CUPTI archives and the AMD code generator removed"
 rm -rf "$sp"/triton/backends/nvidia/lib/cupti "$sp"/triton/backends/nvidia/lib/cupti-blackwell
 step "Proton's CUPTI removed"
 
-# OpenCV (~150 MB): vLLM imports cv2 only to decode video inputs (vllm.multimodal.video,
-# its OpenCV video decoder, vllm.assets.video); like torchaudio, torchcodec and
-# PyNvVideoCodec (never installed, see the Dockerfile) it serves video and audio inputs.
-# mistral_common and transformers import it only behind their is-installed checks.
-# (The import proof checks that only media modules lose an import by this.)
-"$venv"/bin/pip uninstall -y -q opencv-python-headless
-step "OpenCV removed"
+# OpenCV (~150 MB) is not installed at all (the engine lock excludes it): vLLM imports
+# cv2 only to decode video inputs (vllm.multimodal.video, its OpenCV video decoder,
+# vllm.assets.video); like torchaudio, torchcodec and PyNvVideoCodec it serves video and
+# audio inputs. mistral_common and transformers import it only behind their is-installed
+# checks. (The import proof checks that only media modules lose an import by this.)
 
 # Identical files (the same bytes shipped by several wheels: cutlass/cute headers in
 # flashinfer, tilelang and vLLM's third_party trees, three names of one libcupti, ...)

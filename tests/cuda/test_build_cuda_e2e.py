@@ -13,7 +13,8 @@ def built(cuda_build_enabled, docker_daemon, base_image):
     from kiln.domain.images import resolve
 
     outcome = build_recipe("glm53-kindling", docker=docker_daemon, quiet_summary=True)
-    loaded, engine_image, _ = resolve("glm53-kindling")
+    resolved = resolve("glm53-kindling")
+    loaded, engine_image = resolved.loaded, resolved.engine_image
     return loaded, engine_image, docker_daemon.client.images.get(outcome.image_id)
 
 

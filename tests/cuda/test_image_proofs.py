@@ -44,7 +44,7 @@ def engine_id(cuda_build_enabled, docker_daemon) -> str:
     from kiln.commands.build import build_engine
     from kiln.domain.images import resolve
 
-    _, engine_image, _ = resolve("glm53-kindling")
+    engine_image = resolve("glm53-kindling").engine_image
     return build_engine(docker_daemon, engine_image).image_id
 
 
@@ -54,7 +54,7 @@ def plain_id(cuda_build_enabled, docker_daemon, engine_id) -> str:
     if not ref:
         from kiln.domain.images import resolve
 
-        ref = f"kiln/vllm-plain:{resolve('glm53-kindling')[0].recipe.engine.version}"
+        ref = f"kiln/vllm-plain:{resolve('glm53-kindling').loaded.recipe.engine.version}"
     image = docker_daemon.image(ref)
     if image is None:
         pytest.skip(f"{ref} (the plain anchor) is not built: nox -s build_cuda builds it")

@@ -26,7 +26,7 @@ DRAFT = ("kiln-test/tiny-qwen3-draft", "7a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d
 @pytest.fixture(scope="module")
 def models(tiny_moe, docker_daemon, tmp_path_factory):
     """tiny-moe's two generated models, copied out of its image."""
-    _, _, img = tiny_moe
+    img = tiny_moe.image
     out = tmp_path_factory.mktemp("models")
     box = docker_daemon.client.containers.create(img.id)
     try:
@@ -62,7 +62,7 @@ def _run(docker_daemon, image_id, cache, **kw):
 
 
 def test_the_hub_client_in_the_image_reads_the_cache_offline(hf_image, docker_daemon, cache):
-    _, _, img = hf_image
+    img = hf_image.image
     script = (
         "import json; from huggingface_hub import snapshot_download, try_to_load_from_cache\n"
         f"snap = snapshot_download({TARGET[0]!r}, revision={TARGET[1]!r}, cache_dir='/hf-cache')\n"
@@ -91,7 +91,7 @@ def test_smoke_serves_the_cached_snapshots_offline(hf_image, cache, tmp_path):
 
 
 def test_plain_docker_run_with_a_partial_snapshot_exits_93_with_one_line(hf_image, docker_daemon, cache):
-    _, _, img = hf_image
+    img = hf_image.image
     weights = snapshot_dir(cache, *DRAFT) / "model.safetensors"
     weights.resolve().unlink()  # the blob is gone, the link stays: an interrupted copy
     box = _run(docker_daemon, img.id, cache)
@@ -118,7 +118,7 @@ def test_kiln_run_refuses_a_missing_snapshot_before_start(hf_image, tmp_path):
 
 
 def test_check_models_mode_answers_without_serving(hf_image, docker_daemon, cache):
-    _, _, img = hf_image
+    img = hf_image.image
     box = _run(docker_daemon, img.id, cache, command=["--check-models"])
     try:
         assert box.wait(timeout=60)["StatusCode"] == 0, box.logs().decode()

@@ -34,7 +34,7 @@ def _reported_tokens(docker_daemon, image_id: str, loaded, space: str) -> int:
 
 @pytest.mark.parametrize("space", ["1", "2"])
 def test_plan_kv_tokens_equal_what_vllm_reports(tiny_moe, docker_daemon, space):
-    loaded, _, img = tiny_moe
+    loaded, img = tiny_moe.loaded, tiny_moe.image
     inp = plan_input(loaded, docker=docker_daemon)
     assert inp.target.source.startswith("/models/tiny-qwen3moe/config.json in kiln/tiny-moe:")
     inp = dataclasses.replace(inp, env={**inp.env, "VLLM_CPU_KVCACHE_SPACE": space})
@@ -46,6 +46,6 @@ def test_plan_kv_tokens_equal_what_vllm_reports(tiny_moe, docker_daemon, space):
 
 def test_the_hf_variants_shape_block_plans_the_same_kv_cache(tiny_moe, docker_daemon):
     """tiny-moe-hf plans from its recipe's shape: block, tiny-moe from the image's configs."""
-    from_image = compute(plan_input(tiny_moe[0], docker=docker_daemon), None, Layout())
+    from_image = compute(plan_input(tiny_moe.loaded, docker=docker_daemon), None, Layout())
     from_shape = compute(plan_input(load_recipe(REPO / "recipes" / "tiny-moe-hf")), None, Layout())
     assert from_shape.kv_tokens == from_image.kv_tokens and from_shape.kv_per_seq == from_image.kv_per_seq

@@ -25,7 +25,7 @@ NAME = "tiny-moe"
 
 @pytest.fixture(scope="module")
 def image(tiny_moe):
-    return tiny_moe[2]
+    return tiny_moe.image
 
 
 def _ours_on(docker_daemon, port: int) -> list:

@@ -71,7 +71,7 @@ def runs(tiny_kindling, docker_daemon):
     """Both servers' answers, counters and logs (each server is gone afterwards)."""
     from kiln.domain.features import engine_features
 
-    loaded, _, img = tiny_kindling
+    loaded, img = tiny_kindling.loaded, tiny_kindling.image
     (feature,) = engine_features(loaded.recipe.features)
     model = loaded.recipe.launch.served_model_name
     result = {"feature": feature, "timing": {}}

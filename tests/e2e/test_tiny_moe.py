@@ -30,7 +30,7 @@ def _containers(docker_daemon, image_id):
 
 
 def test_image_is_labelled_non_root_and_in_budget(image):
-    loaded, recipe_image, img = image
+    loaded, recipe_image, img = image.loaded, image.recipe_image, image.image
     labels = img.labels
     assert labels["ai.kiln.recipe"] == NAME
     assert labels["ai.kiln.input-digest"] == recipe_image.digest
@@ -54,7 +54,7 @@ def results(tmp_path_factory):
 
 
 def test_smoke_passes_and_writes_a_record(image, results):
-    _, recipe_image, img = image
+    recipe_image, img = image.recipe_image, image.image
     result = run_kiln("smoke", NAME, "--json", env={"KILN_RESULTS_DIR": str(results)})
     assert result.returncode == 0, result.stderr[-5000:]
     record = json.loads((results / "smoke" / f"{img.id.split(':')[1]}.json").read_text())
@@ -71,7 +71,7 @@ def test_smoke_passes_and_writes_a_record(image, results):
 
 
 def test_print_launch_shows_resolved_command_and_overrides(image, docker_daemon):
-    _, _, img = image
+    img = image.image
     out = docker_daemon.client.containers.run(
         img.id, ["--print-launch", "--max-model-len", "256"], remove=True,
         environment={"VLLM_CPU_KVCACHE_SPACE": "2"}).decode()
@@ -88,7 +88,7 @@ def test_speculation_turns_off_with_speculative_config_none(image, docker_daemon
     answers without proposing a single draft token."""
     from twinserve import run_set, serving, spec_decode_stats
 
-    loaded, _, img = image
+    loaded, img = image.loaded, image.image
     with serving(docker_daemon, loaded, img.id, args=["--speculative-config", "None"],
                  startup_timeout_s=180) as box:
         (done,) = run_set(box.url, NAME, ["def fibonacci(n):"], max_tokens=16)
@@ -110,7 +110,7 @@ def test_readme_docker_run_serves_appended_args_and_stops_on_sigterm(image, dock
     after the stop) differ from the line as printed."""
     from openai import OpenAI
 
-    _, _, img = image
+    img = image.image
     port = free_port()
     name = f"kiln-readme-{port}"
     cmd = _readme_docker_run()
@@ -145,7 +145,7 @@ def test_readme_docker_run_serves_appended_args_and_stops_on_sigterm(image, dock
 
 
 def test_port_in_use_is_refused_and_leaves_no_container(image, docker_daemon):
-    _, _, img = image
+    img = image.image
     with socket.socket() as s:
         s.bind(("0.0.0.0", 0))
         s.listen(1)
@@ -157,7 +157,7 @@ def test_port_in_use_is_refused_and_leaves_no_container(image, docker_daemon):
 
 
 def test_container_exiting_during_start_is_a_clear_error(image, docker_daemon):
-    _, _, img = image
+    img = image.image
     result = run_kiln("run", NAME, "--port", str(free_port()), "--detach", "--", "--no-such-vllm-flag")
     assert result.returncode == 13, result.stderr[-3000:]
     assert "exited during start" in result.stderr
@@ -180,7 +180,7 @@ def test_engine_image_has_no_ca_or_wheels_in_any_layer(image, docker_daemon):
     """The CA bundle the build used and the wheelhouse never reach a layer of the image."""
     from kiln.domain.ca import resolve_ca
 
-    _, _, img = image
+    img = image.image
     ca = resolve_ca()
     ca_sha = hashlib.sha256(ca.data).hexdigest() if ca.path else None
     found, files = [], 0
@@ -204,7 +204,7 @@ def test_publish_the_smoked_image_and_promote(image, results, tmp_path):
 
     if available():
         pytest.skip(available())
-    _, recipe_image, img = image
+    recipe_image, img = image.recipe_image, image.image
     if not (results / "smoke" / f"{img.id.split(':')[1]}.json").is_file():
         pytest.skip("needs the smoke record of test_smoke_passes_and_writes_a_record")
     reg = LocalRegistry(tmp_path / "registry").start()
@@ -230,7 +230,7 @@ def test_publish_the_smoked_image_and_promote(image, results, tmp_path):
 
 def test_plugin_refuses_unsafe_feature_combination_at_start(image, docker_daemon):
     """In a real vLLM process: draft-trunc without MoE padding skip must not serve."""
-    _, _, img = image
+    img = image.image
     box = docker_daemon.client.containers.run(
         img.id, detach=True, cap_add=["SYS_NICE"], shm_size="4g",
         environment={"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "0"})

@@ -49,7 +49,7 @@ def _leftovers(docker_daemon, prefix: str) -> list[str]:
 
 
 def test_greedy_outputs_across_two_containers_equal_one(tiny_moe, docker_daemon):
-    loaded, _, image = tiny_moe
+    loaded, image = tiny_moe.loaded, tiny_moe.image
     topo = split_over_nodes(2)
     specs = node_specs(loaded, image.id, topo, host_port=free_port(), host_ip="127.0.0.1", extra_args=EXACT)
     prefix = specs[0].name.rsplit("-node", 1)[0]
@@ -146,7 +146,7 @@ def test_image_prints_each_nodes_command(tiny_moe, docker_daemon, tmp_path):
     from kiln.domain.recipe import load_recipe
     from kiln.domain.topology import node_args
 
-    _, _, image = tiny_moe
+    image = tiny_moe.image
     loaded = load_recipe(REPO / "recipes" / "glm53-kindling-2node")
     launch = tmp_path / "launch.json"
     launch.write_text(json.dumps(launch_document(loaded)))

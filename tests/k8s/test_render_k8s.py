@@ -175,7 +175,7 @@ def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
     assert never.returncode == 71, never.stderr
     assert never.stderr.count("kiln: error:") == 1 and "tiny-moe was never published" in never.stderr
 
-    _, _, recipe_image = resolve("tiny-moe")
+    recipe_image = resolve("tiny-moe").recipe_image
     record = {"recipe": "tiny-moe", "input_digest": recipe_image.digest, "manifest_digest": DIGEST,
               "registry": "registry.example.com:5000", "repository": "team/kiln/tiny-moe"}
     import os

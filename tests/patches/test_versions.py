@@ -140,10 +140,17 @@ def test_engine_bump_moves_a_recipe(groot, capsys):
     recipe = groot / "recipes" / GLM / "recipe.yaml"
     text = recipe.read_text()
     recipe.write_text(text.replace("  version: 0.33.0\n", "  version: 0.32.0\n").replace("torch: 2.14.0", "torch: 2.13.0"))
+    (groot / "docker-images" / "engine-cuda" / "locks").mkdir(parents=True)  # an engine built from locks
     code, _, err = kiln(capsys, "engine", "bump", "--to", "0.33.0", "--recipe", GLM)
     assert code == 0, err
     assert recipe.read_text() == text  # comments, quotes ("13.0") and order as written
     assert "engine.torch 2.13.0 -> 2.14.0 (what vllm 0.33.0 pins)" in err
+    # the bump re-locked the recipe's engine image for the new version
+    from kiln.domain import enginelock
+
+    lock = enginelock.load(groot / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json")
+    assert lock.engine_version == "0.33.0" and lock.package("vllm").version == "0.33.0"
+    assert lock.package("torch").version == "2.14.0"
 
     tiny = groot / "recipes" / "tiny-moe" / "recipe.yaml"
     before = tiny.read_text()

@@ -54,7 +54,8 @@ def mini(tmp_path_factory, base_image, docker_daemon):
         from kiln.commands.publish import engine_tag
         from kiln.domain.images import resolve
 
-        loaded, _, recipe_image = resolve(NAME)
+        resolved = resolve(NAME)
+        loaded, recipe_image = resolved.loaded, resolved.recipe_image
         image = docker_daemon.image(recipe_image.tag)
         yield Mini(root, tmp / "results", tmp / "docker-config", image.id, recipe_image.short,
                    recipe_image.digest, engine_tag(loaded), [])

@@ -332,7 +332,7 @@ def strict(mini, signing_keys, tmp_path_factory, docker_daemon):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KILN_ROOT", str(root))
         paths.repo_root.cache_clear()
-        _, _, recipe_image = resolve(NAME)
+        recipe_image = resolve(NAME).recipe_image
         image_id = docker_daemon.image(recipe_image.tag).id
     paths.repo_root.cache_clear()
     return dataclasses.replace(mini, root=root, image_id=image_id, short=recipe_image.short,

@@ -90,7 +90,7 @@ def _pass_smoke(monkeypatch, tree, results) -> None:
     try:
         from kiln.infra.docker import DockerDaemon
 
-        _, _, recipe_image = resolve(NAME)
+        recipe_image = resolve(NAME).recipe_image
         image = DockerDaemon().image(recipe_image.tag)
         write_smoke_record({"image_id": image.id, "passed": True, "recipe": NAME,
                             "time": dt.datetime.now(dt.UTC).isoformat(), "note": "test_two_registries"})

@@ -52,7 +52,8 @@ def built(kiln_tree):
 
 
 def _built():
-    loaded, engine_image, recipe_image = resolve("kiln-test-mini")
+    resolved = resolve("kiln-test-mini")
+    loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
     engine = StandInImage("sha256:" + "e1" * 32, {"ai.kiln.input-digest": engine_image.digest})
     base = StandInImage("sha256:" + "b0" * 32, {})
     labels = {
@@ -211,7 +212,8 @@ def test_a_recipe_with_features_lists_their_patches_and_overrides(tmp_path, monk
     monkeypatch.setenv("KILN_ROOT", str(tree))
     paths.repo_root.cache_clear()
     try:
-        loaded, engine_image, recipe_image = resolve("tiny-kindling")
+        resolved = resolve("tiny-kindling")
+        loaded, recipe_image = resolved.loaded, resolved.recipe_image
         image = StandInImage("sha256:" + "fd" * 32, {"ai.kiln.input-digest": recipe_image.digest})
         st = provenance.build_provenance(loaded, recipe_image, image, [("x", MANIFEST)],
                                          docker=StandInDaemon({}))

@@ -68,11 +68,15 @@ class RecipeInvalid(ManyProblems, KilnError):
 
 
 class DockerUnavailable(KilnError):
+    """The Docker daemon cannot be reached."""
+
     exit_code = 3
     hint = "start the daemon (`sudo dockerd &` or `systemctl start docker`) and check `kiln doctor`"
 
 
 class BaseImageMissing(KilnError):
+    """The base image a Dockerfile starts FROM is neither local nor pullable."""
+
     exit_code = 4
     hint = "run `kiln base build` (air-gapped Debian base) or name a registry image with its digest"
 
@@ -108,46 +112,65 @@ class OverrideDrift(ManyProblems, KilnError):
 
 
 class SmokeFailed(KilnError):
+    """A smoke check of a served image failed (or the server never turned healthy)."""
+
     exit_code = 8
+    record: dict | None = None  # the smoke record of the failed run, when one was made
     hint = "the last container log lines are printed above; `kiln run NAME` serves it interactively"
 
 
 class PushFailed(KilnError):
+    """Pushing an image's layers or manifest to the registry failed."""
+
     exit_code = 9
     hint = "nothing was tagged in the registry; rerun `kiln publish` once the cause is fixed"
 
 
 class RegistryUnreachable(KilnError):
+    """The registry does not answer at the address given."""
+
     exit_code = 10
     hint = "check the registry address and that it is up (`curl https://HOST/v2/`, or http:// for a plain-HTTP one)"
 
 
 class RegistryAuthFailed(KilnError):
+    """The registry refused the credentials (or asked for some and none were given)."""
+
     exit_code = 11
     hint = "set KILN_REGISTRY_USER / KILN_REGISTRY_PASSWORD (or `docker login`) with valid credentials"
 
 
 class NotSmokeTested(KilnError):
+    """`kiln publish` of an image without a passing smoke record."""
+
     exit_code = 12
     hint = "run `kiln smoke NAME` first, or pass --skip-smoke-check (pushed only under a `-unsmoked` tag)"
 
 
 class ContainerStartFailed(KilnError):
+    """A serving container exited or never turned healthy while starting."""
+
     exit_code = 13
     hint = "see the container log above; `kiln run NAME --print` shows the exact docker command"
 
 
 class PortInUse(KilnError):
+    """The host port to serve on is taken."""
+
     exit_code = 14
     hint = "pick another port with --port, or stop whatever listens there"
 
 
 class ModelPathMissing(KilnError):
+    """A recipe's host-path model folder does not exist on this host."""
+
     exit_code = 15
     hint = "download the weights to that path on the host, or point model.host_path at them"
 
 
 class NoGPU(KilnError):
+    """A CUDA recipe, and no NVIDIA GPU or container runtime here."""
+
     exit_code = 16
     hint = "this recipe needs NVIDIA GPUs and the NVIDIA container runtime; use --print to see the command"
 
@@ -165,26 +188,36 @@ class LaunchArgInvalid(ManyProblems, KilnError):
 
 
 class BudgetExceeded(KilnError):
+    """A built image is larger than its recipe's size budget."""
+
     exit_code = 18
     hint = "shrink the image or raise budgets.max_image_size_gb in the recipe"
 
 
 class CABundleInvalid(KilnError):
+    """The CA bundle given for builds is missing or not PEM."""
+
     exit_code = 19
     hint = "point KILN_CA_BUNDLE (or --ca-bundle) at a readable PEM file"
 
 
 class EngineFetchFailed(KilnError):
+    """The engine's wheels could not be downloaded."""
+
     exit_code = 20
     hint = "check network access to PyPI (pip config) or pre-fill ~/.cache/kiln/wheels"
 
 
 class EngineMismatch(KilnError):
+    """The engine versions a built image really carries contradict the recipe's pin."""
+
     exit_code = 21
     hint = "the built engine does not match the recipe's engine pin; fix engine.* in the recipe"
 
 
 class ImageNotBuilt(KilnError):
+    """No image built from the recipe's current inputs."""
+
     exit_code = 22
     hint = "run `kiln build NAME` first"
 
@@ -197,8 +230,40 @@ class RebaseConflict(ManyProblems, KilnError):
 
 
 class DebootstrapMissing(KilnError):
+    """`kiln base build` needs debootstrap, and it is not installed."""
+
     exit_code = 24
     hint = "install it (`apt-get install debootstrap`) and run `kiln base build` as root"
+
+
+class WheelHashMismatch(KilnError):
+    """A wheel for a locked engine image is not the file the lock names (other sha256)."""
+
+    exit_code = 26
+    hint = ("the file in the wheel cache or on the index changed; delete it from ~/.cache/kiln/wheels/locked and "
+            "rebuild, or re-lock (`kiln engine lock RECIPE`) if the new file is the one you want")
+
+
+class LockInvalid(KilnError):
+    """An engine lock that cannot be read, or no longer matches what it locks."""
+
+    exit_code = 27
+    hint = "re-lock: `kiln engine lock RECIPE` (or `--all`), then review the diff"
+
+
+class DebianPinUnavailable(KilnError):
+    """The Debian mirror no longer serves a version the engine lock pins."""
+
+    exit_code = 28
+    hint = ("Debian's mirrors keep only the newest version of each package: re-lock with `kiln engine lock RECIPE` "
+            "and rebuild (the input digest changes with the lock)")
+
+
+class LockMissing(KilnError):
+    """An engine image that is built from a lock has none for this engine version."""
+
+    exit_code = 29
+    hint = "write it: `kiln engine lock RECIPE`, then commit the lock file"
 
 
 class ContainerNotFound(KilnError):
@@ -223,6 +288,8 @@ class NotACheckout(KilnError):
 
 
 class UsageError(KilnError):
+    """A command line kiln does not accept, or an option it cannot act on."""
+
     exit_code = 64
     hint = "see `kiln --help`"
 
@@ -243,6 +310,8 @@ class RegistryInvalid(KilnError):
 
 
 class ChannelInvalid(KilnError):
+    """A channel publish cannot move: not in the recipe's publish.channels, or for an unsmoked image."""
+
     exit_code = 41
     hint = "use one of the recipe's publish.channels (default: experimental, stable)"
 
@@ -376,19 +445,19 @@ class SbomReadFailed(KilnError):
     """What an image holds could not be read (the in-image read failed, or a lock file
     it needs is unreadable): no SBOM is printed rather than one with parts missing."""
 
-    exit_code = 90
+    exit_code = 96
     hint = "rerun with --debug; `docker run --rm --entrypoint python IMAGE -V` shows whether the image has a Python"
 
 
 class SbomWriteFailed(KilnError):
     """`kiln sbom -o FILE` could not write FILE (nothing half-written is left there)."""
 
-    exit_code = 91
+    exit_code = 97
     hint = "pick a writable path for -o, or leave -o out to print to stdout"
 
 
 # -- the collection: fitting a recipe to its GPUs, and weights from a Hugging Face cache
-# (92-95; 90 and 91 of the same allocation went to the sbom branch's classes above)
+# (92-95 of the 90-95 allocation)
 class PlanDoesNotFit(ManyProblems, KilnError):
     """`kiln plan` / `kiln check`: the recipe's weights, KV cache and engine reserve exceed
     what its GPUs give vLLM (capacity x gpu-memory-utilization)."""

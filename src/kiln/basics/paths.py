@@ -45,13 +45,15 @@ def recipes_dir() -> Path:
     return repo_root() / "recipes"
 
 
-def cache_dir() -> Path:
-    """User cache: engine wheels, wheelhouses, unpacked engine sources."""
+def cache_dir(*, create: bool = True) -> Path:
+    """User cache: engine wheels, wheelhouses, unpacked engine sources. A reader that only
+    looks for something cached passes `create=False`, so looking leaves nothing behind."""
     base = os.environ.get("KILN_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kiln"
     )
     path = Path(base)
-    path.mkdir(parents=True, exist_ok=True)
+    if create:
+        path.mkdir(parents=True, exist_ok=True)
     return path
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import os
 import shutil
@@ -16,7 +17,7 @@ import yaml
 from kiln.basics import log
 from kiln.basics.errors import BuildFailed, DebootstrapMissing
 from kiln.basics.paths import repo_root
-from kiln.infra.docker import DockerDaemon
+from kiln.infra.docker import DockerDaemon, id_of
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
     tag = tag or spec.tag
     existing = docker.image(tag)
     if existing is not None and not force:
-        log.ok(f"{tag} already exists ({existing.id[:19]}); --force rebuilds it")
-        return existing.id
+        log.ok(f"{tag} already exists ({id_of(existing)[:19]}); --force rebuilds it")
+        return id_of(existing)
     if shutil.which("debootstrap") is None:
         raise DebootstrapMissing("debootstrap is not installed")
     if os.geteuid() != 0:
@@ -124,10 +125,24 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
         "base image built",
         {
             "tag": tag,
-            "image id": image.id,
+            "image id": id_of(image),
             "size": log.human_size(image.attrs.get("Size", 0)),
             "packages": f"{len(packages.split())} (sha256 {pkg_sha[:12]})",
             "took": log.human_secs(time.monotonic() - t0),
         },
     )
-    return image.id
+    return id_of(image)
+
+
+def cmd_base_build(args: argparse.Namespace) -> int:
+    build_base(DockerDaemon(), tag=args.tag, force=args.force)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    base = sub.add_parser("base", help="the air-gapped Debian base image")
+    bsub = base.add_subparsers(dest="base_command", required=True, parser_class=type(base))
+    s = bsub.add_parser("build", help="debootstrap + import kiln/base:bookworm")
+    s.add_argument("--tag", default=None)
+    s.add_argument("--force", action="store_true")
+    s.set_defaults(func=cmd_base_build)

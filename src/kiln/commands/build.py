@@ -7,12 +7,13 @@ failed check never leaves a tag that a later build would trust."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from kiln.basics import log
 from kiln.basics.errors import (
@@ -24,14 +25,15 @@ from kiln.basics.errors import (
     PatchFailed,
     PatchInvalid,
 )
-from kiln.domain import enginecheck, engineprobe
+from kiln.commands.options import reports
+from kiln.domain import enginecheck, engineprobe, lockfailure
 from kiln.domain.ca import CABundle, add_to_context
 from kiln.domain.context import BuildContext
 from kiln.domain.images import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
 from kiln.domain.patching import applier, series
 from kiln.domain.recipe import LoadedRecipe
 from kiln.infra import credentials
-from kiln.infra.docker import DockerDaemon, Image
+from kiln.infra.docker import DockerDaemon, Image, id_of
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
 
@@ -70,6 +72,8 @@ class ImageBuild:
     max_size_gb: float | None = None
     check: Check | None = None
     finalize: Finalize | None = None
+    lock_file: Path | None = None  # the engine lock the build installs from, for its errors
+    relock: str = "kiln engine lock RECIPE"  # how to re-lock it
 
 
 def reuse(docker: DockerDaemon, digest: str, tags: list[str]) -> BuildOutcome | None:
@@ -80,8 +84,8 @@ def reuse(docker: DockerDaemon, digest: str, tags: list[str]) -> BuildOutcome | 
     if img is None:
         return None
     for tag in tags[1:]:
-        docker.tag(img.id, tag)
-    return BuildOutcome(tags[0], img.id, digest, img.attrs.get("Size", 0), time.monotonic() - t0, True)
+        docker.tag(id_of(img), tag)
+    return BuildOutcome(tags[0], id_of(img), digest, img.attrs.get("Size", 0), time.monotonic() - t0, True)
 
 
 def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: bool = False) -> BuildOutcome:
@@ -96,7 +100,7 @@ def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: b
     try:
         result = docker.build(context, label=job.label, buildargs=job.buildargs, nocache=nocache)
     except BuildFailed as exc:
-        raise _as_patch_failure(exc) or exc from None
+        raise _as_patch_failure(exc) or lockfailure.typed(exc, job.lock_file, job.relock) or exc from None
     image = docker.require_image(result.image_id)
     size = image.attrs.get("Size", 0)
     # check before tagging: a failed check must leave no tag behind
@@ -133,7 +137,7 @@ def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
 def _runs_applier(step: str) -> bool:
     """`Step N/M : RUN ...` whose command runs the applier the harness copies in."""
     m = _STEP_HEADER.match(step)
-    return bool(m) and m.group(1).upper() == "RUN" and PurePosixPath(PATCHER_ARC).name in m.group(2)
+    return m is not None and m.group(1).upper() == "RUN" and PurePosixPath(PATCHER_ARC).name in m.group(2)
 
 
 def label_instruction(labels: dict[str, str]) -> str:
@@ -143,7 +147,7 @@ def label_instruction(labels: dict[str, str]) -> str:
 
 
 def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool = False,
-                 nocache: bool = False) -> BuildOutcome:
+                 nocache: bool = False, recipe: str = "RECIPE") -> BuildOutcome:
     tags = [engine_image.tag, engine_image.alias_tag]
     reused = None if force else reuse(docker, engine_image.digest, tags)
     if reused is not None:
@@ -161,6 +165,8 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         buildargs=engine_image.buildargs(),
         # torch/CUDA/NCCL labels read from the built image before anything is tagged
         finalize=lambda image: engineprobe.labelled(docker, image),
+        lock_file=engine_image.lock_file if engine_image.lock is not None else None,
+        relock=f"kiln engine lock {recipe}",
     )
     return run_build(docker, job, engine_image.ca.get(), nocache=nocache)
 
@@ -194,13 +200,13 @@ def _untag(docker: DockerDaemon, tags: list[str]) -> None:
 def engine_image_id(docker: DockerDaemon, loaded: LoadedRecipe, *, build_if_missing: bool) -> str | None:
     """The id of the engine image built from the recipe's current engine inputs (built
     now when missing and `build_if_missing`), None when there is none."""
-    _, engine_image, _ = resolve(loaded.name)
+    engine_image = resolve(loaded.name).engine_image
     img = existing(docker, engine_image.tag, engine_image.digest)
     if img is not None:
         return img.id
     if not build_if_missing:
         return None
-    return build_engine(docker, engine_image).image_id
+    return build_engine(docker, engine_image, recipe=loaded.name).image_id
 
 
 def build_recipe(
@@ -209,7 +215,8 @@ def build_recipe(
 ) -> BuildOutcome:
     docker = docker or DockerDaemon()
     t0 = time.monotonic()
-    loaded, engine_image, recipe_image = resolve(name, ca_flag)
+    resolved = resolve(name, ca_flag)
+    loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
     reused = None if force else reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag])
     if reused is not None:
         if not quiet_summary:
@@ -217,7 +224,8 @@ def build_recipe(
                    f"nothing to build [{log.human_secs(time.monotonic() - t0)}]")
         return reused
     preflight_patches(loaded)
-    engine_outcome = build_engine(docker, engine_image, force=force_engine, nocache=nocache and force_engine)
+    engine_outcome = build_engine(docker, engine_image, force=force_engine, nocache=nocache and force_engine,
+                                  recipe=name)
     if engine_outcome.skipped:
         log.ok(f"engine {engine_image.tag} up to date")
     else:
@@ -258,8 +266,8 @@ def preflight_patches(loaded: LoadedRecipe) -> None:
         log.warn(f"patch pre-flight skipped ({exc.message}); the image build still applies the series")
 
 
-def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict | None = None) -> None:
-    rows = {
+def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict[str, object] | None = None) -> None:
+    rows: dict[str, object] = {
         "tag": o.tag,
         "image id": o.image_id,
         "input digest": o.digest,
@@ -270,3 +278,21 @@ def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict | None = N
     rows.update(extra or {})
     log.summary(title, rows)
 
+
+def cmd_build(args: argparse.Namespace) -> int:
+    outcome = build_recipe(args.name, force=args.force or args.no_cache, force_engine=args.force_engine,
+                           ca_flag=args.ca_bundle, nocache=args.no_cache)
+    if args.json:
+        log.emit_json(outcome.document(args.name))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = reports(sub.add_parser("build", help="build a recipe's image (engine image first if needed)"))
+    s.add_argument("name")
+    s.add_argument("--force", action="store_true", help="rebuild even if an image with this input digest exists")
+    s.add_argument("--force-engine", action="store_true", help="rebuild the engine image too")
+    s.add_argument("--no-cache", action="store_true",
+                   help="ignore the daemon's layer cache (with --force-engine: for the engine too)")
+    s.add_argument("--ca-bundle", help="PEM bundle builds trust (default: $KILN_CA_BUNDLE, else pip's cert)")
+    s.set_defaults(func=cmd_build)

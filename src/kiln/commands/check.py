@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
 from typing import Any
 
 from kiln.basics import log
 from kiln.basics.errors import KilnError, LaunchArgInvalid, PlanDoesNotFit, RecipeInvalid
 from kiln.basics.paths import repo_root
+from kiln.commands.options import reports
 from kiln.commands.plan import plan_recipe
+from kiln.domain import enginelock
 from kiln.domain.argcheck import check_against_engine
 from kiln.domain.overrides import load_override
 from kiln.domain.patching.series import recipe_series
 from kiln.domain.plan import verdict
 from kiln.domain.recipe import load_recipe, recipe_dir, recipe_names
 from kiln.domain.topology import feature_problems
+from kiln.infra import wheelcache
 
 
 def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
@@ -66,10 +70,11 @@ def _check_one(name: str) -> tuple[list[str], list[str], list[str]]:
             problems += exc.problems
             continue
         version = loaded.recipe.engine.version
-        if override.versioned and not override.supports(version):
+        patches = override.override.patches  # set whenever the override is versioned
+        if patches and override.versioned and not override.supports(version):
             have = ", ".join(override.series_versions())
             problems.append(
-                f"{override.where('patches')}: patches: {_rel(override.dir / override.override.patches)}/ has no series for "
+                f"{override.where('patches')}: patches: {_rel(override.dir / patches)}/ has no series for "
                 f"{override.override.engine.name}=={version} (it has: {have}; port it: kiln patches checkout "
                 f"--feature {name}/{fdir.name} --engine {version} --series-from {override.series_versions()[-1]})"
             )
@@ -81,8 +86,16 @@ def _check_one(name: str) -> tuple[list[str], list[str], list[str]]:
                 f"{override.override.engine.version})"
             )
     problems += feature_problems(loaded)
+    problems += _lock(loaded)
     unplanned, too_big = _plan_problems(loaded)
     return problems + unplanned, _launch_args(loaded), too_big
+
+
+def _lock(loaded) -> list[str]:
+    """The engine lock still matches the engine wheel (read from the cache, no download)."""
+    e = loaded.recipe.engine
+    return enginelock.lock_problems(repo_root() / "docker-images" / f"engine-{e.flavour}", e.name, e.version,
+                                    e.flavour, wheelcache.cached_engine_wheel(e.version, e.flavour), loaded.name)
 
 
 def _rel(path) -> str:
@@ -138,3 +151,13 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     log.info(f"{len(names)} recipe(s) valid")
     return 0
 
+
+def cmd_check(args: argparse.Namespace) -> int:
+    return check(args.name, all_recipes=args.all, as_json=args.json)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = reports(sub.add_parser("check", help="validate recipes without building"))
+    s.add_argument("name", nargs="?")
+    s.add_argument("--all", action="store_true")
+    s.set_defaults(func=cmd_check)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import subprocess
 
 from kiln.basics import log
 from kiln.basics.errors import KilnError
 from kiln.basics.paths import cache_dir, repo_root, shown_home, state_dir
+from kiln.commands.options import reports
 from kiln.domain.ca import resolve_ca
 from kiln.infra.docker import DockerDaemon
 
@@ -64,3 +66,12 @@ def _checkout() -> tuple[bool | None, str, str]:
         return True, "checkout", str(repo_root())
     except KilnError as exc:
         return None, "checkout", f"{exc.message} (recipe commands need one)"
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    return doctor(as_json=args.json)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = reports(sub.add_parser("doctor", help="check this machine"))
+    s.set_defaults(func=cmd_doctor)

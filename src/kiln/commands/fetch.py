@@ -3,6 +3,7 @@ into the shared cache that `kiln run`, `kiln smoke` and the image's entrypoint r
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from kiln.domain.launch import hf_models
 from kiln.domain.recipe import load_recipe, recipe_dir
 
 
-def cmd_fetch(args) -> int:
+def cmd_fetch(args: argparse.Namespace) -> int:
     loaded = load_recipe(recipe_dir(args.name))
     models = hf_models(loaded.recipe)
     cache = Path(args.cache or host_hf_cache())
@@ -31,7 +32,7 @@ def cmd_fetch(args) -> int:
     return 0
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("fetch", help="download the recipe's pinned Hugging Face snapshots into the shared cache")
     s.add_argument("name")
     s.add_argument("--cache", metavar="DIR",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kiln.basics import log
 from kiln.basics.paths import repo_root
+from kiln.commands import lock
 from kiln.domain.patching import series as S
 from kiln.domain.patching.bump import bump, default_from, move_recipe
 from kiln.domain.patching.quilt import Target, checkout, refresh
@@ -89,6 +90,10 @@ def cmd_engine_bump(args) -> int:
         bump(from_version, to_version, args.flavour, args.dry_run)
     if args.recipe and not args.dry_run:
         move_recipe(args.recipe, to_version)
+        # the recipe's engine image needs a lock for the new version (input of its digest)
+        moved = S.load_recipe(args.recipe).recipe.engine
+        if lock.uses_locks(moved):
+            lock.lock_engine(args.recipe, moved)
     return 0
 
 
@@ -147,6 +152,7 @@ def register(sub) -> None:
     s.add_argument("--recipe", metavar="NAME", help="then pin this recipe to the new version (its features' series "
                                                     "for that version must apply)")
     s.set_defaults(func=cmd_engine_bump)
+    lock.register_engine(es)
 
     o = sub.add_parser("override", help="experimental overrides (recipes/NAME/experimental/FEATURE)")
     os_ = o.add_subparsers(dest="override_command", required=True, parser_class=type(o))

@@ -68,7 +68,7 @@ def table(plan: Plan) -> list[str]:
     return lines
 
 
-def cmd_plan(args) -> int:
+def cmd_plan(args: argparse.Namespace) -> int:
     loaded = load_recipe(recipe_dir(args.name))
     plan = plan_recipe(loaded, gpu=args.gpu, gpus=args.gpus)
     for line in table(plan):
@@ -88,7 +88,7 @@ def _count(text: str) -> int:
     return int(text)
 
 
-def register(sub) -> None:
+def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("plan", help="does the recipe fit its GPUs? weights, KV cache and engine reserve per GPU")
     s.add_argument("name")
     s.add_argument("--gpu", choices=NAMES, help="the GPU (default: the recipe's topology.accelerator)")

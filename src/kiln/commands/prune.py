@@ -10,11 +10,13 @@ of this checkout's recipes and every engine image no recipe here uses.
 
 from __future__ import annotations
 
+import argparse
+
 from kiln.basics import log
 from kiln.basics.errors import KilnError
 from kiln.domain.images import LABEL_NS, resolve
 from kiln.domain.recipe import recipe_names
-from kiln.infra.docker import DockerDaemon, Image
+from kiln.infra.docker import DockerDaemon, Image, id_of
 
 
 def current_digests() -> set[str]:
@@ -22,8 +24,8 @@ def current_digests() -> set[str]:
     keep: set[str] = set()
     for name in recipe_names():
         try:
-            _, engine_image, recipe_image = resolve(name)
-            keep.update({recipe_image.digest, engine_image.digest})
+            resolved = resolve(name)
+            keep.update({resolved.recipe_image.digest, resolved.engine_image.digest})
         except KilnError as exc:  # an invalid recipe protects nothing, but say so
             log.warn(f"prune: {name} is not valid ({exc.message.splitlines()[0]}); its images count as stale")
     return keep
@@ -53,7 +55,7 @@ def prune(names: list[str] | None = None, *, dry_run: bool = False, docker: Dock
         if dry_run:
             log.info(f"would remove {name}")
             continue
-        for tag in image.tags or [image.id]:
+        for tag in image.tags or [id_of(image)]:
             docker.remove_image(tag)
         log.info(f"removed {name}")
     verb = "would free" if dry_run else "freed"
@@ -63,3 +65,14 @@ def prune(names: list[str] | None = None, *, dry_run: bool = False, docker: Dock
         verb: f"up to {log.human_size(total)} (shared layers are freed only when nothing uses them)",
     })
     return 0
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    return prune(args.names, dry_run=args.dry_run)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("prune", help="remove kiln images no current recipe input produces")
+    s.add_argument("names", nargs="*", help="only these recipes' images (default: all recipes and engines)")
+    s.add_argument("--dry-run", action="store_true", help="only list them")
+    s.set_defaults(func=cmd_prune)

@@ -54,7 +54,7 @@ from kiln.domain.context import BuildContext
 from kiln.domain.images import LABEL_NS, require_built
 from kiln.domain.recipe import LoadedRecipe, load_recipe, recipe_dir
 from kiln.infra import credentials
-from kiln.infra.docker import DockerDaemon
+from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.records import passing_smoke_record, record_path
 from kiln.infra.registry import Manifest, RegistryClient, Target
 
@@ -202,12 +202,14 @@ def publish(
     `creds` (for callers in Python) replaces the env / docker-config lookup; `sign_key`
     (a cosign private key) signs and attests it before any consumer tag."""
     docker = docker or DockerDaemon()
-    loaded, recipe_image, img = require_built(docker, name)
+    built = require_built(docker, name)
+    loaded, recipe_image, img = built.loaded, built.recipe_image, built.image
     target = target_for(loaded, registry, plain_http=plain_http)
     explicit_channel = channel
     channel = check_channel(loaded, channel)
-    smoke = _smoke_evidence(recipe_image.tag, img.id, skip_smoke_check)
-    image_id = img.id
+    built_id = id_of(img)
+    smoke = _smoke_evidence(recipe_image.tag, built_id, skip_smoke_check)
+    image_id = built_id
     tags = [engine_tag(loaded), channel, recipe_image.short]  # write order: digest tag last
     if smoke["status"] == "skipped":
         if explicit_channel is not None:
@@ -219,14 +221,14 @@ def publish(
     signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
     client = _client(target, password_stdin, creds)
     if smoke["status"] == "skipped":
-        image_id = _unsmoked_image(docker, loaded, recipe_image.short, img.id)
+        image_id = _unsmoked_image(docker, loaded, recipe_image.short, built_id)
     log.step(f"publishing {name} ({image_id[:19]}) to {target.host}/{target.path}")
     signing = signer is not None and channel is not None  # unsmoked: its one tag is no consumer tag
     push_tag = f"{recipe_image.short}{signstep.STAGING_SUFFIX}" if signing else tags[0]
     manifest, pushed = _upload(docker, client, tags[-1], image_id, push_tag)
     signature = None
     if signer is not None:
-        pushed_image = img if image_id == img.id else docker.image(image_id)
+        pushed_image = img if image_id == built_id else docker.require_image(image_id)
         signature = signstep.sign_and_verify(docker, client, signer, loaded, recipe_image, pushed_image,
                                              manifest.digest)
     _write_tags(client, manifest, tags)
@@ -236,7 +238,7 @@ def publish(
         registry=target.host, repository=target.path, channel=channel,
         tags=[target.ref(t) for t in tags], pushed=pushed, smoke=smoke, signature=signature,
     )
-    doc = {**asdict(result), "built_image_id": img.id, "time": _now()}
+    doc = {**asdict(result), "built_image_id": built_id, "time": _now()}
     doc.pop("record")
     result.record = str(write_record("publish", name, doc))
     _report_publish(result)

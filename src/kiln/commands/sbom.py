@@ -20,7 +20,7 @@ from kiln.basics.errors import ImageNotBuilt, SbomWriteFailed, UsageError
 from kiln.domain import sbom as sbomdoc
 from kiln.domain.images import existing, require_built, resolve
 from kiln.domain.provenance import build_provenance
-from kiln.infra.docker import DockerDaemon
+from kiln.infra.docker import DockerDaemon, id_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +45,8 @@ def _document(args: argparse.Namespace, docker: DockerDaemon) -> tuple[dict, str
     if args.engine and args.provenance:
         raise UsageError("--provenance describes a recipe image; leave out --engine")
     if args.engine:
-        loaded, engine_image, _ = resolve(args.name)
+        resolved = resolve(args.name)
+        loaded, engine_image = resolved.loaded, resolved.engine_image
         image = existing(docker, engine_image.tag, engine_image.digest)
         if image is None:
             raise ImageNotBuilt(f"{engine_image.tag} (the engine of {args.name}, from the current inputs) is not built")
@@ -53,9 +54,10 @@ def _document(args: argparse.Namespace, docker: DockerDaemon) -> tuple[dict, str
                                        manifest_digest=args.manifest_digest, repository=args.repository)
         doc = sbomdoc.spdx_document(doc) if args.format == "spdx" else doc
         return doc, engine_image.tag
-    loaded, recipe_image, image = require_built(docker, args.name)
+    built = require_built(docker, args.name)
+    loaded, recipe_image, image = built.loaded, built.recipe_image, built.image
     if args.provenance:
-        subject = (args.repository or recipe_image.repository, args.manifest_digest or image.id)
+        subject = (args.repository or recipe_image.repository, args.manifest_digest or id_of(image))
         return build_provenance(loaded, recipe_image, image, [subject], docker=docker), recipe_image.tag
     doc = sbomdoc.build_sbom(docker, loaded, image, manifest_digest=args.manifest_digest,
                              repository=args.repository, spec=args.format)

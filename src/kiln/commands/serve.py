@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import signal
 import sys
+from types import FrameType
+from typing import NoReturn
 
 from kiln.basics import log
 from kiln.basics.errors import ContainerNotFound, ImageNotBuilt, ServerExited, UsageError
@@ -14,7 +17,7 @@ from kiln.domain.images import existing, resolve
 from kiln.domain.launch import LABEL_RECIPE, LABEL_URL
 from kiln.domain.multinode import node_specs, print_commands
 from kiln.domain.topology import effective
-from kiln.infra.docker import Container, DockerDaemon
+from kiln.infra.docker import Container, DockerDaemon, LogTail, id_of
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -24,7 +27,7 @@ def _image_ref(docker: DockerDaemon | None, recipe_image) -> tuple[str, bool]:
     if docker is not None:
         img = existing(docker, recipe_image.tag, recipe_image.digest)
         if img is not None:
-            return img.id, True
+            return id_of(img), True
     return recipe_image.tag, False
 
 
@@ -50,14 +53,15 @@ def vllm_extra(args) -> list[str]:
 
 def _sigterm_as_interrupt() -> None:
     """`kill PID` of a foreground `kiln run` cleans up like Ctrl-C does."""
-    def handler(signum, frame):
+    def handler(signum: int, frame: FrameType | None) -> NoReturn:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
 
 
 def run(args) -> int:
-    loaded, _, recipe_image = resolve(args.name)
+    resolved = resolve(args.name)
+    loaded, recipe_image = resolved.loaded, resolved.recipe_image
     extra = vllm_extra(args)
     env = parse_env(getattr(args, "env", None))
     port = args.port or loaded.recipe.launch.port
@@ -88,15 +92,17 @@ def run(args) -> int:
     if not args.detach:
         _sigterm_as_interrupt()
     box = ServingContainer(docker, spec)
+    detached = False
     try:
         box.start()
         box.wait_healthy(loaded.recipe.smoke.startup_timeout_s)
         log.ok(f"serving {loaded.recipe.launch.served_model_name} at {box.url}/v1 (container {spec.name})")
         if args.detach:
             log.info(f"`kiln logs {spec.name}` shows its log; `kiln stop {spec.name}` (or docker stop) stops and removes it")
-            box = None
+            detached = True
             return 0
         log.info("streaming logs; Ctrl-C stops and removes the container")
+        assert box.container is not None, "start() sets it"
         _stream(box.container)
         exit_code = box.wait_exited(10)
         if exit_code in (0, 143):  # stopped from outside (`kiln stop`, `docker stop`)
@@ -109,7 +115,7 @@ def run(args) -> int:
         log.info(f"stopping {spec.name}")
         return 130
     finally:
-        if box is not None:
+        if not detached:
             box.stop()
             box.remove()
 
@@ -144,7 +150,7 @@ def _print_log(chunk: bytes) -> None:
     sys.stdout.flush()
 
 
-def _stream(container: Container, tail: int | str = "all") -> None:
+def _stream(container: Container, tail: LogTail = "all") -> None:
     """Follow a container's log to stdout until it stops (or is removed)."""
     for chunk in container.follow_logs(tail=tail):
         _print_log(chunk)
@@ -189,7 +195,7 @@ def ps(args) -> int:
 
 def logs(args) -> int:
     box = _one(DockerDaemon(), args.name)
-    tail = "all" if args.tail is None else args.tail
+    tail: LogTail = "all" if args.tail is None else args.tail
     try:
         if args.follow:
             _stream(box, tail)
@@ -213,3 +219,29 @@ def stop(args) -> int:
         docker.remove_container(box.name)
         log.ok(f"stopped and removed {box.name}")
     return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """`kiln run`, `ps`, `logs` and `stop`: one family, sharing how they find kiln's containers."""
+    s = sub.add_parser("run", help="serve a recipe's image (extra vLLM args after --)",
+                       usage="kiln run NAME [--print] [--port P] [--detach] [-e VAR=VALUE ...] [-- VLLM ARGS ...]")
+    s.add_argument("name")
+    s.add_argument("-e", "--env", action="append", metavar="VAR=VALUE",
+                   help="set a container env var (wins over the recipe's)")
+    s.add_argument("--print", action="store_true", help="only print the docker run command")
+    s.add_argument("--port", type=int, default=None, help="host port (default: the recipe's port)")
+    s.add_argument("--detach", action="store_true", help="return once healthy, leave it running")
+    s.set_defaults(func=run)
+    s = sub.add_parser("ps", help="containers kiln started")
+    s.add_argument("-a", "--all", action="store_true", help="stopped ones too")
+    s.set_defaults(func=ps)
+    s = sub.add_parser("logs", help="a kiln container's log")
+    s.add_argument("name", help="a container name from `kiln ps`, or a recipe with one running container")
+    s.add_argument("-f", "--follow", action="store_true")
+    s.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines")
+    s.set_defaults(func=logs)
+    s = sub.add_parser("stop", help="stop and remove kiln containers")
+    s.add_argument("names", nargs="*", metavar="NAME", help="container names, or recipes (all their containers)")
+    s.add_argument("--all", action="store_true", help="every container kiln started")
+    s.add_argument("--timeout", type=int, default=30, help="seconds before SIGKILL")
+    s.set_defaults(func=stop)

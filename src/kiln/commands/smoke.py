@@ -8,24 +8,30 @@ and exits with SmokeFailed's code.
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import re
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kiln.basics import log
 from kiln.basics.errors import ContainerStartFailed, SmokeFailed
 from kiln.basics.paths import shown_home
 from kiln.commands.build import build_recipe
+from kiln.commands.options import reports
 from kiln.domain.container import ServingContainer, free_port, gpu_visible, preflight, run_spec
 from kiln.domain.features import engine_features
 from kiln.domain.images import require_built
 from kiln.domain.multinode import NodeGroup, node_specs
 from kiln.domain.topology import effective, split_over_nodes
-from kiln.infra.docker import DockerDaemon
+from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.records import write_smoke_record
+
+if TYPE_CHECKING:  # openai is a dev extra, imported late where a server is up
+    from openai.types import CompletionUsage
 
 
 @dataclass
@@ -76,6 +82,13 @@ def _require(cond: bool, message: str) -> None:
         raise AssertionError(message)
 
 
+def _usage(usage: CompletionUsage | None) -> CompletionUsage:
+    """A response's token usage, which the smoke test requires the server to report."""
+    if usage is None:
+        raise AssertionError("no usage in response")
+    return usage
+
+
 class _Checks:
     """The checks themselves; each returns (value, detail) or raises."""
 
@@ -94,19 +107,20 @@ class _Checks:
         _require(self.name in ids, f"served model {self.name!r} not in {ids}")
         return ids, f"{ids}"
 
-    def _usage_ok(self, usage, max_tokens: int) -> None:
-        _require(usage is not None, "no usage in response")
+    def _usage_ok(self, reported: CompletionUsage | None, max_tokens: int) -> CompletionUsage:
+        usage = _usage(reported)
         _require(0 < usage.completion_tokens <= max_tokens, f"completion_tokens={usage.completion_tokens} not in 1..{max_tokens}")
         _require(usage.prompt_tokens > 0, f"prompt_tokens={usage.prompt_tokens}")
         _require(usage.total_tokens == usage.prompt_tokens + usage.completion_tokens, f"total_tokens={usage.total_tokens} != prompt+completion")
+        return usage
 
     def completion(self):
         mt = self.spec.max_tokens
         resp = self.client.completions.create(model=self.name, prompt=self.spec.prompts[0], max_tokens=mt, temperature=0)
         text = resp.choices[0].text
         _require(bool(text.strip()), "empty completion text")
-        self._usage_ok(resp.usage, mt)
-        return text, f"{resp.usage.completion_tokens} tokens: {text[:60]!r}"
+        usage = self._usage_ok(resp.usage, mt)
+        return text, f"{usage.completion_tokens} tokens: {text[:60]!r}"
 
     def chat(self):
         mt = self.spec.max_tokens
@@ -115,8 +129,8 @@ class _Checks:
             max_tokens=mt, temperature=0)
         text = resp.choices[0].message.content or ""
         _require(bool(text.strip()), "empty chat completion text")
-        self._usage_ok(resp.usage, mt)
-        return text, f"{resp.usage.completion_tokens} tokens: {text[:60]!r}"
+        usage = self._usage_ok(resp.usage, mt)
+        return text, f"{usage.completion_tokens} tokens: {text[:60]!r}"
 
     def greedy_determinism(self):
         outs = []
@@ -132,10 +146,11 @@ class _Checks:
         r = self.client.completions.create(model=self.name, prompt=self.spec.prompts[0],
                                            max_tokens=128, temperature=0, extra_body={"ignore_eos": True})
         dt = time.monotonic() - t0
-        rate = r.usage.completion_tokens / dt
+        tokens = _usage(r.usage).completion_tokens
+        rate = tokens / dt
         if self.spec.min_tokens_per_s is not None:
             _require(rate >= self.spec.min_tokens_per_s, f"{rate:.1f} tok/s < min {self.spec.min_tokens_per_s}")
-        return rate, f"{r.usage.completion_tokens} tokens in {dt:.2f} s = {rate:.1f} tok/s"
+        return rate, f"{tokens} tokens in {dt:.2f} s = {rate:.1f} tok/s"
 
     def metrics(self):
         with urllib.request.urlopen(f"{self.box.url}/metrics", timeout=10) as resp:
@@ -147,7 +162,8 @@ class _Checks:
         if self.spec.expect_spec_decode:
             drafts = metric_sum(text, "vllm:spec_decode_num_draft_tokens_total")
             accepted = metric_sum(text, "vllm:spec_decode_num_accepted_tokens_total")
-            _require(drafts is not None and drafts > 0, f"vllm:spec_decode_num_draft_tokens_total={drafts}")
+            if drafts is None or drafts <= 0:
+                raise AssertionError(f"vllm:spec_decode_num_draft_tokens_total={drafts}")
             rate = (accepted or 0.0) / drafts
             values.update(draft_tokens=drafts, accepted_tokens=accepted, acceptance_rate=rate)
             detail += f", spec_decode draft tokens={drafts:.0f} accepted={accepted or 0:.0f} ({rate:.0%})"
@@ -178,7 +194,7 @@ class _Checks:
         def one(prompt):
             r = self.client.completions.create(model=self.name, prompt=prompt, max_tokens=tokens,
                                                temperature=0, extra_body={"ignore_eos": True})
-            return r.usage.completion_tokens
+            return _usage(r.usage).completion_tokens
 
         # rounds until the feature has reported (its summary line), at most four: how
         # many steps a round takes depends on how many drafts the model accepts
@@ -268,7 +284,8 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
     docker = docker or DockerDaemon()
     if build:
         build_recipe(name, docker=docker)
-    loaded, recipe_image, image = require_built(docker, name)
+    built = require_built(docker, name)
+    loaded, recipe_image, image = built.loaded, built.recipe_image, built.image
     recipe = loaded.recipe
     if recipe.smoke.gpu and not gpu_visible():
         log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host")
@@ -278,7 +295,8 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
         reason = f"spans {topo.nodes} nodes of GPUs; one host cannot serve it (smoke it on the cluster)"
         log.warn(f"smoke {name}: SKIPPED: {reason}")
         return {"recipe": name, "skipped": True, "reason": reason, "passed": None}
-    served, box, spec = _serving(docker, loaded, image.id, topo)
+    built_id = id_of(image)
+    served, box, spec = _serving(docker, loaded, built_id, topo)
     features = engine_features(recipe.features)
     for node_spec in getattr(served, "specs", [spec]):
         for feature in features:
@@ -286,7 +304,7 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
     preflight(loaded, spec)
     started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     nodes = f", {topo.nodes} nodes" if topo.multi_node else ""
-    log.step(f"smoke {name}: {recipe_image.tag} ({image.id[:19]}) on {spec.host_ip}:{spec.host_port}{nodes}")
+    log.step(f"smoke {name}: {recipe_image.tag} ({built_id[:19]}) on {spec.host_ip}:{spec.host_port}{nodes}")
     t0 = time.monotonic()
     run = SmokeRun()
     startup = None
@@ -314,7 +332,7 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
             run.check("clean_stop", lambda: _stopped_in_time(stop_s))
     record = {
         "recipe": name,
-        "image_id": image.id,
+        "image_id": built_id,
         "tag": recipe_image.tag,
         "input_digest": recipe_image.digest,
         "passed": run.passed,
@@ -327,7 +345,7 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
         path = write_smoke_record(record)
     record["record"] = None if path is None else str(path)
     log.summary(f"smoke {name}: {'PASSED' if run.passed else 'FAILED'}", {
-        "image": f"{recipe_image.tag} ({image.id[:19]})",
+        "image": f"{recipe_image.tag} ({built_id[:19]})",
         "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
         "startup": "never healthy" if startup is None else f"{startup:.1f} s",
         "took": log.human_secs(time.monotonic() - t0),
@@ -335,9 +353,9 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
     })
     if not run.passed:
         failed = ", ".join(c.name for c in run.checks if not c.ok)
-        exc = SmokeFailed(f"smoke {name}: failed checks: {failed}")
-        exc.record = record
-        raise exc
+        failure = SmokeFailed(f"smoke {name}: failed checks: {failed}")
+        failure.record = record
+        raise failure
     return record
 
 
@@ -357,9 +375,25 @@ def smoke_cli(args) -> int:
     try:
         record = smoke(args.name, build=args.build, topology=topology)
     except SmokeFailed as exc:
-        if args.json and getattr(exc, "record", None):
+        if args.json and exc.record:
             log.emit_json(exc.record)  # the failed checks are what a script wants to see
         raise
     if args.json:
         log.emit_json(record)
     return 0
+
+
+def _node_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 64:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a node count in 1..64")
+    return int(text)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = reports(sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client"))
+    s.add_argument("name")
+    s.add_argument("--build", action="store_true", help="build first if needed")
+    s.add_argument("--nodes", type=_node_count, default=None, metavar="N",
+                   help="serve across N containers on a private docker network, one tensor-parallel rank each "
+                        "(proves the multi-node wiring on one host; writes no smoke record)")
+    s.set_defaults(func=smoke_cli)

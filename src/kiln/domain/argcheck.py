@@ -34,7 +34,7 @@ from kiln.domain.images import LABEL_NS, existing, resolve
 from kiln.domain.launch import ArgvPart, argv_parts, launch_document
 from kiln.domain.overrides import load_override
 from kiln.domain.recipe import LoadedRecipe
-from kiln.infra.docker import DockerDaemon, Image
+from kiln.infra.docker import DockerDaemon, Image, id_of
 
 SCHEMA = 2  # of the per-image flag cache
 ANSWER_SCHEMA = 1  # of the per-command-line answer cache
@@ -323,7 +323,7 @@ def check_against_engine(loaded: LoadedRecipe, docker: DockerDaemon | None = Non
     try:
         job = Job.of(loaded)  # an override it cannot load is a recipe problem, reported as one
         docker = docker or DockerDaemon()
-        _, engine_image, _ = resolve(loaded.name)
+        engine_image = resolve(loaded.name).engine_image
         image = existing(docker, engine_image.tag, engine_image.digest)
     except KilnError as exc:
         log.debug(f"launch args of {loaded.name} not checked: {exc.message}")
@@ -331,7 +331,7 @@ def check_against_engine(loaded: LoadedRecipe, docker: DockerDaemon | None = Non
     if image is None:
         log.info(f"{loaded.name}: launch args not checked against vLLM (engine image not built)")
         return []
-    accepted, answer = ask(docker, image.id, job)
+    accepted, answer = ask(docker, id_of(image), job)
     return launch_problems(loaded, accepted, job, answer)
 
 
@@ -340,4 +340,4 @@ def check_image(docker: DockerDaemon, loaded: LoadedRecipe, image: Image) -> lis
     `ai.kiln.engine.image` label), so the cached answers are shared with `kiln check`."""
     ref = (image.labels or {}).get(f"{LABEL_NS}.engine.image")
     engine = docker.image(ref) if ref else None
-    return check_engine_image(docker, loaded, (engine or image).id)
+    return check_engine_image(docker, loaded, id_of(engine or image))

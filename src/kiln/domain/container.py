@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 from collections import deque
 from pathlib import Path
+from typing import Literal
 
 from kiln.basics import log
 from kiln.basics.errors import (
@@ -195,7 +196,7 @@ class ServingContainer:
 
     def _watch_exit(self) -> None:
         """Record the exit code even when AutoRemove deletes the container right after."""
-        condition = "removed" if self.spec.remove else "not-running"
+        condition: Literal["removed", "not-running"] = "removed" if self.spec.remove else "not-running"
         container = self.container
 
         def wait():

@@ -10,12 +10,13 @@ import hashlib
 import json
 import re
 import subprocess
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
 from kiln.basics.errors import ImageNotBuilt
 from kiln.basics.paths import repo_root
-from kiln.domain import hfcache, wheelhouse
+from kiln.domain import enginelock, hfcache, wheelhouse
 from kiln.domain.ca import CABundle, resolve_ca
 from kiln.domain.context import BuildContext
 from kiln.domain.launch import LAUNCH_FILE, launch_json
@@ -28,6 +29,7 @@ from kiln.infra.docker import DockerDaemon, Image
 LABEL_NS = "ai.kiln"
 PATCHER_ARC = "_kiln/kiln_patching.py"
 HFCACHE_ARC = "_kiln/kiln_hfcache.py"  # the entrypoint's snapshot check (domain/hfcache.py)
+LOCK_ARC = "_kiln/lock/engine.lock.json"
 
 
 def _git(*args: str) -> str:
@@ -77,6 +79,19 @@ class EngineImage:
     def wheel_requirements(self) -> list[str]:
         return wheelhouse.requirements(self.dir, self.engine)
 
+    @property
+    def lock_file(self) -> Path:
+        return enginelock.lock_path(self.dir, self.engine.name, self.engine.version)
+
+    @cached_property
+    def lock(self) -> enginelock.EngineLock | None:
+        """The lock this image installs from (None: an image dir without locks/)."""
+        return enginelock.for_image(self.dir, self.engine.name, self.engine.version)
+
+    @property
+    def platform(self) -> str:
+        return enginelock.host_platform()
+
     @cached_property
     def context(self) -> BuildContext:
         ctx = BuildContext()
@@ -92,13 +107,27 @@ class EngineImage:
         ctx.add_param("engine", f"{self.engine.name}=={self.engine.version}")
         ctx.add_param("flavour", self.engine.flavour)
         ctx.add_param("base_image", self.engine.base_image.pinned)
-        ctx.add_param("wheelhouse", "\n".join(self.wheel_requirements()))
+        lock = self.lock
+        if lock is None:
+            ctx.add_param("wheelhouse", "\n".join(self.wheel_requirements()))
+        else:
+            # the lock's bytes are the input; the files derived from it follow from them
+            ctx.add_file(LOCK_ARC, self.lock_file)
+            for name, data in enginelock.context_files(lock, self.platform).items():
+                ctx.add_bytes(f"_kiln/lock/{name}", data)
         return ctx
 
-    def add_wheels(self) -> list[Path]:
+    def add_wheels(self, *, plain: bool | None = None) -> list[Path]:
         """Fetch the wheelhouse (once, into the cache) and put it into the context.
-        Wheels are identified by their pins in the digest, not by their bytes."""
-        wheels = wheelhouse.fetch(self.wheel_requirements(), self.engine.flavour)
+        Wheels are identified by their pins (the lock's hashes) in the digest, not by
+        their bytes. `plain`: also the wheels only the plain size anchor installs."""
+        if plain is None:  # engine-cuda's wheels stage is shared with the plain anchor
+            plain = bool(self.lock is not None and self.lock.plain_extra_packages)
+        if self.lock is not None:
+            wheels = wheelhouse.fetch_locked(self.lock, self.platform, lock_file=self.lock_file,
+                                             cafile=self.ca.get().path, plain=plain)
+        else:
+            wheels = wheelhouse.fetch(self.wheel_requirements(), self.engine.flavour)
         for whl in wheels:
             self.context.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
         if not wheels:
@@ -137,6 +166,8 @@ class EngineImage:
             f"{LABEL_NS}.engine.flavour": e.flavour,
             f"{LABEL_NS}.base-image": e.base_image.pinned,
             f"{LABEL_NS}.patches": json.dumps(dict(self.patch_entries()), sort_keys=True),
+            **({f"{LABEL_NS}.lock": f"{enginelock.shown(self.lock_file)}@sha256:{hashlib.sha256(self.lock_file.read_bytes()).hexdigest()}"}
+               if self.lock is not None else {}),
         }
 
 
@@ -269,11 +300,30 @@ class LazyCA:
         return self._value
 
 
-def resolve(name: str, ca_flag: str | None = None) -> tuple[LoadedRecipe, EngineImage, RecipeImage]:
+@dataclass(frozen=True)
+class ResolvedRecipe:
+    """A recipe with the engine image and recipe image its current inputs make (neither
+    need be built)."""
+
+    loaded: LoadedRecipe
+    engine_image: EngineImage
+    recipe_image: RecipeImage
+
+
+@dataclass(frozen=True)
+class BuiltRecipe:
+    """A recipe, its recipe image, and the local image built from its current inputs."""
+
+    loaded: LoadedRecipe
+    recipe_image: RecipeImage
+    image: Image
+
+
+def resolve(name: str, ca_flag: str | None = None) -> ResolvedRecipe:
     """A recipe by name, with the engine image and recipe image its current inputs make."""
     loaded = load_recipe(recipe_dir(name))
     engine_image = EngineImage(loaded.recipe.engine, LazyCA(ca_flag))
-    return loaded, engine_image, RecipeImage(loaded, engine_image)
+    return ResolvedRecipe(loaded, engine_image, RecipeImage(loaded, engine_image))
 
 
 def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
@@ -286,10 +336,11 @@ def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
     return img
 
 
-def require_built(docker: DockerDaemon, name: str) -> tuple[LoadedRecipe, RecipeImage, Image]:
+def require_built(docker: DockerDaemon, name: str) -> BuiltRecipe:
     """The image built from the current inputs, or ImageNotBuilt."""
-    loaded, _, recipe_image = resolve(name)
+    resolved = resolve(name)
+    recipe_image = resolved.recipe_image
     img = existing(docker, recipe_image.tag, recipe_image.digest)
     if img is None:
         raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {name}) is not built")
-    return loaded, recipe_image, img
+    return BuiltRecipe(resolved.loaded, recipe_image, img)

@@ -32,7 +32,7 @@ def _from_image(loaded: LoadedRecipe, src: ModelSource, docker: DockerDaemon | N
     """config.json of a baked model, read from the recipe image built from the current inputs."""
     try:
         docker = docker or DockerDaemon()
-        _, _, recipe_image = resolve(loaded.name)
+        recipe_image = resolve(loaded.name).recipe_image
         image = existing(docker, recipe_image.tag, recipe_image.digest)
         if image is None:
             return None

@@ -1,5 +1,9 @@
 """The wheelhouse: local wheels copied into an engine build context.
 
+An engine image built from a lock (docker-images/engine-<flavour>/locks/) gets exactly the
+wheels its lock names, each checked against the lock's sha256 (`fetch_locked`); the
+older `wheelhouse.txt` pins below serve images without a lock (the test stand-in).
+
 Some wheels an engine needs are not on the index the build container sees (the CPU
 torch build lives on the host's find-links, a corporate mirror, or an air-gapped
 disk). kiln fetches them once on the host with the host's pip configuration into
@@ -9,15 +13,20 @@ image's `wheelhouse.txt`, with `{engine_version}` and `{torch}` filled in from t
 
 from __future__ import annotations
 
+import hashlib
 import re
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kiln.basics import log
-from kiln.basics.errors import EngineFetchFailed
-from kiln.basics.paths import cache_dir
+from kiln.basics.errors import EngineFetchFailed, WheelHashMismatch
+from kiln.basics.paths import cache_dir, shown_home
+from kiln.domain import enginelock as L
 from kiln.domain.recipe import Engine
+from kiln.infra import pyindex
 
 FILE = "wheelhouse.txt"
 
@@ -69,3 +78,82 @@ def fetch(reqs: list[str], flavour: str) -> list[Path]:
                 raise EngineFetchFailed(f"wheelhouse: cannot fetch {req}: {last}")
         wheels.append(found)
     return wheels
+
+
+# -- locked wheelhouse: the exact files an engine lock names ------------------------------
+LOCKED = "locked"
+_WORKERS = 8
+
+
+def locked_dir() -> Path:
+    """Content-checked cache of locked wheels, by file name (every use re-hashes them)."""
+    return cache_dir() / "wheels" / LOCKED
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _local_copy(file: str) -> Path | None:
+    """A wheel the lock says lives only on a find-links folder (url null)."""
+    for folder in [*pyindex.find_links(), str(cache_dir() / "wheelhouse" / "cpu"), str(cache_dir() / "wheels")]:
+        cand = Path(folder) / file
+        if cand.is_file():
+            return cand
+    return None
+
+
+def fetch_locked(lock: L.EngineLock, plat: str, *, lock_file: Path, cafile: Path | None,
+                 plain: bool = False) -> list[Path]:
+    """Every wheel a build for `plat` installs, from the cache or downloaded (several at
+    once), each checked against the lock's sha256: a file with other bytes is refused
+    (WheelHashMismatch, one line naming the package and both hashes), never used."""
+    wanted = L.all_wheels(lock, plat, plain=plain)
+    cache = locked_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    todo = []
+    for name, version, wheel in wanted:
+        cached = cache / wheel.file
+        local = cached if cached.is_file() else (_local_copy(wheel.file) if wheel.url is None else None)
+        if local is not None:
+            paths[wheel.file] = local
+        elif wheel.url is None:
+            raise EngineFetchFailed(f"{name} {version}: {wheel.file} is only on a local find-links folder "
+                                    f"(sha256_from: file) and none of pip's has it",
+                                    hint="put the wheel into pip's find-links folder or ~/.cache/kiln/wheels/locked")
+        else:
+            todo.append((name, version, wheel))
+    if todo:
+        size = "" if not todo else f" ({len(todo)} of {len(wanted)} not cached)"
+        log.step(f"wheelhouse: downloading{size} locked wheels into {shown_home(cache)}")
+        t0 = time.monotonic()
+
+        def get(item: tuple[str, str, L.Wheel]) -> tuple[str, str, L.Wheel, str]:
+            name, version, wheel = item
+            assert wheel.url is not None
+            return name, version, wheel, pyindex.download(wheel.url, cache / wheel.file, wheel.sha256, cafile=cafile)
+
+        with ThreadPoolExecutor(_WORKERS) as pool:
+            for name, version, wheel, got in pool.map(get, todo):
+                if got != wheel.sha256:
+                    raise _mismatch(name, version, wheel, got, lock_file, wheel.url or "")
+                paths[wheel.file] = cache / wheel.file
+        log.ok(f"wheelhouse: {len(todo)} wheels downloaded and verified [{log.human_secs(time.monotonic() - t0)}]")
+    # every file is hashed on every build: the cache is a convenience, the lock the truth
+    files = [(name, version, wheel, paths[wheel.file]) for name, version, wheel in wanted]
+    with ThreadPoolExecutor(2) as pool:
+        hashes = list(pool.map(lambda item: _sha256(item[3]), files))
+    for (name, version, wheel, path), got in zip(files, hashes, strict=True):
+        if got != wheel.sha256:
+            raise _mismatch(name, version, wheel, got, lock_file, str(path))
+    return [path for *_, path in files]
+
+
+def _mismatch(name: str, version: str, wheel: L.Wheel, got: str, lock_file: Path, where: str) -> WheelHashMismatch:
+    return WheelHashMismatch(f"{name} {version}: {wheel.file} has sha256 {got}, "
+                             f"{L.shown(lock_file)} locks {wheel.sha256} ({shown_home(Path(where)) if where.startswith('/') else where})")

@@ -8,6 +8,7 @@ stay here.
 from __future__ import annotations
 
 import json
+import os
 import re
 import tempfile
 import time
@@ -15,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Literal, NoReturn, Protocol, TypeVar
 
 import docker
 import docker.auth
@@ -137,7 +138,7 @@ class _DaemonGone(Exception):
     """The connection to the daemon broke while it streamed the build."""
 
 
-def _run_status(code, message: str) -> int | None:
+def _run_status(code: object, message: str) -> int | None:
     """A failed RUN's exit status: errorDetail.code, else the number the message ends with."""
     if isinstance(code, int) and code > 0:
         return code
@@ -208,6 +209,11 @@ class DockerError(Exception):
     is its own explanation on one line. Callers turn it into their typed error."""
 
 
+_T = TypeVar("_T")
+# `docker logs --tail`: a line count or "all"
+LogTail = int | Literal["all"]
+
+
 class Container:
     """One container, in kiln terms. A container that is already gone (AutoRemove may
     delete it at any moment) reads as gone instead of raising the SDK's NotFound."""
@@ -217,11 +223,11 @@ class Container:
 
     @property
     def id(self) -> str:
-        return self._sdk.id
+        return _required(self._sdk.id, "container id")
 
     @property
     def name(self) -> str:
-        return self._sdk.name
+        return _required(self._sdk.name, "container name")
 
     @property
     def labels(self) -> dict[str, str]:
@@ -256,31 +262,34 @@ class Container:
         except docker.errors.APIError as exc:
             raise DockerError(_short(exc)) from None
 
-    def logs(self, tail: int | str = "all") -> bytes | None:
+    def logs(self, tail: LogTail = "all") -> bytes | None:
         """The last `tail` lines of its log; None once the daemon cannot give them."""
         try:
             return self._sdk.logs(tail=tail)
         except docker.errors.APIError:
             return None
 
-    def follow_logs(self, tail: int | str = "all") -> Iterator[bytes]:
+    def follow_logs(self, tail: LogTail = "all") -> Iterator[bytes]:
         """Its log as it is written, until the container stops or is removed."""
         try:
             yield from self._sdk.logs(stream=True, follow=True, tail=tail)
         except docker.errors.NotFound:  # removed before (or while) the stream attached
             return
 
-    def wait_gone(self, condition: str) -> int | None:
-        """Block until the container is `condition` ("removed", "not-running"); its exit
-        code, None when it was gone before the wait was registered."""
+    def wait_gone(self, condition: Literal["removed", "not-running"]) -> int | None:
+        """Block until the container is `condition`; its exit code, None when it was gone
+        before the wait was registered."""
         try:
-            return self._sdk.client.api.wait(self.id, condition=condition).get("StatusCode")
+            return _required(self._sdk.client, "client").api.wait(self.id, condition=condition).get("StatusCode")
         except Exception:  # gone before the wait was registered: nothing to report
             return None
 
     def exec(self, cmd: list[str]) -> tuple[int, str]:
-        res = self._sdk.exec_run(cmd, demux=False)
-        return res.exit_code, (res.output or b"").decode(errors="replace")
+        res = self._sdk.exec_run(cmd, demux=False, stream=False)
+        if res.exit_code is None:  # only a streamed exec has none
+            raise DockerError("the Docker daemon reported no exit code for an exec")
+        output = res.output if isinstance(res.output, bytes) else b""  # not streamed: bytes or None
+        return res.exit_code, output.decode(errors="replace")
 
     def stop(self, timeout: int) -> None:
         try:
@@ -390,9 +399,10 @@ class DockerDaemon:
         (as `user` when given, else the image's own USER).
         BuildFailed (`what` names the job) when it does not finish, fails or prints no
         such line: what a built image reports about itself must be read, never guessed."""
+        as_user: dict[str, Any] = {"user": user} if user is not None else {}
         container = self.client.containers.create(
             image_id, entrypoint=["python", "-c", script], network_disabled=True, detach=True,
-            environment=env or {}, **({"user": user} if user is not None else {}))
+            environment=env or {}, **as_user)
         try:
             container.start()
             status = container.wait(timeout=timeout_s)
@@ -408,6 +418,22 @@ class DockerDaemon:
             raise BuildFailed(f"{what} failed{cause}: {tail}")
         return json.loads(line.removeprefix(prefix))
 
+    def run_command(self, image: str, argv: list[str], *, timeout_s: float, name_prefix: str = "kiln-") -> tuple[int, str]:
+        """Run `argv` in a throwaway container of `image` (with network: e.g. apt's
+        package lists) and return its exit status and output; the container is removed."""
+        container = self.client.containers.create(
+            image, entrypoint=argv[:1], command=argv[1:], detach=True,
+            name=f"{name_prefix}{os.getpid()}-{int(time.time() * 1000) % 10**8}")
+        try:
+            container.start()
+            status = container.wait(timeout=timeout_s)
+            output = container.logs().decode(errors="replace")
+        except Exception as exc:
+            raise BuildFailed(f"{' '.join(argv[:3])} in {image} did not finish: {exc}") from None
+        finally:
+            container.remove(force=True)
+        return int(status.get("StatusCode", 1)), output
+
     # -- containers ---------------------------------------------------------
     def containers(self, *, label: str, all_states: bool = False) -> list[Container]:
         """Containers carrying `label` (running ones only unless `all_states`), newest first."""
@@ -420,7 +446,7 @@ class DockerDaemon:
         except docker.errors.NotFound:
             return None
 
-    def create_container(self, **sdk_kwargs) -> Container:
+    def create_container(self, **sdk_kwargs: Any) -> Container:
         """A created (not started) container; `sdk_kwargs` as `RunSpec.sdk_kwargs()` spells them."""
         try:
             return Container(self.client.containers.create(**sdk_kwargs))
@@ -534,10 +560,10 @@ class DockerDaemon:
         if not result.image_id:
             self._fail(progress, "the daemon reported no image id")
         if not result.image_id.startswith("sha256:"):
-            result.image_id = self.client.images.get(result.image_id).id
+            result.image_id = id_of(self.client.images.get(result.image_id))
         return result
 
-    def _fail(self, progress: _BuildProgress, message: str, status: int | None = None) -> None:
+    def _fail(self, progress: _BuildProgress, message: str, status: int | None = None) -> NoReturn:
         # A daemon shutting down stops the step's container first (so the step "fails",
         # often with 143) and stops listening: a daemon that does not answer now is the cause.
         progress.activity.stop()
@@ -552,7 +578,7 @@ class DockerDaemon:
                           step=step, tail=list(progress.step_tail), status=status)
 
     @staticmethod
-    def _daemon_gone(progress: _BuildProgress, why: str) -> None:
+    def _daemon_gone(progress: _BuildProgress, why: str) -> NoReturn:
         step = progress.current or "before the first step"
         raise DockerUnavailable(
             f"{progress.label}: the Docker daemon went away during the build (at {step}): {_one_line(why)}",
@@ -574,7 +600,7 @@ class DockerDaemon:
                 probe.close()
 
 
-def _guarded(stream):
+def _guarded(stream: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     """The build stream, with a broken connection (daemon stopped or restarted mid-build)
     raised as one exception type instead of whatever requests/urllib3 layer noticed it."""
     try:
@@ -614,6 +640,19 @@ def config_auth(config: dict, host: str) -> dict:
         return docker.auth.load_config(config_dict=config).resolve_authconfig(host) or {}
     except docker.errors.DockerException as exc:
         raise DockerError(" ".join(str(exc).split())[:200]) from None
+
+
+def _required(value: _T | None, what: str) -> _T:
+    """A value the SDK types as optional (its models may be built from partial attrs)
+    but the daemon always sends for an object it returned."""
+    if value is None:
+        raise DockerError(f"the Docker daemon returned an object without its {what}")
+    return value
+
+
+def id_of(image: Image) -> str:
+    """The id of an image the daemon returned (the SDK types it optional)."""
+    return _required(image.id, "image id")
 
 
 def _short(exc: BaseException) -> str:

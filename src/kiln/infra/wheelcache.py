@@ -46,6 +46,11 @@ def _cached_wheel(wheels: Path, dist: str, version: str) -> Path | None:
     return matches[0] if matches else None
 
 
+def cached_engine_wheel(version: str, flavour: str = "cpu") -> Path | None:
+    """The engine wheel if it is already in the cache (no network)."""
+    return _cached_wheel(cache_dir(create=False) / "wheels", distribution(flavour), version)
+
+
 def engine_wheel(version: str, flavour: str = "cpu") -> Path:
     """The engine wheel for ``version``: from the cache, else ``pip download --no-deps``."""
     dist = distribution(flavour)

@@ -1,0 +1,98 @@
+"""`kiln engine lock [RECIPE|--all] [--check] [--platform P]`: write (or, with --check,
+only ask the index about) the lock of each engine image the recipes use."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from kiln.basics import log
+from kiln.basics.errors import UsageError
+from kiln.basics.paths import repo_root
+from kiln.domain import enginelock as L
+from kiln.domain import relock
+from kiln.domain.ca import resolve_ca
+from kiln.domain.recipe import Engine, load_recipe, recipe_dir, recipe_names
+from kiln.infra.docker import DockerDaemon
+
+
+def _engines(args: argparse.Namespace) -> list[tuple[str, Engine]]:
+    """(a recipe that uses it, engine) per distinct engine image and version."""
+    if args.all == bool(args.recipe):
+        raise UsageError("name one recipe or pass --all")
+    names = [args.recipe] if args.recipe else recipe_names()
+    loaded = [load_recipe(recipe_dir(n)) for n in names]
+    seen: dict[tuple[str, str, str], tuple[str, Engine]] = {}
+    for item in loaded:
+        e = item.recipe.engine
+        seen.setdefault((e.flavour, e.name, e.version), (item.name, e))
+    return [seen[k] for k in sorted(seen)]
+
+
+def image_dir(engine: Engine):
+    return repo_root() / "docker-images" / f"engine-{engine.flavour}"
+
+
+def uses_locks(engine: Engine) -> bool:
+    return L.uses_locks(image_dir(engine))
+
+
+def lock_engine(recipe: str, engine: Engine, platforms: list[str] | None = None,
+                docker: DockerDaemon | None = None) -> L.EngineLock:
+    """Resolve and write one engine's lock (unchanged bytes are not rewritten)."""
+    t0 = time.monotonic()
+    folder = image_dir(engine)
+    path = L.lock_path(folder, engine.name, engine.version)
+    if platforms is None:
+        platforms = L.load(path).platforms if path.is_file() else ["linux/amd64"]
+    cafile = resolve_ca(None).path
+    lock = relock.make_lock(engine, folder, platforms, cafile=cafile, docker=docker or DockerDaemon())
+    changed = L.write(lock, path)
+    debian = sum(len(v) for v in lock.debian_packages.values())
+    what = (f"{len(lock.python_packages)} Python distributions"
+            + (f" (+{len(lock.plain_extra_packages)} for the plain anchor)" if lock.plain_extra_packages else "")
+            + f", {debian} Debian packages, {', '.join(lock.platforms)}")
+    verb = "wrote" if changed else "unchanged:"
+    log.ok(f"{verb} {L.shown(path)}: {what} (for {recipe}) [{log.human_secs(time.monotonic() - t0)}]")
+    return lock
+
+
+def cmd_engine_lock(args: argparse.Namespace) -> int:
+    engines = _engines(args)
+    if args.check:
+        return _check(engines)
+    for recipe, engine in engines:
+        lock_engine(recipe, engine, args.platform or None)
+    return 0
+
+
+def _check(engines: list[tuple[str, Engine]]) -> int:
+    cafile = resolve_ca(None).path
+    for recipe, engine in engines:
+        path = L.lock_path(image_dir(engine), engine.name, engine.version)
+        lock = L.for_image(image_dir(engine), engine.name, engine.version, recipe)
+        if lock is None:
+            log.info(f"{L.shown(image_dir(engine))}: not built from a lock")
+            continue
+        findings = relock.outdated(lock, cafile=cafile)
+        total = len(lock.python_packages) + len(lock.plain_extra_packages) + len(lock.tools)
+        yanked = sum(bool(f.yanked) for f in findings)
+        newer = sum(bool(f.newest) for f in findings)
+        log.out.print(f"{L.shown(path)}: {total} locked, {yanked} yanked, {newer} with newer releases",
+                      markup=False)
+        for f in findings:
+            log.out.print(f"  {f.line()}", markup=False)
+    log.info("nothing was changed; `kiln engine lock RECIPE` re-locks")
+    return 0
+
+
+def register_engine(es: argparse._SubParsersAction) -> None:
+    """`kiln engine lock` (added to the `kiln engine` subcommands)."""
+    s = es.add_parser("lock", help="pin every Python wheel (by sha256) and Debian package an engine image installs")
+    s.add_argument("recipe", nargs="?", help="the recipe whose engine image to lock")
+    s.add_argument("--all", action="store_true", help="every engine image and version the recipes use")
+    s.add_argument("--check", action="store_true",
+                   help="only say which locked versions are yanked or have newer releases; change nothing")
+    s.add_argument("--platform", action="append", choices=sorted(L.PLATFORMS),
+                   help="lock for this platform (repeatable; default: the lock's own, else linux/amd64)")
+    s.set_defaults(func=cmd_engine_lock)

@@ -1,0 +1,18 @@
+"""`kiln schema`: the recipe JSON Schema, for editors and CI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from kiln.domain.recipe import json_schema
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(json_schema(), indent=2))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    s = sub.add_parser("schema", help="print the recipe JSON Schema")
+    s.set_defaults(func=cmd_schema)
