@@ -23,7 +23,7 @@ class Fetched:
 def hub_download(repo: str, revision: str, cache: Path) -> None:
     """The hub client's own download (resumes partial files, verifies sizes and hashes)."""
     try:
-        import huggingface_hub  # late: optional, only `kiln fetch` needs the hub client
+        import huggingface_hub  # type: ignore[import-not-found,unused-ignore]  # late: optional, only `kiln fetch` needs the hub client
     except ImportError:
         raise FetchFailed("kiln fetch needs the huggingface_hub package on this host",
                           hint="pip install huggingface_hub (or fill the cache with `hf download` elsewhere)") from None

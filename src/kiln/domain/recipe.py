@@ -124,7 +124,7 @@ class Shape(Strict):
 
     def source_of(self, key: str) -> str:
         value = self.config.get(key)
-        return value["source"] if _cited(value) else self.source
+        return str(value["source"]) if isinstance(value, dict) and _cited(value) else self.source
 
 
 class ModelSource(Strict):

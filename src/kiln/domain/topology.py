@@ -267,4 +267,4 @@ def feature_problems(loaded) -> list[str]:
 def split_over_nodes(nodes: int) -> Topology:
     """`kiln smoke NAME --nodes N`: one tensor-parallel rank per container, N containers
     (proves the multi-node wiring on one host, e.g. a CPU recipe in CI)."""
-    return Topology(nodes=nodes, accelerators_per_node=1, tensor_parallel=nodes)
+    return Topology(nodes=nodes, accelerators_per_node=1, tensor_parallel=nodes, accelerator=None)
