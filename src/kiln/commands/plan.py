@@ -34,13 +34,17 @@ def plan_recipe(loaded: LoadedRecipe, *, gpu: str | None = None, gpus: int | Non
     return compute(inp, acc, layout, nodes=nodes)
 
 
+def _count_params(n: int) -> str:
+    return f"{n / 1e9:,.2f}B" if n >= 1e9 else f"{n / 1e6:,.2f}M"
+
+
 def table(plan: Plan) -> list[str]:
     """The plan as aligned lines (what `kiln plan` prints)."""
     acc = plan.accelerator
     rows: list[tuple[str, str, str]] = []
     for part in plan.parts:
         rows.append((f"weights: {part.role}", gib(part.weights),
-                     f"{part.shape.arch}, {part.params / 1e9:,.2f}B params, {part.precision}"))
+                     f"{part.shape.arch}, {_count_params(part.params)} params, {part.precision}"))
     full_len = f"max-model-len {plan.max_model_len:,}"
     rows.append(("KV cache: 1 request", gib(plan.kv_one), f"{full_len}, kv-cache-dtype {plan.kv_dtype}"))
     rows.append(("KV cache: all requests", gib(plan.kv_full), f"{full_len} x max-num-seqs {plan.max_num_seqs:,}"))
