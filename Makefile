@@ -29,8 +29,11 @@ publish:
 check:
 	kiln check --all
 
-## the tests CI runs (.ci/run): set-up, then the default nox sessions
-test: setup
+## the tests CI runs (.ci/run): set-up, then the default nox sessions in order (lint, unit,
+## integration, kernels, e2e), stopping at the first failure; lint and unit build nothing
+## (kiln/base is built by the integration session)
+test:
+	./scripts/setup.sh --no-base
 	nox
 
 lint:

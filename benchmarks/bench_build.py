@@ -16,9 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
-from kilntest import make_tree  # noqa: E402
+from kiln_testkit.tree import make_tree
 
 NAME = "kiln-test-mini"
 

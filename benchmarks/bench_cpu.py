@@ -27,8 +27,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # twinserve: the e2e test's serving helpers
+from kiln_testkit.tree import REPO
+
 NAME = "tiny-moe"
 TWIN = "tiny-kindling"
 
@@ -36,7 +36,7 @@ TWIN = "tiny-kindling"
 def throughput(url: str, model: str) -> dict:
     """Greedy tokens/s: 8 prompts x 128 tokens one at a time (c1), 16 at 8 in flight (c8);
     the first request (warms caches) is not counted."""
-    from twinserve import prompts
+    from kiln_testkit.twinserve import prompts
 
     # first request without logprobs: tiny-moe's worker (V1 runner, bf16, draft model)
     # dies on a fresh server's first request when it asks for logprobs (seen 2026-12-01)
@@ -51,7 +51,7 @@ def throughput(url: str, model: str) -> dict:
 
 def tokens_per_s(url: str, model: str, texts: list[str], max_tokens: int, concurrency: int) -> float:
     """Greedy completion tokens per wall-clock second over one request set."""
-    from twinserve import run_set
+    from kiln_testkit.twinserve import run_set
 
     t0 = time.monotonic()
     res = run_set(url, model, texts, max_tokens=max_tokens, concurrency=concurrency)
@@ -61,7 +61,7 @@ def tokens_per_s(url: str, model: str, texts: list[str], max_tokens: int, concur
 def serve_moe(docker, loaded, image_id: str, args: list[str]) -> dict:
     """tiny-moe served as `kiln run tiny-moe -- ARGS` would: time to healthy, tokens/s
     and vLLM's draft acceptance (None without speculation)."""
-    from twinserve import serving, spec_decode_stats
+    from kiln_testkit.twinserve import serving, spec_decode_stats
 
     with serving(docker, loaded, image_id, args=args, startup_timeout_s=300) as box:
         row = {"healthy_s": box.startup_s, **throughput(box.url, loaded.recipe.launch.served_model_name)}
@@ -97,7 +97,7 @@ def print_moe(m: dict) -> None:
 
 def twin_numbers(docker) -> dict:
     """tiny-kindling with draft-trunc on, then off (same image, -e KILN_DRAFT_TRUNC=0)."""
-    from twinserve import counters, prompts, serving
+    from kiln_testkit.twinserve import counters, prompts, serving
 
     from kiln.commands.build import build_recipe
     from kiln.commands.smoke import feature_ratio

@@ -30,20 +30,17 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "src"))
+from kiln_testkit.import_allowlist import UPSTREAM
+from kiln_testkit.tree import REPO
 
-from kiln.basics import log  # noqa: E402
-from kiln.basics.errors import KilnError  # noqa: E402
-from kiln.commands.build import build_engine, build_recipe  # noqa: E402
-from kiln.domain import argcheck, enginecheck, wheelhouse  # noqa: E402
-from kiln.domain.ca import add_to_context  # noqa: E402
-from kiln.domain.context import BuildContext  # noqa: E402
-from kiln.domain.images import resolve  # noqa: E402
-from kiln.infra.docker import DockerDaemon  # noqa: E402
-
-sys.path.insert(0, str(REPO / "tests" / "cuda"))
-from import_allowlist import UPSTREAM  # noqa: E402
+from kiln.basics import log
+from kiln.basics.errors import KilnError
+from kiln.commands.build import build_engine, build_recipe
+from kiln.domain import argcheck, enginecheck, wheelhouse
+from kiln.domain.ca import add_to_context
+from kiln.domain.context import BuildContext
+from kiln.domain.images import resolve
+from kiln.infra.docker import DockerDaemon
 
 NAME = "glm53-kindling"
 DOC = REPO / "docs" / "build-cuda.md"
@@ -246,8 +243,8 @@ def run_proofs(engine_id: str) -> tuple[bool, dict]:
         out = Path(tmp) / "proofs.json"
         env = {**os.environ, "KILN_CUDA_TESTS": "1", "KILN_CUDA_ENGINE_IMAGE": engine_id,
                "KILN_CUDA_PROOFS_JSON": str(out),
-               "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), str(REPO / "tests"),
-                                              os.environ.get("PYTHONPATH", "")])}
+               "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), str(REPO / "testkit"),
+                                              str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
         log.step("proofs inside the image: pytest tests/cuda/test_image_proofs.py (minutes: every module imports)")
         proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
                                str(REPO / "tests" / "cuda" / "test_image_proofs.py")], env=env, cwd=REPO)

@@ -21,12 +21,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "src"), str(REPO / "tests")]
-
 
 def main(argv=None) -> None:
-    from twinserve import counters, prompts, run_set, serving, spec_decode_stats
+    from kiln_testkit.twinserve import counters, prompts, run_set, serving, spec_decode_stats
 
     from kiln.domain.features import engine_features
     from kiln.domain.images import require_built, resolve
@@ -85,7 +82,7 @@ def main(argv=None) -> None:
 def warm_up(box, model: str, features, limit_s: float = 600) -> None:
     """Requests (not measured) until every feature publishes counters: draft-trunc
     truncates nothing before its estimator's warm-up (100 verify steps) has passed."""
-    from twinserve import counters, prompts, run_set
+    from kiln_testkit.twinserve import counters, prompts, run_set
 
     t0, batch = time.monotonic(), 0
     while any(v is None for f in features for v in counters(box.url, f.metrics).values()):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One-time (idempotent) machine set-up for kiln on Debian/Ubuntu as root:
 # system packages, a running Docker daemon, kiln + kiln-engine with dev extras,
-# and the air-gapped base image kiln/base:bookworm.
+# and the air-gapped base image kiln/base:bookworm (not with --no-base).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,9 +32,11 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/kiln-dockerd.log" >&2; exit 3; }
 fi
 
-say "pip install -e .[dev] -e engine"
-python3 -m pip install -q --disable-pip-version-check -e '.[dev]' -e engine 2>&1 | grep -v -E '^(WARNING: (Location|Running pip))' || true
-python3 -c "import kiln, kiln_engine" || { echo "kiln did not install" >&2; exit 1; }
+say "pip install -e .[dev] -e engine -e testkit"
+python3 -m pip install -q --disable-pip-version-check -e '.[dev]' -e engine -e testkit 2>&1 | grep -v -E '^(WARNING: (Location|Running pip))' || true
+python3 -c "import kiln, kiln_engine, kiln_testkit" || { echo "kiln did not install" >&2; exit 1; }
 
-kiln base build
+# `--no-base` (make test): the base image is built by the first session that needs it,
+# after lint and unit, so that a broken test is reported before anything builds
+[[ "${1:-}" == "--no-base" ]] || kiln base build
 say "set-up done: $(kiln --help >/dev/null && echo kiln ready), docker $(docker version -f '{{.Server.Version}}')"

@@ -8,9 +8,14 @@ from pathlib import Path
 import pytest
 from kilntest import make_tree, run_kiln
 
+pytest_plugins = ["unitguard"]  # `pytest --unit`: the unit tier and its guard (tests/unitguard.py)
+
 
 @pytest.fixture(scope="session")
-def docker_daemon():
+def docker_daemon(request):
+    if request.config.getoption("unit"):  # tests/unitguard.py
+        pytest.fail("the unit tier has no Docker daemon: this test uses docker_daemon, so it needs "
+                    "pytestmark = pytest.mark.docker", pytrace=False)
     from kiln.basics.errors import KilnError
     from kiln.infra.docker import DockerDaemon
 
@@ -66,4 +71,18 @@ def kiln_tree(tmp_path, monkeypatch) -> Path:
     paths.repo_root.cache_clear()
     yield root
     paths.repo_root.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def no_docker(tmp_path_factory):
+    """No Docker daemon, on purpose: DOCKER_HOST names a socket that does not exist, so
+    kiln (and the `kiln` child processes of run_kiln) take their "daemon absent" path on
+    every machine, whatever the host's daemon holds. For the daemon-optional commands
+    (`check`, `run --print`, `render k8s`, `doctor`) in unit tests: the unit tier's
+    guard fails a test that reaches for the host's daemon instead. Module-scoped so
+    that module-scoped fixtures of those tests see it too."""
+    sock = tmp_path_factory.mktemp("no-docker") / "no-docker.sock"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DOCKER_HOST", f"unix://{sock}")
+        yield sock
 

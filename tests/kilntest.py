@@ -1,38 +1,17 @@
-"""Helpers shared by kiln's tests (importable as `kilntest`: pytest's pythonpath)."""
+"""Helpers of kiln's tests (importable as `kilntest`: pytest's pythonpath). What the
+benchmarks use too lives in kiln_testkit (testkit/): the checkout, trees, the CLI."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+from kiln_testkit.tree import FIXTURES, REPO, make_tree, run_kiln
 
-
-def run_kiln(*args: str, env: dict | None = None, cwd: Path | None = None, input: str | None = None):
-    """Run the real CLI in a subprocess (exit codes and output exactly as a user sees them)."""
-    full_env = {**os.environ, "COLUMNS": "300", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "kiln", *args], capture_output=True, text=True,
-        env=full_env, cwd=cwd or REPO, input=input, timeout=1800,
-    )
-
-
-def make_tree(dest: Path) -> Path:
-    """A kiln checkout in `dest`: the mini fixture plus the real shared sources."""
-    shutil.copytree(FIXTURES / "minitree", dest)
-    shutil.copytree(REPO / "docker-images" / "common", dest / "docker-images" / "common")
-    shutil.copytree(REPO / "engine", dest / "engine",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "tests"))
-    return dest
+__all__ = ["FIXTURES", "REPO", "SavedImage", "make_tree", "remove_images", "run_kiln", "saved_image"]
 
 
 def remove_images(engine, repository: str) -> None:

@@ -13,6 +13,9 @@ from kilntest import REPO, run_kiln
 
 import kiln
 
+# daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
+pytestmark = pytest.mark.usefixtures("no_docker")
+
 
 def test_version():
     r = run_kiln("--version")

@@ -3,7 +3,7 @@
 Each fenced block whose info string is empty or a shell (sh, bash, shell, console)
 must be preceded by a tag comment saying how this test treats it:
 
-    <!-- kiln-doc: run -->             cheap: runs in the default `tests` session
+    <!-- kiln-doc: run -->             cheap: a unit test (`nox -s unit`), with no Docker daemon
     <!-- kiln-doc: network -->         downloads from PyPI the first time (marker `network`)
     <!-- kiln-doc: e2e -->             needs the built tiny-moe image or a server (marker `e2e`)
     <!-- kiln-doc: skip: REASON -->    never run here (GPU, remote registry, ...); REASON is required
@@ -124,7 +124,8 @@ def doc_env(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     env = {k: v for k, v in os.environ.items() if k not in ("KILN_ROOT", "KILN_RESULTS_DIR")}
     env.update(PATH=f"{shim}{os.pathsep}{env.get('PATH', '')}", KILN_STATE_DIR=str(base / "state"),
                KILN_CACHE_DIR=str(cache), EDITOR="true", COLUMNS="200",
-               PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), env.get("PYTHONPATH", "")]))
+               PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), str(REPO / "testkit"),
+                                           env.get("PYTHONPATH", "")]))
     return base, env
 
 
@@ -150,6 +151,8 @@ def test_doc_block_runs(block: Block, doc_env, request):
         request.getfixturevalue("tiny_moe")
     cwd = _checkout(base, block.doc, env)
     kind = _kind(block.tag)
+    if kind == "run":  # unit tests: daemon-optional commands (check, render, run --print) see no daemon
+        env = {**env, "DOCKER_HOST": f"unix://{base}/no-docker.sock"}
     proc = subprocess.run(["bash", "-eo", "pipefail", "-c", block.body], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=TIMEOUT[kind])
     expected = int(TAG.match(block.tag).group("exit") or 0)

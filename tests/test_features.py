@@ -91,6 +91,7 @@ def _twin(tmp_path, entry: str, *, with_glm: bool = True):
     if with_glm:
         shutil.copytree(REPO / "recipes" / "glm53-kindling", root / "glm53-kindling")
     shutil.copytree(REPO / "recipes" / "tiny-kindling", root / "tiny-kindling")
+    shutil.copytree(REPO / "recipes" / "_shared", root / "_shared")  # its build.shared
     rfile = root / "tiny-kindling" / "recipe.yaml"
     text = rfile.read_text()
     start = text.index("experimental:")

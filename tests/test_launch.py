@@ -12,6 +12,9 @@ from kilntest import REPO, run_kiln
 from kiln.domain.launch import RunSpec, launch_document, vllm_argv
 from kiln.domain.recipe import load_recipe
 
+# daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
+pytestmark = pytest.mark.usefixtures("no_docker")
+
 
 def _load_entrypoint():
     path = REPO / "docker-images" / "common" / "kiln-serve"

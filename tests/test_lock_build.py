@@ -156,6 +156,7 @@ def _stale_tree(kiln_tree: Path) -> Path:
     return _locked_tree(kiln_tree, _lock_doc([six], [tini], ["six>=1.16"]))
 
 
+@pytest.mark.usefixtures("no_docker")  # `kiln check` is daemon-optional: a unit test without one
 def test_kiln_check_names_a_lock_whose_engine_requirements_changed(kiln_tree, tmp_path):
     tree = _stale_tree(kiln_tree)
     cache = tmp_path / "cache"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,9 @@ from kilntest import REPO, run_kiln
 from kiln.basics.errors import RecipeInvalid
 from kiln.domain.recipe import load_recipe
 
+# daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
+pytestmark = pytest.mark.usefixtures("no_docker")
+
 GOOD = (REPO / "recipes" / "tiny-moe" / "recipe.yaml").read_text()
 
 
@@ -20,6 +24,8 @@ def write_recipe(tmp_path: Path, text: str, name: str = "tiny-moe") -> Path:
     d.mkdir(parents=True)
     (d / "recipe.yaml").write_text(text)
     (d / "Dockerfile").write_text("ARG KILN_ENGINE_IMAGE\nFROM ${KILN_ENGINE_IMAGE}\n")
+    # what GOOD names in build.shared
+    shutil.copytree(REPO / "recipes" / "_shared", d.parent / "_shared", dirs_exist_ok=True)
     return d
 
 

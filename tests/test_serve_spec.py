@@ -15,6 +15,9 @@ from kiln.domain.container import run_spec
 from kiln.domain.launch import LABEL_RECIPE, RunSpec
 from kiln.domain.recipe import load_recipe
 
+# daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
+pytestmark = pytest.mark.usefixtures("no_docker")
+
 
 def _pairs(cmd: list[str], flag: str) -> list[str]:
     return [cmd[i + 1] for i, tok in enumerate(cmd) if tok == flag]

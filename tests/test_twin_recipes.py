@@ -1,17 +1,83 @@
-"""tiny-moe and tiny-kindling bake their models with one generator, each with its own
-settings; tiny-kindling shares glm53-kindling's override instead of copying it."""
+"""tiny-moe and tiny-kindling bake their models with one generator (recipes/_shared/,
+named by each recipe's `build.shared`), each with its own settings; tiny-kindling shares
+glm53-kindling's override instead of copying it."""
 
 from __future__ import annotations
 
+import hashlib
+import shutil
+
+import pytest
 from kilntest import REPO
 
-from kiln.domain.recipe import load_recipe
+from kiln.basics.errors import RecipeInvalid
+from kiln.domain.recipe import display_path, load_recipe
+
+GENERATOR = REPO / "recipes" / "_shared" / "make_models.py"
+# the generator's bytes when each tiny recipe still carried a copy (both copies were
+# equal, tests/test_twin_recipes.py checked it): the models it bakes, from the same
+# seeds and arguments, stay byte for byte what they were
+GENERATOR_SHA256 = "4f9bb139e47c0c73f24e1a276b36c738017a5efe5d3a334b97b8188aeb3ad1d0"
 
 
-def test_both_tiny_recipes_ship_the_same_model_generator():
-    # a recipe's build context is its own folder, so each carries a copy: keep them equal
-    ours = (REPO / "recipes" / "tiny-kindling" / "make_models.py").read_bytes()
-    assert (REPO / "recipes" / "tiny-moe" / "make_models.py").read_bytes() == ours
+@pytest.mark.parametrize("name", ["tiny-moe", "tiny-kindling"])
+def test_each_tiny_recipe_gets_the_one_shared_generator_in_its_context(name):
+    from kiln.domain.images import EngineImage, RecipeImage
+
+    loaded = load_recipe(REPO / "recipes" / name)
+    assert loaded.recipe.build.shared == ["make_models.py"]
+    assert not (loaded.dir / "make_models.py").exists(), "one copy, in recipes/_shared/"
+    ctx = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None)).context
+    shipped = {e.arcname: e for e in ctx.entries}
+    # at the context root, where the recipe's Dockerfile COPYs it from
+    assert "COPY make_models.py " in (loaded.dir / "Dockerfile").read_text()
+    assert shipped["make_models.py"].content() == GENERATOR.read_bytes()
+    assert hashlib.sha256(GENERATOR.read_bytes()).hexdigest() == GENERATOR_SHA256
+    # and it is an input: another generator is another image
+    digests = {name: sha for name, _, sha in ctx.manifest()}
+    assert digests["make_models.py"] == GENERATOR_SHA256
+
+
+def _copy(tmp_path, name="tiny-moe"):
+    root = tmp_path / "recipes"
+    shutil.copytree(REPO / "recipes" / name, root / name)
+    shutil.copytree(REPO / "recipes" / "_shared", root / "_shared")
+    return root / name
+
+
+def _problems(folder) -> list[str]:
+    with pytest.raises(RecipeInvalid) as info:
+        load_recipe(folder)
+    return info.value.problems
+
+
+def test_a_shared_file_that_is_missing_is_named_with_its_line(tmp_path):
+    folder = _copy(tmp_path)
+    (folder.parent / "_shared" / "make_models.py").unlink()
+    (problem,) = _problems(folder)
+    line = next(i for i, ln in enumerate((folder / "recipe.yaml").read_text().splitlines(), 1)
+                if ln.startswith("  shared:"))
+    shown = display_path(folder / "recipe.yaml"), display_path(folder.parent / "_shared" / "make_models.py")
+    assert problem == f"{shown[0]}:{line}: build.shared[0]: no file {shown[1]}"
+
+
+def test_a_shared_file_next_to_its_own_copy_is_refused(tmp_path):
+    folder = _copy(tmp_path)
+    shutil.copy(GENERATOR, folder / "make_models.py")
+    (problem,) = _problems(folder)
+    assert "build.shared[0]" in problem and "make_models.py exists too" in problem
+
+
+@pytest.mark.parametrize("entry,message", [
+    ("[make_models.py, make_models.py]", "'make_models.py' is named twice"),
+    ("[../tiny-kindling/Dockerfile]", "build.shared[0]: must match"),
+    ("[.hidden]", "build.shared[0]: must match"),
+])
+def test_bad_shared_entries(tmp_path, entry, message):
+    folder = _copy(tmp_path)
+    text = (folder / "recipe.yaml").read_text().replace("shared: [make_models.py]", f"shared: {entry}")
+    (folder / "recipe.yaml").write_text(text)
+    assert any(message in p for p in _problems(folder)), _problems(folder)
 
 
 def test_tiny_kindling_is_glm53_kindlings_twin():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from twinserve import parse_spec_decode
+from kiln_testkit.twinserve import parse_spec_decode
 
 # the shape of vLLM 0.32.0's /metrics (two engines' label sets, to check they are summed)
 METRICS = """\

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from twinserve import Completion
-from twinstats import greedy_divergences, permutation_test
+from kiln_testkit.twinserve import Completion
+from kiln_testkit.twinstats import greedy_divergences, permutation_test
 
 
 def _requests(rng, n, length, probs, sticky=0.0):

@@ -17,61 +17,17 @@ Usage: python benchmarks/draft_trunc/bench_moe.py [--out results.json] [--quick]
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import functools
 import json
 import os
-import sys
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "engine"))
+from kiln_testkit.gpubench import timed_eager, timed_graph, write_result
 
 H, E, TOPK, INTER = 6144, 256, 8, 2048
 DRAFTS = 4
 SIZES = (8, 32, 128, 512)
 DEAD = (0.0, 0.25, 0.5, 0.75)
-
-
-def timed_graph(fn, iters: int = 20, reps: int = 5) -> float:
-    """Median seconds per call of ``fn``, replayed from a CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(iters):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / iters)
-    return sorted(times)[len(times) // 2]
-
-
-def timed_eager(fn, iters: int = 10) -> float:
-    """Median seconds per call of ``fn`` launched eagerly (CUDA events)."""
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return sorted(times)[len(times) // 2]
 
 
 def ceilings() -> dict:
@@ -227,9 +183,7 @@ def bench_mark_dead() -> list[dict]:
     os.environ["KILN_DRAFT_TRUNC"] = "1"
     import kiln_engine.draft_trunc as dtm
     import numpy as np
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests/draft_trunc"))
-    from dt_batches import random_batch
+    from kiln_testkit.dt_batches import random_batch
 
     dtm.reload({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_TAU": "0.3"})
     rows = []
@@ -237,18 +191,7 @@ def bench_mark_dead() -> list[dict]:
         b = random_batch(np.random.default_rng(0), num_reqs, DRAFTS, mixed=False).to("cuda")
         dtm.prepare(b.predictions.shape[0], "cuda")
 
-        call = functools.partial(
-            dtm.mark_dead,
-            b.is_padding,
-            b.query_start_loc,
-            b.cu_num_logits,
-            num_reqs,
-            DRAFTS,
-            b.predictions,
-            b.idx_mapping,
-            seq_lens=b.seq_lens,
-            prefill_len=b.prefill_len,
-        )
+        call = functools.partial(b.mark_dead, dtm)
         device_s = timed_graph(call, iters=200)
         call()
         torch.cuda.synchronize()
@@ -285,17 +228,7 @@ def main() -> None:
     rel_err = check_skip_path(layer)
     print(json.dumps({"skip_path_rel_err": rel_err}), flush=True)
     moe = bench_moe(layer, ceil, args.quick)
-    result = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "ceilings": ceil,
-        "skip_path_rel_err": rel_err,
-        "mark_dead": md,
-        "moe": moe,
-    }
-    Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_result(args.out, ceilings=ceil, skip_path_rel_err=rel_err, mark_dead=md, moe=moe)
 
 
 if __name__ == "__main__":

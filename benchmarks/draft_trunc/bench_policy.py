@@ -10,47 +10,26 @@ Usage: python benchmarks/draft_trunc/bench_policy.py [--out results.json]
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import functools
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
-
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "engine"))
-sys.path.insert(0, str(HERE.parents[1] / "tests" / "draft_trunc"))
-sys.path.insert(0, str(HERE))
-
-from bench_moe import timed_graph  # noqa: E402
+from kiln_testkit.dt_batches import random_batch
+from kiln_testkit.gpubench import timed_graph, write_result
 
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 GOAL_US = 5.0
 
 
 def time_policy(dtm, policy: str, num_reqs: int, k: int) -> dict:
-    from dt_batches import random_batch
-
     env = {"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_POLICY": policy}
     if policy == "tau":
         env["KILN_DRAFT_TRUNC_TAU"] = "0.3"
     dtm.reload(env)
     b = random_batch(np.random.default_rng(num_reqs), num_reqs, k, mixed=False).to("cuda")
     dtm.prepare(b.predictions.shape[0], "cuda", b.is_padding.shape[0])
-    call = functools.partial(
-        dtm.mark_dead,
-        b.is_padding,
-        b.query_start_loc,
-        b.cu_num_logits,
-        num_reqs,
-        k,
-        b.predictions,
-        b.idx_mapping,
-        seq_lens=b.seq_lens,
-        prefill_len=b.prefill_len,
-    )
+    call = functools.partial(b.mark_dead, dtm)
     call()  # compile outside the capture
     torch.cuda.synchronize()
     graph_us = timed_graph(call, iters=200) * 1e6
@@ -59,41 +38,23 @@ def time_policy(dtm, policy: str, num_reqs: int, k: int) -> dict:
         "requests": num_reqs,
         "k": k,
         "graph_us": graph_us,
-        "tau_chosen": float(dtm._STATE.tau.item()),
+        "tau_chosen": float(dtm.snapshot().buffers.tau.item()),
     }
 
 
 def time_launch_shapes(dtm, num_reqs: int, k: int) -> list[dict]:
     """The cost-aware launch at other num_warps."""
-    from dt_batches import random_batch
     from kiln_engine.draft_trunc._kernel import launch_mark_dead
 
     dtm.reload({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_POLICY": "cost"})
     b = random_batch(np.random.default_rng(num_reqs), num_reqs, k, mixed=False).to("cuda")
     dtm.prepare(b.predictions.shape[0], "cuda", b.is_padding.shape[0], num_spec=k)
-    st = dtm._STATE
+    st = dtm.snapshot()
     out = []
     for warps in (1, 2, 4, 8, 16):
         call = functools.partial(
-            launch_mark_dead,
-            b.is_padding,
-            b.query_start_loc,
-            b.cu_num_logits,
-            b.idx_mapping,
-            b.seq_lens,
-            b.prefill_len,
-            b.predictions,
-            st.live,
-            st.expected,
-            st.step,
-            st.tau,
-            num_reqs,
-            0.0,
-            1,
-            0.05,
-            cost=st.cost,
-            num_warps=warps,
-            calibration=st.calibration,
+            launch_mark_dead, b.mark_inputs(), st.buffers, num_reqs, 0.0, 1, 0.05,
+            cost=st.cost, num_warps=warps, calibration=st.calibration,
         )
         call()
         torch.cuda.synchronize()
@@ -126,16 +87,7 @@ def main() -> None:
             f"ratio to tau rule {us / at512[('tau', k)]:.2f}x"
         )
     shapes = [row for k in (4, 8) for n in (128, 512, 1024) for row in time_launch_shapes(dtm, n, k)]
-    result = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "triton": __import__("triton").__version__,
-        "rows": rows,
-        "launch_shapes": shapes,
-    }
-    Path(args.out).write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_result(args.out, rows=rows, launch_shapes=shapes)
 
 
 if __name__ == "__main__":

@@ -18,21 +18,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "engine"))
+from kiln_engine.draft_trunc import _cost
+from kiln_testkit import dt_cost
 
-from kiln_engine.draft_trunc import _cost  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 DEFAULT_JSON = HERE / "results-2026-11-30-h200.json"
 
 
 def report(rows: list[dict], layer: _cost.MoELayer) -> dict:
-    fit = _cost.fit_routed_cost(rows, layer)
-    measured_u = _cost.fit_errors(rows, layer, fit, expected=False)
-    model_u = _cost.fit_errors(rows, layer, fit, expected=True)
+    fit = dt_cost.fit_routed_cost(rows, layer)
+    measured_u = dt_cost.fit_errors(rows, layer, fit, expected=False)
+    model_u = dt_cost.fit_errors(rows, layer, fit, expected=True)
     lines = []
     for r, e1, e2 in zip(rows, measured_u, model_u, strict=True):
         live = r["tokens"] - round(r["dead_frac"] * r["tokens"])

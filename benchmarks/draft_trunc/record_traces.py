@@ -17,13 +17,12 @@ record with engine code newer than the built image (the trace format is the same
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "src"), str(REPO / "tests"), str(REPO / "engine")]
+from kiln_testkit.tree import REPO
+
 TRACE_IN_CONTAINER = "/tmp/kiln-draft-trunc-trace.jsonl"
 
 
@@ -46,7 +45,7 @@ def trace_lines(box) -> int:
 def _phase(box, model: str, concurrency: int, until_lines: int, limit_s: float) -> int:
     """Keep `concurrency` requests in flight until the trace has `until_lines` lines (or
     the time limit), then let every request in flight finish: phases never overlap."""
-    from twinserve import prompts, run_set
+    from kiln_testkit.twinserve import prompts, run_set
 
     t0 = time.monotonic()
     stop = threading.Event()
@@ -84,7 +83,7 @@ def record(docker, loaded, image_id, concurrencies: list[int], steps: int, out: 
            limit_s: float) -> list[dict]:
     """One server, one phase per concurrency (in order); the trace is split at the phase
     boundaries, where no request is in flight."""
-    from twinserve import serving
+    from kiln_testkit.twinserve import serving
 
     env = {"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_TAU": "0",
            "KILN_DRAFT_TRUNC_TRACE": TRACE_IN_CONTAINER, "KILN_DRAFT_TRUNC_LOG_INTERVAL": "200"}

@@ -51,17 +51,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+from kiln_engine.draft_trunc import _cost
+from kiln_testkit import dt_cost
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parents[1] / "engine"))
-
-from kiln_engine.draft_trunc import _cost  # noqa: E402
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 ALPHAS = (0.3, 0.5, 0.7, 0.9)
@@ -262,7 +260,7 @@ def tau_j(b: Batches, tau: float, model: Model) -> np.ndarray:
 def cost_j(b: Batches, model: Model, calibrate: bool = True, chunk_reqs: int = 64):
     """The cost-aware kernel's choices, replayed in order.
 
-    With ``calibrate`` the policy prices drafts with ``_cost.calibrated_values``
+    With ``calibrate`` the policy prices drafts with ``dt_cost.calibrated_values``
     learnt from the drafts it verified so far (censored grading, as
     ``draft_trunc.graded`` feeds the device), starting from nothing. The device
     grades after every step; here after every ``chunk_reqs`` request-steps
@@ -280,8 +278,8 @@ def cost_j(b: Batches, model: Model, calibrate: bool = True, chunk_reqs: int = 6
         part = slice(start, start + chunk)
         surv, n = b.surv[part], b.n[part]
         optional = optional_drafts(b, model, surv, n, explored[part])
-        values = _cost.calibrated_values(hits, counts) if calibrate else None
-        tau = _cost.cost_aware_tau(
+        values = dt_cost.calibrated_values(hits, counts) if calibrate else None
+        tau = dt_cost.cost_aware_tau(
             surv,
             optional,
             b.tokens[part],
@@ -295,7 +293,7 @@ def cost_j(b: Batches, model: Model, calibrate: bool = True, chunk_reqs: int = 6
         j[part], taus[part] = kept, tau
         if calibrate:
             accepted = np.minimum(b.accepted[part], kept)
-            _cost.calibration_update(hits, counts, surv, kept, accepted)
+            dt_cost.calibration_update(hits, counts, surv, kept, accepted)
     return j, taus
 
 
@@ -365,7 +363,7 @@ def cell_rates(b: Batches) -> np.ndarray:
     pos = np.broadcast_to(np.arange(k), b.surv.shape)
     valid = pos < b.n[..., None]
     survived = pos < b.accepted[..., None]
-    bins = _cost.survival_bins(b.surv)
+    bins = dt_cost.survival_bins(b.surv)
     counts = np.zeros((k, _cost.TAU_GRID))
     hits = np.zeros((k, _cost.TAU_GRID))
     np.add.at(counts, (pos[valid], bins[valid]), 1.0)

@@ -7,6 +7,7 @@ import importlib.metadata as md
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import __version__
 from .features import FEATURES, describe, states
@@ -22,7 +23,7 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
-def info() -> dict:
+def info() -> dict[str, Any]:
     patches = json.loads(PATCH_MANIFEST.read_text()) if PATCH_MANIFEST.is_file() else None
     launch = json.loads(LAUNCH.read_text()) if LAUNCH.is_file() else {}
     baked = set(launch.get("features", []))
@@ -39,7 +40,7 @@ def info() -> dict:
     }
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kiln_engine")
     p.add_argument("command", choices=["info"])
     p.add_argument("--json", action="store_true")

@@ -67,8 +67,11 @@ class Knob:
             number = cast(value)
         except ValueError:
             raise ValueError(f"{self.env}={raw!r}: not {'an integer' if cast is int else 'a number'}") from None
-        if not (self.lo <= number <= self.hi):  # also refuses NaN
-            raise ValueError(f"{self.env}={raw!r}: must lie in [{self.lo:g}, {self.hi:g}]")
+        lo, hi = self.lo, self.hi
+        if lo is None or hi is None:  # a declaration error, not a user's
+            raise TypeError(f"knob {self.env}: kind {self.kind!r} needs lo and hi")
+        if not (lo <= number <= hi):  # also refuses NaN
+            raise ValueError(f"{self.env}={raw!r}: must lie in [{lo:g}, {hi:g}]")
         return number
 
 
@@ -154,7 +157,7 @@ DRAFT_TRUNC = Feature(
         Knob("log_interval", f"{_DT}_LOG_INTERVAL", "int", 0, 0, 1 << 30,
              "log a summary and publish the counters every N steps (0: off)"),
         Knob("with_av", f"{_DT}_WITH_AV", "flag", False,
-             "also truncate when adaptive verification is on"),
+             doc="also truncate when adaptive verification is on"),
         Knob("policy", f"{_DT}_POLICY", "choice", "auto",
              doc="cost: choose tau on the device each step from the verify-cost model; tau: the fixed "
                  "tau; auto: tau when KILN_DRAFT_TRUNC_TAU is set, else cost",
@@ -165,7 +168,7 @@ DRAFT_TRUNC = Feature(
              doc="price routed experts as this layer (EXPERTS,TOP_K,EXPERT_BYTES) instead of the "
                  "served model's config (cost policy): e.g. a CPU twin priced as its GPU sibling"),
         Knob("trace", f"{_DT}_TRACE", "path", "",
-             "append one JSON line per verify step to this file (predictions and outcomes)"),
+             doc="append one JSON line per verify step to this file (predictions and outcomes)"),
     ),
     metrics=tuple(_DT_METRIC.format(k) for k in (
         "proposed", "kept", "accepted", "dead", "expert_slots_saved", "wasted", "boundary", "tokens",
@@ -178,7 +181,8 @@ DRAFT_TRUNC = Feature(
         Ratio("kept_fraction", _DT_METRIC.format("kept"), _DT_METRIC.format("proposed"),
               "share of proposed drafts that were verified"),
     ),
-    log_lines=("draft_trunc on:", "draft_trunc: steps="),
+    # start, statistics interval, periodic summary (last: what smoke waits for)
+    log_lines=("draft_trunc on:", "draft_trunc statistics:", "draft_trunc: steps="),
     start_line="draft_trunc on:",
     # flush within the smoke test's handful of requests
     smoke_env={f"{_DT}_LOG_INTERVAL": "20"},
@@ -196,11 +200,11 @@ def by_name(name: str) -> Feature:
     raise KeyError(name)
 
 
-def states(environ=None) -> dict[str, bool]:
+def states(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
     return {f.name: f.enabled(environ) for f in FEATURES}
 
 
-def describe(feature: Feature) -> dict:
+def describe(feature: Feature) -> dict[str, Any]:
     """The declaration as plain data (`python -m kiln_engine info --json`)."""
     return {
         "env": feature.env,
@@ -214,7 +218,7 @@ class UnsafeConfiguration(RuntimeError):
     """A feature combination that would produce wrong tokens: refuse to start."""
 
 
-def check_environment(environ=None) -> None:
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
     """Parse every feature's knobs (a bad value stops start-up, naming the variable),
     then refuse combinations we can see from the environment alone, at plugin load."""
     environ = environ if environ is not None else os.environ

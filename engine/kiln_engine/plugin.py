@@ -15,13 +15,13 @@ import os
 import sys
 
 from . import __version__
-from .features import FEATURES, check_environment, states
+from .features import FEATURES, Feature, check_environment, states
 
 _logger = logging.getLogger("vllm.kiln_engine")
 _done = False
 
 
-def _alias(feature) -> None:
+def _alias(feature: Feature) -> None:
     """Expose our module under the vLLM module name the patched runner imports."""
     if feature.vllm_module in sys.modules:
         return

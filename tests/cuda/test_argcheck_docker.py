@@ -42,6 +42,7 @@ def _recipe(tmp_path: Path, extra_args: str = "", spec_extra: str = "", *, env_e
     src = REPO / "recipes" / "tiny-moe"
     dest = tmp_path / "recipes" / TEST_RECIPE
     shutil.copytree(src, dest)
+    shutil.copytree(REPO / "recipes" / "_shared", dest.parent / "_shared", dirs_exist_ok=True)  # its build.shared
     text = (dest / "recipe.yaml").read_text().replace("name: tiny-moe", f"name: {TEST_RECIPE}", 1)
     text = text.replace("    dtype: bfloat16\n", "    dtype: bfloat16\n" + extra_args, 1)
     text = text.replace("    num_speculative_tokens: 3\n", "    num_speculative_tokens: 3\n" + spec_extra, 1)

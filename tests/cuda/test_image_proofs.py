@@ -18,8 +18,8 @@ import json
 import os
 
 import pytest
-from import_allowlist import verdict
 from inimage import run_proof
+from kiln_testkit.import_allowlist import verdict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 

@@ -7,6 +7,9 @@ import json
 
 import pytest
 
+# daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
+pytestmark = pytest.mark.usefixtures("no_docker")
+
 
 def test_recipe_is_a_cuda_recipe_on_one_8_gpu_node(glm):
     r = glm.recipe

@@ -7,6 +7,9 @@ import shlex
 import pytest
 from kilntest import run_kiln
 
+# daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
+pytestmark = pytest.mark.usefixtures("no_docker")
+
 
 @pytest.fixture(scope="module")
 def printed() -> list[str]:

@@ -100,7 +100,7 @@ def with_policy_j(dt, case, k, layer):
         seq_lens=(counts + 100).to(dev),
         prefill_len=torch.ones(max_slots, dtype=torch.int32, device=dev),
     )
-    j = dt._STATE.live.index_select(0, slots.to(dev)).long().cpu()
+    j = dt.snapshot().buffers.live.index_select(0, slots.to(dev)).long().cpu()
     return dict(case, j=j)
 
 

@@ -4,7 +4,6 @@ formula against sampled routing, and the layer shape read from a model config.""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from types import SimpleNamespace as NS
 
@@ -12,25 +11,25 @@ import numpy as np
 import pytest
 from kiln_engine.draft_trunc import _cost
 from kiln_engine.draft_trunc._config_check import moe_layer
+from kiln_testkit import dt_cost
+from kiln_testkit.scripts import load_script
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "draft_trunc"
 ROWS = json.loads((BENCH / "results-2026-11-30-h200.json").read_text())["moe"]
 
 
 def test_constants_are_the_fit_of_the_table():
-    fresh = _cost.fit_routed_cost(ROWS, _cost.MoELayer())
+    fresh = dt_cost.fit_routed_cost(ROWS, _cost.MoELayer())
     for name, value in vars(fresh).items():
         assert getattr(_cost.H200_FIT, name) == pytest.approx(value, rel=1e-3, abs=1e-9), name
-    sys.path.insert(0, str(BENCH))
-    import fit_cost
-
+    fit_cost = load_script("benchmarks/draft_trunc/fit_cost.py")
     assert fit_cost.main(["--check"]) == 0
 
 
 def test_fit_error_is_small_against_every_point():
     layer = _cost.MoELayer()
-    measured_u = _cost.fit_errors(ROWS, layer, _cost.H200_FIT, expected=False)
-    model_u = _cost.fit_errors(ROWS, layer, _cost.H200_FIT, expected=True)
+    measured_u = dt_cost.fit_errors(ROWS, layer, _cost.H200_FIT, expected=False)
+    model_u = dt_cost.fit_errors(ROWS, layer, _cost.H200_FIT, expected=True)
     assert max(abs(e) for e in measured_u) < 0.02
     # With U from the uniform-routing formula the single random routing draw of
     # the benchmark adds its own scatter (e.g. 128 experts touched vs 120 expected).
@@ -89,10 +88,10 @@ def test_moe_layer_knob_overrides_the_model_config(draft_trunc):
     tiny.parallel_config.tensor_parallel_size = 1
     dt = draft_trunc()
     dt.check_config(tiny)
-    assert (dt._STATE.layer.experts, dt._STATE.layer.top_k) == (8, 2)
+    assert (dt.snapshot().layer.experts, dt.snapshot().layer.top_k) == (8, 2)
     dt = draft_trunc(moe_layer="256, 8, 75497472")
     dt.check_config(tiny)
-    assert dt._STATE.layer == _cost.MoELayer(experts=256, top_k=8, expert_bytes=75497472.0)
+    assert dt.snapshot().layer == _cost.MoELayer(experts=256, top_k=8, expert_bytes=75497472.0)
 
 
 @pytest.mark.parametrize(

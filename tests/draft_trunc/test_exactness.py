@@ -9,6 +9,9 @@ import torch
 from dt_exactness import make_case, mismatches, with_policy_j
 from kiln_engine.draft_trunc._cost import MoELayer
 
+# vLLM's sources from kiln's wheel cache: a fresh machine downloads the wheels (conftest vllm_src)
+pytestmark = pytest.mark.network
+
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 MODES = ["greedy", "sampled", "sampled_draft_probs", "block", "block_draft_probs"]

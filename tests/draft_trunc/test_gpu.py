@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from dt_batches import random_batch
 from dt_exactness import make_case, mismatches, with_policy_j
 from dt_reference import mark_dead_ref
 from kiln_engine.draft_trunc._cost import MoELayer
+from kiln_testkit.dt_batches import random_batch
 
 pytest.importorskip("triton")
 pytestmark = pytest.mark.gpu
@@ -24,18 +24,8 @@ def test_kernel_matches_reference_large(draft_trunc, num_reqs, k):
     batch = random_batch(rng, num_reqs, k, max_num_reqs=num_reqs + 64, pad_tokens=16)
     b = batch.to("cuda")
     dt.prepare(batch.predictions.shape[0], "cuda")
-    step = int(dt._STATE.step.item())
-    assert dt.mark_dead(
-        b.is_padding,
-        b.query_start_loc,
-        b.cu_num_logits,
-        num_reqs,
-        k,
-        b.predictions,
-        b.idx_mapping,
-        seq_lens=b.seq_lens,
-        prefill_len=b.prefill_len,
-    )
+    step = int(dt.snapshot().buffers.step.item())
+    assert b.mark_dead(dt)
     pad, live = batch.is_padding.clone(), torch.zeros(num_reqs + 64, dtype=torch.int32)
     mark_dead_ref(
         pad,
@@ -54,7 +44,7 @@ def test_kernel_matches_reference_large(draft_trunc, num_reqs, k):
         0.05,
     )
     assert torch.equal(b.is_padding.cpu(), pad)
-    assert torch.equal(dt._STATE.live.cpu()[batch.idx_mapping], live[batch.idx_mapping])
+    assert torch.equal(dt.snapshot().buffers.live.cpu()[batch.idx_mapping], live[batch.idx_mapping])
 
 
 @pytest.mark.parametrize(
@@ -117,22 +107,12 @@ def test_cuda_graph_capture_and_replay(draft_trunc):
     static = random_batch(rng, num_reqs, k, max_num_reqs=max_reqs).to("cuda")
     static.is_padding = torch.ones(4096, dtype=torch.bool, device="cuda")
     dt.prepare(max_reqs, "cuda")
-    args = (
-        static.is_padding,
-        static.query_start_loc,
-        static.cu_num_logits,
-        num_reqs,
-        k,
-        static.predictions,
-        static.idx_mapping,
-    )
-    kw = dict(seq_lens=static.seq_lens, prefill_len=static.prefill_len)
-    dt.mark_dead(*args, **kw)  # compile outside the capture
+    static.mark_dead(dt)  # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        dt.mark_dead(*args, **kw)
-    step0 = int(dt._STATE.step.item())
+        static.mark_dead(dt)
+    step0 = int(dt.snapshot().buffers.step.item())
     for i in range(6):
         host = batch_with_tokens(100 + i)
         for name in (
@@ -167,15 +147,15 @@ def test_cuda_graph_capture_and_replay(draft_trunc):
             0.3,
         )
         assert torch.equal(static.is_padding.cpu(), pad), f"replay {i}"
-        assert torch.equal(dt._STATE.live.cpu()[host.idx_mapping], live[host.idx_mapping])
-    assert int(dt._STATE.step.item()) == step0 + 6
+        assert torch.equal(dt.snapshot().buffers.live.cpu()[host.idx_mapping], live[host.idx_mapping])
+    assert int(dt.snapshot().buffers.step.item()) == step0 + 6
 
 
 def _cost_reference(dt, batch, step, tau):
     """Reference ratios per candidate tau, and the marks at the kernel's tau."""
     from dt_reference import cost_aware_ratios
 
-    c = dt._STATE.cost
+    c = dt.snapshot().cost
     ratios = cost_aware_ratios(
         batch.query_start_loc,
         batch.cu_num_logits,
@@ -191,7 +171,7 @@ def _cost_reference(dt, batch, step, tau):
         c.t_fixed,
         c.t_token,
         c.other_ratio,
-        dt._STATE.calibration,
+        dt.snapshot().calibration,
     )
     max_reqs = batch.predictions.shape[0]
     pad, live = batch.is_padding.clone(), torch.zeros(max_reqs, dtype=torch.int32)
@@ -229,23 +209,13 @@ def test_cost_kernel_matches_reference_large(draft_trunc, num_reqs, k, experts):
     b = batch.to("cuda")
     dt.set_moe_layer(MoELayer(experts=experts, top_k=8))
     dt.prepare(batch.predictions.shape[0], "cuda", b.is_padding.shape[0])
-    step = int(dt._STATE.step.item())
-    assert dt.mark_dead(
-        b.is_padding,
-        b.query_start_loc,
-        b.cu_num_logits,
-        num_reqs,
-        k,
-        b.predictions,
-        b.idx_mapping,
-        seq_lens=b.seq_lens,
-        prefill_len=b.prefill_len,
-    )
-    tau = float(dt._STATE.tau.item())
+    step = int(dt.snapshot().buffers.step.item())
+    assert b.mark_dead(dt)
+    tau = float(dt.snapshot().buffers.tau.item())
     ratios, pad, live = _cost_reference(dt, batch, step, tau)
     assert ratios[round(tau * TAU_GRID)] >= max(ratios) * (1 - 1e-5)
     assert torch.equal(b.is_padding.cpu(), pad)
-    assert torch.equal(dt._STATE.live.cpu()[batch.idx_mapping], live[batch.idx_mapping])
+    assert torch.equal(dt.snapshot().buffers.live.cpu()[batch.idx_mapping], live[batch.idx_mapping])
 
 
 def test_cost_policy_cuda_graph_replay(draft_trunc):
@@ -259,22 +229,12 @@ def test_cost_policy_cuda_graph_replay(draft_trunc):
     static = random_batch(np.random.default_rng(0), num_reqs, k, max_num_reqs=max_reqs).to("cuda")
     static.is_padding = torch.ones(2048, dtype=torch.bool, device="cuda")
     dt.prepare(max_reqs, "cuda", 2048)
-    args = (
-        static.is_padding,
-        static.query_start_loc,
-        static.cu_num_logits,
-        num_reqs,
-        k,
-        static.predictions,
-        static.idx_mapping,
-    )
-    kw = dict(seq_lens=static.seq_lens, prefill_len=static.prefill_len)
-    dt.mark_dead(*args, **kw)
+    static.mark_dead(dt)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        dt.mark_dead(*args, **kw)
-    step0 = int(dt._STATE.step.item())
+        static.mark_dead(dt)
+    step0 = int(dt.snapshot().buffers.step.item())
     taus = set()
     for i in range(6):
         host = random_batch(np.random.default_rng(50 + i), num_reqs, k, max_num_reqs=max_reqs)
@@ -291,21 +251,21 @@ def test_cost_policy_cuda_graph_replay(draft_trunc):
         static.is_padding[: host.num_tokens] = False
         static.is_padding[host.num_tokens :] = True
         graph.replay()
-        tau = float(dt._STATE.tau.item())
+        tau = float(dt.snapshot().buffers.tau.item())
         taus.add(tau)
         host.is_padding = torch.ones(2048, dtype=torch.bool)
         host.is_padding[: host.num_tokens] = False
         ratios, pad, live = _cost_reference(dt, host, step0 + i, tau)
         assert ratios[round(tau * TAU_GRID)] >= max(ratios) * (1 - 1e-5), f"replay {i}"
         assert torch.equal(static.is_padding.cpu(), pad), f"replay {i}"
-        assert torch.equal(dt._STATE.live.cpu()[host.idx_mapping], live[host.idx_mapping])
+        assert torch.equal(dt.snapshot().buffers.live.cpu()[host.idx_mapping], live[host.idx_mapping])
     assert len(taus) > 1, "tau should follow the batch"
     # Grades land in the calibration between replays (graded runs eagerly, in
     # place): the captured kernel reads them. Every draft said to survive: keep all.
-    cal = dt._STATE.calibration
+    cal = dt.snapshot().calibration
     cal.counts[:-1] = 1000.0
     cal.hits[:-1] = 1000.0
     static.is_padding[: host.num_tokens] = False
     graph.replay()
-    assert float(dt._STATE.tau.item()) == 0.0
+    assert float(dt.snapshot().buffers.tau.item()) == 0.0
     assert not static.is_padding[: host.num_tokens].any()

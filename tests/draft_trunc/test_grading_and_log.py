@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace as NS
+
 import numpy as np
 import pytest
 import torch
-from dt_batches import random_batch
+from kiln_testkit.dt_batches import random_batch
 
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -14,20 +16,9 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 def _marked_batch(dt, seed=11, num_reqs=96, k=5):
     batch = random_batch(np.random.default_rng(seed), num_reqs, k).to(DEVICE)
     dt.prepare(batch.predictions.shape[0], DEVICE)
-    assert dt.mark_dead(
-        batch.is_padding,
-        batch.query_start_loc,
-        batch.cu_num_logits,
-        batch.num_reqs,
-        k,
-        batch.predictions,
-        batch.idx_mapping,
-        seq_lens=batch.seq_lens,
-        prefill_len=batch.prefill_len,
-        refits=10,
-    )
+    assert batch.mark_dead(dt, refits=10)
     n = torch.from_numpy(batch.num_drafts).to(DEVICE)
-    j = dt._STATE.live[batch.idx_mapping].long()
+    j = dt.snapshot().buffers.live[batch.idx_mapping].long()
     # Accepted a <= j; force many a = j to exercise the censored boundary.
     gen = torch.Generator().manual_seed(seed)
     u, v = torch.rand(num_reqs, generator=gen), torch.rand(num_reqs, generator=gen)
@@ -43,6 +34,7 @@ def _stats(ae, k, max_reqs, idx_mapping, num_sampled, num_rejected, features, pr
     return torch.cat([est.info.flatten(), est.grad.flatten(), est.counts])
 
 
+@pytest.mark.network  # vLLM's sources (conftest vllm_src)
 def test_censored_grading_equals_truly_truncated(draft_trunc, vllm_kernels):
     dt = draft_trunc(tau=0.4, min_keep=0, explore=0.0)
     k = 5
@@ -67,7 +59,9 @@ def test_censored_grading_equals_truly_truncated(draft_trunc, vllm_kernels):
 
 def test_log_step_totals(draft_trunc, caplog):
     dt = draft_trunc(tau=0.4, min_keep=0, explore=0.0, log_interval=2)
-    dt._STATE.top_k = 8
+    # the model's config says top-8 routing (what check_config reads at start)
+    dt.check_config(NS(model_config=NS(hf_text_config=NS(num_experts_per_tok=8))))
+    assert dt.snapshot().top_k == 8
     expect = dict.fromkeys(["proposed", "kept", "accepted", "dead", "boundary", "tokens"], 0.0)
     summary = None
     with caplog.at_level("INFO", logger="kiln_engine.draft_trunc"):
@@ -92,7 +86,7 @@ def test_log_step_totals(draft_trunc, caplog):
         # The flush never waits for its copy; once the copy has landed, the
         # next poll reports it.
         torch.cuda.synchronize()
-        summary = dt._STATE.stats.poll()
+        summary = dt.poll_summary()
     assert summary is not None, "the second step should flush"
     for key, value in expect.items():
         assert summary.values[key] == pytest.approx(value), key

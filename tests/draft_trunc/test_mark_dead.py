@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from dt_batches import random_batch
 from dt_reference import mark_dead_ref, verify_mask_ref
+from kiln_testkit.dt_batches import random_batch
 
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -16,20 +16,8 @@ def run_both(dt, batch, refits=None, step=None):
     """Launch the kernel via mark_dead and the reference; return both results."""
     b = batch.to(DEVICE)
     dt.prepare(b.predictions.shape[0], DEVICE)
-    step = int(dt._STATE.step.item()) if step is None else step
-    launched = dt.mark_dead(
-        b.is_padding,
-        b.query_start_loc,
-        b.cu_num_logits,
-        b.num_reqs,
-        b.predictions.shape[1],
-        b.predictions,
-        b.idx_mapping,
-        seq_lens=b.seq_lens,
-        prefill_len=b.prefill_len,
-        num_draft_tokens=int(batch.num_drafts.sum()),
-        refits=refits,
-    )
+    step = int(dt.snapshot().buffers.step.item()) if step is None else step
+    launched = b.mark_dead(dt, num_draft_tokens=int(batch.num_drafts.sum()), refits=refits)
     ref_pad = batch.is_padding.clone()
     max_reqs = batch.predictions.shape[0]
     ref_live = torch.full((max_reqs,), -1, dtype=torch.int32)
@@ -76,9 +64,9 @@ def test_kernel_matches_reference(draft_trunc, seed):
         return
     assert torch.equal(b.is_padding.cpu(), ref_pad)
     slots = batch.idx_mapping
-    assert torch.equal(dt._STATE.live.cpu()[slots], ref_live[slots])
+    assert torch.equal(dt.snapshot().buffers.live.cpu()[slots], ref_live[slots])
     torch.testing.assert_close(
-        dt._STATE.expected.cpu()[slots], ref_exp[slots], rtol=1e-5, atol=1e-5
+        dt.snapshot().buffers.expected.cpu()[slots], ref_exp[slots], rtol=1e-5, atol=1e-5
     )
     eidx, lpos = b.expanded
     mask = dt.verify_mask(
@@ -95,7 +83,7 @@ def test_marks_only_dead_draft_tails(draft_trunc):
     batch = random_batch(rng, 200, 6, pad_tokens=5)
     _, b, _, _, _ = run_both(dt, batch)
     pad = b.is_padding.cpu()
-    live = dt._STATE.live.cpu()
+    live = dt.snapshot().buffers.live.cpu()
     qsl, cu = batch.query_start_loc, batch.cu_num_logits
     marked_total = 0
     for r in range(batch.num_reqs):
@@ -135,7 +123,7 @@ def test_disabled_is_a_no_op():
     assert not dt.mark_dead(
         pad, None, None, 1, 4, torch.zeros(1, 4), None, seq_lens=None, prefill_len=None
     )
-    assert not pad.any() and dt._STATE.live is None
+    assert not pad.any() and dt.snapshot().buffers is None
 
 
 def test_step_counter_advances_and_keys_exploration(draft_trunc):
@@ -148,6 +136,6 @@ def test_step_counter_advances_and_keys_exploration(draft_trunc):
         fresh = random_batch(np.random.default_rng(3), 64, 4, mixed=False)
         _, b, ref_pad, ref_live, _ = run_both(dt, fresh, step=step)
         assert torch.equal(b.is_padding.cpu(), ref_pad)
-        lives.append(dt._STATE.live.cpu()[batch.idx_mapping].clone())
-    assert int(dt._STATE.step.item()) == 2
+        lives.append(dt.snapshot().buffers.live.cpu()[batch.idx_mapping].clone())
+    assert int(dt.snapshot().buffers.step.item()) == 2
     assert not torch.equal(lives[0], lives[1])

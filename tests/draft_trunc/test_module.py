@@ -110,7 +110,7 @@ def test_local_argmax_reduction_refused_before_the_speculator_says_av(draft_trun
 def test_safe_configs_pass_and_av_turns_it_off(draft_trunc):
     dt = draft_trunc()
     dt.check_config(_config(data_parallel_size=2, all2all_backend="deepep_low_latency"))
-    assert dt.ENABLED and dt._STATE.top_k == 8
+    assert dt.ENABLED and dt.snapshot().top_k == 8
     cfg = _config()
     cfg.speculative_config.method = "extract_hidden_states"
     with pytest.raises(RuntimeError, match="extract_hidden_states"):

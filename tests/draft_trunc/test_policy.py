@@ -7,10 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from dt_batches import random_batch
 from dt_reference import TAU_GRID, cost_aware_ratios, mark_dead_ref, survivals
 from kiln_engine.draft_trunc import _cost
 from kiln_engine.draft_trunc._env import read_knobs
+from kiln_testkit import dt_cost
+from kiln_testkit.dt_batches import random_batch
 
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -22,18 +23,8 @@ def launch(dt, batch, layer=None):
     if layer is not None:
         dt.set_moe_layer(layer)
     dt.prepare(b.predictions.shape[0], DEVICE, b.is_padding.shape[0])
-    step = int(dt._STATE.step.item())
-    assert dt.mark_dead(
-        b.is_padding,
-        b.query_start_loc,
-        b.cu_num_logits,
-        b.num_reqs,
-        b.predictions.shape[1],
-        b.predictions,
-        b.idx_mapping,
-        seq_lens=b.seq_lens,
-        prefill_len=b.prefill_len,
-    )
+    step = int(dt.snapshot().buffers.step.item())
+    assert b.mark_dead(dt)
     return b, step
 
 
@@ -41,7 +32,7 @@ def learnt_calibration(dt, batch, rng):
     """Random grades in every calibration cell (some empty), as if learnt."""
     k = batch.predictions.shape[1]
     dt.prepare(batch.predictions.shape[0], DEVICE, batch.is_padding.shape[0], num_spec=k)
-    cal = dt._STATE.calibration
+    cal = dt.snapshot().calibration
     counts = rng.integers(0, 40, size=cal.counts.shape[0]) * (rng.random(cal.counts.shape[0]) < 0.7)
     hits = np.floor(counts * rng.random(counts.shape[0]))
     cal.counts.copy_(torch.from_numpy(counts.astype(np.float32)))
@@ -49,7 +40,7 @@ def learnt_calibration(dt, batch, rng):
 
 
 def reference_ratios(dt, batch, step):
-    c = dt._STATE.cost
+    c = dt.snapshot().cost
     return cost_aware_ratios(
         batch.query_start_loc,
         batch.cu_num_logits,
@@ -65,11 +56,18 @@ def reference_ratios(dt, batch, step):
         c.t_fixed,
         c.t_token,
         c.other_ratio,
-        dt._STATE.calibration,
+        dt.snapshot().calibration,
     )
 
 
-@pytest.mark.parametrize("seed", range(16))
+# seeds 2, 13 and 14 draw a 4096-expert layer with skewed routing: ~17 s each in the
+# interpreter, so they run in `nox -s kernels`; the unit tier keeps the other 13 (every
+# parameter value, 4096 experts included, unskewed)
+SLOW_SEEDS = {2, 13, 14}
+
+
+@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.kernels) if s in SLOW_SEEDS else s
+                                  for s in range(16)])
 def test_kernel_picks_the_best_tau_and_marks_by_it(draft_trunc, seed):
     rng = np.random.default_rng(1000 + seed)
     k = int(rng.integers(1, 9))
@@ -89,7 +87,7 @@ def test_kernel_picks_the_best_tau_and_marks_by_it(draft_trunc, seed):
     if seed % 2:
         learnt_calibration(dt, batch, rng)
     b, step = launch(dt, batch, layer)
-    tau = float(dt._STATE.tau.item())
+    tau = float(dt.snapshot().buffers.tau.item())
     assert tau * TAU_GRID == int(tau * TAU_GRID), "tau must lie on the grid"
     ratios = reference_ratios(dt, batch, step)
     best = max(ratios)
@@ -115,7 +113,7 @@ def test_kernel_picks_the_best_tau_and_marks_by_it(draft_trunc, seed):
         dt.KNOBS.explore,
     )
     assert torch.equal(b.is_padding.cpu(), pad)
-    assert torch.equal(dt._STATE.live.cpu()[batch.idx_mapping], live[batch.idx_mapping])
+    assert torch.equal(dt.snapshot().buffers.live.cpu()[batch.idx_mapping], live[batch.idx_mapping])
 
 
 def decode_batch(num_reqs, k, p, seed=0):
@@ -131,7 +129,7 @@ def test_small_batch_cuts_unlikely_drafts(draft_trunc):
     dt = draft_trunc(policy="cost", explore=0.0, min_keep=0)
     batch = decode_batch(8, 4, 0.6)
     b, _ = launch(dt, batch, _cost.MoELayer())
-    tau = float(dt._STATE.tau.item())
+    tau = float(dt.snapshot().buffers.tau.item())
     assert 0 < tau
     assert int(b.is_padding[: batch.num_tokens].sum()) > 0
 
@@ -142,7 +140,7 @@ def test_large_batch_cuts_nothing(draft_trunc):
     dt = draft_trunc(policy="cost", explore=0.0, min_keep=0)
     batch = decode_batch(512, 4, 0.3)
     b, _ = launch(dt, batch, _cost.MoELayer())
-    assert float(dt._STATE.tau.item()) == 0.0
+    assert float(dt.snapshot().buffers.tau.item()) == 0.0
     assert not b.is_padding[: batch.num_tokens].any()
 
 
@@ -172,8 +170,8 @@ def test_numpy_twin_matches_reference(draft_trunc, seed):
         s = survivals([float(x) for x in batch.predictions[slot, : n[r]]], int(n[r]))
         surv[r, : n[r]] = s
     optional = (np.arange(k)[None, :] < n[:, None]) & (np.arange(k)[None, :] >= 1)
-    table = dt._STATE.cost.table.numpy().astype(np.float64)
-    tau = _cost.cost_aware_tau(
+    table = dt.snapshot().cost.table.numpy().astype(np.float64)
+    tau = dt_cost.cost_aware_tau(
         surv,
         optional,
         batch.num_tokens,
@@ -207,12 +205,12 @@ def test_batches_past_the_cost_block_keep_every_draft(draft_trunc, monkeypatch):
     batch = decode_batch(8, 4, 0.6)
     monkeypatch.setattr(_kernel, "MAX_COST_REQS", 7)
     b, _ = launch(dt, batch, _cost.MoELayer())
-    assert float(dt._STATE.tau.item()) == 0.0
-    assert not dt._STATE.calibrating  # no cells were filed to grade
+    assert float(dt.snapshot().buffers.tau.item()) == 0.0
+    assert not dt.snapshot().calibrating  # no cells were filed to grade
     assert not b.is_padding[: batch.num_tokens].any()
     monkeypatch.setattr(_kernel, "MAX_COST_REQS", 8)
     b, _ = launch(dt, decode_batch(8, 4, 0.6), _cost.MoELayer())
-    assert float(dt._STATE.tau.item()) > 0.0
+    assert float(dt.snapshot().buffers.tau.item()) > 0.0
 
 
 def test_calibration_overrules_pessimistic_predictions(draft_trunc):
@@ -221,11 +219,11 @@ def test_calibration_overrules_pessimistic_predictions(draft_trunc):
     dt = draft_trunc(policy="cost", explore=0.0, min_keep=0)
     batch = decode_batch(8, 4, 0.6)
     dt.prepare(batch.predictions.shape[0], DEVICE, batch.is_padding.shape[0], num_spec=4)
-    cal = dt._STATE.calibration
+    cal = dt.snapshot().calibration
     cal.counts[:-1] = 1000.0
     cal.hits[:-1] = 1000.0
     b, _ = launch(dt, batch, _cost.MoELayer())
-    assert float(dt._STATE.tau.item()) == 0.0
+    assert float(dt.snapshot().buffers.tau.item()) == 0.0
     assert not b.is_padding[: batch.num_tokens].any()
 
 
@@ -242,7 +240,7 @@ def test_graded_files_verified_drafts_under_their_cells(draft_trunc, seed, k):
     dt = draft_trunc(policy="cost", explore=0.3, min_keep=1)
     batch = random_batch(rng, 40, k)
     b, step = launch(dt, batch, _cost.MoELayer(experts=64, top_k=4))
-    j = dt._STATE.live[b.idx_mapping].long().cpu()
+    j = dt.snapshot().buffers.live[b.idx_mapping].long().cpu()
     n = torch.from_numpy(batch.num_drafts).long()
     accepted = (
         (j.float() * torch.rand(batch.num_reqs, generator=torch.Generator().manual_seed(seed)))
@@ -277,7 +275,7 @@ def test_graded_files_verified_drafts_under_their_cells(draft_trunc, seed, k):
             hits[m, cell] += m < int(accepted[r])
             graded_any = True
     assert graded_any
-    cal = dt._STATE.calibration
+    cal = dt.snapshot().calibration
     assert np.array_equal(cal.counts[:-1].cpu().numpy().reshape(k, TAU_GRID), counts)
     assert np.array_equal(cal.hits[:-1].cpu().numpy().reshape(k, TAU_GRID), hits)
 
@@ -286,7 +284,7 @@ def test_fixed_tau_policy_does_not_calibrate(draft_trunc):
     dt = draft_trunc(policy="tau", tau=0.3, explore=0.0, min_keep=0)
     batch = decode_batch(8, 4, 0.6)
     b, _ = launch(dt, batch)
-    assert dt._STATE.calibration is None
+    assert dt.snapshot().calibration is None
     num_rejected = torch.zeros(8, dtype=torch.int32, device=DEVICE)
     dt.graded(num_rejected, b.cu_num_logits, b.idx_mapping)
-    assert dt._STATE.calibration is None
+    assert dt.snapshot().calibration is None

@@ -4,15 +4,14 @@ reader, a replay checked by hand, and the oracle as an upper bound."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from kiln_testkit import dt_cost
+from kiln_testkit.scripts import load_script
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "benchmarks" / "draft_trunc"))
-sim = pytest.importorskip("sim_trunc")
+sim = load_script("benchmarks/draft_trunc/sim_trunc.py")
 FIXTURE = Path(__file__).parent / "fixtures" / "trace-small.jsonl"
 
 
@@ -150,13 +149,13 @@ def test_calibration_update_grades_verified_drafts_only():
     counts = np.zeros_like(hits)
     surv = np.array([[0.9, 0.5, 0.2], [0.9, 0.5, 0.2]])
     # first request: 2 verified, 1 accepted; second: 3 verified, 3 accepted
-    sim._cost.calibration_update(hits, counts, surv, np.array([2, 3]), np.array([1, 3]))
+    dt_cost.calibration_update(hits, counts, surv, np.array([2, 3]), np.array([1, 3]))
     b9, b5, b2 = (int(x * sim._cost.TAU_GRID) for x in (0.9, 0.5, 0.2))
     assert counts[0, b9] == 2 and hits[0, b9] == 2
     assert counts[1, b5] == 2 and hits[1, b5] == 1
     assert counts[2, b2] == 1 and hits[2, b2] == 1
     assert counts.sum() == 5 and hits.sum() == 4
-    values = sim._cost.calibrated_values(hits, counts)
+    values = dt_cost.calibrated_values(hits, counts)
     # an empty cell is the prediction itself; a graded one moves toward its rate
     assert values[2, 0] == pytest.approx(0.5 / sim._cost.TAU_GRID)
     prior = sim._cost.CAL_PRIOR

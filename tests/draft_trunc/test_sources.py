@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from dt_patched import SERIES_ROOT, VLLM_VERSIONS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,6 +29,9 @@ def _pytest(tmp_path, **env) -> subprocess.CompletedProcess:
                           cwd=REPO, env=full, capture_output=True, text=True, timeout=600)
 
 
+# the download path itself: runs `pip download` (with no index, but the unit tier
+# refuses any pip download) inside a pytest of a network-marked test
+@pytest.mark.network
 def test_missing_sources_fail_naming_the_version_and_the_opt_out(tmp_path):
     proc = _pytest(tmp_path, KILN_DT_VLLM_VERSIONS="0.33.0")
     assert proc.returncode == 1, proc.stdout[-2000:]

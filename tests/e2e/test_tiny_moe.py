@@ -86,7 +86,7 @@ def test_speculation_turns_off_with_speculative_config_none(image, docker_daemon
     """How an operator turns the baked draft model off (README's serving contract):
     vLLM's own `--speculative-config None` replaces the baked flag; the server then
     answers without proposing a single draft token."""
-    from twinserve import run_set, serving, spec_decode_stats
+    from kiln_testkit.twinserve import run_set, serving, spec_decode_stats
 
     loaded, img = image.loaded, image.image
     with serving(docker_daemon, loaded, img.id, args=["--speculative-config", "None"],

@@ -12,6 +12,9 @@ import pytest
 import yaml
 from kilntest import FIXTURES, REPO, run_kiln
 
+# daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
+pytestmark = pytest.mark.usefixtures("no_docker")
+
 K8S_VERSION = "1.34.0"
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"registry.example.com/kiln/glm53-kindling-2node@{DIGEST}"

@@ -17,6 +17,9 @@ from kiln.domain.launch import launch_document, vllm_argv
 from kiln.domain.recipe import load_recipe
 from kiln.domain.topology import Topology, feature_refusals, layout_problems, node_args
 
+# daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
+pytestmark = pytest.mark.usefixtures("no_docker")
+
 MINI = "kiln-test-mini"
 TOPOLOGY = "topology:\n  nodes: 2\n  accelerators_per_node: 1\n  tensor_parallel: 2\n"
 

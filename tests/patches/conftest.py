@@ -49,6 +49,7 @@ def kroot(tmp_path, monkeypatch, src032) -> Path:
     root = tmp_path / "kiln"
     shutil.copytree(REPO / "patches", root / "patches")
     shutil.copytree(REPO / "recipes" / "tiny-moe", root / "recipes" / "tiny-moe")
+    shutil.copytree(REPO / "recipes" / "_shared", root / "recipes" / "_shared")  # its build.shared
     for d in ("docker-images", "engine"):
         (root / d).mkdir()
     cache = tmp_path / "cache"

@@ -79,6 +79,7 @@ def fake_registry():
     server.shutdown()
 
 
+@pytest.mark.registry  # HTTP on 127.0.0.1 (the in-process fake)
 def test_bearer_token_flow_and_retag(fake_registry):
     target = Target.parse(f"{fake_registry}/acme", "kiln/x")
     client = RegistryClient(target, Credentials(USER, PASSWORD, "test"))
@@ -92,6 +93,7 @@ def test_bearer_token_flow_and_retag(fake_registry):
     assert back == manifest and back.config_digest == "sha256:" + "a" * 64
 
 
+@pytest.mark.registry  # HTTP on 127.0.0.1 (the in-process fake)
 def test_bearer_wrong_password(fake_registry):
     client = RegistryClient(Target.parse(fake_registry, "kiln/x"), Credentials(USER, "wrong", "env"))
     with pytest.raises(RegistryAuthFailed, match="rejected the credentials from env"):

@@ -18,17 +18,31 @@ Lifecycle of one step, as the runner patches call it:
 4. ``log_step`` (if ``LOG``): device-side statistics, and the acceptance trace
    (``KILN_DRAFT_TRUNC_TRACE``).
 
+State: one ``State`` object per process (``_state``), read by the hooks through
+``ENABLED``, ``LOG`` and ``KNOBS``; tests and benchmarks read it through
+``snapshot()``, never by reaching inside.
+
 Importing this module is cheap and imports neither vLLM nor torch; with
 ``KILN_DRAFT_TRUNC`` unset every entry point returns at once.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-from types import SimpleNamespace
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
-from ._env import Knobs, read_knobs
+from ._config_check import VllmConfig
+from ._env import Knobs, env_name, read_knobs
+
+if TYPE_CHECKING:  # torch and triton load only when a kernel runs
+    import torch
+
+    from ._cost import MoELayer
+    from ._kernel import Buffers, Calibration, CostInputs
+    from ._stats import StepStats, Summary
 
 logger = logging.getLogger("kiln_engine.draft_trunc")
 
@@ -38,134 +52,241 @@ def _wants_log_step(knobs: Knobs) -> bool:
     return knobs.enabled and (knobs.log_interval > 0 or bool(knobs.trace))
 
 
-KNOBS: Knobs = read_knobs()
-ENABLED: bool = KNOBS.enabled
-LOG: bool = _wants_log_step(KNOBS)
+@dataclass
+class TraceWriter:
+    """``KILN_DRAFT_TRUNC_TRACE``: the file (opened at the first record), and the
+    predictions of the step in flight, kept from the moment its marks were made:
+    by the time the outcome is known, the speculator may have written the next
+    step's predictions into its buffer."""
 
-# Per-process state: buffers are allocated once and reused, so that the kernel
-# itself never allocates. ``active`` says whether this step's marks were written.
-# ``lead``: this process reports (logs, counters, trace); False on tensor-parallel
-# ranks other than 0, which see the same batch and would only repeat rank 0.
-# ``layer`` is the MoE shape the cost model prices (set from the model config at
-# start, or by ``set_moe_layer``); ``cost`` the device inputs built from it.
-# ``calibration``: the cost policy's online calibration of the estimator (kept
-# across steps); ``calibrating``: this step's marks filed cells to grade.
-_STATE = SimpleNamespace(
-    live=None, expected=None, step=None, tau=None, cost=None, layer=None, stats=None,
-    active=False, top_k=0, lead=True, trace=None, trace_p=None, trace_steps=0,
-    calibration=None, calibrating=False,
-)
+    path: str
+    file: IO[str] | None = None
+    pending: torch.Tensor | None = None
+    steps: int = 0
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.file is None:
+            self.file = open(self.path, "a", buffering=1)  # noqa: SIM115 (kept open across steps)
+        self.file.write(json.dumps(record) + "\n")
+        self.steps += 1
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.file = self.pending = None
+
+
+@dataclass
+class State:
+    """Everything draft_trunc keeps in one process.
+
+    knobs: as read from the environment; ``enabled`` and ``log`` start from them
+        and are what the hooks test (``check_config`` may turn both off).
+    lead: this process reports (logs, counters, trace); False on tensor-parallel
+        ranks other than 0, which see the same batch and would only repeat rank 0.
+    top_k, layer: from the model config at start (``check_config``, or
+        ``set_moe_layer`` for the layer): routed experts per token, and the MoE
+        shape the cost model prices. They outlive ``reload``.
+    buffers, cost, calibration: device buffers allocated once and reused, so that
+        the kernel itself never allocates (``prepare``); the calibration of the
+        estimator is kept across steps.
+    stats, trace: the statistics accumulator and the acceptance trace.
+    active: this step's marks were written; calibrating: and they filed cells
+        for ``graded`` to grade.
+    """
+
+    knobs: Knobs
+    enabled: bool
+    log: bool
+    lead: bool = True
+    top_k: int = 0
+    layer: MoELayer | None = None
+    buffers: Buffers | None = None
+    cost: CostInputs | None = None
+    calibration: Calibration | None = None
+    stats: StepStats | None = None
+    trace: TraceWriter | None = None
+    active: bool = False
+    calibrating: bool = False
+
+    @classmethod
+    def start(cls, knobs: Knobs, top_k: int = 0, layer: MoELayer | None = None) -> State:
+        return cls(knobs, knobs.enabled, _wants_log_step(knobs), top_k=top_k, layer=layer)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A read-only view of the state at one moment, for tests and benchmarks.
+
+    The tensors are draft_trunc's own persistent buffers, not copies (a copy would
+    cost a device round trip and would not be what a captured graph writes): read
+    them, and ``clone()`` what must outlive the next step.
+    """
+
+    knobs: Knobs
+    enabled: bool
+    log: bool
+    lead: bool
+    top_k: int
+    layer: MoELayer | None
+    buffers: Buffers | None
+    cost: CostInputs | None
+    calibration: Calibration | None
+    active: bool
+    calibrating: bool
+    last_summary: Summary | None  # the last statistics flush reported
+    trace_steps: int  # steps written to the trace
+
+
+_state = State.start(read_knobs())
 
 __all__ = [
     "ENABLED",
     "KNOBS",
     "LOG",
+    "Snapshot",
     "check_config",
     "graded",
     "log_step",
     "mark_dead",
+    "mask_from_live",
     "policy_tau",
+    "poll_summary",
     "prepare",
     "refuse_runner",
     "reload",
     "set_moe_layer",
+    "snapshot",
     "verify_mask",
     "zero_dead_rows",
 ]
 
 
-def reload(env: dict[str, str] | None = None) -> Knobs:
-    """Re-read the knobs (tests, or a process that sets them after import)."""
-    global KNOBS, ENABLED, LOG
-    KNOBS = read_knobs(env)
-    ENABLED = KNOBS.enabled
-    LOG = _wants_log_step(KNOBS)
-    _STATE.live = _STATE.expected = _STATE.step = _STATE.tau = _STATE.stats = None
-    _STATE.cost = _STATE.calibration = None
-    _STATE.active = _STATE.calibrating = False
-    _STATE.lead = True
-    _close_trace()
-    return KNOBS
+def __getattr__(name: str) -> bool | Knobs:
+    """The hook API's switches, read from the state: ``ENABLED`` (draft_trunc is on in
+    this process), ``LOG`` (``log_step`` has work), ``KNOBS`` (the parsed knobs).
+    The patched runner tests them every step: one function call each."""
+    if name == "ENABLED":
+        return _state.enabled
+    if name == "LOG":
+        return _state.log
+    if name == "KNOBS":
+        return _state.knobs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def set_moe_layer(layer) -> None:
-    """The MoE layer shape (a ``_cost.MoELayer``) the cost-aware policy prices."""
-    _STATE.layer = layer
-    _STATE.cost = None
+def snapshot() -> Snapshot:
+    """The state as it is now (see ``Snapshot``)."""
+    s = _state
+    return Snapshot(
+        knobs=s.knobs,
+        enabled=s.enabled,
+        log=s.log,
+        lead=s.lead,
+        top_k=s.top_k,
+        layer=s.layer,
+        buffers=s.buffers,
+        cost=s.cost,
+        calibration=s.calibration,
+        active=s.active,
+        calibrating=s.calibrating,
+        last_summary=None if s.stats is None else s.stats.last,
+        trace_steps=0 if s.trace is None else s.trace.steps,
+    )
 
 
-def prepare(max_num_reqs: int, device: Any, max_num_tokens: int = 0, num_spec: int = 0) -> None:
+def reload(env: Mapping[str, str] | None = None) -> Knobs:
+    """Re-read the knobs (tests, or a process that sets them after import): a fresh
+    state, keeping only what the model config said (``top_k``, ``layer``)."""
+    global _state
+    old = _state
+    if old.trace is not None:
+        old.trace.close()
+    _state = State.start(read_knobs(env), top_k=old.top_k, layer=old.layer)
+    return _state.knobs
+
+
+def set_moe_layer(layer: MoELayer | None) -> None:
+    """The MoE layer shape the cost-aware policy prices (None: the default)."""
+    _state.layer = layer
+    _state.cost = None
+
+
+def prepare(
+    max_num_reqs: int, device: torch.device | str, max_num_tokens: int = 0, num_spec: int = 0
+) -> None:
     """Allocate the per-slot buffers (and the cost table for ``max_num_tokens``,
     and the calibration for ``num_spec`` drafts) up front, else the first
     mark_dead does."""
     import torch
 
+    from ._kernel import Buffers
+
     # Normalise "cuda" to "cuda:N" so an unchanged device never reallocates
     # (which would also reset the step counter).
-    device = torch.empty(0, device=device).device
-    live = _STATE.live
-    if live is None or live.shape[0] < max_num_reqs or live.device != device:
-        _STATE.live = torch.zeros(max_num_reqs, dtype=torch.int32, device=device)
-        _STATE.expected = torch.zeros(max_num_reqs, dtype=torch.float32, device=device)
-        _STATE.step = torch.zeros(1, dtype=torch.int64, device=device)
-        _STATE.tau = torch.zeros(1, dtype=torch.float32, device=device)
-        _STATE.stats = None
-    if KNOBS.policy == "cost":
-        _prepare_cost(max_num_tokens, device)
+    where = torch.empty(0, device=device).device
+    state = _state
+    buffers = state.buffers
+    if buffers is None or buffers.live.shape[0] < max_num_reqs or buffers.live.device != where:
+        state.buffers = Buffers.allocate(max_num_reqs, where)
+        state.stats = None
+    if state.knobs.policy == "cost":
+        _prepare_cost(state, max_num_tokens, where)
         if num_spec > 0:
-            _prepare_calibration(max_num_reqs, num_spec, device)
+            _prepare_calibration(state, max_num_reqs, num_spec, where)
 
 
-def _prepare_calibration(max_num_reqs: int, num_spec: int, device) -> None:
+def _prepare_calibration(state: State, max_num_reqs: int, num_spec: int, device: torch.device) -> None:
     from ._cost import TAU_GRID
     from ._kernel import Calibration
 
-    cal = _STATE.calibration
+    cal = state.calibration
     same_shape = cal is not None and cal.hits.shape[0] == num_spec * TAU_GRID + 1
-    if same_shape and cal.bins.shape[0] >= max_num_reqs and cal.bins.device == device:
+    if cal is not None and same_shape and cal.bins.shape[0] >= max_num_reqs and cal.bins.device == device:
         return
     fresh = Calibration.allocate(max_num_reqs, num_spec, device)
-    if same_shape and cal.hits.device == device:
+    if cal is not None and same_shape and cal.hits.device == device:
         # more slots: keep what was learnt
         fresh = fresh._replace(hits=cal.hits, counts=cal.counts)
-    _STATE.calibration = fresh
+    state.calibration = fresh
 
 
-def _prepare_cost(max_num_tokens: int, device) -> None:
+def _prepare_cost(state: State, max_num_tokens: int, device: torch.device) -> None:
     import torch
 
     from ._cost import H200_FIT, MoELayer, live_table, other_ratio
     from ._kernel import CostInputs
 
-    cost = _STATE.cost
+    cost = state.cost
     if cost is not None and cost.table.shape[0] > max_num_tokens and cost.table.device == device:
         return
-    layer = _STATE.layer or MoELayer()
+    layer = state.layer or MoELayer()
     # Room for a few thousand tokens at once, so that growing batches rarely
     # rebuild the table (a rebuild allocates, which a graph capture must not).
     size = max(max_num_tokens, 8192)
     table = torch.tensor(live_table(layer, H200_FIT, size), dtype=torch.float32, device=device)
-    _STATE.cost = CostInputs(
-        table, H200_FIT.t_fixed, H200_FIT.t_token, other_ratio(KNOBS.other_share)
+    state.cost = CostInputs(
+        table, H200_FIT.t_fixed, H200_FIT.t_token, other_ratio(state.knobs.other_share)
     )
 
 
-def policy_tau():
+def policy_tau() -> torch.Tensor | None:
     """The device scalar holding the tau the last ``mark_dead`` used (or None)."""
-    return _STATE.tau if _STATE.active else None
+    buffers = _state.buffers
+    return buffers.tau if _state.active and buffers is not None else None
 
 
 def mark_dead(
-    is_padding,
-    query_start_loc,
-    cu_num_logits,
+    is_padding: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    cu_num_logits: torch.Tensor,
     num_reqs: int,
     num_speculative_steps: int,
-    predictions,
-    idx_mapping,
+    predictions: torch.Tensor | None,
+    idx_mapping: torch.Tensor,
     *,
-    seq_lens,
-    prefill_len,
+    seq_lens: torch.Tensor,
+    prefill_len: torch.Tensor,
     num_draft_tokens: int | None = None,
     refits: int | None = None,
 ) -> bool:
@@ -178,68 +299,71 @@ def mark_dead(
     with no predictions, no drafts, before warm-up or when disabled it launches
     nothing and ``verify_mask``/``graded`` stay no-ops for this step.
     """
-    _STATE.active = False
-    if not ENABLED or predictions is None or num_reqs <= 0:
+    state = _state
+    state.active = False
+    knobs = state.knobs
+    if not state.enabled or predictions is None or num_reqs <= 0:
         return False
     if num_draft_tokens is not None and num_draft_tokens <= 0:
         return False
-    if refits is not None and refits < KNOBS.warmup:
+    if refits is not None and refits < knobs.warmup:
         return False
     assert predictions.shape[1] == num_speculative_steps, (
         f"predictions hold {predictions.shape[1]} steps, drafts {num_speculative_steps}"
     )
     prepare(predictions.shape[0], predictions.device, is_padding.shape[0], num_speculative_steps)
-    from ._kernel import MAX_COST_REQS, launch_mark_dead
+    from ._kernel import MAX_COST_REQS, MarkInputs, launch_mark_dead
 
-    cost = _STATE.cost if KNOBS.policy == "cost" else None
-
-    launch_mark_dead(
-        is_padding,
-        query_start_loc,
-        cu_num_logits,
-        idx_mapping,
-        seq_lens,
-        prefill_len,
-        predictions,
-        _STATE.live,
-        _STATE.expected,
-        _STATE.step,
-        _STATE.tau,
-        num_reqs,
-        KNOBS.tau,
-        KNOBS.min_keep,
-        KNOBS.explore,
-        cost=cost,
-        calibration=_STATE.calibration,
-    )
-    _STATE.active = True
-    _STATE.calibrating = cost is not None and num_reqs <= MAX_COST_REQS
-    if KNOBS.trace and _STATE.lead:
-        # the predictions this step's marks were made from: by the time the outcome
-        # is known, the speculator may have written the next step's into the buffer
+    buffers = state.buffers
+    assert buffers is not None  # prepare allocated them
+    cost = state.cost if knobs.policy == "cost" else None
+    inputs = MarkInputs(is_padding, query_start_loc, cu_num_logits, idx_mapping, seq_lens,
+                        prefill_len, predictions)
+    launch_mark_dead(inputs, buffers, num_reqs, knobs.tau, knobs.min_keep, knobs.explore,
+                     cost=cost, calibration=state.calibration)
+    state.active = True
+    state.calibrating = cost is not None and num_reqs <= MAX_COST_REQS
+    if knobs.trace and state.lead:
+        if state.trace is None:
+            state.trace = TraceWriter(knobs.trace)
         slots = idx_mapping[:num_reqs].long().clamp(min=0)
-        _STATE.trace_p = predictions.index_select(0, slots).clone()
+        state.trace.pending = predictions.index_select(0, slots).clone()
     return True
 
 
-def verify_mask(input_batch, invalid_drafts=None):
+class ExpandedBatch(Protocol):
+    """What ``verify_mask`` reads of vLLM's InputBatch: one entry per logits row."""
+
+    expanded_idx_mapping: torch.Tensor
+    expanded_local_pos: torch.Tensor
+
+
+def verify_mask(
+    input_batch: ExpandedBatch, invalid_drafts: torch.Tensor | None = None
+) -> torch.Tensor | None:
     """``invalid_drafts`` for the rejection sampler, widened by this step's marks.
 
     Row ``c0 + i`` of a request carries draft ``d_i``; drafts past the kept
     count ``j`` become -1 in the verification copy and are never accepted, so
     the garbage logits of dead rows are never read.
     """
-    if not _STATE.active:
+    buffers = _state.buffers
+    if not _state.active or buffers is None:
         return invalid_drafts
     return mask_from_live(
-        _STATE.live,
+        buffers.live,
         input_batch.expanded_idx_mapping,
         input_batch.expanded_local_pos,
         invalid_drafts,
     )
 
 
-def mask_from_live(live, expanded_idx_mapping, expanded_local_pos, invalid_drafts=None):
+def mask_from_live(
+    live: torch.Tensor,
+    expanded_idx_mapping: torch.Tensor,
+    expanded_local_pos: torch.Tensor,
+    invalid_drafts: torch.Tensor | None = None,
+) -> torch.Tensor:
     # Cudagraph-padded rows may carry slot -1: clamp them to a real slot; the
     # sampler never reads those rows anyway.
     kept = live.index_select(0, expanded_idx_mapping.clamp(min=0).long())
@@ -247,7 +371,9 @@ def mask_from_live(live, expanded_idx_mapping, expanded_local_pos, invalid_draft
     return mask if invalid_drafts is None else (mask | invalid_drafts)
 
 
-def graded(num_rejected, cu_num_logits, idx_mapping):
+def graded(
+    num_rejected: torch.Tensor, cu_num_logits: torch.Tensor, idx_mapping: torch.Tensor
+) -> torch.Tensor:
     """Rejection counts to grade the acceptance estimator with.
 
     A truncated window that accepted all ``j`` kept drafts would otherwise be
@@ -255,22 +381,26 @@ def graded(num_rejected, cu_num_logits, idx_mapping):
     ``n - j`` dead drafts labels only verified drafts, so truncation does not
     bias the estimator. Returns ``num_rejected`` itself when nothing was marked.
     """
-    if not _STATE.active:
+    state = _state
+    buffers = state.buffers
+    if not state.active or buffers is None:
         return num_rejected
     num_reqs = idx_mapping.shape[0]
     cu = cu_num_logits[: num_reqs + 1]
     n = (cu[1:] - cu[:-1] - 1).clamp(min=0)
     # Masked entries carry slot -1 and keep their count.
     slots = idx_mapping.long()
-    j = _STATE.live.index_select(0, slots.clamp(min=0))
+    j = buffers.live.index_select(0, slots.clamp(min=0))
     dead = (n - j) * (slots >= 0)
     censored = (num_rejected[:num_reqs] - dead).clamp(min=0)
-    if _STATE.calibrating:
-        _calibrate(slots, j, j - censored)
+    if state.calibrating and state.calibration is not None:
+        _calibrate(state.calibration, slots, j, j - censored)
     return censored.to(num_rejected.dtype)
 
 
-def _calibrate(slots, kept, accepted) -> None:
+def _calibrate(
+    cal: Calibration, slots: torch.Tensor, kept: torch.Tensor, accepted: torch.Tensor
+) -> None:
     """File each verified draft's outcome under the cell its marks were made in.
 
     Only verified drafts are graded (k < kept), and only those of pure verify
@@ -284,7 +414,6 @@ def _calibrate(slots, kept, accepted) -> None:
     from ._cost import CAL_CAP, TAU_GRID
     from ._kernel import BIN_BITS, CAL_DEPTH
 
-    cal = _STATE.calibration
     sink = cal.hits.shape[0] - 1
     depth = min(sink // TAU_GRID, CAL_DEPTH.value)
     pos = torch.arange(depth, device=cal.bins.device)
@@ -301,63 +430,78 @@ def _calibrate(slots, kept, accepted) -> None:
     cal.hits.mul_(fade)
 
 
-def log_step(cu_num_logits, num_sampled, idx_mapping, num_tokens: int):
+def log_step(
+    cu_num_logits: torch.Tensor,
+    num_sampled: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    num_tokens: int,
+) -> Summary | None:
     """Fold this step into the device-side statistics (no host sync).
 
     Every ``KILN_DRAFT_TRUNC_LOG_INTERVAL`` steps the totals are logged and
-    published as ``kiln_draft_trunc_*`` Prometheus counters once their copy has
+    added to the ``kiln_draft_trunc_*`` Prometheus counters once their copy has
     landed. Returns the last finished summary, if one finished now. With
     ``KILN_DRAFT_TRUNC_TRACE`` set it also appends this step to the trace (that
     part does sync the host: it is a measurement mode).
     """
-    if not (LOG and _STATE.active and _STATE.lead):
+    state = _state
+    buffers = state.buffers
+    if not (state.log and state.active and state.lead) or buffers is None:
         return None
-    if KNOBS.trace and _STATE.trace_p is not None:
-        _write_trace(cu_num_logits, num_sampled, idx_mapping)
-    if KNOBS.log_interval <= 0:
+    if state.trace is not None and state.trace.pending is not None:
+        _write_trace(state.trace, cu_num_logits, num_sampled, idx_mapping, buffers.live)
+    if state.knobs.log_interval <= 0:
         return None
+    from ._metrics import FeatureCounters
     from ._stats import StepStats
 
-    if _STATE.stats is None:
-        _STATE.stats = StepStats(_STATE.live.device, KNOBS.log_interval, _STATE.top_k)
-    stats = _STATE.stats
+    if state.stats is None:
+        state.stats = StepStats(
+            buffers.live.device, state.knobs.log_interval, state.top_k, FeatureCounters.register()
+        )
+    stats = state.stats
     before = stats.last
-    stats.add(cu_num_logits, num_sampled, idx_mapping, num_tokens, _STATE.live, _STATE.expected)
+    stats.add(cu_num_logits, num_sampled, idx_mapping, num_tokens, buffers.live, buffers.expected)
     return stats.last if stats.last is not before else None
 
 
-def _write_trace(cu_num_logits, num_sampled, idx_mapping) -> None:
+def poll_summary() -> Summary | None:
+    """Report a statistics flush whose copy has landed since the last step, if any
+    (``log_step`` does this every step; this is for a caller with no next step)."""
+    stats = _state.stats
+    return None if stats is None else stats.poll()
+
+
+def _write_trace(
+    trace: TraceWriter,
+    cu_num_logits: torch.Tensor,
+    num_sampled: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    live: torch.Tensor,
+) -> None:
     """One JSON line per verify step: {"step", "k", "reqs": [{"p", "kept", "accepted",
     "n"}]}; p_i is the estimator's conditional acceptance probability of draft i
     (null where it had none), kept the drafts verified, accepted those accepted."""
-    import json
-
     from ._stats import step_outcomes
 
-    if _STATE.trace is None:
-        _STATE.trace = open(KNOBS.trace, "a", buffering=1)  # noqa: SIM115 (kept open)
-        _STATE.trace_steps = 0
-    p = _STATE.trace_p
-    _STATE.trace_p = None
-    rows = step_outcomes(cu_num_logits, num_sampled, idx_mapping, _STATE.live)
+    p = trace.pending
+    trace.pending = None
+    if p is None:
+        return
+    rows = step_outcomes(cu_num_logits, num_sampled, idx_mapping, live)
+    probs_by_req: list[list[float]] = p.tolist()
     reqs = []
-    for (n, kept, accepted), probs in zip(rows, p.tolist(), strict=True):
-        if n <= 0:  # prefill or no drafts: nothing was verified
+    for outcome, probs in zip(rows, probs_by_req, strict=True):
+        if outcome.proposed <= 0:  # prefill or no drafts: nothing was verified
             continue
-        probs = [None if x != x else round(x, 6) for x in probs]  # NaN: no prediction
-        reqs.append({"p": probs, "kept": kept, "accepted": accepted, "n": n})
+        shown = [None if x != x else round(x, 6) for x in probs]  # NaN: no prediction
+        reqs.append({"p": shown, "kept": outcome.kept, "accepted": outcome.accepted,
+                     "n": outcome.proposed})
     if reqs:
-        _STATE.trace.write(json.dumps({"step": _STATE.trace_steps, "k": p.shape[1], "reqs": reqs}) + "\n")
-        _STATE.trace_steps += 1
+        trace.write({"step": trace.steps, "k": p.shape[1], "reqs": reqs})
 
 
-def _close_trace() -> None:
-    if _STATE.trace is not None:
-        _STATE.trace.close()
-    _STATE.trace = _STATE.trace_p = None
-
-
-def zero_dead_rows(routed, is_padding):
+def zero_dead_rows(routed: Any, is_padding: torch.Tensor | None) -> Any:
     """The routed-expert output with the rows marked padding set to 0, in place.
 
     The experts never write the rows the router skipped, so those rows hold
@@ -365,9 +509,9 @@ def zero_dead_rows(routed, is_padding):
     slots, and attention masks their scores but still multiplies their values
     (0 * NaN = NaN), so a non-finite dead row would poison live rows of its
     request. ``masked_fill_`` is graph-safe and allocates nothing. Anything but
-    a plain tensor (a deferred MoE output) is returned as it is.
+    a plain tensor (a deferred MoE output; hence ``Any``) is returned as it is.
     """
-    if not ENABLED or is_padding is None or not hasattr(routed, "masked_fill_"):
+    if not _state.enabled or is_padding is None or not hasattr(routed, "masked_fill_"):
         return routed
     rows = routed.shape[0]
     mask = is_padding[:rows].view(rows, *([1] * (routed.dim() - 1)))
@@ -376,7 +520,7 @@ def zero_dead_rows(routed, is_padding):
 
 def refuse_runner(name: str) -> None:
     """Refuse to start in a model runner that has no draft_trunc hooks."""
-    if ENABLED:
+    if _state.enabled:
         raise RuntimeError(
             f"KILN_DRAFT_TRUNC=1 cannot run here: vLLM chose {name}, which has no "
             "draft-trunc hooks (only Model Runner V2 has them); set "
@@ -385,46 +529,74 @@ def refuse_runner(name: str) -> None:
         )
 
 
-def check_config(vllm_config) -> None:
+def check_config(vllm_config: VllmConfig) -> None:
     """Refuse configurations where the marks cannot be trusted (RuntimeError).
 
-    Called once per process at start. Turns draft_trunc off (with a warning)
-    when adaptive verification is on and ``KILN_DRAFT_TRUNC_WITH_AV`` is not.
+    Called once per process at start (the runner's __init__, before the server
+    answers). Turns draft_trunc off (with a warning) when adaptive verification is
+    on and ``KILN_DRAFT_TRUNC_WITH_AV`` is not. On the reporting rank it logs the
+    knobs and the statistics interval, and registers the counters (at 0).
     """
-    global ENABLED, LOG
-    if not ENABLED:
+    state = _state
+    if not state.enabled:
         return
     from ._config_check import adaptive_verification_on, problems, routed_top_k
 
     found = problems(vllm_config)
     if found:
         raise RuntimeError(f"KILN_DRAFT_TRUNC=1 cannot run here: {found[0]}")
-    if adaptive_verification_on(vllm_config) and not KNOBS.with_av:
+    if adaptive_verification_on(vllm_config) and not state.knobs.with_av:
         logger.warning(
             "draft_trunc: adaptive verification is on; draft truncation is off "
             "(set KILN_DRAFT_TRUNC_WITH_AV=1 to combine them)"
         )
-        ENABLED = LOG = False
+        state.enabled = state.log = False
         return
-    _STATE.top_k = routed_top_k(vllm_config)
-    _STATE.lead = _is_lead_rank()
-    layer = _priced_layer(vllm_config)
+    state.top_k = routed_top_k(vllm_config)
+    state.lead = _is_lead_rank()
+    layer = _priced_layer(state.knobs, vllm_config)
     if layer is not None:
         set_moe_layer(layer)
-    if _STATE.lead:
-        logger.info("draft_trunc on: %s", KNOBS)
+    if state.lead:
+        logger.info("draft_trunc on: %s", state.knobs)
+        _start_statistics(state.knobs.log_interval)
 
 
-def _priced_layer(vllm_config):
+def _start_statistics(interval: int) -> None:
+    """Say how often statistics flush, and register their counters at 0, so that
+    /metrics shows them from its first scrape rather than from the first flush."""
+    name = env_name("log_interval")
+    if interval <= 0:
+        logger.info(
+            "draft_trunc statistics: off (%s=0): no summary lines, no kiln_draft_trunc_* counters",
+            name,
+        )
+        return
+    from ._metrics import FeatureCounters, served_elsewhere_warning
+
+    published = FeatureCounters.register() is not None
+    logger.info(
+        "draft_trunc statistics: every %d steps (%s=%d): a summary line and the "
+        "kiln_draft_trunc_* counters%s",
+        interval, name, interval,
+        " (on /metrics from the start, at 0 until the first flush)" if published
+        else " (not published: prometheus_client is not installed)",
+    )
+    warning = served_elsewhere_warning() if published else None
+    if warning is not None:
+        logger.warning(warning)
+
+
+def _priced_layer(knobs: Knobs, vllm_config: VllmConfig) -> MoELayer | None:
     """The layer the cost policy prices: the knob's if set (a CPU twin priced as its
     GPU sibling, or a model whose config the check cannot read), else the model's."""
-    if KNOBS.moe_layer is None:
+    if knobs.moe_layer is None:
         from ._config_check import moe_layer
 
         return moe_layer(vllm_config)
     from ._cost import MoELayer
 
-    experts, top_k, expert_bytes = KNOBS.moe_layer
+    experts, top_k, expert_bytes = knobs.moe_layer
     return MoELayer(experts=experts, top_k=top_k, expert_bytes=expert_bytes)
 
 
@@ -436,6 +608,7 @@ def _is_lead_rank() -> bool:
     except ImportError:
         return True
     try:
-        return parallel_state.get_tensor_model_parallel_rank() == 0
+        rank: int = parallel_state.get_tensor_model_parallel_rank()
     except (AssertionError, AttributeError, RuntimeError):  # group not initialized
         return True
+    return rank == 0

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._cost import MoELayer
+
+# vLLM's VllmConfig (and its parts), read by attribute only: vLLM is never imported here
+# and its configs change between versions, so every read has a default.
+VllmConfig = Any
 
 
-def _get(obj, *path, default=None):
+def _get(obj: object, *path: str, default: Any = None) -> Any:
     for name in path:
         obj = getattr(obj, name, None)
         if obj is None:
@@ -13,7 +22,7 @@ def _get(obj, *path, default=None):
     return obj
 
 
-def problems(vllm_config) -> list[str]:
+def problems(vllm_config: VllmConfig) -> list[str]:
     """One-line reasons this configuration is unsafe; empty when it is fine."""
     found = []
     if importlib.util.find_spec("triton") is None:
@@ -55,17 +64,17 @@ def problems(vllm_config) -> list[str]:
     return found
 
 
-def adaptive_verification_on(vllm_config) -> bool:
+def adaptive_verification_on(vllm_config: VllmConfig) -> bool:
     return bool(_get(vllm_config, "speculative_config", "enable_adaptive_verification"))
 
 
-def _hf(vllm_config):
+def _hf(vllm_config: VllmConfig) -> Any:
     return _get(vllm_config, "model_config", "hf_text_config") or _get(
         vllm_config, "model_config", "hf_config"
     )
 
 
-def _first_int(obj, names) -> int:
+def _first_int(obj: object, names: Iterable[str]) -> int:
     for name in names:
         value = getattr(obj, name, None)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -73,12 +82,12 @@ def _first_int(obj, names) -> int:
     return 0
 
 
-def routed_top_k(vllm_config) -> int:
+def routed_top_k(vllm_config: VllmConfig) -> int:
     """Routed experts per token, for the 'expert slots saved' statistic."""
     return _first_int(_hf(vllm_config), ("num_experts_per_tok", "moe_topk", "num_experts_per_token"))
 
 
-def moe_layer(vllm_config):
+def moe_layer(vllm_config: VllmConfig) -> MoELayer | None:
     """The routed-expert shape the cost-aware policy prices, or None if unknown.
 
     With expert parallelism a rank streams only its 1/ep share of the touched

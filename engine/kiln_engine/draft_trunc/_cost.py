@@ -25,7 +25,9 @@ denominator, ``other_share`` of the step's time when every draft is verified
 (``KILN_DRAFT_TRUNC_OTHER_SHARE``). Only ratios of times matter to the policy,
 so the number of MoE layers cancels.
 
-Pure Python (numpy only for the fit): importing it must stay cheap.
+Pure Python: importing it must stay cheap. The fit of the coefficients and the
+numpy twin of the device policy (what the simulator replays and the tests check
+the kernel against) live in ``kiln_testkit.dt_cost``, outside the engine image.
 """
 
 from __future__ import annotations
@@ -66,9 +68,9 @@ class RoutedCost:
     t_route: float  # per live route (live token x top_k)
 
 
-# Fitted by ``fit_routed_cost`` to the H200 table (see benchmarks/draft_trunc/
-# fit_cost.py, which re-derives and checks these; tests/draft_trunc/test_cost.py
-# fails if they drift from the JSON).
+# Fitted by ``kiln_testkit.dt_cost.fit_routed_cost`` to the H200 table (see
+# benchmarks/draft_trunc/fit_cost.py, which re-derives and checks these;
+# tests/draft_trunc/test_cost.py fails if they drift from the JSON).
 H200_FIT = RoutedCost(t_fixed=298.96, t_byte=3.0107e-07, t_token=0.76686, t_route=0.0)
 
 
@@ -93,19 +95,9 @@ def experts_touched(layer: MoELayer, live: float) -> float:
     )
 
 
-def routed_us(layer: MoELayer, cost: RoutedCost, live: float, tokens: float, touched=None) -> float:
-    """Routed-expert time of one layer (us); ``touched`` overrides U(live)."""
-    u = experts_touched(layer, live) if touched is None else touched
-    return (
-        cost.t_fixed
-        + cost.t_byte * u * layer.expert_bytes
-        + cost.t_token * tokens
-        + cost.t_route * live * layer.top_k
-    )
-
-
 def live_table(layer: MoELayer, cost: RoutedCost, max_tokens: int) -> list[float]:
-    """The live-token-dependent part of ``routed_us`` for L = 0..max_tokens.
+    """The live-token-dependent part of t_routed(L, N) (the formula above) for
+    L = 0..max_tokens.
 
     The policy kernel reads it by index, so any routing model works on device.
     """
@@ -119,175 +111,3 @@ def live_table(layer: MoELayer, cost: RoutedCost, max_tokens: int) -> list[float
 def other_ratio(other_share: float) -> float:
     """Non-routed time per unit of routed time at full verification."""
     return other_share / (1.0 - other_share)
-
-
-def _live_tokens(row: dict) -> int:
-    return row["tokens"] - round(row["dead_frac"] * row["tokens"])
-
-
-def fit_routed_cost(rows: list[dict], layer: MoELayer) -> RoutedCost:
-    """Non-negative least squares of ``routed_us`` on measured rows.
-
-    Each row gives requests/tokens/dead_frac/experts_touched and the measured
-    ``routed_skip_us``. Relative residuals are minimised (the table spans 2-8 ms),
-    and every coefficient is kept >= 0 by trying each subset of free ones: a
-    negative per-token time would be noise, not physics.
-    """
-    import itertools
-
-    import numpy as np
-
-    x = np.array(
-        [
-            [
-                1.0,
-                r["experts_touched"] * layer.expert_bytes,
-                r["tokens"],
-                _live_tokens(r) * layer.top_k,
-            ]
-            for r in rows
-        ]
-    )
-    y = np.array([r["routed_skip_us"] for r in rows])
-    w = 1.0 / y
-    best, best_err = None, math.inf
-    for size in range(1, 5):
-        for cols in itertools.combinations(range(4), size):
-            sub = x[:, cols] * w[:, None]
-            coef, *_ = np.linalg.lstsq(sub, y * w, rcond=None)
-            if (coef < 0).any():
-                continue
-            full = np.zeros(4)
-            full[list(cols)] = coef
-            err = float(((((x @ full) - y) * w) ** 2).sum())
-            if err < best_err:
-                best, best_err = full, err
-    return RoutedCost(*(float(c) for c in best))
-
-
-def fit_errors(rows: list[dict], layer: MoELayer, cost: RoutedCost, expected: bool) -> list[float]:
-    """Relative error per row: with the measured experts touched, or (``expected``)
-    with U(L) from the routing model instead."""
-    out = []
-    for r in rows:
-        touched = None if expected else r["experts_touched"]
-        pred = routed_us(layer, cost, _live_tokens(r), r["tokens"], touched)
-        out.append(pred / r["routed_skip_us"] - 1.0)
-    return out
-
-
-def survival_bins(surv):
-    """The kernel's bin of each survival: floor(S * TAU_GRID), capped."""
-    import numpy as np
-
-    return np.minimum(np.floor(np.asarray(surv) * TAU_GRID), TAU_GRID - 1).astype(int)
-
-
-def calibrated_values(hits, counts, prior: float = CAL_PRIOR):
-    """Expected survival of a draft by (position, predicted-survival bin).
-
-    ``counts[k, b]``: verified drafts at position k (0-based) whose predicted
-    survival fell in bin b; ``hits[k, b]``: how many of them survived (the
-    window accepted k + 1 drafts or more). Only verified drafts are graded, and
-    whether a draft is verified depends only on its bin and position (the
-    threshold, min_keep, exploration), never on its outcome, so each cell's rate
-    is unbiased. The estimate shrinks toward the bin's middle (the prediction
-    itself) with ``prior`` pseudo-drafts: with no grades the policy is the
-    uncalibrated one. Position matters because the estimator's error does:
-    on the CPU twin's traces a survival of 0.2 meant 0.19 at the first draft
-    and 0.09 at the third.
-    """
-    import numpy as np
-
-    mids = (np.arange(TAU_GRID) + 0.5) / TAU_GRID
-    return (np.asarray(hits, dtype=np.float64) + prior * mids) / (
-        np.asarray(counts, dtype=np.float64) + prior
-    )
-
-
-def draft_values(surv, values=None):
-    """[..., K] expected survival of each draft: the calibrated value of its
-    (position, bin) cell, or the middle of its bin without calibration."""
-    import numpy as np
-
-    bins = survival_bins(surv)
-    if values is None:
-        return (bins + 0.5) / TAU_GRID
-    k = np.arange(bins.shape[-1])
-    return np.asarray(values)[k, bins]
-
-
-def calibration_update(hits, counts, surv, kept, accepted, cap: float = CAL_CAP):
-    """Grade the verified drafts of a batch into ``hits``/``counts`` [K, TAU_GRID]
-    (in place), as ``draft_trunc.graded`` does on the device.
-
-    ``surv`` [..., K] survival at marking time, ``kept`` [...] drafts verified,
-    ``accepted`` [...] of them accepted.
-    """
-    import numpy as np
-
-    surv = np.asarray(surv)
-    k = np.arange(surv.shape[-1])
-    verified = k < np.asarray(kept)[..., None]
-    survived = (k < np.asarray(accepted)[..., None]) & verified
-    cells = np.broadcast_to(k, surv.shape)[verified], survival_bins(surv)[verified]
-    np.add.at(counts, cells, 1.0)
-    np.add.at(hits, cells, survived[verified].astype(float))
-    over = counts > cap
-    hits[over] *= 0.5
-    counts[over] *= 0.5
-
-
-def cost_aware_tau(
-    surv, optional, num_tokens, num_reqs, table, cost: RoutedCost, ratio_other, values=None
-):
-    """The device policy's choice, in numpy (the simulator replays it)."""
-    import numpy as np
-
-    tokens, time_us = candidate_prices(
-        surv, optional, num_tokens, num_reqs, table, cost, ratio_other, values
-    )
-    taus = np.arange(TAU_GRID) / TAU_GRID
-    return taus[np.argmax(tokens / time_us, axis=-1)]
-
-
-def candidate_prices(
-    surv, optional, num_tokens, num_reqs, table, cost: RoutedCost, ratio_other, values=None
-):
-    """Expected tokens and routed+other time (per layer) of each candidate tau.
-
-    ``surv`` [..., R, K]: survival of each draft (0 where there is none);
-    ``optional`` [..., R, K]: drafts the policy may cut (past min_keep, in a
-    truncatable request); ``num_tokens``/``num_reqs``: scalars or [...];
-    ``values`` [K, TAU_GRID]: calibrated survival by (position, bin), see
-    ``calibrated_values`` (None: each optional draft counts the middle of its
-    bin; drafts no candidate cuts always count their survival). Same
-    grid, bins, prices and tie rule (smallest tau) as the kernel: candidate g
-    keeps the optional drafts of bins >= g. Returns two arrays [..., TAU_GRID].
-    """
-    import numpy as np
-
-    surv = np.asarray(surv, dtype=np.float64)
-    optional = np.asarray(optional, dtype=bool)
-    lead = surv.shape[:-2]
-    worth = draft_values(surv, values).reshape(*lead, -1)
-    live_draft = surv.reshape(*lead, -1) > 0
-    flat = surv.reshape(*lead, -1)
-    opt = optional.reshape(*lead, -1)
-    bins = np.where(opt, survival_bins(flat), -1)
-    hist = np.stack([(bins == g).sum(axis=-1) for g in range(TAU_GRID)], axis=-1)
-    weighted = np.stack(
-        [np.where(bins == g, worth, 0.0).sum(axis=-1) for g in range(TAU_GRID)], axis=-1
-    )
-    kept = np.flip(np.cumsum(np.flip(hist, -1), axis=-1), -1)
-    gain = np.flip(np.cumsum(np.flip(weighted, -1), axis=-1), -1)
-    # drafts no candidate cuts count their raw survival, as in the kernel
-    forced = np.where(opt | ~live_draft, 0.0, flat).sum(axis=-1)
-    table = np.asarray(table, dtype=np.float64)
-    cap = len(table) - 1
-    num_tokens = np.asarray(num_tokens)
-    live = np.clip(num_tokens[..., None] - opt.sum(axis=-1)[..., None] + kept, 0, cap)
-    shared = cost.t_fixed + cost.t_token * num_tokens
-    other = ratio_other * (table[np.minimum(num_tokens, cap)] + shared)
-    tokens = np.asarray(num_reqs)[..., None] + forced[..., None] + gain
-    return tokens, (shared + other)[..., None] + table[live]

@@ -9,6 +9,7 @@ torch, triton or vLLM.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..features import DRAFT_TRUNC
@@ -54,13 +55,21 @@ class Knobs:
 POLICIES = ("cost", "tau")
 
 
-def read_knobs(env: dict[str, str] | None = None) -> Knobs:
+def env_name(knob: str) -> str:
+    """The environment variable of a knob, by its short name (``Knobs``' field)."""
+    for declared in DRAFT_TRUNC.knobs:
+        if declared.name == knob:
+            return declared.env
+    raise KeyError(knob)
+
+
+def read_knobs(env: Mapping[str, str] | None = None) -> Knobs:
     """Knobs from ``env`` (default: os.environ); ValueError naming the bad variable."""
-    env = os.environ if env is None else env
-    values = DRAFT_TRUNC.read(env)
+    environ: Mapping[str, str] = os.environ if env is None else env
+    values = DRAFT_TRUNC.read(environ)
     # "auto" resolves here because it depends on whether a tau was given, which the
     # parsed value (default or not) no longer says
-    tau_set = (env.get(f"{PREFIX}_TAU") or "").strip() != ""
+    tau_set = (environ.get(f"{PREFIX}_TAU") or "").strip() != ""
     if values["policy"] == "auto":
         values["policy"] = "tau" if tau_set else "cost"
     elif values["policy"] == "cost" and tau_set:

@@ -6,13 +6,46 @@ image may lack.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, Protocol, cast, overload
 
 import torch
 import triton
 import triton.language as tl
 
 from . import _cost
+
+
+class JitFunction(Protocol):
+    """What kiln uses of a ``@triton.jit`` function: a launch (``fn[grid](...)``) and,
+    inside other kernels, a call. Triton ships no type information, so mypy sees
+    its decorator through ``jit`` below; inside kernels ``tl.*`` stays unchecked."""
+
+    def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]: ...
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+@overload
+def jit(fn: Callable[..., Any]) -> JitFunction: ...
+
+
+@overload
+def jit(*, do_not_specialize: Iterable[str]) -> Callable[[Callable[..., Any]], JitFunction]: ...
+
+
+def jit(
+    fn: Callable[..., Any] | None = None, *, do_not_specialize: Iterable[str] | None = None
+) -> JitFunction | Callable[[Callable[..., Any]], JitFunction]:
+    """``triton.jit`` (with ``do_not_specialize`` when given), typed for mypy: used
+    bare it returns a ``JitFunction``, with keywords the decorator."""
+
+    def decorate(kernel: Callable[..., Any]) -> JitFunction:
+        if do_not_specialize is None:
+            return cast(JitFunction, triton.jit(kernel))
+        return cast(JitFunction, triton.jit(kernel, do_not_specialize=list(do_not_specialize)))
+
+    return decorate if fn is None else decorate(fn)
 
 # Exploration hash: a small integer mixer. Every multiplier is below 2**31 and
 # every operand below 2**32, so products fit in int64 both on the GPU and in
@@ -34,6 +67,40 @@ BIN_BITS = tl.constexpr(5)
 CAL_DEPTH = tl.constexpr(12)
 
 
+class MarkInputs(NamedTuple):
+    """One step's batch as the runner holds it, in the kernel's argument order:
+    the launch passes it unpacked (a Triton kernel takes flat pointers)."""
+
+    is_padding: torch.Tensor  # [>= num_tokens] bool, persistent, written in place
+    query_start_loc: torch.Tensor  # [num_reqs + 1] int32
+    cu_num_logits: torch.Tensor  # [num_reqs + 1] int32
+    idx_mapping: torch.Tensor  # [num_reqs] int64, batch -> request slot
+    seq_lens: torch.Tensor  # [num_reqs] int32, batch order
+    prefill_len: torch.Tensor  # [max_num_reqs] int32, by slot
+    predictions: torch.Tensor  # [max_num_reqs, K] fp32, by slot
+
+
+class Buffers(NamedTuple):
+    """What the kernel writes by request slot, plus its step counter and the tau
+    it used: persistent (allocated once per device and size, so that the kernel
+    never allocates and a captured graph keeps its addresses), in the kernel's
+    argument order."""
+
+    live: torch.Tensor  # [max_num_reqs] int32: kept draft count j
+    expected: torch.Tensor  # [max_num_reqs] fp32: E[A_j]
+    step: torch.Tensor  # [1] int64: launches so far (keys the exploration)
+    tau: torch.Tensor  # [1] fp32: the tau the last launch used
+
+    @staticmethod
+    def allocate(max_num_reqs: int, device: torch.device) -> Buffers:
+        return Buffers(
+            torch.zeros(max_num_reqs, dtype=torch.int32, device=device),
+            torch.zeros(max_num_reqs, dtype=torch.float32, device=device),
+            torch.zeros(1, dtype=torch.int64, device=device),
+            torch.zeros(1, dtype=torch.float32, device=device),
+        )
+
+
 class CostInputs(NamedTuple):
     """What the cost-aware policy reads: the live-token cost table (device,
     persistent) and the per-token/fixed routed time and non-routed ratio."""
@@ -45,8 +112,8 @@ class CostInputs(NamedTuple):
 
 
 class Calibration(NamedTuple):
-    """The estimator's online calibration (device, persistent; see
-    ``_cost.calibrated_values``). Cell ``k * TAU_GRID + b``: drafts at position
+    """The estimator's online calibration (device, persistent; its numpy twin is
+    ``kiln_testkit.dt_cost.calibrated_values``). Cell ``k * TAU_GRID + b``: drafts at position
     k whose predicted survival fell in bin b; the last cell is a sink for
     drafts nobody grades. ``bins`` [max_num_reqs] int64, by slot: the bins of
     a request's drafts at marking time, ``BIN_BITS`` each from the lowest
@@ -58,7 +125,7 @@ class Calibration(NamedTuple):
     bins: torch.Tensor  # [max_num_reqs] int64
 
     @staticmethod
-    def allocate(max_num_reqs: int, k: int, device) -> Calibration:
+    def allocate(max_num_reqs: int, k: int, device: torch.device) -> Calibration:
         size = k * _cost.TAU_GRID + 1
         return Calibration(
             torch.zeros(size, dtype=torch.float32, device=device),
@@ -67,8 +134,8 @@ class Calibration(NamedTuple):
         )
 
 
-@triton.jit
-def _explore_uniform(step, slot):
+@jit
+def _explore_uniform(step: tl.tensor, slot: tl.tensor) -> tl.tensor:
     """Uniform in [0, 1) keyed by (step, slot); identical on every TP rank."""
     x = (slot & MASK32) ^ (((step & MASK32) * STEP_MUL) & MASK32)
     x = ((x ^ (x >> 16)) * MIX_MUL) & MASK32
@@ -77,20 +144,20 @@ def _explore_uniform(step, slot):
     return (x >> UNIFORM_SHIFT).to(tl.float32) * UNIFORM_SCALE
 
 
-@triton.jit
+@jit
 def _request_block(
-    start,
-    query_start_loc_ptr,
-    cu_num_logits_ptr,
-    idx_mapping_ptr,
-    seq_lens_ptr,
-    prefill_len_ptr,
-    step,
-    num_reqs,
-    explore,
+    start: tl.tensor,
+    query_start_loc_ptr: tl.tensor,
+    cu_num_logits_ptr: tl.tensor,
+    idx_mapping_ptr: tl.tensor,
+    seq_lens_ptr: tl.tensor,
+    prefill_len_ptr: tl.tensor,
+    step: tl.tensor,
+    num_reqs: tl.tensor,
+    explore: tl.tensor,
     K: tl.constexpr,
     BLOCK: tl.constexpr,
-):
+) -> tl.tuple:
     """Per-request facts of one block: rows, slot, n, qe, and whether truncatable."""
     r = start + tl.arange(0, BLOCK)
     rmask = r < num_reqs
@@ -109,30 +176,33 @@ def _request_block(
     return rmask, slot, n, qe, eligible, eligible & (~explored)
 
 
-@triton.jit
-def _clamped(p, k, n):
+@jit
+def _clamped(p: tl.tensor, k: tl.constexpr, n: tl.tensor) -> tl.tensor:
     # NaN says nothing: keep the draft. Clamp the rest into [0, 1] so survival
     # never grows with depth and "keep" is a prefix.
     return tl.where((k >= n) | (p != p), 1.0, tl.minimum(tl.maximum(p, 0.0), 1.0))
 
 
-@triton.jit
-def _halves(w):
+@jit
+def _halves(w: tl.tensor) -> tl.tuple:
     """The two fp32 of an int64 word, the lower address first (little endian)."""
     lo = w.to(tl.int32).to(tl.float32, bitcast=True)
     hi = (w >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     return lo, hi
 
 
-@triton.jit
-def _row_predictions(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.constexpr):
+@jit
+def _row_predictions(
+    pred_ptr: tl.tensor, slot: tl.tensor, pred_stride: tl.tensor, n: tl.tensor,
+    K: tl.constexpr, VEC: tl.constexpr,
+) -> tl.tuple:
     """A K-tuple of [BLOCK] vectors: each request's row of predictions, read
     VEC floats per load. Slots are scattered, so every load of a warp touches
     up to 32 cache lines, which one SM's L1 serves a line at a time: fewer,
     wider loads, and none past a request's n drafts, are what scales (the
     launcher picks VEC from the row's alignment). What is not loaded reads 0
     and is dropped by ``_clamped``."""
-    out = ()
+    out: tl.tuple = ()
     if VEC == 1:
         for k in tl.static_range(K):
             out = out + (tl.load(pred_ptr + slot * pred_stride + k, mask=k < n, other=0.0),)
@@ -155,23 +225,26 @@ def _row_predictions(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.co
     return out
 
 
-@triton.jit
-def _survivals(pred_ptr, slot, pred_stride, n, K: tl.constexpr, VEC: tl.constexpr):
+@jit
+def _survivals(
+    pred_ptr: tl.tensor, slot: tl.tensor, pred_stride: tl.tensor, n: tl.tensor,
+    K: tl.constexpr, VEC: tl.constexpr,
+) -> tl.tuple:
     """S_k of every draft position, a K-tuple of [BLOCK] vectors, multiplied
     in order in fp32 (positions past n multiply by 1). The loads come before
     any barrier, so all are in flight at once."""
     preds = _row_predictions(pred_ptr, slot, pred_stride, n, K, VEC)
     surv = _clamped(preds[0], 0, n)
-    out = (surv,)
+    out: tl.tuple = (surv,)
     for k in tl.static_range(1, K):
         surv = surv * _clamped(preds[k], k, n)
         out = out + (surv,)
     return out
 
 
-@triton.jit
-def _calibrated(hits_ptr, counts_ptr, k: tl.constexpr, K: tl.constexpr):
-    """Calibrated survival (``_cost.calibrated_values``) of the TAU_GRID cells of
+@jit
+def _calibrated(hits_ptr: tl.tensor, counts_ptr: tl.tensor, k: tl.constexpr, K: tl.constexpr) -> tl.tensor:
+    """Calibrated survival (``kiln_testkit.dt_cost.calibrated_values``) of the TAU_GRID cells of
     position k: each bin's drafts shrunk toward the middle of the bin with
     CAL_PRIOR pseudo-drafts."""
     cell = k * TAU_GRID + tl.arange(0, TAU_GRID)
@@ -181,25 +254,25 @@ def _calibrated(hits_ptr, counts_ptr, k: tl.constexpr, K: tl.constexpr):
     return (h + CAL_PRIOR * mid) / (c + CAL_PRIOR)
 
 
-@triton.jit
+@jit
 def _cost_aware_tau(
-    surv,
-    rmask,
-    n,
-    truncated,
-    j_min,
-    query_start_loc_ptr,
-    cost_ptr,
-    cost_max,
-    num_reqs,
-    t_fixed,
-    t_token,
-    other_ratio,
-    hits_ptr,
-    counts_ptr,
+    surv: tl.tensor,
+    rmask: tl.tensor,
+    n: tl.tensor,
+    truncated: tl.tensor,
+    j_min: tl.tensor,
+    query_start_loc_ptr: tl.tensor,
+    cost_ptr: tl.tensor,
+    cost_max: tl.tensor,
+    num_reqs: tl.tensor,
+    t_fixed: tl.tensor,
+    t_token: tl.tensor,
+    other_ratio: tl.tensor,
+    hits_ptr: tl.tensor,
+    counts_ptr: tl.tensor,
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
-):
+) -> tl.tuple:
     """The tau of the grid that maximises expected tokens per unit of step
     time, and each request's survival bins packed for grading.
 
@@ -215,21 +288,21 @@ def _cost_aware_tau(
     wins, the smallest tau on ties, so when cutting buys nothing nothing is cut.
 
     Every histogram synchronises the CTA, so all loads are issued first.
-    Counting all positions in one histogram of K * TAU_GRID cells saves
-    barriers but costs more (8.3 instead of 6.8 us at K = 8, 512 requests on
-    an H200): Triton's histogram spends log2(cells) ballots and cells / 32
-    popcounts on every element.
+    One histogram per position, not one of K * TAU_GRID cells for all of
+    them: fewer barriers, but Triton's histogram spends log2(cells) ballots
+    and cells / 32 popcounts on every element, which costs more than the
+    barriers save (measured: docs/draft-trunc-bench.md, "Kernel choices").
     """
     # Loads first (the rates, the batch's token count, the full-batch cost):
     # nothing below waits on them until the histograms are done.
-    rates = ()
+    rates: tl.tuple = ()
     for k in tl.static_range(K):
         rates = rates + (_calibrated(hits_ptr, counts_ptr, k, K),)
     num_tokens = tl.load(query_start_loc_ptr + num_reqs)
     t_all = tl.load(cost_ptr + tl.minimum(num_tokens, cost_max))
     forced = tl.zeros([BLOCK_R], tl.float32)
     packed = tl.zeros([BLOCK_R], tl.int64)
-    cells = ()
+    cells: tl.tuple = ()
     for k in tl.static_range(K):
         in_n = rmask & (k < n)
         opt = truncated & in_n & (k >= j_min)
@@ -238,9 +311,9 @@ def _cost_aware_tau(
             packed = packed | (bins.to(tl.int64) << (BIN_BITS * k))
         cells = cells + (tl.where(opt, bins, -1),)  # -1: stays whatever tau is
         # Drafts that stay whatever tau is only shift every candidate's tokens
-        # alike: they count their raw survival. Calibrating them too took two
-        # gathers per position (6.4 us instead of 3.9 at 512 requests on an
-        # H200) and moved the simulated speed by under 0.5% either way.
+        # alike: they count their raw survival. Calibrating them too takes two
+        # gathers per position and barely moves the simulated speed
+        # (docs/draft-trunc-bench.md, "Kernel choices").
         forced += tl.where(in_n & (~opt), surv[k], 0.0)
     # the barriers come only now, back to back, one histogram per position
     counts = tl.zeros([TAU_GRID], tl.int32)
@@ -262,7 +335,7 @@ def _cost_aware_tau(
     return tl.argmax(ratio, axis=0).to(tl.float32) * (1.0 / TAU_GRID), packed
 
 
-@triton.jit(
+@jit(
     do_not_specialize=[
         "num_reqs",
         "tau",
@@ -275,35 +348,35 @@ def _cost_aware_tau(
     ]
 )
 def _mark_dead_kernel(
-    is_padding_ptr,  # [>= num_tokens] bool, persistent, written in place
-    query_start_loc_ptr,  # [num_reqs + 1] int32
-    cu_num_logits_ptr,  # [num_reqs + 1] int32
-    idx_mapping_ptr,  # [num_reqs] int64, batch -> request slot
-    seq_lens_ptr,  # [num_reqs] int32, batch order
-    prefill_len_ptr,  # [max_num_reqs] int32, by slot
-    pred_ptr,  # [max_num_reqs, K] fp32, by slot
-    pred_stride,
-    live_ptr,  # [max_num_reqs] int32, by slot: kept draft count j
-    expected_ptr,  # [max_num_reqs] fp32, by slot: E[A_j]
-    step_ptr,  # [1] int64, bumped by this kernel
-    tau_ptr,  # [1] fp32: the tau this step used
-    cost_ptr,  # [cost_max + 1] fp32: live-token part of routed time (COST only)
-    cost_max,
-    hits_ptr,  # [K * TAU_GRID + 1] fp32: calibration (COST only)
-    counts_ptr,  # [K * TAU_GRID + 1] fp32
-    bins_ptr,  # [max_num_reqs] int64, by slot: packed survival bins (COST only)
-    num_reqs,
-    tau,
-    min_keep,
-    explore,
-    t_fixed,
-    t_token,
-    other_ratio,
+    is_padding_ptr: tl.tensor,  # [>= num_tokens] bool, persistent, written in place
+    query_start_loc_ptr: tl.tensor,  # [num_reqs + 1] int32
+    cu_num_logits_ptr: tl.tensor,  # [num_reqs + 1] int32
+    idx_mapping_ptr: tl.tensor,  # [num_reqs] int64, batch -> request slot
+    seq_lens_ptr: tl.tensor,  # [num_reqs] int32, batch order
+    prefill_len_ptr: tl.tensor,  # [max_num_reqs] int32, by slot
+    pred_ptr: tl.tensor,  # [max_num_reqs, K] fp32, by slot
+    pred_stride: tl.tensor,
+    live_ptr: tl.tensor,  # [max_num_reqs] int32, by slot: kept draft count j
+    expected_ptr: tl.tensor,  # [max_num_reqs] fp32, by slot: E[A_j]
+    step_ptr: tl.tensor,  # [1] int64, bumped by this kernel
+    tau_ptr: tl.tensor,  # [1] fp32: the tau this step used
+    cost_ptr: tl.tensor,  # [cost_max + 1] fp32: live-token part of routed time (COST only)
+    cost_max: tl.tensor,
+    hits_ptr: tl.tensor,  # [K * TAU_GRID + 1] fp32: calibration (COST only)
+    counts_ptr: tl.tensor,  # [K * TAU_GRID + 1] fp32
+    bins_ptr: tl.tensor,  # [max_num_reqs] int64, by slot: packed survival bins (COST only)
+    num_reqs: tl.tensor,
+    tau: tl.tensor,
+    min_keep: tl.tensor,
+    explore: tl.tensor,
+    t_fixed: tl.tensor,
+    t_token: tl.tensor,
+    other_ratio: tl.tensor,
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
     COST: tl.constexpr,
     VEC: tl.constexpr,
-):
+) -> None:
     # One program walks the whole batch: the step counter is read once and
     # bumped at the end without a race, and a verify batch is small enough
     # (<= a few thousand requests) that one CTA finishes in microseconds.
@@ -392,82 +465,65 @@ def row_vector(predictions: torch.Tensor) -> int:
 
 def launch_vector(predictions: torch.Tensor, block_r: int, num_warps: int) -> int:
     """``row_vector``, where the block gives every thread its own requests:
-    with fewer requests than threads (64 requests, 4 warps) the wide loads'
-    layout is replicated and converting it back costs more than it saves
-    (4.4 instead of 3.9 us at K = 8 on an H200)."""
+    with fewer requests than threads (e.g. 64 requests, 4 warps) the wide
+    loads' layout is replicated and converting it back costs more than it
+    saves (docs/draft-trunc-bench.md, "Kernel choices")."""
     return row_vector(predictions) if block_r >= 32 * num_warps else 1
 
 
 def launch_mark_dead(
-    is_padding: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    cu_num_logits: torch.Tensor,
-    idx_mapping: torch.Tensor,
-    seq_lens: torch.Tensor,
-    prefill_len: torch.Tensor,
-    predictions: torch.Tensor,
-    live: torch.Tensor,
-    expected: torch.Tensor,
-    step: torch.Tensor,
-    tau_used: torch.Tensor,
+    inputs: MarkInputs,
+    buffers: Buffers,
     num_reqs: int,
     tau: float,
     min_keep: int,
     explore: float,
-    cost=None,
+    cost: CostInputs | None = None,
     num_warps: int | None = None,
     calibration: Calibration | None = None,
 ) -> None:
     """Launch the kernel: no allocation, no host sync, capturable.
 
-    ``cost`` (a ``CostInputs``) switches on the cost-aware policy; ``tau`` is
-    then ignored and the chosen one lands in ``tau_used``. It prices drafts
-    with ``calibration`` (required with ``cost``) and files each draft's cell
-    there for ``graded``. ``num_warps`` overrides the launch shape (benchmarks).
+    ``cost`` switches on the cost-aware policy; ``tau`` is then ignored and the
+    chosen one lands in ``buffers.tau``. It prices drafts with ``calibration``
+    (required with ``cost``) and files each draft's cell there for ``graded``.
+    ``num_warps`` overrides the launch shape (benchmarks).
     """
-    num_spec = predictions.shape[1]
+    predictions = inputs.predictions
     if cost is not None and num_reqs > MAX_COST_REQS:
         cost, tau = None, 0.0
-    if cost is not None and calibration is None:
-        raise ValueError("the cost-aware policy needs a Calibration")
     block_r = max(64, triton.next_power_of_2(max(num_reqs, 1)))
     if cost is None:
         block_r = min(block_r, 1024)
-    if num_warps is None and cost is None:
-        num_warps = 1 if block_r < 256 else 4
-    elif num_warps is None:
-        # Measured on an H200 (bench_policy.py): the cost pass's histograms
-        # want more warps as the block grows; 16 at 512 requests.
-        num_warps = 4 if block_r <= 128 else (8 if block_r == 256 else 16)
-    table = tau_used if cost is None else cost.table
-    # Without the cost policy the calibration pointers are never touched.
-    cal = Calibration(tau_used, tau_used, step) if cost is None else calibration
+        if num_warps is None:
+            num_warps = 1 if block_r < 256 else 4
+        # Without the cost policy the table and calibration pointers are never
+        # read: any device tensors do.
+        table = buffers.tau
+        cal = Calibration(buffers.tau, buffers.tau, buffers.step)
+        cost_scalars = (0.0, 0.0, 0.0)
+    else:
+        if calibration is None:
+            raise ValueError("the cost-aware policy needs a Calibration")
+        # The cost pass's histograms want more warps as the block grows
+        # (bench_policy.py's launch-shape sweep: docs/draft-trunc-bench.md).
+        if num_warps is None:
+            num_warps = 4 if block_r <= 128 else (8 if block_r == 256 else 16)
+        table, cal = cost.table, calibration
+        cost_scalars = (cost.t_fixed, cost.t_token, cost.other_ratio)
     _mark_dead_kernel[(1,)](
-        is_padding,
-        query_start_loc,
-        cu_num_logits,
-        idx_mapping,
-        seq_lens,
-        prefill_len,
-        predictions,
+        *inputs,
         predictions.stride(0),
-        live,
-        expected,
-        step,
-        tau_used,
+        *buffers,
         table,
         table.shape[0] - 1,
-        cal.hits,
-        cal.counts,
-        cal.bins,
+        *cal,
         num_reqs,
         float(tau),
         int(min_keep),
         float(explore),
-        0.0 if cost is None else cost.t_fixed,
-        0.0 if cost is None else cost.t_token,
-        0.0 if cost is None else cost.other_ratio,
-        K=num_spec,
+        *cost_scalars,
+        K=predictions.shape[1],
         BLOCK_R=block_r,
         COST=cost is not None,
         VEC=launch_vector(predictions, block_r, num_warps),

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
+
+from ._metrics import FeatureCounters
 
 logger = logging.getLogger("kiln_engine.draft_trunc")
 
@@ -30,10 +33,16 @@ FIELDS = (
 _IDX = {name: i for i, name in enumerate(FIELDS)}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Summary:
+    """One flush: the totals of FIELDS since the previous one."""
+
     values: dict[str, float]
     top_k: int
+
+    def counter_totals(self) -> dict[str, float]:
+        """What the flush adds to each ``kiln_draft_trunc_*`` counter."""
+        return {**self.values, "expert_slots_saved": self.values["dead"] * self.top_k}
 
     def line(self) -> str:
         v = self.values
@@ -47,49 +56,12 @@ class Summary:
         )
 
 
-class _Prometheus:
-    """Counters in the worker's prometheus_client registry, if it is there.
-
-    vLLM runs with PROMETHEUS_MULTIPROC_DIR when it serves several processes,
-    and then the API server's collector picks these up from the shared files.
-    """
-
-    _counters: dict[str, object] | None = None
-
-    @classmethod
-    def counters(cls) -> dict[str, object]:
-        if cls._counters is None:
-            cls._counters = {}
-            try:
-                import prometheus_client as prom
-            except ImportError:
-                return cls._counters
-            names = {
-                "proposed": "drafts proposed to draft_trunc",
-                "kept": "drafts kept for verification",
-                "accepted": "kept drafts accepted",
-                "dead": "draft tokens whose routed experts were skipped",
-                "expert_slots_saved": "routed expert slots skipped (top_k * dead)",
-                "wasted": "kept drafts that were rejected",
-                "boundary": "requests that accepted every kept draft of a truncated window",
-                "tokens": "tokens scheduled in truncating steps",
-            }
-            for key, doc in names.items():
-                try:
-                    cls._counters[key] = prom.Counter(f"kiln_draft_trunc_{key}", doc)
-                except ValueError:  # already registered by an earlier import
-                    pass
-        return cls._counters
-
-    @classmethod
-    def publish(cls, summary: Summary) -> None:
-        v = dict(summary.values)
-        v["expert_slots_saved"] = v["dead"] * summary.top_k
-        for key, counter in cls.counters().items():
-            counter.inc(max(v[key], 0.0))
-
-
-def _per_request(cu_num_logits, num_sampled, idx_mapping, live):
+def _per_request(
+    cu_num_logits: torch.Tensor,
+    num_sampled: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    live: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per verifying request of this step: drafts proposed n, kept j, accepted a, and
     the slots (masked entries carry slot -1 and read slot 0's j)."""
     num_reqs = idx_mapping.shape[0]
@@ -101,20 +73,42 @@ def _per_request(cu_num_logits, num_sampled, idx_mapping, live):
     return n, j, a, slots
 
 
-def step_outcomes(cu_num_logits, num_sampled, idx_mapping, live) -> list[tuple[int, int, int]]:
-    """(proposed, kept, accepted) per request, on the host (syncs: trace mode only)."""
+class Outcome(NamedTuple):
+    """One request's verification: drafts proposed, kept, accepted."""
+
+    proposed: int
+    kept: int
+    accepted: int
+
+
+def step_outcomes(
+    cu_num_logits: torch.Tensor,
+    num_sampled: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    live: torch.Tensor,
+) -> list[Outcome]:
+    """Each request's outcome, on the host (syncs: trace mode only)."""
     n, j, a, _ = _per_request(cu_num_logits, num_sampled, idx_mapping, live)
-    return [tuple(int(x) for x in row) for row in torch.stack((n, j, a), dim=1).tolist()]
+    rows: list[list[float]] = torch.stack((n, j, a), dim=1).tolist()
+    return [Outcome(int(p), int(k), int(acc)) for p, k, acc in rows]
 
 
 class StepStats:
-    def __init__(self, device: torch.device, interval: int, top_k: int):
+    """The device-side accumulator; ``counters`` (None: none to publish to) get
+    every flush."""
+
+    def __init__(
+        self, device: torch.device, interval: int, top_k: int, counters: FeatureCounters | None
+    ) -> None:
         self.interval = interval
         self.top_k = top_k
+        self.counters = counters
         self.acc = torch.zeros(len(FIELDS), dtype=torch.float64, device=device)
         pinned = device.type == "cuda"
         self.host = torch.zeros(len(FIELDS), dtype=torch.float64, pin_memory=pinned)
-        self.event = torch.cuda.Event() if pinned else None
+        self.event = (
+            torch.cuda.Event() if pinned else None  # type: ignore[no-untyped-call]  # torch leaves Event() unannotated
+        )
         self.pending = False
         self.steps = 0
         self.last: Summary | None = None
@@ -152,11 +146,14 @@ class StepStats:
 
     def poll(self) -> Summary | None:
         """Report a finished flush; never waits for one that is still running."""
-        if not self.pending or (self.event is not None and not self.event.query()):
+        if not self.pending:
+            return None
+        if self.event is not None and not self.event.query():  # type: ignore[no-untyped-call]  # torch leaves Event.query unannotated
             return None
         self.pending = False
         summary = Summary(dict(zip(FIELDS, self.host.tolist(), strict=True)), self.top_k)
         self.last = summary
         logger.info(summary.line())
-        _Prometheus.publish(summary)
+        if self.counters is not None:
+            self.counters.add(summary.counter_totals())
         return summary

@@ -224,6 +224,8 @@ class RecipeImage:
         dockerfile = (self.loaded.dir / DOCKERFILE).read_text()
         ctx.add_bytes(DOCKERFILE, (dockerfile.rstrip("\n") + "\n" + _TAIL).encode())
         ctx.add_tree("", self.loaded.dir, exclude=(DOCKERFILE, "experimental", "README.md"))
+        for name in self.recipe.build.shared:  # recipes/_shared/ files the recipe names
+            ctx.add_file(name, self.loaded.shared_file(name))
         for feature in self.recipe.features:
             fdir = self.loaded.feature_dir(feature)
             ov, version = load_override(fdir), self.recipe.engine.version

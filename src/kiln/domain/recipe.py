@@ -33,6 +33,9 @@ from kiln.domain.topology import problems as topology_problems
 
 RECIPE_FILE = "recipe.yaml"
 DOCKERFILE = "Dockerfile"
+# recipes/_shared/: files several recipes use (e.g. the tiny recipes' model generator),
+# named by each in `build.shared`; not a recipe itself (it holds no recipe.yaml)
+SHARED_DIR = "_shared"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9-]{0,62}$"
 # a recipe folder holds a Dockerfile, a few scripts and overlays; walking more than
 # this many entries is not a recipe, and it would all go into the build context
@@ -232,6 +235,14 @@ class Budgets(Strict):
     max_image_size_gb: Annotated[float, Field(gt=0)] | None = None
 
 
+class Build(Strict):
+    shared: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]] = Field(
+        default_factory=list,
+        description=f"files of recipes/{SHARED_DIR}/ placed at the root of this recipe's build "
+                    "context, where its Dockerfile COPYs them (one copy serves several recipes)",
+    )
+
+
 class FeatureUse(Strict):
     """One switched-on experimental feature: a plain name (its override is this recipe's
     experimental/<name>/), or {name, from} for the override of another recipe in the same
@@ -275,6 +286,7 @@ class Recipe(Strict):
     smoke: Smoke
     publish: Publish | None = None
     budgets: Budgets = Field(default_factory=Budgets)
+    build: Build = Field(default_factory=Build)
 
     @property
     def features(self) -> list[str]:
@@ -303,6 +315,10 @@ class LoadedRecipe:
 
     def where(self, *loc: Any) -> str:
         return f"{display_path(self.file)}:{self.line_of(*loc)}"
+
+    def shared_file(self, name: str) -> Path:
+        """Where a file named in `build.shared` lives: recipes/_shared/<name>."""
+        return self.dir.parent / SHARED_DIR / name
 
     def feature_dir(self, feature: str) -> Path:
         """The override folder of a switched-on feature: experimental/<feature>/ of this
@@ -434,10 +450,28 @@ def _check_files(loaded: LoadedRecipe) -> list[str]:
             problems.append(
                 f"{loaded.where('experimental', i)}: experimental[{i}]: no overlay at {display_path(fdir)}/override.yaml"
             )
+    problems += _shared_file_problems(loaded)
     names = rec.features
     for i, name in enumerate(names):
         if name in names[:i]:
             problems.append(f"{loaded.where('experimental', i)}: experimental[{i}]: {name!r} is switched on twice")
+    return problems
+
+
+def _shared_file_problems(loaded: LoadedRecipe) -> list[str]:
+    """`build.shared`: each file exists in recipes/_shared/, once, and the recipe folder
+    holds no file of that name (the context would get two)."""
+    problems = []
+    names = loaded.recipe.build.shared
+    for i, name in enumerate(names):
+        where = f"{loaded.where('build', 'shared', i)}: build.shared[{i}]"
+        path = loaded.shared_file(name)
+        if name in names[:i]:
+            problems.append(f"{where}: {name!r} is named twice")
+        elif not path.is_file() or path.is_symlink():
+            problems.append(f"{where}: no file {display_path(path)}")
+        elif (loaded.dir / name).exists():
+            problems.append(f"{where}: {display_path(loaded.dir / name)} exists too; keep one of them")
     return problems
 
 

@@ -7,7 +7,7 @@ importing a parent first, so a broken parent does not hide its children. Each mo
 imported in this one process, parents first; a module that hangs is stopped after
 --timeout seconds. `__main__` modules are programs (importing one runs it) and are
 listed, not imported. The verdict (which failures are acceptable, and why) is the
-caller's: see tests/cuda/import_allowlist.py.
+caller's: see testkit/kiln_testkit/import_allowlist.py.
 
 usage: import_walk.py [--json] [--timeout S] [--only M1,M2,...] PACKAGE...
 (--only: import just these modules of the packages, e.g. to ask a reference image how

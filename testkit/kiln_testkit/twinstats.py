@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kiln_testkit.twinserve import Completion
+
 
 @dataclass
 class Divergence:
@@ -20,7 +22,7 @@ class Divergence:
     margin: float  # top-2 logprob margin at the divergence, in the reference run
 
 
-def greedy_divergences(on, off) -> list[Divergence]:
+def greedy_divergences(on: list[Completion], off: list[Completion]) -> list[Divergence]:
     """First position where each pair of greedy completions differs, with the top-2
     logprob margin there (from the off run, the reference; inf if it is missing)."""
     out = []

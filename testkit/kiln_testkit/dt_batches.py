@@ -1,11 +1,18 @@
-"""Random verify batches shaped like vLLM 0.32.0's prepare_inputs builds them."""
+"""Random verify batches shaped like vLLM 0.32.0's prepare_inputs builds them, and
+draft_trunc's hook called on one as the patched runner calls it."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:  # the kernel module imports triton, which must see TRITON_INTERPRET first
+    from kiln_engine.draft_trunc._kernel import MarkInputs
 
 
 @dataclass
@@ -21,9 +28,27 @@ class Batch:
     predictions: torch.Tensor  # [max_num_reqs, K] fp32
     num_drafts: np.ndarray  # [num_reqs]
 
-    def to(self, device) -> Batch:
-        moved = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in vars(self).items()}
-        return Batch(**moved)
+    def to(self, device: torch.device | str) -> Batch:
+        moved: dict[str, Any] = {
+            k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)
+        }
+        return dataclasses.replace(self, **moved)
+
+    def mark_dead(self, dt: ModuleType, **kwargs: Any) -> bool:
+        """``dt.mark_dead`` (``kiln_engine.draft_trunc``) on this batch, with the
+        arguments patch 0002 passes; ``kwargs``: ``num_draft_tokens``, ``refits``."""
+        return bool(dt.mark_dead(
+            self.is_padding, self.query_start_loc, self.cu_num_logits, self.num_reqs,
+            self.predictions.shape[1], self.predictions, self.idx_mapping,
+            seq_lens=self.seq_lens, prefill_len=self.prefill_len, **kwargs,
+        ))
+
+    def mark_inputs(self) -> MarkInputs:
+        """What ``_kernel.launch_mark_dead`` reads of this batch."""
+        from kiln_engine.draft_trunc._kernel import MarkInputs
+
+        return MarkInputs(self.is_padding, self.query_start_loc, self.cu_num_logits,
+                          self.idx_mapping, self.seq_lens, self.prefill_len, self.predictions)
 
     @property
     def expanded(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,28 +1,38 @@
 """Serve a built recipe image the way `kiln run` does (hardened, loopback port) with
 extra env, and send it request sets through the OpenAI client.
 
-Shared by tests/e2e/test_tiny_kindling.py, benchmarks/bench_cpu.py and
-benchmarks/draft_trunc/record_traces.py, so all three measure the same thing.
+Shared by the e2e tests (tests/e2e/), benchmarks/bench_cpu.py,
+benchmarks/spec_acceptance.py and benchmarks/draft_trunc/record_traces.py, so all of
+them measure the same thing.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kiln.commands.smoke import feature_metrics_text, metric_sum
 from kiln.domain.container import ServingContainer, free_port, run_spec
+
+if TYPE_CHECKING:
+    from openai import OpenAI
+
+    from kiln.domain.recipe import LoadedRecipe
+    from kiln.infra.docker import DockerDaemon
 
 _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 
 
 @contextmanager
-def serving(docker_daemon, loaded, image_id: str, env: dict[str, str] | None = None,
-            startup_timeout_s: float = 600, mounts: list[tuple[str, str]] | None = None,
-            args: list[str] | None = None):
+def serving(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str,
+            env: dict[str, str] | None = None, startup_timeout_s: float = 600,
+            mounts: list[tuple[str, str]] | None = None,
+            args: list[str] | None = None) -> Iterator[ServingContainer]:
     """A healthy server of `image_id`; `env` wins over the recipe's launch env (as with
     `docker run -e`), `args` over its baked vLLM flags of the same name (as with `kiln
     run NAME -- ARGS`). Yields the ServingContainer; stops and removes it afterwards."""
@@ -31,8 +41,30 @@ def serving(docker_daemon, loaded, image_id: str, env: dict[str, str] | None = N
     box = ServingContainer(docker_daemon, spec)
     with box:
         box.start()
-        box.startup_s = box.wait_healthy(startup_timeout_s)
+        # seconds to healthy, for the callers' reports (not a ServingContainer field)
+        box.startup_s = box.wait_healthy(startup_timeout_s)  # type: ignore[attr-defined]
         yield box
+
+
+@contextmanager
+def serving_all(docker_daemon, loaded, image_id: str, envs: dict[str, dict[str, str]],
+                startup_timeout_s: float = 600):
+    """One healthy server of `image_id` per entry of `envs` (name -> extra env), started
+    together so that they boot in parallel (a tiny-kindling start is mostly one busy
+    Python process; on 2 cores two boot in about the time of one). Yields {name:
+    ServingContainer}; each box's `startup_s` counts from the common start."""
+    with ExitStack() as stack:
+        boxes = {}
+        t0 = time.monotonic()
+        for name, env in envs.items():
+            spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env)
+            box = stack.enter_context(ServingContainer(docker_daemon, spec))
+            box.start()
+            boxes[name] = box
+        for box in boxes.values():
+            box.wait_healthy(max(1.0, startup_timeout_s - (time.monotonic() - t0)))
+            box.startup_s = time.monotonic() - t0
+        yield boxes
 
 
 @dataclass
@@ -44,17 +76,18 @@ class Completion:
     seconds: float = 0.0
 
 
+def _token_id(token: str) -> int:
+    m = _TOKEN_ID.match(token)
+    if m is None:
+        raise AssertionError(f"token {token!r} is not 'token_id:N' (return_tokens_as_token_ids)")
+    return int(m.group(1))
+
+
 def _ids(tokens: list[str]) -> list[int]:
-    out = []
-    for tok in tokens:
-        m = _TOKEN_ID.match(tok)
-        if m is None:
-            raise AssertionError(f"token {tok!r} is not 'token_id:N' (return_tokens_as_token_ids)")
-        out.append(int(m.group(1)))
-    return out
+    return [_token_id(tok) for tok in tokens]
 
 
-def complete(client, model: str, i: int, prompt: str, *, max_tokens: int, temperature: float,
+def complete(client: OpenAI, model: str, i: int, prompt: str, *, max_tokens: int, temperature: float,
              seed: int | None = None, logprobs: int | None = None) -> Completion:
     t0 = time.monotonic()
     resp = client.completions.create(
@@ -62,11 +95,12 @@ def complete(client, model: str, i: int, prompt: str, *, max_tokens: int, temper
         logprobs=logprobs if logprobs is not None else 1,
         extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
     lp = resp.choices[0].logprobs
+    if lp is None or lp.tokens is None:
+        raise AssertionError("the completion carries no logprobs (asked with logprobs >= 1)")
     top = []
     if logprobs and lp.top_logprobs:
         for entry in lp.top_logprobs:
-            pairs = sorted(((int(_TOKEN_ID.match(k).group(1)), v) for k, v in entry.items()),
-                           key=lambda kv: -kv[1])
+            pairs = sorted(((_token_id(k), v) for k, v in entry.items()), key=lambda kv: -kv[1])
             top.append(pairs)
     return Completion(i, _ids(lp.tokens), top, time.monotonic() - t0)
 
@@ -89,7 +123,7 @@ def run_set(url: str, model: str, prompts: list[str], *, max_tokens: int, concur
         return list(pool.map(one, range(len(prompts))))
 
 
-def counters(url: str, names) -> dict[str, float | None]:
+def counters(url: str, names: Iterable[str]) -> dict[str, float | None]:
     text = feature_metrics_text(url)
     return {name: metric_sum(text, name) for name in names}
 

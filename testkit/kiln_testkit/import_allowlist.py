@@ -14,6 +14,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 # The modules `vllm serve` of glm53-kindling imports before the GPU is touched, and those
 # its compile step needs: a rule must never hide one of these.
@@ -39,7 +40,7 @@ class Allow:
     example: str = ""
     example_missing: str = ""
 
-    def covers(self, module: str, failure: dict) -> bool:
+    def covers(self, module: str, failure: dict[str, Any]) -> bool:
         if not any(fnmatch.fnmatchcase(module, p) for p in self.modules):
             return False
         if self.missing:
@@ -69,11 +70,11 @@ class Verdict:
     unexpected: list[str] = field(default_factory=list)
 
 
-def _same(a: dict, b: dict) -> bool:
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return a.get("type") == b.get("type") and a.get("missing") == b.get("missing")
 
 
-def upstream_kind(failure: dict) -> str:
+def upstream_kind(failure: dict[str, Any]) -> str:
     """A short class of an upstream failure, for the report."""
     if "libcuda.so" in failure.get("message", ""):
         return "needs the GPU driver (libcuda.so.1) at import"
@@ -82,7 +83,7 @@ def upstream_kind(failure: dict) -> str:
     return f"{failure.get('type')} at import (upstream)"
 
 
-def verdict(package: str, walk: dict, plain: dict | None = None) -> Verdict:
+def verdict(package: str, walk: dict[str, Any], plain: dict[str, Any] | None = None) -> Verdict:
     """Sort the walk's failures. `plain`: {module: failure} from the plain image for (at
     least) the modules that failed here; None when there is no plain image to ask."""
     out = Verdict()
