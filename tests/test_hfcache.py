@@ -24,6 +24,9 @@ from kiln.domain import hfcache
 from kiln.domain.hfcache import HfModel, check, repo_folder, seed, snapshot_dir
 from kiln.domain.hffetch import fetch
 
+# `kiln check`, `run --print` and `render k8s` ask a daemon when there is one: not here
+pytestmark = pytest.mark.usefixtures("no_docker")
+
 REPO_ID, REV = "org/tiny", "0123456789abcdef0123456789abcdef01234567"
 TARGET = HfModel("target", REPO_ID, REV)
 

@@ -15,6 +15,9 @@ from kiln.domain.accelerators import ACCELERATORS
 from kiln.domain.plan import Layout, PlanInput, compute, parse_config, total_params
 from kiln.domain.recipe import load_recipe
 
+# `kiln check` asks a daemon for the engine image when there is one: not here
+pytestmark = pytest.mark.usefixtures("no_docker")
+
 # https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json: DeepSeek-V3.2's
 # geometry without the sparse-attention indexer
 DEEPSEEK_V3 = {

@@ -10,6 +10,8 @@ import shutil
 import pytest
 from dt_patched import apply_series
 
+pytestmark = pytest.mark.network  # vLLM's sources (conftest vllm_src)
+
 RUNNER = "vllm/model_executor/layers/fused_moe/runner/moe_runner.py"
 ROUTER = "vllm/model_executor/layers/fused_moe/router/fused_topk_router.py"
 
