@@ -10,10 +10,12 @@ that a layout vLLM would refuse on the cluster is refused by `kiln check` first.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
+
+from kiln.domain.accelerators import NAMES as ACCELERATOR_NAMES
 
 DEFAULT_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port
 
@@ -50,6 +52,9 @@ class Topology(BaseModel):
     expert_parallel: bool = Field(False, description="vLLM --enable-expert-parallel (MoE experts over tensor_parallel * data_parallel ranks)")
     master_port: MasterPort = Field(
         DEFAULT_MASTER_PORT, description="torch.distributed port on the leader (vLLM --master-port)")
+    accelerator: Literal[ACCELERATOR_NAMES] | None = Field(  # type: ignore[valid-type]
+        None, description="the GPU the recipe is sized for (`kiln plan`, `kiln check`): "
+        + ", ".join(ACCELERATOR_NAMES))
 
     @property
     def world_size(self) -> int:
@@ -107,7 +112,7 @@ def effective(recipe) -> Topology:
     world = max(1, min(tp * pp * dp, 4096))
     return Topology.model_construct(nodes=1, accelerators_per_node=world, tensor_parallel=tp,
                                     pipeline_parallel=pp, data_parallel=dp, expert_parallel=ep,
-                                    master_port=DEFAULT_MASTER_PORT)
+                                    master_port=DEFAULT_MASTER_PORT, accelerator=None)
 
 
 def layout_problems(topo: Topology) -> list[tuple[str, str]]:
@@ -262,4 +267,4 @@ def feature_problems(loaded) -> list[str]:
 def split_over_nodes(nodes: int) -> Topology:
     """`kiln smoke NAME --nodes N`: one tensor-parallel rank per container, N containers
     (proves the multi-node wiring on one host, e.g. a CPU recipe in CI)."""
-    return Topology(nodes=nodes, accelerators_per_node=1, tensor_parallel=nodes)
+    return Topology(nodes=nodes, accelerators_per_node=1, tensor_parallel=nodes, accelerator=None)
