@@ -92,7 +92,7 @@ def test_good_recipe_loads(tmp_path):
         (["launch", "env"], {"A": 1}, "launch.env.A", "must be a valid string"),
         (["launch", "args"], ["--x"], "launch.args", "must be a valid dictionary"),
         (["budgets", "max_image_size_gb"], -1, "budgets.max_image_size_gb", "greater than 0"),
-        (["model", "target", "source"], "hub", "model.target.source", "must be 'baked' or 'host_path'"),
+        (["model", "target", "source"], "hub", "model.target.source", "must be 'baked', 'host_path' or 'hf'"),
         (["model", "target", "path"], "relative/path", "model.target.path", "must match"),
         (["description"], ..., "description", "required field is missing"),
         (["launch", "served_model_name"], ..., "launch.served_model_name", "required field is missing"),

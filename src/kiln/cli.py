@@ -21,9 +21,11 @@ from kiln.commands import (
     check,
     completion,
     doctor,
+    fetch,
     keys,
     listing,
     patches,
+    plan,
     prune,
     publish,
     render,
@@ -38,7 +40,7 @@ from kiln.commands import (
 # every command module, in the order `kiln --help` lists their commands; each one's
 # register(sub) adds its parser(s) with set_defaults(func=...), func(args) -> exit code
 COMMANDS = (listing, show, check, schema, build, base, prune, doctor, serve, smoke, patches, publish, keys, verify,
-            render, sbom, completion)
+            render, plan, fetch, sbom, completion)
 
 
 class _Parser(argparse.ArgumentParser):

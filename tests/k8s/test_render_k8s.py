@@ -227,3 +227,34 @@ def test_single_node_gpu_recipe_gets_its_gpus_and_host_paths(tmp_path):
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["model-target"]["hostPath"] == {"path": "/data/models/GLM-5.3", "type": "Directory"}
     assert {e["name"]: e["value"] for e in c["env"]}["KILN_DRAFT_TRUNC"] == "1"
+
+
+@pytest.mark.parametrize("name, kinds", [
+    ("qwen3-30b-a3b", {"Deployment", "Service", "Job"}),
+    ("gpt-oss-120b", {"Deployment", "Service", "Job"}),
+    ("deepseek-v32-mtp", {"Deployment", "Service", "Job"}),
+    ("deepseek-v32-mtp-2node", {"LeaderWorkerSet", "Service", "Job"}),
+])
+def test_catalogue_recipes_render_valid_manifests(tmp_path, name, kinds):
+    """The recipes reading a Hugging Face cache: workload, Service and the fetch Job, all
+    valid; every pod waits for the weights and mounts the claim read-only."""
+    image = f"registry.example.com/kiln/{name}@{DIGEST}"
+    result = _render(name, "--image", image, "-o", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    objects = _objects(tmp_path)
+    assert set(objects) == kinds
+    for obj in objects.values():
+        validate(obj)
+    workload = objects.get("Deployment") or objects["LeaderWorkerSet"]
+    if workload["kind"] == "Deployment":
+        pods = [workload["spec"]["template"]["spec"]]
+    else:
+        lwt = workload["spec"]["leaderWorkerTemplate"]
+        pods = [lwt["leaderTemplate"]["spec"], lwt["workerTemplate"]["spec"]]
+        assert lwt["size"] == 2
+    gpus = {"qwen3-30b-a3b": "1", "gpt-oss-120b": "1"}.get(name, "8")
+    for pod in pods:
+        assert [c["name"] for c in pod["initContainers"]] == ["wait-for-weights"]
+        [c] = pod["containers"]
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == gpus
+        assert {v["name"]: v for v in pod["volumes"]}["hf-cache"]["persistentVolumeClaim"]["readOnly"] is True

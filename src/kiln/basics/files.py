@@ -31,9 +31,6 @@ def write_atomic(path: Path, data: str | bytes, *, mode: int = 0o644) -> None:
 
 
 def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in 1 MiB blocks (wheels run to gigabytes)."""
-    h = hashlib.sha256()
+    """Hex sha256 of a file's bytes, read in blocks (wheels run to gigabytes)."""
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()

@@ -8,10 +8,10 @@ import sys
 
 from rich.console import Console
 
-console = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
+out = Console(highlight=False, soft_wrap=True, emoji=False)
 # errors and warnings: still shown under --quiet, which only silences progress
-errors = Console(stderr=True, highlight=False, soft_wrap=True)
+errors = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 DEBUG = bool(os.environ.get("KILN_DEBUG"))
 JSON_EMITTED = False

@@ -6,13 +6,15 @@ import argparse
 from typing import Any
 
 from kiln.basics import log
-from kiln.basics.errors import LaunchArgInvalid, RecipeInvalid
+from kiln.basics.errors import KilnError, LaunchArgInvalid, PlanDoesNotFit, RecipeInvalid
 from kiln.basics.paths import repo_root
 from kiln.commands.options import reports
+from kiln.commands.plan import plan_recipe
 from kiln.domain import enginelock
 from kiln.domain.argcheck import check_against_engine
 from kiln.domain.overrides import load_override
 from kiln.domain.patching.series import recipe_series
+from kiln.domain.plan import verdict
 from kiln.domain.recipe import load_recipe, recipe_dir, recipe_names
 from kiln.domain.topology import feature_problems
 from kiln.infra import wheelcache
@@ -27,16 +29,34 @@ def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
 
 def check_one(name: str) -> list[str]:
     """Problems with one recipe, as one-line messages (empty when it is fine)."""
-    recipe_problems, launch_problems = _check_one(name)
-    return recipe_problems + launch_problems
+    recipe_problems, launch_problems, plan_problems = _check_one(name)
+    return recipe_problems + launch_problems + plan_problems
 
 
-def _check_one(name: str) -> tuple[list[str], list[str]]:
-    """(recipe problems, launch-command problems the engine image found)."""
+def _plan_problems(loaded) -> tuple[list[str], list[str]]:
+    """A recipe with a topology: `kiln plan` on its own GPUs (topology.accelerator) must
+    fit. (problems planning it, e.g. no shape; the plan's verdict when it does not fit)"""
+    recipe = loaded.recipe
+    if recipe.topology is None:
+        return [], []
+    if recipe.engine.flavour == "cuda" and recipe.topology.accelerator is None:
+        log.warn(f"{loaded.name}: not planned: topology.accelerator names no GPU (`kiln plan {loaded.name} --gpu G`)")
+        return [], []
+    try:
+        plan = plan_recipe(loaded)
+    except KilnError as exc:
+        return [exc.message.splitlines()[0]], []
+    if not plan.fits:
+        return [], [f"{loaded.where('topology')}: topology: {verdict(plan)}"]
+    return [], []
+
+
+def _check_one(name: str) -> tuple[list[str], list[str], list[str]]:
+    """(recipe problems, launch-command problems the engine image found, plan problems)."""
     try:
         loaded = load_recipe(recipe_dir(name))
     except RecipeInvalid as exc:
-        return exc.problems, []
+        return exc.problems, [], []
     problems: list[str] = []
     for feature in loaded.recipe.features:
         if not (loaded.feature_dir(feature) / "override.yaml").is_file():
@@ -67,7 +87,8 @@ def _check_one(name: str) -> tuple[list[str], list[str]]:
             )
     problems += feature_problems(loaded)
     problems += _lock(loaded)
-    return problems, _launch_args(loaded)
+    unplanned, too_big = _plan_problems(loaded)
+    return problems + unplanned, _launch_args(loaded), too_big
 
 
 def _lock(loaded) -> list[str]:
@@ -102,12 +123,14 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
         all_recipes = True
     problems: list[str] = []
     launch_only = True  # every problem is one the engine found: exit 17, as `kiln build`
+    plan_only = True  # every problem is a recipe that does not fit its GPUs: exit 92, as `kiln plan`
     names = _recipe_names(name, all_recipes)
     report: list[dict[str, Any]] = []
     for recipe in names:
-        recipe_problems, launch_problems = _check_one(recipe)
-        found = recipe_problems + launch_problems
-        launch_only = launch_only and not recipe_problems
+        recipe_problems, launch_problems, plan_problems = _check_one(recipe)
+        found = recipe_problems + launch_problems + plan_problems
+        launch_only = launch_only and not recipe_problems and not plan_problems
+        plan_only = plan_only and not recipe_problems and not launch_problems
         entry: dict[str, Any] = {"name": recipe, "valid": not found, "problems": found}
         if found:
             problems += found
@@ -118,6 +141,8 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     if as_json:
         log.emit_json({"valid": not problems, "recipes": report})
     if problems:
+        if plan_only:
+            raise PlanDoesNotFit(problems)
         raise LaunchArgInvalid(problems) if launch_only else RecipeInvalid(problems)
     for entry in report:  # after the verdict: error output stays one line per problem
         log.info(f"{entry['name']} applies:")

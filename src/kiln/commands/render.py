@@ -4,6 +4,7 @@ are built in kiln.domain.k8s (what they contain and why is documented there)."""
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 import yaml
@@ -12,11 +13,13 @@ from kiln.basics import log
 from kiln.basics.errors import RecipeInvalid
 from kiln.commands.check import check_one
 from kiln.domain.images import resolve
-from kiln.domain.k8s import dump, manifests, published_image
+from kiln.domain.k8s import HF_CACHE_PVC, dump, manifests, published_image
+from kiln.domain.launch import hf_models
 from kiln.domain.topology import effective
 
 
-def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int) -> list[Path]:
+def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int,
+           hf_pvc: str = HF_CACHE_PVC) -> list[Path]:
     """Check the recipe as `kiln check` does, then write (or print) its manifests."""
     problems = check_one(name)
     if problems:
@@ -27,7 +30,7 @@ def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int)
         image = published_image(name, recipe_image.digest)
     elif "@sha256:" not in image:
         log.warn(f"--image {image} is not pinned by digest: nodes may pull different images")
-    objects = manifests(loaded, image, replicas=replicas)
+    objects = manifests(loaded, image, replicas=replicas, hf_pvc=hf_pvc)
     if out_dir is None:
         print(dump(objects), end="")
         return []
@@ -39,14 +42,16 @@ def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int)
         written.append(path)
     topo = effective(loaded.recipe)
     shape = f"LeaderWorkerSet of {topo.nodes} nodes" if topo.multi_node else "Deployment"
-    log.ok(f"{name}: {shape} x {replicas} replica(s) + Service, image {image}")
+    fetch = f" + Job {name}-fetch (fills PVC {hf_pvc})" if hf_models(loaded.recipe) else ""
+    log.ok(f"{name}: {shape} x {replicas} replica(s) + Service{fetch}, image {image}")
     for path in written:
         log.info(f"  wrote {path}")
     return written
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    render(args.name, out_dir=Path(args.output) if args.output else None, image=args.image, replicas=args.replicas)
+    render(args.name, out_dir=Path(args.output) if args.output else None, image=args.image, replicas=args.replicas,
+           hf_pvc=args.hf_cache_pvc)
     return 0
 
 
@@ -58,7 +63,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("-o", "--output", metavar="DIR", help="write one YAML file per object here (default: print them)")
     s.add_argument("--image", help="image reference (default: the digest of the recipe's latest publish)")
     s.add_argument("--replicas", type=_replicas, default=1, help="serving groups (default 1)")
+    s.add_argument("--hf-cache-pvc", default=HF_CACHE_PVC, type=_claim_name, metavar="CLAIM",
+                   help=f"PersistentVolumeClaim holding the shared Hugging Face cache (default {HF_CACHE_PVC})")
     s.set_defaults(func=cmd_render)
+
+
+def _claim_name(text: str) -> str:
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", text) or len(text) > 253:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a PersistentVolumeClaim name (lowercase letters, digits, '-')")
+    return text
 
 
 def _replicas(text: str) -> int:

@@ -20,7 +20,7 @@ from kiln.basics import clock, log
 from kiln.basics.errors import ContainerStartFailed, SmokeFailed
 from kiln.basics.paths import shown_home
 from kiln.commands.build import build_recipe
-from kiln.commands.options import reports
+from kiln.commands.options import count, reports
 from kiln.domain.container import ServingContainer, free_port, gpu_visible, preflight, run_spec
 from kiln.domain.features import engine_features
 from kiln.domain.images import require_built
@@ -382,17 +382,11 @@ def smoke_cli(args) -> int:
     return 0
 
 
-def _node_count(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 64:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a node count in 1..64")
-    return int(text)
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     s = reports(sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client"))
     s.add_argument("name")
     s.add_argument("--build", action="store_true", help="build first if needed")
-    s.add_argument("--nodes", type=_node_count, default=None, metavar="N",
+    s.add_argument("--nodes", type=count("node", 64), default=None, metavar="N",
                    help="serve across N containers on a private docker network, one tensor-parallel rank each "
                         "(proves the multi-node wiring on one host; writes no smoke record)")
     s.set_defaults(func=smoke_cli)

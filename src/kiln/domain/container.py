@@ -11,12 +11,27 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
+from pathlib import Path
 from typing import Literal
 
 from kiln.basics import log
-from kiln.basics.errors import ContainerStartFailed, ModelPathMissing, NoGPU, PortInUse
+from kiln.basics.errors import (
+    ContainerStartFailed,
+    HfSnapshotMissing,
+    ModelPathMissing,
+    NoGPU,
+    PortInUse,
+)
 from kiln.basics.progress import Activity
-from kiln.domain.launch import LABEL_RECIPE, LABEL_URL, RunSpec, launch_document, model_mounts
+from kiln.domain.hfcache import CONTAINER_CACHE, check_all
+from kiln.domain.launch import (
+    LABEL_RECIPE,
+    LABEL_URL,
+    RunSpec,
+    hf_models,
+    launch_document,
+    model_mounts,
+)
 from kiln.domain.recipe import LoadedRecipe
 from kiln.infra.docker import Container, DockerDaemon, DockerError, ExecResult
 
@@ -85,6 +100,18 @@ def gpu_visible() -> bool:
     return shutil.which("nvidia-smi") is not None and os.system("nvidia-smi -L >/dev/null 2>&1") == 0
 
 
+def host_hf_cache() -> str:
+    """The host's Hugging Face cache folder (the one `models--ORG--NAME/` live in):
+    $KILN_HF_CACHE, else where the hub client itself puts it ($HF_HUB_CACHE, else
+    $HF_HOME/hub, else ~/.cache/huggingface/hub), so a cache filled by `hf download` on
+    this host is the one kiln mounts."""
+    for var in ("KILN_HF_CACHE", "HF_HUB_CACHE"):
+        if os.environ.get(var):
+            return os.path.abspath(os.path.expanduser(os.environ[var]))
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return os.path.abspath(os.path.join(os.path.expanduser(home), "hub"))
+
+
 def run_spec(loaded: LoadedRecipe, image: str, *, host_port: int, host_ip: str = "",
              extra_args: list[str] | None = None, detach: bool = False,
              env: dict[str, str] | None = None) -> RunSpec:
@@ -98,7 +125,7 @@ def run_spec(loaded: LoadedRecipe, image: str, *, host_port: int, host_ip: str =
         container_port=recipe.launch.port,
         host_ip=host_ip,
         flavour=recipe.engine.flavour,
-        mounts=model_mounts(recipe),
+        mounts=model_mounts(recipe, host_hf_cache()),
         env={**_explicit_env(loaded), **(env or {})},
         extra_args=list(extra_args or []),
         detach=detach,
@@ -121,10 +148,26 @@ def preflight(loaded: LoadedRecipe, spec: RunSpec) -> None:
     if spec.flavour == "cuda" and not gpu_visible():
         raise NoGPU(f"{loaded.recipe.name} is a CUDA recipe and no NVIDIA GPU is visible on this host")
     for host, inside in spec.mounts:
+        if inside == CONTAINER_CACHE:
+            continue  # a missing cache is reported below, naming what it should hold
         if not os.path.isdir(host):
             raise ModelPathMissing(f"{loaded.where('model')}: model host path {host} (for {inside}) does not exist")
+    hf_snapshots_ready(loaded, spec)
     if spec.host_port is not None:
         ensure_port_free(spec.host_ip, spec.host_port)
+
+
+def hf_snapshots_ready(loaded: LoadedRecipe, spec: RunSpec) -> None:
+    """Every pinned snapshot the recipe reads is complete in the cache the container gets
+    (the server runs offline: a missing file would end in the hub client's stack trace)."""
+    models = hf_models(loaded.recipe)
+    cache = next((host for host, inside in spec.mounts if inside == CONTAINER_CACHE), None)
+    if not models or cache is None:
+        return
+    problems = check_all(Path(cache), models)
+    if problems:
+        raise HfSnapshotMissing([f"{loaded.where('model', p.model.role, 'revision')}: model.{p.model.role}: {p.line}"
+                                 for p in problems])
 
 
 class ServingContainer:

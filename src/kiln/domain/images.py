@@ -18,7 +18,7 @@ from kiln.basics import clock
 from kiln.basics.errors import ImageNotBuilt
 from kiln.basics.files import sha256_file
 from kiln.basics.paths import repo_root
-from kiln.domain import enginelock, wheelhouse
+from kiln.domain import enginelock, hfcache, wheelhouse
 from kiln.domain.ca import CABundle, resolve_ca
 from kiln.domain.context import BuildContext
 from kiln.domain.launch import LAUNCH_FILE, launch_json
@@ -30,6 +30,7 @@ from kiln.infra.docker import DockerDaemon, Image
 
 LABEL_NS = "ai.kiln"
 PATCHER_ARC = "_kiln/kiln_patching.py"
+HFCACHE_ARC = "_kiln/kiln_hfcache.py"  # the entrypoint's snapshot check (domain/hfcache.py)
 LOCK_ARC = "_kiln/lock/engine.lock.json"
 
 
@@ -124,6 +125,7 @@ class EngineImage(_NamedByInputs):
         else:
             ctx.add_bytes("_kiln/patches/series", b"")
         ctx.add_file(PATCHER_ARC, _patcher_source())
+        ctx.add_file(HFCACHE_ARC, Path(hfcache.__file__))
         ctx.add_param("engine", f"{self.engine.name}=={self.engine.version}")
         ctx.add_param("flavour", self.engine.flavour)
         ctx.add_param("base_image", self.engine.base_image.pinned)

@@ -8,6 +8,12 @@ the kubelet), exactly the flags `kiln run --print` shows per node. One node: a D
 Both come with a Service on the leader, probes derived from the smoke spec, the recipe's
 accelerators as nvidia.com/gpu, a memory-backed /dev/shm, the model volumes, the image
 by digest and a non-root, read-only security context.
+
+A recipe reading weights from a Hugging Face cache (`model.*.source: hf`) mounts a
+PersistentVolumeClaim (`--hf-cache-pvc`, default `hf-cache`) read-only at /hf-cache in
+every serving pod, whose init container waits until the pinned snapshots are complete
+there; a Job (`NAME-fetch`) fills it once with the image's own hub client, the only pod
+that mounts it writable and is allowed to reach the hub.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ import yaml
 from kiln.basics.errors import ImageNotPublished
 from kiln.basics.paths import results_dir, shown_home
 from kiln.domain.container import _explicit_env
-from kiln.domain.launch import CPU_CAPS, CPU_SHM, CUDA_SHM, CUDA_TMPFS, TMPFS
+from kiln.domain.hfcache import CONTAINER_CACHE
+from kiln.domain.launch import CPU_CAPS, CPU_SHM, CUDA_SHM, CUDA_TMPFS, TMPFS, hf_models
 from kiln.domain.recipe import LoadedRecipe
 from kiln.domain.topology import Topology, effective, node_args
 
@@ -30,6 +37,8 @@ LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 UID = 1000  # the `kiln` user of every engine image
 PROBE_PERIOD_S = 10
+HF_CACHE_PVC = "hf-cache"  # default claim of the shared Hugging Face cache
+HF_TOKEN_SECRET = "hf-token"  # optional Secret (key HF_TOKEN) the fetch Job passes on, for gated repos
 
 
 # -- the image --------------------------------------------------------------------------
@@ -67,7 +76,7 @@ def _volume_name(path: str) -> str:
     return "v" + "".join(ch if ch.isalnum() else "-" for ch in path.lower()).strip("-")[:60]
 
 
-def _volumes(loaded: LoadedRecipe) -> tuple[list[dict], list[dict]]:
+def _volumes(loaded: LoadedRecipe, hf_pvc: str = HF_CACHE_PVC) -> tuple[list[dict], list[dict]]:
     recipe = loaded.recipe
     cuda = recipe.engine.flavour == "cuda"
     volumes: list[dict[str, Any]] = [
@@ -86,6 +95,9 @@ def _volumes(loaded: LoadedRecipe) -> tuple[list[dict], list[dict]]:
         else:
             volumes.append({"name": role, "hostPath": {"path": src.host_path, "type": "Directory"}})
         mounts.append({"name": role, "mountPath": src.path, "readOnly": True})
+    if hf_models(recipe):
+        volumes.append({"name": "hf-cache", "persistentVolumeClaim": {"claimName": hf_pvc, "readOnly": True}})
+        mounts.append({"name": "hf-cache", "mountPath": CONTAINER_CACHE, "readOnly": True})
     return volumes, mounts
 
 
@@ -136,15 +148,45 @@ def _container(loaded: LoadedRecipe, image: str, args: list[str], mounts: list[d
     return container
 
 
-def _pod_spec(loaded: LoadedRecipe, image: str, args: list[str], topo: Topology, *, serves: bool) -> dict:
-    volumes, mounts = _volumes(loaded)
+def _security(loaded: LoadedRecipe) -> dict:
+    caps = {"drop": ["ALL"]}
+    if loaded.recipe.engine.flavour != "cuda":
+        caps["add"] = list(CPU_CAPS)
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True, "runAsUser": UID, "capabilities": caps}
+
+
+def _pod_security() -> dict:
+    return {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _wait_for_weights(loaded: LoadedRecipe, image: str, mounts: list[dict]) -> dict:
+    """Init container: the entrypoint's own snapshot check, repeated until the fetch Job
+    has filled the cache (it prints the one line naming what is missing meanwhile)."""
     return {
-        "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "name": "wait-for-weights",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["--check-models", "--wait-models"],
+        "env": _env(loaded),
+        "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", _volume_name("/tmp"))],
+        "securityContext": _security(loaded),
+    }
+
+
+def _pod_spec(loaded: LoadedRecipe, image: str, args: list[str], topo: Topology, *, serves: bool,
+              hf_pvc: str = HF_CACHE_PVC) -> dict:
+    volumes, mounts = _volumes(loaded, hf_pvc)
+    spec: dict[str, Any] = {
+        "securityContext": _pod_security(),
         "terminationGracePeriodSeconds": 60,
         "containers": [_container(loaded, image, args, mounts, topo, serves=serves)],
         "volumes": volumes,
     }
+    if hf_models(loaded.recipe):
+        spec["initContainers"] = [_wait_for_weights(loaded, image, mounts)]
+    return spec
 
 
 def _labels(name: str) -> dict:
@@ -152,7 +194,8 @@ def _labels(name: str) -> dict:
 
 
 # -- objects ----------------------------------------------------------------------------
-def leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int) -> dict:
+def leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int,
+                      hf_pvc: str = HF_CACHE_PVC) -> dict:
     name = loaded.name
     leader = {**_labels(name), "ai.kiln.role": "leader"}
     worker = {**_labels(name), "ai.kiln.role": "worker"}
@@ -169,9 +212,11 @@ def leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas
                 # a vLLM world cannot take back a restarted rank: restart the whole group
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {"metadata": {"labels": leader},
-                                   "spec": _pod_spec(loaded, image, node_args(topo, 0, LEADER_ADDRESS), topo, serves=True)},
+                                   "spec": _pod_spec(loaded, image, node_args(topo, 0, LEADER_ADDRESS), topo,
+                                                     serves=True, hf_pvc=hf_pvc)},
                 "workerTemplate": {"metadata": {"labels": worker},
-                                   "spec": _pod_spec(loaded, image, _worker_args(topo), topo, serves=False)},
+                                   "spec": _pod_spec(loaded, image, _worker_args(topo), topo, serves=False,
+                                                     hf_pvc=hf_pvc)},
             },
         },
     }
@@ -184,7 +229,7 @@ def _worker_args(topo: Topology) -> list[str]:
     return args
 
 
-def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int) -> dict:
+def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, hf_pvc: str = HF_CACHE_PVC) -> dict:
     name = loaded.name
     labels = {**_labels(name), "ai.kiln.role": "leader"}
     return {
@@ -194,7 +239,8 @@ def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int) 
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"ai.kiln.recipe": name, "ai.kiln.role": "leader"}},
-            "template": {"metadata": {"labels": labels}, "spec": _pod_spec(loaded, image, [], topo, serves=True)},
+            "template": {"metadata": {"labels": labels},
+                         "spec": _pod_spec(loaded, image, [], topo, serves=True, hf_pvc=hf_pvc)},
         },
     }
 
@@ -214,11 +260,54 @@ def service(loaded: LoadedRecipe) -> dict:
     }
 
 
-def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1) -> list[dict]:
+def fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> dict:
+    """The Job that fills the shared cache with the recipe's pinned snapshots, once: the
+    recipe image's entrypoint with --fetch-models (its own hub client, online), the claim
+    mounted writable. Rerunning it resumes and re-checks; a complete cache is left as is."""
+    name = loaded.name
+    env: list[dict[str, Any]] = [e for e in _env(loaded) if e["name"] not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
+    env += [{"name": "HF_HUB_OFFLINE", "value": "0"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "HF_TOKEN",
+                                                                 "optional": True}}}]
+    tmp = _volume_name("/tmp")
+    labels = {**_labels(name), "ai.kiln.role": "fetch"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{name}-fetch", "labels": labels},
+        "spec": {
+            "backoffLimit": 3,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    "securityContext": _pod_security(),
+                    "containers": [{
+                        "name": "fetch",
+                        "image": image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "args": ["--fetch-models"],
+                        "env": env,
+                        "volumeMounts": [{"name": "hf-cache", "mountPath": CONTAINER_CACHE},
+                                         {"name": tmp, "mountPath": "/tmp"}],
+                        "securityContext": _security(loaded),
+                    }],
+                    "volumes": [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": hf_pvc}},
+                                {"name": tmp, "emptyDir": {}}],
+                },
+            },
+        },
+    }
+
+
+def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1, hf_pvc: str = HF_CACHE_PVC) -> list[dict]:
     topo = effective(loaded.recipe)
-    workload = leader_worker_set(loaded, image, topo, replicas) if topo.multi_node else \
-        deployment(loaded, image, topo, replicas)
-    return [workload, service(loaded)]
+    workload = leader_worker_set(loaded, image, topo, replicas, hf_pvc) if topo.multi_node else \
+        deployment(loaded, image, topo, replicas, hf_pvc)
+    objects = [workload, service(loaded)]
+    if hf_models(loaded.recipe):
+        objects.append(fetch_job(loaded, image, hf_pvc))
+    return objects
 
 
 def dump(objects: list[dict]) -> str:

@@ -8,6 +8,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from kiln.domain.hfcache import CONTAINER_CACHE, HfModel
 from kiln.domain.overrides import load_override
 from kiln.domain.recipe import LoadedRecipe, Recipe
 from kiln.domain.topology import layout_args
@@ -34,9 +35,21 @@ def speculative_config(recipe: Recipe) -> dict | None:
     if spec is None:
         return None
     spec = dict(spec)
-    if spec.get("method") == "draft_model" and "model" not in spec and recipe.model.draft:
-        spec["model"] = recipe.model.draft.path
+    draft = recipe.model.draft
+    if spec.get("method") == "draft_model" and "model" not in spec and draft:
+        spec["model"] = draft.ref
+        if draft.source == "hf" and "revision" not in spec:
+            spec["revision"] = draft.revision
     return spec
+
+
+def hf_models(recipe: Recipe) -> list[HfModel]:
+    """The models a recipe reads from the Hugging Face cache volume (source: hf)."""
+    out = []
+    for role, src in (("target", recipe.model.target), ("draft", recipe.model.draft)):
+        if src is not None and src.source == "hf":
+            out.append(HfModel(role=role, repo=src.repo or "", revision=src.revision or "", tokenizer=role == "target"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -53,13 +66,17 @@ def argv_parts(recipe: Recipe) -> list[ArgvPart]:
     """`vllm serve ...` arguments, in recipe order, one part per flag (the first part is
     `serve MODEL`); user args appended at run time win."""
     launch = recipe.launch
+    target = recipe.model.target
+    where = "repo" if target.source == "hf" else "path"
     parts = [
-        ArgvPart("model.target.path", ("model", "target", "path"), ("serve", recipe.model.target.path)),
+        ArgvPart(f"model.target.{where}", ("model", "target", where), ("serve", target.ref)),
         ArgvPart("launch.served_model_name", ("launch", "served_model_name"),
                  ("--served-model-name", launch.served_model_name)),
         ArgvPart("launch", ("launch",), ("--host", "0.0.0.0")),
         ArgvPart("launch.port", ("launch", "port"), ("--port", str(launch.port))),
     ]
+    if target.source == "hf":  # offline, the hub client resolves exactly this commit in the cache
+        parts.append(ArgvPart("model.target.revision", ("model", "target", "revision"), ("--revision", target.revision or "")))
     if recipe.topology is not None:
         tokens = layout_args(recipe.topology)
         starts = [i for i, tok in enumerate(tokens) if tok.startswith("--")] + [len(tokens)]
@@ -95,6 +112,7 @@ def launch_document(loaded: LoadedRecipe) -> dict:
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
+        **({"HF_HUB_CACHE": CONTAINER_CACHE} if hf_models(recipe) else {}),
         **feature_env(loaded),
         **recipe.launch.env,
         "KILN_FEATURES": ",".join(recipe.features),
@@ -109,6 +127,9 @@ def launch_document(loaded: LoadedRecipe) -> dict:
     }
     if recipe.topology is not None:  # kiln-serve --print-launch shows the per-node commands from it
         doc["topology"] = recipe.topology.model_dump(mode="json")
+    models = hf_models(recipe)
+    if models:  # kiln-serve checks these snapshots in the mounted cache before vLLM starts
+        doc["hf_models"] = [m.to_json() for m in models]
     return doc
 
 
@@ -246,10 +267,13 @@ class RunSpec:
         return kw
 
 
-def model_mounts(recipe: Recipe) -> list[Mount]:
-    """The host folders of `host_path` weights, mounted read-only where the recipe reads them."""
+def model_mounts(recipe: Recipe, hf_cache: str | None = None) -> list[Mount]:
+    """Read-only mounts: host_path weights, and the Hugging Face cache folder `hf_cache`
+    at CONTAINER_CACHE when the recipe reads any model from it."""
     out = []
     for src in (recipe.model.target, recipe.model.draft):
         if src is not None and src.source == "host_path" and src.host_path is not None:  # the schema ties them
-            out.append(Mount(src.host_path, src.path))
+            out.append(Mount(src.host_path, src.path or ""))
+    if hf_cache is not None and hf_models(recipe):
+        out.append(Mount(hf_cache, CONTAINER_CACHE))
     return out

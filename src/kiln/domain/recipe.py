@@ -103,19 +103,71 @@ class Engine(Strict):
     )
 
 
+HfRepo = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=96)]
+HfRevision = Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
+
+
+def _cited(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == {"value", "source"}
+
+
+class Shape(Strict):
+    """The model's shape when its config.json is not at hand (`kiln plan`): the keys of
+    config.json that the planner reads, copied from `source` (the file at the pinned
+    revision, or a model card); a number from elsewhere is `{value: ..., source: ...}`."""
+
+    source: Annotated[str, Field(min_length=8)] = Field(
+        description="where the numbers come from, e.g. https://huggingface.co/ORG/NAME/blob/REV/config.json")
+    config: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], Any] = Field(
+        description="config.json keys (num_hidden_layers, hidden_size, num_key_value_heads, ...) and their "
+        "values; a value from another source is {value: V, source: WHERE}")
+
+    @model_validator(mode="after")
+    def _citations_name_a_source(self) -> Shape:
+        for key, value in self.config.items():
+            if _cited(value) and not (isinstance(value["source"], str) and len(value["source"]) >= 8):
+                raise PydanticCustomError("source", f"config.{key}.source must say where the number comes from")
+        return self
+
+    def as_config(self) -> dict[str, Any]:
+        """The block as the config.json it stands for."""
+        return {k: v["value"] if _cited(v) else v for k, v in self.config.items()}
+
+    def source_of(self, key: str) -> str:
+        value = self.config.get(key)
+        return str(value["source"]) if isinstance(value, dict) and _cited(value) else self.source
+
+
 class ModelSource(Strict):
     """Where one set of weights comes from."""
 
-    source: Literal["baked", "host_path"] = Field(
-        description="baked: generated or copied into the image at build; host_path: mounted read-only at run time"
+    source: Literal["baked", "host_path", "hf"] = Field(
+        description="baked: generated or copied into the image at build; host_path: mounted read-only at run "
+        "time; hf: a Hugging Face repo at a pinned revision, read offline from a shared cache volume"
     )
-    path: ContainerPath = Field(description="absolute path of the weights inside the container")
+    path: ContainerPath | None = Field(None, description="absolute path of the weights inside the container (baked, host_path)")
     host_path: str | None = Field(None, description="host directory mounted at `path` (source: host_path)")
     pvc: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=253)] | None = Field(
         None, description="Kubernetes: mount this PersistentVolumeClaim at `path` instead of host_path (source: host_path)")
+    repo: HfRepo | None = Field(None, description="Hugging Face repo id, e.g. Qwen/Qwen3-30B-A3B (source: hf)")
+    revision: HfRevision | None = Field(None, description="the repo's commit, 40 hex digits (source: hf); never a branch")
+    shape: Shape | None = Field(None, description="the model's shape for `kiln plan` when its config.json is not at hand")
 
     @model_validator(mode="after")
-    def _host_path_matches_source(self) -> ModelSource:
+    def _fields_match_source(self) -> ModelSource:
+        if self.source == "hf":
+            for name in ("path", "host_path", "pvc"):
+                if getattr(self, name) is not None:
+                    raise PydanticCustomError(name, f"{name} is not used with source hf (the weights come from the Hugging Face cache volume)")
+            if not self.repo:
+                raise PydanticCustomError("repo", "repo is required when source is hf")
+            if not self.revision:
+                raise PydanticCustomError("revision", "revision (a 40-hex commit) is required when source is hf")
+            return self
+        if self.repo is not None or self.revision is not None:
+            raise PydanticCustomError("repo", "repo and revision are only allowed when source is hf")
+        if self.path is None:
+            raise PydanticCustomError("path", f"path is required when source is {self.source}")
         if self.source == "host_path" and not self.host_path:
             raise PydanticCustomError("host_path", "host_path is required when source is host_path")
         if self.source == "baked" and self.host_path:
@@ -123,6 +175,11 @@ class ModelSource(Strict):
         if self.source == "baked" and self.pvc:
             raise PydanticCustomError("pvc", "pvc is only allowed when source is host_path")
         return self
+
+    @property
+    def ref(self) -> str:
+        """What vLLM is given: the repo id (source hf, resolved offline in the cache) or the path."""
+        return self.repo if self.source == "hf" else self.path  # type: ignore[return-value]
 
 
 class Model(Strict):

@@ -113,7 +113,7 @@ def baked_model_dirs(loaded: LoadedRecipe | None) -> list[str]:
     if loaded is None:
         return []
     m = loaded.recipe.model
-    return sorted({src.path for src in (m.target, m.draft) if src is not None and src.source == "baked"})
+    return sorted({src.path for src in (m.target, m.draft) if src is not None and src.source == "baked" and src.path})
 
 
 def model_roots(loaded: LoadedRecipe | None) -> list[str]:

@@ -10,11 +10,12 @@ that a layout vLLM would refuse on the cluster is refused by `kiln check` first.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 from pydantic import Field, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from kiln.domain.accelerators import NAMES as ACCELERATOR_NAMES
 from kiln.domain.validated import Strict
 
 DEFAULT_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port
@@ -50,6 +51,10 @@ class Topology(Strict):
     expert_parallel: bool = Field(default=False, description="vLLM --enable-expert-parallel (MoE experts over tensor_parallel * data_parallel ranks)")
     master_port: MasterPort = Field(
         default=DEFAULT_MASTER_PORT, description="torch.distributed port on the leader (vLLM --master-port)")
+    # Literal of a tuple constant: pydantic reads it at run time, mypy cannot (no literal value)
+    accelerator: Literal[ACCELERATOR_NAMES] | None = Field(  # type: ignore[valid-type]  # see above
+        default=None, description="the GPU the recipe is sized for (`kiln plan`, `kiln check`): "
+        + ", ".join(ACCELERATOR_NAMES))
 
     @property
     def world_size(self) -> int:
@@ -107,7 +112,7 @@ def effective(recipe) -> Topology:
     world = max(1, min(tp * pp * dp, 4096))
     return Topology.model_construct(nodes=1, accelerators_per_node=world, tensor_parallel=tp,
                                     pipeline_parallel=pp, data_parallel=dp, expert_parallel=ep,
-                                    master_port=DEFAULT_MASTER_PORT)
+                                    master_port=DEFAULT_MASTER_PORT, accelerator=None)
 
 
 class FieldProblem(NamedTuple):
@@ -276,4 +281,4 @@ def feature_problems(loaded) -> list[str]:
 def split_over_nodes(nodes: int) -> Topology:
     """`kiln smoke NAME --nodes N`: one tensor-parallel rank per container, N containers
     (proves the multi-node wiring on one host, e.g. a CPU recipe in CI)."""
-    return Topology(nodes=nodes, accelerators_per_node=1, tensor_parallel=nodes)
+    return Topology(nodes=nodes, accelerators_per_node=1, tensor_parallel=nodes, accelerator=None)
