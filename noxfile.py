@@ -56,6 +56,7 @@ def lint(session):
     """ruff over the harness, the engine package and the tests; the import contract."""
     session.run("ruff", "check", "src", "engine", "tests", "noxfile.py", "benchmarks")
     session.run("lint-imports")  # the layers of docs/architecture.md
+    session.run("mypy")  # src/, engine/, testkit/ as [tool.mypy] in pyproject.toml says, 0 errors
 
 
 @nox.session

@@ -49,7 +49,7 @@ def test_build_tags_and_labels(built, docker_daemon):
     assert labels["ai.kiln.input-digest"] == recipe_image.digest
     assert recipe_image.tag.endswith(":" + recipe_image.digest.split(":")[1][:12])
     assert labels["ai.kiln.engine.name"] == "vllm"
-    assert labels["ai.kiln.engine.version"] == "0.0.1-test"
+    assert labels["ai.kiln.engine.version"] == "0.0.1.dev0"
     assert labels["ai.kiln.engine.flavour"] == "cpu"
     assert labels["ai.kiln.experimental"] == ""
     assert json.loads(labels["ai.kiln.patches"]) == {}
@@ -65,7 +65,7 @@ def test_build_tags_and_labels(built, docker_daemon):
 def test_patch_labels_carry_name_and_sha256(kiln_tree, base_image, docker_daemon):
     import hashlib
 
-    series_dir = kiln_tree / "patches" / "vllm" / "0.0.1-test"
+    series_dir = kiln_tree / "patches" / "vllm" / "0.0.1.dev0"
     (series_dir / "0001-note.patch").write_text(
         "Why: exercise labels\nUpstream: no - test only\n\n"
         "--- /dev/null\n+++ b/kiln_note.txt\n@@ -0,0 +1 @@\n+patched\n"
@@ -235,7 +235,7 @@ CREATES_NOTE = "Why: creates the file\nUpstream: no\n\n--- /dev/null\n+++ b/kiln
 
 
 def _break_series(tree, patches: dict[str, str]) -> None:
-    series_dir = tree / "patches" / "vllm" / "0.0.1-test"
+    series_dir = tree / "patches" / "vllm" / "0.0.1.dev0"
     for name, text in patches.items():
         (series_dir / name).write_text(text)
     (series_dir / "series").write_text("".join(f"{name}\n" for name in patches))
@@ -300,7 +300,7 @@ def test_override_with_conflict_markers_is_drift_in_the_image(kiln_tree, base_im
     (feature / "files" / "kiln_mod.py").write_text(
         "def f():\n<<<<<<< ours\n    return 2\n||||||| base\n    return 1\n=======\n    return 3\n>>>>>>> theirs\n")
     (feature / "override.yaml").write_text(
-        "name: forked\ndescription: a fork left mid-rebase\nengine:\n  name: vllm\n  version: 0.0.1-test\n"
+        "name: forked\ndescription: a fork left mid-rebase\nengine:\n  name: vllm\n  version: 0.0.1.dev0\n"
         "replacements:\n  - target: vllm/kiln_mod.py\n    file: files/kiln_mod.py\n"
         f"    upstream_sha256: {hashlib.sha256(upstream.encode()).hexdigest()}\n")
     (recipe / "recipe.yaml").write_text((recipe / "recipe.yaml").read_text() + "experimental: [forked]\n")

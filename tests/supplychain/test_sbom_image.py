@@ -13,12 +13,12 @@ import time
 import pip
 import pytest
 from kilntest import run_kiln
+from packaging.utils import canonicalize_name
 from sctest import validate_cyclonedx, validate_spdx, validate_statement
 
 from kiln.basics.errors import SbomReadFailed
 from kiln.domain import provenance, sbom
 from kiln.domain.images import existing, resolve
-from kiln.domain.lockread import normalize
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
 
@@ -40,7 +40,7 @@ def in_image(image_id: str, *argv: str, docker_args: tuple[str, ...] = ()) -> st
 def pip_list(image_id: str) -> set[tuple[str, str]]:
     rows = json.loads(in_image(image_id, "python", "-m", "pip", "list", "--format", "json",
                                "--disable-pip-version-check", docker_args=tuple(PIP_MOUNT)))
-    return {(normalize(r["name"]), r["version"]) for r in rows}
+    return {(canonicalize_name(r["name"]), r["version"]) for r in rows}
 
 
 def dpkg_list(image_id: str) -> set[tuple[str, str, str]]:
@@ -51,7 +51,7 @@ def dpkg_list(image_id: str) -> set[tuple[str, str, str]]:
 
 
 def sbom_python(doc: dict) -> set[tuple[str, str]]:
-    return {(normalize(c["name"]), c["version"]) for c in doc["components"]
+    return {(canonicalize_name(c["name"]), c["version"]) for c in doc["components"]
             if {"name": "kiln:package:type", "value": "python"} in c.get("properties", [])}
 
 

@@ -19,9 +19,8 @@ from kilntest import FIXTURES
 from packageurl import PackageURL
 from sctest import validate_cyclonedx, validate_spdx
 
-from kiln.basics.errors import SbomReadFailed
-from kiln.domain import purl, sbom, sbom_inimage
-from kiln.domain.lockread import read_lock
+from kiln.basics.errors import LockInvalid
+from kiln.domain import enginelock, purl, sbom, sbom_inimage
 
 ROOT = FIXTURES / "sbom" / "root"
 LOCK = FIXTURES / "sbom" / "vllm-0.32.0.lock.json"
@@ -51,7 +50,7 @@ def subject() -> sbom.ImageSubject:
 
 @pytest.fixture
 def cdx(inventory, subject) -> dict:
-    return sbom.cyclonedx_document(inventory, subject, lock=read_lock(LOCK), model_dirs=["/models/tiny-qwen3moe"])
+    return sbom.cyclonedx_document(inventory, subject, lock=enginelock.load_file(LOCK), model_dirs=["/models/tiny-qwen3moe"])
 
 
 @pytest.fixture
@@ -311,17 +310,20 @@ def test_spdx_validation_can_fail(cdx, tmp_path):
 
 
 # -- the lock -----------------------------------------------------------------------------------------
-def test_a_missing_lock_is_none_and_a_bad_one_names_file_and_field(tmp_path):
-    assert read_lock(tmp_path / "none.lock.json") is None
-    bad = tmp_path / "bad.lock.json"
+def test_a_missing_lock_is_none_and_a_bad_one_names_file_and_field(kiln_tree):
+    # the reader builds use too: no lock is no error, an unreadable one is LockInvalid
+    assert enginelock.committed("cpu", "vllm", "0.0.1.dev0") is None
+    locks = kiln_tree / "docker-images" / "engine-cpu" / "locks"
+    locks.mkdir()
+    bad = locks / "vllm-0.0.1.dev0.lock.json"
     bad.write_text("{not json")
-    with pytest.raises(SbomReadFailed, match="bad.lock.json: not JSON"):
-        read_lock(bad)
+    with pytest.raises(LockInvalid, match=r"vllm-0.0.1.dev0.lock.json: \(file\): not JSON"):
+        enginelock.committed("cpu", "vllm", "0.0.1.dev0")
     doc = json.loads(LOCK.read_text())
     doc["python_packages"][0]["wheels"]["linux/amd64"]["sha256"] = "XYZ"
     bad.write_text(json.dumps(doc))
-    with pytest.raises(SbomReadFailed, match=r"python_packages\[0\]: wheels.linux/amd64.sha256"):
-        read_lock(bad)
+    with pytest.raises(LockInvalid, match=r"python_packages\[0\]\.wheels\[linux/amd64\]\.sha256: 'XYZ' is not"):
+        enginelock.committed("cpu", "vllm", "0.0.1.dev0")
     bad.write_text(json.dumps({"kiln_lock": 2}))
-    with pytest.raises(SbomReadFailed, match="kiln_lock: expected 1"):
-        read_lock(bad)
+    with pytest.raises(LockInvalid, match="kiln_lock: format 2 is not 1"):
+        enginelock.committed("cpu", "vllm", "0.0.1.dev0")

@@ -50,7 +50,7 @@ class ManyProblems:
 
     def __init__(self, problems: list[str] | str, *, hint: str | None = None):
         problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("\n".join(problems), hint=hint)  # type: ignore[call-arg]
+        super().__init__("\n".join(problems), hint=hint)  # type: ignore[call-arg]  # a mixin: KilnError is next in the MRO
         self.problems = problems
 
     def lines(self) -> list[str]:
@@ -442,8 +442,8 @@ class SigningRequired(KilnError):
 # sbom branch as 88/89 and are renumbered 90/91 here until the integrator assigns them.
 # -- supply chain (kiln sbom; the SBOM and provenance documents) ---------------------------
 class SbomReadFailed(KilnError):
-    """What an image holds could not be read (the in-image read failed, or a lock file
-    it needs is unreadable): no SBOM is printed rather than one with parts missing."""
+    """What an image holds could not be read (the in-image read failed): no SBOM is
+    printed rather than one with parts missing (an unreadable engine lock is LockInvalid)."""
 
     exit_code = 96
     hint = "rerun with --debug; `docker run --rm --entrypoint python IMAGE -V` shows whether the image has a Python"

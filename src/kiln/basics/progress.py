@@ -74,12 +74,12 @@ class Activity:
         """The same display, now for the next part of the work (e.g. the next build step)."""
         self.title = title
         self.t0 = self._last_beat = time.monotonic()
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.reset(self._task, total=None, description=title, detail="")
 
     def update(self, detail: str = "", *, done: float | None = None, total: float | None = None) -> None:
         """The latest state; cheap to call for every chunk of a stream."""
-        if self._progress is not None:
+        if self._progress is not None and self._task is not None:
             self._progress.update(self._task, completed=done or 0, total=total or None, detail=detail[-110:])
             return
         now = time.monotonic()

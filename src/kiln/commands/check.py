@@ -94,7 +94,7 @@ def _check_one(name: str) -> tuple[list[str], list[str], list[str]]:
 def _lock(loaded) -> list[str]:
     """The engine lock still matches the engine wheel (read from the cache, no download)."""
     e = loaded.recipe.engine
-    return enginelock.lock_problems(repo_root() / "docker-images" / f"engine-{e.flavour}", e.name, e.version,
+    return enginelock.lock_problems(enginelock.engine_image_dir(e.flavour), e.name, e.version,
                                     e.flavour, wheelcache.cached_engine_wheel(e.version, e.flavour), loaded.name)
 
 

@@ -8,7 +8,6 @@ import time
 
 from kiln.basics import log
 from kiln.basics.errors import UsageError
-from kiln.basics.paths import repo_root
 from kiln.domain import enginelock as L
 from kiln.domain import relock
 from kiln.domain.ca import resolve_ca
@@ -29,19 +28,15 @@ def _engines(args: argparse.Namespace) -> list[tuple[str, Engine]]:
     return [seen[k] for k in sorted(seen)]
 
 
-def image_dir(engine: Engine):
-    return repo_root() / "docker-images" / f"engine-{engine.flavour}"
-
-
 def uses_locks(engine: Engine) -> bool:
-    return L.uses_locks(image_dir(engine))
+    return L.uses_locks(L.engine_image_dir(engine.flavour))
 
 
 def lock_engine(recipe: str, engine: Engine, platforms: list[str] | None = None,
                 docker: DockerDaemon | None = None) -> L.EngineLock:
     """Resolve and write one engine's lock (unchanged bytes are not rewritten)."""
     t0 = time.monotonic()
-    folder = image_dir(engine)
+    folder = L.engine_image_dir(engine.flavour)
     path = L.lock_path(folder, engine.name, engine.version)
     if platforms is None:
         platforms = L.load(path).platforms if path.is_file() else ["linux/amd64"]
@@ -69,10 +64,10 @@ def cmd_engine_lock(args: argparse.Namespace) -> int:
 def _check(engines: list[tuple[str, Engine]]) -> int:
     cafile = resolve_ca(None).path
     for recipe, engine in engines:
-        path = L.lock_path(image_dir(engine), engine.name, engine.version)
-        lock = L.for_image(image_dir(engine), engine.name, engine.version, recipe)
+        path = L.lock_path(L.engine_image_dir(engine.flavour), engine.name, engine.version)
+        lock = L.for_image(L.engine_image_dir(engine.flavour), engine.name, engine.version, recipe)
         if lock is None:
-            log.info(f"{L.shown(image_dir(engine))}: not built from a lock")
+            log.info(f"{L.shown(L.engine_image_dir(engine.flavour))}: not built from a lock")
             continue
         findings = relock.outdated(lock, cafile=cafile)
         total = len(lock.python_packages) + len(lock.plain_extra_packages) + len(lock.tools)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 
 def reports(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -10,3 +11,13 @@ def reports(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     (schema: src/kiln/schemas/<command>.json, docs/cli-json.md)."""
     parser.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
     return parser
+
+
+def count(what: str, most: int) -> Callable[[str], int]:
+    """An argparse `type=` for a whole number in 1..`most`; anything else (signs, spaces,
+    `1e3`) is refused with one line naming `what` it should count."""
+    def parse(text: str) -> int:
+        if not text.isdigit() or not 1 <= int(text) <= most:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {what} count in 1..{most}")
+        return int(text)
+    return parse

@@ -8,6 +8,7 @@ import argparse
 
 from kiln.basics import log
 from kiln.basics.errors import PlanDoesNotFit, UsageError
+from kiln.commands.options import count
 from kiln.domain.accelerators import ACCELERATORS, NAMES, Accelerator
 from kiln.domain.plan import Layout, Plan, compute, gib, verdict
 from kiln.domain.planinput import plan_input
@@ -86,17 +87,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _count(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 4096:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a GPU count in 1..4096")
-    return int(text)
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     s = sub.add_parser("plan", help="does the recipe fit its GPUs? weights, KV cache and engine reserve per GPU")
     s.add_argument("name")
     s.add_argument("--gpu", choices=NAMES, help="the GPU (default: the recipe's topology.accelerator)")
-    s.add_argument("--gpus", type=_count, metavar="N", help="this many GPUs instead of the recipe's layout")
+    s.add_argument("--gpus", type=count("GPU", 4096), metavar="N", help="this many GPUs instead of the recipe's layout")
     s.add_argument("--strict", action="store_true",
                    help="fail unless every request fits at max-model-len at once (max-num-seqs x max-model-len)")
     s.set_defaults(func=cmd_plan)

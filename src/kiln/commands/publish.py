@@ -29,15 +29,12 @@ only, so no tag that consumers follow or pin ever points at an unproven image.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from kiln.basics import log
+from kiln.basics import clock, imageref, log
 from kiln.basics.errors import (
     ChannelEmpty,
     ChannelInvalid,
@@ -48,6 +45,7 @@ from kiln.basics.errors import (
     RegistryAuthFailed,
     RegistryInvalid,
 )
+from kiln.basics.files import write_atomic
 from kiln.basics.paths import results_dir, shown_home
 from kiln.commands import signstep
 from kiln.domain.context import BuildContext
@@ -137,22 +135,14 @@ def _client(target: Target, password_stdin: bool, creds: credentials.Credentials
     return client
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
 def write_record(kind: str, name: str, doc: dict) -> Path:
     """publish/<recipe>-<kind>-<time>.json in the records folder. Holds digests, tags and the smoke
     evidence; never credentials (not even the user name)."""
     d = results_dir() / "publish"
     d.mkdir(parents=True, exist_ok=True)
-    stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dT%H%M%S.%fZ")
+    stamp = clock.file_stamp()
     path = d / f"{name}-{kind}-{stamp}.json"
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-")
-    with os.fdopen(fd, "w") as fh:
-        json.dump({"kind": kind, **doc}, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)  # atomic: a reader never sees half a record
+    write_atomic(path, json.dumps({"kind": kind, **doc}, indent=2, sort_keys=True) + "\n")
     return path
 
 
@@ -166,7 +156,7 @@ def _smoke_evidence(tag: str, image_id: str, skip: bool) -> dict:
         raise NotSmokeTested(f"{tag} (image {image_id[:19]}) has no passing smoke record in "
                              f"{shown_home(record_path(image_id).parent)}; refusing to publish")
     log.warn(f"publishing WITHOUT a smoke test (--skip-smoke-check): only the tag "
-             f"{tag.rsplit(':', 1)[-1]}{UNSMOKED_SUFFIX} is written, and the image gets label {SMOKE_LABEL}=skipped")
+             f"{imageref.parse(tag).tag}{UNSMOKED_SUFFIX} is written, and the image gets label {SMOKE_LABEL}=skipped")
     return {"status": "skipped"}
 
 
@@ -238,7 +228,7 @@ def publish(
         registry=target.host, repository=target.path, channel=channel,
         tags=[target.ref(t) for t in tags], pushed=pushed, smoke=smoke, signature=signature,
     )
-    doc = {**asdict(result), "built_image_id": built_id, "time": _now()}
+    doc = {**asdict(result), "built_image_id": built_id, "time": clock.timestamp()}
     doc.pop("record")
     result.record = str(write_record("publish", name, doc))
     _report_publish(result)
@@ -319,7 +309,7 @@ def _report_publish(r: PublishResult) -> None:
         "manifest digest": r.manifest_digest,
         "image id": r.image_id,
         "input digest": r.input_digest,
-        "tags": ", ".join(t.rsplit(":", 1)[1] for t in r.tags),
+        "tags": ", ".join(str(imageref.parse(t).tag) for t in r.tags),
         "channel": r.channel or "none (not smoke-tested)",
         "smoke check": f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
         if r.smoke["status"] == "skipped" else "passed",
@@ -370,7 +360,7 @@ def promote(
         repository=target.path, from_channel=source, to_channel=dest, moved=moved,
         smoke={"status": "passed", "record": str(record_path(image_id))}, signature=signature,
     )
-    doc = {**asdict(result), "time": _now()}
+    doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
     result.record = str(write_record("promote", name, doc))
     log.summary(f"promoted {name}: {source} -> {dest}" if moved else f"{dest} already points at {source}'s image", {

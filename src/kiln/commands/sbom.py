@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from kiln.basics import log
 from kiln.basics.errors import ImageNotBuilt, SbomWriteFailed, UsageError
+from kiln.basics.files import write_atomic
 from kiln.domain import sbom as sbomdoc
 from kiln.domain.images import existing, require_built, resolve
 from kiln.domain.provenance import build_provenance
@@ -73,15 +72,8 @@ def _check_digest(digest: str) -> None:
 def _write(path: Path, text: str) -> None:
     """Write atomically: a failure leaves no half-written FILE behind."""
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        write_atomic(path, text)
     except OSError as exc:
-        raise SbomWriteFailed(f"{path}: cannot write: {exc.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise SbomWriteFailed(f"{path}: cannot write: {exc.strerror}") from None
 
 

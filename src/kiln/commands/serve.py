@@ -8,12 +8,12 @@ import re
 import signal
 import sys
 from types import FrameType
-from typing import NoReturn
+from typing import NamedTuple, NoReturn
 
 from kiln.basics import log
 from kiln.basics.errors import ContainerNotFound, ImageNotBuilt, ServerExited, UsageError
 from kiln.domain.container import ServingContainer, kiln_containers, preflight, run_spec
-from kiln.domain.images import existing, resolve
+from kiln.domain.images import RecipeImage, existing, resolve
 from kiln.domain.launch import LABEL_RECIPE, LABEL_URL
 from kiln.domain.multinode import node_specs, print_commands
 from kiln.domain.topology import effective
@@ -22,13 +22,27 @@ from kiln.infra.docker import Container, DockerDaemon, LogTail, id_of
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _image_ref(docker: DockerDaemon | None, recipe_image) -> tuple[str, bool]:
-    """The image by content id when built here, else its digest tag."""
-    if docker is not None:
-        img = existing(docker, recipe_image.tag, recipe_image.digest)
-        if img is not None:
-            return id_of(img), True
-    return recipe_image.tag, False
+class ServedRef(NamedTuple):
+    """What `docker run` is given for a recipe image."""
+
+    ref: str  # the image id when built here, else its digest tag
+    built: bool  # built on this host from the current inputs
+
+
+def _image_ref(docker: DockerDaemon, recipe_image: RecipeImage) -> ServedRef:
+    img = existing(docker, recipe_image.tag, recipe_image.digest)
+    return ServedRef(id_of(img), True) if img is not None else ServedRef(recipe_image.tag, False)
+
+
+def _image_ref_for_print(recipe_image: RecipeImage) -> ServedRef:
+    """`_image_ref` when a daemon answers; `--print` needs none, so any failure to reach
+    one means only that the image cannot be looked up here."""
+    try:
+        docker = DockerDaemon()
+        docker.ping()
+    except Exception:
+        return ServedRef(recipe_image.tag, False)
+    return _image_ref(docker, recipe_image)
 
 
 def parse_env(pairs: list[str] | None) -> dict[str, str]:
@@ -70,12 +84,7 @@ def run(args) -> int:
     if topo.multi_node:
         return _multi_node(args, loaded, recipe_image, topo, port=port, extra=extra, env=env)
     if args.print:
-        try:
-            docker = DockerDaemon()
-            docker.ping()
-        except Exception:
-            docker = None
-        ref, built = _image_ref(docker, recipe_image)
+        ref, built = _image_ref_for_print(recipe_image)
         spec = run_spec(loaded, ref, host_port=port, extra_args=extra, env=env, detach=args.detach)
         print(spec.shell())
         if not built:
@@ -129,12 +138,7 @@ def _multi_node(args, loaded, recipe_image, topo, *, port: int, extra: list[str]
                          hint=f"`kiln run {args.name} --print` prints each node's command; `kiln render k8s "
                               f"{args.name}` writes Kubernetes manifests; `kiln smoke {args.name}` (CPU) serves it "
                               "across local containers")
-    try:
-        docker = DockerDaemon()
-        docker.ping()
-    except Exception:
-        docker = None
-    ref, built = _image_ref(docker, recipe_image)
+    ref, built = _image_ref_for_print(recipe_image)
     specs = node_specs(loaded, ref, topo, host_port=port, extra_args=extra, env=env)
     for spec in specs:
         spec.detach = args.detach

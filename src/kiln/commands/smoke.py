@@ -9,7 +9,6 @@ and exits with SmokeFailed's code.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import re
 import time
 import urllib.request
@@ -17,11 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kiln.basics import log
+from kiln.basics import clock, log
 from kiln.basics.errors import ContainerStartFailed, SmokeFailed
 from kiln.basics.paths import shown_home
 from kiln.commands.build import build_recipe
-from kiln.commands.options import reports
+from kiln.commands.options import count, reports
 from kiln.domain.container import ServingContainer, free_port, gpu_visible, preflight, run_spec
 from kiln.domain.features import engine_features
 from kiln.domain.images import require_built
@@ -302,7 +301,7 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
         for feature in features:
             node_spec.env.update(feature.smoke_env)
     preflight(loaded, spec)
-    started = _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    started = clock.now().isoformat(timespec="seconds")
     nodes = f", {topo.nodes} nodes" if topo.multi_node else ""
     log.step(f"smoke {name}: {recipe_image.tag} ({built_id[:19]}) on {spec.host_ip}:{spec.host_port}{nodes}")
     t0 = time.monotonic()
@@ -364,7 +363,7 @@ def _raise_if_node_lost(served) -> None:
     checks that timed out one after another."""
     lost = getattr(served, "lost_node", lambda: None)()
     if lost is not None:
-        raise served.node_lost(*lost, "while serving")
+        raise served.node_lost(lost, "while serving")
 
 
 def smoke_cli(args) -> int:
@@ -383,17 +382,11 @@ def smoke_cli(args) -> int:
     return 0
 
 
-def _node_count(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 64:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a node count in 1..64")
-    return int(text)
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     s = reports(sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client"))
     s.add_argument("name")
     s.add_argument("--build", action="store_true", help="build first if needed")
-    s.add_argument("--nodes", type=_node_count, default=None, metavar="N",
+    s.add_argument("--nodes", type=count("node", 64), default=None, metavar="N",
                    help="serve across N containers on a private docker network, one tensor-parallel rank each "
                         "(proves the multi-node wiring on one host; writes no smoke record)")
     s.set_defaults(func=smoke_cli)

@@ -24,10 +24,11 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kiln.basics import log
 from kiln.basics.errors import KilnError
+from kiln.basics.files import write_atomic
 from kiln.basics.paths import cache_dir
 from kiln.domain import argprobe
 from kiln.domain.images import LABEL_NS, existing, resolve
@@ -150,9 +151,7 @@ def _read(path: Path, schema: int) -> dict | None:
 
 def _write(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _probe(docker: DockerDaemon, image_id: str, *, dump: bool, jobs: list[Job]) -> dict:
@@ -177,7 +176,14 @@ def engine_args(docker: DockerDaemon, image_id: str) -> EngineArgs:
     return EngineArgs(data)
 
 
-def ask(docker: DockerDaemon, image_id: str, job: Job) -> tuple[EngineArgs, ProbeAnswer]:
+class Asked(NamedTuple):
+    """What an engine image said about one launch command."""
+
+    accepted: EngineArgs  # every flag its parser knows
+    answer: ProbeAnswer  # its parser's verdict on the command
+
+
+def ask(docker: DockerDaemon, image_id: str, job: Job) -> Asked:
     """The image's accepted flags and its answer for `job`, from the caches or from one
     container run (which then fills both)."""
     flags = _read(_cache_file(image_id), SCHEMA)
@@ -192,7 +198,7 @@ def ask(docker: DockerDaemon, image_id: str, job: Job) -> tuple[EngineArgs, Prob
             answer = {"schema": ANSWER_SCHEMA, "version": data.get("version"),
                       "kiln_engine": data.get("kiln_engine"), "job": data["jobs"][0]}
             _write(_answer_file(image_id, job), answer)
-    return EngineArgs(flags), ProbeAnswer.from_json(answer)
+    return Asked(EngineArgs(flags), ProbeAnswer.from_json(answer))
 
 
 # -- flag names, from the cached flag set ---------------------------------------------

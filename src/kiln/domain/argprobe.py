@@ -365,8 +365,9 @@ def check_env(env: dict[str, str]) -> tuple[list[dict], str | None]:
 
 def main() -> None:
     request = json.loads(os.environ.get(REQUEST_ENV) or "{}")
-    argparse.ArgumentParser.error = _refuse  # type: ignore[method-assign]
-    argparse.ArgumentParser.exit = _exit  # type: ignore[method-assign]
+    # argparse has no hook for its error/exit (they print and exit); the probe wants them raised
+    argparse.ArgumentParser.error = _refuse  # type: ignore[method-assign]  # patched on purpose, see above
+    argparse.ArgumentParser.exit = _exit  # type: ignore[method-assign]  # patched on purpose, see above
     answer: dict[str, Any] = {"version": None, "kiln_engine": None}
     vllm: Vllm | None = None
     try:

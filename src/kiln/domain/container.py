@@ -33,7 +33,7 @@ from kiln.domain.launch import (
     model_mounts,
 )
 from kiln.domain.recipe import LoadedRecipe
-from kiln.infra.docker import Container, DockerDaemon, DockerError
+from kiln.infra.docker import Container, DockerDaemon, DockerError, ExecResult
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -153,7 +153,8 @@ def preflight(loaded: LoadedRecipe, spec: RunSpec) -> None:
         if not os.path.isdir(host):
             raise ModelPathMissing(f"{loaded.where('model')}: model host path {host} (for {inside}) does not exist")
     hf_snapshots_ready(loaded, spec)
-    ensure_port_free(spec.host_ip, spec.host_port)
+    if spec.host_port is not None:
+        ensure_port_free(spec.host_ip, spec.host_port)
 
 
 def hf_snapshots_ready(loaded: LoadedRecipe, spec: RunSpec) -> None:
@@ -179,6 +180,9 @@ class ServingContainer:
         self.container: Container | None = None
         self.captured: deque[str] = deque(maxlen=5000)
         self.exit_code: int | None = None
+        # seconds until it turned healthy, for reports: wait_healthy's own count, or what
+        # the caller measured from an earlier start (several servers booting together)
+        self.startup_s: float | None = None
         self._gone = threading.Event()
 
     def start(self) -> None:
@@ -189,7 +193,8 @@ class ServingContainer:
         except DockerError as exc:
             self.remove()
             text = str(exc)
-            if "port is already allocated" in text or "address already in use" in text:
+            busy = "port is already allocated" in text or "address already in use" in text
+            if busy and self.spec.host_port is not None:
                 raise port_in_use(self.spec.host_ip, self.spec.host_port, self.docker) from None
             raise ContainerStartFailed(f"docker could not start {self.spec.image}: {text[:300]}") from None
         threading.Thread(target=self._capture, daemon=True).start()
@@ -197,7 +202,7 @@ class ServingContainer:
     def _watch_exit(self) -> None:
         """Record the exit code even when AutoRemove deletes the container right after."""
         condition: Literal["removed", "not-running"] = "removed" if self.spec.remove else "not-running"
-        container = self.container
+        container = self.started
 
         def wait():
             self.exit_code = container.wait_gone(condition)
@@ -213,7 +218,7 @@ class ServingContainer:
     def _capture(self) -> None:
         try:
             pending = ""
-            for chunk in self.container.follow_logs():
+            for chunk in self.started.follow_logs():
                 pending += chunk.decode(errors="replace")
                 *lines, pending = pending.split("\n")
                 self.captured.extend(lines)
@@ -236,8 +241,15 @@ class ServingContainer:
         lines = list(self.captured)[-tail:]
         return "\n".join(lines) + ("\n" if lines else "")
 
+    @property
+    def started(self) -> Container:
+        """The container, which start() made (a call before it is kiln's own bug)."""
+        if self.container is None:
+            raise RuntimeError(f"{self.spec.name}: used before start()")
+        return self.container
+
     def status(self) -> str:
-        return self.container.refresh()
+        return self.started.refresh()
 
     def wait_healthy(self, timeout_s: float) -> float:
         """Seconds until /health answered 200; ContainerStartFailed if it exits or times out."""
@@ -257,6 +269,7 @@ class ServingContainer:
                 if health_ok(self.url):
                     activity.stop()
                     log.ok(f"healthy after {elapsed:.1f} s: {self.url}")
+                    self.startup_s = elapsed
                     return elapsed
                 if elapsed > timeout_s:
                     activity.stop()
@@ -275,8 +288,8 @@ class ServingContainer:
             log.console.print(text.rstrip(), markup=False, highlight=False)
             log.console.print("---", markup=False)
 
-    def exec(self, cmd: list[str]) -> tuple[int, str]:
-        return self.container.exec(cmd)
+    def exec(self, cmd: list[str]) -> ExecResult:
+        return self.started.exec(cmd)
 
     def stop(self, timeout: int = 30) -> float:
         """Stop (SIGTERM, then SIGKILL after `timeout`); returns the seconds it took."""

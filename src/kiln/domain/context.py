@@ -12,9 +12,11 @@ import hashlib
 import io
 import json
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
+
+from kiln.basics.files import sha256_file
 
 _SKIP_NAMES = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git", ".DS_Store"}
 _SKIP_SUFFIXES = (".pyc", ".pyo", ".swp")
@@ -24,29 +26,28 @@ _SKIP_SUFFIXES = (".pyc", ".pyo", ".swp")
 class Entry:
     arcname: str
     mode: int
-    source: Path | None = None
-    data: bytes | None = None
+    body: Path | bytes  # a host file (read when the context is sent) or bytes kiln made
     # secret entries travel in the context but never into the digest or labels (CA bundle)
     in_digest: bool = True
 
+    @property
+    def source(self) -> Path | None:
+        """The host file behind the entry; None for bytes kiln made."""
+        return self.body if isinstance(self.body, Path) else None
+
     def content(self) -> bytes:
-        return self.data if self.data is not None else self.source.read_bytes()
+        return self.body if isinstance(self.body, bytes) else self.body.read_bytes()
 
     def size(self) -> int:
-        return len(self.data) if self.data is not None else self.source.stat().st_size
+        return len(self.body) if isinstance(self.body, bytes) else self.body.stat().st_size
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.body).hexdigest() if isinstance(self.body, bytes) else sha256_file(self.body)
 
 
 def _mode(path: Path) -> int:
     # only the executable bit is an input; umask differences between checkouts are not
     return 0o755 if path.stat().st_mode & 0o111 else 0o644
-
-
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 class BuildContext:
@@ -59,10 +60,10 @@ class BuildContext:
 
     # -- adding inputs -----------------------------------------------------
     def add_file(self, arcname: str, path: Path, *, in_digest: bool = True) -> None:
-        self._put(Entry(arcname, _mode(path), source=path, in_digest=in_digest))
+        self._put(Entry(arcname, _mode(path), path, in_digest))
 
     def add_bytes(self, arcname: str, data: bytes, *, mode: int = 0o644, in_digest: bool = True) -> None:
-        self._put(Entry(arcname, mode, data=data, in_digest=in_digest))
+        self._put(Entry(arcname, mode, data, in_digest))
 
     def add_tree(self, prefix: str, directory: Path, *, exclude: tuple[str, ...] = ()) -> None:
         for path in sorted(directory.rglob("*")):
@@ -90,7 +91,7 @@ class BuildContext:
         name = entry.arcname.strip("/")
         if name in self._entries:
             raise ValueError(f"build context entry {name!r} added twice")
-        self._entries[name] = Entry(name, entry.mode, entry.source, entry.data, entry.in_digest)
+        self._entries[name] = replace(entry, arcname=name)
 
     # -- reading it back ---------------------------------------------------
     @property
@@ -110,8 +111,7 @@ class BuildContext:
         for e in self.entries:
             if not e.in_digest:
                 continue
-            sha = hashlib.sha256(e.data).hexdigest() if e.data is not None else _file_sha256(e.source)
-            out.append((e.arcname, e.mode, sha))
+            out.append((e.arcname, e.mode, e.sha256()))
         return out
 
     def digest(self) -> str:
@@ -138,10 +138,10 @@ class BuildContext:
                     tar.addfile(_info(e.arcname, tarfile.REGTYPE, e.mode, len(data)), io.BytesIO(data))
                     continue
                 info = _info(e.arcname, tarfile.REGTYPE, e.mode, e.size())
-                if e.data is not None:
-                    tar.addfile(info, io.BytesIO(e.data))
+                if isinstance(e.body, bytes):
+                    tar.addfile(info, io.BytesIO(e.body))
                 else:
-                    with e.source.open("rb") as fh:
+                    with e.body.open("rb") as fh:
                         tar.addfile(info, fh)
 
     def tar_bytes(self) -> bytes:

@@ -9,8 +9,10 @@ same lock gives the same set of files on any machine. Builds install from it wit
 hashes required and nothing resolved; `kiln engine lock` writes it, `kiln check` says
 when it no longer matches what the engine wheel asks for.
 
-This module reads, writes and checks locks (no network); `make_lock` resolves one
-(uv, the index, a throwaway container of the base image for Debian's closure).
+This module reads, writes and checks locks (no network); kiln.domain.relock makes one
+(uv, the index, a throwaway container of the base image for Debian's closure). It is the
+one reader: builds install from what it returns, and the SBOM and the provenance take
+wheel hashes, locked distributions and Debian packages from it too.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -32,6 +34,7 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
 from kiln.basics.errors import LockInvalid, LockMissing
+from kiln.basics.files import write_atomic
 from kiln.basics.paths import repo_root
 
 FORMAT = 1
@@ -164,6 +167,18 @@ class EngineLock:
     def package(self, name: str) -> LockedPackage | None:
         key = canonicalize_name(name)
         return next((p for p in self.python_packages if p.key == key), None)
+
+    def locked_wheel(self, plat: str, name: str, version: str) -> Wheel | None:
+        """The wheel installed on `plat` for distribution `name`, when the lock holds it at
+        exactly `version` (another version's hash says nothing about this file)."""
+        pkg = self.package(name)
+        if pkg is None or pkg.version != version:
+            return None
+        return pkg.wheels.get(plat)
+
+    def python_packages_on(self, plat: str) -> list[LockedPackage]:
+        """The locked distributions with a wheel for `plat`, in the lock's order."""
+        return [p for p in self.python_packages if plat in p.wheels]
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -333,12 +348,40 @@ def loads(text: str, path: Path) -> EngineLock:
     )
 
 
-def load(path: Path) -> EngineLock:
+@dataclass(frozen=True)
+class LockFile:
+    """A lock as its file holds it: supply-chain documents cite the digest of the file's
+    own bytes (what a verifier hashes), not of the lock as kiln would write it."""
+
+    path: Path
+    sha256: str  # hex, of the file's bytes
+    lock: EngineLock
+
+
+def load_file(path: Path) -> LockFile:
+    """The lock at `path` and its file digest; LockInvalid (file and field) when it is
+    missing or not a lock this kiln reads."""
     try:
-        text = path.read_text()
+        data = path.read_bytes()
     except OSError as exc:
         raise LockInvalid(f"{shown(path)}: cannot read: {exc.strerror}") from None
-    return loads(text, path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LockInvalid(f"{shown(path)}: (file): not UTF-8 (byte {exc.start})") from None
+    return LockFile(path, hashlib.sha256(data).hexdigest(), loads(text, path))
+
+
+def load(path: Path) -> EngineLock:
+    return load_file(path).lock
+
+
+def committed(flavour: str, engine_name: str, engine_version: str) -> LockFile | None:
+    """The committed lock of an engine pin, None when there is none (an engine pinned
+    before locks existed, a stand-in engine); LockInvalid when it is there but unreadable:
+    an SBOM or provenance made past it would silently lose its hashes."""
+    path = lock_path(engine_image_dir(flavour), engine_name, engine_version)
+    return load_file(path) if path.is_file() else None
 
 
 def write(lock: EngineLock, path: Path) -> bool:
@@ -347,9 +390,7 @@ def write(lock: EngineLock, path: Path) -> bool:
     if path.is_file() and path.read_text() == text:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+    write_atomic(path, text)
     return True
 
 
@@ -361,6 +402,12 @@ def shown(path: Path) -> str:
 
 
 # -- where locks live --------------------------------------------------------------------
+def engine_image_dir(flavour: str) -> Path:
+    """The engine image's folder, docker-images/engine-<flavour>/: its Dockerfile, wheelhouse
+    pins and locks/."""
+    return repo_root() / "docker-images" / f"engine-{flavour}"
+
+
 def lock_dir(image_dir: Path) -> Path:
     return image_dir / FOLDER
 
@@ -562,10 +609,18 @@ def host_platform() -> str:
             "arm64": "linux/arm64"}.get(machine, f"linux/{machine}")
 
 
-def all_wheels(lock: EngineLock, plat: str, *, plain: bool = False) -> list[tuple[str, str, Wheel]]:
-    """(name, version, wheel) of every file a build for `plat` needs, tools included."""
+class LockedFile(NamedTuple):
+    """One wheel file a build installs, and the distribution it is."""
+
+    name: str
+    version: str
+    wheel: Wheel
+
+
+def all_wheels(lock: EngineLock, plat: str, *, plain: bool = False) -> list[LockedFile]:
+    """Every wheel file a build for `plat` needs, tools included, by name."""
     pkgs = [*lock.python_packages, *(lock.plain_extra_packages if plain else []), *lock.tools.values()]
-    return [(p.name, p.version, p.wheels[plat]) for p in _sorted(pkgs) if plat in p.wheels]
+    return [LockedFile(p.name, p.version, p.wheels[plat]) for p in _sorted(pkgs) if plat in p.wheels]
 
 
 # -- making one --------------------------------------------------------------------------

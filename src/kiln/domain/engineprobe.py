@@ -16,7 +16,7 @@ import json
 from kiln.basics import log
 from kiln.domain.context import BuildContext
 from kiln.domain.images import LABEL_NS
-from kiln.infra.docker import DockerDaemon, Image
+from kiln.infra.docker import DockerDaemon, Image, id_of
 
 TORCH = f"{LABEL_NS}.engine.torch"
 CUDA = f"{LABEL_NS}.engine.cuda"
@@ -62,12 +62,12 @@ def labels_for(found: dict[str, str | None]) -> dict[str, str]:
     """Probe results as labels; CUDA as major.minor, the form recipes declare. What the
     engine lacks gets no label (a CPU torch has no CUDA)."""
     out = {PROBED: json.dumps(found, sort_keys=True)}
-    if found.get("torch"):
-        out[TORCH] = found["torch"]
-    if found.get("cuda"):
-        out[CUDA] = ".".join(found["cuda"].split(".")[:2])
-    if found.get("nccl"):
-        out[NCCL] = found["nccl"]
+    if torch := found.get("torch"):
+        out[TORCH] = torch
+    if cuda := found.get("cuda"):
+        out[CUDA] = ".".join(cuda.split(".")[:2])
+    if nccl := found.get("nccl"):
+        out[NCCL] = nccl
     return out
 
 
@@ -78,11 +78,12 @@ def is_stamped(image: Image) -> bool:
 def labelled(docker: DockerDaemon, image: Image) -> str:
     """Id of an image carrying the probed labels: `image` itself when already stamped,
     else a derived `FROM <id>` image with them. Raises if the probe fails; tags nothing."""
+    image_id = id_of(image)
     if is_stamped(image):
-        return image.id
-    found = probe(docker, image.id)
+        return image_id
+    found = probe(docker, image_id)
     ctx = BuildContext()
-    ctx.add_bytes("Dockerfile", f"FROM {image.id}\n".encode())
+    ctx.add_bytes("Dockerfile", f"FROM {image_id}\n".encode())
     result = docker.build(ctx, label="engine-labels", labels=labels_for(found), quiet=True)
     log.ok("engine probe: " + ", ".join(f"{k} {v or 'none'}" for k, v in found.items()))
     return result.image_id

@@ -25,6 +25,8 @@ def registry() -> ModuleType:
     except ImportError:
         path = repo_root() / "engine" / "kiln_engine" / "features.py"
         spec = importlib.util.spec_from_file_location("_kiln_feature_registry", path)
+        if spec is None or spec.loader is None:  # only for a path that is no Python source
+            raise ImportError(f"cannot load the engine's feature registry from {path}") from None
         features = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = features  # dataclasses resolve their module by name
         spec.loader.exec_module(features)

@@ -170,20 +170,15 @@ def check_all(cache: Path, models: list[HfModel]) -> list[Missing]:
 
 # -- writing a snapshot the way the hub client does (seeding a cache from a local copy) ---
 def _git_blob_sha1(data_path: Path) -> str:
-    h = hashlib.sha1()
-    h.update(b"blob %d\0" % data_path.stat().st_size)
+    # git's object id (the hub's etag of a non-LFS file): sha1 over a header, then the bytes
+    header = b"blob %d\0" % data_path.stat().st_size
     with data_path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, lambda: hashlib.sha1(header)).hexdigest()
 
 
 def _sha256(data_path: Path) -> str:
-    h = hashlib.sha256()
     with data_path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def is_lfs(path: Path) -> bool:

@@ -5,16 +5,18 @@ context, input digest, tags and labels; `resolve` makes both from a recipe name 
 
 from __future__ import annotations
 
-import datetime as _dt
 import hashlib
 import json
 import re
 import subprocess
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from kiln.basics import clock
 from kiln.basics.errors import ImageNotBuilt
+from kiln.basics.files import sha256_file
 from kiln.basics.paths import repo_root
 from kiln.domain import enginelock, hfcache, wheelhouse
 from kiln.domain.ca import CABundle, resolve_ca
@@ -51,22 +53,42 @@ def source_url() -> str:
     return _git("config", "--get", "remote.origin.url") or f"file://{repo_root()}"
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
 def _patcher_source() -> Path:
     # the in-image applier only: host-side patch tools are no engine-image input
     return Path(applier.__file__)
 
 
-class EngineImage:
+class _NamedByInputs(ABC):
+    """An image tagged by the digest of its build inputs: `<repository>:<12 hex>`."""
+
+    @property
+    @abstractmethod
+    def repository(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def context(self) -> BuildContext: ...
+
+    @cached_property
+    def digest(self) -> str:
+        return self.context.digest()
+
+    @property
+    def short(self) -> str:
+        return self.digest.split(":")[1][:12]
+
+    @property
+    def tag(self) -> str:
+        return f"{self.repository}:{self.short}"
+
+
+class EngineImage(_NamedByInputs):
     """kiln/engine-<flavour>: vLLM + kiln-engine + the pinned patch series on a base image."""
 
     def __init__(self, engine: Engine, ca):
         self.engine = engine
         self.ca = ca
-        self.dir = repo_root() / "docker-images" / f"engine-{engine.flavour}"
+        self.dir = enginelock.engine_image_dir(engine.flavour)
 
     @property
     def repository(self) -> str:
@@ -134,14 +156,6 @@ class EngineImage:
             self.context.add_bytes("_kiln/wheels/.keep", b"", in_digest=False)
         return wheels
 
-    @cached_property
-    def digest(self) -> str:
-        return self.context.digest()
-
-    @property
-    def tag(self) -> str:
-        return f"{self.repository}:{self.digest.split(':')[1][:12]}"
-
     @property
     def alias_tag(self) -> str:
         return f"{self.repository}:{self.engine.name}-{self.engine.version}"
@@ -166,7 +180,7 @@ class EngineImage:
             f"{LABEL_NS}.engine.flavour": e.flavour,
             f"{LABEL_NS}.base-image": e.base_image.pinned,
             f"{LABEL_NS}.patches": json.dumps(dict(self.patch_entries()), sort_keys=True),
-            **({f"{LABEL_NS}.lock": f"{enginelock.shown(self.lock_file)}@sha256:{hashlib.sha256(self.lock_file.read_bytes()).hexdigest()}"}
+            **({f"{LABEL_NS}.lock": f"{enginelock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
                if self.lock is not None else {}),
         }
 
@@ -188,7 +202,7 @@ def oci_labels(title: str, version: str) -> dict[str, str]:
         "org.opencontainers.image.title": title,
         "org.opencontainers.image.version": version,
         "org.opencontainers.image.revision": source_revision(),
-        "org.opencontainers.image.created": _now(),
+        "org.opencontainers.image.created": clock.timestamp(),
         "org.opencontainers.image.source": source_url(),
     }
 
@@ -203,7 +217,7 @@ USER kiln
 """
 
 
-class RecipeImage:
+class RecipeImage(_NamedByInputs):
     """kiln/<recipe>: the recipe's thin Dockerfile FROM its engine image, plus the kiln tail."""
 
     def __init__(self, loaded: LoadedRecipe, engine_image: EngineImage):
@@ -236,18 +250,6 @@ class RecipeImage:
         ctx.add_bytes(LAUNCH_FILE, launch_json(self.loaded))
         ctx.add_param("engine-image-digest", self.engine_image.digest)
         return ctx
-
-    @cached_property
-    def digest(self) -> str:
-        return self.context.digest()
-
-    @property
-    def short(self) -> str:
-        return self.digest.split(":")[1][:12]
-
-    @property
-    def tag(self) -> str:
-        return f"{self.repository}:{self.short}"
 
     @property
     def latest_tag(self) -> str:

@@ -204,7 +204,7 @@ def decrypt(data: bytes, password: bytes, source: str) -> PrivateKey:
     salt = _bytes_field(doc, "kdf.salt", source)
     nonce = _bytes_field(doc, "cipher.nonce", source, NONCE_BYTES)
     ciphertext = _bytes_field(doc, "ciphertext", source)
-    box = nacl.secret.SecretBox(_scrypt(password, salt, params))  # type: ignore[arg-type]
+    box = nacl.secret.SecretBox(_scrypt(password, salt, params))
     try:
         der = box.decrypt(ciphertext, nonce)
     except nacl.exceptions.CryptoError:

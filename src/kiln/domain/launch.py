@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kiln.domain.hfcache import CONTAINER_CACHE, HfModel
 from kiln.domain.overrides import load_override
@@ -157,6 +158,13 @@ LABEL_RECIPE = "ai.kiln.run.recipe"
 LABEL_URL = "ai.kiln.run.url"
 
 
+class Mount(NamedTuple):
+    """A host folder bind-mounted read-only into the container."""
+
+    host: str
+    container: str
+
+
 @dataclass
 class RunSpec:
     """Everything `docker run` needs for one serving container."""
@@ -167,7 +175,7 @@ class RunSpec:
     container_port: int
     host_ip: str = ""
     flavour: str = "cpu"
-    mounts: list[tuple[str, str]] = field(default_factory=list)  # (host, container), read-only
+    mounts: list[Mount] = field(default_factory=list)  # read-only
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
     remove: bool = True
@@ -259,13 +267,13 @@ class RunSpec:
         return kw
 
 
-def model_mounts(recipe: Recipe, hf_cache: str | None = None) -> list[tuple[str, str]]:
-    """(host, container) read-only mounts: host_path weights, and the Hugging Face cache
-    folder `hf_cache` at CONTAINER_CACHE when the recipe reads any model from it."""
+def model_mounts(recipe: Recipe, hf_cache: str | None = None) -> list[Mount]:
+    """Read-only mounts: host_path weights, and the Hugging Face cache folder `hf_cache`
+    at CONTAINER_CACHE when the recipe reads any model from it."""
     out = []
     for src in (recipe.model.target, recipe.model.draft):
-        if src is not None and src.source == "host_path":
-            out.append((src.host_path or "", src.path or ""))
+        if src is not None and src.source == "host_path" and src.host_path is not None:  # the schema ties them
+            out.append(Mount(src.host_path, src.path or ""))
     if hf_cache is not None and hf_models(recipe):
-        out.append((hf_cache, CONTAINER_CACHE))
+        out.append(Mount(hf_cache, CONTAINER_CACHE))
     return out

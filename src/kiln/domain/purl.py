@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
+from kiln.basics import imageref
+
 
 def _enc(text: str, safe: str = ":") -> str:
     return quote(text, safe=safe)
@@ -52,7 +54,6 @@ def oci(repository: str, manifest_digest: str, *, arch: str | None = None) -> st
 def docker(ref: str) -> str:
     """`pkg:docker/NAMESPACE/NAME@VERSION` for an image reference: the version is its
     digest when pinned (`repo@sha256:...`), else its tag."""
-    base, _, digest = ref.partition("@")
-    name, tag = (base.rsplit(":", 1) if ":" in base.rsplit("/", 1)[-1] else (base, ""))
-    namespace, _, last = name.rpartition("/")
-    return purl("docker", last, digest or tag or None, namespace=namespace or None)
+    parts = imageref.parse(ref)
+    namespace, _, last = parts.name.rpartition("/")
+    return purl("docker", last, parts.digest or parts.tag or None, namespace=namespace or None)

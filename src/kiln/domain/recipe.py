@@ -13,23 +13,25 @@ import stat
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from packaging.version import InvalidVersion
+from packaging.version import Version as PEP440Version
 from pydantic import (
-    BaseModel,
-    ConfigDict,
+    AfterValidator,
     Field,
     PlainValidator,
-    ValidationError,
     WithJsonSchema,
     model_serializer,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
+from kiln.basics import imageref
 from kiln.basics.errors import RecipeInvalid
 from kiln.basics.paths import recipes_dir
-from kiln.basics.yamlsrc import SourcedYaml, YamlProblem, load_yaml
+from kiln.basics.yamlsrc import SourcedYaml
 from kiln.domain.topology import Topology
 from kiln.domain.topology import problems as topology_problems
+from kiln.domain.validated import Strict, display_path, load_validated
 
 RECIPE_FILE = "recipe.yaml"
 DOCKERFILE = "Dockerfile"
@@ -54,17 +56,26 @@ Port = Annotated[
     WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 65535}),
 ]
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
-Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.+-][A-Za-z0-9.+-]+)?$")]
+
+
+def _pep440(value: str) -> str:
+    # pip and uv install, and a lock records, only PEP 440 versions: `0.0.1-test` fits the
+    # pattern but no index could serve it, so it is refused here, at its line
+    try:
+        PEP440Version(value)
+    except InvalidVersion:
+        # the pattern above admits no braces, so the value cannot act as a template field
+        raise PydanticCustomError("version", f"{value!r} is not a PEP 440 version (what pip installs)") from None
+    return value
+
+
+Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.+-][A-Za-z0-9.+-]+)?$"), AfterValidator(_pep440)]
 Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 ImageRef = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._/:-]*$", max_length=255)]
 ContainerPath = Annotated[str, Field(pattern=r"^/[^\s]*$")]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 FlagName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
 ArgValue = bool | int | float | str | list[str | int | float] | dict[str, Any]
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class BaseImage(Strict):
@@ -78,10 +89,7 @@ class BaseImage(Strict):
         """`repo@digest` when pinned (the tag is only a label then), else the ref."""
         if not self.digest:
             return self.ref
-        name = self.ref.split("@")[0]
-        slash = name.rfind("/")
-        colon = name.rfind(":")
-        return f"{name[:colon] if colon > slash else name}@{self.digest}"
+        return imageref.parse(self.ref).pinned(self.digest)
 
 
 class Engine(Strict):
@@ -329,85 +337,6 @@ class LoadedRecipe:
         return self.dir / "experimental" / feature
 
 
-def display_path(path: Path) -> str:
-    # lexical first: a symlink must be shown as itself, not as what it points to
-    try:
-        return str(path.absolute().relative_to(Path.cwd()))
-    except ValueError:
-        pass
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError, RuntimeError):
-        return str(path)
-
-
-_SHOULD = re.compile(r"^Input should be ")
-
-
-def _message(err: dict) -> str:
-    kind = err["type"]
-    if kind == "missing":
-        return "required field is missing"
-    if kind == "extra_forbidden":
-        return "unknown key"
-    msg = err["msg"]
-    msg = msg.removeprefix("Value error, ")
-    msg = _SHOULD.sub("must be ", msg)
-    if kind == "string_pattern_mismatch":
-        msg = f"must match {err['ctx']['pattern']}"
-    return msg
-
-
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def _field_path(loc: tuple) -> str:
-    parts: list[str] = []
-    for item in loc:
-        if isinstance(item, int):
-            parts.append(f"[{item}]")
-        else:
-            # pydantic puts union member / validator names into loc; they are not fields
-            if any(ch in item for ch in "[](),") or item.startswith("function-"):
-                continue
-            if _PLAIN_KEY.fullmatch(item):
-                parts.append(("." if parts else "") + item)
-            else:  # repr: a key holding ": ", newlines or escapes must not break the line
-                parts.append(f"[{item!r}]")
-    return "".join(parts) or "(top level)"
-
-
-def _clean_loc(loc: tuple, data: Any) -> tuple:
-    """Keep only loc entries that index into the YAML data (drops union branch tags)."""
-    out: list = []
-    node = data
-    for item in loc:
-        if isinstance(node, dict) and item in node:
-            out.append(item)
-            node = node[item]
-        elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):
-            out.append(item)
-            node = node[item]
-        elif isinstance(node, dict) and isinstance(item, str) and not any(c in item for c in "[](),"):
-            out.append(item)  # a missing key: report it under its parent's line
-            node = None
-    return tuple(out)
-
-
-def problems_from_validation(src: SourcedYaml, exc: ValidationError) -> list[str]:
-    where = display_path(src.path)
-    seen: set[str] = set()
-    lines: list[str] = []
-    for err in exc.errors():
-        loc = _clean_loc(err["loc"], src.data)
-        line = src.line_of(loc)
-        text = f"{where}:{line}: {_field_path(loc)}: {_message(err)}"
-        if text not in seen:
-            seen.add(text)
-            lines.append(text)
-    return lines
-
-
 def _cross_checks(loaded: LoadedRecipe) -> list[str]:
     """Rules that span sections, reported at the line of the field that breaks them."""
     rec = loaded.recipe
@@ -442,7 +371,7 @@ def _check_files(loaded: LoadedRecipe) -> list[str]:
         problems.append(f"{loaded.where()}: (recipe): missing file {display_path(loaded.dir / DOCKERFILE)}")
     for i, use in enumerate(rec.experimental):
         if use.from_ is not None:
-            problems += _shared_feature_problems(loaded, i, use)
+            problems += _shared_feature_problems(loaded, i, use.name, use.from_)
             continue
         feature = use.name
         fdir = loaded.dir / "experimental" / feature
@@ -475,16 +404,16 @@ def _shared_file_problems(loaded: LoadedRecipe) -> list[str]:
     return problems
 
 
-def _shared_feature_problems(loaded: LoadedRecipe, i: int, feature: FeatureUse) -> list[str]:
-    """`{name, from}`: a sibling recipe (same recipes/ folder) that ships that override."""
+def _shared_feature_problems(loaded: LoadedRecipe, i: int, name: str, source: str) -> list[str]:
+    """`{name, from: source}`: a sibling recipe (same recipes/ folder) that ships that override."""
     where = f"{loaded.where('experimental', i, 'from')}: experimental[{i}].from"
     root = loaded.dir.parent
-    other = root / feature.from_
-    if feature.from_ == loaded.recipe.name:
-        return [f"{where}: {feature.from_!r} is this recipe; write the plain name {feature.name!r} instead"]
+    other = root / source
+    if source == loaded.recipe.name:
+        return [f"{where}: {source!r} is this recipe; write the plain name {name!r} instead"]
     if not (other / RECIPE_FILE).is_file():
-        return [f"{where}: no recipe {feature.from_!r} in {display_path(root)}/"]
-    fdir = other / "experimental" / feature.name
+        return [f"{where}: no recipe {source!r} in {display_path(root)}/"]
+    fdir = other / "experimental" / name
     try:
         inside = fdir.resolve().is_relative_to(root.resolve())
     except (OSError, RuntimeError):
@@ -492,7 +421,7 @@ def _shared_feature_problems(loaded: LoadedRecipe, i: int, feature: FeatureUse) 
     if not inside:
         return [f"{where}: {display_path(fdir)} leads outside {display_path(root)}/"]
     if not (fdir / "override.yaml").is_file():
-        return [f"{where}: recipe {feature.from_!r} has no overlay at {display_path(fdir)}/override.yaml"]
+        return [f"{where}: recipe {source!r} has no overlay at {display_path(fdir)}/override.yaml"]
     return []
 
 
@@ -535,24 +464,11 @@ def tree_problems(directory: Path) -> list[str]:
 
 def load_recipe(directory: Path) -> LoadedRecipe:
     """Load and validate one recipe folder; raise RecipeInvalid with every problem found."""
-    file = directory / RECIPE_FILE
-    shown = display_path(file)
     refused = tree_problems(directory)
     if refused:
         raise RecipeInvalid(refused, hint="keep every file of a recipe inside its folder; copy it in instead of linking")
-    if not file.is_file():
-        raise RecipeInvalid([f"{shown}:1: (file): not found"], hint="each recipe folder needs a recipe.yaml")
-    try:
-        src = load_yaml(file)
-    except YamlProblem as exc:
-        raise RecipeInvalid([f"{shown}:{exc.line}: (yaml): {exc.message}"]) from None
-    if not isinstance(src.data, dict):
-        raise RecipeInvalid([f"{shown}:1: (top level): must be a mapping of fields"])
-    try:
-        recipe = Recipe.model_validate(src.data)
-    except ValidationError as exc:
-        raise RecipeInvalid(problems_from_validation(src, exc)) from None
-    loaded = LoadedRecipe(recipe, directory, src)
+    doc = load_validated(directory / RECIPE_FILE, Recipe, missing_hint="each recipe folder needs a recipe.yaml")
+    loaded = LoadedRecipe(doc.value, directory, doc.source)
     problems = _cross_checks(loaded) + _check_files(loaded)
     if problems:
         raise RecipeInvalid(problems)

@@ -10,7 +10,6 @@ of the engine's base image would install for the Dockerfiles' `kiln-apt-install`
 
 from __future__ import annotations
 
-import hashlib
 import re
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -22,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from kiln.basics import log
 from kiln.basics.errors import LockInvalid
+from kiln.basics.files import sha256_file
 from kiln.domain import enginelock as L
 from kiln.domain.recipe import Engine
 from kiln.infra import pyindex, wheelcache
@@ -37,14 +37,6 @@ class LocalFile:
     filename: str
     path: Path
     requires_python: str | None = None
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _local_files() -> list[LocalFile]:
@@ -78,7 +70,7 @@ class Index:
         local = [f for f in self._local if canonicalize_name(parse_wheel_filename(f.filename)[0]) == canonicalize_name(name)]
         found = L.select_wheel(local, version, plat)
         if found is not None:
-            return L.Wheel(found.filename, _sha256(found.path), None, "file")
+            return L.Wheel(found.filename, sha256_file(found.path), None, "file")
         raise LockInvalid(f"no {plat.name} wheel of {name} {version} on the index or pip's find-links",
                           hint="only binary wheels are locked; check the version exists for that platform")
 

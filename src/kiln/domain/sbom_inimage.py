@@ -53,7 +53,9 @@ def _image_path(root, path):
 # -- Debian ---------------------------------------------------------------------------
 def parse_dpkg_status(text):
     """Each paragraph of a dpkg status file as a dict (continuation lines joined)."""
-    out, cur, key = [], {}, None
+    out: list[dict[str, str]] = []
+    cur: dict[str, str] = {}
+    key: str | None = None
     for line in text.splitlines():
         if not line.strip():
             if cur:

@@ -22,9 +22,9 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from kiln.basics import log
+from kiln.basics import imageref, log
 from kiln.basics.errors import (
     AttestationSubjectMismatch,
     ChannelEmpty,
@@ -102,25 +102,19 @@ def parse_reference(ref: str, *, plain_http: bool = False) -> ImageRef:
     scheme, sep, rest = text.partition("://")
     prefix = f"{scheme}://" if sep else ""
     rest = rest if sep else text
-    name, at, digest = rest.partition("@")
-    if at and not re.match(r"^sha256:[0-9a-f]{64}$", digest):
-        raise RegistryInvalid(f"{one_line(ref)}: {one_line(digest)[:80]!r} is not a sha256:<64 hex> digest")
-    host, slash, path = name.partition("/")
-    # docker's rule: the first component names a registry only with a dot, a port or as localhost
-    if not slash or not path or not ("." in host or ":" in host or host == "localhost" or host.startswith("[")):
+    parts = imageref.parse(rest)
+    if parts.digest is not None and not re.match(r"^sha256:[0-9a-f]{64}$", parts.digest):
+        raise RegistryInvalid(f"{one_line(ref)}: {one_line(parts.digest)[:80]!r} is not a sha256:<64 hex> digest")
+    if parts.host is None or not parts.path:
         raise RegistryInvalid(f"{one_line(ref)} names no registry host; write HOST[:PORT]/REPOSITORY[:TAG]",
                               hint="kiln has no default registry: e.g. registry.example.com/kiln/tiny-moe:stable")
-    tag = None
-    last = path.rsplit("/", 1)[-1]
-    if ":" in last:
-        path, _, tag = path.rpartition(":")
-        if not TAG.match(tag):
-            raise RegistryInvalid(f"{one_line(ref)}: {one_line(tag)!r} is not a valid tag")
-    if not tag and not at:
+    if parts.tag is not None and not TAG.match(parts.tag):
+        raise RegistryInvalid(f"{one_line(ref)}: {one_line(parts.tag)!r} is not a valid tag")
+    if parts.tag is None and parts.digest is None:
         raise RegistryInvalid(f"{one_line(ref)} names neither a tag nor a digest",
                               hint="append :TAG or @sha256:DIGEST (kiln does not assume :latest)")
-    target = Target.parse(prefix + host, path, plain_http=plain_http)
-    return ImageRef(target, tag, digest or None)
+    target = Target.parse(prefix + parts.host, parts.path, plain_http=plain_http)
+    return ImageRef(target, parts.tag, parts.digest)
 
 
 # -- checking one layer ---------------------------------------------------------------------------
@@ -190,8 +184,15 @@ class AttestationCheck:
     problem: str | None = None
 
 
+class VerifiedSignature(NamedTuple):
+    """The layer of a .sig manifest that verified, and what its payload claims."""
+
+    layer: cosign.LayerRef
+    claims: cosign.SimpleSigning
+
+
 def verify_signature_image(body: bytes, fetch: Fetch, key: PublicKey, digest: str, repository: str,
-                           where: str) -> tuple[cosign.LayerRef, cosign.SimpleSigning]:
+                           where: str) -> VerifiedSignature:
     """The first layer of a .sig manifest that verifies, or the most telling failure."""
     layers = cosign.parse_artefact_manifest(body, where)
     failures: list[KilnError] = []
@@ -199,7 +200,7 @@ def verify_signature_image(body: bytes, fetch: Fetch, key: PublicKey, digest: st
         at = f"{where} layer {i}" if len(layers) > 1 else where
         try:
             payload = fetch(layer, MAX_PAYLOAD_BYTES)
-            return layer, check_signature_layer(layer, payload, key, digest, repository, at)
+            return VerifiedSignature(layer, check_signature_layer(layer, payload, key, digest, repository, at))
         except LayerFailure as exc:
             failures.append(exc)
     raise _most_telling(failures)
@@ -376,9 +377,9 @@ def sign_image(client: RegistryClient, digest: str, key: PrivateKey, attestation
         except LayerFailure:
             pass
         kept.append(layer)  # other signers' signatures stay, as `cosign sign` appends
-    signature_manifest = ""
-    if reused:
-        signature_manifest = client.manifest(sig_tag).digest  # type: ignore[union-attr]
+    present = client.manifest(sig_tag) if reused else None  # None too when it went meanwhile
+    if present is not None:
+        signature_manifest = present.digest
     else:
         payload = cosign.simple_signing_payload(repository, digest, {
             "creator": creator, "timestamp": int(time.time()), cosign.SIGNER_CLAIM: fingerprint})

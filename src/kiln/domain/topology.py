@@ -10,12 +10,13 @@ that a layout vLLM would refuse on the cluster is refused by `kiln check` first.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
+from pydantic import Field, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from kiln.domain.accelerators import NAMES as ACCELERATOR_NAMES
+from kiln.domain.validated import Strict
 
 DEFAULT_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port
 
@@ -38,22 +39,21 @@ def _port(value: Any) -> int:
 MasterPort = Annotated[int, PlainValidator(_port), WithJsonSchema({"type": "integer", "minimum": 1024, "maximum": 65535})]
 
 
-class Topology(BaseModel):
+class Topology(Strict):
     """`topology:` in recipe.yaml. One rank per accelerator: nodes * accelerators_per_node
     must equal tensor_parallel * pipeline_parallel * data_parallel."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    nodes: Size = Field(1, description="machines (Kubernetes pods) one replica spans")
-    accelerators_per_node: Size = Field(1, description="GPUs per node (CPU recipes: ranks per node)")
-    tensor_parallel: Size = Field(1, description="vLLM --tensor-parallel-size")
-    pipeline_parallel: Size = Field(1, description="vLLM --pipeline-parallel-size")
-    data_parallel: Size = Field(1, description="vLLM --data-parallel-size")
-    expert_parallel: bool = Field(False, description="vLLM --enable-expert-parallel (MoE experts over tensor_parallel * data_parallel ranks)")
+    nodes: Size = Field(default=1, description="machines (Kubernetes pods) one replica spans")
+    accelerators_per_node: Size = Field(default=1, description="GPUs per node (CPU recipes: ranks per node)")
+    tensor_parallel: Size = Field(default=1, description="vLLM --tensor-parallel-size")
+    pipeline_parallel: Size = Field(default=1, description="vLLM --pipeline-parallel-size")
+    data_parallel: Size = Field(default=1, description="vLLM --data-parallel-size")
+    expert_parallel: bool = Field(default=False, description="vLLM --enable-expert-parallel (MoE experts over tensor_parallel * data_parallel ranks)")
     master_port: MasterPort = Field(
-        DEFAULT_MASTER_PORT, description="torch.distributed port on the leader (vLLM --master-port)")
-    accelerator: Literal[ACCELERATOR_NAMES] | None = Field(  # type: ignore[valid-type]
-        None, description="the GPU the recipe is sized for (`kiln plan`, `kiln check`): "
+        default=DEFAULT_MASTER_PORT, description="torch.distributed port on the leader (vLLM --master-port)")
+    # Literal of a tuple constant: pydantic reads it at run time, mypy cannot (no literal value)
+    accelerator: Literal[ACCELERATOR_NAMES] | None = Field(  # type: ignore[valid-type]  # see above
+        default=None, description="the GPU the recipe is sized for (`kiln plan`, `kiln check`): "
         + ", ".join(ACCELERATOR_NAMES))
 
     @property
@@ -115,35 +115,49 @@ def effective(recipe) -> Topology:
                                     master_port=DEFAULT_MASTER_PORT, accelerator=None)
 
 
-def layout_problems(topo: Topology) -> list[tuple[str, str]]:
-    """(field, message) for each of vLLM's multi-node rules the layout breaks."""
-    found: list[tuple[str, str]] = []
+class FieldProblem(NamedTuple):
+    """A rule a layout breaks, reported at one `topology:` field (or launch flag)."""
+
+    field: str
+    reason: str
+
+
+class ArgProblem(NamedTuple):
+    """A launch.args flag that belongs elsewhere, and why."""
+
+    loc: tuple[str, ...]  # its path in recipe.yaml
+    message: str
+
+
+def layout_problems(topo: Topology) -> list[FieldProblem]:
+    """The field and why, for each of vLLM's multi-node rules the layout breaks."""
+    found: list[FieldProblem] = []
     world = topo.world_size
     if world % topo.nodes:
-        found.append(("nodes", f"{topo.nodes} nodes do not evenly divide the world size "
+        found.append(FieldProblem("nodes", f"{topo.nodes} nodes do not evenly divide the world size "
                                f"tensor_parallel*pipeline_parallel*data_parallel = {world} (vLLM: --nnodes must divide it)"))
         return found
     if topo.ranks_per_node != topo.accelerators_per_node:
-        found.append(("accelerators_per_node",
+        found.append(FieldProblem("accelerators_per_node",
                       f"{topo.accelerators_per_node} per node, but the layout puts {world} ranks on "
                       f"{topo.nodes} node(s) = {topo.ranks_per_node} per node (one rank per accelerator)"))
     replica, per_node = topo.replica_ranks, topo.ranks_per_node
     if topo.multi_node and topo.data_parallel > 1 and per_node % replica and replica % per_node:
-        found.append(("data_parallel", f"a data-parallel replica (tensor_parallel*pipeline_parallel = {replica} ranks) "
+        found.append(FieldProblem("data_parallel", f"a data-parallel replica (tensor_parallel*pipeline_parallel = {replica} ranks) "
                                        f"must fill whole nodes or fit whole into one ({per_node} ranks per node)"))
     return found
 
 
-def arg_problems(recipe) -> list[tuple[tuple, str]]:
-    """(location, message) for launch.args flags that belong to the topology or to one node."""
-    found: list[tuple[tuple, str]] = []
+def arg_problems(recipe: Any) -> list[ArgProblem]:  # a Recipe (recipe.py imports this module)
+    """Where and why, for launch.args flags that belong to the topology or to one node."""
+    found: list[ArgProblem] = []
     for flag in recipe.launch.args:
         name = flag.replace("_", "-")
         if name in NODE_FLAGS:
-            found.append((("launch", "args", flag), f"launch.args.{flag}: set per node at launch "
+            found.append(ArgProblem(("launch", "args", flag), f"launch.args.{flag}: set per node at launch "
                           "(kiln run --print, kiln render k8s); describe the nodes in topology: instead"))
         elif name in LAYOUT_FLAGS and recipe.topology is not None:
-            found.append((("launch", "args", flag), f"launch.args.{flag}: the layout comes from "
+            found.append(ArgProblem(("launch", "args", flag), f"launch.args.{flag}: the layout comes from "
                           f"topology.{LAYOUT_FLAGS[name]}; remove it here"))
     return found
 
@@ -216,34 +230,34 @@ SEQUENCE_PARALLEL_BACKENDS = frozenset({
 DEFAULT_ALL2ALL = "allgather_reducescatter"
 
 
-def _draft_trunc(topo: Topology, args: dict) -> list[tuple[str, str]]:
+def _draft_trunc(topo: Topology, args: dict) -> list[FieldProblem]:
     """Mirrors engine/kiln_engine/draft_trunc/_config_check.py, which refuses the same
     layouts when vLLM starts; here they are refused before an image is built."""
-    found = []
+    found: list[FieldProblem] = []
     backend = str(args.get("all2all-backend", DEFAULT_ALL2ALL))
     if topo.pipeline_parallel > 1:
-        found.append(("pipeline_parallel", "draft-trunc refuses pipeline parallelism: several microbatches "
+        found.append(FieldProblem("pipeline_parallel", "draft-trunc refuses pipeline parallelism: several microbatches "
                       "are in flight, so its dead-token marks would not match the batch being verified"))
     if _arg_int(args, "prefill-context-parallel-size", "pcp") > 1:
-        found.append(("prefill-context-parallel-size", "draft-trunc refuses prefill context parallelism: "
+        found.append(FieldProblem("prefill-context-parallel-size", "draft-trunc refuses prefill context parallelism: "
                       "it repartitions the batch and overwrites the marks"))
     if topo.expert_parallel and topo.tensor_parallel > 1 and topo.data_parallel > 1 and backend in SEQUENCE_PARALLEL_BACKENDS:
-        found.append(("data_parallel", "draft-trunc refuses sequence-parallel MoE (data_parallel > 1, "
+        found.append(FieldProblem("data_parallel", "draft-trunc refuses sequence-parallel MoE (data_parallel > 1, "
                       "tensor_parallel > 1 and expert_parallel): each TP rank routes a slice of the batch "
                       "while GLM-5's router reads the whole batch's padding mask; use tensor_parallel 1 "
                       "per data-parallel replica or turn draft-trunc off"))
     elif topo.data_parallel > 1 and backend in ("naive", "allgather_reducescatter"):
-        found.append(("data_parallel", f"draft-trunc refuses data_parallel > 1 with all2all backend {backend!r}: "
+        found.append(FieldProblem("data_parallel", f"draft-trunc refuses data_parallel > 1 with all2all backend {backend!r}: "
                       "it gathers every rank's tokens and this rank's padding mask no longer lines up"))
     return found
 
 
-# feature name -> rule(topology, launch.args) -> [(field, reason)]: the layouts each
+# feature name -> rule(topology, launch.args) -> [FieldProblem]: the layouts each
 # experimental feature cannot run (a feature registry can take these over as they are)
 FEATURE_LAYOUT_RULES = {"draft-trunc": _draft_trunc}
 
 
-def feature_refusals(feature: str, topo: Topology, args: dict) -> list[tuple[str, str]]:
+def feature_refusals(feature: str, topo: Topology, args: dict) -> list[FieldProblem]:
     rule = FEATURE_LAYOUT_RULES.get(feature)
     return rule(topo, args) if rule else []
 

@@ -13,7 +13,6 @@ image's `wheelhouse.txt`, with `{engine_version}` and `{torch}` filled in from t
 
 from __future__ import annotations
 
-import hashlib
 import re
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from kiln.basics import log
 from kiln.basics.errors import EngineFetchFailed, WheelHashMismatch
+from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, shown_home
 from kiln.domain import enginelock as L
 from kiln.domain.recipe import Engine
@@ -90,14 +90,6 @@ def locked_dir() -> Path:
     return cache_dir() / "wheels" / LOCKED
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _local_copy(file: str) -> Path | None:
     """A wheel the lock says lives only on a find-links folder (url null)."""
     for folder in [*pyindex.find_links(), str(cache_dir() / "wheelhouse" / "cpu"), str(cache_dir() / "wheels")]:
@@ -116,8 +108,9 @@ def fetch_locked(lock: L.EngineLock, plat: str, *, lock_file: Path, cafile: Path
     cache = locked_dir()
     cache.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    todo = []
-    for name, version, wheel in wanted:
+    todo: list[L.LockedFile] = []
+    for item in wanted:
+        name, version, wheel = item
         cached = cache / wheel.file
         local = cached if cached.is_file() else (_local_copy(wheel.file) if wheel.url is None else None)
         if local is not None:
@@ -127,19 +120,20 @@ def fetch_locked(lock: L.EngineLock, plat: str, *, lock_file: Path, cafile: Path
                                     f"(sha256_from: file) and none of pip's has it",
                                     hint="put the wheel into pip's find-links folder or ~/.cache/kiln/wheels/locked")
         else:
-            todo.append((name, version, wheel))
+            todo.append(item)
     if todo:
         size = "" if not todo else f" ({len(todo)} of {len(wanted)} not cached)"
         log.step(f"wheelhouse: downloading{size} locked wheels into {shown_home(cache)}")
         t0 = time.monotonic()
 
-        def get(item: tuple[str, str, L.Wheel]) -> tuple[str, str, L.Wheel, str]:
-            name, version, wheel = item
-            assert wheel.url is not None
-            return name, version, wheel, pyindex.download(wheel.url, cache / wheel.file, wheel.sha256, cafile=cafile)
+        def get(item: L.LockedFile) -> str:
+            """The sha256 of what came (the file is kept only when it is the locked one)."""
+            url = item.wheel.url
+            assert url is not None, "only wheels with a url are left to download"
+            return pyindex.download(url, cache / item.wheel.file, item.wheel.sha256, cafile=cafile)
 
         with ThreadPoolExecutor(_WORKERS) as pool:
-            for name, version, wheel, got in pool.map(get, todo):
+            for (name, version, wheel), got in zip(todo, pool.map(get, todo), strict=True):
                 if got != wheel.sha256:
                     raise _mismatch(name, version, wheel, got, lock_file, wheel.url or "")
                 paths[wheel.file] = cache / wheel.file
@@ -147,7 +141,7 @@ def fetch_locked(lock: L.EngineLock, plat: str, *, lock_file: Path, cafile: Path
     # every file is hashed on every build: the cache is a convenience, the lock the truth
     files = [(name, version, wheel, paths[wheel.file]) for name, version, wheel in wanted]
     with ThreadPoolExecutor(2) as pool:
-        hashes = list(pool.map(lambda item: _sha256(item[3]), files))
+        hashes = list(pool.map(lambda item: sha256_file(item[3]), files))
     for (name, version, wheel, path), got in zip(files, hashes, strict=True):
         if got != wheel.sha256:
             raise _mismatch(name, version, wheel, got, lock_file, str(path))

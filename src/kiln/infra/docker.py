@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal, NoReturn, Protocol, TypeVar
+from typing import IO, Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar
 
 import docker
 import docker.auth
@@ -26,7 +26,7 @@ import urllib3
 from docker.models.containers import Container as _SDKContainer
 from docker.models.images import Image
 
-from kiln.basics import log
+from kiln.basics import imageref, log
 from kiln.basics.errors import BaseImageMissing, BuildFailed, DockerUnavailable, PushFailed
 from kiln.basics.progress import Activity
 
@@ -45,13 +45,21 @@ class TarContext(Protocol):
     def write_tar(self, fileobj: IO[bytes]) -> None: ...
 
 
+class BuildStep(NamedTuple):
+    """One Dockerfile instruction of a build and what it cost."""
+
+    instruction: str
+    seconds: float
+    cached: bool
+
+
 @dataclass
 class BuildResult:
     image_id: str
     steps: int = 0
     cached_steps: int = 0
     seconds: float = 0.0
-    step_times: list[tuple[str, float, bool]] = field(default_factory=list)
+    step_times: list[BuildStep] = field(default_factory=list)
 
 
 class _BuildProgress:
@@ -73,7 +81,7 @@ class _BuildProgress:
         if self.current is None:
             return
         dt = time.monotonic() - self.t_step
-        self.result.step_times.append((self.current, dt, self.current_cached))
+        self.result.step_times.append(BuildStep(self.current, dt, self.current_cached))
         if not self.quiet:
             tag = "cached" if self.current_cached else log.human_secs(dt)
             log.info(f"  [{tag}]")
@@ -204,6 +212,13 @@ class _PushProgress:
             (log.warn if warn else log.info)(line.strip() if warn else line)
 
 
+class ExecResult(NamedTuple):
+    """What a command run in a container (`docker exec`) ended with."""
+
+    exit_code: int
+    output: str  # stdout and stderr together, decoded
+
+
 class DockerError(Exception):
     """The daemon (or the SDK reading the docker config) refused a request; the message
     is its own explanation on one line. Callers turn it into their typed error."""
@@ -284,12 +299,12 @@ class Container:
         except Exception:  # gone before the wait was registered: nothing to report
             return None
 
-    def exec(self, cmd: list[str]) -> tuple[int, str]:
+    def exec(self, cmd: list[str]) -> ExecResult:
         res = self._sdk.exec_run(cmd, demux=False, stream=False)
         if res.exit_code is None:  # only a streamed exec has none
             raise DockerError("the Docker daemon reported no exit code for an exec")
         output = res.output if isinstance(res.output, bytes) else b""  # not streamed: bytes or None
-        return res.exit_code, output.decode(errors="replace")
+        return ExecResult(res.exit_code, output.decode(errors="replace"))
 
     def stop(self, timeout: int) -> None:
         try:
@@ -338,8 +353,10 @@ class DockerDaemon:
         if not pull:
             raise BaseImageMissing(f"base image {ref} is not present locally")
         log.step(f"pulling {ref}")
-        repo, tag = split_ref(ref)
-        auth_config = auth(registry_of(repo)) if auth else None
+        parts = imageref.parse(ref)
+        # by digest: the whole reference is the name, and no tag may be passed beside it
+        repo, tag = (ref, None) if parts.digest else (parts.name, parts.tag)
+        auth_config = auth(registry_of(parts.name)) if auth else None
         t0 = time.monotonic()
         layers: dict[str, tuple[int, int]] = {}  # layer id -> (bytes done, bytes total)
         try:
@@ -363,7 +380,7 @@ class DockerDaemon:
             raise BaseImageMissing(f"base image {ref} is not local and could not be pulled: {_short(exc)}") from None
 
     def tag(self, image_id: str, ref: str) -> None:
-        repo, _, tag = ref.rpartition(":")
+        repo, tag = _name_and_tag(ref)
         if not self.client.api.tag(image_id, repo, tag, force=True):
             raise BuildFailed(f"could not tag {image_id[:19]} as {ref}")
 
@@ -386,7 +403,7 @@ class DockerDaemon:
 
     def import_rootfs(self, tarball: Path, ref: str, changes: list[str]) -> Image | None:
         """`docker import` of a root filesystem tarball as `ref`, with Dockerfile `changes`."""
-        repo, _, tag = ref.rpartition(":")
+        repo, tag = _name_and_tag(ref)
         with tarball.open("rb") as fh:
             resp = self.client.api.import_image(src=fh, repository=repo, tag=tag, changes=changes)
         log.debug(f"docker import: {str(resp)[:200]}")
@@ -418,7 +435,7 @@ class DockerDaemon:
             raise BuildFailed(f"{what} failed{cause}: {tail}")
         return json.loads(line.removeprefix(prefix))
 
-    def run_command(self, image: str, argv: list[str], *, timeout_s: float, name_prefix: str = "kiln-") -> tuple[int, str]:
+    def run_command(self, image: str, argv: list[str], *, timeout_s: float, name_prefix: str = "kiln-") -> ExecResult:
         """Run `argv` in a throwaway container of `image` (with network: e.g. apt's
         package lists) and return its exit status and output; the container is removed."""
         container = self.client.containers.create(
@@ -432,7 +449,7 @@ class DockerDaemon:
             raise BuildFailed(f"{' '.join(argv[:3])} in {image} did not finish: {exc}") from None
         finally:
             container.remove(force=True)
-        return int(status.get("StatusCode", 1)), output
+        return ExecResult(int(status.get("StatusCode", 1)), output)
 
     # -- containers ---------------------------------------------------------
     def containers(self, *, label: str, all_states: bool = False) -> list[Container]:
@@ -500,7 +517,7 @@ class DockerDaemon:
         The daemon writes the tag only after every layer is up, so a failure midway
         leaves the registry's tags untouched. `auth_config` travels to the daemon in the
         request header only (never into ~/.docker/config.json)."""
-        repo, _, tag = ref.rpartition(":")
+        repo, tag = _name_and_tag(ref)
         t0 = time.monotonic()
         try:
             with Activity(f"pushing {ref}", unit_bytes=True, silent=quiet) as activity:
@@ -613,12 +630,13 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())[:300] or "failed"
 
 
-def split_ref(ref: str) -> tuple[str, str | None]:
-    """("repo", "tag") or ("repo@sha256:...", None); a registry port is not a tag."""
-    if "@" in ref:
-        return ref, None
-    slash, colon = ref.rfind("/"), ref.rfind(":")
-    return (ref[:colon], ref[colon + 1:]) if colon > slash else (ref, None)
+def _name_and_tag(ref: str) -> tuple[str, str]:
+    """The repository and tag of `REPO:TAG`, for the SDK calls that take them apart (a
+    push without a tag would push every tag of the repository)."""
+    parts = imageref.parse(ref)
+    if parts.tag is None or parts.digest is not None:
+        raise DockerError(f"{ref[:200]} is no REPOSITORY:TAG")
+    return parts.name, parts.tag
 
 
 def registry_of(repo: str) -> str:

@@ -8,10 +8,9 @@ a different image never inherits a pass.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from kiln.basics.files import write_atomic
 from kiln.basics.paths import results_dir
 
 
@@ -31,11 +30,7 @@ def record_path(image_id: str) -> Path:
 
 def write_smoke_record(record: dict) -> Path:
     path = record_path(record["image_id"])
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(record, fh, indent=2, sort_keys=True)
-        fh.write("\n")
-    os.replace(tmp, path)  # atomic: a reader never sees half a record
+    write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return path
 
 

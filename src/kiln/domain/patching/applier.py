@@ -185,7 +185,7 @@ class FileDiff:
 
     @property
     def target(self) -> str:
-        return self.new_path or self.old_path  # type: ignore[return-value]
+        return self.new_path or self.old_path  # type: ignore[return-value]  # the parser refuses /dev/null on both sides
 
     @property
     def creates(self) -> bool:
@@ -419,12 +419,12 @@ class Tree:
                     staged.append((dest, None))
                     continue
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.kiln-")
+                fd, staging = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.kiln-")
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
                 mode = dest.stat().st_mode & 0o7777 if dest.exists() else 0o644
-                os.chmod(tmp, mode)
-                staged.append((dest, Path(tmp)))
+                os.chmod(staging, mode)
+                staged.append((dest, Path(staging)))
         except BaseException:
             for _, tmp in staged:
                 if tmp is not None:
@@ -567,7 +567,8 @@ def apply_file(content: bytes | None, fd: FileDiff, partial: bool = False) -> tu
 def apply_patch(tree: Tree, patch: Patch, reverse: bool = False, partial: bool = False) -> PatchResult:
     """Apply one patch to the tree's in-memory state; changes land only if all hunks
     apply, unless `partial` (then whatever applies lands, like `quilt push -f`)."""
-    results, pending = [], {}
+    results: list[FileResult] = []
+    pending: dict[str, bytes | None] = {}
     for fd in patch.files:
         fd = fd.reversed() if reverse else fd
         current = pending[fd.target] if fd.target in pending else tree.read(fd.target)
@@ -673,7 +674,7 @@ def _manifest_entries(results: list[PatchResult], sources: dict[int, str]) -> li
 
 
 def _write_manifest(path: Path, patches: list[dict], replacements: list[dict], append: bool) -> None:
-    doc = {"patches": [], "replacements": []}
+    doc: dict[str, list[dict]] = {"patches": [], "replacements": []}
     if append and path.is_file():
         doc = json.loads(path.read_text(encoding="utf-8"))
         doc.setdefault("patches", [])

@@ -111,7 +111,8 @@ def bump_report(from_version: str, to_version: str, flavour: str | None = None) 
 def default_from(to_version: str) -> str:
     """The newest series older than `to_version` (what a bump normally starts from)."""
     target = version_key(to_version)
-    older = [v for v in pinned_versions() if target is None or version_key(v) < target]
+    older = [v for v in pinned_versions()
+             if target is None or ((key := version_key(v)) is not None and key < target)]
     if not older:
         have = ", ".join(pinned_versions()) or "none"
         raise UsageError(f"no series older than {to_version} under patches/{ENGINE}/ (series exist for: {have})",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def diff_hunks(old: list[bytes], new: list[bytes], context: int = 3) -> bytes:
     return b"".join(out)
 
 
-def file_diff(target: str, old: bytes | None, new: bytes | None, preamble: list[bytes] = ()) -> bytes:
+def file_diff(target: str, old: bytes | None, new: bytes | None, preamble: Sequence[bytes] = ()) -> bytes:
     """One file's section: `--- a/T` / `+++ b/T` (or /dev/null) plus hunks; b"" if equal."""
     if old == new:
         return b""

@@ -73,7 +73,7 @@ def _rebase_replacements(ov, feature: str, from_version: str, pinned: str, flavo
             base_tree, _ = engine_tree(from_version, flavour)
         base = base_tree.read(rep.target)
         base_sha = applier.sha256_bytes(base) if base is not None else "(file missing)"
-        if base_sha != rep.upstream_sha256:
+        if base is None or base_sha != rep.upstream_sha256:
             raise OverrideDrift([f"{shown(yaml_file)}: replacements[{idx}]: {rep.target} in {ENGINE} {from_version} has "
                                  f"sha256 {base_sha}, not the declared {rep.upstream_sha256}"],
                                 hint="--from must name the engine version the override was forked from")

