@@ -4,6 +4,7 @@ it always was), tags and labels, and `python -m kiln_engine info`'s architecture
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -137,3 +138,69 @@ def test_kiln_engine_info_prints_the_architecture(monkeypatch, capsys):
     assert info.info()["architecture"]["platform"] == "linux/amd64"
     assert info.main(["info"]) == 0
     assert "architecture: linux/amd64 (x86_64)" in capsys.readouterr().out
+
+
+def test_image_index_is_deterministic_and_names_each_platform():
+    from kiln.infra.registry import OCI_INDEX, Manifest, image_index, index_children
+
+    amd = Manifest("sha256:" + "a" * 64, "application/vnd.docker.distribution.manifest.v2+json", b"{}")
+    arm = Manifest("sha256:" + "b" * 64, "application/vnd.oci.image.manifest.v1+json", b"{ }")
+    one, two = image_index([("linux/amd64", amd), ("linux/arm64", arm)]), image_index([("linux/amd64", amd),
+                                                                                        ("linux/arm64", arm)])
+    assert one == two and one.media_type == OCI_INDEX and one.is_index
+    doc = json.loads(one.body)
+    assert doc["mediaType"] == OCI_INDEX and doc["schemaVersion"] == 2
+    assert [(m["platform"], m["size"], m["mediaType"]) for m in doc["manifests"]] == [
+        ({"architecture": "amd64", "os": "linux"}, 2, amd.media_type),
+        ({"architecture": "arm64", "os": "linux"}, 3, arm.media_type)]
+    assert index_children(one) == [("linux/amd64", amd.digest), ("linux/arm64", arm.digest)]
+    with pytest.raises(ValueError):
+        image_index([("linux/amd64", one)])  # an index holds image manifests, not indexes
+
+
+def _binfmt(tmp_path: Path, entry: str | None, mounted: bool = True) -> Path:
+    root = tmp_path / "binfmt_misc"
+    root.mkdir()
+    if mounted:
+        (root / "status").write_text("enabled\n")
+    if entry is not None:
+        (root / "qemu-aarch64").write_text(entry)
+    return root
+
+
+QEMU = ("{state}\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: {flags}\noffset 0\n"
+        "magic 7f454c460201010000000000000000000200b700\n")
+
+
+@pytest.mark.parametrize("mounted, entry, usable, says", [
+    (False, None, False, "binfmt_misc is not mounted"),
+    (True, None, False, "no qemu-aarch64 entry"),
+    (True, QEMU.format(state="disabled", flags="PF"), False, "registered but disabled"),
+    (True, QEMU.format(state="enabled", flags="P"), False, "lacks flag F"),
+    (True, QEMU.format(state="enabled", flags="PF"), True, "qemu: /usr/libexec/qemu-binfmt/aarch64-binfmt-P (flags PF)"),
+])
+def test_emulation_state_from_binfmt_misc(tmp_path, monkeypatch, mounted, entry, usable, says):
+    import platform
+
+    from kiln.infra import binfmt
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    got = binfmt.state("linux/arm64", _binfmt(tmp_path, entry, mounted))
+    assert not got.native and got.usable is usable
+    assert says in got.describe()
+    assert binfmt.state("linux/amd64", tmp_path).native  # the host's own needs nothing
+
+
+def test_a_build_for_an_unemulated_platform_stops_with_exit_102(tmp_path, monkeypatch):
+    import platform
+
+    from kiln.basics.errors import EmulationUnavailable
+    from kiln.infra import binfmt
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(binfmt, "BINFMT", _binfmt(tmp_path, None, mounted=False))
+    with pytest.raises(EmulationUnavailable) as info:
+        binfmt.require("linux/arm64")
+    assert info.value.exit_code == 102 and "binfmt_misc is not mounted" in info.value.message
+    assert "setup.sh --arm64" in info.value.hint
+    binfmt.require("linux/amd64")  # native: no error

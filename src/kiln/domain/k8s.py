@@ -47,7 +47,7 @@ HF_TOKEN_SECRET = "hf-token"  # optional Secret (key HF_TOKEN) the fetch Job pas
 # -- the image --------------------------------------------------------------------------
 def published_image(name: str, input_digest: str) -> str:
     """REGISTRY/REPO@sha256:... of the newest publish record of `name` built from the
-    recipe's current inputs."""
+    recipe's current inputs (for a multi-platform recipe: the index holding them)."""
 
     folder = results_dir() / "publish"
     records = []
@@ -58,7 +58,9 @@ def published_image(name: str, input_digest: str) -> str:
             continue
         if doc.get("recipe") == name and doc.get("manifest_digest"):
             records.append(doc)
-    current = [d for d in records if d.get("input_digest") == input_digest]
+    # a multi-platform publish (an image index) holds this image as one of its platforms
+    current = [d for d in records if d.get("input_digest") == input_digest
+               or input_digest in {p.get("input_digest") for p in (d.get("platforms") or {}).values()}]
     if current:
         doc = current[-1]
         return f"{doc['registry']}/{doc['repository']}@{doc['manifest_digest']}"

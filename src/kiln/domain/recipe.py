@@ -112,7 +112,7 @@ class Engine(Strict):
         None, description="CUDA major.minor the engine must carry (cuda flavour; checked against the built image)"
     )
     platforms: Annotated[list[Platform], Field(min_length=1), AfterValidator(_unique_platforms)] = Field(
-        default_factory=lambda: [DEFAULT_PLATFORM],
+        default_factory=lambda: list[Platform](["linux/amd64"]),
         description="OCI platforms the images are built for, e.g. [linux/amd64, linux/arm64] (GH200/GB200 "
                     "nodes are aarch64); `kiln publish` pushes one image index holding them all")
 
