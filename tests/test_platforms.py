@@ -204,3 +204,47 @@ def test_a_build_for_an_unemulated_platform_stops_with_exit_102(tmp_path, monkey
     assert info.value.exit_code == 102 and "binfmt_misc is not mounted" in info.value.message
     assert "setup.sh --arm64" in info.value.hint
     binfmt.require("linux/amd64")  # native: no error
+
+
+def _tree_with_tiny_moe(tmp_path: Path, platforms) -> Path:
+    root = tmp_path / "tree"
+    root.mkdir()
+    for part in ("docker-images", "engine", "patches"):
+        (root / part).symlink_to(REPO / part)
+    _recipe(root, _with_platforms(TINY, platforms))
+    return root
+
+
+@pytest.mark.parametrize("platforms, code, says", [
+    (["linux/amd64"], 101, "declared for linux/amd64, not linux/arm64"),
+    (["linux/amd64", "linux/arm64"], 100, "torch-2.13.0+cpu-*-manylinux_*_aarch64.whl"),
+])
+def test_build_for_a_platform_checks_it_before_anything_builds(tmp_path, platforms, code, says):
+    root = _tree_with_tiny_moe(tmp_path, platforms)
+    for args in (["build", "tiny-moe", "--platform", "linux/arm64"], ["smoke", "tiny-moe", "--platform", "linux/arm64"]):
+        result = run_kiln(*args, env={"KILN_ROOT": str(root), "KILN_CACHE_DIR": str(tmp_path / "c")}, cwd=root)
+        assert result.returncode == code, result.stderr
+        assert says in result.stderr and result.stderr.count("kiln: error:") == 1, result.stderr
+
+
+def test_emulated_smoke_limits_are_scaled_and_capped():
+    from kiln.commands.smoke import EMULATION_FACTOR, emulated_smoke
+
+    spec = load_recipe(recipe_dir("tiny-moe")).recipe.smoke.model_copy(update={"min_tokens_per_s": 10.0})
+    scaled = emulated_smoke(spec)
+    assert scaled.startup_timeout_s == min(spec.startup_timeout_s * EMULATION_FACTOR, 7200)
+    assert scaled.request_timeout_s == min(spec.request_timeout_s * EMULATION_FACTOR, 3600)
+    assert scaled.min_tokens_per_s == 10.0 / EMULATION_FACTOR
+    assert spec.startup_timeout_s < scaled.startup_timeout_s  # the recipe's own spec is untouched
+    assert emulated_smoke(spec, 1000).startup_timeout_s == 7200  # the schema's upper bound
+
+
+def test_base_tags_per_platform():
+    from kiln.commands.base import base_tag
+
+    assert base_tag("kiln/base:bookworm", None) == base_tag("kiln/base:bookworm", "linux/amd64") == "kiln/base:bookworm"
+    assert base_tag("kiln/base:bookworm", "linux/arm64") == "kiln/base:bookworm-arm64"
+    loaded = load_recipe(recipe_dir("glm53-kindling"))
+    arm = EngineImage(loaded.recipe.engine, LazyCA(None), "linux/arm64")
+    assert arm.base_ref == "kiln/base:bookworm-arm64" == arm.buildargs()["BASE_IMAGE"]
+    assert EngineImage(loaded.recipe.engine, LazyCA(None), "linux/amd64").base_ref == "kiln/base:bookworm"

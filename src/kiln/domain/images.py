@@ -116,6 +116,16 @@ class EngineImage(_NamedByInputs):
         return f"kiln/engine-{self.engine.flavour}"
 
     @property
+    def base_ref(self) -> str:
+        """The base image for this platform: kiln's own air-gapped base has one tag per
+        platform (kiln/base:bookworm-arm64, `kiln base build --platform`); a registry base
+        pinned by digest is the same reference (an index names every platform)."""
+        base = self.engine.base_image
+        if base.ref.startswith("kiln/") and not base.digest:
+            return base.ref + platform_suffix(self.platform)
+        return base.pinned
+
+    @property
     def series_dir(self) -> Path:
         return repo_root() / "patches" / self.engine.name / self.engine.version
 
@@ -149,7 +159,7 @@ class EngineImage(_NamedByInputs):
         ctx.add_file(HFCACHE_ARC, Path(hfcache.__file__))
         ctx.add_param("engine", f"{self.engine.name}=={self.engine.version}")
         ctx.add_param("flavour", self.engine.flavour)
-        ctx.add_param("base_image", self.engine.base_image.pinned)
+        ctx.add_param("base_image", self.base_ref)
         if self.platform != DEFAULT_PLATFORM:  # linux/amd64's digest stays what it always was
             ctx.add_param("platform", self.platform)
         lock = self.lock
@@ -185,7 +195,7 @@ class EngineImage(_NamedByInputs):
 
     def buildargs(self) -> dict[str, str]:
         return {
-            "BASE_IMAGE": self.engine.base_image.pinned,
+            "BASE_IMAGE": self.base_ref,
             "ENGINE_VERSION": self.engine.version,
         }
 
@@ -201,7 +211,7 @@ class EngineImage(_NamedByInputs):
             f"{LABEL_NS}.engine.name": e.name,
             f"{LABEL_NS}.engine.version": e.version,
             f"{LABEL_NS}.engine.flavour": e.flavour,
-            f"{LABEL_NS}.base-image": e.base_image.pinned,
+            f"{LABEL_NS}.base-image": self.base_ref,
             **platform_labels(self.platform),
             f"{LABEL_NS}.patches": json.dumps(dict(self.patch_entries()), sort_keys=True),
             **({f"{LABEL_NS}.lock": f"{enginelock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
