@@ -124,16 +124,16 @@ def test_publish_pushes_one_index_and_each_platform_pulls_its_own(tree, registry
     login = _docker(tree, "login", "-u", registry.user, "--password-stdin", registry.host, input=registry.password)
     assert login.returncode == 0, login.stderr
     ref = f"{registry.host}/{REPOSITORY}:experimental"
-    for _, tag, _ in tree["images"].values():
-        docker_daemon.remove_image(tag)  # only the local tag: the pull must come from the registry
+    for image_id, _, _ in tree["images"].values():  # the pulls must come from the registry
+        _docker(tree, "rmi", "-f", image_id)
     try:
         for plat in ("linux/arm64", "linux/amd64"):
-            for image_id, _, _ in tree["images"].values():
-                _docker(tree, "rmi", "-f", image_id)
             pulled = _docker(tree, "pull", "--platform", plat, ref)
             assert pulled.returncode == 0, pulled.stderr
             inspect = _docker(tree, "image", "inspect", "-f", "{{.Id}} {{.Os}}/{{.Architecture}}", ref)
             assert inspect.stdout.split() == [tree["images"][plat][0], plat], inspect.stdout
+            # the pulled image is the built one (same id, labels): it gets its local tag back
+            assert _docker(tree, "tag", ref, tree["images"][plat][1]).returncode == 0
             _docker(tree, "rmi", ref)
     finally:
         _docker(tree, "logout", registry.host)
@@ -160,13 +160,52 @@ def test_promote_moves_the_index(tree, registry, monkeypatch):
     assert _raw_manifest(registry, "stable")[0] == got
 
 
-def _raw_manifest(registry, ref: str) -> tuple[str, dict]:
+def _raw_manifest(registry, ref: str, repository: str = REPOSITORY) -> tuple[str, dict]:
     import hashlib
 
     import requests
 
-    resp = requests.get(f"http://{registry.host}/v2/{REPOSITORY}/manifests/{ref}", auth=registry.auth, timeout=10,
+    resp = requests.get(f"http://{registry.host}/v2/{repository}/manifests/{ref}", auth=registry.auth, timeout=10,
                         headers={"Accept": f"{INDEX}, application/vnd.oci.image.manifest.v1+json, "
                                            "application/vnd.docker.distribution.manifest.v2+json"})
     resp.raise_for_status()
     return "sha256:" + hashlib.sha256(resp.content).hexdigest(), resp.json()
+
+
+def test_signed_index_publish_signs_the_index_digest(tree, registry, monkeypatch, tmp_path):
+    """--sign on a multi-platform publish: the signature and attestations are for the
+    index digest (what the tags point at), verified from the registry before the tags,
+    and `kiln verify REPO:TAG` (the real CLI) accepts it. The SBOM's content is not under
+    test here (a FROM-scratch image has no Python for the in-image reader), so it is a
+    minimal CycloneDX document; the provenance, signing and verification are real."""
+    from kiln.basics import paths
+    from kiln.commands import publish
+    from kiln.domain import attest, keys
+    from kiln.infra.credentials import Credentials
+    from kiln.infra.docker import DockerDaemon
+
+    pair = keys.write_key_pair(tmp_path / "team", b"team-pw")
+    monkeypatch.setenv("KILN_SIGNING_PASSWORD", "team-pw")
+    monkeypatch.setenv("KILN_ROOT", str(tree["root"]))
+    monkeypatch.setenv("KILN_RESULTS_DIR", str(tree["results"]))
+    monkeypatch.setattr(attest, "build_sbom", lambda docker, loaded, image: {
+        "bomFormat": "CycloneDX", "specVersion": "1.6", "version": 1, "components": []})
+    paths.repo_root.cache_clear()
+    for plat in PLATFORMS:
+        _smoke(tree, plat)
+    ns = f"{registry.host}/signed"
+    try:
+        result = publish.publish(NAME, registry=ns, creds=Credentials(registry.user, registry.password, "test"),
+                                 docker=DockerDaemon(), sign_key=pair.private)
+    finally:
+        paths.repo_root.cache_clear()
+    tags = registry.tags(f"signed/{REPOSITORY}")
+    index_hex = result.manifest_digest.split(":")[1]
+    assert f"sha256-{index_hex}.sig" in tags and f"sha256-{index_hex}.att" in tags
+    assert result.signature and result.signature["verified"] is True
+    got, index = _raw_manifest(registry, "experimental", repository=f"signed/{REPOSITORY}")
+    assert got == result.manifest_digest and index["mediaType"] == INDEX
+    verified = run_kiln("verify", f"{ns}/{REPOSITORY}:experimental", "--key", str(pair.public),
+                        env={**_env(tree, registry)}, cwd=tree["root"])
+    assert verified.returncode == 0, verified.stderr
+    assert result.manifest_digest in verified.stdout + verified.stderr
