@@ -248,3 +248,14 @@ def test_base_tags_per_platform():
     arm = EngineImage(loaded.recipe.engine, LazyCA(None), "linux/arm64")
     assert arm.base_ref == "kiln/base:bookworm-arm64" == arm.buildargs()["BASE_IMAGE"]
     assert EngineImage(loaded.recipe.engine, LazyCA(None), "linux/amd64").base_ref == "kiln/base:bookworm"
+
+
+def test_a_platform_without_debian_pins_is_a_gap():
+    """engine-cuda installs Debian packages from the lock's pins: an arm64 half with wheels
+    but no pins could not build (its apt step would have nothing to install from)."""
+    lock = enginelock.load(REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json")
+    assert len(lock.debian_packages["linux/arm64"]) > 0  # resolved under qemu on kiln/base:bookworm-arm64
+    assert {d.architecture for d in lock.debian_packages["linux/arm64"]} <= {"arm64", "all"}
+    lock.debian_packages = {"linux/amd64": lock.debian_packages["linux/amd64"]}
+    [gap] = enginelock.platform_gaps(lock, "linux/arm64", None)
+    assert gap.startswith("Debian package pins (binutils g++ gcc") and "for arm64" in gap

@@ -258,7 +258,7 @@ def check_platform(loaded: LoadedRecipe, platform: str) -> None:
     if gaps:
         i = list[str](engine.platforms).index(platform)
         raise PlatformUnsupported([f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {platform}: "
-                                   f"the engine lock has no {platform} wheel of {', '.join(gaps)}"])
+                                   f"the engine lock has no {platform} {', '.join(gaps)}"])
     binfmt.require(platform)
 
 

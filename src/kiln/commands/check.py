@@ -63,7 +63,7 @@ def _platforms(loaded) -> list[str]:
         gaps = enginelock.platform_gaps(lock, plat, e.torch)
         if gaps:
             problems.append(f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {plat}: {shown} "
-                            f"has no {plat} wheel of {', '.join(gaps)}")
+                            f"has no {plat} {', '.join(gaps)}")
     return problems
 
 

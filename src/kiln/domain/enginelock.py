@@ -655,8 +655,8 @@ def wanted_wheel(distribution: str, version: str, plat: str) -> str:
 
 def platform_gaps(lock: EngineLock, plat: str, torch: str | None) -> list[str]:
     """Why `lock` cannot build for `plat`: the engine wheel (and the torch it needs) that
-    the lock holds no file of for that platform, each as `<wheel it looked for>` text;
-    empty when it can."""
+    the lock holds no file of for that platform, each as `<wheel it looked for>` text,
+    or (wheels there) no Debian pins for it; empty when it can."""
     need = [(lock.distribution, lock.engine_version)]
     torch_pkg = lock.package("torch")
     if torch_pkg is not None:
@@ -666,6 +666,12 @@ def platform_gaps(lock: EngineLock, plat: str, torch: str | None) -> list[str]:
     gaps = []
     for name, version in need:
         pkg = lock.package(name)
-        if plat not in lock.platforms or pkg is None or plat not in pkg.wheels:
-            gaps.append(f"{name}=={version} ({wanted_wheel(name, version, plat)})")
+        # a platform the lock is not for lacks everything; one it is for lacks what it
+        # holds for another platform only (a lock need not name the engine's own wheel)
+        if plat not in lock.platforms or (pkg is not None and plat not in pkg.wheels):
+            gaps.append(f"wheel of {name}=={version} ({wanted_wheel(name, version, plat)})")
+    if not gaps and lock.debian_requested and not lock.debian_packages.get(plat):
+        # the image's apt step installs exactly the lock's pins: none for this platform
+        gaps.append(f"Debian package pins ({' '.join(lock.debian_requested)} for {platform(plat).deb_arch}; "
+                    f"resolved on a {plat} host or under qemu)")
     return gaps
