@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from kiln.basics import log
+from kiln.basics import clock, log
 from kiln.basics.errors import (
     BudgetExceeded,
     BuildFailed,
@@ -26,13 +26,14 @@ from kiln.basics.errors import (
     PatchInvalid,
 )
 from kiln.commands.options import reports
-from kiln.domain import enginecheck, engineprobe, lockfailure
+from kiln.domain import enginecheck, engineprobe, lockfailure, reproducible
+from kiln.domain.sourcedate import SourceDate
 from kiln.domain.ca import CABundle, add_to_context
 from kiln.domain.context import BuildContext
 from kiln.domain.images import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
 from kiln.domain.patching import applier, series
 from kiln.domain.recipe import LoadedRecipe
-from kiln.infra import credentials
+from kiln.infra import credentials, records
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
@@ -72,6 +73,7 @@ class ImageBuild:
     max_size_gb: float | None = None
     check: Check | None = None
     finalize: Finalize | None = None
+    source_date: SourceDate = SourceDate(0, "unknown")  # created/history dates and file mtimes
     lock_file: Path | None = None  # the engine lock the build installs from, for its errors
     relock: str = "kiln engine lock RECIPE"  # how to re-lock it
 
@@ -89,7 +91,9 @@ def reuse(docker: DockerDaemon, digest: str, tags: list[str]) -> BuildOutcome | 
 
 
 def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: bool = False) -> BuildOutcome:
-    """Build `job` untagged, check it, then tag it."""
+    """Build `job` untagged, check it, make it reproducible (normalised layers and config
+    at the source date), then tag it. The wall clock goes into the build record only."""
+    started = clock.timestamp()
     context = job.context
     if not context.has("_kiln/ca.crt"):
         add_to_context(context, ca)
@@ -110,11 +114,19 @@ def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: b
         )
     if job.check is not None:
         job.check(image)
-    image_id = job.finalize(image) if job.finalize is not None else result.image_id
+    built_id = job.finalize(image) if job.finalize is not None else result.image_id
+    norm = reproducible.make_reproducible(docker, built_id, job.source_date.epoch, label=job.label)
+    image_id = norm.image_id
     for tag in job.tags:
         docker.tag(image_id, tag)
-    return BuildOutcome(job.tags[0], image_id, job.digest, size, result.seconds, False, result.steps,
-                        result.cached_steps)
+    records.write_build_record({
+        "image_id": image_id, "built_id": built_id, "tags": job.tags, "input_digest": job.digest,
+        "source_date": job.source_date.epoch, "revision": job.source_date.revision,
+        "layers": norm.diff_ids, "started": started, "finished": clock.timestamp(),
+        "build_seconds": round(result.seconds, 2), "normalise_seconds": round(norm.seconds, 2),
+    })
+    return BuildOutcome(job.tags[0], image_id, job.digest, size, result.seconds + norm.seconds, False,
+                        result.steps, result.cached_steps)
 
 
 def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
@@ -151,7 +163,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
     tags = [engine_image.tag, engine_image.alias_tag]
     reused = None if force else reuse(docker, engine_image.digest, tags)
     if reused is not None:
-        return stamp(docker, tags, reused)
+        return stamp(docker, tags, reused, engine_image.source_date.epoch)
     base = engine_image.engine.base_image
     # a registry base is pulled by digest; the air-gapped kiln/base is never pulled
     docker.ensure_base(base.pinned, pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth)
@@ -165,13 +177,14 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         buildargs=engine_image.buildargs(),
         # torch/CUDA/NCCL labels read from the built image before anything is tagged
         finalize=lambda image: engineprobe.labelled(docker, image),
+        source_date=engine_image.source_date,
         lock_file=engine_image.lock_file if engine_image.lock is not None else None,
         relock=f"kiln engine lock {recipe}",
     )
     return run_build(docker, job, engine_image.ca.get(), nocache=nocache)
 
 
-def stamp(docker: DockerDaemon, tags: list[str], outcome: BuildOutcome) -> BuildOutcome:
+def stamp(docker: DockerDaemon, tags: list[str], outcome: BuildOutcome, epoch: int = 0) -> BuildOutcome:
     """Heal an engine image built before probing existed (a reused image without the
     labels): tag a labelled derivative in its place. If the probe fails, the engine's
     tags are removed, so a failed check never leaves a tag that a later build would trust.
@@ -181,6 +194,7 @@ def stamp(docker: DockerDaemon, tags: list[str], outcome: BuildOutcome) -> Build
         return outcome
     try:
         image_id = engineprobe.labelled(docker, image)
+        image_id = reproducible.make_reproducible(docker, image_id, epoch, label="engine").image_id
     except BaseException:
         _untag(docker, tags)
         raise
@@ -247,6 +261,7 @@ def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: Reci
         labels=recipe_image.labels(),
         buildargs=recipe_image.buildargs(),
         max_size_gb=loaded.recipe.budgets.max_image_size_gb,
+        source_date=recipe_image.source_date,
         # the engine really is the declared one and accepts the launch args (enginecheck)
         check=lambda image: enginecheck.verify(loaded, image, docker),
     )

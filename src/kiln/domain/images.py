@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from kiln.basics import clock
 from kiln.basics.errors import ImageNotBuilt
 from kiln.basics.files import sha256_file
 from kiln.basics.paths import repo_root
-from kiln.domain import enginelock, hfcache, wheelhouse
+from kiln.domain import enginelock, hfcache, sourcedate, wheelhouse
 from kiln.domain.ca import CABundle, resolve_ca
 from kiln.domain.context import BuildContext
+from kiln.domain import normalise
 from kiln.domain.launch import LAUNCH_FILE, launch_json
 from kiln.domain.overrides import load_override
 from kiln.domain.patching import applier
@@ -50,7 +50,9 @@ def source_revision() -> str:
 
 
 def source_url() -> str:
-    return _git("config", "--get", "remote.origin.url") or f"file://{repo_root()}"
+    """The checkout's remote (empty when it has none: a local path differs per machine and
+    would make the image id differ with it)."""
+    return _git("config", "--get", "remote.origin.url")
 
 
 def _patcher_source() -> Path:
@@ -80,6 +82,14 @@ class _NamedByInputs(ABC):
     @property
     def tag(self) -> str:
         return f"{self.repository}:{self.short}"
+
+    def input_sources(self) -> dict[Path, tuple[str, ...]]:
+        return self.context.sources
+
+    @cached_property
+    def source_date(self) -> sourcedate.SourceDate:
+        """Committer time and commit of the newest change to this image's inputs."""
+        return sourcedate.of(self.input_sources())
 
 
 class EngineImage(_NamedByInputs):
@@ -160,6 +170,12 @@ class EngineImage(_NamedByInputs):
     def alias_tag(self) -> str:
         return f"{self.repository}:{self.engine.name}-{self.engine.version}"
 
+    def input_sources(self) -> dict[Path, tuple[str, ...]]:
+        sources = self.context.sources
+        if self.engine.base_image.ref.startswith("kiln/"):  # built here by `kiln base build`
+            sources[repo_root() / "docker-images" / "base"] = ()
+        return sources
+
     def buildargs(self) -> dict[str, str]:
         return {
             "BASE_IMAGE": self.engine.base_image.pinned,
@@ -172,7 +188,7 @@ class EngineImage(_NamedByInputs):
     def labels(self) -> dict[str, str]:
         e = self.engine
         return {
-            **oci_labels(self.repository, f"{e.name}-{e.version}"),
+            **oci_labels(self.repository, f"{e.name}-{e.version}", self.source_date),
             f"{LABEL_NS}.kind": "engine",
             f"{LABEL_NS}.input-digest": self.digest,
             f"{LABEL_NS}.engine.name": e.name,
@@ -197,13 +213,16 @@ def series_entries(series: Path) -> list[tuple[str, str]]:
     return out
 
 
-def oci_labels(title: str, version: str) -> dict[str, str]:
+def oci_labels(title: str, version: str, date: sourcedate.SourceDate) -> dict[str, str]:
+    """The OCI labels: `created` and `revision` from the inputs (sourcedate), never the
+    clock or HEAD, so that the same inputs give the same image id."""
+    url = source_url()
     return {
         "org.opencontainers.image.title": title,
         "org.opencontainers.image.version": version,
-        "org.opencontainers.image.revision": source_revision(),
-        "org.opencontainers.image.created": clock.timestamp(),
-        "org.opencontainers.image.source": source_url(),
+        "org.opencontainers.image.revision": date.revision,
+        "org.opencontainers.image.created": normalise.rfc3339(date.epoch),
+        **({"org.opencontainers.image.source": url} if url else {}),
     }
 
 
@@ -258,6 +277,10 @@ class RecipeImage(_NamedByInputs):
     def buildargs(self) -> dict[str, str]:
         return {"KILN_ENGINE_IMAGE": self.engine_image.tag}
 
+    def input_sources(self) -> dict[Path, tuple[str, ...]]:
+        # the engine image is in this image: its inputs are this image's inputs too
+        return {**self.engine_image.input_sources(), **self.context.sources}
+
     def overlay_patch_entries(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for feature in self.recipe.features:
@@ -273,7 +296,7 @@ class RecipeImage(_NamedByInputs):
         patches = dict(self.engine_image.patch_entries())
         patches.update(self.overlay_patch_entries())
         return {
-            **oci_labels(self.repository, f"{r.engine.name}-{r.engine.version}-{self.short}"),
+            **oci_labels(self.repository, f"{r.engine.name}-{r.engine.version}-{self.short}", self.source_date),
             "org.opencontainers.image.description": re.sub(r"\s+", " ", r.description)[:500],
             f"{LABEL_NS}.kind": "recipe",
             f"{LABEL_NS}.recipe": r.name,

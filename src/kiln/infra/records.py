@@ -1,4 +1,5 @@
-"""Smoke records: what `kiln smoke` proved about one image id.
+"""Smoke and build records: what `kiln smoke` proved about one image id, and what
+the build that made it did (its wall-clock times).
 
 `kiln publish` refuses images without a passing record, so records are keyed by the
 image id (content digest of the image config), not by tag: retagging or rebuilding to
@@ -49,3 +50,25 @@ def passing_smoke_record(image_id: str) -> dict | None:
     if rec and rec.get("passed") is True and rec.get("image_id") == image_id:
         return rec
     return None
+
+
+def build_record_path(image_id: str) -> Path:
+    d = results_dir() / "builds"
+    d.mkdir(parents=True, exist_ok=True)
+    return d / f"{_key(image_id)}.json"
+
+
+def write_build_record(record: dict) -> Path:
+    """What one build did, keyed by the (normalised) image id: the wall-clock start and
+    end live here, never in the image, whose dates are the inputs' source date."""
+    path = build_record_path(record["image_id"])
+    write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def build_record(image_id: str) -> dict | None:
+    path = build_record_path(image_id)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
