@@ -55,20 +55,30 @@ def passing_smoke_record(image_id: str) -> dict | None:
 def build_record_path(image_id: str) -> Path:
     d = results_dir() / "builds"
     d.mkdir(parents=True, exist_ok=True)
-    return d / f"{_key(image_id)}.json"
+    return d / f"{_key(image_id)}.jsonl"
 
 
 def write_build_record(record: dict) -> Path:
-    """What one build did, keyed by the (normalised) image id: the wall-clock start and
-    end live here, never in the image, whose dates are the inputs' source date."""
+    """What one build did, one JSON line per build, in a file per (normalised) image id:
+    the wall-clock start and end live here, never in the image, whose dates are the
+    inputs' source date (so every rebuild of the same inputs adds a line to one file)."""
     path = build_record_path(record["image_id"])
-    write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    with path.open("a") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
     return path
 
 
-def build_record(image_id: str) -> dict | None:
+def build_records(image_id: str) -> list[dict]:
+    """Every build that made `image_id`, oldest first."""
     path = build_record_path(image_id)
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by a crash: the others still count
+            continue
+    return out
