@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -15,9 +16,16 @@ from pathlib import Path
 import yaml
 
 from kiln.basics import log
-from kiln.basics.errors import BuildFailed, DebootstrapMissing
-from kiln.basics.paths import repo_root
+from kiln.basics.errors import BaseLockMismatch, BuildFailed, DebootstrapMissing
+from kiln.basics.files import write_atomic
+from kiln.basics.paths import local_ref, repo_root
+from kiln.domain import reproducible, sourcedate
 from kiln.infra.docker import DockerDaemon, id_of
+
+# files debootstrap copies from the build host, or stamps with today's date: Docker
+# provides /etc/hostname and /etc/resolv.conf at run time
+_HOST_FILES = ("etc/hostname", "etc/resolv.conf", "etc/machine-id")
+_SHADOW = ("etc/shadow", "etc/gshadow", "etc/shadow-", "etc/gshadow-")
 
 
 @dataclass(frozen=True)
@@ -63,10 +71,72 @@ def _sources_list(spec: BaseSpec) -> str:
     )
 
 
+def base_dir() -> Path:
+    return repo_root() / "docker-images" / "base"
+
+
+def lock_path(spec: BaseSpec) -> Path:
+    """docker-images/base/locks/<suite>.lock.json: the Debian package set the base holds."""
+    return base_dir() / "locks" / f"{spec.suite}.lock.json"
+
+
+def _installed(root: Path) -> dict[str, str]:
+    out = _run(["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}:${Architecture}=${Version}\\n"],
+               "dpkg-query")
+    return dict(sorted(line.split("=", 1) for line in out.split()))
+
+
+def lock_document(spec: BaseSpec, packages: dict[str, str]) -> str:
+    doc = {"suite": spec.suite, "variant": spec.variant, "mirror": spec.mirror,
+           "include": list(spec.include), "packages": packages,
+           "how": "written by `kiln base build --relock`; `kiln base build` fails when debootstrap "
+                  "installs any other set"}
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def check_lock(spec: BaseSpec, packages: dict[str, str], path: Path) -> None:
+    """The set debootstrap installed must be the locked one: the mirror moving on (a point
+    release) would otherwise give another base, and every image on it another id."""
+    try:
+        locked = json.loads(path.read_text())["packages"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BaseLockMismatch(f"{path}: cannot be read as a base lock: {exc}") from None
+    changed = [f"{p} {locked.get(p, '(not locked)')} -> {packages.get(p, '(not installed)')}"
+               for p in sorted(set(locked) | set(packages)) if locked.get(p) != packages.get(p)]
+    if changed:
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise BaseLockMismatch(f"{shown(path)}: debootstrap installed another package set than the lock: "
+                               f"{changed[0]}{more}")
+
+
+def shown(path: Path) -> str:
+    try:
+        return path.relative_to(repo_root()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _scrub(root: Path) -> None:
+    """What only makes two debootstraps differ: host files, password-change days."""
+    for rel in _HOST_FILES:
+        (root / rel).unlink(missing_ok=True)
+    for rel in _SHADOW:
+        path = root / rel
+        if not path.is_file():
+            continue
+        lines = []
+        for line in path.read_text().splitlines():
+            fields = line.split(":")
+            if rel.startswith("etc/shadow") and len(fields) > 2:
+                fields[2] = ""  # the day of the last password change: build day, not content
+            lines.append(":".join(fields))
+        path.write_text("\n".join(lines) + "\n")
+
+
 def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str | None = None,
-               force: bool = False) -> str:
+               force: bool = False, relock: bool = False) -> str:
     spec = spec or BaseSpec.load()
-    tag = tag or spec.tag
+    tag = tag or local_ref(spec.tag)
     existing = docker.image(tag)
     if existing is not None and not force:
         log.ok(f"{tag} already exists ({id_of(existing)[:19]}); --force rebuilds it")
@@ -85,6 +155,14 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
         _run([*cmd, spec.suite, str(root), spec.mirror], "debootstrap")
         log.info(f"debootstrap: {log.human_secs(time.monotonic() - t0)}")
         (root / "etc/apt/sources.list").write_text(_sources_list(spec))
+        installed = _installed(root)
+        lock = lock_path(spec)
+        if relock or not lock.is_file():
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(lock, lock_document(spec, installed))
+            log.warn(f"wrote {shown(lock)} ({len(installed)} packages): commit it")
+        else:
+            check_lock(spec, installed, lock)
         packages = _run(
             ["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}=${Version}\\n"], "dpkg-query"
         )
@@ -99,13 +177,14 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
                         child.unlink()
             elif target.exists():
                 target.unlink()
+        _scrub(root)
         tarball = Path(tmp) / "rootfs.tar"
         log.step("packing rootfs (sorted, mtime 0, numeric owners)")
         _run(["tar", "-C", str(root), "--sort=name", "--numeric-owner", "--mtime=@0",
               "--exclude=./dev/*", "--exclude=./proc/*", "--exclude=./sys/*",
               "-cf", str(tarball), "."], "tar")
         labels = {
-            "org.opencontainers.image.title": tag,
+            "org.opencontainers.image.title": spec.tag,
             "org.opencontainers.image.description": f"Debian {spec.suite} {spec.variant} from debootstrap",
             "org.opencontainers.image.base.name": f"debootstrap:{spec.suite}",
             "ai.kiln.base.suite": spec.suite,
@@ -118,9 +197,13 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
         changes += ['ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
                     'ENV LANG=C.UTF-8', 'CMD ["/bin/bash"]']
         log.step(f"docker import -> {tag}")
-        image = docker.import_rootfs(tarball, tag, changes)
-        if image is None:
+        imported = docker.import_rootfs(tarball, None, changes)
+        if imported is None:
             raise BuildFailed(f"base image: docker import did not produce {tag}")
+        date = sourcedate.of({base_dir(): ()})
+        norm = reproducible.make_reproducible(docker, id_of(imported), date.epoch, label="base")
+        docker.tag(norm.image_id, tag)
+        image = docker.require_image(norm.image_id)
     log.summary(
         "base image built",
         {
@@ -135,7 +218,7 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
 
 
 def cmd_base_build(args: argparse.Namespace) -> int:
-    build_base(DockerDaemon(), tag=args.tag, force=args.force)
+    build_base(DockerDaemon(), tag=args.tag, force=args.force or args.relock, relock=args.relock)
     return 0
 
 
@@ -145,4 +228,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = bsub.add_parser("build", help="debootstrap + import kiln/base:bookworm")
     s.add_argument("--tag", default=None)
     s.add_argument("--force", action="store_true")
+    s.add_argument("--relock", action="store_true",
+                   help="write the package set debootstrap installs into docker-images/base/locks/ "
+                        "(after the mirror moved on) instead of refusing another set")
     s.set_defaults(func=cmd_base_build)

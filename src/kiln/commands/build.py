@@ -25,6 +25,7 @@ from kiln.basics.errors import (
     PatchFailed,
     PatchInvalid,
 )
+from kiln.basics.paths import local_ref
 from kiln.commands.options import reports
 from kiln.domain import enginecheck, engineprobe, lockfailure, reproducible
 from kiln.domain.sourcedate import SourceDate
@@ -166,7 +167,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         return stamp(docker, tags, reused, engine_image.source_date.epoch)
     base = engine_image.engine.base_image
     # a registry base is pulled by digest; the air-gapped kiln/base is never pulled
-    docker.ensure_base(base.pinned, pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth)
+    docker.ensure_base(local_ref(base.pinned), pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth)
     engine_image.add_wheels()
     job = ImageBuild(
         label=f"engine-{engine_image.engine.flavour}",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kiln.basics.errors import ImageNotBuilt
 from kiln.basics.files import sha256_file
-from kiln.basics.paths import repo_root
+from kiln.basics.paths import local_ref, repo_root
 from kiln.domain import enginelock, hfcache, sourcedate, wheelhouse
 from kiln.domain.ca import CABundle, resolve_ca
 from kiln.domain.context import BuildContext
@@ -80,8 +80,14 @@ class _NamedByInputs(ABC):
         return self.digest.split(":")[1][:12]
 
     @property
-    def tag(self) -> str:
+    def canonical_tag(self) -> str:
+        """`kiln/NAME:<digest12>`: the name labels carry, whatever the local namespace."""
         return f"{self.repository}:{self.short}"
+
+    @property
+    def tag(self) -> str:
+        """The local tag (`paths.local_ref`: $KILN_IMAGE_NAMESPACE moves it)."""
+        return local_ref(self.canonical_tag)
 
     def input_sources(self) -> dict[Path, tuple[str, ...]]:
         return self.context.sources
@@ -168,7 +174,7 @@ class EngineImage(_NamedByInputs):
 
     @property
     def alias_tag(self) -> str:
-        return f"{self.repository}:{self.engine.name}-{self.engine.version}"
+        return local_ref(f"{self.repository}:{self.engine.name}-{self.engine.version}")
 
     def input_sources(self) -> dict[Path, tuple[str, ...]]:
         sources = self.context.sources
@@ -178,7 +184,7 @@ class EngineImage(_NamedByInputs):
 
     def buildargs(self) -> dict[str, str]:
         return {
-            "BASE_IMAGE": self.engine.base_image.pinned,
+            "BASE_IMAGE": local_ref(self.engine.base_image.pinned),
             "ENGINE_VERSION": self.engine.version,
         }
 
@@ -272,7 +278,7 @@ class RecipeImage(_NamedByInputs):
 
     @property
     def latest_tag(self) -> str:
-        return f"{self.repository}:latest"
+        return local_ref(f"{self.repository}:latest")
 
     def buildargs(self) -> dict[str, str]:
         return {"KILN_ENGINE_IMAGE": self.engine_image.tag}
@@ -304,7 +310,7 @@ class RecipeImage(_NamedByInputs):
             f"{LABEL_NS}.engine.name": r.engine.name,
             f"{LABEL_NS}.engine.version": r.engine.version,
             f"{LABEL_NS}.engine.flavour": r.engine.flavour,
-            f"{LABEL_NS}.engine.image": self.engine_image.tag,
+            f"{LABEL_NS}.engine.image": self.engine_image.canonical_tag,
             f"{LABEL_NS}.engine.input-digest": self.engine_image.digest,
             f"{LABEL_NS}.patches": json.dumps(patches, sort_keys=True),
             f"{LABEL_NS}.experimental": ",".join(r.features),

@@ -401,12 +401,16 @@ class DockerDaemon:
         except docker.errors.ImageNotFound:
             pass
 
-    def import_rootfs(self, tarball: Path, ref: str, changes: list[str]) -> Image | None:
-        """`docker import` of a root filesystem tarball as `ref`, with Dockerfile `changes`."""
-        repo, tag = _name_and_tag(ref)
+    def import_rootfs(self, tarball: Path, ref: str | None, changes: list[str]) -> Image | None:
+        """`docker import` of a root filesystem tarball as `ref` (None: untagged), with
+        Dockerfile `changes`."""
+        repo, tag = _name_and_tag(ref) if ref is not None else (None, None)
         with tarball.open("rb") as fh:
             resp = self.client.api.import_image(src=fh, repository=repo, tag=tag, changes=changes)
         log.debug(f"docker import: {str(resp)[:200]}")
+        if ref is None:
+            found = re.search(r"sha256:[0-9a-f]{64}", str(resp))
+            return self.image(found.group(0)) if found else None
         return self.image(ref)
 
     def save(self, image_id: str) -> Iterator[bytes]:
