@@ -28,12 +28,12 @@ from kiln.basics.errors import (
 from kiln.basics.paths import local_ref
 from kiln.commands.options import reports
 from kiln.domain import enginecheck, engineprobe, lockfailure, reproducible
-from kiln.domain.sourcedate import SourceDate
 from kiln.domain.ca import CABundle, add_to_context
 from kiln.domain.context import BuildContext
 from kiln.domain.images import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
 from kiln.domain.patching import applier, series
 from kiln.domain.recipe import LoadedRecipe
+from kiln.domain.sourcedate import SourceDate
 from kiln.infra import credentials, records
 from kiln.infra.docker import DockerDaemon, Image, id_of
 

@@ -17,10 +17,9 @@ from pathlib import Path
 from kiln.basics.errors import ImageNotBuilt
 from kiln.basics.files import sha256_file
 from kiln.basics.paths import local_ref, repo_root
-from kiln.domain import enginelock, hfcache, sourcedate, wheelhouse
+from kiln.domain import enginelock, hfcache, normalise, sourcedate, wheelhouse
 from kiln.domain.ca import CABundle, resolve_ca
 from kiln.domain.context import BuildContext
-from kiln.domain import normalise
 from kiln.domain.launch import LAUNCH_FILE, launch_json
 from kiln.domain.overrides import load_override
 from kiln.domain.patching import applier

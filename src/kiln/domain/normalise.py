@@ -28,7 +28,7 @@ import shutil
 import tarfile
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
@@ -40,7 +40,7 @@ _DROP_CONFIG = ("container", "container_config", "docker_version", "parent", "id
 
 def rfc3339(epoch: int) -> str:
     """The source date as docker writes `created` (UTC, seconds)."""
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _name(member: tarfile.TarInfo) -> str:
@@ -126,7 +126,7 @@ class Normalised:
 def extract_saved(chunks: Iterable[bytes], into: Path) -> None:
     """Unpack a `docker save` stream into `into` (regular files and folders only)."""
     into.mkdir(parents=True, exist_ok=True)
-    reader = _ChunkReader(chunks)
+    reader = ChunkReader(chunks)
     with tarfile.open(fileobj=reader, mode="r|") as tar:  # type: ignore[call-overload]
         for m in tar:
             target = _inside(into, m.name)
@@ -217,7 +217,7 @@ class _Hashing:
         self.fh.flush()
 
 
-class _ChunkReader:
+class ChunkReader:
     """A read-only file over an iterator of byte chunks (the docker SDK's save stream)."""
 
     def __init__(self, chunks: Iterable[bytes]):
