@@ -66,6 +66,16 @@ def one_round(docker: DockerDaemon, ns: str) -> dict:
                      "normalise_s": recs[-1]["normalise_seconds"] if recs else None,
                      "build_s": recs[-1]["build_seconds"] if recs else None}
     out["times"] = times
+    # what the builder made before normalising (ours: their ids are in the build records)
+    # goes now: the disk holds both rounds' images, the builds' own copies need not stay
+    for what in out:
+        if what == "times":
+            continue
+        for rec in records.build_records(out[what]["id"]):
+            try:
+                docker.client.images.remove(rec["built_id"], noprune=False)
+            except Exception as exc:  # already gone, or still a parent: not worth failing for
+                print(f"repro: kept {rec['built_id'][:19]} ({str(exc)[:80]})")
     return out
 
 
