@@ -19,7 +19,7 @@ from kiln.basics import log
 from kiln.basics.errors import BaseLockMismatch, BuildFailed, DebootstrapMissing
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import local_ref, repo_root
-from kiln.domain import reproducible, sourcedate
+from kiln.domain import normalise, reproducible, sourcedate
 from kiln.infra.docker import DockerDaemon, id_of
 
 # files debootstrap copies from the build host, or stamps with today's date: Docker
@@ -138,9 +138,15 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
     spec = spec or BaseSpec.load()
     tag = tag or local_ref(spec.tag)
     existing = docker.image(tag)
+    date = sourcedate.of({base_dir(): ()})
     if existing is not None and not force:
-        log.ok(f"{tag} already exists ({id_of(existing)[:19]}); --force rebuilds it")
-        return id_of(existing)
+        if existing.attrs.get("Created") == normalise.rfc3339(date.epoch):
+            log.ok(f"{tag} already exists ({id_of(existing)[:19]}); --force rebuilds it")
+            return id_of(existing)
+        # made by an older kiln (not normalised) or from older base inputs: not the base
+        # these inputs give on a fresh machine
+        log.warn(f"{tag} ({id_of(existing)[:19]}) is not the base of the current inputs "
+                 f"(created {existing.attrs.get('Created')}): rebuilding it")
     if shutil.which("debootstrap") is None:
         raise DebootstrapMissing("debootstrap is not installed")
     if os.geteuid() != 0:
@@ -200,7 +206,6 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
         imported = docker.import_rootfs(tarball, None, changes)
         if imported is None:
             raise BuildFailed(f"base image: docker import did not produce {tag}")
-        date = sourcedate.of({base_dir(): ()})
         norm = reproducible.make_reproducible(docker, id_of(imported), date.epoch, label="base")
         docker.tag(norm.image_id, tag)
         image = docker.require_image(norm.image_id)

@@ -359,13 +359,23 @@ def resolve(name: str, ca_flag: str | None = None) -> ResolvedRecipe:
 
 
 def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
-    """The local image for this input digest, or None (a tag alone is not trusted)."""
+    """The local image for this input digest, or None (a tag alone is not trusted, nor an
+    image an older kiln built from the same inputs without normalising it)."""
     img = docker.image(tag)
     if img is None:
         return None
     if (img.labels or {}).get(f"{LABEL_NS}.input-digest") != digest:
         return None
+    if not is_normalised(img):
+        return None
     return img
+
+
+def is_normalised(img: Image) -> bool:
+    """A normalised image's config `created` is its source date, which is also its
+    `org.opencontainers.image.created` label; a builder's own image has the wall clock
+    (to the nanosecond) there instead."""
+    return img.attrs.get("Created") == (img.labels or {}).get("org.opencontainers.image.created")
 
 
 def require_built(docker: DockerDaemon, name: str) -> BuiltRecipe:
