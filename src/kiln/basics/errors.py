@@ -318,7 +318,7 @@ class RebuildSourceMissing(KilnError):
 
 
 class BaseLockMismatch(KilnError):
-    """`kiln base build`: debootstrap installed other Debian packages than docker-images/base/packages.lock pins."""
+    """`kiln base build`: debootstrap installed other Debian packages than docker-images/base/locks/<suite>.lock.json pins."""
 
     exit_code = 33
     hint = ("the mirror moved on (a point release or a security update): `kiln base build --relock` "
