@@ -320,7 +320,7 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
         pass
     metadata: dict[str, str] = {"invocationId": invocation_id or f"urn:kiln:build:{image.id}"}
     # the wall clock is in the build record (the image's own dates are its source date)
-    builds = records.build_records(image.id)
+    builds = records.build_records(image.id) if image.id else []
     started = _rfc3339(started_on or (builds[-1].get("started") if builds else "")
                        or labels.get("org.opencontainers.image.created", ""))
     finished = _rfc3339(finished_on or (builds[-1].get("finished") if builds else "") or subject.created)
