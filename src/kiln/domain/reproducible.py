@@ -4,6 +4,7 @@ daemon reports must be the sha256 of the config kiln wrote, or nothing is tagged
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from kiln.basics.errors import BuildFailed
 from kiln.basics.paths import cache_dir
 from kiln.domain import normalise
 from kiln.infra.docker import DockerDaemon
+
+SAVE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,17 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kiln-norm-", dir=scratch_root()) as tmp:
         saved = Path(tmp) / "saved"
-        normalise.extract_saved(docker.save(image_id), saved)
+        for attempt in range(1, SAVE_ATTEMPTS + 1):
+            try:
+                normalise.extract_saved(docker.save(image_id), saved)
+                break
+            except BuildFailed as exc:
+                # seen once on dockerd 20.10 (overlay2) right after the probe container of the
+                # same image was removed: "open .../merged/...: no such file"; a second save works
+                if attempt == SAVE_ATTEMPTS:
+                    raise
+                log.warn(f"{label}: {exc.message}; saving again ({attempt + 1}/{SAVE_ATTEMPTS})")
+                shutil.rmtree(saved, ignore_errors=True)
         try:
             result = normalise.normalise_saved(saved, epoch)
         except (ValueError, KeyError, OSError) as exc:
