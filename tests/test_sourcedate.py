@@ -52,3 +52,24 @@ def test_outside_git_the_date_is_source_date_epoch_or_zero(tmp_path, monkeypatch
     assert sourcedate.of(sources, tmp_path) == sourcedate.SourceDate(0, "unknown")
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
     assert sourcedate.of(sources, tmp_path) == sourcedate.SourceDate(1_700_000_000, "unknown")
+
+
+def test_a_recipe_image_dates_from_its_dockerfile_too():
+    """The recipe Dockerfile enters the context as bytes kiln made (with the harness's
+    tail), so it is named as a source on its own."""
+    from kiln.domain.images import resolve
+
+    recipe_image = resolve("tiny-kindling").recipe_image
+    sources = recipe_image.input_sources()
+    assert recipe_image.loaded.dir / "Dockerfile" in sources
+    assert recipe_image.loaded.dir in sources  # recipe.yaml and the rest of the folder
+    assert any(p.name == "engine-cpu" for p in sources)  # the engine image's inputs
+
+
+def test_an_exclude_never_hides_another_input(tmp_path):
+    recipe = tmp_path / "recipes" / "r"
+    specs = sourcedate.pathspecs({recipe: ("Dockerfile", "experimental", "README.md"),
+                                  recipe / "Dockerfile": (), recipe / "experimental" / "f": ()}, tmp_path)
+    assert ":(top,exclude)recipes/r/README.md" in specs
+    assert not any("exclude)recipes/r/Dockerfile" in s or "exclude)recipes/r/experimental" in s for s in specs)
+    assert ":(top,literal)recipes/r/Dockerfile" in specs

@@ -80,6 +80,11 @@ class BuildContext:
                 continue
             self._put(Entry(f"{prefix}/{rel.as_posix()}" if prefix else rel.as_posix(), _mode(path), path))
 
+    def add_source(self, path: Path) -> None:
+        """A host file whose bytes went into an entry kiln made (`add_bytes`): a source of
+        the image for its source date, though no entry is that file."""
+        self._sources.setdefault(path, ())
+
     def append_at_build(self, arcname: str, data: bytes) -> None:
         """Bytes appended to an entry in the tar only, never in the digest: build-time
         facts such as the `created` label must not change an image's identity."""

@@ -261,6 +261,7 @@ class RecipeImage(_NamedByInputs):
         ctx = BuildContext()
         dockerfile = (self.loaded.dir / DOCKERFILE).read_text()
         ctx.add_bytes(DOCKERFILE, (dockerfile.rstrip("\n") + "\n" + _TAIL).encode())
+        ctx.add_source(self.loaded.dir / DOCKERFILE)  # its bytes are in the entry above
         ctx.add_tree("", self.loaded.dir, exclude=(DOCKERFILE, "experimental", "README.md"))
         for name in self.recipe.build.shared:  # recipes/_shared/ files the recipe names
             ctx.add_file(name, self.loaded.shared_file(name))

@@ -42,17 +42,24 @@ def _git(root: Path, *args: str) -> str | None:
 
 def pathspecs(sources: Mapping[Path, tuple[str, ...]], root: Path) -> list[str]:
     """git pathspecs (relative to `root`) for the inputs inside the checkout, with each
-    folder's excluded subpaths as `:(exclude)` specs; inputs outside it are skipped."""
-    specs: list[str] = []
+    folder's excluded subpaths as `:(exclude)` specs; inputs outside it are skipped. git
+    applies an exclude to every spec, so one that would hide another input (a recipe's
+    Dockerfile, a feature folder under experimental/) is left out."""
+    rels: dict[str, tuple[str, ...]] = {}
     for path, excludes in sorted(sources.items()):
         try:
-            rel = path.resolve().relative_to(root.resolve()).as_posix()
+            rels[path.resolve().relative_to(root.resolve()).as_posix()] = excludes
         except ValueError:
             continue
+    specs: list[str] = []
+    excluded: list[str] = []
+    for rel, excludes in rels.items():
         specs.append(f":(top,literal){rel}" if rel != "." else ":(top)")
-        specs += [f":(top,exclude){rel}/{ex}" for ex in excludes]
-    # an exclude-only spec list would mean "everything but"; keep includes first
-    return sorted(specs, key=lambda s: "exclude" in s)
+        for ex in excludes:
+            full = f"{rel}/{ex}"
+            if not any(other == full or other.startswith(full + "/") for other in rels):
+                excluded.append(f":(top,exclude){full}")
+    return specs + excluded
 
 
 def fallback() -> SourceDate:
