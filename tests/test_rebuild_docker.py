@@ -55,5 +55,6 @@ def test_rebuild_verify_passes_an_honest_image_and_names_a_changed_file(kiln_tre
         assert bad.returncode == 31, bad.stderr[-3000:]
         line = next(ln for ln in bad.stderr.splitlines() if ln.startswith("kiln: error:"))
         assert "first difference: layer" in line and "opt/payload.txt" in line and "content" in line, line
+        assert not [t for img in docker_daemon.images() for t in img.tags if t.startswith("kiln-verify/")]
     finally:
         remove_images(docker_daemon, f"kiln/{NAME}")

@@ -124,10 +124,11 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
         diff = imagediff.compare(img.attrs["RootFS"]["Layers"], new.attrs["RootFS"]["Layers"],
                                  _comparable(img.attrs), _comparable(new.attrs),
                                  lambda: docker.save(old_id), lambda: docker.save(new_id))
-    if not keep:
-        for tag in new.tags:
-            if tag.startswith(f"{NAMESPACE}/"):
-                docker.remove_image(tag)
+    if not keep:  # every kiln-verify/ tag (the rebuild's, and what --reuse-engine lent it)
+        for other in docker.images():
+            for tag in other.tags:
+                if tag.startswith(f"{NAMESPACE}/"):
+                    docker.remove_image(tag)
     return old_id, new_id, diff
 
 
