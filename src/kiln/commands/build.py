@@ -31,6 +31,7 @@ from kiln.domain import enginecheck, engineprobe, lockfailure, reproducible
 from kiln.domain.ca import CABundle, add_to_context
 from kiln.domain.context import BuildContext
 from kiln.domain.images import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
+from kiln.domain.normalise import rfc3339
 from kiln.domain.patching import applier, series
 from kiln.domain.recipe import LoadedRecipe
 from kiln.domain.sourcedate import SourceDate
@@ -79,12 +80,17 @@ class ImageBuild:
     relock: str = "kiln engine lock RECIPE"  # how to re-lock it
 
 
-def reuse(docker: DockerDaemon, digest: str, tags: list[str]) -> BuildOutcome | None:
+def reuse(docker: DockerDaemon, digest: str, tags: list[str], date: SourceDate | None = None) -> BuildOutcome | None:
     """The image these inputs already built, with every alias tag (re)pointed at it;
-    None when there is none."""
+    None when there is none. With `date`: only one dated by it (the same input digest from
+    another commit carries another created/revision, hence another id)."""
     t0 = time.monotonic()
     img = existing(docker, tags[0], digest)
     if img is None:
+        return None
+    labels = img.labels or {}
+    if date is not None and (labels.get("org.opencontainers.image.created") != rfc3339(date.epoch)
+                             or labels.get("org.opencontainers.image.revision") != date.revision):
         return None
     for tag in tags[1:]:
         docker.tag(id_of(img), tag)
@@ -162,7 +168,7 @@ def label_instruction(labels: dict[str, str]) -> str:
 def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool = False,
                  nocache: bool = False, recipe: str = "RECIPE") -> BuildOutcome:
     tags = [engine_image.tag, engine_image.alias_tag]
-    reused = None if force else reuse(docker, engine_image.digest, tags)
+    reused = None if force else reuse(docker, engine_image.digest, tags, engine_image.source_date)
     if reused is not None:
         return stamp(docker, tags, reused, engine_image.source_date.epoch)
     base = engine_image.engine.base_image
@@ -232,7 +238,8 @@ def build_recipe(
     t0 = time.monotonic()
     resolved = resolve(name, ca_flag)
     loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
-    reused = None if force else reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag])
+    reused = None if force else reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag],
+                                      recipe_image.source_date)
     if reused is not None:
         if not quiet_summary:
             log.ok(f"{recipe_image.tag} is up to date (input digest {recipe_image.digest[:19]}); "
