@@ -149,6 +149,15 @@ def bench_build(session):
 
 
 @nox.session
+def repro(session):
+    """Opt-in (~25 min on 2 cores): base, engine-cpu, tiny-moe and tiny-kindling built twice
+    with the layer cache off and the first round's images untagged; prints both image ids
+    and a same/different line per layer, and the first differing file if any (in its own
+    local namespace, $KILN_IMAGE_NAMESPACE, default kilnrepro: others' images untouched)."""
+    session.run("python", "benchmarks/repro.py", *session.posargs, env={"PYTHONUNBUFFERED": "1"})
+
+
+@nox.session
 def bench_cpu(session):
     """engine-cpu + tiny-moe (build times, image size, time to healthy, tokens/s with and without
     speculation) and tiny-kindling (draft-trunc on/off); `-- --reuse`, `--moe-only`, `--twin-only`."""

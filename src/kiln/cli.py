@@ -28,6 +28,7 @@ from kiln.commands import (
     plan,
     prune,
     publish,
+    rebuild,
     render,
     sbom,
     schema,
@@ -40,7 +41,7 @@ from kiln.commands import (
 # every command module, in the order `kiln --help` lists their commands; each one's
 # register(sub) adds its parser(s) with set_defaults(func=...), func(args) -> exit code
 COMMANDS = (listing, show, check, schema, build, base, prune, doctor, serve, smoke, patches, publish, keys, verify,
-            render, plan, fetch, sbom, completion)
+            render, plan, fetch, sbom, rebuild, completion)
 
 
 class _Parser(argparse.ArgumentParser):

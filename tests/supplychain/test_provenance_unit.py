@@ -54,7 +54,9 @@ def built(kiln_tree):
 def _built():
     resolved = resolve("kiln-test-mini")
     loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
-    engine = StandInImage("sha256:" + "e1" * 32, {"ai.kiln.input-digest": engine_image.digest})
+    # a normalised engine image: its config date is its created label (images.is_normalised)
+    engine = StandInImage("sha256:" + "e1" * 32, {"ai.kiln.input-digest": engine_image.digest,
+                                                  "org.opencontainers.image.created": "2026-12-01T21:17:54.964339471Z"})
     base = StandInImage("sha256:" + "b0" * 32, {})
     labels = {
         "ai.kiln.input-digest": recipe_image.digest, "ai.kiln.engine.torch": "2.13.0+cpu",

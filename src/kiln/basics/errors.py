@@ -301,6 +301,30 @@ class PatchInvalid(ManyProblems, KilnError):
     hint = "each patch is a unified diff (-p1) with a free-text header holding `Why:` and `Upstream:` lines; see docs/patches.md"
 
 
+# -- reproducible images (kiln rebuild --verify, kiln base build) -------------------------
+class RebuildDiffers(KilnError):
+    """`kiln rebuild --verify`: the image rebuilt from the recorded sources is not the one given."""
+
+    exit_code = 31
+    hint = ("the first layer and file that differ are named above; see docs/reproducibility.md "
+            "for what is reproducible across what")
+
+
+class RebuildSourceMissing(KilnError):
+    """`kiln rebuild --verify`: the image's labels name no recipe or revision to rebuild from, or the revision is not in this checkout."""
+
+    exit_code = 32
+    hint = "only images kiln built carry ai.kiln.recipe and org.opencontainers.image.revision; `git fetch` the commit first"
+
+
+class BaseLockMismatch(KilnError):
+    """`kiln base build`: debootstrap installed other Debian packages than docker-images/base/locks/<suite>.lock.json pins."""
+
+    exit_code = 33
+    hint = ("the mirror moved on (a point release or a security update): `kiln base build --relock` "
+            "writes the new set into the lock; commit it (base and engine image ids change with it)")
+
+
 # -- publishing (kiln publish / kiln promote) ---------------------------------------------
 class RegistryInvalid(KilnError):
     """No registry given, or one that is not HOST[:PORT][/NAMESPACE]."""

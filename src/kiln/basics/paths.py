@@ -45,6 +45,21 @@ def recipes_dir() -> Path:
     return repo_root() / "recipes"
 
 
+def image_namespace() -> str:
+    """Where kiln's own images are tagged locally: `kiln/` unless $KILN_IMAGE_NAMESPACE
+    names another (a test session that must not touch the images others use on a shared
+    daemon). Only tags move: labels keep the `kiln/` names, so the image ids are the same."""
+    return os.environ.get("KILN_IMAGE_NAMESPACE", "").strip().strip("/") or "kiln"
+
+
+def local_ref(ref: str) -> str:
+    """`kiln/NAME[:TAG]` in the local image namespace; any other reference unchanged."""
+    ns = image_namespace()
+    if ns != "kiln" and ref.startswith("kiln/") and "@" not in ref:
+        return f"{ns}/{ref.removeprefix('kiln/')}"
+    return ref
+
+
 def cache_dir(*, create: bool = True) -> Path:
     """User cache: engine wheels, wheelhouses, unpacked engine sources. A reader that only
     looks for something cached passes `create=False`, so looking leaves nothing behind."""

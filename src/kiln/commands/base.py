@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -15,14 +16,20 @@ from pathlib import Path
 import yaml
 
 from kiln.basics import log
-from kiln.basics.errors import BuildFailed, DebootstrapMissing
-from kiln.basics.paths import repo_root
-from kiln.domain import enginelock
+from kiln.basics.errors import BaseLockMismatch, BuildFailed, DebootstrapMissing
+from kiln.basics.files import write_atomic
+from kiln.basics.paths import local_ref, repo_root
+from kiln.domain import enginelock, normalise, reproducible, sourcedate
 from kiln.domain.context import BuildContext
 from kiln.domain.images import platform_suffix
 from kiln.domain.recipe import DEFAULT_PLATFORM
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, Image, id_of
+
+# files debootstrap copies from the build host, or stamps with today's date: Docker
+# provides /etc/hostname and /etc/resolv.conf at run time
+_HOST_FILES = ("etc/hostname", "etc/resolv.conf", "etc/machine-id")
+_SHADOW = ("etc/shadow", "etc/gshadow", "etc/shadow-", "etc/gshadow-")
 
 
 @dataclass(frozen=True)
@@ -73,16 +80,85 @@ def base_tag(spec_tag: str, platform: str | None) -> str:
     return spec_tag + platform_suffix(platform or DEFAULT_PLATFORM)
 
 
+def base_dir() -> Path:
+    return repo_root() / "docker-images" / "base"
+
+
+def lock_path(spec: BaseSpec, platform: str | None = None) -> Path:
+    """docker-images/base/locks/<suite>.lock.json: the Debian package set the base holds
+    (<suite>-arm64.lock.json for linux/arm64: other architectures, other versions)."""
+    return base_dir() / "locks" / f"{spec.suite}{platform_suffix(platform or DEFAULT_PLATFORM)}.lock.json"
+
+
+def _installed(root: Path) -> dict[str, str]:
+    out = _run(["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}:${Architecture}=${Version}\\n"],
+               "dpkg-query")
+    return dict(sorted(line.split("=", 1) for line in out.split()))
+
+
+def lock_document(spec: BaseSpec, packages: dict[str, str]) -> str:
+    doc = {"suite": spec.suite, "variant": spec.variant, "mirror": spec.mirror,
+           "include": list(spec.include), "packages": packages,
+           "how": "written by `kiln base build --relock`; `kiln base build` fails when debootstrap "
+                  "installs any other set"}
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def check_lock(spec: BaseSpec, packages: dict[str, str], path: Path) -> None:
+    """The set debootstrap installed must be the locked one: the mirror moving on (a point
+    release) would otherwise give another base, and every image on it another id."""
+    try:
+        locked = json.loads(path.read_text())["packages"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BaseLockMismatch(f"{path}: cannot be read as a base lock: {exc}") from None
+    changed = [f"{p} {locked.get(p, '(not locked)')} -> {packages.get(p, '(not installed)')}"
+               for p in sorted(set(locked) | set(packages)) if locked.get(p) != packages.get(p)]
+    if changed:
+        more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
+        raise BaseLockMismatch(f"{shown(path)}: debootstrap installed another package set than the lock: "
+                               f"{changed[0]}{more}")
+
+
+def shown(path: Path) -> str:
+    try:
+        return path.relative_to(repo_root()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _scrub(root: Path) -> None:
+    """What only makes two debootstraps differ: host files, password-change days."""
+    for rel in _HOST_FILES:
+        (root / rel).unlink(missing_ok=True)
+    for rel in _SHADOW:
+        path = root / rel
+        if not path.is_file():
+            continue
+        lines = []
+        for line in path.read_text().splitlines():
+            fields = line.split(":")
+            if rel.startswith("etc/shadow") and len(fields) > 2:
+                fields[2] = ""  # the day of the last password change: build day, not content
+            lines.append(":".join(fields))
+        path.write_text("\n".join(lines) + "\n")
+
+
 def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str | None = None,
-               force: bool = False, platform: str | None = None) -> str:
+               force: bool = False, relock: bool = False, platform: str | None = None) -> str:
     """`platform` (linux/arm64): debootstrap --arch for it, its second stage and
     dpkg-query running under qemu (binfmt_misc, checked first)."""
     spec = spec or BaseSpec.load()
-    tag = tag or base_tag(spec.tag, platform)
+    tag = tag or local_ref(base_tag(spec.tag, platform))
     existing = docker.image(tag)
+    date = sourcedate.of({base_dir(): ()})
     if existing is not None and not force:
-        log.ok(f"{tag} already exists ({id_of(existing)[:19]}); --force rebuilds it")
-        return id_of(existing)
+        if existing.attrs.get("Created") == normalise.rfc3339(date.epoch):
+            log.ok(f"{tag} already exists ({id_of(existing)[:19]}); --force rebuilds it")
+            return id_of(existing)
+        # made by an older kiln (not normalised) or from older base inputs: not the base
+        # these inputs give on a fresh machine
+        log.warn(f"{tag} ({id_of(existing)[:19]}) is not the base of the current inputs "
+                 f"(created {existing.attrs.get('Created')}): rebuilding it")
     if shutil.which("debootstrap") is None:
         raise DebootstrapMissing("debootstrap is not installed")
     if os.geteuid() != 0:
@@ -101,6 +177,14 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
         _run([*cmd, spec.suite, str(root), spec.mirror], "debootstrap")
         log.info(f"debootstrap: {log.human_secs(time.monotonic() - t0)}")
         (root / "etc/apt/sources.list").write_text(_sources_list(spec))
+        installed = _installed(root)
+        lock = lock_path(spec, platform)
+        if relock or not lock.is_file():
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(lock, lock_document(spec, installed))
+            log.warn(f"wrote {shown(lock)} ({len(installed)} packages): commit it")
+        else:
+            check_lock(spec, installed, lock)
         packages = _run(
             ["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}=${Version}\\n"], "dpkg-query"
         )
@@ -115,13 +199,14 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
                         child.unlink()
             elif target.exists():
                 target.unlink()
+        _scrub(root)
         tarball = Path(tmp) / "rootfs.tar"
         log.step("packing rootfs (sorted, mtime 0, numeric owners)")
         _run(["tar", "-C", str(root), "--sort=name", "--numeric-owner", "--mtime=@0",
               "--exclude=./dev/*", "--exclude=./proc/*", "--exclude=./sys/*",
               "-cf", str(tarball), "."], "tar")
         labels = {
-            "org.opencontainers.image.title": tag,
+            "org.opencontainers.image.title": spec.tag,
             "org.opencontainers.image.description": f"Debian {spec.suite} {spec.variant} from debootstrap",
             "org.opencontainers.image.base.name": f"debootstrap:{spec.suite}",
             "ai.kiln.base.suite": spec.suite,
@@ -135,11 +220,14 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
                     'ENV LANG=C.UTF-8', 'CMD ["/bin/bash"]']
         if platform is None or platform == enginelock.host_platform():
             log.step(f"docker import -> {tag}")
-            image = docker.import_rootfs(tarball, tag, changes)
+            imported = docker.import_rootfs(tarball, None, changes)
         else:
-            image = _import_for(docker, tarball, tag, changes, platform)
-        if image is None:
+            imported = _import_for(docker, tarball, tag, changes, platform)
+        if imported is None:
             raise BuildFailed(f"base image: docker import did not produce {tag}")
+        norm = reproducible.make_reproducible(docker, id_of(imported), date.epoch, label="base")
+        docker.tag(norm.image_id, tag)
+        image = docker.require_image(norm.image_id)
     log.summary(
         "base image built",
         {
@@ -156,18 +244,19 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
 def _import_for(docker: DockerDaemon, tarball: Path, tag: str, changes: list[str], platform: str) -> Image | None:
     """The rootfs as an image of another platform: the daemon's import stamps its own
     architecture into the config, so a FROM-scratch build for `platform` ADDs the tar
-    (the same one layer; no RUN step, nothing executes)."""
+    (the same one layer; no RUN step, nothing executes). Untagged: the caller tags the
+    normalised image."""
     log.step(f"docker build --platform {platform} (FROM scratch, ADD rootfs) -> {tag}")
     ctx = BuildContext()
     ctx.add_bytes("Dockerfile", ("FROM scratch\nADD rootfs.tar /\n" + "".join(c + "\n" for c in changes)).encode())
     ctx.add_file("rootfs.tar", tarball)
     result = docker.build(ctx, label=f"base {platform}", platform=platform, quiet=True)
-    docker.tag(result.image_id, tag)
-    return docker.image(tag)
+    return docker.image(result.image_id)
 
 
 def cmd_base_build(args: argparse.Namespace) -> int:
-    build_base(DockerDaemon(), tag=args.tag, force=args.force, platform=args.platform)
+    build_base(DockerDaemon(), tag=args.tag, force=args.force or args.relock, relock=args.relock,
+               platform=args.platform)
     return 0
 
 
@@ -180,4 +269,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--platform", choices=sorted(enginelock.PLATFORMS), default=None,
                    help="build for this platform (default the host's; linux/arm64 on x86-64 needs qemu: "
                         "scripts/setup.sh --arm64); tag kiln/base:bookworm-arm64")
+    s.add_argument("--relock", action="store_true",
+                   help="write the package set debootstrap installs into docker-images/base/locks/ "
+                        "(after the mirror moved on) instead of refusing another set")
     s.set_defaults(func=cmd_base_build)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
-from kiln.basics import log
+from kiln.basics import clock, log
 from kiln.basics.errors import (
     BudgetExceeded,
     BuildFailed,
@@ -27,14 +27,17 @@ from kiln.basics.errors import (
     PlatformNotDeclared,
     PlatformUnsupported,
 )
+from kiln.basics.paths import local_ref
 from kiln.commands.options import reports
-from kiln.domain import enginecheck, enginelock, engineprobe, lockfailure
+from kiln.domain import enginecheck, enginelock, engineprobe, lockfailure, reproducible
 from kiln.domain.ca import CABundle, add_to_context
 from kiln.domain.context import BuildContext
 from kiln.domain.images import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
+from kiln.domain.normalise import rfc3339
 from kiln.domain.patching import applier, series
 from kiln.domain.recipe import LoadedRecipe, load_recipe, recipe_dir
-from kiln.infra import binfmt, credentials
+from kiln.domain.sourcedate import SourceDate
+from kiln.infra import binfmt, credentials, records
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
@@ -74,17 +77,23 @@ class ImageBuild:
     max_size_gb: float | None = None
     check: Check | None = None
     finalize: Finalize | None = None
+    source_date: SourceDate = SourceDate(0, "unknown")  # created/history dates and file mtimes
     lock_file: Path | None = None  # the engine lock the build installs from, for its errors
     relock: str = "kiln engine lock RECIPE"  # how to re-lock it
     platform: str | None = None  # OCI platform to build for (None: the daemon's own)
 
 
-def reuse(docker: DockerDaemon, digest: str, tags: list[str]) -> BuildOutcome | None:
+def reuse(docker: DockerDaemon, digest: str, tags: list[str], date: SourceDate | None = None) -> BuildOutcome | None:
     """The image these inputs already built, with every alias tag (re)pointed at it;
-    None when there is none."""
+    None when there is none. With `date`: only one dated by it (the same input digest from
+    another commit carries another created/revision, hence another id)."""
     t0 = time.monotonic()
     img = existing(docker, tags[0], digest)
     if img is None:
+        return None
+    labels = img.labels or {}
+    if date is not None and (labels.get("org.opencontainers.image.created") != rfc3339(date.epoch)
+                             or labels.get("org.opencontainers.image.revision") != date.revision):
         return None
     for tag in tags[1:]:
         docker.tag(id_of(img), tag)
@@ -92,7 +101,9 @@ def reuse(docker: DockerDaemon, digest: str, tags: list[str]) -> BuildOutcome | 
 
 
 def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: bool = False) -> BuildOutcome:
-    """Build `job` untagged, check it, then tag it."""
+    """Build `job` untagged, check it, make it reproducible (normalised layers and config
+    at the source date), then tag it. The wall clock goes into the build record only."""
+    started = clock.timestamp()
     context = job.context
     if not context.has("_kiln/ca.crt"):
         add_to_context(context, ca)
@@ -114,11 +125,19 @@ def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: b
         )
     if job.check is not None:
         job.check(image)
-    image_id = job.finalize(image) if job.finalize is not None else result.image_id
+    built_id = job.finalize(image) if job.finalize is not None else result.image_id
+    norm = reproducible.make_reproducible(docker, built_id, job.source_date.epoch, label=job.label)
+    image_id = norm.image_id
     for tag in job.tags:
         docker.tag(image_id, tag)
-    return BuildOutcome(job.tags[0], image_id, job.digest, size, result.seconds, False, result.steps,
-                        result.cached_steps)
+    records.write_build_record({
+        "image_id": image_id, "built_id": built_id, "tags": job.tags, "input_digest": job.digest,
+        "source_date": job.source_date.epoch, "revision": job.source_date.revision,
+        "layers": norm.diff_ids, "started": started, "finished": clock.timestamp(),
+        "build_seconds": round(result.seconds, 2), "normalise_seconds": round(norm.seconds, 2),
+    })
+    return BuildOutcome(job.tags[0], image_id, job.digest, size, result.seconds + norm.seconds, False,
+                        result.steps, result.cached_steps)
 
 
 def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
@@ -153,12 +172,12 @@ def label_instruction(labels: dict[str, str]) -> str:
 def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool = False,
                  nocache: bool = False, recipe: str = "RECIPE") -> BuildOutcome:
     tags = [engine_image.tag, engine_image.alias_tag]
-    reused = None if force else reuse(docker, engine_image.digest, tags)
+    reused = None if force else reuse(docker, engine_image.digest, tags, engine_image.source_date)
     if reused is not None:
-        return stamp(docker, tags, reused)
+        return stamp(docker, tags, reused, engine_image.source_date.epoch)
     base = engine_image.engine.base_image
     # a registry base is pulled by digest; the air-gapped kiln/base is never pulled
-    docker.ensure_base(engine_image.base_ref, pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth)
+    docker.ensure_base(local_ref(engine_image.base_ref), pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth)
     engine_image.add_wheels()
     job = ImageBuild(
         label=f"engine-{engine_image.engine.flavour}",
@@ -169,6 +188,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         buildargs=engine_image.buildargs(),
         # torch/CUDA/NCCL labels read from the built image before anything is tagged
         finalize=lambda image: engineprobe.labelled(docker, image),
+        source_date=engine_image.source_date,
         lock_file=engine_image.lock_file if engine_image.lock is not None else None,
         relock=f"kiln engine lock {recipe}",
         platform=engine_image.platform,
@@ -176,7 +196,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
     return run_build(docker, job, engine_image.ca.get(), nocache=nocache)
 
 
-def stamp(docker: DockerDaemon, tags: list[str], outcome: BuildOutcome) -> BuildOutcome:
+def stamp(docker: DockerDaemon, tags: list[str], outcome: BuildOutcome, epoch: int = 0) -> BuildOutcome:
     """Heal an engine image built before probing existed (a reused image without the
     labels): tag a labelled derivative in its place. If the probe fails, the engine's
     tags are removed, so a failed check never leaves a tag that a later build would trust.
@@ -186,6 +206,7 @@ def stamp(docker: DockerDaemon, tags: list[str], outcome: BuildOutcome) -> Build
         return outcome
     try:
         image_id = engineprobe.labelled(docker, image)
+        image_id = reproducible.make_reproducible(docker, image_id, epoch, label="engine").image_id
     except BaseException:
         _untag(docker, tags)
         raise
@@ -225,7 +246,8 @@ def build_recipe(
         check_platform(load_recipe(recipe_dir(name)), platform)
     resolved = resolve(name, ca_flag, platform)
     loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
-    reused = None if force else reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag])
+    reused = None if force else reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag],
+                                      recipe_image.source_date)
     if reused is not None:
         if not quiet_summary:
             log.ok(f"{recipe_image.tag} is up to date (input digest {recipe_image.digest[:19]}); "
@@ -280,6 +302,7 @@ def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: Reci
         labels=recipe_image.labels(),
         buildargs=recipe_image.buildargs(),
         max_size_gb=loaded.recipe.budgets.max_image_size_gb,
+        source_date=recipe_image.source_date,
         # the engine really is the declared one and accepts the launch args (enginecheck)
         check=lambda image: enginecheck.verify(loaded, image, docker),
         platform=recipe_image.platform,

@@ -57,15 +57,19 @@ class BuildContext:
         self._entries: dict[str, Entry] = {}
         self._params: dict[str, str] = {}
         self._appendix: dict[str, bytes] = {}
+        self._sources: dict[Path, tuple[str, ...]] = {}  # host files/trees -> excluded subpaths
 
     # -- adding inputs -----------------------------------------------------
     def add_file(self, arcname: str, path: Path, *, in_digest: bool = True) -> None:
+        if in_digest:
+            self._sources.setdefault(path, ())
         self._put(Entry(arcname, _mode(path), path, in_digest))
 
     def add_bytes(self, arcname: str, data: bytes, *, mode: int = 0o644, in_digest: bool = True) -> None:
         self._put(Entry(arcname, mode, data, in_digest))
 
     def add_tree(self, prefix: str, directory: Path, *, exclude: tuple[str, ...] = ()) -> None:
+        self._sources[directory] = exclude
         for path in sorted(directory.rglob("*")):
             rel = path.relative_to(directory)
             if any(part in _SKIP_NAMES or part.endswith(".egg-info") for part in rel.parts):
@@ -74,7 +78,12 @@ class BuildContext:
                 continue
             if any(rel.as_posix() == ex or rel.as_posix().startswith(ex + "/") for ex in exclude):
                 continue
-            self.add_file(f"{prefix}/{rel.as_posix()}" if prefix else rel.as_posix(), path)
+            self._put(Entry(f"{prefix}/{rel.as_posix()}" if prefix else rel.as_posix(), _mode(path), path))
+
+    def add_source(self, path: Path) -> None:
+        """A host file whose bytes went into an entry kiln made (`add_bytes`): a source of
+        the image for its source date, though no entry is that file."""
+        self._sources.setdefault(path, ())
 
     def append_at_build(self, arcname: str, data: bytes) -> None:
         """Bytes appended to an entry in the tar only, never in the digest: build-time
@@ -101,6 +110,12 @@ class BuildContext:
     @property
     def params(self) -> dict[str, str]:
         return dict(sorted(self._params.items()))
+
+    @property
+    def sources(self) -> dict[Path, tuple[str, ...]]:
+        """The host files and folders (with their excluded subpaths) whose bytes are in
+        the digest: what the image's source date is taken from."""
+        return dict(self._sources)
 
     def has(self, arcname: str) -> bool:
         return arcname in self._entries

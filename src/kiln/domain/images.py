@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from kiln.basics import clock
 from kiln.basics.errors import ImageNotBuilt
 from kiln.basics.files import sha256_file
-from kiln.basics.paths import repo_root
-from kiln.domain import enginelock, hfcache, wheelhouse
+from kiln.basics.paths import local_ref, repo_root
+from kiln.domain import enginelock, hfcache, normalise, sourcedate, wheelhouse
 from kiln.domain.ca import CABundle, resolve_ca
 from kiln.domain.context import BuildContext
 from kiln.domain.launch import LAUNCH_FILE, launch_json
@@ -57,7 +56,9 @@ def source_revision() -> str:
 
 
 def source_url() -> str:
-    return _git("config", "--get", "remote.origin.url") or f"file://{repo_root()}"
+    """The checkout's remote (empty when it has none: a local path differs per machine and
+    would make the image id differ with it)."""
+    return _git("config", "--get", "remote.origin.url")
 
 
 def platform_suffix(platform: str) -> str:
@@ -97,8 +98,22 @@ class _NamedByInputs(ABC):
         return self.digest.split(":")[1][:12]
 
     @property
-    def tag(self) -> str:
+    def canonical_tag(self) -> str:
+        """`kiln/NAME:<digest12>`: the name labels carry, whatever the local namespace."""
         return f"{self.repository}:{self.short}"
+
+    @property
+    def tag(self) -> str:
+        """The local tag (`paths.local_ref`: $KILN_IMAGE_NAMESPACE moves it)."""
+        return local_ref(self.canonical_tag)
+
+    def input_sources(self) -> dict[Path, tuple[str, ...]]:
+        return self.context.sources
+
+    @cached_property
+    def source_date(self) -> sourcedate.SourceDate:
+        """Committer time and commit of the newest change to this image's inputs."""
+        return sourcedate.of(self.input_sources())
 
 
 class EngineImage(_NamedByInputs):
@@ -191,11 +206,17 @@ class EngineImage(_NamedByInputs):
 
     @property
     def alias_tag(self) -> str:
-        return f"{self.repository}:{self.engine.name}-{self.engine.version}{platform_suffix(self.platform)}"
+        return local_ref(f"{self.repository}:{self.engine.name}-{self.engine.version}{platform_suffix(self.platform)}")
+
+    def input_sources(self) -> dict[Path, tuple[str, ...]]:
+        sources = self.context.sources
+        if self.engine.base_image.ref.startswith("kiln/"):  # built here by `kiln base build`
+            sources[repo_root() / "docker-images" / "base"] = ()
+        return sources
 
     def buildargs(self) -> dict[str, str]:
         return {
-            "BASE_IMAGE": self.base_ref,
+            "BASE_IMAGE": local_ref(self.base_ref),
             "ENGINE_VERSION": self.engine.version,
         }
 
@@ -205,7 +226,7 @@ class EngineImage(_NamedByInputs):
     def labels(self) -> dict[str, str]:
         e = self.engine
         return {
-            **oci_labels(self.repository, f"{e.name}-{e.version}"),
+            **oci_labels(self.repository, f"{e.name}-{e.version}", self.source_date),
             f"{LABEL_NS}.kind": "engine",
             f"{LABEL_NS}.input-digest": self.digest,
             f"{LABEL_NS}.engine.name": e.name,
@@ -231,13 +252,16 @@ def series_entries(series: Path) -> list[tuple[str, str]]:
     return out
 
 
-def oci_labels(title: str, version: str) -> dict[str, str]:
+def oci_labels(title: str, version: str, date: sourcedate.SourceDate) -> dict[str, str]:
+    """The OCI labels: `created` and `revision` from the inputs (sourcedate), never the
+    clock or HEAD, so that the same inputs give the same image id."""
+    url = source_url()
     return {
         "org.opencontainers.image.title": title,
         "org.opencontainers.image.version": version,
-        "org.opencontainers.image.revision": source_revision(),
-        "org.opencontainers.image.created": clock.timestamp(),
-        "org.opencontainers.image.source": source_url(),
+        "org.opencontainers.image.revision": date.revision,
+        "org.opencontainers.image.created": normalise.rfc3339(date.epoch),
+        **({"org.opencontainers.image.source": url} if url else {}),
     }
 
 
@@ -275,6 +299,7 @@ class RecipeImage(_NamedByInputs):
         ctx = BuildContext()
         dockerfile = (self.loaded.dir / DOCKERFILE).read_text()
         ctx.add_bytes(DOCKERFILE, (dockerfile.rstrip("\n") + "\n" + _TAIL).encode())
+        ctx.add_source(self.loaded.dir / DOCKERFILE)  # its bytes are in the entry above
         ctx.add_tree("", self.loaded.dir, exclude=(DOCKERFILE, "experimental", "README.md"))
         for name in self.recipe.build.shared:  # recipes/_shared/ files the recipe names
             ctx.add_file(name, self.loaded.shared_file(name))
@@ -293,10 +318,14 @@ class RecipeImage(_NamedByInputs):
 
     @property
     def latest_tag(self) -> str:
-        return f"{self.repository}:latest{platform_suffix(self.platform)}"
+        return local_ref(f"{self.repository}:latest{platform_suffix(self.platform)}")
 
     def buildargs(self) -> dict[str, str]:
         return {"KILN_ENGINE_IMAGE": self.engine_image.tag}
+
+    def input_sources(self) -> dict[Path, tuple[str, ...]]:
+        # the engine image is in this image: its inputs are this image's inputs too
+        return {**self.engine_image.input_sources(), **self.context.sources}
 
     def overlay_patch_entries(self) -> dict[str, str]:
         out: dict[str, str] = {}
@@ -313,7 +342,7 @@ class RecipeImage(_NamedByInputs):
         patches = dict(self.engine_image.patch_entries())
         patches.update(self.overlay_patch_entries())
         return {
-            **oci_labels(self.repository, f"{r.engine.name}-{r.engine.version}-{self.short}"),
+            **oci_labels(self.repository, f"{r.engine.name}-{r.engine.version}-{self.short}", self.source_date),
             "org.opencontainers.image.description": re.sub(r"\s+", " ", r.description)[:500],
             f"{LABEL_NS}.kind": "recipe",
             f"{LABEL_NS}.recipe": r.name,
@@ -321,7 +350,7 @@ class RecipeImage(_NamedByInputs):
             f"{LABEL_NS}.engine.name": r.engine.name,
             f"{LABEL_NS}.engine.version": r.engine.version,
             f"{LABEL_NS}.engine.flavour": r.engine.flavour,
-            f"{LABEL_NS}.engine.image": self.engine_image.tag,
+            f"{LABEL_NS}.engine.image": self.engine_image.canonical_tag,
             f"{LABEL_NS}.engine.input-digest": self.engine_image.digest,
             f"{LABEL_NS}.patches": json.dumps(patches, sort_keys=True),
             f"{LABEL_NS}.experimental": ",".join(r.features),
@@ -373,13 +402,23 @@ def resolve(name: str, ca_flag: str | None = None, platform: str | None = None) 
 
 
 def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
-    """The local image for this input digest, or None (a tag alone is not trusted)."""
+    """The local image for this input digest, or None (a tag alone is not trusted, nor an
+    image an older kiln built from the same inputs without normalising it)."""
     img = docker.image(tag)
     if img is None:
         return None
     if (img.labels or {}).get(f"{LABEL_NS}.input-digest") != digest:
         return None
+    if not is_normalised(img):
+        return None
     return img
+
+
+def is_normalised(img: Image) -> bool:
+    """A normalised image's config `created` is its source date, which is also its
+    `org.opencontainers.image.created` label; a builder's own image has the wall clock
+    (to the nanosecond) there instead."""
+    return img.attrs.get("Created") == (img.labels or {}).get("org.opencontainers.image.created")
 
 
 def require_built(docker: DockerDaemon, name: str, platform: str | None = None) -> BuiltRecipe:

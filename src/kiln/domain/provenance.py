@@ -38,6 +38,7 @@ from kiln.domain.images import LABEL_NS, EngineImage, RecipeImage, existing, ser
 from kiln.domain.overrides import load_override
 from kiln.domain.recipe import LoadedRecipe
 from kiln.domain.sbom import kiln_version, subject_of
+from kiln.infra import records
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
@@ -259,9 +260,10 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     (name, "sha256:<hex>") pairs, e.g. ("registry/ns/repo", manifest digest).
 
     `docker` looks up the base and engine images' digests (default: the daemon `image`
-    came from). `started_on`/`finished_on` (RFC 3339) default to the image's
-    `org.opencontainers.image.created` label (set as the build starts) and its config's
-    creation time (when its last layer was committed)."""
+    came from). `started_on`/`finished_on` (RFC 3339) default to the wall-clock start and
+    end in the image's latest build record (infra/records.py), else its
+    `org.opencontainers.image.created` label and config creation time (both the source
+    date in a normalised image)."""
     subject = subject_of(image)
     labels = subject.labels
     docker = docker or DockerDaemon(getattr(image, "client", None))
@@ -317,8 +319,11 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     except Exception:  # the daemon version is informative only; the statement stands without it
         pass
     metadata: dict[str, str] = {"invocationId": invocation_id or f"urn:kiln:build:{image.id}"}
-    started = _rfc3339(started_on or labels.get("org.opencontainers.image.created", ""))
-    finished = _rfc3339(finished_on or subject.created)
+    # the wall clock is in the build record (the image's own dates are its source date)
+    builds = records.build_records(image.id) if image.id else []
+    started = _rfc3339(started_on or (builds[-1].get("started") if builds else "")
+                       or labels.get("org.opencontainers.image.created", ""))
+    finished = _rfc3339(finished_on or (builds[-1].get("finished") if builds else "") or subject.created)
     if started and (not finished or started <= finished):
         metadata["startedOn"] = started
     if finished:

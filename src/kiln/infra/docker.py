@@ -401,13 +401,39 @@ class DockerDaemon:
         except docker.errors.ImageNotFound:
             pass
 
-    def import_rootfs(self, tarball: Path, ref: str, changes: list[str]) -> Image | None:
-        """`docker import` of a root filesystem tarball as `ref`, with Dockerfile `changes`."""
-        repo, tag = _name_and_tag(ref)
+    def import_rootfs(self, tarball: Path, ref: str | None, changes: list[str]) -> Image | None:
+        """`docker import` of a root filesystem tarball as `ref` (None: untagged), with
+        Dockerfile `changes`."""
+        repo, tag = _name_and_tag(ref) if ref is not None else (None, None)
         with tarball.open("rb") as fh:
             resp = self.client.api.import_image(src=fh, repository=repo, tag=tag, changes=changes)
         log.debug(f"docker import: {str(resp)[:200]}")
+        if ref is None:
+            found = re.search(r"sha256:[0-9a-f]{64}", str(resp))
+            return self.image(found.group(0)) if found else None
         return self.image(ref)
+
+    def save(self, image_id: str) -> Iterator[bytes]:
+        """`docker save` of one image, as a stream of chunks."""
+        try:
+            yield from self.client.api.get_image(image_id, chunk_size=1 << 20)
+        except docker.errors.APIError as exc:
+            raise BuildFailed(f"docker save of {image_id[:19]} failed: {_short(exc)}") from None
+
+    def load(self, archive: Path) -> str:
+        """`docker load` of a tar holding one untagged image; its id as the daemon reports it."""
+        try:
+            with archive.open("rb") as fh:
+                out = list(self.client.api.load_image(fh))
+        except docker.errors.APIError as exc:
+            raise BuildFailed(f"docker load failed: {_short(exc)}") from None
+        for chunk in out:
+            text = str(chunk.get("stream", "")) if isinstance(chunk, dict) else ""
+            if "error" in (chunk if isinstance(chunk, dict) else {}):
+                raise BuildFailed(f"docker load failed: {_one_line(str(chunk['error']))}")
+            if text.startswith("Loaded image ID: "):
+                return text.removeprefix("Loaded image ID: ").strip()
+        raise BuildFailed(f"docker load reported no image id: {_one_line(str(out)[:200])}")
 
     def run_script(self, image_id: str, script: str, *, marker: str, what: str, timeout_s: float,
                    env: dict[str, str] | None = None, cause: str = "", user: str | None = None) -> dict:

@@ -1,4 +1,5 @@
-"""Smoke records: what `kiln smoke` proved about one image id.
+"""Smoke and build records: what `kiln smoke` proved about one image id, and what
+the build that made it did (its wall-clock times).
 
 `kiln publish` refuses images without a passing record, so records are keyed by the
 image id (content digest of the image config), not by tag: retagging or rebuilding to
@@ -49,3 +50,35 @@ def passing_smoke_record(image_id: str) -> dict | None:
     if rec and rec.get("passed") is True and rec.get("image_id") == image_id:
         return rec
     return None
+
+
+def build_record_path(image_id: str) -> Path:
+    d = results_dir() / "builds"
+    d.mkdir(parents=True, exist_ok=True)
+    return d / f"{_key(image_id)}.jsonl"
+
+
+def write_build_record(record: dict) -> Path:
+    """What one build did, one JSON line per build, in a file per (normalised) image id:
+    the wall-clock start and end live here, never in the image, whose dates are the
+    inputs' source date (so every rebuild of the same inputs adds a line to one file)."""
+    path = build_record_path(record["image_id"])
+    with path.open("a") as fh:
+        fh.write(json.dumps(record, sort_keys=True) + "\n")
+    return path
+
+
+def build_records(image_id: str) -> list[dict]:
+    """Every build that made `image_id`, oldest first."""
+    path = build_record_path(image_id)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut short by a crash: the others still count
+            continue
+    return out

@@ -1,0 +1,158 @@
+"""`kiln rebuild --verify REF`: rebuild an image from the sources its labels name and
+compare. REF is a local image (tag or id) or a registry reference (pulled first).
+
+The image's labels say what to rebuild: `ai.kiln.recipe` (the recipe),
+`org.opencontainers.image.revision` (the commit of its newest input) and `ai.kiln.lock`
+(the engine lock, shown for the record: it is in that commit). kiln checks the commit
+out into a temporary git worktree, runs that revision's own kiln there (`--force
+--no-cache`, the engine too unless `--reuse-engine`), tagged in a namespace of its own
+(`kiln-verify/`, so no kiln tag moves), and compares image ids and layer digests. On a
+difference it prints the first layer and the first file in it that differ, and exits 31.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from kiln.basics import log
+from kiln.basics.errors import BuildFailed, ImageNotBuilt, RebuildDiffers, RebuildSourceMissing
+from kiln.basics.paths import repo_root
+from kiln.domain import imagediff
+from kiln.domain.images import LABEL_NS
+from kiln.infra import credentials
+from kiln.infra.docker import DockerDaemon, Image, id_of
+
+NAMESPACE = "kiln-verify"
+REVISION = "org.opencontainers.image.revision"
+
+
+def _git(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True)
+
+
+def _image(docker: DockerDaemon, ref: str) -> Image:
+    img = docker.image(ref)
+    if img is not None:
+        return img
+    first = ref.split("/", 1)[0]
+    if "/" in ref and ("." in first or ":" in first or first == "localhost"):  # a registry host
+        return docker.ensure_base(ref, pull=True, auth=credentials.pull_auth)
+    raise ImageNotBuilt(f"{ref}: no such local image (a registry reference is pulled: HOST/REPO:TAG)")
+
+
+def what_to_rebuild(img: Image, ref: str) -> tuple[str, str]:
+    labels = img.labels or {}
+    recipe, revision = labels.get(f"{LABEL_NS}.recipe"), labels.get(REVISION, "")
+    if not recipe:
+        raise RebuildSourceMissing(f"{ref}: no {LABEL_NS}.recipe label: not a kiln recipe image")
+    if not revision or revision == "unknown":
+        raise RebuildSourceMissing(f"{ref}: {REVISION} is {revision or 'missing'}: built outside a git checkout")
+    if revision.endswith("-dirty"):
+        raise RebuildSourceMissing(f"{ref}: built from uncommitted changes ({REVISION}={revision}): "
+                                   "no commit holds its inputs")
+    return recipe, revision
+
+
+def _kiln(tree: Path, *args: str) -> subprocess.CompletedProcess:
+    """That revision's own kiln, on its own tree, tagging in the verify namespace."""
+    path = os.pathsep.join(str(tree / p) for p in ("src", "engine", "testkit"))
+    env = {**os.environ, "KILN_ROOT": str(tree), "KILN_IMAGE_NAMESPACE": NAMESPACE,
+           "PYTHONPATH": path + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
+    return subprocess.run([sys.executable, "-m", "kiln", *args], cwd=tree, env=env, text=True,
+                          stdout=subprocess.PIPE)
+
+
+def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:
+    """--reuse-engine: tag this daemon's base and engine image for those inputs into the
+    verify namespace (trusting them), so that only the recipe's own layers are rebuilt."""
+    shown = _kiln(tree, "show", recipe, "--json")
+    if shown.returncode != 0:
+        raise BuildFailed(f"kiln show {recipe} at that revision failed (exit {shown.returncode})")
+    engine = json.loads(shown.stdout)["engine_image"]
+    canonical = "kiln/" + engine["tag"].split("/", 1)[1]
+    img = docker.image(canonical)
+    if img is None or (img.labels or {}).get(f"{LABEL_NS}.input-digest") != engine["input_digest"]:
+        log.warn(f"no local {canonical} for these inputs: the engine is rebuilt too")
+        return
+    docker.tag(id_of(img), engine["tag"])
+    base = docker.image("kiln/base:bookworm")
+    if base is not None:
+        docker.tag(id_of(base), f"{NAMESPACE}/base:bookworm")
+
+
+def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
+            docker: DockerDaemon | None = None) -> tuple[str, str, imagediff.Difference | None]:
+    """(image id given, image id rebuilt, the first difference or None)."""
+    docker = docker or DockerDaemon()
+    img = _image(docker, ref)
+    recipe, revision = what_to_rebuild(img, ref)
+    root = repo_root()
+    if _git("cat-file", "-e", f"{revision}^{{commit}}", cwd=root).returncode != 0:
+        raise RebuildSourceMissing(f"{ref}: revision {revision[:12]} is not in the checkout at {root}")
+    log.step(f"rebuilding {recipe} at {revision[:12]} (lock {(img.labels or {}).get(f'{LABEL_NS}.lock', 'none')})")
+    with tempfile.TemporaryDirectory(prefix="kiln-rebuild-") as tmp:
+        tree = Path(tmp) / "tree"
+        added = _git("worktree", "add", "--detach", str(tree), revision, cwd=root)
+        if added.returncode != 0:
+            raise RebuildSourceMissing(f"git worktree add {revision[:12]} failed: {added.stderr.strip()[-200:]}")
+        try:
+            if reuse_engine:
+                _reuse_local(docker, tree, recipe)
+            else:
+                base = _kiln(tree, "base", "build")
+                if base.returncode != 0:
+                    raise BuildFailed(f"kiln base build at {revision[:12]} failed (exit {base.returncode})")
+            args = ["build", recipe, "--force", "--no-cache", "--json"]
+            if not reuse_engine:
+                args.append("--force-engine")
+            built = _kiln(tree, *args)
+            if built.returncode != 0:
+                raise BuildFailed(f"kiln build {recipe} at {revision[:12]} failed (exit {built.returncode})")
+            new_id = json.loads(built.stdout)["image_id"]
+        finally:
+            _git("worktree", "remove", "--force", str(tree), cwd=root)
+    new = docker.require_image(new_id)
+    old_id = id_of(img)
+    diff = None
+    if new_id != old_id:
+        diff = imagediff.compare(img.attrs["RootFS"]["Layers"], new.attrs["RootFS"]["Layers"],
+                                 _comparable(img.attrs), _comparable(new.attrs),
+                                 lambda: docker.save(old_id), lambda: docker.save(new_id))
+    if not keep:  # every kiln-verify/ tag (the rebuild's, and what --reuse-engine lent it)
+        for other in docker.images():
+            for tag in other.tags:
+                if tag.startswith(f"{NAMESPACE}/"):
+                    docker.remove_image(tag)
+    return old_id, new_id, diff
+
+
+def _comparable(attrs: dict) -> dict:
+    return {k: attrs.get(k) for k in ("Config", "Created", "Architecture", "Os", "Author", "Comment")}
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    old_id, new_id, diff = rebuild(args.ref, reuse_engine=args.reuse_engine, keep=args.keep)
+    if old_id == new_id:
+        log.summary(f"rebuilt {args.ref}: the same image", {"image id": old_id})
+        return 0
+    lines = [f"{args.ref}: the rebuild is {new_id[:19]}, not {old_id[:19]}"]
+    if diff is not None:
+        lines.append(f"first difference: {diff.line()}")
+    raise RebuildDiffers("; ".join(lines))
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("rebuild", help="rebuild an image from the commit its labels name and compare (--verify)")
+    p.add_argument("ref", help="a local image (tag or id) or HOST/REPO:TAG in a registry")
+    p.add_argument("--verify", action="store_true", required=True,
+                   help="compare the rebuild's image id and layers with REF's (the only mode)")
+    p.add_argument("--reuse-engine", action="store_true",
+                   help="trust this daemon's base and engine image for those inputs; rebuild the recipe's layers only")
+    p.add_argument("--keep", action="store_true", help="keep the rebuilt image's kiln-verify/ tags")
+    p.set_defaults(func=cmd_rebuild)

@@ -1,0 +1,241 @@
+"""Reproducible images from the legacy builder: rewrite a `docker save` archive so that
+the same filesystem content and the same source date always give the same bytes.
+
+The legacy builder (no BuildKit, no SOURCE_DATE_EPOCH) stamps the wall clock into the
+image config (`created`, every `history[].created`), names the build container in it
+(`container`, `container_config.Hostname`) and writes the build time into the mtime of
+every file a RUN step makes. This module fixes all of that after the build and before
+anything is tagged:
+
+- every layer tar: entries in a fixed order (sorted by path components, so a directory
+  comes before what it holds; hard links after the files they name), mtimes clamped to
+  the source date, uname/gname dropped, pax atime/ctime dropped, numeric owners and
+  modes, xattrs and link targets kept;
+- the config: `created` and `history[].created` = the source date; the build container's
+  id, its config, the daemon's version and the parent id dropped; `rootfs.diff_ids` the
+  sha256 of the rewritten layers.
+
+The image id is then the sha256 of the config bytes written here. Work is streamed
+through files in a scratch folder: no layer is held in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import tarfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO
+
+CHUNK = 1 << 20
+_DROP_PAX = ("atime", "ctime", "mtime", "uname", "gname", "uid", "gid", "size")
+# config keys only the build machine's run of the build put there
+_DROP_CONFIG = ("container", "container_config", "docker_version", "parent", "id")
+
+
+def rfc3339(epoch: int) -> str:
+    """The source date as docker writes `created` (UTC, seconds)."""
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _name(member: tarfile.TarInfo) -> str:
+    name = member.name
+    while name.startswith("./"):
+        name = name[2:]
+    return name.strip("/") or "."
+
+
+def _order(name: str) -> tuple[str, ...]:
+    return tuple(name.split("/"))
+
+
+def normalise_member(member: tarfile.TarInfo, epoch: int) -> tarfile.TarInfo:
+    """A copy of the header with no build-time facts left in it."""
+    out = tarfile.TarInfo(_name(member) + ("/" if member.isdir() else ""))
+    out.type = member.type
+    out.mode = member.mode
+    out.uid, out.gid = member.uid, member.gid
+    out.uname = out.gname = ""
+    out.mtime = min(int(member.mtime), epoch)
+    out.size = member.size if member.isreg() else 0
+    out.linkname = _name(tarfile.TarInfo(member.linkname)) if member.islnk() else member.linkname
+    out.devmajor, out.devminor = member.devmajor, member.devminor
+    # keep what carries meaning (xattrs, long names/links come back from the fields)
+    out.pax_headers = {k: v for k, v in sorted(member.pax_headers.items())
+                       if k not in _DROP_PAX and k not in ("path", "linkpath")}
+    return out
+
+
+def normalise_layer(src: IO[bytes], dst: IO[bytes], epoch: int) -> str:
+    """Rewrite the layer tar `src` (seekable) into `dst`; returns `sha256:<hex>` of what
+    was written (the layer's diff id)."""
+    hashing = _Hashing(dst)
+    with tarfile.open(fileobj=src, mode="r:") as tin:
+        members = tin.getmembers()
+        # the last entry of a path wins when a tar repeats one (as extraction does)
+        by_name: dict[str, tarfile.TarInfo] = {}
+        for m in members:
+            by_name[_name(m)] = m
+        names = sorted(by_name, key=_order)
+        plain = [n for n in names if not by_name[n].islnk()]
+        links = [n for n in names if by_name[n].islnk()]
+        with tarfile.open(fileobj=hashing, mode="w", format=tarfile.PAX_FORMAT) as tout:  # type: ignore[call-overload]
+            for n in (*plain, *links):
+                m = by_name[n]
+                info = normalise_member(m, epoch)
+                if m.isreg():
+                    fh = tin.extractfile(m)
+                    tout.addfile(info, fh)
+                else:
+                    tout.addfile(info)
+    return "sha256:" + hashing.hash.hexdigest()
+
+
+def normalise_config(config: dict, epoch: int, diff_ids: list[str]) -> bytes:
+    """The image config with the source date and the rewritten layers, as canonical bytes."""
+    cfg = {k: v for k, v in config.items() if k not in _DROP_CONFIG}
+    when = rfc3339(epoch)
+    cfg["created"] = when
+    cfg["history"] = [{**h, "created": when} for h in cfg.get("history") or []]
+    inner = dict(cfg.get("config") or {})
+    inner["Hostname"] = ""
+    inner["Image"] = ""  # the id of the builder's last step, which no one else can have
+    inner.pop("Domainname", None)
+    cfg["config"] = inner
+    cfg["rootfs"] = {"type": "layers", "diff_ids": list(diff_ids)}
+    return json.dumps(cfg, sort_keys=True, separators=(",", ":")).encode()
+
+
+def image_id(config_bytes: bytes) -> str:
+    return "sha256:" + hashlib.sha256(config_bytes).hexdigest()
+
+
+@dataclass
+class Normalised:
+    image_id: str
+    diff_ids: list[str]
+    archive: Path  # a `docker load`-able tar in the scratch folder
+    config: bytes
+
+
+def extract_saved(chunks: Iterable[bytes], into: Path) -> None:
+    """Unpack a `docker save` stream into `into` (regular files and folders only)."""
+    into.mkdir(parents=True, exist_ok=True)
+    reader = ChunkReader(chunks)
+    with tarfile.open(fileobj=reader, mode="r|") as tar:  # type: ignore[call-overload]
+        for m in tar:
+            target = _inside(into, m.name)
+            if m.isdir():
+                target.mkdir(parents=True, exist_ok=True)
+            elif m.isreg():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fh = tar.extractfile(m)
+                assert fh is not None
+                with target.open("wb") as out:
+                    shutil.copyfileobj(fh, out, CHUNK)
+            elif m.issym() or m.islnk():  # docker save links a layer that appears twice
+                source = _inside(into, m.linkname if m.islnk() else str(Path(m.name).parent / m.linkname))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+
+
+def normalise_saved(saved: Path, epoch: int) -> Normalised:
+    """Rewrite an extracted `docker save` folder (one image) into `saved/normalised.tar`."""
+    manifest = json.loads((saved / "manifest.json").read_text())
+    if len(manifest) != 1:
+        raise ValueError(f"docker save gave {len(manifest)} images, expected one")
+    entry = manifest[0]
+    config = json.loads((saved / entry["Config"]).read_bytes())
+    out_dir = saved / "out"
+    out_dir.mkdir()
+    diff_ids: list[str] = []
+    layer_files: list[Path] = []
+    for i, rel in enumerate(entry["Layers"]):
+        src_path = saved / rel
+        tmp = out_dir / f"layer-{i}.tar"
+        with src_path.open("rb") as src, tmp.open("wb") as dst:
+            diff = normalise_layer(src, dst, epoch)
+        src_path.unlink()
+        final = out_dir / f"{diff.split(':')[1]}.tar"
+        if final.exists():
+            tmp.unlink()
+        else:
+            tmp.rename(final)
+        diff_ids.append(diff)
+        layer_files.append(final)
+    cfg = normalise_config(config, epoch, diff_ids)
+    new_id = image_id(cfg)
+    archive = saved / "normalised.tar"
+    with tarfile.open(archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        _add_bytes(tar, f"{new_id.split(':')[1]}.json", cfg)
+        for f in dict.fromkeys(layer_files):
+            info = tar.gettarinfo(str(f), arcname=f.name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
+            with f.open("rb") as fh:
+                tar.addfile(info, fh)
+        doc = [{"Config": f"{new_id.split(':')[1]}.json", "RepoTags": None,
+                "Layers": [f.name for f in layer_files]}]
+        _add_bytes(tar, "manifest.json", json.dumps(doc).encode())
+    for f in dict.fromkeys(layer_files):
+        f.unlink()
+    return Normalised(new_id, diff_ids, archive, cfg)
+
+
+def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _inside(root: Path, name: str) -> Path:
+    target = (root / name).resolve()
+    if not str(target).startswith(str(root.resolve()) + "/"):
+        raise ValueError(f"docker save entry {name!r} points outside its folder")
+    return target
+
+
+class _Hashing:
+    """A write-only file that hashes what passes through it."""
+
+    def __init__(self, fh: IO[bytes]):
+        self.fh = fh
+        self.hash = hashlib.sha256()
+
+    def write(self, data: bytes) -> int:
+        self.hash.update(data)
+        return self.fh.write(data)
+
+    def tell(self) -> int:
+        return self.fh.tell()
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+class ChunkReader:
+    """A read-only file over an iterator of byte chunks (the docker SDK's save stream)."""
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self._it = iter(chunks)
+        self._buf = bytearray()
+        self._pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        while n < 0 or len(self._buf) - self._pos < n:
+            try:
+                chunk = next(self._it)
+            except StopIteration:
+                break
+            if self._pos:  # drop what was read before growing the buffer
+                del self._buf[:self._pos]
+                self._pos = 0
+            self._buf += chunk
+        end = len(self._buf) if n < 0 else min(len(self._buf), self._pos + n)
+        out = bytes(self._buf[self._pos:end])
+        self._pos = end
+        return out
