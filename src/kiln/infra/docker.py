@@ -424,7 +424,10 @@ class DockerDaemon:
             container.start()
             status = container.wait(timeout=timeout_s)
             output = container.logs().decode(errors="replace")
-        except Exception as exc:  # timeouts and API errors alike: the answer cannot be trusted
+        except requests.exceptions.ReadTimeout:
+            raise BuildFailed(f"{what} did not finish within {timeout_s:.0f} s",
+                              hint="the host may be loaded (other builds); rerun when it is quieter") from None
+        except Exception as exc:  # API errors: the answer cannot be trusted
             raise BuildFailed(f"{what} did not finish: {exc}") from None
         finally:
             container.remove(force=True)
