@@ -34,7 +34,7 @@ nox.options.error_on_missing_interpreters = True
 
 PYTEST = ["python", "-m", "pytest", "-p", "no:cacheprovider"]
 # what only opt-in sessions run
-NEVER_BY_DEFAULT = "gpu or disruptive or full"
+NEVER_BY_DEFAULT = "gpu or disruptive or full or emulation"
 
 
 def _pytest(session, *args):
@@ -122,6 +122,16 @@ def disruptive(session):
     """Opt-in: restarts the Docker daemon in the middle of a build (stops every running
     container on it), as root, where scripts/setup.sh started dockerd."""
     _pytest(session, "-m", "disruptive")
+
+
+@nox.session
+def arm64(session):
+    """Opt-in (qemu; minutes to tens of minutes on 2 cores): linux/arm64 under emulation
+    on an x86-64 host (`scripts/setup.sh --arm64` first): the arm64 base from debootstrap,
+    a recipe built for both platforms with `kiln build --platform all`, and tiny-moe's
+    arm64 refusal naming the wheels it lacks (tests/arm64; times in docs/benchmarks.md)."""
+    _base_image(session)
+    _pytest(session, "tests/arm64", "-m", "emulation", "--durations=15")
 
 
 @nox.session

@@ -50,6 +50,10 @@ def test_show_is_human_and_json_is_the_document():
     assert doc["recipe"]["name"] == "tiny-moe"
     assert doc["tag"].split(":")[1] == doc["input_digest"][7:19]
     assert doc["tag"] in human.stdout
+    assert doc["platforms"] == {"linux/amd64": {"tag": doc["tag"], "input_digest": doc["input_digest"]}}
+    glm = validated("show", run_kiln("show", "glm53-kindling", "--json").stdout)
+    amd, arm = glm["platforms"]["linux/amd64"], glm["platforms"]["linux/arm64"]
+    assert amd["input_digest"] == glm["input_digest"] != arm["input_digest"]
 
 
 def test_check_json_valid_and_invalid(tmp_path):

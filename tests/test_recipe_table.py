@@ -26,11 +26,12 @@ def test_every_recipe_has_a_row_with_its_engine_and_gpus():
     assert "| none (CPU) | any x86-64 host with Docker |" in rows["tiny-moe"]
 
 
-def test_platforms_come_from_the_engine_when_the_schema_has_them():
+def test_platforms_come_from_engine_platforms():
     loaded = SimpleNamespace(recipe=SimpleNamespace(engine=SimpleNamespace(platforms=["linux/amd64", "linux/arm64"])))
     assert catalogue._platforms(loaded) == "linux/amd64, linux/arm64"
-    loaded.recipe.engine = SimpleNamespace()
-    assert catalogue._platforms(loaded) == "linux/amd64"
+    # glm53-kindling declares both (GH200/GB200 nodes are aarch64); the default is amd64 alone
+    assert catalogue.row("glm53-kindling").platforms == "linux/amd64, linux/arm64"
+    assert catalogue.row("tiny-moe").platforms == "linux/amd64"
 
 
 def test_the_script_fails_on_a_stale_table(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as md
 import json
+import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,17 @@ def _version(dist: str) -> str:
         return "not installed"
 
 
+# platform.machine() -> the OCI architecture the image was built for
+_OCI_ARCH = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def architecture() -> dict[str, str]:
+    """What this image runs as: the machine (under emulation too: qemu reports the
+    guest's) and the OCI platform name the image was built for."""
+    machine = platform.machine()
+    return {"machine": machine, "platform": f"linux/{_OCI_ARCH.get(machine, machine)}"}
+
+
 def info() -> dict[str, Any]:
     patches = json.loads(PATCH_MANIFEST.read_text()) if PATCH_MANIFEST.is_file() else None
     launch = json.loads(LAUNCH.read_text()) if LAUNCH.is_file() else {}
@@ -31,6 +43,7 @@ def info() -> dict[str, Any]:
         "kiln_engine": __version__,
         "vllm": _version("vllm"),
         "torch": _version("torch"),
+        "architecture": architecture(),
         "patches": patches,
         "features": {
             f.name: {**describe(f), "enabled": on, "baked_into_launch": f.name in baked}
@@ -50,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(data, indent=2))
         return 0
     print(f"kiln-engine {data['kiln_engine']}  vllm {data['vllm']}  torch {data['torch']}")
+    arch = data["architecture"]
+    print(f"architecture: {arch['platform']} ({arch['machine']})")
     print(f"recipe: {data['recipe'] or '(engine image, no recipe)'}")
     if data["patches"] is None:
         print("patches: no manifest at /opt/kiln/patches.json")

@@ -167,6 +167,8 @@ def test_one_node_recipe_renders_a_deployment(tmp_path):
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_NICE"]}
     assert objects["Deployment"]["spec"]["selector"]["matchLabels"].items() <= \
         objects["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+    # tiny-moe is built for linux/amd64 only: its pods must not land on a Grace (arm64) node
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
 
 
 def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
@@ -227,6 +229,8 @@ def test_single_node_gpu_recipe_gets_its_gpus_and_host_paths(tmp_path):
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["model-target"]["hostPath"] == {"path": "/data/models/GLM-5.3", "type": "Directory"}
     assert {e["name"]: e["value"] for e in c["env"]}["KILN_DRAFT_TRUNC"] == "1"
+    # declared for linux/amd64 and linux/arm64: one index tag, any node's architecture
+    assert "nodeSelector" not in pod
 
 
 @pytest.mark.parametrize("name, kinds", [
@@ -253,6 +257,8 @@ def test_catalogue_recipes_render_valid_manifests(tmp_path, name, kinds):
         pods = [lwt["leaderTemplate"]["spec"], lwt["workerTemplate"]["spec"]]
         assert lwt["size"] == 2
     gpus = {"qwen3-30b-a3b": "1", "gpt-oss-120b": "1"}.get(name, "8")
+    for pod in [*pods, objects["Job"]["spec"]["template"]["spec"]]:
+        assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64"}  # single-platform recipes
     for pod in pods:
         assert [c["name"] for c in pod["initContainers"]] == ["wait-for-weights"]
         [c] = pod["containers"]

@@ -121,17 +121,19 @@ def test_check_says_which_series_each_recipe_uses(groot, capsys):
     code, out, err = kiln(capsys, "check", "--all", "--json")
     assert code == 0, err
     recipes = {r["name"]: r for r in json.loads(out)["recipes"]}
-    assert recipes[GLM]["series"] == [
-        {"applies": "vllm 0.33.0", "file": "patches/vllm/0.33.0/series", "patches": 1},
-        {"applies": "feature draft-trunc", "file": f"{DT}/patches/0.33.0/series", "patches": 8},
-    ]
     from kiln.domain.patching.applier import read_series_names
 
+    feature = len(read_series_names(groot / DT / "patches" / "0.33.0" / "series"))
+    assert feature >= 9  # 0001-0008 hooks, 0009 dead rows for any router (qwen3-30b-a3b)
+    assert recipes[GLM]["series"] == [
+        {"applies": "vllm 0.33.0", "file": "patches/vllm/0.33.0/series", "patches": 1},
+        {"applies": "feature draft-trunc", "file": f"{DT}/patches/0.33.0/series", "patches": feature},
+    ]
     cpu_engine = len(read_series_names(groot / "patches" / "vllm" / "0.32.0" / "series"))
     assert recipes["tiny-moe"]["series"] == [
         {"applies": "vllm 0.32.0", "file": "patches/vllm/0.32.0/series", "patches": cpu_engine}]
     code, _, err = kiln(capsys, "check", GLM)
-    assert f"feature draft-trunc: {DT}/patches/0.33.0/series (8 patch(es))" in err
+    assert f"feature draft-trunc: {DT}/patches/0.33.0/series ({feature} patch(es))" in err
 
 
 def test_engine_bump_moves_a_recipe(groot, capsys):

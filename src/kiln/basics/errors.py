@@ -488,3 +488,28 @@ class ModelShapeUnknown(KilnError):
 
     exit_code = 95
     hint = "add a `shape:` block to the model in recipe.yaml (config.json's keys, with their source), or fetch the weights"
+
+
+# -- platforms: linux/amd64 and linux/arm64 images of one recipe, one index (100-105)
+class PlatformUnsupported(ManyProblems, KilnError):
+    """A recipe declares a platform (engine.platforms) for which the pinned engine's lock
+    holds no wheel; each problem names the wheel looked for."""
+
+    exit_code = 100
+    hint = ("`kiln engine lock RECIPE --platform P` adds a platform where the index has its wheels; "
+            "otherwise drop P from engine.platforms")
+
+
+class PlatformNotDeclared(KilnError):
+    """`--platform P` for a recipe whose engine.platforms does not list P."""
+
+    exit_code = 101
+    hint = "add P to engine.platforms in recipe.yaml (`kiln check` then says whether the engine has its wheels)"
+
+
+class EmulationUnavailable(KilnError):
+    """A build or run for another architecture than the host's, and no qemu emulation is
+    registered with binfmt_misc for it."""
+
+    exit_code = 102
+    hint = "as root: `scripts/setup.sh --arm64` (installs qemu-user-static, mounts binfmt_misc, enables qemu-aarch64); `kiln doctor` shows the state"

@@ -17,7 +17,12 @@ import yaml
 from kiln.basics import log
 from kiln.basics.errors import BuildFailed, DebootstrapMissing
 from kiln.basics.paths import repo_root
-from kiln.infra.docker import DockerDaemon, id_of
+from kiln.domain import enginelock
+from kiln.domain.context import BuildContext
+from kiln.domain.images import platform_suffix
+from kiln.domain.recipe import DEFAULT_PLATFORM
+from kiln.infra import binfmt
+from kiln.infra.docker import DockerDaemon, Image, id_of
 
 
 @dataclass(frozen=True)
@@ -63,10 +68,17 @@ def _sources_list(spec: BaseSpec) -> str:
     )
 
 
+def base_tag(spec_tag: str, platform: str | None) -> str:
+    """kiln/base:bookworm for linux/amd64 (as always), kiln/base:bookworm-arm64 for arm64."""
+    return spec_tag + platform_suffix(platform or DEFAULT_PLATFORM)
+
+
 def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str | None = None,
-               force: bool = False) -> str:
+               force: bool = False, platform: str | None = None) -> str:
+    """`platform` (linux/arm64): debootstrap --arch for it, its second stage and
+    dpkg-query running under qemu (binfmt_misc, checked first)."""
     spec = spec or BaseSpec.load()
-    tag = tag or spec.tag
+    tag = tag or base_tag(spec.tag, platform)
     existing = docker.image(tag)
     if existing is not None and not force:
         log.ok(f"{tag} already exists ({id_of(existing)[:19]}); --force rebuilds it")
@@ -75,11 +87,15 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
         raise DebootstrapMissing("debootstrap is not installed")
     if os.geteuid() != 0:
         raise DebootstrapMissing("debootstrap needs root")
+    if platform is not None:
+        binfmt.require(platform)
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kiln-base-") as tmp:
         root = Path(tmp) / "rootfs"
         log.step(f"debootstrap --variant={spec.variant} {spec.suite} ({spec.mirror})")
         cmd = ["debootstrap", f"--variant={spec.variant}"]
+        if platform is not None:
+            cmd.append(f"--arch={enginelock.platform(platform).deb_arch}")
         if spec.include:
             cmd.append("--include=" + ",".join(spec.include))
         _run([*cmd, spec.suite, str(root), spec.mirror], "debootstrap")
@@ -117,8 +133,11 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
         changes = [f'LABEL "{k}"="{v}"' for k, v in labels.items()]
         changes += ['ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
                     'ENV LANG=C.UTF-8', 'CMD ["/bin/bash"]']
-        log.step(f"docker import -> {tag}")
-        image = docker.import_rootfs(tarball, tag, changes)
+        if platform is None or platform == enginelock.host_platform():
+            log.step(f"docker import -> {tag}")
+            image = docker.import_rootfs(tarball, tag, changes)
+        else:
+            image = _import_for(docker, tarball, tag, changes, platform)
         if image is None:
             raise BuildFailed(f"base image: docker import did not produce {tag}")
     log.summary(
@@ -134,8 +153,21 @@ def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str |
     return id_of(image)
 
 
+def _import_for(docker: DockerDaemon, tarball: Path, tag: str, changes: list[str], platform: str) -> Image | None:
+    """The rootfs as an image of another platform: the daemon's import stamps its own
+    architecture into the config, so a FROM-scratch build for `platform` ADDs the tar
+    (the same one layer; no RUN step, nothing executes)."""
+    log.step(f"docker build --platform {platform} (FROM scratch, ADD rootfs) -> {tag}")
+    ctx = BuildContext()
+    ctx.add_bytes("Dockerfile", ("FROM scratch\nADD rootfs.tar /\n" + "".join(c + "\n" for c in changes)).encode())
+    ctx.add_file("rootfs.tar", tarball)
+    result = docker.build(ctx, label=f"base {platform}", platform=platform, quiet=True)
+    docker.tag(result.image_id, tag)
+    return docker.image(tag)
+
+
 def cmd_base_build(args: argparse.Namespace) -> int:
-    build_base(DockerDaemon(), tag=args.tag, force=args.force)
+    build_base(DockerDaemon(), tag=args.tag, force=args.force, platform=args.platform)
     return 0
 
 
@@ -145,4 +177,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = bsub.add_parser("build", help="debootstrap + import kiln/base:bookworm")
     s.add_argument("--tag", default=None)
     s.add_argument("--force", action="store_true")
+    s.add_argument("--platform", choices=sorted(enginelock.PLATFORMS), default=None,
+                   help="build for this platform (default the host's; linux/arm64 on x86-64 needs qemu: "
+                        "scripts/setup.sh --arm64); tag kiln/base:bookworm-arm64")
     s.set_defaults(func=cmd_base_build)

@@ -24,15 +24,17 @@ from kiln.basics.errors import (
     OverrideDrift,
     PatchFailed,
     PatchInvalid,
+    PlatformNotDeclared,
+    PlatformUnsupported,
 )
 from kiln.commands.options import reports
-from kiln.domain import enginecheck, engineprobe, lockfailure
+from kiln.domain import enginecheck, enginelock, engineprobe, lockfailure
 from kiln.domain.ca import CABundle, add_to_context
 from kiln.domain.context import BuildContext
 from kiln.domain.images import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
 from kiln.domain.patching import applier, series
-from kiln.domain.recipe import LoadedRecipe
-from kiln.infra import credentials
+from kiln.domain.recipe import LoadedRecipe, load_recipe, recipe_dir
+from kiln.infra import binfmt, credentials
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
@@ -74,6 +76,7 @@ class ImageBuild:
     finalize: Finalize | None = None
     lock_file: Path | None = None  # the engine lock the build installs from, for its errors
     relock: str = "kiln engine lock RECIPE"  # how to re-lock it
+    platform: str | None = None  # OCI platform to build for (None: the daemon's own)
 
 
 def reuse(docker: DockerDaemon, digest: str, tags: list[str]) -> BuildOutcome | None:
@@ -98,7 +101,8 @@ def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: b
         context.append_at_build("Dockerfile", label_instruction(job.labels).encode())
     log.step(f"building {job.tags[0]} (context {log.human_size(context.size())}, CA: {ca.origin})")
     try:
-        result = docker.build(context, label=job.label, buildargs=job.buildargs, nocache=nocache)
+        result = docker.build(context, label=job.label, buildargs=job.buildargs, nocache=nocache,
+                              platform=job.platform)
     except BuildFailed as exc:
         raise _as_patch_failure(exc) or lockfailure.typed(exc, job.lock_file, job.relock) or exc from None
     image = docker.require_image(result.image_id)
@@ -154,7 +158,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         return stamp(docker, tags, reused)
     base = engine_image.engine.base_image
     # a registry base is pulled by digest; the air-gapped kiln/base is never pulled
-    docker.ensure_base(base.pinned, pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth)
+    docker.ensure_base(engine_image.base_ref, pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth)
     engine_image.add_wheels()
     job = ImageBuild(
         label=f"engine-{engine_image.engine.flavour}",
@@ -167,6 +171,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         finalize=lambda image: engineprobe.labelled(docker, image),
         lock_file=engine_image.lock_file if engine_image.lock is not None else None,
         relock=f"kiln engine lock {recipe}",
+        platform=engine_image.platform,
     )
     return run_build(docker, job, engine_image.ca.get(), nocache=nocache)
 
@@ -211,11 +216,14 @@ def engine_image_id(docker: DockerDaemon, loaded: LoadedRecipe, *, build_if_miss
 
 def build_recipe(
     name: str, *, docker: DockerDaemon | None = None, force: bool = False, force_engine: bool = False,
-    ca_flag: str | None = None, quiet_summary: bool = False, nocache: bool = False,
+    ca_flag: str | None = None, quiet_summary: bool = False, nocache: bool = False, platform: str | None = None,
 ) -> BuildOutcome:
+    """`platform`: one of the recipe's engine.platforms (None: the host's)."""
     docker = docker or DockerDaemon()
     t0 = time.monotonic()
-    resolved = resolve(name, ca_flag)
+    if platform is not None:
+        check_platform(load_recipe(recipe_dir(name)), platform)
+    resolved = resolve(name, ca_flag, platform)
     loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
     reused = None if force else reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag])
     if reused is not None:
@@ -238,6 +246,31 @@ def build_recipe(
     return outcome
 
 
+def check_platform(loaded: LoadedRecipe, platform: str) -> None:
+    """`--platform P`: P is declared in engine.platforms, and runs here (natively, or
+    under qemu for another architecture's RUN steps and in-image checks)."""
+    engine = loaded.recipe.engine
+    if platform not in engine.platforms:
+        raise PlatformNotDeclared(f"{loaded.where('engine')}: engine.platforms: {loaded.name} is declared for "
+                                  f"{', '.join(engine.platforms)}, not {platform}")
+    lock = enginelock.for_image(enginelock.engine_image_dir(engine.flavour), engine.name, engine.version, loaded.name)
+    gaps = enginelock.platform_gaps(lock, platform, engine.torch) if lock is not None else []
+    if gaps:
+        i = list[str](engine.platforms).index(platform)
+        raise PlatformUnsupported([f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {platform}: "
+                                   f"the engine lock has no {platform} {', '.join(gaps)}"])
+    binfmt.require(platform)
+
+
+def platforms_of(name: str, flag: str | None) -> list[str | None]:
+    """--platform: None (the host's), one platform, or `all` (every declared one)."""
+    if flag is None:
+        return [None]
+    if flag == "all":
+        return list(load_recipe(recipe_dir(name)).recipe.engine.platforms)
+    return [flag]
+
+
 def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage) -> ImageBuild:
     return ImageBuild(
         label=loaded.name,
@@ -249,6 +282,7 @@ def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: Reci
         max_size_gb=loaded.recipe.budgets.max_image_size_gb,
         # the engine really is the declared one and accepts the launch args (enginecheck)
         check=lambda image: enginecheck.verify(loaded, image, docker),
+        platform=recipe_image.platform,
     )
 
 
@@ -280,10 +314,14 @@ def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict[str, objec
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    outcome = build_recipe(args.name, force=args.force or args.no_cache, force_engine=args.force_engine,
-                           ca_flag=args.ca_bundle, nocache=args.no_cache)
-    if args.json:
-        log.emit_json(outcome.document(args.name))
+    docs = {}
+    for platform in platforms_of(args.name, args.platform):
+        outcome = build_recipe(args.name, force=args.force or args.no_cache, force_engine=args.force_engine,
+                               ca_flag=args.ca_bundle, nocache=args.no_cache, platform=platform)
+        docs[platform] = outcome.document(args.name)
+    if args.json:  # one platform: the document as ever; `--platform all`: it per platform
+        log.emit_json(next(iter(docs.values())) if len(docs) == 1 else
+                      {**next(iter(docs.values())), "platforms": docs})
     return 0
 
 
@@ -295,4 +333,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-cache", action="store_true",
                    help="ignore the daemon's layer cache (with --force-engine: for the engine too)")
     s.add_argument("--ca-bundle", help="PEM bundle builds trust (default: $KILN_CA_BUNDLE, else pip's cert)")
+    s.add_argument("--platform", choices=[*sorted(enginelock.PLATFORMS), "all"], default=None,
+                   help="build for this platform of engine.platforms, or all of them (default: the host's; "
+                        "another architecture runs under qemu: scripts/setup.sh --arm64)")
     s.set_defaults(func=cmd_build)

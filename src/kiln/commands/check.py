@@ -6,7 +6,13 @@ import argparse
 from typing import Any
 
 from kiln.basics import log
-from kiln.basics.errors import KilnError, LaunchArgInvalid, PlanDoesNotFit, RecipeInvalid
+from kiln.basics.errors import (
+    KilnError,
+    LaunchArgInvalid,
+    PlanDoesNotFit,
+    PlatformUnsupported,
+    RecipeInvalid,
+)
 from kiln.basics.paths import repo_root
 from kiln.commands.options import reports
 from kiln.commands.plan import plan_recipe
@@ -30,7 +36,35 @@ def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
 def check_one(name: str) -> list[str]:
     """Problems with one recipe, as one-line messages (empty when it is fine)."""
     recipe_problems, launch_problems, plan_problems = _check_one(name)
-    return recipe_problems + launch_problems + plan_problems
+    return recipe_problems + launch_problems + plan_problems + platform_problems_of(name)
+
+
+def platform_problems_of(name: str) -> list[str]:
+    try:
+        loaded = load_recipe(recipe_dir(name))
+    except RecipeInvalid:
+        return []  # reported by _check_one
+    return _platforms(loaded)
+
+
+def _platforms(loaded) -> list[str]:
+    """Each declared platform (engine.platforms) has the engine's wheels in the lock:
+    one line per platform that has not, naming the wheel looked for."""
+    e = loaded.recipe.engine
+    try:
+        lock = enginelock.for_image(enginelock.engine_image_dir(e.flavour), e.name, e.version, loaded.name)
+    except KilnError:
+        return []  # a missing or unreadable lock is _lock's line already
+    if lock is None:  # a stand-in engine without locks/: nothing to look in
+        return []
+    shown = enginelock.shown(enginelock.lock_path(enginelock.engine_image_dir(e.flavour), e.name, e.version))
+    problems = []
+    for i, plat in enumerate(e.platforms):
+        gaps = enginelock.platform_gaps(lock, plat, e.torch)
+        if gaps:
+            problems.append(f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {plat}: {shown} "
+                            f"has no {plat} {', '.join(gaps)}")
+    return problems
 
 
 def _plan_problems(loaded) -> tuple[list[str], list[str]]:
@@ -122,15 +156,18 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     if not name and not all_recipes:
         all_recipes = True
     problems: list[str] = []
+    platform_only = True  # every problem is a declared platform without wheels: exit 100
     launch_only = True  # every problem is one the engine found: exit 17, as `kiln build`
     plan_only = True  # every problem is a recipe that does not fit its GPUs: exit 92, as `kiln plan`
     names = _recipe_names(name, all_recipes)
     report: list[dict[str, Any]] = []
     for recipe in names:
         recipe_problems, launch_problems, plan_problems = _check_one(recipe)
-        found = recipe_problems + launch_problems + plan_problems
-        launch_only = launch_only and not recipe_problems and not plan_problems
-        plan_only = plan_only and not recipe_problems and not launch_problems
+        platform_problems = platform_problems_of(recipe) if not recipe_problems else []
+        found = recipe_problems + launch_problems + plan_problems + platform_problems
+        platform_only = platform_only and not recipe_problems and not launch_problems and not plan_problems
+        launch_only = launch_only and not recipe_problems and not plan_problems and not platform_problems
+        plan_only = plan_only and not recipe_problems and not launch_problems and not platform_problems
         entry: dict[str, Any] = {"name": recipe, "valid": not found, "problems": found}
         if found:
             problems += found
@@ -141,6 +178,8 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     if as_json:
         log.emit_json({"valid": not problems, "recipes": report})
     if problems:
+        if platform_only:
+            raise PlatformUnsupported(problems)
         if plan_only:
             raise PlanDoesNotFit(problems)
         raise LaunchArgInvalid(problems) if launch_only else RecipeInvalid(problems)

@@ -11,6 +11,7 @@ from kiln.basics.errors import KilnError
 from kiln.basics.paths import cache_dir, repo_root, shown_home, state_dir
 from kiln.commands.options import reports
 from kiln.domain.ca import resolve_ca
+from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon
 
 _ROWS: list[dict] = []
@@ -54,6 +55,11 @@ def doctor(as_json: bool = False) -> int:
     _row(True if gpu else None, "GPU", gpu or "none visible (CPU recipes only; GPU smoke tests skip)")
     reg = shutil.which("docker-registry") or shutil.which("registry")
     _row(True if reg else None, "local registry binary", reg or "missing (publish tests need Debian's docker-registry)")
+    for plat in binfmt.ENTRIES:
+        emu = binfmt.state(plat)
+        if not emu.native:  # a warning: only builds for that platform need it
+            _row(True if emu.usable else None, f"emulation {plat}", emu.describe() if emu.usable else
+                 f"{emu.why_not()} (needed only to build or run {plat} images: scripts/setup.sh --arm64)")
     _row(True, "records", f"{shown_home(state_dir())} (smoke passes and publish results; $KILN_STATE_DIR moves them)")
     _row(*_checkout())
     if as_json:

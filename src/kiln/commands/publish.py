@@ -29,6 +29,7 @@ only, so no tag that consumers follow or pin ever points at an unproven image.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -38,23 +39,26 @@ from kiln.basics import clock, imageref, log
 from kiln.basics.errors import (
     ChannelEmpty,
     ChannelInvalid,
+    ImageNotBuilt,
     KilnError,
     ManifestMismatch,
     NotSmokeTested,
     PushFailed,
     RegistryAuthFailed,
     RegistryInvalid,
+    UsageError,
 )
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import results_dir, shown_home
 from kiln.commands import signstep
+from kiln.domain import enginelock
 from kiln.domain.context import BuildContext
-from kiln.domain.images import LABEL_NS, require_built
+from kiln.domain.images import LABEL_NS, BuiltRecipe, require_built
 from kiln.domain.recipe import LoadedRecipe, load_recipe, recipe_dir
 from kiln.infra import credentials
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.records import passing_smoke_record, record_path
-from kiln.infra.registry import Manifest, RegistryClient, Target
+from kiln.infra.registry import Manifest, RegistryClient, Target, image_index, index_children
 
 SMOKE_LABEL = f"{LABEL_NS}.smoke-check"
 UNSMOKED_SUFFIX = "-unsmoked"
@@ -75,6 +79,9 @@ class PublishResult:
     smoke: dict = field(default_factory=dict)
     record: str = ""
     signature: dict | None = None  # --sign: tags, manifests, key fingerprint (never key material)
+    # a multi-platform recipe: per platform, its image id, input digest and manifest digest
+    # (manifest_digest is then the image index's, input_digest the digest of the set)
+    platforms: dict = field(default_factory=dict)
 
     @property
     def pinned(self) -> str:
@@ -190,8 +197,14 @@ def publish(
 ) -> PublishResult:
     """Push the image built from NAME's current inputs and tag it (see module doc).
     `creds` (for callers in Python) replaces the env / docker-config lookup; `sign_key`
-    (a cosign private key) signs and attests it before any consumer tag."""
+    (a cosign private key) signs and attests it before any consumer tag. A recipe that
+    declares several platforms is published as one image index (`_publish_index`)."""
     docker = docker or DockerDaemon()
+    declared = list[str](load_recipe(recipe_dir(name)).recipe.engine.platforms)
+    if len(declared) > 1:
+        return _publish_index(name, declared, registry=registry, channel=channel, skip_smoke_check=skip_smoke_check,
+                              plain_http=plain_http, password_stdin=password_stdin, creds=creds, docker=docker,
+                              sign_key=sign_key)
     built = require_built(docker, name)
     loaded, recipe_image, img = built.loaded, built.recipe_image, built.image
     target = target_for(loaded, registry, plain_http=plain_http)
@@ -229,6 +242,110 @@ def publish(
         tags=[target.ref(t) for t in tags], pushed=pushed, smoke=smoke, signature=signature,
     )
     doc = {**asdict(result), "built_image_id": built_id, "time": clock.timestamp()}
+    doc.pop("record")
+    result.record = str(write_record("publish", name, doc))
+    _report_publish(result)
+    return result
+
+
+# -- publish: several platforms, one image index ----------------------------------------
+def index_input_digest(members: list[tuple[str, BuiltRecipe]]) -> str:
+    """The input digest of a multi-platform publish: over each platform and its image's
+    input digest, so the digest tag names exactly the set of builds the index holds."""
+    text = "".join(f"{plat} {built.recipe_image.digest}\n" for plat, built in sorted(members, key=lambda m: m[0]))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def platform_tag(built: BuiltRecipe) -> str:
+    """The per-platform tag the daemon pushes each image under (`<digest12>-arm64`):
+    pins one architecture; the index's tags are the ones consumers follow."""
+    return f"{built.recipe_image.short}-{built.recipe_image.platform.split('/', 1)[1]}"
+
+
+def built_platforms(docker: DockerDaemon, name: str, declared: list[str]) -> list[tuple[str, BuiltRecipe]]:
+    """(platform, built image) for each declared platform built from the current inputs;
+    ImageNotBuilt when none is, a warning for each one that is not."""
+    members, missing = [], []
+    for plat in declared:
+        try:
+            members.append((plat, require_built(docker, name, plat)))
+        except ImageNotBuilt:
+            missing.append(plat)
+    if not members:
+        raise ImageNotBuilt(f"{name}: none of its platforms ({', '.join(declared)}) is built from the current inputs",
+                            hint=f"`kiln build {name} --platform all`")
+    for plat in missing:
+        log.warn(f"{name}: {plat} is not built from the current inputs; the index holds "
+                 f"{', '.join(p for p, _ in members)} only (`kiln build {name} --platform {plat}`)")
+    return members
+
+
+def _platform_smoke(name: str, members: list[tuple[str, BuiltRecipe]]) -> dict:
+    """Every platform entering the index has a passing smoke record of its own image."""
+    failing = [(plat, built) for plat, built in members if passing_smoke_record(id_of(built.image)) is None]
+    if failing:
+        where = shown_home(record_path(id_of(failing[0][1].image)).parent)
+        raise NotSmokeTested(
+            "; ".join(f"{plat}: {built.recipe_image.tag} (image {id_of(built.image)[:19]})" for plat, built in failing)
+            + f" has no passing smoke record in {where}; a platform that has not passed its smoke test cannot "
+            "enter the index, nothing was pushed",
+            hint=f"`kiln smoke {name} --platform {failing[0][0]}` (or publish without it: drop it from engine.platforms)")
+    return {plat: str(record_path(id_of(built.image))) for plat, built in members}
+
+
+def _publish_index(
+    name: str, declared: list[str], *, registry: str | None, channel: str | None, skip_smoke_check: bool,
+    plain_http: bool, password_stdin: bool, creds: credentials.Credentials | None, docker: DockerDaemon,
+    sign_key: Path | None,
+) -> PublishResult:
+    """Each built platform's image pushed under its own `<digest12>-<arch>` tag, then one
+    OCI image index holding them all under the engine, channel and digest tags (digest
+    tag last, as for one platform). With --sign the index digest is signed (what the tags
+    point at, so what `cosign verify TAG` checks) before any of those tags is written."""
+    if skip_smoke_check:
+        raise UsageError(f"--skip-smoke-check: {name} is published as a multi-platform index, and every platform "
+                         "in it needs a passing smoke record", hint=f"`kiln smoke {name} --platform P` for each")
+    members = built_platforms(docker, name, declared)
+    loaded = members[0][1].loaded
+    target = target_for(loaded, registry, plain_http=plain_http)
+    channel = check_channel(loaded, channel)
+    records = _platform_smoke(name, members)
+    input_digest = index_input_digest(members)
+    short = input_digest.split(":")[1][:12]
+    tags = [engine_tag(loaded), channel, short]
+    signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
+    client = _client(target, password_stdin, creds)
+    log.step(f"publishing {name} ({', '.join(p for p, _ in members)}) to {target.host}/{target.path} as one index")
+    children: list[tuple[str, Manifest]] = []
+    pushed_any = False
+    for plat, built in members:
+        manifest, pushed = _upload(docker, client, platform_tag(built), id_of(built.image), platform_tag(built))
+        children.append((plat, manifest))
+        pushed_any = pushed_any or pushed
+    index = image_index(children)
+    signature = None
+    if signer is not None:
+        client.put_manifest(f"{short}{signstep.STAGING_SUFFIX}", index)
+        host = enginelock.host_platform()
+        plat, built = next(((p, b) for p, b in members if p == host), members[0])  # its SBOM is read natively
+        signature = signstep.sign_and_verify(docker, client, signer, loaded, built.recipe_image, built.image,
+                                             index.digest)
+    present = client.manifest(short)
+    already = present is not None and present.digest == index.digest
+    _write_tags(client, index, tags)
+    _verify(client, index, tags)
+    platforms = {plat: {"image_id": id_of(built.image), "input_digest": built.recipe_image.digest,
+                        "manifest_digest": manifest.digest, "tag": target.ref(platform_tag(built)),
+                        "smoke_record": records[plat]}
+                 for (plat, built), (_, manifest) in zip(members, children, strict=True)}
+    first = members[0][1]
+    result = PublishResult(
+        recipe=name, image_id=id_of(first.image), input_digest=input_digest, manifest_digest=index.digest,
+        registry=target.host, repository=target.path, channel=channel, tags=[target.ref(t) for t in tags],
+        pushed=pushed_any or not already, smoke={"status": "passed", "record": records[members[0][0]]},
+        signature=signature, platforms=platforms,
+    )
+    doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
     result.record = str(write_record("publish", name, doc))
     _report_publish(result)
@@ -310,6 +427,8 @@ def _report_publish(r: PublishResult) -> None:
         "image id": r.image_id,
         "input digest": r.input_digest,
         "tags": ", ".join(str(imageref.parse(t).tag) for t in r.tags),
+        **({"platforms": ", ".join(f"{p} ({d['manifest_digest'][:19]})" for p, d in r.platforms.items())}
+           if r.platforms else {}),
         "channel": r.channel or "none (not smoke-tested)",
         "smoke check": f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
         if r.smoke["status"] == "skipped" else "passed",
@@ -342,7 +461,10 @@ def promote(
     manifest = client.manifest(source)
     if manifest is None:
         raise ChannelEmpty(f"{target.ref(source)} does not exist; nothing to promote")
-    image_id = manifest.config_digest or ""
+    if manifest.is_index:
+        image_id = _index_smoked(name, client, target.ref(source), manifest)
+    else:
+        image_id = manifest.config_digest or ""
     if not image_id or passing_smoke_record(image_id) is None:
         raise NotSmokeTested(f"{target.ref(source)} is image {image_id[:19] or '(an index)'}, "
                              f"which has no passing smoke record in {shown_home(results_dir() / 'smoke')}; "
@@ -370,6 +492,24 @@ def promote(
         "record": shown_home(result.record),
     })
     return result
+
+
+def _index_smoked(name: str, client: RegistryClient, ref: str, index: Manifest) -> str:
+    """An index moves only when each platform's image in it has a passing smoke record
+    here (as a single image does); returns the first platform's image id."""
+    ids = []
+    for plat, digest in index_children(index):
+        child = client.manifest(digest)
+        image_id = child.config_digest if child is not None else None
+        if not image_id or passing_smoke_record(image_id) is None:
+            raise NotSmokeTested(f"{ref} is an index whose {plat} image {(image_id or digest)[:19]} has no passing "
+                                 f"smoke record in {shown_home(results_dir() / 'smoke')}; refusing to promote",
+                                 hint=f"`kiln smoke {name} --platform {plat}` where the records are (or point "
+                                      "$KILN_STATE_DIR at them), then promote")
+        ids.append(image_id)
+    if not ids:
+        raise ChannelEmpty(f"{ref} is an empty index; nothing to promote")
+    return ids[0]
 
 
 # -- CLI ----------------------------------------------------------------------------------

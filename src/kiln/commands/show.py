@@ -26,6 +26,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         "tag": doc["tag"],
         "input digest": doc["input_digest"],
         "engine image": doc["engine_image"]["tag"],
+        "platforms": ", ".join(f"{p} ({v['tag'].split(':')[-1]})" if "tag" in v else f"{p} ({v['problem']})"
+                               for p, v in doc["platforms"].items()),
         "served as": f"{r['launch']['served_model_name']} on port {r['launch']['port']}",
     }
     out = log.out

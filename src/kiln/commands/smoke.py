@@ -19,13 +19,16 @@ from typing import TYPE_CHECKING
 from kiln.basics import clock, log
 from kiln.basics.errors import ContainerStartFailed, SmokeFailed
 from kiln.basics.paths import shown_home
-from kiln.commands.build import build_recipe
+from kiln.commands.build import build_recipe, check_platform
 from kiln.commands.options import count, reports
+from kiln.domain import enginelock
 from kiln.domain.container import ServingContainer, free_port, gpu_visible, preflight, run_spec
 from kiln.domain.features import engine_features
 from kiln.domain.images import require_built
 from kiln.domain.multinode import NodeGroup, node_specs
+from kiln.domain.recipe import load_recipe, recipe_dir
 from kiln.domain.topology import effective, split_over_nodes
+from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.records import write_smoke_record
 
@@ -276,16 +279,41 @@ def _serving(docker: DockerDaemon, loaded, image_id: str, topo):
     return box, box, spec
 
 
-def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False, topology=None) -> dict:
+# an image of another architecture serves under qemu-user (binfmt_misc): every limit of
+# time (startup, request) is this many times the recipe's, every rate limit this many
+# times lower; measured for tiny-moe in docs/benchmarks.md
+EMULATION_FACTOR = 20
+
+
+def emulated_smoke(spec, factor: int = EMULATION_FACTOR):
+    """The recipe's smoke spec with its limits scaled for emulation (stated in the record)."""
+    return spec.model_copy(update={
+        "startup_timeout_s": min(spec.startup_timeout_s * factor, 7200),
+        "request_timeout_s": min(spec.request_timeout_s * factor, 3600),
+        "min_tokens_per_s": None if spec.min_tokens_per_s is None else spec.min_tokens_per_s / factor,
+    })
+
+
+def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False, topology=None,
+          platform: str | None = None) -> dict:
     """`topology` overrides the recipe's (e.g. one tensor-parallel rank per container, to
-    prove the multi-node wiring on one host); such a run writes no smoke record."""
+    prove the multi-node wiring on one host); such a run writes no smoke record.
+    `platform`: the image built for that platform (another architecture runs under
+    qemu, its limits scaled by EMULATION_FACTOR)."""
 
     docker = docker or DockerDaemon()
+    if platform is not None:
+        check_platform(load_recipe(recipe_dir(name)), platform)
     if build:
-        build_recipe(name, docker=docker)
-    built = require_built(docker, name)
+        build_recipe(name, docker=docker, platform=platform)
+    built = require_built(docker, name, platform)
     loaded, recipe_image, image = built.loaded, built.recipe_image, built.image
     recipe = loaded.recipe
+    emulated = platform is not None and not binfmt.state(platform).native
+    if emulated:
+        recipe = recipe.model_copy(update={"smoke": emulated_smoke(recipe.smoke)})
+        log.info(f"smoke {name}: {platform} under emulation: limits x{EMULATION_FACTOR} (startup "
+                 f"{recipe.smoke.startup_timeout_s} s, request {recipe.smoke.request_timeout_s} s)")
     if recipe.smoke.gpu and not gpu_visible():
         log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host")
         return {"recipe": name, "skipped": True, "reason": "no GPU visible on this host", "passed": None}
@@ -334,6 +362,8 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
         "image_id": built_id,
         "tag": recipe_image.tag,
         "input_digest": recipe_image.digest,
+        "platform": recipe_image.platform,
+        "emulation_factor": EMULATION_FACTOR if emulated else None,
         "passed": run.passed,
         "started_at": started,
         "checks": [c.__dict__ for c in run.checks],
@@ -372,7 +402,7 @@ def smoke_cli(args) -> int:
 
         topology = split_over_nodes(args.nodes)
     try:
-        record = smoke(args.name, build=args.build, topology=topology)
+        record = smoke(args.name, build=args.build, topology=topology, platform=args.platform)
     except SmokeFailed as exc:
         if args.json and exc.record:
             log.emit_json(exc.record)  # the failed checks are what a script wants to see
@@ -386,6 +416,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = reports(sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client"))
     s.add_argument("name")
     s.add_argument("--build", action="store_true", help="build first if needed")
+    s.add_argument("--platform", choices=sorted(enginelock.PLATFORMS), default=None,
+                   help="smoke the image built for this platform (default the host's); another architecture "
+                        f"serves under qemu, with time limits x{EMULATION_FACTOR}")
     s.add_argument("--nodes", type=count("node", 64), default=None, metavar="N",
                    help="serve across N containers on a private docker network, one tensor-parallel rank each "
                         "(proves the multi-node wiring on one host; writes no smoke record)")

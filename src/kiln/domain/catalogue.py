@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kiln.basics.errors import KilnError
@@ -36,5 +37,18 @@ def show_document(name: str) -> dict[str, Any]:
         "input_digest": recipe_image.digest,
         "tag": recipe_image.tag,
         "engine_image": {"tag": engine_image.tag, "input_digest": engine_image.digest},
+        "platforms": _platforms(name, loaded.recipe.engine.platforms),
         "launch": launch_document(loaded),
     }
+
+
+def _platforms(name: str, platforms: Sequence[str]) -> dict[str, Any]:
+    """Per declared platform: its image's tag and input digest (or why it has none)."""
+    out: dict[str, Any] = {}
+    for plat in platforms:
+        try:
+            image = resolve(name, platform=plat).recipe_image
+            out[plat] = {"tag": image.tag, "input_digest": image.digest}
+        except KilnError as exc:
+            out[plat] = {"problem": exc.lines()[0]}
+    return out

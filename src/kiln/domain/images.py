@@ -25,7 +25,14 @@ from kiln.domain.launch import LAUNCH_FILE, launch_json
 from kiln.domain.overrides import load_override
 from kiln.domain.patching import applier
 from kiln.domain.patching.overlay import excluded_paths, overlay_json
-from kiln.domain.recipe import DOCKERFILE, Engine, LoadedRecipe, load_recipe, recipe_dir
+from kiln.domain.recipe import (
+    DEFAULT_PLATFORM,
+    DOCKERFILE,
+    Engine,
+    LoadedRecipe,
+    load_recipe,
+    recipe_dir,
+)
 from kiln.infra.docker import DockerDaemon, Image
 
 LABEL_NS = "ai.kiln"
@@ -51,6 +58,18 @@ def source_revision() -> str:
 
 def source_url() -> str:
     return _git("config", "--get", "remote.origin.url") or f"file://{repo_root()}"
+
+
+def platform_suffix(platform: str) -> str:
+    """What a platform adds to alias tags: nothing for linux/amd64 (tags as they always
+    were), `-arm64` for linux/arm64."""
+    return "" if platform == DEFAULT_PLATFORM else "-" + platform.split("/", 1)[1].replace("/", "-")
+
+
+def platform_labels(platform: str) -> dict[str, str]:
+    """The labels naming what an image runs on (also in the image config: Architecture)."""
+    os_name, arch = platform.split("/", 1)
+    return {f"{LABEL_NS}.platform": platform, f"{LABEL_NS}.architecture": arch}
 
 
 def _patcher_source() -> Path:
@@ -85,14 +104,26 @@ class _NamedByInputs(ABC):
 class EngineImage(_NamedByInputs):
     """kiln/engine-<flavour>: vLLM + kiln-engine + the pinned patch series on a base image."""
 
-    def __init__(self, engine: Engine, ca):
+    def __init__(self, engine: Engine, ca, platform: str | None = None):
         self.engine = engine
         self.ca = ca
         self.dir = enginelock.engine_image_dir(engine.flavour)
+        # the OCI platform built for: the host's unless asked (the daemon builds its own)
+        self._platform = platform
 
     @property
     def repository(self) -> str:
         return f"kiln/engine-{self.engine.flavour}"
+
+    @property
+    def base_ref(self) -> str:
+        """The base image for this platform: kiln's own air-gapped base has one tag per
+        platform (kiln/base:bookworm-arm64, `kiln base build --platform`); a registry base
+        pinned by digest is the same reference (an index names every platform)."""
+        base = self.engine.base_image
+        if base.ref.startswith("kiln/") and not base.digest:
+            return base.ref + platform_suffix(self.platform)
+        return base.pinned
 
     @property
     def series_dir(self) -> Path:
@@ -112,7 +143,7 @@ class EngineImage(_NamedByInputs):
 
     @property
     def platform(self) -> str:
-        return enginelock.host_platform()
+        return self._platform or enginelock.host_platform()
 
     @cached_property
     def context(self) -> BuildContext:
@@ -128,7 +159,9 @@ class EngineImage(_NamedByInputs):
         ctx.add_file(HFCACHE_ARC, Path(hfcache.__file__))
         ctx.add_param("engine", f"{self.engine.name}=={self.engine.version}")
         ctx.add_param("flavour", self.engine.flavour)
-        ctx.add_param("base_image", self.engine.base_image.pinned)
+        ctx.add_param("base_image", self.base_ref)
+        if self.platform != DEFAULT_PLATFORM:  # linux/amd64's digest stays what it always was
+            ctx.add_param("platform", self.platform)
         lock = self.lock
         if lock is None:
             ctx.add_param("wheelhouse", "\n".join(self.wheel_requirements()))
@@ -158,11 +191,11 @@ class EngineImage(_NamedByInputs):
 
     @property
     def alias_tag(self) -> str:
-        return f"{self.repository}:{self.engine.name}-{self.engine.version}"
+        return f"{self.repository}:{self.engine.name}-{self.engine.version}{platform_suffix(self.platform)}"
 
     def buildargs(self) -> dict[str, str]:
         return {
-            "BASE_IMAGE": self.engine.base_image.pinned,
+            "BASE_IMAGE": self.base_ref,
             "ENGINE_VERSION": self.engine.version,
         }
 
@@ -178,7 +211,8 @@ class EngineImage(_NamedByInputs):
             f"{LABEL_NS}.engine.name": e.name,
             f"{LABEL_NS}.engine.version": e.version,
             f"{LABEL_NS}.engine.flavour": e.flavour,
-            f"{LABEL_NS}.base-image": e.base_image.pinned,
+            f"{LABEL_NS}.base-image": self.base_ref,
+            **platform_labels(self.platform),
             f"{LABEL_NS}.patches": json.dumps(dict(self.patch_entries()), sort_keys=True),
             **({f"{LABEL_NS}.lock": f"{enginelock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
                if self.lock is not None else {}),
@@ -229,6 +263,10 @@ class RecipeImage(_NamedByInputs):
         return self.loaded.recipe
 
     @property
+    def platform(self) -> str:
+        return self.engine_image.platform
+
+    @property
     def repository(self) -> str:
         return f"kiln/{self.recipe.name}"
 
@@ -249,11 +287,13 @@ class RecipeImage(_NamedByInputs):
             ctx.add_bytes("_kiln/overlays/.none", b"")
         ctx.add_bytes(LAUNCH_FILE, launch_json(self.loaded))
         ctx.add_param("engine-image-digest", self.engine_image.digest)
+        if self.platform != DEFAULT_PLATFORM:
+            ctx.add_param("platform", self.platform)
         return ctx
 
     @property
     def latest_tag(self) -> str:
-        return f"{self.repository}:latest"
+        return f"{self.repository}:latest{platform_suffix(self.platform)}"
 
     def buildargs(self) -> dict[str, str]:
         return {"KILN_ENGINE_IMAGE": self.engine_image.tag}
@@ -287,6 +327,7 @@ class RecipeImage(_NamedByInputs):
             f"{LABEL_NS}.experimental": ",".join(r.features),
             f"{LABEL_NS}.served-model-name": r.launch.served_model_name,
             f"{LABEL_NS}.port": str(r.launch.port),
+            **platform_labels(self.platform),
         }
 
 
@@ -323,10 +364,11 @@ class BuiltRecipe:
     image: Image
 
 
-def resolve(name: str, ca_flag: str | None = None) -> ResolvedRecipe:
-    """A recipe by name, with the engine image and recipe image its current inputs make."""
+def resolve(name: str, ca_flag: str | None = None, platform: str | None = None) -> ResolvedRecipe:
+    """A recipe by name, with the engine image and recipe image its current inputs make
+    for `platform` (default: the host's)."""
     loaded = load_recipe(recipe_dir(name))
-    engine_image = EngineImage(loaded.recipe.engine, LazyCA(ca_flag))
+    engine_image = EngineImage(loaded.recipe.engine, LazyCA(ca_flag), platform)
     return ResolvedRecipe(loaded, engine_image, RecipeImage(loaded, engine_image))
 
 
@@ -340,11 +382,12 @@ def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
     return img
 
 
-def require_built(docker: DockerDaemon, name: str) -> BuiltRecipe:
-    """The image built from the current inputs, or ImageNotBuilt."""
-    resolved = resolve(name)
+def require_built(docker: DockerDaemon, name: str, platform: str | None = None) -> BuiltRecipe:
+    """The image built from the current inputs (for `platform`), or ImageNotBuilt."""
+    resolved = resolve(name, platform=platform)
     recipe_image = resolved.recipe_image
     img = existing(docker, recipe_image.tag, recipe_image.digest)
     if img is None:
-        raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {name}) is not built")
+        what = f"{name}" if recipe_image.platform == DEFAULT_PLATFORM else f"{name}, {recipe_image.platform}"
+        raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {what}) is not built")
     return BuiltRecipe(resolved.loaded, recipe_image, img)

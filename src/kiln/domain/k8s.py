@@ -7,7 +7,9 @@ LeaderWorkerSet controller, and the container args reference them (`$(VAR)`, exp
 the kubelet), exactly the flags `kiln run --print` shows per node. One node: a Deployment.
 Both come with a Service on the leader, probes derived from the smoke spec, the recipe's
 accelerators as nvidia.com/gpu, a memory-backed /dev/shm, the model volumes, the image
-by digest and a non-root, read-only security context.
+by digest and a non-root, read-only security context. A recipe built for one platform
+(engine.platforms) pins its pods to that `kubernetes.io/arch`; one built for several is
+published as an image index, and each node pulls its own architecture from it.
 
 A recipe reading weights from a Hugging Face cache (`model.*.source: hf`) mounts a
 PersistentVolumeClaim (`--hf-cache-pvc`, default `hf-cache`) read-only at /hf-cache in
@@ -37,6 +39,7 @@ LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
 WORKER_INDEX = "$(LWS_WORKER_INDEX)"
 UID = 1000  # the `kiln` user of every engine image
 PROBE_PERIOD_S = 10
+ARCH_LABEL = "kubernetes.io/arch"  # the well-known node label: amd64, arm64
 HF_CACHE_PVC = "hf-cache"  # default claim of the shared Hugging Face cache
 HF_TOKEN_SECRET = "hf-token"  # optional Secret (key HF_TOKEN) the fetch Job passes on, for gated repos
 
@@ -44,7 +47,7 @@ HF_TOKEN_SECRET = "hf-token"  # optional Secret (key HF_TOKEN) the fetch Job pas
 # -- the image --------------------------------------------------------------------------
 def published_image(name: str, input_digest: str) -> str:
     """REGISTRY/REPO@sha256:... of the newest publish record of `name` built from the
-    recipe's current inputs."""
+    recipe's current inputs (for a multi-platform recipe: the index holding them)."""
 
     folder = results_dir() / "publish"
     records = []
@@ -55,7 +58,9 @@ def published_image(name: str, input_digest: str) -> str:
             continue
         if doc.get("recipe") == name and doc.get("manifest_digest"):
             records.append(doc)
-    current = [d for d in records if d.get("input_digest") == input_digest]
+    # a multi-platform publish (an image index) holds this image as one of its platforms
+    current = [d for d in records if d.get("input_digest") == input_digest
+               or input_digest in {p.get("input_digest") for p in (d.get("platforms") or {}).values()}]
     if current:
         doc = current[-1]
         return f"{doc['registry']}/{doc['repository']}@{doc['manifest_digest']}"
@@ -186,7 +191,18 @@ def _pod_spec(loaded: LoadedRecipe, image: str, args: list[str], topo: Topology,
     }
     if hf_models(loaded.recipe):
         spec["initContainers"] = [_wait_for_weights(loaded, image, mounts)]
+    spec.update(_node_selector(loaded))
     return spec
+
+
+def _node_selector(loaded: LoadedRecipe) -> dict:
+    """A single-platform recipe's pods only go to nodes of that architecture (an amd64
+    image on a Grace node fails with `exec format error`); a multi-platform recipe's
+    image is an index, and each node's runtime pulls its own architecture from it."""
+    platforms = loaded.recipe.engine.platforms
+    if len(platforms) != 1:
+        return {}
+    return {"nodeSelector": {ARCH_LABEL: platforms[0].split("/", 1)[1]}}
 
 
 def _labels(name: str) -> dict:
@@ -281,6 +297,7 @@ def fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> d
                 "metadata": {"labels": labels},
                 "spec": {
                     "restartPolicy": "OnFailure",
+                    **_node_selector(loaded),
                     "securityContext": _pod_security(),
                     "containers": [{
                         "name": "fetch",

@@ -76,6 +76,16 @@ ContainerPath = Annotated[str, Field(pattern=r"^/[^\s]*$")]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 FlagName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
 ArgValue = bool | int | float | str | list[str | int | float] | dict[str, Any]
+# OCI platforms an image can be built for (the engine lock's platforms; enginelock.PLATFORMS)
+Platform = Literal["linux/amd64", "linux/arm64"]
+DEFAULT_PLATFORM = "linux/amd64"
+
+
+def _unique_platforms(value: list[str]) -> list[str]:
+    for i, plat in enumerate(value):
+        if plat in value[:i]:
+            raise PydanticCustomError("platforms", f"{plat} is listed twice")
+    return value
 
 
 class BaseImage(Strict):
@@ -101,6 +111,10 @@ class Engine(Strict):
     cuda: Annotated[str, Field(pattern=r"^\d+\.\d+$")] | None = Field(
         None, description="CUDA major.minor the engine must carry (cuda flavour; checked against the built image)"
     )
+    platforms: Annotated[list[Platform], Field(min_length=1), AfterValidator(_unique_platforms)] = Field(
+        default_factory=lambda: list[Platform](["linux/amd64"]),
+        description="OCI platforms the images are built for, e.g. [linux/amd64, linux/arm64] (GH200/GB200 "
+                    "nodes are aarch64); `kiln publish` pushes one image index holding them all")
 
 
 HfRepo = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=96)]

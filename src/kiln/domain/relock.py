@@ -23,8 +23,9 @@ from kiln.basics import log
 from kiln.basics.errors import LockInvalid
 from kiln.basics.files import sha256_file
 from kiln.domain import enginelock as L
+from kiln.domain.images import EngineImage
 from kiln.domain.recipe import Engine
-from kiln.infra import pyindex, wheelcache
+from kiln.infra import binfmt, pyindex, wheelcache
 from kiln.infra.docker import DockerDaemon
 
 _WORKERS = 16
@@ -110,13 +111,17 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
     if requested:
         host = L.host_platform()
         for plat_name in platforms:
-            if plat_name != host:
+            emulation = binfmt.state(plat_name)
+            if plat_name != host and not emulation.usable:
                 log.warn(f"Debian packages for {plat_name} not resolved (apt runs in a container of this "
-                         f"{host} host); that platform's builds need them locked on a {plat_name} host")
+                         f"{host} host, and {emulation.why_not()}); lock them on a {plat_name} host or after "
+                         "`scripts/setup.sh --arm64`")
                 continue
             if docker is None:
                 raise LockInvalid("resolving the Debian closure needs the Docker daemon")
-            debian[plat_name] = debian_closure(docker, engine.base_image.pinned, requested)
+            # that platform's base (kiln/base:bookworm-arm64 runs under qemu on x86-64)
+            base = EngineImage(engine, None, plat_name).base_ref
+            debian[plat_name] = debian_closure(docker, base, requested)
     return L.EngineLock(
         image=image_dir.name, engine_name=engine.name, engine_version=engine.version,
         distribution=policy.distribution, resolved_from=L.Resolved(requirements),

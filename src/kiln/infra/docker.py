@@ -546,8 +546,11 @@ class DockerDaemon:
         labels: dict[str, str] | None = None,
         nocache: bool = False,
         quiet: bool = False,
+        platform: str | None = None,
     ) -> BuildResult:
-        """Build an untagged image; the caller tags it only once the build succeeded."""
+        """Build an untagged image; the caller tags it only once the build succeeded.
+        `platform` (linux/arm64): build for it (RUN steps of another architecture need
+        qemu registered with binfmt_misc); None: the daemon's own."""
         activity = Activity(label, silent=quiet)
         progress = _BuildProgress(label, activity, quiet=quiet)
         t0 = time.monotonic()
@@ -565,6 +568,7 @@ class DockerDaemon:
                     nocache=nocache,
                     decode=True,
                     pull=False,
+                    platform=platform,
                 )
                 for chunk in _guarded(stream):
                     progress.feed(chunk)

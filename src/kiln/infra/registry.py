@@ -148,6 +148,36 @@ def _sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+
+
+def image_index(children: list[tuple[str, Manifest]]) -> Manifest:
+    """An OCI image index (one tag for several architectures) of single-image manifests
+    already in the repository, each with its platform (`linux/arm64`): a pull resolves
+    it to the manifest of the puller's platform. Deterministic bytes: the same children
+    give the same digest, so a rerun finds the index already there."""
+    manifests = []
+    for plat, child in children:
+        if child.is_index:
+            raise ValueError(f"{child.digest} is itself an index; an index holds image manifests")
+        os_name, _, arch = plat.partition("/")
+        manifests.append({"mediaType": child.media_type, "digest": child.digest, "size": len(child.body),
+                          "platform": {"architecture": arch, "os": os_name}})
+    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
+                      separators=(",", ":"), sort_keys=True).encode()
+    return Manifest(_sha256(body), OCI_INDEX, body)
+
+
+def index_children(index: Manifest) -> list[tuple[str, str]]:
+    """(platform, manifest digest) of each entry of an index, in its order."""
+    doc = json.loads(index.body)
+    out = []
+    for entry in doc.get("manifests") or []:
+        plat = entry.get("platform") or {}
+        out.append((f"{plat.get('os', '?')}/{plat.get('architecture', '?')}", str(entry.get("digest"))))
+    return out
+
+
 def _challenge(header: str) -> tuple[str, dict[str, str]]:
     """`Bearer realm="...",service="..."` -> ("bearer", {realm: ..., service: ...})."""
     scheme, _, rest = header.strip().partition(" ")

@@ -1,0 +1,83 @@
+"""Emulation of other architectures: the kernel's binfmt_misc table, where qemu-user
+registers itself (Debian's qemu-user-static + binfmt-support, `scripts/setup.sh
+--arm64`). A RUN step of a linux/arm64 build, or an arm64 container, on an x86-64 host
+runs only when `qemu-aarch64` is registered and enabled there; with flag F (fix binary)
+the kernel opens the interpreter at registration, so it works inside containers whose
+filesystem has no qemu.
+
+Read-only: kiln never registers anything itself (that needs root and changes the
+machine for everyone); it reports the state (`kiln doctor`) and stops with a clear
+error (EmulationUnavailable) before a build that would fail with `exec format error`."""
+
+from __future__ import annotations
+
+import platform as _platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from kiln.basics.errors import EmulationUnavailable
+
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
+# OCI platform -> (uname machine names, binfmt_misc entry)
+ENTRIES = {"linux/amd64": (("x86_64", "amd64"), "qemu-x86_64"), "linux/arm64": (("aarch64", "arm64"), "qemu-aarch64")}
+
+
+@dataclass(frozen=True)
+class Emulation:
+    """What binfmt_misc says about one platform's emulator."""
+
+    platform: str
+    native: bool  # this machine runs it without emulation
+    mounted: bool  # binfmt_misc is mounted at /proc/sys/fs/binfmt_misc
+    registered: bool  # the qemu entry exists
+    enabled: bool
+    flags: str  # e.g. "PF" (P: preserve argv[0], F: fix binary, usable inside containers)
+    interpreter: str
+
+    @property
+    def usable(self) -> bool:
+        """Builds and containers of this platform can run here."""
+        return self.native or (self.enabled and "F" in self.flags)
+
+    def why_not(self) -> str:
+        entry = ENTRIES[self.platform][1]
+        if not self.mounted:
+            return f"binfmt_misc is not mounted at {BINFMT}"
+        if not self.registered:
+            return f"no {entry} entry in {BINFMT} (qemu-user-static not installed or not registered)"
+        if not self.enabled:
+            return f"{BINFMT / entry} is registered but disabled"
+        return f"{BINFMT / entry} lacks flag F (flags {self.flags or 'none'}): containers cannot open its interpreter"
+
+    def describe(self) -> str:
+        if self.native:
+            return "native (no emulation needed)"
+        if self.usable:
+            return f"qemu: {self.interpreter} (flags {self.flags})"
+        return self.why_not()
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def state(plat: str, root: Path | None = None) -> Emulation:
+    root = root or BINFMT
+    machines, entry = ENTRIES[plat]
+    native = _platform.machine() in machines
+    mounted = (root / "status").exists()
+    text = _read(root / entry) if mounted else ""
+    fields = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+    return Emulation(plat, native, mounted, bool(text), text.startswith("enabled"),
+                     fields.get("flags:", "").strip(), fields.get("interpreter", "").strip())
+
+
+def require(plat: str) -> Emulation:
+    """The state of `plat`'s emulation; EmulationUnavailable when it cannot run here."""
+    got = state(plat)
+    if not got.usable:
+        raise EmulationUnavailable(f"{plat} on this {_platform.machine()} host needs qemu emulation: {got.why_not()}")
+    return got

@@ -1,0 +1,211 @@
+"""Multi-platform publishing against a real registry on 127.0.0.1 with the real daemon:
+one recipe declared for linux/amd64 and linux/arm64, both images built (FROM scratch,
+so no emulation is needed), `kiln publish` pushes an OCI image index holding both under
+the same tags, and `docker pull --platform` of the tag gets each platform's own image
+(the image id that was pushed, its Architecture). Promote moves the index; a platform
+without a passing smoke record keeps the index from being written at all.
+
+The images stand in for `kiln build NAME --platform P` (which runs the engine probes
+inside the image, so an arm64 build needs qemu: the opt-in `arm64` nox session); they
+carry the labels and tags a build gives them, computed by kiln itself."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from clijson import validated
+from kilntest import make_tree, remove_images, run_kiln
+from pubtest import PUBLISH_SECTION
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry]
+
+NAME = "kiln-test-multiarch"
+REPOSITORY = "kiln-test/multiarch"
+PLATFORMS = ("linux/amd64", "linux/arm64")
+INDEX = "application/vnd.oci.image.index.v1+json"
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory, docker_daemon):
+    """A kiln tree whose recipe declares both platforms, and an image 'built' for each."""
+    from kiln.basics import paths
+    from kiln.domain.context import BuildContext
+    from kiln.domain.images import LABEL_NS, platform_labels, resolve
+
+    tmp = tmp_path_factory.mktemp("multiarch")
+    root = make_tree(tmp / "tree")
+    recipe_dir = root / "recipes" / NAME
+    (root / "recipes" / "kiln-test-mini").rename(recipe_dir)
+    recipe = recipe_dir / "recipe.yaml"
+    text = recipe.read_text().replace("name: kiln-test-mini\n", f"name: {NAME}\n", 1)
+    text = text.replace("  flavour: cpu\n", "  flavour: cpu\n  platforms: [linux/amd64, linux/arm64]\n", 1)
+    recipe.write_text(text + PUBLISH_SECTION.replace("kiln-test/mini", REPOSITORY))
+    (tmp / "docker-config").mkdir()
+    images = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KILN_ROOT", str(root))
+        mp.setenv("KILN_RESULTS_DIR", str(tmp / "results"))
+        paths.repo_root.cache_clear()
+        for plat in PLATFORMS:
+            ri = resolve(NAME, platform=plat).recipe_image
+            ctx = BuildContext()
+            ctx.add_bytes("Dockerfile", b"FROM scratch\nCOPY payload.txt /payload.txt\n")
+            ctx.add_bytes("payload.txt", f"{NAME} for {plat}\n".encode())
+            built = docker_daemon.build(ctx, label=f"{NAME} {plat}", platform=plat, quiet=True,
+                                        labels={f"{LABEL_NS}.input-digest": ri.digest, **platform_labels(plat)})
+            docker_daemon.tag(built.image_id, ri.tag)
+            images[plat] = (built.image_id, ri.tag, ri.digest)
+        yield {"root": root, "results": tmp / "results", "config": tmp / "docker-config", "images": images}
+    paths.repo_root.cache_clear()
+    remove_images(docker_daemon, f"kiln/{NAME}")
+
+
+def _env(tree, registry) -> dict[str, str]:
+    return {"KILN_ROOT": str(tree["root"]), "KILN_RESULTS_DIR": str(tree["results"]),
+            "DOCKER_CONFIG": str(tree["config"]), **registry.env()}
+
+
+def _kiln(tree, registry, *args):
+    return run_kiln(*args, env=_env(tree, registry), cwd=tree["root"])
+
+
+def _smoke(tree, plat, passed=True):
+    from kiln.infra.records import record_path, write_smoke_record
+
+    image_id = tree["images"][plat][0]
+    if passed:
+        write_smoke_record({"image_id": image_id, "passed": True, "recipe": NAME, "platform": plat,
+                            "time": "2026-01-01T00:00:00+00:00", "note": "written by the multiarch test"})
+    else:
+        record_path(image_id).unlink(missing_ok=True)
+
+
+def _docker(tree, *args, input=None):
+    return subprocess.run(["docker", *args], capture_output=True, text=True, input=input, timeout=300,
+                          env={"DOCKER_CONFIG": str(tree["config"]), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+
+
+def test_an_unsmoked_platform_cannot_enter_the_index(tree, registry, monkeypatch):
+    monkeypatch.setenv("KILN_RESULTS_DIR", str(tree["results"]))
+    _smoke(tree, "linux/amd64")
+    _smoke(tree, "linux/arm64", passed=False)
+    result = _kiln(tree, registry, "publish", NAME, "--registry", f"{registry.host}/refused")
+    assert result.returncode == 12, result.stderr
+    assert "linux/arm64" in result.stderr and "cannot enter the index" in result.stderr
+    assert registry.tags(f"refused/{REPOSITORY}") == []  # nothing pushed
+
+
+def test_publish_pushes_one_index_and_each_platform_pulls_its_own(tree, registry, monkeypatch, docker_daemon):
+    monkeypatch.setenv("KILN_RESULTS_DIR", str(tree["results"]))
+    for plat in PLATFORMS:
+        _smoke(tree, plat)
+    result = _kiln(tree, registry, "publish", NAME, "--registry", registry.host, "--json")
+    assert result.returncode == 0, result.stderr[-3000:]
+    doc = validated("publish", result.stdout)
+    digest = doc["manifest_digest"]
+    assert set(doc["platforms"]) == set(PLATFORMS)
+
+    # every consumer tag is the index, holding both platforms' manifests by digest
+    short = doc["input_digest"].split(":")[1][:12]
+    engine_tag = f"vllm-0.0.1.dev0-{NAME}"
+    for tag in (engine_tag, "experimental", short):
+        got, index = _raw_manifest(registry, tag)
+        assert got == digest, tag
+        assert index["mediaType"] == INDEX
+        entries = {f"{m['platform']['os']}/{m['platform']['architecture']}": m["digest"] for m in index["manifests"]}
+        assert entries == {p: doc["platforms"][p]["manifest_digest"] for p in PLATFORMS}
+    for plat in PLATFORMS:
+        _, child = _raw_manifest(registry, doc["platforms"][plat]["manifest_digest"])
+        assert child["config"]["digest"] == tree["images"][plat][0]  # exactly the image smoke-tested
+
+    # a real pull per platform: the daemon resolves the index to that platform's image
+    login = _docker(tree, "login", "-u", registry.user, "--password-stdin", registry.host, input=registry.password)
+    assert login.returncode == 0, login.stderr
+    ref = f"{registry.host}/{REPOSITORY}:experimental"
+    for image_id, _, _ in tree["images"].values():  # the pulls must come from the registry
+        _docker(tree, "rmi", "-f", image_id)
+    try:
+        for plat in ("linux/arm64", "linux/amd64"):
+            pulled = _docker(tree, "pull", "--platform", plat, ref)
+            assert pulled.returncode == 0, pulled.stderr
+            inspect = _docker(tree, "image", "inspect", "-f", "{{.Id}} {{.Os}}/{{.Architecture}}", ref)
+            assert inspect.stdout.split() == [tree["images"][plat][0], plat], inspect.stdout
+            # the pulled image is the built one (same id, labels): it gets its local tag back
+            assert _docker(tree, "tag", ref, tree["images"][plat][1]).returncode == 0
+            _docker(tree, "rmi", ref)
+    finally:
+        _docker(tree, "logout", registry.host)
+
+    # the record: per platform, what went in; the index is what `kiln render k8s` pins
+    record = json.loads(sorted((tree["results"] / "publish").glob(f"{NAME}-publish-*.json"))[-1].read_text())
+    assert record["manifest_digest"] == digest
+    assert {p: v["image_id"] for p, v in record["platforms"].items()} == {p: v[0] for p, v in tree["images"].items()}
+
+
+def test_promote_moves_the_index(tree, registry, monkeypatch):
+    monkeypatch.setenv("KILN_RESULTS_DIR", str(tree["results"]))
+    got, _ = _raw_manifest(registry, "experimental")
+    _smoke(tree, "linux/arm64", passed=False)
+    refused = _kiln(tree, registry, "promote", NAME, "--registry", registry.host, "--from", "experimental",
+                    "--to", "stable")
+    assert refused.returncode == 12, refused.stderr
+    assert "linux/arm64" in refused.stderr
+    assert "stable" not in registry.tags(REPOSITORY)
+    _smoke(tree, "linux/arm64")
+    moved = _kiln(tree, registry, "promote", NAME, "--registry", registry.host, "--from", "experimental",
+                  "--to", "stable")
+    assert moved.returncode == 0, moved.stderr
+    assert _raw_manifest(registry, "stable")[0] == got
+
+
+def _raw_manifest(registry, ref: str, repository: str = REPOSITORY) -> tuple[str, dict]:
+    import hashlib
+
+    import requests
+
+    resp = requests.get(f"http://{registry.host}/v2/{repository}/manifests/{ref}", auth=registry.auth, timeout=10,
+                        headers={"Accept": f"{INDEX}, application/vnd.oci.image.manifest.v1+json, "
+                                           "application/vnd.docker.distribution.manifest.v2+json"})
+    resp.raise_for_status()
+    return "sha256:" + hashlib.sha256(resp.content).hexdigest(), resp.json()
+
+
+def test_signed_index_publish_signs_the_index_digest(tree, registry, monkeypatch, tmp_path):
+    """--sign on a multi-platform publish: the signature and attestations are for the
+    index digest (what the tags point at), verified from the registry before the tags,
+    and `kiln verify REPO:TAG` (the real CLI) accepts it. The SBOM's content is not under
+    test here (a FROM-scratch image has no Python for the in-image reader), so it is a
+    minimal CycloneDX document; the provenance, signing and verification are real."""
+    from kiln.basics import paths
+    from kiln.commands import publish
+    from kiln.domain import attest, keys
+    from kiln.infra.credentials import Credentials
+    from kiln.infra.docker import DockerDaemon
+
+    pair = keys.write_key_pair(tmp_path / "team", b"team-pw")
+    monkeypatch.setenv("KILN_SIGNING_PASSWORD", "team-pw")
+    monkeypatch.setenv("KILN_ROOT", str(tree["root"]))
+    monkeypatch.setenv("KILN_RESULTS_DIR", str(tree["results"]))
+    monkeypatch.setattr(attest, "build_sbom", lambda docker, loaded, image: {
+        "bomFormat": "CycloneDX", "specVersion": "1.6", "version": 1, "components": []})
+    paths.repo_root.cache_clear()
+    for plat in PLATFORMS:
+        _smoke(tree, plat)
+    ns = f"{registry.host}/signed"
+    try:
+        result = publish.publish(NAME, registry=ns, creds=Credentials(registry.user, registry.password, "test"),
+                                 docker=DockerDaemon(), sign_key=pair.private)
+    finally:
+        paths.repo_root.cache_clear()
+    tags = registry.tags(f"signed/{REPOSITORY}")
+    index_hex = result.manifest_digest.split(":")[1]
+    assert f"sha256-{index_hex}.sig" in tags and f"sha256-{index_hex}.att" in tags
+    assert result.signature and result.signature["verified"] is True
+    got, index = _raw_manifest(registry, "experimental", repository=f"signed/{REPOSITORY}")
+    assert got == result.manifest_digest and index["mediaType"] == INDEX
+    verified = run_kiln("verify", f"{ns}/{REPOSITORY}:experimental", "--key", str(pair.public),
+                        env={**_env(tree, registry)}, cwd=tree["root"])
+    assert verified.returncode == 0, verified.stderr
+    assert result.manifest_digest in verified.stdout + verified.stderr
