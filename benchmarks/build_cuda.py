@@ -207,7 +207,7 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None) -> list[di
         found = argcheck.check_engine_image(docker, loaded, engine_id)  # names, values, knobs
         check("launch command against the engine's own vLLM parser", not found, "\n".join(found) or "all accepted")
     except KilnError as exc:
-        check("launch args against the engine's own vLLM parser", False, exc.message)
+        check("launch command against the engine's own vLLM parser", False, exc.message)
     try:
         bogus = argcheck.problems(_with_bogus_flag(loaded), argcheck.engine_args(docker, engine_id))
         check("a bogus flag is rejected (negative control)", len(bogus) == 1, "\n".join(bogus))
@@ -368,7 +368,8 @@ def _kinds(upstream: dict[str, int]) -> str:
 
 def _du_table(du_mb: dict) -> list[str]:
     kiln, plain = du_mb["kiln"], du_mb["plain"]
-    names = sorted(set(kiln) | set(plain), key=lambda n: -max(kiln.get(n, 0), plain.get(n, 0)))
+    # ties by name: set order differs between runs, and the generated block must not churn
+    names = sorted(set(kiln) | set(plain), key=lambda n: (-max(kiln.get(n, 0), plain.get(n, 0)), n))
     rows = ["Where the bytes are (`du -sm`, MB; site-packages entries, then the OS):", "",
             "| path | plain | kiln | kiln - plain |", "|---|---:|---:|---:|"]
     for name in names:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from kilntest import REPO, remove_images, run_kiln
 
+from kiln.basics.errors import BuildFailed
 from kiln.commands import build
 from kiln.domain import argcheck
 
@@ -236,3 +237,17 @@ def test_build_with_bad_value_fails_with_17_and_leaves_no_tag(tmp_path, accepted
         assert docker_daemon.client.images.list(name=f"kiln/{TEST_RECIPE}") == []
     finally:
         remove_images(docker_daemon, f"kiln/{TEST_RECIPE}")
+
+
+def test_a_probe_past_its_wait_says_how_long_it_waited_and_leaves_no_container(docker_daemon, cpu_engine_id):
+    """A loaded host can make the in-image probe slow: the error names the wait, not a
+    urllib3 read timeout, and the throwaway container is gone."""
+    script = "import time; time.sleep(60)  # kiln-test: probe past its wait"
+    with pytest.raises(BuildFailed) as err:
+        docker_daemon.run_script(cpu_engine_id, script, marker="KILN-TEST",
+                                 what="a sleeping probe", timeout_s=3)
+    assert err.value.message == "a sleeping probe did not finish within 3 s"
+    assert "loaded" in err.value.hint
+    left = [c for c in docker_daemon.client.containers.list(all=True, filters={"ancestor": cpu_engine_id})
+            if script in (c.attrs["Config"].get("Entrypoint") or [])]
+    assert left == []

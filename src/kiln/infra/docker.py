@@ -450,8 +450,11 @@ class DockerDaemon:
             container.start()
             status = container.wait(timeout=timeout_s)
             output = container.logs().decode(errors="replace")
-        except Exception as exc:  # timeouts and API errors alike: the answer cannot be trusted
-            raise BuildFailed(f"{what} did not finish: {exc}") from None
+        except Exception as exc:
+            if not _timed_out(exc):  # API errors: the answer cannot be trusted
+                raise BuildFailed(f"{what} did not finish: {exc}") from None
+            raise BuildFailed(f"{what} did not finish within {timeout_s:.0f} s",
+                              hint="the host may be loaded (other builds); rerun when it is quieter") from None
         finally:
             container.remove(force=True)
         prefix = f"{marker} "
@@ -706,3 +709,12 @@ def id_of(image: Image) -> str:
 def _short(exc: BaseException) -> str:
     text = getattr(exc, "explanation", None) or str(exc)
     return " ".join(str(text).split())[:300]
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """A wait on the daemon that ran past its timeout: requests raises ReadTimeout, or
+    (docker-py's unix socket) a ConnectionError wrapping urllib3's ReadTimeoutError."""
+    if isinstance(exc, requests.exceptions.ReadTimeout):
+        return True
+    return isinstance(exc, requests.exceptions.ConnectionError) and any(
+        isinstance(arg, urllib3.exceptions.ReadTimeoutError) for arg in exc.args)
