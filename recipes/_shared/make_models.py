@@ -34,6 +34,12 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# The same bytes on every build machine, not only on this one: reductions (std, matmul)
+# are chunked by thread count, and ATen's AVX2/AVX-512 kernels sum in other orders than
+# its baseline ones, so one thread and the baseline kernels; set before torch loads.
+os.environ["ATEN_CPU_CAPABILITY"] = "default"
+os.environ["OMP_NUM_THREADS"] = "1"
+os.environ["RAYON_NUM_THREADS"] = "1"  # the tokenizer's BPE trainer
 
 import torch  # noqa: E402
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
@@ -207,6 +213,7 @@ def main(argv=None) -> None:
     os.makedirs(args.out, exist_ok=True)
     tok = tokenizer()
     base = common(tok)
+    torch.set_num_threads(1)
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
     target = AutoModelForCausalLM.from_config(Qwen3MoeConfig(
