@@ -9,6 +9,7 @@ import hashlib
 import json
 import re
 import subprocess
+import tomllib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from functools import cached_property
@@ -56,9 +57,15 @@ def source_revision() -> str:
 
 
 def source_url() -> str:
-    """The checkout's remote (empty when it has none: a local path differs per machine and
-    would make the image id differ with it)."""
-    return _git("config", "--get", "remote.origin.url")
+    """Where the source lives, as committed (pyproject.toml's [project.urls] Source), or
+    empty. Not the checkout's git remote: a clone's remote is a fact about the machine (a
+    local path, a mirror, a fork), and as a label it would give each clone another image id."""
+    try:
+        meta = tomllib.loads((repo_root() / "pyproject.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+    urls = meta.get("project", {}).get("urls", {})
+    return str(urls.get("Source", "")) if isinstance(urls, dict) else ""
 
 
 def platform_suffix(platform: str) -> str:
