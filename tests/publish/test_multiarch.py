@@ -33,6 +33,8 @@ def tree(tmp_path_factory, docker_daemon):
     from kiln.basics import paths
     from kiln.domain.context import BuildContext
     from kiln.domain.images import LABEL_NS, platform_labels, resolve
+    from kiln.domain.normalise import rfc3339
+    from kiln.domain.reproducible import make_reproducible
 
     tmp = tmp_path_factory.mktemp("multiarch")
     root = make_tree(tmp / "tree")
@@ -53,10 +55,14 @@ def tree(tmp_path_factory, docker_daemon):
             ctx = BuildContext()
             ctx.add_bytes("Dockerfile", b"FROM scratch\nCOPY payload.txt /payload.txt\n")
             ctx.add_bytes("payload.txt", f"{NAME} for {plat}\n".encode())
+            epoch = ri.source_date.epoch
             built = docker_daemon.build(ctx, label=f"{NAME} {plat}", platform=plat, quiet=True,
-                                        labels={f"{LABEL_NS}.input-digest": ri.digest, **platform_labels(plat)})
-            docker_daemon.tag(built.image_id, ri.tag)
-            images[plat] = (built.image_id, ri.tag, ri.digest)
+                                        labels={f"{LABEL_NS}.input-digest": ri.digest, **platform_labels(plat),
+                                                "org.opencontainers.image.created": rfc3339(epoch)})
+            # normalised as kiln build leaves it: kiln trusts no other image for its inputs
+            norm = make_reproducible(docker_daemon, built.image_id, epoch, label=f"{NAME} {plat}")
+            docker_daemon.tag(norm.image_id, ri.tag)
+            images[plat] = (norm.image_id, ri.tag, ri.digest)
         yield {"root": root, "results": tmp / "results", "config": tmp / "docker-config", "images": images}
     paths.repo_root.cache_clear()
     remove_images(docker_daemon, f"kiln/{NAME}")

@@ -55,9 +55,11 @@ def prune(names: list[str] | None = None, *, dry_run: bool = False, docker: Dock
         if dry_run:
             log.info(f"would remove {name}")
             continue
-        for tag in image.tags or [id_of(image)]:
-            docker.remove_image(tag)
-        log.info(f"removed {name}")
+        removed = [docker.remove_image(tag) for tag in image.tags or [id_of(image)]]
+        if all(removed):
+            log.info(f"removed {name}")
+        else:  # untagged, but other repositories (a registry's name) still reference it
+            log.info(f"kept {name}: other repositories reference it")
     verb = "would free" if dry_run else "freed"
     log.summary("kiln prune", {
         "kept": f"{len(keep)} current input digest(s)",

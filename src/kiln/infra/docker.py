@@ -395,11 +395,18 @@ class DockerDaemon:
         """Local images carrying `label` (a key, or key=value) and/or in repository `name`."""
         return self.client.images.list(name=name, filters={"label": label} if label else None)
 
-    def remove_image(self, ref: str) -> None:
+    def remove_image(self, ref: str) -> bool:
+        """False when the daemon refuses because other repositories still reference the
+        image (409: pushed or pulled by digest elsewhere); those names are not kiln's."""
         try:
             self.client.images.remove(ref, noprune=False)
         except docker.errors.ImageNotFound:
             pass
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409 and "multiple repositories" in str(exc):
+                return False
+            raise
+        return True
 
     def import_rootfs(self, tarball: Path, ref: str | None, changes: list[str]) -> Image | None:
         """`docker import` of a root filesystem tarball as `ref` (None: untagged), with
