@@ -22,7 +22,7 @@ def fresh(tiny_kindling, docker_daemon):
     from kiln.domain.features import engine_features
     from kiln.domain.launch import launch_document
 
-    loaded, _, img = tiny_kindling
+    loaded, img = tiny_kindling.loaded, tiny_kindling.image
     (feature,) = engine_features(loaded.recipe.features)
     interval = launch_document(loaded)["env"][f"{feature.env}_LOG_INTERVAL"]  # the override's
     with serving(docker_daemon, loaded, img.id) as box:
