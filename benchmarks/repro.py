@@ -26,6 +26,10 @@ from kiln.infra import records
 from kiln.infra.docker import DockerDaemon
 
 RECIPES = ("tiny-moe", "tiny-kindling")
+# `-- --cuda`: the CUDA engine instead (issue 22: "a second build_cuda run gives the same
+# digest"), through its thinnest recipe; amd64 only (arm64 would run nvcc-free but hours
+# of pip under qemu on this 2-core host)
+CUDA_RECIPE = "glm53-kindling"
 
 
 def kiln(*args: str) -> float:
@@ -36,9 +40,13 @@ def kiln(*args: str) -> float:
     return time.monotonic() - t0
 
 
-def refs(ns: str) -> dict[str, str]:
+def refs(ns: str, cuda: bool = False) -> dict[str, str]:
     from kiln.domain.images import resolve
 
+    if cuda:
+        kindling = resolve(CUDA_RECIPE)
+        return {"base": f"{ns}/base:bookworm", "engine-cuda": kindling.engine_image.tag,
+                CUDA_RECIPE: kindling.recipe_image.tag}
     moe = resolve("tiny-moe")
     out = {"base": f"{ns}/base:bookworm", "engine-cpu": moe.engine_image.tag}
     for name in RECIPES:
@@ -53,13 +61,17 @@ def remove_namespace(docker: DockerDaemon, ns: str) -> None:
                 docker.client.images.remove(tag, noprune=False)
 
 
-def one_round(docker: DockerDaemon, ns: str) -> dict:
+def one_round(docker: DockerDaemon, ns: str, cuda: bool = False) -> dict:
     remove_namespace(docker, ns)
     times = {"base": kiln("base", "build", "--force")}
-    times["engine-cpu+tiny-moe"] = kiln("build", "tiny-moe", "--force", "--force-engine", "--no-cache")
-    times["tiny-kindling"] = kiln("build", "tiny-kindling", "--force", "--no-cache")
+    if cuda:
+        times[f"engine-cuda+{CUDA_RECIPE}"] = kiln("build", CUDA_RECIPE, "--platform", "linux/amd64", "--force",
+                                                   "--force-engine", "--no-cache")
+    else:
+        times["engine-cpu+tiny-moe"] = kiln("build", "tiny-moe", "--force", "--force-engine", "--no-cache")
+        times["tiny-kindling"] = kiln("build", "tiny-kindling", "--force", "--no-cache")
     out = {}
-    for what, ref in refs(ns).items():
+    for what, ref in refs(ns, cuda).items():
         img = docker.require_image(ref)
         recs = records.build_records(img.id)
         out[what] = {"id": img.id, "layers": img.attrs["RootFS"]["Layers"],
@@ -89,24 +101,28 @@ def main() -> int:
     ap.add_argument("--first-from-tags", action="store_true",
                     help="take the first round's ids from <ns>-round1/<what>:round1 tags (an earlier run's); "
                          "an image without one is built a second time after the round instead")
+    ap.add_argument("--cuda", action="store_true",
+                    help=f"base, engine-cuda and {CUDA_RECIPE} (amd64) instead of the CPU images (~4 GB download "
+                         "per round, ~30 GB of disk)")
     args = ap.parse_args()
+    cuda = args.cuda
     ns = os.environ.setdefault("KILN_IMAGE_NAMESPACE", "kilnrepro")
     keep = f"{ns}-round1"
     docker = DockerDaemon()
     t0 = time.monotonic()
     if args.first_from_tags:
         first = {"times": {}}
-        for what in refs(ns):
+        for what in refs(ns, cuda):
             img = docker.image(f"{keep}/{what}:round1")
             if img is not None:
                 first[what] = {"id": img.id, "layers": img.attrs["RootFS"]["Layers"], "normalise_s": None,
                                "build_s": None}
     else:
-        first = one_round(docker, ns)
-        for what in refs(ns):
+        first = one_round(docker, ns, cuda)
+        for what in refs(ns, cuda):
             docker.tag(first[what]["id"], f"{keep}/{what}:round1")
-    second = one_round(docker, ns)
-    for what in RECIPES:
+    second = one_round(docker, ns, cuda)
+    for what in () if cuda else RECIPES:
         if what not in first:  # built once in this round: build it again (layer cache off)
             first, second = second, dict(second)
             docker.tag(first[what]["id"], f"{keep}/{what}:round1")
@@ -119,7 +135,7 @@ def main() -> int:
                             "build_s": recs[-1]["build_seconds"] if recs else None}
             second["times"] = {**second["times"], f"{what} again": t}
     ok = True
-    for what in refs(ns):
+    for what in refs(ns, cuda):
         a, b = first[what], second[what]
         same = a["id"] == b["id"]
         ok &= same

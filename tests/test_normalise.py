@@ -173,3 +173,49 @@ def test_a_saved_image_round_trips_through_files(tmp_path):
         assert normalise.image_id(cfg_bytes) == result.image_id
         assert manifest[0]["Config"] == result.image_id.split(":")[1] + ".json"
         assert len({m.name for m in tar.getmembers() if m.name.endswith(".tar")}) == 1
+
+
+def _saved(tmp_path, layers: list[bytes]):
+    """A docker-save-shaped folder of one image with `layers` (the config names their sha256)."""
+    cfg = json.loads(json.dumps(CONFIG))
+    cfg["rootfs"] = {"type": "layers", "diff_ids": ["sha256:" + hashlib.sha256(x).hexdigest() for x in layers]}
+    buf = io.BytesIO()
+    rels = [f"l{i}/layer.tar" for i in range(len(layers))]
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, data in (*zip(rels, layers, strict=True), ("cfg.json", json.dumps(cfg).encode()),
+                           ("manifest.json", json.dumps([{"Config": "cfg.json", "RepoTags": None,
+                                                          "Layers": rels}]).encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    normalise.extract_saved([buf.getvalue()], tmp_path)
+    return cfg["rootfs"]["diff_ids"]
+
+
+def test_the_parents_layers_stay_byte_for_byte_and_out_of_the_archive(tmp_path):
+    """A layer of the FROM image (`keep`) keeps its digest even though it is not in normal
+    form (a pulled base's layer); only the added layer is rewritten and written out."""
+    parent_layer = _layer(list(reversed(FILES)), mtimes={n: 2 * EPOCH for n in FILES}, uname="builder")
+    added = _layer(list(FILES), mtimes={n: 3 * EPOCH for n in FILES}, content={"etc/conf": b"x=2\n"})
+    diff_ids = _saved(tmp_path / "s", [parent_layer, added])
+    result = normalise.normalise_saved(tmp_path / "s", EPOCH, keep=diff_ids[:1])
+    assert result.diff_ids == [diff_ids[0], _normalised(added)[1]]
+    assert normalise.kept_prefix(result.diff_ids, diff_ids[:1]) == 1
+    with tarfile.open(result.archive) as tar:
+        names = {m.name for m in tar.getmembers()}
+        manifest = json.loads(tar.extractfile("manifest.json").read())
+    assert names == {"manifest.json", manifest[0]["Config"], _normalised(added)[1].split(":")[1] + ".tar"}
+    assert len(manifest[0]["Layers"]) == 2  # the kept one is named (docker load finds it by its chain)
+    # without the parent, both layers are rewritten: another first diff id, another image id
+    diff_ids2 = _saved(tmp_path / "t", [parent_layer, added])
+    whole = normalise.normalise_saved(tmp_path / "t", EPOCH)
+    assert whole.diff_ids[0] == _normalised(parent_layer)[1] != diff_ids2[0]
+    assert whole.image_id != result.image_id
+
+
+def test_keep_counts_only_a_prefix_in_order():
+    a, b, c = ("sha256:" + x * 64 for x in "abc")
+    assert normalise.kept_prefix([a, b, c], [a, b]) == 2
+    assert normalise.kept_prefix([a, b, c], [b]) == 0  # not the FROM image's layers
+    assert normalise.kept_prefix([a, c], [a, b, c]) == 1
+    assert normalise.kept_prefix([a], []) == 0

@@ -81,6 +81,7 @@ class ImageBuild:
     lock_file: Path | None = None  # the engine lock the build installs from, for its errors
     relock: str = "kiln engine lock RECIPE"  # how to re-lock it
     platform: str | None = None  # OCI platform to build for (None: the daemon's own)
+    parent: str | None = None  # the image the final stage is FROM: its layers are kept as they are
 
 
 def reuse(docker: DockerDaemon, digest: str, tags: list[str], date: SourceDate | None = None) -> BuildOutcome | None:
@@ -126,7 +127,8 @@ def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: b
     if job.check is not None:
         job.check(image)
     built_id = job.finalize(image) if job.finalize is not None else result.image_id
-    norm = reproducible.make_reproducible(docker, built_id, job.source_date.epoch, label=job.label)
+    norm = reproducible.make_reproducible(docker, built_id, job.source_date.epoch, label=job.label,
+                                          parent=job.parent)
     image_id = norm.image_id
     for tag in job.tags:
         docker.tag(image_id, tag)
@@ -192,6 +194,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         lock_file=engine_image.lock_file if engine_image.lock is not None else None,
         relock=f"kiln engine lock {recipe}",
         platform=engine_image.platform,
+        parent=local_ref(engine_image.base_ref),
     )
     return run_build(docker, job, engine_image.ca.get(), nocache=nocache)
 
@@ -306,6 +309,7 @@ def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: Reci
         # the engine really is the declared one and accepts the launch args (enginecheck)
         check=lambda image: enginecheck.verify(loaded, image, docker),
         platform=recipe_image.platform,
+        parent=recipe_image.buildargs()["KILN_ENGINE_IMAGE"],
     )
 
 

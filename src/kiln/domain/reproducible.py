@@ -35,8 +35,13 @@ def scratch_root() -> Path:
     return d
 
 
-def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label: str) -> Outcome:
+def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label: str,
+                      parent: str | None = None) -> Outcome:
+    """`parent`: the image `image_id` was built FROM; the layers the two share stay as
+    they are (the parent is content-addressed: every machine keeps the same ones)."""
     t0 = time.monotonic()
+    parent_image = docker.image(parent) if parent else None
+    keep: list[str] = list(parent_image.attrs["RootFS"]["Layers"]) if parent_image is not None else []
     with tempfile.TemporaryDirectory(prefix="kiln-norm-", dir=scratch_root()) as tmp:
         saved = Path(tmp) / "saved"
         for attempt in range(1, SAVE_ATTEMPTS + 1):
@@ -51,7 +56,7 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
                 log.warn(f"{label}: {exc.message}; saving again ({attempt + 1}/{SAVE_ATTEMPTS})")
                 shutil.rmtree(saved, ignore_errors=True)
         try:
-            result = normalise.normalise_saved(saved, epoch)
+            result = normalise.normalise_saved(saved, epoch, keep)
         except (ValueError, KeyError, OSError) as exc:
             raise BuildFailed(f"{label}: could not normalise the image {image_id[:19]}: {exc}") from None
         loaded = docker.load(result.archive)
@@ -59,6 +64,10 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
         raise BuildFailed(f"{label}: docker load gave {loaded[:19]}, expected {result.image_id[:19]} "
                           f"(the sha256 of the normalised config)")
     seconds = time.monotonic() - t0
+    kept = normalise.kept_prefix(result.diff_ids, keep)
     log.info(f"{label}: normalised {image_id[:19]} -> {loaded[:19]} "
+             f"(source date {normalise.rfc3339(epoch)}; {len(result.diff_ids) - kept} new layer(s) rewritten, "
+             f"{kept} kept from {parent}) in {log.human_secs(seconds)}" if kept else
+             f"{label}: normalised {image_id[:19]} -> {loaded[:19]} "
              f"(source date {normalise.rfc3339(epoch)}) in {log.human_secs(seconds)}")
     return Outcome(loaded, image_id, result.diff_ids, seconds)
