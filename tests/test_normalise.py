@@ -167,12 +167,13 @@ def test_a_saved_image_round_trips_through_files(tmp_path):
     normalise.extract_saved(chunks, tmp_path / "s")
     result = normalise.normalise_saved(tmp_path / "s", EPOCH)
     assert result.diff_ids[0] == result.diff_ids[1] == _normalised(layer)[1]
-    with tarfile.open(result.archive) as tar:
+    with tarfile.open(fileobj=io.BytesIO(b"".join(result.archive()))) as tar:
         manifest = json.loads(tar.extractfile("manifest.json").read())
         cfg_bytes = tar.extractfile(manifest[0]["Config"]).read()
         assert normalise.image_id(cfg_bytes) == result.image_id
         assert manifest[0]["Config"] == result.image_id.split(":")[1] + ".json"
         assert len({m.name for m in tar.getmembers() if m.name.endswith(".tar")}) == 1
+    assert not list((tmp_path / "s" / "out").iterdir())  # each layer file went once it was sent
 
 
 def _saved(tmp_path, layers: list[bytes]):
@@ -201,7 +202,7 @@ def test_the_parents_layers_stay_byte_for_byte_and_out_of_the_archive(tmp_path):
     result = normalise.normalise_saved(tmp_path / "s", EPOCH, keep=diff_ids[:1])
     assert result.diff_ids == [diff_ids[0], _normalised(added)[1]]
     assert normalise.kept_prefix(result.diff_ids, diff_ids[:1]) == 1
-    with tarfile.open(result.archive) as tar:
+    with tarfile.open(fileobj=io.BytesIO(b"".join(result.archive()))) as tar:
         names = {m.name for m in tar.getmembers()}
         manifest = json.loads(tar.extractfile("manifest.json").read())
     assert names == {"manifest.json", manifest[0]["Config"], _normalised(added)[1].split(":")[1] + ".tar"}

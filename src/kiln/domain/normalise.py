@@ -29,11 +29,10 @@ through files in a scratch folder: no layer is held in memory.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import shutil
 import tarfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -126,8 +125,41 @@ def image_id(config_bytes: bytes) -> str:
 class Normalised:
     image_id: str
     diff_ids: list[str]
-    archive: Path  # a `docker load`-able tar in the scratch folder
     config: bytes
+    layer_files: list[Path]  # the rewritten layers, each once, in the scratch folder
+    manifest: bytes
+
+    def archive(self) -> Iterator[bytes]:
+        """The `docker load`-able tar, streamed: the config, the rewritten layers (each
+        file removed once sent) and the manifest. Nothing is written twice: the layers go
+        from the scratch folder straight to the daemon. (docker load unpacks the whole
+        upload before it reads manifest.json, so the order is free.)"""
+        yield from _member(f"{self.image_id.split(':')[1]}.json", [self.config], len(self.config))
+        for f in self.layer_files:
+            yield from _member(f.name, _chunks(f), f.stat().st_size)
+            f.unlink()
+        yield from _member("manifest.json", [self.manifest], len(self.manifest))
+        yield bytes(2 * tarfile.BLOCKSIZE)  # end of archive
+
+
+def _chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            yield chunk
+
+
+def _member(name: str, chunks: Iterable[bytes], size: int) -> Iterator[bytes]:
+    """One regular file of a tar stream: header, content, padding to the block size."""
+    info = tarfile.TarInfo(name)
+    info.size, info.mode = size, 0o644
+    yield info.tobuf(format=tarfile.PAX_FORMAT)
+    sent = 0
+    for chunk in chunks:
+        sent += len(chunk)
+        yield chunk
+    if sent != size:
+        raise OSError(f"{name}: {sent} bytes sent, {size} announced")
+    yield bytes(-size % tarfile.BLOCKSIZE)
 
 
 def extract_saved(chunks: Iterable[bytes], into: Path) -> None:
@@ -162,9 +194,10 @@ def kept_prefix(diff_ids: Sequence[str], keep: Sequence[str]) -> int:
 
 
 def normalise_saved(saved: Path, epoch: int, keep: Sequence[str] = ()) -> Normalised:
-    """Rewrite an extracted `docker save` folder (one image) into `saved/normalised.tar`;
-    its first layers that are `keep` (the parent's diff ids) stay as they are, and out of
-    the archive (the daemon that saved them has them)."""
+    """Rewrite an extracted `docker save` folder (one image): its layers into
+    `saved/out/<diff id>.tar`, the config and manifest in memory (`Normalised.archive()`
+    streams them). Its first layers that are `keep` (the parent's diff ids) stay as they
+    are, and out of the archive (the daemon that saved them has them)."""
     manifest = json.loads((saved / "manifest.json").read_text())
     if len(manifest) != 1:
         raise ValueError(f"docker save gave {len(manifest)} images, expected one")
@@ -192,28 +225,11 @@ def normalise_saved(saved: Path, epoch: int, keep: Sequence[str] = ()) -> Normal
         layer_files.append(final)
     cfg = normalise_config(config, epoch, diff_ids)
     new_id = image_id(cfg)
-    archive = saved / "normalised.tar"
-    with tarfile.open(archive, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        _add_bytes(tar, f"{new_id.split(':')[1]}.json", cfg)
-        # a new layer with a kept one's bytes is written all the same: at its own place
-        # in the chain the daemon has no layer yet
-        for f in dict.fromkeys(layer_files[kept:]):
-            info = tar.gettarinfo(str(f), arcname=f.name)
-            info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "", ""
-            with f.open("rb") as fh:
-                tar.addfile(info, fh)
-        doc = [{"Config": f"{new_id.split(':')[1]}.json", "RepoTags": None,
-                "Layers": [f.name for f in layer_files]}]
-        _add_bytes(tar, "manifest.json", json.dumps(doc).encode())
-    for f in dict.fromkeys(layer_files[kept:]):
-        f.unlink(missing_ok=True)
-    return Normalised(new_id, diff_ids, archive, cfg)
-
-
-def _add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    tar.addfile(info, io.BytesIO(data))
+    doc = [{"Config": f"{new_id.split(':')[1]}.json", "RepoTags": None,
+            "Layers": [f.name for f in layer_files]}]
+    # a new layer with a kept one's bytes is sent all the same: at its own place in the
+    # chain the daemon has no layer yet
+    return Normalised(new_id, diff_ids, cfg, list(dict.fromkeys(layer_files[kept:])), json.dumps(doc).encode())
 
 
 def _inside(root: Path, name: str) -> Path:

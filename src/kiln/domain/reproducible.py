@@ -59,7 +59,7 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
             result = normalise.normalise_saved(saved, epoch, keep)
         except (ValueError, KeyError, OSError) as exc:
             raise BuildFailed(f"{label}: could not normalise the image {image_id[:19]}: {exc}") from None
-        loaded = docker.load(result.archive)
+        loaded = docker.load(result.archive())
     if loaded != result.image_id:
         raise BuildFailed(f"{label}: docker load gave {loaded[:19]}, expected {result.image_id[:19]} "
                           f"(the sha256 of the normalised config)")

@@ -13,7 +13,7 @@ import re
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar
@@ -427,11 +427,11 @@ class DockerDaemon:
         except docker.errors.APIError as exc:
             raise BuildFailed(f"docker save of {image_id[:19]} failed: {_short(exc)}") from None
 
-    def load(self, archive: Path) -> str:
-        """`docker load` of a tar holding one untagged image; its id as the daemon reports it."""
+    def load(self, archive: Iterable[bytes]) -> str:
+        """`docker load` of a tar (streamed: chunked upload) holding one untagged image;
+        its id as the daemon reports it."""
         try:
-            with archive.open("rb") as fh:
-                out = list(self.client.api.load_image(fh))
+            out = list(self.client.api.load_image(archive))
         except docker.errors.APIError as exc:
             raise BuildFailed(f"docker load failed: {_short(exc)}") from None
         for chunk in out:
