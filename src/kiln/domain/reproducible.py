@@ -65,9 +65,7 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
                           f"(the sha256 of the normalised config)")
     seconds = time.monotonic() - t0
     kept = normalise.kept_prefix(result.diff_ids, keep)
+    how = f"; {len(result.diff_ids) - kept} new layer(s) rewritten, {kept} kept from {parent}" if kept else ""
     log.info(f"{label}: normalised {image_id[:19]} -> {loaded[:19]} "
-             f"(source date {normalise.rfc3339(epoch)}; {len(result.diff_ids) - kept} new layer(s) rewritten, "
-             f"{kept} kept from {parent}) in {log.human_secs(seconds)}" if kept else
-             f"{label}: normalised {image_id[:19]} -> {loaded[:19]} "
-             f"(source date {normalise.rfc3339(epoch)}) in {log.human_secs(seconds)}")
+             f"(source date {normalise.rfc3339(epoch)}{how}) in {log.human_secs(seconds)}")
     return Outcome(loaded, image_id, result.diff_ids, seconds)
