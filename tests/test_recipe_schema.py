@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from kilntest import REPO, run_kiln
+from kilntest import REPO, run_kiln, write_recipe
 
 from kiln.basics.errors import RecipeInvalid
 from kiln.domain.recipe import load_recipe
@@ -17,16 +16,6 @@ from kiln.domain.recipe import load_recipe
 pytestmark = pytest.mark.usefixtures("no_docker")
 
 GOOD = (REPO / "recipes" / "tiny-moe" / "recipe.yaml").read_text()
-
-
-def write_recipe(tmp_path: Path, text: str, name: str = "tiny-moe") -> Path:
-    d = tmp_path / "recipes" / name
-    d.mkdir(parents=True)
-    (d / "recipe.yaml").write_text(text)
-    (d / "Dockerfile").write_text("ARG KILN_ENGINE_IMAGE\nFROM ${KILN_ENGINE_IMAGE}\n")
-    # what GOOD names in build.shared
-    shutil.copytree(REPO / "recipes" / "_shared", d.parent / "_shared", dirs_exist_ok=True)
-    return d
 
 
 def problems(tmp_path: Path, text: str) -> list[str]:

@@ -33,3 +33,31 @@ def make_tree(dest: Path) -> Path:
     shutil.copytree(REPO / "engine", dest / "engine",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "tests"))
     return dest
+
+
+def renamed_mini(dest: Path, name: str, extra_yaml: str = "", replace: dict[str, str] | None = None) -> Path:
+    """`make_tree(dest)` with its kiln-test-mini recipe renamed to `name`, lines of its
+    recipe.yaml replaced (each must be there) and `extra_yaml` appended: the tree of
+    tests that publish or build a recipe of their own. Returns the tree."""
+    root = make_tree(dest)
+    recipe_dir = root / "recipes" / name
+    (root / "recipes" / "kiln-test-mini").rename(recipe_dir)
+    recipe = recipe_dir / "recipe.yaml"
+    text = recipe.read_text().replace("name: kiln-test-mini\n", f"name: {name}\n", 1)
+    for old, new in (replace or {}).items():
+        if old not in text:
+            raise ValueError(f"{recipe}: no {old!r} to replace")
+        text = text.replace(old, new, 1)
+    recipe.write_text(text + extra_yaml)
+    return root
+
+
+def write_recipe(root: Path, text: str, name: str = "tiny-moe") -> Path:
+    """recipes/NAME under `root` holding `text` as its recipe.yaml, a one-line FROM
+    Dockerfile and the shared files recipes name in build.shared: enough to load it."""
+    d = root / "recipes" / name
+    d.mkdir(parents=True)
+    (d / "recipe.yaml").write_text(text)
+    (d / "Dockerfile").write_text("ARG KILN_ENGINE_IMAGE\nFROM ${KILN_ENGINE_IMAGE}\n")
+    shutil.copytree(REPO / "recipes" / "_shared", d.parent / "_shared", dirs_exist_ok=True)
+    return d

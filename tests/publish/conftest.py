@@ -4,7 +4,7 @@ built once per module in a throwaway kiln tree that has a `publish:` section."""
 from __future__ import annotations
 
 import pytest
-from kilntest import make_tree, remove_images, run_kiln
+from kilntest import remove_images, renamed_mini, run_kiln
 from localregistry import LocalRegistry, available
 from pubtest import NAME, PUBLISH_SECTION, Mini
 
@@ -38,12 +38,7 @@ def mini(tmp_path_factory, base_image, docker_daemon):
     from kiln.basics import paths
 
     tmp = tmp_path_factory.mktemp("publish-tree")
-    root = make_tree(tmp / "tree")
-    recipe_dir = root / "recipes" / NAME
-    (root / "recipes" / "kiln-test-mini").rename(recipe_dir)
-    recipe = recipe_dir / "recipe.yaml"
-    text = recipe.read_text().replace("name: kiln-test-mini\n", f"name: {NAME}\n", 1)
-    recipe.write_text(text + PUBLISH_SECTION)
+    root = renamed_mini(tmp / "tree", NAME, PUBLISH_SECTION)
     (tmp / "docker-config").mkdir()
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KILN_ROOT", str(root))

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 from clijson import validated
-from kilntest import make_tree, remove_images, run_kiln
+from kilntest import remove_images, renamed_mini, run_kiln
 from pubtest import PUBLISH_SECTION
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
@@ -37,13 +37,8 @@ def tree(tmp_path_factory, docker_daemon):
     from kiln.domain.reproducible import make_reproducible
 
     tmp = tmp_path_factory.mktemp("multiarch")
-    root = make_tree(tmp / "tree")
-    recipe_dir = root / "recipes" / NAME
-    (root / "recipes" / "kiln-test-mini").rename(recipe_dir)
-    recipe = recipe_dir / "recipe.yaml"
-    text = recipe.read_text().replace("name: kiln-test-mini\n", f"name: {NAME}\n", 1)
-    text = text.replace("  flavour: cpu\n", "  flavour: cpu\n  platforms: [linux/amd64, linux/arm64]\n", 1)
-    recipe.write_text(text + PUBLISH_SECTION.replace("kiln-test/mini", REPOSITORY))
+    root = renamed_mini(tmp / "tree", NAME, PUBLISH_SECTION.replace("kiln-test/mini", REPOSITORY),
+                        replace={"  flavour: cpu\n": "  flavour: cpu\n  platforms: [linux/amd64, linux/arm64]\n"})
     (tmp / "docker-config").mkdir()
     images = {}
     with pytest.MonkeyPatch.context() as mp:
