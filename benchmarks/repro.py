@@ -78,11 +78,6 @@ def one_round(docker: DockerDaemon, ns: str, cuda: bool = False) -> dict:
                      "normalise_s": recs[-1]["normalise_seconds"] if recs else None,
                      "build_s": recs[-1]["build_seconds"] if recs else None}
     out["times"] = times
-    if cuda:  # the CUDA builder stage alone is ~16 GB: two rounds of it do not fit beside the images
-        for img in docker.client.images.list(filters={"dangling": True}):
-            if img.attrs.get("Size", 0) > 4e9:
-                print(f"repro: removing the builder stage {img.id[:19]} ({img.attrs['Size'] / 1e9:.1f} GB)")
-                docker.client.images.remove(img.id, noprune=False)
     # what the builder made before normalising (ours: their ids are in the build records)
     # goes now: the disk holds both rounds' images, the builds' own copies need not stay
     for what in out:
@@ -93,6 +88,13 @@ def one_round(docker: DockerDaemon, ns: str, cuda: bool = False) -> dict:
                 docker.client.images.remove(rec["built_id"], noprune=False)
             except Exception as exc:  # already gone, or still a parent: not worth failing for
                 print(f"repro: kept {rec['built_id'][:19]} ({str(exc)[:80]})")
+    # after the builds' own images went (so only what no record names is left dangling):
+    # the CUDA builder stage alone is ~16 GB, two rounds of it do not fit beside the images
+    if cuda:
+        for img in docker.client.images.list(filters={"dangling": True}):
+            if img.attrs.get("Size", 0) > 4e9:
+                print(f"repro: removing the builder stage {img.id[:19]} ({img.attrs['Size'] / 1e9:.1f} GB)")
+                docker.client.images.remove(img.id, noprune=False)
     return out
 
 

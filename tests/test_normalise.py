@@ -201,7 +201,7 @@ def test_the_parents_layers_stay_byte_for_byte_and_out_of_the_archive(tmp_path):
     diff_ids = _saved(tmp_path / "s", [parent_layer, added])
     result = normalise.normalise_saved(tmp_path / "s", EPOCH, keep=diff_ids[:1])
     assert result.diff_ids == [diff_ids[0], _normalised(added)[1]]
-    assert normalise.kept_prefix(result.diff_ids, diff_ids[:1]) == 1
+    assert result.kept == normalise.kept_prefix(result.diff_ids, diff_ids[:1]) == 1
     with tarfile.open(fileobj=io.BytesIO(b"".join(result.archive()))) as tar:
         names = {m.name for m in tar.getmembers()}
         manifest = json.loads(tar.extractfile("manifest.json").read())

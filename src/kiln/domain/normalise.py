@@ -128,6 +128,7 @@ class Normalised:
     config: bytes
     layer_files: list[Path]  # the rewritten layers, each once, in the scratch folder
     manifest: bytes
+    kept: int  # how many first layers are the parent's, as they were
 
     def archive(self) -> Iterator[bytes]:
         """The `docker load`-able tar, streamed: the config, the rewritten layers (each
@@ -229,7 +230,8 @@ def normalise_saved(saved: Path, epoch: int, keep: Sequence[str] = ()) -> Normal
             "Layers": [f.name for f in layer_files]}]
     # a new layer with a kept one's bytes is sent all the same: at its own place in the
     # chain the daemon has no layer yet
-    return Normalised(new_id, diff_ids, cfg, list(dict.fromkeys(layer_files[kept:])), json.dumps(doc).encode())
+    return Normalised(new_id, diff_ids, cfg, list(dict.fromkeys(layer_files[kept:])), json.dumps(doc).encode(),
+                      kept)
 
 
 def _inside(root: Path, name: str) -> Path:

@@ -64,7 +64,7 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
         raise BuildFailed(f"{label}: docker load gave {loaded[:19]}, expected {result.image_id[:19]} "
                           f"(the sha256 of the normalised config)")
     seconds = time.monotonic() - t0
-    kept = normalise.kept_prefix(result.diff_ids, keep)
+    kept = result.kept
     how = f"; {len(result.diff_ids) - kept} new layer(s) rewritten, {kept} kept from {parent}" if kept else ""
     log.info(f"{label}: normalised {image_id[:19]} -> {loaded[:19]} "
              f"(source date {normalise.rfc3339(epoch)}{how}) in {log.human_secs(seconds)}")
