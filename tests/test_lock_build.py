@@ -197,3 +197,23 @@ def test_lock_check_reports_from_the_index_and_changes_nothing():
     for line in result.stdout.splitlines()[1:]:
         name = line.split()[0]
         assert name in names and ("newer release" in line or "YANKED" in line), line
+
+
+@pytest.mark.docker
+@pytest.mark.network
+def test_arm64_debian_closure_resolves_without_emulation(base_image, docker_daemon):
+    """apt on the amd64 base, told arm64 is its only architecture: every package is arm64
+    (or arch-independent), none of the base's own packages is listed again at the version
+    it already has, and the names are amd64's, the toolchain's per-architecture binutils
+    aside (the lock's linux/arm64 half on a machine with no qemu: a fresh CI machine)."""
+    from kiln.domain import relock
+
+    wanted = ["python3", "tini", "binutils"]
+    native = relock.debian_closure(docker_daemon, base_image, wanted)
+    arm64 = relock.debian_closure(docker_daemon, base_image, wanted, foreign="arm64")
+    assert {d.architecture for d in native} <= {"amd64", "all"}
+    assert {d.architecture for d in arm64} <= {"arm64", "all"}, arm64
+    assert "libc6" not in {d.name for d in arm64}  # in the base already, at the mirror's version
+    assert {d.name for d in arm64} - {"binutils-aarch64-linux-gnu"} == \
+        {d.name for d in native} - {"binutils-x86-64-linux-gnu"}
+    assert "binutils-aarch64-linux-gnu" in {d.name for d in arm64}

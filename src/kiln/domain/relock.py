@@ -109,19 +109,19 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
     requested = L.requested_debian(sorted(image_dir.glob("*Dockerfile")))
     debian: dict[str, list[L.DebianPackage]] = {}
     if requested:
+        if docker is None:
+            raise LockInvalid("resolving the Debian closure needs the Docker daemon")
         host = L.host_platform()
         for plat_name in platforms:
-            emulation = binfmt.state(plat_name)
-            if plat_name != host and not emulation.usable:
-                log.warn(f"Debian packages for {plat_name} not resolved (apt runs in a container of this "
-                         f"{host} host, and {emulation.why_not()}); lock them on a {plat_name} host or after "
-                         "`scripts/setup.sh --arm64`")
-                continue
-            if docker is None:
-                raise LockInvalid("resolving the Debian closure needs the Docker daemon")
-            # that platform's base (kiln/base:bookworm-arm64 runs under qemu on x86-64)
-            base = EngineImage(engine, None, plat_name).base_ref
-            debian[plat_name] = debian_closure(docker, base, requested)
+            if plat_name == host or binfmt.state(plat_name).usable:
+                # that platform's own base (kiln/base:bookworm-arm64 runs under qemu on x86-64)
+                base = EngineImage(engine, None, plat_name).base_ref
+                debian[plat_name] = debian_closure(docker, base, requested)
+            else:
+                # no emulation here: apt on this host's base, told that the foreign
+                # architecture is its native one (what a fresh CI machine can do)
+                base = EngineImage(engine, None, host).base_ref
+                debian[plat_name] = debian_closure(docker, base, requested, foreign=L.platform(plat_name).deb_arch)
     return L.EngineLock(
         image=image_dir.name, engine_name=engine.name, engine_version=engine.version,
         distribution=policy.distribution, resolved_from=L.Resolved(requirements),
@@ -149,26 +149,47 @@ def _uv_version() -> str:
     return m.group(1)
 
 
-_INST = re.compile(r"^Inst (\S+) (?:\[[^\]]*\] )?\((\S+) .*\[([^\]]+)\]\)")
+# apt-get -s: "Inst NAME [INSTALLED] (NEW RELEASE [ARCH])", INSTALLED only for an upgrade
+_INST = re.compile(r"^Inst (?P<name>\S+) (?:\[(?P<installed>[^\]]*)\] )?\((?P<version>\S+) .*\[(?P<arch>[^\]]+)\]\)")
 
 
-def debian_closure(docker: DockerDaemon, base_image: str, requested: list[str]) -> list[L.DebianPackage]:
+def debian_closure(docker: DockerDaemon, base_image: str, requested: list[str], *,
+                   foreign: str | None = None) -> list[L.DebianPackage]:
     """What `apt-get install --no-install-recommends REQUESTED` installs on `base_image`
-    today (names, versions, architectures), read from apt's simulation."""
-    log.step(f"resolving the Debian closure of {' '.join(requested)} on {base_image}")
-    script = ("apt-get update -qq >/dev/null && "
-              "apt-get install -s --no-install-recommends -o APT::Get::Show-Versions=1 " + " ".join(requested))
+    today (names, versions, architectures), read from apt's simulation.
+
+    `foreign` (a dpkg architecture: arm64) resolves for that architecture without running
+    any of its binaries: apt in `base_image` takes it as its only architecture, reads that
+    architecture's package lists, and sees the base's installed packages as that
+    architecture's (a debootstrap minbase installs the same packages on either). On
+    2026-12-02 this gave, for engine-cuda's eight requested packages, the same 69 arm64
+    packages and versions as apt inside kiln/base:bookworm-arm64 under qemu."""
+    where = f"{base_image} as {foreign}" if foreign else base_image
+    log.step(f"resolving the Debian closure of {' '.join(requested)} on {where}")
+    install = "apt-get install -s --no-install-recommends -o APT::Get::Show-Versions=1 " + " ".join(requested)
+    if foreign is None:
+        script = "apt-get update -qq >/dev/null && " + install
+    else:
+        apt = (f"apt-get -o APT::Architecture={foreign} -o APT::Architectures::={foreign} "
+               "-o Dir::State::status=/tmp/kiln-status -o Dir::State::Lists=/tmp/kiln-lists "
+               "-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=")
+        script = ("mkdir -p /tmp/kiln-lists/partial && "
+                  f"sed '/^Architecture: all$/!s/^Architecture: .*/Architecture: {foreign}/' "
+                  "/var/lib/dpkg/status > /tmp/kiln-status && "
+                  f"{apt} update -qq >/dev/null && {install.replace('apt-get', apt, 1)}")
     status, output = docker.run_command(base_image, ["sh", "-c", script], timeout_s=600, name_prefix="kiln-lock-apt-")
     if status != 0:
         tail = " | ".join(output.strip().splitlines()[-3:])
-        raise LockInvalid(f"apt cannot install {' '.join(requested)} on {base_image}: {tail}")
+        raise LockInvalid(f"apt cannot install {' '.join(requested)} on {where}: {tail}")
     pkgs = []
     for line in output.splitlines():
         m = _INST.match(line)
-        if m:
-            pkgs.append(L.DebianPackage(m.group(1).split(":")[0], m.group(2), m.group(3)))
+        # as `foreign`, apt also lists some of the base's own packages as reinstalled at
+        # the version it has (libc6, libstdc++6, ...): not part of what the install adds
+        if m and m["installed"] != m["version"]:
+            pkgs.append(L.DebianPackage(m["name"].split(":")[0], m["version"], m["arch"]))
     if not pkgs:
-        raise LockInvalid(f"apt's simulation on {base_image} installed nothing for {' '.join(requested)}")
+        raise LockInvalid(f"apt's simulation on {where} installed nothing for {' '.join(requested)}")
     return sorted(pkgs, key=lambda d: d.name)
 
 
