@@ -10,7 +10,7 @@ one that fails (what `make test` and CI run):
     lint         ruff, the import contract                          (seconds)
     unit         `pytest --unit`: no Docker, registry, network or server (minutes)
     integration  real-daemon builds of small images, registries, vLLM wheels
-    kernels      draft_trunc against vLLM's own samplers, full sweep (Triton interpreter)
+    kernels      draft_trunc against vLLM's own samplers, full sweep (Triton interpreter, -n auto)
     e2e          engine-cpu + tiny-moe + tiny-kindling, served by a real vLLM
 
 so a broken test or a lint error is reported before anything is built. Tiers are
@@ -96,8 +96,10 @@ def kernels(session):
     """draft_trunc beyond the unit tier, under TRITON_INTERPRET=1 on CPU: exactness
     against vLLM 0.32.0's and 0.33.0's own rejection samplers (every mode, dead fill and
     policy), the patched runner hooks, and the slowest policy seeds (4096 experts)."""
+    # one xdist worker per core: the interpreter is CPU-bound and these tests share no
+    # daemon or registry (the vLLM sources come from the wheel cache integration filled)
     _pytest(session, "tests/draft_trunc", "-m", f"(network or kernels) and not ({NEVER_BY_DEFAULT})",
-            "--durations=15")
+            "-n", "auto", "-p", "no:benchmark", "--durations=15")
 
 
 @nox.session

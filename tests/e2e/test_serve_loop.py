@@ -41,12 +41,29 @@ def _complete(port: int) -> str:
         return json.load(resp)["choices"][0]["text"]
 
 
-def test_foreground_run_is_hardened_streams_logs_and_ctrl_c_removes_it(image, docker_daemon):
+def _ctrl_c_default() -> None:
+    """In the child: SIGINT back to its default. A test run started in the background
+    (`nox ... &` from a script: no job control) inherits SIGINT ignored, Python then keeps
+    it ignored, as a background job should, and the Ctrl-C below would never arrive (seen
+    2026-12-02: the server ran on and three later tests found it)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def port(docker_daemon):
+    """A free port; after the test (its own checks included), any kiln server still on it
+    is removed, so that a failed test leaves no vLLM behind for the next ones."""
     port = free_port()
+    yield port
+    for box in _ours_on(docker_daemon, port):
+        box.remove(force=True)
+
+
+def test_foreground_run_is_hardened_streams_logs_and_ctrl_c_removes_it(image, docker_daemon, port):
     proc = subprocess.Popen(
         [sys.executable, "-m", "kiln", "run", NAME, "--port", str(port), "-e", "KILN_E2E_MARK=on"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-        env={**os.environ, "COLUMNS": "300"})
+        env={**os.environ, "COLUMNS": "300"}, preexec_fn=_ctrl_c_default)
     try:
         wait_for_health(f"http://127.0.0.1:{port}", 240)
         [box] = _ours_on(docker_daemon, port)
@@ -80,8 +97,7 @@ def test_foreground_run_is_hardened_streams_logs_and_ctrl_c_removes_it(image, do
     assert _ours_on(docker_daemon, port) == []
 
 
-def test_detached_run_then_ps_logs_stop_leave_nothing(image, docker_daemon):
-    port = free_port()
+def test_detached_run_then_ps_logs_stop_leave_nothing(image, docker_daemon, port):
     started = run_kiln("run", NAME, "--port", str(port), "--detach")
     try:
         assert started.returncode == 0, started.stderr[-3000:]

@@ -123,9 +123,14 @@ def engine_sources(version: str, flavour: str = "cpu") -> Path:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 out.write_bytes(data)
         (tmp / MARKER).write_text(f"{wheel.name}\n")
-        if dest.exists():  # a half-unpacked leftover without marker
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
+        if dest.exists() and not (dest / MARKER).is_file():  # a half-unpacked leftover
+            shutil.rmtree(dest, ignore_errors=True)
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            # another process (a parallel test worker) unpacked it first: use its copy
+            if not (dest / MARKER).is_file():
+                raise
     except zipfile.BadZipFile:
         raise EngineFetchFailed(f"{wheel}: not a valid wheel (delete it and retry)") from None
     finally:
