@@ -166,17 +166,16 @@ def debian_closure(docker: DockerDaemon, base_image: str, requested: list[str], 
     packages and versions as apt inside kiln/base:bookworm-arm64 under qemu."""
     where = f"{base_image} as {foreign}" if foreign else base_image
     log.step(f"resolving the Debian closure of {' '.join(requested)} on {where}")
-    install = "apt-get install -s --no-install-recommends -o APT::Get::Show-Versions=1 " + " ".join(requested)
-    if foreign is None:
-        script = "apt-get update -qq >/dev/null && " + install
-    else:
+    apt, prepare = "apt-get", ""
+    if foreign is not None:
         apt = (f"apt-get -o APT::Architecture={foreign} -o APT::Architectures::={foreign} "
                "-o Dir::State::status=/tmp/kiln-status -o Dir::State::Lists=/tmp/kiln-lists "
                "-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=")
-        script = ("mkdir -p /tmp/kiln-lists/partial && "
-                  f"sed '/^Architecture: all$/!s/^Architecture: .*/Architecture: {foreign}/' "
-                  "/var/lib/dpkg/status > /tmp/kiln-status && "
-                  f"{apt} update -qq >/dev/null && {install.replace('apt-get', apt, 1)}")
+        prepare = ("mkdir -p /tmp/kiln-lists/partial && "
+                   f"sed '/^Architecture: all$/!s/^Architecture: .*/Architecture: {foreign}/' "
+                   "/var/lib/dpkg/status > /tmp/kiln-status && ")
+    script = (f"{prepare}{apt} update -qq >/dev/null && "
+              f"{apt} install -s --no-install-recommends -o APT::Get::Show-Versions=1 {' '.join(requested)}")
     status, output = docker.run_command(base_image, ["sh", "-c", script], timeout_s=600, name_prefix="kiln-lock-apt-")
     if status != 0:
         tail = " | ".join(output.strip().splitlines()[-3:])
