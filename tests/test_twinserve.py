@@ -37,3 +37,29 @@ def test_the_difference_of_two_snapshots_is_what_happened_between():
 
 def test_no_speculation_no_stats():
     assert parse_spec_decode("vllm:num_requests_running{engine=\"0\"} 0.0\n") is None
+
+
+class _GoneBox:
+    """A server that died mid-set: the daemon no longer knows it (AutoRemove), its
+    watcher kept the exit code, its captured log remains."""
+
+    class spec:  # noqa: N801 - stands in for a RunSpec
+        name = "kiln-tiny-kindling-1"
+
+    exit_code = 137
+
+    def status(self):
+        raise RuntimeError("No such container")
+
+    def logs(self, tail):
+        return "INFO starting\nERROR EngineCore died\n"
+
+
+def test_a_dead_servers_report_names_it_its_exit_code_and_its_last_lines():
+    from kiln_testkit.twinserve import server_report
+
+    report = server_report("tau", _GoneBox())
+    first, *rest = report.splitlines()
+    assert "'tau'" in first and "kiln-tiny-kindling-1" in first
+    assert "gone (RuntimeError)" in first and "exit code 137" in first
+    assert rest == ["INFO starting", "ERROR EngineCore died"]

@@ -64,7 +64,26 @@ def serving_all(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str
         for box in boxes.values():
             box.wait_healthy(max(1.0, startup_timeout_s - (time.monotonic() - t0)))
             box.startup_s = time.monotonic() - t0
-        yield boxes
+        try:
+            yield boxes
+        except Exception as exc:
+            # a client error ("Server disconnected") says nothing of why; the servers'
+            # own state and log tails do, and they are gone once the stack unwinds
+            for name, box in boxes.items():
+                exc.add_note(server_report(name, box))
+            raise
+
+
+def server_report(name: str, box: ServingContainer, tail: int = 60) -> str:
+    """One server's state (or exit code, if it is gone) and the end of its log."""
+    try:
+        state = box.status()
+    except Exception as err:  # gone (AutoRemove) or the daemon did not answer
+        state = f"gone ({type(err).__name__})"
+    if box.exit_code is not None:
+        state += f", exit code {box.exit_code}"
+    lines = box.logs(tail=tail).rstrip()
+    return f"--- server {name!r} ({box.spec.name}): {state}; last {tail} log lines ---\n{lines}"
 
 
 @dataclass
