@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from kiln.infra.docker import DockerDaemon
 
 _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
+OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM's CPU worker: cores to pin to, "auto" or "nobind"
 
 
 @contextmanager
@@ -52,11 +53,19 @@ def serving_all(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str
     """One healthy server of `image_id` per entry of `envs` (name -> extra env), started
     together so that they boot in parallel (a tiny-kindling start is mostly one busy
     Python process; on 2 cores two boot in about the time of one). Yields {name:
-    ServingContainer}; each box's `startup_s` counts from the common start."""
+    ServingContainer}; each box's `startup_s` counts from the common start.
+
+    vLLM's CPU worker pins itself by default (VLLM_CPU_OMP_THREADS_BIND=auto) to the
+    host's cores but one, which it leaves to the front end: on 2 cores, core 0. Every
+    server here would pin its worker, where all the model's work runs, to that one core
+    and leave the other to the front ends (seen 2026-12-02: three tiny-kindling workers
+    on core 0, ~33 % each, core 1 mostly idle). So unless `envs` says otherwise each
+    server runs unpinned (`nobind`) and the kernel spreads the workers over the cores."""
     with ExitStack() as stack:
         boxes: dict[str, ServingContainer] = {}
         t0 = time.monotonic()
-        for name, env in envs.items():
+        for name, extra in envs.items():
+            env = {OMP_BIND: "nobind", **extra}
             spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env)
             box = stack.enter_context(ServingContainer(docker_daemon, spec))
             box.start()
