@@ -21,6 +21,7 @@ pytest_plugins = ["unitguard"]  # `pytest --unit`: the unit tier and its guard (
 DAEMON_GROUP = "daemon"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into node ids
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
