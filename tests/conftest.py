@@ -6,31 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
-from kilntest import make_tree, run_kiln
+from kilntest import assign_xdist_groups, make_tree, run_kiln
 
 pytest_plugins = ["unitguard"]  # `pytest --unit`: the unit tier and its guard (tests/unitguard.py)
 
-# Under pytest-xdist's `--dist loadgroup` (nox -s integration) a group runs whole, in
-# order, on one worker. Daemon and registry tests share named state on the one Docker
-# daemon (the stand-in engine tag kiln/engine-cpu:vllm-0.0.1.dev0, which test_lock_build
-# removes and rebuilds; kiln/kiln-test-mini's images, which several modules remove before
-# building), so by default they form one serial group, DAEMON_GROUP: a new daemon test is
-# safe without a thought. A module that touches only names of its own says so with
-# `pytest.mark.xdist_group("<its own name>")` and runs beside that group. Any other test
-# module is its own group, so that its module-scoped fixtures are set up once.
-DAEMON_GROUP = "daemon"
-
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into node ids
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        if item.get_closest_marker("docker") or item.get_closest_marker("registry"):
-            group = DAEMON_GROUP
-        else:
-            group = item.path.relative_to(config.rootpath).as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
+    assign_xdist_groups(config.rootpath, items)  # what may run beside what: kilntest.py
 
 
 @pytest.fixture(scope="session")

@@ -8,11 +8,36 @@ import tarfile
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
+import pytest
 from kiln_testkit.tree import FIXTURES, REPO, make_tree, renamed_mini, run_kiln, write_recipe
 
-__all__ = ["FIXTURES", "REPO", "SavedImage", "make_tree", "remove_images", "renamed_mini", "run_kiln", "saved_image",
-           "write_recipe"]
+__all__ = ["DAEMON_GROUP", "FIXTURES", "REPO", "SavedImage", "assign_xdist_groups", "make_tree", "remove_images",
+           "renamed_mini", "run_kiln", "saved_image", "write_recipe"]
+
+
+# Under pytest-xdist's `--dist loadgroup` (nox -s integration) a group runs whole, in
+# order, on one worker. Daemon and registry tests share named state on the one Docker
+# daemon (the stand-in engine tag kiln/engine-cpu:vllm-0.0.1.dev0, which test_lock_build
+# removes and rebuilds; kiln/kiln-test-mini's images, which several modules remove before
+# building), so by default they form one serial group, DAEMON_GROUP: a new daemon test is
+# safe without a thought. A module that touches only names of its own says so with
+# `pytest.mark.xdist_group("<its own name>")` and runs beside that group. Any other test
+# module is its own group, so that its module-scoped fixtures are set up once.
+DAEMON_GROUP = "daemon"
+
+
+def assign_xdist_groups(rootpath: Path, items) -> None:
+    """Give every collected item its xdist group (tests/conftest.py calls this first)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        if item.get_closest_marker("docker") or item.get_closest_marker("registry"):
+            group = DAEMON_GROUP
+        else:
+            group = item.path.relative_to(rootpath).as_posix()
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def remove_images(engine, repository: str) -> None:

@@ -1,11 +1,11 @@
-"""tests/conftest.py's xdist groups: what may run beside what under `nox -s integration`."""
+"""kilntest.assign_xdist_groups (tests/conftest.py's hook): what may run beside what under `nox -s integration`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import conftest
 import pytest
+from kilntest import DAEMON_GROUP, assign_xdist_groups
 
 
 class _Item:
@@ -25,10 +25,6 @@ class _Item:
         return mark.args[0]
 
 
-class _Config:
-    rootpath = Path("/repo")
-
-
 def test_daemon_tests_share_one_group_and_a_module_never_splits_or_loses_its_own():
     items = [_Item("tests/test_build_docker.py", pytest.mark.docker),
              _Item("tests/publish/test_publish.py", pytest.mark.docker, pytest.mark.registry),
@@ -36,5 +32,5 @@ def test_daemon_tests_share_one_group_and_a_module_never_splits_or_loses_its_own
              _Item("tests/test_docs.py", pytest.mark.network),
              _Item("tests/test_docs.py", pytest.mark.network),
              _Item("tests/cuda/test_argcheck_docker.py", pytest.mark.docker, pytest.mark.xdist_group("argcheck"))]
-    conftest.pytest_collection_modifyitems(_Config(), items)
-    assert [i.group for i in items] == [conftest.DAEMON_GROUP] * 3 + ["tests/test_docs.py"] * 2 + ["argcheck"]
+    assign_xdist_groups(Path("/repo"), items)
+    assert [i.group for i in items] == [DAEMON_GROUP] * 3 + ["tests/test_docs.py"] * 2 + ["argcheck"]
