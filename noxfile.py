@@ -87,7 +87,7 @@ def integration(session):
     (faults, two registries, credentials), patches against real vLLM 0.32.0 and 0.33.0
     sources (wheels downloaded once into ~/.cache/kiln), docs `network` blocks."""
     _base_image(session)
-    # two or more xdist workers, whole groups each (tests/conftest.py): the daemon tests in
+    # two or more xdist workers, whole groups each (tests/kilntest.py assign_xdist_groups): the daemon tests in
     # one serial group, the engine-parser checks, patches and docs beside it; these tests
     # mostly wait on the daemon, registries and downloads, so 2 cores run two at once
     _pytest(session, "-m", f"(docker or registry or network) and not (e2e or kernels or {NEVER_BY_DEFAULT})",

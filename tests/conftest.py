@@ -10,6 +10,7 @@ from kilntest import assign_xdist_groups, make_tree, run_kiln
 
 pytest_plugins = ["unitguard"]  # `pytest --unit`: the unit tier and its guard (tests/unitguard.py)
 
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into node ids
 def pytest_collection_modifyitems(config, items):
     assign_xdist_groups(config.rootpath, items)  # what may run beside what: kilntest.py

@@ -366,7 +366,7 @@ def test_prune_removes_superseded_images_only(kiln_tree, base_image, docker_daem
     assert dry.returncode == 0 and f"would remove {old_tag}" in dry.stderr
     assert docker_daemon.image(old_tag) is not None
     # engines and shipped recipes' images: other kiln-test-* recipes' images may come and
-    # go meanwhile, removed by their own tests in another xdist worker (tests/conftest.py)
+    # go meanwhile, removed by their own tests in another xdist worker (tests/kilntest.py)
     others = {i.id for i in docker_daemon.client.images.list(filters={"label": "ai.kiln.input-digest"})
               if not i.labels.get("ai.kiln.recipe", "").startswith("kiln-test-")}
     assert others, "no engine image to prove that prune leaves it alone"

@@ -17,7 +17,7 @@ from kiln.basics.errors import BuildFailed
 from kiln.commands import build
 from kiln.domain import argcheck
 
-# beside the serial daemon group (tests/conftest.py): this module's images are its own
+# beside the serial daemon group (tests/kilntest.py assign_xdist_groups): this module's images are its own
 # recipe's (kiln-test-argcheck) and the real engine-cpu, which no integration test removes
 pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("argcheck")]
 
