@@ -113,7 +113,15 @@ def e2e(session):
     publish to a local registry; tiny-kindling with draft-trunc on (shipped cost policy
     and fixed tau 0.25) against off, on a smaller request set (`e2e_full` runs the full one)."""
     _base_image(session)
-    _pytest(session, "-m", f"e2e and not ({NEVER_BY_DEFAULT})", "--durations=15")
+    # engine-cpu (when missing) and tiny-moe-hf before the workers start: each worker's
+    # first build would otherwise build a missing engine too, both at once
+    session.run("kiln", "build", "tiny-moe-hf")
+    # two xdist workers, whole groups each (tests/kilntest.py): the tiny-moe tests in the
+    # serial daemon group; tiny-kindling's servers and the hub-cache module beside it.
+    # Most of the daemon group is one busy process (a build, a vLLM start), so the second
+    # core runs the other groups
+    _pytest(session, "-m", f"e2e and not ({NEVER_BY_DEFAULT})", "-n", "2", "--dist", "loadgroup",
+            "-p", "no:benchmark", "--durations=15")
 
 
 @nox.session

@@ -17,7 +17,7 @@ __all__ = ["DAEMON_GROUP", "FIXTURES", "REPO", "SavedImage", "assign_xdist_group
            "renamed_mini", "run_kiln", "saved_image", "write_recipe"]
 
 
-# Under pytest-xdist's `--dist loadgroup` (nox -s integration) a group runs whole, in
+# Under pytest-xdist's `--dist loadgroup` (nox -s integration and e2e) a group runs whole, in
 # order, on one worker. Daemon and registry tests share named state on the one Docker
 # daemon (the stand-in engine tag kiln/engine-cpu:vllm-0.0.1.dev0, which test_lock_build
 # removes and rebuilds; kiln/kiln-test-mini's images, which several modules remove before
@@ -25,6 +25,9 @@ __all__ = ["DAEMON_GROUP", "FIXTURES", "REPO", "SavedImage", "assign_xdist_group
 # safe without a thought. A module that touches only names of its own says so with
 # `pytest.mark.xdist_group("<its own name>")` and runs beside that group. Any other test
 # module is its own group, so that its module-scoped fixtures are set up once.
+# In e2e, tiny-kindling's modules (group tiny-kindling) and the hub-cache module
+# (tiny-moe-hf) run beside the daemon group, which keeps every test that runs tiny-moe
+# by recipe name (`kiln run/logs/stop tiny-moe` would find another module's server).
 DAEMON_GROUP = "daemon"
 
 

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 
 _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM's CPU worker: cores to pin to, "auto" or "nobind"
+# "0": the model runs in the engine-core process (vLLM's uniproc executor), not in a worker
+# process of its own; serving_all's docstring says why
+MULTIPROC = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 
 @contextmanager
@@ -60,12 +63,24 @@ def serving_all(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str
     server here would pin its worker, where all the model's work runs, to that one core
     and leave the other to the front ends (seen 2026-12-02: three tiny-kindling workers
     on core 0, ~33 % each, core 1 mostly idle). So unless `envs` says otherwise each
-    server runs unpinned (`nobind`) and the kernel spreads the workers over the cores."""
+    server runs unpinned (`nobind`) and the kernel spreads the workers over the cores.
+
+    vLLM 0.32.0's CPU platform also moves the model into a worker process of its own
+    (the multiprocessing executor) whenever VLLM_ENABLE_V1_MULTIPROCESSING is 1, and the
+    engine core and that worker hand each step over a shared-memory ring whose reader
+    spins (sched_yield) for 1 s after every read (shm_broadcast.SpinCondition,
+    busy_loop_s=1). One server has the cores to spare; three on 2 cores do not: each
+    one's spinning takes time slices from the others' model work. So unless `envs` says
+    otherwise the servers here run with VLLM_ENABLE_V1_MULTIPROCESSING=0: the platform
+    keeps vLLM's uniproc executor, the model runs in the engine-core process (still
+    apart from the API server), and nothing spins. The model runner, its draft-trunc
+    hooks and every request's path are the ones the recipe serves with; only the process
+    that runs them differs (docs/benchmarks.md has the timings)."""
     with ExitStack() as stack:
         boxes: dict[str, ServingContainer] = {}
         t0 = time.monotonic()
         for name, extra in envs.items():
-            env = {OMP_BIND: "nobind", **extra}
+            env = {OMP_BIND: "nobind", MULTIPROC: "0", **extra}
             spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env)
             box = stack.enter_context(ServingContainer(docker_daemon, spec))
             box.start()

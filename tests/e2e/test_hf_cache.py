@@ -17,7 +17,8 @@ from kilntest import run_kiln
 
 from kiln.domain.hfcache import seed, snapshot_dir
 
-pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+# its own image and containers (tiny-moe's image only read): beside the daemon group (tests/kilntest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.xdist_group("tiny-moe-hf")]
 
 TARGET = ("kiln-test/tiny-qwen3moe", "2c5e1f0d4b8a7e6f9d3c2b1a0f9e8d7c6b5a4f3e")
 DRAFT = ("kiln-test/tiny-qwen3-draft", "7a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d")

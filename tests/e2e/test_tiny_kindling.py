@@ -35,7 +35,8 @@ import pytest
 from kiln_testkit.twinserve import counters, prompts, run_set, serving_all, spec_decode_stats
 from kiln_testkit.twinstats import greedy_divergences, permutation_test
 
-pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+# only tiny-kindling's own servers (free ports): beside the daemon group under `nox -s e2e` (tests/kilntest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.xdist_group("tiny-kindling")]
 
 MAX_TOKENS = 32
 CONCURRENCY = 8

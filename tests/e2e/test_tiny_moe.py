@@ -14,6 +14,7 @@ import pytest
 from kilntest import REPO, make_tree, run_kiln, saved_image
 
 from kiln.domain.container import free_port, wait_for_health
+from kiln.domain.launch import LABEL_URL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -25,8 +26,12 @@ def image(tiny_moe):
     return tiny_moe
 
 
-def _containers(docker_daemon, image_id):
-    return [c for c in docker_daemon.client.containers.list(all=True) if c.image.id == image_id]
+def _containers(docker_daemon, image_id, port: int):
+    """Containers of `image_id`, in any state, that a `kiln run --port PORT` made (its URL
+    label names the port): other tiny-moe containers may run beside this module (the
+    hub-cache test copies the models out of one; tests/kilntest.py's xdist groups)."""
+    return [c for c in docker_daemon.client.containers.list(all=True)
+            if c.image.id == image_id and c.labels.get(LABEL_URL, "").endswith(f":{port}")]
 
 
 def test_image_is_labelled_non_root_and_in_budget(image):
@@ -153,16 +158,17 @@ def test_port_in_use_is_refused_and_leaves_no_container(image, docker_daemon):
         result = run_kiln("run", NAME, "--port", str(port), "--detach")
     assert result.returncode == 14, result.stderr
     assert f"port {port}" in result.stderr and "already in use" in result.stderr
-    assert _containers(docker_daemon, img.id) == []
+    assert _containers(docker_daemon, img.id, port) == []
 
 
 def test_container_exiting_during_start_is_a_clear_error(image, docker_daemon):
     img = image.image
-    result = run_kiln("run", NAME, "--port", str(free_port()), "--detach", "--", "--no-such-vllm-flag")
+    port = free_port()
+    result = run_kiln("run", NAME, "--port", str(port), "--detach", "--", "--no-such-vllm-flag")
     assert result.returncode == 13, result.stderr[-3000:]
     assert "exited during start" in result.stderr
     assert "no-such-vllm-flag" in result.stderr  # the log tail names the cause
-    assert _containers(docker_daemon, img.id) == []
+    assert _containers(docker_daemon, img.id, port) == []
 
 
 def test_missing_model_host_path_is_refused_before_docker(tmp_path):

@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 from kiln_testkit.twinserve import counters, prompts, run_set, serving
 
-pytestmark = [pytest.mark.e2e, pytest.mark.docker]
+# with test_tiny_kindling.py, beside the daemon group (tests/kilntest.py)
+pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.xdist_group("tiny-kindling")]
 
 
 @pytest.fixture(scope="module")
