@@ -30,7 +30,8 @@ check:
 	kiln check --all
 
 ## the tests CI runs (.ci/run): set-up, then the default nox sessions in order (lint, unit,
-## integration, kernels, e2e), stopping at the first failure; lint and unit build nothing
+## integration, e2e with the kernels tier on its second worker), stopping at the first failure;
+## lint and unit build nothing
 ## (kiln/base is built by the integration session)
 test:
 	./scripts/setup.sh --no-base

@@ -10,13 +10,15 @@ one that fails (what `make test` and CI run):
     lint         ruff, the import contract                          (seconds)
     unit         `pytest --unit`: no Docker, registry, network or server (minutes)
     integration  real-daemon builds of small images, registries, vLLM wheels
-    kernels      draft_trunc against vLLM's own samplers, full sweep (Triton interpreter, -n auto)
-    e2e          engine-cpu + tiny-moe + tiny-kindling, served by a real vLLM
+    e2e          engine-cpu + tiny-moe + tiny-kindling, served by a real vLLM; and the
+                 kernels tier (draft_trunc against vLLM's own samplers, full sweep, in
+                 Triton's interpreter) on the core the serving tests leave idle
 
 so a broken test or a lint error is reported before anything is built. Tiers are
 pytest markers (pyproject.toml); an unmarked test is a unit test, and the unit tier's
 guard (tests/unitguard.py) fails it if it reaches Docker, a registry or the network.
-Opt-in: `e2e_full` (the full-size twin check), `disruptive` (CI adds it), benchmarks.
+`nox -s kernels` runs the kernels tier alone. Opt-in: `e2e_full` (the full-size twin
+check), `disruptive` (CI adds it), benchmarks.
 Every pytest session ends with one line giving its own wall time.
 """
 
@@ -26,7 +28,8 @@ import time
 import nox
 
 nox.options.default_venv_backend = "none"
-nox.options.sessions = ["lint", "unit", "integration", "kernels", "e2e"]
+# no "kernels": e2e runs its tests (see e2e); `nox -s kernels` runs them alone
+nox.options.sessions = ["lint", "unit", "integration", "e2e"]
 if os.environ.get("CI"):  # a CI machine's daemon is ours to restart; a developer's is not
     nox.options.sessions.append("disruptive")
 nox.options.stop_on_first_error = True  # lint and unit gate everything that builds
@@ -35,6 +38,8 @@ nox.options.error_on_missing_interpreters = True
 PYTEST = ["python", "-m", "pytest", "-p", "no:cacheprovider"]
 # what only opt-in sessions run
 NEVER_BY_DEFAULT = "gpu or disruptive or full or emulation"
+# the kernels tier: tests/draft_trunc's `kernels` tests (vLLM's sources, the slow seeds)
+KERNELS = f"kernels and not ({NEVER_BY_DEFAULT})"
 
 
 def _pytest(session, *args):
@@ -97,13 +102,13 @@ def integration(session):
 
 @nox.session
 def kernels(session):
-    """draft_trunc beyond the unit tier, under TRITON_INTERPRET=1 on CPU: exactness
-    against vLLM 0.32.0's and 0.33.0's own rejection samplers (every mode, dead fill and
-    policy), the patched runner hooks, and the slowest policy seeds (4096 experts)."""
+    """The kernels tier alone: draft_trunc beyond the unit tier, under TRITON_INTERPRET=1
+    on CPU: exactness against vLLM 0.32.0's and 0.33.0's own rejection samplers (every
+    mode, dead fill and policy), the patched runner hooks, and the slowest policy seeds
+    (4096 experts). `nox` runs these tests inside e2e instead (its second worker)."""
     # one xdist worker per core: the interpreter is CPU-bound and these tests share no
     # daemon or registry (the vLLM sources come from the wheel cache integration filled)
-    _pytest(session, "tests/draft_trunc", "-m", f"(network or kernels) and not ({NEVER_BY_DEFAULT})",
-            "-n", "auto", "-p", "no:benchmark", "--durations=15")
+    _pytest(session, "tests/draft_trunc", "-m", KERNELS, "-n", "auto", "-p", "no:benchmark", "--durations=15")
 
 
 @nox.session
@@ -111,17 +116,19 @@ def e2e(session):
     """Build engine-cpu, tiny-moe and tiny-kindling from scratch (reusing the daemon's
     layer cache); serve them; the serving contract, smoke, serve loop, two-node run,
     publish to a local registry; tiny-kindling with draft-trunc on (shipped cost policy
-    and fixed tau 0.25) against off, on a smaller request set (`e2e_full` runs the full one)."""
+    and fixed tau 0.25) against off, on a smaller request set (`e2e_full` runs the full one);
+    and the kernels tier (see kernels), on the worker the serving tests leave free."""
     _base_image(session)
     # engine-cpu (when missing) and tiny-moe-hf before the workers start: each worker's
     # first build would otherwise build a missing engine too, both at once
     session.run("kiln", "build", "tiny-moe-hf")
-    # two xdist workers, whole groups each (tests/kilntest.py): the tiny-moe tests in the
-    # serial daemon group; tiny-kindling's servers and the hub-cache module beside it.
-    # Most of the daemon group is one busy process (a build, a vLLM start), so the second
-    # core runs the other groups
-    _pytest(session, "-m", f"e2e and not ({NEVER_BY_DEFAULT})", "-n", "2", "--dist", "loadgroup",
-            "-p", "no:benchmark", "--durations=15")
+    # two xdist workers, whole groups each, in the order tests/kilntest.py gives them
+    # (--no-loadscope-reorder: xdist would start the groups with the most tests first):
+    # the tiny-moe tests in the serial daemon group on one; tiny-kindling's servers, the
+    # hub-cache module, then the kernels tier's modules on the other. Most of the daemon
+    # group is one busy process (a build, a vLLM start), so the second core is free for them
+    _pytest(session, "-m", f"(e2e and not ({NEVER_BY_DEFAULT})) or ({KERNELS})", "-n", "2", "--dist", "loadgroup",
+            "--no-loadscope-reorder", "-p", "no:benchmark", "--durations=15")
 
 
 @nox.session

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kiln_testkit.tree import FIXTURES, REPO, make_tree, renamed_mini, run_kiln, write_recipe
 
-__all__ = ["DAEMON_GROUP", "FIXTURES", "REPO", "SavedImage", "assign_xdist_groups", "make_tree", "remove_images",
+__all__ = ["DAEMON_GROUP", "FIRST_GROUPS", "FIXTURES", "REPO", "SavedImage", "assign_xdist_groups", "make_tree", "remove_images",
            "renamed_mini", "run_kiln", "saved_image", "write_recipe"]
 
 
@@ -29,6 +29,10 @@ __all__ = ["DAEMON_GROUP", "FIXTURES", "REPO", "SavedImage", "assign_xdist_group
 # (tiny-moe-hf) run beside the daemon group, which keeps every test that runs tiny-moe
 # by recipe name (`kiln run/logs/stop tiny-moe` would find another module's server).
 DAEMON_GROUP = "daemon"
+# The order the groups start in under `nox -s e2e` (--no-loadscope-reorder): the daemon
+# group, the longest, first on one worker; tiny-kindling's and the hub-cache modules on the
+# other, then every other group (the kernels tier's modules) on whichever is free
+FIRST_GROUPS = (DAEMON_GROUP, "tiny-kindling", "tiny-moe-hf")
 
 
 def assign_xdist_groups(rootpath: Path, items) -> None:
@@ -41,6 +45,13 @@ def assign_xdist_groups(rootpath: Path, items) -> None:
         else:
             group = item.path.relative_to(rootpath).as_posix()
         item.add_marker(pytest.mark.xdist_group(group))
+    # xdist schedules groups in the order their first test appears; a stable sort keeps
+    # every group's own tests in collection order
+    items.sort(key=lambda item: _rank(item.get_closest_marker("xdist_group").args[0]))
+
+
+def _rank(group: str) -> int:
+    return FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
 
 
 def remove_images(engine, repository: str) -> None:

@@ -1,4 +1,5 @@
-"""kilntest.assign_xdist_groups (tests/conftest.py's hook): what may run beside what under `nox -s integration`."""
+"""kilntest.assign_xdist_groups (tests/conftest.py's hook): what may run beside what under `nox -s integration`
+and `nox -s e2e`, and in which order the groups start."""
 
 from __future__ import annotations
 
@@ -34,3 +35,20 @@ def test_daemon_tests_share_one_group_and_a_module_never_splits_or_loses_its_own
              _Item("tests/cuda/test_argcheck_docker.py", pytest.mark.docker, pytest.mark.xdist_group("argcheck"))]
     assign_xdist_groups(Path("/repo"), items)
     assert [i.group for i in items] == [DAEMON_GROUP] * 3 + ["tests/test_docs.py"] * 2 + ["argcheck"]
+
+
+def test_groups_start_daemon_first_then_tiny_kindling_then_the_hub_cache_then_the_rest_each_in_its_own_order():
+    items = [_Item("tests/cuda/test_build_cuda_e2e.py", pytest.mark.docker),
+             _Item("tests/draft_trunc/test_any_router.py", pytest.mark.kernels),
+             _Item("tests/draft_trunc/test_dead_rows.py", pytest.mark.kernels),
+             _Item("tests/e2e/test_hf_cache.py", pytest.mark.docker, pytest.mark.xdist_group("tiny-moe-hf")),
+             _Item("tests/e2e/test_plan_cpu.py", pytest.mark.docker),
+             _Item("tests/e2e/test_tiny_kindling.py", pytest.mark.docker, pytest.mark.xdist_group("tiny-kindling")),
+             _Item("tests/e2e/test_twin_metrics.py", pytest.mark.docker, pytest.mark.xdist_group("tiny-kindling")),
+             _Item("tests/test_docs.py", pytest.mark.docker)]
+    assign_xdist_groups(Path("/repo"), items)
+    assert [str(i.path.relative_to("/repo")) for i in items] == [
+        "tests/cuda/test_build_cuda_e2e.py", "tests/e2e/test_plan_cpu.py", "tests/test_docs.py",
+        "tests/e2e/test_tiny_kindling.py", "tests/e2e/test_twin_metrics.py", "tests/e2e/test_hf_cache.py",
+        "tests/draft_trunc/test_any_router.py", "tests/draft_trunc/test_dead_rows.py"]
+    assert [i.group for i in items][:3] == [DAEMON_GROUP] * 3

@@ -92,13 +92,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _has_a_session(item: pytest.Item) -> bool:
     """Whether one of noxfile.py's sessions selects `item`: integration ignores
-    tests/draft_trunc, and kernels runs only tests/draft_trunc's network/kernels tests,
-    so a draft_trunc test needing the daemon or a registry, or a `kernels` test
+    tests/draft_trunc, and the kernels tier (`nox -s kernels`, and e2e's second worker)
+    runs only tests/draft_trunc's `kernels` tests, so a draft_trunc test needing the
+    daemon or a registry, one marked `network` without `kernels`, or a `kernels` test
     elsewhere, would run nowhere."""
     marks = {m.name for m in item.iter_markers()} & set(TIER_MARKERS)
     in_draft_trunc = "tests/draft_trunc/" in item.nodeid.replace("\\", "/")
     if in_draft_trunc:
-        return not marks & {"docker", "registry", "e2e"}
+        return not marks & {"docker", "registry", "e2e"} and ("network" not in marks or "kernels" in marks)
     return "kernels" not in marks
 
 

@@ -10,7 +10,7 @@ import shutil
 import pytest
 from dt_patched import apply_series
 
-pytestmark = pytest.mark.network  # vLLM's sources (conftest vllm_src)
+pytestmark = [pytest.mark.network, pytest.mark.kernels]  # vLLM's sources (conftest vllm_src)
 
 RUNNER = "vllm/model_executor/layers/fused_moe/runner/moe_runner.py"
 ROUTER = "vllm/model_executor/layers/fused_moe/router/fused_topk_router.py"

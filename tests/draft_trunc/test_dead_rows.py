@@ -18,7 +18,7 @@ import torch
 from dt_patched import apply_series, imports_draft_trunc, run, statements, stub_vllm
 
 # vLLM's sources from kiln's wheel cache: a fresh machine downloads the wheels (conftest vllm_src)
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.kernels]
 
 RUNNER = "vllm/model_executor/layers/fused_moe/runner/moe_runner.py"
 HIDDEN, EXPERTS, TOP_K, LAYERS = 16, 4, 2, 2

@@ -10,7 +10,7 @@ from dt_exactness import make_case, mismatches, with_policy_j
 from kiln_engine.draft_trunc._cost import MoELayer
 
 # vLLM's sources from kiln's wheel cache: a fresh machine downloads the wheels (conftest vllm_src)
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.kernels]
 
 pytest.importorskip("triton")
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

@@ -34,7 +34,8 @@ def _stats(ae, k, max_reqs, idx_mapping, num_sampled, num_rejected, features, pr
     return torch.cat([est.info.flatten(), est.grad.flatten(), est.counts])
 
 
-@pytest.mark.network  # vLLM's sources (conftest vllm_src)
+@pytest.mark.network
+@pytest.mark.kernels  # vLLM's sources (conftest vllm_src)
 def test_censored_grading_equals_truly_truncated(draft_trunc, vllm_kernels):
     dt = draft_trunc(tau=0.4, min_keep=0, explore=0.0)
     k = 5

@@ -9,7 +9,7 @@ import pytest
 from dt_patched import apply_series, imports_draft_trunc, run, statements, stub_vllm
 
 # vLLM's sources from kiln's wheel cache: a fresh machine downloads the wheels (conftest vllm_src)
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.kernels]
 
 MR = "vllm/v1/worker/gpu/model_runner.py"
 SPEC = "vllm/v1/worker/gpu/spec_decode/speculator.py"

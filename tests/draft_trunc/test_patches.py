@@ -42,7 +42,8 @@ def test_patch_header(version, name):
         assert f"--- a/{path}" in text
 
 
-@pytest.mark.network  # vLLM's sources (conftest vllm_src)
+@pytest.mark.network
+@pytest.mark.kernels  # vLLM's sources (conftest vllm_src)
 def test_series_applies_cleanly_and_compiles(vllm_src, vllm_version, tmp_path):
     if shutil.which("patch") is None:
         pytest.skip("GNU patch not installed")

@@ -32,6 +32,7 @@ def _pytest(tmp_path, **env) -> subprocess.CompletedProcess:
 # the download path itself: runs `pip download` (with no index, but the unit tier
 # refuses any pip download) inside a pytest of a network-marked test
 @pytest.mark.network
+@pytest.mark.kernels
 def test_missing_sources_fail_naming_the_version_and_the_opt_out(tmp_path):
     proc = _pytest(tmp_path, KILN_DT_VLLM_VERSIONS="0.33.0")
     assert proc.returncode == 1, proc.stdout[-2000:]

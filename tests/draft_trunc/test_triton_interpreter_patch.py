@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 # vLLM's sources from kiln's wheel cache: a fresh machine downloads the wheels (conftest vllm_src)
-pytestmark = pytest.mark.network
+pytestmark = [pytest.mark.network, pytest.mark.kernels]
 
 PATCH = Path(__file__).resolve().parents[2] / "patches" / "vllm" / "0.32.0" / "0002-triton-interpreter-on-cpu.patch"
 REL = "vllm/triton_utils/importing.py"
