@@ -52,3 +52,30 @@ def test_groups_start_daemon_first_then_tiny_kindling_then_the_hub_cache_then_th
         "tests/e2e/test_tiny_kindling.py", "tests/e2e/test_twin_metrics.py", "tests/e2e/test_hf_cache.py",
         "tests/draft_trunc/test_any_router.py", "tests/draft_trunc/test_dead_rows.py"]
     assert [i.group for i in items][:3] == [DAEMON_GROUP] * 3
+
+
+class _Marked:
+    def __init__(self, nodeid: str, *names: str):
+        self.nodeid = nodeid
+        self.names = names
+
+    def iter_markers(self):
+        return [getattr(pytest.mark, n).mark for n in self.names]
+
+
+def test_every_tiered_test_has_a_session_that_selects_it():
+    """unitguard's stray check, which `pytest --unit` applies to every collected test:
+    the kernels tier (nox -s kernels, and e2e's second worker) selects tests/draft_trunc's
+    `kernels` tests, integration ignores tests/draft_trunc."""
+    from unitguard import _has_a_session
+
+    runs = {"tests/draft_trunc/test_exactness.py::t": ("network", "kernels"),
+            "tests/draft_trunc/test_policy.py::t": ("kernels",),
+            "tests/draft_trunc/test_cost.py::t": (),
+            "tests/test_docs.py::t": ("network",),
+            "tests/e2e/test_tiny_moe.py::t": ("e2e", "docker")}
+    strays = {"tests/draft_trunc/test_new.py::t": ("network",),  # kernels would not select it
+              "tests/draft_trunc/test_daemon.py::t": ("docker",),
+              "tests/test_build_docker.py::t": ("kernels",)}
+    assert all(_has_a_session(_Marked(n, *m)) for n, m in runs.items())
+    assert not any(_has_a_session(_Marked(n, *m)) for n, m in strays.items())
