@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kiln_testkit.tree import FIXTURES, REPO, make_tree, renamed_mini, run_kiln, write_recipe
 
-__all__ = ["DAEMON_GROUP", "FIRST_GROUPS", "FIXTURES", "REPO", "SavedImage", "assign_xdist_groups", "make_tree", "remove_images",
+__all__ = ["DAEMON_GROUP", "FIRST_GROUPS", "FIXTURES", "REPO", "SavedImage", "assign_xdist_groups", "kiln_containers_on", "make_tree", "remove_images",
            "renamed_mini", "run_kiln", "saved_image", "write_recipe"]
 
 
@@ -52,6 +52,15 @@ def assign_xdist_groups(rootpath: Path, items) -> None:
 
 def _rank(group: str) -> int:
     return FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
+
+
+def kiln_containers_on(engine, port: int) -> list:
+    """Containers kiln started (any state) whose run URL names host port `port`: what one
+    test's `kiln run --port PORT` made, whatever else runs beside it."""
+    from kiln.domain.launch import LABEL_RECIPE, LABEL_URL
+
+    return [c for c in engine.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
+            if c.labels.get(LABEL_URL, "").endswith(f":{port}")]
 
 
 def remove_images(engine, repository: str) -> None:

@@ -13,10 +13,9 @@ import time
 import urllib.request
 
 import pytest
-from kilntest import REPO, run_kiln
+from kilntest import REPO, kiln_containers_on, run_kiln
 
 from kiln.domain.container import free_port, wait_for_health
-from kiln.domain.launch import LABEL_RECIPE
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -29,11 +28,6 @@ STARTUP_S = 600
 @pytest.fixture(scope="module")
 def image(tiny_moe):
     return tiny_moe.image
-
-
-def _ours_on(docker_daemon, port: int) -> list:
-    return [c for c in docker_daemon.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
-            if c.labels.get("ai.kiln.run.url", "").endswith(f":{port}")]
 
 
 def _complete(port: int) -> str:
@@ -58,7 +52,7 @@ def port(docker_daemon):
     is removed, so that a failed test leaves no vLLM behind for the next ones."""
     port = free_port()
     yield port
-    for box in _ours_on(docker_daemon, port):
+    for box in kiln_containers_on(docker_daemon, port):
         box.remove(force=True)
 
 
@@ -69,7 +63,7 @@ def test_foreground_run_is_hardened_streams_logs_and_ctrl_c_removes_it(image, do
         env={**os.environ, "COLUMNS": "300"}, preexec_fn=_ctrl_c_default)
     try:
         wait_for_health(f"http://127.0.0.1:{port}", STARTUP_S)
-        [box] = _ours_on(docker_daemon, port)
+        [box] = kiln_containers_on(docker_daemon, port)
         host = box.attrs["HostConfig"]
         assert host["ReadonlyRootfs"] is True
         assert host["CapDrop"] == ["ALL"] and host["CapAdd"] == ["SYS_NICE"]
@@ -97,14 +91,14 @@ def test_foreground_run_is_hardened_streams_logs_and_ctrl_c_removes_it(image, do
     assert proc.returncode == 130, out[-3000:]
     assert "kiln-serve: tiny-moe" in out  # the container log reached the terminal
     assert "internal error" not in out
-    assert _ours_on(docker_daemon, port) == []
+    assert kiln_containers_on(docker_daemon, port) == []
 
 
 def test_detached_run_then_ps_logs_stop_leave_nothing(image, docker_daemon, port):
     started = run_kiln("run", NAME, "--port", str(port), "--detach")
     try:
         assert started.returncode == 0, started.stderr[-3000:]
-        [box] = _ours_on(docker_daemon, port)
+        [box] = kiln_containers_on(docker_daemon, port)
         assert box.attrs["HostConfig"]["AutoRemove"] is True  # `docker stop` removes it too
         assert f"kiln stop {box.name}" in started.stderr
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as r:
@@ -115,7 +109,7 @@ def test_detached_run_then_ps_logs_stop_leave_nothing(image, docker_daemon, port
         stopped = run_kiln("stop", box.name)
         assert stopped.returncode == 0, stopped.stderr
         assert time.monotonic() - t0 < 40
-        assert _ours_on(docker_daemon, port) == []
+        assert kiln_containers_on(docker_daemon, port) == []
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
         again = run_kiln("stop", box.name)
@@ -123,5 +117,5 @@ def test_detached_run_then_ps_logs_stop_leave_nothing(image, docker_daemon, port
         gone = run_kiln("logs", box.name)
         assert gone.returncode == 50
     finally:
-        for c in _ours_on(docker_daemon, port):
+        for c in kiln_containers_on(docker_daemon, port):
             c.remove(force=True)

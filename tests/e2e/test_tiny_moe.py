@@ -11,10 +11,9 @@ import subprocess
 import time
 
 import pytest
-from kilntest import REPO, make_tree, run_kiln, saved_image
+from kilntest import REPO, kiln_containers_on, make_tree, run_kiln, saved_image
 
 from kiln.domain.container import free_port, wait_for_health
-from kiln.domain.launch import LABEL_URL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -27,11 +26,10 @@ def image(tiny_moe):
 
 
 def _containers(docker_daemon, image_id, port: int):
-    """Containers of `image_id`, in any state, that a `kiln run --port PORT` made (its URL
-    label names the port): other tiny-moe containers may run beside this module (the
-    hub-cache test copies the models out of one; tests/kilntest.py's xdist groups)."""
-    return [c for c in docker_daemon.client.containers.list(all=True)
-            if c.image.id == image_id and c.labels.get(LABEL_URL, "").endswith(f":{port}")]
+    """Containers of `image_id`, in any state, that a `kiln run --port PORT` made: other
+    tiny-moe containers may run beside this module (the hub-cache test copies the models
+    out of one; tests/kilntest.py's xdist groups)."""
+    return [c for c in kiln_containers_on(docker_daemon, port) if c.image.id == image_id]
 
 
 def test_image_is_labelled_non_root_and_in_budget(image):
