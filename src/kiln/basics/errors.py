@@ -74,6 +74,16 @@ class DockerUnavailable(KilnError):
     hint = "start the daemon (`sudo dockerd &` or `systemctl start docker`) and check `kiln doctor`"
 
 
+class DockerDaemonError(KilnError):
+    """The Docker daemon answered a request with an error, or broke off its answer (it is
+    reachable: that is `DockerUnavailable`). The message names what kiln was doing and
+    quotes the daemon."""
+
+    exit_code = 34
+    hint = ("`docker info` and the daemon's log (`journalctl -u docker`, or dockerd's output) show its state; "
+            "rerun once it answers normally")
+
+
 class BaseImageMissing(KilnError):
     """The base image a Dockerfile starts FROM is neither local nor pullable."""
 
