@@ -37,6 +37,7 @@ from kiln.commands import (
     smoke,
     verify,
 )
+from kiln.infra.docker import daemon_fault
 
 # every command module, in the order `kiln --help` lists their commands; each one's
 # register(sub) adds its parser(s) with set_defaults(func=...), func(args) -> exit code
@@ -111,6 +112,12 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return 141
     except Exception as exc:  # a bug in kiln, not a user error: say so, keep it short
+        fault = daemon_fault(exc)
+        if fault is not None:  # a daemon call kiln forgot to name: still the daemon's fault, not a bug
+            if log.DEBUG:
+                traceback.print_exc()
+            _print_error(fault, as_json)
+            return fault.exit_code
         if log.DEBUG:
             raise
         log.errors.print(f"kiln: internal error: {type(exc).__name__}: {exc}", markup=False)

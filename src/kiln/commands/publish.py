@@ -39,6 +39,7 @@ from kiln.basics import clock, imageref, log
 from kiln.basics.errors import (
     ChannelEmpty,
     ChannelInvalid,
+    DockerDaemonError,
     ImageNotBuilt,
     KilnError,
     ManifestMismatch,
@@ -373,7 +374,7 @@ def _upload(docker: DockerDaemon, client: RegistryClient, digest_tag: str, image
     except PushFailed as exc:
         raise _push_error(exc.message) from None
     finally:
-        docker.remove_image(pushing)  # only the local tag; the image keeps its kiln/ tags
+        _drop_local_tag(docker, pushing)
     log.info(f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
              f"[{log.human_secs(pushed.seconds)}]")
     manifest = client.manifest(pushed.digest)  # read back by digest: did the registry keep it?
@@ -383,6 +384,16 @@ def _upload(docker: DockerDaemon, client: RegistryClient, digest_tag: str, image
     if manifest.config_digest != image_id:
         raise ManifestMismatch(f"{pushed.digest} holds image {manifest.config_digest}, pushed {image_id}{moved}")
     return manifest, True
+
+
+def _drop_local_tag(docker: DockerDaemon, pushing: str) -> None:
+    """Remove the local tag the push used, best effort: a daemon fault here must neither
+    hide the push's own error nor stop a publish whose layers are up (a warning says
+    what is left)."""
+    try:
+        docker.remove_image(pushing)  # only the local tag; the image keeps its kiln/ tags
+    except DockerDaemonError as exc:
+        log.warn(f"{exc.message}; the local tag {pushing} is left behind: `docker rmi {pushing}`")
 
 
 def _push_error(message: str) -> KilnError:

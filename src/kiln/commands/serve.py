@@ -11,7 +11,13 @@ from types import FrameType
 from typing import NamedTuple, NoReturn
 
 from kiln.basics import log
-from kiln.basics.errors import ContainerNotFound, ImageNotBuilt, ServerExited, UsageError
+from kiln.basics.errors import (
+    ContainerNotFound,
+    DockerDaemonError,
+    ImageNotBuilt,
+    ServerExited,
+    UsageError,
+)
 from kiln.domain.container import ServingContainer, kiln_containers, preflight, run_spec
 from kiln.domain.images import RecipeImage, existing, resolve
 from kiln.domain.launch import LABEL_RECIPE, LABEL_URL
@@ -124,9 +130,8 @@ def run(args) -> int:
         log.info(f"stopping {spec.name}")
         return 130
     finally:
-        if not detached:
-            box.stop()
-            box.remove()
+        if not detached:  # Ctrl-C included: a daemon fault in the stop is the error then
+            box.close(failing=sys.exc_info()[0] is not None)
 
 
 def _multi_node(args, loaded, recipe_image, topo, *, port: int, extra: list[str], env: dict) -> int:
@@ -218,10 +223,19 @@ def stop(args) -> int:
         [b for n in args.names for b in (_of_recipe(docker, n) or [_ours(docker, n)])]
     if not boxes:
         log.info("no kiln containers to stop")
+    faults: list[DockerDaemonError] = []
     for box in boxes:
-        box.stop(timeout=args.timeout)
-        docker.remove_container(box.name)
+        try:
+            box.stop(timeout=args.timeout)  # removes it with force when the daemon fails the stop
+            docker.remove_container(box.name)
+        except DockerDaemonError as exc:  # the others are still stopped; the last fault is the error
+            if faults:
+                log.warn(f"{faults[-1].message} ({faults[-1].hint})")
+            faults.append(exc)
+            continue
         log.ok(f"stopped and removed {box.name}")
+    if faults:
+        raise faults[-1]
     return 0
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kiln.basics import clock, log
-from kiln.basics.errors import ContainerStartFailed, SmokeFailed
+from kiln.basics.errors import ContainerStartFailed, DockerDaemonError, SmokeFailed
 from kiln.basics.paths import shown_home
 from kiln.commands.build import build_recipe, check_platform
 from kiln.commands.options import count, reports
@@ -53,6 +53,8 @@ class SmokeRun:
         try:
             value, detail = fn()
             ok = True
+        except DockerDaemonError:  # the daemon failed, not the image: no verdict, no record
+            raise
         except Exception as exc:  # a failed check is data, not a crash
             value, detail, ok = None, f"{type(exc).__name__}: {exc}", False
         c = Check(name, ok, str(detail)[:500], round(time.monotonic() - t0, 3))

@@ -191,12 +191,13 @@ class ServingContainer:
             self._watch_exit()
             self.container.start()
         except DockerError as exc:
-            self.remove()
+            self.close(failing=True)  # a created container is removed; a fault doing it is a warning
             text = str(exc)
             busy = "port is already allocated" in text or "address already in use" in text
             if busy and self.spec.host_port is not None:
                 raise port_in_use(self.spec.host_ip, self.spec.host_port, self.docker) from None
-            raise ContainerStartFailed(f"docker could not start {self.spec.image}: {text[:300]}") from None
+            image = self.spec.image[:19] if self.spec.image.startswith("sha256:") else self.spec.image
+            raise ContainerStartFailed(f"docker could not start {image}: {text[:300]}") from None
         threading.Thread(target=self._capture, daemon=True).start()
 
     def _watch_exit(self) -> None:
@@ -232,10 +233,15 @@ class ServingContainer:
         return f"http://{self.spec.host_ip or '127.0.0.1'}:{self.spec.host_port}"
 
     def logs(self, tail: int = 100) -> str:
-        """The last `tail` lines: from the daemon while the container exists, else captured."""
+        """The last `tail` lines: from the daemon while the container exists (and the
+        daemon gives them), else captured."""
         if self.container is None:
             return ""
-        text = self.container.logs(tail=tail)
+        try:
+            text = self.container.logs(tail=tail)
+        except DockerError as exc:  # the captured lines still say what the server said
+            log.debug(f"{exc.message}; showing the lines captured from its log stream")
+            text = None
         if text is not None:
             return text.decode(errors="replace")
         lines = list(self.captured)[-tail:]
@@ -292,7 +298,9 @@ class ServingContainer:
         return self.started.exec(cmd)
 
     def stop(self, timeout: int = 30) -> float:
-        """Stop (SIGTERM, then SIGKILL after `timeout`); returns the seconds it took."""
+        """Stop (SIGTERM, then SIGKILL after `timeout`); returns the seconds it took.
+        DockerError when the daemon fails the stop (the container is then removed with
+        force, if the daemon lets it: `Container.stop`)."""
         if self.container is None:
             return 0.0
         t0 = time.monotonic()
@@ -305,6 +313,17 @@ class ServingContainer:
     def __enter__(self) -> ServingContainer:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.stop(timeout=30)
-        self.remove()
+    def close(self, *, failing: bool = False) -> None:
+        """Stop and remove it. A daemon fault on the way is raised, unless another error
+        is already on its way out (`failing`): then it is a warning, so that the error
+        reported is the one that stopped the command, and the warning says what is left."""
+        try:
+            self.stop(timeout=30)
+            self.remove()
+        except DockerError as exc:
+            if not failing:
+                raise
+            log.warn(f"{exc.message} ({exc.hint})")
+
+    def __exit__(self, exc_type, *exc) -> None:
+        self.close(failing=exc_type is not None)

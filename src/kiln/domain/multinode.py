@@ -17,7 +17,7 @@ from kiln.domain.container import ServingContainer, health_ok, run_spec
 from kiln.domain.launch import RunSpec
 from kiln.domain.recipe import LoadedRecipe
 from kiln.domain.topology import Topology, layout_args, node_args, roles
-from kiln.infra.docker import DockerDaemon
+from kiln.infra.docker import DockerDaemon, DockerError
 
 
 def node_specs(loaded: LoadedRecipe, image: str, topo: Topology, *, host_port: int, host_ip: str = "",
@@ -141,8 +141,13 @@ class NodeGroup:
     def __enter__(self) -> NodeGroup:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         try:
-            self.stop(timeout=30)
-        finally:
-            self.remove()
+            try:
+                self.stop(timeout=30)
+            finally:
+                self.remove()  # every node, with force: also those a failed stop skipped
+        except DockerError as fault:
+            if exc_type is None:
+                raise
+            log.warn(f"{fault.message} ({fault.hint})")  # the error on its way out is the one reported

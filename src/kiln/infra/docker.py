@@ -7,13 +7,16 @@ stay here.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import re
+import shlex
 import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar
@@ -21,13 +24,21 @@ from typing import IO, Any, Literal, NamedTuple, NoReturn, Protocol, TypeVar
 import docker
 import docker.auth
 import docker.errors
+import docker.utils.socket
 import requests
 import urllib3
 from docker.models.containers import Container as _SDKContainer
 from docker.models.images import Image
 
 from kiln.basics import imageref, log
-from kiln.basics.errors import BaseImageMissing, BuildFailed, DockerUnavailable, PushFailed
+from kiln.basics.errors import (
+    BaseImageMissing,
+    BuildFailed,
+    DockerDaemonError,
+    DockerUnavailable,
+    KilnError,
+    PushFailed,
+)
 from kiln.basics.progress import Activity
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -219,9 +230,85 @@ class ExecResult(NamedTuple):
     output: str  # stdout and stderr together, decoded
 
 
-class DockerError(Exception):
+class DockerError(DockerDaemonError):
     """The daemon (or the SDK reading the docker config) refused a request; the message
-    is its own explanation on one line. Callers turn it into their typed error."""
+    names what kiln was doing and quotes the daemon, on one line. Callers that know
+    better turn it into their typed error (ContainerStartFailed, PortInUse); uncaught, it
+    is the CLI's `kiln: error:` line with DockerDaemonError's exit code."""
+
+
+# -- daemon faults ------------------------------------------------------------------------
+# What the SDK and the HTTP layers under it raise when the daemon answers an error status,
+# breaks the connection, or cuts a stream short: APIError (and the SDK's other
+# exceptions); requests' ConnectionError/ChunkedEncodingError/ReadTimeout and its JSON
+# error for a truncated answer; urllib3's and http.client's own when docker-py reads the
+# raw response; docker-py's stream readers' StreamParseError (a JSON stream ending
+# inside an object) and SocketError (a hijacked exec/attach socket closing mid-frame).
+_FAULTS: tuple[type[BaseException], ...] = (
+    docker.errors.DockerException, docker.errors.StreamParseError, docker.utils.socket.SocketError,
+    requests.exceptions.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException,
+    ConnectionError, json.JSONDecodeError,
+)
+
+
+def fault_text(exc: BaseException) -> str:
+    """The daemon's own words for a fault (its JSON `message`), or what happened to the
+    connection, on one line and without the request URL (it can hold a registry path)."""
+    if isinstance(exc, docker.errors.APIError):
+        said = exc.explanation or (exc.response.reason if exc.response is not None else "") or str(exc)
+        status = exc.status_code if exc.status_code is not None else "an error"
+        return f"the Docker daemon answered {status}: {_one_line(str(said))}"
+    if _timed_out(exc):
+        return "the Docker daemon did not answer in time"
+    if isinstance(exc, (docker.errors.StreamParseError, json.JSONDecodeError, requests.exceptions.JSONDecodeError)):
+        return f"the Docker daemon's answer was cut short ({_short(exc)})"
+    if isinstance(exc, docker.errors.DockerException):
+        return _short(exc)
+    return f"the connection to the Docker daemon broke ({_innermost(exc)})"
+
+
+def _innermost(exc: BaseException) -> str:
+    """What the innermost of requests' and urllib3's wrapped exceptions says (they wrap
+    each other in args: `(('Connection broken: IncompleteRead(...)', IncompleteRead(...)),)`)."""
+    for _ in range(5):
+        args = getattr(exc, "args", ())
+        if args and isinstance(args[0], BaseException):
+            exc = args[0]
+        elif args and isinstance(args[0], str) and str(args[0]).strip():
+            return _one_line(args[0])
+        else:
+            break
+    return _short(exc) or type(exc).__name__
+
+
+@contextmanager
+def _daemon(doing: str, *, hint: str | None = None, error: type[KilnError] = DockerError) -> Iterator[None]:
+    """Daemon calls inside raise `error` (DockerError unless the caller's own type, e.g.
+    PushFailed) as one line, `doing: what the daemon said`, instead of an SDK exception.
+    `doing` names the container, image or network; `hint` says what to do next."""
+    try:
+        yield
+    except _FAULTS as exc:
+        raise error(f"{doing}: {fault_text(exc)}", hint=hint) from exc
+
+
+def daemon_fault(exc: BaseException) -> DockerError | None:
+    """An SDK exception that escaped every `_daemon` scope, as the DockerError the CLI
+    reports (naming the request), else None. A request to anything but the daemon (the
+    registry client also uses requests) is not the daemon's fault."""
+    if not isinstance(exc, _FAULTS) or isinstance(exc, KilnError):
+        return None
+    # requests' errors carry the request; the SDK's APIError only its response's
+    request = getattr(exc, "request", None) or getattr(getattr(exc, "response", None), "request", None)
+    url = str(getattr(request, "url", "") or "")
+    if isinstance(exc, requests.exceptions.RequestException) and not isinstance(exc, docker.errors.APIError) \
+            and not url.startswith("http+docker://"):
+        return None
+    if isinstance(exc, (urllib3.exceptions.HTTPError, http.client.HTTPException, ConnectionError, json.JSONDecodeError)):
+        return None  # no way to tell whose connection it was: stays a bug report
+    path = url.split("://", 1)[-1].partition("/")[2].partition("?")[0]
+    doing = f"a Docker daemon request ({request.method} /{path})" if request is not None and path else "a Docker daemon request"
+    return DockerError(f"{doing}: {fault_text(exc)}")
 
 
 _T = TypeVar("_T")
@@ -265,31 +352,50 @@ class Container:
 
     def refresh(self) -> str:
         """The current state, "removed" once the container no longer exists."""
-        try:
-            self._sdk.reload()
-            return self._sdk.status
-        except docker.errors.NotFound:
-            return "removed"
+        with _daemon(f"reading the state of container {self.name}"):
+            try:
+                self._sdk.reload()
+            except docker.errors.NotFound:
+                return "removed"
+        return self._sdk.status
 
     def start(self) -> None:
-        try:
+        with _daemon(f"starting container {self.name}"):
             self._sdk.start()
-        except docker.errors.APIError as exc:
-            raise DockerError(_short(exc)) from None
 
     def logs(self, tail: LogTail = "all") -> bytes | None:
-        """The last `tail` lines of its log; None once the daemon cannot give them."""
-        try:
-            return self._sdk.logs(tail=tail)
-        except docker.errors.APIError:
-            return None
+        """The last `tail` lines of its log; None once it is gone (removed, or being
+        removed: the daemon's 409); DockerError when the daemon fails otherwise."""
+        with _daemon(f"reading the log of container {self.name}"):
+            try:
+                return self._sdk.logs(tail=tail)
+            except docker.errors.APIError as exc:
+                if exc.status_code in (404, 409):
+                    return None
+                raise
 
     def follow_logs(self, tail: LogTail = "all") -> Iterator[bytes]:
-        """Its log as it is written, until the container stops or is removed."""
-        try:
-            yield from self._sdk.logs(stream=True, follow=True, tail=tail)
-        except docker.errors.NotFound:  # removed before (or while) the stream attached
-            return
+        """Its log as it is written, until the container stops or is removed. DockerError
+        when the stream breaks, or ends while the container still runs (a daemon that
+        dropped the stream; the container's own end also ends it)."""
+        doing = f"following the log of container {self.name}"
+        with _daemon(doing):
+            try:
+                yield from self._sdk.logs(stream=True, follow=True, tail=tail)
+            except docker.errors.NotFound:  # removed before (or while) the stream attached
+                return
+        if self._still_running(grace_s=5):
+            raise DockerError(f"{doing}: the Docker daemon ended the log stream while the container still runs")
+
+    def _still_running(self, grace_s: float) -> bool:
+        """Still running after `grace_s` (the stream of a stopping container can end a
+        moment before its state says so)."""
+        deadline = time.monotonic() + grace_s
+        while self.refresh() == "running":
+            if time.monotonic() > deadline:
+                return True
+            time.sleep(0.2)
+        return False
 
     def wait_gone(self, condition: Literal["removed", "not-running"]) -> int | None:
         """Block until the container is `condition`; its exit code, None when it was gone
@@ -300,17 +406,43 @@ class Container:
             return None
 
     def exec(self, cmd: list[str]) -> ExecResult:
-        res = self._sdk.exec_run(cmd, demux=False, stream=False)
-        if res.exit_code is None:  # only a streamed exec has none
-            raise DockerError("the Docker daemon reported no exit code for an exec")
+        doing = f"running `{shlex.join(cmd)[:80]}` in container {self.name}"
+        with _daemon(doing):
+            res = self._sdk.exec_run(cmd, demux=False, stream=False)
+        if res.exit_code is None:  # still running: its output stream ended early
+            raise DockerError(f"{doing}: the Docker daemon ended its output before it exited (no exit code)")
         output = res.output if isinstance(res.output, bytes) else b""  # not streamed: bytes or None
         return ExecResult(res.exit_code, output.decode(errors="replace"))
 
     def stop(self, timeout: int) -> None:
+        """SIGTERM, SIGKILL after `timeout`. Every caller removes the container next; so
+        when the daemon fails the stop, the container is removed with force here, and the
+        DockerError raised says whether that worked and what is left to do."""
         try:
-            self._sdk.stop(timeout=timeout)
-        except docker.errors.NotFound:
-            pass
+            with _daemon(f"stopping container {self.name}"):
+                try:
+                    self._sdk.stop(timeout=timeout)
+                except docker.errors.NotFound:
+                    pass
+        except DockerError as failed:
+            raise self._removed_instead(failed) from failed
+
+    def _removed_instead(self, failed: DockerError) -> DockerError:
+        """`failed` (a stop), after a best-effort forced removal, saying how that went."""
+        try:
+            with _daemon("removing it with force"):
+                try:
+                    self._sdk.remove(force=True)
+                except docker.errors.NotFound:
+                    pass
+                except docker.errors.APIError as exc:
+                    if exc.status_code != 409:  # 409: AutoRemove is removing it already
+                        raise
+        except DockerError as also:
+            return DockerError(f"{failed.message}; {also.message}",
+                               hint=f"`docker rm -f {self.name}` once `docker info` answers normally")
+        return DockerError(f"{failed.message}; kiln removed the container with force instead",
+                           hint="nothing of it is left; the daemon's log (`journalctl -u docker`) says why the stop failed")
 
 
 class DockerDaemon:
@@ -330,18 +462,19 @@ class DockerDaemon:
         return self._client
 
     def ping(self) -> str:
-        return self.client.version().get("Version", "?")
+        client = self.client
+        with _daemon("asking the Docker daemon its version"):
+            return client.version().get("Version", "?")
 
     # -- images -------------------------------------------------------------
     def image(self, ref: str) -> Image | None:
-        try:
-            return self.client.images.get(ref)
-        except docker.errors.ImageNotFound:
-            return None
-        except docker.errors.APIError as exc:
-            if exc.status_code == 404:
+        """The local image `ref` names, None when there is none (the daemon's 404)."""
+        client = self.client
+        with _daemon(f"looking up image {ref[:100]}"):
+            try:
+                return client.images.get(ref)
+            except docker.errors.NotFound:  # ImageNotFound, or a 404 the SDK did not classify
                 return None
-            raise
 
     def ensure_base(self, ref: str, *, pull: bool,
                     auth: Callable[[str], dict | None] | None = None) -> Image:
@@ -359,29 +492,39 @@ class DockerDaemon:
         auth_config = auth(registry_of(parts.name)) if auth else None
         t0 = time.monotonic()
         layers: dict[str, tuple[int, int]] = {}  # layer id -> (bytes done, bytes total)
-        try:
-            with Activity(f"pulling {ref}", unit_bytes=True) as activity:
-                for chunk in self.client.api.pull(repo, tag=tag, stream=True, decode=True,
-                                                 auth_config=auth_config):
-                    if "status" not in chunk:
-                        continue
-                    detail = chunk.get("progressDetail") or {}
-                    if chunk.get("id") and detail.get("total"):
-                        layers[chunk["id"]] = (int(detail.get("current") or 0), int(detail["total"]))
-                    if log.DEBUG:
-                        log.info(f"  pull {chunk.get('id', '')} {chunk['status']} {chunk.get('progress', '')}")
-                    activity.update(f"{chunk.get('id', '')} {chunk['status']}",
-                                    done=sum(c for c, _ in layers.values()),
-                                    total=sum(t for _, t in layers.values()))
-            img = self.client.images.get(ref)
-            log.ok(f"pulled {ref} in {log.human_secs(time.monotonic() - t0)}")
-            return img
-        except docker.errors.APIError as exc:
-            raise BaseImageMissing(f"base image {ref} is not local and could not be pulled: {_short(exc)}") from None
+        # the registry's refusal (an APIError, or an error in the stream) means the base is
+        # missing; a broken connection or a daemon fault is the daemon's (DockerError)
+        with _daemon(f"pulling {ref}"):
+            try:
+                with Activity(f"pulling {ref}", unit_bytes=True) as activity:
+                    for chunk in self.client.api.pull(repo, tag=tag, stream=True, decode=True,
+                                                     auth_config=auth_config):
+                        if "error" in chunk or "errorDetail" in chunk:
+                            said = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error", "")
+                            raise BaseImageMissing(f"base image {ref} is not local and could not be pulled: "
+                                                   f"{_one_line(str(said))}")
+                        if "status" not in chunk:
+                            continue
+                        detail = chunk.get("progressDetail") or {}
+                        if chunk.get("id") and detail.get("total"):
+                            layers[chunk["id"]] = (int(detail.get("current") or 0), int(detail["total"]))
+                        if log.DEBUG:
+                            log.info(f"  pull {chunk.get('id', '')} {chunk['status']} {chunk.get('progress', '')}")
+                        activity.update(f"{chunk.get('id', '')} {chunk['status']}",
+                                        done=sum(c for c, _ in layers.values()),
+                                        total=sum(t for _, t in layers.values()))
+                img = self.client.images.get(ref)
+            except docker.errors.APIError as exc:
+                raise BaseImageMissing(f"base image {ref} is not local and could not be pulled: "
+                                       f"{fault_text(exc)}") from None
+        log.ok(f"pulled {ref} in {log.human_secs(time.monotonic() - t0)}")
+        return img
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, tag = _name_and_tag(ref)
-        if not self.client.api.tag(image_id, repo, tag, force=True):
+        with _daemon(f"tagging {image_id[:19]} as {ref}"):
+            tagged = self.client.api.tag(image_id, repo, tag, force=True)
+        if not tagged:
             raise BuildFailed(f"could not tag {image_id[:19]} as {ref}")
 
     def require_image(self, ref: str) -> Image:
@@ -393,26 +536,28 @@ class DockerDaemon:
 
     def images(self, *, label: str | None = None, name: str | None = None) -> list[Image]:
         """Local images carrying `label` (a key, or key=value) and/or in repository `name`."""
-        return self.client.images.list(name=name, filters={"label": label} if label else None)
+        with _daemon(f"listing images{f' labelled {label}' if label else ''}{f' of {name}' if name else ''}"):
+            return self.client.images.list(name=name, filters={"label": label} if label else None)
 
     def remove_image(self, ref: str) -> bool:
         """False when the daemon refuses because other repositories still reference the
         image (409: pushed or pulled by digest elsewhere); those names are not kiln's."""
-        try:
-            self.client.images.remove(ref, noprune=False)
-        except docker.errors.ImageNotFound:
-            pass
-        except docker.errors.APIError as exc:
-            if exc.status_code == 409 and "multiple repositories" in str(exc):
-                return False
-            raise
+        with _daemon(f"removing image {ref}", hint=f"`docker rmi {ref}` once `docker info` answers normally"):
+            try:
+                self.client.images.remove(ref, noprune=False)
+            except docker.errors.NotFound:
+                pass
+            except docker.errors.APIError as exc:
+                if exc.status_code == 409 and "multiple repositories" in str(exc):
+                    return False
+                raise
         return True
 
     def import_rootfs(self, tarball: Path, ref: str | None, changes: list[str]) -> Image | None:
         """`docker import` of a root filesystem tarball as `ref` (None: untagged), with
         Dockerfile `changes`."""
         repo, tag = _name_and_tag(ref) if ref is not None else (None, None)
-        with tarball.open("rb") as fh:
+        with tarball.open("rb") as fh, _daemon(f"importing {tarball.name} as {ref or 'an untagged image'}"):
             resp = self.client.api.import_image(src=fh, repository=repo, tag=tag, changes=changes)
         log.debug(f"docker import: {str(resp)[:200]}")
         if ref is None:
@@ -421,19 +566,16 @@ class DockerDaemon:
         return self.image(ref)
 
     def save(self, image_id: str) -> Iterator[bytes]:
-        """`docker save` of one image, as a stream of chunks."""
-        try:
+        """`docker save` of one image, as a stream of chunks; BuildFailed when the daemon
+        fails it or the stream breaks (callers retry that)."""
+        with _daemon(f"docker save of {image_id[:19]} failed", error=BuildFailed):
             yield from self.client.api.get_image(image_id, chunk_size=1 << 20)
-        except docker.errors.APIError as exc:
-            raise BuildFailed(f"docker save of {image_id[:19]} failed: {_short(exc)}") from None
 
     def load(self, archive: Iterable[bytes]) -> str:
         """`docker load` of a tar (streamed: chunked upload) holding one untagged image;
         its id as the daemon reports it."""
-        try:
+        with _daemon("docker load failed", error=BuildFailed):
             out = list(self.client.api.load_image(archive))
-        except docker.errors.APIError as exc:
-            raise BuildFailed(f"docker load failed: {_short(exc)}") from None
         for chunk in out:
             text = str(chunk.get("stream", "")) if isinstance(chunk, dict) else ""
             if "error" in (chunk if isinstance(chunk, dict) else {}):
@@ -450,23 +592,11 @@ class DockerDaemon:
         BuildFailed (`what` names the job) when it does not finish, fails or prints no
         such line: what a built image reports about itself must be read, never guessed."""
         as_user: dict[str, Any] = {"user": user} if user is not None else {}
-        container = self.client.containers.create(
-            image_id, entrypoint=["python", "-c", script], network_disabled=True, detach=True,
-            environment=env or {}, **as_user)
-        try:
-            container.start()
-            status = container.wait(timeout=timeout_s)
-            output = container.logs().decode(errors="replace")
-        except Exception as exc:
-            if not _timed_out(exc):  # API errors: the answer cannot be trusted
-                raise BuildFailed(f"{what} did not finish: {exc}") from None
-            raise BuildFailed(f"{what} did not finish within {timeout_s:.0f} s",
-                              hint="the host may be loaded (other builds); rerun when it is quieter") from None
-        finally:
-            container.remove(force=True)
+        status, output = self._throwaway(what, timeout_s, image=image_id, entrypoint=["python", "-c", script],
+                                         network_disabled=True, detach=True, environment=env or {}, **as_user)
         prefix = f"{marker} "
         line = next((ln for ln in output.splitlines() if ln.startswith(prefix)), None)
-        if status.get("StatusCode") != 0 or line is None:
+        if status != 0 or line is None:
             tail = " | ".join(output.strip().splitlines()[-3:]) or "no output"
             raise BuildFailed(f"{what} failed{cause}: {tail}")
         return json.loads(line.removeprefix(prefix))
@@ -474,78 +604,126 @@ class DockerDaemon:
     def run_command(self, image: str, argv: list[str], *, timeout_s: float, name_prefix: str = "kiln-") -> ExecResult:
         """Run `argv` in a throwaway container of `image` (with network: e.g. apt's
         package lists) and return its exit status and output; the container is removed."""
-        container = self.client.containers.create(
-            image, entrypoint=argv[:1], command=argv[1:], detach=True,
-            name=f"{name_prefix}{os.getpid()}-{int(time.time() * 1000) % 10**8}")
+        status, output = self._throwaway(
+            f"{' '.join(argv[:3])} in {image}", timeout_s, image=image, entrypoint=argv[:1], command=argv[1:],
+            detach=True, name=f"{name_prefix}{os.getpid()}-{int(time.time() * 1000) % 10**8}")
+        return ExecResult(status, output)
+
+    def _throwaway(self, what: str, timeout_s: float, **create: Any) -> tuple[int, str]:
+        """Create, start and wait for a container (`create`: the SDK's keywords); its exit
+        status and output. BuildFailed naming `what` when the daemon fails any of that
+        (the answer cannot be trusted) or it runs past `timeout_s`. The container is
+        removed in every case; when even that fails, a warning names it."""
+        with _daemon(f"{what}: creating its container", error=BuildFailed):
+            container = self.client.containers.create(**create)
         try:
             container.start()
             status = container.wait(timeout=timeout_s)
             output = container.logs().decode(errors="replace")
-        except Exception as exc:
-            raise BuildFailed(f"{' '.join(argv[:3])} in {image} did not finish: {exc}") from None
+        except _FAULTS as exc:
+            if _timed_out(exc):
+                raise BuildFailed(f"{what} did not finish within {timeout_s:.0f} s",
+                                  hint="the host may be loaded (other builds); rerun when it is quieter") from None
+            raise BuildFailed(f"{what} did not finish: {fault_text(exc)}") from exc
         finally:
-            container.remove(force=True)
-        return ExecResult(int(status.get("StatusCode", 1)), output)
+            self._discard(container)
+        return int(status.get("StatusCode", 1)), output
+
+    def _discard(self, container: _SDKContainer) -> None:
+        """Remove a throwaway container, best effort: its result is already read, so a
+        daemon fault here is a warning naming what is left, not the command's failure."""
+        name = container.name or container.short_id
+        try:
+            with _daemon(f"removing container {name}"):
+                try:
+                    container.remove(force=True)
+                except docker.errors.NotFound:
+                    pass
+        except DockerError as exc:
+            log.warn(f"{exc.message}; it is left behind: `docker rm -f {name}`")
 
     # -- containers ---------------------------------------------------------
     def containers(self, *, label: str, all_states: bool = False) -> list[Container]:
         """Containers carrying `label` (running ones only unless `all_states`), newest first."""
-        return [Container(c) for c in self.client.containers.list(all=all_states, filters={"label": label})]
+        with _daemon(f"listing the containers labelled {label}"):
+            # ignore_removed: an AutoRemove container may go between the list and its inspect
+            found = self.client.containers.list(all=all_states, filters={"label": label}, ignore_removed=True)
+        return [Container(c) for c in found]
 
     def container(self, name: str) -> Container | None:
         """The container called `name` (or with that id prefix), None when there is none."""
-        try:
-            return Container(self.client.containers.get(name))
-        except docker.errors.NotFound:
-            return None
+        with _daemon(f"looking up container {name}"):
+            try:
+                return Container(self.client.containers.get(name))
+            except docker.errors.NotFound:
+                return None
 
     def create_container(self, **sdk_kwargs: Any) -> Container:
         """A created (not started) container; `sdk_kwargs` as `RunSpec.sdk_kwargs()` spells them."""
-        try:
+        with _daemon(f"creating container {sdk_kwargs.get('name') or 'from ' + str(sdk_kwargs.get('image'))[:80]}"):
             return Container(self.client.containers.create(**sdk_kwargs))
-        except docker.errors.APIError as exc:
-            raise DockerError(_short(exc)) from None
 
     def remove_container(self, name: str, timeout_s: float = 30) -> None:
         """Remove `name` if it still exists and return once it is gone: AutoRemove may be
         deleting it already, and a caller that lists containers next must not see it."""
-        client = self.client
-        try:
-            client.containers.get(name).remove(force=True)
-        except docker.errors.NotFound:
-            return
-        except docker.errors.APIError as exc:
-            if "removal of container" not in str(exc) and "is already in progress" not in str(exc):
-                raise
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        api = self.client.api
+        with _daemon(f"removing container {name}", hint=f"`docker rm -f {name}` once `docker info` answers normally"):
+            failed: docker.errors.APIError | None = None
             try:
-                client.containers.get(name)
+                # by name, no inspect first: the one request that must work for nothing to be left
+                api.remove_container(name, force=True)
             except docker.errors.NotFound:
                 return
-            time.sleep(0.2)
+            except docker.errors.APIError as exc:
+                in_progress = "removal of container" in str(exc) or "is already in progress" in str(exc)
+                if not in_progress:
+                    if not self._removes_itself(name):
+                        raise
+                    failed = exc  # reported only if AutoRemove does not finish the job
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if self._container_gone(name):
+                    return
+                time.sleep(0.2)
+            if failed is not None:
+                raise failed
+
+    def _container_gone(self, name: str) -> bool:
+        try:
+            self.client.api.inspect_container(name)
+        except docker.errors.NotFound:
+            return True
+        return False
+
+    def _removes_itself(self, name: str) -> bool:
+        """Gone, or stopped with AutoRemove (the daemon deletes it in a moment)."""
+        try:
+            attrs = self.client.api.inspect_container(name)
+        except docker.errors.NotFound:
+            return True
+        auto = bool((attrs.get("HostConfig") or {}).get("AutoRemove"))
+        return auto and not (attrs.get("State") or {}).get("Running")
 
     def create_network(self, name: str, *, labels: dict[str, str]) -> None:
         """A user-defined bridge network: containers on it resolve each other by name."""
-        try:
+        with _daemon(f"creating network {name}"):
             self.client.networks.create(name, driver="bridge", labels=labels)
-        except docker.errors.APIError as exc:
-            raise DockerError(_short(exc)) from None
 
     def remove_network(self, name: str, timeout_s: float = 10) -> None:
         """Remove network `name` if it exists; retried while auto-removed containers are
         still being detached from it (the daemon does that asynchronously)."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                self.client.networks.get(name).remove()
-                return
-            except docker.errors.NotFound:
-                return
-            except docker.errors.APIError as exc:
-                if time.monotonic() > deadline:
-                    raise DockerError(_short(exc)) from None
-                time.sleep(0.2)
+        with _daemon(f"removing network {name}", hint=f"`docker network rm {name}` once its containers are gone"):
+            while True:
+                try:
+                    self.client.api.remove_network(name)
+                    return
+                except docker.errors.NotFound:
+                    return
+                except docker.errors.APIError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
 
     def push(self, ref: str, *, auth_config: dict | None = None, quiet: bool = False) -> PushResult:
         """Push one local tag (layers, then the manifest under that tag) with progress.
@@ -555,16 +733,17 @@ class DockerDaemon:
         request header only (never into ~/.docker/config.json)."""
         repo, tag = _name_and_tag(ref)
         t0 = time.monotonic()
+        # a refusal, a daemon fault or a broken stream: PushFailed all three (the daemon
+        # cancels a push whose client went away; the caller's tags come after the push)
         try:
-            with Activity(f"pushing {ref}", unit_bytes=True, silent=quiet) as activity:
+            with _daemon(f"push of {ref} failed", error=PushFailed), \
+                    Activity(f"pushing {ref}", unit_bytes=True, silent=quiet) as activity:
                 progress = _PushProgress(activity, quiet=quiet)
                 stream = self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth_config)
                 for chunk in stream:
                     progress.feed(chunk)
         except _StreamError as exc:
             raise PushFailed(f"push of {ref} failed: {_one_line(str(exc))}") from None
-        except docker.errors.APIError as exc:
-            raise PushFailed(f"push of {ref} failed: {_short(exc)}") from None
         progress.result.seconds = time.monotonic() - t0
         if not progress.result.digest:
             raise PushFailed(f"push of {ref} ended without the daemon reporting a manifest digest")
@@ -608,17 +787,29 @@ class DockerDaemon:
             except _StreamError as exc:
                 self._fail(progress, str(exc), exc.status)
             except docker.errors.APIError as exc:
-                self._fail(progress, _short(exc))
+                self._fail(progress, fault_text(exc))
             except _DaemonGone as exc:
-                self._daemon_gone(progress, str(exc))
+                self._broken(progress, str(exc))
         progress._close_step()
         result = progress.result
         result.seconds = time.monotonic() - t0
         if not result.image_id:
             self._fail(progress, "the daemon reported no image id")
         if not result.image_id.startswith("sha256:"):
-            result.image_id = id_of(self.client.images.get(result.image_id))
+            with _daemon(f"{label}: looking up the image built ({result.image_id[:19]})"):
+                result.image_id = id_of(self.client.images.get(result.image_id))
         return result
+
+    def _broken(self, progress: _BuildProgress, why: str) -> NoReturn:
+        """The build stream broke: the daemon went away (DockerUnavailable), or it still
+        answers and only the connection broke (DockerError); either way the daemon
+        cancels the build, and nothing was tagged."""
+        progress.activity.stop()
+        if not self._alive():
+            self._daemon_gone(progress, why)
+        step = progress.current or "before the first step"
+        raise DockerError(f"{progress.label}: the build's stream broke (at {step}): {_one_line(why)}",
+                          hint="nothing was tagged; rerun the same build (finished steps come from the layer cache)")
 
     def _fail(self, progress: _BuildProgress, message: str, status: int | None = None) -> NoReturn:
         # A daemon shutting down stops the step's container first (so the step "fails",
@@ -658,12 +849,16 @@ class DockerDaemon:
 
 
 def _guarded(stream: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """The build stream, with a broken connection (daemon stopped or restarted mid-build)
-    raised as one exception type instead of whatever requests/urllib3 layer noticed it."""
+    """The build stream, with a broken connection (daemon stopped or restarted mid-build,
+    or a stream cut short) raised as one exception type instead of whatever layer
+    noticed it. An APIError stays one: the SDK raises the daemon's refusal of the build
+    (an error status) only when the stream is first read."""
     try:
         yield from stream
-    except (requests.exceptions.RequestException, urllib3.exceptions.HTTPError, ConnectionError) as exc:
-        raise _DaemonGone(_short(exc)) from None
+    except docker.errors.APIError:
+        raise
+    except _FAULTS as exc:
+        raise _DaemonGone(fault_text(exc)) from None
 
 
 def _one_line(text: str) -> str:
