@@ -88,7 +88,8 @@ def unit(session):
 @nox.session
 def integration(session):
     """Real-daemon builds of a small stand-in engine (labels, skip-if-built, failed
-    builds, CA absence, contexts), publishing to real `docker-registry`s on 127.0.0.1
+    builds, CA absence, contexts), every daemon endpoint kiln uses failed in turn through
+    a fault-injecting proxy, publishing to real `docker-registry`s on 127.0.0.1
     (faults, two registries, credentials), patches against real vLLM 0.32.0 and 0.33.0
     sources (wheels downloaded once into ~/.cache/kiln), docs `network` blocks."""
     _base_image(session)
