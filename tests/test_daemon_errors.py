@@ -254,3 +254,6 @@ def test_an_unnamed_daemon_fault_is_still_a_daemon_error_and_a_registry_fault_st
     assert cli.main(["ps"]) == 1
     assert "internal error" in capsys.readouterr().err
     assert kdocker.daemon_fault(ValueError("x")) is None
+    assert kdocker.daemon_fault(docker.errors.InvalidArgument("bad port spec")) is None  # kiln's own mistake
+    assert kdocker.daemon_fault(docker.errors.StreamParseError(ValueError("x"))).message.startswith(
+        "a Docker daemon request: the Docker daemon's answer was cut short")

@@ -294,18 +294,17 @@ def _daemon(doing: str, *, hint: str | None = None, error: type[KilnError] = Doc
 
 def daemon_fault(exc: BaseException) -> DockerError | None:
     """An SDK exception that escaped every `_daemon` scope, as the DockerError the CLI
-    reports (naming the request), else None. A request to anything but the daemon (the
-    registry client also uses requests) is not the daemon's fault."""
-    if not isinstance(exc, _FAULTS) or isinstance(exc, KilnError):
-        return None
+    reports (naming the request), else None: the daemon's answers (APIError), docker-py's
+    stream errors, and requests' errors for a request to the daemon. Anything else stays
+    a bug report: the registry client also uses requests, and the SDK's other exceptions
+    (an invalid argument) are kiln's own mistakes."""
     # requests' errors carry the request; the SDK's APIError only its response's
     request = getattr(exc, "request", None) or getattr(getattr(exc, "response", None), "request", None)
     url = str(getattr(request, "url", "") or "")
-    if isinstance(exc, requests.exceptions.RequestException) and not isinstance(exc, docker.errors.APIError) \
-            and not url.startswith("http+docker://"):
+    to_daemon = isinstance(exc, requests.exceptions.RequestException) and url.startswith("http+docker://")
+    streams = (docker.errors.StreamParseError, docker.utils.socket.SocketError)
+    if not (isinstance(exc, docker.errors.APIError) or to_daemon or isinstance(exc, streams)):
         return None
-    if isinstance(exc, (urllib3.exceptions.HTTPError, http.client.HTTPException, ConnectionError, json.JSONDecodeError)):
-        return None  # no way to tell whose connection it was: stays a bug report
     path = url.split("://", 1)[-1].partition("/")[2].partition("?")[0]
     doing = f"a Docker daemon request ({request.method} /{path})" if request is not None and path else "a Docker daemon request"
     return DockerError(f"{doing}: {fault_text(exc)}")
