@@ -1,15 +1,15 @@
 """Bounds on speculative decoding's draft count that vLLM's config classes leave open.
 
-The engine's own checks come first: `kiln check` and `kiln build` run every
-`launch.speculative_config` key through vLLM's `SpeculativeConfig` in the engine image
-(argprobe: field validators, its model-free whole-config checks, its dynamic-speculation
-schedule check; exit 17). But vLLM 0.32.0 and 0.33.0 declare `num_speculative_tokens`
-only as `int, gt=0` (vllm/config/speculative.py); every other limit on it is checked
-against the model's config.json (MTP's n_predict, DSpark's block size) or not at all,
-so `num_speculative_tokens: 100000` passes every config check and fails only in a
-serving server. The bounds below are kiln's, each with its reason, checked when the
-recipe is loaded (exit 2, no image needed). Values of the wrong type are left to vLLM's
-own refusal.
+Where vLLM can judge a speculative number, it does: `kiln check` and `kiln build` run
+every `launch.speculative_config` key through vLLM's `SpeculativeConfig` in the engine
+image (argprobe: field validators, its model-free whole-config checks, its
+dynamic-speculation schedule check; exit 17). But vLLM declares `num_speculative_tokens`
+only as `int, gt=0` (vllm/config/speculative.py of the 0.32.0 wheel, and of upstream vLLM
+at commit 002e77c1 when this was written); every other limit on it is checked against the
+model's config.json (MTP's n_predict, DSpark's block size) or not at all, so
+`num_speculative_tokens: 100000` passes every config check and fails only in a serving
+server. The bounds below are kiln's, each with its reason, checked when the recipe is
+loaded (exit 2, no image needed). Values of the wrong type are left to vLLM's refusal.
 """
 
 from __future__ import annotations
