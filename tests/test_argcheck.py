@@ -114,6 +114,19 @@ def test_env_refusals_name_the_recipe_env_line_or_the_override_line(tmp_path):
         "KILN_DRAFT_TRUNC_MIN_KEEP='1': draft-trunc: bad min keep"]
 
 
+def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
+    schedule = "    num_speculative_tokens_per_batch_size: [[0, 4, 3]]\n"
+    loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 3\n" + schedule}))
+    job = Job.of(loaded)
+    complaint = "dynamic speculation schedule: Batch-size range (0, 4) must be positive."
+    (line,) = [p.line for p in argcheck.value_problems(loaded, job, _answer(Refusal(
+        "speculative", complaint, group=_group_of(job, "launch.speculative_config"), key=argprobe.SCHEDULE_KEY)))]
+    at = loaded.line_of("launch", "speculative_config", "num_speculative_tokens_per_batch_size")
+    assert line == (f"recipes/tiny-moe/recipe.yaml:{at}: launch.speculative_config.num_speculative_tokens_per_batch_size: "
+                    "vLLM 0.32.0 refuses 'num_speculative_tokens_per_batch_size=[[0, 4, 3]]' in --speculative-config: "
+                    f"{complaint}")
+
+
 def test_a_refusal_of_the_whole_line_names_the_launch_block(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
     job = Job.of(loaded)
@@ -183,6 +196,69 @@ def test_probe_runs_check_environment_for_combinations(clean_env):
     assert len(problems) == 1 and problems[0]["var"] == "KILN_DRAFT_TRUNC", problems
     assert "needs VLLM_MOE_SKIP_PADDING=1" in problems[0]["message"]
     assert argprobe.check_env({"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "1"})[0] == []
+
+
+def _stand_in_speculative_config():
+    """A pydantic dataclass shaped like vLLM's SpeculativeConfig (the in-image probe runs
+    against the real one: tests/cuda/test_argcheck_docker.py)."""
+    from pydantic import model_validator
+    from pydantic.dataclasses import dataclass
+
+    @dataclass
+    class SpeculativeConfig:
+        method: str | None = None
+        model: str | None = None
+        num_speculative_tokens: int | None = None
+        synthetic_acceptance_length: float | None = None
+        prompt_lookup_min: int | None = None
+        target_model_config: object = None
+
+        def __post_init__(self):
+            if self.method == "ngram" and (self.prompt_lookup_min or 0) > 5:
+                raise ValueError(f"prompt_lookup_min={self.prompt_lookup_min} must be <= prompt_lookup_max=5")
+            if self.method == "draft_model":
+                raise ValueError("reads the draft model's config.json")
+
+        @model_validator(mode="after")
+        def _verify_args(self):
+            if self.num_speculative_tokens is None:
+                raise ValueError("num_speculative_tokens must be provided")
+            length = self.synthetic_acceptance_length
+            if length is not None and not 1 <= length <= self.num_speculative_tokens + 1:
+                raise ValueError(f"synthetic_acceptance_length must be in [1, {self.num_speculative_tokens + 1}], "
+                                 f"got {length}.")
+            if self.model == "needs-the-model":
+                self.target_model_config.get_vocab_size()  # AttributeError on the half-made instance
+            return self
+
+    return SpeculativeConfig
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ({"method": "draft_model", "num_speculative_tokens": 3, "synthetic_acceptance_length": 9},
+     [("synthetic_acceptance_length", "SpeculativeConfig: synthetic_acceptance_length must be in [1, 4], got 9.")]),
+    ({"method": "draft_model", "num_speculative_tokens": 3, "synthetic_acceptance_length": 2}, []),
+    # no count: vLLM reads it from the draft model, which the probe has not got
+    ({"method": "mtp", "synthetic_acceptance_length": 9}, []),
+    # a check that needs the model (target_model_config) is no refusal
+    ({"method": "draft_model", "model": "needs-the-model", "num_speculative_tokens": 3}, []),
+    # __post_init__ runs for model-free methods only
+    ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 9},
+     [("prompt_lookup_min", "SpeculativeConfig: prompt_lookup_min=9 must be <= prompt_lookup_max=5")]),
+    ({"method": "draft_model", "num_speculative_tokens": 3, "prompt_lookup_min": 9}, []),
+])
+def test_probe_runs_the_model_free_whole_config_checks(spec, expected):
+    cls = _stand_in_speculative_config()
+    inst = argprobe.FieldCheck().instance(cls, dict(spec))
+    assert argprobe._speculative_whole(cls, inst, spec) == expected
+
+
+def test_probe_names_the_key_a_complaint_names_first():
+    spec = {"method": "x", "num_speculative_tokens": 3, "synthetic_acceptance_rates": [1.0]}
+    assert argprobe._named_key("synthetic_acceptance_rates must have length 3 (num_speculative_tokens)", spec) == \
+        "synthetic_acceptance_rates"
+    # a key inside a longer name is not named: rejection_sample_method is not `method`
+    assert argprobe._named_key("rejection_sample_method='synthetic' needs a rate", spec) is None
 
 
 def test_probe_tidies_pydantic_reports_into_one_line():

@@ -189,6 +189,33 @@ def test_schema_is_json_schema_for_editors():
         jsonschema.validate({**yaml.safe_load(GOOD), "bogus": 1}, schema)
 
 
+@pytest.mark.parametrize("launch_edit, kiln_refuses", [
+    ({"env": {"X": "x\nRUN touch /pwned"}}, "launch.env.X: control character U+000A at offset 1"),
+    ({"env": {"X": "a\u2028b"}}, "launch.env.X: control character U+2028 at offset 1"),
+    ({"env": {"LD_PRELOAD": "/x.so"}, "allow_unsafe_env": {"LD_PRELOAD": " "}},
+     "launch.allow_unsafe_env.LD_PRELOAD: must say why"),
+    ({"env": {"LD_PRELOAD": "/x.so"}, "allow_unsafe_env": {"LD_PRELOAD": "why\nnot"}},
+     "launch.allow_unsafe_env.LD_PRELOAD: control character U+000A"),
+    ({"allow_unsafe_env": ["LD_PRELOAD"]}, "launch.allow_unsafe_env: must be a valid dictionary"),
+])
+def test_editor_schema_and_kiln_refuse_the_same_env(tmp_path, launch_edit, kiln_refuses):
+    """`kiln schema` spells the env rules as patterns, so an editor flags what kiln refuses."""
+    import jsonschema
+
+    schema = json.loads(run_kiln("schema").stdout)
+    data = yaml.safe_load(GOOD)
+    data["launch"].update(launch_edit)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(data, schema)
+    found = problems(tmp_path, yaml.safe_dump(data, sort_keys=False))
+    assert len(found) == 1 and kiln_refuses in found[0], found
+    # a reason, and a value with spaces and non-ASCII text, are fine in both
+    data["launch"] = {**yaml.safe_load(GOOD)["launch"], "env": {"LD_PRELOAD": "/x.so", "X": "a b ñ"},
+                      "allow_unsafe_env": {"LD_PRELOAD": "jemalloc, see docs/x.md"}}
+    jsonschema.validate(data, schema)
+    assert load_recipe(write_recipe(tmp_path / "ok", yaml.safe_dump(data, sort_keys=False))).recipe.launch.env["X"] == "a b ñ"
+
+
 def test_every_shipped_recipe_is_valid():
     result = run_kiln("check", "--all")
     assert result.returncode == 0, result.stderr

@@ -172,6 +172,68 @@ def test_check_refuses_a_speculative_value(tmp_path, accepted):
         replace={"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 0\n"})
 
 
+def test_check_refuses_a_bad_dynamic_schedule(tmp_path, accepted):
+    """vLLM's own schedule check (what its scheduler runs at start) refuses a batch-size
+    range that does not start at a batch size of 1 or more."""
+    _check_fails_with_one_line(
+        tmp_path, ("launch", "speculative_config", "num_speculative_tokens_per_batch_size"),
+        "launch.speculative_config.num_speculative_tokens_per_batch_size",
+        "vLLM 0.32.0 refuses 'num_speculative_tokens_per_batch_size=[[0, 4, 3]]' in --speculative-config: "
+        "dynamic speculation schedule: Batch-size range (0, 4) must be positive.",
+        spec_extra="    num_speculative_tokens_per_batch_size: [[0, 4, 3]]\n")
+
+
+def test_check_refuses_a_speculative_number_the_whole_config_check_refuses(tmp_path, accepted):
+    """SpeculativeConfig's own after-validator holds the synthetic acceptance length to
+    [1, num_speculative_tokens + 1]; no field validator does."""
+    _check_fails_with_one_line(
+        tmp_path, ("launch", "speculative_config", "synthetic_acceptance_length"),
+        "launch.speculative_config.synthetic_acceptance_length",
+        "vLLM 0.32.0 refuses synthetic_acceptance_length=9 in --speculative-config: "
+        "SpeculativeConfig: synthetic_acceptance_length must be in [1, 4], got 9.0.",
+        spec_extra="    rejection_sample_method: synthetic\n    synthetic_acceptance_length: 9\n")
+
+
+def test_a_valid_dynamic_schedule_passes_the_engine(tmp_path, accepted):
+    """vLLM's form of num_speculative_tokens_per_batch_size, [[first, last, drafts], ...],
+    passes kiln's bounds and the engine's own checks."""
+    tree = _tree(tmp_path, spec_extra="    num_speculative_tokens_per_batch_size: [[1, 4, 3], [5, 8, 2], [9, 256, 0]]\n")
+    result = run_kiln("check", TEST_RECIPE, cwd=tree,
+                      env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert list((tmp_path / "cache" / "argcheck" / "argv").glob("*.json")), "the engine image was not asked"
+
+
+def test_the_engine_leaves_the_draft_count_open_so_kiln_bounds_it(tmp_path, docker_daemon, cpu_engine_id, monkeypatch):
+    """vLLM 0.32.0's SpeculativeConfig takes num_speculative_tokens: 100000 (it is only
+    `gt=0` without a model), which is why kiln's own bound (specbounds.py) exists: `kiln
+    check` refuses it at its line with exit 2, before any engine is asked. Should a vLLM
+    refuse it itself, this test fails: the engine's refusal could then replace kiln's."""
+    import dataclasses
+    import json
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
+    job = argcheck.Job.of(_load(_recipe(tmp_path)))
+    parts = tuple(dataclasses.replace(p, tokens=(p.tokens[0], p.tokens[1].replace('"num_speculative_tokens":3',
+                                                                                '"num_speculative_tokens":100000')))
+                  if p.field == "launch.speculative_config" else p for p in job.parts)
+    big = dataclasses.replace(job, parts=parts)
+    assert json.loads(parts[-1].tokens[1])["num_speculative_tokens"] == 100000
+    answer = argcheck.ask(docker_daemon, cpu_engine_id, big).answer
+    assert "speculative" in answer.stages and answer.refusals == (), answer
+    tree = _tree(tmp_path / "t", replace={"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 100000\n"})
+    line = (tree / "recipes" / TEST_RECIPE / "recipe.yaml").read_text().splitlines().index(
+        "    num_speculative_tokens: 100000") + 1
+    result = run_kiln("check", TEST_RECIPE, cwd=tree,
+                      env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "t-cache")})
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert errors == [f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: launch.speculative_config."
+                      "num_speculative_tokens: 100000 draft tokens per step: vLLM's rejection sampler takes at most "
+                      "128 (MAX_SPEC_LEN in vllm/v1/sample/rejection_sampler.py, asserted at every verification step)"]
+    assert not (tmp_path / "t-cache" / "argcheck").exists(), "kiln asked the engine about a recipe it refuses"
+
+
 def test_check_refuses_a_bad_feature_knob(tmp_path, accepted):
     _check_fails_with_one_line(
         tmp_path, ("launch", "env", "KILN_DRAFT_TRUNC_TAU"), "launch.env.KILN_DRAFT_TRUNC_TAU",

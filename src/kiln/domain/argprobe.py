@@ -22,10 +22,13 @@ touches a model or a device:
                 JSON configs, e.g. --compilation-config, become their config objects)
   config        each recipe flag's value through the pydantic validator of the vLLM
                 config dataclass that owns it (SchedulerConfig.max_num_seqs >= 1, ...)
-  speculative   each --speculative-config key through SpeculativeConfig's validator
+  speculative   each --speculative-config key through SpeculativeConfig's validator, then
+                its model-free whole-config checks and the dynamic-speculation
+                schedule check (_speculative_whole says which)
   env           kiln-engine's own knob parsers and check_environment over the env
 Not reached: EngineArgs.create_engine_config, which reads the model's config.json and
-sizes the device, and each config's __post_init__ (the same).
+sizes the device, and each config's __post_init__ (the same; but SpeculativeConfig's for
+the methods that read no model).
 """
 
 from __future__ import annotations
@@ -330,6 +333,67 @@ def _speculative_problems(vllm: Vllm, groups: list[list[str]], bad: set[int],
             continue
         for message in check.errors(SpeculativeConfig, name, value, inst):
             out.append(_problem("speculative", message, group=index, key=key))
+    if not out:  # the whole-config checks judge valid fields only
+        out = [_problem("speculative", message, group=index, key=key)
+               for key, message in _speculative_whole(SpeculativeConfig, inst, spec)]
+    return out
+
+
+# Methods whose SpeculativeConfig.__post_init__ reads no model (vllm/config/speculative.py:
+# the ngram branch fills in and compares prompt_lookup_min/max, suffix's checks its own
+# numbers and that Arctic Inference is installed); for every other method it loads the
+# draft's or the target's config.json, which the probe does not have.
+MODEL_FREE_METHODS = ("ngram", "[ngram]", "ngram_gpu", "suffix")
+SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+
+
+def _named_key(message: str, spec: dict[str, Any]) -> str | None:
+    """The speculative-config key a complaint names first (None: it names none)."""
+    hits = [(m.start(), key) for key in spec if (m := re.search(rf"\b{re.escape(key)}\b", message))]
+    return min(hits)[1] if hits else None
+
+
+def _speculative_whole(cls: Any, inst: Any, spec: dict[str, Any]) -> list[tuple[str | None, str]]:
+    """vLLM's own checks of the speculative config as a whole that need no model, run on
+    the half-made instance: __post_init__ for the model-free methods, then the class's
+    after-validators (tensor_parallel_size misplaced, synthetic acceptance rates and
+    length against num_speculative_tokens, ...) once num_speculative_tokens is known (it
+    is otherwise read from the draft model), then vLLM's dynamic-speculation schedule
+    check (what the scheduler runs on the schedule at start). A check that fails for
+    want of what the model would have given (AttributeError, TypeError on a None) is not
+    a refusal: only ValueError (and a missing package, ImportError, in __post_init__) is."""
+    out: list[tuple[str | None, str]] = []
+    method = spec.get("method")
+    if method in MODEL_FREE_METHODS:
+        try:
+            cls.__post_init__(inst)
+        except (ValueError, ImportError) as exc:  # unnamed: the method's own requirement
+            return [(_named_key(str(exc), spec) or "method", f"{cls.__name__}: {exc}")]
+        except Exception:
+            pass
+    decorators = getattr(cls, "__pydantic_decorators__", None)
+    validators = decorators.model_validators.values() if decorators is not None else []
+    if method is not None and getattr(inst, "num_speculative_tokens", None) is not None:
+        for dec in validators:
+            if dec.info.mode != "after":
+                continue
+            try:
+                dec.func(inst)
+            except ValueError as exc:
+                out.append((_named_key(str(exc), spec), f"{cls.__name__}: {exc}"))
+            except Exception:
+                pass
+    if spec.get(SCHEDULE_KEY) is not None:
+        try:
+            from vllm.v1.spec_decode.dynamic.utils import (  # late: in-image only
+                validate_and_normalize_dynamic_sd_schedule as check_schedule,
+            )
+        except ImportError:  # a vLLM without dynamic speculation: the field check said so
+            return out
+        try:
+            check_schedule(spec[SCHEDULE_KEY])
+        except (ValueError, TypeError) as exc:
+            out.append((SCHEDULE_KEY, f"dynamic speculation schedule: {exc}"))
     return out
 
 

@@ -23,7 +23,9 @@ from pydantic import Field
 
 from kiln.basics.errors import RecipeInvalid
 from kiln.basics.yamlsrc import SourcedYaml
-from kiln.domain.recipe import Version
+from kiln.domain import envpolicy
+from kiln.domain.envpolicy import EnvValue, Reason
+from kiln.domain.recipe import EnvName, Version
 from kiln.domain.validated import Strict, display_path, load_validated
 
 OVERRIDE_FILE = "override.yaml"
@@ -50,7 +52,9 @@ class Override(Strict):
     name: str
     description: str
     engine: OverrideEngine
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict, description="env the feature sets at launch; each value one line of text")
+    allow_unsafe_env: dict[EnvName, Reason] = Field(default_factory=dict, description=envpolicy.ALLOW_DESCRIPTION)
     patches: str | None = Field(None, description="series file (relative) listing the patches in order, or a "
                                 "folder holding one <engine version>/series per engine version")
     replacements: list[Replacement] = Field(default_factory=list)
@@ -184,6 +188,8 @@ def load_override(directory: Path) -> LoadedOverride:
             problems.append(f"{where}: {rep.file!r} {why}")
         elif not (directory / rep.file).is_file():
             problems.append(f"{where}: not found")
+    problems += envpolicy.problems(override.env, override.allow_unsafe_env,
+                                   lambda *loc: f"{shown}:{src.line_of(loc)}", ("env",), ("allow_unsafe_env",))
     if problems:
         raise RecipeInvalid(problems)
     return LoadedOverride(override, directory, src)

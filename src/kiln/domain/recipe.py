@@ -29,6 +29,8 @@ from kiln.basics import imageref
 from kiln.basics.errors import RecipeInvalid
 from kiln.basics.paths import recipes_dir
 from kiln.basics.yamlsrc import SourcedYaml
+from kiln.domain import envpolicy, specbounds
+from kiln.domain.envpolicy import EnvValue, Reason
 from kiln.domain.topology import Topology
 from kiln.domain.topology import problems as topology_problems
 from kiln.domain.validated import Strict, display_path, load_validated
@@ -213,7 +215,11 @@ class Launch(Strict):
     speculative_config: dict[str, Any] | None = Field(
         None, description="vLLM --speculative-config; a draft_model method gets model.draft.path filled in"
     )
-    env: dict[EnvName, str] = Field(default_factory=dict)
+    env: dict[EnvName, EnvValue] = Field(
+        default_factory=dict, description="the server's environment; each value one line of text")
+    # defaulted and left out of every digest: the input digest hashes recipe.yaml's bytes
+    # and launch.json (which holds env, not this), so recipes without it keep their images
+    allow_unsafe_env: dict[EnvName, Reason] = Field(default_factory=dict, description=envpolicy.ALLOW_DESCRIPTION)
 
 
 class Bounds(Strict):
@@ -373,6 +379,9 @@ def _cross_checks(loaded: LoadedRecipe) -> list[str]:
             f"{loaded.where('launch', 'speculative_config')}: launch.speculative_config: method "
             "draft_model needs model.draft (or a model key here)"
         )
+    problems += envpolicy.problems(rec.launch.env, rec.launch.allow_unsafe_env, loaded.where,
+                                   ("launch", "env"), ("launch", "allow_unsafe_env"))
+    problems += specbounds.problems(rec.launch.speculative_config or {}, rec.launch.args, loaded.where)
     return problems + topology_problems(loaded)
 
 
