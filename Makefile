@@ -4,11 +4,20 @@ MODEL ?= tiny-moe
 REGISTRY ?=
 CHANNEL ?= experimental
 PYTHON ?= python3
+# the locked dev toolchain `make setup` installs (requirements/dev.lock): make's commands
+# and the sessions nox starts run kiln, python, pytest, ruff and mypy from it
+export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup demo build-image run smoke publish test lint check bench-build bench-cpu build-cuda clean-results
+.PHONY: setup lock-dev demo build-image run smoke publish test lint check bench-build bench-cpu build-cuda clean-results
 
 setup:
 	./scripts/setup.sh
+
+## re-resolve requirements/dev.lock after a change to a pyproject.toml's requirements (a unit
+## test fails until this is run); then `make setup` installs it
+lock-dev:
+	@test -x .venv/bin/python || { echo "make lock-dev: no .venv here; run make setup first" >&2; exit 1; }
+	python -m kiln_testkit.devlock
 
 ## the main job on the embedded default: build tiny-moe, serve it, prove it with the OpenAI client
 demo: setup

@@ -1,7 +1,8 @@
 """kiln's test and benchmark sessions.
 
 Sessions run in the environment `make setup` prepared (system packages, a running
-Docker daemon, `pip install -e .[dev] -e engine -e testkit`), not in fresh virtualenvs: the tests
+Docker daemon, `.venv` with requirements/dev.lock and kiln editable; make puts its bin/ first
+on PATH), not in fresh virtualenvs per session: the tests
 drive the real daemon, registry and vLLM images, which no venv can isolate anyway.
 
 `nox` with no arguments runs the default sessions in this order, and stops at the first

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-time (idempotent) machine set-up for kiln on Debian/Ubuntu as root:
-# system packages, a running Docker daemon, kiln + kiln-engine with dev extras,
+# system packages, a running Docker daemon, kiln + kiln-engine + the locked dev toolchain
+# in .venv (requirements/dev.lock),
 # and the air-gapped base image kiln/base:bookworm (not with --no-base).
 # --arm64: also qemu emulation of linux/arm64 (only builds for that platform need it):
 # Debian's qemu-user-static + binfmt-support, binfmt_misc mounted, qemu-aarch64 enabled.
@@ -38,6 +39,44 @@ setup_arm64() {
   say "linux/arm64 emulation: $(grep -E '^(interpreter|flags)' /proc/sys/fs/binfmt_misc/qemu-aarch64 | tr '\n' ' ')"
 }
 
+# the dev and test toolchain: exactly requirements/dev.lock (hashes required) in .venv, a
+# virtualenv this checkout owns, never the system Python; then kiln, kiln-engine and the test
+# helpers editable, without build isolation (their build backend is in the lock)
+setup_toolchain() {
+  local t0=$SECONDS py=${PYTHON:-python3} venv=.venv find_links=() cert
+  "$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || {
+    echo "setup.sh: requirements/dev.lock is resolved for Python 3.11 and $py is $("$py" -V 2>&1); set PYTHON to a python3.11" >&2
+    exit 65; }
+  if ! [[ -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+    say "virtualenv $venv ($("$py" -V))"
+    rm -rf "$venv"
+    "$py" -m venv "$venv" 2>/dev/null || {
+      apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+      "$py" -m venv "$venv"; }
+  fi
+  # uv, at the lock's own pin and hash, by the venv's pip (the one unlocked step: pip itself)
+  local uv_pin; uv_pin=$(sed -n 's/^uv==\([^ ]*\).*/\1/p' requirements/dev.lock)
+  if [[ "$("$venv/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" != "$uv_pin" ]]; then
+    awk '/^uv==/{on=1; print; next} on && /^[[:space:]]/{print; next} {on=0}' requirements/dev.lock >"$venv/uv.req"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --require-hashes --no-deps -r "$venv/uv.req"
+  fi
+  # the sources are pip's own configuration: its local find-links (torch's CPU wheel) and CA
+  for link in ${PIP_FIND_LINKS:-$("$py" -m pip config get global.find-links 2>/dev/null || true)}; do
+    [[ -d $link ]] && find_links+=(--find-links "$link")
+  done
+  cert=${PIP_CERT:-$("$py" -m pip config get global.cert 2>/dev/null || true)}
+  [[ -n $cert && -z ${SSL_CERT_FILE:-} ]] && export SSL_CERT_FILE=$cert
+  say "uv pip sync requirements/dev.lock ($(grep -c '^[a-z0-9].*==' requirements/dev.lock) pins, hashes required)"
+  "$venv/bin/uv" pip sync -q --no-config --python "$venv/bin/python" --require-hashes \
+    "${find_links[@]}" requirements/dev.lock
+  "$venv/bin/uv" pip install -q --no-config --python "$venv/bin/python" --no-deps \
+    --no-build-isolation -e . -e engine -e testkit
+  "$venv/bin/python" -c "import kiln, kiln_engine, kiln_testkit" || { echo "setup.sh: kiln did not install into $venv" >&2; exit 1; }
+  # `kiln` on every shell's PATH (root only): the README's commands run outside make too
+  [[ $EUID -eq 0 ]] && ln -sf "$PWD/$venv/bin/kiln" /usr/local/bin/kiln
+  say "toolchain ready in $venv ($((SECONDS - t0)) s)"
+}
+
 need_pkgs=()
 command -v dockerd >/dev/null || need_pkgs+=(docker.io)
 command -v debootstrap >/dev/null || need_pkgs+=(debootstrap)
@@ -63,12 +102,9 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/kiln-dockerd.log" >&2; exit 3; }
 fi
 
-say "pip install -e .[dev] -e engine -e testkit"
-python3 -m pip install -q --disable-pip-version-check -e '.[dev]' -e engine -e testkit 2>&1 | grep -v -E '^(WARNING: (Location|Running pip))' || true
-python3 -c "import kiln, kiln_engine, kiln_testkit" || { echo "kiln did not install" >&2; exit 1; }
-
+setup_toolchain
 # `--no-base` (make test): the base image is built by the first session that needs it,
 # after lint and unit, so that a broken test is reported before anything builds
 ((arm64)) && setup_arm64
-((no_base)) || kiln base build
-say "set-up done: $(kiln --help >/dev/null && echo kiln ready), docker $(docker version -f '{{.Server.Version}}')"
+((no_base)) || .venv/bin/kiln base build
+say "set-up done: $(.venv/bin/kiln --help >/dev/null && echo kiln ready), docker $(docker version -f '{{.Server.Version}}')"

@@ -227,7 +227,10 @@ class FieldCheck:
         from pydantic import ConfigDict, TypeAdapter  # late: in-image only
 
         try:
-            hint = typing.Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+            # Any: the annotation is a runtime object (pydantic >= 2.14 types TypeAdapter's
+            # argument as type[T], which an Annotated[...] form or a union is not)
+            hint: Any = (typing.Annotated[(info.annotation, *info.metadata)] if info.metadata
+                         else info.annotation)
             TypeAdapter(hint, config=ConfigDict(arbitrary_types_allowed=True)).validate_python(value)
         except ValidationError as exc:
             return [f"{where}: {e['msg']}" for e in exc.errors()]
