@@ -42,18 +42,22 @@ setup_arm64() {
 # the dev and test toolchain: exactly requirements/dev.lock (hashes required) in .venv, a
 # virtualenv this checkout owns, never the system Python; then kiln, kiln-engine and the test
 # helpers editable, without build isolation (their build backend is in the lock)
-setup_toolchain() {
-  local t0=$SECONDS py=${PYTHON:-python3} venv=.venv find_links=() cert
-  "$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || {
-    echo "setup.sh: requirements/dev.lock is resolved for Python 3.11 and $py is $("$py" -V 2>&1); set PYTHON to a python3.11" >&2
+PY=${PYTHON:-python3} VENV=.venv
+make_venv() {
+  "$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' 2>/dev/null || {
+    echo "setup.sh: requirements/dev.lock is resolved for Python 3.11 and $PY is $("$PY" -V 2>&1); set PYTHON to a python3.11" >&2
     exit 65; }
-  if ! [[ -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
-    say "virtualenv $venv ($("$py" -V))"
-    rm -rf "$venv"
-    "$py" -m venv "$venv" 2>/dev/null || {
+  if ! [[ -x $VENV/bin/python ]] || ! "$VENV/bin/python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
+    say "virtualenv $VENV ($("$PY" -V))"
+    rm -rf "$VENV"
+    "$PY" -m venv "$VENV" 2>/dev/null || {
       apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
-      "$py" -m venv "$venv"; }
+      "$PY" -m venv "$VENV"; }
   fi
+}
+
+setup_toolchain() {
+  local t0=$SECONDS py=$PY venv=$VENV find_links=() cert
   # uv, at the lock's own pin and hash, by the venv's pip (the one unlocked step: pip itself)
   local uv_pin; uv_pin=$(sed -n 's/^uv==\([^ ]*\).*/\1/p' requirements/dev.lock)
   if [[ "$("$venv/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" != "$uv_pin" ]]; then
@@ -76,6 +80,13 @@ setup_toolchain() {
   [[ $EUID -eq 0 ]] && ln -sf "$PWD/$venv/bin/kiln" /usr/local/bin/kiln
   say "toolchain ready in $venv ($((SECONDS - t0)) s)"
 }
+
+# the toolchain installs while apt-get and dockerd work (it needs neither): on a fresh machine
+# that hides most of its 17 s
+make_venv
+toolchain_log=$(mktemp)
+setup_toolchain >"$toolchain_log" 2>&1 &
+toolchain_pid=$!
 
 need_pkgs=()
 command -v dockerd >/dev/null || need_pkgs+=(docker.io)
@@ -102,7 +113,8 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/kiln-dockerd.log" >&2; exit 3; }
 fi
 
-setup_toolchain
+wait "$toolchain_pid" || { cat "$toolchain_log" >&2; echo "setup.sh: the dev toolchain did not install (its log is above)" >&2; exit 1; }
+cat "$toolchain_log"
 # `--no-base` (make test): the base image is built by the first session that needs it,
 # after lint and unit, so that a broken test is reported before anything builds
 ((arm64)) && setup_arm64
