@@ -36,10 +36,11 @@ from kiln_testkit.tree import REPO
 from kiln.basics import log
 from kiln.basics.errors import KilnError
 from kiln.commands.build import build_engine, build_recipe
-from kiln.domain import argcheck, enginecheck, wheelhouse
-from kiln.domain.ca import add_to_context
-from kiln.domain.context import BuildContext
-from kiln.domain.images import resolve
+from kiln.domain.imagecheck import engineverify, launchargs
+from kiln.domain.images import wheelhouse
+from kiln.domain.images.buildcontext import BuildContext
+from kiln.domain.images.cabundle import add_to_context
+from kiln.domain.images.specs import resolve
 from kiln.infra.docker import DockerDaemon
 
 NAME = "glm53-kindling"
@@ -204,17 +205,17 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None) -> list[di
         code, out = in_image(docker, recipe_id, "-c", RUNNER_CHECK)
         check("import of the patched GPU runner (recipe image)", code == 0, out)
     try:
-        found = argcheck.check_engine_image(docker, loaded, engine_id)  # names, values, knobs
+        found = launchargs.check_engine_image(docker, loaded, engine_id)  # names, values, knobs
         check("launch command against the engine's own vLLM parser", not found, "\n".join(found) or "all accepted")
     except KilnError as exc:
         check("launch command against the engine's own vLLM parser", False, exc.message)
     try:
-        bogus = argcheck.problems(_with_bogus_flag(loaded), argcheck.engine_args(docker, engine_id))
+        bogus = launchargs.problems(_with_bogus_flag(loaded), launchargs.engine_args(docker, engine_id))
         check("a bogus flag is rejected (negative control)", len(bogus) == 1, "\n".join(bogus))
     except KilnError as exc:
         check("a bogus flag is rejected (negative control)", False, exc.message)
     try:
-        enginecheck.verify_labels(loaded, docker.client.images.get(image))
+        engineverify.verify_labels(loaded, docker.client.images.get(image))
         check("torch/CUDA/NCCL labels match the recipe", True, json.dumps(_labels(docker, image)))
     except KilnError as exc:
         check("torch/CUDA/NCCL labels match the recipe", False, exc.message)
@@ -229,7 +230,7 @@ def _labels(docker, image_id: str) -> dict:
 
 def _with_bogus_flag(loaded):
     """The same recipe with one flag no vLLM has, at a real line of the real file."""
-    from kiln.domain.recipe import LoadedRecipe
+    from kiln.domain.recipes.recipe import LoadedRecipe
 
     launch = loaded.recipe.launch.model_copy(
         update={"args": {**loaded.recipe.launch.args, "kiln-bogus-flag": 1}})

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from kiln.domain import imagediff
+from kiln.domain.reproducible import imagediff
 from kiln.infra import records
 from kiln.infra.docker import DockerDaemon
 
@@ -41,7 +41,7 @@ def kiln(*args: str) -> float:
 
 
 def refs(ns: str, cuda: bool = False) -> dict[str, str]:
-    from kiln.domain.images import resolve
+    from kiln.domain.images.specs import resolve
 
     if cuda:
         kindling = resolve(CUDA_RECIPE)

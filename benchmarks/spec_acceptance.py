@@ -25,8 +25,8 @@ from pathlib import Path
 def main(argv=None) -> None:
     from kiln_testkit.twinserve import counters, prompts, run_set, serving, spec_decode_stats
 
-    from kiln.domain.features import engine_features
-    from kiln.domain.images import require_built, resolve
+    from kiln.domain.images.specs import require_built, resolve
+    from kiln.domain.recipes.engine_features import engine_features
     from kiln.infra.docker import DockerDaemon
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -212,8 +212,8 @@ def test_a_throwaway_container_the_daemon_cannot_create_fails_the_job_and_one_it
 
 # -- who reports a fault that happens during cleanup -------------------------------------
 def test_a_cleanup_fault_while_another_error_is_on_its_way_out_is_a_warning(capsys):
-    from kiln.domain.container import ServingContainer
-    from kiln.domain.launch import RunSpec
+    from kiln.domain.serving.container import ServingContainer
+    from kiln.domain.serving.launch import RunSpec
 
     class Daemon:
         def remove_container(self, name):

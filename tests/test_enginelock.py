@@ -19,8 +19,9 @@ from kiln.basics.errors import (
     LockMissing,
     WheelHashMismatch,
 )
-from kiln.domain import enginelock as L
-from kiln.domain import lockfailure, wheelhouse
+from kiln.domain.images import wheelhouse
+from kiln.domain.locks import enginelock as L
+from kiln.domain.locks import lockfailure
 
 AMD64 = "linux/amd64"
 SHA_A = "a" * 64

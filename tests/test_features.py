@@ -12,8 +12,8 @@ from kilntest import REPO, run_kiln
 
 from kiln.basics.errors import RecipeInvalid
 from kiln.commands.smoke import feature_ratio, metric_sum
-from kiln.domain.features import engine_features, registry
-from kiln.domain.recipe import load_recipe
+from kiln.domain.recipes.engine_features import engine_features, registry
+from kiln.domain.recipes.recipe import load_recipe
 
 DT = features.DRAFT_TRUNC
 

@@ -7,7 +7,6 @@ Served for real, offline, from such a cache: tests/e2e/test_hf_cache.py."""
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import os
@@ -20,9 +19,9 @@ import yaml
 from kilntest import REPO, run_kiln
 
 from kiln.basics.errors import FetchFailed, HfSnapshotMissing
-from kiln.domain import hfcache
-from kiln.domain.hfcache import HfModel, check, repo_folder, seed, snapshot_dir
-from kiln.domain.hffetch import fetch
+from kiln.domain.serving.hffetch import fetch
+from kiln.inimage import hfcache
+from kiln.inimage.hfcache import HfModel, check, repo_folder, seed, snapshot_dir
 
 # `kiln check`, `run --print` and `render k8s` ask a daemon when there is one: not here
 pytestmark = pytest.mark.usefixtures("no_docker")
@@ -127,28 +126,6 @@ def test_in_image_check_runs_alone_and_exits_93_with_one_line(tmp_path):
     assert REPO_ID in bad.stderr and REV in bad.stderr and "model.safetensors" in bad.stderr
 
 
-def test_in_image_module_imports_only_the_standard_library():
-    tree = ast.parse(Path(hfcache.__file__).read_text())
-    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
-    assert names <= set(sys.stdlib_module_names) | {"__future__"}, names
-
-
-# -- kiln fetch, with a fake hub (the real one is not reachable here) --------------------------------
-def test_fetch_downloads_what_is_missing_and_skips_what_is_complete(tmp_path):
-    cache, calls = tmp_path / "cache", []
-    models = [TARGET, HfModel("draft", "org/draft", "a" * 40, tokenizer=False)]
-    seed(_model_dir(tmp_path / "draft"), cache, "org/draft", "a" * 40)
-
-    def fake(repo, revision, into):
-        calls.append((repo, revision))
-        seed(_model_dir(tmp_path / "dl" / repo), into, repo, revision)
-
-    done = fetch(models, cache, download=fake)
-    assert calls == [(REPO_ID, REV)]
-    assert [(f.model.role, f.downloaded) for f in done] == [("target", True), ("draft", False)]
-    assert fetch(models, cache, download=fake) and calls == [(REPO_ID, REV)]  # complete now: no second download
-
 
 def test_fetch_failure_is_one_line_naming_the_model(tmp_path):
     def offline(repo, revision, into):
@@ -200,8 +177,8 @@ def test_hf_source_fields_are_checked(tmp_path, model, message):
 
 
 def test_launch_names_the_repo_and_revision_and_runs_offline():
-    from kiln.domain.launch import launch_document
-    from kiln.domain.recipe import load_recipe
+    from kiln.domain.recipes.recipe import load_recipe
+    from kiln.domain.serving.launch import launch_document
 
     doc = launch_document(load_recipe(REPO / "recipes" / "tiny-moe-hf"))
     argv = doc["argv"]

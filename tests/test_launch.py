@@ -9,8 +9,8 @@ import json
 import pytest
 from kilntest import REPO, run_kiln
 
-from kiln.domain.launch import RunSpec, launch_document, vllm_argv
-from kiln.domain.recipe import load_recipe
+from kiln.domain.recipes.recipe import load_recipe
+from kiln.domain.serving.launch import RunSpec, launch_document, vllm_argv
 
 # daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
 pytestmark = pytest.mark.usefixtures("no_docker")

@@ -47,7 +47,7 @@ ENTRYPOINT ["/bin/true"]
 
 
 def _lock_doc(wheels: list[dict], debian: list[dict], requirements: list[str]) -> dict:
-    from kiln.domain import enginelock as L
+    from kiln.domain.locks import enginelock as L
 
     return {
         "kiln_lock": 1, "image": "engine-cpu",
@@ -61,7 +61,7 @@ def _lock_doc(wheels: list[dict], debian: list[dict], requirements: list[str]) -
 
 
 def _six_entry() -> dict:
-    from kiln.domain.ca import resolve_ca
+    from kiln.domain.images.cabundle import resolve_ca
     from kiln.infra import pyindex
 
     page = pyindex.project("six", cafile=resolve_ca(None).path)
@@ -81,7 +81,7 @@ def _locked_tree(tree: Path, lock: dict) -> Path:
 
 def _debian_closure(docker_daemon) -> list[dict]:
     """What apt installs for python3 and tini on the base today (the mirror's versions)."""
-    from kiln.domain import relock
+    from kiln.domain.locks import relock
 
     return [d.to_json() for d in relock.debian_closure(docker_daemon, "kiln/base:bookworm", ["python3", "tini"])]
 
@@ -206,7 +206,7 @@ def test_arm64_debian_closure_resolves_without_emulation(base_image, docker_daem
     (or arch-independent), none of the base's own packages is listed again at the version
     it already has, and the names are amd64's, the toolchain's per-architecture binutils
     aside (the lock's linux/arm64 half on a machine with no qemu: a fresh CI machine)."""
-    from kiln.domain import relock
+    from kiln.domain.locks import relock
 
     wanted = ["python3", "tini", "binutils"]
     native = relock.debian_closure(docker_daemon, base_image, wanted)

@@ -11,9 +11,9 @@ import pytest
 from kilntest import REPO, run_kiln
 
 from kiln.basics.errors import ModelShapeUnknown
-from kiln.domain.accelerators import ACCELERATORS
-from kiln.domain.plan import Layout, PlanInput, compute, parse_config, total_params
-from kiln.domain.recipe import load_recipe
+from kiln.domain.planning.plan import Layout, PlanInput, compute, parse_config, total_params
+from kiln.domain.recipes.accelerators import ACCELERATORS
+from kiln.domain.recipes.recipe import load_recipe
 
 # `kiln check` asks a daemon for the engine image when there is one: not here
 pytestmark = pytest.mark.usefixtures("no_docker")

@@ -13,9 +13,15 @@ from kilntest import REPO, run_kiln, write_recipe
 
 from kiln.basics.errors import PlatformUnsupported, RecipeInvalid
 from kiln.commands.check import _platforms
-from kiln.domain import enginelock
-from kiln.domain.images import EngineImage, LazyCA, RecipeImage, platform_labels, platform_suffix
-from kiln.domain.recipe import load_recipe, recipe_dir
+from kiln.domain.images.specs import (
+    EngineImage,
+    LazyCA,
+    RecipeImage,
+    platform_labels,
+    platform_suffix,
+)
+from kiln.domain.locks import enginelock
+from kiln.domain.recipes.recipe import load_recipe, recipe_dir
 
 pytestmark = pytest.mark.usefixtures("no_docker")
 
@@ -230,7 +236,7 @@ def test_emulated_smoke_limits_are_scaled_and_capped():
 
 
 def test_base_tags_per_platform():
-    from kiln.commands.base import base_tag
+    from kiln.commands.baseimage import base_tag
 
     assert base_tag("kiln/base:bookworm", None) == base_tag("kiln/base:bookworm", "linux/amd64") == "kiln/base:bookworm"
     assert base_tag("kiln/base:bookworm", "linux/arm64") == "kiln/base:bookworm-arm64"

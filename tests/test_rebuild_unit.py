@@ -8,8 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from kiln.basics.errors import BaseLockMismatch, RebuildSourceMissing
-from kiln.commands import base, rebuild
-from kiln.domain import imagediff
+from kiln.commands import rebuild
+from kiln.domain.locks import baselock
+from kiln.domain.reproducible import imagediff
 
 
 def _img(**labels):
@@ -41,12 +42,12 @@ def test_first_file_difference_names_path_and_fact():
 
 
 def test_base_lock_mismatch_is_one_line_naming_the_package(tmp_path):
-    spec = base.BaseSpec("bookworm", "minbase", "http://m", "http://s", (), (), "kiln/base:bookworm")
+    spec = baselock.BaseSpec("bookworm", "minbase", "http://m", "http://s", (), (), "kiln/base:bookworm")
     lock = tmp_path / "bookworm.lock.json"
-    lock.write_text(base.lock_document(spec, {"libc6:amd64": "2.36-9+deb12u9", "zlib1g:amd64": "1:1.2.13"}))
-    base.check_lock(spec, json.loads(lock.read_text())["packages"], lock)  # the same set: fine
+    lock.write_text(baselock.lock_document(spec, {"libc6:amd64": "2.36-9+deb12u9", "zlib1g:amd64": "1:1.2.13"}))
+    baselock.check_lock(spec, json.loads(lock.read_text())["packages"], lock)  # the same set: fine
     with pytest.raises(BaseLockMismatch) as exc:
-        base.check_lock(spec, {"libc6:amd64": "2.36-9+deb12u10", "zlib1g:amd64": "1:1.2.13",
+        baselock.check_lock(spec, {"libc6:amd64": "2.36-9+deb12u10", "zlib1g:amd64": "1:1.2.13",
                                "new:amd64": "1"}, lock)
     msg = exc.value.message
     assert "libc6:amd64 2.36-9+deb12u9 -> 2.36-9+deb12u10" in msg and "(and 1 more)" in msg and "\n" not in msg

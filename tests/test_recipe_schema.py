@@ -10,7 +10,7 @@ import yaml
 from kilntest import REPO, run_kiln, write_recipe
 
 from kiln.basics.errors import RecipeInvalid
-from kiln.domain.recipe import load_recipe
+from kiln.domain.recipes.recipe import load_recipe
 
 # daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
 pytestmark = pytest.mark.usefixtures("no_docker")

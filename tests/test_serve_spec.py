@@ -11,9 +11,9 @@ from kilntest import REPO, run_kiln
 from kiln.basics.errors import UsageError
 from kiln.cli import build_parser
 from kiln.commands.serve import parse_env, vllm_extra
-from kiln.domain.container import run_spec
-from kiln.domain.launch import LABEL_RECIPE, RunSpec
-from kiln.domain.recipe import load_recipe
+from kiln.domain.recipes.recipe import load_recipe
+from kiln.domain.serving.container import run_spec
+from kiln.domain.serving.launch import LABEL_RECIPE, RunSpec
 
 # daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
 pytestmark = pytest.mark.usefixtures("no_docker")
@@ -121,7 +121,7 @@ class _Client:
 
 
 def test_port_in_use_names_the_kiln_container_holding_it():
-    from kiln.domain.container import port_in_use
+    from kiln.domain.serving.container import port_in_use
 
     client = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("kiln-tiny-moe-bbbbbb", 8002)])
     err = port_in_use("", 8002, client)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from kiln.domain import sourcedate
+from kiln.domain.reproducible import sourcedate
 
 
 def _git(root, *args, when: int | None = None):
@@ -57,7 +57,7 @@ def test_outside_git_the_date_is_source_date_epoch_or_zero(tmp_path, monkeypatch
 def test_a_recipe_image_dates_from_its_dockerfile_too():
     """The recipe Dockerfile enters the context as bytes kiln made (with the harness's
     tail), so it is named as a source on its own."""
-    from kiln.domain.images import resolve
+    from kiln.domain.images.specs import resolve
 
     recipe_image = resolve("tiny-kindling").recipe_image
     sources = recipe_image.input_sources()

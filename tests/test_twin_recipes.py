@@ -11,7 +11,7 @@ import pytest
 from kilntest import REPO
 
 from kiln.basics.errors import RecipeInvalid
-from kiln.domain.recipe import display_path, load_recipe
+from kiln.domain.recipes.recipe import display_path, load_recipe
 
 GENERATOR = REPO / "recipes" / "_shared" / "make_models.py"
 # the generator's bytes, pinned so that a change to the models it bakes is a decision:
@@ -23,7 +23,7 @@ GENERATOR_SHA256 = "f562dbe70da7d2f059129554924e6a0fa537785e300975fe9100a8a14cd2
 
 @pytest.mark.parametrize("name", ["tiny-moe", "tiny-kindling"])
 def test_each_tiny_recipe_gets_the_one_shared_generator_in_its_context(name):
-    from kiln.domain.images import EngineImage, RecipeImage
+    from kiln.domain.images.specs import EngineImage, RecipeImage
 
     loaded = load_recipe(REPO / "recipes" / name)
     assert loaded.recipe.build.shared == ["make_models.py"]
@@ -88,7 +88,7 @@ def test_tiny_kindling_is_glm53_kindlings_twin():
     assert not (twin.dir / "experimental").exists(), "the override is shared, not copied"
     spec = twin.recipe.launch.speculative_config
     assert spec["num_speculative_tokens"] == glm.recipe.launch.speculative_config["num_speculative_tokens"]
-    from kiln.domain.launch import launch_document
+    from kiln.domain.serving.launch import launch_document
 
     def knobs(loaded):
         env = launch_document(loaded)["env"]

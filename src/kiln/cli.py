@@ -16,7 +16,7 @@ from kiln import __version__
 from kiln.basics import log
 from kiln.basics.errors import KilnError, UsageError
 from kiln.commands import (
-    base,
+    baseimage,
     build,
     check,
     completion,
@@ -41,7 +41,7 @@ from kiln.infra.docker import daemon_fault
 
 # every command module, in the order `kiln --help` lists their commands; each one's
 # register(sub) adds its parser(s) with set_defaults(func=...), func(args) -> exit code
-COMMANDS = (listing, show, check, schema, build, base, prune, doctor, serve, smoke, patches, publish, keys, verify,
+COMMANDS = (listing, show, check, schema, build, baseimage, prune, doctor, serve, smoke, patches, publish, keys, verify,
             render, plan, fetch, sbom, rebuild, completion)
 
 

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kiln.commands.smoke import feature_metrics_text, metric_sum
-from kiln.domain.container import ServingContainer, free_port, run_spec
-from kiln.domain.launch import Mount
+from kiln.domain.serving.container import ServingContainer, free_port, run_spec
+from kiln.domain.serving.launch import Mount
 
 if TYPE_CHECKING:
     from openai import OpenAI
 
-    from kiln.domain.recipe import LoadedRecipe
+    from kiln.domain.recipes.recipe import LoadedRecipe
     from kiln.infra.docker import DockerDaemon
 
 _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")

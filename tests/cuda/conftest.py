@@ -12,7 +12,7 @@ NAME = "glm53-kindling"
 @pytest.fixture(scope="session")
 def glm():
     from kiln.basics.paths import recipes_dir
-    from kiln.domain.recipe import load_recipe
+    from kiln.domain.recipes.recipe import load_recipe
 
     return load_recipe(recipes_dir() / NAME)
 

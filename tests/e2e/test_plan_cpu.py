@@ -10,10 +10,10 @@ import re
 import pytest
 from kilntest import REPO
 
-from kiln.domain.container import ServingContainer, free_port, run_spec
-from kiln.domain.plan import Layout, compute
-from kiln.domain.planinput import plan_input
-from kiln.domain.recipe import load_recipe
+from kiln.domain.planning.modelshape import plan_input
+from kiln.domain.planning.plan import Layout, compute
+from kiln.domain.recipes.recipe import load_recipe
+from kiln.domain.serving.container import ServingContainer, free_port, run_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 

@@ -90,7 +90,7 @@ def runs(request, tiny_kindling, docker_daemon):
     The servers boot together and answer their request sets concurrently (one client
     thread per server): on 2 cores that takes a little over the slowest server's time
     alone, instead of the sum of all three."""
-    from kiln.domain.features import engine_features
+    from kiln.domain.recipes.engine_features import engine_features
 
     size = SIZES[request.param]
     loaded, img = tiny_kindling.loaded, tiny_kindling.image

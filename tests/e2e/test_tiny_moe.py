@@ -13,7 +13,7 @@ import time
 import pytest
 from kilntest import REPO, kiln_containers_on, make_tree, run_kiln, saved_image
 
-from kiln.domain.container import free_port, wait_for_health
+from kiln.domain.serving.container import free_port, wait_for_health
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -182,7 +182,7 @@ def test_missing_model_host_path_is_refused_before_docker(tmp_path):
 
 def test_engine_image_has_no_ca_or_wheels_in_any_layer(image, docker_daemon):
     """The CA bundle the build used and the wheelhouse never reach a layer of the image."""
-    from kiln.domain.ca import resolve_ca
+    from kiln.domain.images.cabundle import resolve_ca
 
     img = image.image
     ca = resolve_ca()

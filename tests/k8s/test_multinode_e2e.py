@@ -16,10 +16,10 @@ import urllib.request
 import pytest
 from kilntest import REPO
 
-from kiln.domain.container import ServingContainer, free_port, run_spec, wait_for_health
-from kiln.domain.launch import LABEL_RECIPE
-from kiln.domain.multinode import NodeGroup, node_specs
-from kiln.domain.topology import split_over_nodes
+from kiln.domain.recipes.topology import split_over_nodes
+from kiln.domain.serving.container import ServingContainer, free_port, run_spec, wait_for_health
+from kiln.domain.serving.launch import LABEL_RECIPE
+from kiln.domain.serving.multinode import NodeGroup, node_specs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -142,9 +142,9 @@ def test_worker_killed_mid_run_fails_the_smoke_clearly_and_leaves_nothing(tiny_m
 def test_image_prints_each_nodes_command(tiny_moe, docker_daemon, tmp_path):
     """`docker run IMAGE --print-launch` with a multi-node launch config: the image's own
     entrypoint prints one command per node, with the flags kiln renders."""
-    from kiln.domain.launch import launch_document
-    from kiln.domain.recipe import load_recipe
-    from kiln.domain.topology import node_args
+    from kiln.domain.recipes.recipe import load_recipe
+    from kiln.domain.recipes.topology import node_args
+    from kiln.domain.serving.launch import launch_document
 
     image = tiny_moe.image
     loaded = load_recipe(REPO / "recipes" / "glm53-kindling-2node")

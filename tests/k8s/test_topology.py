@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 from kilntest import REPO, run_kiln
 
-from kiln.domain.launch import launch_document, vllm_argv
-from kiln.domain.recipe import load_recipe
-from kiln.domain.topology import Topology, feature_refusals, layout_problems, node_args
+from kiln.domain.recipes.recipe import load_recipe
+from kiln.domain.recipes.topology import Topology, feature_refusals, layout_problems, node_args
+from kiln.domain.serving.launch import launch_document, vllm_argv
 
 # daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
 pytestmark = pytest.mark.usefixtures("no_docker")
@@ -148,7 +148,7 @@ def test_kiln_refuses_exactly_the_layouts_the_engine_refuses(monkeypatch):
     """The check-time table mirrors the engine's start-up check: over a grid of layouts and
     all2all backends, kiln refuses a layout iff draft-trunc would refuse it in vLLM
     (use_sequence_parallel_moe computed as vLLM 0.32.0's ParallelConfig does)."""
-    from kiln.domain.topology import SEQUENCE_PARALLEL_BACKENDS
+    from kiln.domain.recipes.topology import SEQUENCE_PARALLEL_BACKENDS
 
     engine = _engine_check()
     monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: object())  # triton: not a layout rule

@@ -12,8 +12,8 @@ import pytest
 from patchtest import add_feature
 
 from kiln.cli import main
-from kiln.domain.patching import applier as P
 from kiln.domain.patching import diff as D
+from kiln.inimage import patch_applier as P
 
 pytestmark = pytest.mark.network
 
@@ -93,7 +93,7 @@ def test_checkout_refresh_round_trips_byte_for_byte(kroot, capsys):
                            "b/vllm/logger.py"], cwd=kroot / "g", capture_output=True).stdout
     gitpatch = HEADER + diff
     assert gitpatch.count(b"\nindex ") == 1 and b"diff --git a/vllm/logger.py b/vllm/logger.py" in gitpatch
-    from kiln.domain.patching.applier import read_series_names
+    from kiln.inimage.patch_applier import read_series_names
 
     shipped = "".join(f"{n}\n" for n in read_series_names(pdir / "series"))  # the shipped engine series
     (pdir / "0002-git-style.patch").write_bytes(gitpatch)
@@ -238,10 +238,10 @@ def test_to_patch_turns_a_replacement_into_a_patch(kroot, capsys, src032):
 
 
 def test_harness_helpers(kroot, src032):
-    from kiln.domain.overrides import load_override
-    from kiln.domain.patching.applier import read_series_names
     from kiln.domain.patching.overlay import overlay_json
     from kiln.domain.patching.series import series_for
+    from kiln.domain.recipes.overrides import load_override
+    from kiln.inimage.patch_applier import read_series_names
 
     shipped = read_series_names(kroot / "patches" / "vllm" / "0.32.0" / "series")
     assert [p.name for p in series_for("0.32.0").patches] == shipped and shipped[0] == "0001-cli-version-from-package.patch"

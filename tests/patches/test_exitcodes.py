@@ -7,8 +7,8 @@ import pytest
 
 from kiln.basics import errors
 from kiln.commands import build
-from kiln.domain.patching import applier as P
 from kiln.domain.patching import series
+from kiln.inimage import patch_applier as P
 
 APPLY_STEP = ("Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site-packages"
               " && python /opt/kiln/lib/kiln_patching.py apply --root /opt/kiln/site-packages")
@@ -67,11 +67,11 @@ def test_the_applier_is_stdlib_only_and_the_only_patch_file_in_engine_images():
     import sys
     from pathlib import Path
 
-    from kiln.domain import images
+    from kiln.domain.images import specs
 
     tree = ast.parse(Path(P.__file__).read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
     relative = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0]
     assert relative == [] and imported - {"__future__"} <= set(sys.stdlib_module_names), imported
-    assert images._patcher_source().resolve() == Path(P.__file__).resolve()
+    assert specs._patcher_source().resolve() == Path(P.__file__).resolve()

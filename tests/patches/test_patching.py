@@ -1,4 +1,4 @@
-"""The patch engine (kiln/domain/patching/applier.py, diff.py) against the real vLLM 0.32.0 sources."""
+"""The patch engine (kiln/inimage/patch_applier.py, diff.py) against the real vLLM 0.32.0 sources."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.domain.patching import applier as P
 from kiln.domain.patching import diff as D
+from kiln.inimage import patch_applier as P
 
 pytestmark = pytest.mark.network  # the fixtures download the engine wheel once
 

@@ -121,7 +121,7 @@ def test_check_says_which_series_each_recipe_uses(groot, capsys):
     code, out, err = kiln(capsys, "check", "--all", "--json")
     assert code == 0, err
     recipes = {r["name"]: r for r in json.loads(out)["recipes"]}
-    from kiln.domain.patching.applier import read_series_names
+    from kiln.inimage.patch_applier import read_series_names
 
     feature = len(read_series_names(groot / DT / "patches" / "0.33.0" / "series"))
     assert feature >= 9  # 0001-0008 hooks, 0009 dead rows for any router (qwen3-30b-a3b)
@@ -148,7 +148,7 @@ def test_engine_bump_moves_a_recipe(groot, capsys):
     assert recipe.read_text() == text  # comments, quotes ("13.0") and order as written
     assert "engine.torch 2.13.0 -> 2.14.0 (what vllm 0.33.0 pins)" in err
     # the bump re-locked the recipe's engine image for the new version
-    from kiln.domain import enginelock
+    from kiln.domain.locks import enginelock
 
     lock = enginelock.load(groot / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json")
     assert lock.engine_version == "0.33.0" and lock.package("vllm").version == "0.33.0"
@@ -162,8 +162,8 @@ def test_engine_bump_moves_a_recipe(groot, capsys):
 
 
 def test_recipe_image_carries_only_its_engine_versions_series(groot):
-    from kiln.domain.overrides import load_override
     from kiln.domain.patching.overlay import excluded_paths, overlay_json
+    from kiln.domain.recipes.overrides import load_override
 
     ov = load_override(groot / DT)
     assert ov.series_versions() == ["0.32.0", "0.33.0"]
@@ -176,7 +176,7 @@ def test_readme_names_each_recipes_engine_version():
     """The README's recipe table is what the recipes pin (and lists every recipe)."""
     import re
 
-    from kiln.domain.recipe import load_recipe
+    from kiln.domain.recipes.recipe import load_recipe
 
     rows = dict(re.findall(r"^\| ([a-z0-9-]+) \| vLLM (\S+) \|", (REPO / "README.md").read_text(), re.M))
     pinned = {d.name: load_recipe(d).recipe.engine.version

@@ -31,10 +31,10 @@ INDEX = "application/vnd.oci.image.index.v1+json"
 def tree(tmp_path_factory, docker_daemon):
     """A kiln tree whose recipe declares both platforms, and an image 'built' for each."""
     from kiln.basics import paths
-    from kiln.domain.context import BuildContext
-    from kiln.domain.images import LABEL_NS, platform_labels, resolve
-    from kiln.domain.normalise import rfc3339
-    from kiln.domain.reproducible import make_reproducible
+    from kiln.domain.images.buildcontext import BuildContext
+    from kiln.domain.images.specs import LABEL_NS, platform_labels, resolve
+    from kiln.domain.reproducible.normalise_image import make_reproducible
+    from kiln.domain.reproducible.savearchive import rfc3339
 
     tmp = tmp_path_factory.mktemp("multiarch")
     root = renamed_mini(tmp / "tree", NAME, PUBLISH_SECTION.replace("kiln-test/mini", REPOSITORY),
@@ -181,7 +181,8 @@ def test_signed_index_publish_signs_the_index_digest(tree, registry, monkeypatch
     minimal CycloneDX document; the provenance, signing and verification are real."""
     from kiln.basics import paths
     from kiln.commands import publish
-    from kiln.domain import attest, keys
+    from kiln.domain.signing import keys
+    from kiln.domain.supplychain import attest
     from kiln.infra.credentials import Credentials
     from kiln.infra.docker import DockerDaemon
 

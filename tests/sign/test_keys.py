@@ -17,7 +17,7 @@ from kilntest import run_kiln
 from signtest import PASSWORD, fixture
 
 from kiln.basics.errors import SigningKeyInvalid, SigningPasswordInvalid
-from kiln.domain import keys
+from kiln.domain.signing import keys
 
 
 def _body(pem: bytes) -> dict:

@@ -15,8 +15,8 @@ import pytest
 from kilntest import FIXTURES
 from sctest import validate_statement
 
-from kiln.domain import provenance
-from kiln.domain.images import resolve
+from kiln.domain.images.specs import resolve
+from kiln.domain.supplychain import provenance
 
 MANIFEST = "sha256:" + "cd" * 32
 

@@ -17,8 +17,8 @@ from packaging.utils import canonicalize_name
 from sctest import validate_cyclonedx, validate_spdx, validate_statement
 
 from kiln.basics.errors import SbomReadFailed
-from kiln.domain import provenance, sbom
-from kiln.domain.images import existing, resolve
+from kiln.domain.images.specs import existing, resolve
+from kiln.domain.supplychain import provenance, sbom
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
 

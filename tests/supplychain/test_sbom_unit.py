@@ -20,7 +20,9 @@ from packageurl import PackageURL
 from sctest import validate_cyclonedx, validate_spdx
 
 from kiln.basics.errors import LockInvalid
-from kiln.domain import enginelock, purl, sbom, sbom_inimage
+from kiln.domain.locks import enginelock
+from kiln.domain.supplychain import purl, sbom
+from kiln.inimage import sbomreader
 
 ROOT = FIXTURES / "sbom" / "root"
 LOCK = FIXTURES / "sbom" / "vllm-0.32.0.lock.json"
@@ -38,7 +40,7 @@ LABELS = {
 @pytest.fixture
 def inventory(monkeypatch) -> dict:
     monkeypatch.setenv("KILN_SBOM_SITE_DIRS", json.dumps([SITE, "/no/such/dir"]))
-    return sbom_inimage.inventory(str(ROOT), ["/models", "/models/tiny-qwen3moe", "/absent"])
+    return sbomreader.inventory(str(ROOT), ["/models", "/models/tiny-qwen3moe", "/absent"])
 
 
 @pytest.fixture
@@ -88,7 +90,7 @@ def test_reader_skips_packages_without_files_on_disk(tmp_path):
     status.write_text("Package: gone\nStatus: deinstall ok config-files\nVersion: 1\nArchitecture: all\n\n"
                       "Package: kept\nStatus: install ok unpacked\nVersion: 2\nArchitecture: amd64\n"
                       "Description: first line\n more text\n")
-    pkgs = sbom_inimage.debian_packages(str(tmp_path))
+    pkgs = sbomreader.debian_packages(str(tmp_path))
     assert [(p["name"], p["state"], p["summary"]) for p in pkgs] == [("kept", "unpacked", "first line")]
 
 
@@ -114,7 +116,7 @@ def test_reader_hashes_model_files_and_follows_no_symlink(inventory):
 
 
 def test_reader_runs_as_a_script_and_imports_only_the_standard_library(tmp_path):
-    source = Path(sbom_inimage.__file__).read_text()
+    source = Path(sbomreader.__file__).read_text()
     imported = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -250,7 +252,7 @@ def test_the_same_distribution_in_two_environments_is_two_components(monkeypatch
     shutil.copytree(ROOT / SITE.lstrip("/") / "numpy-2.3.5.dist-info",
                     root / "usr/lib/python3/dist-packages/numpy-2.3.5.dist-info")
     monkeypatch.setenv("KILN_SBOM_SITE_DIRS", json.dumps([SITE, "/usr/lib/python3/dist-packages"]))
-    doc = sbom.cyclonedx_document(sbom_inimage.inventory(str(root)), subject)
+    doc = sbom.cyclonedx_document(sbomreader.inventory(str(root)), subject)
     numpys = [c for c in doc["components"] if c["name"] == "numpy"]
     assert len(numpys) == 2 and len({c["bom-ref"] for c in numpys}) == 2
     assert validate_cyclonedx(doc) == []

@@ -5,7 +5,7 @@ base image, purls, signatures), with docker's rules: the tag is after the last `
 the last path component (a registry port is no tag), the digest after `@`, and the
 first component names a registry only when it holds a dot or a port, or is localhost.
 This splits; it does not validate. Callers that take a reference from a user check its
-parts (`kiln verify`: kiln.domain.signing.parse_reference)."""
+parts (`kiln verify`: kiln.domain.signing.signverify.parse_reference)."""
 
 from __future__ import annotations
 

@@ -29,16 +29,19 @@ from kiln.basics.errors import (
 )
 from kiln.basics.paths import local_ref
 from kiln.commands.options import reports
-from kiln.domain import enginecheck, enginelock, engineprobe, lockfailure, reproducible
-from kiln.domain.ca import CABundle, add_to_context
-from kiln.domain.context import BuildContext
-from kiln.domain.images import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
-from kiln.domain.normalise import rfc3339
-from kiln.domain.patching import applier, series
-from kiln.domain.recipe import LoadedRecipe, load_recipe, recipe_dir
-from kiln.domain.sourcedate import SourceDate
+from kiln.domain.imagecheck import enginestamp, engineverify
+from kiln.domain.images.buildcontext import BuildContext
+from kiln.domain.images.cabundle import CABundle, add_to_context
+from kiln.domain.images.specs import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
+from kiln.domain.locks import enginelock, lockfailure
+from kiln.domain.patching import series
+from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
+from kiln.domain.reproducible import normalise_image
+from kiln.domain.reproducible.savearchive import rfc3339
+from kiln.domain.reproducible.sourcedate import SourceDate
 from kiln.infra import binfmt, credentials, records
 from kiln.infra.docker import DockerDaemon, Image, id_of
+from kiln.inimage import patch_applier
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
 
@@ -127,7 +130,7 @@ def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: b
     if job.check is not None:
         job.check(image)
     built_id = job.finalize(image) if job.finalize is not None else result.image_id
-    norm = reproducible.make_reproducible(docker, built_id, job.source_date.epoch, label=job.label,
+    norm = normalise_image.make_reproducible(docker, built_id, job.source_date.epoch, label=job.label,
                                           parent=job.parent)
     image_id = norm.image_id
     for tag in job.tags:
@@ -149,13 +152,13 @@ def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
     if exc.status is None or not _runs_applier(exc.step):
         return None
     typed = {
-        applier.ApplyFailed.exit_code: PatchFailed,
-        applier.DriftError.exit_code: OverrideDrift,
-        applier.PatchFormatError.exit_code: PatchInvalid,
+        patch_applier.ApplyFailed.exit_code: PatchFailed,
+        patch_applier.DriftError.exit_code: OverrideDrift,
+        patch_applier.PatchFormatError.exit_code: PatchInvalid,
     }.get(exc.status)
     if typed is None:
         return None
-    lines = [ln for ln in exc.tail if not ln.startswith(applier.HINT_PREFIX)]
+    lines = [ln for ln in exc.tail if not ln.startswith(patch_applier.HINT_PREFIX)]
     return typed(lines or [f"{exc.step}: the patch applier exited {exc.status} without saying why"])
 
 
@@ -189,7 +192,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         labels=engine_image.labels(),
         buildargs=engine_image.buildargs(),
         # torch/CUDA/NCCL labels read from the built image before anything is tagged
-        finalize=lambda image: engineprobe.labelled(docker, image),
+        finalize=lambda image: enginestamp.labelled(docker, image),
         source_date=engine_image.source_date,
         lock_file=engine_image.lock_file if engine_image.lock is not None else None,
         relock=f"kiln engine lock {recipe}",
@@ -205,11 +208,11 @@ def stamp(docker: DockerDaemon, tags: list[str], outcome: BuildOutcome, epoch: i
     tags are removed, so a failed check never leaves a tag that a later build would trust.
     Fresh builds are labelled before they are tagged (`ImageBuild.finalize`)."""
     image = docker.require_image(outcome.image_id)
-    if engineprobe.is_stamped(image):
+    if enginestamp.is_stamped(image):
         return outcome
     try:
-        image_id = engineprobe.labelled(docker, image)
-        image_id = reproducible.make_reproducible(docker, image_id, epoch, label="engine").image_id
+        image_id = enginestamp.labelled(docker, image)
+        image_id = normalise_image.make_reproducible(docker, image_id, epoch, label="engine").image_id
     except BaseException:
         _untag(docker, tags)
         raise
@@ -263,7 +266,7 @@ def build_recipe(
         log.ok(f"engine {engine_image.tag} up to date")
     else:
         _summary("engine image built", engine_outcome, engine_outcome.seconds)
-    enginecheck.preflight_launch_args(loaded, engine_outcome.image_id, docker)
+    engineverify.preflight_launch_args(loaded, engine_outcome.image_id, docker)
     outcome = run_build(docker, _recipe_build(docker, loaded, recipe_image), engine_image.ca.get(), nocache=nocache)
     if not quiet_summary:
         _summary(f"built {recipe_image.repository}", outcome, time.monotonic() - t0,
@@ -307,7 +310,7 @@ def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: Reci
         max_size_gb=loaded.recipe.budgets.max_image_size_gb,
         source_date=recipe_image.source_date,
         # the engine really is the declared one and accepts the launch args (enginecheck)
-        check=lambda image: enginecheck.verify(loaded, image, docker),
+        check=lambda image: engineverify.verify(loaded, image, docker),
         platform=recipe_image.platform,
         parent=recipe_image.buildargs()["KILN_ENGINE_IMAGE"],
     )

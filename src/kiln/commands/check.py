@@ -16,13 +16,13 @@ from kiln.basics.errors import (
 from kiln.basics.paths import repo_root
 from kiln.commands.options import reports
 from kiln.commands.plan import plan_recipe
-from kiln.domain import enginelock
-from kiln.domain.argcheck import check_against_engine
-from kiln.domain.overrides import load_override
+from kiln.domain.imagecheck.launchargs import check_against_engine
+from kiln.domain.locks import enginelock
 from kiln.domain.patching.series import recipe_series
-from kiln.domain.plan import verdict
-from kiln.domain.recipe import load_recipe, recipe_dir, recipe_names
-from kiln.domain.topology import feature_problems
+from kiln.domain.planning.plan import verdict
+from kiln.domain.recipes.overrides import load_override
+from kiln.domain.recipes.recipe import load_recipe, recipe_dir, recipe_names
+from kiln.domain.recipes.topology import feature_problems
 from kiln.infra import wheelcache
 
 

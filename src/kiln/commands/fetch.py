@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 from kiln.basics import log
-from kiln.domain.container import host_hf_cache
-from kiln.domain.hffetch import fetch
-from kiln.domain.launch import hf_models
-from kiln.domain.recipe import load_recipe, recipe_dir
+from kiln.domain.recipes.recipe import load_recipe, recipe_dir
+from kiln.domain.serving.container import host_hf_cache
+from kiln.domain.serving.hffetch import fetch
+from kiln.domain.serving.launch import hf_models
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kiln.basics import log
 from kiln.basics.errors import SigningPasswordInvalid
-from kiln.domain import keys
+from kiln.domain.signing import keys
 from kiln.infra import keypassword
 
 

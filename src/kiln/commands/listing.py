@@ -6,7 +6,7 @@ import argparse
 
 from kiln.basics import log
 from kiln.commands.options import reports
-from kiln.domain.catalogue import recipe_rows
+from kiln.domain.views.catalogue import recipe_rows
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -8,10 +8,11 @@ import time
 
 from kiln.basics import log
 from kiln.basics.errors import UsageError
-from kiln.domain import enginelock as L
-from kiln.domain import relock
-from kiln.domain.ca import resolve_ca
-from kiln.domain.recipe import Engine, load_recipe, recipe_dir, recipe_names
+from kiln.domain.images.cabundle import resolve_ca
+from kiln.domain.images.specs import EngineImage
+from kiln.domain.locks import enginelock as L
+from kiln.domain.locks import relock
+from kiln.domain.recipes.recipe import Engine, load_recipe, recipe_dir, recipe_names
 from kiln.infra.docker import DockerDaemon
 
 
@@ -41,7 +42,8 @@ def lock_engine(recipe: str, engine: Engine, platforms: list[str] | None = None,
     if platforms is None:
         platforms = L.load(path).platforms if path.is_file() else ["linux/amd64"]
     cafile = resolve_ca(None).path
-    lock = relock.make_lock(engine, folder, platforms, cafile=cafile, docker=docker or DockerDaemon())
+    lock = relock.make_lock(engine, folder, platforms, cafile=cafile, docker=docker or DockerDaemon(),
+                            base_of=lambda platform: EngineImage(engine, None, platform).base_ref)
     changed = L.write(lock, path)
     debian = sum(len(v) for v in lock.debian_packages.values())
     what = (f"{len(lock.python_packages)} Python distributions"

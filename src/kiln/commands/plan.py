@@ -1,5 +1,5 @@
 """`kiln plan NAME [--gpu G] [--gpus N] [--strict]`: per GPU, the recipe's weights, KV
-cache and engine reserve against capacity x gpu-memory-utilization (domain/plan.py says
+cache and engine reserve against capacity x gpu-memory-utilization (domain/planning/plan.py says
 how each is counted); exit 92 with one line when it does not fit."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import argparse
 from kiln.basics import log
 from kiln.basics.errors import PlanDoesNotFit, UsageError
 from kiln.commands.options import count
-from kiln.domain.accelerators import ACCELERATORS, NAMES, Accelerator
-from kiln.domain.plan import Layout, Plan, compute, gib, verdict
-from kiln.domain.planinput import plan_input
-from kiln.domain.recipe import LoadedRecipe, load_recipe, recipe_dir
-from kiln.domain.topology import effective
+from kiln.domain.planning.modelshape import plan_input
+from kiln.domain.planning.plan import Layout, Plan, compute, gib, verdict
+from kiln.domain.recipes.accelerators import ACCELERATORS, NAMES, Accelerator
+from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
+from kiln.domain.recipes.topology import effective
 
 
 def plan_recipe(loaded: LoadedRecipe, *, gpu: str | None = None, gpus: int | None = None) -> Plan:

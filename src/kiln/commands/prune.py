@@ -14,8 +14,8 @@ import argparse
 
 from kiln.basics import log
 from kiln.basics.errors import KilnError
-from kiln.domain.images import LABEL_NS, resolve
-from kiln.domain.recipe import recipe_names
+from kiln.domain.images.specs import LABEL_NS, resolve
+from kiln.domain.recipes.recipe import recipe_names
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
 

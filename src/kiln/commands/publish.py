@@ -52,10 +52,10 @@ from kiln.basics.errors import (
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import results_dir, shown_home
 from kiln.commands import signstep
-from kiln.domain import enginelock
-from kiln.domain.context import BuildContext
-from kiln.domain.images import LABEL_NS, BuiltRecipe, require_built
-from kiln.domain.recipe import LoadedRecipe, load_recipe, recipe_dir
+from kiln.domain.images.buildcontext import BuildContext
+from kiln.domain.images.specs import LABEL_NS, BuiltRecipe, require_built
+from kiln.domain.locks import enginelock
+from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
 from kiln.infra import credentials
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.records import passing_smoke_record, record_path

@@ -23,17 +23,13 @@ from pathlib import Path
 from kiln.basics import log
 from kiln.basics.errors import BuildFailed, ImageNotBuilt, RebuildDiffers, RebuildSourceMissing
 from kiln.basics.paths import repo_root
-from kiln.domain import imagediff
-from kiln.domain.images import LABEL_NS
-from kiln.infra import credentials
+from kiln.domain.images.specs import LABEL_NS
+from kiln.domain.reproducible import imagediff
+from kiln.infra import credentials, git
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
 NAMESPACE = "kiln-verify"
 REVISION = "org.opencontainers.image.revision"
-
-
-def _git(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True)
 
 
 def _image(docker: DockerDaemon, ref: str) -> Image:
@@ -93,12 +89,12 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
     img = _image(docker, ref)
     recipe, revision = what_to_rebuild(img, ref)
     root = repo_root()
-    if _git("cat-file", "-e", f"{revision}^{{commit}}", cwd=root).returncode != 0:
+    if git.run(root, "cat-file", "-e", f"{revision}^{{commit}}").returncode != 0:
         raise RebuildSourceMissing(f"{ref}: revision {revision[:12]} is not in the checkout at {root}")
     log.step(f"rebuilding {recipe} at {revision[:12]} (lock {(img.labels or {}).get(f'{LABEL_NS}.lock', 'none')})")
     with tempfile.TemporaryDirectory(prefix="kiln-rebuild-") as tmp:
         tree = Path(tmp) / "tree"
-        added = _git("worktree", "add", "--detach", str(tree), revision, cwd=root)
+        added = git.run(root, "worktree", "add", "--detach", str(tree), revision)
         if added.returncode != 0:
             raise RebuildSourceMissing(f"git worktree add {revision[:12]} failed: {added.stderr.strip()[-200:]}")
         try:
@@ -116,7 +112,7 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
                 raise BuildFailed(f"kiln build {recipe} at {revision[:12]} failed (exit {built.returncode})")
             new_id = json.loads(built.stdout)["image_id"]
         finally:
-            _git("worktree", "remove", "--force", str(tree), cwd=root)
+            git.run(root, "worktree", "remove", "--force", str(tree))
     new = docker.require_image(new_id)
     old_id = id_of(img)
     diff = None

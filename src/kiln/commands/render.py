@@ -1,5 +1,5 @@
 """`kiln render k8s NAME`: argument handling and file writing; the manifests themselves
-are built in kiln.domain.k8s (what they contain and why is documented there)."""
+are built in kiln.domain.serving.k8s (what they contain and why is documented there)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ import yaml
 from kiln.basics import log
 from kiln.basics.errors import RecipeInvalid
 from kiln.commands.check import check_one
-from kiln.domain.images import resolve
-from kiln.domain.k8s import HF_CACHE_PVC, dump, manifests, published_image
-from kiln.domain.launch import hf_models
-from kiln.domain.topology import effective
+from kiln.domain.images.specs import resolve
+from kiln.domain.recipes.topology import effective
+from kiln.domain.serving.k8s import HF_CACHE_PVC, dump, manifests, published_image
+from kiln.domain.serving.launch import hf_models
 
 
 def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int,

@@ -16,9 +16,9 @@ from pathlib import Path
 from kiln.basics import log
 from kiln.basics.errors import ImageNotBuilt, SbomWriteFailed, UsageError
 from kiln.basics.files import write_atomic
-from kiln.domain import sbom as sbomdoc
-from kiln.domain.images import existing, require_built, resolve
-from kiln.domain.provenance import build_provenance
+from kiln.domain.images.specs import existing, require_built, resolve
+from kiln.domain.supplychain import sbom as sbomdoc
+from kiln.domain.supplychain.provenance import build_provenance
 from kiln.infra.docker import DockerDaemon, id_of
 
 

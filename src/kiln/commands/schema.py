@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from kiln.domain.recipe import json_schema
+from kiln.domain.recipes.recipe import json_schema
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

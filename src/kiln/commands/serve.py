@@ -18,11 +18,11 @@ from kiln.basics.errors import (
     ServerExited,
     UsageError,
 )
-from kiln.domain.container import ServingContainer, kiln_containers, preflight, run_spec
-from kiln.domain.images import RecipeImage, existing, resolve
-from kiln.domain.launch import LABEL_RECIPE, LABEL_URL
-from kiln.domain.multinode import node_specs, print_commands
-from kiln.domain.topology import effective
+from kiln.domain.images.specs import RecipeImage, existing, resolve
+from kiln.domain.recipes.topology import effective
+from kiln.domain.serving.container import ServingContainer, kiln_containers, preflight, run_spec
+from kiln.domain.serving.launch import LABEL_RECIPE, LABEL_URL
+from kiln.domain.serving.multinode import node_specs, print_commands
 from kiln.infra.docker import Container, DockerDaemon, LogTail, id_of
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -7,7 +7,7 @@ import shlex
 
 from kiln.basics import log
 from kiln.commands.options import reports
-from kiln.domain.catalogue import show_document
+from kiln.domain.views.catalogue import show_document
 
 
 def cmd_show(args: argparse.Namespace) -> int:

@@ -23,11 +23,11 @@ from typing import Any
 
 from kiln.basics import log
 from kiln.basics.errors import SigningKeyInvalid, SigningRequired
-from kiln.domain import keys, signing
-from kiln.domain.attest import kiln_attestations
-from kiln.domain.images import RecipeImage
-from kiln.domain.recipe import LoadedRecipe
-from kiln.domain.sbom import kiln_version
+from kiln.domain.images.specs import RecipeImage
+from kiln.domain.recipes.recipe import LoadedRecipe
+from kiln.domain.signing import keys, signverify
+from kiln.domain.supplychain.attest import kiln_attestations
+from kiln.domain.supplychain.sbom import kiln_version
 from kiln.infra import keypassword
 from kiln.infra.docker import DockerDaemon, Image
 from kiln.infra.registry import RegistryClient
@@ -73,14 +73,14 @@ def signer_for(loaded: LoadedRecipe, sign_key: Path | None, *, stdin_taken: str 
 def sign_and_verify(docker: DockerDaemon, client: RegistryClient, key: keys.PrivateKey, loaded: LoadedRecipe,
                     recipe_image: RecipeImage, image: Image, digest: str) -> dict[str, Any]:
     """Sign and attest `digest`, then verify it from the registry; the record's part."""
-    repository = signing.identity(client.target)
+    repository = signverify.identity(client.target)
     log.step(f"signing {repository}@{digest}: SBOM, provenance, signature")
     attestations = kiln_attestations(docker, loaded, recipe_image, image, repository, digest)
-    result = signing.sign_image(client, digest, key, attestations, creator=f"kiln {kiln_version()}")
+    result = signverify.sign_image(client, digest, key, attestations, creator=f"kiln {kiln_version()}")
     if result.signature_reused:
         log.info(f"{result.signature_tag} already holds a signature by this key; kept")
     # read back and check it all as a verifier would, before any consumer tag
-    checked = signing.verify_image(client, digest, key.public, required=result.predicate_types)
+    checked = signverify.verify_image(client, digest, key.public, required=result.predicate_types)
     log.ok(f"signature and {len(result.predicate_types)} attestations verified from the registry "
            f"({result.signature_tag}, {result.attestation_tag})")
     return {**asdict(result), "verified": True, "attestations": [asdict(a) for a in checked.attestations]}
@@ -97,7 +97,7 @@ def verify_for_promote(loaded: LoadedRecipe, client: RegistryClient, digest: str
                                   f"true; promote needs a key to verify {digest} with (--key PUB or "
                                   "publish.public_key)")
         return None
-    checked = signing.verify_image(client, digest, key)
+    checked = signverify.verify_image(client, digest, key)
     log.ok(f"{digest} verified with {key.source} ({key.fingerprint})")
     return {"key_fingerprint": checked.key_fingerprint, "signature_tag": checked.signature_tag,
             "signature_manifest": checked.signature_manifest, "attestation_tag": checked.attestation_tag,

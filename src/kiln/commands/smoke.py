@@ -21,13 +21,19 @@ from kiln.basics.errors import ContainerStartFailed, DockerDaemonError, SmokeFai
 from kiln.basics.paths import shown_home
 from kiln.commands.build import build_recipe, check_platform
 from kiln.commands.options import count, reports
-from kiln.domain import enginelock
-from kiln.domain.container import ServingContainer, free_port, gpu_visible, preflight, run_spec
-from kiln.domain.features import engine_features
-from kiln.domain.images import require_built
-from kiln.domain.multinode import NodeGroup, node_specs
-from kiln.domain.recipe import load_recipe, recipe_dir
-from kiln.domain.topology import effective, split_over_nodes
+from kiln.domain.images.specs import require_built
+from kiln.domain.locks import enginelock
+from kiln.domain.recipes.engine_features import engine_features
+from kiln.domain.recipes.recipe import load_recipe, recipe_dir
+from kiln.domain.recipes.topology import effective, split_over_nodes
+from kiln.domain.serving.container import (
+    ServingContainer,
+    free_port,
+    gpu_visible,
+    preflight,
+    run_spec,
+)
+from kiln.domain.serving.multinode import NodeGroup, node_specs
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.records import write_smoke_record

@@ -17,23 +17,23 @@ import argparse
 from pathlib import Path
 
 from kiln.basics import log
-from kiln.domain import keys, signing
+from kiln.domain.signing import keys, signverify
 from kiln.infra import credentials
 from kiln.infra.registry import RegistryClient
 
 
 def verify(ref: str, key_path: Path, *, plain_http: bool = False, password_stdin: bool = False,
            signature_only: bool = False, signed_repository: str | None = None,
-           creds: credentials.Credentials | None = None) -> signing.Verification:
+           creds: credentials.Credentials | None = None) -> signverify.Verification:
     public = keys.load_public_key(key_path)  # a bad key fails before any network
-    image = signing.parse_reference(ref, plain_http=plain_http)
+    image = signverify.parse_reference(ref, plain_http=plain_http)
     if creds is None:
         creds = credentials.resolve(image.target.host, password_stdin=password_stdin)
     client = RegistryClient(image.target, creds)
     client.check_access()
-    digest = signing.resolve(client, image)
-    required = () if signature_only else signing.KILN_PREDICATES
-    return signing.verify_image(client, digest, public, required=required, reference=str(image),
+    digest = signverify.resolve(client, image)
+    required = () if signature_only else signverify.KILN_PREDICATES
+    return signverify.verify_image(client, digest, public, required=required, reference=str(image),
                                 signed_repository=signed_repository)
 
 

@@ -10,5 +10,5 @@
 - yamledit: round-trip YAML edits (ruamel.yaml).
 
 The CLI wiring is kiln.commands.patches. This file imports nothing, so that loading the applier
-as `kiln.domain.patching.applier` costs nothing more than the applier itself.
+as `kiln.inimage.patch_applier` costs nothing more than the applier itself.
 """

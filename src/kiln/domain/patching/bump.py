@@ -8,8 +8,6 @@ from pathlib import Path
 
 from kiln.basics import log
 from kiln.basics.errors import PatchFailed, UsageError
-from kiln.domain.overrides import version_key
-from kiln.domain.patching import applier
 from kiln.domain.patching.diff import file_diff, merge3
 from kiln.domain.patching.quilt import Target, checkout, refresh
 from kiln.domain.patching.series import (
@@ -23,7 +21,9 @@ from kiln.domain.patching.series import (
     shown,
 )
 from kiln.domain.patching.yamledit import set_value
+from kiln.domain.recipes.overrides import version_key
 from kiln.infra import wheelcache
+from kiln.inimage import patch_applier as applier
 
 
 @dataclass

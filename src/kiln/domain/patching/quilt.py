@@ -21,7 +21,6 @@ from pathlib import Path
 from kiln.basics import log
 from kiln.basics.errors import PatchFailed, UsageError
 from kiln.basics.paths import cache_dir
-from kiln.domain.patching import applier
 from kiln.domain.patching.diff import file_diff
 from kiln.domain.patching.series import (
     ENGINE,
@@ -35,6 +34,7 @@ from kiln.domain.patching.series import (
     translate,
 )
 from kiln.infra import wheelcache
+from kiln.inimage import patch_applier as applier
 
 STATE = "kiln.json"
 

@@ -7,8 +7,6 @@ from pathlib import Path
 
 from kiln.basics import log
 from kiln.basics.errors import OverrideDrift, RebaseConflict, UsageError
-from kiln.domain.overrides import load_override
-from kiln.domain.patching import applier
 from kiln.domain.patching.diff import file_diff, merge3
 from kiln.domain.patching.series import (
     ENGINE,
@@ -20,6 +18,8 @@ from kiln.domain.patching.series import (
     translate,
 )
 from kiln.domain.patching.yamledit import edit_yaml, set_value
+from kiln.domain.recipes.overrides import load_override
+from kiln.inimage import patch_applier as applier
 
 
 def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:

@@ -24,11 +24,11 @@ from kiln.basics.errors import (
     UsageError,
 )
 from kiln.basics.paths import repo_root
-from kiln.domain.overrides import load_override, series_versions
-from kiln.domain.patching import applier
-from kiln.domain.recipe import LoadedRecipe, recipe_dir
-from kiln.domain.recipe import load_recipe as load_recipe_at
+from kiln.domain.recipes.overrides import load_override, series_versions
+from kiln.domain.recipes.recipe import LoadedRecipe, recipe_dir
+from kiln.domain.recipes.recipe import load_recipe as load_recipe_at
 from kiln.infra import wheelcache
+from kiln.inimage import patch_applier as applier
 
 ENGINE = "vllm"
 EDIT_HINT = "edit it: `kiln patches checkout --force-apply` (leaves .rej files), fix the files, `kiln patches refresh`"

@@ -1,0 +1,89 @@
+"""Stamp an engine image with the torch / CUDA / NCCL versions it really carries.
+
+The Dockerfile cannot know them: torch comes from whatever vLLM pins, its CUDA build
+from the index, NCCL from the nvidia-nccl wheel torch pins. So after the engine image is
+built, a short container imports torch inside it (no GPU needed) and prints what it
+finds; a derived image (`FROM <id>` plus labels, no new filesystem layer) carries the
+answers as `ai.kiln.engine.torch` / `.cuda` / `.nccl`, and that image is what gets
+tagged (`build.stamp` heals an image built before probing existed). `enginecheck`
+compares these labels with the recipe's declared engine.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kiln.basics import log
+from kiln.domain.images.buildcontext import BuildContext
+from kiln.domain.images.specs import LABEL_NS
+from kiln.infra.docker import DockerDaemon, Image, id_of
+
+TORCH = f"{LABEL_NS}.engine.torch"
+CUDA = f"{LABEL_NS}.engine.cuda"
+NCCL = f"{LABEL_NS}.engine.nccl"
+PROBED = f"{LABEL_NS}.engine.probe"  # the raw answer; marks the image as probed
+PROBE_TIMEOUT_S = 180
+
+# Runs inside the image with its own python. NCCL: the library torch actually loads
+# (ncclGetVersion needs no GPU); the wheel's metadata only if torch cannot say.
+PROBE = r"""
+import importlib.metadata as md, json, sys
+try:
+    import torch
+except ModuleNotFoundError as exc:  # no torch at all (a stand-in engine): nothing to stamp
+    if exc.name != "torch":
+        raise
+    print("KILN-PROBE " + json.dumps({"torch": None, "cuda": None, "nccl": None}))
+    sys.exit(0)
+out = {"torch": torch.__version__, "cuda": torch.version.cuda, "nccl": None}
+try:
+    v = torch.cuda.nccl.version()
+    out["nccl"] = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+except Exception:
+    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
+        try:
+            out["nccl"] = md.version(dist)
+            break
+        except md.PackageNotFoundError:
+            pass
+if out["cuda"] is None:
+    out["nccl"] = None  # a CPU torch: an installed NCCL wheel would be dead weight, not a fact
+print("KILN-PROBE " + json.dumps(out))
+"""
+
+
+def probe(docker: DockerDaemon, image_id: str) -> dict[str, str | None]:
+    """{"torch", "cuda", "nccl"} as found inside the image (None when absent)."""
+    return docker.run_script(image_id, PROBE, marker="KILN-PROBE", what=f"engine probe in {image_id[:19]}",
+                             timeout_s=PROBE_TIMEOUT_S, cause=" (torch not importable?)")
+
+
+def labels_for(found: dict[str, str | None]) -> dict[str, str]:
+    """Probe results as labels; CUDA as major.minor, the form recipes declare. What the
+    engine lacks gets no label (a CPU torch has no CUDA)."""
+    out = {PROBED: json.dumps(found, sort_keys=True)}
+    if torch := found.get("torch"):
+        out[TORCH] = torch
+    if cuda := found.get("cuda"):
+        out[CUDA] = ".".join(cuda.split(".")[:2])
+    if nccl := found.get("nccl"):
+        out[NCCL] = nccl
+    return out
+
+
+def is_stamped(image: Image) -> bool:
+    return PROBED in (image.labels or {})
+
+
+def labelled(docker: DockerDaemon, image: Image) -> str:
+    """Id of an image carrying the probed labels: `image` itself when already stamped,
+    else a derived `FROM <id>` image with them. Raises if the probe fails; tags nothing."""
+    image_id = id_of(image)
+    if is_stamped(image):
+        return image_id
+    found = probe(docker, image_id)
+    ctx = BuildContext()
+    ctx.add_bytes("Dockerfile", f"FROM {image_id}\n".encode())
+    result = docker.build(ctx, label="engine-labels", labels=labels_for(found), quiet=True)
+    log.ok("engine probe: " + ", ".join(f"{k} {v or 'none'}" for k, v in found.items()))
+    return result.image_id

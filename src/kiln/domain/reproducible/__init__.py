@@ -1,0 +1,3 @@
+"""Reproducible images: source dates, `docker save` archive normalisation, the step that
+normalises a fresh build before it is tagged, and where two images differ.
+"""

@@ -1,0 +1,331 @@
+"""Kubernetes manifests from the same recipe that builds the image (`kiln render k8s`).
+
+Several nodes: a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1), one group per replica,
+group size = topology.nodes. The leader pod runs the API server and rank 0; worker pods
+run headless ranks. Every pod gets LWS_LEADER_ADDRESS and LWS_WORKER_INDEX from the
+LeaderWorkerSet controller, and the container args reference them (`$(VAR)`, expanded by
+the kubelet), exactly the flags `kiln run --print` shows per node. One node: a Deployment.
+Both come with a Service on the leader, probes derived from the smoke spec, the recipe's
+accelerators as nvidia.com/gpu, a memory-backed /dev/shm, the model volumes, the image
+by digest and a non-root, read-only security context. A recipe built for one platform
+(engine.platforms) pins its pods to that `kubernetes.io/arch`; one built for several is
+published as an image index, and each node pulls its own architecture from it.
+
+A recipe reading weights from a Hugging Face cache (`model.*.source: hf`) mounts a
+PersistentVolumeClaim (`--hf-cache-pvc`, default `hf-cache`) read-only at /hf-cache in
+every serving pod, whose init container waits until the pinned snapshots are complete
+there; a Job (`NAME-fetch`) fills it once with the image's own hub client, the only pod
+that mounts it writable and is allowed to reach the hub.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import yaml
+
+from kiln.basics.errors import ImageNotPublished
+from kiln.basics.paths import results_dir, shown_home
+from kiln.domain.recipes.recipe import LoadedRecipe
+from kiln.domain.recipes.topology import Topology, effective, node_args
+from kiln.domain.serving.container import _explicit_env
+from kiln.domain.serving.launch import CPU_CAPS, CPU_SHM, CUDA_SHM, CUDA_TMPFS, TMPFS, hf_models
+from kiln.inimage.hfcache import CONTAINER_CACHE
+
+LWS_API = "leaderworkerset.x-k8s.io/v1"
+LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
+WORKER_INDEX = "$(LWS_WORKER_INDEX)"
+UID = 1000  # the `kiln` user of every engine image
+PROBE_PERIOD_S = 10
+ARCH_LABEL = "kubernetes.io/arch"  # the well-known node label: amd64, arm64
+HF_CACHE_PVC = "hf-cache"  # default claim of the shared Hugging Face cache
+HF_TOKEN_SECRET = "hf-token"  # optional Secret (key HF_TOKEN) the fetch Job passes on, for gated repos
+
+
+# -- the image --------------------------------------------------------------------------
+def published_image(name: str, input_digest: str) -> str:
+    """REGISTRY/REPO@sha256:... of the newest publish record of `name` built from the
+    recipe's current inputs (for a multi-platform recipe: the index holding them)."""
+
+    folder = results_dir() / "publish"
+    records = []
+    for path in sorted(folder.glob(f"{name}-publish-*.json")):
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        if doc.get("recipe") == name and doc.get("manifest_digest"):
+            records.append(doc)
+    # a multi-platform publish (an image index) holds this image as one of its platforms
+    current = [d for d in records if d.get("input_digest") == input_digest
+               or input_digest in {p.get("input_digest") for p in (d.get("platforms") or {}).values()}]
+    if current:
+        doc = current[-1]
+        return f"{doc['registry']}/{doc['repository']}@{doc['manifest_digest']}"
+    if records:
+        raise ImageNotPublished(f"{name}: the published images ({len(records)} in {shown_home(folder)}) were built from "
+                                f"other inputs than the recipe's current ones (input digest {input_digest[:19]})",
+                                hint=f"`kiln publish {name}` the current inputs, or pass --image REPO@sha256:...")
+    raise ImageNotPublished(f"{name} was never published (no publish record in {shown_home(folder)})")
+
+
+# -- pod pieces -------------------------------------------------------------------------
+def _quantity(docker_size: str) -> str:
+    """docker's `4g` as a Kubernetes quantity `4Gi`."""
+    return docker_size[:-1] + "Gi" if docker_size.endswith("g") else docker_size
+
+
+def _volume_name(path: str) -> str:
+    return "v" + "".join(ch if ch.isalnum() else "-" for ch in path.lower()).strip("-")[:60]
+
+
+def _volumes(loaded: LoadedRecipe, hf_pvc: str = HF_CACHE_PVC) -> tuple[list[dict], list[dict]]:
+    recipe = loaded.recipe
+    cuda = recipe.engine.flavour == "cuda"
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(CUDA_SHM if cuda else CPU_SHM)}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    # the root filesystem is read-only, as with `kiln run`: the same writable scratch dirs
+    for path in {**TMPFS, **(CUDA_TMPFS if cuda else {})}:
+        name = _volume_name(path)
+        volumes.append({"name": name, "emptyDir": {}})
+        mounts.append({"name": name, "mountPath": path})
+    for role, src in (("model-target", recipe.model.target), ("model-draft", recipe.model.draft)):
+        if src is None or src.source != "host_path":
+            continue
+        if src.pvc:
+            volumes.append({"name": role, "persistentVolumeClaim": {"claimName": src.pvc, "readOnly": True}})
+        else:
+            volumes.append({"name": role, "hostPath": {"path": src.host_path, "type": "Directory"}})
+        mounts.append({"name": role, "mountPath": src.path, "readOnly": True})
+    if hf_models(recipe):
+        volumes.append({"name": "hf-cache", "persistentVolumeClaim": {"claimName": hf_pvc, "readOnly": True}})
+        mounts.append({"name": "hf-cache", "mountPath": CONTAINER_CACHE, "readOnly": True})
+    return volumes, mounts
+
+
+def _probes(loaded: LoadedRecipe) -> dict:
+    """vLLM answers /health once the engine (all ranks) is up; the startup probe allows the
+    smoke spec's startup timeout, after which readiness and liveness take over."""
+    smoke = loaded.recipe.smoke
+    get = {"path": "/health", "port": "http"}
+    return {
+        "startupProbe": {"httpGet": get, "periodSeconds": PROBE_PERIOD_S, "timeoutSeconds": 5,
+                         "failureThreshold": max(1, math.ceil(smoke.startup_timeout_s / PROBE_PERIOD_S))},
+        "readinessProbe": {"httpGet": get, "periodSeconds": PROBE_PERIOD_S, "timeoutSeconds": 5,
+                           "failureThreshold": 3},
+        "livenessProbe": {"httpGet": get, "periodSeconds": PROBE_PERIOD_S,
+                          "timeoutSeconds": min(60, smoke.request_timeout_s), "failureThreshold": 3},
+    }
+
+
+def _env(loaded: LoadedRecipe) -> list[dict]:
+
+    return [{"name": k, "value": v} for k, v in sorted(_explicit_env(loaded).items())]
+
+
+def _container(loaded: LoadedRecipe, image: str, args: list[str], mounts: list[dict], topo: Topology, *,
+               serves: bool) -> dict:
+    recipe = loaded.recipe
+    cuda = recipe.engine.flavour == "cuda"
+    caps = {"drop": ["ALL"]}
+    if not cuda:
+        caps["add"] = list(CPU_CAPS)
+    container = {
+        "name": "vllm",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": _env(loaded),
+        "volumeMounts": mounts,
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "runAsUser": UID, "capabilities": caps},
+    }
+    if args:
+        container["args"] = args
+    if cuda:
+        gpus = str(topo.accelerators_per_node)
+        container["resources"] = {"limits": {"nvidia.com/gpu": gpus}, "requests": {"nvidia.com/gpu": gpus}}
+    if serves:
+        container["ports"] = [{"name": "http", "containerPort": recipe.launch.port, "protocol": "TCP"}]
+        container.update(_probes(loaded))
+    return container
+
+
+def _security(loaded: LoadedRecipe) -> dict:
+    caps = {"drop": ["ALL"]}
+    if loaded.recipe.engine.flavour != "cuda":
+        caps["add"] = list(CPU_CAPS)
+    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True, "runAsUser": UID, "capabilities": caps}
+
+
+def _pod_security() -> dict:
+    return {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _wait_for_weights(loaded: LoadedRecipe, image: str, mounts: list[dict]) -> dict:
+    """Init container: the entrypoint's own snapshot check, repeated until the fetch Job
+    has filled the cache (it prints the one line naming what is missing meanwhile)."""
+    return {
+        "name": "wait-for-weights",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["--check-models", "--wait-models"],
+        "env": _env(loaded),
+        "volumeMounts": [m for m in mounts if m["name"] in ("hf-cache", _volume_name("/tmp"))],
+        "securityContext": _security(loaded),
+    }
+
+
+def _pod_spec(loaded: LoadedRecipe, image: str, args: list[str], topo: Topology, *, serves: bool,
+              hf_pvc: str = HF_CACHE_PVC) -> dict:
+    volumes, mounts = _volumes(loaded, hf_pvc)
+    spec: dict[str, Any] = {
+        "securityContext": _pod_security(),
+        "terminationGracePeriodSeconds": 60,
+        "containers": [_container(loaded, image, args, mounts, topo, serves=serves)],
+        "volumes": volumes,
+    }
+    if hf_models(loaded.recipe):
+        spec["initContainers"] = [_wait_for_weights(loaded, image, mounts)]
+    spec.update(_node_selector(loaded))
+    return spec
+
+
+def _node_selector(loaded: LoadedRecipe) -> dict:
+    """A single-platform recipe's pods only go to nodes of that architecture (an amd64
+    image on a Grace node fails with `exec format error`); a multi-platform recipe's
+    image is an index, and each node's runtime pulls its own architecture from it."""
+    platforms = loaded.recipe.engine.platforms
+    if len(platforms) != 1:
+        return {}
+    return {"nodeSelector": {ARCH_LABEL: platforms[0].split("/", 1)[1]}}
+
+
+def _labels(name: str) -> dict:
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "kiln", "ai.kiln.recipe": name}
+
+
+# -- objects ----------------------------------------------------------------------------
+def leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int,
+                      hf_pvc: str = HF_CACHE_PVC) -> dict:
+    name = loaded.name
+    leader = {**_labels(name), "ai.kiln.role": "leader"}
+    worker = {**_labels(name), "ai.kiln.role": "worker"}
+    return {
+        "apiVersion": LWS_API,
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "labels": _labels(name)},
+        "spec": {
+            "replicas": replicas,
+            # workers must start with the leader: its rank 0 waits for them before /health answers
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": topo.nodes,
+                # a vLLM world cannot take back a restarted rank: restart the whole group
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": {"metadata": {"labels": leader},
+                                   "spec": _pod_spec(loaded, image, node_args(topo, 0, LEADER_ADDRESS), topo,
+                                                     serves=True, hf_pvc=hf_pvc)},
+                "workerTemplate": {"metadata": {"labels": worker},
+                                   "spec": _pod_spec(loaded, image, _worker_args(topo), topo, serves=False,
+                                                     hf_pvc=hf_pvc)},
+            },
+        },
+    }
+
+
+def _worker_args(topo: Topology) -> list[str]:
+    """Rank 1's flags with the rank taken from the pod's LWS_WORKER_INDEX."""
+    args = node_args(topo, 1, LEADER_ADDRESS)
+    args[args.index("--node-rank") + 1] = WORKER_INDEX
+    return args
+
+
+def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, hf_pvc: str = HF_CACHE_PVC) -> dict:
+    name = loaded.name
+    labels = {**_labels(name), "ai.kiln.role": "leader"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "labels": _labels(name)},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"ai.kiln.recipe": name, "ai.kiln.role": "leader"}},
+            "template": {"metadata": {"labels": labels},
+                         "spec": _pod_spec(loaded, image, [], topo, serves=True, hf_pvc=hf_pvc)},
+        },
+    }
+
+
+def service(loaded: LoadedRecipe) -> dict:
+    """The OpenAI API of every replica's leader, behind one ClusterIP."""
+    name = loaded.name
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "labels": _labels(name)},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {"ai.kiln.recipe": name, "ai.kiln.role": "leader"},
+            "ports": [{"name": "http", "port": loaded.recipe.launch.port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> dict:
+    """The Job that fills the shared cache with the recipe's pinned snapshots, once: the
+    recipe image's entrypoint with --fetch-models (its own hub client, online), the claim
+    mounted writable. Rerunning it resumes and re-checks; a complete cache is left as is."""
+    name = loaded.name
+    env: list[dict[str, Any]] = [e for e in _env(loaded) if e["name"] not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
+    env += [{"name": "HF_HUB_OFFLINE", "value": "0"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "HF_TOKEN",
+                                                                 "optional": True}}}]
+    tmp = _volume_name("/tmp")
+    labels = {**_labels(name), "ai.kiln.role": "fetch"}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{name}-fetch", "labels": labels},
+        "spec": {
+            "backoffLimit": 3,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    **_node_selector(loaded),
+                    "securityContext": _pod_security(),
+                    "containers": [{
+                        "name": "fetch",
+                        "image": image,
+                        "imagePullPolicy": "IfNotPresent",
+                        "args": ["--fetch-models"],
+                        "env": env,
+                        "volumeMounts": [{"name": "hf-cache", "mountPath": CONTAINER_CACHE},
+                                         {"name": tmp, "mountPath": "/tmp"}],
+                        "securityContext": _security(loaded),
+                    }],
+                    "volumes": [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": hf_pvc}},
+                                {"name": tmp, "emptyDir": {}}],
+                },
+            },
+        },
+    }
+
+
+def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1, hf_pvc: str = HF_CACHE_PVC) -> list[dict]:
+    topo = effective(loaded.recipe)
+    workload = leader_worker_set(loaded, image, topo, replicas, hf_pvc) if topo.multi_node else \
+        deployment(loaded, image, topo, replicas, hf_pvc)
+    objects = [workload, service(loaded)]
+    if hf_models(loaded.recipe):
+        objects.append(fetch_job(loaded, image, hf_pvc))
+    return objects
+
+
+def dump(objects: list[dict]) -> str:
+    return "---\n".join(yaml.safe_dump(o, sort_keys=False, default_flow_style=False) for o in objects)

@@ -1,0 +1,268 @@
+"""What an image holds, read from its own filesystem: runs INSIDE the image.
+
+`kiln.domain.supplychain.sbom` sends this file's source as `python -c` to a network-less container
+of the image (the image's own interpreter, so its `sys.path` is the serving
+environment's) and reads the one JSON line it prints after ``KILN-SBOM ``. It imports
+nothing of kiln and only the standard library, so it runs on any Python >= 3.8 an image
+carries. On the host, tests call `inventory()` on a directory laid out like an image.
+
+Read, never guessed:
+- Debian packages from dpkg's database (`/var/lib/dpkg/status`, plus distroless-style
+  `/var/lib/dpkg/status.d/*`), every package with files on disk;
+- Python distributions from every ``*.dist-info`` / ``*.egg-info`` of each Python
+  environment: the interpreter's `sys.path` plus the usual system and `/opt` locations;
+- kiln's patch manifest (`/opt/kiln/patches.json`), the OS release, and
+- every regular file under the model roots the caller names (path, size, sha256).
+
+Environment (all optional): KILN_SBOM_ROOT (default "/"), KILN_SBOM_MODEL_ROOTS (JSON
+list of absolute paths), KILN_SBOM_SITE_DIRS (JSON list; replaces the discovered ones).
+"""
+
+import glob
+import hashlib
+import json
+import os
+import sys
+from email.parser import HeaderParser
+
+MARKER = "KILN-SBOM"
+# dpkg states whose files are on disk (`not-installed` and `config-files` have none)
+_ON_DISK = {"installed", "unpacked", "half-installed", "half-configured", "triggers-awaited",
+            "triggers-pending"}
+_LICENSE_TEXT_MAX = 2000  # a License field may hold the whole licence text; the start is enough
+_SYSTEM_SITE_GLOBS = (
+    "/usr/lib/python3/dist-packages",
+    "/usr/lib/python3*/site-packages",
+    "/usr/local/lib/python3*/dist-packages",
+    "/usr/local/lib/python3*/site-packages",
+    "/opt/*/lib/python3*/site-packages",
+    "/opt/*/*/lib/python3*/site-packages",
+)
+
+
+def _under(root, path):
+    return os.path.join(root, path.lstrip("/"))
+
+
+def _image_path(root, path):
+    """`path` (on the host) as the image sees it."""
+    rel = os.path.relpath(path, root)
+    return "/" + ("" if rel == "." else rel)
+
+
+# -- Debian ---------------------------------------------------------------------------
+def parse_dpkg_status(text):
+    """Each paragraph of a dpkg status file as a dict (continuation lines joined)."""
+    out: list[dict[str, str]] = []
+    cur: dict[str, str] = {}
+    key: str | None = None
+    for line in text.splitlines():
+        if not line.strip():
+            if cur:
+                out.append(cur)
+            cur, key = {}, None
+        elif line[0] in " \t":
+            if key is not None:
+                cur[key] += "\n" + line[1:]
+        elif ":" in line:
+            key, _, value = line.partition(":")
+            cur[key] = value.strip()
+    if cur:
+        out.append(cur)
+    return out
+
+
+def debian_packages(root):
+    files = [_under(root, "/var/lib/dpkg/status")]
+    files += sorted(glob.glob(_under(root, "/var/lib/dpkg/status.d/*")))
+    out = []
+    for path in files:
+        if not os.path.isfile(path):
+            continue
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            paragraphs = parse_dpkg_status(fh.read())
+        for p in paragraphs:
+            state = (p.get("Status") or "install ok installed").split()[-1]
+            if "Package" not in p or state not in _ON_DISK:
+                continue
+            source, source_version = p.get("Source", ""), ""
+            if "(" in source:  # "Source: glibc (2.36-9+deb12u9)": built from another version
+                source, _, rest = source.partition("(")
+                source, source_version = source.strip(), rest.rstrip(")").strip()
+            out.append({
+                "name": p["Package"], "version": p.get("Version", ""),
+                "architecture": p.get("Architecture", ""), "source": source,
+                "source_version": source_version, "state": state,
+                "maintainer": p.get("Maintainer", ""), "homepage": p.get("Homepage", ""),
+                "summary": (p.get("Description") or "").split("\n", 1)[0],
+                "installed_size_kib": p.get("Installed-Size", ""),
+                "database": _image_path(root, path),
+            })
+    return out
+
+
+# -- Python ---------------------------------------------------------------------------
+def site_dirs(root):
+    """Absolute (image) paths of the directories that can hold distributions."""
+    given = os.environ.get("KILN_SBOM_SITE_DIRS")
+    if given:
+        candidates = json.loads(given)
+    else:
+        # the running interpreter's path only describes the image when it runs in it
+        candidates = [p for p in sys.path if p and os.path.isabs(p)] if root == "/" else []
+        for pattern in _SYSTEM_SITE_GLOBS:
+            candidates += sorted(_image_path(root, p) for p in glob.glob(_under(root, pattern)))
+    out, seen = [], set()
+    for d in candidates:
+        host = _under(root, d)
+        if not os.path.isdir(host):
+            continue
+        real = os.path.realpath(host)
+        if real in seen:
+            continue
+        seen.add(real)
+        out.append(d)
+    return out
+
+
+def _read(path, limit=None):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read() if limit is None else fh.read(limit)
+    except OSError:
+        return None
+
+
+def _record_owns_files(info_dir):
+    """Whether RECORD lists a file outside the metadata directory itself: a dist whose
+    RECORD does not (or that has none) installed no code of its own."""
+    record = _read(os.path.join(info_dir, "RECORD"))
+    if record is None:
+        return None
+    base = os.path.basename(info_dir) + "/"
+    return any(line and not line.startswith(base) for line in record.splitlines())
+
+
+def _distribution(info_dir, location):
+    meta_file = "PKG-INFO" if info_dir.endswith(".egg-info") else "METADATA"
+    if os.path.isfile(info_dir):  # a bare `NAME.egg-info` file is the metadata itself
+        text, meta_file = _read(info_dir), ""
+    else:
+        text = _read(os.path.join(info_dir, meta_file))
+    if text is None:
+        return None
+    msg = HeaderParser().parsestr(text)
+    name, version = msg.get("Name"), msg.get("Version")
+    if not name or not version:
+        return None
+    direct_url = None
+    raw = _read(os.path.join(info_dir, "direct_url.json")) if os.path.isdir(info_dir) else None
+    if raw:
+        try:
+            direct_url = json.loads(raw)
+        except ValueError:
+            direct_url = None
+    license_text = msg.get("License") or ""
+    return {
+        "name": name.strip(), "version": version.strip(),
+        "summary": (msg.get("Summary") or "").strip(),
+        "license_expression": (msg.get("License-Expression") or "").strip(),
+        "license": license_text.strip()[:_LICENSE_TEXT_MAX],
+        "classifiers": [c.strip() for c in msg.get_all("Classifier") or [] if c.strip().startswith("License ::")],
+        "home_page": (msg.get("Home-page") or "").strip(),
+        "project_urls": [u.strip() for u in msg.get_all("Project-URL") or []],
+        "author": (msg.get("Author") or msg.get("Author-email") or "").strip(),
+        "installer": (_read(os.path.join(info_dir, "INSTALLER")) or "").strip() if os.path.isdir(info_dir) else "",
+        "direct_url": direct_url,
+        "owns_files": _record_owns_files(info_dir) if os.path.isdir(info_dir) else None,
+        "location": location,
+        "metadata_dir": location.rstrip("/") + "/" + os.path.basename(info_dir),
+    }
+
+
+def python_distributions(root, dirs):
+    out = []
+    for d in dirs:
+        host = _under(root, d)
+        for entry in sorted(os.listdir(host)):
+            if not entry.endswith((".dist-info", ".egg-info")):
+                continue
+            dist = _distribution(os.path.join(host, entry), d)
+            if dist is not None:
+                out.append(dist)
+    return out
+
+
+# -- kiln's own records, the OS, model files -------------------------------------------
+def patch_manifest(root):
+    raw = _read(_under(root, "/opt/kiln/patches.json"))
+    if raw is None:
+        return None
+    return json.loads(raw)
+
+
+def os_release(root):
+    for path in ("/etc/os-release", "/usr/lib/os-release"):
+        raw = _read(_under(root, path))
+        if raw is None:
+            continue
+        out = {}
+        for line in raw.splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() and not key.startswith("#"):
+                out[key.strip()] = value.strip().strip('"').strip("'")
+        return out
+    return {}
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def model_files(root, roots):
+    """Every regular file under each existing model root (symlinks are not followed:
+    what they point to is listed where it lives, if under a root)."""
+    out, seen = [], set()
+    for model_root in roots:
+        host_root = _under(root, model_root)
+        if not os.path.isdir(host_root):
+            continue
+        for dirpath, dirnames, filenames in os.walk(host_root):
+            dirnames.sort()
+            for fname in sorted(filenames):
+                host = os.path.join(dirpath, fname)
+                path = _image_path(root, host)
+                if path in seen or os.path.islink(host) or not os.path.isfile(host):
+                    continue
+                seen.add(path)
+                out.append({"path": path, "root": model_root, "size": os.path.getsize(host),
+                            "sha256": _sha256(host)})
+    return out
+
+
+def inventory(root="/", model_roots=()):
+    dirs = site_dirs(root)
+    return {
+        "os_release": os_release(root),
+        "debian_packages": debian_packages(root),
+        "site_dirs": dirs,
+        "python_distributions": python_distributions(root, dirs),
+        "patch_manifest": patch_manifest(root),
+        "model_roots": [r for r in model_roots if os.path.isdir(_under(root, r))],
+        "model_files": model_files(root, model_roots),
+        "python": ".".join(str(n) for n in sys.version_info[:3]),
+    }
+
+
+def main():
+    root = os.environ.get("KILN_SBOM_ROOT", "/")
+    model_roots = json.loads(os.environ.get("KILN_SBOM_MODEL_ROOTS") or "[]")
+    print(MARKER + " " + json.dumps(inventory(root, model_roots), sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""kiln.inimage: every file in it runs alone inside an image, so at module level it imports
+the standard library only (kiln itself is forbidden by the import contract; third-party
+packages are checked here). Inside a function, the launch probe may import what it
+probes: the engine image's own vLLM, torch, pydantic and kiln-engine. `source()` is the
+one way its files are shipped."""
+
+import ast
+import sys
+
+import pytest
+
+from kiln import inimage
+from kiln.domain.imagecheck import launchargs
+from kiln.domain.supplychain import sbom
+
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+ENGINE = {"vllm", "torch", "pydantic", "kiln_engine"}  # in every engine image
+
+
+def _names(node: ast.AST) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {alias.name.split(".")[0] for alias in node.names}
+    if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        return {node.module.split(".")[0]}
+    return set()
+
+
+def _imports(path) -> tuple[set[str], set[str]]:
+    """(module-level imports, imports inside functions)"""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    top = {name for node in tree.body for name in _names(node)}
+    inner = {name for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
+             for node in ast.walk(fn) for name in _names(node)}
+    return top, inner
+
+
+def _files():
+    return sorted(inimage.source("hfcache").parent.glob("*.py"))
+
+
+@pytest.mark.parametrize("path", _files(), ids=lambda p: p.name)
+def test_standard_library_only(path):
+    top, inner = _imports(path)
+    assert top - STDLIB == set()
+    assert inner - STDLIB - ENGINE == set()
+
+
+def test_the_check_sees_a_third_party_import(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import json\nimport vllm\ndef f():\n    from yaml import safe_load\n    import torch\n")
+    top, inner = _imports(bad)
+    assert top - STDLIB == {"vllm"}
+    assert inner - STDLIB - ENGINE == {"yaml"}
+
+
+def test_source_names_the_shipped_files():
+    assert {p.stem for p in _files()} >= {"patch_applier", "hfcache", "launchprobe", "sbomreader"}
+    assert launchargs.PROBE == inimage.source("launchprobe").read_text()
+    assert sbom.inimage_script() == inimage.source("sbomreader").read_text(encoding="utf-8")
+    with pytest.raises(FileNotFoundError, match="kiln.inimage has no module 'nope'"):
+        inimage.source("nope")
