@@ -29,9 +29,7 @@ only, so no tag that consumers follow or pin ever points at an unproven image.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -40,30 +38,37 @@ from kiln.basics.errors import (
     ChannelEmpty,
     ChannelInvalid,
     DockerDaemonError,
-    ImageNotBuilt,
     KilnError,
     ManifestMismatch,
     NotSmokeTested,
     PushFailed,
     RegistryAuthFailed,
-    RegistryInvalid,
     UsageError,
 )
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import results_dir, shown_home
 from kiln.commands import signstep
 from kiln.domain.images.buildcontext import BuildContext
-from kiln.domain.images.specs import LABEL_NS, BuiltRecipe, require_built
+from kiln.domain.images.specs import require_built
 from kiln.domain.locks import enginelock
+from kiln.domain.publishing import (
+    SMOKE_LABEL,
+    UNSMOKED_SUFFIX,
+    built_platforms,
+    check_channel,
+    consumer_tags,
+    index_input_digest,
+    platform_smoke,
+    platform_tag,
+    smoke_evidence,
+    target_for,
+    unsmoked_tag,
+)
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
 from kiln.infra import credentials
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.records import passing_smoke_record, record_path
 from kiln.infra.registry import Manifest, RegistryClient, Target, image_index, index_children
-
-SMOKE_LABEL = f"{LABEL_NS}.smoke-check"
-UNSMOKED_SUFFIX = "-unsmoked"
-DEFAULT_CHANNELS = ("experimental", "stable")
 
 
 @dataclass
@@ -105,36 +110,6 @@ class PromoteResult:
 
 
 # -- shared pieces ------------------------------------------------------------------------
-def target_for(loaded: LoadedRecipe, registry: str | None, *, plain_http: bool = False) -> Target:
-    """--registry wins over publish.registry; the repository comes from publish.repository."""
-    pub = loaded.recipe.publish
-    chosen = registry or (pub.registry if pub else None)
-    if not chosen:
-        raise RegistryInvalid(f"{loaded.name}: no registry (no --registry and no publish.registry)")
-    repository = pub.repository if pub else f"kiln/{loaded.name}"
-    return Target.parse(chosen, repository, plain_http=plain_http)
-
-
-def channels_of(loaded: LoadedRecipe) -> list[str]:
-    pub = loaded.recipe.publish
-    return list(pub.channels) if pub else list(DEFAULT_CHANNELS)
-
-
-def check_channel(loaded: LoadedRecipe, channel: str | None) -> str:
-    allowed = channels_of(loaded)
-    if channel is None:
-        return "experimental" if "experimental" in allowed else allowed[0]
-    if channel not in allowed:
-        raise ChannelInvalid(f"{loaded.name}: channel {channel!r} is not one of {', '.join(allowed)}")
-    return channel
-
-
-def engine_tag(loaded: LoadedRecipe) -> str:
-    e = loaded.recipe.engine
-    # a version like 0.32.0+cpu is not a valid tag character set
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{e.name}-{e.version}-{loaded.name}")
-
-
 def _client(target: Target, password_stdin: bool, creds: credentials.Credentials | None) -> RegistryClient:
     if creds is None:
         creds = credentials.resolve(target.host, password_stdin=password_stdin)
@@ -152,20 +127,6 @@ def write_record(kind: str, name: str, doc: dict) -> Path:
     path = d / f"{name}-{kind}-{stamp}.json"
     write_atomic(path, json.dumps({"kind": kind, **doc}, indent=2, sort_keys=True) + "\n")
     return path
-
-
-def _smoke_evidence(tag: str, image_id: str, skip: bool) -> dict:
-    rec = passing_smoke_record(image_id)
-    if rec is not None:
-        if skip:
-            log.warn("--skip-smoke-check ignored: this image has a passing smoke record")
-        return {"status": "passed", "record": str(record_path(image_id))}
-    if not skip:
-        raise NotSmokeTested(f"{tag} (image {image_id[:19]}) has no passing smoke record in "
-                             f"{shown_home(record_path(image_id).parent)}; refusing to publish")
-    log.warn(f"publishing WITHOUT a smoke test (--skip-smoke-check): only the tag "
-             f"{imageref.parse(tag).tag}{UNSMOKED_SUFFIX} is written, and the image gets label {SMOKE_LABEL}=skipped")
-    return {"status": "skipped"}
 
 
 def _unsmoked_image(docker: DockerDaemon, loaded: LoadedRecipe, short: str, image_id: str) -> str:
@@ -212,15 +173,15 @@ def publish(
     explicit_channel = channel
     channel = check_channel(loaded, channel)
     built_id = id_of(img)
-    smoke = _smoke_evidence(recipe_image.tag, built_id, skip_smoke_check)
+    smoke = smoke_evidence(recipe_image.tag, built_id, skip_smoke_check)
     image_id = built_id
-    tags = [engine_tag(loaded), channel, recipe_image.short]  # write order: digest tag last
+    tags = consumer_tags(loaded, recipe_image.short, channel)
     if smoke["status"] == "skipped":
         if explicit_channel is not None:
             raise ChannelInvalid(f"--channel {explicit_channel}: an image without a passing smoke record never "
                                  "moves a channel", hint=f"run `kiln smoke {name}` and publish again, or drop --channel "
                                  f"to push it as {recipe_image.short}{UNSMOKED_SUFFIX} only")
-        channel, tags = None, [f"{recipe_image.short}{UNSMOKED_SUFFIX}"]
+        channel, tags = None, [unsmoked_tag(recipe_image.short)]
     # the key (and its password) before anything moves: a wrong one fails with nothing pushed
     signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
     client = _client(target, password_stdin, creds)
@@ -250,50 +211,6 @@ def publish(
 
 
 # -- publish: several platforms, one image index ----------------------------------------
-def index_input_digest(members: list[tuple[str, BuiltRecipe]]) -> str:
-    """The input digest of a multi-platform publish: over each platform and its image's
-    input digest, so the digest tag names exactly the set of builds the index holds."""
-    text = "".join(f"{plat} {built.recipe_image.digest}\n" for plat, built in sorted(members, key=lambda m: m[0]))
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
-def platform_tag(built: BuiltRecipe) -> str:
-    """The per-platform tag the daemon pushes each image under (`<digest12>-arm64`):
-    pins one architecture; the index's tags are the ones consumers follow."""
-    return f"{built.recipe_image.short}-{built.recipe_image.platform.split('/', 1)[1]}"
-
-
-def built_platforms(docker: DockerDaemon, name: str, declared: list[str]) -> list[tuple[str, BuiltRecipe]]:
-    """(platform, built image) for each declared platform built from the current inputs;
-    ImageNotBuilt when none is, a warning for each one that is not."""
-    members, missing = [], []
-    for plat in declared:
-        try:
-            members.append((plat, require_built(docker, name, plat)))
-        except ImageNotBuilt:
-            missing.append(plat)
-    if not members:
-        raise ImageNotBuilt(f"{name}: none of its platforms ({', '.join(declared)}) is built from the current inputs",
-                            hint=f"`kiln build {name} --platform all`")
-    for plat in missing:
-        log.warn(f"{name}: {plat} is not built from the current inputs; the index holds "
-                 f"{', '.join(p for p, _ in members)} only (`kiln build {name} --platform {plat}`)")
-    return members
-
-
-def _platform_smoke(name: str, members: list[tuple[str, BuiltRecipe]]) -> dict:
-    """Every platform entering the index has a passing smoke record of its own image."""
-    failing = [(plat, built) for plat, built in members if passing_smoke_record(id_of(built.image)) is None]
-    if failing:
-        where = shown_home(record_path(id_of(failing[0][1].image)).parent)
-        raise NotSmokeTested(
-            "; ".join(f"{plat}: {built.recipe_image.tag} (image {id_of(built.image)[:19]})" for plat, built in failing)
-            + f" has no passing smoke record in {where}; a platform that has not passed its smoke test cannot "
-            "enter the index, nothing was pushed",
-            hint=f"`kiln smoke {name} --platform {failing[0][0]}` (or publish without it: drop it from engine.platforms)")
-    return {plat: str(record_path(id_of(built.image))) for plat, built in members}
-
-
 def _publish_index(
     name: str, declared: list[str], *, registry: str | None, channel: str | None, skip_smoke_check: bool,
     plain_http: bool, password_stdin: bool, creds: credentials.Credentials | None, docker: DockerDaemon,
@@ -310,10 +227,10 @@ def _publish_index(
     loaded = members[0][1].loaded
     target = target_for(loaded, registry, plain_http=plain_http)
     channel = check_channel(loaded, channel)
-    records = _platform_smoke(name, members)
+    records = platform_smoke(name, members)
     input_digest = index_input_digest(members)
     short = input_digest.split(":")[1][:12]
-    tags = [engine_tag(loaded), channel, short]
+    tags = consumer_tags(loaded, short, channel)
     signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
     client = _client(target, password_stdin, creds)
     log.step(f"publishing {name} ({', '.join(p for p, _ in members)}) to {target.host}/{target.path} as one index")

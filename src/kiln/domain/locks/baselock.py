@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from kiln.basics import imageref
 from kiln.basics.errors import BaseLockMismatch
 from kiln.basics.paths import repo_root
 
@@ -48,6 +49,19 @@ def lock_path_for_tag(tag: str) -> Path:
     """The lock of base image tag `tag` (`bookworm`, `bookworm-arm64`): tags are named
     after the suite and the platform, as the lock files are."""
     return base_dir() / "locks" / f"{tag}.lock.json"
+
+
+# Debian's code names and release numbers (debian.org/releases): the purl distro of a
+# package installed on a base of that suite, `debian-12`
+DEBIAN_RELEASES = {"bullseye": "11", "bookworm": "12", "trixie": "13"}
+
+
+def debian_distro(base_ref: str) -> str | None:
+    """`debian-<N>` for a Debian base image reference (`kiln/base:bookworm`,
+    `debian:bookworm-slim@sha256:...`): its tag's suite; None when the tag names none."""
+    tag = imageref.parse(base_ref).tag or ""
+    suite = tag.split("-", 1)[0]
+    return f"debian-{DEBIAN_RELEASES[suite]}" if suite in DEBIAN_RELEASES else None
 
 
 def lock_path(spec: BaseSpec, suffix: str = "") -> Path:

@@ -29,6 +29,7 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from kiln.basics import imageref
+from kiln.basics.errors import KilnError
 from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, repo_root
 from kiln.domain.images.buildcontext import BuildContext
@@ -306,7 +307,7 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     deps.append(_image_dependency("engine-image", engine_image.tag, engine_local))
     deps += _wheel_dependencies(engine_image, lock, platform)
     if lock is not None:
-        deps += _locked_dependencies(lock, platform, "debian-12" if "bookworm" in base.ref else None)
+        deps += _locked_dependencies(lock, platform, baselock.debian_distro(base.ref))
     base_lock = _base_lock(base.ref)
     if base_lock is not None:
         deps.append(_lock_dependency(base_lock, sha256_file(base_lock)))
@@ -317,7 +318,7 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     version: dict[str, str] = {"kiln": kiln_version()}
     try:
         version["docker"] = docker.ping()
-    except Exception:  # the daemon version is informative only; the statement stands without it
+    except KilnError:  # the daemon version is informative only; the statement stands without it
         pass
     metadata: dict[str, str] = {"invocationId": invocation_id or f"urn:kiln:build:{image.id}"}
     # the wall clock is in the build record (the image's own dates are its source date)
