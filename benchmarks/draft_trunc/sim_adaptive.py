@@ -211,6 +211,8 @@ def dt_plan(b, model, drafter, base: Plan | None = None, depth_policy=False, see
     j, depth = np.zeros_like(bb.n), bb.n.max(axis=1) if base is None else base.depth.copy()
     explored = bb.explored if bb.explored is not None else np.zeros(bb.n.shape, bool)
     deep = np.random.default_rng(seed + 7).random(steps) < explore  # steps drafting fully
+    if depth_policy:  # ...and verifying fully: deep cells are graded only when verified
+        explored = explored | deep[:, None]
     pos = np.arange(k)
     for start in range(0, steps, chunk):
         part = slice(start, start + chunk)
@@ -220,12 +222,9 @@ def dt_plan(b, model, drafter, base: Plan | None = None, depth_policy=False, see
         args = (bb.tokens[part], reqs, model.policy_table, model.cost, model.ratio, values)
         if depth_policy:
             d = n.max(axis=1)
+            prices = [drafter.step_us(model, reqs, d) / layers for d in range(k + 1)]
             for s in range(k - 1, 0, -1):
-                go = dt_cost.depth_continue(
-                    surv, opt, n, s, *args,
-                    drafter.step_us(model, reqs, s) / layers,
-                    drafter.step_us(model, reqs, s + 1) / layers,
-                )
+                go = dt_cost.depth_continue(surv, opt, n, s, *args, prices)
                 d = np.where(go | (n.max(axis=1) <= s), d, s)
             depth[part] = np.where(deep[part], n.max(axis=1), d)
         made = pos < depth[part, None, None]
@@ -293,11 +292,11 @@ def upstream_choices(b, model, drafter) -> tuple[dict[int, float], dict[float, f
     return ks, th
 
 
-def run_load(records, reqs, model, drafter, table, seed, explore) -> dict:
-    tune = st.draw(records, reqs, np.random.default_rng(seed + 10_000 + reqs), explore=explore)
+def run_load(records, reqs, model, drafter, table, seed, explore, steps=40_000) -> dict:
+    tune = st.draw(records, reqs, np.random.default_rng(seed + 10_000 + reqs), steps, explore)
     _, tuned_th = upstream_choices(tune, model, drafter)
     theta = max(tuned_th, key=tuned_th.get)
-    b = st.draw(records, reqs, np.random.default_rng(seed + reqs), explore=explore)
+    b = st.draw(records, reqs, np.random.default_rng(seed + reqs), steps, explore)
     ks, _ = upstream_choices(b, model, drafter)
     best_k = max(ks, key=ks.get)
     plans = {
@@ -347,11 +346,11 @@ def kiln_choice(tps: dict[str, float]) -> str:
     return "vllm-schedule+dt-depth"
 
 
-def profile_schedule(records, model, drafter, seed, explore) -> dict[int, int]:
+def profile_schedule(records, model, drafter, seed, explore, steps=40_000) -> dict[int, int]:
     """The operator's batch-size -> K table, profiled on one trace."""
     table = {}
     for reqs in PROFILE_SIZES:
-        b = st.draw(records, reqs, np.random.default_rng(seed + 20_000 + reqs), explore=explore)
+        b = st.draw(records, reqs, np.random.default_rng(seed + 20_000 + reqs), steps, explore)
         ks, _ = upstream_choices(b, model, drafter)
         table[reqs] = max(ks, key=ks.get)
     return table
@@ -400,15 +399,15 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def simulate(traces, model, drafter, sizes, seed, explore, log=print) -> tuple[list, dict]:
+def simulate(traces, model, drafter, sizes, seed, explore, log=print, steps=40_000) -> tuple[list, dict]:
     prof = next(t for t in traces if t.source == PROFILE_TRACE)
-    table = profile_schedule(prof, model, drafter, seed, explore)
+    table = profile_schedule(prof, model, drafter, seed, explore, steps)
     log(f"operator's schedule (profiled on {PROFILE_TRACE}): {table}")
     rows = []
     for records in traces:
         for reqs in sizes:
             row = {"trace": records.source, **run_load(records, reqs, model, drafter, table, seed,
-                                                       explore)}
+                                                       explore, steps)}
             rows.append(row)
             v = row["vs_best_upstream"]
             log(f"{records.source:<20} R={reqs:<4} best upstream={row['best_upstream']:<13} "
@@ -444,6 +443,8 @@ def main(argv=None) -> int:
     ap.add_argument("--explore", type=float, default=0.05)
     ap.add_argument("--sizes", type=int, nargs="*", default=list(st.BATCH_SIZES))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--request-steps", type=int, default=40_000,
+                    help="request records drawn per trace and load")
     args = ap.parse_args(argv)
     paths = args.trace if args.trace is not None else sorted(HERE.glob(st.TRACE_GLOB))
     fit = json.loads(args.drafter.read_text()) if args.drafter.is_file() else {}
@@ -458,7 +459,7 @@ def main(argv=None) -> int:
     print(f"sim_adaptive: {len(traces)} traces x {len(args.sizes)} loads; drafter {drafter.name}, "
           f"other_share {args.other_share}", flush=True)
     rows, table = simulate(traces, model, drafter, args.sizes, 0, args.explore,
-                           log=lambda s: print(s, flush=True))
+                           log=lambda s: print(s, flush=True), steps=args.request_steps)
     args.out.mkdir(parents=True, exist_ok=True)
     tag = f"{drafter.name}-os{args.other_share:g}-half{half:g}"
     meta = {"drafter": drafter.name,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from typing import TypedDict
 
 import numpy as np
@@ -261,24 +262,25 @@ def depth_continue(
     cost: RoutedCost,
     ratio_other: float,
     values: npt.ArrayLike | None,
-    draft_us_stop: npt.ArrayLike,
-    draft_us_next: npt.ArrayLike,
+    draft_us: Sequence[npt.ArrayLike],
 ) -> npt.NDArray[np.bool_]:
-    """Whether drafting one more position pays, after ``drafted`` (>= 1) of them.
+    """Whether drafting goes on, after ``drafted`` (>= 1) positions.
 
-    The drafter has written survivals for positions < ``drafted``; the next
-    draft of each request is not known yet. Its survival is at most the last
-    one's (survival never grows with depth), so it enters as a candidate at
-    position ``drafted`` with that survival, worth what its (position, bin) cell
-    has measured so far (optimistic: the real draft can only fall into a lower
-    bin). Two options are priced as ``candidate_prices`` prices a step, each at
-    its best tau: stop now (every undrafted draft dead, ``draft_us_stop`` of
-    drafting) or draft one more (``draft_us_next``); drafting goes on where the
-    second is strictly better. Myopic: if one more position does not pay, a
-    deeper one, worth less at the same price, pays less.
+    The drafter has written survivals for positions < ``drafted``; the later
+    drafts of each request are not known yet. Their survival is at most the last
+    one's (survival never grows with depth), so they enter as candidates with
+    that survival, each worth what its (position, bin) cell has measured so far
+    (optimistic: a real draft can only fall into a lower bin). Each depth d from
+    ``drafted`` to the deepest scheduled draft is priced as ``candidate_prices``
+    prices a step, at its best tau, with ``draft_us[d]`` of drafting and the
+    scheduled drafts past d dead; drafting goes on where some deeper d is
+    strictly better than stopping now. Looking past the next position matters:
+    the verify cost of live tokens is concave (an expert is paid once), so one
+    more position can cost more per draft than three more.
 
     ``surv``/``optional`` [..., R, K] as for ``candidate_prices`` (positions
-    >= ``drafted`` are ignored); ``n`` [..., R] drafts scheduled per request.
+    >= ``drafted`` are ignored); ``n`` [..., R] drafts scheduled per request;
+    ``draft_us`` [K + 1] drafting times by depth (scalars or [...]).
     Returns a bool [...] (False where no request has a draft left to make).
     """
     survs = np.asarray(surv, dtype=np.float64)
@@ -287,17 +289,18 @@ def depth_continue(
     k = np.arange(survs.shape[-1])
     s = drafted
     made = k < s
-    stop = candidate_prices(
-        np.where(made, survs, 0.0), opt & made, num_tokens, num_reqs, table, cost, ratio_other,
-        values, draft_us_stop, np.maximum(sched - s, 0).sum(axis=-1),
-    )
-    more = (k == s) & (s < sched[..., None])
-    guess = np.where(more, survs[..., s - 1 : s], 0.0)
-    cont = candidate_prices(
-        np.where(made, survs, guess), opt & (made | more), num_tokens, num_reqs, table, cost,
-        ratio_other, values, draft_us_next, np.maximum(sched - s - 1, 0).sum(axis=-1),
-    )
-    best_stop = (stop[0] / stop[1]).max(axis=-1)
-    best_cont = (cont[0] / cont[1]).max(axis=-1)
-    result: npt.NDArray[np.bool_] = (best_cont > best_stop) & (sched > s).any(axis=-1)
+    guess = np.where(made, survs, survs[..., s - 1 : s])
+
+    def best(depth: int) -> npt.NDArray[np.float64]:
+        inside = (k < depth) & (k < sched[..., None])
+        tokens, time_us = candidate_prices(
+            np.where(inside, guess, 0.0), opt & inside, num_tokens, num_reqs, table, cost,
+            ratio_other, values, draft_us[depth], np.maximum(sched - depth, 0).sum(axis=-1),
+        )
+        ratio: npt.NDArray[np.float64] = (tokens / time_us).max(axis=-1)
+        return ratio
+
+    stop = best(s)
+    deeper = np.max([best(d) for d in range(s + 1, int(sched.max(initial=0)) + 1)] or [stop], axis=0)
+    result: npt.NDArray[np.bool_] = (deeper > stop) & (sched > s).any(axis=-1)
     return result

@@ -76,10 +76,11 @@ def _depth_case(dt, seed: int) -> tuple[bool, bool, bool]:
     cal.hits.copy_(torch.from_numpy(np.floor(counts * rates).astype(np.float32)))
     scheduled = int(rng.integers(2, k + 1))
     drafted = int(rng.integers(1, scheduled))
-    t_stop, t_next = dt.draft_time(reqs, drafted, k), dt.draft_time(reqs, drafted + 1, k)
+    prices = [dt.draft_time(reqs, d, k) for d in range(k + 1)]
     go = torch.zeros(1, dtype=torch.int32, device=DEVICE)
     launch_depth(go, batch.idx_mapping.to(DEVICE), batch.predictions.to(DEVICE), snap.buffers,
-                 snap.cost, cal, reqs, drafted, scheduled, dt.KNOBS.min_keep, 0.0, t_stop, t_next)
+                 snap.cost, cal, reqs, drafted, scheduled, dt.KNOBS.min_keep, 0.0, prices[1],
+                 prices[2] - prices[1])
     n = np.full(reqs, scheduled)
     pos = np.arange(k)
     optional = (pos < n[:, None]) & (pos >= min(dt.KNOBS.min_keep, scheduled))
@@ -87,10 +88,11 @@ def _depth_case(dt, seed: int) -> tuple[bool, bool, bool]:
                                        cal.counts.cpu().numpy()[:-1].reshape(k, -1))
     args = (_surv(batch.predictions, batch.idx_mapping.numpy(), k), optional, n, drafted,
             reqs * (1 + scheduled), reqs, snap.cost.table.cpu().numpy().astype(np.float64),
-            _cost.H200_FIT, _cost.other_ratio(0.3), values, t_stop)
-    want = bool(dt_cost.depth_continue(*args, t_next))
-    tie = bool(dt_cost.depth_continue(*args, t_next * (1 - 1e-4))) != bool(
-        dt_cost.depth_continue(*args, t_next * (1 + 1e-4)))
+            _cost.H200_FIT, _cost.other_ratio(0.3), values)
+    want = bool(dt_cost.depth_continue(*args, prices))
+    # a tie: nudging the price of stopping now flips the answer
+    nudged = [[p * (1 + e) if d == drafted else p for d, p in enumerate(prices)] for e in (-1e-4, 1e-4)]
+    tie = bool(dt_cost.depth_continue(*args, nudged[0])) != bool(dt_cost.depth_continue(*args, nudged[1]))
     return bool(go.item()), want, tie
 
 
@@ -120,7 +122,7 @@ def test_worthless_drafts_stop_drafting_and_certain_ones_go_on(draft_trunc):
         pred = torch.full((4, 4), p, device=DEVICE)
         go = torch.zeros(1, dtype=torch.int32, device=DEVICE)
         launch_depth(go, idx, pred, snap.buffers, snap.cost, snap.calibration, 1, 1, 4, 1, 0.0,
-                     dt.draft_time(1, 1, 4), dt.draft_time(1, 2, 4))
+                     dt.draft_time(1, 1, 4), dt.draft_time(1, 2, 4) - dt.draft_time(1, 1, 4))
         flags.append(bool(go.item()))
     assert flags == [False, True]
 
@@ -190,3 +192,24 @@ def test_drafting_price_keeps_more_drafts(draft_trunc):
         assert batch.mark_dead(dt)
         taus.append(float(dt.policy_tau().item()))
     assert taus[1] <= taus[0]
+
+
+def test_a_step_whose_drafting_explored_verifies_everything(draft_trunc):
+    """With the depth decision on, the steps its kernel drafts to the end (keyed by
+    the step alone) also verify every draft: otherwise the deep cells would be graded
+    only in the few requests that explore on their own."""
+    from dt_reference import explore_uniform
+
+    steps = [s for s in range(64) if explore_uniform(s, 0xFFFFFFFF) < 0.5]
+    cut = {}
+    for depth in (False, True):
+        env = {"policy": "cost", "explore": 0.5, "depth": 1, "draft_cost": "1:0.05"} if depth else {
+            "policy": "cost", "explore": 0.5}
+        dt = draft_trunc(**env)
+        batch = random_batch(np.random.default_rng(4), 32, 4, mixed=False).to(DEVICE)
+        batch.predictions.fill_(0.02)  # worth nothing: every draft past min_keep is cut
+        dt.prepare(batch.predictions.shape[0], DEVICE, batch.is_padding.shape[0], num_spec=4)
+        dt.snapshot().buffers.step.fill_(steps[0])
+        assert batch.mark_dead(dt)
+        cut[depth] = int(batch.is_padding[: batch.num_tokens].sum())
+    assert cut[False] > 0 and cut[True] == 0

@@ -360,7 +360,7 @@ def mark_dead(
     inputs = MarkInputs(is_padding, query_start_loc, cu_num_logits, idx_mapping, seq_lens,
                         prefill_len, predictions)
     launch_mark_dead(inputs, buffers, num_reqs, knobs.tau, knobs.min_keep, knobs.explore,
-                     cost=cost, calibration=state.calibration)
+                     cost=cost, calibration=state.calibration, deep=knobs.depth)
     state.active = True
     state.calibrating = cost is not None and num_reqs <= MAX_COST_REQS
     if knobs.trace and state.lead:
@@ -409,8 +409,8 @@ def stop_drafting(
 
     - Past the drafts vLLM will verify (its dynamic schedule): always, no sync.
       vLLM 0.32.0/0.33.0's draft_model drafter would draft them and throw them away.
-    - With ``KILN_DRAFT_TRUNC_DEPTH``: where the cost policy says one more position
-      does not pay (``_kernel.launch_depth``; the host reads its flag: one sync).
+    - With ``KILN_DRAFT_TRUNC_DEPTH``: where the cost policy says no deeper drafting
+      pays (``_kernel.launch_depth``; the host reads its flag: one sync).
       Then the scheduled positions past ``step`` keep a copy of the last draft (a
       valid token id), are recorded as not drafted (``Buffers.depth``) and the
       next ``mark_dead`` marks them dead: never accepted, routed experts skipped.
@@ -436,7 +436,7 @@ def stop_drafting(
     launch_depth(
         state.go, idx_mapping, estimator.predictions, buffers, cost, cal, num_reqs, step,
         scheduled, state.knobs.min_keep, state.knobs.explore,
-        draft_time(num_reqs, step, k), draft_time(num_reqs, step + 1, k),
+        draft_time(num_reqs, 1, k), draft_time(num_reqs, 2, k) - draft_time(num_reqs, 1, k),
     )
     if bool(state.go.item()):  # the one host sync of a drafting step
         return False

@@ -168,12 +168,16 @@ def _request_block(
     step: tl.tensor,
     num_reqs: tl.tensor,
     explore: tl.tensor,
+    deep: tl.tensor,
     K: tl.constexpr,
     BLOCK: tl.constexpr,
 ) -> tl.tuple:
     """Per-request facts of one block: rows, slot, n, drafts made, qe, and whether
     truncatable. Drafts made: n, or fewer where the drafter stopped early
-    (``Buffers.depth``), for pure verify queries only."""
+    (``Buffers.depth``), for pure verify queries only. With ``deep`` (the depth
+    decision is on) a step whose drafting explored (``_depth_kernel``'s key) verifies
+    every draft of every request: the deep cells it grades would otherwise only be
+    graded in the few requests that explore."""
     r = start + tl.arange(0, BLOCK)
     rmask = r < num_reqs
     slot = tl.load(idx_mapping_ptr + r, mask=rmask, other=0).to(tl.int64)
@@ -187,7 +191,8 @@ def _request_block(
     # Only a pure verify query [t0, d1..dn] whose t0 lies past the prefill
     # may lose drafts: prompt, prefill-chunk and placeholder drafts stay.
     eligible = rmask & (n > 0) & (qe - qs == n + 1) & (seq_len - n - 1 >= prefill_len)
-    explored = _explore_uniform(step, slot) < explore
+    explored = (_explore_uniform(step, slot) < explore) | (
+        (deep != 0) & (_explore_uniform(step, DEPTH_KEY) < explore))
     depth = tl.load(depth_ptr + slot, mask=rmask, other=K)
     made = tl.where(eligible, tl.minimum(n, depth), n)
     return rmask, slot, n, made, qe, eligible, eligible & (~explored)
@@ -364,6 +369,7 @@ def _cost_aware_tau(
         "tau",
         "min_keep",
         "explore",
+        "deep",
         "cost_max",
         "t_fixed",
         "t_token",
@@ -394,6 +400,7 @@ def _mark_dead_kernel(
     tau: tl.tensor,
     min_keep: tl.tensor,
     explore: tl.tensor,
+    deep: tl.tensor,  # 1: the depth decision is on (its exploring steps verify everything)
     t_fixed: tl.tensor,
     t_token: tl.tensor,
     other_ratio: tl.tensor,
@@ -421,6 +428,7 @@ def _mark_dead_kernel(
             step,
             num_reqs,
             explore,
+            deep,
             K,
             BLOCK_R,
         )
@@ -515,6 +523,7 @@ def launch_mark_dead(
     cost: CostInputs | None = None,
     num_warps: int | None = None,
     calibration: Calibration | None = None,
+    deep: bool = False,
 ) -> None:
     """Launch the kernel: no allocation, no host sync, capturable.
 
@@ -560,6 +569,7 @@ def launch_mark_dead(
         float(tau),
         int(min_keep),
         float(explore),
+        int(deep),
         *cost_scalars,
         K=predictions.shape[1],
         BLOCK_R=block_r,
@@ -572,11 +582,11 @@ def launch_mark_dead(
 @jit(
     do_not_specialize=[
         "num_reqs", "drafted", "scheduled", "min_keep", "explore", "cost_max", "t_fixed",
-        "t_token", "other_ratio", "t_stop", "t_next",
+        "t_token", "other_ratio", "t_first", "t_pos",
     ]
 )
 def _depth_kernel(
-    go_ptr: tl.tensor,  # [1] int32 out: 1 = draft one more position
+    go_ptr: tl.tensor,  # [1] int32 out: 1 = draft on
     idx_mapping_ptr: tl.tensor,  # [num_reqs] int64, batch -> request slot
     pred_ptr: tl.tensor,  # [max_num_reqs, K] fp32, by slot: written for positions < drafted
     pred_stride: tl.tensor,
@@ -593,42 +603,45 @@ def _depth_kernel(
     t_fixed: tl.tensor,
     t_token: tl.tensor,
     other_ratio: tl.tensor,
-    t_stop: tl.tensor,  # drafting time if drafting stops now (table units)
-    t_next: tl.tensor,  # ... if it makes one more position
+    t_first: tl.tensor,  # drafting time of one position (the first pass), table units
+    t_pos: tl.tensor,  # ... of each further position
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
     VEC: tl.constexpr,
 ) -> None:
-    """Whether one more drafting position pays (``kiln_testkit.dt_cost.depth_continue``
-    in numpy): the next verify step priced at its best tau twice, stopping now or
-    after one more position whose drafts enter at their request's last survival
-    (an upper bound), worth their (position, bin) cell. Requests the next
-    mark_dead will let explore keep every draft, as there; a share ``explore``
-    of steps drafts to the end whatever the prices say, so deep cells keep
-    being graded."""
+    """Whether drafting goes on (``kiln_testkit.dt_cost.depth_continue`` in numpy): the
+    next verify step priced at its best tau for every depth from here to the last
+    scheduled draft, the drafts not made yet entering at their request's last
+    survival (an upper bound), worth their (position, bin) cell; go on where a
+    deeper depth beats stopping now. Requests the next mark_dead lets explore keep
+    every draft, as there; a share ``explore`` of steps drafts (and verifies, in
+    mark_dead) to the end whatever the prices say, so deep cells keep being graded."""
     step = tl.load(step_ptr)
     r = tl.arange(0, BLOCK_R)
     rmask = r < num_reqs
     slot = tl.load(idx_mapping_ptr + r, mask=rmask, other=0).to(tl.int64)
     n = tl.where(rmask, scheduled, 0)
     truncated = rmask & (_explore_uniform(step, slot) >= explore)
-    # positions >= drafted are not loaded and multiply by 1: S_drafted = S_{drafted-1}
+    # positions >= drafted are not loaded and multiply by 1: they keep S_{drafted-1}
     surv = _survivals(pred_ptr, slot, pred_stride, tl.minimum(n, drafted), K, VEC)
     num_tokens = num_reqs * (1 + scheduled)
     made = tl.minimum(n, drafted)
     _, _, stop = _cost_aware_tau(
         surv, rmask, made, truncated, tl.minimum(made, min_keep), num_tokens, cost_ptr,
-        cost_max, num_reqs, t_fixed, t_token, other_ratio, t_stop,
+        cost_max, num_reqs, t_fixed, t_token, other_ratio, t_first + t_pos * (drafted - 1),
         tl.sum(n - made, axis=0), hits_ptr, counts_ptr, K, BLOCK_R,
     )
-    more = tl.minimum(n, drafted + 1)
-    _, _, cont = _cost_aware_tau(
-        surv, rmask, more, truncated, tl.minimum(more, min_keep), num_tokens, cost_ptr,
-        cost_max, num_reqs, t_fixed, t_token, other_ratio, t_next,
-        tl.sum(n - more, axis=0), hits_ptr, counts_ptr, K, BLOCK_R,
-    )
+    deeper = stop * 0.0 - 1.0
+    for d in tl.static_range(2, K + 1):
+        more = tl.minimum(n, d)
+        _, _, ratio = _cost_aware_tau(
+            surv, rmask, more, truncated, tl.minimum(more, min_keep), num_tokens, cost_ptr,
+            cost_max, num_reqs, t_fixed, t_token, other_ratio, t_first + t_pos * (d - 1),
+            tl.sum(n - more, axis=0), hits_ptr, counts_ptr, K, BLOCK_R,
+        )
+        deeper = tl.where((d > drafted) & (d <= scheduled), tl.maximum(deeper, ratio), deeper)
     deep = _explore_uniform(step, DEPTH_KEY) < explore
-    tl.store(go_ptr, ((cont > stop) | deep).to(tl.int32))
+    tl.store(go_ptr, ((deeper > stop) | deep).to(tl.int32))
 
 
 def launch_depth(
@@ -643,17 +656,18 @@ def launch_depth(
     scheduled: int,
     min_keep: int,
     explore: float,
-    t_stop: float,
-    t_next: float,
+    t_first: float,
+    t_pos: float,
 ) -> None:
-    """Launch the depth decision (one program; writes ``go`` on the device)."""
+    """Launch the depth decision (one program; writes ``go`` on the device).
+    Drafting d >= 1 positions costs t_first + t_pos (d - 1) in the table's units."""
     block_r = max(64, triton.next_power_of_2(max(num_reqs, 1)))
     num_warps = 4 if block_r <= 128 else (8 if block_r == 256 else 16)
     _depth_kernel[(1,)](
         go, idx_mapping, predictions, predictions.stride(0), buffers.step, cost.table,
         cost.table.shape[0] - 1, calibration.hits, calibration.counts, num_reqs, drafted,
         scheduled, int(min_keep), float(explore), cost.t_fixed, cost.t_token, cost.other_ratio,
-        float(t_stop), float(t_next),
+        float(t_first), float(t_pos),
         K=predictions.shape[1], BLOCK_R=block_r,
         VEC=launch_vector(predictions, block_r, num_warps), num_warps=num_warps,
     )
