@@ -105,8 +105,9 @@ def measured(model, bench: dict) -> dict:
         first = five["attn_us"] + five["routed_us"] + five["shared_us"] + one["lm_head_us"] + five["eh_proj_us"]
         mtp[r] = (dec / full_step_us(model, r), first / dec)
     drafters["mtp-head"] = mtp
-    return {"source": f"H200 measurement {bench.get('date', '')}", "other_half": float(np.median(halves)),
-            "other_half_per_batch": halves, "drafters": drafters}
+    return {"source": f"{bench.get('device', 'GPU')} measurement (bench_draft.py) {bench.get('date', '')}",
+            "measured": {k: bench.get(k) for k in ("date", "device", "torch", "triton", "context", "drafts_k")},
+            "other_half": float(np.median(halves)), "other_half_per_batch": halves, "drafters": drafters}
 
 
 def main(argv=None) -> int:
@@ -122,7 +123,8 @@ def main(argv=None) -> int:
         fit = roofline(model)
     else:
         ap.error("give --bench FILE (bench_draft.py's output) or --roofline")
-    out = {"source": fit["source"], "other_half": fit["other_half"], "drafters": {}}
+    out = {"source": fit["source"], **({"measured": fit["measured"]} if "measured" in fit else {}),
+           "other_half": fit["other_half"], "drafters": {}}
     for name, pts in fit["drafters"].items():
         knob = ",".join(f"{r}:{s:.4g}:{f:.3g}" for r, (s, f) in sorted(pts.items()))
         out["drafters"][name] = {"points": {str(r): list(v) for r, v in sorted(pts.items())},

@@ -100,3 +100,26 @@ def test_main_writes_json_and_png(tmp_path):
     assert {"vllm-schedule", "vllm-best-K", "confidence", "dt-depth", "bound"} <= set(row["tokens_per_s"])
     assert row["vs_best_upstream"][row["best_upstream"]] == pytest.approx(1.0)
     assert next(tmp_path.glob("sim-adaptive-*.png")).stat().st_size > 10_000
+    md = next(tmp_path.glob("sim-adaptive-*.md")).read_text()
+    assert "| trace-small | " in md and "R=1" in md
+    assert data["summary"]["kiln_vs_upstream"][0] <= data["summary"]["kiln_vs_upstream"][1]
+
+
+def _row(**tps):
+    base = {"none": 1.0, "vllm-schedule": 1.0, "vllm-best-K": 1.0, "confidence": 1.0,
+            "vllm-best-K+dt": 1.0, "vllm-best-K+dt-depth": 1.0}
+    return {"tokens_per_s": {**base, **tps}}
+
+
+def test_kiln_config_is_the_profiled_schedule_with_draft_trunc_against_each_rule():
+    row = _row(**{"vllm-best-K": 2.0, "confidence": 2.5, "vllm-best-K+dt": 2.2, "vllm-best-K+dt-depth": 2.4})
+    assert sa.kiln_config(row, depth=False) == pytest.approx({"vs_shipped": 1.1, "vs_upstream": 0.88})
+    assert sa.kiln_config(row, depth=True) == pytest.approx({"vs_shipped": 1.2, "vs_upstream": 0.96})
+
+
+def test_the_depth_switch_is_one_per_recipe_by_the_worst_case():
+    """Depth helps in one case and loses more in another: off for the recipe."""
+    rows = [_row(**{"vllm-best-K+dt": 1.0, "vllm-best-K+dt-depth": 1.1}),
+            _row(**{"vllm-best-K+dt": 1.0, "vllm-best-K+dt-depth": 0.95})]
+    assert sa.recipe_depth(rows) is False
+    assert sa.recipe_depth(rows[:1]) is True
