@@ -32,8 +32,9 @@ _FALSE = ("0", "false", "no", "off")
 
 @dataclass(frozen=True)
 class Knob:
-    """One environment variable of a feature. `kind`: flag, int, float, path, choice or
-    moe_layer ("EXPERTS,TOP_K,EXPERT_BYTES", parsed to a tuple)."""
+    """One environment variable of a feature. `kind`: flag, int, float, path, choice,
+    moe_layer ("EXPERTS,TOP_K,EXPERT_BYTES", parsed to a tuple) or draft_cost
+    ("REQS:SHARE[:FIRST],...", parsed to a tuple of triples)."""
 
     name: str  # short name, the key in Feature.read()'s result
     env: str
@@ -52,6 +53,8 @@ class Knob:
             return value
         if self.kind == "moe_layer":
             return _parse_moe_layer(self.env, raw, value)
+        if self.kind == "draft_cost":
+            return _parse_draft_cost(self.env, raw, value)
         if self.kind == "choice":
             if value.lower() not in self.choices:
                 raise ValueError(f"{self.env}={raw!r}: expected one of {', '.join(self.choices)}")
@@ -87,6 +90,27 @@ def _parse_moe_layer(env: str, raw: str, value: str) -> tuple[int, int, float]:
     if not (0 < top_k <= experts <= 1 << 20 and 0 < expert_bytes < 1e15):  # also refuses NaN
         raise ValueError(f"{bad}; need 0 < TOP_K <= EXPERTS <= 1048576 and 0 < EXPERT_BYTES < 1e15")
     return experts, top_k, expert_bytes
+
+
+def _parse_draft_cost(env: str, raw: str, value: str) -> tuple[tuple[int, float, float], ...]:
+    """``REQS:SHARE[:FIRST],...``, REQS strictly increasing (FIRST defaults to 1)."""
+    bad = f"{env}={raw!r}: expected REQS:SHARE[:FIRST],... with REQS increasing (e.g. 1:0.08,64:0.02:1.5)"
+    points = []
+    for item in value.split(","):
+        fields = [f.strip() for f in item.split(":")]
+        if len(fields) not in (2, 3):
+            raise ValueError(bad)
+        try:
+            reqs, share = int(fields[0]), float(fields[1])
+            first = float(fields[2]) if len(fields) == 3 else 1.0
+        except ValueError:
+            raise ValueError(bad) from None
+        if not (1 <= reqs <= 1 << 20 and 0.0 <= share <= 1.0 and 0.0 <= first <= 100.0):  # also refuses NaN
+            raise ValueError(f"{bad}; need 1 <= REQS <= 1048576, 0 <= SHARE <= 1, 0 <= FIRST <= 100")
+        points.append((reqs, share, first))
+    if any(a[0] >= b[0] for a, b in zip(points, points[1:], strict=False)):
+        raise ValueError(bad)
+    return tuple(points)
 
 
 @dataclass(frozen=True)
@@ -167,6 +191,13 @@ DRAFT_TRUNC = Feature(
         Knob("moe_layer", f"{_DT}_MOE_LAYER", "moe_layer", None,
              doc="price routed experts as this layer (EXPERTS,TOP_K,EXPERT_BYTES) instead of the "
                  "served model's config (cost policy): e.g. a CPU twin priced as its GPU sibling"),
+        Knob("draft_cost", f"{_DT}_DRAFT_COST", "draft_cost", (),
+             doc="cost policy: what one drafting position costs, as a share of a fully verified "
+                 "step, at some batch sizes (REQS:SHARE[:FIRST],...; FIRST: the drafter's first "
+                 "pass in such shares); unset: drafting is not priced"),
+        Knob("depth", f"{_DT}_DEPTH", "flag", False,
+             doc="cost policy: also decide how far to draft, after each drafted position "
+                 "(needs KILN_DRAFT_TRUNC_DRAFT_COST; a host sync per drafting step)"),
         Knob("trace", f"{_DT}_TRACE", "path", "",
              doc="append one JSON line per verify step to this file (predictions and outcomes)"),
     ),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Sequence
 from typing import TypedDict
 
 import numpy as np
@@ -181,10 +182,12 @@ def cost_aware_tau(
     cost: RoutedCost,
     ratio_other: float,
     values: npt.ArrayLike | None = None,
+    draft_us: npt.ArrayLike = 0.0,
+    undrafted: npt.ArrayLike = 0,
 ) -> FloatArray:
     """The device policy's choice, in numpy (the simulator replays it)."""
     tokens, time_us = candidate_prices(
-        surv, optional, num_tokens, num_reqs, table, cost, ratio_other, values
+        surv, optional, num_tokens, num_reqs, table, cost, ratio_other, values, draft_us, undrafted
     )
     taus = np.arange(TAU_GRID) / TAU_GRID
     chosen: FloatArray = taus[np.argmax(tokens / time_us, axis=-1)]
@@ -200,8 +203,10 @@ def candidate_prices(
     cost: RoutedCost,
     ratio_other: float,
     values: npt.ArrayLike | None = None,
+    draft_us: npt.ArrayLike = 0.0,
+    undrafted: npt.ArrayLike = 0,
 ) -> tuple[FloatArray, FloatArray]:
-    """Expected tokens and routed+other time (per layer) of each candidate tau.
+    """Expected tokens and routed+other(+drafting) time (per layer) of each candidate tau.
 
     ``surv`` [..., R, K]: survival of each draft (0 where there is none);
     ``optional`` [..., R, K]: drafts the policy may cut (past min_keep, in a
@@ -210,7 +215,12 @@ def candidate_prices(
     ``calibrated_values`` (None: each optional draft counts the middle of its
     bin; drafts no candidate cuts always count their survival). Same
     grid, bins, prices and tie rule (smallest tau) as the kernel: candidate g
-    keeps the optional drafts of bins >= g. Returns two arrays [..., TAU_GRID].
+    keeps the optional drafts of bins >= g. ``draft_us`` (scalar or [...]): the
+    step's drafting time per layer, the same for every candidate (0: drafting
+    unpriced, the policy before issue 37); ``undrafted`` (scalar or [...]):
+    scheduled draft tokens that were never drafted (an early exit of drafting),
+    dead whatever tau is (their ``surv`` must be 0). Returns two arrays
+    [..., TAU_GRID].
     """
     survs = np.asarray(surv, dtype=np.float64)
     lead = survs.shape[:-2]
@@ -219,10 +229,13 @@ def candidate_prices(
     flat = survs.reshape(*lead, -1)
     opt = np.asarray(optional, dtype=bool).reshape(*lead, -1)
     bins = np.where(opt, survival_bins(flat), -1)
-    hist = np.stack([(bins == g).sum(axis=-1) for g in range(TAU_GRID)], axis=-1)
-    weighted = np.stack(
-        [np.where(bins == g, worth, 0.0).sum(axis=-1) for g in range(TAU_GRID)], axis=-1
-    )
+    # one histogram per step: bincount over (step, bin) cells (what the
+    # kernel's tl.histogram does per position)
+    rows = int(np.prod(lead, dtype=np.int64))
+    cell = (np.arange(rows).reshape(*lead, 1) * TAU_GRID + bins)[bins >= 0]
+    size = rows * TAU_GRID
+    hist = np.bincount(cell, minlength=size).reshape(*lead, TAU_GRID)
+    weighted = np.bincount(cell, weights=worth[bins >= 0], minlength=size).reshape(*lead, TAU_GRID)
     kept = np.flip(np.cumsum(np.flip(hist, -1), axis=-1), -1)
     gain = np.flip(np.cumsum(np.flip(weighted, -1), axis=-1), -1)
     # drafts no candidate cuts count their raw survival, as in the kernel
@@ -230,8 +243,64 @@ def candidate_prices(
     prices = np.asarray(table, dtype=np.float64)
     cap = len(prices) - 1
     scheduled = np.asarray(num_tokens)
-    live = np.clip(scheduled[..., None] - opt.sum(axis=-1)[..., None] + kept, 0, cap)
+    dead = opt.sum(axis=-1) + np.asarray(undrafted)
+    live = np.clip(scheduled[..., None] - dead[..., None] + kept, 0, cap)
     shared = cost.t_fixed + cost.t_token * scheduled
     other = ratio_other * (prices[np.minimum(scheduled, cap)] + shared)
     tokens = np.asarray(num_reqs)[..., None] + forced[..., None] + gain
-    return tokens, (shared + other)[..., None] + prices[live]
+    return tokens, (shared + other + np.asarray(draft_us))[..., None] + prices[live]
+
+
+def depth_continue(
+    surv: npt.ArrayLike,
+    optional: npt.ArrayLike,
+    n: npt.ArrayLike,
+    drafted: int,
+    num_tokens: npt.ArrayLike,
+    num_reqs: npt.ArrayLike,
+    table: npt.ArrayLike,
+    cost: RoutedCost,
+    ratio_other: float,
+    values: npt.ArrayLike | None,
+    draft_us: Sequence[npt.ArrayLike],
+) -> npt.NDArray[np.bool_]:
+    """Whether drafting goes on, after ``drafted`` (>= 1) positions.
+
+    The drafter has written survivals for positions < ``drafted``; the later
+    drafts of each request are not known yet. Their survival is at most the last
+    one's (survival never grows with depth), so they enter as candidates with
+    that survival, each worth what its (position, bin) cell has measured so far
+    (optimistic: a real draft can only fall into a lower bin). Each depth d from
+    ``drafted`` to the deepest scheduled draft is priced as ``candidate_prices``
+    prices a step, at its best tau, with ``draft_us[d]`` of drafting and the
+    scheduled drafts past d dead; drafting goes on where some deeper d is
+    strictly better than stopping now. Looking past the next position matters:
+    the verify cost of live tokens is concave (an expert is paid once), so one
+    more position can cost more per draft than three more.
+
+    ``surv``/``optional`` [..., R, K] as for ``candidate_prices`` (positions
+    >= ``drafted`` are ignored); ``n`` [..., R] drafts scheduled per request;
+    ``draft_us`` [K + 1] drafting times by depth (scalars or [...]).
+    Returns a bool [...] (False where no request has a draft left to make).
+    """
+    survs = np.asarray(surv, dtype=np.float64)
+    opt = np.asarray(optional, dtype=bool)
+    sched = np.asarray(n)
+    k = np.arange(survs.shape[-1])
+    s = drafted
+    made = k < s
+    guess = np.where(made, survs, survs[..., s - 1 : s])
+
+    def best(depth: int) -> npt.NDArray[np.float64]:
+        inside = (k < depth) & (k < sched[..., None])
+        tokens, time_us = candidate_prices(
+            np.where(inside, guess, 0.0), opt & inside, num_tokens, num_reqs, table, cost,
+            ratio_other, values, draft_us[depth], np.maximum(sched - depth, 0).sum(axis=-1),
+        )
+        ratio: npt.NDArray[np.float64] = (tokens / time_us).max(axis=-1)
+        return ratio
+
+    stop = best(s)
+    deeper = np.max([best(d) for d in range(s + 1, int(sched.max(initial=0)) + 1)] or [stop], axis=0)
+    result: npt.NDArray[np.bool_] = (deeper > stop) & (sched > s).any(axis=-1)
+    return result

@@ -52,10 +52,12 @@ def serving(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str,
 
 @contextmanager
 def serving_all(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str, envs: dict[str, dict[str, str]],
-                startup_timeout_s: float = 600) -> Iterator[dict[str, ServingContainer]]:
+                startup_timeout_s: float = 600,
+                args: dict[str, list[str]] | None = None) -> Iterator[dict[str, ServingContainer]]:
     """One healthy server of `image_id` per entry of `envs` (name -> extra env), started
     together so that they boot in parallel (a tiny-kindling start is mostly one busy
-    Python process; on 2 cores two boot in about the time of one). Yields {name:
+    Python process; on 2 cores two boot in about the time of one). `args` (name -> vLLM
+    flags) win over a server's baked flags of the same name. Yields {name:
     ServingContainer}; each box's `startup_s` counts from the common start.
 
     vLLM's CPU worker pins itself by default (VLLM_CPU_OMP_THREADS_BIND=auto) to the
@@ -81,7 +83,8 @@ def serving_all(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str
         t0 = time.monotonic()
         for name, extra in envs.items():
             env = {OMP_BIND: "nobind", MULTIPROC: "0", **extra}
-            spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env)
+            spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env,
+                            extra_args=(args or {}).get(name))
             box = stack.enter_context(ServingContainer(docker_daemon, spec))
             box.start()
             boxes[name] = box

@@ -22,11 +22,19 @@ accepted and then keeps them: docs/draft-trunc-policy.md); "off" turns the featu
   its start line appears exactly once in the server log and names the policy;
 - the twin's draft agrees with its target as the issue asks: with the feature off,
   vLLM's own counters over the greedy sets give an acceptance (accepted / proposed
-  draft tokens) in [0.4, 0.9].
+  draft tokens) in [0.4, 0.9];
+- combined with vLLM's own adaptive speculation (issue 37): a fourth server, "dyn",
+  runs vLLM's batch-size schedule (`num_speculative_tokens_per_batch_size`, DYNAMIC)
+  with draft-trunc on, its drafting priced and its depth decision on
+  (KILN_DRAFT_TRUNC_DRAFT_COST, KILN_DRAFT_TRUNC_DEPTH): on the greedy sets only (the
+  sampled ones would add a third of the e2e time), its token ids equal the feature-off
+  server's, vLLM's counters show the schedule (4 drafts a window alone, fewer at
+  concurrency 8) and draft-trunc's show drafts cut.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -62,6 +70,10 @@ class TwinSize:
 SIZES = {"default": TwinSize(prompts=16, rerun=8, tau_dead=(0.06, 0.9)),
          "full": TwinSize(prompts=64, rerun=16, tau_dead=(0.2, 0.9))}
 MODES = {"on": "cost", "tau": "tau"}  # feature-on servers and the policy each runs
+# vLLM's dynamic speculation for the "dyn" server: (first batch size, last, K)
+DYNAMIC = [[1, 1, 4], [2, 4, 3], [5, 8, 2]]
+# drafting priced as sim_adaptive prices a kindling-class drafter (docs/draft-trunc-policy.md)
+DYN_ENV = {"KILN_DRAFT_TRUNC_DEPTH": "1", "KILN_DRAFT_TRUNC_DRAFT_COST": "1:0.08,8:0.05"}
 
 
 def _sets(url: str, model: str, size: TwinSize, *, on: bool, rerun: bool = False) -> dict:
@@ -84,6 +96,19 @@ def _sets(url: str, model: str, size: TwinSize, *, on: bool, rerun: bool = False
     return out
 
 
+def _dynamic_sets(url: str, model: str, size: TwinSize) -> dict:
+    """The greedy sets on the "dyn" server, with vLLM's counters after each: alone (K = 4
+    from DYNAMIC) and at concurrency 8 (K = 2 once 5 or more are in flight)."""
+    t0 = time.monotonic()
+    batch = prompts(size.prompts, seed=7)
+    out = {"greedy_seq": run_set(url, model, batch, concurrency=1, logprobs=2, max_tokens=MAX_TOKENS)}
+    out["spec_seq"] = spec_decode_stats(url)
+    out["greedy_c8"] = run_set(url, model, batch, concurrency=CONCURRENCY, logprobs=2, max_tokens=MAX_TOKENS)
+    out["spec_c8"] = spec_decode_stats(url)
+    out["seconds"] = time.monotonic() - t0
+    return out
+
+
 @pytest.fixture(scope="module", params=[pytest.param("default"), pytest.param("full", marks=pytest.mark.full)])
 def runs(request, tiny_kindling, docker_daemon):
     """The three servers' answers, counters and logs (each server is gone afterwards).
@@ -91,6 +116,7 @@ def runs(request, tiny_kindling, docker_daemon):
     thread per server): on 2 cores that takes a little over the slowest server's time
     alone, instead of the sum of all three."""
     from kiln.domain.recipes.engine_features import engine_features
+    from kiln.domain.serving.launch import speculative_config
 
     size = SIZES[request.param]
     loaded, img = tiny_kindling.loaded, tiny_kindling.image
@@ -101,11 +127,15 @@ def runs(request, tiny_kindling, docker_daemon):
         "on": dict(feature.smoke_env),  # the recipe's own knobs: the cost-aware policy
         "tau": {**feature.smoke_env, f"{feature.env}_TAU": "0.25"},
         "off": {feature.env: "0"},
+        "dyn": {**feature.smoke_env, **DYN_ENV},
     }
+    spec = {**(speculative_config(loaded.recipe) or {}), "num_speculative_tokens_per_batch_size": DYNAMIC}
+    args = {"dyn": ["--speculative-config", json.dumps(spec, separators=(",", ":"))]}
     t0 = time.monotonic()
-    with serving_all(docker_daemon, loaded, img.id, envs) as boxes:
+    with serving_all(docker_daemon, loaded, img.id, envs, args=args) as boxes:
         with ThreadPoolExecutor(max_workers=len(boxes)) as pool:
-            futures = {mode: pool.submit(_sets, box.url, model, size, on=mode != "off", rerun=mode == "on")
+            futures = {mode: (pool.submit(_dynamic_sets, box.url, model, size) if mode == "dyn" else
+                              pool.submit(_sets, box.url, model, size, on=mode != "off", rerun=mode == "on"))
                        for mode, box in boxes.items()}
             answers = {mode: f.result() for mode, f in futures.items()}
         for mode, box in boxes.items():
@@ -201,3 +231,32 @@ def test_the_draft_agrees_with_the_target_as_often_as_asked(runs):
         print(f"greedy sets, feature {mode}, vLLM {runs[mode]['greedy_spec'].summary()}")
     assert len(spec.accepted_per_pos) == 4
     assert ACCEPTANCE[0] <= spec.acceptance <= ACCEPTANCE[1], spec.summary()
+
+
+def test_vllm_dynamic_speculation_with_draft_trunc_is_lossless(runs):
+    """vLLM's batch-size schedule, draft-trunc's truncation and its drafting depth
+    together: greedy token ids equal the feature-off server's (ties aside)."""
+    for name in ("greedy_seq", "greedy_c8"):
+        dyn, off = runs["dyn"][name], runs["off"][name]
+        assert sum(len(c.token_ids) for c in dyn) == runs["size"].prompts * MAX_TOKENS
+        divergences = greedy_divergences(dyn, off)
+        print(f"dyn {name}: {len(divergences)} divergence(s) of {len(dyn)} requests")
+        not_ties = [d for d in divergences if not d.margin < TIE]
+        assert not not_ties, f"{name}: outputs differ away from a numeric tie: {not_ties}"
+
+
+def test_vllm_dynamic_speculation_schedules_and_draft_trunc_cuts(runs):
+    seq, c8 = runs["dyn"]["spec_seq"], runs["dyn"]["spec_c8"] - runs["dyn"]["spec_seq"]
+    per_seq, per_c8 = seq.draft_tokens / seq.drafts, c8.draft_tokens / c8.drafts
+    values = runs["dyn_counters"]
+    print(f"dyn: drafts per verify window {per_seq:.2f} alone, {per_c8:.2f} at concurrency "
+          f"{CONCURRENCY}; draft-trunc kept {values['kiln_draft_trunc_kept_total']:.0f} of "
+          f"{values['kiln_draft_trunc_proposed_total']:.0f}, dead {values['kiln_draft_trunc_dead_total']:.0f}")
+    # alone, windows are scheduled K = 4 (draft-trunc keeps shapes: drafts it cut or never
+    # drafted still count; vLLM schedules fewer only at a request's very end)
+    assert per_seq > 3.6
+    # at concurrency 8, most windows run at K = 2 or 3 (the ramp up and down runs fewer in flight)
+    assert per_c8 < per_seq - 0.5
+    assert values["kiln_draft_trunc_dead_total"] > 0
+    assert values["kiln_draft_trunc_kept_total"] < values["kiln_draft_trunc_proposed_total"]
+    assert values["kiln_draft_trunc_accepted_total"] > 0

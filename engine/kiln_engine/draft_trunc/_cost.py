@@ -111,3 +111,38 @@ def live_table(layer: MoELayer, cost: RoutedCost, max_tokens: int) -> list[float
 def other_ratio(other_share: float) -> float:
     """Non-routed time per unit of routed time at full verification."""
     return other_share / (1.0 - other_share)
+
+
+@dataclass(frozen=True)
+class DraftCost:
+    """What drafting costs, as shares of a fully verified step at the same batch
+    (issue 37; ``KILN_DRAFT_TRUNC_DRAFT_COST``).
+
+    ``points``: (verifying requests, share of one further drafting position,
+    first pass in units of that share), sorted by requests; between them the
+    share and the first pass are interpolated in log(requests), past the ends
+    they stay at the end's value. Drafting D >= 1 positions costs
+    share x (first + D - 1) of the full step; D = 0 pays the first pass too
+    (vLLM runs it to keep the draft's KV cache in step). No points: drafting is
+    not priced (the policy before issue 37)."""
+
+    points: tuple[tuple[int, float, float], ...] = ()
+
+    def at(self, reqs: int) -> tuple[float, float]:
+        """(share, first) at ``reqs`` verifying requests."""
+        pts = self.points
+        if not pts:
+            return 0.0, 0.0
+        if reqs <= pts[0][0]:
+            return pts[0][1], pts[0][2]
+        for (r0, s0, f0), (r1, s1, f1) in zip(pts, pts[1:], strict=False):
+            if reqs <= r1:
+                w = math.log(reqs / r0) / math.log(r1 / r0)
+                return s0 + w * (s1 - s0), f0 + w * (f1 - f0)
+        return pts[-1][1], pts[-1][2]
+
+    def positions(self, reqs: int, depth: int) -> float:
+        """Drafting D positions, in units of a fully verified step."""
+        share, first = self.at(reqs)
+        return share * (first + max(depth - 1, 0))
+

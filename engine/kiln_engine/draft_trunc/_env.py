@@ -36,6 +36,9 @@ class Knobs:
         every draft is verified (policy "cost"; not measured, an assumption).
     moe_layer: (experts, top_k, expert_bytes) the cost-aware policy prices
         instead of the served model's MoE shape (None: the model's).
+    draft_cost: (requests, share, first) points: what drafting costs (policy "cost";
+        () : drafting not priced); see ``_cost.DraftCost``.
+    depth: also decide how far to draft (policy "cost", needs ``draft_cost``).
     trace: append one JSON line per verify step to this file ("" : off).
     """
 
@@ -49,6 +52,8 @@ class Knobs:
     policy: str = "cost"
     other_share: float = _DEFAULT["other_share"]
     moe_layer: tuple[int, int, float] | None = _DEFAULT["moe_layer"]
+    draft_cost: tuple[tuple[int, float, float], ...] = _DEFAULT["draft_cost"]
+    depth: bool = _DEFAULT["depth"]
     trace: str = _DEFAULT["trace"]
 
 
@@ -74,4 +79,9 @@ def read_knobs(env: Mapping[str, str] | None = None) -> Knobs:
         values["policy"] = "tau" if tau_set else "cost"
     elif values["policy"] == "cost" and tau_set:
         raise ValueError(f"{PREFIX}_POLICY=cost ignores {PREFIX}_TAU: unset one of them")
+    if values["depth"] and (values["policy"] != "cost" or not values["draft_cost"]):
+        raise ValueError(
+            f"{PREFIX}_DEPTH=1 decides how far to draft from the cost policy's prices: it needs "
+            f"{PREFIX}_POLICY=cost (no {PREFIX}_TAU) and {PREFIX}_DRAFT_COST"
+        )
     return Knobs(**values)

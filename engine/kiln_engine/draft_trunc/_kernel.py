@@ -67,6 +67,12 @@ BIN_BITS = tl.constexpr(5)
 CAL_DEPTH = tl.constexpr(12)
 
 
+# ``Buffers.depth`` of a request whose drafting was not cut short.
+UNCAPPED = 1 << 30
+# The exploration key of the drafting depth (per step, not per slot): past any slot.
+DEPTH_KEY = tl.constexpr(0xFFFFFFFF)
+
+
 class MarkInputs(NamedTuple):
     """One step's batch as the runner holds it, in the kernel's argument order:
     the launch passes it unpacked (a Triton kernel takes flat pointers)."""
@@ -90,6 +96,10 @@ class Buffers(NamedTuple):
     expected: torch.Tensor  # [max_num_reqs] fp32: E[A_j]
     step: torch.Tensor  # [1] int64: launches so far (keys the exploration)
     tau: torch.Tensor  # [1] fp32: the tau the last launch used
+    # [max_num_reqs] int32, by slot: positions the drafter made for the request's
+    # drafts in flight (``stop_drafting``); scheduled drafts past it are dead.
+    # UNCAPPED where drafting ran its course.
+    depth: torch.Tensor
 
     @staticmethod
     def allocate(max_num_reqs: int, device: torch.device) -> Buffers:
@@ -98,6 +108,7 @@ class Buffers(NamedTuple):
             torch.zeros(max_num_reqs, dtype=torch.float32, device=device),
             torch.zeros(1, dtype=torch.int64, device=device),
             torch.zeros(1, dtype=torch.float32, device=device),
+            torch.full((max_num_reqs,), UNCAPPED, dtype=torch.int32, device=device),
         )
 
 
@@ -109,6 +120,7 @@ class CostInputs(NamedTuple):
     t_fixed: float
     t_token: float
     other_ratio: float
+    t_draft: float = 0.0  # this step's drafting time, in the table's units (issue 37)
 
 
 class Calibration(NamedTuple):
@@ -152,13 +164,20 @@ def _request_block(
     idx_mapping_ptr: tl.tensor,
     seq_lens_ptr: tl.tensor,
     prefill_len_ptr: tl.tensor,
+    depth_ptr: tl.tensor,
     step: tl.tensor,
     num_reqs: tl.tensor,
     explore: tl.tensor,
+    deep: tl.tensor,
     K: tl.constexpr,
     BLOCK: tl.constexpr,
 ) -> tl.tuple:
-    """Per-request facts of one block: rows, slot, n, qe, and whether truncatable."""
+    """Per-request facts of one block: rows, slot, n, drafts made, qe, and whether
+    truncatable. Drafts made: n, or fewer where the drafter stopped early
+    (``Buffers.depth``), for pure verify queries only. With ``deep`` (the depth
+    decision is on) a step whose drafting explored (``_depth_kernel``'s key) verifies
+    every draft of every request: the deep cells it grades would otherwise only be
+    graded in the few requests that explore."""
     r = start + tl.arange(0, BLOCK)
     rmask = r < num_reqs
     slot = tl.load(idx_mapping_ptr + r, mask=rmask, other=0).to(tl.int64)
@@ -172,8 +191,11 @@ def _request_block(
     # Only a pure verify query [t0, d1..dn] whose t0 lies past the prefill
     # may lose drafts: prompt, prefill-chunk and placeholder drafts stay.
     eligible = rmask & (n > 0) & (qe - qs == n + 1) & (seq_len - n - 1 >= prefill_len)
-    explored = _explore_uniform(step, slot) < explore
-    return rmask, slot, n, qe, eligible, eligible & (~explored)
+    explored = (_explore_uniform(step, slot) < explore) | (
+        (deep != 0) & (_explore_uniform(step, DEPTH_KEY) < explore))
+    depth = tl.load(depth_ptr + slot, mask=rmask, other=K)
+    made = tl.where(eligible, tl.minimum(n, depth), n)
+    return rmask, slot, n, made, qe, eligible, eligible & (~explored)
 
 
 @jit
@@ -261,20 +283,26 @@ def _cost_aware_tau(
     n: tl.tensor,
     truncated: tl.tensor,
     j_min: tl.tensor,
-    query_start_loc_ptr: tl.tensor,
+    num_tokens: tl.tensor,
     cost_ptr: tl.tensor,
     cost_max: tl.tensor,
     num_reqs: tl.tensor,
     t_fixed: tl.tensor,
     t_token: tl.tensor,
     other_ratio: tl.tensor,
+    t_draft: tl.tensor,
+    undrafted: tl.tensor,
     hits_ptr: tl.tensor,
     counts_ptr: tl.tensor,
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
 ) -> tl.tuple:
     """The tau of the grid that maximises expected tokens per unit of step
-    time, and each request's survival bins packed for grading.
+    time, each request's survival bins packed for grading, and that best ratio.
+    ``n``: the drafts that exist (made), ``undrafted``: scheduled drafts the
+    drafter never made (dead whatever tau is); ``t_draft``: the step's
+    drafting time (the same for every candidate, so it only moves the rate a
+    draft must beat).
 
     For any number x of optional drafts kept, keeping the x with the highest
     survival maximises expected accepted tokens; survival falls with depth, so
@@ -298,7 +326,6 @@ def _cost_aware_tau(
     rates: tl.tuple = ()
     for k in tl.static_range(K):
         rates = rates + (_calibrated(hits_ptr, counts_ptr, k, K),)
-    num_tokens = tl.load(query_start_loc_ptr + num_reqs)
     t_all = tl.load(cost_ptr + tl.minimum(num_tokens, cost_max))
     forced = tl.zeros([BLOCK_R], tl.float32)
     packed = tl.zeros([BLOCK_R], tl.int64)
@@ -325,14 +352,15 @@ def _cost_aware_tau(
     kept = tl.cumsum(counts, 0, reverse=True)
     gain = tl.cumsum(worth, 0, reverse=True)
     # every optional draft falls in some bin: their count is the histograms' total
-    live = num_tokens - tl.sum(counts, axis=0) + kept
+    live = num_tokens - undrafted - tl.sum(counts, axis=0) + kept
     t_live = tl.load(cost_ptr + tl.minimum(tl.maximum(live, 0), cost_max))
     t_shared = t_fixed + t_token * num_tokens.to(tl.float32)
     t_other = other_ratio * (t_all + t_shared)
     # Every scheduled request yields one token besides its accepted drafts.
     tokens = num_reqs.to(tl.float32) + tl.sum(forced, axis=0) + gain
-    ratio = tokens / (t_shared + t_other + t_live)
-    return tl.argmax(ratio, axis=0).to(tl.float32) * (1.0 / TAU_GRID), packed
+    ratio = tokens / (t_shared + t_other + t_draft + t_live)
+    best = tl.argmax(ratio, axis=0)
+    return best.to(tl.float32) * (1.0 / TAU_GRID), packed, tl.max(ratio, axis=0)
 
 
 @jit(
@@ -341,10 +369,12 @@ def _cost_aware_tau(
         "tau",
         "min_keep",
         "explore",
+        "deep",
         "cost_max",
         "t_fixed",
         "t_token",
         "other_ratio",
+        "t_draft",
     ]
 )
 def _mark_dead_kernel(
@@ -365,13 +395,16 @@ def _mark_dead_kernel(
     hits_ptr: tl.tensor,  # [K * TAU_GRID + 1] fp32: calibration (COST only)
     counts_ptr: tl.tensor,  # [K * TAU_GRID + 1] fp32
     bins_ptr: tl.tensor,  # [max_num_reqs] int64, by slot: packed survival bins (COST only)
+    depth_ptr: tl.tensor,  # [max_num_reqs] int32, by slot: positions drafted (Buffers.depth)
     num_reqs: tl.tensor,
     tau: tl.tensor,
     min_keep: tl.tensor,
     explore: tl.tensor,
+    deep: tl.tensor,  # 1: the depth decision is on (its exploring steps verify everything)
     t_fixed: tl.tensor,
     t_token: tl.tensor,
     other_ratio: tl.tensor,
+    t_draft: tl.tensor,
     K: tl.constexpr,
     BLOCK_R: tl.constexpr,
     COST: tl.constexpr,
@@ -384,35 +417,43 @@ def _mark_dead_kernel(
     # once and tau is chosen from the whole batch before any draft is marked.
     step = tl.load(step_ptr)
     for start in range(0, num_reqs, BLOCK_R):
-        rmask, slot, n, qe, eligible, truncated = _request_block(
+        rmask, slot, n, made, qe, eligible, truncated = _request_block(
             start,
             query_start_loc_ptr,
             cu_num_logits_ptr,
             idx_mapping_ptr,
             seq_lens_ptr,
             prefill_len_ptr,
+            depth_ptr,
             step,
             num_reqs,
             explore,
+            deep,
             K,
             BLOCK_R,
         )
-        j_min = tl.minimum(n, min_keep)
-        surv = _survivals(pred_ptr, slot, pred_stride, n, K, VEC)
+        # Only drafts the drafter made count: past ``made`` the predictions are
+        # a previous round's and the tokens placeholders, dead whatever tau is.
+        j_min = tl.minimum(made, min_keep)
+        surv = _survivals(pred_ptr, slot, pred_stride, made, K, VEC)
         if COST:
-            tau, packed = _cost_aware_tau(
+            num_tokens = tl.load(query_start_loc_ptr + num_reqs)
+            undrafted = tl.sum(tl.where(rmask, n - made, 0), axis=0)
+            tau, packed, _ = _cost_aware_tau(
                 surv,
                 rmask,
-                n,
+                made,
                 truncated,
                 j_min,
-                query_start_loc_ptr,
+                num_tokens,
                 cost_ptr,
                 cost_max,
                 num_reqs,
                 t_fixed,
                 t_token,
                 other_ratio,
+                t_draft,
+                undrafted,
                 hits_ptr,
                 counts_ptr,
                 K,
@@ -423,7 +464,7 @@ def _mark_dead_kernel(
         e_min = tl.zeros([BLOCK_R], tl.float32)
         e_all = tl.zeros([BLOCK_R], tl.float32)
         for k in tl.static_range(K):
-            in_n = rmask & (k < n)
+            in_n = rmask & (k < made)
             keep = in_n & (surv[k] >= tau)
             j_rule += keep.to(tl.int32)
             s = tl.where(in_n, surv[k], 0.0)
@@ -434,13 +475,14 @@ def _mark_dead_kernel(
             # Graded later (``graded``) if verified: pure verify queries only,
             # explored or not.
             tl.store(bins_ptr + slot, tl.where(eligible, packed, -1), mask=rmask)
-        j = tl.where(truncated, tl.maximum(j_rule, j_min), n)
+        j = tl.where(truncated, tl.maximum(j_rule, j_min), made)
         expected = tl.where(truncated, tl.where(j_rule >= j_min, e_rule, e_min), e_all)
         tl.store(live_ptr + slot, j, mask=rmask)
         tl.store(expected_ptr + slot, expected, mask=rmask)
-        # Draft d_{k+1} sits at query row qe - n + k; rows k >= j are dead.
+        # Draft d_{k+1} sits at query row qe - n + k; rows k >= j are dead
+        # (j = n for queries that are not pure verify queries: nothing is).
         for k in tl.static_range(K):
-            dead = truncated & (k >= j) & (k < n)
+            dead = eligible & (k >= j) & (k < n)
             tl.store(is_padding_ptr + (qe - n + k), tl.full([BLOCK_R], 1, tl.int1), mask=dead)
     tl.store(tau_ptr, tau)
     tl.store(step_ptr, step + 1)
@@ -481,6 +523,7 @@ def launch_mark_dead(
     cost: CostInputs | None = None,
     num_warps: int | None = None,
     calibration: Calibration | None = None,
+    deep: bool = False,
 ) -> None:
     """Launch the kernel: no allocation, no host sync, capturable.
 
@@ -501,7 +544,7 @@ def launch_mark_dead(
         # read: any device tensors do.
         table = buffers.tau
         cal = Calibration(buffers.tau, buffers.tau, buffers.step)
-        cost_scalars = (0.0, 0.0, 0.0)
+        cost_scalars = (0.0, 0.0, 0.0, 0.0)
     else:
         if calibration is None:
             raise ValueError("the cost-aware policy needs a Calibration")
@@ -510,22 +553,121 @@ def launch_mark_dead(
         if num_warps is None:
             num_warps = 4 if block_r <= 128 else (8 if block_r == 256 else 16)
         table, cal = cost.table, calibration
-        cost_scalars = (cost.t_fixed, cost.t_token, cost.other_ratio)
+        cost_scalars = (cost.t_fixed, cost.t_token, cost.other_ratio, cost.t_draft)
     _mark_dead_kernel[(1,)](
         *inputs,
         predictions.stride(0),
-        *buffers,
+        buffers.live,
+        buffers.expected,
+        buffers.step,
+        buffers.tau,
         table,
         table.shape[0] - 1,
         *cal,
+        buffers.depth,
         num_reqs,
         float(tau),
         int(min_keep),
         float(explore),
+        int(deep),
         *cost_scalars,
         K=predictions.shape[1],
         BLOCK_R=block_r,
         COST=cost is not None,
         VEC=launch_vector(predictions, block_r, num_warps),
         num_warps=num_warps,
+    )
+
+
+@jit(
+    do_not_specialize=[
+        "num_reqs", "drafted", "scheduled", "min_keep", "explore", "cost_max", "t_fixed",
+        "t_token", "other_ratio", "t_first", "t_pos",
+    ]
+)
+def _depth_kernel(
+    go_ptr: tl.tensor,  # [1] int32 out: 1 = draft on
+    idx_mapping_ptr: tl.tensor,  # [num_reqs] int64, batch -> request slot
+    pred_ptr: tl.tensor,  # [max_num_reqs, K] fp32, by slot: written for positions < drafted
+    pred_stride: tl.tensor,
+    step_ptr: tl.tensor,  # [1] int64: mark_dead's launch counter (its next key)
+    cost_ptr: tl.tensor,
+    cost_max: tl.tensor,
+    hits_ptr: tl.tensor,
+    counts_ptr: tl.tensor,
+    num_reqs: tl.tensor,
+    drafted: tl.tensor,  # positions drafted so far (>= 1)
+    scheduled: tl.tensor,  # drafts each request will verify next step
+    min_keep: tl.tensor,
+    explore: tl.tensor,
+    t_fixed: tl.tensor,
+    t_token: tl.tensor,
+    other_ratio: tl.tensor,
+    t_first: tl.tensor,  # drafting time of one position (the first pass), table units
+    t_pos: tl.tensor,  # ... of each further position
+    K: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    VEC: tl.constexpr,
+) -> None:
+    """Whether drafting goes on (``kiln_testkit.dt_cost.depth_continue`` in numpy): the
+    next verify step priced at its best tau for every depth from here to the last
+    scheduled draft, the drafts not made yet entering at their request's last
+    survival (an upper bound), worth their (position, bin) cell; go on where a
+    deeper depth beats stopping now. Requests the next mark_dead lets explore keep
+    every draft, as there; a share ``explore`` of steps drafts (and verifies, in
+    mark_dead) to the end whatever the prices say, so deep cells keep being graded."""
+    step = tl.load(step_ptr)
+    r = tl.arange(0, BLOCK_R)
+    rmask = r < num_reqs
+    slot = tl.load(idx_mapping_ptr + r, mask=rmask, other=0).to(tl.int64)
+    n = tl.where(rmask, scheduled, 0)
+    truncated = rmask & (_explore_uniform(step, slot) >= explore)
+    # positions >= drafted are not loaded and multiply by 1: they keep S_{drafted-1}
+    surv = _survivals(pred_ptr, slot, pred_stride, tl.minimum(n, drafted), K, VEC)
+    num_tokens = num_reqs * (1 + scheduled)
+    made = tl.minimum(n, drafted)
+    _, _, stop = _cost_aware_tau(
+        surv, rmask, made, truncated, tl.minimum(made, min_keep), num_tokens, cost_ptr,
+        cost_max, num_reqs, t_fixed, t_token, other_ratio, t_first + t_pos * (drafted - 1),
+        tl.sum(n - made, axis=0), hits_ptr, counts_ptr, K, BLOCK_R,
+    )
+    deeper = stop * 0.0 - 1.0
+    for d in tl.static_range(2, K + 1):
+        more = tl.minimum(n, d)
+        _, _, ratio = _cost_aware_tau(
+            surv, rmask, more, truncated, tl.minimum(more, min_keep), num_tokens, cost_ptr,
+            cost_max, num_reqs, t_fixed, t_token, other_ratio, t_first + t_pos * (d - 1),
+            tl.sum(n - more, axis=0), hits_ptr, counts_ptr, K, BLOCK_R,
+        )
+        deeper = tl.where((d > drafted) & (d <= scheduled), tl.maximum(deeper, ratio), deeper)
+    deep = _explore_uniform(step, DEPTH_KEY) < explore
+    tl.store(go_ptr, ((deeper > stop) | deep).to(tl.int32))
+
+
+def launch_depth(
+    go: torch.Tensor,
+    idx_mapping: torch.Tensor,
+    predictions: torch.Tensor,
+    buffers: Buffers,
+    cost: CostInputs,
+    calibration: Calibration,
+    num_reqs: int,
+    drafted: int,
+    scheduled: int,
+    min_keep: int,
+    explore: float,
+    t_first: float,
+    t_pos: float,
+) -> None:
+    """Launch the depth decision (one program; writes ``go`` on the device).
+    Drafting d >= 1 positions costs t_first + t_pos (d - 1) in the table's units."""
+    block_r = max(64, triton.next_power_of_2(max(num_reqs, 1)))
+    num_warps = 4 if block_r <= 128 else (8 if block_r == 256 else 16)
+    _depth_kernel[(1,)](
+        go, idx_mapping, predictions, predictions.stride(0), buffers.step, cost.table,
+        cost.table.shape[0] - 1, calibration.hits, calibration.counts, num_reqs, drafted,
+        scheduled, int(min_keep), float(explore), cost.t_fixed, cost.t_token, cost.other_ratio,
+        float(t_first), float(t_pos),
+        K=predictions.shape[1], BLOCK_R=block_r,
+        VEC=launch_vector(predictions, block_r, num_warps), num_warps=num_warps,
     )

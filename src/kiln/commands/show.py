@@ -29,6 +29,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "platforms": ", ".join(f"{p} ({v['tag'].split(':')[-1]})" if "tag" in v else f"{p} ({v['problem']})"
                                for p, v in doc["platforms"].items()),
         "served as": f"{r['launch']['served_model_name']} on port {r['launch']['port']}",
+        "speculation": speculation(r["launch"].get("speculative_config"), launch["env"]),
     }
     out = log.out
     out.print(r["name"], markup=False)
@@ -41,6 +42,30 @@ def cmd_show(args: argparse.Namespace) -> int:
         out.print(f"    {key}={value}", markup=False)
     out.print(f"  (`kiln show {r['name']} --json` prints the whole resolved recipe)", markup=False)
     return 0
+
+
+def speculation(spec: dict | None, env: dict[str, str]) -> str:
+    """The recipe's speculative decoding in one line: the drafter, how many drafts (per
+    batch size where vLLM's schedule is set) and what draft-trunc does on top, so the
+    configuration a recipe chose (docs/draft-trunc-policy.md, section 4) is visible."""
+    if not spec:
+        return "none"
+    k = spec.get("num_speculative_tokens")
+    parts = [f"{spec.get('method', '?')}, {k} drafts"]
+    table = spec.get("num_speculative_tokens_per_batch_size")
+    if table:
+        ranges = ", ".join(f"{a}: {n}" if a == b else f"{a}-{b}: {n}" for a, b, n in table)
+        parts[0] = f"{spec.get('method', '?')}, drafts by batch size {ranges} (at most {k})"
+    features = env.get("KILN_FEATURES", "").split(",")
+    if "draft-trunc" in features and env.get("KILN_DRAFT_TRUNC", "1").lower() not in ("0", "false", "no", "off"):
+        dt = (f"draft-trunc: fixed tau {env['KILN_DRAFT_TRUNC_TAU']}" if "KILN_DRAFT_TRUNC_TAU" in env
+              else "draft-trunc: cost-aware")
+        if env.get("KILN_DRAFT_TRUNC_DRAFT_COST"):
+            dt += ", drafting priced"
+        if env.get("KILN_DRAFT_TRUNC_DEPTH", "0").lower() in ("1", "true", "yes", "on"):
+            dt += ", decides how far to draft"
+        parts.append(dt)
+    return "; ".join(parts)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

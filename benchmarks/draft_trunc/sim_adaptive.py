@@ -1,0 +1,580 @@
+"""draft-trunc against the adaptive speculation vLLM ships (issue 37), in sim_trunc's
+trace-driven model, with drafting priced.
+
+A step now costs verification (sim_trunc's routed-expert model, other share of the
+verify forward) plus drafting: ``Drafter.step_us``, the first drafting position (the
+drafter's pass over the verified window, which vLLM runs even at K = 0 to keep the
+draft's KV cache in step) and each further position, as a share of a fully verified
+step at the same batch (fitted to an H200: ``bench_draft.py``, ``drafter_fit``; or a
+constant for the sensitivity sweep). Every policy replays the same drawn steps:
+
+- none: K = 4 drafted and verified; no-spec: no drafter at all (context);
+- K=k: a fixed number of drafts (vLLM's num_speculative_tokens); vllm-best-K: the
+  best k for this load in hindsight (the best any batch-size schedule can do);
+- vllm-schedule: vLLM's num_speculative_tokens_per_batch_size as an operator would
+  profile it: K chosen at batch sizes 1, 4, 16, 64, 256 on a profiling trace, carried
+  forward between them (vllm/v1/spec_decode/dynamic/utils.py), applied to every trace;
+- confidence: vllm#35301's early exit (a request stops drafting at its first draft
+  whose probability is below a threshold; drafting runs while any request goes on;
+  each request verifies its own drafts), threshold tuned per load on a separate draw;
+- dt: draft-trunc's cost-aware truncation (K = 4 drafted, a prefix verified), with
+  drafting in its prices; X+dt: on top of upstream rule X;
+- dt-depth: draft-trunc deciding how far to draft as well (``dt_cost.depth_continue``
+  after each drafted position), shapes unchanged (undrafted tokens are dead);
+  schedule+dt-depth: the same within vLLM's schedule;
+- bound: the informed bound (each draft worth its (position, bin) cell's true rate,
+  any depth, any prefix, dead tokens free, priced at the run's optimal rate);
+  oracle: knows the outcomes.
+
+Upstream rules are credited with the drafting they skip ("credited"), as vLLM's MTP
+drafter does. vLLM 0.32.0/0.33.0's draft_model drafter (StandaloneARSpeculator) drafts
+all K positions whatever the schedule says ("shipped" variants, in the JSON).
+
+Usage: python benchmarks/draft_trunc/sim_adaptive.py [--drafter FIT.json | --draft-share S]
+(``nox -s sim_adaptive``). Writes sim-adaptive-*.json and .png, prints ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from kiln_engine.draft_trunc import _cost
+from kiln_testkit import dt_cost
+from kiln_testkit.scripts import load_script
+
+st = load_script("benchmarks/draft_trunc/sim_trunc.py")
+
+HERE = Path(__file__).resolve().parent
+K = 4
+PROFILE_SIZES = (1, 4, 16, 64, 256)  # vLLM's generate_config.py default batch sizes
+PROFILE_TRACE = "synthetic-a0.7"
+THETAS = tuple(round(0.1 * i, 1) for i in range(10))
+UPSTREAM = ("vllm-schedule", "vllm-best-K", "confidence")
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """What drafting costs: ``_cost.DraftCost`` (the engine's own arithmetic, the
+    KILN_DRAFT_TRUNC_DRAFT_COST knob), shares of a fully verified step at the same
+    batch: one further position costs ``share``, the first pass ``first`` such
+    shares; D >= 1 positions cost share x (first + D - 1), D = 0 pays the first pass
+    (vLLM keeps the draft's KV cache in step)."""
+
+    name: str
+    cost: _cost.DraftCost
+
+    def share(self, reqs: int) -> float:
+        return self.cost.at(reqs)[0]
+
+    def first(self, reqs: int) -> float:
+        return self.cost.at(reqs)[1]
+
+    def step_us(self, model, reqs: int, depth) -> np.ndarray:
+        full = float(model.step_us(reqs * (1 + K), reqs * (1 + K), reqs))
+        share, first = self.cost.at(reqs)
+        d = np.asarray(depth, dtype=np.float64)
+        return full * share * (first + np.maximum(d - 1, 0))
+
+    @property
+    def knob(self) -> str:
+        """The KILN_DRAFT_TRUNC_DRAFT_COST value that prices drafting as here."""
+        return ",".join(f"{r}:{s:.4g}:{f:.3g}" for r, s, f in self.cost.points)
+
+
+def constant_drafter(share: float) -> Drafter:
+    return Drafter(f"share{share:g}", _cost.DraftCost(((1, share, 1.0),)))
+
+
+def table_drafter(name: str, points: dict[int, tuple[float, float]]) -> Drafter:
+    """Shares measured at some batch sizes, interpolated in log(batch)."""
+    return Drafter(name, _cost.DraftCost(tuple((r, *points[r]) for r in sorted(points))))
+
+
+class AdaptiveModel(st.Model):
+    """sim_trunc's verify-step model, with the non-routed time depending on how many
+    tokens are scheduled, which a shorter K changes (truncation never does).
+
+    ``other_share`` still fixes the non-routed time at full verification (N_full = R x
+    (1 + K) tokens); a share phi(R) of it grows with the tokens (attention, shared
+    expert and lm_head arithmetic), the rest is paid whatever N is (their weights, the
+    KV cache reads, the runner): other(N) = other(N_full) x (1 - phi + phi N / N_full),
+    phi = N_full / (N_full + other_half), ``other_half`` fitted to the H200
+    (``bench_draft.py``: where the measured non-routed time is half per-token)."""
+
+    def __init__(self, other_half: float, **kw):
+        super().__init__(**kw)
+        self.other_half = other_half
+
+    def phi(self, reqs: int) -> float:
+        full = reqs * (1 + K)
+        return full / (full + self.other_half)
+
+    def step_us(self, live, tokens, reqs=None):  # type: ignore[override]
+        live = np.clip(live, 0, self.max_tokens).astype(int)
+        tokens = np.asarray(tokens).astype(int)
+        if reqs is None:  # sim_trunc's callers: other at the scheduled tokens
+            return super().step_us(live, tokens)
+        full = reqs * (1 + K)
+        shared = self.cost.t_fixed + self.cost.t_token * tokens
+        other_full = self.ratio * (self.table[full] + self.cost.t_fixed + self.cost.t_token * full)
+        phi = self.phi(reqs)
+        other = other_full * (1 - phi + phi * tokens / full)
+        return self.moe_layers * (shared + other + self.table[live])
+
+
+# ----------------------------------------------------------------------------- plans
+
+
+@dataclass
+class Plan:
+    """What a policy did on each step: drafts scheduled n [S, R], kept j [S, R],
+    positions drafted depth [S] (for the drafting price)."""
+
+    n: np.ndarray
+    j: np.ndarray
+    depth: np.ndarray
+
+
+@dataclass
+class Result:
+    tokens: float
+    time_us: float
+    drafted: float  # drafting positions per step
+    kept_frac: float  # kept / scheduled drafts
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / (self.time_us * 1e-6)
+
+
+def replay(b, plan: Plan, model, drafter: Drafter, draft_free: bool = False) -> Result:
+    acc = np.minimum(b.accepted, plan.j)
+    tokens = (1 + plan.n).sum(axis=1)
+    live = tokens - (plan.n - plan.j).sum(axis=1)
+    t = model.step_us(live, tokens, b.reqs)
+    if not draft_free:
+        t = t + drafter.step_us(model, b.reqs, plan.depth)
+    return Result(
+        tokens=float((1 + acc).sum()),
+        time_us=float(t.sum()),
+        drafted=float(np.mean(plan.depth)),
+        kept_frac=float(plan.j.sum() / max(plan.n.sum(), 1)),
+    )
+
+
+def restrict(b, n: np.ndarray):
+    """The steps with only the first n[s, r] drafts scheduled (survival 0 past n)."""
+    pos = np.arange(b.surv.shape[-1])
+    return st.Batches(np.where(pos < n[..., None], b.surv, 0.0), n, b.accepted, b.explored)
+
+
+def fixed_k(b, k: int) -> Plan:
+    n = np.minimum(b.n, k)
+    return Plan(n, n, np.full(b.n.shape[0], k))
+
+
+def schedule_k(table: dict[int, int], reqs: int) -> int:
+    """vLLM's dense lookup: the K of the last profiled size <= reqs."""
+    return table[max(r for r in table if r <= reqs)]
+
+
+def conditional(surv: np.ndarray) -> np.ndarray:
+    prev = np.concatenate([np.ones_like(surv[..., :1]), surv[..., :-1]], axis=-1)
+    return np.where(prev > 0, surv / np.where(prev > 0, prev, 1.0), 0.0)
+
+
+def confidence(b, theta: float) -> Plan:
+    """Stop a request's drafting at its first draft with probability < theta;
+    drafting runs while any request goes on (its low draft was drafted too)."""
+    ok = conditional(b.surv) >= theta
+    pos = np.arange(b.surv.shape[-1])
+    n = np.minimum((np.cumprod(ok, axis=-1) * (pos < b.n[..., None])).sum(axis=-1), b.n)
+    depth = np.minimum(n + 1, b.n).max(axis=1)
+    return Plan(n, n, depth)
+
+
+def dt_plan(b, model, drafter, base: Plan | None = None, depth_policy=False, seed=0,
+            explore=0.05, chunk_reqs=64) -> Plan:
+    """draft-trunc's cost-aware truncation (and, with ``depth_policy``, its drafting
+    depth) replayed in order, calibrating as on the device (sim_trunc.cost_j)."""
+    bb = b if base is None else restrict(b, base.n)
+    steps, reqs, k = bb.surv.shape
+    layers = model.moe_layers
+    hits, counts = np.zeros((k, _cost.TAU_GRID)), np.zeros((k, _cost.TAU_GRID))
+    chunk = max(1, -(-chunk_reqs // reqs))
+    j, depth = np.zeros_like(bb.n), bb.n.max(axis=1) if base is None else base.depth.copy()
+    explored = bb.explored if bb.explored is not None else np.zeros(bb.n.shape, bool)
+    deep = np.random.default_rng(seed + 7).random(steps) < explore  # steps drafting fully
+    if depth_policy:  # ...and verifying fully: deep cells are graded only when verified
+        explored = explored | deep[:, None]
+    pos = np.arange(k)
+    for start in range(0, steps, chunk):
+        part = slice(start, start + chunk)
+        surv, n = bb.surv[part], bb.n[part]
+        opt = st.optional_drafts(bb, model, surv, n, explored[part])
+        values = dt_cost.calibrated_values(hits, counts)
+        args = (bb.tokens[part], reqs, model.policy_table, model.cost, model.ratio, values)
+        if depth_policy:
+            d = n.max(axis=1)
+            prices = [drafter.step_us(model, reqs, d) / layers for d in range(k + 1)]
+            for s in range(k - 1, 0, -1):
+                go = dt_cost.depth_continue(surv, opt, n, s, *args, prices)
+                d = np.where(go | (n.max(axis=1) <= s), d, s)
+            depth[part] = np.where(deep[part], n.max(axis=1), d)
+        made = pos < depth[part, None, None]
+        nd = np.minimum(n, depth[part, None])
+        tau = dt_cost.cost_aware_tau(
+            np.where(made, surv, 0.0), opt & made, *args,
+            drafter.step_us(model, reqs, depth[part]) / layers, (n - nd).sum(axis=-1),
+        )
+        kept = np.where(explored[part], nd, st.rule_j(np.where(made, surv, 0.0), nd, tau,
+                                                       model.min_keep))
+        j[part] = kept
+        dt_cost.calibration_update(hits, counts, surv, kept, np.minimum(bb.accepted[part], kept))
+    return Plan(bb.n, j, depth)
+
+
+# ----------------------------------------------------------------------------- bounds
+
+
+def _dinkelbach(tokens: np.ndarray, time_us: np.ndarray, valid: np.ndarray, iters=60):
+    """Per-step choice maximising total tokens / total time over the run."""
+    rows = np.arange(tokens.shape[0])
+    lam = 0.0
+    for _ in range(iters):
+        pick = np.where(valid, tokens - lam * time_us, -np.inf).reshape(len(rows), -1).argmax(1)
+        t, u = tokens.reshape(len(rows), -1), time_us.reshape(len(rows), -1)
+        new = float(t[rows, pick].sum() / u[rows, pick].sum())
+        if abs(new - lam) <= 1e-12 * new:
+            break
+        lam = new
+    return float(t[rows, pick].sum()), float(u[rows, pick].sum())
+
+
+def bound(b, model, drafter, oracle: bool) -> Result:
+    """Per step, any drafting depth D (0: the first pass only) and any x drafts kept among
+    the first D of each request, dead tokens free (scheduled = live). The informed
+    bound keeps drafts by their cell's true rate; the oracle keeps accepted ones."""
+    steps, reqs, k = b.surv.shape
+    pos = np.arange(k)
+    worth = (pos < b.accepted[..., None]).astype(float) if oracle else np.minimum.accumulate(
+        st.cell_rates(b), axis=-1)
+    toks, times, valid = [], [], []
+    for d in range(k + 1):
+        inside = (pos < np.minimum(b.n, d)[..., None])
+        best = -np.sort(-np.where(inside, worth, -1.0).reshape(steps, -1), axis=-1)
+        gain = np.concatenate([np.zeros((steps, 1)), np.cumsum(np.maximum(best, 0), -1)], -1)
+        x = np.arange(gain.shape[1])[None, :]
+        live = reqs + x + np.zeros((steps, 1), int)
+        # D = 0 still pays the drafter's first pass: without it the draft's KV cache
+        # falls behind (vLLM runs it at K = 0 too)
+        t = model.step_us(live, live, reqs) + drafter.step_us(model, reqs, d)
+        toks.append(reqs + gain)
+        times.append(t)
+        valid.append(x <= inside.reshape(steps, -1).sum(-1)[:, None])
+    tokens, time_us = _dinkelbach(np.stack(toks, 1), np.stack(times, 1), np.stack(valid, 1))
+    return Result(tokens, time_us, float("nan"), float("nan"))
+
+
+# ----------------------------------------------------------------------------- one load
+
+
+def upstream_choices(b, model, drafter) -> tuple[dict[int, float], dict[float, float]]:
+    """tokens/s of each fixed K and each confidence threshold on these steps."""
+    ks = {k: replay(b, fixed_k(b, k), model, drafter).tokens_per_s for k in range(K + 1)}
+    th = {t: replay(b, confidence(b, t), model, drafter).tokens_per_s for t in THETAS}
+    return ks, th
+
+
+def run_load(records, reqs, model, drafter, table, seed, explore, steps=40_000) -> dict:
+    tune = st.draw(records, reqs, np.random.default_rng(seed + 10_000 + reqs), steps, explore)
+    _, tuned_th = upstream_choices(tune, model, drafter)
+    theta = max(tuned_th, key=tuned_th.get)
+    b = st.draw(records, reqs, np.random.default_rng(seed + reqs), steps, explore)
+    ks, _ = upstream_choices(b, model, drafter)
+    best_k = max(ks, key=ks.get)
+    plans = {
+        "none": fixed_k(b, K),
+        "vllm-schedule": fixed_k(b, schedule_k(table, reqs)),
+        "vllm-best-K": fixed_k(b, best_k),
+        "confidence": confidence(b, theta),
+    }
+    for name in UPSTREAM:
+        plans[f"{name}+dt"] = dt_plan(b, model, drafter, plans[name], seed=seed, explore=explore)
+    plans["dt"] = dt_plan(b, model, drafter, seed=seed, explore=explore)
+    plans["dt-depth"] = dt_plan(b, model, drafter, depth_policy=True, seed=seed, explore=explore)
+    for name in ("vllm-schedule", "vllm-best-K"):
+        plans[f"{name}+dt-depth"] = dt_plan(b, model, drafter, plans[name], depth_policy=True,
+                                            seed=seed, explore=explore)
+    out = {name: replay(b, p, model, drafter) for name, p in plans.items()}
+    out["no-spec"] = replay(b, Plan(0 * b.n, 0 * b.n, np.zeros(b.n.shape[0])), model, drafter,
+                            draft_free=True)
+    # vLLM 0.32.0/0.33.0's draft_model drafter drafts all K whatever the schedule
+    for name in ("vllm-schedule", "vllm-best-K"):
+        p = plans[name]
+        out[f"{name}/shipped"] = replay(b, Plan(p.n, p.j, np.full_like(p.depth, K)), model,
+                                       drafter)
+    out["bound"] = bound(b, model, drafter, oracle=False)
+    out["oracle"] = bound(b, model, drafter, oracle=True)
+    tps = {name: r.tokens_per_s for name, r in out.items()}
+    best_up = max(tps[n] for n in UPSTREAM)
+    kiln = kiln_choice(tps)
+    return {
+        "batch": reqs,
+        "steps": int(b.n.shape[0]),
+        "tokens_per_s": tps,
+        "drafted": {n: r.drafted for n, r in out.items()},
+        "kept_frac": {n: r.kept_frac for n, r in out.items()},
+        "schedule_k": schedule_k(table, reqs),
+        "best_k": best_k,
+        "theta": theta,
+        "kiln": kiln,
+        "vs_best_upstream": {n: v / best_up for n, v in tps.items()},
+        "best_upstream": max(UPSTREAM, key=lambda n: tps[n]),
+    }
+
+
+def kiln_choice(tps: dict[str, float]) -> str:
+    """The deployable combination the JSON's summary line follows: vLLM's profiled
+    schedule with draft-trunc deciding depth and verification within it. The recipes'
+    choice (``kiln_config``) is the schedule profiled on their own traffic."""
+    return "vllm-schedule+dt-depth"
+
+
+SHIPPED = ("vllm-schedule", "vllm-best-K")  # the upstream rules vLLM 0.32.0/0.33.0 ship
+
+
+def kiln_config(row: dict, depth: bool) -> dict[str, float]:
+    """kiln's configuration in one case, as a recipe sets it: vLLM's schedule profiled
+    on the recipe's own traffic (the best K at this load: vllm-best-K, what a profile
+    gives at every batch size it covers) with draft-trunc on top (``depth``: deciding
+    how far to draft too, one switch per recipe, not per case). Its ratio to the best
+    rule vLLM ships, and to the best upstream rule including the confidence exit
+    (vllm#35301, not in any shipped vLLM)."""
+    t = row["tokens_per_s"]
+    mine = t["vllm-best-K+dt-depth" if depth else "vllm-best-K+dt"]
+    return {"vs_shipped": mine / max(t[n] for n in SHIPPED),
+            "vs_upstream": mine / max(t[n] for n in UPSTREAM)}
+
+
+def recipe_depth(rows: list[dict]) -> bool:
+    """The recipe-level switch: the depth decision on iff it raises kiln's worst case."""
+    worst = {d: min(kiln_config(r, d)["vs_upstream"] for r in rows) for d in (False, True)}
+    return worst[True] > worst[False]
+
+
+def _tag(row: dict) -> str:
+    best = row["best_upstream"]
+    if best == "vllm-best-K":
+        return f"K{row['best_k']}"
+    if best == "vllm-schedule":
+        return f"S{row['schedule_k']}"
+    return f"C{row['theta']:.1f}"
+
+
+def tables(rows: list[dict]) -> str:
+    """The markdown tables of docs/draft-trunc-policy.md section 4, from one run."""
+    traces = list(dict.fromkeys(r["trace"] for r in rows))
+    sizes = sorted({r["batch"] for r in rows})
+    depth = recipe_depth(rows)
+    head = "| trace | " + " | ".join(f"R={s}" for s in sizes) + " |\n|---|" + "---|" * len(sizes)
+    at = {(r["trace"], r["batch"]): r for r in rows}
+
+    def table(cell) -> list[str]:
+        return [head] + [f"| {tr} | " + " | ".join(cell(at[tr, s]) for s in sizes) + " |" for tr in traces]
+
+    def main(r):
+        k = kiln_config(r, depth)
+        return f"{_tag(r)}: {k['vs_upstream']:.3f}"
+
+    def more(r):
+        t, v = r["tokens_per_s"], r["vs_best_upstream"]
+        return (f"{t['vllm-schedule+dt-depth'] / t['vllm-schedule']:.3f} / {v['dt-depth']:.3f} / "
+                f"{v['bound']:.3f} / {v['no-spec']:.2f}")
+
+    out = [f"kiln's configuration: the schedule profiled on the traffic + draft-trunc"
+           f" (depth decision {'on' if depth else 'off'}), against the best upstream rule", ""]
+    out += table(main) + [""]
+    out += ["schedule profiled on " + PROFILE_TRACE + " + dt-depth vs that schedule alone / "
+            "dt-depth at K=4 vs best upstream / informed bound vs best upstream / "
+            "no speculation vs best upstream", ""]
+    out += table(more)
+    return "\n".join(out) + "\n"
+
+
+def summary(rows: list[dict]) -> dict:
+    """The goal checks of issue 37 over one run."""
+    depth = recipe_depth(rows)
+    k = [kiln_config(r, depth) for r in rows]
+    real = [(r, c) for r, c in zip(rows, k, strict=True)
+            if not r["trace"].startswith("synthetic") and r["batch"] <= 4]
+    return {
+        "depth": depth,
+        "kiln_vs_shipped": [min(c["vs_shipped"] for c in k), max(c["vs_shipped"] for c in k)],
+        "kiln_vs_upstream": [min(c["vs_upstream"] for c in k), max(c["vs_upstream"] for c in k)],
+        "below_1": sum(c["vs_upstream"] < 0.9995 for c in k),
+        "real_small_kiln": [min((c["vs_upstream"] for _, c in real), default=float("nan")),
+                            max((c["vs_upstream"] for _, c in real), default=float("nan"))],
+        "real_small_bound": [min((r["vs_best_upstream"]["bound"] for r, _ in real), default=float("nan")),
+                             max((r["vs_best_upstream"]["bound"] for r, _ in real), default=float("nan"))],
+        "sched_dtd_vs_sched": [min(r["tokens_per_s"]["vllm-schedule+dt-depth"] / r["tokens_per_s"]["vllm-schedule"]
+                                   for r in rows),
+                               max(r["tokens_per_s"]["vllm-schedule+dt-depth"] / r["tokens_per_s"]["vllm-schedule"]
+                                   for r in rows)],
+        "dt_depth_alone": [min(r["vs_best_upstream"]["dt-depth"] for r in rows),
+                           max(r["vs_best_upstream"]["dt-depth"] for r in rows)],
+    }
+
+
+def profile_schedule(records, model, drafter, seed, explore, steps=40_000) -> dict[int, int]:
+    """The operator's batch-size -> K table, profiled on one trace."""
+    table = {}
+    for reqs in PROFILE_SIZES:
+        b = st.draw(records, reqs, np.random.default_rng(seed + 20_000 + reqs), steps, explore)
+        ks, _ = upstream_choices(b, model, drafter)
+        table[reqs] = max(ks, key=ks.get)
+    return table
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib  # heavy: only when writing the plot
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    traces = list(dict.fromkeys(r["trace"] for r in rows))
+    cols = min(4, len(traces))
+    nrows = math.ceil(len(traces) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows), squeeze=False)
+    lines = [
+        ("bound", "k:", "informed bound"),
+        ("vllm-schedule+dt-depth", "C3-o", "kiln: schedule + draft-trunc (depth)"),
+        ("dt-depth", "C1-", "draft-trunc (depth), K=4"),
+        ("vllm-best-K+dt", "C2--", "best K + draft-trunc"),
+        ("dt", "C4-", "draft-trunc, K=4"),
+        ("vllm-schedule", "C0-.", "vLLM schedule (profiled)"),
+        ("vllm-best-K", "C0:", "vLLM best K (hindsight)"),
+        ("confidence", "C5-.", "confidence exit (tuned)"),
+        ("none", "C7-", "K=4, no truncation"),
+    ]
+    for ax, name in zip(axes.flat, traces, strict=False):
+        rs = [r for r in rows if r["trace"] == name]
+        x = [r["batch"] for r in rs]
+        for key, style, label in lines:
+            ax.plot(x, [r["vs_best_upstream"][key] for r in rs], style, ms=3, label=label)
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_title(name, fontsize=8)
+        ax.set_xlabel("verifying requests")
+        ax.set_ylabel("tokens/s vs best upstream rule")
+    for ax in list(axes.flat)[len(traces):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def simulate(traces, model, drafter, sizes, seed, explore, log=print, steps=40_000) -> tuple[list, dict]:
+    prof = next(t for t in traces if t.source == PROFILE_TRACE)
+    table = profile_schedule(prof, model, drafter, seed, explore, steps)
+    log(f"operator's schedule (profiled on {PROFILE_TRACE}): {table}")
+    rows = []
+    for records in traces:
+        for reqs in sizes:
+            row = {"trace": records.source, **run_load(records, reqs, model, drafter, table, seed,
+                                                       explore, steps)}
+            rows.append(row)
+            v = row["vs_best_upstream"]
+            log(f"{records.source:<20} R={reqs:<4} best upstream={row['best_upstream']:<13} "
+                f"K*={row['best_k']} sched={row['schedule_k']} th={row['theta']:.1f} | "
+                f"kiln {v['vllm-schedule+dt-depth']:.3f} dt-depth {v['dt-depth']:.3f} "
+                f"dt {v['dt']:.3f} bestK+dt {v['vllm-best-K+dt']:.3f} "
+                f"bestK+dtd {v['vllm-best-K+dt-depth']:.3f} "
+                f"sched {v['vllm-schedule']:.3f} conf {v['confidence']:.3f} "
+                f"none {v['none']:.3f} bound {v['bound']:.3f} | drafted kiln "
+                f"{row['drafted']['vllm-schedule+dt-depth']:.2f}")
+    return rows, table
+
+
+def drafter_from(args, fit: dict) -> Drafter:
+    if args.draft_share is not None:
+        return constant_drafter(args.draft_share)
+    entry = fit["drafters"][args.drafter_name]
+    return table_drafter(args.drafter_name, {int(r): tuple(v) for r, v in entry["points"].items()})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--trace", type=Path, action="append", default=None)
+    ap.add_argument("--drafter", type=Path, default=HERE / "results-draft-fit.json",
+                    help="drafter shares fitted to the H200 (fit_draft.py)")
+    ap.add_argument("--drafter-name", default="kindling-0.6b-eager-tp8")
+    ap.add_argument("--draft-share", type=float, default=None,
+                    help="a constant drafting share per position instead of the fit")
+    ap.add_argument("--other-share", type=float, default=0.5)
+    ap.add_argument("--other-half", type=float, default=None,
+                    help="tokens at which the non-routed time is half per-token (default: the fit)")
+    ap.add_argument("--explore", type=float, default=0.05)
+    ap.add_argument("--sizes", type=int, nargs="*", default=list(st.BATCH_SIZES))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--request-steps", type=int, default=40_000,
+                    help="request records drawn per trace and load")
+    args = ap.parse_args(argv)
+    paths = args.trace if args.trace is not None else sorted(HERE.glob(st.TRACE_GLOB))
+    fit = json.loads(args.drafter.read_text()) if args.drafter.is_file() else {}
+    half = args.other_half if args.other_half is not None else fit.get("other_half")
+    if half is None:
+        ap.error(f"--other-half: no fit in {args.drafter} (run fit_draft.py) and none given")
+    model = AdaptiveModel(half, other_share=args.other_share)
+    drafter = drafter_from(args, fit)
+    rng = np.random.default_rng(0)
+    traces = st.load_traces(paths, K, rng, 4_000 if args.quick else 100_000)
+    start = time.monotonic()
+    print(f"sim_adaptive: {len(traces)} traces x {len(args.sizes)} loads; drafter {drafter.name}, "
+          f"other_share {args.other_share}", flush=True)
+    rows, table = simulate(traces, model, drafter, args.sizes, 0, args.explore,
+                           log=lambda s: print(s, flush=True), steps=args.request_steps)
+    args.out.mkdir(parents=True, exist_ok=True)
+    tag = f"{drafter.name}-os{args.other_share:g}-half{half:g}"
+    meta = {"drafter": drafter.name,
+            "drafter_share": {r: drafter.share(r) for r in args.sizes},
+            "drafter_first": {r: drafter.first(r) for r in args.sizes},
+            "other_share": args.other_share, "other_half": half, "explore": args.explore,
+            "profile_trace": PROFILE_TRACE, "schedule": table, "rows": rows}
+    meta["summary"] = summary(rows)
+    (args.out / f"sim-adaptive-{tag}.json").write_text(json.dumps(meta, indent=1))
+    (args.out / f"sim-adaptive-{tag}.md").write_text(tables(rows))
+    plot(rows, args.out / f"sim-adaptive-{tag}.png",
+         f"tokens/s vs the best upstream adaptive rule (drafter {drafter.name})")
+    worst = min(rows, key=lambda r: r["vs_best_upstream"]["vllm-schedule+dt-depth"])
+    real_small = [r["vs_best_upstream"]["vllm-schedule+dt-depth"] for r in rows
+                  if not r["trace"].startswith("synthetic") and r["batch"] <= 4]
+    print(f"summary ({time.monotonic() - start:.0f} s): kiln vs best upstream: worst "
+          f"{worst['vs_best_upstream']['vllm-schedule+dt-depth']:.3f} ({worst['trace']} "
+          f"R={worst['batch']}); real traces R<=4: min {min(real_small, default=float('nan')):.3f}")
+    summ = meta["summary"]
+    print(f"kiln's configuration (profiled schedule + draft-trunc, depth "
+          f"{'on' if summ['depth'] else 'off'}): {summ['kiln_vs_upstream'][0]:.3f}-"
+          f"{summ['kiln_vs_upstream'][1]:.3f}x of the best upstream rule ({summ['below_1']} cases "
+          f"below 1.000; goal >= 1.00), {summ['kiln_vs_shipped'][0]:.3f}-{summ['kiln_vs_shipped'][1]:.3f}x "
+          f"of the best shipped one; real traces R<=4: {summ['real_small_kiln'][0]:.3f}-"
+          f"{summ['real_small_kiln'][1]:.3f}x (goal >= 1.03; informed bound "
+          f"{summ['real_small_bound'][0]:.3f}-{summ['real_small_bound'][1]:.3f}x)")
+    print(f"wrote {args.out}/sim-adaptive-{tag}.json, .md and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""sim_adaptive (issue 37): drafting priced, vLLM's rules replayed as vLLM runs them,
+the bounds above every policy, and draft-trunc's depth decision on drafts worth nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from kiln_testkit.scripts import load_script
+
+sa = load_script("benchmarks/draft_trunc/sim_adaptive.py")
+st = sa.st
+FIXTURE = Path(__file__).parent / "fixtures" / "trace-small.jsonl"
+
+
+def _model():
+    return sa.AdaptiveModel(256.0, other_share=0.5)
+
+
+def test_drafting_is_priced_per_position_and_the_first_pass_always():
+    model, drafter = _model(), sa.table_drafter("t", {1: (0.1, 2.0), 64: (0.02, 1.0)})
+    full = float(model.step_us(5, 5, 1))
+    assert drafter.step_us(model, 1, 0) == pytest.approx(full * 0.1 * 2.0)  # K = 0: first pass
+    assert drafter.step_us(model, 1, 1) == pytest.approx(full * 0.1 * 2.0)
+    assert drafter.step_us(model, 1, 4) == pytest.approx(full * 0.1 * 5.0)
+    assert drafter.knob == "1:0.1:2,64:0.02:1"
+
+
+def test_other_time_follows_scheduled_tokens_only_in_part():
+    """A shorter K saves the token-proportional share phi of the non-routed time; at
+    full verification the model is sim_trunc's."""
+    model = _model()
+    base = st.Model(other_share=0.5)
+    assert float(model.step_us(40, 40, 8)) == pytest.approx(float(base.step_us(np.array(40), np.array(40))))
+    routed = float(base.step_us(np.array(8), np.array(8))) / (1 + base.ratio)
+    other_full = float(base.step_us(np.array(40), np.array(40))) * base.ratio / (1 + base.ratio)
+    phi = model.phi(8)
+    assert phi == pytest.approx(40 / (40 + 256))
+    want = routed + other_full * (1 - phi + phi * 8 / 40)
+    assert float(model.step_us(8, 8, 8)) == pytest.approx(want)
+
+
+def test_schedule_carries_the_last_profiled_k_forward():
+    table = {1: 2, 4: 3, 16: 4}
+    assert [sa.schedule_k(table, r) for r in (1, 3, 4, 15, 16, 512)] == [2, 2, 3, 3, 4, 4]
+
+
+def test_confidence_exit_by_hand():
+    """Conditional probabilities 0.9, 0.3, ...: at threshold 0.5 the request verifies
+    one draft and drafting ran two positions (the low one was drafted)."""
+    b = st.Batches(surv=np.array([[[0.9, 0.27, 0.2, 0.18], [0.2, 0.1, 0.05, 0.01]]]),
+                   n=np.array([[4, 4]]), accepted=np.array([[1, 0]]))
+    plan = sa.confidence(b, 0.5)
+    assert plan.n.tolist() == [[1, 0]] and plan.depth.tolist() == [2]
+    assert sa.confidence(b, 0.0).depth.tolist() == [4]
+
+
+@pytest.mark.parametrize("reqs", [1, 8])
+def test_bounds_sit_above_every_policy(reqs):
+    rng = np.random.default_rng(reqs)
+    records = st.synthetic(0.5, 3000, 4, rng)
+    b = st.draw(records, reqs, rng, target_records=3000, explore=0.05)
+    model, drafter = _model(), sa.constant_drafter(0.05)
+    plans = {"K=4": sa.fixed_k(b, 4), "K=1": sa.fixed_k(b, 1), "conf": sa.confidence(b, 0.4),
+             "dt": sa.dt_plan(b, model, drafter),
+             "dt-depth": sa.dt_plan(b, model, drafter, depth_policy=True)}
+    oracle = sa.bound(b, model, drafter, oracle=True).tokens_per_s
+    informed = sa.bound(b, model, drafter, oracle=False).tokens_per_s
+    assert informed <= oracle
+    for name, plan in plans.items():
+        tps = sa.replay(b, plan, model, drafter).tokens_per_s
+        assert tps <= oracle, name
+        assert tps <= informed * 1.005, name  # realised outcomes vs expected worth: noise only
+
+
+def test_depth_decision_stops_drafting_what_is_never_accepted():
+    """Drafts that are never accepted, predictions saying so: with drafting priced,
+    draft-trunc stops after the first position (the exploring steps aside) and beats
+    drafting all four; without the depth decision it must draft them all."""
+    rng = np.random.default_rng(2)
+    records = st.Records(rng.uniform(0.0, 0.05, size=(4000, 4)), np.full(4000, 4),
+                         np.zeros(4000, int), "never")
+    b = st.draw(records, 2, rng, target_records=8000, explore=0.05)
+    model, drafter = _model(), sa.constant_drafter(0.05)
+    depth = sa.dt_plan(b, model, drafter, depth_policy=True)
+    plain = sa.dt_plan(b, model, drafter)
+    assert plain.depth.mean() == 4
+    assert depth.depth.mean() < 1.3
+    assert sa.replay(b, depth, model, drafter).tokens_per_s > 1.1 * sa.replay(b, plain, model, drafter).tokens_per_s
+
+
+def test_main_writes_json_and_png(tmp_path):
+    assert sa.main(["--out", str(tmp_path), "--quick", "--request-steps", "1500", "--sizes", "1",
+                    "--trace", str(FIXTURE),
+                    "--draft-share", "0.05", "--other-half", "256"]) == 0
+    data = json.loads(next(tmp_path.glob("sim-adaptive-*.json")).read_text())
+    row = next(r for r in data["rows"] if r["trace"] == "trace-small")
+    assert {"vllm-schedule", "vllm-best-K", "confidence", "dt-depth", "bound"} <= set(row["tokens_per_s"])
+    assert row["vs_best_upstream"][row["best_upstream"]] == pytest.approx(1.0)
+    assert next(tmp_path.glob("sim-adaptive-*.png")).stat().st_size > 10_000
+    md = next(tmp_path.glob("sim-adaptive-*.md")).read_text()
+    assert "| trace-small | " in md and "R=1" in md
+    assert data["summary"]["kiln_vs_upstream"][0] <= data["summary"]["kiln_vs_upstream"][1]
+
+
+def _row(**tps):
+    base = {"none": 1.0, "vllm-schedule": 1.0, "vllm-best-K": 1.0, "confidence": 1.0,
+            "vllm-best-K+dt": 1.0, "vllm-best-K+dt-depth": 1.0}
+    return {"tokens_per_s": {**base, **tps}}
+
+
+def test_kiln_config_is_the_profiled_schedule_with_draft_trunc_against_each_rule():
+    row = _row(**{"vllm-best-K": 2.0, "confidence": 2.5, "vllm-best-K+dt": 2.2, "vllm-best-K+dt-depth": 2.4})
+    assert sa.kiln_config(row, depth=False) == pytest.approx({"vs_shipped": 1.1, "vs_upstream": 0.88})
+    assert sa.kiln_config(row, depth=True) == pytest.approx({"vs_shipped": 1.2, "vs_upstream": 0.96})
+
+
+def test_the_depth_switch_is_one_per_recipe_by_the_worst_case():
+    """Depth helps in one case and loses more in another: off for the recipe."""
+    rows = [_row(**{"vllm-best-K+dt": 1.0, "vllm-best-K+dt-depth": 1.1}),
+            _row(**{"vllm-best-K+dt": 1.0, "vllm-best-K+dt-depth": 0.95})]
+    assert sa.recipe_depth(rows) is False
+    assert sa.recipe_depth(rows[:1]) is True

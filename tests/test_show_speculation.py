@@ -1,0 +1,31 @@
+"""`kiln show`'s speculation line (issue 37): the configuration a recipe chose, visible."""
+
+from __future__ import annotations
+
+from kiln.commands.show import speculation
+
+DT = {"KILN_FEATURES": "draft-trunc", "KILN_DRAFT_TRUNC": "1"}
+
+
+def test_no_speculation():
+    assert speculation(None, {}) == "none"
+
+
+def test_fixed_k_without_draft_trunc():
+    assert speculation({"method": "mtp", "num_speculative_tokens": 3}, {}) == "mtp, 3 drafts"
+
+
+def test_schedule_and_draft_trunc_with_depth():
+    spec = {"method": "draft_model", "num_speculative_tokens": 4,
+            "num_speculative_tokens_per_batch_size": [[1, 1, 4], [2, 4, 3], [5, 1024, 2]]}
+    env = {**DT, "KILN_DRAFT_TRUNC_DRAFT_COST": "1:0.1", "KILN_DRAFT_TRUNC_DEPTH": "1"}
+    assert speculation(spec, env) == (
+        "draft_model, drafts by batch size 1: 4, 2-4: 3, 5-1024: 2 (at most 4); "
+        "draft-trunc: cost-aware, drafting priced, decides how far to draft")
+
+
+def test_draft_trunc_switched_off_or_fixed_tau():
+    spec = {"method": "draft_model", "num_speculative_tokens": 4}
+    assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC": "0"}) == "draft_model, 4 drafts"
+    assert speculation(spec, {"KILN_DRAFT_TRUNC": "1"}) == "draft_model, 4 drafts"  # feature not baked in
+    assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC_TAU": "0.3"}).endswith("draft-trunc: fixed tau 0.3")
