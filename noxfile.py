@@ -37,6 +37,9 @@ nox.options.stop_on_first_error = True  # lint and unit gate everything that bui
 nox.options.error_on_missing_interpreters = True
 
 PYTEST = ["python", "-m", "pytest", "-p", "no:cacheprovider"]
+# in-image Python under docker-images/common (most have no .py suffix, so ruff and mypy are told)
+IMAGE_SCRIPTS = [f"docker-images/common/{name}" for name in
+                 ("engine-deps.py", "kiln-health", "kiln-lock-tool", "kiln-prewarm", "kiln-serve")]
 # what only opt-in sessions run
 NEVER_BY_DEFAULT = "gpu or disruptive or full or emulation"
 # the kernels tier: tests/draft_trunc's `kernels` tests (vLLM's sources, the slow seeds)
@@ -59,10 +62,15 @@ def _base_image(session):
 
 @nox.session
 def lint(session):
-    """ruff over the harness, the engine package and the tests; the import contract."""
+    """ruff and mypy over the harness, the engine package, the tests and the in-image scripts;
+    the import contract."""
     session.run("ruff", "check", "src", "engine", "tests", "noxfile.py", "benchmarks")
     session.run("lint-imports")  # the layers of docs/architecture.md
     session.run("mypy")  # src/, engine/, testkit/ as [tool.mypy] in pyproject.toml says, 0 errors
+    # the Python scripts docker-images/ ships into images, read by the same tools; their
+    # imports that exist only inside an image (huggingface_hub, kiln_hfcache) are unknown here
+    session.run("ruff", "check", *IMAGE_SCRIPTS)
+    session.run("mypy", "--scripts-are-modules", "--ignore-missing-imports", *IMAGE_SCRIPTS)
 
 
 @nox.session
