@@ -15,7 +15,7 @@ def test_recipe_is_a_cuda_recipe_on_one_8_gpu_node(glm):
     r = glm.recipe
     assert r.engine.flavour == "cuda" and r.engine.version == "0.33.0"
     assert r.engine.torch and r.engine.cuda, "torch and CUDA must be declared, so the build can check them"
-    assert r.launch.args["tensor-parallel-size"] == 8
+    assert r.topology and (r.topology.nodes, r.topology.accelerators_per_node, r.topology.tensor_parallel) == (1, 8, 8)
     assert r.smoke.gpu is True and r.smoke.expect_spec_decode is True
     assert r.smoke.min_acceptance_rate and r.smoke.min_tokens_per_s
 

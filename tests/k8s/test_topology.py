@@ -109,11 +109,19 @@ def test_node_args_leader_serves_workers_are_headless():
 # -- draft-trunc's refusals --------------------------------------------------------------
 def _glm_tree(tree, topology: str):
     """The real glm53-kindling recipe (draft-trunc on) in a throwaway tree, with its
-    single-node tensor-parallel flag replaced by `topology`."""
+    single-node `topology:` block replaced by `topology`."""
     shutil.copytree(REPO / "recipes" / "glm53-kindling", tree / "recipes" / "glm53-kindling")
     path = tree / "recipes" / "glm53-kindling" / "recipe.yaml"
-    text = "\n".join(ln for ln in path.read_text().splitlines() if "tensor-parallel-size" not in ln) + "\n"
-    path.write_text(text + topology)
+    kept, inside = [], False
+    for ln in path.read_text().splitlines():
+        if ln.startswith("topology:"):
+            inside = True
+        elif inside and ln and not ln.startswith((" ", "#")):
+            inside = False  # the next top-level key ends the block
+        if not inside:
+            kept.append(ln)
+    assert len(kept) < len(path.read_text().splitlines()), "glm53-kindling has no topology: block to replace"
+    path.write_text("\n".join(kept) + "\n" + topology)
     return path
 
 
