@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -446,15 +445,7 @@ def profile_schedule(records, model, drafter, seed, explore, steps=40_000) -> di
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib  # heavy: only when writing the plot
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    traces = list(dict.fromkeys(r["trace"] for r in rows))
-    cols = min(4, len(traces))
-    nrows = math.ceil(len(traces) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(4.6 * cols, 3.4 * nrows), squeeze=False)
+    fig, panels = st.trace_grid(rows, 4, (4.6, 3.4))
     lines = [
         ("bound", "k:", "informed bound"),
         ("vllm-schedule+dt-depth", "C3-o", "kiln: schedule + draft-trunc (depth)"),
@@ -466,8 +457,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ("confidence", "C5-.", "confidence exit (tuned)"),
         ("none", "C7-", "K=4, no truncation"),
     ]
-    for ax, name in zip(axes.flat, traces, strict=False):
-        rs = [r for r in rows if r["trace"] == name]
+    for ax, name, rs in panels:
         x = [r["batch"] for r in rs]
         for key, style, label in lines:
             ax.plot(x, [r["vs_best_upstream"][key] for r in rs], style, ms=3, label=label)
@@ -476,13 +466,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ax.set_title(name, fontsize=8)
         ax.set_xlabel("verifying requests")
         ax.set_ylabel("tokens/s vs best upstream rule")
-    for ax in list(axes.flat)[len(traces):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=6)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    st.save_grid(fig, path, title, 9)
 
 
 def simulate(traces, model, drafter, sizes, seed, explore, log=print, steps=40_000) -> tuple[list, dict]:

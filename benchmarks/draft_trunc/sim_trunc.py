@@ -504,18 +504,39 @@ def simulate(
     return rows
 
 
-def plot(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
+def trace_grid(rows: list[dict], max_cols: int, cell: tuple[float, float]):
+    """A matplotlib figure (Agg) with one panel per trace of ``rows``, in first-seen
+    order: (figure, [(axes, trace name, that trace's rows)]). The panels a row of the
+    grid leaves over are switched off; ``save_grid`` finishes the figure."""
+    import matplotlib  # heavy: only when writing a plot
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     traces = list(dict.fromkeys(r["trace"] for r in rows))
-    cols = min(3, len(traces))
+    cols = min(max_cols, len(traces))
     nrows = math.ceil(len(traces) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.6 * nrows), squeeze=False)
-    for ax, name in zip(axes.flat, traces, strict=False):
-        rs = [r for r in rows if r["trace"] == name]
+    fig, axes = plt.subplots(nrows, cols, figsize=(cell[0] * cols, cell[1] * nrows), squeeze=False)
+    for ax in list(axes.flat)[len(traces) :]:
+        ax.axis("off")
+    panels = [(ax, name, [r for r in rows if r["trace"] == name]) for ax, name in zip(axes.flat, traces, strict=False)]
+    return fig, panels
+
+
+def save_grid(fig, path: Path, title: str, fontsize: int) -> None:
+    """The legend on the first panel, the title, and the PNG at ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig.axes[0].legend(fontsize=fontsize - 3)
+    fig.suptitle(title, fontsize=fontsize)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    fig, panels = trace_grid(rows, 3, (5, 3.6))
+    for ax, name, rs in panels:
         x = [r["batch"] for r in rs]
 
         def rel(key, rs=rs):
@@ -540,13 +561,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         )
         ax.set_xlabel("verifying requests")
         ax.set_ylabel("tokens/s vs no truncation")
-    for ax in list(axes.flat)[len(traces) :]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_grid(fig, path, title, 10)
 
 
 def load_traces(paths: list[Path], k: int, rng, synthetic_records: int) -> list[Records]:
