@@ -34,7 +34,8 @@ def test_draft_cost_knob_parses_and_interpolates():
     assert _cost.DraftCost().positions(4, 4) == 0.0  # unset: drafting unpriced
 
 
-@pytest.mark.parametrize("raw", ["0:0.1", "1:2", "1:0.1,1:0.2", "4:0.1,2:0.1", "1:x", "1", "1:0.1:1:2"])
+@pytest.mark.parametrize("raw", ["0:0.1", "1:2", "1:0.1,1:0.2", "4:0.1,2:0.1", "1:x", "1", "1:0.1:1:2",
+                                 "1:nan", "1:0.1:nan", "1:inf", "2000000:0.1", "-1:0.1", "1:0.1;rm -rf /"])
 def test_draft_cost_knob_refuses_bad_values(raw):
     with pytest.raises(ValueError, match=ENV):
         _knob(raw)
