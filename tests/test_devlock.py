@@ -41,7 +41,7 @@ def _tree_with(tmp_path: Path, edit) -> Path:
 
 
 def test_a_new_dev_requirement_is_caught(tmp_path):
-    tree = _tree_with(tmp_path, lambda t: t.replace('"pytest>=8",', '"pytest>=8",\n    "tomli-w>=1",', 1))
+    tree = _tree_with(tmp_path, lambda t: t.replace('"pytest>=8,<9.2",', '"pytest>=8,<9.2",\n    "tomli-w>=1",', 1))
     assert devlock.inputs_digest(tree) != devlock.recorded_digest(LOCK_TEXT)
     assert devlock.unmet(tree, LOCK_TEXT) == [f"kiln: tomli-w>=1 is not in {devlock.LOCK}"]
 

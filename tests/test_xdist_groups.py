@@ -79,3 +79,54 @@ def test_every_tiered_test_has_a_session_that_selects_it():
               "tests/test_build_docker.py::t": ("kernels",)}
     assert all(_has_a_session(_Marked(n, *m)) for n, m in runs.items())
     assert not any(_has_a_session(_Marked(n, *m)) for n, m in strays.items())
+
+
+_PROBE_CONFTEST = '''
+import pytest
+from kilntest import assign_xdist_groups
+
+
+@pytest.hookimpl(tryfirst=True)  # as tests/conftest.py registers it
+def pytest_collection_modifyitems(config, items):
+    assign_xdist_groups(config.rootpath, items)
+'''
+
+_PROBE_TESTS = '''
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.mark.parametrize("n", range(8))
+def test_where(n):
+    Path(os.environ["PROBE_OUT"], f"{n}.worker").write_text(os.environ["PYTEST_XDIST_WORKER"])
+'''
+
+
+def test_the_installed_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path):
+    """The real pair, not the hook alone: pytest 9.2 stopped reading the node id that
+    xdist 3.8's loadgroup writes its group into, and the serial daemon group then ran on
+    both workers at once (images removed under each other's feet). Eight daemon tests
+    under `-n 2 --dist loadgroup` must all run on one worker."""
+    import os
+    import subprocess
+    import sys
+
+    probe, out = tmp_path / "probe", tmp_path / "out"
+    probe.mkdir()
+    out.mkdir()
+    (probe / "conftest.py").write_text(_PROBE_CONFTEST)
+    (probe / "test_probe.py").write_text(_PROBE_TESTS)
+    env = {**os.environ, "PROBE_OUT": str(out),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
+         "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir", str(probe), str(probe)],
+        cwd=probe, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    workers = {p.read_text() for p in out.glob("*.worker")}
+    assert len(list(out.glob("*.worker"))) == 8
+    assert len(workers) == 1, f"one xdist group ran on {sorted(workers)}"

@@ -116,6 +116,8 @@ def compile_lock(root: Path) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "dev.lock"
+        if (root / LOCK).is_file():  # uv keeps the output file's pins where the inputs allow:
+            out.write_text((root / LOCK).read_text())  # a refresh moves only what it must
         cmd = [find_uv_bin(), "pip", "compile", *map(str, PYPROJECTS.values()), "--extra", "dev",
                "--generate-hashes", "--python-version", PYTHON_VERSION,
                "--python-platform", PYTHON_PLATFORM, "--custom-compile-command", "make lock-dev",
