@@ -1,7 +1,9 @@
 """The Python package index and uv, as `kiln engine lock` and the locked wheelhouse use them.
 
 - `project(name)`: one project's files and versions from the index's JSON simple API
-  (PEP 691; PEP 700 for `versions`), with each file's sha256 and yanked flag.
+  (PEP 691; PEP 700 for `versions`), with each file's sha256 and yanked flag. A
+  transient failure (a resolver that answers "try again", a timeout, a reset, HTTP 429
+  or 5xx) is tried again after 1, 2 and 4 s; anything else fails at once.
 - `compile_pins(...)`: `uv pip compile` for one target platform, read back as pins.
 - `download(url, dest, sha256)`: one file, hashed while it streams, moved into place
   only when the hash is the expected one.
@@ -14,22 +16,30 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
 import ssl
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from kiln.basics.errors import EngineFetchFailed, LockInvalid
 from kiln.basics.paths import cache_dir
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 _ACCEPT = "application/vnd.pypi.simple.v1+json"
+# Waits before each new try of an index page. CI met "Temporary failure in name
+# resolution" for pypi.org mid-run, twice in one day, each gone within seconds; a lock
+# or a bump that fails on one such blip costs the whole run, while waiting 7 s does not.
+_RETRY_WAITS_S = (1.0, 2.0, 4.0)
+_TRANSIENT_HTTP = frozenset({429, 500, 502, 503, 504})
 
 
 @dataclass(frozen=True)
@@ -89,14 +99,7 @@ def _normalise(name: str) -> str:
 def project(name: str, *, cafile: Path | None, index: str | None = None) -> Project:
     """One project's index page, as JSON."""
     url = f"{index or index_url()}/{_normalise(name)}/"
-    req = urllib.request.Request(url, headers={"Accept": _ACCEPT})
-    try:
-        with urllib.request.urlopen(req, timeout=120, context=_ssl_context(cafile)) as resp:
-            doc = json.load(resp)
-    except urllib.error.HTTPError as exc:
-        raise EngineFetchFailed(f"package index: {url}: HTTP {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise EngineFetchFailed(f"package index: {url}: {exc}") from None
+    doc = _index_page(url, cafile)
     files = []
     for f in doc.get("files", []):
         sha = (f.get("hashes") or {}).get("sha256")
@@ -104,6 +107,31 @@ def project(name: str, *, cafile: Path | None, index: str | None = None) -> Proj
             continue  # a file the index gives no sha256 for cannot be locked
         files.append(IndexFile(f["filename"], f["url"], sha, bool(f.get("yanked")), f.get("requires-python")))
     return Project(doc.get("name", name), list(doc.get("versions") or []), files)
+
+
+def _transient(exc: BaseException) -> bool:
+    """A failure that the same request may not meet a few seconds later."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code in _TRANSIENT_HTTP
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, socket.gaierror):
+        return reason.errno == socket.EAI_AGAIN  # "try again"; not "no such name"
+    return isinstance(reason, (TimeoutError, ConnectionResetError))
+
+
+def _index_page(url: str, cafile: Path | None) -> dict[str, Any]:
+    req = urllib.request.Request(url, headers={"Accept": _ACCEPT})
+    for wait in (*_RETRY_WAITS_S, None):
+        try:
+            with urllib.request.urlopen(req, timeout=120, context=_ssl_context(cafile)) as resp:
+                doc: dict[str, Any] = json.load(resp)
+                return doc
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            if wait is None or not _transient(exc):
+                detail = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else str(exc)
+                raise EngineFetchFailed(f"package index: {url}: {detail}") from None
+            time.sleep(wait)
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def download(url: str, dest: Path, sha256: str, *, cafile: Path | None) -> str:
