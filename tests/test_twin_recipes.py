@@ -94,10 +94,15 @@ def test_tiny_kindling_is_glm53_kindlings_twin():
         env = launch_document(loaded)["env"]
         return {k: v for k, v in env.items() if k.startswith("KILN_DRAFT_TRUNC")}
 
-    twin_knobs = knobs(twin)
+    twin_knobs, glm_knobs = knobs(twin), knobs(glm)
     # the one knob only the twin sets: its cost policy prices glm53's layer, not its own
     priced = twin_knobs.pop("KILN_DRAFT_TRUNC_MOE_LAYER")
-    assert twin_knobs == knobs(glm) and twin_knobs["KILN_DRAFT_TRUNC"] == "1"
+    # the ones only the GPU recipe sets: drafting's price is its eager drafter's against a
+    # TP-8 H200 step, and depth stays off there; the twin's "dyn" e2e server serves
+    # drafting priced, with depth on (tests/e2e/test_tiny_kindling.py)
+    assert glm_knobs.pop("KILN_DRAFT_TRUNC_DEPTH") == "0"
+    assert glm_knobs.pop("KILN_DRAFT_TRUNC_DRAFT_COST").startswith("1:")
+    assert twin_knobs == glm_knobs and twin_knobs["KILN_DRAFT_TRUNC"] == "1"
     assert "KILN_DRAFT_TRUNC_TAU" not in twin_knobs, "both run the cost-aware policy"
     from kiln_engine.draft_trunc._cost import MoELayer
     from kiln_engine.draft_trunc._env import read_knobs
