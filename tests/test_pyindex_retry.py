@@ -11,6 +11,7 @@ import json
 import socket
 import threading
 import urllib.error
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -28,8 +29,10 @@ def no_waiting(monkeypatch):
     monkeypatch.setattr(pyindex, "_RETRY_WAITS_S", (0.0, 0.0, 0.0))
 
 
+@contextmanager
 def _index(statuses: list[int]):
-    """A loopback index that answers each GET with the next status (the last repeats)."""
+    """A loopback index that answers each GET with the next status (the last repeats);
+    yields its URL and the paths it was asked for, and stops when the block ends."""
     seen: list[str] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -48,40 +51,33 @@ def _index(statuses: list[int]):
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}/simple", seen
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/simple", seen
+    finally:
+        server.shutdown()
 
 
 @pytest.mark.registry  # HTTP on 127.0.0.1
 @pytest.mark.parametrize("blip", [503, 502, 429])
 def test_a_passing_server_error_is_tried_again_until_the_page_comes(blip):
-    server, index, seen = _index([blip, blip, 200])
-    try:
+    with _index([blip, blip, 200]) as (index, seen):
         page = pyindex.project("Six", cafile=None, index=index)
-    finally:
-        server.shutdown()
     assert [f.filename for f in page.files] == ["six-1.17.0-py2.py3-none-any.whl"]
     assert seen == ["/simple/six/"] * 3
 
 
 @pytest.mark.registry  # HTTP on 127.0.0.1
 def test_a_missing_page_fails_on_the_first_answer():
-    server, index, seen = _index([404])
-    try:
-        with pytest.raises(EngineFetchFailed, match=r"package index: .*/simple/six/: HTTP 404$"):
-            pyindex.project("six", cafile=None, index=index)
-    finally:
-        server.shutdown()
+    with _index([404]) as (index, seen), \
+            pytest.raises(EngineFetchFailed, match=r"package index: .*/simple/six/: HTTP 404$"):
+        pyindex.project("six", cafile=None, index=index)
     assert len(seen) == 1
 
 
 @pytest.mark.registry  # HTTP on 127.0.0.1
 def test_a_server_error_that_persists_fails_after_the_last_wait():
-    server, index, seen = _index([503])
-    try:
-        with pytest.raises(EngineFetchFailed, match=r"HTTP 503$"):
-            pyindex.project("six", cafile=None, index=index)
-    finally:
-        server.shutdown()
+    with _index([503]) as (index, seen), pytest.raises(EngineFetchFailed, match=r"HTTP 503$"):
+        pyindex.project("six", cafile=None, index=index)
     assert len(seen) == len(pyindex._RETRY_WAITS_S) + 1
 
 
