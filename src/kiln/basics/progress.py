@@ -36,12 +36,18 @@ def live() -> bool:
 class Activity:
     """One long-running piece of work, as a context manager:
 
-        with Activity("pulling debian") as act:
-            act.update("layer 3/7", done=1.2e8, total=3.4e8)
+    with Activity("pulling debian") as act:
+        act.update("layer 3/7", done=1.2e8, total=3.4e8)
     """
 
-    def __init__(self, title: str, *, unit_bytes: bool = False, heartbeat_s: float = HEARTBEAT_S,
-                 silent: bool = False):
+    def __init__(
+        self,
+        title: str,
+        *,
+        unit_bytes: bool = False,
+        heartbeat_s: float = HEARTBEAT_S,
+        silent: bool = False,
+    ):
         self.title = title
         self.silent = silent  # shows nothing at all (a caller's own quiet mode)
         self.unit_bytes = unit_bytes  # done/total are byte counts (shown as sizes)
@@ -64,8 +70,13 @@ class Activity:
             columns += [TimeElapsedColumn(), TextColumn("{task.fields[detail]}")]
             # stderr written meanwhile (warnings, errors) prints above the live line; stdout
             # stays where it is, it may carry a --json document
-            self._progress = Progress(*columns, console=log.console, transient=True,
-                                      redirect_stdout=False, redirect_stderr=True)
+            self._progress = Progress(
+                *columns,
+                console=log.console,
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=True,
+            )
             self._progress.start()
             self._task = self._progress.add_task(self.title, total=None, detail="")
         return self
@@ -77,10 +88,14 @@ class Activity:
         if self._progress is not None and self._task is not None:
             self._progress.reset(self._task, total=None, description=title, detail="")
 
-    def update(self, detail: str = "", *, done: float | None = None, total: float | None = None) -> None:
+    def update(
+        self, detail: str = "", *, done: float | None = None, total: float | None = None
+    ) -> None:
         """The latest state; cheap to call for every chunk of a stream."""
         if self._progress is not None and self._task is not None:
-            self._progress.update(self._task, completed=done or 0, total=total or None, detail=detail[-110:])
+            self._progress.update(
+                self._task, completed=done or 0, total=total or None, detail=detail[-110:]
+            )
             return
         now = time.monotonic()
         if self.silent or now - self._last_beat < self.heartbeat_s:
@@ -97,8 +112,124 @@ class Activity:
             self._progress.stop()
             self._progress = None
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class BuildDisplay:
+    """A build as the daemon streams it: a line per Dockerfile step and its timing, and
+    a long step's own output as live progress (an `Activity`), not a flood of lines.
+    `quiet` shows nothing; KILN_DEBUG shows every line of the builder's output."""
+
+    def __init__(self, label: str, *, quiet: bool = False):
+        self.label = label
+        self.quiet = quiet
+        self.activity = Activity(label, silent=quiet)
+
+    def __enter__(self) -> BuildDisplay:
+        self.activity.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self.activity.stop()
+
+    def step_started(self, number: str, total: str, line: str) -> None:
+        self.activity.restart(f"{self.label} step {number}/{total}")
+        if not self.quiet:
+            log.console.print(f"[bold]{self.label}[/] {line[:160]}", markup=True, highlight=False)
+
+    def step_finished(self, seconds: float, cached: bool) -> None:
+        if not self.quiet:
+            log.info(f"  [{'cached' if cached else log.human_secs(seconds)}]")
+
+    def pulling(self, status: str, progress: str) -> None:
+        """A base image pulled during FROM."""
+        if not self.quiet:
+            self.activity.update(f"pull: {status} {progress}".rstrip())
+
+    def output(self, line: str, *, chatter: bool) -> None:
+        """A line the step printed; `chatter`: the builder's own bookkeeping (debug only)."""
+        if self.quiet:
+            return
+        if log.DEBUG:
+            log.info(f"    {line[:200]}")
+        elif not chatter:
+            # long RUN steps (pip installs) stay visibly alive without flooding the log
+            self.activity.update(line)
+
+    def failed(self, step: str, tail: list[str]) -> None:
+        """The step a build failed at and the last lines it printed (even under quiet)."""
+        self.stop()
+        log.errors.print(f"[red]build failed at[/] {step}", markup=True, highlight=False)
+        if tail:
+            log.errors.print(
+                "\n".join(f"    | {line}" for line in tail), markup=False, highlight=False
+            )
+
+
+class PushDisplay:
+    """A push as the daemon streams it: a line per finished layer, and the bytes sent."""
+
+    def __init__(self, ref: str, *, quiet: bool = False):
+        self.quiet = quiet
+        self.activity = Activity(f"pushing {ref}", unit_bytes=True, silent=quiet)
+
+    def __enter__(self) -> PushDisplay:
+        self.activity.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.activity.stop()
+
+    def sending(self, layers: int, done: int, total: int) -> None:
+        if not self.quiet:
+            self.activity.update(f"{layers} layers", done=done, total=total)
+
+    def layer_pushed(self, layer: str) -> None:
+        if not self.quiet:
+            log.info(f"  {layer} pushed")
+
+    def layer_present(self, layer: str, status: str) -> None:
+        """Already in the registry, or mounted from another repository of it."""
+        if not self.quiet:
+            log.info(f"  {layer} {_lower_first(status)}")
+
+    def layer_retrying(self, layer: str, status: str) -> None:
+        if not self.quiet:
+            log.warn(f"{layer} upload failed; {_lower_first(status)}")
+
+
+class PullDisplay:
+    """A base image pull: a step line, live progress of the layers, and its time."""
+
+    def __init__(self, ref: str):
+        self.ref = ref
+        self.activity = Activity(f"pulling {ref}", unit_bytes=True)
+
+    def announce(self) -> None:
+        log.step(f"pulling {self.ref}")
+
+    def __enter__(self) -> PullDisplay:
+        self.activity.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.activity.stop()
+
+    def layer(self, layer: str, status: str, progress: str, *, done: int, total: int) -> None:
+        if log.DEBUG:
+            log.info(f"  pull {layer} {status} {progress}")
+        self.activity.update(f"{layer} {status}", done=done, total=total)
+
+    def pulled(self, seconds: float) -> None:
+        log.ok(f"pulled {self.ref} in {log.human_secs(seconds)}")
+
+
+def _lower_first(status: str) -> str:
+    return f"{status[0].lower()}{status[1:]}"
 
 
 def _amount(n: float, unit_bytes: bool) -> str:

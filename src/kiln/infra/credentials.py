@@ -9,7 +9,7 @@ Two sources, with one rule each:
   Without it they never go to a base image's registry: a password set to publish to a
   private registry must not reach whichever registry hosts a base image.
 * Everything else comes from the docker config for that host, read through the docker
-  SDK's own auth code (behind `dockerengine.config_auth`: `credHelpers` / `credsStore` helpers, `auths`
+  SDK's own auth code (behind `infra.docker.config`: `credHelpers` / `credsStore` helpers, `auths`
   entries, Docker Hub's `https://index.docker.io/v1/` key, identity tokens), so kiln
   finds exactly what `docker login HOST` stored.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TextIO
 
 from kiln.basics.errors import RegistryAuthFailed
-from kiln.infra.docker import DockerError, config_auth, index_name
+from kiln.infra.docker import AuthConfig, DockerError, StoredAuth, config_auth, index_name
 
 USER_ENV = "KILN_REGISTRY_USER"
 PASSWORD_ENV = "KILN_REGISTRY_PASSWORD"
@@ -41,9 +41,11 @@ class Credentials:
     username: str
     password: str = field(repr=False)
     source: str = ""  # where they came from, for messages ("env", "docker config ...")
-    identity_token: str = field(default="", repr=False)  # an OAuth2 refresh token (`docker login` to ACR, ...)
+    identity_token: str = field(
+        default="", repr=False
+    )  # an OAuth2 refresh token (`docker login` to ACR, ...)
 
-    def auth_config(self, server: str) -> dict[str, str]:
+    def auth_config(self, server: str) -> AuthConfig:
         """The dict the docker SDK sends the daemon (X-Registry-Auth header)."""
         if self.identity_token:
             return {"identitytoken": self.identity_token, "serveraddress": server}
@@ -62,13 +64,17 @@ def _host_key(name: str) -> str:
     return index_name(name.strip().split("://", 1)[-1].split("/", 1)[0])
 
 
-def resolve(host: str, *, password_stdin: bool = False, stdin: TextIO | None = None) -> Credentials | None:
+def resolve(
+    host: str, *, password_stdin: bool = False, stdin: TextIO | None = None
+) -> Credentials | None:
     """Credentials for the publish/promote target `host` (HOST[:PORT]), or None for anonymous."""
     bound = os.environ.get(HOST_ENV, "").strip()
     if bound and not same_host(bound, host):
         if password_stdin:
-            raise RegistryAuthFailed(f"--password-stdin: the password is for {HOST_ENV}={bound}, not {host}",
-                                     hint=f"set {HOST_ENV}={host} (or unset it) to use it for this registry")
+            raise RegistryAuthFailed(
+                f"--password-stdin: the password is for {HOST_ENV}={bound}, not {host}",
+                hint=f"set {HOST_ENV}={host} (or unset it) to use it for this registry",
+            )
         return from_docker_config(host)
     explicit = _from_env(password_stdin, stdin or sys.stdin)
     return explicit if explicit is not None else from_docker_config(host)
@@ -85,7 +91,7 @@ def for_pull(host: str) -> Credentials | None:
     return from_docker_config(host)
 
 
-def pull_auth(host: str) -> dict | None:
+def pull_auth(host: str) -> AuthConfig | None:
     """The daemon's auth config for pulling a base image from `host`, and no other host."""
     creds = for_pull(host)
     return creds.auth_config(host) if creds else None
@@ -95,8 +101,11 @@ def _from_env(password_stdin: bool, stdin: TextIO) -> Credentials | None:
     user = os.environ.get(USER_ENV, "")
     if password_stdin:
         if not user:
-            raise RegistryAuthFailed(f"--password-stdin reads only the password; the user name comes from {USER_ENV}, "
-                                     "which is not set", hint=_STDIN_EXAMPLE)
+            raise RegistryAuthFailed(
+                f"--password-stdin reads only the password; the user name comes from {USER_ENV}, "
+                "which is not set",
+                hint=_STDIN_EXAMPLE,
+            )
         password = stdin.readline().rstrip("\r\n")
         if not password:
             raise RegistryAuthFailed("--password-stdin: no password on stdin", hint=_STDIN_EXAMPLE)
@@ -105,10 +114,14 @@ def _from_env(password_stdin: bool, stdin: TextIO) -> Credentials | None:
     if user and password:
         return Credentials(user, password, "env")
     if user:
-        raise RegistryAuthFailed(f"{USER_ENV} is set but no password is given",
-                                 hint=f"pipe it in with --password-stdin (or set {PASSWORD_ENV})")
+        raise RegistryAuthFailed(
+            f"{USER_ENV} is set but no password is given",
+            hint=f"pipe it in with --password-stdin (or set {PASSWORD_ENV})",
+        )
     if password:
-        raise RegistryAuthFailed(f"{PASSWORD_ENV} is set but {USER_ENV} is not", hint=f"set {USER_ENV} too")
+        raise RegistryAuthFailed(
+            f"{PASSWORD_ENV} is set but {USER_ENV} is not", hint=f"set {USER_ENV} too"
+        )
     return None
 
 
@@ -124,19 +137,25 @@ def from_docker_config(host: str) -> Credentials | None:
     except FileNotFoundError:
         return None
     except (OSError, json.JSONDecodeError) as exc:
-        raise RegistryAuthFailed(f"cannot read {path}: {type(exc).__name__}",
-                                 hint="fix the file, or move it away and `docker login` again") from None
-    if not isinstance(doc, dict) or not any(doc.get(k) for k in ("auths", "credsStore", "credHelpers")):
+        raise RegistryAuthFailed(
+            f"cannot read {path}: {type(exc).__name__}",
+            hint="fix the file, or move it away and `docker login` again",
+        ) from None
+    if not isinstance(doc, dict) or not any(
+        doc.get(k) for k in ("auths", "credsStore", "credHelpers")
+    ):
         return None  # (an empty dict would send the SDK looking in ~/.docker instead)
     try:
         found = config_auth(doc, _host_key(host))
     except DockerError as exc:  # bad `auth` entry, failing credential helper
-        raise RegistryAuthFailed(f"{path}: credentials for {host}: {exc}",
-                                 hint="fix that entry (or its credential helper), or `docker login` again") from None
+        raise RegistryAuthFailed(
+            f"{path}: credentials for {host}: {exc}",
+            hint="fix that entry (or its credential helper), or `docker login` again",
+        ) from None
     return _credentials(found, path)
 
 
-def _credentials(found: dict, path: Path) -> Credentials | None:
+def _credentials(found: StoredAuth, path: Path) -> Credentials | None:
     user = found.get("Username") or found.get("username") or ""
     password = found.get("Password") or found.get("password") or ""
     token = found.get("IdentityToken") or found.get("identitytoken") or ""
