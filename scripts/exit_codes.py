@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
-"""The README's exit-code table, generated from src/kiln/basics/errors.py.
+"""The README's exit-code table, generated from src/kiln/basics/errors/ (the package).
 
     python scripts/exit_codes.py           rewrite the table in README.md
     python scripts/exit_codes.py --check   exit 1 if README.md's table is out of date
 
 One row per KilnError subclass: its exit code, its name and the first sentence of its
 docstring (the class name in words when it has none). The table lives between the two
-marker comments in README.md; the text around it is never touched. errors.py is loaded
-from its file, not as `kiln`, so this runs without kiln installed (basics imports
-nothing of kiln's).
+marker comments in README.md; the text around it is never touched. The errors package
+is imported from this checkout's src/, so this runs without kiln installed (basics
+imports nothing of kiln's outside basics); what `_load_errors` returns is a copy of its
+namespace, which a caller may add classes to without touching kiln's own.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import inspect
 import re
 import sys
@@ -21,18 +22,20 @@ from pathlib import Path
 from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
-ERRORS = REPO / "src" / "kiln" / "basics" / "errors.py"
+SRC = REPO / "src"
+ERRORS = "kiln.basics.errors"
 README = REPO / "README.md"
-BEGIN = "<!-- exit-codes: begin (generated from src/kiln/basics/errors.py by `python scripts/exit_codes.py`) -->"
+BEGIN = "<!-- exit-codes: begin (generated from src/kiln/basics/errors by `python scripts/exit_codes.py`) -->"
 END = "<!-- exit-codes: end -->"
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(])")
 
 
-def _load_errors(path: Path = ERRORS) -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kiln_errors_for_docs", path)
-    assert spec is not None and spec.loader is not None, path
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def _load_errors() -> ModuleType:
+    if str(SRC) not in sys.path:
+        sys.path.insert(0, str(SRC))
+    package = importlib.import_module(ERRORS)
+    module = ModuleType("kiln_errors_for_docs")
+    module.__dict__.update({k: v for k, v in vars(package).items() if not k.startswith("__")})
     return module
 
 
@@ -50,7 +53,7 @@ def rows(errors: ModuleType) -> list[tuple[int, str, str]]:
     """(exit code, class name, meaning) for every KilnError subclass, by exit code."""
     base = errors.KilnError
     found = [(cls.exit_code, name, _meaning(cls)) for name, cls in inspect.getmembers(errors, inspect.isclass)
-             if issubclass(cls, base) and cls is not base and cls.__module__ == errors.__name__]
+             if issubclass(cls, base) and cls is not base]
     return sorted(found)
 
 

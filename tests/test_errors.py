@@ -37,7 +37,7 @@ def test_readme_exit_code_table_is_generated_from_errors_py():
     script = _exit_codes_script()
     readme = (REPO / "README.md").read_text()
     assert readme == script.updated(readme), \
-        "README.md's exit-code table differs from src/kiln/basics/errors.py: run `python scripts/exit_codes.py`"
+        "README.md's exit-code table differs from src/kiln/basics/errors/: run `python scripts/exit_codes.py`"
     listed = {int(m) for m in re.findall(r"^\| (\d+) \| `\w+` \|", readme, re.MULTILINE)}
     classes = {c.exit_code for _, c in inspect.getmembers(errors, inspect.isclass)
                if issubclass(c, errors.KilnError) and c is not errors.KilnError}
@@ -45,7 +45,7 @@ def test_readme_exit_code_table_is_generated_from_errors_py():
 
 
 def test_a_new_error_class_changes_the_table():
-    """The comparison can fail: a class added to errors.py is a new row, with its
+    """The comparison can fail: a class added to the errors package is a new row, with its
     docstring's first sentence (or its name in words when it has none)."""
     script = _exit_codes_script()
     module = script._load_errors()

@@ -1,0 +1,67 @@
+"""The base of every typed error (`KilnError`), the several-problems mixin, and the
+errors of no one concern (usage, the checkout)."""
+
+from __future__ import annotations
+
+import unicodedata
+
+
+class KilnError(Exception):
+    """Base class: a problem the user can act on."""
+
+    exit_code = 1
+    hint = ""
+
+    def __init__(self, message: str, *, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        if hint is not None:
+            self.hint = hint
+
+    def lines(self) -> list[str]:
+        """The lines the CLI prints, message first."""
+        out = [self.message]
+        if self.hint:
+            out.append(f"hint: {self.hint}")
+        return out
+
+
+def one_line(text: str) -> str:
+    """``text`` with control, format and line-separator characters escaped, so a hostile
+    key or file name can neither split an error line nor send terminal escapes to CI logs."""
+    return "".join(
+        ch
+        if ch == " " or unicodedata.category(ch) not in {"Cc", "Cf", "Zl", "Zp", "Cs"}
+        else ascii(ch)[1:-1]
+        for ch in text
+    )
+
+
+class ManyProblems:
+    """Mixed in before KilnError: several problems at once, each printed as its own
+    ``kiln: error:`` line (every hunk that fails, every invalid field), then the hint.
+    (A mixin, not a KilnError itself: it has no exit code of its own.)"""
+
+    hint: str
+
+    def __init__(self, problems: list[str] | str, *, hint: str | None = None):
+        problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(problems), hint=hint)  # type: ignore[call-arg]  # a mixin: KilnError is next in the MRO
+        self.problems = problems
+
+    def lines(self) -> list[str]:
+        return [*self.problems, *([f"hint: {self.hint}"] if self.hint else [])]
+
+
+class NotACheckout(KilnError):
+    """kiln runs outside a checkout and KILN_ROOT does not name one."""
+
+    exit_code = 25
+    hint = "cd into your kiln checkout, or set KILN_ROOT=/path/to/checkout"
+
+
+class UsageError(KilnError):
+    """A command line kiln does not accept, or an option it cannot act on."""
+
+    exit_code = 64
+    hint = "see `kiln --help`"
