@@ -43,8 +43,10 @@ def _meaning(cls: type) -> str:
     doc = cls.__dict__.get("__doc__") or ""
     paragraph = " ".join(doc.strip().split("\n\n")[0].split())
     if not paragraph:  # no docstring: "RegistryAuthFailed" -> "registry auth failed"
-        return " ".join(w.lower() if not w.isupper() else w
-                        for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z]*|[a-z]+", cls.__name__))
+        return " ".join(
+            w.lower() if not w.isupper() else w
+            for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z]*|[a-z]+", cls.__name__)
+        )
     first = SENTENCE_END.split(paragraph, maxsplit=1)[0]
     return first.replace("``", "`").replace("|", "\\|")
 
@@ -52,15 +54,21 @@ def _meaning(cls: type) -> str:
 def rows(errors: ModuleType) -> list[tuple[int, str, str]]:
     """(exit code, class name, meaning) for every KilnError subclass, by exit code."""
     base = errors.KilnError
-    found = [(cls.exit_code, name, _meaning(cls)) for name, cls in inspect.getmembers(errors, inspect.isclass)
-             if issubclass(cls, base) and cls is not base]
+    found = [
+        (cls.exit_code, name, _meaning(cls))
+        for name, cls in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(cls, base) and cls is not base
+    ]
     return sorted(found)
 
 
 def table(errors: ModuleType | None = None) -> str:
     """The markdown table, markers included."""
     lines = [BEGIN, "| exit | error | meaning |", "|---|---|---|"]
-    lines += [f"| {code} | `{name}` | {meaning} |" for code, name, meaning in rows(errors or _load_errors())]
+    lines += [
+        f"| {code} | `{name}` | {meaning} |"
+        for code, name, meaning in rows(errors or _load_errors())
+    ]
     return "\n".join([*lines, END])
 
 
@@ -68,9 +76,11 @@ def updated(readme: str, errors: ModuleType | None = None) -> str:
     """`readme` with the text between the markers (inclusive) replaced by a fresh table."""
     start, end = readme.find(BEGIN), readme.find(END)
     if start < 0 or end < start:
-        raise SystemExit(f"{README.name}: the markers are missing; put these two lines where the table goes:\n"
-                         f"{BEGIN}\n{END}")
-    return readme[:start] + table(errors) + readme[end + len(END):]
+        raise SystemExit(
+            f"{README.name}: the markers are missing; put these two lines where the table goes:\n"
+            f"{BEGIN}\n{END}"
+        )
+    return readme[:start] + table(errors) + readme[end + len(END) :]
 
 
 def main(argv: list[str]) -> int:
@@ -78,8 +88,10 @@ def main(argv: list[str]) -> int:
     fresh = updated(current)
     if "--check" in argv:
         if fresh != current:
-            print(f"{README.name}: the exit-code table is out of date; run `python scripts/exit_codes.py`",
-                  file=sys.stderr)
+            print(
+                f"{README.name}: the exit-code table is out of date; run `python scripts/exit_codes.py`",
+                file=sys.stderr,
+            )
             return 1
         return 0
     if fresh != current:

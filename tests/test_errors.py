@@ -12,8 +12,11 @@ from kiln.basics import errors
 
 
 def test_every_error_class_has_its_own_exit_code_and_a_hint():
-    classes = [c for _, c in inspect.getmembers(errors, inspect.isclass)
-               if issubclass(c, errors.KilnError) and c is not errors.KilnError]
+    classes = [
+        c
+        for _, c in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(c, errors.KilnError) and c is not errors.KilnError
+    ]
     codes = [c.exit_code for c in classes]
     assert len(codes) == len(set(codes)), sorted(codes)
     assert all(c.exit_code not in (0, 1) for c in classes)
@@ -36,11 +39,15 @@ def _exit_codes_script():
 def test_readme_exit_code_table_is_generated_from_errors_py():
     script = _exit_codes_script()
     readme = (REPO / "README.md").read_text()
-    assert readme == script.updated(readme), \
+    assert readme == script.updated(readme), (
         "README.md's exit-code table differs from src/kiln/basics/errors/: run `python scripts/exit_codes.py`"
+    )
     listed = {int(m) for m in re.findall(r"^\| (\d+) \| `\w+` \|", readme, re.MULTILINE)}
-    classes = {c.exit_code for _, c in inspect.getmembers(errors, inspect.isclass)
-               if issubclass(c, errors.KilnError) and c is not errors.KilnError}
+    classes = {
+        c.exit_code
+        for _, c in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(c, errors.KilnError) and c is not errors.KilnError
+    }
     assert listed == classes, sorted(listed ^ classes)
 
 
@@ -53,6 +60,7 @@ def test_a_new_error_class_changes_the_table():
 
     class RegistryQuotaExceeded(module.KilnError):
         """The registry refused the push: over quota. More detail here."""
+
         exit_code = 99
         hint = "free space in the repository"
 

@@ -19,15 +19,22 @@ def _late_imports_without_reason() -> list[str]:
             if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
             for node in ast.walk(func):
-                if isinstance(node, ast.Import | ast.ImportFrom) and "#" not in lines[node.lineno - 1]:
-                    found.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+                if (
+                    isinstance(node, ast.Import | ast.ImportFrom)
+                    and "#" not in lines[node.lineno - 1]
+                ):
+                    found.append(
+                        f"{path.relative_to(SRC.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}"
+                    )
     return found
 
 
 def test_function_level_imports_say_why():
     offenders = _late_imports_without_reason()
-    assert not offenders, ("import at the top of the module, or say on the same line why it must be "
-                           "late (`# late: ...`):\n" + "\n".join(offenders))
+    assert not offenders, (
+        "import at the top of the module, or say on the same line why it must be "
+        "late (`# late: ...`):\n" + "\n".join(offenders)
+    )
 
 
 def test_only_the_daemon_module_imports_the_docker_sdk():
@@ -37,8 +44,16 @@ def test_only_the_daemon_module_imports_the_docker_sdk():
     users = []
     for path in sorted(SRC.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
-            if any(n == "docker" or n.startswith("docker.") for n in names) and daemon not in path.parents:
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            if (
+                any(n == "docker" or n.startswith("docker.") for n in names)
+                and daemon not in path.parents
+            ):
                 users.append(f"{path.relative_to(SRC.parent)}:{node.lineno}")
     assert daemon.is_dir() and not users, users

@@ -12,7 +12,8 @@ class SmokeFailed(KilnError):
     """A smoke check of a served image failed (or the server never turned healthy)."""
 
     exit_code = 8
-    record: Mapping[str, object] | None = None  # the smoke record of the failed run, when one was made
+    # the smoke record of the failed run, when one was made
+    record: Mapping[str, object] | None = None
     hint = "the last container log lines are printed above; `kiln run NAME` serves it interactively"
 
 
