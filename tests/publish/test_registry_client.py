@@ -14,7 +14,8 @@ import pytest
 
 from kiln.basics.errors import RegistryAuthFailed, RegistryInvalid
 from kiln.infra.credentials import Credentials
-from kiln.infra.registry import Manifest, RegistryClient, Target
+from kiln.infra.manifests import Manifest
+from kiln.infra.registry import RegistryClient, Target
 
 USER, PASSWORD, TOKEN = "tokuser", "tokpass", "tok-123"
 MEDIA = "application/vnd.oci.image.manifest.v1+json"
@@ -85,7 +86,9 @@ def test_bearer_token_flow_and_retag(fake_registry):
     client = RegistryClient(target, Credentials(USER, PASSWORD, "test"))
     client.check_access()
     assert "repository%3Aacme%2Fkiln%2Fx%3Apull%2Cpush" in _Fake.scopes[0]  # scoped to this repo
-    body = json.dumps({"schemaVersion": 2, "mediaType": MEDIA, "config": {"digest": "sha256:" + "a" * 64}}).encode()
+    body = json.dumps(
+        {"schemaVersion": 2, "mediaType": MEDIA, "config": {"digest": "sha256:" + "a" * 64}}
+    ).encode()
     manifest = Manifest("sha256:" + hashlib.sha256(body).hexdigest(), MEDIA, body)
     assert client.manifest("stable") is None
     client.put_manifest("stable", manifest)
@@ -95,7 +98,9 @@ def test_bearer_token_flow_and_retag(fake_registry):
 
 @pytest.mark.registry  # HTTP on 127.0.0.1 (the in-process fake)
 def test_bearer_wrong_password(fake_registry):
-    client = RegistryClient(Target.parse(fake_registry, "kiln/x"), Credentials(USER, "wrong", "env"))
+    client = RegistryClient(
+        Target.parse(fake_registry, "kiln/x"), Credentials(USER, "wrong", "env")
+    )
     with pytest.raises(RegistryAuthFailed, match="rejected the credentials from env"):
         client.check_access()
 
@@ -106,8 +111,15 @@ def test_registry_must_be_host_and_namespace(bad):
         Target.parse(bad, "kiln/x")
 
 
-@pytest.mark.parametrize("given,plain", [("http://10.0.0.5:5000/ml", True), ("https://127.0.0.1:5000", False),
-                                         ("http://127.0.0.1:5000/", True), ("https://ghcr.io/acme/", False)])
+@pytest.mark.parametrize(
+    "given,plain",
+    [
+        ("http://10.0.0.5:5000/ml", True),
+        ("https://127.0.0.1:5000", False),
+        ("http://127.0.0.1:5000/", True),
+        ("https://ghcr.io/acme/", False),
+    ],
+)
 def test_a_scheme_says_which_protocol(given, plain):
     target = Target.parse(given, "kiln/x")
     assert target.plain_http is plain
@@ -119,21 +131,36 @@ def test_https_and_plain_http_contradict():
         Target.parse("https://reg.example", "kiln/x", plain_http=True)
 
 
-@pytest.mark.parametrize("host,plain", [("127.0.0.1:5000", True), ("localhost:5000", True), ("[::1]:5000", True),
-                                        ("ghcr.io", False), ("10.0.0.5:5000", False)])
+@pytest.mark.parametrize(
+    "host,plain",
+    [
+        ("127.0.0.1:5000", True),
+        ("localhost:5000", True),
+        ("[::1]:5000", True),
+        ("ghcr.io", False),
+        ("10.0.0.5:5000", False),
+    ],
+)
 def test_plain_http_only_for_loopback(host, plain):
     assert Target.parse(host, "kiln/x").plain_http is plain
     assert Target.parse(host, "kiln/x", plain_http=True).plain_http is True
 
 
-@pytest.mark.parametrize("realm", ["http://203.0.113.9/token", "ftp://auth.example/token", "//auth.example/token"])
+@pytest.mark.parametrize(
+    "realm", ["http://203.0.113.9/token", "ftp://auth.example/token", "//auth.example/token"]
+)
 def test_credentials_never_go_to_a_clear_text_token_service(realm):
     """A registry's challenge names the token service; a plain-HTTP one off this machine
     gets no credentials (the request is never sent)."""
+
     class Challenge:
         headers = {"WWW-Authenticate": f'Bearer realm="{realm}",service="x"'}
 
-    client = RegistryClient(Target("registry.example", "team/app", False), Credentials(USER, PASSWORD, "test"))
-    client.session.get = client.session.post = lambda *a, **k: pytest.fail(f"credentials sent to {realm}")
+    client = RegistryClient(
+        Target("registry.example", "team/app", False), Credentials(USER, PASSWORD, "test")
+    )
+    client.session.get = client.session.post = lambda *a, **k: pytest.fail(
+        f"credentials sent to {realm}"
+    )
     with pytest.raises(RegistryAuthFailed, match="not HTTPS"):
         client._authenticate(Challenge())

@@ -20,7 +20,8 @@ from kiln.basics.errors import (
 )
 from kiln.infra import registry as kreg
 from kiln.infra.credentials import Credentials
-from kiln.infra.registry import Manifest, RegistryClient, Target
+from kiln.infra.manifests import Manifest
+from kiln.infra.registry import RegistryClient, Target
 
 pytestmark = [pytest.mark.registry]
 REPO = "faults/tiny"
@@ -42,7 +43,9 @@ def quick_backoff(monkeypatch):
 
 
 def _client(reg: LocalRegistry, proxy: FaultProxy) -> RegistryClient:
-    client = RegistryClient(Target.parse(proxy.host, REPO), Credentials(reg.user, reg.password, "test"))
+    client = RegistryClient(
+        Target.parse(proxy.host, REPO), Credentials(reg.user, reg.password, "test")
+    )
     client.check_access()
     return client
 
@@ -84,8 +87,14 @@ def test_dropped_connections_are_retried(proxied):
     assert proxy.statuses("GET", "/manifests/v1") == [0, 0, 200]
 
 
-@pytest.mark.parametrize("status,error,code", [(503, RegistryServerError, 46), (500, RegistryServerError, 46),
-                                               (429, RegistryRateLimited, 45)])
+@pytest.mark.parametrize(
+    "status,error,code",
+    [
+        (503, RegistryServerError, 46),
+        (500, RegistryServerError, 46),
+        (429, RegistryRateLimited, 45),
+    ],
+)
 def test_a_fault_that_persists_is_a_typed_error_and_writes_nothing(proxied, status, error, code):
     reg, proxy, manifest = proxied
     client = _client(reg, proxy)
@@ -130,7 +139,9 @@ def test_bearer_token_with_wrong_password_is_not_retried(proxied):
 
 
 @pytest.mark.docker
-def test_publish_through_a_failing_registry_leaves_no_channel_or_digest_tag(mini, registry_tools, tmp_path):
+def test_publish_through_a_failing_registry_leaves_no_channel_or_digest_tag(
+    mini, registry_tools, tmp_path
+):
     """The daemon pushes through the proxy; then every write of the channel tag answers
     503: exit 46, and neither the channel tag nor the input-digest tag exists."""
     reg = LocalRegistry(tmp_path / "registry").start()
@@ -138,8 +149,14 @@ def test_publish_through_a_failing_registry_leaves_no_channel_or_digest_tag(mini
     try:
         mini.pass_smoke()
         proxy.inject("PUT", "/manifests/experimental", 100, 503)
-        result = mini.kiln("publish", NAME, "--registry", f"http://{proxy.host}",
-                           registry=reg, KILN_REGISTRY_HOST=proxy.host)
+        result = mini.kiln(
+            "publish",
+            NAME,
+            "--registry",
+            f"http://{proxy.host}",
+            registry=reg,
+            KILN_REGISTRY_HOST=proxy.host,
+        )
         assert result.returncode == 46, result.stderr[-3000:]
         assert f"answered HTTP 503 to PUT /{REPOSITORY}/manifests/experimental" in result.stderr
         assert f"written so far: {mini.engine_tag};" in result.stderr
@@ -161,8 +178,14 @@ def test_publish_rides_out_transient_faults(mini, registry_tools, tmp_path):
         proxy.inject("GET", "/v2/", 2, 429, Retry_After="1")
         proxy.inject("GET", f"/manifests/{mini.short}", 2, 503)
         proxy.inject("PUT", "/manifests/experimental", 1)
-        result = mini.kiln("publish", NAME, "--registry", f"http://{proxy.host}",
-                           registry=reg, KILN_REGISTRY_HOST=proxy.host)
+        result = mini.kiln(
+            "publish",
+            NAME,
+            "--registry",
+            f"http://{proxy.host}",
+            registry=reg,
+            KILN_REGISTRY_HOST=proxy.host,
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         assert all(f.times == 0 for f in proxy.faults)  # every fault was really hit
         assert set(reg.tags(REPOSITORY)) == {mini.engine_tag, "experimental", mini.short}

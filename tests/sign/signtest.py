@@ -32,8 +32,10 @@ class ContainersImageSignature:
 
 def containers_image_signature(name: str) -> ContainersImageSignature:
     raw = (COSIGN / "containers-image" / name).read_bytes()
-    doc = json.loads(raw[raw.index(b"{"):])
-    return ContainersImageSignature(doc["mimeType"], base64.b64decode(doc["payload"]), doc["annotations"])
+    doc = json.loads(raw[raw.index(b"{") :])
+    return ContainersImageSignature(
+        doc["mimeType"], base64.b64decode(doc["payload"]), doc["annotations"]
+    )
 
 
 def fixture(*parts: str) -> Path:
@@ -55,13 +57,15 @@ class FakeRepository:
         self.blobs[sha256(data)] = data
         return sha256(data)
 
-    def put(self, tag: str, body: bytes, media_type: str = "application/vnd.oci.image.manifest.v1+json") -> str:
+    def put(
+        self, tag: str, body: bytes, media_type: str = "application/vnd.oci.image.manifest.v1+json"
+    ) -> str:
         self.manifests[tag] = self.manifests[sha256(body)] = (media_type, body)
         return sha256(body)
 
     # -- the RegistryClient surface signing.py uses --
     def manifest(self, reference: str):
-        from kiln.infra.registry import Manifest
+        from kiln.infra.manifests import Manifest
 
         if reference not in self.manifests:
             return None

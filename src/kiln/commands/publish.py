@@ -67,8 +67,9 @@ from kiln.domain.publishing import (
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
 from kiln.infra import credentials
 from kiln.infra.docker import DockerDaemon, id_of
+from kiln.infra.manifests import Manifest, image_index, index_children
 from kiln.infra.records import passing_smoke_record, record_path
-from kiln.infra.registry import Manifest, RegistryClient, Target, image_index, index_children
+from kiln.infra.registry import RegistryClient, Target
 
 
 @dataclass
@@ -110,7 +111,9 @@ class PromoteResult:
 
 
 # -- shared pieces ------------------------------------------------------------------------
-def _client(target: Target, password_stdin: bool, creds: credentials.Credentials | None) -> RegistryClient:
+def _client(
+    target: Target, password_stdin: bool, creds: credentials.Credentials | None
+) -> RegistryClient:
     if creds is None:
         creds = credentials.resolve(target.host, password_stdin=password_stdin)
     client = RegistryClient(target, creds)
@@ -136,8 +139,9 @@ def _unsmoked_image(docker: DockerDaemon, loaded: LoadedRecipe, short: str, imag
     record can never vouch for it."""
     ctx = BuildContext()
     ctx.add_bytes("Dockerfile", f"FROM {image_id}\n".encode())
-    result = docker.build(ctx, label=f"{loaded.name} (smoke-check label)", labels={SMOKE_LABEL: "skipped"},
-                          quiet=True)
+    result = docker.build(
+        ctx, label=f"{loaded.name} (smoke-check label)", labels={SMOKE_LABEL: "skipped"}, quiet=True
+    )
     # the local tag mirrors the registry's: it keeps the derived image (and its layer
     # cache) between runs, so a rerun derives the same id and "already published" holds
     docker.tag(result.image_id, f"kiln/{loaded.name}:{short}{UNSMOKED_SUFFIX}")
@@ -164,9 +168,18 @@ def publish(
     docker = docker or DockerDaemon()
     declared = list[str](load_recipe(recipe_dir(name)).recipe.engine.platforms)
     if len(declared) > 1:
-        return _publish_index(name, declared, registry=registry, channel=channel, skip_smoke_check=skip_smoke_check,
-                              plain_http=plain_http, password_stdin=password_stdin, creds=creds, docker=docker,
-                              sign_key=sign_key)
+        return _publish_index(
+            name,
+            declared,
+            registry=registry,
+            channel=channel,
+            skip_smoke_check=skip_smoke_check,
+            plain_http=plain_http,
+            password_stdin=password_stdin,
+            creds=creds,
+            docker=docker,
+            sign_key=sign_key,
+        )
     built = require_built(docker, name)
     loaded, recipe_image, img = built.loaded, built.recipe_image, built.image
     target = target_for(loaded, registry, plain_http=plain_http)
@@ -178,12 +191,17 @@ def publish(
     tags = consumer_tags(loaded, recipe_image.short, channel)
     if smoke["status"] == "skipped":
         if explicit_channel is not None:
-            raise ChannelInvalid(f"--channel {explicit_channel}: an image without a passing smoke record never "
-                                 "moves a channel", hint=f"run `kiln smoke {name}` and publish again, or drop --channel "
-                                 f"to push it as {recipe_image.short}{UNSMOKED_SUFFIX} only")
+            raise ChannelInvalid(
+                f"--channel {explicit_channel}: an image without a passing smoke record never "
+                "moves a channel",
+                hint=f"run `kiln smoke {name}` and publish again, or drop --channel "
+                f"to push it as {recipe_image.short}{UNSMOKED_SUFFIX} only",
+            )
         channel, tags = None, [unsmoked_tag(recipe_image.short)]
     # the key (and its password) before anything moves: a wrong one fails with nothing pushed
-    signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
+    signer = signstep.signer_for(
+        loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None
+    )
     client = _client(target, password_stdin, creds)
     if smoke["status"] == "skipped":
         image_id = _unsmoked_image(docker, loaded, recipe_image.short, built_id)
@@ -194,14 +212,23 @@ def publish(
     signature = None
     if signer is not None:
         pushed_image = img if image_id == built_id else docker.require_image(image_id)
-        signature = signstep.sign_and_verify(docker, client, signer, loaded, recipe_image, pushed_image,
-                                             manifest.digest)
+        signature = signstep.sign_and_verify(
+            docker, client, signer, loaded, recipe_image, pushed_image, manifest.digest
+        )
     _write_tags(client, manifest, tags)
     _verify(client, manifest, tags)
     result = PublishResult(
-        recipe=name, image_id=image_id, input_digest=recipe_image.digest, manifest_digest=manifest.digest,
-        registry=target.host, repository=target.path, channel=channel,
-        tags=[target.ref(t) for t in tags], pushed=pushed, smoke=smoke, signature=signature,
+        recipe=name,
+        image_id=image_id,
+        input_digest=recipe_image.digest,
+        manifest_digest=manifest.digest,
+        registry=target.host,
+        repository=target.path,
+        channel=channel,
+        tags=[target.ref(t) for t in tags],
+        pushed=pushed,
+        smoke=smoke,
+        signature=signature,
     )
     doc = {**asdict(result), "built_image_id": built_id, "time": clock.timestamp()}
     doc.pop("record")
@@ -212,8 +239,16 @@ def publish(
 
 # -- publish: several platforms, one image index ----------------------------------------
 def _publish_index(
-    name: str, declared: list[str], *, registry: str | None, channel: str | None, skip_smoke_check: bool,
-    plain_http: bool, password_stdin: bool, creds: credentials.Credentials | None, docker: DockerDaemon,
+    name: str,
+    declared: list[str],
+    *,
+    registry: str | None,
+    channel: str | None,
+    skip_smoke_check: bool,
+    plain_http: bool,
+    password_stdin: bool,
+    creds: credentials.Credentials | None,
+    docker: DockerDaemon,
     sign_key: Path | None,
 ) -> PublishResult:
     """Each built platform's image pushed under its own `<digest12>-<arch>` tag, then one
@@ -221,8 +256,11 @@ def _publish_index(
     tag last, as for one platform). With --sign the index digest is signed (what the tags
     point at, so what `cosign verify TAG` checks) before any of those tags is written."""
     if skip_smoke_check:
-        raise UsageError(f"--skip-smoke-check: {name} is published as a multi-platform index, and every platform "
-                         "in it needs a passing smoke record", hint=f"`kiln smoke {name} --platform P` for each")
+        raise UsageError(
+            f"--skip-smoke-check: {name} is published as a multi-platform index, and every platform "
+            "in it needs a passing smoke record",
+            hint=f"`kiln smoke {name} --platform P` for each",
+        )
     members = built_platforms(docker, name, declared)
     loaded = members[0][1].loaded
     target = target_for(loaded, registry, plain_http=plain_http)
@@ -231,13 +269,19 @@ def _publish_index(
     input_digest = index_input_digest(members)
     short = input_digest.split(":")[1][:12]
     tags = consumer_tags(loaded, short, channel)
-    signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
+    signer = signstep.signer_for(
+        loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None
+    )
     client = _client(target, password_stdin, creds)
-    log.step(f"publishing {name} ({', '.join(p for p, _ in members)}) to {target.host}/{target.path} as one index")
+    log.step(
+        f"publishing {name} ({', '.join(p for p, _ in members)}) to {target.host}/{target.path} as one index"
+    )
     children: list[tuple[str, Manifest]] = []
     pushed_any = False
     for plat, built in members:
-        manifest, pushed = _upload(docker, client, platform_tag(built), id_of(built.image), platform_tag(built))
+        manifest, pushed = _upload(
+            docker, client, platform_tag(built), id_of(built.image), platform_tag(built)
+        )
         children.append((plat, manifest))
         pushed_any = pushed_any or pushed
     index = image_index(children)
@@ -245,23 +289,40 @@ def _publish_index(
     if signer is not None:
         client.put_manifest(f"{short}{signstep.STAGING_SUFFIX}", index)
         host = enginelock.host_platform()
-        plat, built = next(((p, b) for p, b in members if p == host), members[0])  # its SBOM is read natively
-        signature = signstep.sign_and_verify(docker, client, signer, loaded, built.recipe_image, built.image,
-                                             index.digest)
+        plat, built = next(
+            ((p, b) for p, b in members if p == host), members[0]
+        )  # its SBOM is read natively
+        signature = signstep.sign_and_verify(
+            docker, client, signer, loaded, built.recipe_image, built.image, index.digest
+        )
     present = client.manifest(short)
     already = present is not None and present.digest == index.digest
     _write_tags(client, index, tags)
     _verify(client, index, tags)
-    platforms = {plat: {"image_id": id_of(built.image), "input_digest": built.recipe_image.digest,
-                        "manifest_digest": manifest.digest, "tag": target.ref(platform_tag(built)),
-                        "smoke_record": records[plat]}
-                 for (plat, built), (_, manifest) in zip(members, children, strict=True)}
+    platforms = {
+        plat: {
+            "image_id": id_of(built.image),
+            "input_digest": built.recipe_image.digest,
+            "manifest_digest": manifest.digest,
+            "tag": target.ref(platform_tag(built)),
+            "smoke_record": records[plat],
+        }
+        for (plat, built), (_, manifest) in zip(members, children, strict=True)
+    }
     first = members[0][1]
     result = PublishResult(
-        recipe=name, image_id=id_of(first.image), input_digest=input_digest, manifest_digest=index.digest,
-        registry=target.host, repository=target.path, channel=channel, tags=[target.ref(t) for t in tags],
-        pushed=pushed_any or not already, smoke={"status": "passed", "record": records[members[0][0]]},
-        signature=signature, platforms=platforms,
+        recipe=name,
+        image_id=id_of(first.image),
+        input_digest=input_digest,
+        manifest_digest=index.digest,
+        registry=target.host,
+        repository=target.path,
+        channel=channel,
+        tags=[target.ref(t) for t in tags],
+        pushed=pushed_any or not already,
+        smoke={"status": "passed", "record": records[members[0][0]]},
+        signature=signature,
+        platforms=platforms,
     )
     doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
@@ -270,8 +331,9 @@ def _publish_index(
     return result
 
 
-def _upload(docker: DockerDaemon, client: RegistryClient, digest_tag: str, image_id: str,
-            push_tag: str) -> tuple[Manifest, bool]:
+def _upload(
+    docker: DockerDaemon, client: RegistryClient, digest_tag: str, image_id: str, push_tag: str
+) -> tuple[Manifest, bool]:
     """The manifest of `image_id` in the registry, pushing its layers only if needed
     (the daemon's push writes `push_tag`, the first tag a publish writes anyway)."""
     target = client.target
@@ -279,7 +341,9 @@ def _upload(docker: DockerDaemon, client: RegistryClient, digest_tag: str, image
     # the image id is the digest of the image config, which names every layer: the same
     # config means the same image, whatever compression another push chose
     if present is not None and present.config_digest == image_id:
-        log.ok(f"{target.ref(digest_tag)} already holds this image ({present.digest}); push skipped")
+        log.ok(
+            f"{target.ref(digest_tag)} already holds this image ({present.digest}); push skipped"
+        )
         return present, False
     if present is not None:
         log.info(f"{target.ref(digest_tag)} holds another build of these inputs; replacing it")
@@ -292,14 +356,20 @@ def _upload(docker: DockerDaemon, client: RegistryClient, digest_tag: str, image
         raise _push_error(exc.message) from None
     finally:
         _drop_local_tag(docker, pushing)
-    log.info(f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
-             f"[{log.human_secs(pushed.seconds)}]")
+    log.info(
+        f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
+        f"[{log.human_secs(pushed.seconds)}]"
+    )
     manifest = client.manifest(pushed.digest)  # read back by digest: did the registry keep it?
     moved = f"; only tag {push_tag} moved (no channel or digest tag)"
     if manifest is None:
-        raise ManifestMismatch(f"the registry accepted {pushed.digest} but does not return it{moved}")
+        raise ManifestMismatch(
+            f"the registry accepted {pushed.digest} but does not return it{moved}"
+        )
     if manifest.config_digest != image_id:
-        raise ManifestMismatch(f"{pushed.digest} holds image {manifest.config_digest}, pushed {image_id}{moved}")
+        raise ManifestMismatch(
+            f"{pushed.digest} holds image {manifest.config_digest}, pushed {image_id}{moved}"
+        )
     return manifest, True
 
 
@@ -318,11 +388,17 @@ def _push_error(message: str) -> KilnError:
     text = f"{message}; no channel or digest tag was written"
     lowered = message.lower()
     if any(word in lowered for word in ("unauthorized", "denied", "authentication required")):
-        return RegistryAuthFailed(text, hint="the account may read but not push this repository, "
-                                             "or the daemon was handed other credentials")
+        return RegistryAuthFailed(
+            text,
+            hint="the account may read but not push this repository, "
+            "or the daemon was handed other credentials",
+        )
     if "http response to https client" in lowered:
-        return PushFailed(text, hint="the Docker daemon must list this registry in insecure-registries "
-                                     "(/etc/docker/daemon.json) to push over plain HTTP")
+        return PushFailed(
+            text,
+            hint="the Docker daemon must list this registry in insecure-registries "
+            "(/etc/docker/daemon.json) to push over plain HTTP",
+        )
     return PushFailed(text)
 
 
@@ -335,8 +411,10 @@ def _write_tags(client: RegistryClient, manifest: Manifest, tags: list[str]) -> 
                 client.put_manifest(tag, manifest)
         except KilnError as exc:
             # same class (exit code), plus what state the registry is left in
-            exc.message = (f"{exc.message} (writing tag {tag}; written so far: {', '.join(done) or 'none'}; "
-                           "the input-digest tag comes last, so a rerun finishes the publish)")
+            exc.message = (
+                f"{exc.message} (writing tag {tag}; written so far: {', '.join(done) or 'none'}; "
+                "the input-digest tag comes last, so a rerun finishes the publish)"
+            )
             raise
         done.append(tag)
 
@@ -345,25 +423,44 @@ def _verify(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None
     for tag in tags:
         got = client.manifest(tag)
         if got is None or got.digest != manifest.digest:
-            raise ManifestMismatch(f"{client.target.ref(tag)} reads back as "
-                                   f"{got.digest if got else 'missing'}, expected {manifest.digest}")
+            raise ManifestMismatch(
+                f"{client.target.ref(tag)} reads back as "
+                f"{got.digest if got else 'missing'}, expected {manifest.digest}"
+            )
 
 
 def _report_publish(r: PublishResult) -> None:
-    log.summary(f"published {r.recipe}" if r.pushed else f"{r.recipe} already published (push skipped)", {
-        "manifest digest": r.manifest_digest,
-        "image id": r.image_id,
-        "input digest": r.input_digest,
-        "tags": ", ".join(str(imageref.parse(t).tag) for t in r.tags),
-        **({"platforms": ", ".join(f"{p} ({d['manifest_digest'][:19]})" for p, d in r.platforms.items())}
-           if r.platforms else {}),
-        "channel": r.channel or "none (not smoke-tested)",
-        "smoke check": f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
-        if r.smoke["status"] == "skipped" else "passed",
-        **({"signature": f"{r.signature['signature_tag']} + {r.signature['attestation_tag']} verified "
-                         f"(key {r.signature['key_fingerprint']})"} if r.signature else {}),
-        "record": shown_home(r.record),
-    })
+    log.summary(
+        f"published {r.recipe}" if r.pushed else f"{r.recipe} already published (push skipped)",
+        {
+            "manifest digest": r.manifest_digest,
+            "image id": r.image_id,
+            "input digest": r.input_digest,
+            "tags": ", ".join(str(imageref.parse(t).tag) for t in r.tags),
+            **(
+                {
+                    "platforms": ", ".join(
+                        f"{p} ({d['manifest_digest'][:19]})" for p, d in r.platforms.items()
+                    )
+                }
+                if r.platforms
+                else {}
+            ),
+            "channel": r.channel or "none (not smoke-tested)",
+            "smoke check": f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
+            if r.smoke["status"] == "skipped"
+            else "passed",
+            **(
+                {
+                    "signature": f"{r.signature['signature_tag']} + {r.signature['attestation_tag']} verified "
+                    f"(key {r.signature['key_fingerprint']})"
+                }
+                if r.signature
+                else {}
+            ),
+            "record": shown_home(r.record),
+        },
+    )
 
 
 # -- promote ----------------------------------------------------------------------------
@@ -394,11 +491,13 @@ def promote(
     else:
         image_id = manifest.config_digest or ""
     if not image_id or passing_smoke_record(image_id) is None:
-        raise NotSmokeTested(f"{target.ref(source)} is image {image_id[:19] or '(an index)'}, "
-                             f"which has no passing smoke record in {shown_home(results_dir() / 'smoke')}; "
-                             "refusing to promote",
-                             hint=f"`kiln smoke {name}`, then `kiln publish {name} --channel {source}`, then promote "
-                                  "(or run promote where the smoke records are, or point $KILN_STATE_DIR at them)")
+        raise NotSmokeTested(
+            f"{target.ref(source)} is image {image_id[:19] or '(an index)'}, "
+            f"which has no passing smoke record in {shown_home(results_dir() / 'smoke')}; "
+            "refusing to promote",
+            hint=f"`kiln smoke {name}`, then `kiln publish {name} --channel {source}`, then promote "
+            "(or run promote where the smoke records are, or point $KILN_STATE_DIR at them)",
+        )
     signature = signstep.verify_for_promote(loaded, client, manifest.digest, key)
     current = client.manifest(dest)
     moved = current is None or current.digest != manifest.digest
@@ -406,19 +505,31 @@ def promote(
         client.put_manifest(dest, manifest)
     _verify(client, manifest, [dest])
     result = PromoteResult(
-        recipe=name, image_id=image_id, manifest_digest=manifest.digest, registry=target.host,
-        repository=target.path, from_channel=source, to_channel=dest, moved=moved,
-        smoke={"status": "passed", "record": str(record_path(image_id))}, signature=signature,
+        recipe=name,
+        image_id=image_id,
+        manifest_digest=manifest.digest,
+        registry=target.host,
+        repository=target.path,
+        from_channel=source,
+        to_channel=dest,
+        moved=moved,
+        smoke={"status": "passed", "record": str(record_path(image_id))},
+        signature=signature,
     )
     doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
     result.record = str(write_record("promote", name, doc))
-    log.summary(f"promoted {name}: {source} -> {dest}" if moved else f"{dest} already points at {source}'s image", {
-        "manifest digest": manifest.digest,
-        "image id": image_id,
-        "tag": target.ref(dest),
-        "record": shown_home(result.record),
-    })
+    log.summary(
+        f"promoted {name}: {source} -> {dest}"
+        if moved
+        else f"{dest} already points at {source}'s image",
+        {
+            "manifest digest": manifest.digest,
+            "image id": image_id,
+            "tag": target.ref(dest),
+            "record": shown_home(result.record),
+        },
+    )
     return result
 
 
@@ -430,10 +541,12 @@ def _index_smoked(name: str, client: RegistryClient, ref: str, index: Manifest) 
         child = client.manifest(digest)
         image_id = child.config_digest if child is not None else None
         if not image_id or passing_smoke_record(image_id) is None:
-            raise NotSmokeTested(f"{ref} is an index whose {plat} image {(image_id or digest)[:19]} has no passing "
-                                 f"smoke record in {shown_home(results_dir() / 'smoke')}; refusing to promote",
-                                 hint=f"`kiln smoke {name} --platform {plat}` where the records are (or point "
-                                      "$KILN_STATE_DIR at them), then promote")
+            raise NotSmokeTested(
+                f"{ref} is an index whose {plat} image {(image_id or digest)[:19]} has no passing "
+                f"smoke record in {shown_home(results_dir() / 'smoke')}; refusing to promote",
+                hint=f"`kiln smoke {name} --platform {plat}` where the records are (or point "
+                "$KILN_STATE_DIR at them), then promote",
+            )
         ids.append(image_id)
     if not ids:
         raise ChannelEmpty(f"{ref} is an empty index; nothing to promote")
@@ -443,18 +556,33 @@ def _index_smoked(name: str, client: RegistryClient, ref: str, index: Manifest) 
 # -- CLI ----------------------------------------------------------------------------------
 def _common(p) -> None:
     p.add_argument("name")
-    p.add_argument("--registry", help="[http://|https://]HOST[:PORT][/NAMESPACE] (default: the recipe's "
-                                      "publish.registry); without a scheme: HTTP for loopback, else HTTPS")
-    p.add_argument("--plain-http", action="store_true",
-                   help="talk HTTP, not HTTPS (same as writing http://HOST)")
-    p.add_argument("--password-stdin", action="store_true",
-                   help=f"read the password from stdin (user from ${credentials.USER_ENV})")
+    p.add_argument(
+        "--registry",
+        help="[http://|https://]HOST[:PORT][/NAMESPACE] (default: the recipe's "
+        "publish.registry); without a scheme: HTTP for loopback, else HTTPS",
+    )
+    p.add_argument(
+        "--plain-http",
+        action="store_true",
+        help="talk HTTP, not HTTPS (same as writing http://HOST)",
+    )
+    p.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help=f"read the password from stdin (user from ${credentials.USER_ENV})",
+    )
 
 
 def cmd_publish(args) -> int:
-    r = publish(args.name, registry=args.registry, channel=args.channel, skip_smoke_check=args.skip_smoke_check,
-                plain_http=args.plain_http, password_stdin=args.password_stdin,
-                sign_key=Path(args.sign) if args.sign else None)
+    r = publish(
+        args.name,
+        registry=args.registry,
+        channel=args.channel,
+        skip_smoke_check=args.skip_smoke_check,
+        plain_http=args.plain_http,
+        password_stdin=args.password_stdin,
+        sign_key=Path(args.sign) if args.sign else None,
+    )
     if args.json:
         log.emit_json({**asdict(r), "pinned": r.pinned})
     else:
@@ -463,9 +591,15 @@ def cmd_publish(args) -> int:
 
 
 def cmd_promote(args) -> int:
-    r = promote(args.name, from_channel=args.from_channel, to_channel=args.to_channel, registry=args.registry,
-                plain_http=args.plain_http, password_stdin=args.password_stdin,
-                key=Path(args.key) if args.key else None)
+    r = promote(
+        args.name,
+        from_channel=args.from_channel,
+        to_channel=args.to_channel,
+        registry=args.registry,
+        plain_http=args.plain_http,
+        password_stdin=args.password_stdin,
+        key=Path(args.key) if args.key else None,
+    )
     pinned = f"{r.registry}/{r.repository}@{r.manifest_digest}"
     if args.json:
         log.emit_json({**asdict(r), "pinned": pinned})
@@ -477,20 +611,37 @@ def cmd_promote(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("publish", help="push a built, smoke-tested image to a registry")
     _common(p)
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)"
+    )
     p.add_argument("--channel", default=None, help="channel tag to move (default: experimental)")
-    p.add_argument("--skip-smoke-check", action="store_true",
-                   help=f"publish without a passing smoke record: only as <digest12>{UNSMOKED_SUFFIX}, "
-                        f"labelled {SMOKE_LABEL}=skipped, no channel")
-    p.add_argument("--sign", metavar="KEY", help="sign the pushed digest with this cosign private key and attach "
-                                                 "SBOM and provenance attestations, verified before any consumer tag "
-                                                 "(password from KILN_SIGNING_PASSWORD or typed)")
+    p.add_argument(
+        "--skip-smoke-check",
+        action="store_true",
+        help=f"publish without a passing smoke record: only as <digest12>{UNSMOKED_SUFFIX}, "
+        f"labelled {SMOKE_LABEL}=skipped, no channel",
+    )
+    p.add_argument(
+        "--sign",
+        metavar="KEY",
+        help="sign the pushed digest with this cosign private key and attach "
+        "SBOM and provenance attestations, verified before any consumer tag "
+        "(password from KILN_SIGNING_PASSWORD or typed)",
+    )
     p.set_defaults(func=cmd_publish)
-    p = sub.add_parser("promote", help="point one channel at another's image (no rebuild, no re-push)")
+    p = sub.add_parser(
+        "promote", help="point one channel at another's image (no rebuild, no re-push)"
+    )
     _common(p)
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)"
+    )
     p.add_argument("--from", dest="from_channel", required=True)
     p.add_argument("--to", dest="to_channel", required=True)
-    p.add_argument("--key", metavar="PUB", help="verify the image's signature and attestations with this public key "
-                                                "before the channel moves (default: the recipe's publish.public_key)")
+    p.add_argument(
+        "--key",
+        metavar="PUB",
+        help="verify the image's signature and attestations with this public key "
+        "before the channel moves (default: the recipe's publish.public_key)",
+    )
     p.set_defaults(func=cmd_promote)

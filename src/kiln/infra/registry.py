@@ -16,14 +16,12 @@ once by a fresh one from the token service.
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import ipaddress
 import json
 import re
 import time
 import urllib.parse
 from dataclasses import dataclass
+from typing import Any
 
 import requests
 
@@ -39,14 +37,9 @@ from kiln.basics.errors import (
     TagWriteFailed,
 )
 from kiln.infra.credentials import Credentials
+from kiln.infra.manifests import MANIFEST_TYPES, Manifest, sha256_digest
+from kiln.infra.registryauth import authorization, is_loopback, reason, who
 
-MANIFEST_TYPES = (
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-)
-INDEX_TYPES = MANIFEST_TYPES[2:]
 ATTEMPTS = 4  # first try + 3 retries: 0.5 s, 1 s, 2 s apart
 BACKOFF_S = 0.5
 RETRY_AFTER_CAP_S = 30.0  # a Retry-After beyond this is not waited for: bounded total time
@@ -74,13 +67,19 @@ class Target:
         if not sep:
             scheme, rest = "", text
         elif scheme not in ("http", "https"):
-            raise RegistryInvalid(f"registry {registry!r}: scheme {scheme}:// is neither http:// nor https://")
+            raise RegistryInvalid(
+                f"registry {registry!r}: scheme {scheme}:// is neither http:// nor https://"
+            )
         if scheme == "https" and plain_http:
-            raise RegistryInvalid(f"registry {registry!r} says https:// but --plain-http asks for HTTP",
-                                  hint="drop one of them: http://HOST or --plain-http for HTTP, https://HOST for HTTPS")
+            raise RegistryInvalid(
+                f"registry {registry!r} says https:// but --plain-http asks for HTTP",
+                hint="drop one of them: http://HOST or --plain-http for HTTP, https://HOST for HTTPS",
+            )
         host, _, namespace = rest.rstrip("/").partition("/")
         if not _HOST.match(host) or (namespace and not _PATH.match(namespace)):
-            raise RegistryInvalid(f"registry {registry!r} is not [http://|https://]HOST[:PORT][/NAMESPACE]")
+            raise RegistryInvalid(
+                f"registry {registry!r} is not [http://|https://]HOST[:PORT][/NAMESPACE]"
+            )
         path = f"{namespace}/{repository}" if namespace else repository
         plain = scheme == "http" or plain_http or (not scheme and is_loopback(host))
         return cls(host, path, plain)
@@ -88,7 +87,9 @@ class Target:
     @property
     def api_host(self) -> str:
         # Docker Hub's API is not served on the name images use
-        return "registry-1.docker.io" if self.host in ("docker.io", "index.docker.io") else self.host
+        return (
+            "registry-1.docker.io" if self.host in ("docker.io", "index.docker.io") else self.host
+        )
 
     @property
     def base_url(self) -> str:
@@ -99,90 +100,6 @@ class Target:
 
     def pinned(self, digest: str) -> str:
         return f"{self.host}/{self.path}@{digest}"
-
-
-def _check_realm(realm: str, host: str) -> None:
-    """The registry names its token service, which may live on another host (Docker Hub's
-    does); credentials travel there only over TLS, so a registry cannot have a password
-    sent in clear text to an address of its choosing. Plain HTTP stays for loopback."""
-    parsed = urllib.parse.urlsplit(realm)
-    if parsed.scheme == "https" and parsed.hostname:
-        return
-    if parsed.scheme == "http" and parsed.hostname and is_loopback(parsed.netloc):
-        return
-    raise RegistryAuthFailed(f"registry {host} sends the credentials to token service {realm!r}, which is "
-                             "not HTTPS; kiln does not send them there",
-                             hint="check the registry's auth set-up (its token realm must be an https:// URL)")
-
-
-def is_loopback(host: str) -> bool:
-    """Plain HTTP is only assumed for this machine (as the daemon and crane do)."""
-    name = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:host.index("]")]
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass(frozen=True)
-class Manifest:
-    digest: str
-    media_type: str
-    body: bytes  # the exact bytes: re-PUT them and the digest stays the same
-
-    @property
-    def is_index(self) -> bool:
-        return self.media_type in INDEX_TYPES
-
-    @property
-    def config_digest(self) -> str | None:
-        """For a single-image manifest, the image id docker shows for it."""
-        if self.is_index:
-            return None
-        return (json.loads(self.body).get("config") or {}).get("digest")
-
-
-def _sha256(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-
-
-def image_index(children: list[tuple[str, Manifest]]) -> Manifest:
-    """An OCI image index (one tag for several architectures) of single-image manifests
-    already in the repository, each with its platform (`linux/arm64`): a pull resolves
-    it to the manifest of the puller's platform. Deterministic bytes: the same children
-    give the same digest, so a rerun finds the index already there."""
-    manifests = []
-    for plat, child in children:
-        if child.is_index:
-            raise ValueError(f"{child.digest} is itself an index; an index holds image manifests")
-        os_name, _, arch = plat.partition("/")
-        manifests.append({"mediaType": child.media_type, "digest": child.digest, "size": len(child.body),
-                          "platform": {"architecture": arch, "os": os_name}})
-    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests},
-                      separators=(",", ":"), sort_keys=True).encode()
-    return Manifest(_sha256(body), OCI_INDEX, body)
-
-
-def index_children(index: Manifest) -> list[tuple[str, str]]:
-    """(platform, manifest digest) of each entry of an index, in its order."""
-    doc = json.loads(index.body)
-    out = []
-    for entry in doc.get("manifests") or []:
-        plat = entry.get("platform") or {}
-        out.append((f"{plat.get('os', '?')}/{plat.get('architecture', '?')}", str(entry.get("digest"))))
-    return out
-
-
-def _challenge(header: str) -> tuple[str, dict[str, str]]:
-    """`Bearer realm="...",service="..."` -> ("bearer", {realm: ..., service: ...})."""
-    scheme, _, rest = header.strip().partition(" ")
-    params = dict(re.findall(r'(\w+)="([^"]*)"', rest))
-    return scheme.lower(), params
 
 
 class RegistryClient:
@@ -196,7 +113,9 @@ class RegistryClient:
         self._auth: str | None = None  # the Authorization header that worked
 
     # -- requests with retries and auth ---------------------------------------------
-    def _send(self, method: str, url: str, headers: dict | None = None, **kw) -> requests.Response:
+    def _send(
+        self, method: str, url: str, headers: dict[str, str] | None = None, **kw: Any
+    ) -> requests.Response:
         """One HTTP exchange, retried on transient failures only."""
         last, wait = "", 0.0
         for attempt in range(ATTEMPTS):
@@ -209,12 +128,12 @@ class RegistryClient:
             except requests.exceptions.SSLError as exc:
                 # not transient: retrying a TLS mismatch only delays the message
                 raise RegistryUnreachable(
-                    f"TLS to {self.target.api_host} failed: {_reason(exc)}",
+                    f"TLS to {self.target.api_host} failed: {reason(exc)}",
                     hint=f"trust its CA via REQUESTS_CA_BUNDLE, or write the registry as http://{self.target.host} "
-                         "if it speaks plain HTTP",
+                    "if it speaks plain HTTP",
                 ) from None
             except requests.exceptions.RequestException as exc:
-                last = _reason(exc)
+                last = reason(exc)
                 continue
             if resp.status_code == 429 or resp.status_code >= 500:
                 last = f"HTTP {resp.status_code}"
@@ -226,22 +145,29 @@ class RegistryClient:
     def _gave_up(self, method: str, url: str, last: str) -> KilnError:
         what = f"{method} {url.removeprefix(self.target.base_url) or '/'}"
         if last == "HTTP 429":
-            return RegistryRateLimited(f"registry {self.target.host} still rate-limits {what} "
-                                       f"after {ATTEMPTS} attempts (HTTP 429)")
+            return RegistryRateLimited(
+                f"registry {self.target.host} still rate-limits {what} "
+                f"after {ATTEMPTS} attempts (HTTP 429)"
+            )
         if last.startswith("HTTP 5"):
-            return RegistryServerError(f"registry {self.target.host} answered {last} to {what} "
-                                       f"on all {ATTEMPTS} attempts")
-        return RegistryUnreachable(f"registry {self.target.host} unreachable after {ATTEMPTS} attempts: {last}",
-                                   hint=f"check the address and that it is up: `curl {self.target.base_url}/`")
+            return RegistryServerError(
+                f"registry {self.target.host} answered {last} to {what} on all {ATTEMPTS} attempts"
+            )
+        return RegistryUnreachable(
+            f"registry {self.target.host} unreachable after {ATTEMPTS} attempts: {last}",
+            hint=f"check the address and that it is up: `curl {self.target.base_url}/`",
+        )
 
-    def request(self, method: str, path: str, **kw) -> requests.Response:
+    def request(self, method: str, path: str, **kw: Any) -> requests.Response:
         """`path` under /v2, or an absolute URL the registry handed out (an upload's
         Location), which must stay on the registry's own origin: credentials go nowhere else."""
         url = path if path.startswith(("http://", "https://")) else f"{self.target.base_url}{path}"
         if not _same_origin(url, self.target.base_url):
-            raise RegistryUnreachable(f"registry {self.target.host} sent kiln to {_origin(url)}; kiln does not send "
-                                      "its credentials to another host",
-                                      hint="the registry's upload location must be on the registry itself")
+            raise RegistryUnreachable(
+                f"registry {self.target.host} sent kiln to {_origin(url)}; kiln does not send "
+                "its credentials to another host",
+                hint="the registry's upload location must be on the registry itself",
+            )
         resp = self._send(method, url, **kw)
         # a 401 to a Basic password is final; to a Bearer token (or no header yet) it
         # asks for a (fresh) token: fetched once, then the request is sent again
@@ -249,60 +175,21 @@ class RegistryClient:
             self._authenticate(resp)
             resp = self._send(method, url, **kw)
         if resp.status_code in (401, 403):
-            raise RegistryAuthFailed(f"registry {self.target.host} rejected {self._who()} for {self.target.path} "
-                                     f"(HTTP {resp.status_code}{_error_code(resp)})")
+            raise RegistryAuthFailed(
+                f"registry {self.target.host} rejected {who(self.credentials)} for {self.target.path} "
+                f"(HTTP {resp.status_code}{_error_code(resp)})"
+            )
         return resp
 
-    def _who(self) -> str:
-        # where the credentials came from, never what they are
-        return f"the credentials from {self.credentials.source}" if self.credentials else "anonymous access"
-
     def _authenticate(self, resp: requests.Response) -> None:
-        scheme, params = _challenge(resp.headers.get("WWW-Authenticate", ""))
-        if scheme == "basic":
-            if self.credentials is None:
-                raise RegistryAuthFailed(f"registry {self.target.host} needs credentials and none were found",
-                                         hint=f"`docker login {self.target.host}`, or set KILN_REGISTRY_USER and "
-                                              "pipe the password in with --password-stdin")
-            if not self.credentials.password:
-                raise RegistryAuthFailed(f"registry {self.target.host} wants a password; the credentials from "
-                                         f"{self.credentials.source} hold only an identity token",
-                                         hint=f"`docker login {self.target.host}` with a user name and password")
-            pair = f"{self.credentials.username}:{self.credentials.password}".encode()
-            self._auth = "Basic " + base64.b64encode(pair).decode()
-        elif scheme == "bearer" and params.get("realm"):
-            self._auth = f"Bearer {self._token(params)}"
-        else:
-            raise RegistryAuthFailed(f"registry {self.target.host} asked for unsupported auth {scheme or '(none)'!r}")
-
-    def _token(self, params: dict[str, str]) -> str:
-        """The distribution token flow: GET realm?service=..&scope=.. with Basic creds."""
-        query = {"scope": f"repository:{self.target.path}:pull,push"}
-        if params.get("service"):
-            query["service"] = params["service"]
-        creds = self.credentials
-        if creds is not None:
-            _check_realm(params["realm"], self.target.host)
-        try:
-            if creds is not None and creds.identity_token:
-                # OAuth2 refresh-token grant: what `docker login` stored instead of a password
-                resp = self.session.post(params["realm"], timeout=TIMEOUT, data={
-                    **query, "grant_type": "refresh_token", "refresh_token": creds.identity_token,
-                    "client_id": "kiln"})
-            else:
-                auth = (creds.username, creds.password) if creds else None
-                resp = self.session.get(params["realm"], params=query, auth=auth, timeout=TIMEOUT)
-        except requests.exceptions.RequestException as exc:
-            raise RegistryUnreachable(f"token service {params['realm']} unreachable: {_reason(exc)}") from None
-        if resp.status_code in (401, 403):
-            raise RegistryAuthFailed(f"token service for {self.target.host} rejected {self._who()}")
-        if resp.status_code != 200:
-            raise RegistryUnreachable(f"token service for {self.target.host} answered HTTP {resp.status_code}")
-        body = resp.json()
-        token = body.get("token") or body.get("access_token")
-        if not token:
-            raise RegistryAuthFailed(f"token service for {self.target.host} returned no token")
-        return token
+        self._auth = authorization(
+            self.session,
+            resp,
+            host=self.target.host,
+            path=self.target.path,
+            credentials=self.credentials,
+            timeout=TIMEOUT,
+        )
 
     # -- the API calls kiln needs -----------------------------------------------------
     def check_access(self) -> None:
@@ -311,20 +198,29 @@ class RegistryClient:
         fetches a push token for this repository (the token service checks the password)."""
         resp = self.request("GET", "/")
         if resp.status_code != 200:
-            raise RegistryUnreachable(f"{self.target.base_url}/ answered HTTP {resp.status_code}: not a registry API")
+            raise RegistryUnreachable(
+                f"{self.target.base_url}/ answered HTTP {resp.status_code}: not a registry API"
+            )
 
     def manifest(self, reference: str) -> Manifest | None:
         """GET a manifest by tag or digest; None when the registry has no such reference."""
-        resp = self.request("GET", f"/{self.target.path}/manifests/{reference}",
-                            headers={"Accept": ", ".join(MANIFEST_TYPES)})
+        resp = self.request(
+            "GET",
+            f"/{self.target.path}/manifests/{reference}",
+            headers={"Accept": ", ".join(MANIFEST_TYPES)},
+        )
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
-            raise RegistryUnreachable(f"GET manifest {reference}: HTTP {resp.status_code}{_error_code(resp)}")
-        digest = _sha256(resp.content)
+            raise RegistryUnreachable(
+                f"GET manifest {reference}: HTTP {resp.status_code}{_error_code(resp)}"
+            )
+        digest = sha256_digest(resp.content)
         claimed = resp.headers.get("Docker-Content-Digest")
         if claimed and claimed != digest:
-            raise ManifestMismatch(f"registry says {reference} is {claimed} but its bytes hash to {digest}")
+            raise ManifestMismatch(
+                f"registry says {reference} is {claimed} but its bytes hash to {digest}"
+            )
         if reference.startswith("sha256:") and reference != digest:
             raise ManifestMismatch(f"asked for manifest {reference}, got {digest}")
         media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
@@ -335,14 +231,21 @@ class RegistryClient:
         """Point `tag` at `manifest` (the same bytes, so the same digest): a retag."""
         if not TAG.match(tag):
             raise TagWriteFailed(f"{tag!r} is not a valid tag")
-        resp = self.request("PUT", f"/{self.target.path}/manifests/{tag}", data=manifest.body,
-                            headers={"Content-Type": manifest.media_type})
+        resp = self.request(
+            "PUT",
+            f"/{self.target.path}/manifests/{tag}",
+            data=manifest.body,
+            headers={"Content-Type": manifest.media_type},
+        )
         if resp.status_code not in (200, 201):
-            raise TagWriteFailed(f"registry refused tag {tag}: HTTP {resp.status_code}{_error_code(resp)}")
+            raise TagWriteFailed(
+                f"registry refused tag {tag}: HTTP {resp.status_code}{_error_code(resp)}"
+            )
         written = resp.headers.get("Docker-Content-Digest")
         if written and written != manifest.digest:
-            raise ManifestMismatch(f"tag {tag} was written as {written}, expected {manifest.digest}")
-
+            raise ManifestMismatch(
+                f"tag {tag} was written as {written}, expected {manifest.digest}"
+            )
 
     # -- blobs: what signatures and attestations need (the daemon pushes image layers) ----------
     def blob(self, digest: str, max_bytes: int) -> bytes | None:
@@ -354,19 +257,25 @@ class RegistryClient:
             if resp.status_code == 404:
                 return None
             if resp.status_code != 200:
-                raise RegistryUnreachable(f"GET blob {digest}: HTTP {resp.status_code}{_error_code(resp)}")
+                raise RegistryUnreachable(
+                    f"GET blob {digest}: HTTP {resp.status_code}{_error_code(resp)}"
+                )
             data = bytearray()
             for chunk in resp.iter_content(64 * 1024):
                 data += chunk
                 if len(data) > max_bytes:
                     raise BlobTooLarge(digest, max_bytes)
         except requests.exceptions.RequestException as exc:
-            raise RegistryUnreachable(f"GET blob {digest} from {self.target.host} failed: {_reason(exc)}") from None
+            raise RegistryUnreachable(
+                f"GET blob {digest} from {self.target.host} failed: {reason(exc)}"
+            ) from None
         finally:
             resp.close()
-        got = _sha256(bytes(data))
+        got = sha256_digest(bytes(data))
         if got != digest:
-            raise ManifestMismatch(f"asked {self.target.host} for blob {digest}, its bytes hash to {got}")
+            raise ManifestMismatch(
+                f"asked {self.target.host} for blob {digest}, its bytes hash to {got}"
+            )
         return bytes(data)
 
     def has_blob(self, digest: str) -> bool:
@@ -379,20 +288,28 @@ class RegistryClient:
         """Put `data` into the repository (skipped when the registry has it): the two-step
         upload every registry implements (POST a session, PUT the bytes with ?digest=).
         Returns its digest."""
-        digest = _sha256(data)
+        digest = sha256_digest(data)
         if self.has_blob(digest):
             return digest
         start = self.request("POST", f"/{self.target.path}/blobs/uploads/")
         location = start.headers.get("Location")
         if start.status_code != 202 or not location:
-            raise PushFailed(f"registry {self.target.host} refused to start a blob upload: HTTP "
-                             f"{start.status_code}{_error_code(start)}")
+            raise PushFailed(
+                f"registry {self.target.host} refused to start a blob upload: HTTP "
+                f"{start.status_code}{_error_code(start)}"
+            )
         url = urllib.parse.urljoin(f"{self.target.base_url}/", location)
-        url += ("&" if urllib.parse.urlsplit(url).query else "?") + urllib.parse.urlencode({"digest": digest})
-        done = self.request("PUT", url, data=data, headers={"Content-Type": "application/octet-stream"})
+        url += ("&" if urllib.parse.urlsplit(url).query else "?") + urllib.parse.urlencode(
+            {"digest": digest}
+        )
+        done = self.request(
+            "PUT", url, data=data, headers={"Content-Type": "application/octet-stream"}
+        )
         if done.status_code not in (201, 204):
-            raise PushFailed(f"registry {self.target.host} refused blob {digest} ({len(data)} bytes): HTTP "
-                             f"{done.status_code}{_error_code(done)}")
+            raise PushFailed(
+                f"registry {self.target.host} refused blob {digest} ({len(data)} bytes): HTTP "
+                f"{done.status_code}{_error_code(done)}"
+            )
         written = done.headers.get("Docker-Content-Digest")
         if written and written != digest:
             raise ManifestMismatch(f"blob {digest} was stored as {written}")
@@ -400,7 +317,7 @@ class RegistryClient:
 
     def put_raw_manifest(self, tag: str, body: bytes, media_type: str) -> Manifest:
         """PUT manifest bytes kiln made (a .sig or .att image) under `tag`."""
-        manifest = Manifest(_sha256(body), media_type, body)
+        manifest = Manifest(sha256_digest(body), media_type, body)
         self.put_manifest(tag, manifest)
         return manifest
 
@@ -438,15 +355,3 @@ def _error_code(resp: requests.Response) -> str:
     except ValueError:
         return ""
     return f": {errors[0].get('code')} {errors[0].get('message', '')}".rstrip() if errors else ""
-
-
-def _reason(exc: BaseException) -> str:
-    """The innermost cause of a requests error in a few words (no URL-embedded secrets:
-    kiln never puts credentials into URLs)."""
-    text = str(exc)
-    for marker in ("Connection refused", "Name or service not known", "timed out",
-                   "Temporary failure in name resolution", "Connection reset", "No route to host",
-                   "certificate verify failed", "wrong version number", "Max retries exceeded"):
-        if marker in text:
-            return marker.lower() if marker != "Max retries exceeded" else "no connection"
-    return " ".join(text.split())[:200]
