@@ -27,7 +27,7 @@ def set_quiet(flag: bool) -> None:
     console.quiet = flag
 
 
-def emit_json(doc) -> None:
+def emit_json(doc: object) -> None:
     """The one JSON document a `--json` command writes to stdout."""
     global JSON_EMITTED
     sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True) + "\n")

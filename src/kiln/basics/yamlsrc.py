@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,8 @@ MAX_BYTES = 64 * 1024
 MAX_DEPTH = 32
 MAX_NODES = 5000
 
+# where a value sits in a document: the keys and list indices that lead to it
+Loc = tuple[str | int, ...]
 _TAG = "tag:yaml.org,2002:"
 _PLAIN_TAGS = {f"{_TAG}{t}" for t in ("str", "int", "float", "bool", "null", "timestamp")}
 _COLLECTION_TAGS = {f"{_TAG}map", f"{_TAG}seq"}
@@ -43,9 +46,9 @@ _BAD_IN_VALUE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 class SourcedYaml:
     path: Path
     data: Any
-    lines: dict[tuple, int] = field(default_factory=dict)
+    lines: dict[Loc, int] = field(default_factory=dict)
 
-    def line_of(self, loc: tuple) -> int:
+    def line_of(self, loc: Loc) -> int:
         """Line of the deepest known prefix of ``loc`` (1-based)."""
         for cut in range(len(loc), -1, -1):
             line = self.lines.get(tuple(loc[:cut]))
@@ -61,8 +64,9 @@ class YamlProblem(Exception):
         self.message = message
 
 
-def _line(node_or_event) -> int:
-    return node_or_event.start_mark.line + 1
+def _line(node_or_event: yaml.Node | yaml.Event) -> int:
+    mark = node_or_event.start_mark  # set on everything the parser made from text
+    return int(mark.line) + 1 if mark is not None else 1
 
 
 class _Loader(yaml.SafeLoader):
@@ -74,8 +78,10 @@ class _Loader(yaml.SafeLoader):
         self._depth = 0
         self._nodes = 0
 
-    def compose_node(self, parent, index):
-        event = self.peek_event()
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        # (the stubs leave peek_event unannotated: typed here, at its one use)
+        peek_event: Callable[[], yaml.Event] = self.peek_event
+        event = peek_event()
         if isinstance(event, yaml.AliasEvent):
             raise YamlProblem(_line(event), f"YAML alias *{event.anchor} is not supported: write the value out")
         self._nodes += 1
@@ -124,7 +130,7 @@ def _key(loader: yaml.SafeLoader, key_node: yaml.Node) -> str:
     return key
 
 
-def _build(loader: yaml.SafeLoader, node: yaml.Node, loc: tuple, lines: dict) -> Any:
+def _build(loader: yaml.SafeLoader, node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> Any:
     lines[loc] = _line(node)
     if isinstance(node, yaml.ScalarNode):
         return _scalar(loader, node)
@@ -132,7 +138,7 @@ def _build(loader: yaml.SafeLoader, node: yaml.Node, loc: tuple, lines: dict) ->
         raise YamlProblem(_line(node), f"YAML tag {_short_tag(node.tag)} is not supported")
     if isinstance(node, yaml.SequenceNode):
         return [_build(loader, item, (*loc, i), lines) for i, item in enumerate(node.value)]
-    out: dict = {}
+    out: dict[str, Any] = {}
     for key_node, value_node in node.value:
         key = _key(loader, key_node)
         if key in out:
@@ -213,7 +219,7 @@ def load_yaml(path: Path, text: str | None = None) -> SourcedYaml:
             root = loader.get_single_node()
         except yaml.YAMLError as exc:
             raise _syntax_problem(exc, text) from None
-        lines: dict[tuple, int] = {}
+        lines: dict[Loc, int] = {}
         data = None if root is None else _build(loader, root, (), lines)
         return SourcedYaml(path=path, data=data, lines=lines)
     finally:
