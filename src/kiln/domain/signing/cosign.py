@@ -40,7 +40,8 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 from kiln.basics.errors import SignatureMalformed, one_line
 
@@ -287,7 +288,26 @@ def pae(payload_type: str, body: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(body), body)
 
 
-def statement(predicate_type: str, predicate: dict[str, Any], subjects: list[tuple[str, str]]) -> dict[str, Any]:
+class StatementDigest(TypedDict):
+    sha256: str
+
+
+class StatementSubject(TypedDict):
+    name: str
+    digest: StatementDigest
+
+
+class InTotoStatement(TypedDict):
+    """An in-toto Statement v1 as kiln writes it (the DSSE payload of an attestation)."""
+
+    _type: str
+    subject: list[StatementSubject]
+    predicateType: str
+    predicate: Mapping[str, object]
+
+
+def statement(predicate_type: str, predicate: Mapping[str, object],
+              subjects: list[tuple[str, str]]) -> InTotoStatement:
     """An in-toto Statement v1 about `subjects` ((name, "sha256:<hex>") pairs). Only the
     fields of the in-toto v1 protobuf, since cosign parses statements with protojson,
     which refuses unknown fields (pkg/cosign/attestation/attestation.go UnmarshalJSON)."""

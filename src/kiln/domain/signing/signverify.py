@@ -60,7 +60,7 @@ class Attestation:
     """An in-toto statement to sign and attach, and its predicate type."""
 
     predicate_type: str
-    statement: dict[str, Any]
+    statement: cosign.InTotoStatement
 
 
 # -- identities and references ----------------------------------------------------------------

@@ -39,7 +39,7 @@ from kiln.domain.locks.enginelock import LockFile
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.supplychain import purl
-from kiln.domain.supplychain.sbom import kiln_version, subject_of
+from kiln.domain.supplychain.subject import kiln_version, subject_of
 from kiln.infra import records
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
