@@ -53,7 +53,7 @@ def subject() -> ImageSubject:
 
 @pytest.fixture
 def cdx(inventory, subject) -> dict:
-    return cyclonedx.cyclonedx_document(inventory, subject, lock=enginelock.load_file(LOCK), model_dirs=["/models/tiny-qwen3moe"])
+    return cyclonedx.cyclonedx_document(inventory, subject, lock=enginelock._load_file(LOCK), model_dirs=["/models/tiny-qwen3moe"])
 
 
 @pytest.fixture

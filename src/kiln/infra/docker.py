@@ -28,7 +28,9 @@ import docker.utils.socket
 import requests
 import urllib3
 from docker.models.containers import Container as _SDKContainer
-from docker.models.images import Image as Image  # re-exported: domain code names the type, never the SDK
+from docker.models.images import (
+    Image as Image,  # re-exported: domain code names the type, never the SDK
+)
 
 from kiln.basics import imageref, log
 from kiln.basics.errors import (

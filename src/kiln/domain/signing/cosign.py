@@ -39,8 +39,8 @@ import binascii
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from kiln.basics.errors import SignatureMalformed, one_line
