@@ -185,7 +185,7 @@ def test_debian_purls_are_what_packageurl_python_spells(cdx, inventory):
 @pytest.mark.parametrize("name,version", [("torch", "2.13.0+cpu"), ("Jinja2", "3.1.6"), ("typing_extensions", "4.15.0"),
                                           ("zope.interface", "1!2.0"), ("libcap2", "1:2.66-4+deb12u3")])
 def test_purls_match_packageurl_python(name, version):
-    assert purl.pypi(name, version) == PackageURL("pypi", None, purl.pypi_name(name), version).to_string()
+    assert purl.pypi(name, version) == PackageURL("pypi", None, purl._pypi_name(name), version).to_string()
     assert purl.deb(name, version, "amd64", "debian-12") == PackageURL(
         "deb", "debian", name, version, {"arch": "amd64", "distro": "debian-12"}).to_string()
 
