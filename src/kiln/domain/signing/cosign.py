@@ -41,7 +41,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from kiln.basics.errors import SignatureMalformed, one_line
 
@@ -106,7 +106,7 @@ class Blob:
     def size(self) -> int:
         return len(self.data)
 
-    def descriptor(self) -> dict[str, Any]:
+    def descriptor(self) -> Descriptor:
         return _descriptor(self.media_type, self.size, self.digest, self.annotations)
 
 
@@ -119,13 +119,22 @@ class LayerRef:
     size: int
     annotations: dict[str, str]
 
-    def descriptor(self) -> dict[str, Any]:
+    def descriptor(self) -> Descriptor:
         return _descriptor(self.media_type, self.size, self.digest, self.annotations)
 
 
-def _descriptor(media_type: str, size: int, digest: str, annotations: dict[str, str]) -> dict[str, Any]:
+class Descriptor(TypedDict):
+    """An OCI content descriptor as kiln writes it into a .sig/.att manifest."""
+
+    mediaType: str
+    size: int
+    digest: str
+    annotations: NotRequired[dict[str, str]]
+
+
+def _descriptor(media_type: str, size: int, digest: str, annotations: dict[str, str]) -> Descriptor:
     # OCI descriptor field order as go-containerregistry's v1.Descriptor marshals it
-    desc: dict[str, Any] = {"mediaType": media_type, "size": size, "digest": digest}
+    desc: Descriptor = {"mediaType": media_type, "size": size, "digest": digest}
     if annotations:
         desc["annotations"] = dict(annotations)
     return desc

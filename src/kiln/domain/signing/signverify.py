@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict, cast
 
 from kiln.basics import imageref, log
 from kiln.basics.errors import (
@@ -256,6 +256,30 @@ def _fetcher(client: RegistryClient, where: str) -> Fetch:
     return fetch
 
 
+class AttestationCheckJson(TypedDict):
+    predicate_type: str
+    layer_digest: str
+    verified: bool
+    problem: str | None
+
+
+class VerificationJson(TypedDict):
+    """`kiln verify --json`: a Verification as its fields."""
+
+    reference: str
+    repository: str
+    digest: str
+    key_fingerprint: str
+    signature_tag: str
+    signature_manifest: str
+    signature_layer: str
+    signed_identity: str
+    attestation_tag: str | None
+    attestation_manifest: str | None
+    attestations: list[AttestationCheckJson]
+    verified: bool
+
+
 @dataclass
 class Verification:
     """What `kiln verify` and a signed publish found (no key material: a fingerprint)."""
@@ -273,8 +297,8 @@ class Verification:
     attestations: list[AttestationCheck] = field(default_factory=list)
     verified: bool = True
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> VerificationJson:
+        return cast(VerificationJson, asdict(self))  # asdict of exactly these fields
 
 
 def resolve(client: RegistryClient, ref: ImageRef) -> str:
