@@ -15,7 +15,7 @@ from kiln.domain.imagecheck import launchargs
 from kiln.domain.imagecheck.launchargs import Job, ProbeAnswer, Refusal
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import load_recipe
-from kiln.domain.serving.launch import vllm_argv
+from kiln.domain.serving.launch import _vllm_argv
 from kiln.inimage import launchprobe
 
 ALL_STAGES = ("parse", "serve", "engine-args", "config", "speculative", "env")
@@ -59,7 +59,7 @@ def test_parts_add_up_to_the_exact_argv_of_every_recipe():
     for name in ("tiny-moe", "tiny-kindling", "glm53-kindling", "glm53-kindling-2node"):
         loaded = load_recipe(REPO / "recipes" / name)
         job = Job.of(loaded)
-        assert [t for p in job.parts for t in p.tokens] == vllm_argv(loaded.recipe)
+        assert [t for p in job.parts for t in p.tokens] == _vllm_argv(loaded.recipe)
         assert job.parts[0].tokens[0] == "serve" and all(p.tokens[0].startswith("--") for p in job.parts[1:])
         # every part names a place in recipe.yaml that exists
         for part in job.parts:

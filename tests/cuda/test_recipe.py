@@ -29,9 +29,9 @@ def test_weights_are_read_only_host_mounts_not_baked(glm):
 
 
 def test_speculative_decoding_uses_the_draft_model(glm):
-    from kiln.domain.serving.launch import vllm_argv
+    from kiln.domain.serving.launch import _vllm_argv
 
-    argv = vllm_argv(glm.recipe)
+    argv = _vllm_argv(glm.recipe)
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     schedule = spec.pop("num_speculative_tokens_per_batch_size")
     assert spec == {"method": "draft_model", "num_speculative_tokens": 4, "model": "/models/kindling"}

@@ -13,7 +13,8 @@ import time
 import pytest
 from kilntest import REPO, kiln_containers_on, make_tree, run_kiln, saved_image
 
-from kiln.domain.serving.container import free_port, wait_for_health
+from kiln.domain.serving.container import _wait_for_health as wait_for_health
+from kiln.domain.serving.container import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 

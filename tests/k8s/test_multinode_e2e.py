@@ -17,7 +17,8 @@ import pytest
 from kilntest import REPO
 
 from kiln.domain.recipes.topology import split_over_nodes
-from kiln.domain.serving.container import ServingContainer, free_port, run_spec, wait_for_health
+from kiln.domain.serving.container import ServingContainer, free_port, run_spec
+from kiln.domain.serving.container import _wait_for_health as wait_for_health
 from kiln.domain.serving.launch import LABEL_RECIPE
 from kiln.domain.serving.multinode import NodeGroup, node_specs
 

@@ -15,7 +15,7 @@ from kilntest import REPO, run_kiln
 
 from kiln.domain.recipes.recipe import load_recipe
 from kiln.domain.recipes.topology import Topology, feature_refusals, layout_problems, node_args
-from kiln.domain.serving.launch import launch_document, vllm_argv
+from kiln.domain.serving.launch import _vllm_argv, launch_document
 
 # daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
 pytestmark = pytest.mark.usefixtures("no_docker")
@@ -41,7 +41,7 @@ def _check(tree, name: str = MINI):
 def test_topology_drives_the_launch_flags(kiln_tree):
     _write(kiln_tree, _mini(kiln_tree) + TOPOLOGY.replace("tensor_parallel: 2", "tensor_parallel: 2\n  expert_parallel: true"))
     loaded = load_recipe(kiln_tree / "recipes" / MINI)
-    argv = vllm_argv(loaded.recipe)
+    argv = _vllm_argv(loaded.recipe)
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
     assert "--enable-expert-parallel" in argv
     assert "--pipeline-parallel-size" not in argv and "--nnodes" not in argv  # per node, never baked
@@ -51,7 +51,7 @@ def test_topology_drives_the_launch_flags(kiln_tree):
 def test_recipe_without_topology_keeps_its_command_line():
     loaded = load_recipe(REPO / "recipes" / "tiny-moe")
     assert "topology" not in launch_document(loaded)
-    assert not any(a.startswith("--tensor-parallel") for a in vllm_argv(loaded.recipe))
+    assert not any(a.startswith("--tensor-parallel") for a in _vllm_argv(loaded.recipe))
 
 
 @pytest.mark.parametrize(("topology", "field", "words"), [

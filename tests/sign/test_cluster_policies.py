@@ -102,7 +102,7 @@ def test_kyverno_policy_pins_a_key_without_transparency_log_and_kilns_attestatio
 
 
 def test_policy_controller_policy_pins_a_key_without_transparency_log_and_kilns_attestations(tmp_path):
-    from kiln.domain.supplychain.provenance import BUILD_TYPE
+    from kiln.domain.supplychain.provenance import _BUILD_TYPE as BUILD_TYPE
 
     [authority] = policies()["ClusterImagePolicy"]["spec"]["authorities"]
     _pem(authority["key"]["data"], tmp_path)

@@ -76,7 +76,7 @@ def test_att_layer_and_envelope_have_cosigns_fields():
     assert set(statement["subject"][0]["digest"]) == set(v3_statement["subject"][0]["digest"]) == {"sha256"}
     assert statement["subject"][0]["digest"]["sha256"] == V3_SUBJECT.removeprefix("sha256:")
     # and it verifies as any cosign attestation does
-    assert signverify.dsse_verifies(cosign.parse_envelope(envelope, "ours"), key.public)
+    assert signverify._dsse_verifies(cosign.parse_envelope(envelope, "ours"), key.public)
 
 
 def test_signing_writes_cosigns_layout_and_keeps_other_signers():
@@ -115,5 +115,5 @@ def test_docker_hub_identity_is_spelled_as_cosign_spells_it():
     from kiln.infra.registry import Target
 
     assert signverify.identity(Target.parse("docker.io", "kiln/x")) == "index.docker.io/kiln/x"
-    assert signverify.same_identity("index.docker.io/kiln/x", "docker.io/kiln/x")
-    assert not signverify.same_identity("index.docker.io/kiln/x", "ghcr.io/kiln/x")
+    assert signverify._same_identity("index.docker.io/kiln/x", "docker.io/kiln/x")
+    assert not signverify._same_identity("index.docker.io/kiln/x", "ghcr.io/kiln/x")

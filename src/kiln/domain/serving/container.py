@@ -39,19 +39,21 @@ from kiln.inimage.hfcache import CONTAINER_CACHE, check_all
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def health_ok(base_url: str) -> bool:
     """True when vLLM's /health under `base_url` answers 200."""
     try:
         with urllib.request.urlopen(f"{base_url}/health", timeout=2) as resp:
-            return resp.status == 200
+            status: int = resp.status
+            return status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
 
-def wait_for_health(base_url: str, timeout_s: float) -> float:
+def _wait_for_health(base_url: str, timeout_s: float) -> float:
     """Seconds until /health answered 200 (plain polling, for callers that started the
     container themselves); TimeoutError after `timeout_s`."""
     t0 = time.monotonic()
@@ -75,7 +77,7 @@ def kiln_container_on_port(port: int, docker: DockerDaemon | None = None) -> Con
         return None
 
 
-def port_in_use(host: str, port: int, docker: DockerDaemon | None = None) -> PortInUse:
+def _port_in_use(host: str, port: int, docker: DockerDaemon | None = None) -> PortInUse:
     where = f"port {port} on {host or '0.0.0.0'}"
     box = kiln_container_on_port(port, docker)
     if box is None:
@@ -91,7 +93,7 @@ def ensure_port_free(host: str, port: int) -> None:
         try:
             s.bind((host or "0.0.0.0", port))
         except OSError:
-            raise port_in_use(host, port) from None
+            raise _port_in_use(host, port) from None
 
 
 def gpu_visible() -> bool:
@@ -195,7 +197,7 @@ class ServingContainer:
             text = str(exc)
             busy = "port is already allocated" in text or "address already in use" in text
             if busy and self.spec.host_port is not None:
-                raise port_in_use(self.spec.host_ip, self.spec.host_port, self.docker) from None
+                raise _port_in_use(self.spec.host_ip, self.spec.host_port, self.docker) from None
             image = self.spec.image[:19] if self.spec.image.startswith("sha256:") else self.spec.image
             raise ContainerStartFailed(f"docker could not start {image}: {text[:300]}") from None
         threading.Thread(target=self._capture, daemon=True).start()
@@ -205,7 +207,7 @@ class ServingContainer:
         condition: Literal["removed", "not-running"] = "removed" if self.spec.remove else "not-running"
         container = self.started
 
-        def wait():
+        def wait() -> None:
             self.exit_code = container.wait_gone(condition)
             self._gone.set()
 
@@ -325,5 +327,5 @@ class ServingContainer:
                 raise
             log.warn(f"{exc.message} ({exc.hint})")
 
-    def __exit__(self, exc_type, *exc) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         self.close(failing=exc_type is not None)

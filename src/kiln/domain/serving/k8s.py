@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import NotRequired, TypedDict
 
 import yaml
 
@@ -42,6 +42,32 @@ PROBE_PERIOD_S = 10
 ARCH_LABEL = "kubernetes.io/arch"  # the well-known node label: amd64, arm64
 HF_CACHE_PVC = "hf-cache"  # default claim of the shared Hugging Face cache
 HF_TOKEN_SECRET = "hf-token"  # optional Secret (key HF_TOKEN) the fetch Job passes on, for gated repos
+
+# A Kubernetes object, or a piece of one, as kiln renders it: the API's schema is far too
+# large to restate, kiln only writes these out as YAML (never reads them back), and the
+# lists kiln filters (env, mounts) have their own types below.
+Manifest = dict[str, object]
+
+
+class KubeObject(TypedDict):
+    """A top-level object kiln renders (Deployment, LeaderWorkerSet, Service, Job)."""
+
+    apiVersion: str
+    kind: str
+    metadata: Manifest
+    spec: Manifest
+
+
+class EnvVar(TypedDict):
+    name: str
+    value: NotRequired[str]
+    valueFrom: NotRequired[Manifest]
+
+
+class VolumeMount(TypedDict):
+    name: str
+    mountPath: str
+    readOnly: NotRequired[bool]
 
 
 # -- the image --------------------------------------------------------------------------
@@ -81,19 +107,19 @@ def _volume_name(path: str) -> str:
     return "v" + "".join(ch if ch.isalnum() else "-" for ch in path.lower()).strip("-")[:60]
 
 
-def _volumes(loaded: LoadedRecipe, hf_pvc: str = HF_CACHE_PVC) -> tuple[list[dict], list[dict]]:
+def _volumes(loaded: LoadedRecipe, hf_pvc: str = HF_CACHE_PVC) -> tuple[list[Manifest], list[VolumeMount]]:
     recipe = loaded.recipe
     cuda = recipe.engine.flavour == "cuda"
-    volumes: list[dict[str, Any]] = [
+    volumes: list[Manifest] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(CUDA_SHM if cuda else CPU_SHM)}}]
-    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts: list[VolumeMount] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     # the root filesystem is read-only, as with `kiln run`: the same writable scratch dirs
     for path in {**TMPFS, **(CUDA_TMPFS if cuda else {})}:
         name = _volume_name(path)
         volumes.append({"name": name, "emptyDir": {}})
         mounts.append({"name": name, "mountPath": path})
     for role, src in (("model-target", recipe.model.target), ("model-draft", recipe.model.draft)):
-        if src is None or src.source != "host_path":
+        if src is None or src.source != "host_path" or src.path is None:  # the schema requires a path
             continue
         if src.pvc:
             volumes.append({"name": role, "persistentVolumeClaim": {"claimName": src.pvc, "readOnly": True}})
@@ -106,7 +132,7 @@ def _volumes(loaded: LoadedRecipe, hf_pvc: str = HF_CACHE_PVC) -> tuple[list[dic
     return volumes, mounts
 
 
-def _probes(loaded: LoadedRecipe) -> dict:
+def _probes(loaded: LoadedRecipe) -> Manifest:
     """vLLM answers /health once the engine (all ranks) is up; the startup probe allows the
     smoke spec's startup timeout, after which readiness and liveness take over."""
     smoke = loaded.recipe.smoke
@@ -121,19 +147,19 @@ def _probes(loaded: LoadedRecipe) -> dict:
     }
 
 
-def _env(loaded: LoadedRecipe) -> list[dict]:
+def _env(loaded: LoadedRecipe) -> list[EnvVar]:
 
     return [{"name": k, "value": v} for k, v in sorted(_explicit_env(loaded).items())]
 
 
-def _container(loaded: LoadedRecipe, image: str, args: list[str], mounts: list[dict], topo: Topology, *,
-               serves: bool) -> dict:
+def _container(loaded: LoadedRecipe, image: str, args: list[str], mounts: list[VolumeMount], topo: Topology, *,
+               serves: bool) -> Manifest:
     recipe = loaded.recipe
     cuda = recipe.engine.flavour == "cuda"
     caps = {"drop": ["ALL"]}
     if not cuda:
         caps["add"] = list(CPU_CAPS)
-    container = {
+    container: Manifest = {
         "name": "vllm",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
@@ -153,7 +179,7 @@ def _container(loaded: LoadedRecipe, image: str, args: list[str], mounts: list[d
     return container
 
 
-def _security(loaded: LoadedRecipe) -> dict:
+def _security(loaded: LoadedRecipe) -> Manifest:
     caps = {"drop": ["ALL"]}
     if loaded.recipe.engine.flavour != "cuda":
         caps["add"] = list(CPU_CAPS)
@@ -161,12 +187,12 @@ def _security(loaded: LoadedRecipe) -> dict:
             "runAsNonRoot": True, "runAsUser": UID, "capabilities": caps}
 
 
-def _pod_security() -> dict:
+def _pod_security() -> Manifest:
     return {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
             "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def _wait_for_weights(loaded: LoadedRecipe, image: str, mounts: list[dict]) -> dict:
+def _wait_for_weights(loaded: LoadedRecipe, image: str, mounts: list[VolumeMount]) -> Manifest:
     """Init container: the entrypoint's own snapshot check, repeated until the fetch Job
     has filled the cache (it prints the one line naming what is missing meanwhile)."""
     return {
@@ -181,9 +207,9 @@ def _wait_for_weights(loaded: LoadedRecipe, image: str, mounts: list[dict]) -> d
 
 
 def _pod_spec(loaded: LoadedRecipe, image: str, args: list[str], topo: Topology, *, serves: bool,
-              hf_pvc: str = HF_CACHE_PVC) -> dict:
+              hf_pvc: str = HF_CACHE_PVC) -> Manifest:
     volumes, mounts = _volumes(loaded, hf_pvc)
-    spec: dict[str, Any] = {
+    spec: Manifest = {
         "securityContext": _pod_security(),
         "terminationGracePeriodSeconds": 60,
         "containers": [_container(loaded, image, args, mounts, topo, serves=serves)],
@@ -195,7 +221,7 @@ def _pod_spec(loaded: LoadedRecipe, image: str, args: list[str], topo: Topology,
     return spec
 
 
-def _node_selector(loaded: LoadedRecipe) -> dict:
+def _node_selector(loaded: LoadedRecipe) -> Manifest:
     """A single-platform recipe's pods only go to nodes of that architecture (an amd64
     image on a Grace node fails with `exec format error`); a multi-platform recipe's
     image is an index, and each node's runtime pulls its own architecture from it."""
@@ -205,13 +231,13 @@ def _node_selector(loaded: LoadedRecipe) -> dict:
     return {"nodeSelector": {ARCH_LABEL: platforms[0].split("/", 1)[1]}}
 
 
-def _labels(name: str) -> dict:
+def _labels(name: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "kiln", "ai.kiln.recipe": name}
 
 
 # -- objects ----------------------------------------------------------------------------
 def leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int,
-                      hf_pvc: str = HF_CACHE_PVC) -> dict:
+                      hf_pvc: str = HF_CACHE_PVC) -> KubeObject:
     name = loaded.name
     leader = {**_labels(name), "ai.kiln.role": "leader"}
     worker = {**_labels(name), "ai.kiln.role": "worker"}
@@ -245,7 +271,7 @@ def _worker_args(topo: Topology) -> list[str]:
     return args
 
 
-def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, hf_pvc: str = HF_CACHE_PVC) -> dict:
+def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, hf_pvc: str = HF_CACHE_PVC) -> KubeObject:
     name = loaded.name
     labels = {**_labels(name), "ai.kiln.role": "leader"}
     return {
@@ -261,7 +287,7 @@ def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, 
     }
 
 
-def service(loaded: LoadedRecipe) -> dict:
+def service(loaded: LoadedRecipe) -> KubeObject:
     """The OpenAI API of every replica's leader, behind one ClusterIP."""
     name = loaded.name
     return {
@@ -276,12 +302,12 @@ def service(loaded: LoadedRecipe) -> dict:
     }
 
 
-def fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> dict:
+def fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> KubeObject:
     """The Job that fills the shared cache with the recipe's pinned snapshots, once: the
     recipe image's entrypoint with --fetch-models (its own hub client, online), the claim
     mounted writable. Rerunning it resumes and re-checks; a complete cache is left as is."""
     name = loaded.name
-    env: list[dict[str, Any]] = [e for e in _env(loaded) if e["name"] not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
+    env: list[EnvVar] = [e for e in _env(loaded) if e["name"] not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
     env += [{"name": "HF_HUB_OFFLINE", "value": "0"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "HF_TOKEN",
                                                                  "optional": True}}}]
@@ -317,7 +343,7 @@ def fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> d
     }
 
 
-def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1, hf_pvc: str = HF_CACHE_PVC) -> list[dict]:
+def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1, hf_pvc: str = HF_CACHE_PVC) -> list[KubeObject]:
     topo = effective(loaded.recipe)
     workload = leader_worker_set(loaded, image, topo, replicas, hf_pvc) if topo.multi_node else \
         deployment(loaded, image, topo, replicas, hf_pvc)
@@ -327,5 +353,5 @@ def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1, hf_pvc: st
     return objects
 
 
-def dump(objects: list[dict]) -> str:
+def dump(objects: list[KubeObject]) -> str:
     return "---\n".join(yaml.safe_dump(o, sort_keys=False, default_flow_style=False) for o in objects)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe, Recipe
@@ -17,8 +18,53 @@ LAUNCH_FILE = "_kiln/launch.json"
 CPU_SHM = "4g"
 CUDA_SHM = "16g"
 
+# vLLM's --speculative-config as the recipe gives it (keys are vLLM's SpeculativeConfig's,
+# checked by the engine itself), passed through
+SpeculativeConfig = dict[str, Any]
 
-def _flag_args(flag: str, value) -> list[str]:
+
+class _LaunchDocumentBase(TypedDict):
+    recipe: str
+    served_model_name: str
+    port: int
+    argv: list[str]
+    env: dict[str, str]
+    features: list[str]
+
+
+class LaunchDocument(_LaunchDocumentBase, total=False):
+    """_kiln/launch.json: what kiln-serve runs in the image."""
+
+    topology: dict[str, Any]  # the recipe's Topology as its JSON (model_dump)
+    hf_models: list[Mapping[str, object]]  # kiln.inimage.hfcache.HfModel.to_json each
+
+
+class SdkKwargs(TypedDict, total=False):
+    """The docker SDK's `containers.create` keywords kiln passes (RunSpec.sdk_kwargs)."""
+
+    image: str
+    name: str
+    command: list[str] | None
+    detach: bool
+    auto_remove: bool
+    ports: dict[str, tuple[str, int]]
+    environment: dict[str, str]
+    volumes: dict[str, dict[str, str]]
+    labels: dict[str, str]
+    read_only: bool
+    tmpfs: dict[str, str]
+    cap_drop: list[str]
+    cap_add: list[str] | None
+    security_opt: list[str]
+    network: str
+    healthcheck: dict[str, list[str]]
+    ipc_mode: str
+    shm_size: str
+    ulimits: list[dict[str, str | int]]
+    device_requests: list[dict[str, int | list[list[str]]]]
+
+
+def _flag_args(flag: str, value: object) -> list[str]:
     if value is True:
         return [f"--{flag}"]
     if value is False:
@@ -30,7 +76,7 @@ def _flag_args(flag: str, value) -> list[str]:
     return [f"--{flag}", str(value)]
 
 
-def speculative_config(recipe: Recipe) -> dict | None:
+def speculative_config(recipe: Recipe) -> SpeculativeConfig | None:
     spec = recipe.launch.speculative_config
     if spec is None:
         return None
@@ -92,7 +138,7 @@ def argv_parts(recipe: Recipe) -> list[ArgvPart]:
     return parts
 
 
-def vllm_argv(recipe: Recipe) -> list[str]:
+def _vllm_argv(recipe: Recipe) -> list[str]:
     """`vllm serve ...` arguments, in recipe order; user args appended at run time win."""
     return [tok for part in argv_parts(recipe) for tok in part.tokens]
 
@@ -105,7 +151,7 @@ def feature_env(loaded: LoadedRecipe) -> dict[str, str]:
     return env
 
 
-def launch_document(loaded: LoadedRecipe) -> dict:
+def launch_document(loaded: LoadedRecipe) -> LaunchDocument:
     recipe = loaded.recipe
     env = {
         "HF_HUB_OFFLINE": "1",
@@ -117,11 +163,11 @@ def launch_document(loaded: LoadedRecipe) -> dict:
         **recipe.launch.env,
         "KILN_FEATURES": ",".join(recipe.features),
     }
-    doc = {
+    doc: LaunchDocument = {
         "recipe": recipe.name,
         "served_model_name": recipe.launch.served_model_name,
         "port": recipe.launch.port,
-        "argv": ["vllm", *vllm_argv(recipe)],
+        "argv": ["vllm", *_vllm_argv(recipe)],
         "env": env,
         "features": recipe.features,
     }
@@ -231,9 +277,9 @@ class RunSpec:
     def shell(self) -> str:
         return shlex.join(self.docker_cli())
 
-    def sdk_kwargs(self) -> dict:
+    def sdk_kwargs(self) -> SdkKwargs:
         """The docker SDK's `containers.create` keywords for the same container."""
-        kw: dict = {
+        kw: SdkKwargs = {
             "image": self.image,
             "name": self.name,
             "command": self.extra_args or None,
@@ -255,15 +301,15 @@ class RunSpec:
         if not self.healthcheck:
             kw["healthcheck"] = {"test": ["NONE"]}
         if self.flavour == "cuda":
-            kw.update(
-                ipc_mode="host",
-                shm_size=CUDA_SHM,
+            kw.update({
+                "ipc_mode": "host",
+                "shm_size": CUDA_SHM,
                 # plain dicts: the SDK turns them into its Ulimit / DeviceRequest types
-                ulimits=[{"name": "memlock", "soft": -1, "hard": -1}],
-                device_requests=[{"count": -1, "capabilities": [["gpu"]]}],
-            )
+                "ulimits": [{"name": "memlock", "soft": -1, "hard": -1}],
+                "device_requests": [{"count": -1, "capabilities": [["gpu"]]}],
+            })
         else:
-            kw.update(shm_size=CPU_SHM)
+            kw.update({"shm_size": CPU_SHM})
         return kw
 
 

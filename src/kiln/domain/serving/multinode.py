@@ -141,7 +141,7 @@ class NodeGroup:
     def __enter__(self) -> NodeGroup:
         return self
 
-    def __exit__(self, exc_type, *exc) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
         try:
             try:
                 self.stop(timeout=30)

@@ -39,8 +39,9 @@ import binascii
 import hashlib
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from kiln.basics.errors import SignatureMalformed, one_line
 
@@ -105,7 +106,7 @@ class Blob:
     def size(self) -> int:
         return len(self.data)
 
-    def descriptor(self) -> dict[str, Any]:
+    def descriptor(self) -> Descriptor:
         return _descriptor(self.media_type, self.size, self.digest, self.annotations)
 
 
@@ -118,13 +119,22 @@ class LayerRef:
     size: int
     annotations: dict[str, str]
 
-    def descriptor(self) -> dict[str, Any]:
+    def descriptor(self) -> Descriptor:
         return _descriptor(self.media_type, self.size, self.digest, self.annotations)
 
 
-def _descriptor(media_type: str, size: int, digest: str, annotations: dict[str, str]) -> dict[str, Any]:
+class Descriptor(TypedDict):
+    """An OCI content descriptor as kiln writes it into a .sig/.att manifest."""
+
+    mediaType: str
+    size: int
+    digest: str
+    annotations: NotRequired[dict[str, str]]
+
+
+def _descriptor(media_type: str, size: int, digest: str, annotations: dict[str, str]) -> Descriptor:
     # OCI descriptor field order as go-containerregistry's v1.Descriptor marshals it
-    desc: dict[str, Any] = {"mediaType": media_type, "size": size, "digest": digest}
+    desc: Descriptor = {"mediaType": media_type, "size": size, "digest": digest}
     if annotations:
         desc["annotations"] = dict(annotations)
     return desc
@@ -287,7 +297,26 @@ def pae(payload_type: str, body: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(body), body)
 
 
-def statement(predicate_type: str, predicate: dict[str, Any], subjects: list[tuple[str, str]]) -> dict[str, Any]:
+class StatementDigest(TypedDict):
+    sha256: str
+
+
+class StatementSubject(TypedDict):
+    name: str
+    digest: StatementDigest
+
+
+class InTotoStatement(TypedDict):
+    """An in-toto Statement v1 as kiln writes it (the DSSE payload of an attestation)."""
+
+    _type: str
+    subject: list[StatementSubject]
+    predicateType: str
+    predicate: Mapping[str, object]
+
+
+def statement(predicate_type: str, predicate: Mapping[str, object],
+              subjects: list[tuple[str, str]]) -> InTotoStatement:
     """An in-toto Statement v1 about `subjects` ((name, "sha256:<hex>") pairs). Only the
     fields of the in-toto v1 protobuf, since cosign parses statements with protojson,
     which refuses unknown fields (pkg/cosign/attestation/attestation.go UnmarshalJSON)."""

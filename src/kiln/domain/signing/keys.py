@@ -183,7 +183,7 @@ def _bytes_field(doc: object, path: str, source: str, size: int | None = None) -
     return raw
 
 
-def decrypt(data: bytes, password: bytes, source: str) -> PrivateKey:
+def _decrypt(data: bytes, password: bytes, source: str) -> PrivateKey:
     """A private key from cosign's encrypted PEM (either PEM type), as cosign's
     LoadPrivateKey reads it: decrypt, then PKCS#8."""
     _, body = _pem_block(data, source, PRIVATE_PEM_TYPES)
@@ -274,7 +274,7 @@ def load_public_key(path: Path) -> PublicKey:
 
 
 def load_private_key(path: Path, password: bytes) -> PrivateKey:
-    return decrypt(_read(path), password, str(path))
+    return _decrypt(_read(path), password, str(path))
 
 
 @dataclass(frozen=True)

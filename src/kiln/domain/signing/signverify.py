@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict, cast
 
 from kiln.basics import imageref, log
 from kiln.basics.errors import (
@@ -60,7 +60,7 @@ class Attestation:
     """An in-toto statement to sign and attach, and its predicate type."""
 
     predicate_type: str
-    statement: dict[str, Any]
+    statement: cosign.InTotoStatement
 
 
 # -- identities and references ----------------------------------------------------------------
@@ -74,7 +74,7 @@ def identity(target: Target) -> str:
     return f"{host}/{target.path}"
 
 
-def same_identity(signed: str, expected: str) -> bool:
+def _same_identity(signed: str, expected: str) -> bool:
     def norm(ref: str) -> str:
         host, _, path = ref.partition("/")
         return f"{'docker.io' if host in _DOCKER_HUB else host}/{path}"
@@ -118,7 +118,7 @@ def parse_reference(ref: str, *, plain_http: bool = False) -> ImageRef:
 
 
 # -- checking one layer ---------------------------------------------------------------------------
-def check_signature_layer(layer: cosign.LayerRef, payload: bytes, key: PublicKey, digest: str,
+def _check_signature_layer(layer: cosign.LayerRef, payload: bytes, key: PublicKey, digest: str,
                           repository: str, where: str) -> cosign.SimpleSigning:
     """One simple-signing layer against the key, the image digest and the repository."""
     if layer.media_type != cosign.SIMPLE_SIGNING:
@@ -138,19 +138,19 @@ def check_signature_layer(layer: cosign.LayerRef, payload: bytes, key: PublicKey
     if claims.manifest_digest != digest:
         raise SignedDigestMismatch(f"{where} is a genuine signature of {claims.manifest_digest}, not of "
                                    f"{digest}: the image under this reference is not the one that was signed")
-    if not same_identity(claims.docker_reference, repository):
+    if not _same_identity(claims.docker_reference, repository):
         raise SignedIdentityMismatch(f"{where} was signed for {one_line(claims.docker_reference)[:200]}, "
                                      f"not for {repository}")
     return claims
 
 
-def dsse_verifies(env: cosign.Envelope, key: PublicKey) -> bool:
+def _dsse_verifies(env: cosign.Envelope, key: PublicKey) -> bool:
     """Any of the envelope's signatures verifies over PAE(payloadType, body)."""
     message = cosign.pae(env.payload_type, env.body)
     return any(key.verifies(sig, message) for sig in env.signatures)
 
 
-def check_attestation_layer(layer: cosign.LayerRef, data: bytes, key: PublicKey, digest: str,
+def _check_attestation_layer(layer: cosign.LayerRef, data: bytes, key: PublicKey, digest: str,
                             where: str) -> cosign.Statement:
     """One DSSE layer: envelope form, payload type, signature, then the in-toto subject."""
     if layer.media_type != cosign.DSSE:
@@ -161,7 +161,7 @@ def check_attestation_layer(layer: cosign.LayerRef, data: bytes, key: PublicKey,
         raise SignatureMalformed(f"{where} envelope has payloadType {one_line(env.payload_type)[:80]!r}; "
                                  f"cosign accepts only {cosign.IN_TOTO}")
     statement = cosign.parse_statement(env.body, f"{where} statement")
-    if not dsse_verifies(env, key):
+    if not _dsse_verifies(env, key):
         raise SignatureInvalid(f"{where} ({statement.predicate_type}) does not verify with {key.source} "
                                f"({key.fingerprint}): the statement or its signature was altered, or another key signed it")
     if digest not in statement.subject_digests:
@@ -191,7 +191,7 @@ class VerifiedSignature(NamedTuple):
     claims: cosign.SimpleSigning
 
 
-def verify_signature_image(body: bytes, fetch: Fetch, key: PublicKey, digest: str, repository: str,
+def _verify_signature_image(body: bytes, fetch: Fetch, key: PublicKey, digest: str, repository: str,
                            where: str) -> VerifiedSignature:
     """The first layer of a .sig manifest that verifies, or the most telling failure."""
     layers = cosign.parse_artefact_manifest(body, where)
@@ -200,13 +200,13 @@ def verify_signature_image(body: bytes, fetch: Fetch, key: PublicKey, digest: st
         at = f"{where} layer {i}" if len(layers) > 1 else where
         try:
             payload = fetch(layer, MAX_PAYLOAD_BYTES)
-            return VerifiedSignature(layer, check_signature_layer(layer, payload, key, digest, repository, at))
+            return VerifiedSignature(layer, _check_signature_layer(layer, payload, key, digest, repository, at))
         except LayerFailure as exc:
             failures.append(exc)
     raise _most_telling(failures)
 
 
-def verify_attestation_image(body: bytes, fetch: Fetch, key: PublicKey, digest: str, required: Sequence[str],
+def _verify_attestation_image(body: bytes, fetch: Fetch, key: PublicKey, digest: str, required: Sequence[str],
                              where: str) -> list[AttestationCheck]:
     """Every layer of a .att manifest checked; each required predicate type needs one good
     layer (cosign's rule for verify-attestation --type)."""
@@ -219,7 +219,7 @@ def verify_attestation_image(body: bytes, fetch: Fetch, key: PublicKey, digest: 
         # is its signed statement's
         label = layer.annotations.get(cosign.PREDICATE_TYPE_ANNOTATION, "(no predicateType)")
         try:
-            statement = check_attestation_layer(layer, fetch(layer, MAX_ENVELOPE_BYTES), key, digest, at)
+            statement = _check_attestation_layer(layer, fetch(layer, MAX_ENVELOPE_BYTES), key, digest, at)
         except LayerFailure as exc:
             failures.setdefault(label, []).append(exc)
             checks.append(AttestationCheck(label, layer.digest, False, exc.message))
@@ -256,6 +256,30 @@ def _fetcher(client: RegistryClient, where: str) -> Fetch:
     return fetch
 
 
+class AttestationCheckJson(TypedDict):
+    predicate_type: str
+    layer_digest: str
+    verified: bool
+    problem: str | None
+
+
+class VerificationJson(TypedDict):
+    """`kiln verify --json`: a Verification as its fields."""
+
+    reference: str
+    repository: str
+    digest: str
+    key_fingerprint: str
+    signature_tag: str
+    signature_manifest: str
+    signature_layer: str
+    signed_identity: str
+    attestation_tag: str | None
+    attestation_manifest: str | None
+    attestations: list[AttestationCheckJson]
+    verified: bool
+
+
 @dataclass
 class Verification:
     """What `kiln verify` and a signed publish found (no key material: a fingerprint)."""
@@ -273,8 +297,8 @@ class Verification:
     attestations: list[AttestationCheck] = field(default_factory=list)
     verified: bool = True
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def as_dict(self) -> VerificationJson:
+        return cast(VerificationJson, asdict(self))  # asdict of exactly these fields
 
 
 def resolve(client: RegistryClient, ref: ImageRef) -> str:
@@ -309,7 +333,7 @@ def verify_image(client: RegistryClient, digest: str, key: PublicKey, *, require
     manifest = client.manifest(sig_tag)
     if manifest is None:
         raise SignatureMissing(f"{digest} in {target.host}/{target.path} is not signed: no {sig_tag}")
-    layer, claims = verify_signature_image(manifest.body, _fetcher(client, where), key, digest, repository, where)
+    layer, claims = _verify_signature_image(manifest.body, _fetcher(client, where), key, digest, repository, where)
     result = Verification(reference or target.pinned(digest), repository, digest, key.fingerprint, sig_tag,
                           manifest.digest, layer.digest, claims.docker_reference)
     if required:
@@ -319,7 +343,7 @@ def verify_image(client: RegistryClient, digest: str, key: PublicKey, *, require
         if att is None:
             raise SignatureMissing(f"{digest} in {target.host}/{target.path} has no attestations: no {att_tag}")
         result.attestation_tag, result.attestation_manifest = att_tag, att.digest
-        result.attestations = verify_attestation_image(att.body, _fetcher(client, at), key, digest, required, at)
+        result.attestations = _verify_attestation_image(att.body, _fetcher(client, at), key, digest, required, at)
     return result
 
 
@@ -372,7 +396,7 @@ def sign_image(client: RegistryClient, digest: str, key: PrivateKey, attestation
             log.warn(f"{exc.message}; dropping that layer")
             continue
         try:
-            check_signature_layer(layer, payload, key.public, digest, repository, sig_tag)
+            _check_signature_layer(layer, payload, key.public, digest, repository, sig_tag)
             reused = True
         except LayerFailure:
             pass

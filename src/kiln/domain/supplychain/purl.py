@@ -28,13 +28,13 @@ def purl(type_: str, name: str, version: str | None = None, *, namespace: str | 
     return out
 
 
-def pypi_name(name: str) -> str:
+def _pypi_name(name: str) -> str:
     """purl-spec pypi: lowercase, `_` (and PEP 503's other separators) as `-`."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def pypi(name: str, version: str) -> str:
-    return purl("pypi", pypi_name(name), version)
+    return purl("pypi", _pypi_name(name), version)
 
 
 def deb(name: str, version: str, arch: str, distro: str | None, upstream: str | None = None) -> str:
