@@ -39,6 +39,8 @@ from kiln.infra.docker import DockerDaemon, Image
 
 LABEL_NS = "ai.kiln"
 PATCHER_ARC = "_kiln/kiln_patching.py"
+# the applier's parser, which it imports by this name (inimage/patch_applier.py)
+PATCHFORMAT_ARC = "_kiln/kiln_patchformat.py"
 HFCACHE_ARC = "_kiln/kiln_hfcache.py"  # the entrypoint's snapshot check (inimage/hfcache.py)
 LOCK_ARC = "_kiln/lock/engine.lock.json"
 
@@ -78,9 +80,9 @@ def platform_labels(platform: str) -> dict[str, str]:
     return {f"{LABEL_NS}.platform": platform, f"{LABEL_NS}.architecture": arch}
 
 
-def _patcher_source() -> Path:
-    # the in-image applier only: host-side patch tools are no engine-image input
-    return inimage.source("patch_applier")
+def _patcher_sources() -> dict[str, Path]:
+    # the in-image applier and its parser only: host-side patch tools are no engine-image input
+    return {PATCHER_ARC: inimage.source("patch_applier"), PATCHFORMAT_ARC: inimage.source("patchformat")}
 
 
 class _NamedByInputs(ABC):
@@ -175,7 +177,8 @@ class EngineImage(_NamedByInputs):
             ctx.add_tree("_kiln/patches", self.series_dir)
         else:
             ctx.add_bytes("_kiln/patches/series", b"")
-        ctx.add_file(PATCHER_ARC, _patcher_source())
+        for arc, path in _patcher_sources().items():
+            ctx.add_file(arc, path)
         ctx.add_file(HFCACHE_ARC, inimage.source("hfcache"))
         ctx.add_param("engine", f"{self.engine.name}=={self.engine.version}")
         ctx.add_param("flavour", self.engine.flavour)

@@ -35,6 +35,7 @@ from kiln.domain.patching.series import (
 )
 from kiln.infra import wheelcache
 from kiln.inimage import patch_applier as applier
+from kiln.inimage import patchformat
 
 STATE = "kiln.json"
 
@@ -62,11 +63,11 @@ class Target:
                                   f"patches/{ov.override.engine.version}/series and set `patches: patches`")
         return folder
 
-    def series(self, version: str) -> applier.Series:
+    def series(self, version: str) -> patchformat.Series:
         source = "series" if self.feature is None else f"feature:{self.feature.feature}"
         return load_series(self.series_folder(version) / "series", source)
 
-    def base(self) -> list[applier.Series]:
+    def base(self) -> list[patchformat.Series]:
         """What the tree carries underneath, untracked: the engine series, for a feature.
         A feature is never ported ahead of the engine: its patches are diffs against the
         engine as that version's image installs it."""
@@ -98,7 +99,7 @@ def _read_state(scratch: Path) -> dict:
 
 
 def _file_sha(path: Path) -> str | None:
-    return applier.sha256_bytes(path.read_bytes()) if path.is_file() else None
+    return patchformat.sha256_bytes(path.read_bytes()) if path.is_file() else None
 
 
 def _dirty(scratch: Path, state: dict) -> list[str]:
@@ -107,7 +108,7 @@ def _dirty(scratch: Path, state: dict) -> list[str]:
 
 
 def _sha_or_none(data: bytes | None) -> str | None:
-    return applier.sha256_bytes(data) if data is not None else None
+    return patchformat.sha256_bytes(data) if data is not None else None
 
 
 def checkout(target: Target, flavour: str | None = None, force: bool = False, force_apply: bool = False) -> Path:
@@ -176,7 +177,7 @@ def _apply_base(tree: applier.Tree, target: Target) -> None:
         return
     try:
         applier.apply_series(tree, base)
-    except applier.PatchError as exc:
+    except patchformat.PatchError as exc:
         raise translate(exc, hint=f"port the engine series first: `kiln engine bump --to {target.version}`") from None
     tree.commit()
 
@@ -214,14 +215,14 @@ def refresh(target: Target, flavour: str | None = None) -> list[str]:
     _warn_untracked_edits(scratch, state, target)
     # The refreshed patches are the new baseline: a second refresh is a no-op.
     new_state = dict(state, series_from=target.version, patches=[
-        dict(e, sha256=applier.sha256_bytes((dest / e["name"]).read_bytes()), exact=True, after=after)
+        dict(e, sha256=patchformat.sha256_bytes((dest / e["name"]).read_bytes()), exact=True, after=after)
         for e, after in zip(state["patches"], afters, strict=True)])
     new_state["final"] = {rel: _file_sha(scratch / rel) for rel in state["final"]}
     (scratch / ".pc" / STATE).write_text(json.dumps(new_state, indent=2) + "\n")
     return written
 
 
-def _regenerate(scratch: Path, state: dict, i: int, patch: applier.Patch, exact: bool) -> tuple[bytes, dict]:
+def _regenerate(scratch: Path, state: dict, i: int, patch: patchformat.Patch, exact: bool) -> tuple[bytes, dict]:
     """Patch i's new bytes, and the sha256 of each of its files' post-images."""
     entries = state["patches"]
     parts, after_shas = [patch.header], {}

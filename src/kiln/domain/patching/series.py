@@ -29,16 +29,17 @@ from kiln.domain.recipes.recipe import LoadedRecipe, recipe_dir
 from kiln.domain.recipes.recipe import load_recipe as load_recipe_at
 from kiln.infra import wheelcache
 from kiln.inimage import patch_applier as applier
+from kiln.inimage import patchformat
 
 ENGINE = "vllm"
 EDIT_HINT = "edit it: `kiln patches checkout --force-apply` (leaves .rej files), fix the files, `kiln patches refresh`"
 
 
-def translate(exc: applier.PatchError, hint: str | None = None) -> KilnError:
+def translate(exc: patchformat.PatchError, hint: str | None = None) -> KilnError:
     """The applier's own error as kiln's typed error (same exit code)."""
-    if isinstance(exc, applier.PatchFormatError):
+    if isinstance(exc, patchformat.PatchFormatError):
         return PatchInvalid(exc.lines)
-    if isinstance(exc, applier.DriftError):
+    if isinstance(exc, patchformat.DriftError):
         return OverrideDrift(exc.lines)
     return PatchFailed(exc.lines, hint=hint or EDIT_HINT)
 
@@ -56,19 +57,19 @@ def shown(path: Path) -> str:
         return str(path)
 
 
-def load_series(file: Path, source: str = "series") -> applier.Series:
+def load_series(file: Path, source: str = "series") -> patchformat.Series:
     try:
-        return applier.load_series(file, shown(file), source)
-    except applier.PatchFormatError as exc:
+        return patchformat.load_series(file, shown(file), source)
+    except patchformat.PatchFormatError as exc:
         raise PatchInvalid(exc.lines) from None
 
 
-def series_for(version: str) -> applier.Series:
+def series_for(version: str) -> patchformat.Series:
     """The engine series pinned for `version` (empty when patches/vllm/<version>/series is absent)."""
     return load_series(series_dir(version) / "series")
 
 
-def header_problems(series_list: list[applier.Series]) -> list[str]:
+def header_problems(series_list: list[patchformat.Series]) -> list[str]:
     return [line for s in series_list for p in s.patches for line in p.header_problems()]
 
 
@@ -145,7 +146,7 @@ def engine_tree(version: str, flavour: str | None) -> PatchedEngine:
     tree = applier.Tree(root)
     try:
         results = applier.apply_series(tree, [series_for(version)])
-    except applier.PatchError as exc:
+    except patchformat.PatchError as exc:
         raise translate(exc) from None
     return PatchedEngine(tree, results)
 
@@ -199,7 +200,7 @@ def feature_series_file(ov, version: str) -> Path | None:
     return file
 
 
-def feature_overlays(loaded_recipe, version: str | None = None) -> tuple[list[applier.Series], list[applier.Replacement]]:
+def feature_overlays(loaded_recipe, version: str | None = None) -> tuple[list[patchformat.Series], list[applier.Replacement]]:
     """The recipe's switched-on features in feature-name order, as the image applies them
     (on the recipe's engine version, or on `version`)."""
     version = version or loaded_recipe.recipe.engine.version
@@ -224,7 +225,7 @@ def recipe_series(loaded_recipe: LoadedRecipe) -> list[AppliedSeries]:
     for feature in sorted(loaded_recipe.recipe.features):
         ov = load_feature(loaded_recipe, feature)
         file = ov.series_file_for(version)
-        count = len(applier.read_series_names(file)) if file is not None else 0
+        count = len(patchformat.read_series_names(file)) if file is not None else 0
         out.append(AppliedSeries(f"feature {feature}", file, count))
     return out
 
@@ -261,7 +262,7 @@ def check(version: str, flavour: str | None = None, recipe=None) -> list[applier
     try:
         results = applier.apply_series(tree, series_list)
         applier.apply_replacements(tree, reps)
-    except applier.PatchError as exc:
+    except patchformat.PatchError as exc:
         raise translate(exc) from None
     _report(results)
     for rep in reps:
@@ -272,7 +273,7 @@ def check(version: str, flavour: str | None = None, recipe=None) -> list[applier
 def warn_unlisted(folder: Path) -> None:
     if not (folder / "series").is_file():
         return
-    listed = set(applier.read_series_names(folder / "series"))
+    listed = set(patchformat.read_series_names(folder / "series"))
     for p in sorted(folder.glob("*.patch")):
         if p.name not in listed:
             log.warn(f"{shown(p)} is not listed in {shown(folder / 'series')} and is not applied")
@@ -293,6 +294,6 @@ def check_feature(ov, versions: list[str], flavour: str | None = None) -> None:
         log.step(f"applying feature {ov.name}'s series for {ENGINE} {version} ({used} wheel sources)")
         try:
             results = applier.apply_series(applier.Tree(root), series_list)
-        except applier.PatchError as exc:
+        except patchformat.PatchError as exc:
             raise translate(exc) from None
         _report(results)
