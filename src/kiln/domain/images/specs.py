@@ -24,14 +24,8 @@ from kiln.domain.images.cabundle import CABundle, resolve_ca
 from kiln.domain.locks import enginelock
 from kiln.domain.patching.overlay import excluded_paths, overlay_json
 from kiln.domain.recipes.overrides import load_override
-from kiln.domain.recipes.recipe import (
-    DEFAULT_PLATFORM,
-    DOCKERFILE,
-    Engine,
-    LoadedRecipe,
-    load_recipe,
-    recipe_dir,
-)
+from kiln.domain.recipes.recipe import DOCKERFILE, LoadedRecipe, load_recipe, recipe_dir
+from kiln.domain.recipes.sections import DEFAULT_PLATFORM, Engine
 from kiln.domain.reproducible import savearchive, sourcedate
 from kiln.domain.serving.launch import LAUNCH_FILE, launch_json
 from kiln.infra import git

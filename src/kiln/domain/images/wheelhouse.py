@@ -25,7 +25,7 @@ from kiln.basics.errors import EngineFetchFailed, WheelHashMismatch
 from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, shown_home
 from kiln.domain.locks import enginelock as L
-from kiln.domain.recipes.recipe import Engine
+from kiln.domain.recipes.sections import Engine
 from kiln.infra import pyindex
 
 FILE = "wheelhouse.txt"

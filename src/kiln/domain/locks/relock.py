@@ -24,7 +24,7 @@ from kiln.basics import log
 from kiln.basics.errors import LockInvalid
 from kiln.basics.files import sha256_file
 from kiln.domain.locks import enginelock as L
-from kiln.domain.recipes.recipe import Engine
+from kiln.domain.recipes.sections import Engine
 from kiln.infra import binfmt, pyindex, wheelcache
 from kiln.infra.docker import DockerDaemon
 
