@@ -27,9 +27,10 @@ import os
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 # One import per place this runs: relative on the host (kiln.inimage.patch_applier, and
 # not `kiln.` by name: inimage imports no kiln), by its shipped name in the image build,
@@ -155,7 +156,7 @@ class PatchResult:
         return out
 
 
-def _candidates(guess: int, lo: int, hi: int):
+def _candidates(guess: int, lo: int, hi: int) -> Iterator[int]:
     """Positions outward from `guess` within [lo, hi], forward first (GNU patch order)."""
     if lo <= guess <= hi:
         yield guess
@@ -174,6 +175,7 @@ def locate_hunk(lines: list[bytes], hunk: patchformat.Hunk, guess: int, lo: int)
     if hi < lo:
         return None
     lead, trail = hunk.context_counts()
+    spots: Iterable[int]
     if lead < trail:  # less context before than after: it can only sit at the start of the file
         spots = [0] if lo == 0 else []
     elif trail < lead:  # ... and the mirror case: only at the end of the file
@@ -295,6 +297,26 @@ def apply_series(tree: Tree, series_list: list[patchformat.Series]) -> list[Patc
     return results
 
 
+# -- the manifest (/opt/kiln/patches.json): what the image's engine was changed by ------
+class PatchEntry(TypedDict):
+    name: str
+    sha256: str
+    source: str  # "series" (the engine's), or "feature:NAME" (a recipe's override)
+    files: list[str]
+
+
+class ReplacementEntry(TypedDict):
+    feature: str
+    target: str
+    sha256: str
+    upstream_sha256: str
+
+
+class Manifest(TypedDict):
+    patches: list[PatchEntry]
+    replacements: list[ReplacementEntry]
+
+
 # -- whole-file replacements -------------------------------------------------------------
 @dataclass
 class Replacement:
@@ -304,10 +326,11 @@ class Replacement:
     upstream_sha256: str
 
 
-def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[dict]:
+def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[ReplacementEntry]:
     """Swap in whole files after checking each target is the upstream file it was forked
     from; raises DriftError listing every mismatch (and nothing is written)."""
-    drift, entries = [], []
+    drift: list[str] = []
+    entries: list[ReplacementEntry] = []
     for rep in reps:
         current = tree.read(rep.target)
         actual = patchformat.sha256_bytes(current) if current is not None else "(file missing)"
@@ -328,13 +351,13 @@ def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[dict]:
 
 
 # -- in-image command line -----------------------------------------------------------------
-def _manifest_entries(results: list[PatchResult], sources: dict[int, str]) -> list[dict]:
+def _manifest_entries(results: list[PatchResult], sources: dict[int, str]) -> list[PatchEntry]:
     return [{"name": r.patch.name, "sha256": r.patch.sha256, "source": sources[id(r.patch)],
              "files": r.patch.targets} for r in results]
 
 
-def _write_manifest(path: Path, patches: list[dict], replacements: list[dict], append: bool) -> None:
-    doc: dict[str, list[dict]] = {"patches": [], "replacements": []}
+def _write_manifest(path: Path, patches: list[PatchEntry], replacements: list[ReplacementEntry], append: bool) -> None:
+    doc: Manifest = {"patches": [], "replacements": []}
     if append and path.is_file():
         doc = json.loads(path.read_text(encoding="utf-8"))
         doc.setdefault("patches", [])
