@@ -67,7 +67,7 @@ class EngineArgs:
 
 
 @dataclass(frozen=True)
-class Refusal:
+class _Refusal:
     """One complaint of the engine, as launchprobe reports it: which part of the command
     line (`group`, an index into argv_parts), speculative-config key or env variable."""
 
@@ -79,19 +79,19 @@ class Refusal:
 
 
 @dataclass(frozen=True)
-class ProbeAnswer:
+class _ProbeAnswer:
     """What the engine image said about one command line and env."""
 
     version: str | None  # vLLM's; None: the image has no vLLM (nothing but env checked)
     kiln_engine: str | None  # kiln-engine's; None: the image has none (env not checked)
-    refusals: tuple[Refusal, ...]
+    refusals: tuple[_Refusal, ...]
     stages: tuple[str, ...]  # how far the probe got (launchprobe.py names them)
 
     @classmethod
-    def from_json(cls, data: dict) -> ProbeAnswer:
+    def from_json(cls, data: dict) -> _ProbeAnswer:
         job = data["job"]
         return cls(version=data.get("version"), kiln_engine=data.get("kiln_engine"),
-                   refusals=tuple(Refusal(**{k: p.get(k) for k in ("stage", "message", "group", "key", "var")})
+                   refusals=tuple(_Refusal(**{k: p.get(k) for k in ("stage", "message", "group", "key", "var")})
                                   for p in job.get("problems", [])),
                    stages=tuple(job.get("stages", [])))
 
@@ -185,7 +185,7 @@ class Asked(NamedTuple):
     """What an engine image said about one launch command."""
 
     accepted: EngineArgs  # every flag its parser knows
-    answer: ProbeAnswer  # its parser's verdict on the command
+    answer: _ProbeAnswer  # its parser's verdict on the command
 
 
 def ask(docker: DockerDaemon, image_id: str, job: Job) -> Asked:
@@ -203,7 +203,7 @@ def ask(docker: DockerDaemon, image_id: str, job: Job) -> Asked:
             answer = {"schema": ANSWER_SCHEMA, "version": data.get("version"),
                       "kiln_engine": data.get("kiln_engine"), "job": data["jobs"][0]}
             _write(_answer_file(image_id, job), answer)
-    return Asked(EngineArgs(flags), ProbeAnswer.from_json(answer))
+    return Asked(EngineArgs(flags), _ProbeAnswer.from_json(answer))
 
 
 # -- flag names, from the cached flag set ---------------------------------------------
@@ -252,13 +252,13 @@ def _shown(tokens: tuple[str, ...] | list[str]) -> str:
     return text if len(text) <= SHOWN_MAX else text[:SHOWN_MAX] + "..."
 
 
-def value_problems(loaded: LoadedRecipe, job: Job, answer: ProbeAnswer) -> list[LaunchProblem]:
+def _value_problems(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer) -> list[LaunchProblem]:
     """Each refusal in the probe's answer as a LaunchProblem at the recipe (or override)
     line its flag, speculative-config key or env entry comes from."""
     return [_map(loaded, job, answer, r) for r in answer.refusals]
 
 
-def _map(loaded: LoadedRecipe, job: Job, answer: ProbeAnswer, refusal: Refusal) -> LaunchProblem:
+def _map(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer, refusal: _Refusal) -> LaunchProblem:
     complaint = refusal.message
     vllm = f"vLLM {answer.version}"
     if refusal.var is not None:
@@ -311,12 +311,12 @@ def _env_where(loaded: LoadedRecipe, var: str) -> tuple[str, str]:
 
 
 # -- both -----------------------------------------------------------------------------
-def launch_problems(loaded: LoadedRecipe, accepted: EngineArgs, job: Job, answer: ProbeAnswer) -> list[str]:
+def launch_problems(loaded: LoadedRecipe, accepted: EngineArgs, job: Job, answer: _ProbeAnswer) -> list[str]:
     """Name problems, then value and env problems; a field whose name is already wrong
     is not reported twice."""
     names = _name_problems(loaded, accepted)
     named = {p.field for p in names}
-    values = [p for p in value_problems(loaded, job, answer) if p.field not in named]
+    values = [p for p in _value_problems(loaded, job, answer) if p.field not in named]
     log.debug(f"{loaded.name}: launch command checked by the engine image: {', '.join(answer.stages) or 'nothing'}")
     return [p.line for p in names + values]
 

@@ -11,7 +11,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypedDict, cast
 
 from pydantic import (
     Field,
@@ -66,6 +66,13 @@ class Recipe(Strict):
     def features(self) -> list[str]:
         """Names of the switched-on experimental features, wherever their override lives."""
         return [f.name for f in self.experimental]
+
+
+# `kiln schema`: a JSON Schema (draft 2020-12) document; pydantic writes the rest of its keywords
+RecipeJsonSchema = TypedDict("RecipeJsonSchema", {
+    "$schema": str, "title": str, "type": str, "properties": dict[str, Any], "required": list[str],
+    "additionalProperties": bool, "$defs": dict[str, Any],
+}, total=False)
 
 
 class LoadedRecipe:
@@ -275,8 +282,8 @@ def recipe_dir(name: str) -> Path:
     )
 
 
-def json_schema() -> dict:
+def json_schema() -> RecipeJsonSchema:
     schema = Recipe.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "kiln recipe.yaml"
-    return schema
+    return cast(RecipeJsonSchema, schema)  # pydantic's JSON Schema, with the two keys set above
