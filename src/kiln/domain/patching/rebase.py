@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ruamel.yaml.comments import CommentedMap
+
 from kiln.basics import log
 from kiln.basics.errors import OverrideDrift, RebaseConflict, UsageError
 from kiln.domain.patching.diff import file_diff, merge3
@@ -18,7 +20,7 @@ from kiln.domain.patching.series import (
     translate,
 )
 from kiln.domain.patching.yamledit import edit_yaml, set_value
-from kiln.domain.recipes.overrides import load_override
+from kiln.domain.recipes.overrides import LoadedOverride, load_override
 from kiln.inimage import patch_applier as applier
 from kiln.inimage import patchformat
 
@@ -48,7 +50,7 @@ def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:
     return rewritten
 
 
-def _check_feature_series(tree: applier.Tree, ov, series_file: Path, recipe_name: str, pinned: str) -> None:
+def _check_feature_series(tree: applier.Tree, ov: LoadedOverride, series_file: Path, recipe_name: str, pinned: str) -> None:
     try:
         results = applier.apply_series(tree.fork(), [load_series(series_file, f"feature:{ov.name}")])
     except patchformat.PatchError as exc:
@@ -57,7 +59,7 @@ def _check_feature_series(tree: applier.Tree, ov, series_file: Path, recipe_name
     log.ok(f"feature {ov.name}: {len(results)} patch(es) apply to {ENGINE} {pinned}")
 
 
-def _rebase_replacements(ov, feature: str, from_version: str, pinned: str, flavour: str,
+def _rebase_replacements(ov: LoadedOverride, feature: str, from_version: str, pinned: str, flavour: str,
                          theirs_tree: applier.Tree) -> list[str]:
     yaml_file = ov.dir / "override.yaml"
     new_shas: dict[int, str] = {}
@@ -87,7 +89,7 @@ def _rebase_replacements(ov, feature: str, from_version: str, pinned: str, flavo
         conflicts += [f"{shown(ours_file)}:{a}-{b}: conflict: the override and {ENGINE} {pinned} both changed "
                       f"these lines of {rep.target}" for a, b in merged.conflicts]
 
-    def set_shas(doc):
+    def set_shas(doc: CommentedMap) -> None:
         for idx, sha in new_shas.items():
             doc["replacements"][idx]["upstream_sha256"] = sha
 
@@ -127,7 +129,8 @@ def to_patch(recipe_name: str, feature: str) -> Path:
     desc = " ".join(ov.override.description.split())
     header = (f"{feature}: {desc}\n\nWhy: {desc}\nUpstream: no, experimental kiln feature "
               f"(converted from a whole-file override by `kiln override to-patch`)\n\n").encode()
-    series_file = ov.series_file_for(pinned) or (ov.series_dir_for(pinned) / "series" if ov.versioned
+    folder = ov.series_dir_for(pinned) if ov.versioned else None  # versioned: a folder per version
+    series_file = ov.series_file_for(pinned) or (folder / "series" if folder is not None
                                                  else ov.dir / "patches" / "series")
     existing = patchformat.read_series_names(series_file) if series_file.is_file() else []
     name = f"{len(existing) + 1:04d}-{feature}.patch"
@@ -156,7 +159,7 @@ def to_patch(recipe_name: str, feature: str) -> Path:
 
 def _name_series(file: Path, series: str) -> None:
     """Drop `replacements:` and name the series, keeping every other key and comment."""
-    def change(doc):
+    def change(doc: CommentedMap) -> None:
         doc.pop("replacements", None)
         if "patches" not in doc:
             doc["patches"] = series

@@ -24,7 +24,7 @@ from kiln.basics.errors import (
     UsageError,
 )
 from kiln.basics.paths import repo_root
-from kiln.domain.recipes.overrides import load_override, series_versions
+from kiln.domain.recipes.overrides import LoadedOverride, load_override, series_versions
 from kiln.domain.recipes.recipe import LoadedRecipe, recipe_dir
 from kiln.domain.recipes.recipe import load_recipe as load_recipe_at
 from kiln.infra import wheelcache
@@ -152,11 +152,11 @@ def engine_tree(version: str, flavour: str | None) -> PatchedEngine:
 
 
 # -- recipes and their features --------------------------------------------------------------
-def load_recipe(name: str):
+def load_recipe(name: str) -> LoadedRecipe:
     return load_recipe_at(recipe_dir(name))
 
 
-def load_feature(loaded_recipe, feature: str):
+def load_feature(loaded_recipe: LoadedRecipe, feature: str) -> LoadedOverride:
     fdir = loaded_recipe.feature_dir(feature)
     if not (fdir / "override.yaml").is_file():
         raise UsageError(f"recipe {loaded_recipe.name} has no experimental/{feature}/override.yaml")
@@ -177,7 +177,7 @@ class FeatureRef:
             raise UsageError(f"--feature {spec!r}: expected RECIPE/FEATURE, e.g. glm53-kindling/draft-trunc")
         return cls(recipe, feature)
 
-    def load(self):
+    def load(self) -> tuple[LoadedRecipe, LoadedOverride]:
         """(loaded recipe, loaded override)."""
         loaded = load_recipe(self.recipe)
         return loaded, load_feature(loaded, self.feature)
@@ -186,21 +186,21 @@ class FeatureRef:
         return f"{self.recipe}/{self.feature}"
 
 
-def feature_series_file(ov, version: str) -> Path | None:
+def feature_series_file(ov: LoadedOverride, version: str) -> Path | None:
     """The feature's series applied on engine `version`; a versioned feature with no
     series for that version cannot be applied there (OverrideDrift, naming the command)."""
     file = ov.series_file_for(version)
     if file is None and ov.versioned:
         have = ", ".join(ov.series_versions())
         raise OverrideDrift([f"feature {ov.name}: no series for {ENGINE} {version} in "
-                             f"{shown(ov.dir / ov.override.patches)}/ (it has: {have})"],
+                             f"{shown(ov.patches or ov.dir)}/ (it has: {have})"],
                             hint=f"port it: `kiln patches checkout --feature RECIPE/{ov.name} --engine "
                                  f"{ENGINE}=={version} --series-from {ov.series_versions()[-1]}`, then "
                                  f"`kiln patches refresh --feature RECIPE/{ov.name} --engine {ENGINE}=={version}`")
     return file
 
 
-def feature_overlays(loaded_recipe, version: str | None = None) -> tuple[list[patchformat.Series], list[applier.Replacement]]:
+def feature_overlays(loaded_recipe: LoadedRecipe, version: str | None = None) -> tuple[list[patchformat.Series], list[applier.Replacement]]:
     """The recipe's switched-on features in feature-name order, as the image applies them
     (on the recipe's engine version, or on `version`)."""
     version = version or loaded_recipe.recipe.engine.version
@@ -244,7 +244,7 @@ def _report(results: list[applier.PatchResult]) -> None:
         report_offsets(r)
 
 
-def check(version: str, flavour: str | None = None, recipe=None) -> list[applier.PatchResult]:
+def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None = None) -> list[applier.PatchResult]:
     """Apply the series (and a recipe's features) to the pinned engine's sources in
     memory. Raises PatchInvalid / PatchFailed / OverrideDrift; writes nothing."""
     series_list = [series_for(version)]
@@ -279,7 +279,7 @@ def warn_unlisted(folder: Path) -> None:
             log.warn(f"{shown(p)} is not listed in {shown(folder / 'series')} and is not applied")
 
 
-def check_feature(ov, versions: list[str], flavour: str | None = None) -> None:
+def check_feature(ov: LoadedOverride, versions: list[str], flavour: str | None = None) -> None:
     """Apply a feature's series for each of `versions` (on top of that version's engine
     series) to that version's sources, in memory; raises like check()."""
     for version in versions:
