@@ -79,5 +79,5 @@ def test_the_applier_is_stdlib_only_and_the_only_patch_files_in_engine_images():
         assert imported - {"__future__"} - sibling <= set(sys.stdlib_module_names), imported
     shipped = {arc: path.resolve() for arc, path in specs._patcher_sources().items()}
     assert shipped == {specs.PATCHER_ARC: Path(P.__file__).resolve(),
-                       specs.PATCHFORMAT_ARC: Path(patchformat.__file__).resolve()}
-    assert Path(specs.PATCHFORMAT_ARC).stem == "kiln_patchformat"
+                       specs._PATCHFORMAT_ARC: Path(patchformat.__file__).resolve()}
+    assert Path(specs._PATCHFORMAT_ARC).stem == "kiln_patchformat"

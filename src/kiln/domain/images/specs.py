@@ -34,7 +34,7 @@ from kiln.infra.docker import DockerDaemon, Image
 LABEL_NS = "ai.kiln"
 PATCHER_ARC = "_kiln/kiln_patching.py"
 # the applier's parser, which it imports by this name (inimage/patch_applier.py)
-PATCHFORMAT_ARC = "_kiln/kiln_patchformat.py"
+_PATCHFORMAT_ARC = "_kiln/kiln_patchformat.py"
 HFCACHE_ARC = "_kiln/kiln_hfcache.py"  # the entrypoint's snapshot check (inimage/hfcache.py)
 LOCK_ARC = "_kiln/lock/engine.lock.json"
 
@@ -76,7 +76,7 @@ def _platform_labels(platform: str) -> dict[str, str]:
 
 def _patcher_sources() -> dict[str, Path]:
     # the in-image applier and its parser only: host-side patch tools are no engine-image input
-    return {PATCHER_ARC: inimage.source("patch_applier"), PATCHFORMAT_ARC: inimage.source("patchformat")}
+    return {PATCHER_ARC: inimage.source("patch_applier"), _PATCHFORMAT_ARC: inimage.source("patchformat")}
 
 
 class _NamedByInputs(ABC):
