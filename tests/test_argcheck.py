@@ -12,7 +12,7 @@ from kilntest import REPO
 
 from kiln.basics.errors import LaunchArgInvalid
 from kiln.domain.imagecheck import launchargs
-from kiln.domain.imagecheck.launchargs import Job, ProbeAnswer, Refusal
+from kiln.domain.imagecheck.launchargs import Job, _ProbeAnswer, _Refusal
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import load_recipe
 from kiln.domain.serving.launch import _vllm_argv
@@ -39,8 +39,8 @@ def _copy(tmp_path: Path, name: str, replace: dict[str, str]) -> Path:
     return file.parent
 
 
-def _answer(*refusals: Refusal, version: str | None = "0.32.0") -> ProbeAnswer:
-    return ProbeAnswer(version=version, kiln_engine="0.1.0", refusals=refusals, stages=ALL_STAGES)
+def _answer(*refusals: _Refusal, version: str | None = "0.32.0") -> _ProbeAnswer:
+    return _ProbeAnswer(version=version, kiln_engine="0.1.0", refusals=refusals, stages=ALL_STAGES)
 
 
 def _accepted(loaded) -> launchargs.EngineArgs:
@@ -70,7 +70,7 @@ def test_a_flag_refusal_names_its_recipe_line_flag_value_and_complaint(tmp_path)
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    max-model-len: 512\n": '    max-model-len: "512; touch /tmp/pwned"\n'}))
     job = Job.of(loaded)
     complaint = "argument --max-model-len: invalid human_readable_int_or_auto value: '512; touch /tmp/pwned'"
-    answer = _answer(Refusal("parse", complaint, group=_group_of(job, "launch.args.max-model-len")))
+    answer = _answer(_Refusal("parse", complaint, group=_group_of(job, "launch.args.max-model-len")))
     line = loaded.line_of("launch", "args", "max-model-len")
     assert launchargs.launch_problems(loaded, _accepted(loaded), job, answer) == [
         f"recipes/tiny-moe/recipe.yaml:{line}: launch.args.max-model-len: vLLM 0.32.0 refuses "
@@ -81,10 +81,10 @@ def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
     job = Job.of(loaded)
     group = _group_of(job, "launch.speculative_config")
-    found = [p.line for p in launchargs.value_problems(loaded, job, _answer(
-        Refusal("speculative", "SpeculativeConfig.num_speculative_tokens: Input should be greater than 0",
+    found = [p.line for p in launchargs._value_problems(loaded, job, _answer(
+        _Refusal("speculative", "SpeculativeConfig.num_speculative_tokens: Input should be greater than 0",
                 group=group, key="num_speculative_tokens"),
-        Refusal("speculative", "SpeculativeConfig.model: Input should be a valid string", group=group, key="model")))]
+        _Refusal("speculative", "SpeculativeConfig.model: Input should be a valid string", group=group, key="model")))]
     spec_line = loaded.line_of("launch", "speculative_config", "num_speculative_tokens")
     draft_line = loaded.line_of("model", "draft", "path")
     assert found == [
@@ -99,11 +99,11 @@ def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
 def test_env_refusals_name_the_recipe_env_line_or_the_override_line(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-kindling", {}))
     job = Job.of(loaded)
-    found = [p.line for p in launchargs.value_problems(loaded, job, _answer(
-        Refusal("env", "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8,75497472': nonsense",
+    found = [p.line for p in launchargs._value_problems(loaded, job, _answer(
+        _Refusal("env", "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8,75497472': nonsense",
                 var="KILN_DRAFT_TRUNC_MOE_LAYER"),
         # set by the draft-trunc override tiny-kindling takes from glm53-kindling
-        Refusal("env", "kiln-engine: draft-trunc: bad min keep", var="KILN_DRAFT_TRUNC_MIN_KEEP")))]
+        _Refusal("env", "kiln-engine: draft-trunc: bad min keep", var="KILN_DRAFT_TRUNC_MIN_KEEP")))]
     ov = load_override(tmp_path / "recipes" / "glm53-kindling" / "experimental" / "draft-trunc")
     assert found == [
         f"recipes/tiny-kindling/recipe.yaml:{loaded.line_of('launch', 'env', 'KILN_DRAFT_TRUNC_MOE_LAYER')}: "
@@ -120,7 +120,7 @@ def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 3\n" + schedule}))
     job = Job.of(loaded)
     complaint = "dynamic speculation schedule: Batch-size range (0, 4) must be positive."
-    (line,) = [p.line for p in launchargs.value_problems(loaded, job, _answer(Refusal(
+    (line,) = [p.line for p in launchargs._value_problems(loaded, job, _answer(_Refusal(
         "speculative", complaint, group=_group_of(job, "launch.speculative_config"), key=launchprobe.SCHEDULE_KEY)))]
     at = loaded.line_of("launch", "speculative_config", "num_speculative_tokens_per_batch_size")
     assert line == (f"recipes/tiny-moe/recipe.yaml:{at}: launch.speculative_config.num_speculative_tokens_per_batch_size: "
@@ -131,8 +131,8 @@ def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
 def test_a_refusal_of_the_whole_line_names_the_launch_block(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
     job = Job.of(loaded)
-    found = [p.line for p in launchargs.value_problems(loaded, job, _answer(Refusal("engine-args", "ValueError: no"),
-                                                                          Refusal("parse", "stale", group=99)))]
+    found = [p.line for p in launchargs._value_problems(loaded, job, _answer(_Refusal("engine-args", "ValueError: no"),
+                                                                          _Refusal("parse", "stale", group=99)))]
     line = loaded.line_of("launch")
     assert found == [f"recipes/tiny-moe/recipe.yaml:{line}: launch: vLLM 0.32.0 refuses the launch command: ValueError: no",
                      f"recipes/tiny-moe/recipe.yaml:{line}: launch: vLLM 0.32.0 refuses the launch command: stale"]
@@ -145,7 +145,7 @@ def test_a_wrong_flag_name_is_said_once(tmp_path):
     job = Job.of(loaded)
     accepted = _accepted(loaded)
     del accepted.flags["max-model-lenght"]
-    answer = _answer(Refusal("parse", "unrecognized arguments: --max-model-lenght 5",
+    answer = _answer(_Refusal("parse", "unrecognized arguments: --max-model-lenght 5",
                              group=_group_of(job, "launch.args.max-model-lenght")))
     found = launchargs.launch_problems(loaded, accepted, job, answer)
     assert len(found) == 1 and found[0].endswith("launch.args.max-model-lenght: vLLM 0.32.0 does not accept --max-model-lenght")
@@ -155,7 +155,7 @@ def test_a_long_value_is_shortened_in_the_line(tmp_path):
     long = "x" * 5000
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    dtype: bfloat16\n": f"    dtype: {long}\n"}))
     job = Job.of(loaded)
-    answer = _answer(Refusal("parse", "argument --dtype: invalid choice", group=_group_of(job, "launch.args.dtype")))
+    answer = _answer(_Refusal("parse", "argument --dtype: invalid choice", group=_group_of(job, "launch.args.dtype")))
     (line,) = launchargs.launch_problems(loaded, _accepted(loaded), job, answer)
     assert len(line) < 400 and "..." in line
 

@@ -50,7 +50,7 @@ def _layer(order: list[str], *, mtimes: dict[str, float], uname: str = "root", c
 
 def _normalised(raw: bytes) -> tuple[bytes, str]:
     out = io.BytesIO()
-    digest = normalise.normalise_layer(io.BytesIO(raw), out, EPOCH)
+    digest = normalise._normalise_layer(io.BytesIO(raw), out, EPOCH)
     return out.getvalue(), digest
 
 
@@ -124,7 +124,7 @@ CONFIG = {
 
 
 def test_config_gets_the_source_date_and_loses_build_machine_facts():
-    raw = normalise.normalise_config(CONFIG, EPOCH, ["sha256:" + "11" * 32])
+    raw = normalise._normalise_config(CONFIG, EPOCH, ["sha256:" + "11" * 32])
     cfg = json.loads(raw)
     assert cfg["created"] == "2023-11-14T22:13:20Z"
     assert {h["created"] for h in cfg["history"]} == {"2023-11-14T22:13:20Z"}
@@ -143,10 +143,10 @@ def test_configs_from_two_builds_of_the_same_content_are_equal_bytes():
     other["container_config"]["Hostname"] = "beefbeef"
     other["history"][0]["created"] = "2027-01-01T00:00:00Z"
     diff = ["sha256:" + "11" * 32]
-    assert normalise.normalise_config(CONFIG, EPOCH, diff) == normalise.normalise_config(other, EPOCH, diff)
+    assert normalise._normalise_config(CONFIG, EPOCH, diff) == normalise._normalise_config(other, EPOCH, diff)
     changed = json.loads(json.dumps(other))
     changed["config"]["Env"] = ["X=2"]
-    assert normalise.normalise_config(changed, EPOCH, diff) != normalise.normalise_config(CONFIG, EPOCH, diff)
+    assert normalise._normalise_config(changed, EPOCH, diff) != normalise._normalise_config(CONFIG, EPOCH, diff)
 
 
 def test_a_saved_image_round_trips_through_files(tmp_path):
@@ -201,7 +201,7 @@ def test_the_parents_layers_stay_byte_for_byte_and_out_of_the_archive(tmp_path):
     diff_ids = _saved(tmp_path / "s", [parent_layer, added])
     result = normalise.normalise_saved(tmp_path / "s", EPOCH, keep=diff_ids[:1])
     assert result.diff_ids == [diff_ids[0], _normalised(added)[1]]
-    assert result.kept == normalise.kept_prefix(result.diff_ids, diff_ids[:1]) == 1
+    assert result.kept == normalise._kept_prefix(result.diff_ids, diff_ids[:1]) == 1
     with tarfile.open(fileobj=io.BytesIO(b"".join(result.archive()))) as tar:
         names = {m.name for m in tar.getmembers()}
         manifest = json.loads(tar.extractfile("manifest.json").read())
@@ -216,7 +216,7 @@ def test_the_parents_layers_stay_byte_for_byte_and_out_of_the_archive(tmp_path):
 
 def test_keep_counts_only_a_prefix_in_order():
     a, b, c = ("sha256:" + x * 64 for x in "abc")
-    assert normalise.kept_prefix([a, b, c], [a, b]) == 2
-    assert normalise.kept_prefix([a, b, c], [b]) == 0  # not the FROM image's layers
-    assert normalise.kept_prefix([a, c], [a, b, c]) == 1
-    assert normalise.kept_prefix([a], []) == 0
+    assert normalise._kept_prefix([a, b, c], [a, b]) == 2
+    assert normalise._kept_prefix([a, b, c], [b]) == 0  # not the FROM image's layers
+    assert normalise._kept_prefix([a, c], [a, b, c]) == 1
+    assert normalise._kept_prefix([a], []) == 0

@@ -15,9 +15,9 @@ from kiln.basics.errors import PlatformUnsupported, RecipeInvalid
 from kiln.commands.check import _platforms
 from kiln.domain.images.specs import (
     EngineImage,
-    LazyCA,
     RecipeImage,
-    platform_labels,
+    _LazyCA,
+    _platform_labels,
     platform_suffix,
 )
 from kiln.domain.locks import enginelock
@@ -128,12 +128,8 @@ def test_input_digest_is_per_platform_and_amd64s_is_unchanged():
     stay; linux/arm64 is another digest, tag and alias."""
     loaded = load_recipe(recipe_dir("glm53-kindling"))
     engine = loaded.recipe.engine
-    default, amd64, arm64 = (
-        EngineImage(engine, LazyCA(None), p) for p in (None, "linux/amd64", "linux/arm64")
-    )
-    assert (
-        enginelock.host_platform() == "linux/amd64"
-    )  # this suite's machines; the default is the host's
+    default, amd64, arm64 = (EngineImage(engine, _LazyCA(None), p) for p in (None, "linux/amd64", "linux/arm64"))
+    assert enginelock.host_platform() == "linux/amd64"  # this suite's machines; the default is the host's
     assert default.digest == amd64.digest != arm64.digest
     assert amd64.alias_tag == "kiln/engine-cuda:vllm-0.33.0"
     assert arm64.alias_tag == "kiln/engine-cuda:vllm-0.33.0-arm64"
@@ -155,10 +151,7 @@ def test_input_digest_is_per_platform_and_amd64s_is_unchanged():
 
 
 def test_labels_name_the_architecture():
-    assert platform_labels("linux/arm64") == {
-        "ai.kiln.platform": "linux/arm64",
-        "ai.kiln.architecture": "arm64",
-    }
+    assert _platform_labels("linux/arm64") == {"ai.kiln.platform": "linux/arm64", "ai.kiln.architecture": "arm64"}
     assert platform_suffix("linux/amd64") == "" and platform_suffix("linux/arm64") == "-arm64"
 
 
@@ -309,12 +302,9 @@ def test_base_tags_per_platform():
     )
     assert base_tag("kiln/base:bookworm", "linux/arm64") == "kiln/base:bookworm-arm64"
     loaded = load_recipe(recipe_dir("glm53-kindling"))
-    arm = EngineImage(loaded.recipe.engine, LazyCA(None), "linux/arm64")
+    arm = EngineImage(loaded.recipe.engine, _LazyCA(None), "linux/arm64")
     assert arm.base_ref == "kiln/base:bookworm-arm64" == arm.buildargs()["BASE_IMAGE"]
-    assert (
-        EngineImage(loaded.recipe.engine, LazyCA(None), "linux/amd64").base_ref
-        == "kiln/base:bookworm"
-    )
+    assert EngineImage(loaded.recipe.engine, _LazyCA(None), "linux/amd64").base_ref == "kiln/base:bookworm"
 
 
 def test_a_platform_without_debian_pins_is_a_gap():

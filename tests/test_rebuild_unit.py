@@ -36,9 +36,9 @@ def test_images_that_cannot_be_rebuilt_say_why(labels, why):
 def test_first_file_difference_names_path_and_fact():
     a = {"opt": ("5", 0o755, 0, 0, 0, "", 0, ""), "opt/p.txt": ("0", 0o644, 0, 0, 3, "", 0, "aa")}
     b = {**a, "opt/p.txt": ("0", 0o644, 0, 0, 3, "", 0, "bb")}
-    assert imagediff.first_file_difference(a, b) == ("opt/p.txt", "content (sha256) differs: aa vs bb")
-    assert imagediff.first_file_difference(a, a) is None
-    assert imagediff.first_file_difference(a, {"opt": a["opt"]}) == ("opt/p.txt", "only in the first image")
+    assert imagediff._first_file_difference(a, b) == ("opt/p.txt", "content (sha256) differs: aa vs bb")
+    assert imagediff._first_file_difference(a, a) is None
+    assert imagediff._first_file_difference(a, {"opt": a["opt"]}) == ("opt/p.txt", "only in the first image")
 
 
 def test_base_lock_mismatch_is_one_line_naming_the_package(tmp_path):

@@ -68,7 +68,7 @@ def test_a_recipe_image_dates_from_its_dockerfile_too():
 
 def test_an_exclude_never_hides_another_input(tmp_path):
     recipe = tmp_path / "recipes" / "r"
-    specs = sourcedate.pathspecs({recipe: ("Dockerfile", "experimental", "README.md"),
+    specs = sourcedate._pathspecs({recipe: ("Dockerfile", "experimental", "README.md"),
                                   recipe / "Dockerfile": (), recipe / "experimental" / "f": ()}, tmp_path)
     assert ":(top,exclude)recipes/r/README.md" in specs
     assert not any("exclude)recipes/r/Dockerfile" in s or "exclude)recipes/r/experimental" in s for s in specs)

@@ -12,15 +12,15 @@ from kiln.domain.imagecheck import enginestamp, engineverify
 
 def _image(version="0.33.0", **found):
     return SimpleNamespace(labels={"ai.kiln.engine.version": version,
-                                   **enginestamp.labels_for({"torch": None, "cuda": None, "nccl": None, **found})})
+                                   **enginestamp._labels_for({"torch": None, "cuda": None, "nccl": None, **found})})
 
 
 def test_probe_labels_keep_cuda_major_minor_and_skip_what_is_absent():
-    labels = enginestamp.labels_for({"torch": "2.13.0", "cuda": "13.0.96", "nccl": "2.29.7"})
+    labels = enginestamp._labels_for({"torch": "2.13.0", "cuda": "13.0.96", "nccl": "2.29.7"})
     assert labels["ai.kiln.engine.torch"] == "2.13.0"
     assert labels["ai.kiln.engine.cuda"] == "13.0"
     assert labels["ai.kiln.engine.nccl"] == "2.29.7"
-    cpu = enginestamp.labels_for({"torch": "2.13.0+cpu", "cuda": None, "nccl": None})
+    cpu = enginestamp._labels_for({"torch": "2.13.0+cpu", "cuda": None, "nccl": None})
     assert "ai.kiln.engine.cuda" not in cpu and "ai.kiln.engine.nccl" not in cpu
     assert enginestamp.is_stamped(SimpleNamespace(labels=cpu))
 

@@ -14,7 +14,7 @@ import pytest
 from kilntest import REPO, run_kiln
 
 from kiln.domain.recipes.recipe import load_recipe
-from kiln.domain.recipes.topology import Topology, feature_refusals, layout_problems, node_args
+from kiln.domain.recipes.topology import Topology, _feature_refusals, _layout_problems, node_args
 from kiln.domain.serving.launch import _vllm_argv, launch_document
 
 # daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
@@ -96,7 +96,7 @@ def test_vllm_rules_accept_the_layouts_vllm_serves():
                  Topology(nodes=2, accelerators_per_node=8, tensor_parallel=8, pipeline_parallel=2),
                  Topology(nodes=4, accelerators_per_node=8, tensor_parallel=16, data_parallel=2),
                  Topology(nodes=2, accelerators_per_node=8, tensor_parallel=4, data_parallel=4)):
-        assert layout_problems(topo) == [], topo
+        assert _layout_problems(topo) == [], topo
 
 
 def test_node_args_leader_serves_workers_are_headless():
@@ -156,7 +156,7 @@ def test_kiln_refuses_exactly_the_layouts_the_engine_refuses(monkeypatch):
     """The check-time table mirrors the engine's start-up check: over a grid of layouts and
     all2all backends, kiln refuses a layout iff draft-trunc would refuse it in vLLM
     (use_sequence_parallel_moe computed as vLLM 0.32.0's ParallelConfig does)."""
-    from kiln.domain.recipes.topology import SEQUENCE_PARALLEL_BACKENDS
+    from kiln.domain.recipes.topology import _SEQUENCE_PARALLEL_BACKENDS
 
     engine = _engine_check()
     monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: object())  # triton: not a layout rule
@@ -164,12 +164,12 @@ def test_kiln_refuses_exactly_the_layouts_the_engine_refuses(monkeypatch):
                                                      ("allgather_reducescatter", "deepep_low_latency", "flashinfer_nvlink_two_sided")):
         parallel = SimpleNamespace(
             pipeline_parallel_size=pp, prefill_context_parallel_size=1, data_parallel_size=dp, all2all_backend=backend,
-            use_sequence_parallel_moe=backend in SEQUENCE_PARALLEL_BACKENDS and ep and tp > 1 and dp > 1)
+            use_sequence_parallel_moe=backend in _SEQUENCE_PARALLEL_BACKENDS and ep and tp > 1 and dp > 1)
         config = SimpleNamespace(parallel_config=parallel, speculative_config=None)
         engine_refuses = bool(engine.problems(config))
         topo = Topology.model_construct(nodes=1, accelerators_per_node=tp * pp * dp, tensor_parallel=tp,
                                         pipeline_parallel=pp, data_parallel=dp, expert_parallel=ep, master_port=29501)
-        kiln_refuses = bool(feature_refusals("draft-trunc", topo, {"all2all-backend": backend}))
+        kiln_refuses = bool(_feature_refusals("draft-trunc", topo, {"all2all-backend": backend}))
         assert kiln_refuses == engine_refuses, (tp, pp, dp, ep, backend)
 
 
@@ -178,7 +178,7 @@ def test_two_node_glm_variant_is_valid_and_draft_trunc_is_off():
     assert result.returncode == 0, result.stderr
     loaded = load_recipe(REPO / "recipes" / "glm53-kindling-2node")
     assert loaded.recipe.experimental == []
-    assert feature_refusals("draft-trunc", loaded.recipe.topology, loaded.recipe.launch.args)  # why it is off
+    assert _feature_refusals("draft-trunc", loaded.recipe.topology, loaded.recipe.launch.args)  # why it is off
 
 
 # -- the per-node commands ---------------------------------------------------------------

@@ -9,6 +9,7 @@ from kiln.basics import errors
 from kiln.commands import build
 from kiln.domain.patching import series
 from kiln.inimage import patch_applier as P
+from kiln.inimage import patchformat
 
 APPLY_STEP = ("Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site-packages"
               " && python /opt/kiln/lib/kiln_patching.py apply --root /opt/kiln/site-packages")
@@ -16,9 +17,9 @@ APPLY_STEP = ("Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site
 
 def test_applier_codes_equal_the_typed_errors():
     # applier.py runs inside images with the standard library only, so it mirrors the codes
-    assert P.EXIT_PATCH_FAILED == P.ApplyFailed.exit_code == errors.PatchFailed.exit_code
-    assert P.EXIT_DRIFT == P.DriftError.exit_code == errors.OverrideDrift.exit_code
-    assert P.EXIT_INVALID == P.PatchFormatError.exit_code == errors.PatchInvalid.exit_code
+    assert patchformat.EXIT_PATCH_FAILED == patchformat.ApplyFailed.exit_code == errors.PatchFailed.exit_code
+    assert patchformat.EXIT_DRIFT == patchformat.DriftError.exit_code == errors.OverrideDrift.exit_code
+    assert patchformat.EXIT_INVALID == patchformat.PatchFormatError.exit_code == errors.PatchInvalid.exit_code
 
 
 @pytest.mark.parametrize("status, typed", [
@@ -60,18 +61,23 @@ def test_pinned_versions_follow_pep440(tmp_path, monkeypatch, capsys):
     assert "patches/vllm/latest: 'latest' is not a PEP 440 version; left out" in capsys.readouterr().err
 
 
-def test_the_applier_is_stdlib_only_and_the_only_patch_file_in_engine_images():
-    """It runs in images with nothing but python3, standing alone: no kiln import, no
-    third-party module. And host tools (diff, merge, quilt) are no engine-image input."""
+def test_the_applier_is_stdlib_only_and_the_only_patch_files_in_engine_images():
+    """It runs in images with nothing but python3, standing alone with its parser: no kiln
+    import, no third-party module. And host tools (diff, merge, quilt) are no engine-image input."""
     import ast
     import sys
     from pathlib import Path
 
     from kiln.domain.images import specs
 
-    tree = ast.parse(Path(P.__file__).read_text())
-    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
-    relative = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0]
-    assert relative == [] and imported - {"__future__"} <= set(sys.stdlib_module_names), imported
-    assert specs._patcher_source().resolve() == Path(P.__file__).resolve()
+    for module, sibling in ((P, {"kiln_patchformat"}), (patchformat, set())):
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
+        relative = [(n.module, [a.name for a in n.names]) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0]
+        assert relative == ([(None, ["patchformat"])] if sibling else []), relative
+        assert imported - {"__future__"} - sibling <= set(sys.stdlib_module_names), imported
+    shipped = {arc: path.resolve() for arc, path in specs._patcher_sources().items()}
+    assert shipped == {specs.PATCHER_ARC: Path(P.__file__).resolve(),
+                       specs._PATCHFORMAT_ARC: Path(patchformat.__file__).resolve()}
+    assert Path(specs._PATCHFORMAT_ARC).stem == "kiln_patchformat"

@@ -13,6 +13,7 @@ import pytest
 
 from kiln.domain.patching import diff as D
 from kiln.inimage import patch_applier as P
+from kiln.inimage import patchformat
 
 pytestmark = pytest.mark.network  # the fixtures download the engine wheel once
 
@@ -22,8 +23,8 @@ RUN_BATCH = "vllm/entrypoints/cli/run_batch.py"
 PATCHER = Path(P.__file__)
 
 
-def real_series() -> P.Series:
-    return P.load_series(SERIES, "patches/vllm/0.32.0/series")
+def real_series() -> patchformat.Series:
+    return patchformat.load_series(SERIES, "patches/vllm/0.32.0/series")
 
 
 def make_patch(root: Path, edits: dict[str, tuple[bytes, bytes]], name="0001-test.patch",
@@ -74,8 +75,8 @@ def test_broken_hunk_reports_patch_file_hunk_and_context(src032, tmp_path):
     assert broken != good
     (tmp_path / "series").write_text("0001-broken.patch\n")
     (tmp_path / "0001-broken.patch").write_bytes(broken)
-    series = P.load_series(tmp_path / "series", "p/series")
-    with pytest.raises(P.ApplyFailed) as exc:
+    series = patchformat.load_series(tmp_path / "series", "p/series")
+    with pytest.raises(patchformat.ApplyFailed) as exc:
         P.apply_series(P.Tree(src032), [series])
     assert exc.value.exit_code == 6
     assert exc.value.lines == [
@@ -89,15 +90,15 @@ def test_offsets_are_found_and_reported(src032):
     # state the hunk 7 lines too low, as if made against an older file
     data = re.sub(rb"@@ -(\d+),7 \+(\d+),7 @@",
                   lambda m: b"@@ -%d,7 +%d,7 @@" % (int(m[1]) + 7, int(m[2]) + 7), data)
-    res = P.apply_patch(P.Tree(src032), P.parse_patch(data, "x.patch"))
+    res = P.apply_patch(P.Tree(src032), patchformat.parse_patch(data, "x.patch"))
     assert res.ok and res.offsets == [(MAIN, 1, -7)]
 
 
 def test_hunk_with_less_leading_context_is_anchored_to_file_start(src032):
     # like GNU patch at fuzz 0: a hunk at line 1 cannot float down the file
-    hunk = P.Hunk(1, 3, 1, 4, b"", [(b"+", b"# new first line\n"), (b" ", b"import argparse\n"),
+    hunk = patchformat.Hunk(1, 3, 1, 4, b"", [(b"+", b"# new first line\n"), (b" ", b"import argparse\n"),
                                     (b" ", b"import asyncio\n"), (b" ", b"import importlib.metadata\n")])
-    lines = P.split_lines((src032 / RUN_BATCH).read_bytes())
+    lines = patchformat.split_lines((src032 / RUN_BATCH).read_bytes())
     assert P.locate_hunk(lines, hunk, 0, 0) is None
     assert P.locate_hunk(lines[3:], hunk, 0, 0) == 0
 
@@ -105,9 +106,9 @@ def test_hunk_with_less_leading_context_is_anchored_to_file_start(src032):
 def test_new_and_deleted_files_and_missing_newline(src032, tmp_path):
     text = (src032 / "vllm/version.py").read_bytes()
     new_file = D.file_diff("vllm/kiln_extra.py", None, text.rstrip(b"\n"))  # no final newline
-    assert P.NO_NEWLINE in new_file
+    assert patchformat.NO_NEWLINE in new_file
     delete = D.file_diff("vllm/version.py", text, None)
-    patch = P.parse_patch(b"Why: t\nUpstream: no\n" + new_file + delete, "nd.patch")
+    patch = patchformat.parse_patch(b"Why: t\nUpstream: no\n" + new_file + delete, "nd.patch")
     assert [f.creates for f in patch.files] == [True, False] and patch.files[1].deletes
     tree = P.Tree(src032)
     assert P.apply_patch(tree, patch).ok
@@ -115,17 +116,17 @@ def test_new_and_deleted_files_and_missing_newline(src032, tmp_path):
     assert P.apply_patch(tree, patch, reverse=True).ok
     assert tree.read("vllm/kiln_extra.py") is None and tree.read("vllm/version.py") == text
     # creating a file that exists is a file-level failure, not a silent overwrite
-    res = P.apply_patch(P.Tree(src032), P.parse_patch(D.file_diff("vllm/version.py", None, b"x\n"), "c.patch"))
+    res = P.apply_patch(P.Tree(src032), patchformat.parse_patch(D.file_diff("vllm/version.py", None, b"x\n"), "c.patch"))
     assert res.failure_lines() == ["c.patch: vllm/version.py: already exists, but the patch creates it"]
 
 
 def test_header_is_required_and_parse_errors_name_the_line(src032):
     data = make_patch(src032, {MAIN: (b'action="version",', b'action="version",  # x')}, header=b"just text\n")
-    problems = P.parse_patch(data, "p/x.patch").header_problems()
+    problems = patchformat.parse_patch(data, "p/x.patch").header_problems()
     assert problems[0].startswith("p/x.patch: header has no `Why:` line")
     assert problems[1].startswith("p/x.patch: header has no `Upstream:` line")
-    with pytest.raises(P.PatchFormatError) as exc:
-        P.parse_patch(re.sub(rb"@@ -(\d+),7", rb"@@ -\1,9", data), "p/x.patch")
+    with pytest.raises(patchformat.PatchFormatError) as exc:
+        patchformat.parse_patch(re.sub(rb"@@ -(\d+),7", rb"@@ -\1,9", data), "p/x.patch")
     assert exc.value.exit_code == 30 and exc.value.lines[0].startswith("p/x.patch:")
 
 
@@ -156,7 +157,7 @@ def test_all_or_nothing_in_image_cli(src032, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "m.json").read_text())
-    assert manifest["patches"] == [{"name": "0001-good.patch", "sha256": P.sha256_bytes(good),
+    assert manifest["patches"] == [{"name": "0001-good.patch", "sha256": patchformat.sha256_bytes(good),
                                     "source": "series", "files": [MAIN, RUN_BATCH]}]
     assert b"version=vllm.__version__" in (root / MAIN).read_bytes()
 
@@ -174,7 +175,7 @@ def test_apply_overlays_and_drift(src032, tmp_path):
     (feat / "files").mkdir()
     (feat / "files" / "run_batch.py").write_bytes(upstream + b"# replaced\n")
     spec = {"name": "feat", "series": "patches/series",
-            "replacements": [{"target": RUN_BATCH, "file": "files/run_batch.py", "upstream_sha256": P.sha256_bytes(upstream)}]}
+            "replacements": [{"target": RUN_BATCH, "file": "files/run_batch.py", "upstream_sha256": patchformat.sha256_bytes(upstream)}]}
     (feat / "overlay.json").write_text(json.dumps(spec))
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"patches": [{"name": "0001-engine.patch"}], "replacements": []}))
@@ -185,10 +186,10 @@ def test_apply_overlays_and_drift(src032, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 7
     assert f"feature feat: {RUN_BATCH}: forked from a different upstream file (expected sha256 {'0' * 64}, " \
-           f"the engine has {P.sha256_bytes(upstream)})" in proc.stderr
+           f"the engine has {patchformat.sha256_bytes(upstream)})" in proc.stderr
     assert (root / MAIN).read_bytes() == (src032 / MAIN).read_bytes()
 
-    spec["replacements"][0]["upstream_sha256"] = P.sha256_bytes(upstream)
+    spec["replacements"][0]["upstream_sha256"] = patchformat.sha256_bytes(upstream)
     (feat / "overlay.json").write_text(json.dumps(spec))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -201,8 +202,8 @@ def test_apply_overlays_and_drift(src032, tmp_path):
 
 def test_patch_that_breaks_syntax_is_a_failure(src032):
     data = make_patch(src032, {MAIN: (b"def main():\n", b"def main(:\n")})
-    with pytest.raises(P.ApplyFailed) as exc:
-        P.apply_series(P.Tree(src032), [P.Series("s", [P.parse_patch(data, "s.patch", "s.patch")])])
+    with pytest.raises(patchformat.ApplyFailed) as exc:
+        P.apply_series(P.Tree(src032), [patchformat.Series("s", [patchformat.parse_patch(data, "s.patch", "s.patch")])])
     assert exc.value.lines[0].startswith(f"{MAIN}: does not compile after patching (s.patch):")
 
 

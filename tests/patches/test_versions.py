@@ -121,7 +121,7 @@ def test_check_says_which_series_each_recipe_uses(groot, capsys):
     code, out, err = kiln(capsys, "check", "--all", "--json")
     assert code == 0, err
     recipes = {r["name"]: r for r in json.loads(out)["recipes"]}
-    from kiln.inimage.patch_applier import read_series_names
+    from kiln.inimage.patchformat import read_series_names
 
     feature = len(read_series_names(groot / DT / "patches" / "0.33.0" / "series"))
     assert feature >= 9  # 0001-0008 hooks, 0009 dead rows for any router (qwen3-30b-a3b)

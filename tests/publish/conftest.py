@@ -47,12 +47,12 @@ def mini(tmp_path_factory, base_image, docker_daemon):
         built = run_kiln("build", NAME, env={"KILN_ROOT": str(root)}, cwd=root)
         assert built.returncode == 0, built.stderr[-3000:]
         from kiln.domain.images.specs import resolve
-        from kiln.domain.publishing import engine_tag
+        from kiln.domain.publishing import _engine_tag
 
         resolved = resolve(NAME)
         loaded, recipe_image = resolved.loaded, resolved.recipe_image
         image = docker_daemon.image(recipe_image.tag)
         yield Mini(root, tmp / "results", tmp / "docker-config", image.id, recipe_image.short,
-                   recipe_image.digest, engine_tag(loaded), [])
+                   recipe_image.digest, _engine_tag(loaded), [])
     paths.repo_root.cache_clear()
     remove_images(docker_daemon, f"kiln/{NAME}")

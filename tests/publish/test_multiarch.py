@@ -32,7 +32,7 @@ def tree(tmp_path_factory, docker_daemon):
     """A kiln tree whose recipe declares both platforms, and an image 'built' for each."""
     from kiln.basics import paths
     from kiln.domain.images.buildcontext import BuildContext
-    from kiln.domain.images.specs import LABEL_NS, platform_labels, resolve
+    from kiln.domain.images.specs import LABEL_NS, _platform_labels, resolve
     from kiln.domain.reproducible.normalise_image import make_reproducible
     from kiln.domain.reproducible.savearchive import rfc3339
 
@@ -52,7 +52,7 @@ def tree(tmp_path_factory, docker_daemon):
             ctx.add_bytes("payload.txt", f"{NAME} for {plat}\n".encode())
             epoch = ri.source_date.epoch
             built = docker_daemon.build(ctx, label=f"{NAME} {plat}", platform=plat, quiet=True,
-                                        labels={f"{LABEL_NS}.input-digest": ri.digest, **platform_labels(plat),
+                                        labels={f"{LABEL_NS}.input-digest": ri.digest, **_platform_labels(plat),
                                                 "org.opencontainers.image.created": rfc3339(epoch)})
             # normalised as kiln build leaves it: kiln trusts no other image for its inputs
             norm = make_reproducible(docker_daemon, built.image_id, epoch, label=f"{NAME} {plat}")

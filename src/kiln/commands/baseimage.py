@@ -26,7 +26,7 @@ from kiln.domain.locks.baselock import (
     lock_path,
     shown,
 )
-from kiln.domain.recipes.recipe import DEFAULT_PLATFORM
+from kiln.domain.recipes.sections import DEFAULT_PLATFORM
 from kiln.domain.reproducible import normalise_image, savearchive, sourcedate
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, Image, id_of

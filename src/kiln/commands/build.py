@@ -41,7 +41,7 @@ from kiln.domain.reproducible.savearchive import rfc3339
 from kiln.domain.reproducible.sourcedate import SourceDate
 from kiln.infra import binfmt, credentials, records
 from kiln.infra.docker import DockerDaemon, Image, id_of
-from kiln.inimage import patch_applier
+from kiln.inimage import patch_applier, patchformat
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
 
@@ -152,9 +152,9 @@ def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
     if exc.status is None or not _runs_applier(exc.step):
         return None
     typed = {
-        patch_applier.ApplyFailed.exit_code: PatchFailed,
-        patch_applier.DriftError.exit_code: OverrideDrift,
-        patch_applier.PatchFormatError.exit_code: PatchInvalid,
+        patchformat.ApplyFailed.exit_code: PatchFailed,
+        patchformat.DriftError.exit_code: OverrideDrift,
+        patchformat.PatchFormatError.exit_code: PatchInvalid,
     }.get(exc.status)
     if typed is None:
         return None

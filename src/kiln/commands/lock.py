@@ -13,7 +13,8 @@ from kiln.domain.images.specs import EngineImage
 from kiln.domain.locks import enginelock as L
 from kiln.domain.locks import lockrecords as LR
 from kiln.domain.locks import relock
-from kiln.domain.recipes.recipe import Engine, load_recipe, recipe_dir, recipe_names
+from kiln.domain.recipes.recipe import load_recipe, recipe_dir, recipe_names
+from kiln.domain.recipes.sections import Engine
 from kiln.infra.docker import DockerDaemon
 
 

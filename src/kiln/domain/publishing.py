@@ -28,7 +28,7 @@ DEFAULT_CHANNELS = ("experimental", "stable")
 def consumer_tags(loaded: LoadedRecipe, short: str, channel: str) -> list[str]:
     """The tags consumers follow or pin, in write order: engine, channel, then the input
     digest tag last (its presence means the publish completed)."""
-    return [engine_tag(loaded), channel, short]
+    return [_engine_tag(loaded), channel, short]
 
 
 def unsmoked_tag(short: str) -> str:
@@ -60,13 +60,15 @@ def check_channel(loaded: LoadedRecipe, channel: str | None) -> str:
     return channel
 
 
-def engine_tag(loaded: LoadedRecipe) -> str:
+def _engine_tag(loaded: LoadedRecipe) -> str:
     e = loaded.recipe.engine
     # a version like 0.32.0+cpu is not a valid tag character set
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{e.name}-{e.version}-{loaded.name}")
 
 
-def smoke_evidence(tag: str, image_id: str, skip: bool) -> dict:
+def smoke_evidence(tag: str, image_id: str, skip: bool) -> dict[str, str]:
+    """What a publish records of the image's smoke test: its status ("passed" or
+    "skipped") and, when passed, the record's file."""
     rec = passing_smoke_record(image_id)
     if rec is not None:
         if skip:
@@ -111,7 +113,7 @@ def built_platforms(docker: DockerDaemon, name: str, declared: list[str]) -> lis
     return members
 
 
-def platform_smoke(name: str, members: list[tuple[str, BuiltRecipe]]) -> dict:
+def platform_smoke(name: str, members: list[tuple[str, BuiltRecipe]]) -> dict[str, str]:
     """Every platform entering the index has a passing smoke record of its own image."""
     failing = [(plat, built) for plat, built in members if passing_smoke_record(id_of(built.image)) is None]
     if failing:

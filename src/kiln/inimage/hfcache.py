@@ -28,6 +28,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 # the container path the cache volume is mounted at; HF_HUB_CACHE points here
 CONTAINER_CACHE = "/hf-cache"
@@ -40,6 +41,18 @@ LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model", ".msgp
 LFS_MIN_BYTES = 10 * 1024 * 1024  # the hub's default threshold for LFS
 
 
+class _HfModelNames(TypedDict):
+    role: str
+    repo: str
+    revision: str
+
+
+class HfModelJson(_HfModelNames, total=False):
+    """One model as launch.json's `hf_models` lists it (and this file's argv takes them)."""
+
+    tokenizer: bool  # absent: True
+
+
 @dataclass(frozen=True)
 class HfModel:
     """One model a recipe reads from the cache."""
@@ -49,11 +62,11 @@ class HfModel:
     revision: str
     tokenizer: bool = True  # the target's tokenizer is loaded; a draft model's is not
 
-    def to_json(self) -> dict:
+    def to_json(self) -> HfModelJson:
         return {"role": self.role, "repo": self.repo, "revision": self.revision, "tokenizer": self.tokenizer}
 
     @classmethod
-    def from_json(cls, data: dict) -> HfModel:
+    def from_json(cls, data: HfModelJson) -> HfModel:
         return cls(role=data["role"], repo=data["repo"], revision=data["revision"],
                    tokenizer=bool(data.get("tokenizer", True)))
 

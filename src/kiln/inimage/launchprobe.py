@@ -2,33 +2,10 @@
 python, vLLM and kiln-engine, in a network-less container (`python -c <this file>`).
 kiln never imports it: it imports nothing of kiln, and vLLM only inside functions.
 
-It reads one request, JSON in $KILN_ARGPROBE:
-  {"dump": bool, "jobs": [{"groups": [[token, ...], ...], "env": {NAME: value}}]}
-where a job's groups, concatenated, are the exact `vllm` argv a recipe image runs
-(group 0 is `serve MODEL`, every other group one flag and its values) and env is the
-environment it bakes. It prints one line, `KILN-ARGPROBE <json>`:
-  {"version": vLLM's version or None, "kiln_engine": its version or None,
-   "flags": ... (only when dump: every --option of `vllm serve`), "jobs": [{"problems":
-   [{"group": index or None, "key": speculative-config key or None, "var": env name or
-   None, "stage": ..., "message": the engine's own complaint}], "stages": [...]}]}
+It reads one request, JSON in $KILN_ARGPROBE, and prints one line,
+`KILN-ARGPROBE <json>`: both documents are typed in probeprotocol.py.
 
-How deep it goes (`stages`), each as vLLM itself does it and stopping before anything
-touches a model or a device:
-  parse         vLLM's `serve` parser (FlexibleArgumentParser) parses each group on its
-                own (so every bad flag is named, not only the first) and then the whole
-                argv; argparse's message is the complaint
-  serve         the `serve` subcommand's own checks of the parsed args (validate)
-  engine-args   AsyncEngineArgs.from_cli_args, as `vllm serve` builds it (the nested
-                JSON configs, e.g. --compilation-config, become their config objects)
-  config        each recipe flag's value through the pydantic validator of the vLLM
-                config dataclass that owns it (SchedulerConfig.max_num_seqs >= 1, ...)
-  speculative   each --speculative-config key through SpeculativeConfig's validator, then
-                its model-free whole-config checks and the dynamic-speculation
-                schedule check (_speculative_whole says which)
-  env           kiln-engine's own knob parsers and check_environment over the env
-Not reached: EngineArgs.create_engine_config, which reads the model's config.json and
-sizes the device, and each config's __post_init__ (the same; but SpeculativeConfig's for
-the methods that read no model).
+How deep it goes is the answer's `stages` (probeprotocol.py says what each one checks).
 """
 
 from __future__ import annotations
@@ -39,7 +16,10 @@ import os
 import re
 import sys
 import typing
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # types only: this file is sent alone (`python -c`), see probeprotocol.py
+    from .probeprotocol import FlagInfo, JobAnswer, ProbeAnswer, ProbeProblem, ProbeRequest  # noqa: TID252
 
 MARKER = "KILN-ARGPROBE"
 REQUEST_ENV = "KILN_ARGPROBE"
@@ -69,7 +49,7 @@ def _tidy(text: str) -> str:
 
 
 def _problem(stage: str, message: str, group: int | None = None, key: str | None = None,
-             var: str | None = None) -> dict[str, Any]:
+             var: str | None = None) -> ProbeProblem:
     return {"stage": stage, "group": group, "key": key, "var": var, "message": _tidy(message)}
 
 
@@ -87,10 +67,9 @@ class Vllm:
         if not vllm.platforms.current_platform.device_type:
             import torch  # late: in-image only
 
-            class ParserOnly(UnspecifiedPlatform):
-                device_type = "cuda" if torch.version.cuda else "cpu"
-
-            vllm.platforms._current_platform = ParserOnly()
+            device_type = "cuda" if torch.version.cuda else "cpu"
+            parser_only = type("ParserOnly", (UnspecifiedPlatform,), {"device_type": device_type})
+            vllm.platforms._current_platform = parser_only()
         self.version: str = vllm.__version__
         self.root, self.serve, self.command = self._parsers()
 
@@ -117,8 +96,8 @@ class Vllm:
             return parser, parser, None
         raise SystemExit("no vllm serve parser found")
 
-    def flags(self) -> dict[str, dict[str, bool]]:
-        out = {}
+    def flags(self) -> dict[str, FlagInfo]:
+        out: dict[str, FlagInfo] = {}
         for action in self.serve._actions:
             for opt in action.option_strings:
                 if opt.startswith("--"):
@@ -239,8 +218,8 @@ class FieldCheck:
         return []
 
 
-def check_argv(vllm: Vllm, groups: list[list[str]]) -> tuple[list[dict], list[str]]:
-    problems: list[dict] = []
+def check_argv(vllm: Vllm, groups: list[list[str]]) -> tuple[list[ProbeProblem], list[str]]:
+    problems: list[ProbeProblem] = []
     stages = ["parse"]
     head = groups[0]
     bad: set[int] = set()
@@ -292,7 +271,7 @@ def check_argv(vllm: Vllm, groups: list[list[str]]) -> tuple[list[dict], list[st
 
 
 def _config_problems(vllm: Vllm, groups: list[list[str]], bad: set[int], args: argparse.Namespace,
-                     owners: dict[str, Any]) -> list[dict]:
+                     owners: dict[str, Any]) -> list[ProbeProblem]:
     check = FieldCheck()
     chosen: list[tuple[int, str, Any]] = []
     for i, group in enumerate(groups[1:], 1):
@@ -315,7 +294,7 @@ def _config_problems(vllm: Vllm, groups: list[list[str]], bad: set[int], args: a
 
 
 def _speculative_problems(vllm: Vllm, groups: list[list[str]], bad: set[int],
-                          args: argparse.Namespace) -> list[dict] | None:
+                          args: argparse.Namespace) -> list[ProbeProblem] | None:
     spec = getattr(args, "speculative_config", None)
     if not isinstance(spec, dict):
         return None
@@ -400,7 +379,7 @@ def _speculative_whole(cls: Any, inst: Any, spec: dict[str, Any]) -> list[tuple[
     return out
 
 
-def check_env(env: dict[str, str]) -> tuple[list[dict], str | None]:
+def check_env(env: dict[str, str]) -> tuple[list[ProbeProblem], str | None]:
     """kiln-engine's own refusals of the env the server would run with: each knob by its
     own parser (every bad one named), then check_environment (combinations)."""
     try:
@@ -411,7 +390,7 @@ def check_env(env: dict[str, str]) -> tuple[list[dict], str | None]:
     version = getattr(kiln_engine, "__version__", "?")
     # kiln-serve: the baked env, then the container's (the image's ENV, `docker run -e`)
     environ = {**env, **{k: v for k, v in os.environ.items() if k not in PROBE_ENV}}
-    problems = []
+    problems: list[ProbeProblem] = []
     try:
         for feature in features.FEATURES:
             for knob in (feature.switch, *feature.knobs):
@@ -431,11 +410,11 @@ def check_env(env: dict[str, str]) -> tuple[list[dict], str | None]:
 
 
 def main() -> None:
-    request = json.loads(os.environ.get(REQUEST_ENV) or "{}")
+    request: ProbeRequest = json.loads(os.environ.get(REQUEST_ENV) or "{}")
     # argparse has no hook for its error/exit (they print and exit); the probe wants them raised
     argparse.ArgumentParser.error = _refuse  # type: ignore[method-assign]  # patched on purpose, see above
     argparse.ArgumentParser.exit = _exit  # type: ignore[method-assign]  # patched on purpose, see above
-    answer: dict[str, Any] = {"version": None, "kiln_engine": None}
+    answer: ProbeAnswer = {"version": None, "kiln_engine": None, "jobs": []}
     vllm: Vllm | None = None
     try:
         vllm = Vllm()
@@ -445,10 +424,11 @@ def main() -> None:
             raise
     if request.get("dump") and vllm is not None:
         keys, methods = speculative_fields()
-        answer.update(flags=vllm.flags(), speculative_keys=keys, speculative_methods=methods)
-    jobs = []
+        answer["flags"] = vllm.flags()
+        answer["speculative_keys"], answer["speculative_methods"] = keys, methods
+    jobs: list[JobAnswer] = []
     for job in request.get("jobs", []):
-        problems: list[dict] = []
+        problems: list[ProbeProblem] = []
         stages: list[str] = []
         if vllm is not None:
             problems, stages = check_argv(vllm, job["groups"])

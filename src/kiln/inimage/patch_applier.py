@@ -1,12 +1,13 @@
-"""The in-image patch applier: parse quilt-style series, apply them (or reverse them)
-to an installed engine, swap in whole-file replacements, write the manifest.
+"""The in-image patch applier: apply quilt-style series (or reverse them) to an
+installed engine, swap in whole-file replacements, write the manifest.
 
-Standard library only, in one file, on purpose: the harness copies this module (and no
-other patch code) into engine build contexts as ``kiln_patching.py`` and runs it with the
-image's python3 (``main()`` below). The host-side commands (`kiln patches ...`, in the
-other modules of this package) apply series with the very same code, so "it applies on
-my machine" and "it applies in the image" cannot disagree, while editing the host-only
-diff/merge tools changes no engine image's inputs.
+Standard library only, on purpose: the harness copies this module and its one sibling,
+the parser (kiln.inimage.patchformat), and no other patch code into engine build contexts
+as ``kiln_patching.py`` and ``kiln_patchformat.py``, and runs the first with the image's
+python3 (``main()`` below). The host-side commands (`kiln patches ...`, in
+kiln.domain.patching) apply series with the very same code, so "it applies on my machine"
+and "it applies in the image" cannot disagree, while editing the host-only diff/merge
+tools changes no engine image's inputs.
 
 Semantics follow GNU patch with fuzz 0 (what quilt uses by default):
 
@@ -16,31 +17,29 @@ Semantics follow GNU patch with fuzz 0 (what quilt uses by default):
   offset is carried to the next hunk; a hunk with less leading than trailing context is
   anchored to the start of the file (and the reverse to the end), as GNU patch does;
 * nothing is written unless every hunk of every patch applies (all-or-nothing).
-
-Everything is bytes: files are never decoded, so CRLF, odd encodings and a missing final
-newline survive a round trip exactly.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import re
 import sys
 import tempfile
 import warnings
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypedDict
 
-# The in-image applier's exit statuses. Mirrors (this file must stay stdlib-only, so it
-# cannot import kiln.basics.errors) of PatchFailed, OverrideDrift and PatchInvalid's exit codes:
-# `kiln build` maps the status of the failed RUN step to those errors, and a test keeps
-# the two in step.
-EXIT_PATCH_FAILED = 6
-EXIT_DRIFT = 7
-EXIT_INVALID = 30
+# One import per place this runs: relative on the host (kiln.inimage.patch_applier, and
+# not `kiln.` by name: inimage imports no kiln), by its shipped name in the image build,
+# where this runs as a script with kiln_patchformat.py next to it (kiln.domain.images.specs).
+if TYPE_CHECKING or __package__:
+    from . import patchformat  # noqa: TID252  (see above)
+else:  # next to it whatever sys.path holds (python -I or PYTHONSAFEPATH leave this folder out)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import kiln_patchformat as patchformat
 
 # The applier's last stderr line on failure starts with this; kiln replaces it with the
 # typed error's own hint.
@@ -48,337 +47,6 @@ HINT_PREFIX = "hint: "
 HINT_PATCH = "hint: reproduce without Docker: kiln patches check / kiln engine bump --to VERSION --dry-run"
 HINT_OVERLAY = "hint: reproduce without Docker: kiln patches check --recipe RECIPE"
 HINT_DRIFT = "hint: kiln override rebase RECIPE FEATURE --from OLD_VERSION merges the override onto this engine"
-NO_NEWLINE = b"\\ No newline at end of file"
-CONFLICT_MARKERS = (b"<<<<<<< ", b"||||||| ", b">>>>>>> ")
-
-
-# -- errors ------------------------------------------------------------------------------
-class PatchError(Exception):
-    """A failure with one or more user-facing lines and an exit code."""
-
-    exit_code = 1
-
-    def __init__(self, lines: list[str]):
-        super().__init__("\n".join(lines))
-        self.lines = list(lines)
-
-
-class PatchFormatError(PatchError):
-    """A patch or series file that cannot be parsed, or lacks its header."""
-
-    exit_code = EXIT_INVALID
-
-
-class ApplyFailed(PatchError):
-    """Hunks that do not apply; one line each."""
-
-    exit_code = EXIT_PATCH_FAILED
-
-
-class DriftError(PatchError):
-    """A whole-file replacement whose upstream file is not the one it was forked from."""
-
-    exit_code = EXIT_DRIFT
-
-
-# -- small helpers -----------------------------------------------------------------------
-def split_lines(data: bytes) -> list[bytes]:
-    """Lines with their b'\\n' kept; only b'\\n' separates (bytes.splitlines would also
-    split on \\r, \\x0b, \\x0c, \\x1c.. and break exact matching)."""
-    if not data:
-        return []
-    parts = data.split(b"\n")
-    out = [p + b"\n" for p in parts[:-1]]
-    if parts[-1]:
-        out.append(parts[-1])
-    return out
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _show(line: bytes) -> str:
-    return line.rstrip(b"\r\n").decode("utf-8", "replace").strip()
-
-
-def _strip_path(raw: bytes, where: str) -> str | None:
-    """`a/vllm/x.py<TAB>date` -> `vllm/x.py` (-p1); /dev/null -> None."""
-    name = raw.split(b"\t", 1)[0].rstrip(b"\r\n").rstrip()
-    if name == b"/dev/null":
-        return None
-    text = name.decode("utf-8", "surrogateescape")
-    if text.startswith('"'):
-        raise PatchFormatError([f"{where}: quoted file names are not supported: {text}"])
-    parts = text.split("/", 1)
-    if len(parts) < 2 or not parts[1]:
-        raise PatchFormatError([f"{where}: file name {text!r} has no leading directory to strip (-p1)"])
-    rel = parts[1]
-    if rel.startswith("/") or ".." in rel.split("/"):
-        raise PatchFormatError([f"{where}: file name {text!r} escapes the root"])
-    return rel
-
-
-# -- model -------------------------------------------------------------------------------
-@dataclass
-class Hunk:
-    old_start: int
-    old_len: int
-    new_start: int
-    new_len: int
-    heading: bytes  # text after the closing @@ (function context), kept for round trips
-    lines: list[tuple[bytes, bytes]]  # (tag b" " | b"-" | b"+", line incl. its b"\n" if any)
-
-    @property
-    def old_lines(self) -> list[bytes]:
-        return [text for tag, text in self.lines if tag != b"+"]
-
-    @property
-    def new_lines(self) -> list[bytes]:
-        return [text for tag, text in self.lines if tag != b"-"]
-
-    def context_counts(self) -> tuple[int, int]:
-        """(leading, trailing) context lines, which decide GNU patch's anchoring."""
-        lead = 0
-        for tag, _ in self.lines:
-            if tag != b" ":
-                break
-            lead += 1
-        trail = 0
-        for tag, _ in reversed(self.lines):
-            if tag != b" ":
-                break
-            trail += 1
-        if lead == len(self.lines):  # context only: no anchoring either way
-            return lead, lead
-        return lead, trail
-
-    def first_context(self) -> str:
-        """The first non-blank context line (a blank one identifies nothing), else the
-        first line the hunk expects to find."""
-        for tag, text in self.lines:
-            if tag == b" " and text.strip():
-                return _show(text)
-        old = [t for t in self.old_lines if t.strip()] or self.old_lines
-        return _show(old[0]) if old else ""
-
-    def to_bytes(self) -> bytes:
-        head = f"@@ -{self.old_start},{self.old_len} +{self.new_start},{self.new_len} @@".encode()
-        return head + self.heading + b"\n" + b"".join(emit_line(tag, text) for tag, text in self.lines)
-
-    def range_text(self) -> str:
-        return f"@@ -{self.old_start},{self.old_len} +{self.new_start},{self.new_len} @@"
-
-    def reversed(self) -> Hunk:
-        swap = {b"-": b"+", b"+": b"-", b" ": b" "}
-        return Hunk(self.new_start, self.new_len, self.old_start, self.old_len, self.heading,
-                    [(swap[tag], text) for tag, text in self.lines])
-
-
-@dataclass
-class FileDiff:
-    old_path: str | None  # None: /dev/null (the patch creates the file)
-    new_path: str | None  # None: /dev/null (the patch deletes the file)
-    hunks: list[Hunk]
-    raw: bytes  # the section exactly as written, for byte-identical refresh
-    preamble: list[bytes] = field(default_factory=list)  # `diff --git`, mode lines ...
-
-    @property
-    def target(self) -> str:
-        return self.new_path or self.old_path  # type: ignore[return-value]  # the parser refuses /dev/null on both sides
-
-    @property
-    def creates(self) -> bool:
-        return self.old_path is None
-
-    @property
-    def deletes(self) -> bool:
-        return self.new_path is None
-
-    def reversed(self) -> FileDiff:
-        return FileDiff(self.new_path, self.old_path, [h.reversed() for h in self.hunks], self.raw, self.preamble)
-
-
-@dataclass
-class Patch:
-    display: str  # the path as given, used in every message
-    name: str  # the series entry
-    data: bytes
-    header: bytes
-    files: list[FileDiff]
-
-    @property
-    def sha256(self) -> str:
-        return sha256_bytes(self.data)
-
-    @property
-    def targets(self) -> list[str]:
-        return [f.target for f in self.files]
-
-    def header_problems(self) -> list[str]:
-        """Every patch says why it exists and whether it is meant for upstream."""
-        text = self.header.decode("utf-8", "replace")
-        problems = []
-        for key, why in (("Why", "say why this patch exists"),
-                         ("Upstream", "say whether it is meant for upstream, e.g. `Upstream: yes, <PR url>` or `Upstream: no, kiln-only`")):
-            if not re.search(rf"^\s*{key}:\s*\S", text, re.M):
-                problems.append(f"{self.display}: header has no `{key}:` line before the first `---` ({why})")
-        return problems
-
-
-@dataclass
-class Series:
-    file: str  # display path of the series file ("" for an empty, absent series)
-    patches: list[Patch]
-    source: str = "series"  # manifest source: "series" or "feature:<name>"
-
-
-# -- parsing -----------------------------------------------------------------------------
-_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.S)
-
-
-def _starts_section(lines: list[bytes], i: int) -> bool:
-    line = lines[i]
-    if line.startswith(b"diff --git ") or line.startswith(b"diff -"):
-        return True
-    return line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
-
-
-def _parse_hunk(lines: list[bytes], i: int, display: str) -> tuple[Hunk, int]:
-    m = _HUNK_RE.match(lines[i].rstrip(b"\r\n"))
-    if not m:
-        raise PatchFormatError([f"{display}:{i + 1}: malformed hunk header {_show(lines[i])!r}"])
-    a, b, c, d, heading = m.groups()
-    hunk = Hunk(int(a), 1 if b is None else int(b), int(c), 1 if d is None else int(d), heading, [])
-    want_old, want_new = hunk.old_len, hunk.new_len
-    i += 1
-    while want_old > 0 or want_new > 0:
-        if i >= len(lines):
-            raise PatchFormatError([f"{display}:{i}: hunk {hunk.range_text()} ends early (file truncated?)"])
-        line = lines[i]
-        tag, text = line[:1], line[1:]
-        if line in (b"\n", b"\r\n"):  # context blank line whose leading space an editor ate
-            tag, text = b" ", line
-        if tag == b"\\":
-            _drop_newline(hunk, display, i)
-        elif tag == b" " and want_old > 0 and want_new > 0:
-            want_old, want_new = want_old - 1, want_new - 1
-            hunk.lines.append((tag, text))
-        elif tag == b"-" and want_old > 0:
-            want_old -= 1
-            hunk.lines.append((tag, text))
-        elif tag == b"+" and want_new > 0:
-            want_new -= 1
-            hunk.lines.append((tag, text))
-        else:
-            raise PatchFormatError([f"{display}:{i + 1}: line does not fit hunk {hunk.range_text()} "
-                                    f"(line counts in the @@ header are wrong?)"])
-        i += 1
-    if i < len(lines) and lines[i].startswith(b"\\"):
-        _drop_newline(hunk, display, i)
-        i += 1
-    return hunk, i
-
-
-def _drop_newline(hunk: Hunk, display: str, i: int) -> None:
-    """`\\ No newline at end of file` belongs to the line just before it."""
-    if not hunk.lines or not hunk.lines[-1][1].endswith(b"\n"):
-        raise PatchFormatError([f"{display}:{i + 1}: stray '\\ No newline at end of file'"])
-    tag, text = hunk.lines[-1]
-    hunk.lines[-1] = (tag, text[:-1])
-
-
-def parse_patch(data: bytes, display: str, name: str | None = None) -> Patch:
-    """Parse a unified diff: free-text header, then one section per file."""
-    lines = split_lines(data)
-    i = 0
-    while i < len(lines) and not _starts_section(lines, i):
-        i += 1
-    header = b"".join(lines[:i])
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
-    files: list[FileDiff] = []
-    while i < len(lines):
-        start = i
-        preamble = []
-        while i < len(lines) and not lines[i].startswith(b"--- "):
-            if lines[i].startswith((b"GIT binary patch", b"Binary files ")):
-                raise PatchFormatError([f"{display}:{i + 1}: binary diffs are not supported"])
-            if lines[i].startswith((b"rename from", b"copy from")):
-                raise PatchFormatError([f"{display}:{i + 1}: renames and copies are not supported"])
-            if i > start and _starts_section(lines, i):
-                break
-            preamble.append(lines[i])
-            i += 1
-        if i >= len(lines) or not lines[i].startswith(b"--- "):
-            raise PatchFormatError([f"{display}:{start + 1}: file section without `---`/`+++` lines "
-                                    "(mode-only or rename diffs are not supported)"])
-        if i + 1 >= len(lines) or not lines[i + 1].startswith(b"+++ "):
-            raise PatchFormatError([f"{display}:{i + 2}: `---` line not followed by `+++`"])
-        old = _strip_path(lines[i][4:], f"{display}:{i + 1}")
-        new = _strip_path(lines[i + 1][4:], f"{display}:{i + 2}")
-        if old is None and new is None:
-            raise PatchFormatError([f"{display}:{i + 1}: both sides are /dev/null"])
-        if old is not None and new is not None and old != new:
-            raise PatchFormatError([f"{display}:{i + 1}: {old} -> {new}: renames are not supported"])
-        i += 2
-        hunks = []
-        while i < len(lines) and lines[i].startswith(b"@@"):
-            hunk, i = _parse_hunk(lines, i, display)
-            hunks.append(hunk)
-        # Anything up to the next section (e.g. a format-patch signature) stays in `raw`.
-        while i < len(lines) and not _starts_section(lines, i):
-            if lines[i].startswith(b"@@"):
-                raise PatchFormatError([f"{display}:{i + 1}: hunk outside a file section"])
-            i += 1
-        if not hunks:
-            raise PatchFormatError([f"{display}:{start + 1}: {new or old}: no hunks"])
-        files.append(FileDiff(old, new, hunks, data[offsets[start]:offsets[i]], preamble))
-    # header + sections cover the file exactly: what refresh relies on for byte identity
-    assert header + b"".join(f.raw for f in files) == data
-    return Patch(display, name or os.path.basename(display), data, header, files)
-
-
-def read_series_names(series_file: Path, display: str | None = None) -> list[str]:
-    """quilt's series format: one patch per line, `#` comments, optional `-p1`."""
-    shown = display or str(series_file)
-    names: list[str] = []
-    for lineno, raw in enumerate(series_file.read_text(encoding="utf-8").splitlines(), 1):
-        words = raw.split("#", 1)[0].split()
-        if not words:
-            continue
-        name, opts = words[0], words[1:]
-        if any(opt != "-p1" for opt in opts):
-            raise PatchFormatError([f"{shown}:{lineno}: {name}: only -p1 is supported (got {' '.join(opts)})"])
-        if name.startswith("/") or ".." in name.split("/"):
-            raise PatchFormatError([f"{shown}:{lineno}: {name}: must stay inside the series folder"])
-        if name in names:
-            raise PatchFormatError([f"{shown}:{lineno}: {name}: listed twice"])
-        names.append(name)
-    return names
-
-
-def load_series(series_file: Path, display: str | None = None, source: str = "series") -> Series:
-    """Parse every patch a series file lists; a missing series file is an empty series."""
-    shown = display or str(series_file)
-    if not series_file.is_file():
-        return Series("", [], source)
-    base = os.path.dirname(shown)
-    patches, problems = [], []
-    for name in read_series_names(series_file, shown):
-        pdisplay = f"{base}/{name}" if base else name
-        path = series_file.parent / name
-        if not path.is_file():
-            problems.append(f"{pdisplay}: listed in {shown} but no such file")
-            continue
-        try:
-            patches.append(parse_patch(path.read_bytes(), pdisplay, name))
-        except PatchFormatError as exc:
-            problems.extend(exc.lines)
-    if problems:
-        raise PatchFormatError(problems)
-    return Series(shown, patches, source)
 
 
 # -- the tree being patched ---------------------------------------------------------------
@@ -442,7 +110,7 @@ class Tree:
 @dataclass
 class HunkResult:
     number: int  # 1-based, as in GNU patch's messages
-    hunk: Hunk
+    hunk: patchformat.Hunk
     offset: int | None  # None: failed; 0: at the stated line; else lines off
 
 
@@ -459,7 +127,7 @@ class FileResult:
 
 @dataclass
 class PatchResult:
-    patch: Patch
+    patch: patchformat.Patch
     files: list[FileResult]
     reverse: bool = False
 
@@ -488,7 +156,7 @@ class PatchResult:
         return out
 
 
-def _candidates(guess: int, lo: int, hi: int):
+def _candidates(guess: int, lo: int, hi: int) -> Iterator[int]:
     """Positions outward from `guess` within [lo, hi], forward first (GNU patch order)."""
     if lo <= guess <= hi:
         yield guess
@@ -499,7 +167,7 @@ def _candidates(guess: int, lo: int, hi: int):
             yield guess - d
 
 
-def locate_hunk(lines: list[bytes], hunk: Hunk, guess: int, lo: int) -> int | None:
+def locate_hunk(lines: list[bytes], hunk: patchformat.Hunk, guess: int, lo: int) -> int | None:
     """Index where `hunk`'s old lines match exactly, searching outward from `guess` but
     never before `lo` (the end of the previous hunk)."""
     old = hunk.old_lines
@@ -507,6 +175,7 @@ def locate_hunk(lines: list[bytes], hunk: Hunk, guess: int, lo: int) -> int | No
     if hi < lo:
         return None
     lead, trail = hunk.context_counts()
+    spots: Iterable[int]
     if lead < trail:  # less context before than after: it can only sit at the start of the file
         spots = [0] if lo == 0 else []
     elif trail < lead:  # ... and the mirror case: only at the end of the file
@@ -520,21 +189,21 @@ def locate_hunk(lines: list[bytes], hunk: Hunk, guess: int, lo: int) -> int | No
     return None
 
 
-def stated_index(hunk: Hunk) -> int:
+def stated_index(hunk: patchformat.Hunk) -> int:
     # For a pure insertion (-a,0) GNU diff names the line *after which* it inserts.
     return hunk.old_start - 1 if hunk.old_len else hunk.old_start
 
 
-def apply_file(content: bytes | None, fd: FileDiff, partial: bool = False) -> tuple[FileResult, bytes | None]:
+def apply_file(content: bytes | None, fd: patchformat.FileDiff, partial: bool = False) -> tuple[FileResult, bytes | None]:
     """Apply one file's hunks to `content` (None: the file does not exist). With
     `partial`, hunks that apply are applied even if others fail (`quilt push -f`)."""
     if fd.creates and content is not None:
         return FileResult(fd.target, [], "already exists, but the patch creates it"), content
     if not fd.creates and content is None:
         return FileResult(fd.target, [], "no such file"), None
-    lines = split_lines(content or b"")
+    lines = patchformat.split_lines(content or b"")
     results: list[HunkResult] = []
-    placed: list[tuple[int, Hunk]] = []
+    placed: list[tuple[int, patchformat.Hunk]] = []
     lo, carried = 0, 0
     for number, hunk in enumerate(fd.hunks, 1):
         stated = stated_index(hunk)
@@ -564,7 +233,7 @@ def apply_file(content: bytes | None, fd: FileDiff, partial: bool = False) -> tu
     return result, b"".join(out)
 
 
-def apply_patch(tree: Tree, patch: Patch, reverse: bool = False, partial: bool = False) -> PatchResult:
+def apply_patch(tree: Tree, patch: patchformat.Patch, reverse: bool = False, partial: bool = False) -> PatchResult:
     """Apply one patch to the tree's in-memory state; changes land only if all hunks
     apply, unless `partial` (then whatever applies lands, like `quilt push -f`)."""
     results: list[FileResult] = []
@@ -609,7 +278,7 @@ def compile_problems(tree: Tree, owners: dict[str, list[str]]) -> list[str]:
     return out
 
 
-def apply_series(tree: Tree, series_list: list[Series]) -> list[PatchResult]:
+def apply_series(tree: Tree, series_list: list[patchformat.Series]) -> list[PatchResult]:
     """Apply every patch of every series in order, in memory. Keeps going after a failed
     patch so that one run reports every failing hunk; raises ApplyFailed if any failed.
     The caller commits the tree only after this returns."""
@@ -624,8 +293,28 @@ def apply_series(tree: Tree, series_list: list[Series]) -> list[PatchResult]:
                 owners.setdefault(target, []).append(patch.name)
     failures.extend(compile_problems(tree, owners))
     if failures:
-        raise ApplyFailed(failures)
+        raise patchformat.ApplyFailed(failures)
     return results
+
+
+# -- the manifest (/opt/kiln/patches.json): what the image's engine was changed by ------
+class PatchEntry(TypedDict):
+    name: str
+    sha256: str
+    source: str  # "series" (the engine's), or "feature:NAME" (a recipe's override)
+    files: list[str]
+
+
+class ReplacementEntry(TypedDict):
+    feature: str
+    target: str
+    sha256: str
+    upstream_sha256: str
+
+
+class Manifest(TypedDict):
+    patches: list[PatchEntry]
+    replacements: list[ReplacementEntry]
 
 
 # -- whole-file replacements -------------------------------------------------------------
@@ -637,44 +326,38 @@ class Replacement:
     upstream_sha256: str
 
 
-def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[dict]:
+def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[ReplacementEntry]:
     """Swap in whole files after checking each target is the upstream file it was forked
     from; raises DriftError listing every mismatch (and nothing is written)."""
-    drift, entries = [], []
+    drift: list[str] = []
+    entries: list[ReplacementEntry] = []
     for rep in reps:
         current = tree.read(rep.target)
-        actual = sha256_bytes(current) if current is not None else "(file missing)"
+        actual = patchformat.sha256_bytes(current) if current is not None else "(file missing)"
         if actual != rep.upstream_sha256:
             drift.append(f"feature {rep.feature}: {rep.target}: forked from a different upstream file "
                          f"(expected sha256 {rep.upstream_sha256}, the engine has {actual})")
             continue
         data = rep.file.read_bytes()
-        if any(line.startswith(CONFLICT_MARKERS) for line in split_lines(data)):
+        if any(line.startswith(patchformat.CONFLICT_MARKERS) for line in patchformat.split_lines(data)):
             drift.append(f"feature {rep.feature}: {rep.file}: unresolved conflict markers from `kiln override rebase`")
             continue
         tree.write(rep.target, data)
-        entries.append({"feature": rep.feature, "target": rep.target, "sha256": sha256_bytes(data),
+        entries.append({"feature": rep.feature, "target": rep.target, "sha256": patchformat.sha256_bytes(data),
                         "upstream_sha256": rep.upstream_sha256})
     if drift:
-        raise DriftError(drift)
+        raise patchformat.DriftError(drift)
     return entries
 
 
-# -- hunk bytes ---------------------------------------------------------------------------
-def emit_line(tag: bytes, text: bytes) -> bytes:
-    """One diff line; a last line without newline gets GNU diff's marker line."""
-    line = tag + text
-    return line if text.endswith(b"\n") else line + b"\n" + NO_NEWLINE + b"\n"
-
-
 # -- in-image command line -----------------------------------------------------------------
-def _manifest_entries(results: list[PatchResult], sources: dict[int, str]) -> list[dict]:
+def _manifest_entries(results: list[PatchResult], sources: dict[int, str]) -> list[PatchEntry]:
     return [{"name": r.patch.name, "sha256": r.patch.sha256, "source": sources[id(r.patch)],
              "files": r.patch.targets} for r in results]
 
 
-def _write_manifest(path: Path, patches: list[dict], replacements: list[dict], append: bool) -> None:
-    doc: dict[str, list[dict]] = {"patches": [], "replacements": []}
+def _write_manifest(path: Path, patches: list[PatchEntry], replacements: list[ReplacementEntry], append: bool) -> None:
+    doc: Manifest = {"patches": [], "replacements": []}
     if append and path.is_file():
         doc = json.loads(path.read_text(encoding="utf-8"))
         doc.setdefault("patches", [])
@@ -685,21 +368,21 @@ def _write_manifest(path: Path, patches: list[dict], replacements: list[dict], a
     path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 
-def load_overlays(overlays: Path) -> tuple[list[Series], list[Replacement]]:
+def load_overlays(overlays: Path) -> tuple[list[patchformat.Series], list[Replacement]]:
     """Every `<overlays>/<feature>/overlay.json`, in feature-name order."""
     series_list, reps = [], []
     for fdir in sorted(p for p in overlays.iterdir() if (p / "overlay.json").is_file()):
         spec = json.loads((fdir / "overlay.json").read_text(encoding="utf-8"))
         name = spec["name"]
         if spec.get("series"):
-            series_list.append(load_series(fdir / spec["series"], f"{fdir}/{spec['series']}", f"feature:{name}"))
+            series_list.append(patchformat.load_series(fdir / spec["series"], f"{fdir}/{spec['series']}", f"feature:{name}"))
         for rep in spec.get("replacements") or []:
             reps.append(Replacement(name, rep["target"], fdir / rep["file"], rep["upstream_sha256"]))
     return series_list, reps
 
 
 def run_apply(root: Path, series_files: list[str], manifest: Path) -> None:
-    series_list = [load_series(Path(s), s) for s in series_files]
+    series_list = [patchformat.load_series(Path(s), s) for s in series_files]
     tree = Tree(root)
     results = apply_series(tree, series_list)
     tree.commit()
@@ -741,10 +424,10 @@ def main(argv: list[str] | None = None) -> int:
             run_apply(args.root, args.series, args.manifest)
         else:
             run_apply_overlays(args.root, args.overlays, args.manifest_append)
-    except PatchError as exc:
+    except patchformat.PatchError as exc:
         for line in exc.lines:
             print(line, file=sys.stderr)
-        hint = HINT_DRIFT if isinstance(exc, DriftError) else HINT_OVERLAY if args.cmd == "apply-overlays" else HINT_PATCH
+        hint = HINT_DRIFT if isinstance(exc, patchformat.DriftError) else HINT_OVERLAY if args.cmd == "apply-overlays" else HINT_PATCH
         print(hint, file=sys.stderr)
         return exc.exit_code
     return 0

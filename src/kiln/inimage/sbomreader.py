@@ -18,12 +18,16 @@ Environment (all optional): KILN_SBOM_ROOT (default "/"), KILN_SBOM_MODEL_ROOTS 
 list of absolute paths), KILN_SBOM_SITE_DIRS (JSON list; replaces the discovered ones).
 """
 
+from __future__ import annotations
+
 import glob
 import hashlib
 import json
 import os
 import sys
+from collections.abc import Iterable
 from email.parser import HeaderParser
+from typing import Any, TypedDict
 
 MARKER = "KILN-SBOM"
 # dpkg states whose files are on disk (`not-installed` and `config-files` have none)
@@ -40,18 +44,70 @@ _SYSTEM_SITE_GLOBS = (
 )
 
 
-def _under(root, path):
+
+class DebianPackage(TypedDict):
+    name: str
+    version: str
+    architecture: str
+    source: str
+    source_version: str
+    state: str
+    maintainer: str
+    homepage: str
+    summary: str
+    installed_size_kib: str
+    database: str  # the status file it is listed in (image path)
+
+
+class Distribution(TypedDict):
+    name: str
+    version: str
+    summary: str
+    license_expression: str
+    license: str
+    classifiers: list[str]  # the License :: ones
+    home_page: str
+    project_urls: list[str]
+    author: str
+    installer: str
+    direct_url: Any
+    owns_files: bool | None
+    location: str
+    metadata_dir: str
+
+
+class ModelFile(TypedDict):
+    path: str
+    root: str
+    size: int
+    sha256: str
+
+
+class Inventory(TypedDict):
+    """The document printed after MARKER (kiln.domain.supplychain.sbom reads it)."""
+
+    os_release: dict[str, str]
+    debian_packages: list[DebianPackage]
+    site_dirs: list[str]
+    python_distributions: list[Distribution]
+    patch_manifest: Any
+    model_roots: list[str]
+    model_files: list[ModelFile]
+    python: str
+
+
+def _under(root: str, path: str) -> str:
     return os.path.join(root, path.lstrip("/"))
 
 
-def _image_path(root, path):
+def _image_path(root: str, path: str) -> str:
     """`path` (on the host) as the image sees it."""
     rel = os.path.relpath(path, root)
     return "/" + ("" if rel == "." else rel)
 
 
 # -- Debian ---------------------------------------------------------------------------
-def parse_dpkg_status(text):
+def parse_dpkg_status(text: str) -> list[dict[str, str]]:
     """Each paragraph of a dpkg status file as a dict (continuation lines joined)."""
     out: list[dict[str, str]] = []
     cur: dict[str, str] = {}
@@ -72,10 +128,10 @@ def parse_dpkg_status(text):
     return out
 
 
-def debian_packages(root):
+def debian_packages(root: str) -> list[DebianPackage]:
     files = [_under(root, "/var/lib/dpkg/status")]
     files += sorted(glob.glob(_under(root, "/var/lib/dpkg/status.d/*")))
-    out = []
+    out: list[DebianPackage] = []
     for path in files:
         if not os.path.isfile(path):
             continue
@@ -102,17 +158,18 @@ def debian_packages(root):
 
 
 # -- Python ---------------------------------------------------------------------------
-def site_dirs(root):
+def site_dirs(root: str) -> list[str]:
     """Absolute (image) paths of the directories that can hold distributions."""
     given = os.environ.get("KILN_SBOM_SITE_DIRS")
     if given:
-        candidates = json.loads(given)
+        candidates: list[str] = json.loads(given)
     else:
         # the running interpreter's path only describes the image when it runs in it
         candidates = [p for p in sys.path if p and os.path.isabs(p)] if root == "/" else []
         for pattern in _SYSTEM_SITE_GLOBS:
             candidates += sorted(_image_path(root, p) for p in glob.glob(_under(root, pattern)))
-    out, seen = [], set()
+    out: list[str] = []
+    seen: set[str] = set()
     for d in candidates:
         host = _under(root, d)
         if not os.path.isdir(host):
@@ -125,7 +182,7 @@ def site_dirs(root):
     return out
 
 
-def _read(path, limit=None):
+def _read(path: str, limit: int | None = None) -> str | None:
     try:
         with open(path, encoding="utf-8", errors="replace") as fh:
             return fh.read() if limit is None else fh.read(limit)
@@ -133,7 +190,7 @@ def _read(path, limit=None):
         return None
 
 
-def _record_owns_files(info_dir):
+def _record_owns_files(info_dir: str) -> bool | None:
     """Whether RECORD lists a file outside the metadata directory itself: a dist whose
     RECORD does not (or that has none) installed no code of its own."""
     record = _read(os.path.join(info_dir, "RECORD"))
@@ -143,7 +200,7 @@ def _record_owns_files(info_dir):
     return any(line and not line.startswith(base) for line in record.splitlines())
 
 
-def _distribution(info_dir, location):
+def _distribution(info_dir: str, location: str) -> Distribution | None:
     meta_file = "PKG-INFO" if info_dir.endswith(".egg-info") else "METADATA"
     if os.path.isfile(info_dir):  # a bare `NAME.egg-info` file is the metadata itself
         text, meta_file = _read(info_dir), ""
@@ -155,7 +212,7 @@ def _distribution(info_dir, location):
     name, version = msg.get("Name"), msg.get("Version")
     if not name or not version:
         return None
-    direct_url = None
+    direct_url: Any = None  # direct_url.json (PEP 610), as the installer wrote it
     raw = _read(os.path.join(info_dir, "direct_url.json")) if os.path.isdir(info_dir) else None
     if raw:
         try:
@@ -180,8 +237,8 @@ def _distribution(info_dir, location):
     }
 
 
-def python_distributions(root, dirs):
-    out = []
+def python_distributions(root: str, dirs: list[str]) -> list[Distribution]:
+    out: list[Distribution] = []
     for d in dirs:
         host = _under(root, d)
         for entry in sorted(os.listdir(host)):
@@ -194,19 +251,19 @@ def python_distributions(root, dirs):
 
 
 # -- kiln's own records, the OS, model files -------------------------------------------
-def patch_manifest(root):
+def patch_manifest(root: str) -> Any:  # kiln_patching.py's manifest, as it wrote it
     raw = _read(_under(root, "/opt/kiln/patches.json"))
     if raw is None:
         return None
     return json.loads(raw)
 
 
-def os_release(root):
+def os_release(root: str) -> dict[str, str]:
     for path in ("/etc/os-release", "/usr/lib/os-release"):
         raw = _read(_under(root, path))
         if raw is None:
             continue
-        out = {}
+        out: dict[str, str] = {}
         for line in raw.splitlines():
             key, sep, value = line.partition("=")
             if sep and key.strip() and not key.startswith("#"):
@@ -215,7 +272,7 @@ def os_release(root):
     return {}
 
 
-def _sha256(path):
+def _sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -223,10 +280,11 @@ def _sha256(path):
     return h.hexdigest()
 
 
-def model_files(root, roots):
+def model_files(root: str, roots: Iterable[str]) -> list[ModelFile]:
     """Every regular file under each existing model root (symlinks are not followed:
     what they point to is listed where it lives, if under a root)."""
-    out, seen = [], set()
+    out: list[ModelFile] = []
+    seen: set[str] = set()
     for model_root in roots:
         host_root = _under(root, model_root)
         if not os.path.isdir(host_root):
@@ -244,7 +302,7 @@ def model_files(root, roots):
     return out
 
 
-def inventory(root="/", model_roots=()):
+def inventory(root: str = "/", model_roots: Iterable[str] = ()) -> Inventory:
     dirs = site_dirs(root)
     return {
         "os_release": os_release(root),
@@ -258,7 +316,7 @@ def inventory(root="/", model_roots=()):
     }
 
 
-def main():
+def main() -> None:
     root = os.environ.get("KILN_SBOM_ROOT", "/")
     model_roots = json.loads(os.environ.get("KILN_SBOM_MODEL_ROOTS") or "[]")
     print(MARKER + " " + json.dumps(inventory(root, model_roots), sort_keys=True))

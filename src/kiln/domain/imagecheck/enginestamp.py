@@ -58,7 +58,7 @@ def probe(docker: DockerDaemon, image_id: str) -> dict[str, str | None]:
                              timeout_s=PROBE_TIMEOUT_S, cause=" (torch not importable?)")
 
 
-def labels_for(found: dict[str, str | None]) -> dict[str, str]:
+def _labels_for(found: dict[str, str | None]) -> dict[str, str]:
     """Probe results as labels; CUDA as major.minor, the form recipes declare. What the
     engine lacks gets no label (a CPU torch has no CUDA)."""
     out = {PROBED: json.dumps(found, sort_keys=True)}
@@ -84,6 +84,6 @@ def labelled(docker: DockerDaemon, image: Image) -> str:
     found = probe(docker, image_id)
     ctx = BuildContext()
     ctx.add_bytes("Dockerfile", f"FROM {image_id}\n".encode())
-    result = docker.build(ctx, label="engine-labels", labels=labels_for(found), quiet=True)
+    result = docker.build(ctx, label="engine-labels", labels=_labels_for(found), quiet=True)
     log.ok("engine probe: " + ", ".join(f"{k} {v or 'none'}" for k, v in found.items()))
     return result.image_id

@@ -24,7 +24,7 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict, cast
 
 from kiln import inimage
 from kiln.basics import log
@@ -37,6 +37,7 @@ from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.serving.launch import ArgvPart, argv_parts, launch_document
 from kiln.infra.docker import DockerDaemon, Image, id_of
 from kiln.inimage import launchprobe
+from kiln.inimage.probeprotocol import FlagInfo, JobAnswer, ProbeAnswer, ProbeJob
 
 SCHEMA = 2  # of the per-image flag cache
 ANSWER_SCHEMA = 1  # of the per-command-line answer cache
@@ -56,18 +57,37 @@ PROBE_ENV = {"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "0", "VLLM_LOGGING_LE
 SHOWN_MAX = 160  # characters of a flag's tokens quoted in an error line
 
 
+class _FlagsEntry(TypedDict):
+    """The per-image flag cache (argcheck/<image>.json): the probe's dump."""
+
+    schema: int
+    version: str | None
+    flags: dict[str, FlagInfo] | None
+    speculative_keys: list[str] | None
+    speculative_methods: list[str] | None
+
+
+class _AnswerEntry(TypedDict):
+    """The per-command-line answer cache (argcheck/argv/<image>-<job>.json)."""
+
+    schema: int
+    version: str | None
+    kiln_engine: str | None
+    job: JobAnswer
+
+
 class EngineArgs:
     """What one engine image's `vllm serve` accepts."""
 
-    def __init__(self, data: dict):
+    def __init__(self, data: _FlagsEntry):
         self.version: str | None = data["version"]  # None: the image has no vLLM
-        self.flags: dict[str, dict] = data.get("flags") or {}
+        self.flags: dict[str, FlagInfo] = data.get("flags") or {}
         self.speculative_keys: set[str] | None = set(data.get("speculative_keys") or []) or None
         self.speculative_methods: set[str] | None = set(data.get("speculative_methods") or []) or None
 
 
 @dataclass(frozen=True)
-class Refusal:
+class _Refusal:
     """One complaint of the engine, as launchprobe reports it: which part of the command
     line (`group`, an index into argv_parts), speculative-config key or env variable."""
 
@@ -79,19 +99,20 @@ class Refusal:
 
 
 @dataclass(frozen=True)
-class ProbeAnswer:
+class _ProbeAnswer:
     """What the engine image said about one command line and env."""
 
     version: str | None  # vLLM's; None: the image has no vLLM (nothing but env checked)
     kiln_engine: str | None  # kiln-engine's; None: the image has none (env not checked)
-    refusals: tuple[Refusal, ...]
+    refusals: tuple[_Refusal, ...]
     stages: tuple[str, ...]  # how far the probe got (launchprobe.py names them)
 
     @classmethod
-    def from_json(cls, data: dict) -> ProbeAnswer:
+    def from_json(cls, data: _AnswerEntry) -> _ProbeAnswer:
         job = data["job"]
         return cls(version=data.get("version"), kiln_engine=data.get("kiln_engine"),
-                   refusals=tuple(Refusal(**{k: p.get(k) for k in ("stage", "message", "group", "key", "var")})
+                   refusals=tuple(_Refusal(stage=p["stage"], message=p["message"], group=p.get("group"),
+                                           key=p.get("key"), var=p.get("var"))
                                   for p in job.get("problems", [])),
                    stages=tuple(job.get("stages", [])))
 
@@ -122,7 +143,7 @@ class Job:
             raise AssertionError("launch.argv_parts no longer adds up to the baked argv")
         return cls(parts=parts, env=dict(doc["env"]))
 
-    def request(self) -> dict:
+    def request(self) -> ProbeJob:
         return {"groups": [list(part.tokens) for part in self.parts], "env": self.env}
 
     @property
@@ -144,7 +165,7 @@ def _answer_file(image_id: str, job: Job) -> Path:
     return cache_dir() / "argcheck" / "argv" / f"{_image_key(image_id)[:24]}-{job.digest[:32]}.json"
 
 
-def _read(path: Path, schema: int) -> dict | None:
+def _read(path: Path, schema: int) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     try:
@@ -154,27 +175,28 @@ def _read(path: Path, schema: int) -> dict | None:
     return data if isinstance(data, dict) and data.get("schema") == schema else None
 
 
-def _write(path: Path, data: dict) -> None:
+def _write(path: Path, data: _FlagsEntry | _AnswerEntry) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
-def _probe(docker: DockerDaemon, image_id: str, *, dump: bool, jobs: list[Job]) -> dict:
+def _probe(docker: DockerDaemon, image_id: str, *, dump: bool, jobs: list[Job]) -> ProbeAnswer:
     # no network, no GPU: parsing and validating is pure Python
     request = json.dumps({"dump": dump, "jobs": [job.request() for job in jobs]})
-    return docker.run_script(
+    return cast(ProbeAnswer, docker.run_script(  # the probe's one printed document
         image_id, PROBE, marker=launchprobe.MARKER, timeout_s=TIMEOUT_S,
         what=f"checking the launch command with the engine's own vLLM parser in {image_id[:19]}",
-        env={**PROBE_ENV, launchprobe.REQUEST_ENV: request})
+        env={**PROBE_ENV, launchprobe.REQUEST_ENV: request}))
 
 
-def _flags_entry(data: dict) -> dict:
-    return {"schema": SCHEMA, **{k: data.get(k) for k in ("version", "flags", "speculative_keys", "speculative_methods")}}
+def _flags_entry(data: ProbeAnswer) -> _FlagsEntry:
+    return {"schema": SCHEMA, "version": data.get("version"), "flags": data.get("flags"),
+            "speculative_keys": data.get("speculative_keys"), "speculative_methods": data.get("speculative_methods")}
 
 
 def engine_args(docker: DockerDaemon, image_id: str) -> EngineArgs:
     """The accepted flags of the image, from the cache or from a container run."""
-    data = _read(_cache_file(image_id), SCHEMA)
+    data = cast("_FlagsEntry | None", _read(_cache_file(image_id), SCHEMA))
     if data is None:
         data = _flags_entry(_probe(docker, image_id, dump=True, jobs=[]))
         _write(_cache_file(image_id), data)
@@ -185,14 +207,14 @@ class Asked(NamedTuple):
     """What an engine image said about one launch command."""
 
     accepted: EngineArgs  # every flag its parser knows
-    answer: ProbeAnswer  # its parser's verdict on the command
+    answer: _ProbeAnswer  # its parser's verdict on the command
 
 
 def ask(docker: DockerDaemon, image_id: str, job: Job) -> Asked:
     """The image's accepted flags and its answer for `job`, from the caches or from one
     container run (which then fills both)."""
-    flags = _read(_cache_file(image_id), SCHEMA)
-    answer = _read(_answer_file(image_id, job), ANSWER_SCHEMA)
+    flags = cast("_FlagsEntry | None", _read(_cache_file(image_id), SCHEMA))
+    answer = cast("_AnswerEntry | None", _read(_answer_file(image_id, job), ANSWER_SCHEMA))
     if flags is None or answer is None:
         log.info(f"checking the launch command with the engine's own parser ({image_id[:19]})")
         data = _probe(docker, image_id, dump=flags is None, jobs=[job] if answer is None else [])
@@ -203,7 +225,7 @@ def ask(docker: DockerDaemon, image_id: str, job: Job) -> Asked:
             answer = {"schema": ANSWER_SCHEMA, "version": data.get("version"),
                       "kiln_engine": data.get("kiln_engine"), "job": data["jobs"][0]}
             _write(_answer_file(image_id, job), answer)
-    return Asked(EngineArgs(flags), ProbeAnswer.from_json(answer))
+    return Asked(EngineArgs(flags), _ProbeAnswer.from_json(answer))
 
 
 # -- flag names, from the cached flag set ---------------------------------------------
@@ -252,13 +274,13 @@ def _shown(tokens: tuple[str, ...] | list[str]) -> str:
     return text if len(text) <= SHOWN_MAX else text[:SHOWN_MAX] + "..."
 
 
-def value_problems(loaded: LoadedRecipe, job: Job, answer: ProbeAnswer) -> list[LaunchProblem]:
+def _value_problems(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer) -> list[LaunchProblem]:
     """Each refusal in the probe's answer as a LaunchProblem at the recipe (or override)
     line its flag, speculative-config key or env entry comes from."""
     return [_map(loaded, job, answer, r) for r in answer.refusals]
 
 
-def _map(loaded: LoadedRecipe, job: Job, answer: ProbeAnswer, refusal: Refusal) -> LaunchProblem:
+def _map(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer, refusal: _Refusal) -> LaunchProblem:
     complaint = refusal.message
     vllm = f"vLLM {answer.version}"
     if refusal.var is not None:
@@ -311,12 +333,12 @@ def _env_where(loaded: LoadedRecipe, var: str) -> tuple[str, str]:
 
 
 # -- both -----------------------------------------------------------------------------
-def launch_problems(loaded: LoadedRecipe, accepted: EngineArgs, job: Job, answer: ProbeAnswer) -> list[str]:
+def launch_problems(loaded: LoadedRecipe, accepted: EngineArgs, job: Job, answer: _ProbeAnswer) -> list[str]:
     """Name problems, then value and env problems; a field whose name is already wrong
     is not reported twice."""
     names = _name_problems(loaded, accepted)
     named = {p.field for p in names}
-    values = [p for p in value_problems(loaded, job, answer) if p.field not in named]
+    values = [p for p in _value_problems(loaded, job, answer) if p.field not in named]
     log.debug(f"{loaded.name}: launch command checked by the engine image: {', '.join(answer.stages) or 'nothing'}")
     return [p.line for p in names + values]
 

@@ -24,14 +24,8 @@ from kiln.domain.images.cabundle import CABundle, resolve_ca
 from kiln.domain.locks import enginelock, lockrecords
 from kiln.domain.patching.overlay import excluded_paths, overlay_json
 from kiln.domain.recipes.overrides import load_override
-from kiln.domain.recipes.recipe import (
-    DEFAULT_PLATFORM,
-    DOCKERFILE,
-    Engine,
-    LoadedRecipe,
-    load_recipe,
-    recipe_dir,
-)
+from kiln.domain.recipes.recipe import DOCKERFILE, LoadedRecipe, Recipe, load_recipe, recipe_dir
+from kiln.domain.recipes.sections import DEFAULT_PLATFORM, Engine
 from kiln.domain.reproducible import savearchive, sourcedate
 from kiln.domain.serving.launch import LAUNCH_FILE, launch_json
 from kiln.infra import git
@@ -39,6 +33,8 @@ from kiln.infra.docker import DockerDaemon, Image
 
 LABEL_NS = "ai.kiln"
 PATCHER_ARC = "_kiln/kiln_patching.py"
+# the applier's parser, which it imports by this name (inimage/patch_applier.py)
+_PATCHFORMAT_ARC = "_kiln/kiln_patchformat.py"
 HFCACHE_ARC = "_kiln/kiln_hfcache.py"  # the entrypoint's snapshot check (inimage/hfcache.py)
 LOCK_ARC = "_kiln/lock/engine.lock.json"
 
@@ -54,7 +50,7 @@ def source_revision() -> str:
     return rev
 
 
-def source_url() -> str:
+def _source_url() -> str:
     """Where the source lives, as committed (pyproject.toml's [project.urls] Source), or
     empty. Not the checkout's git remote: a clone's remote is a fact about the machine (a
     local path, a mirror, a fork), and as a label it would give each clone another image id."""
@@ -72,15 +68,15 @@ def platform_suffix(platform: str) -> str:
     return "" if platform == DEFAULT_PLATFORM else "-" + platform.split("/", 1)[1].replace("/", "-")
 
 
-def platform_labels(platform: str) -> dict[str, str]:
+def _platform_labels(platform: str) -> dict[str, str]:
     """The labels naming what an image runs on (also in the image config: Architecture)."""
     os_name, arch = platform.split("/", 1)
     return {f"{LABEL_NS}.platform": platform, f"{LABEL_NS}.architecture": arch}
 
 
-def _patcher_source() -> Path:
-    # the in-image applier only: host-side patch tools are no engine-image input
-    return inimage.source("patch_applier")
+def _patcher_sources() -> dict[str, Path]:
+    # the in-image applier and its parser only: host-side patch tools are no engine-image input
+    return {PATCHER_ARC: inimage.source("patch_applier"), _PATCHFORMAT_ARC: inimage.source("patchformat")}
 
 
 class _NamedByInputs(ABC):
@@ -124,9 +120,10 @@ class _NamedByInputs(ABC):
 class EngineImage(_NamedByInputs):
     """kiln/engine-<flavour>: vLLM + kiln-engine + the pinned patch series on a base image."""
 
-    def __init__(self, engine: Engine, ca, platform: str | None = None):
+    def __init__(self, engine: Engine, ca: _LazyCA | None, platform: str | None = None):
         self.engine = engine
-        self.ca = ca
+        # None: the default CA, resolved only if wheels are fetched (`kiln engine lock` wants base_ref)
+        self.ca = ca if ca is not None else _LazyCA(None)
         self.dir = enginelock.engine_image_dir(engine.flavour)
         # the OCI platform built for: the host's unless asked (the daemon builds its own)
         self._platform = platform
@@ -175,7 +172,8 @@ class EngineImage(_NamedByInputs):
             ctx.add_tree("_kiln/patches", self.series_dir)
         else:
             ctx.add_bytes("_kiln/patches/series", b"")
-        ctx.add_file(PATCHER_ARC, _patcher_source())
+        for arc, path in _patcher_sources().items():
+            ctx.add_file(arc, path)
         ctx.add_file(HFCACHE_ARC, inimage.source("hfcache"))
         ctx.add_param("engine", f"{self.engine.name}=={self.engine.version}")
         ctx.add_param("flavour", self.engine.flavour)
@@ -231,14 +229,14 @@ class EngineImage(_NamedByInputs):
     def labels(self) -> dict[str, str]:
         e = self.engine
         return {
-            **oci_labels(self.repository, f"{e.name}-{e.version}", self.source_date),
+            **_oci_labels(self.repository, f"{e.name}-{e.version}", self.source_date),
             f"{LABEL_NS}.kind": "engine",
             f"{LABEL_NS}.input-digest": self.digest,
             f"{LABEL_NS}.engine.name": e.name,
             f"{LABEL_NS}.engine.version": e.version,
             f"{LABEL_NS}.engine.flavour": e.flavour,
             f"{LABEL_NS}.base-image": self.base_ref,
-            **platform_labels(self.platform),
+            **_platform_labels(self.platform),
             f"{LABEL_NS}.patches": json.dumps(dict(self.patch_entries()), sort_keys=True),
             **({f"{LABEL_NS}.lock": f"{enginelock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
                if self.lock is not None else {}),
@@ -257,10 +255,10 @@ def series_entries(series: Path) -> list[tuple[str, str]]:
     return out
 
 
-def oci_labels(title: str, version: str, date: sourcedate.SourceDate) -> dict[str, str]:
+def _oci_labels(title: str, version: str, date: sourcedate.SourceDate) -> dict[str, str]:
     """The OCI labels: `created` and `revision` from the inputs (sourcedate), never the
     clock or HEAD, so that the same inputs give the same image id."""
-    url = source_url()
+    url = _source_url()
     return {
         "org.opencontainers.image.title": title,
         "org.opencontainers.image.version": version,
@@ -288,7 +286,7 @@ class RecipeImage(_NamedByInputs):
         self.engine_image = engine_image
 
     @property
-    def recipe(self):
+    def recipe(self) -> Recipe:
         return self.loaded.recipe
 
     @property
@@ -347,7 +345,7 @@ class RecipeImage(_NamedByInputs):
         patches = dict(self.engine_image.patch_entries())
         patches.update(self.overlay_patch_entries())
         return {
-            **oci_labels(self.repository, f"{r.engine.name}-{r.engine.version}-{self.short}", self.source_date),
+            **_oci_labels(self.repository, f"{r.engine.name}-{r.engine.version}-{self.short}", self.source_date),
             "org.opencontainers.image.description": re.sub(r"\s+", " ", r.description)[:500],
             f"{LABEL_NS}.kind": "recipe",
             f"{LABEL_NS}.recipe": r.name,
@@ -361,11 +359,11 @@ class RecipeImage(_NamedByInputs):
             f"{LABEL_NS}.experimental": ",".join(r.features),
             f"{LABEL_NS}.served-model-name": r.launch.served_model_name,
             f"{LABEL_NS}.port": str(r.launch.port),
-            **platform_labels(self.platform),
+            **_platform_labels(self.platform),
         }
 
 
-class LazyCA:
+class _LazyCA:
     """Resolving the CA may ask pip for its config (a subprocess): only do it when a
     build really runs, so no-op rebuilds stay fast."""
 
@@ -402,7 +400,7 @@ def resolve(name: str, ca_flag: str | None = None, platform: str | None = None) 
     """A recipe by name, with the engine image and recipe image its current inputs make
     for `platform` (default: the host's)."""
     loaded = load_recipe(recipe_dir(name))
-    engine_image = EngineImage(loaded.recipe.engine, LazyCA(ca_flag), platform)
+    engine_image = EngineImage(loaded.recipe.engine, _LazyCA(ca_flag), platform)
     return ResolvedRecipe(loaded, engine_image, RecipeImage(loaded, engine_image))
 
 
@@ -414,12 +412,12 @@ def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
         return None
     if (img.labels or {}).get(f"{LABEL_NS}.input-digest") != digest:
         return None
-    if not is_normalised(img):
+    if not _is_normalised(img):
         return None
     return img
 
 
-def is_normalised(img: Image) -> bool:
+def _is_normalised(img: Image) -> bool:
     """A normalised image's config `created` is its source date, which is also its
     `org.opencontainers.image.created` label; a builder's own image has the wall clock
     (to the nanosecond) there instead."""

@@ -26,7 +26,7 @@ from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, shown_home
 from kiln.domain.locks import enginelock as L
 from kiln.domain.locks import lockrecords as LR
-from kiln.domain.recipes.recipe import Engine
+from kiln.domain.recipes.sections import Engine
 from kiln.infra import pyindex
 
 FILE = "wheelhouse.txt"

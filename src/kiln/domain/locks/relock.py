@@ -26,7 +26,7 @@ from kiln.basics.files import sha256_file
 from kiln.domain.locks import enginelock as L
 from kiln.domain.locks import lockpolicy as LP
 from kiln.domain.locks import lockrecords as LR
-from kiln.domain.recipes.recipe import Engine
+from kiln.domain.recipes.sections import Engine
 from kiln.infra import binfmt, pyindex, wheelcache
 from kiln.infra.docker import DockerDaemon
 

@@ -1,6 +1,7 @@
 """kiln's patch series, one module per job:
 
-- applier:  the in-image applier (stdlib only; the one patch file engine images carry);
+- applier:  the in-image applier and its parser (kiln.inimage.patch_applier, patchformat: stdlib only;
+            the two patch files engine images carry);
 - diff:     host-only unified diffs and the 3-way merge (`git merge-file --diff3`);
 - series:   where series live (engine-wide, per feature and engine version), `patches check`;
 - quilt:    scratch trees for editing a series: checkout / refresh;

@@ -24,6 +24,7 @@ from kiln.domain.patching.yamledit import set_value
 from kiln.domain.recipes.overrides import version_key
 from kiln.infra import wheelcache
 from kiln.inimage import patch_applier as applier
+from kiln.inimage import patchformat
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Row:
     data: bytes | None = None
 
 
-def classify(tree: applier.Tree, patch: applier.Patch, base: applier.Tree | None = None) -> Row:
+def classify(tree: applier.Tree, patch: patchformat.Patch, base: applier.Tree | None = None) -> Row:
     """Classify one patch against `tree` (the new engine with the patches before it),
     applying it to the tree if it ports. `base`: the old engine with the patches before
     it, for the 3-way merge of a patch whose hunks no longer apply as written."""
@@ -62,13 +63,13 @@ def classify(tree: applier.Tree, patch: applier.Patch, base: applier.Tree | None
         rev = hr.hunk.reversed()
         # a failing hunk whose reverse is found: this part of the change is upstream already
         upstream = content is not None and applier.locate_hunk(
-            applier.split_lines(content), rev, applier.stated_index(rev), 0) is not None
+            patchformat.split_lines(content), rev, applier.stated_index(rev), 0) is not None
         parts.append(f"{target} hunk #{hr.number}" + (" (already upstream)" if upstream else ""))
     parts += [f"{f.target}: {f.problem}" for f in res.files if f.problem]
     return Row(patch.name, "fails", "fails: " + ", ".join(parts), res.failure_lines())
 
 
-def _merge_port(tree: applier.Tree, base: applier.Tree, patch: applier.Patch) -> bytes | None:
+def _merge_port(tree: applier.Tree, base: applier.Tree, patch: patchformat.Patch) -> bytes | None:
     """The patch re-made against `tree` by merging (old file -> patched old file) into
     the new file, as `git merge-file` does; None when any file conflicts or a file the
     patch edits is missing on either side. Applied to `tree` when it ports."""
@@ -87,7 +88,7 @@ def _merge_port(tree: applier.Tree, base: applier.Tree, patch: applier.Patch) ->
         merged[fd.target] = result.data
         sections.append(file_diff(fd.target, theirs, result.data, fd.preamble))
     data = patch.header + b"".join(sections)
-    if not applier.apply_patch(tree.fork(), applier.parse_patch(data, patch.display, patch.name)).ok:
+    if not applier.apply_patch(tree.fork(), patchformat.parse_patch(data, patch.display, patch.name)).ok:
         return None  # the merge said yes, the diff of it does not apply: leave it to a human
     for target, content in merged.items():
         tree.write(target, content)

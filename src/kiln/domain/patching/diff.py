@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.basics.errors import UsageError
-from kiln.inimage.patch_applier import emit_line, split_lines
+from kiln.inimage.patchformat import emit_line, split_lines
 
 
 def _range(start: int, length: int) -> str:

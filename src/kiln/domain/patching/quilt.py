@@ -17,6 +17,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 from kiln.basics import log
 from kiln.basics.errors import PatchFailed, UsageError
@@ -35,8 +36,30 @@ from kiln.domain.patching.series import (
 )
 from kiln.infra import wheelcache
 from kiln.inimage import patch_applier as applier
+from kiln.inimage import patchformat
 
 STATE = "kiln.json"
+
+
+class PatchState(TypedDict):
+    """One patch of a checked-out series, as checkout applied it."""
+
+    name: str
+    sha256: str
+    exact: bool  # applied at its stated lines: refresh may keep its bytes
+    before: dict[str, str | None]  # target -> sha256 before the patch (None: absent)
+    after: dict[str, str | None]  # ... and after it
+
+
+class QuiltState(TypedDict):
+    """.pc/kiln.json of a scratch tree: what `kiln patches refresh` compares against."""
+
+    engine: str
+    flavour: str
+    series_from: str
+    feature: str | None
+    patches: list[PatchState]
+    final: dict[str, str | None]  # every patched file's sha256 after the whole series
 
 
 @dataclass
@@ -56,17 +79,17 @@ class Target:
         if folder is None:
             raise UsageError(f"feature {self.feature}: override.yaml names no `patches:` series")
         if not ov.versioned and version != ov.override.engine.version:
-            raise UsageError(f"feature {self.feature}: {shown(ov.dir / ov.override.patches)} is one series for "
+            raise UsageError(f"feature {self.feature}: {shown(ov.patches or ov.dir)} is one series for "
                              f"{ENGINE} {ov.override.engine.version}, not {version}",
                              hint="keep one series per engine version: move it to "
                                   f"patches/{ov.override.engine.version}/series and set `patches: patches`")
         return folder
 
-    def series(self, version: str) -> applier.Series:
+    def series(self, version: str) -> patchformat.Series:
         source = "series" if self.feature is None else f"feature:{self.feature.feature}"
         return load_series(self.series_folder(version) / "series", source)
 
-    def base(self) -> list[applier.Series]:
+    def base(self) -> list[patchformat.Series]:
         """What the tree carries underneath, untracked: the engine series, for a feature.
         A feature is never ported ahead of the engine: its patches are diffs against the
         engine as that version's image installs it."""
@@ -82,32 +105,34 @@ class Target:
         name = f"{ENGINE}-{self.version}-{flavour}"
         return name if self.feature is None else f"{name}-{self.feature.recipe}-{self.feature.feature}"
 
-    def to_state(self) -> dict:
-        return {"feature": str(self.feature) if self.feature else None}
+    def feature_name(self) -> str | None:
+        """The feature, as the scratch tree's state names it."""
+        return str(self.feature) if self.feature else None
 
 
 def scratch_dir(target: Target, flavour: str) -> Path:
     return cache_dir() / "scratch" / target.scratch_name(flavour)
 
 
-def _read_state(scratch: Path) -> dict:
+def _read_state(scratch: Path) -> QuiltState:
     f = scratch / ".pc" / STATE
     if not f.is_file():
         raise UsageError(f"{scratch}: no checked-out series here; run `kiln patches checkout` first")
-    return json.loads(f.read_text())
+    state: QuiltState = json.loads(f.read_text())
+    return state
 
 
 def _file_sha(path: Path) -> str | None:
-    return applier.sha256_bytes(path.read_bytes()) if path.is_file() else None
+    return patchformat.sha256_bytes(path.read_bytes()) if path.is_file() else None
 
 
-def _dirty(scratch: Path, state: dict) -> list[str]:
+def _dirty(scratch: Path, state: QuiltState) -> list[str]:
     """Files edited since checkout (compared with what the series left there)."""
     return [rel for rel, sha in state["final"].items() if _file_sha(scratch / rel) != sha]
 
 
 def _sha_or_none(data: bytes | None) -> str | None:
-    return applier.sha256_bytes(data) if data is not None else None
+    return patchformat.sha256_bytes(data) if data is not None else None
 
 
 def checkout(target: Target, flavour: str | None = None, force: bool = False, force_apply: bool = False) -> Path:
@@ -127,7 +152,8 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
     tree = applier.Tree(scratch)
     _apply_base(tree, target)
     pc = scratch / ".pc"
-    entries, failures = [], []
+    entries: list[PatchState] = []
+    failures: list[str] = []
     for patch in series.patches:
         before = {t: tree.read(t) for t in patch.targets}
         res = applier.apply_patch(tree, patch, partial=force_apply)
@@ -159,10 +185,11 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
     final = {t: _sha_or_none(tree.read(t)) for p in series.patches for t in p.targets}
     pc.mkdir(exist_ok=True)
     (pc / "applied-patches").write_text("".join(f"{p.name}\n" for p in series.patches))
-    (pc / STATE).write_text(json.dumps({
-        "engine": target.version, "flavour": used, "series_from": target.from_version, **target.to_state(),
+    state: QuiltState = {
+        "engine": target.version, "flavour": used, "series_from": target.from_version, "feature": target.feature_name(),
         "patches": entries, "final": final,
-    }, indent=2) + "\n")
+    }
+    (pc / STATE).write_text(json.dumps(state, indent=2) + "\n")
     for line in failures:
         log.warn(line)
     return scratch
@@ -176,7 +203,7 @@ def _apply_base(tree: applier.Tree, target: Target) -> None:
         return
     try:
         applier.apply_series(tree, base)
-    except applier.PatchError as exc:
+    except patchformat.PatchError as exc:
         raise translate(exc, hint=f"port the engine series first: `kiln engine bump --to {target.version}`") from None
     tree.commit()
 
@@ -213,18 +240,20 @@ def refresh(target: Target, flavour: str | None = None) -> list[str]:
         shutil.copyfile(source / "series", dest / "series")
     _warn_untracked_edits(scratch, state, target)
     # The refreshed patches are the new baseline: a second refresh is a no-op.
-    new_state = dict(state, series_from=target.version, patches=[
-        dict(e, sha256=applier.sha256_bytes((dest / e["name"]).read_bytes()), exact=True, after=after)
-        for e, after in zip(state["patches"], afters, strict=True)])
+    new_state: QuiltState = {**state, "series_from": target.version, "patches": [
+        {**e, "sha256": patchformat.sha256_bytes((dest / e["name"]).read_bytes()), "exact": True, "after": after}
+        for e, after in zip(state["patches"], afters, strict=True)]}
     new_state["final"] = {rel: _file_sha(scratch / rel) for rel in state["final"]}
     (scratch / ".pc" / STATE).write_text(json.dumps(new_state, indent=2) + "\n")
     return written
 
 
-def _regenerate(scratch: Path, state: dict, i: int, patch: applier.Patch, exact: bool) -> tuple[bytes, dict]:
+def _regenerate(scratch: Path, state: QuiltState, i: int, patch: patchformat.Patch,
+                exact: bool) -> tuple[bytes, dict[str, str | None]]:
     """Patch i's new bytes, and the sha256 of each of its files' post-images."""
     entries = state["patches"]
-    parts, after_shas = [patch.header], {}
+    parts = [patch.header]
+    after_shas: dict[str, str | None] = {}
     for fd in patch.files:
         t = fd.target
         before = _snapshot(scratch, entries[i], t)
@@ -239,13 +268,13 @@ def _regenerate(scratch: Path, state: dict, i: int, patch: applier.Patch, exact:
     return b"".join(parts), after_shas
 
 
-def _snapshot(scratch: Path, entry: dict, target: str) -> bytes | None:
+def _snapshot(scratch: Path, entry: PatchState, target: str) -> bytes | None:
     if entry["before"][target] is None:
         return None
     return (scratch / ".pc" / entry["name"] / target).read_bytes()
 
 
-def _warn_untracked_edits(scratch: Path, state: dict, target: Target) -> None:
+def _warn_untracked_edits(scratch: Path, state: QuiltState, target: Target) -> None:
     pristine = applier.Tree(engine_root(state["engine"], state["flavour"])[0])
     for series in target.base():  # a feature's tree carries the engine series: not an edit
         applier.apply_series(pristine, [series])

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ruamel.yaml.comments import CommentedMap
+
 from kiln.basics import log
 from kiln.basics.errors import OverrideDrift, RebaseConflict, UsageError
 from kiln.domain.patching.diff import file_diff, merge3
@@ -18,8 +20,9 @@ from kiln.domain.patching.series import (
     translate,
 )
 from kiln.domain.patching.yamledit import edit_yaml, set_value
-from kiln.domain.recipes.overrides import load_override
+from kiln.domain.recipes.overrides import LoadedOverride, load_override
 from kiln.inimage import patch_applier as applier
+from kiln.inimage import patchformat
 
 
 def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:
@@ -47,16 +50,16 @@ def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:
     return rewritten
 
 
-def _check_feature_series(tree: applier.Tree, ov, series_file: Path, recipe_name: str, pinned: str) -> None:
+def _check_feature_series(tree: applier.Tree, ov: LoadedOverride, series_file: Path, recipe_name: str, pinned: str) -> None:
     try:
         results = applier.apply_series(tree.fork(), [load_series(series_file, f"feature:{ov.name}")])
-    except applier.PatchError as exc:
+    except patchformat.PatchError as exc:
         raise translate(exc, hint=f"port the feature's patches to {ENGINE} {pinned} by hand, then check with "
                                   f"`kiln patches check --recipe {recipe_name}`") from None
     log.ok(f"feature {ov.name}: {len(results)} patch(es) apply to {ENGINE} {pinned}")
 
 
-def _rebase_replacements(ov, feature: str, from_version: str, pinned: str, flavour: str,
+def _rebase_replacements(ov: LoadedOverride, feature: str, from_version: str, pinned: str, flavour: str,
                          theirs_tree: applier.Tree) -> list[str]:
     yaml_file = ov.dir / "override.yaml"
     new_shas: dict[int, str] = {}
@@ -66,13 +69,13 @@ def _rebase_replacements(ov, feature: str, from_version: str, pinned: str, flavo
         theirs = theirs_tree.read(rep.target)
         if theirs is None:
             raise OverrideDrift([f"feature {feature}: {rep.target}: no longer exists in {ENGINE} {pinned}"])
-        if applier.sha256_bytes(theirs) == rep.upstream_sha256:
+        if patchformat.sha256_bytes(theirs) == rep.upstream_sha256:
             log.ok(f"{rep.target}: already forked from {ENGINE} {pinned}'s file")
             continue
         if base_tree is None:  # only download the old engine when something needs merging
             base_tree, _ = engine_tree(from_version, flavour)
         base = base_tree.read(rep.target)
-        base_sha = applier.sha256_bytes(base) if base is not None else "(file missing)"
+        base_sha = patchformat.sha256_bytes(base) if base is not None else "(file missing)"
         if base is None or base_sha != rep.upstream_sha256:
             raise OverrideDrift([f"{shown(yaml_file)}: replacements[{idx}]: {rep.target} in {ENGINE} {from_version} has "
                                  f"sha256 {base_sha}, not the declared {rep.upstream_sha256}"],
@@ -81,12 +84,12 @@ def _rebase_replacements(ov, feature: str, from_version: str, pinned: str, flavo
         merged = merge3(base, ours_file.read_bytes(), theirs,
                         ("override", f"{ENGINE} {from_version}", f"{ENGINE} {pinned}"))
         ours_file.write_bytes(merged.data)
-        new_shas[idx] = applier.sha256_bytes(theirs)
+        new_shas[idx] = patchformat.sha256_bytes(theirs)
         rewritten.append(rep.file)
         conflicts += [f"{shown(ours_file)}:{a}-{b}: conflict: the override and {ENGINE} {pinned} both changed "
                       f"these lines of {rep.target}" for a, b in merged.conflicts]
 
-    def set_shas(doc):
+    def set_shas(doc: CommentedMap) -> None:
         for idx, sha in new_shas.items():
             doc["replacements"][idx]["upstream_sha256"] = sha
 
@@ -118,7 +121,7 @@ def to_patch(recipe_name: str, feature: str) -> Path:
     sections = []
     for rep in reps:
         upstream = tree.read(rep.target)
-        if upstream is None or applier.sha256_bytes(upstream) != rep.upstream_sha256:
+        if upstream is None or patchformat.sha256_bytes(upstream) != rep.upstream_sha256:
             raise OverrideDrift([f"feature {feature}: {rep.target}: forked from a different upstream file than "
                                  f"{ENGINE} {pinned}'s"],
                                 hint=f"rebase it first: kiln override rebase {recipe_name} {feature} --from OLD_VERSION")
@@ -126,18 +129,19 @@ def to_patch(recipe_name: str, feature: str) -> Path:
     desc = " ".join(ov.override.description.split())
     header = (f"{feature}: {desc}\n\nWhy: {desc}\nUpstream: no, experimental kiln feature "
               f"(converted from a whole-file override by `kiln override to-patch`)\n\n").encode()
-    series_file = ov.series_file_for(pinned) or (ov.series_dir_for(pinned) / "series" if ov.versioned
+    folder = ov.series_dir_for(pinned) if ov.versioned else None  # versioned: a folder per version
+    series_file = ov.series_file_for(pinned) or (folder / "series" if folder is not None
                                                  else ov.dir / "patches" / "series")
-    existing = applier.read_series_names(series_file) if series_file.is_file() else []
+    existing = patchformat.read_series_names(series_file) if series_file.is_file() else []
     name = f"{len(existing) + 1:04d}-{feature}.patch"
     data = header + b"".join(sections)
-    patch = applier.parse_patch(data, name)
+    patch = patchformat.parse_patch(data, name)
     # It must apply on top of the feature's existing patches, or nothing is changed.
     probe = tree.fork()
     try:
         applier.apply_series(probe, [load_series(series_file)] if existing else [])
-        applier.apply_series(probe, [applier.Series(name, [patch])])
-    except applier.PatchError as exc:
+        applier.apply_series(probe, [patchformat.Series(name, [patch])])
+    except patchformat.PatchError as exc:
         raise translate(exc) from None
     series_file.parent.mkdir(parents=True, exist_ok=True)
     (series_file.parent / name).write_bytes(data)
@@ -155,7 +159,7 @@ def to_patch(recipe_name: str, feature: str) -> Path:
 
 def _name_series(file: Path, series: str) -> None:
     """Drop `replacements:` and name the series, keeping every other key and comment."""
-    def change(doc):
+    def change(doc: CommentedMap) -> None:
         doc.pop("replacements", None)
         if "patches" not in doc:
             doc["patches"] = series

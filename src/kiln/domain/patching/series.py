@@ -24,21 +24,22 @@ from kiln.basics.errors import (
     UsageError,
 )
 from kiln.basics.paths import repo_root
-from kiln.domain.recipes.overrides import load_override, series_versions
+from kiln.domain.recipes.overrides import LoadedOverride, load_override, series_versions
 from kiln.domain.recipes.recipe import LoadedRecipe, recipe_dir
 from kiln.domain.recipes.recipe import load_recipe as load_recipe_at
 from kiln.infra import wheelcache
 from kiln.inimage import patch_applier as applier
+from kiln.inimage import patchformat
 
 ENGINE = "vllm"
 EDIT_HINT = "edit it: `kiln patches checkout --force-apply` (leaves .rej files), fix the files, `kiln patches refresh`"
 
 
-def translate(exc: applier.PatchError, hint: str | None = None) -> KilnError:
+def translate(exc: patchformat.PatchError, hint: str | None = None) -> KilnError:
     """The applier's own error as kiln's typed error (same exit code)."""
-    if isinstance(exc, applier.PatchFormatError):
+    if isinstance(exc, patchformat.PatchFormatError):
         return PatchInvalid(exc.lines)
-    if isinstance(exc, applier.DriftError):
+    if isinstance(exc, patchformat.DriftError):
         return OverrideDrift(exc.lines)
     return PatchFailed(exc.lines, hint=hint or EDIT_HINT)
 
@@ -56,19 +57,19 @@ def shown(path: Path) -> str:
         return str(path)
 
 
-def load_series(file: Path, source: str = "series") -> applier.Series:
+def load_series(file: Path, source: str = "series") -> patchformat.Series:
     try:
-        return applier.load_series(file, shown(file), source)
-    except applier.PatchFormatError as exc:
+        return patchformat.load_series(file, shown(file), source)
+    except patchformat.PatchFormatError as exc:
         raise PatchInvalid(exc.lines) from None
 
 
-def series_for(version: str) -> applier.Series:
+def series_for(version: str) -> patchformat.Series:
     """The engine series pinned for `version` (empty when patches/vllm/<version>/series is absent)."""
     return load_series(series_dir(version) / "series")
 
 
-def header_problems(series_list: list[applier.Series]) -> list[str]:
+def header_problems(series_list: list[patchformat.Series]) -> list[str]:
     return [line for s in series_list for p in s.patches for line in p.header_problems()]
 
 
@@ -145,17 +146,17 @@ def engine_tree(version: str, flavour: str | None) -> PatchedEngine:
     tree = applier.Tree(root)
     try:
         results = applier.apply_series(tree, [series_for(version)])
-    except applier.PatchError as exc:
+    except patchformat.PatchError as exc:
         raise translate(exc) from None
     return PatchedEngine(tree, results)
 
 
 # -- recipes and their features --------------------------------------------------------------
-def load_recipe(name: str):
+def load_recipe(name: str) -> LoadedRecipe:
     return load_recipe_at(recipe_dir(name))
 
 
-def load_feature(loaded_recipe, feature: str):
+def load_feature(loaded_recipe: LoadedRecipe, feature: str) -> LoadedOverride:
     fdir = loaded_recipe.feature_dir(feature)
     if not (fdir / "override.yaml").is_file():
         raise UsageError(f"recipe {loaded_recipe.name} has no experimental/{feature}/override.yaml")
@@ -176,7 +177,7 @@ class FeatureRef:
             raise UsageError(f"--feature {spec!r}: expected RECIPE/FEATURE, e.g. glm53-kindling/draft-trunc")
         return cls(recipe, feature)
 
-    def load(self):
+    def load(self) -> tuple[LoadedRecipe, LoadedOverride]:
         """(loaded recipe, loaded override)."""
         loaded = load_recipe(self.recipe)
         return loaded, load_feature(loaded, self.feature)
@@ -185,21 +186,21 @@ class FeatureRef:
         return f"{self.recipe}/{self.feature}"
 
 
-def feature_series_file(ov, version: str) -> Path | None:
+def feature_series_file(ov: LoadedOverride, version: str) -> Path | None:
     """The feature's series applied on engine `version`; a versioned feature with no
     series for that version cannot be applied there (OverrideDrift, naming the command)."""
     file = ov.series_file_for(version)
     if file is None and ov.versioned:
         have = ", ".join(ov.series_versions())
         raise OverrideDrift([f"feature {ov.name}: no series for {ENGINE} {version} in "
-                             f"{shown(ov.dir / ov.override.patches)}/ (it has: {have})"],
+                             f"{shown(ov.patches or ov.dir)}/ (it has: {have})"],
                             hint=f"port it: `kiln patches checkout --feature RECIPE/{ov.name} --engine "
                                  f"{ENGINE}=={version} --series-from {ov.series_versions()[-1]}`, then "
                                  f"`kiln patches refresh --feature RECIPE/{ov.name} --engine {ENGINE}=={version}`")
     return file
 
 
-def feature_overlays(loaded_recipe, version: str | None = None) -> tuple[list[applier.Series], list[applier.Replacement]]:
+def feature_overlays(loaded_recipe: LoadedRecipe, version: str | None = None) -> tuple[list[patchformat.Series], list[applier.Replacement]]:
     """The recipe's switched-on features in feature-name order, as the image applies them
     (on the recipe's engine version, or on `version`)."""
     version = version or loaded_recipe.recipe.engine.version
@@ -224,7 +225,7 @@ def recipe_series(loaded_recipe: LoadedRecipe) -> list[AppliedSeries]:
     for feature in sorted(loaded_recipe.recipe.features):
         ov = load_feature(loaded_recipe, feature)
         file = ov.series_file_for(version)
-        count = len(applier.read_series_names(file)) if file is not None else 0
+        count = len(patchformat.read_series_names(file)) if file is not None else 0
         out.append(AppliedSeries(f"feature {feature}", file, count))
     return out
 
@@ -243,7 +244,7 @@ def _report(results: list[applier.PatchResult]) -> None:
         report_offsets(r)
 
 
-def check(version: str, flavour: str | None = None, recipe=None) -> list[applier.PatchResult]:
+def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None = None) -> list[applier.PatchResult]:
     """Apply the series (and a recipe's features) to the pinned engine's sources in
     memory. Raises PatchInvalid / PatchFailed / OverrideDrift; writes nothing."""
     series_list = [series_for(version)]
@@ -261,7 +262,7 @@ def check(version: str, flavour: str | None = None, recipe=None) -> list[applier
     try:
         results = applier.apply_series(tree, series_list)
         applier.apply_replacements(tree, reps)
-    except applier.PatchError as exc:
+    except patchformat.PatchError as exc:
         raise translate(exc) from None
     _report(results)
     for rep in reps:
@@ -272,13 +273,13 @@ def check(version: str, flavour: str | None = None, recipe=None) -> list[applier
 def warn_unlisted(folder: Path) -> None:
     if not (folder / "series").is_file():
         return
-    listed = set(applier.read_series_names(folder / "series"))
+    listed = set(patchformat.read_series_names(folder / "series"))
     for p in sorted(folder.glob("*.patch")):
         if p.name not in listed:
             log.warn(f"{shown(p)} is not listed in {shown(folder / 'series')} and is not applied")
 
 
-def check_feature(ov, versions: list[str], flavour: str | None = None) -> None:
+def check_feature(ov: LoadedOverride, versions: list[str], flavour: str | None = None) -> None:
     """Apply a feature's series for each of `versions` (on top of that version's engine
     series) to that version's sources, in memory; raises like check()."""
     for version in versions:
@@ -293,6 +294,6 @@ def check_feature(ov, versions: list[str], flavour: str | None = None) -> None:
         log.step(f"applying feature {ov.name}'s series for {ENGINE} {version} ({used} wheel sources)")
         try:
             results = applier.apply_series(applier.Tree(root), series_list)
-        except applier.PatchError as exc:
+        except patchformat.PatchError as exc:
             raise translate(exc) from None
         _report(results)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap
@@ -35,9 +36,10 @@ def edit_yaml(file: Path, change: Callable[[CommentedMap], None]) -> bool:
     return True
 
 
-def set_value(file: Path, path: tuple, value) -> bool:
+def set_value(file: Path, path: tuple[str | int, ...], value: object) -> bool:
     """Set one scalar at `path` (keys and list indices), keeping its quoting style."""
-    def change(doc):
+    def change(doc: CommentedMap) -> None:
+        node: Any  # ruamel's round-trip nodes: maps, sequences, scalars
         node = doc
         for key in path[:-1]:
             node = node[key]

@@ -11,7 +11,8 @@ from kiln.basics.errors import KilnError, ModelShapeUnknown
 from kiln.domain.images.specs import existing, resolve
 from kiln.domain.planning.modelconfig import HfConfig, ModelShape, parse_config
 from kiln.domain.planning.plan import PlanInput
-from kiln.domain.recipes.recipe import LoadedRecipe, ModelSource
+from kiln.domain.recipes.recipe import LoadedRecipe
+from kiln.domain.recipes.sections import ModelSource
 from kiln.domain.serving.container import host_hf_cache
 from kiln.domain.serving.launch import launch_document, speculative_config
 from kiln.infra.docker import DockerDaemon

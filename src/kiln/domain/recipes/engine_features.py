@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Iterable
 from functools import cache
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from kiln.basics.paths import repo_root
+
+if TYPE_CHECKING:  # the class only: at run time the registry may be the checkout's file
+    from kiln_engine.features import Feature
 
 _MODULE = "kiln_engine.features"
 
@@ -33,7 +38,7 @@ def registry() -> ModuleType:
     return features
 
 
-def engine_features(names) -> list:
+def engine_features(names: Iterable[str]) -> list[Feature]:
     """The registered engine features among `names` (recipe features without engine
     code, e.g. a pure replacement override, have no entry and are skipped)."""
     known = {f.name: f for f in registry().FEATURES}

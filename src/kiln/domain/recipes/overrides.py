@@ -25,7 +25,7 @@ from kiln.basics.errors import RecipeInvalid
 from kiln.basics.yamlsrc import SourcedYaml
 from kiln.domain.recipes import envpolicy
 from kiln.domain.recipes.envpolicy import EnvValue, Reason
-from kiln.domain.recipes.recipe import EnvName, Version
+from kiln.domain.recipes.sections import EnvName, Version
 from kiln.domain.recipes.yamlfile import Strict, display_path, load_validated
 
 OVERRIDE_FILE = "override.yaml"

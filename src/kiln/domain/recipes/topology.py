@@ -9,8 +9,9 @@ that a layout vLLM would refuse on the cluster is refused by `kiln check` first.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple, Protocol
 
 from pydantic import Field, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
@@ -91,7 +92,35 @@ NODE_FLAGS = ("nnodes", "node-rank", "master-addr", "headless", "data-parallel-r
               "data-parallel-start-rank", "data-parallel-size-local", "data-parallel-address")
 
 
-def _arg_int(args: dict, *names: str, default: int = 1) -> int:
+class _Launch(Protocol):
+    @property
+    def args(self) -> Mapping[str, object]: ...
+
+
+class _Recipe(Protocol):
+    """What the layout rules read of a Recipe (recipe.py imports this module, so the
+    rules name the parts they read instead of the class)."""
+
+    @property
+    def topology(self) -> Topology | None: ...
+
+    @property
+    def launch(self) -> _Launch: ...
+
+    @property
+    def features(self) -> list[str]: ...
+
+
+class _Loaded(Protocol):
+    """What the problem reports read of a LoadedRecipe."""
+
+    @property
+    def recipe(self) -> _Recipe: ...
+
+    def where(self, *loc: Any) -> str: ...
+
+
+def _arg_int(args: Mapping[str, object], *names: str, default: int = 1) -> int:
     for name in names:
         value = args.get(name)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -99,7 +128,7 @@ def _arg_int(args: dict, *names: str, default: int = 1) -> int:
     return default
 
 
-def effective(recipe) -> Topology:
+def effective(recipe: _Recipe) -> Topology:
     """The recipe's topology; a recipe without one runs on one node with whatever layout
     its launch.args give (so feature refusals see that layout too)."""
     if recipe.topology is not None:
@@ -129,7 +158,7 @@ class ArgProblem(NamedTuple):
     message: str
 
 
-def layout_problems(topo: Topology) -> list[FieldProblem]:
+def _layout_problems(topo: Topology) -> list[FieldProblem]:
     """The field and why, for each of vLLM's multi-node rules the layout breaks."""
     found: list[FieldProblem] = []
     world = topo.world_size
@@ -148,7 +177,7 @@ def layout_problems(topo: Topology) -> list[FieldProblem]:
     return found
 
 
-def arg_problems(recipe: Any) -> list[ArgProblem]:  # a Recipe (recipe.py imports this module)
+def arg_problems(recipe: _Recipe) -> list[ArgProblem]:
     """Where and why, for launch.args flags that belong to the topology or to one node."""
     found: list[ArgProblem] = []
     for flag in recipe.launch.args:
@@ -162,12 +191,12 @@ def arg_problems(recipe: Any) -> list[ArgProblem]:  # a Recipe (recipe.py import
     return found
 
 
-def problems(loaded) -> list[str]:
+def problems(loaded: _Loaded) -> list[str]:
     """One-line `file:line: field: message` problems with the recipe's layout."""
     recipe = loaded.recipe
     lines = [f"{loaded.where(*loc)}: {msg}" for loc, msg in arg_problems(recipe)]
     if recipe.topology is not None:
-        for field, msg in layout_problems(recipe.topology):
+        for field, msg in _layout_problems(recipe.topology):
             lines.append(f"{loaded.where('topology', field)}: topology.{field}: {msg}")
     return lines
 
@@ -222,7 +251,7 @@ def roles(topo: Topology) -> list[NodeRole]:
 # vLLM's all2all backends that shard the MoE batch over TP ranks under DP + TP + EP
 # (ParallelConfig.use_sequence_parallel_moe in vLLM 0.32.0); allgather_reducescatter is
 # vLLM's default backend.
-SEQUENCE_PARALLEL_BACKENDS = frozenset({
+_SEQUENCE_PARALLEL_BACKENDS = frozenset({
     "allgather_reducescatter", "naive", "deepep_high_throughput", "deepep_low_latency",
     "deepep_v2", "flashinfer_nvlink_one_sided", "passthrough", "mori_high_throughput",
     "mori_low_latency", "nixl_ep",
@@ -230,7 +259,7 @@ SEQUENCE_PARALLEL_BACKENDS = frozenset({
 DEFAULT_ALL2ALL = "allgather_reducescatter"
 
 
-def _draft_trunc(topo: Topology, args: dict) -> list[FieldProblem]:
+def _draft_trunc(topo: Topology, args: Mapping[str, object]) -> list[FieldProblem]:
     """Mirrors engine/kiln_engine/draft_trunc/_config_check.py, which refuses the same
     layouts when vLLM starts; here they are refused before an image is built."""
     found: list[FieldProblem] = []
@@ -241,7 +270,7 @@ def _draft_trunc(topo: Topology, args: dict) -> list[FieldProblem]:
     if _arg_int(args, "prefill-context-parallel-size", "pcp") > 1:
         found.append(FieldProblem("prefill-context-parallel-size", "draft-trunc refuses prefill context parallelism: "
                       "it repartitions the batch and overwrites the marks"))
-    if topo.expert_parallel and topo.tensor_parallel > 1 and topo.data_parallel > 1 and backend in SEQUENCE_PARALLEL_BACKENDS:
+    if topo.expert_parallel and topo.tensor_parallel > 1 and topo.data_parallel > 1 and backend in _SEQUENCE_PARALLEL_BACKENDS:
         found.append(FieldProblem("data_parallel", "draft-trunc refuses sequence-parallel MoE (data_parallel > 1, "
                       "tensor_parallel > 1 and expert_parallel): each TP rank routes a slice of the batch "
                       "while GLM-5's router reads the whole batch's padding mask; use tensor_parallel 1 "
@@ -257,19 +286,19 @@ def _draft_trunc(topo: Topology, args: dict) -> list[FieldProblem]:
 FEATURE_LAYOUT_RULES = {"draft-trunc": _draft_trunc}
 
 
-def feature_refusals(feature: str, topo: Topology, args: dict) -> list[FieldProblem]:
+def _feature_refusals(feature: str, topo: Topology, args: Mapping[str, object]) -> list[FieldProblem]:
     rule = FEATURE_LAYOUT_RULES.get(feature)
     return rule(topo, args) if rule else []
 
 
-def feature_problems(loaded) -> list[str]:
+def feature_problems(loaded: _Loaded) -> list[str]:
     """One line per (enabled feature, layout rule it breaks), at the topology field (or
     at launch.args when the recipe has no topology section)."""
     recipe = loaded.recipe
     topo = effective(recipe)
     lines = []
     for i, feature in enumerate(recipe.features):
-        for field, reason in feature_refusals(feature, topo, recipe.launch.args):
+        for field, reason in _feature_refusals(feature, topo, recipe.launch.args):
             if recipe.topology is not None and field in Topology.model_fields:
                 where, shown = loaded.where("topology", field), f"topology.{field}"
             else:

@@ -83,7 +83,7 @@ def layer_indexes(chunks: Iterable[bytes], wanted: set[str]) -> dict[str, dict[s
 _FACTS = ("type", "mode", "uid", "gid", "size", "link target", "mtime", "content (sha256)")
 
 
-def first_file_difference(a: dict[str, FileFacts], b: dict[str, FileFacts]) -> tuple[str, str] | None:
+def _first_file_difference(a: dict[str, FileFacts], b: dict[str, FileFacts]) -> tuple[str, str] | None:
     for path in sorted(set(a) | set(b), key=lambda p: tuple(p.split("/"))):
         fa, fb = a.get(path), b.get(path)
         if fa == fb:
@@ -108,7 +108,7 @@ def first_config_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = 
     return None
 
 
-def compare(layers_a: list[str], layers_b: list[str], config_a: dict, config_b: dict,
+def compare(layers_a: list[str], layers_b: list[str], config_a: dict[str, Any], config_b: dict[str, Any],
             save_a: Any, save_b: Any) -> Difference | None:
     """None when layers and config agree; `save_x()` streams image x (called only when
     a layer differs)."""
@@ -121,7 +121,7 @@ def compare(layers_a: list[str], layers_b: list[str], config_a: dict, config_b: 
             return Difference(i, la, lb, None, "only one image has this layer")
         ia = layer_indexes(save_a(), {la}).get(la, {})
         ib = layer_indexes(save_b(), {lb}).get(lb, {})
-        found = first_file_difference(ia, ib)
+        found = _first_file_difference(ia, ib)
         if found is None:
             return Difference(i, la, lb, None, "the same files, other tar bytes (order or headers)")
         return Difference(i, la, lb, found[0], found[1])

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 CHUNK = 1 << 20
 _DROP_PAX = ("atime", "ctime", "mtime", "uname", "gname", "uid", "gid", "size")
@@ -77,7 +77,7 @@ def normalise_member(member: tarfile.TarInfo, epoch: int) -> tarfile.TarInfo:
     return out
 
 
-def normalise_layer(src: IO[bytes], dst: IO[bytes], epoch: int) -> str:
+def _normalise_layer(src: IO[bytes], dst: IO[bytes], epoch: int) -> str:
     """Rewrite the layer tar `src` (seekable) into `dst`; returns `sha256:<hex>` of what
     was written (the layer's diff id)."""
     hashing = _Hashing(dst)
@@ -102,7 +102,7 @@ def normalise_layer(src: IO[bytes], dst: IO[bytes], epoch: int) -> str:
     return "sha256:" + hashing.hash.hexdigest()
 
 
-def normalise_config(config: dict, epoch: int, diff_ids: list[str]) -> bytes:
+def _normalise_config(config: dict[str, Any], epoch: int, diff_ids: list[str]) -> bytes:
     """The image config with the source date and the rewritten layers, as canonical bytes."""
     cfg = {k: v for k, v in config.items() if k not in _DROP_CONFIG}
     when = rfc3339(epoch)
@@ -184,7 +184,7 @@ def extract_saved(chunks: Iterable[bytes], into: Path) -> None:
                 shutil.copyfile(source, target)
 
 
-def kept_prefix(diff_ids: Sequence[str], keep: Sequence[str]) -> int:
+def _kept_prefix(diff_ids: Sequence[str], keep: Sequence[str]) -> int:
     """How many of the image's first layers are the parent's (`keep`), in order."""
     n = 0
     for mine, theirs in zip(diff_ids, keep, strict=False):
@@ -204,7 +204,7 @@ def normalise_saved(saved: Path, epoch: int, keep: Sequence[str] = ()) -> Normal
         raise ValueError(f"docker save gave {len(manifest)} images, expected one")
     entry = manifest[0]
     config = json.loads((saved / entry["Config"]).read_bytes())
-    kept = kept_prefix(list(config.get("rootfs", {}).get("diff_ids") or []), keep)
+    kept = _kept_prefix(list(config.get("rootfs", {}).get("diff_ids") or []), keep)
     out_dir = saved / "out"
     out_dir.mkdir()
     diff_ids: list[str] = list(keep[:kept])
@@ -215,7 +215,7 @@ def normalise_saved(saved: Path, epoch: int, keep: Sequence[str] = ()) -> Normal
         src_path = saved / rel
         tmp = out_dir / f"layer-{i}.tar"
         with src_path.open("rb") as src, tmp.open("wb") as dst:
-            diff = normalise_layer(src, dst, epoch)
+            diff = _normalise_layer(src, dst, epoch)
         src_path.unlink()
         final = out_dir / f"{diff.split(':')[1]}.tar"
         if final.exists():
@@ -224,7 +224,7 @@ def normalise_saved(saved: Path, epoch: int, keep: Sequence[str] = ()) -> Normal
             tmp.rename(final)
         diff_ids.append(diff)
         layer_files.append(final)
-    cfg = normalise_config(config, epoch, diff_ids)
+    cfg = _normalise_config(config, epoch, diff_ids)
     new_id = image_id(cfg)
     doc = [{"Config": f"{new_id.split(':')[1]}.json", "RepoTags": None,
             "Layers": [f.name for f in layer_files]}]

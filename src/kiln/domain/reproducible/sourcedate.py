@@ -34,7 +34,7 @@ class SourceDate:
 
 
 
-def pathspecs(sources: Mapping[Path, tuple[str, ...]], root: Path) -> list[str]:
+def _pathspecs(sources: Mapping[Path, tuple[str, ...]], root: Path) -> list[str]:
     """git pathspecs (relative to `root`) for the inputs inside the checkout, with each
     folder's excluded subpaths as `:(exclude)` specs; inputs outside it are skipped. git
     applies an exclude to every spec, so one that would hide another input (a recipe's
@@ -64,7 +64,7 @@ def fallback() -> SourceDate:
 def of(sources: Mapping[Path, tuple[str, ...]], root: Path | None = None) -> SourceDate:
     """The source date of the inputs `sources` (BuildContext.sources)."""
     root = root or repo_root()
-    specs = pathspecs(sources, root)
+    specs = _pathspecs(sources, root)
     if not specs or git.output(root, "rev-parse", "--is-inside-work-tree") != "true":
         return fallback()
     line = git.output(root, "log", "-1", "--format=%H %ct", "--", *specs)

@@ -31,7 +31,8 @@ from kiln.basics.errors import BuildFailed, SbomReadFailed
 from kiln.domain.images.specs import LABEL_NS
 from kiln.domain.locks import enginelock
 from kiln.domain.locks.enginelock import LockFile
-from kiln.domain.recipes.recipe import Engine, LoadedRecipe
+from kiln.domain.recipes.recipe import LoadedRecipe
+from kiln.domain.recipes.sections import Engine
 from kiln.domain.supplychain.cyclonedx import PROP, CycloneDxDocument, cyclonedx_document
 from kiln.domain.supplychain.inventory import Inventory
 from kiln.domain.supplychain.spdx import SpdxDocument, spdx_document

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from kiln.basics.errors import KilnError
 from kiln.basics.paths import recipes_dir
@@ -13,10 +13,52 @@ from kiln.domain.recipes.recipe import load_recipe, recipe_names
 from kiln.domain.serving.launch import launch_document
 
 
-def recipe_rows() -> list[dict[str, Any]]:
+class EngineNames(TypedDict):
+    name: str
+    version: str
+    flavour: str
+
+
+class RecipeRow(TypedDict):
+    """One row of `kiln list --json` (schemas/list.json): a valid recipe's engine and
+    served name, or an invalid one's first problem."""
+
+    name: str
+    valid: bool
+    engine: NotRequired[EngineNames]
+    served_model_name: NotRequired[str]
+    problem: NotRequired[str]
+
+
+class ImageEntry(TypedDict):
+    tag: str
+    input_digest: str
+
+
+class PlatformEntry(TypedDict, total=False):
+    """A declared platform's image (tag, input_digest), or why it has none (problem)."""
+
+    tag: str
+    input_digest: str
+    problem: str
+
+
+class ShowDocument(TypedDict):
+    """`kiln show --json` (schemas/show.json)."""
+
+    recipe: dict[str, Any]  # the recipe as loaded, as pydantic dumps it (recipe.yaml's own shape)
+    file: str
+    input_digest: str
+    tag: str
+    engine_image: ImageEntry
+    platforms: dict[str, PlatformEntry]
+    launch: Any  # launch.json as kiln.domain.serving.launch writes it (typed there)
+
+
+def recipe_rows() -> list[RecipeRow]:
     """One row per recipe folder; an invalid recipe is a row too (with its first problem),
     so one broken recipe does not hide the others."""
-    rows: list[dict[str, Any]] = []
+    rows: list[RecipeRow] = []
     for name in recipe_names():
         try:
             r = load_recipe(recipes_dir() / name).recipe
@@ -27,7 +69,7 @@ def recipe_rows() -> list[dict[str, Any]]:
     return rows
 
 
-def show_document(name: str) -> dict[str, Any]:
+def show_document(name: str) -> ShowDocument:
     """One recipe resolved: the recipe as loaded, its input digest, tags and launch command."""
     resolved = resolve(name)
     loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
@@ -42,9 +84,9 @@ def show_document(name: str) -> dict[str, Any]:
     }
 
 
-def _platforms(name: str, platforms: Sequence[str]) -> dict[str, Any]:
+def _platforms(name: str, platforms: Sequence[str]) -> dict[str, PlatformEntry]:
     """Per declared platform: its image's tag and input digest (or why it has none)."""
-    out: dict[str, Any] = {}
+    out: dict[str, PlatformEntry] = {}
     for plat in platforms:
         try:
             image = resolve(name, platform=plat).recipe_image
