@@ -125,7 +125,8 @@ def test_feature_off_or_other_ranks_register_nothing(tmp_path):
     assert not any(name.startswith("kiln_draft_trunc_") for name in api_server_view(tmp_path))
     # a tensor-parallel rank other than 0 sees the same batch and reports nothing
     run = engine_process(tmp_path, f"""
-        dt._is_lead_rank = lambda: False
+        from kiln_engine.draft_trunc import _startup
+        _startup._is_lead_rank = lambda: False
         dt.check_config({TOP8})
     """, KILN_DRAFT_TRUNC_LOG_INTERVAL="1000")
     assert "draft_trunc statistics" not in run.stdout
