@@ -1,7 +1,7 @@
 """The rules of publishing, apart from the pushing: which registry and repository, which
 channels a recipe has, the tags a publish writes and their order, the smoke evidence an
 image needs first (per platform for an index), and the input digest of a multi-platform
-set. `kiln publish` / `kiln promote` (commands/publish.py) do the pushing.
+set. `kiln publish` / `kiln promote` (commands/publishing/publish.py) do the pushing.
 """
 
 from __future__ import annotations

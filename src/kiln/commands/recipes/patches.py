@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kiln.basics import log
 from kiln.basics.paths import repo_root
-from kiln.commands import lock
+from kiln.commands.recipes import lock
 from kiln.domain.patching import series as S
 from kiln.domain.patching.bump import bump, default_from, move_recipe
 from kiln.domain.patching.quilt import Target, checkout, refresh

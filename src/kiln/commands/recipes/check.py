@@ -15,7 +15,7 @@ from kiln.basics.errors import (
 )
 from kiln.basics.paths import repo_root
 from kiln.commands.options import reports
-from kiln.commands.plan import plan_recipe
+from kiln.commands.recipes.plan import plan_recipe
 from kiln.domain.imagecheck.launchargs import check_against_engine
 from kiln.domain.locks import enginelock
 from kiln.domain.patching.series import recipe_series

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from kiln.basics import clock, log
 from kiln.basics.errors import ContainerStartFailed, DockerDaemonError, SmokeFailed
 from kiln.basics.paths import shown_home
-from kiln.commands.build import build_recipe, check_platform
+from kiln.commands.images.build import build_recipe, check_platform
 from kiln.commands.options import count, reports
 from kiln.domain.images.specs import require_built
 from kiln.domain.locks import enginelock

@@ -18,7 +18,7 @@ published" is checked against.
 With `--sign KEY` (required when the recipe sets publish.require_signature) the daemon
 pushes under `<input digest, 12 hex>-staging` instead, a tag no consumer follows; the
 signature (`sha256-<hex>.sig`) and the SBOM and provenance attestations
-(`sha256-<hex>.att`) go up and are verified from the registry (commands/signstep.py);
+(`sha256-<hex>.att`) go up and are verified from the registry (commands/publishing/signstep.py);
 only then are the three tags above written. So no consumer tag ever points at an image
 whose signature is not up and verified.
 
@@ -47,7 +47,7 @@ from kiln.basics.errors import (
 )
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import results_dir, shown_home
-from kiln.commands import signstep
+from kiln.commands.publishing import signstep
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.specs import require_built
 from kiln.domain.locks import enginelock

@@ -11,7 +11,7 @@ import yaml
 
 from kiln.basics import log
 from kiln.basics.errors import RecipeInvalid
-from kiln.commands.check import check_one
+from kiln.commands.recipes.check import check_one
 from kiln.domain.images.specs import resolve
 from kiln.domain.recipes.topology import effective
 from kiln.domain.serving.k8s import HF_CACHE_PVC, dump, manifests, published_image
