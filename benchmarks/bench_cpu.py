@@ -100,7 +100,7 @@ def twin_numbers(docker) -> dict:
     from kiln_testkit.twinserve import counters, prompts, serving
 
     from kiln.commands.images.build import build_recipe
-    from kiln.commands.serving.smoke import feature_ratio
+    from kiln.commands.serving.smokechecks import feature_ratio
     from kiln.domain.images.specs import require_built
     from kiln.domain.recipes.engine_features import engine_features
 

@@ -28,7 +28,7 @@ import docker.utils.socket
 import requests
 import urllib3
 from docker.models.containers import Container as _SDKContainer
-from docker.models.images import Image
+from docker.models.images import Image as Image  # re-exported: command modules annotate with it
 
 from kiln.basics import imageref, log
 from kiln.basics.errors import (

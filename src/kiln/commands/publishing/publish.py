@@ -29,8 +29,10 @@ only, so no tag that consumers follow or pin ever points at an unproven image.
 
 from __future__ import annotations
 
+import argparse
 import json
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
 
 from kiln.basics import clock, imageref, log
@@ -40,13 +42,12 @@ from kiln.basics.errors import (
     DockerDaemonError,
     KilnError,
     ManifestMismatch,
-    NotSmokeTested,
     PushFailed,
-    RegistryAuthFailed,
     UsageError,
 )
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import results_dir, shown_home
+from kiln.commands.options import Subparsers
 from kiln.commands.publishing import signstep
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.specs import require_built
@@ -54,12 +55,21 @@ from kiln.domain.locks import enginelock
 from kiln.domain.publishing import (
     SMOKE_LABEL,
     UNSMOKED_SUFFIX,
+    PlatformEntry,
+    PromoteResult,
+    PublishResult,
+    SmokeEvidence,
     built_platforms,
     check_channel,
     consumer_tags,
     index_input_digest,
     platform_smoke,
     platform_tag,
+    promotable_image_id,
+    promote_document,
+    publish_document,
+    push_error,
+    refuse_unsmoked_channel,
     smoke_evidence,
     target_for,
     unsmoked_tag,
@@ -67,46 +77,8 @@ from kiln.domain.publishing import (
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
 from kiln.infra import credentials
 from kiln.infra.docker import DockerDaemon, id_of
-from kiln.infra.records import passing_smoke_record, record_path
-from kiln.infra.registry import Manifest, RegistryClient, Target, image_index, index_children
-
-
-@dataclass
-class PublishResult:
-    recipe: str
-    image_id: str  # what was pushed (differs from the built id only with --skip-smoke-check)
-    input_digest: str
-    manifest_digest: str
-    registry: str
-    repository: str
-    channel: str | None  # None: --skip-smoke-check moves no channel
-    tags: list[str]  # full references, in the order they were written
-    pushed: bool  # False: the registry already held this image, only tags were checked
-    smoke: dict = field(default_factory=dict)
-    record: str = ""
-    signature: dict | None = None  # --sign: tags, manifests, key fingerprint (never key material)
-    # a multi-platform recipe: per platform, its image id, input digest and manifest digest
-    # (manifest_digest is then the image index's, input_digest the digest of the set)
-    platforms: dict = field(default_factory=dict)
-
-    @property
-    def pinned(self) -> str:
-        return f"{self.registry}/{self.repository}@{self.manifest_digest}"
-
-
-@dataclass
-class PromoteResult:
-    recipe: str
-    image_id: str
-    manifest_digest: str
-    registry: str
-    repository: str
-    from_channel: str
-    to_channel: str
-    moved: bool  # False: the target channel already pointed there
-    smoke: dict = field(default_factory=dict)
-    record: str = ""
-    signature: dict | None = None  # the verification done before the channel moved
+from kiln.infra.records import record_path
+from kiln.infra.registry import Manifest, RegistryClient, Target, image_index
 
 
 # -- shared pieces ------------------------------------------------------------------------
@@ -118,7 +90,7 @@ def _client(target: Target, password_stdin: bool, creds: credentials.Credentials
     return client
 
 
-def write_record(kind: str, name: str, doc: dict) -> Path:
+def write_record(kind: str, name: str, doc: Mapping[str, object]) -> Path:
     """publish/<recipe>-<kind>-<time>.json in the records folder. Holds digests, tags and the smoke
     evidence; never credentials (not even the user name)."""
     d = results_dir() / "publish"
@@ -177,10 +149,7 @@ def publish(
     image_id = built_id
     tags = consumer_tags(loaded, recipe_image.short, channel)
     if smoke["status"] == "skipped":
-        if explicit_channel is not None:
-            raise ChannelInvalid(f"--channel {explicit_channel}: an image without a passing smoke record never "
-                                 "moves a channel", hint=f"run `kiln smoke {name}` and publish again, or drop --channel "
-                                 f"to push it as {recipe_image.short}{UNSMOKED_SUFFIX} only")
+        refuse_unsmoked_channel(name, recipe_image.short, explicit_channel)
         channel, tags = None, [unsmoked_tag(recipe_image.short)]
     # the key (and its password) before anything moves: a wrong one fails with nothing pushed
     signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
@@ -252,15 +221,15 @@ def _publish_index(
     already = present is not None and present.digest == index.digest
     _write_tags(client, index, tags)
     _verify(client, index, tags)
-    platforms = {plat: {"image_id": id_of(built.image), "input_digest": built.recipe_image.digest,
-                        "manifest_digest": manifest.digest, "tag": target.ref(platform_tag(built)),
-                        "smoke_record": records[plat]}
+    platforms = {plat: PlatformEntry(image_id=id_of(built.image), input_digest=built.recipe_image.digest,
+                                     manifest_digest=manifest.digest, tag=target.ref(platform_tag(built)),
+                                     smoke_record=records[plat])
                  for (plat, built), (_, manifest) in zip(members, children, strict=True)}
     first = members[0][1]
     result = PublishResult(
         recipe=name, image_id=id_of(first.image), input_digest=input_digest, manifest_digest=index.digest,
         registry=target.host, repository=target.path, channel=channel, tags=[target.ref(t) for t in tags],
-        pushed=pushed_any or not already, smoke={"status": "passed", "record": records[members[0][0]]},
+        pushed=pushed_any or not already, smoke=SmokeEvidence(status="passed", record=records[members[0][0]]),
         signature=signature, platforms=platforms,
     )
     doc = {**asdict(result), "time": clock.timestamp()}
@@ -289,7 +258,7 @@ def _upload(docker: DockerDaemon, client: RegistryClient, digest_tag: str, image
     try:
         pushed = docker.push(pushing, auth_config=auth)
     except PushFailed as exc:
-        raise _push_error(exc.message) from None
+        raise push_error(exc.message) from None
     finally:
         _drop_local_tag(docker, pushing)
     log.info(f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
@@ -311,19 +280,6 @@ def _drop_local_tag(docker: DockerDaemon, pushing: str) -> None:
         docker.remove_image(pushing)  # only the local tag; the image keeps its kiln/ tags
     except DockerDaemonError as exc:
         log.warn(f"{exc.message}; the local tag {pushing} is left behind: `docker rmi {pushing}`")
-
-
-def _push_error(message: str) -> KilnError:
-    """The daemon's push error as the kiln error a user can act on."""
-    text = f"{message}; no channel or digest tag was written"
-    lowered = message.lower()
-    if any(word in lowered for word in ("unauthorized", "denied", "authentication required")):
-        return RegistryAuthFailed(text, hint="the account may read but not push this repository, "
-                                             "or the daemon was handed other credentials")
-    if "http response to https client" in lowered:
-        return PushFailed(text, hint="the Docker daemon must list this registry in insecure-registries "
-                                     "(/etc/docker/daemon.json) to push over plain HTTP")
-    return PushFailed(text)
 
 
 def _write_tags(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
@@ -389,16 +345,7 @@ def promote(
     manifest = client.manifest(source)
     if manifest is None:
         raise ChannelEmpty(f"{target.ref(source)} does not exist; nothing to promote")
-    if manifest.is_index:
-        image_id = _index_smoked(name, client, target.ref(source), manifest)
-    else:
-        image_id = manifest.config_digest or ""
-    if not image_id or passing_smoke_record(image_id) is None:
-        raise NotSmokeTested(f"{target.ref(source)} is image {image_id[:19] or '(an index)'}, "
-                             f"which has no passing smoke record in {shown_home(results_dir() / 'smoke')}; "
-                             "refusing to promote",
-                             hint=f"`kiln smoke {name}`, then `kiln publish {name} --channel {source}`, then promote "
-                                  "(or run promote where the smoke records are, or point $KILN_STATE_DIR at them)")
+    image_id = promotable_image_id(name, client, target.ref(source), source, manifest)
     signature = signstep.verify_for_promote(loaded, client, manifest.digest, key)
     current = client.manifest(dest)
     moved = current is None or current.digest != manifest.digest
@@ -408,7 +355,7 @@ def promote(
     result = PromoteResult(
         recipe=name, image_id=image_id, manifest_digest=manifest.digest, registry=target.host,
         repository=target.path, from_channel=source, to_channel=dest, moved=moved,
-        smoke={"status": "passed", "record": str(record_path(image_id))}, signature=signature,
+        smoke=SmokeEvidence(status="passed", record=str(record_path(image_id))), signature=signature,
     )
     doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
@@ -422,26 +369,8 @@ def promote(
     return result
 
 
-def _index_smoked(name: str, client: RegistryClient, ref: str, index: Manifest) -> str:
-    """An index moves only when each platform's image in it has a passing smoke record
-    here (as a single image does); returns the first platform's image id."""
-    ids = []
-    for plat, digest in index_children(index):
-        child = client.manifest(digest)
-        image_id = child.config_digest if child is not None else None
-        if not image_id or passing_smoke_record(image_id) is None:
-            raise NotSmokeTested(f"{ref} is an index whose {plat} image {(image_id or digest)[:19]} has no passing "
-                                 f"smoke record in {shown_home(results_dir() / 'smoke')}; refusing to promote",
-                                 hint=f"`kiln smoke {name} --platform {plat}` where the records are (or point "
-                                      "$KILN_STATE_DIR at them), then promote")
-        ids.append(image_id)
-    if not ids:
-        raise ChannelEmpty(f"{ref} is an empty index; nothing to promote")
-    return ids[0]
-
-
 # -- CLI ----------------------------------------------------------------------------------
-def _common(p) -> None:
+def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("name")
     p.add_argument("--registry", help="[http://|https://]HOST[:PORT][/NAMESPACE] (default: the recipe's "
                                       "publish.registry); without a scheme: HTTP for loopback, else HTTPS")
@@ -451,30 +380,29 @@ def _common(p) -> None:
                    help=f"read the password from stdin (user from ${credentials.USER_ENV})")
 
 
-def cmd_publish(args) -> int:
+def cmd_publish(args: argparse.Namespace) -> int:
     r = publish(args.name, registry=args.registry, channel=args.channel, skip_smoke_check=args.skip_smoke_check,
                 plain_http=args.plain_http, password_stdin=args.password_stdin,
                 sign_key=Path(args.sign) if args.sign else None)
     if args.json:
-        log.emit_json({**asdict(r), "pinned": r.pinned})
+        log.emit_json(publish_document(r))
     else:
         log.out.print(r.pinned, markup=False)  # stdout: the one machine-readable line
     return 0
 
 
-def cmd_promote(args) -> int:
+def cmd_promote(args: argparse.Namespace) -> int:
     r = promote(args.name, from_channel=args.from_channel, to_channel=args.to_channel, registry=args.registry,
                 plain_http=args.plain_http, password_stdin=args.password_stdin,
                 key=Path(args.key) if args.key else None)
-    pinned = f"{r.registry}/{r.repository}@{r.manifest_digest}"
     if args.json:
-        log.emit_json({**asdict(r), "pinned": pinned})
+        log.emit_json(promote_document(r))
     else:
-        log.out.print(pinned, markup=False)
+        log.out.print(r.pinned, markup=False)
     return 0
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("publish", help="push a built, smoke-tested image to a registry")
     _common(p)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from kiln.basics import log
 from kiln.basics.errors import (
@@ -176,7 +176,7 @@ class FeatureRef:
             raise UsageError(f"--feature {spec!r}: expected RECIPE/FEATURE, e.g. glm53-kindling/draft-trunc")
         return cls(recipe, feature)
 
-    def load(self):
+    def load(self) -> tuple[LoadedRecipe, Any]:  # Any: load_feature's LoadedOverride, once it is typed
         """(loaded recipe, loaded override)."""
         loaded = load_recipe(self.recipe)
         return loaded, load_feature(loaded, self.feature)
