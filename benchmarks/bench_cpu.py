@@ -99,8 +99,8 @@ def twin_numbers(docker) -> dict:
     """tiny-kindling with draft-trunc on, then off (same image, -e KILN_DRAFT_TRUNC=0)."""
     from kiln_testkit.twinserve import counters, prompts, serving
 
-    from kiln.commands.build import build_recipe
-    from kiln.commands.smoke import feature_ratio
+    from kiln.commands.images.build import build_recipe
+    from kiln.commands.serving.smokechecks import feature_ratio
     from kiln.domain.images.specs import require_built
     from kiln.domain.recipes.engine_features import engine_features
 
@@ -139,7 +139,7 @@ def print_twin(t: dict) -> None:
 
 def main() -> None:
     if "--moe-only" in sys.argv:
-        from kiln.commands.build import build_recipe
+        from kiln.commands.images.build import build_recipe
         from kiln.infra.docker import DockerDaemon
 
         docker = DockerDaemon()
@@ -153,7 +153,7 @@ def main() -> None:
         print_twin(twin_numbers(DockerDaemon()))
         return
     from kiln.basics import paths
-    from kiln.commands.build import build_engine, build_recipe
+    from kiln.commands.images.build import build_engine, build_recipe
     from kiln.domain.images.specs import resolve
     from kiln.infra.docker import DockerDaemon
 

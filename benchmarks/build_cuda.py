@@ -35,7 +35,7 @@ from kiln_testkit.tree import REPO
 
 from kiln.basics import log
 from kiln.basics.errors import KilnError
-from kiln.commands.build import build_engine, build_recipe
+from kiln.commands.images.build import build_engine, build_recipe
 from kiln.domain.imagecheck import engineverify, launchargs
 from kiln.domain.images import wheelhouse
 from kiln.domain.images.buildcontext import BuildContext

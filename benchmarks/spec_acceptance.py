@@ -98,7 +98,7 @@ def _delta(after: dict, before: dict) -> dict:
 
 
 def feature_summary(feature, values: dict) -> str:
-    from kiln.commands.smoke import feature_ratio
+    from kiln.commands.serving.smokechecks import feature_ratio
 
     parts = []
     for name in ("dead_fraction", "acceptance"):

@@ -36,7 +36,7 @@ def docker_daemon(request):
 
 @pytest.fixture(scope="session")
 def base_image(docker_daemon) -> str:
-    from kiln.commands.baseimage import build_base
+    from kiln.commands.images.baseimage import build_base
 
     tag = "kiln/base:bookworm"
     if docker_daemon.image(tag) is None:

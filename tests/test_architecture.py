@@ -16,10 +16,11 @@ SRC = REPO / "src"
 KILN = SRC / "kiln"
 DOC = REPO / "docs" / "architecture.md"
 LAYER_DIRS = {"commands", "domain", "infra", "basics"}
-# `kiln/domain/patching/`, `kiln/cli.py`; and the data flow's short `commands/build.py`
+# `kiln/domain/patching/`, `kiln/cli.py`; and the data flow's short `commands/images/build.py`
 FULL_NAME = re.compile(r"`(kiln/[\w/]*?(?:\.py|/))`")
 SHORT_NAME = re.compile(r"(?<![\w/])((?:commands|domain|infra|basics)/[\w/]+\.py)\b")
-COMMAND_ROW = re.compile(r"^\| `kiln/commands/(\w+)\.py` \| ([^|]*) \|", re.MULTILINE)
+# a command module's row; its name relative to kiln/commands/, e.g. `images/build`
+COMMAND_ROW = re.compile(r"^\| `kiln/commands/([\w/]+)\.py` \| ([^|]*) \|", re.MULTILINE)
 
 
 def _doc() -> str:
@@ -72,7 +73,10 @@ def test_every_module_is_named_in_the_document():
 
 
 def _command_modules() -> list[str]:
-    return sorted(p.stem for p in (KILN / "commands").glob("*.py") if p.name != "__init__.py")
+    """Command modules as dotted names below kiln.commands (`images.build`), sub-packages included."""
+    commands = KILN / "commands"
+    return sorted(".".join(p.relative_to(commands).with_suffix("").parts)
+                  for p in commands.rglob("*.py") if p.name != "__init__.py")
 
 
 def test_every_command_module_is_in_cli_commands_and_nothing_else_is():
@@ -107,7 +111,7 @@ def _registered() -> dict[str, set[str]]:
             assert callable(func), f"`kiln {path}` sets no func"
             module = func.__module__
             assert module.startswith("kiln.commands."), f"`kiln {path}` runs {module}.{func.__name__}, not a command module"
-            by_module.setdefault(module.removeprefix("kiln.commands."), set()).add(top)
+            by_module.setdefault(module.removeprefix("kiln.commands.").replace(".", "/"), set()).add(top)
     return by_module
 
 

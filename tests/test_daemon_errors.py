@@ -229,7 +229,7 @@ def test_a_cleanup_fault_while_another_error_is_on_its_way_out_is_a_warning(caps
 
 
 def test_a_daemon_fault_during_a_smoke_check_stops_the_smoke_instead_of_failing_the_image():
-    from kiln.commands.smoke import SmokeRun
+    from kiln.commands.serving.smokechecks import SmokeRun
 
     run = SmokeRun()
     run.check("models", raising(AssertionError("served model 'x' not in []")))
@@ -241,7 +241,7 @@ def test_a_daemon_fault_during_a_smoke_check_stops_the_smoke_instead_of_failing_
 
 # -- the CLI's last line of defence ------------------------------------------------------
 def test_an_unnamed_daemon_fault_is_still_a_daemon_error_and_a_registry_fault_stays_a_bug(monkeypatch, capsys):
-    from kiln.commands import serve
+    from kiln.commands.serving import serve
 
     monkeypatch.setattr(serve, "ps", raising(api_error(500, "boom", "http+docker://localhost/v1.41/containers/json?all=0", "GET")))
     assert cli.main(["ps"]) == 34

@@ -11,7 +11,7 @@ from kiln_engine.draft_trunc._env import Knobs, read_knobs
 from kilntest import REPO, run_kiln
 
 from kiln.basics.errors import RecipeInvalid
-from kiln.commands.smoke import feature_ratio, metric_sum
+from kiln.commands.serving.smokechecks import feature_ratio, metric_sum
 from kiln.domain.recipes.engine_features import engine_features, registry
 from kiln.domain.recipes.recipe import load_recipe
 

@@ -12,7 +12,7 @@ import yaml
 from kilntest import REPO, run_kiln, write_recipe
 
 from kiln.basics.errors import PlatformUnsupported, RecipeInvalid
-from kiln.commands.check import _platforms
+from kiln.commands.recipes.check import _platforms
 from kiln.domain.images.specs import (
     EngineImage,
     RecipeImage,
@@ -279,7 +279,7 @@ def test_build_for_a_platform_checks_it_before_anything_builds(tmp_path, platfor
 
 
 def test_emulated_smoke_limits_are_scaled_and_capped():
-    from kiln.commands.smoke import EMULATION_FACTOR, emulated_smoke
+    from kiln.commands.serving.smoke import EMULATION_FACTOR, emulated_smoke
 
     spec = load_recipe(recipe_dir("tiny-moe")).recipe.smoke.model_copy(
         update={"min_tokens_per_s": 10.0}
@@ -293,7 +293,7 @@ def test_emulated_smoke_limits_are_scaled_and_capped():
 
 
 def test_base_tags_per_platform():
-    from kiln.commands.baseimage import base_tag
+    from kiln.commands.images.baseimage import base_tag
 
     assert (
         base_tag("kiln/base:bookworm", None)

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from kiln.basics.errors import BaseLockMismatch, RebuildSourceMissing
-from kiln.commands import rebuild
+from kiln.commands.images import rebuild
 from kiln.domain.locks import baselock
 from kiln.domain.reproducible import imagediff
 

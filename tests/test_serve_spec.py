@@ -10,7 +10,7 @@ from kilntest import REPO, run_kiln
 
 from kiln.basics.errors import UsageError
 from kiln.cli import build_parser
-from kiln.commands.serve import parse_env, vllm_extra
+from kiln.commands.serving.serve import parse_env, vllm_extra
 from kiln.domain.recipes.recipe import load_recipe
 from kiln.domain.serving.container import run_spec
 from kiln.domain.serving.launch import LABEL_RECIPE, RunSpec
@@ -133,7 +133,7 @@ def test_port_in_use_names_the_kiln_container_holding_it():
 
 def test_logs_and_stop_only_touch_containers_kiln_started():
     from kiln.basics.errors import ContainerNotFound
-    from kiln.commands.serve import _ours
+    from kiln.commands.serving.serve import _ours
 
     client = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("postgres", 5432, labels={})])
     assert _ours(client, "kiln-tiny-moe-aaaaaa").name == "kiln-tiny-moe-aaaaaa"
@@ -145,7 +145,7 @@ def test_logs_and_stop_only_touch_containers_kiln_started():
 
 def test_logs_take_a_recipe_name_only_when_one_container_serves_it():
     from kiln.basics.errors import ContainerNotFound
-    from kiln.commands.serve import _one
+    from kiln.commands.serving.serve import _one
 
     one = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("postgres", 5432, labels={})])
     assert _one(one, "tiny-moe").name == "kiln-tiny-moe-aaaaaa"

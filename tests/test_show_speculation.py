@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kiln.commands.show import speculation
+from kiln.commands.recipes.show import speculation
 
 DT = {"KILN_FEATURES": "draft-trunc", "KILN_DRAFT_TRUNC": "1"}
 

@@ -1,5 +1,5 @@
 """`kiln` command line: the parser root (global flags, the `--` passthrough to vLLM, the
-command modules of kiln.commands, each of which registers its own parsers) and the one
+command modules of kiln.commands and its sub-packages, each of which registers its own parsers) and the one
 place where a KilnError becomes a one-line message and its exit code."""
 
 from __future__ import annotations
@@ -15,28 +15,11 @@ from rich.markup import escape
 from kiln import __version__
 from kiln.basics import log
 from kiln.basics.errors import KilnError, UsageError
-from kiln.commands import (
-    baseimage,
-    build,
-    check,
-    completion,
-    doctor,
-    fetch,
-    keys,
-    listing,
-    patches,
-    plan,
-    prune,
-    publish,
-    rebuild,
-    render,
-    sbom,
-    schema,
-    serve,
-    show,
-    smoke,
-    verify,
-)
+from kiln.commands import completion, doctor
+from kiln.commands.images import baseimage, build, prune, rebuild, sbom
+from kiln.commands.publishing import keys, publish, verify
+from kiln.commands.recipes import check, listing, patches, plan, schema, show
+from kiln.commands.serving import fetch, render, serve, smoke
 from kiln.infra.docker import daemon_fault
 
 # every command module, in the order `kiln --help` lists their commands; each one's

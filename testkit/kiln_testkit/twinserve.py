@@ -16,7 +16,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kiln.commands.smoke import feature_metrics_text, metric_sum
+from kiln.commands.serving.smokechecks import feature_metrics_text, metric_sum
 from kiln.domain.serving.container import ServingContainer, free_port, run_spec
 from kiln.domain.serving.launch import Mount
 

@@ -14,7 +14,7 @@ import pytest
 from kilntest import REPO, remove_images, run_kiln
 
 from kiln.basics.errors import BuildFailed
-from kiln.commands import build
+from kiln.commands.images import build
 from kiln.domain.imagecheck import launchargs
 
 # beside the serial daemon group (tests/kilntest.py assign_xdist_groups): this module's images are its own

@@ -9,7 +9,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 @pytest.fixture(scope="module")
 def built(cuda_build_enabled, docker_daemon, base_image):
-    from kiln.commands.build import build_recipe
+    from kiln.commands.images.build import build_recipe
     from kiln.domain.images.specs import resolve
 
     outcome = build_recipe("glm53-kindling", docker=docker_daemon, quiet_summary=True)

@@ -41,7 +41,7 @@ def engine_id(cuda_build_enabled, docker_daemon) -> str:
     given = os.environ.get("KILN_CUDA_ENGINE_IMAGE")
     if given:
         return docker_daemon.client.images.get(given).id
-    from kiln.commands.build import build_engine
+    from kiln.commands.images.build import build_engine
     from kiln.domain.images.specs import resolve
 
     engine_image = resolve("glm53-kindling").engine_image

@@ -172,7 +172,7 @@ def test_one_node_recipe_renders_a_deployment(tmp_path):
 
 
 def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
-    from kiln.commands.publish import write_record
+    from kiln.commands.publishing.publish import write_record
     from kiln.domain.images.specs import resolve
 
     env = {"KILN_RESULTS_DIR": str(tmp_path / "state")}

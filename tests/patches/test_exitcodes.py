@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kiln.basics import errors
-from kiln.commands import build
+from kiln.commands.images import build
 from kiln.domain.patching import series
 from kiln.inimage import patch_applier as P
 from kiln.inimage import patchformat

@@ -180,7 +180,7 @@ def test_signed_index_publish_signs_the_index_digest(tree, registry, monkeypatch
     test here (a FROM-scratch image has no Python for the in-image reader), so it is a
     minimal CycloneDX document; the provenance, signing and verification are real."""
     from kiln.basics import paths
-    from kiln.commands import publish
+    from kiln.commands.publishing import publish
     from kiln.domain.signing import keys
     from kiln.domain.supplychain import attest
     from kiln.infra.credentials import Credentials

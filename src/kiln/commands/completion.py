@@ -6,6 +6,8 @@ import argparse
 
 import shtab
 
+from kiln.commands.options import Subparsers
+
 
 def cmd_completion(args: argparse.Namespace) -> int:
     # the root parser, which cli.py puts in every namespace: commands may not import cli
@@ -13,7 +15,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     s = sub.add_parser("completion", help="print a shell completion script (bash, zsh, tcsh)")
     s.add_argument("shell", choices=("bash", "zsh", "tcsh"))
     s.set_defaults(func=cmd_completion)

@@ -5,23 +5,38 @@ from __future__ import annotations
 import argparse
 import shutil
 import subprocess
+from typing import TypedDict
 
 from kiln.basics import log
 from kiln.basics.errors import KilnError
 from kiln.basics.paths import cache_dir, repo_root, shown_home, state_dir
-from kiln.commands.options import reports
+from kiln.commands.options import Subparsers, reports
 from kiln.domain.images.cabundle import resolve_ca
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon
 
-_ROWS: list[dict] = []
+
+class DoctorCheck(TypedDict):
+    check: str
+    status: str  # ok, warn or fail
+    detail: str
+
+
+class DoctorDocument(TypedDict):
+    """`kiln doctor --json` (src/kiln/schemas/doctor.json)."""
+
+    ok: bool
+    checks: list[DoctorCheck]
+
+
+_ROWS: list[DoctorCheck] = []
 
 
 def _row(ok: bool | None, what: str, detail: str) -> bool:
     mark = {True: "[green]ok[/]  ", False: "[red]FAIL[/]", None: "[yellow]warn[/]"}[ok]
     log.console.print(f"  {mark} {what}: ", end="", markup=True, highlight=False)
     log.console.print(detail, markup=False, highlight=False)
-    _ROWS.append({"check": what, "status": {True: "ok", False: "fail", None: "warn"}[ok], "detail": detail})
+    _ROWS.append(DoctorCheck(check=what, status={True: "ok", False: "fail", None: "warn"}[ok], detail=detail))
     return ok is not False
 
 
@@ -63,7 +78,7 @@ def doctor(as_json: bool = False) -> int:
     _row(True, "records", f"{shown_home(state_dir())} (smoke passes and publish results; $KILN_STATE_DIR moves them)")
     _row(*_checkout())
     if as_json:
-        log.emit_json({"ok": good, "checks": list(_ROWS)})
+        log.emit_json(DoctorDocument(ok=good, checks=list(_ROWS)))
     return 0 if good else 1
 
 
@@ -78,6 +93,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor(as_json=args.json)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("doctor", help="check this machine"))
     s.set_defaults(func=cmd_doctor)

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TypeAlias
+
+# what `register(sub)` receives: the `kiln` subparsers (a string: argparse's class is
+# generic only to the type checker)
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def reports(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -1,26 +1,170 @@
 """The rules of publishing, apart from the pushing: which registry and repository, which
 channels a recipe has, the tags a publish writes and their order, the smoke evidence an
 image needs first (per platform for an index), and the input digest of a multi-platform
-set. `kiln publish` / `kiln promote` (commands/publish.py) do the pushing.
+set. `kiln publish` / `kiln promote` (commands/publishing/publish.py) do the pushing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass, field
+from typing import NotRequired, TypedDict
 
 from kiln.basics import imageref, log
-from kiln.basics.errors import ChannelInvalid, ImageNotBuilt, NotSmokeTested, RegistryInvalid
-from kiln.basics.paths import shown_home
+from kiln.basics.errors import (
+    ChannelEmpty,
+    ChannelInvalid,
+    ImageNotBuilt,
+    KilnError,
+    NotSmokeTested,
+    PushFailed,
+    RegistryAuthFailed,
+    RegistryInvalid,
+)
+from kiln.basics.paths import results_dir, shown_home
 from kiln.domain.images.specs import LABEL_NS, BuiltRecipe, require_built
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.infra.docker import DockerDaemon, id_of
+from kiln.infra.manifests import Manifest, index_children
 from kiln.infra.records import passing_smoke_record, record_path
-from kiln.infra.registry import Target
+from kiln.infra.registry import RegistryClient, Target
 
 SMOKE_LABEL = f"{LABEL_NS}.smoke-check"
 UNSMOKED_SUFFIX = "-unsmoked"
 DEFAULT_CHANNELS = ("experimental", "stable")
+
+
+# -- the documents a publish or promote writes (its record and its --json) ----------------
+class SmokeEvidence(TypedDict):
+    status: str  # "passed", or "skipped" (--skip-smoke-check)
+    record: NotRequired[str]  # the passing smoke record, when there is one
+
+
+class PlatformEntry(TypedDict):
+    """One platform of a multi-platform publish: what the image index holds for it."""
+
+    image_id: str
+    input_digest: str
+    manifest_digest: str
+    tag: str
+    smoke_record: str
+
+
+class AttestationEntry(TypedDict):
+    predicate_type: str
+    layer_digest: str
+    verified: bool
+    problem: str | None
+
+
+class SignatureEvidence(TypedDict):
+    """--sign / --key: what was signed or verified (a key fingerprint, never key material)."""
+
+    key_fingerprint: str
+    signature_tag: str
+    verified: bool
+    signature_manifest: NotRequired[str]
+    attestation_tag: NotRequired[str | None]
+    attestation_manifest: NotRequired[str | None]
+    predicate_types: NotRequired[list[str]]
+    signature_reused: NotRequired[bool]
+    attestations: NotRequired[list[AttestationEntry]]
+
+
+@dataclass
+class PublishResult:
+    recipe: str
+    image_id: str  # what was pushed (differs from the built id only with --skip-smoke-check)
+    input_digest: str
+    manifest_digest: str
+    registry: str
+    repository: str
+    channel: str | None  # None: --skip-smoke-check moves no channel
+    tags: list[str]  # full references, in the order they were written
+    pushed: bool  # False: the registry already held this image, only tags were checked
+    smoke: SmokeEvidence = field(default_factory=lambda: SmokeEvidence(status="passed"))
+    record: str = ""
+    signature: SignatureEvidence | None = None  # --sign: tags, manifests, key fingerprint (never key material)
+    # a multi-platform recipe: per platform, its image id, input digest and manifest digest
+    # (manifest_digest is then the image index's, input_digest the digest of the set)
+    platforms: dict[str, PlatformEntry] = field(default_factory=dict)
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.registry}/{self.repository}@{self.manifest_digest}"
+
+
+@dataclass
+class PromoteResult:
+    recipe: str
+    image_id: str
+    manifest_digest: str
+    registry: str
+    repository: str
+    from_channel: str
+    to_channel: str
+    moved: bool  # False: the target channel already pointed there
+    smoke: SmokeEvidence = field(default_factory=lambda: SmokeEvidence(status="passed"))
+    record: str = ""
+    signature: SignatureEvidence | None = None  # the verification done before the channel moved
+
+    @property
+    def pinned(self) -> str:
+        return f"{self.registry}/{self.repository}@{self.manifest_digest}"
+
+
+class PublishDocument(TypedDict):
+    """`kiln publish --json` (src/kiln/schemas/publish.json): the PublishResult and `pinned`."""
+
+    recipe: str
+    image_id: str
+    input_digest: str
+    manifest_digest: str
+    registry: str
+    repository: str
+    channel: str | None
+    tags: list[str]
+    pushed: bool
+    smoke: SmokeEvidence
+    record: str
+    pinned: str
+    signature: NotRequired[SignatureEvidence | None]
+    platforms: NotRequired[dict[str, PlatformEntry]]
+
+
+class PromoteDocument(TypedDict):
+    """`kiln promote --json` (src/kiln/schemas/promote.json): the PromoteResult and `pinned`."""
+
+    recipe: str
+    image_id: str
+    manifest_digest: str
+    registry: str
+    repository: str
+    from_channel: str
+    to_channel: str
+    moved: bool
+    smoke: SmokeEvidence
+    record: str
+    pinned: str
+    signature: NotRequired[SignatureEvidence | None]
+
+
+def publish_document(r: PublishResult) -> PublishDocument:
+    return PublishDocument(
+        recipe=r.recipe, image_id=r.image_id, input_digest=r.input_digest, manifest_digest=r.manifest_digest,
+        registry=r.registry, repository=r.repository, channel=r.channel, tags=r.tags, pushed=r.pushed,
+        smoke=r.smoke, record=r.record, signature=r.signature, platforms=r.platforms, pinned=r.pinned,
+    )
+
+
+def promote_document(r: PromoteResult) -> PromoteDocument:
+    return PromoteDocument(
+        recipe=r.recipe, image_id=r.image_id, manifest_digest=r.manifest_digest, registry=r.registry,
+        repository=r.repository, from_channel=r.from_channel, to_channel=r.to_channel, moved=r.moved,
+        smoke=r.smoke, record=r.record, signature=r.signature, pinned=r.pinned,
+    )
+
 
 
 
@@ -66,20 +210,20 @@ def _engine_tag(loaded: LoadedRecipe) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{e.name}-{e.version}-{loaded.name}")
 
 
-def smoke_evidence(tag: str, image_id: str, skip: bool) -> dict[str, str]:
+def smoke_evidence(tag: str, image_id: str, skip: bool) -> SmokeEvidence:
     """What a publish records of the image's smoke test: its status ("passed" or
     "skipped") and, when passed, the record's file."""
     rec = passing_smoke_record(image_id)
     if rec is not None:
         if skip:
             log.warn("--skip-smoke-check ignored: this image has a passing smoke record")
-        return {"status": "passed", "record": str(record_path(image_id))}
+        return SmokeEvidence(status="passed", record=str(record_path(image_id)))
     if not skip:
         raise NotSmokeTested(f"{tag} (image {image_id[:19]}) has no passing smoke record in "
                              f"{shown_home(record_path(image_id).parent)}; refusing to publish")
     log.warn(f"publishing WITHOUT a smoke test (--skip-smoke-check): only the tag "
              f"{imageref.parse(tag).tag}{UNSMOKED_SUFFIX} is written, and the image gets label {SMOKE_LABEL}=skipped")
-    return {"status": "skipped"}
+    return SmokeEvidence(status="skipped")
 
 
 def index_input_digest(members: list[tuple[str, BuiltRecipe]]) -> str:
@@ -98,7 +242,8 @@ def platform_tag(built: BuiltRecipe) -> str:
 def built_platforms(docker: DockerDaemon, name: str, declared: list[str]) -> list[tuple[str, BuiltRecipe]]:
     """(platform, built image) for each declared platform built from the current inputs;
     ImageNotBuilt when none is, a warning for each one that is not."""
-    members, missing = [], []
+    members: list[tuple[str, BuiltRecipe]] = []
+    missing: list[str] = []
     for plat in declared:
         try:
             members.append((plat, require_built(docker, name, plat)))
@@ -124,3 +269,56 @@ def platform_smoke(name: str, members: list[tuple[str, BuiltRecipe]]) -> dict[st
             "enter the index, nothing was pushed",
             hint=f"`kiln smoke {name} --platform {failing[0][0]}` (or publish without it: drop it from engine.platforms)")
     return {plat: str(record_path(id_of(built.image))) for plat, built in members}
+
+
+def refuse_unsmoked_channel(name: str, short: str, explicit_channel: str | None) -> None:
+    """An image without a passing smoke record never moves a channel: --channel with
+    --skip-smoke-check is refused before anything is pushed."""
+    if explicit_channel is not None:
+        raise ChannelInvalid(f"--channel {explicit_channel}: an image without a passing smoke record never "
+                             "moves a channel", hint=f"run `kiln smoke {name}` and publish again, or drop --channel "
+                             f"to push it as {short}{UNSMOKED_SUFFIX} only")
+
+
+def push_error(message: str) -> KilnError:
+    """The daemon's push error as the kiln error a user can act on."""
+    text = f"{message}; no channel or digest tag was written"
+    lowered = message.lower()
+    if any(word in lowered for word in ("unauthorized", "denied", "authentication required")):
+        return RegistryAuthFailed(text, hint="the account may read but not push this repository, "
+                                             "or the daemon was handed other credentials")
+    if "http response to https client" in lowered:
+        return PushFailed(text, hint="the Docker daemon must list this registry in insecure-registries "
+                                     "(/etc/docker/daemon.json) to push over plain HTTP")
+    return PushFailed(text)
+
+
+def promotable_image_id(name: str, client: RegistryClient, ref: str, channel: str, manifest: Manifest) -> str:
+    """The image id a channel move vouches for: a single image needs a passing smoke record
+    here; an index moves only when each platform's image in it has one (returns the first
+    platform's image id)."""
+    image_id = _index_smoked(name, client, ref, manifest) if manifest.is_index else manifest.config_digest or ""
+    if not image_id or passing_smoke_record(image_id) is None:
+        raise NotSmokeTested(f"{ref} is image {image_id[:19] or '(an index)'}, "
+                             f"which has no passing smoke record in {shown_home(results_dir() / 'smoke')}; "
+                             "refusing to promote",
+                             hint=f"`kiln smoke {name}`, then `kiln publish {name} --channel {channel}`, "
+                                  "then promote (or run promote where the smoke records are, or point "
+                                  "$KILN_STATE_DIR at them)")
+    return image_id
+
+
+def _index_smoked(name: str, client: RegistryClient, ref: str, index: Manifest) -> str:
+    ids: list[str] = []
+    for plat, digest in index_children(index):
+        child = client.manifest(digest)
+        image_id = child.config_digest if child is not None else None
+        if not image_id or passing_smoke_record(image_id) is None:
+            raise NotSmokeTested(f"{ref} is an index whose {plat} image {(image_id or digest)[:19]} has no passing "
+                                 f"smoke record in {shown_home(results_dir() / 'smoke')}; refusing to promote",
+                                 hint=f"`kiln smoke {name} --platform {plat}` where the records are (or point "
+                                      "$KILN_STATE_DIR at them), then promote")
+        ids.append(image_id)
+    if not ids:
+        raise ChannelEmpty(f"{ref} is an empty index; nothing to promote")
+    return ids[0]

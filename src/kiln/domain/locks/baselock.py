@@ -1,6 +1,6 @@
 """kiln's base image, as data: its spec (docker-images/base/base.yaml) and its package lock
 (docker-images/base/locks/<suite>[-<arch>].lock.json), the one place both paths are made.
-Building it is `kiln base build` (commands/baseimage.py); the provenance cites the lock.
+Building it is `kiln base build` (commands/images/baseimage.py); the provenance cites the lock.
 """
 
 from __future__ import annotations

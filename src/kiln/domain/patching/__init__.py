@@ -10,6 +10,6 @@
 - overlay:  what a recipe image carries for a switched-on feature (used by the builder);
 - yamledit: round-trip YAML edits (ruamel.yaml).
 
-The CLI wiring is kiln.commands.patches. This file imports nothing, so that loading the applier
+The CLI wiring is kiln.commands.recipes.patches. This file imports nothing, so that loading the applier
 as `kiln.inimage.patch_applier` costs nothing more than the applier itself.
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from kiln.commands.options import Subparsers
 from kiln.domain.recipes.recipe import json_schema
 
 
@@ -13,6 +14,6 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     s = sub.add_parser("schema", help="print the recipe JSON Schema")
     s.set_defaults(func=cmd_schema)

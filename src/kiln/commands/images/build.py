@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
+from typing import NotRequired, TypedDict
 
 from kiln.basics import clock, log
 from kiln.basics.errors import (
@@ -28,7 +29,7 @@ from kiln.basics.errors import (
     PlatformUnsupported,
 )
 from kiln.basics.paths import local_ref
-from kiln.commands.options import reports
+from kiln.commands.options import Subparsers, reports
 from kiln.domain.imagecheck import enginestamp, engineverify
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.cabundle import CABundle, add_to_context
@@ -49,6 +50,21 @@ Check = Callable[[Image], None]  # raises a KilnError: the image must not be tag
 Finalize = Callable[[Image], str]  # returns the id to tag (e.g. a labelled derivative)
 
 
+class BuildDocument(TypedDict):
+    """`kiln build --json` (src/kiln/schemas/build.json)."""
+
+    recipe: str
+    tag: str
+    image_id: str
+    input_digest: str
+    size_bytes: int
+    seconds: float
+    skipped: bool
+    steps: int
+    cached_steps: int
+    platforms: NotRequired[dict[str, BuildDocument]]  # `--platform all`: the document per platform
+
+
 @dataclass
 class BuildOutcome:
     tag: str
@@ -60,11 +76,11 @@ class BuildOutcome:
     steps: int = 0
     cached_steps: int = 0
 
-    def document(self, recipe: str) -> dict:
+    def document(self, recipe: str) -> BuildDocument:
         """`kiln build --json` (schema: schemas/build.json)."""
-        return {"recipe": recipe, "tag": self.tag, "image_id": self.image_id, "input_digest": self.digest,
-                "size_bytes": self.size, "seconds": round(self.seconds, 2), "skipped": self.skipped,
-                "steps": self.steps, "cached_steps": self.cached_steps}
+        return BuildDocument(recipe=recipe, tag=self.tag, image_id=self.image_id, input_digest=self.digest,
+                             size_bytes=self.size, seconds=round(self.seconds, 2), skipped=self.skipped,
+                             steps=self.steps, cached_steps=self.cached_steps)
 
 
 @dataclass(frozen=True)
@@ -344,18 +360,18 @@ def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict[str, objec
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    docs = {}
+    docs: list[tuple[str | None, BuildDocument]] = []
     for platform in platforms_of(args.name, args.platform):
         outcome = build_recipe(args.name, force=args.force or args.no_cache, force_engine=args.force_engine,
                                ca_flag=args.ca_bundle, nocache=args.no_cache, platform=platform)
-        docs[platform] = outcome.document(args.name)
+        docs.append((platform, outcome.document(args.name)))
     if args.json:  # one platform: the document as ever; `--platform all`: it per platform
-        log.emit_json(next(iter(docs.values())) if len(docs) == 1 else
-                      {**next(iter(docs.values())), "platforms": docs})
+        first = docs[0][1]  # several only with `--platform all`, each one named
+        log.emit_json(first if len(docs) == 1 else BuildDocument(**first, platforms={str(p): d for p, d in docs}))
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("build", help="build a recipe's image (engine image first if needed)"))
     s.add_argument("name")
     s.add_argument("--force", action="store_true", help="rebuild even if an image with this input digest exists")

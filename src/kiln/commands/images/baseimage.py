@@ -15,6 +15,7 @@ from kiln.basics import log
 from kiln.basics.errors import BuildFailed, DebootstrapMissing
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import local_ref
+from kiln.commands.options import Subparsers
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.specs import platform_suffix
 from kiln.domain.locks import enginelock
@@ -200,7 +201,7 @@ def cmd_base_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     base = sub.add_parser("base", help="the air-gapped Debian base image")
     bsub = base.add_subparsers(dest="base_command", required=True, parser_class=type(base))
     s = bsub.add_parser("build", help="debootstrap + import kiln/base:bookworm")

@@ -8,7 +8,7 @@ import argparse
 
 from kiln.basics import log
 from kiln.basics.errors import PlanDoesNotFit, UsageError
-from kiln.commands.options import count
+from kiln.commands.options import Subparsers, count
 from kiln.domain.planning.modelshape import plan_input
 from kiln.domain.planning.plan import Layout, Plan, compute, gib, verdict
 from kiln.domain.recipes.accelerators import ACCELERATORS, NAMES, Accelerator
@@ -87,7 +87,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     s = sub.add_parser("plan", help="does the recipe fit its GPUs? weights, KV cache and engine reserve per GPU")
     s.add_argument("name")
     s.add_argument("--gpu", choices=NAMES, help="the GPU (default: the recipe's topology.accelerator)")

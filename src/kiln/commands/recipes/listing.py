@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from kiln.basics import log
-from kiln.commands.options import reports
+from kiln.commands.options import Subparsers, reports
 from kiln.domain.views.catalogue import recipe_rows
 
 
@@ -24,6 +24,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("list", help="list recipes"))
     s.set_defaults(func=cmd_list)

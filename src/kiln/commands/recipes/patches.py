@@ -3,9 +3,12 @@ parsing and printing only; the work is done in kiln.domain.patching."""
 
 from __future__ import annotations
 
+import argparse
+
 from kiln.basics import log
 from kiln.basics.paths import repo_root
-from kiln.commands import lock
+from kiln.commands.options import Subparsers
+from kiln.commands.recipes import lock
 from kiln.domain.patching import series as S
 from kiln.domain.patching.bump import bump, default_from, move_recipe
 from kiln.domain.patching.quilt import Target, checkout, refresh
@@ -15,7 +18,7 @@ from kiln.infra import wheelcache
 ENGINE = S.ENGINE
 
 
-def cmd_patches_check(args) -> int:
+def cmd_patches_check(args: argparse.Namespace) -> int:
     if args.feature:  # every engine version the feature has a series for, or --engine's
         _, ov = S.FeatureRef.parse(args.feature).load()
         versions = [S.parse_engine(args.engine)] if args.engine else (ov.series_versions() or [ov.override.engine.version])
@@ -37,7 +40,7 @@ def cmd_patches_check(args) -> int:
     return 0
 
 
-def _target(args) -> Target:
+def _target(args: argparse.Namespace) -> Target:
     """The series checkout/refresh work on: --feature RECIPE/FEATURE or the engine's."""
     feature = S.FeatureRef.parse(args.feature) if getattr(args, "feature", None) else None
     if args.engine:
@@ -50,7 +53,7 @@ def _target(args) -> Target:
     return Target(version, S.parse_engine(series_from) if series_from else version, feature)
 
 
-def _again(args, target: Target) -> str:
+def _again(args: argparse.Namespace, target: Target) -> str:
     """The refresh command for this checkout, with the options it needs."""
     parts = ["kiln patches refresh"]
     if target.feature is not None:
@@ -60,7 +63,7 @@ def _again(args, target: Target) -> str:
     return " ".join(parts)
 
 
-def cmd_patches_checkout(args) -> int:
+def cmd_patches_checkout(args: argparse.Namespace) -> int:
     target = _target(args)
     scratch = checkout(target, args.flavour, args.force, args.force_apply)
     log.ok(f"series applied in {scratch}")
@@ -69,7 +72,7 @@ def cmd_patches_checkout(args) -> int:
     return 0
 
 
-def cmd_patches_refresh(args) -> int:
+def cmd_patches_refresh(args: argparse.Namespace) -> int:
     target = _target(args)
     written = refresh(target, args.flavour)
     folder = target.series_folder(target.version)
@@ -80,7 +83,7 @@ def cmd_patches_refresh(args) -> int:
     return 0
 
 
-def cmd_engine_bump(args) -> int:
+def cmd_engine_bump(args: argparse.Namespace) -> int:
     to_version = S.parse_engine(args.to)
     ported = args.recipe and S.series_dir(to_version).is_dir() and not args.from_version
     if ported:  # moving one more recipe onto an engine whose series is already ported
@@ -97,20 +100,20 @@ def cmd_engine_bump(args) -> int:
     return 0
 
 
-def cmd_override_rebase(args) -> int:
+def cmd_override_rebase(args: argparse.Namespace) -> int:
     written = rebase(args.recipe, args.feature, S.parse_engine(args.from_version))
     for f in written:
         log.ok(f"merged {f} onto the pinned engine; upstream_sha256 updated")
     return 0
 
 
-def cmd_override_to_patch(args) -> int:
+def cmd_override_to_patch(args: argparse.Namespace) -> int:
     path = to_patch(args.recipe, args.feature)
     log.ok(f"wrote {S.shown(path)}; override.yaml now uses the series, replacement files removed")
     return 0
 
 
-def register(sub) -> None:
+def register(sub: Subparsers) -> None:
     """Add `patches`, `engine` and `override` to the kiln CLI's subparsers."""
     p = sub.add_parser("patches", help="the engine patch series (no Docker needed)")
     ps = p.add_subparsers(dest="patches_command", required=True, parser_class=type(p))

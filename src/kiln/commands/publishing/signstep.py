@@ -1,6 +1,6 @@
 """The signing steps of `kiln publish --sign` and the verification step of `kiln promote`.
 
-Kept out of commands/publish.py so that publishing itself (pushes, tags, records) stays
+Kept out of commands/publishing/publish.py so that publishing itself (pushes, tags, records) stays
 one readable flow; publish calls three functions here:
 
 - `signer_for` before anything moves: the private key, decrypted (a wrong password or a
@@ -17,13 +17,12 @@ Only the public key's fingerprint reaches records and output.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
 
 from kiln.basics import log
 from kiln.basics.errors import SigningKeyInvalid, SigningRequired
 from kiln.domain.images.specs import RecipeImage
+from kiln.domain.publishing import AttestationEntry, SignatureEvidence
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.signing import keys, signverify
 from kiln.domain.supplychain.attest import kiln_attestations
@@ -71,7 +70,7 @@ def signer_for(loaded: LoadedRecipe, sign_key: Path | None, *, stdin_taken: str 
 
 
 def sign_and_verify(docker: DockerDaemon, client: RegistryClient, key: keys.PrivateKey, loaded: LoadedRecipe,
-                    recipe_image: RecipeImage, image: Image, digest: str) -> dict[str, Any]:
+                    recipe_image: RecipeImage, image: Image, digest: str) -> SignatureEvidence:
     """Sign and attest `digest`, then verify it from the registry; the record's part."""
     repository = signverify.identity(client.target)
     log.step(f"signing {repository}@{digest}: SBOM, provenance, signature")
@@ -83,11 +82,15 @@ def sign_and_verify(docker: DockerDaemon, client: RegistryClient, key: keys.Priv
     checked = signverify.verify_image(client, digest, key.public, required=result.predicate_types)
     log.ok(f"signature and {len(result.predicate_types)} attestations verified from the registry "
            f"({result.signature_tag}, {result.attestation_tag})")
-    return {**asdict(result), "verified": True, "attestations": [asdict(a) for a in checked.attestations]}
+    return SignatureEvidence(
+        key_fingerprint=result.key_fingerprint, signature_tag=result.signature_tag,
+        signature_manifest=result.signature_manifest, attestation_tag=result.attestation_tag,
+        attestation_manifest=result.attestation_manifest, predicate_types=result.predicate_types,
+        signature_reused=result.signature_reused, verified=True, attestations=_attestations(checked))
 
 
 def verify_for_promote(loaded: LoadedRecipe, client: RegistryClient, digest: str,
-                       key_path: Path | None) -> dict[str, Any] | None:
+                       key_path: Path | None) -> SignatureEvidence | None:
     """Verification of the image a channel is about to point at: with --key, or the
     recipe's pinned key; required when publish.require_signature is set."""
     key = keys.load_public_key(key_path) if key_path is not None else pinned_key(loaded)
@@ -99,7 +102,12 @@ def verify_for_promote(loaded: LoadedRecipe, client: RegistryClient, digest: str
         return None
     checked = signverify.verify_image(client, digest, key)
     log.ok(f"{digest} verified with {key.source} ({key.fingerprint})")
-    return {"key_fingerprint": checked.key_fingerprint, "signature_tag": checked.signature_tag,
-            "signature_manifest": checked.signature_manifest, "attestation_tag": checked.attestation_tag,
-            "attestation_manifest": checked.attestation_manifest, "verified": True,
-            "attestations": [asdict(a) for a in checked.attestations]}
+    return SignatureEvidence(
+        key_fingerprint=checked.key_fingerprint, signature_tag=checked.signature_tag,
+        signature_manifest=checked.signature_manifest, attestation_tag=checked.attestation_tag,
+        attestation_manifest=checked.attestation_manifest, verified=True, attestations=_attestations(checked))
+
+
+def _attestations(checked: signverify.Verification) -> list[AttestationEntry]:
+    return [AttestationEntry(predicate_type=a.predicate_type, layer_digest=a.layer_digest, verified=a.verified,
+                             problem=a.problem) for a in checked.attestations]

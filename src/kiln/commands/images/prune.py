@@ -14,6 +14,7 @@ import argparse
 
 from kiln.basics import log
 from kiln.basics.errors import KilnError
+from kiln.commands.options import Subparsers
 from kiln.domain.images.specs import LABEL_NS, resolve
 from kiln.domain.recipes.recipe import recipe_names
 from kiln.infra.docker import DockerDaemon, Image, id_of
@@ -73,7 +74,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return prune(args.names, dry_run=args.dry_run)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     s = sub.add_parser("prune", help="remove kiln images no current recipe input produces")
     s.add_argument("names", nargs="*", help="only these recipes' images (default: all recipes and engines)")
     s.add_argument("--dry-run", action="store_true", help="only list them")

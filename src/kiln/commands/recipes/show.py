@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from collections.abc import Mapping
+from typing import Any
 
 from kiln.basics import log
-from kiln.commands.options import reports
+from kiln.commands.options import Subparsers, reports
 from kiln.domain.views.catalogue import show_document
 
 
@@ -44,7 +46,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def speculation(spec: dict | None, env: dict[str, str]) -> str:
+# the recipe's launch.speculative_config: vLLM's own free-form mapping, passed through as is
+def speculation(spec: Mapping[str, Any] | None, env: Mapping[str, str]) -> str:
     """The recipe's speculative decoding in one line: the drafter, how many drafts (per
     batch size where vLLM's schedule is set) and what draft-trunc does on top, so the
     configuration a recipe chose (docs/draft-trunc-policy.md, section 4) is visible."""
@@ -68,7 +71,7 @@ def speculation(spec: dict | None, env: dict[str, str]) -> str:
     return "; ".join(parts)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("show", help="one recipe resolved: input digest, tag, launch command"))
     s.add_argument("name")
     s.set_defaults(func=cmd_show)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from pathlib import Path
+from typing import NotRequired, TypedDict
 
 from kiln.basics import log
 from kiln.basics.errors import (
@@ -14,16 +15,36 @@ from kiln.basics.errors import (
     RecipeInvalid,
 )
 from kiln.basics.paths import repo_root
-from kiln.commands.options import reports
-from kiln.commands.plan import plan_recipe
+from kiln.commands.options import Subparsers, reports
+from kiln.commands.recipes.plan import plan_recipe
 from kiln.domain.imagecheck.launchargs import check_against_engine
 from kiln.domain.locks import enginelock, lockpolicy
 from kiln.domain.patching.series import recipe_series
 from kiln.domain.planning.plan import verdict
 from kiln.domain.recipes.overrides import load_override
-from kiln.domain.recipes.recipe import load_recipe, recipe_dir, recipe_names
+from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir, recipe_names
 from kiln.domain.recipes.topology import feature_problems
 from kiln.infra import wheelcache
+
+
+class SeriesUsed(TypedDict):
+    applies: str
+    file: str | None  # relative to the checkout; None: no series for it
+    patches: int
+
+
+class RecipeCheck(TypedDict):
+    name: str
+    valid: bool
+    problems: list[str]
+    series: NotRequired[list[SeriesUsed]]  # a valid recipe: the patch series its image applies
+
+
+class CheckDocument(TypedDict):
+    """`kiln check --json` (src/kiln/schemas/check.json)."""
+
+    valid: bool
+    recipes: list[RecipeCheck]
 
 
 def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
@@ -47,7 +68,7 @@ def platform_problems_of(name: str) -> list[str]:
     return _platforms(loaded)
 
 
-def _platforms(loaded) -> list[str]:
+def _platforms(loaded: LoadedRecipe) -> list[str]:
     """Each declared platform (engine.platforms) has the engine's wheels in the lock:
     one line per platform that has not, naming the wheel looked for."""
     e = loaded.recipe.engine
@@ -67,7 +88,7 @@ def _platforms(loaded) -> list[str]:
     return problems
 
 
-def _plan_problems(loaded) -> tuple[list[str], list[str]]:
+def _plan_problems(loaded: LoadedRecipe) -> tuple[list[str], list[str]]:
     """A recipe with a topology: `kiln plan` on its own GPUs (topology.accelerator) must
     fit. (problems planning it, e.g. no shape; the plan's verdict when it does not fit)"""
     recipe = loaded.recipe
@@ -125,28 +146,28 @@ def _check_one(name: str) -> tuple[list[str], list[str], list[str]]:
     return problems + unplanned, _launch_args(loaded), too_big
 
 
-def _lock(loaded) -> list[str]:
+def _lock(loaded: LoadedRecipe) -> list[str]:
     """The engine lock still matches the engine wheel (read from the cache, no download)."""
     e = loaded.recipe.engine
     return lockpolicy.lock_problems(enginelock.engine_image_dir(e.flavour), e.name, e.version,
                                     e.flavour, wheelcache.cached_engine_wheel(e.version, e.flavour), loaded.name)
 
 
-def _rel(path) -> str:
+def _rel(path: Path) -> str:
     try:
         return str(path.relative_to(repo_root()))
     except ValueError:
         return str(path)
 
 
-def _series_used(name: str) -> list[dict]:
+def _series_used(name: str) -> list[SeriesUsed]:
     """Which patch series a valid recipe's image applies, in order."""
     loaded = load_recipe(recipe_dir(name))
-    return [{"applies": what, "file": _rel(file) if file else None, "patches": count}
+    return [SeriesUsed(applies=what, file=_rel(file) if file else None, patches=count)
             for what, file, count in recipe_series(loaded)]
 
 
-def _launch_args(loaded) -> list[str]:
+def _launch_args(loaded: LoadedRecipe) -> list[str]:
     """The launch command (flags, values, feature knobs) checked by the built engine's own
     parser and kiln-engine, when that image exists."""
     return check_against_engine(loaded)
@@ -160,7 +181,7 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     launch_only = True  # every problem is one the engine found: exit 17, as `kiln build`
     plan_only = True  # every problem is a recipe that does not fit its GPUs: exit 92, as `kiln plan`
     names = _recipe_names(name, all_recipes)
-    report: list[dict[str, Any]] = []
+    report: list[RecipeCheck] = []
     for recipe in names:
         recipe_problems, launch_problems, plan_problems = _check_one(recipe)
         platform_problems = platform_problems_of(recipe) if not recipe_problems else []
@@ -168,7 +189,7 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
         platform_only = platform_only and not recipe_problems and not launch_problems and not plan_problems
         launch_only = launch_only and not recipe_problems and not plan_problems and not platform_problems
         plan_only = plan_only and not recipe_problems and not launch_problems and not platform_problems
-        entry: dict[str, Any] = {"name": recipe, "valid": not found, "problems": found}
+        entry = RecipeCheck(name=recipe, valid=not found, problems=found)
         if found:
             problems += found
         else:
@@ -176,7 +197,7 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
             log.ok(f"{recipe}")
         report.append(entry)
     if as_json:
-        log.emit_json({"valid": not problems, "recipes": report})
+        log.emit_json(CheckDocument(valid=not problems, recipes=report))
     if problems:
         if platform_only:
             raise PlatformUnsupported(problems)
@@ -195,7 +216,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return check(args.name, all_recipes=args.all, as_json=args.json)
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("check", help="validate recipes without building"))
     s.add_argument("name", nargs="?")
     s.add_argument("--all", action="store_true")

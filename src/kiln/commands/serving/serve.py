@@ -18,8 +18,10 @@ from kiln.basics.errors import (
     ServerExited,
     UsageError,
 )
+from kiln.commands.options import Subparsers
 from kiln.domain.images.specs import RecipeImage, existing, resolve
-from kiln.domain.recipes.topology import effective
+from kiln.domain.recipes.recipe import LoadedRecipe
+from kiln.domain.recipes.topology import Topology, effective
 from kiln.domain.serving.container import ServingContainer, kiln_containers, preflight, run_spec
 from kiln.domain.serving.launch import LABEL_RECIPE, LABEL_URL
 from kiln.domain.serving.multinode import node_specs, print_commands
@@ -62,7 +64,7 @@ def parse_env(pairs: list[str] | None) -> dict[str, str]:
     return env
 
 
-def vllm_extra(args) -> list[str]:
+def vllm_extra(args: argparse.Namespace) -> list[str]:
     extra = [a for a in (args.vllm_args or []) if a != "--"]
     for token in extra:
         if token in ("-e", "--env") or token.startswith("--env="):
@@ -79,7 +81,7 @@ def _sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     resolved = resolve(args.name)
     loaded, recipe_image = resolved.loaded, resolved.recipe_image
     extra = vllm_extra(args)
@@ -134,7 +136,8 @@ def run(args) -> int:
             box.close(failing=sys.exc_info()[0] is not None)
 
 
-def _multi_node(args, loaded, recipe_image, topo, *, port: int, extra: list[str], env: dict) -> int:
+def _multi_node(args: argparse.Namespace, loaded: LoadedRecipe, recipe_image: RecipeImage, topo: Topology, *,
+                port: int, extra: list[str], env: dict[str, str]) -> int:
     """A recipe spanning several nodes: `--print` shows each node's command (one host, a
     user-defined network; on real hosts use each host's network and the leader's address)."""
 
@@ -190,7 +193,7 @@ def _one(docker: DockerDaemon, name: str) -> Container:
     return boxes[0] if len(boxes) == 1 else _ours(docker, name)
 
 
-def ps(args) -> int:
+def ps(args: argparse.Namespace) -> int:
     boxes = kiln_containers(DockerDaemon(), all_states=args.all)
     if not boxes:
         log.info("no kiln containers" + ("" if args.all else " running"))
@@ -202,7 +205,7 @@ def ps(args) -> int:
     return 0
 
 
-def logs(args) -> int:
+def logs(args: argparse.Namespace) -> int:
     box = _one(DockerDaemon(), args.name)
     tail: LogTail = "all" if args.tail is None else args.tail
     try:
@@ -215,7 +218,7 @@ def logs(args) -> int:
     return 0
 
 
-def stop(args) -> int:
+def stop(args: argparse.Namespace) -> int:
     docker = DockerDaemon()
     if args.all == bool(args.names):
         raise UsageError("kiln stop: name containers or pass --all, not both or neither", hint="`kiln ps` lists them")
@@ -239,7 +242,7 @@ def stop(args) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     """`kiln run`, `ps`, `logs` and `stop`: one family, sharing how they find kiln's containers."""
     s = sub.add_parser("run", help="serve a recipe's image (extra vLLM args after --)",
                        usage="kiln run NAME [--print] [--port P] [--detach] [-e VAR=VALUE ...] [-- VLLM ARGS ...]")

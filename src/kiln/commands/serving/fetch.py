@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from kiln.basics import log
+from kiln.commands.options import Subparsers
 from kiln.domain.recipes.recipe import load_recipe, recipe_dir
 from kiln.domain.serving.container import host_hf_cache
 from kiln.domain.serving.hffetch import fetch
@@ -32,7 +33,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     s = sub.add_parser("fetch", help="download the recipe's pinned Hugging Face snapshots into the shared cache")
     s.add_argument("name")
     s.add_argument("--cache", metavar="DIR",

@@ -8,6 +8,7 @@ import time
 
 from kiln.basics import log
 from kiln.basics.errors import UsageError
+from kiln.commands.options import Subparsers
 from kiln.domain.images.cabundle import resolve_ca
 from kiln.domain.images.specs import EngineImage
 from kiln.domain.locks import enginelock as L
@@ -85,7 +86,7 @@ def _check(engines: list[tuple[str, Engine]]) -> int:
     return 0
 
 
-def register_engine(es: argparse._SubParsersAction) -> None:
+def register_engine(es: Subparsers) -> None:
     """`kiln engine lock` (added to the `kiln engine` subcommands)."""
     s = es.add_parser("lock", help="pin every Python wheel (by sha256) and Debian package an engine image installs")
     s.add_argument("recipe", nargs="?", help="the recipe whose engine image to lock")

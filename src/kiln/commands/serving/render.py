@@ -11,7 +11,8 @@ import yaml
 
 from kiln.basics import log
 from kiln.basics.errors import RecipeInvalid
-from kiln.commands.check import check_one
+from kiln.commands.options import Subparsers
+from kiln.commands.recipes.check import check_one
 from kiln.domain.images.specs import resolve
 from kiln.domain.recipes.topology import effective
 from kiln.domain.serving.k8s import HF_CACHE_PVC, dump, manifests, published_image
@@ -55,7 +56,7 @@ def cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     render_parser = sub.add_parser("render", help="render deployment manifests from a recipe")
     targets = render_parser.add_subparsers(dest="render_target", required=True, metavar="TARGET")
     s = targets.add_parser("k8s", help="Kubernetes: a LeaderWorkerSet (several nodes) or Deployment, and a Service")

@@ -18,6 +18,7 @@ from typing import Any, cast
 from kiln.basics import log
 from kiln.basics.errors import ImageNotBuilt, SbomWriteFailed, UsageError
 from kiln.basics.files import write_atomic
+from kiln.commands.options import Subparsers
 from kiln.domain.images.specs import existing, require_built, resolve
 from kiln.domain.supplychain import sbom as sbomdoc
 from kiln.domain.supplychain import spdx
@@ -26,7 +27,7 @@ from kiln.domain.supplychain.provenance import build_provenance
 from kiln.infra.docker import DockerDaemon, id_of
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     s = sub.add_parser("sbom", help="SBOM of a built image, read from its filesystem (CycloneDX or SPDX JSON)")
     s.add_argument("name", help="a recipe (its image must be built from the current inputs)")
     s.add_argument("--format", choices=("cyclonedx", "spdx"), default="cyclonedx",
@@ -42,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=sbom_cli)
 
 
+# a CycloneDX or SPDX document (or an in-toto statement): typed by the domain that builds it
 def _document(args: argparse.Namespace, docker: DockerDaemon) -> tuple[Mapping[str, Any], str]:
     if args.manifest_digest is not None:
         _check_digest(args.manifest_digest)

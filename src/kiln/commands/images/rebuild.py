@@ -18,11 +18,14 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TypedDict
 
 from kiln.basics import log
 from kiln.basics.errors import BuildFailed, ImageNotBuilt, RebuildDiffers, RebuildSourceMissing
 from kiln.basics.paths import repo_root
+from kiln.commands.options import Subparsers
 from kiln.domain.images.specs import LABEL_NS
 from kiln.domain.reproducible import imagediff
 from kiln.infra import credentials, git
@@ -55,7 +58,7 @@ def what_to_rebuild(img: Image, ref: str) -> tuple[str, str]:
     return recipe, revision
 
 
-def _kiln(tree: Path, *args: str) -> subprocess.CompletedProcess:
+def _kiln(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """That revision's own kiln, on its own tree, tagging in the verify namespace."""
     path = os.pathsep.join(str(tree / p) for p in ("src", "engine", "testkit"))
     env = {**os.environ, "KILN_ROOT": str(tree), "KILN_IMAGE_NAMESPACE": NAMESPACE,
@@ -118,7 +121,7 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
     diff = None
     if new_id != old_id:
         diff = imagediff.compare(img.attrs["RootFS"]["Layers"], new.attrs["RootFS"]["Layers"],
-                                 _comparable(img.attrs), _comparable(new.attrs),
+                                 dict(_comparable(img.attrs)), dict(_comparable(new.attrs)),
                                  lambda: docker.save(old_id), lambda: docker.save(new_id))
     if not keep:  # every kiln-verify/ tag (the rebuild's, and what --reuse-engine lent it)
         for other in docker.images():
@@ -128,8 +131,20 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
     return old_id, new_id, diff
 
 
-def _comparable(attrs: dict) -> dict:
-    return {k: attrs.get(k) for k in ("Config", "Created", "Architecture", "Os", "Author", "Comment")}
+def _comparable(attrs: Mapping[str, object]) -> ComparableConfig:
+    """The parts of an image's config that a rebuild must reproduce (the daemon's values)."""
+    return ComparableConfig(Config=attrs.get("Config"), Created=attrs.get("Created"),
+                            Architecture=attrs.get("Architecture"), Os=attrs.get("Os"),
+                            Author=attrs.get("Author"), Comment=attrs.get("Comment"))
+
+
+class ComparableConfig(TypedDict):
+    Config: object
+    Created: object
+    Architecture: object
+    Os: object
+    Author: object
+    Comment: object
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
@@ -143,7 +158,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     raise RebuildDiffers("; ".join(lines))
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("rebuild", help="rebuild an image from the commit its labels name and compare (--verify)")
     p.add_argument("ref", help="a local image (tag or id) or HOST/REPO:TAG in a registry")
     p.add_argument("--verify", action="store_true", required=True,

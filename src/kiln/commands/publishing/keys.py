@@ -12,11 +12,29 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TypedDict
 
 from kiln.basics import log
 from kiln.basics.errors import SigningPasswordInvalid
+from kiln.commands.options import Subparsers
 from kiln.domain.signing import keys
 from kiln.infra import keypassword
+
+
+class KeyPairDocument(TypedDict):
+    """`kiln keys generate --json` (docs/cli-json.md; no schema file)."""
+
+    private_key: str
+    public_key: str
+    fingerprint: str
+
+
+class FingerprintDocument(TypedDict):
+    """`kiln keys fingerprint PUB --json`."""
+
+    public_key: str
+    fingerprint: str
+
 
 
 def generate(prefix: Path, *, as_json: bool = False) -> keys.KeyPairFiles:
@@ -28,8 +46,8 @@ def generate(prefix: Path, *, as_json: bool = False) -> keys.KeyPairFiles:
                                           "KILN_SIGNING_PASSWORD or type a password")
     files = keys.write_key_pair(prefix, password)
     if as_json:
-        log.emit_json({"private_key": str(files.private), "public_key": str(files.public),
-                       "fingerprint": files.fingerprint})
+        log.emit_json(KeyPairDocument(private_key=str(files.private), public_key=str(files.public),
+                                      fingerprint=files.fingerprint))
     else:
         log.summary("generated a signing key pair (ECDSA P-256, cosign format)", {
             "private key": f"{files.private} (encrypted, mode 0600: keep it secret)",
@@ -48,13 +66,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_fingerprint(args: argparse.Namespace) -> int:
     public = keys.load_public_key(Path(args.public_key))
     if args.json:
-        log.emit_json({"public_key": str(args.public_key), "fingerprint": public.fingerprint})
+        log.emit_json(FingerprintDocument(public_key=str(args.public_key), fingerprint=public.fingerprint))
     else:
         log.out.print(public.fingerprint, markup=False)
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("keys", help="cosign-compatible signing keys (generate, fingerprint)")
     ksub = p.add_subparsers(dest="keys_command", metavar="{generate,fingerprint}", required=True)
     g = ksub.add_parser("generate", help="write an encrypted private key and its public key, as "

@@ -17,6 +17,7 @@ import argparse
 from pathlib import Path
 
 from kiln.basics import log
+from kiln.commands.options import Subparsers
 from kiln.domain.signing import keys, signverify
 from kiln.infra import credentials
 from kiln.infra.registry import RegistryClient
@@ -55,7 +56,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: Subparsers) -> None:
     p = sub.add_parser("verify", help="check an image's cosign signature and its SBOM/provenance attestations "
                                       "against a public key")
     p.add_argument("ref", metavar="REF", help="HOST[:PORT]/REPOSITORY:TAG, ...@sha256:DIGEST or ...:TAG@sha256:DIGEST")

@@ -1,0 +1,425 @@
+"""`kiln publish` and `kiln promote`: put a built, smoke-tested image into an OCI
+registry and move it between channels without rebuilding or re-pushing.
+
+Tags written per publish, in this order (each one a manifest PUT of the same bytes):
+
+    <registry>/<repository>:<engine>-<version>-<recipe>   e.g. vllm-0.32.0-tiny-moe
+    <registry>/<repository>:<channel>                      e.g. experimental
+    <registry>/<repository>:<input digest, 12 hex>         written last
+
+Layers travel through the Docker daemon, pushed under the engine tag (a `docker push`
+always writes some tag, and a registry cannot delete a single tag: distribution 2.8
+deletes manifests by digest only, which would take every tag on it along; so kiln
+writes no tag of its own such as a staging tag). The daemon writes that tag only after
+every layer is up, so a push that dies midway moves no tag. The input-digest tag is
+written last, so its presence means the publish completed; that is also what "already
+published" is checked against.
+
+With `--sign KEY` (required when the recipe sets publish.require_signature) the daemon
+pushes under `<input digest, 12 hex>-staging` instead, a tag no consumer follows; the
+signature (`sha256-<hex>.sig`) and the SBOM and provenance attestations
+(`sha256-<hex>.att`) go up and are verified from the registry (commands/publishing/signstep.py);
+only then are the three tags above written. So no consumer tag ever points at an image
+whose signature is not up and verified.
+
+`--skip-smoke-check` (no passing smoke record) writes none of those three: the image,
+labelled `ai.kiln.smoke-check=skipped`, goes out under `<input digest, 12 hex>-unsmoked`
+only, so no tag that consumers follow or pin ever points at an unproven image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+
+from kiln.basics import clock, imageref, log
+from kiln.basics.errors import (
+    ChannelEmpty,
+    ChannelInvalid,
+    DockerDaemonError,
+    KilnError,
+    ManifestMismatch,
+    PushFailed,
+    UsageError,
+)
+from kiln.basics.files import write_atomic
+from kiln.basics.paths import results_dir, shown_home
+from kiln.commands.options import Subparsers
+from kiln.commands.publishing import signstep
+from kiln.domain.images.buildcontext import BuildContext
+from kiln.domain.images.specs import require_built
+from kiln.domain.locks import enginelock
+from kiln.domain.publishing import (
+    SMOKE_LABEL,
+    UNSMOKED_SUFFIX,
+    PlatformEntry,
+    PromoteResult,
+    PublishResult,
+    SmokeEvidence,
+    built_platforms,
+    check_channel,
+    consumer_tags,
+    index_input_digest,
+    platform_smoke,
+    platform_tag,
+    promotable_image_id,
+    promote_document,
+    publish_document,
+    push_error,
+    refuse_unsmoked_channel,
+    smoke_evidence,
+    target_for,
+    unsmoked_tag,
+)
+from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
+from kiln.infra import credentials
+from kiln.infra.docker import DockerDaemon, id_of
+from kiln.infra.manifests import Manifest, image_index
+from kiln.infra.records import record_path
+from kiln.infra.registry import RegistryClient, Target
+
+
+# -- shared pieces ------------------------------------------------------------------------
+def _client(target: Target, password_stdin: bool, creds: credentials.Credentials | None) -> RegistryClient:
+    if creds is None:
+        creds = credentials.resolve(target.host, password_stdin=password_stdin)
+    client = RegistryClient(target, creds)
+    client.check_access()
+    return client
+
+
+def write_record(kind: str, name: str, doc: Mapping[str, object]) -> Path:
+    """publish/<recipe>-<kind>-<time>.json in the records folder. Holds digests, tags and the smoke
+    evidence; never credentials (not even the user name)."""
+    d = results_dir() / "publish"
+    d.mkdir(parents=True, exist_ok=True)
+    stamp = clock.file_stamp()
+    path = d / f"{name}-{kind}-{stamp}.json"
+    write_atomic(path, json.dumps({"kind": kind, **doc}, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _unsmoked_image(docker: DockerDaemon, loaded: LoadedRecipe, short: str, image_id: str) -> str:
+    """The built image plus `ai.kiln.smoke-check=skipped`, so whoever pulls it can see it
+    was never smoke-tested. A label (not a manifest annotation) because `docker inspect`
+    shows it after any pull. Its own image id means the built image's future smoke
+    record can never vouch for it."""
+    ctx = BuildContext()
+    ctx.add_bytes("Dockerfile", f"FROM {image_id}\n".encode())
+    result = docker.build(ctx, label=f"{loaded.name} (smoke-check label)", labels={SMOKE_LABEL: "skipped"},
+                          quiet=True)
+    # the local tag mirrors the registry's: it keeps the derived image (and its layer
+    # cache) between runs, so a rerun derives the same id and "already published" holds
+    docker.tag(result.image_id, f"kiln/{loaded.name}:{short}{UNSMOKED_SUFFIX}")
+    return result.image_id
+
+
+# -- publish ----------------------------------------------------------------------------
+def publish(
+    name: str,
+    *,
+    registry: str | None = None,
+    channel: str | None = None,
+    skip_smoke_check: bool = False,
+    plain_http: bool = False,
+    password_stdin: bool = False,
+    creds: credentials.Credentials | None = None,
+    docker: DockerDaemon | None = None,
+    sign_key: Path | None = None,
+) -> PublishResult:
+    """Push the image built from NAME's current inputs and tag it (see module doc).
+    `creds` (for callers in Python) replaces the env / docker-config lookup; `sign_key`
+    (a cosign private key) signs and attests it before any consumer tag. A recipe that
+    declares several platforms is published as one image index (`_publish_index`)."""
+    docker = docker or DockerDaemon()
+    declared = list[str](load_recipe(recipe_dir(name)).recipe.engine.platforms)
+    if len(declared) > 1:
+        return _publish_index(name, declared, registry=registry, channel=channel, skip_smoke_check=skip_smoke_check,
+                              plain_http=plain_http, password_stdin=password_stdin, creds=creds, docker=docker,
+                              sign_key=sign_key)
+    built = require_built(docker, name)
+    loaded, recipe_image, img = built.loaded, built.recipe_image, built.image
+    target = target_for(loaded, registry, plain_http=plain_http)
+    explicit_channel = channel
+    channel = check_channel(loaded, channel)
+    built_id = id_of(img)
+    smoke = smoke_evidence(recipe_image.tag, built_id, skip_smoke_check)
+    image_id = built_id
+    tags = consumer_tags(loaded, recipe_image.short, channel)
+    if smoke["status"] == "skipped":
+        refuse_unsmoked_channel(name, recipe_image.short, explicit_channel)
+        channel, tags = None, [unsmoked_tag(recipe_image.short)]
+    # the key (and its password) before anything moves: a wrong one fails with nothing pushed
+    signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
+    client = _client(target, password_stdin, creds)
+    if smoke["status"] == "skipped":
+        image_id = _unsmoked_image(docker, loaded, recipe_image.short, built_id)
+    log.step(f"publishing {name} ({image_id[:19]}) to {target.host}/{target.path}")
+    signing = signer is not None and channel is not None  # unsmoked: its one tag is no consumer tag
+    push_tag = f"{recipe_image.short}{signstep.STAGING_SUFFIX}" if signing else tags[0]
+    manifest, pushed = _upload(docker, client, tags[-1], image_id, push_tag)
+    signature = None
+    if signer is not None:
+        pushed_image = img if image_id == built_id else docker.require_image(image_id)
+        signature = signstep.sign_and_verify(docker, client, signer, loaded, recipe_image, pushed_image,
+                                             manifest.digest)
+    _write_tags(client, manifest, tags)
+    _verify(client, manifest, tags)
+    result = PublishResult(
+        recipe=name, image_id=image_id, input_digest=recipe_image.digest, manifest_digest=manifest.digest,
+        registry=target.host, repository=target.path, channel=channel,
+        tags=[target.ref(t) for t in tags], pushed=pushed, smoke=smoke, signature=signature,
+    )
+    doc = {**asdict(result), "built_image_id": built_id, "time": clock.timestamp()}
+    doc.pop("record")
+    result.record = str(write_record("publish", name, doc))
+    _report_publish(result)
+    return result
+
+
+# -- publish: several platforms, one image index ----------------------------------------
+def _publish_index(
+    name: str, declared: list[str], *, registry: str | None, channel: str | None, skip_smoke_check: bool,
+    plain_http: bool, password_stdin: bool, creds: credentials.Credentials | None, docker: DockerDaemon,
+    sign_key: Path | None,
+) -> PublishResult:
+    """Each built platform's image pushed under its own `<digest12>-<arch>` tag, then one
+    OCI image index holding them all under the engine, channel and digest tags (digest
+    tag last, as for one platform). With --sign the index digest is signed (what the tags
+    point at, so what `cosign verify TAG` checks) before any of those tags is written."""
+    if skip_smoke_check:
+        raise UsageError(f"--skip-smoke-check: {name} is published as a multi-platform index, and every platform "
+                         "in it needs a passing smoke record", hint=f"`kiln smoke {name} --platform P` for each")
+    members = built_platforms(docker, name, declared)
+    loaded = members[0][1].loaded
+    target = target_for(loaded, registry, plain_http=plain_http)
+    channel = check_channel(loaded, channel)
+    records = platform_smoke(name, members)
+    input_digest = index_input_digest(members)
+    short = input_digest.split(":")[1][:12]
+    tags = consumer_tags(loaded, short, channel)
+    signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
+    client = _client(target, password_stdin, creds)
+    log.step(f"publishing {name} ({', '.join(p for p, _ in members)}) to {target.host}/{target.path} as one index")
+    children: list[tuple[str, Manifest]] = []
+    pushed_any = False
+    for plat, built in members:
+        manifest, pushed = _upload(docker, client, platform_tag(built), id_of(built.image), platform_tag(built))
+        children.append((plat, manifest))
+        pushed_any = pushed_any or pushed
+    index = image_index(children)
+    signature = None
+    if signer is not None:
+        client.put_manifest(f"{short}{signstep.STAGING_SUFFIX}", index)
+        host = enginelock.host_platform()
+        plat, built = next(((p, b) for p, b in members if p == host), members[0])  # its SBOM is read natively
+        signature = signstep.sign_and_verify(docker, client, signer, loaded, built.recipe_image, built.image,
+                                             index.digest)
+    present = client.manifest(short)
+    already = present is not None and present.digest == index.digest
+    _write_tags(client, index, tags)
+    _verify(client, index, tags)
+    platforms = {plat: PlatformEntry(image_id=id_of(built.image), input_digest=built.recipe_image.digest,
+                                     manifest_digest=manifest.digest, tag=target.ref(platform_tag(built)),
+                                     smoke_record=records[plat])
+                 for (plat, built), (_, manifest) in zip(members, children, strict=True)}
+    first = members[0][1]
+    result = PublishResult(
+        recipe=name, image_id=id_of(first.image), input_digest=input_digest, manifest_digest=index.digest,
+        registry=target.host, repository=target.path, channel=channel, tags=[target.ref(t) for t in tags],
+        pushed=pushed_any or not already, smoke=SmokeEvidence(status="passed", record=records[members[0][0]]),
+        signature=signature, platforms=platforms,
+    )
+    doc = {**asdict(result), "time": clock.timestamp()}
+    doc.pop("record")
+    result.record = str(write_record("publish", name, doc))
+    _report_publish(result)
+    return result
+
+
+def _upload(docker: DockerDaemon, client: RegistryClient, digest_tag: str, image_id: str,
+            push_tag: str) -> tuple[Manifest, bool]:
+    """The manifest of `image_id` in the registry, pushing its layers only if needed
+    (the daemon's push writes `push_tag`, the first tag a publish writes anyway)."""
+    target = client.target
+    present = client.manifest(digest_tag)
+    # the image id is the digest of the image config, which names every layer: the same
+    # config means the same image, whatever compression another push chose
+    if present is not None and present.config_digest == image_id:
+        log.ok(f"{target.ref(digest_tag)} already holds this image ({present.digest}); push skipped")
+        return present, False
+    if present is not None:
+        log.info(f"{target.ref(digest_tag)} holds another build of these inputs; replacing it")
+    pushing = target.ref(push_tag)
+    docker.tag(image_id, pushing)
+    auth = client.credentials.auth_config(target.host) if client.credentials else None
+    try:
+        pushed = docker.push(pushing, auth_config=auth)
+    except PushFailed as exc:
+        raise push_error(exc.message) from None
+    finally:
+        _drop_local_tag(docker, pushing)
+    log.info(f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
+             f"[{log.human_secs(pushed.seconds)}]")
+    manifest = client.manifest(pushed.digest)  # read back by digest: did the registry keep it?
+    moved = f"; only tag {push_tag} moved (no channel or digest tag)"
+    if manifest is None:
+        raise ManifestMismatch(f"the registry accepted {pushed.digest} but does not return it{moved}")
+    if manifest.config_digest != image_id:
+        raise ManifestMismatch(f"{pushed.digest} holds image {manifest.config_digest}, pushed {image_id}{moved}")
+    return manifest, True
+
+
+def _drop_local_tag(docker: DockerDaemon, pushing: str) -> None:
+    """Remove the local tag the push used, best effort: a daemon fault here must neither
+    hide the push's own error nor stop a publish whose layers are up (a warning says
+    what is left)."""
+    try:
+        docker.remove_image(pushing)  # only the local tag; the image keeps its kiln/ tags
+    except DockerDaemonError as exc:
+        log.warn(f"{exc.message}; the local tag {pushing} is left behind: `docker rmi {pushing}`")
+
+
+def _write_tags(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
+    done: list[str] = []
+    for tag in tags:
+        try:
+            current = client.manifest(tag)
+            if current is None or current.digest != manifest.digest:
+                client.put_manifest(tag, manifest)
+        except KilnError as exc:
+            # same class (exit code), plus what state the registry is left in
+            exc.message = (f"{exc.message} (writing tag {tag}; written so far: {', '.join(done) or 'none'}; "
+                           "the input-digest tag comes last, so a rerun finishes the publish)")
+            raise
+        done.append(tag)
+
+
+def _verify(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
+    for tag in tags:
+        got = client.manifest(tag)
+        if got is None or got.digest != manifest.digest:
+            raise ManifestMismatch(f"{client.target.ref(tag)} reads back as "
+                                   f"{got.digest if got else 'missing'}, expected {manifest.digest}")
+
+
+def _report_publish(r: PublishResult) -> None:
+    log.summary(f"published {r.recipe}" if r.pushed else f"{r.recipe} already published (push skipped)", {
+        "manifest digest": r.manifest_digest,
+        "image id": r.image_id,
+        "input digest": r.input_digest,
+        "tags": ", ".join(str(imageref.parse(t).tag) for t in r.tags),
+        **({"platforms": ", ".join(f"{p} ({d['manifest_digest'][:19]})" for p, d in r.platforms.items())}
+           if r.platforms else {}),
+        "channel": r.channel or "none (not smoke-tested)",
+        "smoke check": f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
+        if r.smoke["status"] == "skipped" else "passed",
+        **({"signature": f"{r.signature['signature_tag']} + {r.signature['attestation_tag']} verified "
+                         f"(key {r.signature['key_fingerprint']})"} if r.signature else {}),
+        "record": shown_home(r.record),
+    })
+
+
+# -- promote ----------------------------------------------------------------------------
+def promote(
+    name: str,
+    *,
+    from_channel: str,
+    to_channel: str,
+    registry: str | None = None,
+    plain_http: bool = False,
+    password_stdin: bool = False,
+    creds: credentials.Credentials | None = None,
+    key: Path | None = None,
+) -> PromoteResult:
+    """Point channel `to` at the exact manifest channel `from` points at (no layer moves),
+    after verifying its signature when a key is given or the recipe requires signatures."""
+    loaded = load_recipe(recipe_dir(name))
+    target = target_for(loaded, registry, plain_http=plain_http)
+    source, dest = check_channel(loaded, from_channel), check_channel(loaded, to_channel)
+    if source == dest:
+        raise ChannelInvalid(f"--from and --to are both {source!r}")
+    client = _client(target, password_stdin, creds)
+    manifest = client.manifest(source)
+    if manifest is None:
+        raise ChannelEmpty(f"{target.ref(source)} does not exist; nothing to promote")
+    image_id = promotable_image_id(name, client, target.ref(source), source, manifest)
+    signature = signstep.verify_for_promote(loaded, client, manifest.digest, key)
+    current = client.manifest(dest)
+    moved = current is None or current.digest != manifest.digest
+    if moved:
+        client.put_manifest(dest, manifest)
+    _verify(client, manifest, [dest])
+    result = PromoteResult(
+        recipe=name, image_id=image_id, manifest_digest=manifest.digest, registry=target.host,
+        repository=target.path, from_channel=source, to_channel=dest, moved=moved,
+        smoke=SmokeEvidence(status="passed", record=str(record_path(image_id))), signature=signature,
+    )
+    doc = {**asdict(result), "time": clock.timestamp()}
+    doc.pop("record")
+    result.record = str(write_record("promote", name, doc))
+    log.summary(f"promoted {name}: {source} -> {dest}" if moved else f"{dest} already points at {source}'s image", {
+        "manifest digest": manifest.digest,
+        "image id": image_id,
+        "tag": target.ref(dest),
+        "record": shown_home(result.record),
+    })
+    return result
+
+
+# -- CLI ----------------------------------------------------------------------------------
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name")
+    p.add_argument("--registry", help="[http://|https://]HOST[:PORT][/NAMESPACE] (default: the recipe's "
+                                      "publish.registry); without a scheme: HTTP for loopback, else HTTPS")
+    p.add_argument("--plain-http", action="store_true",
+                   help="talk HTTP, not HTTPS (same as writing http://HOST)")
+    p.add_argument("--password-stdin", action="store_true",
+                   help=f"read the password from stdin (user from ${credentials.USER_ENV})")
+
+
+def cmd_publish(args: argparse.Namespace) -> int:
+    r = publish(args.name, registry=args.registry, channel=args.channel, skip_smoke_check=args.skip_smoke_check,
+                plain_http=args.plain_http, password_stdin=args.password_stdin,
+                sign_key=Path(args.sign) if args.sign else None)
+    if args.json:
+        log.emit_json(publish_document(r))
+    else:
+        log.out.print(r.pinned, markup=False)  # stdout: the one machine-readable line
+    return 0
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    r = promote(args.name, from_channel=args.from_channel, to_channel=args.to_channel, registry=args.registry,
+                plain_http=args.plain_http, password_stdin=args.password_stdin,
+                key=Path(args.key) if args.key else None)
+    if args.json:
+        log.emit_json(promote_document(r))
+    else:
+        log.out.print(r.pinned, markup=False)
+    return 0
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser("publish", help="push a built, smoke-tested image to a registry")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
+    p.add_argument("--channel", default=None, help="channel tag to move (default: experimental)")
+    p.add_argument("--skip-smoke-check", action="store_true",
+                   help=f"publish without a passing smoke record: only as <digest12>{UNSMOKED_SUFFIX}, "
+                        f"labelled {SMOKE_LABEL}=skipped, no channel")
+    p.add_argument("--sign", metavar="KEY", help="sign the pushed digest with this cosign private key and attach "
+                                                 "SBOM and provenance attestations, verified before any consumer tag "
+                                                 "(password from KILN_SIGNING_PASSWORD or typed)")
+    p.set_defaults(func=cmd_publish)
+    p = sub.add_parser("promote", help="point one channel at another's image (no rebuild, no re-push)")
+    _common(p)
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
+    p.add_argument("--from", dest="from_channel", required=True)
+    p.add_argument("--to", dest="to_channel", required=True)
+    p.add_argument("--key", metavar="PUB", help="verify the image's signature and attestations with this public key "
+                                                "before the channel moves (default: the recipe's publish.public_key)")
+    p.set_defaults(func=cmd_promote)

@@ -1,0 +1,242 @@
+"""`kiln smoke NAME`: prove a built image serves, with the official OpenAI client.
+
+Starts the container on a free loopback port, waits for /health, runs the checks the
+recipe's smoke spec asks for, and writes a record keyed by image id that publishing
+trusts. Any failure prints the container's last 100 log lines, removes the container
+and exits with SmokeFailed's code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from functools import partial
+from typing import Literal, TypedDict
+
+from kiln.basics import clock, log
+from kiln.basics.errors import ContainerStartFailed, SmokeFailed
+from kiln.basics.paths import shown_home
+from kiln.commands.images.build import build_recipe, check_platform
+from kiln.commands.options import Subparsers, count, reports
+from kiln.commands.serving.smokechecks import CHECKS, Check, ServedChecks, SmokeRun, require
+from kiln.domain.images.specs import require_built
+from kiln.domain.locks import enginelock
+from kiln.domain.recipes.engine_features import engine_features
+from kiln.domain.recipes.recipe import LoadedRecipe, Smoke, load_recipe, recipe_dir
+from kiln.domain.recipes.topology import Topology, effective, split_over_nodes
+from kiln.domain.serving.container import (
+    ServingContainer,
+    free_port,
+    gpu_visible,
+    preflight,
+    run_spec,
+)
+from kiln.domain.serving.launch import RunSpec
+from kiln.domain.serving.multinode import NodeGroup, node_specs
+from kiln.infra import binfmt
+from kiln.infra.docker import DockerDaemon, id_of
+from kiln.infra.records import write_smoke_record
+
+
+class CheckEntry(TypedDict):
+    name: str
+    ok: bool
+    detail: str
+    seconds: float
+
+
+class Timings(TypedDict):
+    startup_s: float | None
+    total_s: float
+
+
+class SmokeDocument(TypedDict):
+    """The smoke record, and `kiln smoke --json` of a run (src/kiln/schemas/smoke.json)."""
+
+    recipe: str
+    image_id: str
+    tag: str
+    input_digest: str
+    platform: str
+    emulation_factor: int | None
+    passed: bool
+    started_at: str
+    checks: list[CheckEntry]
+    timings: Timings
+    record: str | None  # None when --nodes overrode the topology (nothing written)
+
+
+class SmokeSkipped(TypedDict):
+    """`kiln smoke --json` when this host cannot run the smoke test at all."""
+
+    recipe: str
+    skipped: Literal[True]
+    reason: str
+    passed: None
+
+
+def _stopped_in_time(stop_s: float) -> tuple[float, str]:
+    require(stop_s < 30, f"SIGTERM took {stop_s:.1f} s (limit 30 s)")
+    return stop_s, f"stopped in {stop_s:.1f} s after SIGTERM"
+
+
+def _serving(docker: DockerDaemon, loaded: LoadedRecipe, image_id: str,
+             topo: Topology) -> tuple[NodeGroup | ServingContainer, ServingContainer, RunSpec]:
+    """The container (one node) or the node group (several) the checks run against, and
+    the box whose URL, log and shell the checks use."""
+    if topo.multi_node:
+
+        group = NodeGroup(docker, node_specs(loaded, image_id, topo, host_port=free_port(), host_ip="127.0.0.1"))
+        return group, group.leader, group.specs[0]
+    spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1")
+    box = ServingContainer(docker, spec)
+    return box, box, spec
+
+
+# an image of another architecture serves under qemu-user (binfmt_misc): every limit of
+# time (startup, request) is this many times the recipe's, every rate limit this many
+# times lower; measured for tiny-moe in docs/benchmarks.md
+EMULATION_FACTOR = 20
+
+
+def emulated_smoke(spec: Smoke, factor: int = EMULATION_FACTOR) -> Smoke:
+    """The recipe's smoke spec with its limits scaled for emulation (stated in the record)."""
+    return spec.model_copy(update={
+        "startup_timeout_s": min(spec.startup_timeout_s * factor, 7200),
+        "request_timeout_s": min(spec.request_timeout_s * factor, 3600),
+        "min_tokens_per_s": None if spec.min_tokens_per_s is None else spec.min_tokens_per_s / factor,
+    })
+
+
+def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False, topology: Topology | None = None,
+          platform: str | None = None) -> SmokeDocument | SmokeSkipped:
+    """`topology` overrides the recipe's (e.g. one tensor-parallel rank per container, to
+    prove the multi-node wiring on one host); such a run writes no smoke record.
+    `platform`: the image built for that platform (another architecture runs under
+    qemu, its limits scaled by EMULATION_FACTOR)."""
+
+    docker = docker or DockerDaemon()
+    if platform is not None:
+        check_platform(load_recipe(recipe_dir(name)), platform)
+    if build:
+        build_recipe(name, docker=docker, platform=platform)
+    built = require_built(docker, name, platform)
+    loaded, recipe_image, image = built.loaded, built.recipe_image, built.image
+    recipe = loaded.recipe
+    emulated = platform is not None and not binfmt.state(platform).native
+    if emulated:
+        recipe = recipe.model_copy(update={"smoke": emulated_smoke(recipe.smoke)})
+        log.info(f"smoke {name}: {platform} under emulation: limits x{EMULATION_FACTOR} (startup "
+                 f"{recipe.smoke.startup_timeout_s} s, request {recipe.smoke.request_timeout_s} s)")
+    if recipe.smoke.gpu and not gpu_visible():
+        log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host")
+        return SmokeSkipped(recipe=name, skipped=True, reason="no GPU visible on this host", passed=None)
+    topo = topology or effective(recipe)
+    if topo.multi_node and recipe.engine.flavour != "cpu":
+        reason = f"spans {topo.nodes} nodes of GPUs; one host cannot serve it (smoke it on the cluster)"
+        log.warn(f"smoke {name}: SKIPPED: {reason}")
+        return SmokeSkipped(recipe=name, skipped=True, reason=reason, passed=None)
+    built_id = id_of(image)
+    served, box, spec = _serving(docker, loaded, built_id, topo)
+    features = engine_features(recipe.features)
+    for node_spec in served.specs if isinstance(served, NodeGroup) else [spec]:
+        for feature in features:
+            node_spec.env.update(feature.smoke_env)
+    preflight(loaded, spec)
+    started = clock.now().isoformat(timespec="seconds")
+    nodes = f", {topo.nodes} nodes" if topo.multi_node else ""
+    log.step(f"smoke {name}: {recipe_image.tag} ({built_id[:19]}) on {spec.host_ip}:{spec.host_port}{nodes}")
+    t0 = time.monotonic()
+    run = SmokeRun()
+    startup: float | None = None
+    with served:
+        served.start()
+        try:
+            startup = served.wait_healthy(recipe.smoke.startup_timeout_s)
+        except ContainerStartFailed as exc:
+            run.checks.append(Check("startup", False, exc.message))
+        if startup is not None:
+            checks = ServedChecks(box, recipe)
+            for check_name in CHECKS:
+                _raise_if_node_lost(served)
+                run.check(check_name, getattr(checks, check_name))
+            for feature in features:
+                _raise_if_node_lost(served)
+                if feature.smoke_load[0] > 0:
+                    run.check(f"{feature.name} load", partial(checks.feature_load, feature))
+                run.check(f"{feature.name} logs", partial(checks.feature_logs, feature))
+                run.check(f"{feature.name} metrics", partial(checks.feature_metrics, feature))
+            _raise_if_node_lost(served)
+            if not run.passed:
+                box._dump_logs(100)
+            stop_s = served.stop(timeout=30)
+            run.check("clean_stop", lambda: _stopped_in_time(stop_s))
+    record = SmokeDocument(
+        recipe=name,
+        image_id=built_id,
+        tag=recipe_image.tag,
+        input_digest=recipe_image.digest,
+        platform=recipe_image.platform,
+        emulation_factor=EMULATION_FACTOR if emulated else None,
+        passed=run.passed,
+        started_at=started,
+        checks=[CheckEntry(name=c.name, ok=c.ok, detail=c.detail, seconds=c.seconds) for c in run.checks],
+        timings=Timings(startup_s=None if startup is None else round(startup, 2),
+                        total_s=round(time.monotonic() - t0, 2)),
+        record=None,
+    )
+    path = None
+    if topology is None:
+        # the record on disk has no "record" key (written before its path is known)
+        path = write_smoke_record({k: v for k, v in record.items() if k != "record"})
+    record["record"] = None if path is None else str(path)
+    log.summary(f"smoke {name}: {'PASSED' if run.passed else 'FAILED'}", {
+        "image": f"{recipe_image.tag} ({built_id[:19]})",
+        "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
+        "startup": "never healthy" if startup is None else f"{startup:.1f} s",
+        "took": log.human_secs(time.monotonic() - t0),
+        "record": shown_home(path) if path else "none (topology overridden)",
+    })
+    if not run.passed:
+        failed = ", ".join(c.name for c in run.checks if not c.ok)
+        failure = SmokeFailed(f"smoke {name}: failed checks: {failed}")
+        failure.record = dict(record)
+        raise failure
+    return record
+
+
+def _raise_if_node_lost(served: NodeGroup | ServingContainer) -> None:
+    """A node group whose member died fails the smoke as NodeLost, not as a list of
+    checks that timed out one after another."""
+    lost = served.lost_node() if isinstance(served, NodeGroup) else None
+    if isinstance(served, NodeGroup) and lost is not None:
+        raise served.node_lost(lost, "while serving")
+
+
+def smoke_cli(args: argparse.Namespace) -> int:
+    topology = None
+    if getattr(args, "nodes", None):
+
+        topology = split_over_nodes(args.nodes)
+    try:
+        record = smoke(args.name, build=args.build, topology=topology, platform=args.platform)
+    except SmokeFailed as exc:
+        if args.json and exc.record:
+            log.emit_json(exc.record)  # the failed checks are what a script wants to see
+        raise
+    if args.json:
+        log.emit_json(record)
+    return 0
+
+
+def register(sub: Subparsers) -> None:
+    s = reports(sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client"))
+    s.add_argument("name")
+    s.add_argument("--build", action="store_true", help="build first if needed")
+    s.add_argument("--platform", choices=sorted(enginelock.PLATFORMS), default=None,
+                   help="smoke the image built for this platform (default the host's); another architecture "
+                        f"serves under qemu, with time limits x{EMULATION_FACTOR}")
+    s.add_argument("--nodes", type=count("node", 64), default=None, metavar="N",
+                   help="serve across N containers on a private docker network, one tensor-parallel rank each "
+                        "(proves the multi-node wiring on one host; writes no smoke record)")
+    s.set_defaults(func=smoke_cli)
