@@ -36,7 +36,7 @@ TAG = re.compile(r"^<!--\s*kiln-doc:\s*(run|network|e2e|skip:\s*(?P<reason>\S.*?
 SHELL = {"", "sh", "bash", "shell", "console"}
 NOT_COMMANDS = {"text", "yaml", "json", "diff", "python", "toml", "dockerfile"}
 TIMEOUT = {"run": 300, "network": 900, "e2e": 1800}
-IGNORED = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", ".nox", ".pytest_cache", ".ruff_cache",
+IGNORED = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", ".nox", ".pytest_cache", ".ruff_cache", ".mypy_cache",
                                  "results", "build", ".whl", ".gl", ".vllm-carry", ".kiln-cache")
 
 

@@ -13,13 +13,14 @@ from clijson import SCHEMAS
 from kiln.commands.doctor import DoctorDocument
 from kiln.commands.images.build import BuildDocument
 from kiln.commands.recipes.check import CheckDocument, RecipeCheck
-from kiln.commands.serving.smoke import CheckEntry, SmokeDocument, SmokeSkipped, Timings
+from kiln.commands.serving.smoke import SmokeDocument, SmokeSkipped
 from kiln.domain.publishing import (
     PlatformEntry,
     PromoteDocument,
     PublishDocument,
     SignatureEvidence,
 )
+from kiln.infra.records import CheckEntry, Timings
 
 # (TypedDict, schema file, path to its object in the schema)
 DOCUMENTS: list[tuple[Any, str, tuple[str | int, ...]]] = [

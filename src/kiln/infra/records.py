@@ -10,9 +10,55 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypedDict, cast
 
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import results_dir
+
+
+class CheckEntry(TypedDict):
+    name: str
+    ok: bool
+    detail: str
+    seconds: float
+
+
+class Timings(TypedDict):
+    startup_s: float | None
+    total_s: float
+
+
+class SmokeRecord(TypedDict):
+    """What `kiln smoke` proved about one image id (src/kiln/schemas/smoke.json, less
+    its `record` key: the file is written before its own path is known)."""
+
+    recipe: str
+    image_id: str
+    tag: str
+    input_digest: str
+    platform: str
+    emulation_factor: int | None
+    passed: bool
+    started_at: str
+    checks: list[CheckEntry]
+    timings: Timings
+
+
+class BuildRecord(TypedDict):
+    """One build of an image: its wall-clock times (never in the image itself) and the
+    inputs that made it."""
+
+    image_id: str
+    built_id: str  # before normalisation
+    tags: list[str]
+    input_digest: str
+    source_date: int
+    revision: str  # the commit, "<commit>-dirty" or "unknown" (sourcedate.SourceDate)
+    layers: list[str]
+    started: str
+    finished: str
+    build_seconds: float
+    normalise_seconds: float
 
 
 def _dir() -> Path:
@@ -29,23 +75,24 @@ def record_path(image_id: str) -> Path:
     return _dir() / f"{_key(image_id)}.json"
 
 
-def write_smoke_record(record: dict) -> Path:
+def write_smoke_record(record: SmokeRecord) -> Path:
     path = record_path(record["image_id"])
     write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return path
 
 
-def smoke_record(image_id: str) -> dict | None:
+def smoke_record(image_id: str) -> SmokeRecord | None:
     path = record_path(image_id)
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())
+        # kiln wrote it; passing_smoke_record still checks the two keys a publish relies on
+        return cast(SmokeRecord, json.loads(path.read_text()))
     except (OSError, json.JSONDecodeError):
         return None
 
 
-def passing_smoke_record(image_id: str) -> dict | None:
+def passing_smoke_record(image_id: str) -> SmokeRecord | None:
     rec = smoke_record(image_id)
     if rec and rec.get("passed") is True and rec.get("image_id") == image_id:
         return rec
@@ -58,7 +105,7 @@ def build_record_path(image_id: str) -> Path:
     return d / f"{_key(image_id)}.jsonl"
 
 
-def write_build_record(record: dict) -> Path:
+def write_build_record(record: BuildRecord) -> Path:
     """What one build did, one JSON line per build, in a file per (normalised) image id:
     the wall-clock start and end live here, never in the image, whose dates are the
     inputs' source date (so every rebuild of the same inputs adds a line to one file)."""
@@ -68,17 +115,17 @@ def write_build_record(record: dict) -> Path:
     return path
 
 
-def build_records(image_id: str) -> list[dict]:
+def build_records(image_id: str) -> list[BuildRecord]:
     """Every build that made `image_id`, oldest first."""
     path = build_record_path(image_id)
     try:
         lines = path.read_text().splitlines()
     except OSError:
         return []
-    out = []
+    out: list[BuildRecord] = []
     for line in lines:
         try:
-            out.append(json.loads(line))
+            out.append(cast(BuildRecord, json.loads(line)))  # kiln wrote it; readers use .get
         except json.JSONDecodeError:  # a line cut short by a crash: the others still count
             continue
     return out

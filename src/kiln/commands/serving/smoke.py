@@ -22,7 +22,8 @@ from kiln.commands.serving.smokechecks import CHECKS, Check, ServedChecks, Smoke
 from kiln.domain.images.specs import require_built
 from kiln.domain.locks import enginelock
 from kiln.domain.recipes.engine_features import engine_features
-from kiln.domain.recipes.recipe import LoadedRecipe, Smoke, load_recipe, recipe_dir
+from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
+from kiln.domain.recipes.sections import Smoke
 from kiln.domain.recipes.topology import Topology, effective, split_over_nodes
 from kiln.domain.serving.container import (
     ServingContainer,
@@ -35,34 +36,13 @@ from kiln.domain.serving.launch import RunSpec
 from kiln.domain.serving.multinode import NodeGroup, node_specs
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, id_of
-from kiln.infra.records import write_smoke_record
+from kiln.infra.records import CheckEntry, SmokeRecord, Timings, write_smoke_record
 
 
-class CheckEntry(TypedDict):
-    name: str
-    ok: bool
-    detail: str
-    seconds: float
+class SmokeDocument(SmokeRecord):
+    """`kiln smoke --json` of a run (src/kiln/schemas/smoke.json): the smoke record and
+    where it was written."""
 
-
-class Timings(TypedDict):
-    startup_s: float | None
-    total_s: float
-
-
-class SmokeDocument(TypedDict):
-    """The smoke record, and `kiln smoke --json` of a run (src/kiln/schemas/smoke.json)."""
-
-    recipe: str
-    image_id: str
-    tag: str
-    input_digest: str
-    platform: str
-    emulation_factor: int | None
-    passed: bool
-    started_at: str
-    checks: list[CheckEntry]
-    timings: Timings
     record: str | None  # None when --nodes overrode the topology (nothing written)
 
 
@@ -171,7 +151,7 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
                 box._dump_logs(100)
             stop_s = served.stop(timeout=30)
             run.check("clean_stop", lambda: _stopped_in_time(stop_s))
-    record = SmokeDocument(
+    evidence = SmokeRecord(
         recipe=name,
         image_id=built_id,
         tag=recipe_image.tag,
@@ -183,13 +163,10 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
         checks=[CheckEntry(name=c.name, ok=c.ok, detail=c.detail, seconds=c.seconds) for c in run.checks],
         timings=Timings(startup_s=None if startup is None else round(startup, 2),
                         total_s=round(time.monotonic() - t0, 2)),
-        record=None,
     )
-    path = None
-    if topology is None:
-        # the record on disk has no "record" key (written before its path is known)
-        path = write_smoke_record({k: v for k, v in record.items() if k != "record"})
-    record["record"] = None if path is None else str(path)
+    # no record when --nodes overrode the topology: it proves another layout than the recipe's
+    path = write_smoke_record(evidence) if topology is None else None
+    record = SmokeDocument(**evidence, record=None if path is None else str(path))
     log.summary(f"smoke {name}: {'PASSED' if run.passed else 'FAILED'}", {
         "image": f"{recipe_image.tag} ({built_id[:19]})",
         "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
