@@ -44,7 +44,7 @@ def time_policy(dtm, policy: str, num_reqs: int, k: int) -> dict:
 
 def time_launch_shapes(dtm, num_reqs: int, k: int) -> list[dict]:
     """The cost-aware launch at other num_warps."""
-    from kiln_engine.draft_trunc._kernel import launch_mark_dead
+    from kiln_engine.draft_trunc._kernels.kernel import launch_mark_dead
 
     dtm.reload({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_POLICY": "cost"})
     b = random_batch(np.random.default_rng(num_reqs), num_reqs, k, mixed=False).to("cuda")

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:  # the kernel module imports triton, which must see TRITON_INTERPRET first
-    from kiln_engine.draft_trunc._buffers import MarkInputs
+    from kiln_engine.draft_trunc._kernels.buffers import MarkInputs
 
 
 @dataclass
@@ -44,8 +44,8 @@ class Batch:
         ))
 
     def mark_inputs(self) -> MarkInputs:
-        """What ``_kernel.launch_mark_dead`` reads of this batch."""
-        from kiln_engine.draft_trunc._buffers import MarkInputs
+        """What ``_kernels.kernel.launch_mark_dead`` reads of this batch."""
+        from kiln_engine.draft_trunc._kernels.buffers import MarkInputs
 
         return MarkInputs(self.is_padding, self.query_start_loc, self.cu_num_logits,
                           self.idx_mapping, self.seq_lens, self.prefill_len, self.predictions)

@@ -60,7 +60,7 @@ def _surv(predictions: torch.Tensor, slots, made: int) -> np.ndarray:
 def _depth_case(dt, seed: int) -> tuple[bool, bool, bool]:
     """(kernel's flag, numpy's flag, whether the two options tie) on a random batch,
     drafting stage, prices and learnt calibration."""
-    from kiln_engine.draft_trunc._kernel import launch_depth
+    from kiln_engine.draft_trunc._kernels.kernel import launch_depth
 
     rng = np.random.default_rng(seed)
     k, reqs = 4, int(rng.integers(1, 40))
@@ -112,7 +112,7 @@ def test_depth_kernel_matches_its_numpy_twin(draft_trunc):
 
 def test_worthless_drafts_stop_drafting_and_certain_ones_go_on(draft_trunc):
     """One request: survival ~0 after the first draft stops drafting; ~1 goes on."""
-    from kiln_engine.draft_trunc._kernel import launch_depth
+    from kiln_engine.draft_trunc._kernels.kernel import launch_depth
 
     dt = draft_trunc(policy="cost", explore=0.0, draft_cost="1:0.05")
     dt.prepare(4, DEVICE, 8192, num_spec=4)

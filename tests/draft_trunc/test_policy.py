@@ -199,7 +199,7 @@ def test_policy_knob():
 def test_batches_past_the_cost_block_keep_every_draft(draft_trunc, monkeypatch):
     """Past MAX_COST_REQS one block cannot hold the batch: every draft is kept
     (tau = 0) rather than a tau chosen from part of it."""
-    from kiln_engine.draft_trunc import _kernel
+    from kiln_engine.draft_trunc._kernels import kernel as _kernel
 
     dt = draft_trunc(policy="cost", explore=0.0, min_keep=0)
     batch = decode_batch(8, 4, 0.6)
@@ -234,7 +234,7 @@ def test_graded_files_verified_drafts_under_their_cells(draft_trunc, seed, k):
     cut, prefill chunks and placeholder drafts are not graded, nor drafts past
     the 12th (their bins do not fit the packed int64)."""
     from dt_reference import _request
-    from kiln_engine.draft_trunc._device import CAL_DEPTH
+    from kiln_engine.draft_trunc._kernels.device import CAL_DEPTH
 
     rng = np.random.default_rng(seed)
     dt = draft_trunc(policy="cost", explore=0.3, min_keep=1)

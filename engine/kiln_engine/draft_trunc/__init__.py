@@ -33,9 +33,8 @@ buffers ``prepare`` allocates), ``_startup`` (``check_config``, ``refuse_runner`
 ``_drafting`` (``begin_drafting``, ``stop_drafting``, ``draft_time``), ``_reporting``
 (``log_step``, the trace); below them ``_env`` (the knobs), ``_config_check``,
 ``_cost`` (the cost model), ``_stats``/``_metrics`` (statistics and counters) and
-the kernel: ``_buffers`` (its device buffers), ``_device`` (its Triton building
-blocks), ``_kernel`` (the kernels and their launchers), ``_jit`` (Triton's decorator,
-typed).
+what runs on the device, in ``_kernels``: the kernels and their launchers, their
+Triton building blocks, their buffers and Triton's decorator, typed.
 
 Importing this module is cheap and imports neither vLLM nor torch; with
 ``KILN_DRAFT_TRUNC`` unset every entry point returns at once.

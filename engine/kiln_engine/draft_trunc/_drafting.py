@@ -59,7 +59,7 @@ def begin_drafting(
     state.drafted = num_speculative_tokens
     buffers = state.buffers
     if buffers is not None:
-        from ._buffers import UNCAPPED
+        from ._kernels.buffers import UNCAPPED
 
         buffers.depth.index_fill_(0, idx_mapping[:num_reqs].long(), UNCAPPED)
 
@@ -78,7 +78,7 @@ def stop_drafting(
     - Past the drafts vLLM will verify (its dynamic schedule): always, no sync.
       vLLM 0.32.0/0.33.0's draft_model drafter would draft them and throw them away.
     - With ``KILN_DRAFT_TRUNC_DEPTH``: where the cost policy says no deeper drafting
-      pays (``_kernel.launch_depth``; the host reads its flag: one sync).
+      pays (``_kernels.kernel.launch_depth``; the host reads its flag: one sync).
       Then the scheduled positions past ``step`` keep a copy of the last draft (a
       valid token id), are recorded as not drafted (``Buffers.depth``) and the
       next ``mark_dead`` marks them dead: never accepted, routed experts skipped.
@@ -94,7 +94,7 @@ def stop_drafting(
         return True
     if not state.knobs.depth or not _depth_ready(estimator, num_reqs):
         return False
-    from ._kernel import launch_depth
+    from ._kernels.kernel import launch_depth
 
     buffers, cost, cal = state.buffers, state.cost, state.calibration
     assert buffers is not None and cost is not None and cal is not None  # _depth_ready
@@ -134,7 +134,7 @@ def _depth_ready(estimator: Any, num_reqs: int) -> bool:
     """The depth decision has what it needs: predictions past the estimator's warm-up,
     the cost policy's buffers (built by the first mark_dead) and a batch that fits
     the cost kernel's one block."""
-    from ._kernel import MAX_COST_REQS
+    from ._kernels.kernel import MAX_COST_REQS
 
     state = _state.current
     predictions = getattr(estimator, "predictions", None)

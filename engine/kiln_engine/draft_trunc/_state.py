@@ -18,8 +18,8 @@ from ._env import Knobs, read_knobs
 if TYPE_CHECKING:  # torch and triton load only when a kernel runs
     import torch
 
-    from ._buffers import Buffers, Calibration, CostInputs
     from ._cost import MoELayer
+    from ._kernels.buffers import Buffers, Calibration, CostInputs
     from ._reporting import TraceWriter
     from ._stats import StepStats, Summary
 
@@ -146,7 +146,7 @@ def prepare(
     mark_dead does."""
     import torch
 
-    from ._buffers import Buffers
+    from ._kernels.buffers import Buffers
 
     # Normalise "cuda" to "cuda:N" so an unchanged device never reallocates
     # (which would also reset the step counter).
@@ -165,8 +165,8 @@ def prepare(
 def _prepare_calibration(
     state: State, max_num_reqs: int, num_spec: int, device: torch.device
 ) -> None:
-    from ._buffers import Calibration
     from ._cost import TAU_GRID
+    from ._kernels.buffers import Calibration
 
     cal = state.calibration
     same_shape = cal is not None and cal.hits.shape[0] == num_spec * TAU_GRID + 1
@@ -187,8 +187,8 @@ def _prepare_calibration(
 def _prepare_cost(state: State, max_num_tokens: int, device: torch.device) -> None:
     import torch
 
-    from ._buffers import CostInputs
     from ._cost import H200_FIT, MoELayer, live_table, other_ratio
+    from ._kernels.buffers import CostInputs
 
     cost = state.cost
     if cost is not None and cost.table.shape[0] > max_num_tokens and cost.table.device == device:

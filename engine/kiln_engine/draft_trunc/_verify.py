@@ -17,7 +17,7 @@ from ._reporting import TraceWriter
 if TYPE_CHECKING:
     import torch
 
-    from ._buffers import Calibration
+    from ._kernels.buffers import Calibration
 
 
 def policy_tau() -> torch.Tensor | None:
@@ -65,8 +65,8 @@ def mark_dead(
     _state.prepare(
         predictions.shape[0], predictions.device, is_padding.shape[0], num_speculative_steps
     )
-    from ._buffers import MarkInputs
-    from ._kernel import MAX_COST_REQS, launch_mark_dead
+    from ._kernels.buffers import MarkInputs
+    from ._kernels.kernel import MAX_COST_REQS, launch_mark_dead
 
     buffers = state.buffers
     assert buffers is not None  # prepare allocated them
@@ -197,7 +197,7 @@ def _calibrate(
     import torch
 
     from ._cost import CAL_CAP, TAU_GRID
-    from ._device import BIN_BITS, CAL_DEPTH
+    from ._kernels.device import BIN_BITS, CAL_DEPTH
 
     sink = cal.hits.shape[0] - 1
     depth = min(sink // TAU_GRID, CAL_DEPTH.value)

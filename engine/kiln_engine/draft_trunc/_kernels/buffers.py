@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import torch
 
-from . import _cost
+from .. import _cost
 
 # ``Buffers.depth`` of a request whose drafting was not cut short.
 UNCAPPED = 1 << 30

@@ -11,9 +11,9 @@ import torch
 import triton
 import triton.language as tl
 
-from ._buffers import Buffers, Calibration, CostInputs, MarkInputs
-from ._device import DEPTH_KEY, cost_aware_tau, explore_uniform, request_block, survivals
-from ._jit import jit
+from .buffers import Buffers, Calibration, CostInputs, MarkInputs
+from .device import DEPTH_KEY, cost_aware_tau, explore_uniform, request_block, survivals
+from .jit import jit
 
 
 @jit(

@@ -1,4 +1,4 @@
-"""The Triton device functions both kernels (``_kernel``) are built of: the
+"""The Triton device functions both kernels (``kernel``) are built of: the
 exploration hash, each request's facts and draft survivals, the calibrated
 survival of a cell, and the cost-aware choice of tau; and their constants.
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import triton.language as tl
 
-from . import _cost
-from ._jit import jit
+from .. import _cost
+from .jit import jit
 
 # Exploration hash: a small integer mixer. Every multiplier is below 2**31 and
 # every operand below 2**32, so products fit in int64 both on the GPU and in
