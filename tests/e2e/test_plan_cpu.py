@@ -10,6 +10,7 @@ import re
 import pytest
 from kilntest import REPO
 
+from kiln.domain.images.imagefiles import recipe_image_reader
 from kiln.domain.planning.modelshape import plan_input
 from kiln.domain.planning.plan import Layout, compute
 from kiln.domain.recipes.recipe import load_recipe
@@ -35,7 +36,7 @@ def _reported_tokens(docker_daemon, image_id: str, loaded, space: str) -> int:
 @pytest.mark.parametrize("space", ["1", "2"])
 def test_plan_kv_tokens_equal_what_vllm_reports(tiny_moe, docker_daemon, space):
     loaded, img = tiny_moe.loaded, tiny_moe.image
-    inp = plan_input(loaded, docker=docker_daemon)
+    inp = plan_input(loaded, image_json=recipe_image_reader(loaded.name, docker_daemon))
     assert inp.target.source.startswith("/models/tiny-qwen3moe/config.json in kiln/tiny-moe:")
     inp = dataclasses.replace(inp, env={**inp.env, "VLLM_CPU_KVCACHE_SPACE": space})
     planned = compute(inp, None, Layout()).kv_tokens
@@ -46,6 +47,6 @@ def test_plan_kv_tokens_equal_what_vllm_reports(tiny_moe, docker_daemon, space):
 
 def test_the_hf_variants_shape_block_plans_the_same_kv_cache(tiny_moe, docker_daemon):
     """tiny-moe-hf plans from its recipe's shape: block, tiny-moe from the image's configs."""
-    from_image = compute(plan_input(tiny_moe.loaded, docker=docker_daemon), None, Layout())
+    from_image = compute(plan_input(tiny_moe.loaded, image_json=recipe_image_reader(tiny_moe.loaded.name, docker_daemon)), None, Layout())
     from_shape = compute(plan_input(load_recipe(REPO / "recipes" / "tiny-moe-hf")), None, Layout())
     assert from_shape.kv_tokens == from_image.kv_tokens and from_shape.kv_per_seq == from_image.kv_per_seq

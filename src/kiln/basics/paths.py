@@ -93,3 +93,15 @@ def shown_home(path: Path | str) -> str:
     text = str(path)
     home = os.path.expanduser("~")
     return "~" + text[len(home):] if home != "/" and text.startswith(home + os.sep) else text
+
+
+def host_hf_cache() -> str:
+    """The host's Hugging Face cache folder (the one `models--ORG--NAME/` live in):
+    $KILN_HF_CACHE, else where the hub client itself puts it ($HF_HUB_CACHE, else
+    $HF_HOME/hub, else ~/.cache/huggingface/hub), so a cache filled by `hf download` on
+    this host is the one kiln mounts."""
+    for var in ("KILN_HF_CACHE", "HF_HUB_CACHE"):
+        if os.environ.get(var):
+            return os.path.abspath(os.path.expanduser(os.environ[var]))
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return os.path.abspath(os.path.join(os.path.expanduser(home), "hub"))

@@ -9,6 +9,7 @@ import argparse
 from kiln.basics import log
 from kiln.basics.errors import PlanDoesNotFit, UsageError
 from kiln.commands.options import Subparsers, count
+from kiln.domain.images.imagefiles import recipe_image_reader
 from kiln.domain.planning.modelshape import plan_input
 from kiln.domain.planning.plan import Layout, Plan, compute, gib, verdict
 from kiln.domain.recipes.accelerators import ACCELERATORS, NAMES, Accelerator
@@ -20,7 +21,7 @@ def plan_recipe(loaded: LoadedRecipe, *, gpu: str | None = None, gpus: int | Non
     """The plan of a loaded recipe on its own GPUs, or on `gpus` x `gpu`."""
     recipe = loaded.recipe
     topo = effective(recipe)
-    inp = plan_input(loaded)
+    inp = plan_input(loaded, image_json=recipe_image_reader(loaded.name))
     if recipe.engine.flavour == "cpu":
         return compute(inp, None, Layout.of(topo), nodes=topo.nodes)
     name = gpu or topo.accelerator

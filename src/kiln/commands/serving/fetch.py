@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from kiln.basics import log
+from kiln.basics.paths import host_hf_cache
 from kiln.commands.options import Subparsers
 from kiln.domain.recipes.recipe import load_recipe, recipe_dir
-from kiln.domain.serving.container import host_hf_cache
 from kiln.domain.serving.hffetch import fetch
 from kiln.domain.serving.launch import hf_models
 

@@ -1,25 +1,25 @@
 """Where `kiln plan` gets a model's shape: its config.json when the weights are at hand
-(a host_path folder, the Hugging Face cache snapshot, the built image of a baked model),
-else the recipe's `shape:` block with its sources."""
+(a host_path folder, the Hugging Face cache snapshot, the built image of a baked model,
+read by the caller's `ImageJson`), else the recipe's `shape:` block with its sources."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
-from kiln.basics.errors import KilnError, ModelShapeUnknown
-from kiln.domain.images.specs import existing, resolve
+from kiln.basics.errors import ModelShapeUnknown
+from kiln.basics.paths import host_hf_cache
 from kiln.domain.planning.modelconfig import HfConfig, ModelShape, parse_config
 from kiln.domain.planning.plan import PlanInput
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.sections import ModelSource
-from kiln.domain.serving.container import host_hf_cache
 from kiln.domain.serving.launch import launch_document, speculative_config
-from kiln.infra.docker import DockerDaemon
 from kiln.inimage.hfcache import snapshot_dir
 
-MARKER = "KILN-CONFIG"
-_READ = "import json\nprint('KILN-CONFIG ' + json.dumps(json.load(open({path!r}))))\n"
+# a path inside the recipe's built image -> (its JSON, where it was read), or None: the
+# caller's (kiln.domain.images.imagefiles), so that planning itself never reaches a daemon
+ImageJson = Callable[[str], "tuple[object, str] | None"]
 
 
 def _from_file(path: Path) -> HfConfig | None:
@@ -30,24 +30,8 @@ def _from_file(path: Path) -> HfConfig | None:
     return data if isinstance(data, dict) else None
 
 
-def _from_image(loaded: LoadedRecipe, src: ModelSource, docker: DockerDaemon | None) -> tuple[HfConfig, str] | None:
-    """config.json of a baked model, read from the recipe image built from the current inputs."""
-    try:
-        docker = docker or DockerDaemon()
-        recipe_image = resolve(loaded.name).recipe_image
-        image = existing(docker, recipe_image.tag, recipe_image.digest)
-        if image is None:
-            return None
-        path = f"{src.path}/config.json"
-        data = docker.run_script(str(image.id), _READ.format(path=path), marker=MARKER, timeout_s=120,
-                                 what=f"reading {path} in {recipe_image.tag}")
-    except KilnError:
-        return None
-    return data, f"{src.path}/config.json in {recipe_image.tag}"
-
-
 def model_config(loaded: LoadedRecipe, role: str, src: ModelSource, *,
-                 docker: DockerDaemon | None = None) -> tuple[HfConfig, str]:
+                 image_json: ImageJson | None = None) -> tuple[HfConfig, str]:
     """(config, where it was read) for one of the recipe's models."""
     if src.source == "host_path" and src.host_path:
         path = Path(src.host_path) / "config.json"
@@ -59,10 +43,10 @@ def model_config(loaded: LoadedRecipe, role: str, src: ModelSource, *,
         data = _from_file(path)
         if data is not None:
             return data, str(path)
-    if src.source == "baked":
-        found = _from_image(loaded, src, docker)
-        if found is not None:
-            return found
+    if src.source == "baked" and image_json is not None:
+        found = image_json(f"{src.path}/config.json")
+        if found is not None and isinstance(found[0], dict):
+            return found[0], found[1]
     if src.shape is not None:
         return src.shape.as_config(), f"recipe shape ({src.shape.source})"
     where = {"host_path": f"{src.host_path}/config.json", "hf": f"the cached snapshot of {src.repo}",
@@ -72,24 +56,26 @@ def model_config(loaded: LoadedRecipe, role: str, src: ModelSource, *,
 
 
 def model_shape(loaded: LoadedRecipe, role: str, src: ModelSource, *,
-                docker: DockerDaemon | None = None) -> ModelShape:
-    config, where = model_config(loaded, role, src, docker=docker)
+                image_json: ImageJson | None = None) -> ModelShape:
+    config, where = model_config(loaded, role, src, image_json=image_json)
     try:
         return parse_config(config, what=f"model.{role}: ", source=where)
     except ModelShapeUnknown as exc:
         raise ModelShapeUnknown(f"{loaded.where('model', role)}: {exc.message} ({where})") from None
 
 
-def plan_input(loaded: LoadedRecipe, *, docker: DockerDaemon | None = None) -> PlanInput:
+def plan_input(loaded: LoadedRecipe, *, image_json: ImageJson | None = None) -> PlanInput:
+    """What the planner needs of a recipe; `image_json` reads a baked model's config.json
+    from its built image (without it, a baked model's shape comes from the recipe)."""
     recipe = loaded.recipe
     draft = recipe.model.draft
     spec = speculative_config(recipe)
     uses_draft = draft is not None and (spec or {}).get("method") == "draft_model"
-    target = model_shape(loaded, "target", recipe.model.target, docker=docker)
+    target = model_shape(loaded, "target", recipe.model.target, image_json=image_json)
     draft_shape, notes = None, []
     if uses_draft and draft is not None:
         try:
-            draft_shape = model_shape(loaded, "draft", draft, docker=docker)
+            draft_shape = model_shape(loaded, "draft", draft, image_json=image_json)
         except ModelShapeUnknown as exc:  # a small draft: plan the target, and say what is left out
             notes.append(f"the draft model is not counted: {exc.message.split(': ', 2)[-1]}")
     return PlanInput(

@@ -22,6 +22,7 @@ from kiln.basics.errors import (
     NoGPU,
     PortInUse,
 )
+from kiln.basics.paths import host_hf_cache
 from kiln.basics.progress import Activity
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.serving.launch import (
@@ -100,18 +101,6 @@ def gpu_visible() -> bool:
     if os.environ.get("KILN_ASSUME_GPU") == "1":
         return True
     return shutil.which("nvidia-smi") is not None and os.system("nvidia-smi -L >/dev/null 2>&1") == 0
-
-
-def host_hf_cache() -> str:
-    """The host's Hugging Face cache folder (the one `models--ORG--NAME/` live in):
-    $KILN_HF_CACHE, else where the hub client itself puts it ($HF_HUB_CACHE, else
-    $HF_HOME/hub, else ~/.cache/huggingface/hub), so a cache filled by `hf download` on
-    this host is the one kiln mounts."""
-    for var in ("KILN_HF_CACHE", "HF_HUB_CACHE"):
-        if os.environ.get(var):
-            return os.path.abspath(os.path.expanduser(os.environ[var]))
-    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
-    return os.path.abspath(os.path.join(os.path.expanduser(home), "hub"))
 
 
 def run_spec(loaded: LoadedRecipe, image: str, *, host_port: int, host_ip: str = "",

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kiln.basics.errors import KilnError
+from kiln.domain.images.imagefiles import recipe_image_reader
 from kiln.domain.planning.modelshape import plan_input
 from kiln.domain.planning.plan import Layout, compute
 from kiln.domain.recipes.accelerators import ACCELERATORS
@@ -53,7 +54,7 @@ def _fits_on(loaded: LoadedRecipe) -> str:
     if recipe.engine.flavour == "cpu":
         return f"any {' or '.join(_HOSTS[p] for p in recipe.engine.platforms)} host with Docker"
     try:
-        inp = plan_input(loaded)
+        inp = plan_input(loaded, image_json=recipe_image_reader(loaded.name))
     except KilnError:
         return "unknown (no shape)"
     layout = Layout.of(effective(recipe))
