@@ -4,13 +4,11 @@
 from __future__ import annotations
 
 import difflib
-import subprocess
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from kiln.basics.errors import UsageError
+from kiln.infra import git
 from kiln.inimage.patchformat import emit_line, split_lines
 
 
@@ -58,24 +56,11 @@ class MergeResult:
 def merge3(base: bytes, ours: bytes, theirs: bytes, labels: tuple[str, str, str]) -> MergeResult:
     """`git merge-file --diff3`: one-sided changes are taken, changes on both sides become
     conflict blocks that show the base. labels = (ours, base, theirs)."""
-    with tempfile.TemporaryDirectory(prefix="kiln-merge-") as tmp:
-        files = []
-        for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
-            path = Path(tmp) / name
-            path.write_bytes(data)
-            files.append(str(path))
-        cmd = ["git", "merge-file", "-p", "--diff3"]
-        for label in labels:
-            cmd += ["-L", label]
-        try:
-            proc = subprocess.run([*cmd, *files], capture_output=True, timeout=120)
-        except FileNotFoundError:
-            raise UsageError("`git` is not installed; `kiln override rebase` merges with `git merge-file`",
-                             hint="install git (apt-get install git)") from None
+    status, merged, stderr = git.merge_file(ours, base, theirs, labels)
     # exit status: the number of conflicts (capped at 127), negative on error
-    if proc.returncode < 0 or proc.returncode > 127:
-        raise UsageError(f"git merge-file failed: {proc.stderr.decode(errors='replace').strip()}")
-    return MergeResult(proc.stdout, _conflict_blocks(proc.stdout, labels))
+    if status < 0 or status > 127:
+        raise UsageError(f"git merge-file failed: {stderr}")
+    return MergeResult(merged, _conflict_blocks(merged, labels))
 
 
 def _conflict_blocks(data: bytes, labels: tuple[str, str, str]) -> list[tuple[int, int]]:
