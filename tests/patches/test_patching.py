@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kiln import inimage
 from kiln.domain.patching import diff as D
 from kiln.inimage import patch_applier as P
 from kiln.inimage import patchformat
@@ -20,7 +21,15 @@ pytestmark = pytest.mark.network  # the fixtures download the engine wheel once
 SERIES = Path(__file__).resolve().parents[2] / "patches" / "vllm" / "0.32.0" / "series"
 MAIN = "vllm/entrypoints/cli/main.py"
 RUN_BATCH = "vllm/entrypoints/cli/run_batch.py"
-PATCHER = Path(P.__file__)
+
+
+def shipped_patcher(where: Path) -> Path:
+    """The applier as an engine build ships it (kiln.domain.images.specs): kiln_patching.py
+    with its parser beside it as kiln_patchformat.py, run as a script by the image's python."""
+    where.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(inimage.source("patch_applier"), where / "kiln_patching.py")
+    shutil.copyfile(inimage.source("patchformat"), where / "kiln_patchformat.py")
+    return where / "kiln_patching.py"
 
 
 def real_series() -> patchformat.Series:
@@ -143,7 +152,7 @@ def test_all_or_nothing_in_image_cli(src032, tmp_path):
     (pdir / "0001-good.patch").write_bytes(good)
     (pdir / "0002-bad.patch").write_bytes(bad)
     (pdir / "series").write_text("0001-good.patch\n0002-bad.patch\n")
-    cmd = [sys.executable, str(PATCHER), "apply", "--root", str(root), "--series", str(pdir / "series"),
+    cmd = [sys.executable, str(shipped_patcher(tmp_path / "lib")), "apply", "--root", str(root), "--series", str(pdir / "series"),
            "--manifest", str(tmp_path / "m.json")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 6
@@ -179,7 +188,7 @@ def test_apply_overlays_and_drift(src032, tmp_path):
     (feat / "overlay.json").write_text(json.dumps(spec))
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"patches": [{"name": "0001-engine.patch"}], "replacements": []}))
-    cmd = [sys.executable, str(PATCHER), "apply-overlays", "--root", str(root), "--overlays",
+    cmd = [sys.executable, str(shipped_patcher(tmp_path / "lib")), "apply-overlays", "--root", str(root), "--overlays",
            str(tmp_path / "overlays"), "--manifest-append", str(manifest)]
     spec["replacements"][0]["upstream_sha256"] = "0" * 64
     (feat / "overlay.json").write_text(json.dumps(spec))

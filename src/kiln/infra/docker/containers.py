@@ -17,6 +17,13 @@ from kiln.infra.docker.faults import DockerError, _daemon, required
 LogTail = int | Literal["all"]
 
 
+# `sh -c SCRIPT sh CMD...`: runs CMD as given ("$@"), then one line with its exit status;
+# the marker's leading newline is the shell's, so the command's own output stays as it was
+_END = b"\nKILN-EXEC-END "
+_END_MARKED = ["/bin/sh", "-c", '"$@"; status=$?; printf "\\nKILN-EXEC-END %s\\n" "$status"; exit "$status"',
+               "sh"]
+
+
 class ExecResult(NamedTuple):
     """What a command run in a container (`docker exec`) ended with."""
 
@@ -124,15 +131,22 @@ class Container:
             return None
 
     def exec(self, cmd: list[str]) -> ExecResult:
+        """`cmd` run in the container (through its /bin/sh, which prints an end marker
+        after it): its exit code and whole output. A stream the daemon ended early is
+        DockerError, never a shorter output: when the command had already exited, the
+        exit code alone cannot tell, the missing marker does."""
         doing = f"running `{shlex.join(cmd)[:80]}` in container {self.name}"
         with _daemon(doing):
-            res = self._sdk.exec_run(cmd, demux=False, stream=False)
+            res = self._sdk.exec_run([*_END_MARKED, *cmd], demux=False, stream=False)
         if res.exit_code is None:  # still running: its output stream ended early
             raise DockerError(
                 f"{doing}: the Docker daemon ended its output before it exited (no exit code)"
             )
         output = res.output if isinstance(res.output, bytes) else b""  # not streamed: bytes or None
-        return ExecResult(res.exit_code, output.decode(errors="replace"))
+        body, marker, status = output.rpartition(_END)
+        if not marker or status.strip() != str(res.exit_code).encode():
+            raise DockerError(f"{doing}: the Docker daemon ended its output before the command's end")
+        return ExecResult(res.exit_code, body.decode(errors="replace"))
 
     def stop(self, timeout: int) -> None:
         """SIGTERM, SIGKILL after `timeout`. Every caller removes the container next; so
