@@ -314,11 +314,7 @@ class DockerDaemon:
         cause: str = "",
         user: str | None = None,
     ) -> dict[str, Any]:
-        """Run `python -c script` in a throwaway, network-less container of `image_id` and
-        return the JSON the script printed after `marker ` on one line of its output
-        (as `user` when given, else the image's own USER).
-        BuildFailed (`what` names the job) when it does not finish, fails or prints no
-        such line: what a built image reports about itself must be read, never guessed."""
+        """`throwaway.run_script` on this daemon (its docstring is the contract)."""
         return throwaway.run_script(
             self.client,
             image_id,
