@@ -136,7 +136,8 @@ def e2e(session):
     # (--no-loadscope-reorder: xdist would start the groups with the most tests first):
     # the tiny-moe tests in the serial daemon group on one; tiny-kindling's servers, the
     # hub-cache module, then the kernels tier's modules on the other. Most of the daemon
-    # group is one busy process (a build, a vLLM start), so the second core is free for them
+    # group is one busy process (a build, a vLLM start), so the second core is free for them;
+    # tiny-kindling's four busy servers are not, so they run alone (tests/e2e/conftest.py)
     _pytest(session, "-m", f"(e2e and not ({NEVER_BY_DEFAULT})) or ({KERNELS})", "-n", "2", "--dist", "loadgroup",
             "--no-loadscope-reorder", "-p", "no:benchmark", "--durations=15")
 

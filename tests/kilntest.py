@@ -3,6 +3,7 @@ benchmarks use too lives in kiln_testkit (testkit/): the checkout, trees, the CL
 
 from __future__ import annotations
 
+import fcntl
 import json
 import tarfile
 import tempfile
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 from kiln_testkit.tree import FIXTURES, REPO, make_tree, renamed_mini, run_kiln, write_recipe
 
-__all__ = ["DAEMON_GROUP", "FIRST_GROUPS", "FIXTURES", "REPO", "SavedImage", "assign_xdist_groups", "kiln_containers_on", "make_tree", "remove_images",
+__all__ = ["DAEMON_GROUP", "FIRST_GROUPS", "FIXTURES", "REPO", "SavedImage", "assign_xdist_groups", "kiln_containers_on", "machine_share",
+           "make_tree", "remove_images",
            "renamed_mini", "run_kiln", "saved_image", "write_recipe"]
 
 
@@ -27,7 +29,8 @@ __all__ = ["DAEMON_GROUP", "FIRST_GROUPS", "FIXTURES", "REPO", "SavedImage", "as
 # module is its own group, so that its module-scoped fixtures are set up once.
 # In e2e, tiny-kindling's modules (group tiny-kindling) and the hub-cache module
 # (tiny-moe-hf) run beside the daemon group, which keeps every test that runs tiny-moe
-# by recipe name (`kiln run/logs/stop tiny-moe` would find another module's server).
+# by recipe name (`kiln run/logs/stop tiny-moe` would find another module's server);
+# while tiny-kindling's four-server module runs, no other e2e test does (machine_share).
 DAEMON_GROUP = "daemon"
 # The order the groups start in under `nox -s e2e` (--no-loadscope-reorder): the daemon
 # group, the longest, first on one worker; tiny-kindling's and the hub-cache modules on the
@@ -52,6 +55,21 @@ def assign_xdist_groups(rootpath: Path, items) -> None:
 
 def _rank(group: str) -> int:
     return FIRST_GROUPS.index(group) if group in FIRST_GROUPS else len(FIRST_GROUPS)
+
+
+@contextmanager
+def machine_share(lock_dir: Path, *, alone: bool) -> Iterator[None]:
+    """The machine, shared with the other xdist workers' serving tests (`alone=False`:
+    any number at once) or alone among them (`alone=True`: waits for every shared holder
+    to finish, and holds off new ones). A flock(2) on one file in `lock_dir`, which
+    every worker of one pytest run must name alike (tests/e2e/conftest.py: the parent of
+    the workers' basetemp). Why e2e needs it: tests/e2e/conftest.py."""
+    with open(lock_dir / "kiln-e2e-machine.lock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def kiln_containers_on(engine, port: int) -> list:

@@ -130,3 +130,27 @@ def test_the_installed_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path):
     workers = {p.read_text() for p in out.glob("*.worker")}
     assert len(list(out.glob("*.worker"))) == 8
     assert len(workers) == 1, f"one xdist group ran on {sorted(workers)}"
+
+
+def test_machine_shares_coexist_and_alone_waits_for_every_share(tmp_path):
+    """kilntest.machine_share, as tests/e2e/conftest.py uses it across xdist workers
+    (here threads, each with its own open file, which flock(2) tells apart as it does
+    processes)."""
+    import threading
+
+    from kilntest import machine_share
+
+    second_share, alone = threading.Event(), threading.Event()
+
+    def take(event, **how):
+        with machine_share(tmp_path, **how):
+            event.set()
+
+    with machine_share(tmp_path, alone=False):
+        threading.Thread(target=take, args=(second_share,), kwargs={"alone": False}).start()
+        assert second_share.wait(5), "a second share waited for the first"
+        waiter = threading.Thread(target=take, args=(alone,), kwargs={"alone": True})
+        waiter.start()
+        assert not alone.wait(0.5), "alone got the machine while a share was held"
+    assert alone.wait(5), "alone never got the machine after the share ended"
+    waiter.join(5)

@@ -42,9 +42,12 @@ from dataclasses import dataclass
 import pytest
 from kiln_testkit.twinserve import counters, prompts, run_set, serving_all, spec_decode_stats
 from kiln_testkit.twinstats import greedy_divergences, permutation_test
+from kilntest import machine_share
 
 # only tiny-kindling's own servers (free ports): beside the daemon group under `nox -s e2e` (tests/kilntest.py)
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.xdist_group("tiny-kindling")]
+# `runs` takes the machine alone instead of a share for each test (tests/e2e/conftest.py)
+MACHINE_ALONE = True
 
 MAX_TOKENS = 32
 CONCURRENCY = 8
@@ -110,7 +113,7 @@ def _dynamic_sets(url: str, model: str, size: TwinSize) -> dict:
 
 
 @pytest.fixture(scope="module", params=[pytest.param("default"), pytest.param("full", marks=pytest.mark.full)])
-def runs(request, tiny_kindling, docker_daemon):
+def runs(request, tiny_kindling, docker_daemon, tmp_path_factory):
     """The three servers' answers, counters and logs (each server is gone afterwards).
     The servers boot together and answer their request sets concurrently (one client
     thread per server): on 2 cores that takes a little over the slowest server's time
@@ -131,20 +134,22 @@ def runs(request, tiny_kindling, docker_daemon):
     }
     spec = {**(speculative_config(loaded.recipe) or {}), "num_speculative_tokens_per_batch_size": DYNAMIC}
     args = {"dyn": ["--speculative-config", json.dumps(spec, separators=(",", ":"))]}
-    t0 = time.monotonic()
-    with serving_all(docker_daemon, loaded, img.id, envs, args=args) as boxes:
-        with ThreadPoolExecutor(max_workers=len(boxes)) as pool:
-            futures = {mode: (pool.submit(_dynamic_sets, box.url, model, size) if mode == "dyn" else
-                              pool.submit(_sets, box.url, model, size, on=mode != "off", rerun=mode == "on"))
-                       for mode, box in boxes.items()}
-            answers = {mode: f.result() for mode, f in futures.items()}
-        for mode, box in boxes.items():
-            result[mode] = answers[mode]
-            result[f"{mode}_counters"] = counters(box.url, feature.metrics)
-            result[f"{mode}_logs"] = box.logs(tail=100000)
-            result["timing"][mode] = {"startup_s": round(box.startup_s, 1),
-                                      "requests_s": round(answers[mode]["seconds"], 1)}
-    result["timing"]["total_s"] = round(time.monotonic() - t0, 1)
+    # alone among the e2e servers: the four keep both cores busy (tests/e2e/conftest.py)
+    with machine_share(tmp_path_factory.getbasetemp().parent, alone=True):
+        t0 = time.monotonic()
+        with serving_all(docker_daemon, loaded, img.id, envs, args=args) as boxes:
+            with ThreadPoolExecutor(max_workers=len(boxes)) as pool:
+                futures = {mode: (pool.submit(_dynamic_sets, box.url, model, size) if mode == "dyn" else
+                                  pool.submit(_sets, box.url, model, size, on=mode != "off", rerun=mode == "on"))
+                           for mode, box in boxes.items()}
+                answers = {mode: f.result() for mode, f in futures.items()}
+            for mode, box in boxes.items():
+                result[mode] = answers[mode]
+                result[f"{mode}_counters"] = counters(box.url, feature.metrics)
+                result[f"{mode}_logs"] = box.logs(tail=100000)
+                result["timing"][mode] = {"startup_s": round(box.startup_s, 1),
+                                          "requests_s": round(answers[mode]["seconds"], 1)}
+        result["timing"]["total_s"] = round(time.monotonic() - t0, 1)
     print(f"\ntiny-kindling on/tau/off ({request.param}: {size}) timing: {result['timing']}")
     return result
 
