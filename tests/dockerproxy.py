@@ -38,6 +38,7 @@ _REASONS = {400: "Bad Request", 404: "Not Found", 409: "Conflict", 500: "Interna
 ENDPOINTS: dict[str, tuple[str, str]] = {
     "ping": ("GET", r"/_ping"),
     "version": ("GET", r"/version"),
+    "info": ("GET", r"/info"),
     "image list": ("GET", r"/images/json"),
     "image inspect": ("GET", r"/images/.+/json"),
     "image tag": ("POST", r"/images/.+/tag"),

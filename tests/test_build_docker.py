@@ -158,6 +158,33 @@ def test_over_budget_image_leaves_no_tag(kiln_tree, base_image, docker_daemon):
     assert docker_daemon.client.images.list(name=f"kiln/{NAME}") == []
 
 
+def test_an_engine_build_that_would_not_fit_stops_before_it_starts(kiln_tree, base_image, docker_daemon):
+    """The disk preflight against the real daemon's data root (`docker info`), made to
+    fail by the reserve a host keeps free; the forced engine build then never starts."""
+    import shutil
+
+    engine_tags = {t for img in docker_daemon.client.images.list(name="kiln/engine-cpu") for t in img.tags}
+    remove_images(docker_daemon, f"kiln/{NAME}")
+    result = run_kiln("build", NAME, "--force-engine", cwd=kiln_tree,
+                      env={"KILN_ROOT": str(kiln_tree), "KILN_DISK_RESERVE_GB": "1000000"})
+    assert result.returncode == 35, result.stderr[-2000:]
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+    root = docker_daemon.client.info()["DockerRootDir"]
+    free = shutil.disk_usage(root).free / 1e9
+    assert len(errors) == 1, result.stderr[-2000:]
+    assert f"build {NAME}: 1 engine build (engine-cpu linux/amd64) need about 8.4 GB + 1000000.0 GB kept free" in errors[0]
+    said_free = float(errors[0].split(f"{root} has ")[1].split(" GB free")[0])
+    assert abs(said_free - free) < 1.0, (said_free, free)
+    assert "Step 1/" not in result.stderr  # no build started
+    assert docker_daemon.client.images.list(name=f"kiln/{NAME}") == []
+    assert {t for img in docker_daemon.client.images.list(name="kiln/engine-cpu") for t in img.tags} == engine_tags
+    # the escape hatch: the same build with the check skipped goes ahead (engine from the layer cache)
+    skipped = run_kiln("build", NAME, "--skip-disk-check", cwd=kiln_tree,
+                       env={"KILN_ROOT": str(kiln_tree), "KILN_DISK_RESERVE_GB": "1000000"})
+    assert skipped.returncode == 0, skipped.stderr[-2000:]
+    remove_images(docker_daemon, f"kiln/{NAME}")
+
+
 def test_missing_base_image_is_a_clear_error(kiln_tree, docker_daemon):
     recipe = kiln_tree / "recipes" / NAME / "recipe.yaml"
     recipe.write_text(recipe.read_text().replace("ref: kiln/base:bookworm", "ref: kiln/base:no-such-suite"))

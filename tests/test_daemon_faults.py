@@ -70,6 +70,9 @@ CASES = [
     Case("ps", "container list", "cut", 34, "the connection to the Docker daemon broke", after=8),
     Case("ps", "container inspect", "status", 34, "listing the containers labelled"),
     Case("build", "image inspect", "status", 34, "looking up image kiln/kiln-test-faults:"),
+    # the disk preflight of an engine build (--force-engine): nothing has started yet
+    Case("build-engine", "info", "status", 34, "asking the Docker daemon where it keeps its data"),
+    Case("build-engine", "info", "cut", 34, "the connection to the Docker daemon broke", after=8),
     Case("build", "build", "status", 5, "kiln-test-faults: (before the first step): the Docker daemon answered 500"),
     Case("build", "build", "cut", 34, "kiln-test-faults: the build's stream broke (at Step "),
     Case("build", "image save", "status", 5, "docker save of sha256:"),
@@ -104,6 +107,7 @@ CASES = [
 
 
 # -- the documentation's table is these cases -----------------------------------------
+DOCS_COMMAND = {"serve": "run", "build-engine": "build"}  # scenarios the table lists under another command
 def test_cases_cover_every_endpoint_and_match_the_docs_table():
     """Unit level (no daemon): every endpoint of the proxy's table has a case or a reason
     it has none, and docs/reliability.md lists exactly these cases with these codes."""
@@ -116,7 +120,7 @@ def test_cases_cover_every_endpoint_and_match_the_docs_table():
                      line)
         if m:
             rows.add((m.group(1), m.group(3), "status" if m.group(4) == "500" else "cut", int(m.group(5))))
-    assert rows == {(c.command if c.command != "serve" else "run", c.endpoint, c.mode, c.exit) for c in CASES}, \
+    assert rows == {(DOCS_COMMAND.get(c.command, c.command), c.endpoint, c.mode, c.exit) for c in CASES}, \
         "docs/reliability.md's daemon-fault table and CASES differ"
 
 
@@ -202,7 +206,7 @@ def _settled(check, timeout_s: float = 15.0):
 
 
 # -- the scenarios: run the command, check what is left ----------------------------------
-def _build(world: World, case: Case, docker_daemon) -> subprocess.CompletedProcess[str]:
+def _build(world: World, case: Case, docker_daemon, *flags: str) -> subprocess.CompletedProcess[str]:
     """A fresh build of the recipe (new inputs, the engine reused); a failed one moves no tag."""
     payload = world.root / "recipes" / NAME / "payload.txt"
     before = {t for img in docker_daemon.client.images.list(name=f"kiln/{NAME}") for t in img.tags}
@@ -210,7 +214,7 @@ def _build(world: World, case: Case, docker_daemon) -> subprocess.CompletedProce
     original = payload.read_text()
     payload.write_text(f"payload for {case.id}\n")
     try:
-        result = world.kiln("build", NAME)
+        result = world.kiln("build", NAME, *flags)
     finally:
         payload.write_text(original)
     after = {t for img in docker_daemon.client.images.list(name=f"kiln/{NAME}") for t in img.tags}
@@ -219,6 +223,15 @@ def _build(world: World, case: Case, docker_daemon) -> subprocess.CompletedProce
     # the build's own containers (intermediate ones, a probe) are gone too
     assert _settled(lambda: not {c.id for c in docker_daemon.client.containers.list(
         all=True, filters={"ancestor": STAND_IN_ENGINE})} - boxes), "a container of the failed build is left"
+    return result
+
+
+def _build_engine(world: World, case: Case, docker_daemon) -> subprocess.CompletedProcess[str]:
+    """`kiln build --force-engine`: the engine build ahead is counted against the daemon's
+    disk first; a fault there moves no tag of the recipe or of the engine."""
+    engine_tags = {t for img in docker_daemon.client.images.list(name="kiln/engine-cpu") for t in img.tags}
+    result = _build(world, case, docker_daemon, "--force-engine")
+    assert {t for img in docker_daemon.client.images.list(name="kiln/engine-cpu") for t in img.tags} == engine_tags
     return result
 
 
@@ -335,7 +348,7 @@ def _prune(world: World, case: Case, docker_daemon) -> subprocess.CompletedProce
     return result
 
 
-SCENARIOS = {"build": _build, "run": _run, "serve": _serve, "stop": _stop, "ps": _ps, "logs": _logs,
+SCENARIOS = {"build": _build, "build-engine": _build_engine, "run": _run, "serve": _serve, "stop": _stop, "ps": _ps, "logs": _logs,
              "smoke": _smoke, "prune": _prune}
 
 

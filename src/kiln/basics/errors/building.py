@@ -169,6 +169,17 @@ class PatchInvalid(ManyProblems, KilnError):
     hint = "each patch is a unified diff (-p1) with a free-text header holding `Why:` and `Upstream:` lines; see docs/patches.md"
 
 
+class DiskSpaceShort(KilnError):
+    """The engine builds a command is about to start need more disk than the Docker
+    daemon's data root has free (domain/images/buildspace.py says how much each needs)."""
+
+    exit_code = 35
+    hint = (
+        "free space (`kiln prune`, `docker image prune`), build one platform at a time (--platform P), or "
+        "pass --skip-disk-check when the daemon's layer cache already holds the builder stages"
+    )
+
+
 # -- reproducible images (kiln rebuild --verify, kiln base build) -------------------------
 class RebuildDiffers(KilnError):
     """`kiln rebuild --verify`: the image rebuilt from the recorded sources is not the one given."""

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,6 +33,7 @@ from kiln.basics.errors import (
 from kiln.basics.paths import local_ref
 from kiln.commands.options import Subparsers, reports
 from kiln.domain.imagecheck import enginestamp, engineverify
+from kiln.domain.images import buildspace
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.cabundle import CABundle, add_to_context
 from kiln.domain.images.specs import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
@@ -290,6 +293,47 @@ def build_recipe(
     return outcome
 
 
+def check_build_space(docker: DockerDaemon, name: str, platforms: list[str | None], *, force: bool = False,
+                      force_engine: bool = False, ca_flag: str | None = None) -> None:
+    """Before anything builds: the engine builds ahead (one per platform whose recipe and
+    engine images are missing, or forced) fit on the daemon's disk, or DiskSpaceShort
+    says so in one line (domain/images/buildspace.py has the figures)."""
+    builds = [b for p in platforms if (b := _engine_build_ahead(docker, name, p, force, force_engine, ca_flag))]
+    if not builds:
+        return
+    root = _local_root(docker)
+    if root is not None:
+        buildspace.require_space(name, builds, shutil.disk_usage(root).free, root)
+
+
+def _engine_build_ahead(docker: DockerDaemon, name: str, platform: str | None, force: bool, force_engine: bool,
+                        ca_flag: str | None) -> buildspace.EngineBuild | None:
+    if platform is not None:
+        check_platform(load_recipe(recipe_dir(name)), platform)
+    resolved = resolve(name, ca_flag, platform)
+    recipe_image, engine_image = resolved.recipe_image, resolved.engine_image
+    if not force and existing(docker, recipe_image.tag, recipe_image.digest) is not None:
+        return None  # build_recipe reuses it, and builds no engine
+    if not force_engine and existing(docker, engine_image.tag, engine_image.digest) is not None:
+        return None
+    return buildspace.EngineBuild(engine_image.engine.flavour, engine_image.platform)
+
+
+def _local_root(docker: DockerDaemon) -> str | None:
+    """The daemon's data root when it is a path on this host; None (said once) when kiln
+    cannot see the daemon's disk: a daemon on another host, or a root outside this
+    filesystem view (kiln itself in a container)."""
+    host = os.environ.get("DOCKER_HOST", "")
+    if host and not host.startswith("unix://"):
+        log.info(f"disk: not checked before building: the daemon at {host} keeps its data on another host")
+        return None
+    root = docker.root_dir()
+    if not root or not os.path.isdir(root):
+        log.info(f"disk: not checked before building: the daemon's data root {root or '(none named)'} is not here")
+        return None
+    return root
+
+
 def check_platform(loaded: LoadedRecipe, platform: str) -> None:
     """`--platform P`: P is declared in engine.platforms, and runs here (natively, or
     under qemu for another architecture's RUN steps and in-image checks)."""
@@ -361,8 +405,14 @@ def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict[str, objec
 
 def cmd_build(args: argparse.Namespace) -> int:
     docs: list[tuple[str | None, BuildDocument]] = []
-    for platform in platforms_of(args.name, args.platform):
-        outcome = build_recipe(args.name, force=args.force or args.no_cache, force_engine=args.force_engine,
+    docker = DockerDaemon()
+    platforms = platforms_of(args.name, args.platform)
+    force = args.force or args.no_cache
+    if not args.skip_disk_check:  # every platform's engine build counted before the first starts
+        check_build_space(docker, args.name, platforms, force=force, force_engine=args.force_engine,
+                          ca_flag=args.ca_bundle)
+    for platform in platforms:
+        outcome = build_recipe(args.name, docker=docker, force=force, force_engine=args.force_engine,
                                ca_flag=args.ca_bundle, nocache=args.no_cache, platform=platform)
         docs.append((platform, outcome.document(args.name)))
     if args.json:  # one platform: the document as ever; `--platform all`: it per platform
@@ -382,4 +432,7 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--platform", choices=[*sorted(enginelock.PLATFORMS), "all"], default=None,
                    help="build for this platform of engine.platforms, or all of them (default: the host's; "
                         "another architecture runs under qemu: scripts/setup.sh --arm64)")
+    s.add_argument("--skip-disk-check", action="store_true",
+                   help="build even if the engine builds ahead look too big for the daemon's free disk "
+                        "(the check cannot see builder stages already in the layer cache)")
     s.set_defaults(func=cmd_build)

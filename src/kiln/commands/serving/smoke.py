@@ -16,7 +16,7 @@ from typing import Literal, TypedDict
 from kiln.basics import clock, log
 from kiln.basics.errors import ContainerStartFailed, SmokeFailed
 from kiln.basics.paths import shown_home
-from kiln.commands.images.build import build_recipe, check_platform
+from kiln.commands.images.build import build_recipe, check_build_space, check_platform
 from kiln.commands.options import Subparsers, count, reports
 from kiln.commands.serving.smokechecks import CHECKS, Check, ServedChecks, SmokeRun, require
 from kiln.domain.images.specs import require_built
@@ -99,6 +99,7 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
     if platform is not None:
         check_platform(load_recipe(recipe_dir(name)), platform)
     if build:
+        check_build_space(docker, name, [platform])
         build_recipe(name, docker=docker, platform=platform)
     built = require_built(docker, name, platform)
     loaded, recipe_image, image = built.loaded, built.recipe_image, built.image

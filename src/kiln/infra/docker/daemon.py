@@ -46,6 +46,13 @@ class DockerDaemon:
         with _daemon("asking the Docker daemon its version"):
             return str(client.version().get("Version", "?"))
 
+    def root_dir(self) -> str:
+        """The daemon's data root (`docker info`'s DockerRootDir): where its images and
+        layer cache live, as a path on the daemon's host."""
+        client = self.client
+        with _daemon("asking the Docker daemon where it keeps its data (docker info)"):
+            return str(client.info().get("DockerRootDir", ""))
+
     # -- images -------------------------------------------------------------
     def image(self, ref: str) -> Image | None:
         """The local image `ref` names, None when there is none (the daemon's 404)."""

