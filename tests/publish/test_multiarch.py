@@ -173,12 +173,15 @@ def _raw_manifest(registry, ref: str, repository: str = REPOSITORY) -> tuple[str
     return "sha256:" + hashlib.sha256(resp.content).hexdigest(), resp.json()
 
 
-def test_signed_index_publish_signs_the_index_digest(tree, registry, monkeypatch, tmp_path):
-    """--sign on a multi-platform publish: the signature and attestations are for the
-    index digest (what the tags point at), verified from the registry before the tags,
-    and `kiln verify REPO:TAG` (the real CLI) accepts it. The SBOM's content is not under
-    test here (a FROM-scratch image has no Python for the in-image reader), so it is a
-    minimal CycloneDX document; the provenance, signing and verification are real."""
+def test_signed_index_publish_signs_the_index_and_each_platform_with_its_own_sbom(tree, registry, monkeypatch,
+                                                                                    tmp_path):
+    """--sign on a multi-platform publish: the index digest (what the tags point at) and
+    each platform's image are signed and attested, each image with the SBOM read from
+    that image, all verified from the registry before the tags; `kiln verify REPO:TAG`
+    (the real CLI) checks the index and every platform. The SBOM reader itself is not
+    under test here (a FROM-scratch image has no Python for it), so the SBOM is a minimal
+    CycloneDX document naming the image it was read from; the provenance, signing and
+    verification are real."""
     from kiln.basics import paths
     from kiln.commands.publishing import publish
     from kiln.domain.signing import keys
@@ -191,7 +194,8 @@ def test_signed_index_publish_signs_the_index_digest(tree, registry, monkeypatch
     monkeypatch.setenv("KILN_ROOT", str(tree["root"]))
     monkeypatch.setenv("KILN_RESULTS_DIR", str(tree["results"]))
     monkeypatch.setattr(attest, "build_sbom", lambda docker, loaded, image: {
-        "bomFormat": "CycloneDX", "specVersion": "1.6", "version": 1, "components": []})
+        "bomFormat": "CycloneDX", "specVersion": "1.6", "version": 1, "components": [],
+        "metadata": {"component": {"type": "container", "name": image.id}}})
     paths.repo_root.cache_clear()
     for plat in PLATFORMS:
         _smoke(tree, plat)
@@ -202,12 +206,73 @@ def test_signed_index_publish_signs_the_index_digest(tree, registry, monkeypatch
     finally:
         paths.repo_root.cache_clear()
     tags = registry.tags(f"signed/{REPOSITORY}")
-    index_hex = result.manifest_digest.split(":")[1]
-    assert f"sha256-{index_hex}.sig" in tags and f"sha256-{index_hex}.att" in tags
+    for digest in [result.manifest_digest] + [e["manifest_digest"] for e in result.platforms.values()]:
+        hex_ = digest.split(":")[1]
+        assert f"sha256-{hex_}.sig" in tags and f"sha256-{hex_}.att" in tags, digest
     assert result.signature and result.signature["verified"] is True
+    assert {p: e["signature"]["verified"] for p, e in result.platforms.items()} == {p: True for p in PLATFORMS}
     got, index = _raw_manifest(registry, "experimental", repository=f"signed/{REPOSITORY}")
     assert got == result.manifest_digest and index["mediaType"] == INDEX
-    verified = run_kiln("verify", f"{ns}/{REPOSITORY}:experimental", "--key", str(pair.public),
+    verified = run_kiln("verify", f"{ns}/{REPOSITORY}:experimental", "--key", str(pair.public), "--json",
                         env={**_env(tree, registry)}, cwd=tree["root"])
     assert verified.returncode == 0, verified.stderr
-    assert result.manifest_digest in verified.stdout + verified.stderr
+    doc = validated("verify", verified.stdout)
+    assert doc["digest"] == result.manifest_digest
+    assert {p: v["digest"] for p, v in doc["platforms"].items()} == {
+        p: e["manifest_digest"] for p, e in result.platforms.items()}
+    for plat, checked in doc["platforms"].items():
+        assert [a["verified"] for a in checked["attestations"]] == [True, True], plat
+        sbom = _attested_sbom(registry, f"signed/{REPOSITORY}", checked["digest"])
+        assert sbom["metadata"]["component"]["name"] == tree["images"][plat][0], plat  # its own image's SBOM
+
+
+def _attested_sbom(registry, repository: str, digest: str) -> dict:
+    """The CycloneDX predicate of the SBOM attestation attached to `digest`."""
+    import base64
+
+    import requests
+
+    _, att = _raw_manifest(registry, f"sha256-{digest.split(':')[1]}.att", repository=repository)
+    for layer in att["layers"]:
+        blob = requests.get(f"http://{registry.host}/v2/{repository}/blobs/{layer['digest']}", auth=registry.auth,
+                            timeout=10)
+        statement = json.loads(base64.b64decode(json.loads(blob.content)["payload"]))
+        if statement["predicateType"] == "https://cyclonedx.org/bom":
+            assert statement["subject"][0]["digest"]["sha256"] == digest.split(":")[1]
+            return statement["predicate"]
+    raise AssertionError(f"no CycloneDX attestation on {digest}")
+
+
+def test_a_signed_index_whose_platform_image_is_unsigned_fails_verify_naming_it(tree, registry, monkeypatch,
+                                                                                  tmp_path):
+    """An index signed on its own (as a signer that knows nothing of its images would) is
+    not verified: each platform's image must carry a signature of its own."""
+    from kiln.basics import paths
+    from kiln.commands.publishing import publish
+    from kiln.domain.signing import keys, signverify
+    from kiln.infra.credentials import Credentials
+    from kiln.infra.docker import DockerDaemon
+    from kiln.infra.registry import RegistryClient, Target
+
+    pair = keys.write_key_pair(tmp_path / "team", b"team-pw")
+    monkeypatch.setenv("KILN_ROOT", str(tree["root"]))
+    monkeypatch.setenv("KILN_RESULTS_DIR", str(tree["results"]))
+    paths.repo_root.cache_clear()
+    for plat in PLATFORMS:
+        _smoke(tree, plat)
+    ns = f"{registry.host}/indexonly"
+    creds = Credentials(registry.user, registry.password, "test")
+    try:
+        result = publish.publish(NAME, registry=ns, creds=creds, docker=DockerDaemon())
+    finally:
+        paths.repo_root.cache_clear()
+    client = RegistryClient(Target(registry.host, f"indexonly/{REPOSITORY}", plain_http=True), creds)
+    signverify.sign_image(client, result.manifest_digest, keys.load_private_key(pair.private, b"team-pw"), [],
+                          creator="the test")
+    verified = run_kiln("verify", f"{ns}/{REPOSITORY}:experimental", "--key", str(pair.public), "--signature-only",
+                        env={**_env(tree, registry)}, cwd=tree["root"])
+    assert verified.returncode == 82, verified.stderr
+    errors = [ln for ln in verified.stderr.splitlines() if ln.startswith("kiln: error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"kiln: error: linux/amd64 image of index {result.manifest_digest}: sha256:"), errors
+    assert "is not signed" in errors[0]

@@ -49,6 +49,7 @@ class PlatformEntry(TypedDict):
     manifest_digest: str
     tag: str
     smoke_record: str
+    signature: NotRequired[SignatureEvidence]  # --sign: this platform's image, signed with its own SBOM
 
 
 class AttestationEntry(TypedDict):

@@ -58,6 +58,7 @@ from kiln.domain.publishing import (
     PlatformEntry,
     PromoteResult,
     PublishResult,
+    SignatureEvidence,
     SmokeEvidence,
     built_platforms,
     check_channel,
@@ -212,8 +213,14 @@ def _publish_index(
         pushed_any = pushed_any or pushed
     index = image_index(children)
     signature = None
+    signed: dict[str, SignatureEvidence] = {}
     if signer is not None:
         client.put_manifest(f"{short}{signstep.STAGING_SUFFIX}", index)
+        # each platform's image with its own SBOM and provenance (cosign sign --recursive
+        # signs an index's images too); `kiln verify` of the index checks every one
+        for (plat, built), (_, manifest) in zip(members, children, strict=True):
+            signed[plat] = signstep.sign_and_verify(docker, client, signer, loaded, built.recipe_image, built.image,
+                                                    manifest.digest)
         host = enginelock.host_platform()
         plat, built = next(((p, b) for p, b in members if p == host), members[0])  # its SBOM is read natively
         signature = signstep.sign_and_verify(docker, client, signer, loaded, built.recipe_image, built.image,
@@ -226,6 +233,8 @@ def _publish_index(
                                      manifest_digest=manifest.digest, tag=target.ref(platform_tag(built)),
                                      smoke_record=records[plat])
                  for (plat, built), (_, manifest) in zip(members, children, strict=True)}
+    for plat, evidence in signed.items():
+        platforms[plat]["signature"] = evidence
     first = members[0][1]
     result = PublishResult(
         recipe=name, image_id=id_of(first.image), input_digest=input_digest, manifest_digest=index.digest,

@@ -40,6 +40,7 @@ from kiln.basics.errors import (
 )
 from kiln.domain.signing import cosign
 from kiln.domain.signing.keys import PrivateKey, PublicKey
+from kiln.infra.manifests import index_children
 from kiln.infra.registry import TAG, BlobTooLarge, RegistryClient, Target
 
 MAX_PAYLOAD_BYTES = 64 * 1024  # a simple-signing payload is ~300 bytes
@@ -278,6 +279,7 @@ class VerificationJson(TypedDict):
     attestation_manifest: str | None
     attestations: list[AttestationCheckJson]
     verified: bool
+    platforms: dict[str, VerificationJson]  # an image index: each platform's image, verified the same way
 
 
 @dataclass
@@ -296,6 +298,7 @@ class Verification:
     attestation_manifest: str | None = None
     attestations: list[AttestationCheck] = field(default_factory=list)
     verified: bool = True
+    platforms: dict[str, Verification] = field(default_factory=dict)
 
     def as_dict(self) -> VerificationJson:
         return cast(VerificationJson, asdict(self))  # asdict of exactly these fields
@@ -344,7 +347,32 @@ def verify_image(client: RegistryClient, digest: str, key: PublicKey, *, require
             raise SignatureMissing(f"{digest} in {target.host}/{target.path} has no attestations: no {att_tag}")
         result.attestation_tag, result.attestation_manifest = att_tag, att.digest
         result.attestations = _verify_attestation_image(att.body, _fetcher(client, at), key, digest, required, at)
+    result.platforms = _verify_platforms(client, digest, key, required, signed_repository)
     return result
+
+
+# buildx lists its own attestation manifests in an index under this platform; they are no image
+_NOT_A_PLATFORM = "unknown/unknown"
+
+
+def _verify_platforms(client: RegistryClient, digest: str, key: PublicKey, required: Sequence[str],
+                      signed_repository: str | None) -> dict[str, Verification]:
+    """For an image index, each platform's image verified as the index was: a signed index
+    whose arm64 image is unsigned, or lacks its own SBOM, fails (`kiln publish --sign`
+    signs and attests each, as `cosign sign --recursive` does). {} for a single image."""
+    manifest = client.manifest(digest)
+    if manifest is None or not manifest.is_index:
+        return {}
+    checked = {}
+    for plat, child in index_children(manifest):
+        if plat == _NOT_A_PLATFORM:
+            continue
+        try:
+            checked[plat] = verify_image(client, child, key, required=required, signed_repository=signed_repository)
+        except KilnError as exc:
+            exc.message = f"{plat} image of index {digest}: {exc.message}"
+            raise
+    return checked
 
 
 # -- signing --------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from kiln.domain.supplychain.cyclonedx import PROP, CycloneDxDocument, cyclonedx
 from kiln.domain.supplychain.inventory import Inventory
 from kiln.domain.supplychain.spdx import SpdxDocument, spdx_document
 from kiln.domain.supplychain.subject import subject_of
+from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, Image
 
 READ_TIMEOUT_S = 600  # hashing baked weights is the slow part: ~1 GB/s on one core
@@ -47,6 +48,14 @@ DEFAULT_MODEL_ROOT = "/models"
 # -- reading the image ------------------------------------------------------------------
 def _inimage_script() -> str:
     return inimage.source("sbomreader").read_text(encoding="utf-8")
+
+
+def _require_runnable(image: Image) -> None:
+    """The reader runs inside the image: an arm64 image on an x86-64 host needs qemu, said
+    in one line (EmulationUnavailable) instead of the container's `exec format error`."""
+    plat = f"{image.attrs.get('Os', 'linux')}/{image.attrs.get('Architecture', '')}"
+    if plat in binfmt.ENTRIES:
+        binfmt.require(plat)
 
 
 def read_inventory(docker: DockerDaemon, image_id: str, model_roots: Iterable[str] = ()) -> Inventory:
@@ -91,6 +100,7 @@ def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
     pass them after a push so the SBOM's subject carries the digest consumers pull by.
     `spec` is "cyclonedx" (CycloneDX 1.6, the default) or "spdx" (SPDX 2.3)."""
     subject = subject_of(image, manifest_digest=manifest_digest, repository=repository)
+    _require_runnable(image)
     inventory = read_inventory(docker, subject.image_id, model_roots(loaded))
     lock = _matching_lock(loaded.recipe.engine, subject.labels)
     doc = cyclonedx_document(inventory, subject, lock=lock, model_dirs=baked_model_dirs(loaded))
@@ -103,6 +113,7 @@ def build_image_sbom(docker: DockerDaemon, image: Image, *, engine: Engine | Non
     """The CycloneDX SBOM of any kiln image (an engine image too): `engine` names the
     engine pin whose lock supplies the wheel hashes."""
     subject = subject_of(image, manifest_digest=manifest_digest, repository=repository)
+    _require_runnable(image)
     inventory = read_inventory(docker, subject.image_id, roots)
     lock = _matching_lock(engine, subject.labels) if engine is not None else None
     return cyclonedx_document(inventory, subject, lock=lock)
