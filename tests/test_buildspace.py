@@ -37,7 +37,7 @@ def test_the_reserve_counts_and_a_bad_one_names_the_variable(monkeypatch):
         require_space("r", [CUDA_AMD], 47 * GB, "/d")
     monkeypatch.setenv("KILN_DISK_RESERVE_GB", "4")
     require_space("r", [CUDA_AMD], 47 * GB, "/d")
-    for bad in ("lots", "-1"):
+    for bad in ("lots", "-1", "nan", "inf", "1e400"):
         monkeypatch.setenv("KILN_DISK_RESERVE_GB", bad)
         with pytest.raises(UsageError, match=f"KILN_DISK_RESERVE_GB='{bad}': not a number of gigabytes"):
             require_space("r", [CUDA_AMD], 37 * GB, "/d")

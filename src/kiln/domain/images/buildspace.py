@@ -20,6 +20,7 @@ architecture, until one is measured.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -65,8 +66,8 @@ def reserve_gb() -> float:
     try:
         value = float(raw) if raw else 0.0
     except ValueError:
-        raise UsageError(f"{RESERVE_ENV}={raw!r}: not a number of gigabytes") from None
-    if value < 0:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:  # nan would pass every comparison, inf refuse every build
         raise UsageError(f"{RESERVE_ENV}={raw!r}: not a number of gigabytes")
     return value
 
