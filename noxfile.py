@@ -205,6 +205,19 @@ def build_cuda(session):
     session.run("python", "benchmarks/build_cuda.py", *session.posargs, env={"PYTHONUNBUFFERED": "1"})
 
 
+@nox.session
+def build_cuda_arm64(session):
+    """Opt-in (qemu; multi-GB downloads; ~42 GB of disk): engine-cuda and glm53-kindling
+    for linux/arm64 on an x86-64 host, wheels placed by the host's uv, and the plain arm64
+    `pip install vllm` anchor; in-image proofs under qemu (imports, machine, CUDA build,
+    launch command, kiln-engine and draft-trunc); figures into docs/build-cuda.*.
+    Needs `scripts/setup.sh --arm64` (docs/multiarch.md)."""
+    session.run("kiln", "base", "build")
+    session.run("kiln", "base", "build", "--platform", "linux/arm64")
+    session.run("python", "benchmarks/build_cuda.py", "--platform", "linux/arm64", *session.posargs,
+                env={"PYTHONUNBUFFERED": "1"})
+
+
 if os.environ.get("KILN_NOX_DEBUG"):
     nox.options.verbose = True
 

@@ -40,16 +40,29 @@ from kiln.domain.imagecheck import engineverify, launchargs
 from kiln.domain.images import wheelhouse
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.cabundle import add_to_context
-from kiln.domain.images.specs import resolve
+from kiln.domain.images.specs import LOCK_ARC, platform_suffix, resolve
+from kiln.domain.locks import enginelock
 from kiln.infra.docker import DockerDaemon
 
 NAME = "glm53-kindling"
 DOC = REPO / "docs" / "build-cuda.md"
-DATA = REPO / "docs" / "build-cuda.json"
+DATA = REPO / "docs" / "build-cuda.json"  # linux/amd64; another platform: build-cuda-<arch>.json
 GOAL_RATIO = 0.8
 PLAIN_REPOSITORY = "kiln/vllm-plain"
 PLAIN_LABEL = "ai.kiln.plain.wheels"  # the wheels stage the anchor was installed from
-BEGIN, END = "<!-- build_cuda: begin (generated from docs/build-cuda.json) -->", "<!-- build_cuda: end -->"
+
+
+def data_file(platform: str) -> Path:
+    return DATA if platform == "linux/amd64" else DATA.with_name(f"build-cuda-{platform.split('/')[1]}.json")
+
+
+def markers(platform: str) -> tuple[str, str]:
+    """The generated block of docs/build-cuda.md for `platform` (amd64's as it always was)."""
+    if platform == "linux/amd64":
+        return "<!-- build_cuda: begin (generated from docs/build-cuda.json) -->", "<!-- build_cuda: end -->"
+    arch = platform.split("/")[1]
+    return (f"<!-- build_cuda {arch}: begin (generated from docs/{data_file(platform).name}) -->",
+            f"<!-- build_cuda {arch}: end -->")
 
 TRITON_CHECK = (
     "import triton, torch.utils._triton as t; "
@@ -64,6 +77,24 @@ RUNNER_CHECK = (
     "src = inspect.getsource(m); "
     "assert 'draft_trunc' in src, 'draft-trunc hook missing from the runner'; "
     "print('patched runner imported:', m.__file__)"
+)
+
+# the image's own machine (uname through Python) and the CUDA its torch was built for
+MACHINE_CHECK = (
+    "import platform, torch, vllm; "
+    "print('machine', platform.machine(), 'torch', torch.__version__, 'cuda', torch.version.cuda, 'vllm', vllm.__version__)"
+)
+
+# vLLM finds kiln-engine through its entry point (group vllm.general_plugins) and loads it;
+# draft-trunc's module, its policy and its kernels' Python side import without a GPU.
+PLUGIN_CHECK = (
+    "import importlib.metadata as md; "
+    "eps = [e for e in md.entry_points(group='vllm.general_plugins') if e.value.startswith('kiln_engine')]; "
+    "assert eps, 'no kiln_engine entry point in vllm.general_plugins'; "
+    "import sys; from vllm.plugins import load_general_plugins; load_general_plugins(); "
+    "dt = sys.modules.get('vllm.v1.worker.gpu.spec_decode.draft_trunc'); "
+    "assert dt is not None, 'the plugin did not register draft_trunc with the runner'; "
+    "print('plugins', [e.name for e in eps], 'draft_trunc', dt.__file__, 'enabled', dt.ENABLED)"
 )
 
 # Where the bytes are, per top-level entry of site-packages and outside the venv.
@@ -103,10 +134,12 @@ def _plain_context(engine_image) -> BuildContext:
     ctx.add_bytes("Dockerfile", (engine_image.dir / "plain.Dockerfile").read_bytes())
     for tool in ("with-ca", "kiln-apt-install", "kiln-lock-tool"):
         ctx.add_file(f"_kiln/common/{tool}", REPO / "docker-images" / "common" / tool)
-    for entry in engine_image.context.entries:
-        if entry.arcname.startswith("_kiln/lock/"):
-            ctx.add_bytes(entry.arcname, entry.content())
     lock = engine_image.lock
+    # the target's own lock files: a cross-placed engine's context also carries the
+    # host's pins and uv for its builder stages; the anchor runs every step on the target
+    for name, data in enginelock.context_files(lock, engine_image.platform).items():
+        ctx.add_bytes(f"_kiln/lock/{name}", data)
+    ctx.add_file(LOCK_ARC, engine_image.lock_file)
     wheels = wheelhouse.fetch_locked(lock, engine_image.platform, lock_file=engine_image.lock_file,
                                      cafile=engine_image.ca.get().path, plain=True)
     for whl in wheels:
@@ -115,7 +148,8 @@ def _plain_context(engine_image) -> BuildContext:
     return ctx
 
 
-def _build_wheels_stage(docker: DockerDaemon, ctx: BuildContext, buildargs: dict, nocache: bool) -> str:
+def _build_wheels_stage(docker: DockerDaemon, ctx: BuildContext, buildargs: dict, nocache: bool,
+                        platform: str | None = None) -> str:
     """The id of the shared `wheels` stage (a layer-cache hit after the engine build)."""
     image_id = None
     with tempfile.TemporaryFile() as tar:
@@ -123,7 +157,7 @@ def _build_wheels_stage(docker: DockerDaemon, ctx: BuildContext, buildargs: dict
         tar.seek(0)
         for chunk in docker.client.api.build(fileobj=tar, custom_context=True, buildargs=buildargs,
                                              target="wheels", rm=True, forcerm=True, decode=True,
-                                             nocache=nocache, pull=False):
+                                             nocache=nocache, pull=False, platform=platform):
             if "error" in chunk:
                 raise SystemExit(f"build_cuda: the wheels stage failed: {chunk['error'].strip()}")
             text = chunk.get("stream", "")
@@ -139,9 +173,11 @@ def build_plain(docker: DockerDaemon, engine_image, nocache: bool, force: bool):
     """The anchor image, installed by pip from the shared wheels, served over HTTP from a
     container on the default bridge (where the legacy builder's RUN steps run)."""
     ctx = _plain_context(engine_image)
-    buildargs = engine_image.buildargs()
-    wheels_id = _build_wheels_stage(docker, ctx, buildargs, nocache)
-    tag = f"{PLAIN_REPOSITORY}:{engine_image.engine.version}"
+    # the anchor builds every step for its platform (under qemu for another architecture)
+    buildargs = {"BASE_IMAGE": engine_image.buildargs()["BASE_IMAGE"], "ENGINE_VERSION": engine_image.engine.version}
+    plat = engine_image.platform
+    wheels_id = _build_wheels_stage(docker, ctx, buildargs, nocache, platform=plat)
+    tag = f"{PLAIN_REPOSITORY}:{engine_image.engine.version}{platform_suffix(plat)}"
     old = docker.image(tag)
     if old is not None and not force and (old.labels or {}).get(PLAIN_LABEL) == wheels_id:
         log.ok(f"{tag} is up to date (built from wheels {wheels_id[:19]})")
@@ -154,7 +190,7 @@ def build_plain(docker: DockerDaemon, engine_image, nocache: bool, force: bool):
         log.step(f"building the plain anchor: pip install vllm=={engine_image.engine.version} on "
                  f"{engine_image.engine.base_image.pinned} (wheels from {url})")
         result = docker.build(ctx, label="vllm-plain", buildargs={**buildargs, "WHEELS_URL": url},
-                              labels={PLAIN_LABEL: wheels_id}, nocache=nocache)
+                              labels={PLAIN_LABEL: wheels_id}, nocache=nocache, platform=plat)
     finally:
         server.remove(force=True)
     docker.tag(result.image_id, tag)
@@ -186,7 +222,7 @@ def du(docker: DockerDaemon, image_id: str) -> dict[str, int]:
     return sizes
 
 
-def run_checks(docker, loaded, engine_id: str, recipe_id: str | None) -> list[dict]:
+def run_checks(docker, loaded, engine_id: str, recipe_id: str | None, platform: str = "linux/amd64") -> list[dict]:
     results: list[dict] = []
 
     def check(title: str, ok: bool, detail: str) -> None:
@@ -194,8 +230,14 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None) -> list[di
         (log.ok if ok else log.warn)(f"{title}: {'ok' if ok else 'FAILED'}")
 
     image = recipe_id or engine_id
+    code, out = in_image(docker, image, "-c", MACHINE_CHECK)
+    machine = enginelock.platform(platform).machine
+    check(f"import torch and vllm on {machine}: machine, torch.version.cuda", code == 0 and f"machine {machine} " in out,
+          out)
     code, out = in_image(docker, image, "-c", "import vllm, kiln_engine; print('vllm', vllm.__version__)")
     check("import vllm, kiln_engine", code == 0, out)
+    code, out = in_image(docker, image, "-c", PLUGIN_CHECK)
+    check("kiln-engine plugin registered with vLLM; draft-trunc loads", code == 0, out)
     # Triton must import without a GPU; if it cannot, torch and vLLM quietly run without it
     code, out = in_image(docker, image, "-c", TRITON_CHECK)
     check("Triton importable (torch sees it)", code == 0, out)
@@ -214,6 +256,11 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None) -> list[di
         check("a bogus flag is rejected (negative control)", len(bogus) == 1, "\n".join(bogus))
     except KilnError as exc:
         check("a bogus flag is rejected (negative control)", False, exc.message)
+    done = subprocess.run(["kiln", "check", NAME, "--platform", platform], capture_output=True, text=True,
+                          timeout=3600)
+    said = (done.stdout + done.stderr).strip()
+    check(f"kiln check {NAME} --platform {platform} (exit {done.returncode})",
+          done.returncode == 0 and "launch args not checked" not in said, said)
     try:
         engineverify.verify_labels(loaded, docker.client.images.get(image))
         check("torch/CUDA/NCCL labels match the recipe", True, json.dumps(_labels(docker, image)))
@@ -259,17 +306,21 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true", help="rebuild without the layer cache (downloads again)")
     ap.add_argument("--no-proofs", action="store_true", help="skip the in-image proofs (minutes)")
     ap.add_argument("--render-only", action="store_true", help=f"re-render {DOC.name} from {DATA.name}")
+    ap.add_argument("--platform", choices=sorted(enginelock.PLATFORMS), default="linux/amd64",
+                    help="build and check this platform's images (linux/arm64 on x86-64: under qemu where "
+                         "it must run; scripts/setup.sh --arm64 and kiln base build --platform linux/arm64 first)")
     args = ap.parse_args()
     if args.render_only:
-        render(json.loads(DATA.read_text()))
+        render(json.loads(data_file(args.platform).read_text()), args.platform)
         return 0
     args.force = args.force or args.cold
     docker = DockerDaemon()
-    resolved = resolve(NAME)
+    resolved = resolve(NAME, platform=args.platform)
     loaded, engine_image = resolved.loaded, resolved.engine_image
     run: dict = {"date": dt.date.today().isoformat(), "engine": loaded.recipe.engine.version,
-                 "base_image": engine_image.engine.base_image.pinned, "cold": args.cold,
-                 "cpus": os.cpu_count()}
+                 "base_image": engine_image.base_ref, "cold": args.cold,
+                 "cpus": os.cpu_count(), "platform": args.platform,
+                 "builder_platform": engine_image.builder_platform}
 
     t0 = time.monotonic()
     engine = build_engine(docker, engine_image, force=args.force, nocache=args.cold)
@@ -287,7 +338,8 @@ def main() -> int:
 
     recipe_id = None
     try:
-        recipe = build_recipe(NAME, docker=docker, force=args.force, quiet_summary=True, nocache=args.cold)
+        recipe = build_recipe(NAME, docker=docker, force=args.force, quiet_summary=True, nocache=args.cold,
+                              platform=args.platform)
         recipe_id = recipe.image_id
         run["recipe_build"] = {"tag": recipe.tag, "size": recipe.size, "skipped": recipe.skipped}
     except KilnError as exc:  # the engine and the anchor are still measured
@@ -300,24 +352,26 @@ def main() -> int:
     (log.ok if run["goal_met"] else log.warn)(
         f"engine-cuda {gb(engine.size):.2f} GB / plain {gb(plain_size):.2f} GB = {ratio:.2f} x (goal <= {GOAL_RATIO})")
     run["du_mb"] = {"kiln": du(docker, engine.image_id), "plain": du(docker, plain_id)}
-    run["checks"] = run_checks(docker, loaded, engine.image_id, recipe_id)
+    run["checks"] = run_checks(docker, loaded, engine.image_id, recipe_id, args.platform)
     if not args.no_proofs:
         ok, proofs = run_proofs(engine.image_id)
         run["proofs_ok"], run["proofs"] = ok, proofs
     run["wall_s"] = round(time.monotonic() - t0)
-    DATA.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n")
-    render(run)
+    data = data_file(args.platform)
+    data.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n")
+    render(run, args.platform)
     log.summary("build_cuda", {"engine-cuda": f"{gb(engine.size):.2f} GB", "plain": f"{gb(plain_size):.2f} GB",
                                "ratio": f"{ratio:.2f} x (goal <= {GOAL_RATIO}: {'met' if run['goal_met'] else 'NOT met'})",
                                "checks": f"{sum(c['ok'] for c in run['checks'])}/{len(run['checks'])} ok",
                                "proofs": "skipped" if args.no_proofs else ("ok" if run.get("proofs_ok") else "FAILED"),
-                               "written": f"{DATA.relative_to(REPO)}, {DOC.relative_to(REPO)}"})
+                               "written": f"{data.relative_to(REPO)}, {DOC.relative_to(REPO)}"})
     failed = not all(c["ok"] for c in run["checks"]) or (not args.no_proofs and not run.get("proofs_ok"))
     return 1 if failed else 0
 
 
-def render(run: dict) -> None:
-    """Replace the generated block of docs/build-cuda.md with this run's numbers."""
+def render(run: dict, platform: str = "linux/amd64") -> None:
+    """Replace the generated block of docs/build-cuda.md for `platform` with this run's numbers."""
+    BEGIN, END = markers(platform)
     text = DOC.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{DOC.relative_to(REPO)}: the markers {BEGIN!r} and {END!r} are missing")
@@ -330,9 +384,10 @@ def generated(run: dict) -> list[str]:
     e, p = run["engine_build"], run["plain_build"]
     lines = [
         "",
-        f"Measured by `nox -s build_cuda` on {run['date']} ({run['cpus']} CPU cores, no GPU), vLLM "
+        f"Measured by `nox -s {_session(run)}` on {run['date']} ({run['cpus']} CPU cores, no GPU), vLLM "
         f"{run['engine']} on `{run['base_image']}`, legacy Docker builder"
-        f"{', cold (no layer cache)' if run['cold'] else ''}. Sizes are uncompressed, as `docker images` shows them.",
+        f"{', cold (no layer cache)' if run['cold'] else ''}{_where(run)}. "
+        "Sizes are uncompressed, as `docker images` shows them.",
         "",
         "| image | size | build | layer cache |",
         "|---|---|---|---|",
@@ -355,6 +410,20 @@ def generated(run: dict) -> list[str]:
         lines.append(f"| {c['check']} | {'ok' if c['ok'] else 'FAILED'}: {last.replace('|', '/')[:140]} |")
     lines += _proof_lines(run)
     return lines
+
+
+def _session(run: dict) -> str:
+    plat = run.get("platform", "linux/amd64")
+    return "build_cuda" if plat == "linux/amd64" else f"build_cuda -- --platform {plat}"
+
+
+def _where(run: dict) -> str:
+    """Which steps ran on which machine, for a platform other than the host's."""
+    plat, builder = run.get("platform", "linux/amd64"), run.get("builder_platform", "linux/amd64")
+    if plat == builder:
+        return ""
+    return (f"; image for {plat}, its wheels placed, stripped and byte-compiled on {builder} (cross placement), "
+            "the runtime OS's apt, the plain anchor and every check under qemu")
 
 
 def _kinds(upstream: dict[str, int]) -> str:

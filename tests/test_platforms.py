@@ -13,6 +13,7 @@ from kilntest import REPO, run_kiln, write_recipe
 
 from kiln.basics.errors import PlatformUnsupported, RecipeInvalid
 from kiln.commands.recipes.check import _platforms
+from kiln.domain.images import specs
 from kiln.domain.images.specs import (
     EngineImage,
     RecipeImage,
@@ -319,4 +320,56 @@ def test_a_platform_without_debian_pins_is_a_gap():
     assert {d.architecture for d in lock.debian_packages["linux/arm64"]} <= {"arm64", "all"}
     lock.debian_packages = {"linux/amd64": lock.debian_packages["linux/amd64"]}
     [gap] = enginelock.platform_gaps(lock, "linux/arm64", None)
-    assert gap.startswith("Debian package pins (binutils g++ gcc") and "for arm64" in gap
+    assert gap.startswith("Debian package pins (binutils binutils-aarch64-linux-gnu g++ gcc") and "for arm64" in gap
+
+
+def test_arm64_engine_cuda_is_cross_placed_on_an_x86_64_host_and_amd64_is_not():
+    """engine-cuda for linux/arm64 built on x86-64: uv places the aarch64 wheels on the
+    host's own machine (builder stages FROM the host base marked arm64), so its context
+    carries the host's Debian pins and uv beside the target's; amd64 builds as before."""
+    assert enginelock.host_platform() == "linux/amd64"
+    engine = load_recipe(recipe_dir("glm53-kindling")).recipe.engine
+    amd, arm = (EngineImage(engine, _LazyCA(None), p) for p in ("linux/amd64", "linux/arm64"))
+    assert not amd.cross_placed and amd.buildargs() == {"BASE_IMAGE": "kiln/base:bookworm", "ENGINE_VERSION": "0.33.0"}
+    assert "builder_platform" not in amd.context.params
+    assert arm.cross_placed and arm.builder_platform == "linux/amd64"
+    args = arm.buildargs()
+    assert args["BUILDER_IMAGE"] == "kiln/base:bookworm-builder-for-arm64" == arm.builder_image
+    assert args["WHEEL_PLATFORM"] == "aarch64-manylinux_2_36" and args["BASE_IMAGE"] == "kiln/base:bookworm-arm64"
+    assert arm.context.params["builder_platform"] == "linux/amd64"
+    files = {e.arcname: e.content().decode() for e in arm.context.entries if e.arcname.startswith("_kiln/lock/")}
+    arches = {line.split()[0] for line in files["_kiln/lock/debian.txt"].splitlines()}
+    assert arches == {"amd64", "arm64"}  # kiln-apt-install takes its own machine's lines
+    assert "amd64 binutils-aarch64-linux-gnu 2.40-2 amd64" in files["_kiln/lock/debian.txt"]
+    assert "x86_64" in files["_kiln/lock/uv.txt"] and "aarch64" not in files["_kiln/lock/uv.txt"]
+    # the target's wheels: the aarch64 vllm, by its hash
+    assert "vllm==0.33.0 --hash=sha256:e9e404f52c8494b69bd83fe99fe7ecfa9f6b89fbd156d2a9639c24ea41d6d606" \
+        in files["_kiln/lock/python.txt"]
+
+
+def test_an_engine_dockerfile_without_the_wheel_platform_arg_is_not_cross_placed(tmp_path, monkeypatch):
+    """Only a Dockerfile that declares ARG WHEEL_PLATFORM can place another machine's
+    wheels: any other engine image for arm64 runs every RUN step under qemu, as before."""
+    engine = load_recipe(recipe_dir("glm53-kindling")).recipe.engine
+    arm = EngineImage(engine, _LazyCA(None), "linux/arm64")
+    text = (arm.dir / "Dockerfile").read_text()
+    assert "\nARG WHEEL_PLATFORM=\n" in text
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(text.replace("ARG WHEEL_PLATFORM", "ARG OTHER_NAME"))
+    assert specs._declares_arg(arm.dir / "Dockerfile", "WHEEL_PLATFORM")
+    assert not specs._declares_arg(dockerfile, "WHEEL_PLATFORM")
+    monkeypatch.setattr(specs, "_declares_arg", lambda path, name: False)
+    assert not arm.cross_placed and arm.builder_image == arm.base_ref == "kiln/base:bookworm-arm64"
+    assert "BUILDER_IMAGE" not in arm.buildargs()
+
+
+def test_check_platform_asks_that_platforms_engine_and_refuses_an_undeclared_one(tmp_path):
+    """`kiln check NAME --platform P`: P must be one of the recipe's engine.platforms (exit
+    101, one line, as `kiln build --platform`); it needs one named recipe (exit 64)."""
+    env = {"KILN_CACHE_DIR": str(tmp_path / "c"), "KILN_RESULTS_DIR": str(tmp_path / "r")}
+    result = run_kiln("check", "tiny-moe", "--platform", "linux/arm64", env=env)
+    assert result.returncode == 101, result.stderr
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
+    assert len(errors) == 1 and "engine.platforms" in errors[0] and "not linux/arm64" in errors[0], result.stderr
+    result = run_kiln("check", "--platform", "linux/arm64", env=env)
+    assert result.returncode == 64 and "name one recipe" in result.stderr, result.stderr

@@ -23,7 +23,10 @@ import subprocess
 import sys
 import tempfile
 
-EM_X86_64 = 62
+# each ELF machine's own strip (Debian's binutils-<arch>-linux-gnu): a cross-placed venv
+# (aarch64 files on an x86-64 builder) is stripped by the cross strip, a native one by the
+# same binary `strip` names; files of any other machine are left alone
+STRIP_BY_MACHINE = {62: "x86_64-linux-gnu-strip", 183: "aarch64-linux-gnu-strip"}
 STRIPPABLE = (".symtab", ".strtab")
 # e_shoff (0x28, 8 bytes), e_shentsize, e_shnum, e_shstrndx (0x3A, 3 x 2 bytes): the only
 # header fields strip changes; the loader never reads them.
@@ -31,12 +34,13 @@ SECTION_FIELDS = ((0x28, 8), (0x3A, 6))
 
 
 def read_elf(path: str) -> tuple[list[tuple], list[str]] | None:
-    """(program headers, section names) of a little-endian ELF64 x86-64 file, or None."""
+    """(program headers, section names) of a little-endian ELF64 file of a machine in
+    STRIP_BY_MACHINE, or None."""
     with open(path, "rb") as f:
         head = f.read(64)
         if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
             return None
-        if struct.unpack_from("<H", head, 0x12)[0] != EM_X86_64:
+        if elf_machine(head) not in STRIP_BY_MACHINE:
             return None
         phoff, shoff = struct.unpack_from("<QQ", head, 0x20)
         phentsize, phnum, shentsize, shnum, shstrndx = struct.unpack_from("<HHHHH", head, 0x36)
@@ -52,6 +56,16 @@ def read_elf(path: str) -> tuple[list[tuple], list[str]] | None:
             table = f.read(shdrs[shstrndx][5])
             names = [table[s[0]:table.index(b"\0", s[0])].decode(errors="replace") for s in shdrs]
         return phdrs, names
+
+
+def elf_machine(head: bytes) -> int:
+    """e_machine of an ELF header (62: x86-64, 183: AArch64)."""
+    return struct.unpack_from("<H", head, 0x12)[0]
+
+
+def strip_tool(path: str) -> str:
+    with open(path, "rb") as f:
+        return STRIP_BY_MACHINE[elf_machine(f.read(64))]
 
 
 def loaded_image(path: str) -> tuple:
@@ -183,7 +197,7 @@ def strip_one(path: str) -> int:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".strip-")
     os.close(fd)
     try:
-        done = subprocess.run(["strip", "--strip-unneeded", "-o", tmp, path], capture_output=True, text=True)
+        done = subprocess.run([strip_tool(path), "--strip-unneeded", "-o", tmp, path], capture_output=True, text=True)
         same = done.returncode == 0 and loaded_image(tmp) == loaded_image(path) and readable(tmp)
         if not same:
             why = cut_symbol_tables(path, tmp)

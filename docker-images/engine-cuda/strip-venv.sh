@@ -32,7 +32,10 @@ rm -f "$sp"/nvidia/cu*/lib/libcusolverMg.so.* "$sp"/nvidia/cu*/lib/libnvrtc.alt.
 # (_cutlass_ir.cu*.so, ~190 MB each) for CUDA 12 and 13; torch here is a CUDA 13 build.
 # The DSL loads the newest flavour the driver supports, and a driver too old for 13
 # cannot run this torch at all; without cu12/lib the cu12 module was unusable anyway.
-cuda_major=$("$venv"/bin/python -c "import torch; print(torch.version.cuda.split('.')[0])")
+# Both majors are read from files, not by importing: a cross-placed venv (aarch64 wheels
+# on an x86-64 builder) cannot be imported here.
+cuda_major=$(sed -n "s/^cuda: .* = '\([0-9]*\)\..*'$/\1/p" "$sp/torch/version.py")
+[ -n "$cuda_major" ] || { echo "strip-venv: no CUDA version in $sp/torch/version.py" >&2; exit 1; }
 for d in "$sp"/nvidia_cutlass_dsl/cu[0-9]*; do
   [ "$(basename "$d")" = "cu$cuda_major" ] || rm -rf "$d"
 done
@@ -41,7 +44,7 @@ for f in "$sp"/nvidia_cutlass_dsl/dsl_packages/cutlass/_mlir/_mlir_libs/_cutlass
 done
 # nccl4py (NCCL's EP and M2N extensions) ships both majors too and picks the one of the
 # installed cuda-bindings; refuse to guess if that is not torch's major.
-bindings_major=$("$venv"/bin/python -c "import cuda.bindings as b; print(b.__version__.split('.')[0])")
+bindings_major=$("$venv"/bin/python -c "import importlib.metadata as m; print(m.version('cuda-bindings').split('.')[0])")
 [ "$bindings_major" = "$cuda_major" ] || { echo "strip-venv: cuda-bindings $bindings_major != torch CUDA $cuda_major" >&2; exit 1; }
 for d in "$sp"/nccl/*/lib/cu[0-9]*; do
   [ "$(basename "$d")" = "cu$cuda_major" ] || rm -rf "$d"

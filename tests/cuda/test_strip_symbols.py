@@ -73,3 +73,23 @@ def test_a_changed_mapped_byte_is_caught(lib: Path, tmp_path: Path):
     data[0x1000 + 16] ^= 0xFF  # inside the first segment's mapped bytes, past the headers
     changed.write_bytes(bytes(data))
     assert ss.loaded_image(str(changed)) != ss.loaded_image(str(lib))
+
+
+def _with_machine(lib: Path, dest: Path, machine: int) -> Path:
+    data = bytearray(lib.read_bytes())
+    data[0x12:0x14] = machine.to_bytes(2, "little")
+    dest.write_bytes(bytes(data))
+    return dest
+
+
+def test_each_file_gets_its_own_machines_strip_and_other_machines_are_left_alone(lib: Path, tmp_path: Path):
+    """A cross-placed arm64 venv is stripped on x86-64: each file by its ELF machine's
+    strip (aarch64-linux-gnu-strip for AArch64), never by the host's `strip`, which would
+    refuse it; a machine with no strip named is not touched."""
+    ss = _module()
+    assert ss.strip_tool(str(lib)) == "x86_64-linux-gnu-strip"
+    assert ss.strip_tool(str(_with_machine(lib, tmp_path / "a64.so", 183))) == "aarch64-linux-gnu-strip"
+    arm32 = _with_machine(lib, tmp_path / "arm32.so", 40)
+    before = arm32.read_bytes()
+    assert ss.read_elf(str(arm32)) is None and ss.strip_one(str(arm32)) == 0
+    assert arm32.read_bytes() == before

@@ -27,7 +27,7 @@ from kiln.domain.images.specs import LABEL_NS, BuiltRecipe, require_built
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.manifests import Manifest, index_children
-from kiln.infra.records import passing_smoke_record, record_path
+from kiln.infra.records import SmokeRecord, passing_smoke_record, record_path
 from kiln.infra.registry import RegistryClient, Target
 
 SMOKE_LABEL = f"{LABEL_NS}.smoke-check"
@@ -39,6 +39,7 @@ DEFAULT_CHANNELS = ("experimental", "stable")
 class SmokeEvidence(TypedDict):
     status: str  # "passed", or "skipped" (--skip-smoke-check)
     record: NotRequired[str]  # the passing smoke record, when there is one
+    level: NotRequired[str]  # the record's: "served", or "in-image" (a GPU image proved without a GPU)
 
 
 class PlatformEntry(TypedDict):
@@ -49,6 +50,7 @@ class PlatformEntry(TypedDict):
     manifest_digest: str
     tag: str
     smoke_record: str
+    smoke_level: NotRequired[str]  # "served", or "in-image" (kiln smoke --in-image: not served)
     signature: NotRequired[SignatureEvidence]  # --sign: this platform's image, signed with its own SBOM
 
 
@@ -218,7 +220,10 @@ def smoke_evidence(tag: str, image_id: str, skip: bool) -> SmokeEvidence:
     if rec is not None:
         if skip:
             log.warn("--skip-smoke-check ignored: this image has a passing smoke record")
-        return SmokeEvidence(status="passed", record=str(record_path(image_id)))
+        level = smoke_level(rec)
+        if level != "served":
+            log.warn(f"{tag}: its smoke record is of level {level} (proved inside the image, not served)")
+        return SmokeEvidence(status="passed", record=str(record_path(image_id)), level=level)
     if not skip:
         raise NotSmokeTested(f"{tag} (image {image_id[:19]}) has no passing smoke record in "
                              f"{shown_home(record_path(image_id).parent)}; refusing to publish")
@@ -270,6 +275,23 @@ def platform_smoke(name: str, members: list[tuple[str, BuiltRecipe]]) -> dict[st
             "enter the index, nothing was pushed",
             hint=f"`kiln smoke {name} --platform {failing[0][0]}` (or publish without it: drop it from engine.platforms)")
     return {plat: str(record_path(id_of(built.image))) for plat, built in members}
+
+
+def smoke_level(rec: SmokeRecord) -> str:
+    """A passing record's level: "served" (records older than the field are) or "in-image"."""
+    return rec.get("level", "served")
+
+
+def platform_smoke_levels(members: list[tuple[str, BuiltRecipe]]) -> dict[str, str]:
+    """Each platform's smoke level, said in a warning where it is not "served"."""
+    levels = {}
+    for plat, built in members:
+        rec = passing_smoke_record(id_of(built.image))
+        levels[plat] = smoke_level(rec) if rec is not None else "none"
+        if levels[plat] != "served":
+            log.warn(f"{plat}: {built.recipe_image.tag}: smoke record of level {levels[plat]} "
+                     "(proved inside the image, not served)")
+    return levels
 
 
 def refuse_unsmoked_channel(name: str, short: str, explicit_channel: str | None) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TypedDict, cast
+from typing import Literal, NotRequired, TypedDict, cast
 
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import results_dir
@@ -38,6 +38,7 @@ class SmokeRecord(TypedDict):
     input_digest: str
     platform: str
     emulation_factor: int | None
+    level: NotRequired[Literal["served", "in-image"]]  # in-image: a GPU image proved without serving
     passed: bool
     started_at: str
     checks: list[CheckEntry]

@@ -214,3 +214,30 @@ def register(sub: Subparsers) -> None:
                    help="write the package set debootstrap installs into docker-images/base/locks/ "
                         "(after the mirror moved on) instead of refusing another set")
     s.set_defaults(func=cmd_base_build)
+
+
+def builder_base(docker: DockerDaemon, host_base: str, platform: str, tag: str) -> str:
+    """`tag`: the host's base image `host_base`, its files unchanged, marked as `platform`.
+    A cross-placed engine build runs its builder stages on it: the legacy builder lets a
+    stage COPY only from images of the build's platform, and the architecture in an
+    image's config is all it compares, so these x86-64 files run natively while the
+    builder's /opt/kiln may be copied into the arm64 image. Only builder stages start
+    FROM it; no layer of it reaches an image kiln tags. Rebuilt when `host_base` moves."""
+    source = docker.require_image(host_base)
+    existing = docker.image(tag)
+    if existing is not None and (existing.labels or {}).get(BUILDER_FROM) == id_of(source):
+        return id_of(existing)
+    log.step(f"{tag}: {host_base}'s files, marked {platform} (builder stages of cross-placed builds)")
+    with tempfile.TemporaryDirectory(prefix="kiln-builder-base-") as tmp:
+        tarball = Path(tmp) / "rootfs.tar"
+        docker.export_filesystem(id_of(source), tarball)
+        changes = [f'LABEL "{BUILDER_FROM}"="{id_of(source)}"',
+                   "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8"]
+        imported = _import_for(docker, tarball, tag, changes, platform)
+    if imported is None:
+        raise BuildFailed(f"builder base: the build did not produce {tag}")
+    docker.tag(id_of(imported), tag)
+    return id_of(imported)
+
+
+BUILDER_FROM = "ai.kiln.base.builder-from"  # the id of the host base whose files it carries

@@ -31,12 +31,21 @@ from kiln.basics.errors import (
     PlatformUnsupported,
 )
 from kiln.basics.paths import local_ref
+from kiln.commands.images.baseimage import builder_base
 from kiln.commands.options import Subparsers, reports
 from kiln.domain.imagecheck import enginestamp, engineverify
 from kiln.domain.images import buildspace
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.cabundle import CABundle, add_to_context
-from kiln.domain.images.specs import PATCHER_ARC, EngineImage, RecipeImage, existing, resolve
+from kiln.domain.images.specs import (
+    PATCHER_ARC,
+    EngineImage,
+    RecipeImage,
+    engine_modules,
+    existing,
+    platform_suffix,
+    resolve,
+)
 from kiln.domain.locks import enginelock, lockfailure
 from kiln.domain.patching import series
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
@@ -202,6 +211,13 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
     base = engine_image.engine.base_image
     # a registry base is pulled by digest; the air-gapped kiln/base is never pulled
     docker.ensure_base(local_ref(engine_image.base_ref), pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth)
+    check = None
+    if engine_image.cross_placed:
+        host_base = base.ref + platform_suffix(engine_image.builder_platform)
+        docker.ensure_base(local_ref(host_base), pull=False)
+        builder_base(docker, local_ref(host_base), engine_image.platform, local_ref(engine_image.builder_image))
+        modules = engine_modules(engine_image.engine.flavour)
+        check = lambda image: enginestamp.import_check(docker, image.id, modules)  # noqa: E731
     engine_image.add_wheels()
     job = ImageBuild(
         label=f"engine-{engine_image.engine.flavour}",
@@ -210,6 +226,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         tags=tags,
         labels=engine_image.labels(),
         buildargs=engine_image.buildargs(),
+        check=check,
         # torch/CUDA/NCCL labels read from the built image before anything is tagged
         finalize=lambda image: enginestamp.labelled(docker, image),
         source_date=engine_image.source_date,

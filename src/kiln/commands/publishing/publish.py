@@ -65,6 +65,7 @@ from kiln.domain.publishing import (
     consumer_tags,
     index_input_digest,
     platform_smoke,
+    platform_smoke_levels,
     platform_tag,
     promotable_image_id,
     promote_document,
@@ -199,6 +200,7 @@ def _publish_index(
     target = target_for(loaded, registry, plain_http=plain_http)
     channel = check_channel(loaded, channel)
     records = platform_smoke(name, members)
+    levels = platform_smoke_levels(members)
     input_digest = index_input_digest(members)
     short = input_digest.split(":")[1][:12]
     tags = consumer_tags(loaded, short, channel)
@@ -231,7 +233,7 @@ def _publish_index(
     _verify(client, index, tags)
     platforms = {plat: PlatformEntry(image_id=id_of(built.image), input_digest=built.recipe_image.digest,
                                      manifest_digest=manifest.digest, tag=target.ref(platform_tag(built)),
-                                     smoke_record=records[plat])
+                                     smoke_record=records[plat], smoke_level=levels[plat])
                  for (plat, built), (_, manifest) in zip(members, children, strict=True)}
     for plat, evidence in signed.items():
         platforms[plat]["signature"] = evidence

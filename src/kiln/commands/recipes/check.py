@@ -13,8 +13,10 @@ from kiln.basics.errors import (
     PlanDoesNotFit,
     PlatformUnsupported,
     RecipeInvalid,
+    UsageError,
 )
 from kiln.basics.paths import repo_root
+from kiln.commands.images.build import check_platform
 from kiln.commands.options import Subparsers, reports
 from kiln.commands.recipes.plan import plan_recipe
 from kiln.domain.imagecheck.launchargs import check_against_engine
@@ -106,7 +108,7 @@ def _plan_problems(loaded: LoadedRecipe) -> tuple[list[str], list[str]]:
     return [], []
 
 
-def _check_one(name: str) -> tuple[list[str], list[str], list[str]]:
+def _check_one(name: str, platform: str | None = None) -> tuple[list[str], list[str], list[str]]:
     """(recipe problems, launch-command problems the engine image found, plan problems)."""
     try:
         loaded = load_recipe(recipe_dir(name))
@@ -143,7 +145,7 @@ def _check_one(name: str) -> tuple[list[str], list[str], list[str]]:
     problems += feature_problems(loaded)
     problems += _lock(loaded)
     unplanned, too_big = _plan_problems(loaded)
-    return problems + unplanned, _launch_args(loaded), too_big
+    return problems + unplanned, _launch_args(loaded, platform), too_big
 
 
 def _lock(loaded: LoadedRecipe) -> list[str]:
@@ -167,15 +169,20 @@ def _series_used(name: str) -> list[SeriesUsed]:
             for what, file, count in recipe_series(loaded)]
 
 
-def _launch_args(loaded: LoadedRecipe) -> list[str]:
+def _launch_args(loaded: LoadedRecipe, platform: str | None) -> list[str]:
     """The launch command (flags, values, feature knobs) checked by the built engine's own
-    parser and kiln-engine, when that image exists."""
-    return check_against_engine(loaded)
+    parser and kiln-engine, when that image exists: the engine image for `platform` (None:
+    the host's; another architecture's parser runs under qemu)."""
+    return check_against_engine(loaded, platform=platform)
 
 
-def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
+def check(name: str | None, *, all_recipes: bool, as_json: bool = False, platform: str | None = None) -> int:
     if not name and not all_recipes:
         all_recipes = True
+    if platform is not None:
+        if all_recipes or not name:
+            raise UsageError("kiln check --platform: name one recipe (its engine image for that platform is asked)")
+        check_platform(load_recipe(recipe_dir(name)), platform)
     problems: list[str] = []
     platform_only = True  # every problem is a declared platform without wheels: exit 100
     launch_only = True  # every problem is one the engine found: exit 17, as `kiln build`
@@ -183,7 +190,7 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
     names = _recipe_names(name, all_recipes)
     report: list[RecipeCheck] = []
     for recipe in names:
-        recipe_problems, launch_problems, plan_problems = _check_one(recipe)
+        recipe_problems, launch_problems, plan_problems = _check_one(recipe, platform)
         platform_problems = platform_problems_of(recipe) if not recipe_problems else []
         found = recipe_problems + launch_problems + plan_problems + platform_problems
         platform_only = platform_only and not recipe_problems and not launch_problems and not plan_problems
@@ -213,11 +220,14 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    return check(args.name, all_recipes=args.all, as_json=args.json)
+    return check(args.name, all_recipes=args.all, as_json=args.json, platform=args.platform)
 
 
 def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("check", help="validate recipes without building"))
     s.add_argument("name", nargs="?")
     s.add_argument("--all", action="store_true")
+    s.add_argument("--platform", choices=sorted(enginelock.PLATFORMS), default=None,
+                   help="ask this platform's engine image (of engine.platforms) for the launch check "
+                        "(default: the host's; another architecture's runs under qemu)")
     s.set_defaults(func=cmd_check)

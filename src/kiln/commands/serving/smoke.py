@@ -19,7 +19,8 @@ from kiln.basics.paths import shown_home
 from kiln.commands.images.build import build_recipe, check_build_space, check_platform
 from kiln.commands.options import Subparsers, count, reports
 from kiln.commands.serving.smokechecks import CHECKS, Check, ServedChecks, SmokeRun, require
-from kiln.domain.images.specs import require_built
+from kiln.domain.imagecheck import inimageproof, launchargs
+from kiln.domain.images.specs import RecipeImage, engine_modules, require_built
 from kiln.domain.locks import enginelock
 from kiln.domain.recipes.engine_features import engine_features
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
@@ -89,11 +90,12 @@ def emulated_smoke(spec: Smoke, factor: int = EMULATION_FACTOR) -> Smoke:
 
 
 def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False, topology: Topology | None = None,
-          platform: str | None = None) -> SmokeDocument | SmokeSkipped:
+          platform: str | None = None, in_image: bool = False) -> SmokeDocument | SmokeSkipped:
     """`topology` overrides the recipe's (e.g. one tensor-parallel rank per container, to
     prove the multi-node wiring on one host); such a run writes no smoke record.
     `platform`: the image built for that platform (another architecture runs under
-    qemu, its limits scaled by EMULATION_FACTOR)."""
+    qemu, its limits scaled by EMULATION_FACTOR). `in_image`: a GPU recipe on a host
+    without a GPU runs the in-image proofs instead of serving (record level "in-image")."""
 
     docker = docker or DockerDaemon()
     if platform is not None:
@@ -110,7 +112,10 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
         log.info(f"smoke {name}: {platform} under emulation: limits x{EMULATION_FACTOR} (startup "
                  f"{recipe.smoke.startup_timeout_s} s, request {recipe.smoke.request_timeout_s} s)")
     if recipe.smoke.gpu and not gpu_visible():
-        log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host")
+        if in_image:
+            return _in_image_smoke(docker, built.loaded, recipe_image, id_of(image), emulated)
+        log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host "
+                 "(--in-image: prove what can be proved without one)")
         return SmokeSkipped(recipe=name, skipped=True, reason="no GPU visible on this host", passed=None)
     topo = topology or effective(recipe)
     if topo.multi_node and recipe.engine.flavour != "cpu":
@@ -159,6 +164,7 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
         input_digest=recipe_image.digest,
         platform=recipe_image.platform,
         emulation_factor=EMULATION_FACTOR if emulated else None,
+        level="served",
         passed=run.passed,
         started_at=started,
         checks=[CheckEntry(name=c.name, ok=c.ok, detail=c.detail, seconds=c.seconds) for c in run.checks],
@@ -183,6 +189,59 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
     return record
 
 
+def _in_image_smoke(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage, image_id: str,
+                    emulated: bool) -> SmokeDocument:
+    """The in-image proofs as a smoke run: each proof one check, then vLLM's own parser
+    on the launch command (launchargs, the answer the build cached). Writes a record of
+    level "in-image": publishing shows the level; it is not a served smoke."""
+    recipe = loaded.recipe
+    started = clock.now().isoformat(timespec="seconds")
+    log.step(f"smoke {loaded.name}: in-image proofs in {recipe_image.tag} ({image_id[:19]}), no GPU on this host"
+             + (", under qemu" if emulated else ""))
+    t0 = time.monotonic()
+    want = inimageproof.Expected(
+        machine=enginelock.platform(recipe_image.platform).machine, cuda=recipe.engine.cuda,
+        modules=engine_modules(recipe.engine.flavour), draft_trunc="draft-trunc" in recipe.features)
+    facts = inimageproof.gather(docker, image_id, want.modules)
+    log.info(f"  facts gathered in the image in {log.human_secs(time.monotonic() - t0)}")
+    run = SmokeRun()
+    for check_name, ok, detail in inimageproof.judge(facts, want):
+        run.check(check_name, partial(_fact, ok, detail))
+    run.check("launch_args", lambda: _launch_accepted(docker, loaded, image_id))
+    evidence = SmokeRecord(
+        recipe=loaded.name, image_id=image_id, tag=recipe_image.tag, input_digest=recipe_image.digest,
+        platform=recipe_image.platform, emulation_factor=EMULATION_FACTOR if emulated else None,
+        level="in-image", passed=run.passed, started_at=started,
+        checks=[CheckEntry(name=c.name, ok=c.ok, detail=c.detail, seconds=c.seconds) for c in run.checks],
+        timings=Timings(startup_s=None, total_s=round(time.monotonic() - t0, 2)),
+    )
+    path = write_smoke_record(evidence)
+    record = SmokeDocument(**evidence, record=str(path))
+    log.summary(f"smoke {loaded.name}: in-image proofs {'PASSED' if run.passed else 'FAILED'} (not served: no GPU)", {
+        "image": f"{recipe_image.tag} ({image_id[:19]})",
+        "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
+        "took": log.human_secs(time.monotonic() - t0),
+        "record": shown_home(path),
+    })
+    if not run.passed:
+        failure = SmokeFailed(f"smoke {loaded.name}: failed in-image proofs: "
+                              f"{', '.join(c.name for c in run.checks if not c.ok)}")
+        failure.record = dict(record)
+        raise failure
+    return record
+
+
+def _fact(ok: bool, detail: str) -> tuple[None, str]:
+    require(ok, detail)
+    return None, detail
+
+
+def _launch_accepted(docker: DockerDaemon, loaded: LoadedRecipe, image_id: str) -> tuple[None, str]:
+    problems = launchargs.check_image(docker, loaded, docker.require_image(image_id))
+    require(not problems, "; ".join(problems))
+    return None, "the engine's own vLLM parser accepts the launch command"
+
+
 def _raise_if_node_lost(served: NodeGroup | ServingContainer) -> None:
     """A node group whose member died fails the smoke as NodeLost, not as a list of
     checks that timed out one after another."""
@@ -197,7 +256,8 @@ def smoke_cli(args: argparse.Namespace) -> int:
 
         topology = split_over_nodes(args.nodes)
     try:
-        record = smoke(args.name, build=args.build, topology=topology, platform=args.platform)
+        record = smoke(args.name, build=args.build, topology=topology, platform=args.platform,
+                       in_image=args.in_image)
     except SmokeFailed as exc:
         if args.json and exc.record:
             log.emit_json(exc.record)  # the failed checks are what a script wants to see
@@ -214,6 +274,10 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--platform", choices=sorted(enginelock.PLATFORMS), default=None,
                    help="smoke the image built for this platform (default the host's); another architecture "
                         f"serves under qemu, with time limits x{EMULATION_FACTOR}")
+    s.add_argument("--in-image", action="store_true",
+                   help="a GPU recipe on a host without a GPU: prove inside the image what can be proved "
+                        "without serving (machine, CUDA build, imports, kiln-engine, features, launch command); "
+                        "the record says level in-image")
     s.add_argument("--nodes", type=count("node", 64), default=None, metavar="N",
                    help="serve across N containers on a private docker network, one tensor-parallel rank each "
                         "(proves the multi-node wiring on one host; writes no smoke record)")

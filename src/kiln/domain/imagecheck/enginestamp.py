@@ -58,6 +58,21 @@ def probe(docker: DockerDaemon, image_id: str) -> dict[str, str | None]:
                              timeout_s=PROBE_TIMEOUT_S, cause=" (torch not importable?)")
 
 
+IMPORT_TIMEOUT_S = 1800  # under qemu: vllm and its GPU model runner import in minutes, not seconds
+
+
+def import_check(docker: DockerDaemon, image_id: str, modules: list[str]) -> None:
+    """Import every module of `modules` in the built image, on its own machine (under qemu
+    for a foreign architecture): the check a cross-placed build could not run in its
+    builder stage, where the venv's native code is another machine's. BuildFailed naming
+    the image when one does not import; nothing is tagged then (build.py checks first)."""
+    script = ("import importlib, json, platform\n"
+              f"for name in {modules!r}:\n    importlib.import_module(name)\n"
+              "print('KILN-IMPORTS ' + json.dumps({'machine': platform.machine(), 'modules': %d}))" % len(modules))
+    docker.run_script(image_id, script, marker="KILN-IMPORTS", what=f"import check in {image_id[:19]}",
+                      timeout_s=IMPORT_TIMEOUT_S, cause=f" (one of {' '.join(modules)} does not import)")
+
+
 def _labels_for(found: dict[str, str | None]) -> dict[str, str]:
     """Probe results as labels; CUDA as major.minor, the form recipes declare. What the
     engine lacks gets no label (a CPU torch has no CUDA)."""

@@ -349,14 +349,15 @@ def check_engine_image(docker: DockerDaemon, loaded: LoadedRecipe, image_id: str
     return launch_problems(loaded, accepted, job, answer)
 
 
-def check_against_engine(loaded: LoadedRecipe, docker: DockerDaemon | None = None) -> list[str]:
+def check_against_engine(loaded: LoadedRecipe, docker: DockerDaemon | None = None, *,
+                         platform: str | None = None) -> list[str]:
     """Launch problems against the engine image built from the recipe's current engine
     inputs; [] when there is none to ask (not built, or no Docker daemon): `kiln check`
     must work on any machine, and it never builds."""
     try:
         job = Job.of(loaded)  # an override it cannot load is a recipe problem, reported as one
         docker = docker or DockerDaemon()
-        engine_image = resolve(loaded.name).engine_image
+        engine_image = resolve(loaded.name, platform=platform).engine_image
         image = existing(docker, engine_image.tag, engine_image.digest)
     except KilnError as exc:
         log.debug(f"launch args of {loaded.name} not checked: {exc.message}")

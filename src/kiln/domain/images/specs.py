@@ -162,6 +162,35 @@ class EngineImage(_NamedByInputs):
     def platform(self) -> str:
         return self._platform or enginelock.host_platform()
 
+    @property
+    def builder_platform(self) -> str:
+        """The machine the wheels and builder stages run on. For an image of another
+        architecture whose Dockerfile can place wheels for it (declares `ARG
+        WHEEL_PLATFORM`: engine-cuda), the host's own: uv places the target's wheels
+        and the host strips and byte-compiles them, and only the runtime OS's apt and
+        kiln's import check run under qemu. Otherwise the image's platform (every RUN
+        step under qemu)."""
+        host = enginelock.host_platform()
+        base = self.engine.base_image
+        kiln_base = base.ref.startswith("kiln/") and not base.digest  # one tag per platform, built here
+        if self.platform != host and kiln_base and self.lock is not None \
+                and _declares_arg(self.dir / "Dockerfile", CROSS_ARG):
+            return host
+        return self.platform
+
+    @property
+    def cross_placed(self) -> bool:
+        return self.builder_platform != self.platform
+
+    @property
+    def builder_image(self) -> str:
+        """The base the builder stages start FROM: the host's base, re-marked as the
+        target platform for a cross-placed build (`kiln/base:bookworm-builder-for-arm64`,
+        made by the build command), else the image's own base."""
+        if not self.cross_placed:
+            return self.base_ref
+        return builder_base_tag(self.engine.base_image.ref, self.platform)
+
     @cached_property
     def context(self) -> BuildContext:
         ctx = BuildContext()
@@ -180,15 +209,30 @@ class EngineImage(_NamedByInputs):
         ctx.add_param("base_image", self.base_ref)
         if self.platform != DEFAULT_PLATFORM:  # linux/amd64's digest stays what it always was
             ctx.add_param("platform", self.platform)
+        if self.cross_placed:  # another way to the same files: its own identity
+            ctx.add_param("builder_platform", self.builder_platform)
+            ctx.add_param("builder_image", self.engine.base_image.ref + platform_suffix(self.builder_platform))
         lock = self.lock
         if lock is None:
             ctx.add_param("wheelhouse", "\n".join(self.wheel_requirements()))
         else:
             # the lock's bytes are the input; the files derived from it follow from them
             ctx.add_file(LOCK_ARC, self.lock_file)
-            for name, data in enginelock.context_files(lock, self.platform).items():
+            for name, data in self._lock_files(lock).items():
                 ctx.add_bytes(f"_kiln/lock/{name}", data)
         return ctx
+
+    def _lock_files(self, lock: lockrecords.EngineLock) -> dict[str, bytes]:
+        """The lock's files for the target platform; a cross-placed build's builder
+        stages also need the host's Debian pins (kiln-apt-install takes the lines of
+        the machine it runs on) and the host's uv."""
+        files = enginelock.context_files(lock, self.platform)
+        if self.cross_placed:
+            host = enginelock.context_files(lock, self.builder_platform)
+            lines = set(files["debian.txt"].decode().splitlines()) | set(host["debian.txt"].decode().splitlines())
+            files["debian.txt"] = "".join(line + "\n" for line in sorted(lines)).encode()
+            files["uv.txt"] = host["uv.txt"]
+        return files
 
     def add_wheels(self, *, plain: bool | None = None) -> list[Path]:
         """Fetch the wheelhouse (once, into the cache) and put it into the context.
@@ -201,6 +245,9 @@ class EngineImage(_NamedByInputs):
                                              cafile=self.ca.get().path, plain=plain)
         else:
             wheels = wheelhouse.fetch(self.wheel_requirements(), self.engine.flavour)
+        if self.lock is not None and self.cross_placed:
+            wheels += wheelhouse.fetch_tools(self.lock, self.builder_platform, lock_file=self.lock_file,
+                                             cafile=self.ca.get().path)
         for whl in wheels:
             self.context.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
         if not wheels:
@@ -218,10 +265,14 @@ class EngineImage(_NamedByInputs):
         return sources
 
     def buildargs(self) -> dict[str, str]:
-        return {
+        args = {
             "BASE_IMAGE": local_ref(self.base_ref),
             "ENGINE_VERSION": self.engine.version,
         }
+        if self.cross_placed:
+            args["BUILDER_IMAGE"] = local_ref(self.builder_image)
+            args[CROSS_ARG] = enginelock.platform(self.platform).uv
+        return args
 
     def patch_entries(self) -> list[tuple[str, str]]:
         return series_entries(self.series_dir / "series")
@@ -241,6 +292,25 @@ class EngineImage(_NamedByInputs):
             **({f"{LABEL_NS}.lock": f"{enginelock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
                if self.lock is not None else {}),
         }
+
+
+IMPORTS_FILE = "imports.txt"  # the modules an engine venv must import (engine-cuda)
+CROSS_ARG = "WHEEL_PLATFORM"  # the build arg of an engine Dockerfile that can place wheels for another machine
+
+
+def engine_modules(flavour: str) -> list[str]:
+    """The modules the engine image's venv must import (its imports.txt; none listed: vllm)."""
+    listed = enginelock.engine_image_dir(flavour) / IMPORTS_FILE
+    return listed.read_text().split() if listed.is_file() else ["vllm"]
+
+
+def _declares_arg(dockerfile: Path, name: str) -> bool:
+    return dockerfile.is_file() and re.search(rf"^ARG {name}\b", dockerfile.read_text(), re.M) is not None
+
+
+def builder_base_tag(base_ref: str, platform: str) -> str:
+    """kiln/base:bookworm-builder-for-arm64: the host's base, marked as `platform`."""
+    return f"{base_ref}-builder-for{platform_suffix(platform)}"
 
 
 def series_entries(series: Path) -> list[tuple[str, str]]:

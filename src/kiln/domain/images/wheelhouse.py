@@ -105,7 +105,17 @@ def fetch_locked(lock: LR.EngineLock, plat: str, *, lock_file: Path, cafile: Pat
     """Every wheel a build for `plat` installs, from the cache or downloaded (several at
     once), each checked against the lock's sha256: a file with other bytes is refused
     (WheelHashMismatch, one line naming the package and both hashes), never used."""
-    wanted = L.all_wheels(lock, plat, plain=plain)
+    return _fetch(L.all_wheels(lock, plat, plain=plain), lock_file=lock_file, cafile=cafile)
+
+
+def fetch_tools(lock: LR.EngineLock, plat: str, *, lock_file: Path, cafile: Path | None) -> list[Path]:
+    """The locked tool wheels (uv) for `plat`: what a cross-placed build's builder stages,
+    which run on the host's machine, take instead of the target's (`fetch_locked`'s checks)."""
+    tools = [L.LockedFile(t.name, t.version, t.wheels[plat]) for t in lock.tools.values() if plat in t.wheels]
+    return _fetch(tools, lock_file=lock_file, cafile=cafile)
+
+
+def _fetch(wanted: list[L.LockedFile], *, lock_file: Path, cafile: Path | None) -> list[Path]:
     cache = locked_dir()
     cache.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}

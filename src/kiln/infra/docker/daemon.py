@@ -8,7 +8,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import docker
 import docker.errors
@@ -161,6 +161,20 @@ class DockerDaemon:
         fails it or the stream breaks (callers retry that)."""
         with _daemon(f"docker save of {image_id[:19]} failed", error=BuildFailed):
             yield from self.client.api.get_image(image_id, chunk_size=1 << 20)
+
+    def export_filesystem(self, image_id: str, dest: Path) -> None:
+        """`docker export` of a created (never started) container of `image_id` into the
+        tar file `dest`: the image's files as one tree; the container is removed after."""
+        with _daemon(f"exporting the files of {image_id[:19]}", error=BuildFailed):
+            container = self.client.containers.create(image_id, command=["true"], labels={"ai.kiln.throwaway": "export"})
+            try:
+                with dest.open("wb") as out:
+                    # the SDK's stubs call the chunks str; the API streams bytes
+                    chunks = cast(Iterable[bytes], container.export(chunk_size=1 << 20))
+                    for chunk in chunks:
+                        out.write(chunk)
+            finally:
+                container.remove(force=True)
 
     def load(self, archive: Iterable[bytes]) -> str:
         """`docker load` of a tar (streamed: chunked upload) holding one untagged image;

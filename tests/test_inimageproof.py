@@ -1,0 +1,69 @@
+"""`kiln smoke --in-image`: the facts a GPU image reports about itself without a GPU
+(kiln.inimage.engineproof, run here by the dev venv's own Python) and how they are judged
+against the recipe (domain.imagecheck.inimageproof)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from kiln.domain.imagecheck import inimageproof
+from kiln.domain.imagecheck.inimageproof import Expected, judge
+
+MODULES = ["triton", "vllm", "kiln_engine"]
+GOOD = {
+    "machine": "aarch64", "torch": "2.14.0+cu130", "cuda": "13.0", "vllm": "0.33.0",
+    "imports": dict.fromkeys(MODULES, "ok"),
+    "plugins": [inimageproof.PLUGIN], "draft_trunc": "vllm.v1.worker.gpu.spec_decode.draft_trunc",
+}
+WANT = Expected(machine="aarch64", cuda="13.0", modules=MODULES, draft_trunc=True)
+
+
+def _failed(facts: dict, want: Expected = WANT) -> dict[str, str]:
+    return {name: detail for name, ok, detail in judge(facts, want) if not ok}
+
+
+def test_an_image_with_every_fact_right_passes_every_proof():
+    checks = judge(GOOD, WANT)
+    assert [name for name, _, _ in checks] == ["machine", "torch_cuda", "imports", "kiln_engine_plugin",
+                                              "draft_trunc_registered"]
+    assert all(ok for _, ok, _ in checks)
+
+
+def test_each_wrong_fact_fails_its_own_proof_and_says_why():
+    assert _failed({**GOOD, "machine": "x86_64"}) == {"machine": "runs on x86_64, platform needs aarch64"}
+    assert list(_failed({**GOOD, "cuda": "12.8"})) == ["torch_cuda"]
+    assert list(_failed({**GOOD, "cuda": None, "torch": "2.14.0+cpu"})) == ["torch_cuda"]
+    broken = {**GOOD, "imports": {**GOOD["imports"], "vllm": "ImportError: libcudart.so.13: cannot open"}}
+    assert "vllm: ImportError: libcudart.so.13" in _failed(broken)["imports"]
+    assert "triton: not tried" in _failed({**GOOD, "imports": {}})["imports"]
+    assert list(_failed({**GOOD, "plugins": []})) == ["kiln_engine_plugin"]
+    assert list(_failed({**GOOD, "plugins_error": "RuntimeError: x"})) == ["kiln_engine_plugin"]
+    assert list(_failed({**GOOD, "draft_trunc": None})) == ["draft_trunc_registered"]
+    # a recipe without draft-trunc does not ask for it; one without engine.cuda takes any CUDA build
+    relaxed = Expected(machine="aarch64", cuda=None, modules=MODULES, draft_trunc=False)
+    assert _failed({**GOOD, "draft_trunc": None, "cuda": "12.8"}, relaxed) == {}
+
+
+def test_the_script_as_sent_runs_alone_and_reports_what_it_found():
+    """The in-image script is the module's source plus one appended call: run it with
+    `python -c` as a throwaway container does. Here torch is the dev venv's CPU build
+    and vLLM is absent, so the facts are real and some proofs must fail."""
+    from kiln import inimage
+
+    script = inimage.source("engineproof").read_text() + "\nreport(['json', 'kiln_no_such_module'])\n"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith(inimageproof.MARKER + " ")]
+    facts = json.loads(line.split(" ", 1)[1])
+    import platform
+
+    import torch
+
+    assert facts["machine"] == platform.machine() and facts["torch"] == torch.__version__
+    assert facts["imports"]["json"] == "ok"
+    assert facts["imports"]["kiln_no_such_module"].startswith("ModuleNotFoundError")
+    assert facts["vllm"] is None and facts["draft_trunc"] is None and "plugins_error" in facts
+    failed = _failed(facts, Expected(machine=platform.machine(), cuda="13.0", modules=["json"], draft_trunc=True))
+    assert set(failed) >= {"kiln_engine_plugin", "draft_trunc_registered"} and "machine" not in failed
