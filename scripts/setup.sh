@@ -4,7 +4,7 @@
 # in .venv (requirements/dev.lock),
 # and the air-gapped base image kiln/base:bookworm (not with --no-base).
 # --arm64: also qemu emulation of linux/arm64 (only builds for that platform need it):
-# Debian's qemu-user-static + binfmt-support, binfmt_misc mounted, qemu-aarch64 enabled.
+# qemu-user 10+ (bookworm-backports on bookworm), binfmt_misc mounted, qemu-aarch64 registered.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,23 +20,53 @@ for arg in "$@"; do
 done
 
 # emulation for linux/arm64 builds and containers on an x86-64 host, only when asked:
-# it changes the kernel's binfmt_misc table for the whole machine
+# it changes the kernel's binfmt_misc table for the whole machine. The emulator must be
+# qemu-user 10 or newer: under bookworm's 7.2, importing torch's aarch64 build (2.14.0+cu130)
+# segfaults and the emulated process never exits (docs/multiarch.md), so on bookworm it comes
+# from bookworm-backports. Registered with the F flag: the kernel opens the interpreter now,
+# so containers use it without a copy inside them.
+QEMU_MIN_MAJOR=10
+qemu_major() { { "$1" --version 2>/dev/null || true; } | sed -n 's/.*version \([0-9]*\)\..*/\1/p' | head -1; }
+
+install_qemu_user() {
+  local codename suite=()
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  if [[ $codename == bookworm ]]; then
+    say "apt-get install -t bookworm-backports qemu-user qemu-user-binfmt (bookworm's 7.2 cannot run torch)"
+    local mirror; mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)\/* *$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+    printf 'Types: deb\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+      "${mirror:-http://deb.debian.org/debian}" >/etc/apt/sources.list.d/kiln-bookworm-backports.sources
+    suite=(-t bookworm-backports)
+  else
+    say "apt-get install qemu-user qemu-user-binfmt"
+  fi
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${suite[@]}" qemu-user qemu-user-binfmt >/dev/null
+}
+
+# (re)register qemu-aarch64 from the package's binfmt.d entry; an older registration (for
+# example bookworm's qemu-user-static 7.2) is removed first
+register_qemu_aarch64() {
+  local conf=/usr/lib/binfmt.d/qemu-aarch64.conf entry=/proc/sys/fs/binfmt_misc/qemu-aarch64
+  [[ -e /proc/sys/fs/binfmt_misc/register ]] || { say "mount binfmt_misc"; mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc; }
+  [[ -r $conf ]] || { echo "setup.sh --arm64: $conf is missing (package qemu-user-binfmt)" >&2; exit 1; }
+  local interp; interp=$(grep -v '^#' "$conf" | head -1 | awk -F: '{print $(NF-1)}')
+  if [[ -e $entry ]] && ! grep -qx "interpreter $interp" "$entry"; then echo -1 >"$entry"; fi
+  [[ -e $entry ]] || grep -v '^#' "$conf" | head -1 >/proc/sys/fs/binfmt_misc/register
+}
+
 setup_arm64() {
   [[ "$(uname -m)" == "aarch64" ]] && { say "arm64 host: no emulation needed"; return; }
-  [[ $EUID -eq 0 ]] || { echo "setup.sh --arm64: needs root (apt-get, mount, update-binfmts)" >&2; exit 77; }
-  if ! command -v update-binfmts >/dev/null || ! [[ -e /usr/bin/qemu-aarch64-static || -e /usr/bin/qemu-aarch64 ]]; then
-    say "apt-get install qemu-user-static binfmt-support"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user-static binfmt-support >/dev/null
-  fi
-  if ! [[ -e /proc/sys/fs/binfmt_misc/status ]]; then
-    say "mount binfmt_misc"
-    mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-  fi
-  update-binfmts --enable qemu-aarch64 >/dev/null 2>&1 || update-binfmts --import qemu-aarch64
+  [[ $EUID -eq 0 ]] || { echo "setup.sh --arm64: needs root (apt-get, mount, binfmt_misc)" >&2; exit 77; }
+  local major; major=$(qemu_major /usr/bin/qemu-aarch64)
+  if [[ -z $major || $major -lt $QEMU_MIN_MAJOR || ! -e /usr/lib/binfmt.d/qemu-aarch64.conf ]]; then install_qemu_user; fi
+  major=$(qemu_major /usr/bin/qemu-aarch64)
+  [[ -n $major && $major -ge $QEMU_MIN_MAJOR ]] \
+    || { echo "setup.sh --arm64: qemu-aarch64 is version ${major:-unknown}; $QEMU_MIN_MAJOR or newer is needed" >&2; exit 1; }
+  register_qemu_aarch64
   grep -q '^enabled' /proc/sys/fs/binfmt_misc/qemu-aarch64 \
     || { echo "setup.sh --arm64: qemu-aarch64 is not enabled in binfmt_misc" >&2; exit 1; }
-  say "linux/arm64 emulation: $(grep -E '^(interpreter|flags)' /proc/sys/fs/binfmt_misc/qemu-aarch64 | tr '\n' ' ')"
+  say "linux/arm64 emulation: qemu $(/usr/bin/qemu-aarch64 --version | head -1 | awk '{print $3}'), $(grep -E '^(interpreter|flags)' /proc/sys/fs/binfmt_misc/qemu-aarch64 | tr '\n' ' ')"
 }
 
 # the dev and test toolchain: exactly requirements/dev.lock (hashes required) in .venv, a

@@ -250,6 +250,45 @@ def test_a_build_for_an_unemulated_platform_stops_with_exit_102(tmp_path, monkey
     binfmt.require("linux/amd64")  # native: no error
 
 
+def _registered_qemu(tmp_path: Path, says: str) -> Path:
+    """binfmt_misc naming a `-binfmt-P` link, as Debian's qemu-user-binfmt does, to an
+    emulator that prints `says` for --version (the real path is what gets run)."""
+    emulator = tmp_path / "bin" / "qemu-aarch64"
+    emulator.parent.mkdir()
+    emulator.write_text(f"#!/bin/sh\necho '{says}'\n")
+    emulator.chmod(0o755)
+    link = tmp_path / "aarch64-binfmt-P"
+    link.symlink_to(emulator)
+    entry = QEMU.format(state="enabled", flags="POF").replace("/usr/libexec/qemu-binfmt/aarch64-binfmt-P", str(link))
+    return _binfmt(tmp_path, entry)
+
+
+@pytest.mark.parametrize(
+    "says, refused",
+    [
+        ("qemu-aarch64 version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u18+b3)", True),  # torch segfaults under it
+        ("qemu-aarch64 version 10.0.2 (Debian 1:10.0.2+ds-2+deb13u1~bpo12+1)", False),
+        ("no version here", False),  # unknown: not refused
+    ],
+)
+def test_an_emulator_older_than_qemu_10_is_refused_before_an_arm64_build(tmp_path, monkeypatch, says, refused):
+    import platform
+
+    from kiln.basics.errors import EmulationUnavailable
+    from kiln.infra import binfmt
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(binfmt, "BINFMT", _registered_qemu(tmp_path, says))
+    binfmt.require("linux/arm64")  # without a minimum any usable emulator will do
+    if not refused:
+        binfmt.require("linux/arm64", min_major=binfmt.QEMU_MIN_MAJOR)
+        return
+    with pytest.raises(EmulationUnavailable) as info:
+        binfmt.require("linux/arm64", min_major=binfmt.QEMU_MIN_MAJOR)
+    assert info.value.exit_code == 102
+    assert "is qemu 7.2.19" in info.value.message and "needs qemu 10 or newer" in info.value.message
+
+
 def _tree_with_tiny_moe(tmp_path: Path, platforms) -> Path:
     root = tmp_path / "tree"
     root.mkdir()

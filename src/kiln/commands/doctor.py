@@ -73,13 +73,23 @@ def doctor(as_json: bool = False) -> int:
     for plat in binfmt.ENTRIES:
         emu = binfmt.state(plat)
         if not emu.native:  # a warning: only builds for that platform need it
-            _row(True if emu.usable else None, f"emulation {plat}", emu.describe() if emu.usable else
-                 f"{emu.why_not()} (needed only to build or run {plat} images: scripts/setup.sh --arm64)")
+            _row(*_emulation_row(emu))
     _row(True, "records", f"{shown_home(state_dir())} (smoke passes and publish results; $KILN_STATE_DIR moves them)")
     _row(*_checkout())
     if as_json:
         log.emit_json(DoctorDocument(ok=good, checks=list(_ROWS)))
     return 0 if good else 1
+
+
+def _emulation_row(emu: binfmt.Emulation) -> tuple[bool | None, str, str]:
+    fix = f"(needed only to build or run {emu.platform} images: scripts/setup.sh --arm64)"
+    if not emu.usable:
+        return None, f"emulation {emu.platform}", f"{emu.why_not()} {fix}"
+    version = binfmt.qemu_version(emu.interpreter)
+    said = f"{emu.describe()}, qemu {version or 'version unknown'}"
+    if binfmt.too_old(version):
+        return None, f"emulation {emu.platform}", f"{said}: below {binfmt.QEMU_MIN_MAJOR}, torch does not import {fix}"
+    return True, f"emulation {emu.platform}", said
 
 
 def _checkout() -> tuple[bool | None, str, str]:

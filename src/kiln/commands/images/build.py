@@ -364,7 +364,7 @@ def check_platform(loaded: LoadedRecipe, platform: str) -> None:
         i = list[str](engine.platforms).index(platform)
         raise PlatformUnsupported([f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {platform}: "
                                    f"the engine lock has no {platform} {', '.join(gaps)}"])
-    binfmt.require(platform)
+    binfmt.require(platform, min_major=binfmt.QEMU_MIN_MAJOR)
 
 
 def platforms_of(name: str, flag: str | None) -> list[str | None]:
