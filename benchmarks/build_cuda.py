@@ -414,7 +414,7 @@ def generated(run: dict) -> list[str]:
 
 def _session(run: dict) -> str:
     plat = run.get("platform", "linux/amd64")
-    return "build_cuda" if plat == "linux/amd64" else f"build_cuda -- --platform {plat}"
+    return "build_cuda" if plat == "linux/amd64" else "build_cuda_" + plat.split("/")[1]
 
 
 def _where(run: dict) -> str:

@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from kiln.domain.imagecheck import inimageproof
 from kiln.domain.imagecheck.inimageproof import Expected, judge
 
@@ -67,3 +69,28 @@ def test_the_script_as_sent_runs_alone_and_reports_what_it_found():
     assert facts["vllm"] is None and facts["draft_trunc"] is None and "plugins_error" in facts
     failed = _failed(facts, Expected(machine=platform.machine(), cuda="13.0", modules=["json"], draft_trunc=True))
     assert set(failed) >= {"kiln_engine_plugin", "draft_trunc_registered"} and "machine" not in failed
+
+
+def _published(smoke: dict, platforms: dict) -> object:
+    from kiln.domain.publishing import PublishResult
+
+    return PublishResult(recipe="glm53-kindling", image_id="sha256:" + "a" * 64, input_digest="sha256:" + "b" * 64,
+                         manifest_digest="sha256:" + "c" * 64, registry="127.0.0.1:5000", repository="kiln/glm",
+                         channel="experimental", tags=[], pushed=True, smoke=smoke, platforms=platforms)
+
+
+@pytest.mark.parametrize(
+    "smoke, platforms, says",
+    [
+        ({"status": "passed", "level": "served"}, {}, "passed"),
+        ({"status": "passed", "level": "in-image"}, {}, "passed in-image (proved inside the image, not served)"),
+        ({"status": "passed"}, {"linux/amd64": {"smoke_level": "served"}, "linux/arm64": {"smoke_level": "in-image"}},
+         "passed in-image on linux/arm64 (proved inside the image, not served)"),
+        ({"status": "skipped"}, {}, "SKIPPED (--skip-smoke-check"),
+    ],
+)
+def test_the_publish_summary_says_when_a_pass_was_only_proved_inside_the_image(smoke, platforms, says):
+    from kiln.commands.publishing.publish import _smoke_said
+
+    got = _smoke_said(_published(smoke, platforms))
+    assert got.startswith(says) and (got == says or says.endswith("check"))

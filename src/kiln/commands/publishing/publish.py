@@ -326,12 +326,24 @@ def _report_publish(r: PublishResult) -> None:
         **({"platforms": ", ".join(f"{p} ({d['manifest_digest'][:19]})" for p, d in r.platforms.items())}
            if r.platforms else {}),
         "channel": r.channel or "none (not smoke-tested)",
-        "smoke check": f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
-        if r.smoke["status"] == "skipped" else "passed",
+        "smoke check": _smoke_said(r),
         **({"signature": f"{r.signature['signature_tag']} + {r.signature['attestation_tag']} verified "
                          f"(key {r.signature['key_fingerprint']})"} if r.signature else {}),
         "record": shown_home(r.record),
     })
+
+
+def _smoke_said(r: PublishResult) -> str:
+    """The summary's smoke line: a pass proved only inside the image says so, per platform."""
+    if r.smoke["status"] == "skipped":
+        return f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
+    levels = ({p: d.get("smoke_level", "served") for p, d in r.platforms.items()} if r.platforms
+              else {"": r.smoke.get("level", "served")})
+    in_image = [p for p, level in levels.items() if level == "in-image"]
+    if not in_image:
+        return "passed"
+    where = f" on {', '.join(in_image)}" if any(in_image) else ""
+    return f"passed in-image{where} (proved inside the image, not served)"
 
 
 # -- promote ----------------------------------------------------------------------------

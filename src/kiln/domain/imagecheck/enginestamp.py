@@ -12,6 +12,7 @@ compares these labels with the recipe's declared engine.
 from __future__ import annotations
 
 import json
+import time
 
 from kiln.basics import log
 from kiln.domain.images.buildcontext import BuildContext
@@ -69,8 +70,11 @@ def import_check(docker: DockerDaemon, image_id: str, modules: list[str]) -> Non
     script = ("import importlib, json, platform\n"
               f"for name in {modules!r}:\n    importlib.import_module(name)\n"
               "print('KILN-IMPORTS ' + json.dumps({'machine': platform.machine(), 'modules': %d}))" % len(modules))
-    docker.run_script(image_id, script, marker="KILN-IMPORTS", what=f"import check in {image_id[:19]}",
-                      timeout_s=IMPORT_TIMEOUT_S, cause=f" (one of {' '.join(modules)} does not import)")
+    log.step(f"import check in {image_id[:19]}: {' '.join(modules)} (minutes under qemu)")
+    t0 = time.monotonic()
+    found = docker.run_script(image_id, script, marker="KILN-IMPORTS", what=f"import check in {image_id[:19]}",
+                              timeout_s=IMPORT_TIMEOUT_S, cause=f" (one of {' '.join(modules)} does not import)")
+    log.ok(f"import check: {len(modules)} modules import on {found.get('machine')} [{time.monotonic() - t0:.0f} s]")
 
 
 def _labels_for(found: dict[str, str | None]) -> dict[str, str]:
