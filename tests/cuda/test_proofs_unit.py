@@ -224,3 +224,13 @@ def test_removed_symbols_finds_the_callers_of_a_library(tmp_path: Path):
     assert found["missing"] == ["libgone.so"]
     assert removed_symbols.users(str(root), {"sub_entry", "sub_other"}) == {str(root / "app"): ["sub_entry"]}
     assert removed_symbols.users(str(root), {"sub_other"}) == {}
+
+
+def test_only_the_images_own_machine_counts_as_elf(tree, monkeypatch):
+    """The proofs run in the image, under qemu for arm64: an aarch64 image's ELF files are
+    the loader's, an x86-64 file there is data (and the other way round)."""
+    prog = str(tree / "opt/app/bin/prog")  # built by the host's gcc: x86-64
+    assert elf_needed.read_dynamic(prog) is not None
+    monkeypatch.setattr(elf_needed, "NATIVE_EM", elf_needed.MACHINES["aarch64"][0])
+    assert elf_needed.read_dynamic(prog) is None
+    assert elf_needed.prove(str(tree), ["/"])["counts"]["elf_files"] == 0

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Prove every ELF file's DT_NEEDED entries resolve inside a filesystem tree.
 
-Runs inside the built image (stdlib only: the image has no binutils). For each x86-64
-ELF file with a dynamic section, every DT_NEEDED name must be found:
+Runs inside the built image (stdlib only: the image has no binutils). For each ELF file
+of the image's own machine (x86-64 or AArch64) with a dynamic section, every DT_NEEDED
+name must be found:
   - by the dynamic loader's own search: DT_RPATH (when there is no DT_RUNPATH),
     DT_RUNPATH, then the ld.so.conf directories and the default ones ($ORIGIN expanded);
   - else by soname anywhere in the tree ("preloaded"): Python extensions such as vLLM's
@@ -25,6 +26,7 @@ import fnmatch
 import glob
 import json
 import os
+import platform
 import struct
 import sys
 
@@ -52,11 +54,13 @@ OPTIONAL_PLUGINS = [
      "NVSHMEM's InfiniBand, libfabric and UCX transports: dlopened only for inter-node NVSHMEM over those stacks"),
 ]
 
-EM_X86_64 = 62
+# the image's own machine (it runs under qemu for another architecture): its ELF files are
+# the ones the loader maps; files for other machines are data to it
+MACHINES = {"x86_64": (62, "x86_64-linux-gnu"), "aarch64": (183, "aarch64-linux-gnu")}
+NATIVE_EM, TRIPLET = MACHINES[platform.machine()]
 PT_LOAD, PT_DYNAMIC = 1, 2
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 14, 15, 29
-DEFAULT_DIRS = ["/lib", "/usr/lib", "/lib64", "/usr/lib64",
-                "/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"]
+DEFAULT_DIRS = ["/lib", "/usr/lib", "/lib64", "/usr/lib64", f"/lib/{TRIPLET}", f"/usr/lib/{TRIPLET}"]
 
 
 class ElfInfo:
@@ -67,23 +71,23 @@ class ElfInfo:
         self.runpath: list[str] = runpath
 
 
-def x86_64_elf_header(f) -> bytes | None:
-    """The 64-byte header of the 64-bit little-endian x86-64 ELF file open at offset 0 in F,
-    or None for anything else."""
+def native_elf_header(f) -> bytes | None:
+    """The 64-byte header of the 64-bit little-endian ELF file for this machine open at
+    offset 0 in F, or None for anything else."""
     head = f.read(64)
     if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
         return None
-    if struct.unpack_from("<H", head, 18)[0] != EM_X86_64:
+    if struct.unpack_from("<H", head, 18)[0] != NATIVE_EM:
         return None
     return head
 
 
 def read_dynamic(path: str) -> ElfInfo | None:
-    """DT_NEEDED/SONAME/RPATH/RUNPATH of a 64-bit little-endian x86-64 ELF file; None for
+    """DT_NEEDED/SONAME/RPATH/RUNPATH of a 64-bit little-endian ELF file of this machine; None for
     anything else (not ELF, device code such as cubins, objects without a dynamic section)."""
     try:
         with open(path, "rb") as f:
-            head = x86_64_elf_header(f)
+            head = native_elf_header(f)
             if head is None:
                 return None
             e_phoff, = struct.unpack_from("<Q", head, 32)
@@ -184,7 +188,7 @@ def regular_files(root: str, dirs: list[str]):
 
 
 def walk_elves(root: str, dirs: list[str]):
-    """(path inside the tree, ElfInfo) for every dynamic x86-64 ELF file under dirs."""
+    """(path inside the tree, ElfInfo) for every dynamic ELF file of this machine under dirs."""
     for inner, full in regular_files(root, dirs):
         info = read_dynamic(full)
         if info is not None:

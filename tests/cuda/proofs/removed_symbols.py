@@ -24,16 +24,16 @@ import sys
 import sysconfig
 
 # the proofs travel into the image as one folder, run with it on sys.path
-from elf_needed import regular_files, x86_64_elf_header
+from elf_needed import regular_files, native_elf_header
 
 SHT_DYNSYM = 11
 
 
 def dynamic_symbols(path: str) -> tuple[set[str], set[str]] | None:
-    """(defined, undefined) names of an x86-64 ELF64 file's .dynsym; None if not one."""
+    """(defined, undefined) names of an ELF64 file's .dynsym (this machine's); None if not one."""
     try:
         with open(path, "rb") as f:
-            head = x86_64_elf_header(f)
+            head = native_elf_header(f)
             if head is None:
                 return None
             shoff, = struct.unpack_from("<Q", head, 0x28)
