@@ -24,7 +24,7 @@ import sys
 import sysconfig
 
 # the proofs travel into the image as one folder, run with it on sys.path
-from elf_needed import regular_files, native_elf_header
+from elf_needed import native_elf_header, regular_files
 
 SHT_DYNSYM = 11
 
