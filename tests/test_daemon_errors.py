@@ -239,6 +239,44 @@ def test_a_daemon_fault_during_a_smoke_check_stops_the_smoke_instead_of_failing_
     assert len(run.checks) == 1  # no verdict recorded for it
 
 
+# -- exec: the daemon cutting the stream, or the container stopping under it --------------
+class ExecContainer(FakeContainer):
+    """An SDK Container whose exec answers `output` and whose state reads `states` in turn."""
+
+    def __init__(self, output, states):
+        super().__init__()
+        self._output, self._states = output, iter(states)
+
+    def exec_run(self, cmd, **kw):
+        return Obj(exit_code=0, output=self._output)
+
+    def reload(self):
+        self.status = next(self._states, self.status)
+
+
+def test_an_exec_cut_short_in_a_running_container_is_the_daemons_fault(monkeypatch):
+    from kiln.infra.docker import containers
+    monkeypatch.setattr(containers, "_EXEC_GRACE_S", 0.3)
+    with pytest.raises(DockerError, match="ended its output before the command's end"):
+        Container(ExecContainer(b"half of the out", ["running"])).exec(["python", "-c", "1"])
+    res = Container(ExecContainer(b"all of it\nKILN-EXEC-END 0\n", [])).exec(["true"])
+    assert res == (0, "all of it")
+
+
+def test_an_exec_cut_short_because_its_container_stopped_is_the_containers_exit_not_the_daemons():
+    from kiln.basics.errors import ServerExited
+    with pytest.raises(ServerExited) as err:
+        Container(ExecContainer(b"half of the out", ["exited"])).exec(["python", "-c", "1"])
+    assert not isinstance(err.value, DockerDaemonError) and err.value.exit_code == 51
+    assert err.value.message == ("running `python -c 1` in container kiln-tiny-moe-abc123: the container stopped "
+                                 "before the command's end (now exited)")
+    refused = FakeContainer()
+    refused.exec_run = raising(api_error(409, "container f is not running"))
+    refused.reload = lambda: setattr(refused, "status", "exited")
+    with pytest.raises(ServerExited):
+        Container(refused).exec(["true"])
+
+
 # -- the CLI's last line of defence ------------------------------------------------------
 def test_an_unnamed_daemon_fault_is_still_a_daemon_error_and_a_registry_fault_stays_a_bug(monkeypatch, capsys):
     from kiln.commands.serving import serve

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shlex
 import time
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -50,6 +51,10 @@ def print_commands(specs: list[RunSpec], topo: Topology) -> None:
         print(spec.shell())
 
 
+# how long a lost leader waits for a worker's exit to show (see NodeGroup.lost_node)
+_WORKER_SETTLE_S = 5.0
+
+
 class LostNode(NamedTuple):
     """A member of a node group that stopped running."""
 
@@ -84,12 +89,24 @@ class NodeGroup:
 
     def lost_node(self) -> LostNode | None:
         """The node that is no longer running, else None. Workers first: a leader whose
-        worker died exits too, and the worker is the cause."""
-        order = list(range(1, len(self.boxes))) + [0]
-        for rank in order:
-            box = self.boxes[rank]
-            if box.status() in ("exited", "dead", "removed"):
-                return LostNode(rank, box)
+        worker died exits too, and the worker is the cause. The daemon can record the
+        leader's exit before the killed worker's (a SIGKILLed container's state changes
+        only once its teardown is done), so a lost leader waits a moment for a worker."""
+        lost = self._first_gone(range(1, len(self.boxes))) or self._first_gone([0])
+        if lost is None or lost.rank != 0 or len(self.boxes) == 1:
+            return lost
+        deadline = time.monotonic() + _WORKER_SETTLE_S
+        while time.monotonic() < deadline:
+            time.sleep(0.5)
+            worker = self._first_gone(range(1, len(self.boxes)))
+            if worker is not None:
+                return worker
+        return lost
+
+    def _first_gone(self, ranks: Iterable[int]) -> LostNode | None:
+        for rank in ranks:
+            if self.boxes[rank].status() in ("exited", "dead", "removed"):
+                return LostNode(rank, self.boxes[rank])
         return None
 
     def node_lost(self, lost: LostNode, when: str) -> NodeLost:

@@ -11,7 +11,11 @@ from typing import Literal, NamedTuple
 import docker.errors
 from docker.models.containers import Container as _SDKContainer
 
+from kiln.basics.errors import KilnError, ServerExited
 from kiln.infra.docker.faults import DockerError, _daemon, required
+
+# how long a cut-short exec waits for its container's state to say it stopped
+_EXEC_GRACE_S = 5.0
 
 # `docker logs --tail`: a line count or "all"
 LogTail = int | Literal["all"]
@@ -134,19 +138,38 @@ class Container:
         """`cmd` run in the container (through its /bin/sh, which prints an end marker
         after it): its exit code and whole output. A stream the daemon ended early is
         DockerError, never a shorter output: when the command had already exited, the
-        exit code alone cannot tell, the missing marker does."""
+        exit code alone cannot tell, the missing marker does. When the container itself
+        stopped meanwhile (its exit ends every exec in it), ServerExited says so: that is
+        the container's fault, not the daemon's."""
         doing = f"running `{shlex.join(cmd)[:80]}` in container {self.name}"
-        with _daemon(doing):
-            res = self._sdk.exec_run([*_END_MARKED, *cmd], demux=False, stream=False)
+        try:
+            with _daemon(doing):
+                res = self._sdk.exec_run([*_END_MARKED, *cmd], demux=False, stream=False)
+        except DockerError as failed:
+            raise self._exited_instead(doing, failed) from failed
         if res.exit_code is None:  # still running: its output stream ended early
-            raise DockerError(
-                f"{doing}: the Docker daemon ended its output before it exited (no exit code)"
+            raise self._exited_instead(
+                doing,
+                DockerError(f"{doing}: the Docker daemon ended its output before it exited (no exit code)"),
             )
         output = res.output if isinstance(res.output, bytes) else b""  # not streamed: bytes or None
         body, marker, status = output.rpartition(_END)
         if not marker or status.strip() != str(res.exit_code).encode():
-            raise DockerError(f"{doing}: the Docker daemon ended its output before the command's end")
+            raise self._exited_instead(
+                doing, DockerError(f"{doing}: the Docker daemon ended its output before the command's end")
+            )
         return ExecResult(res.exit_code, body.decode(errors="replace"))
+
+    def _exited_instead(self, doing: str, failed: DockerError) -> KilnError:
+        """`failed`, unless the container is no longer running: then ServerExited (an
+        exec into a container that stops is cut short or refused by a healthy daemon)."""
+        try:
+            if self._still_running(grace_s=_EXEC_GRACE_S):
+                return failed
+            state = self.refresh()
+        except DockerError:  # the daemon fails this too: its fault stands
+            return failed
+        return ServerExited(f"{doing}: the container stopped before the command's end (now {state})")
 
     def stop(self, timeout: int) -> None:
         """SIGTERM, SIGKILL after `timeout`. Every caller removes the container next; so
