@@ -85,7 +85,10 @@ rm -f "$sp"/triton/backends/nvidia/lib/cupti*/lib*_static.a \
 # compile path (_load_amd_codegen), which runs only for an AMD GPU target. The backend's
 # Python stays, so its entry point still imports.
 rm -f "$sp"/tokenspeed_triton/backends/amd/lib/libtriton_amd_codegen.so
-step "static CUPTI archives and the AMD code generator removed"
+# z3-solver's command-line solver (bin/z3, 17 MB): the Python bindings torch's symbolic
+# shapes use load z3/lib/libz3.so through ctypes; no module in the venv runs the binary.
+rm -f "$venv"/bin/z3
+step "static CUPTI archives, the AMD code generator and the z3 CLI removed"
 
 # Triton's own CUPTI copies (~85 MB): loaded only by Proton, Triton's profiler, when a
 # profiling session starts; vLLM never starts one (torch's profiler uses nvidia/'s CUPTI).

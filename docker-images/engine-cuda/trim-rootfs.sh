@@ -15,6 +15,12 @@ apt-get clean
 rm -rf /var/lib/apt/lists/* /var/log/apt /var/log/dpkg.log /var/cache/debconf/*-old \
        /usr/share/doc /usr/share/man /usr/share/info
 
+# Message catalogs (/usr/share/locale/*/LC_MESSAGES/*.mo, 47 MB on arm64: coreutils,
+# bash, dpkg, binutils, ...): gettext reads one only under a non-C locale, and this image
+# has none but C and C.UTF-8 (LANG=C.UTF-8; no `locales` package, nothing generated), so
+# every program already prints its English messages. locale.alias stays.
+find /usr/share/locale -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +
+
 # The link-time optimizer (lto1, lto-dump): only `-flto` builds run it, and none of the
 # run-time compiles does (Triton: -O3 -shared -fPIC; torch cpp_extension; nvcc's host
 # pass). The linker plugin liblto_plugin.so stays: gcc hands it to ld on every link.
