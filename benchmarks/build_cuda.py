@@ -350,7 +350,7 @@ def main() -> int:
     run["ratio"] = round(ratio, 3)
     run["goal_met"] = ratio <= GOAL_RATIO
     (log.ok if run["goal_met"] else log.warn)(
-        f"engine-cuda {gb(engine.size):.2f} GB / plain {gb(plain_size):.2f} GB = {ratio:.2f} x (goal <= {GOAL_RATIO})")
+        f"engine-cuda {gb(engine.size):.2f} GB / plain {gb(plain_size):.2f} GB = {ratio:.3f} x (goal <= {GOAL_RATIO})")
     run["du_mb"] = {"kiln": du(docker, engine.image_id), "plain": du(docker, plain_id)}
     run["checks"] = run_checks(docker, loaded, engine.image_id, recipe_id, args.platform)
     if not args.no_proofs:
@@ -361,7 +361,7 @@ def main() -> int:
     data.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n")
     render(run, args.platform)
     log.summary("build_cuda", {"engine-cuda": f"{gb(engine.size):.2f} GB", "plain": f"{gb(plain_size):.2f} GB",
-                               "ratio": f"{ratio:.2f} x (goal <= {GOAL_RATIO}: {'met' if run['goal_met'] else 'NOT met'})",
+                               "ratio": f"{ratio:.3f} x (goal <= {GOAL_RATIO}: {'met' if run['goal_met'] else 'NOT met'})",
                                "checks": f"{sum(c['ok'] for c in run['checks'])}/{len(run['checks'])} ok",
                                "proofs": "skipped" if args.no_proofs else ("ok" if run.get("proofs_ok") else "FAILED"),
                                "written": f"{data.relative_to(REPO)}, {DOC.relative_to(REPO)}"})
@@ -401,7 +401,7 @@ def generated(run: dict) -> list[str]:
         lines.append(f"| `{r['tag']}`: glm53-kindling (engine + recipe tail) | {gb(r['size']):.2f} GB | | |")
     else:
         lines.append(f"| glm53-kindling | not built: {r.get('error', '?')[:160]} | | |")
-    lines += ["", f"**engine-cuda / plain = {run['ratio']:.2f} x** (goal <= {GOAL_RATIO}: "
+    lines += ["", f"**engine-cuda / plain = {run['ratio']:.3f} x** (goal <= {GOAL_RATIO}: "
               f"{'met' if run['goal_met'] else 'NOT met'}).", ""]
     lines += _du_table(run["du_mb"])
     lines += ["", "Checks in the image (CPU, no network):", "", "| check | result |", "|---|---|"]
