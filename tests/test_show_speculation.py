@@ -29,3 +29,11 @@ def test_draft_trunc_switched_off_or_fixed_tau():
     assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC": "0"}) == "draft_model, 4 drafts"
     assert speculation(spec, {"KILN_DRAFT_TRUNC": "1"}) == "draft_model, 4 drafts"  # feature not baked in
     assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC_TAU": "0.3"}).endswith("draft-trunc: fixed tau 0.3")
+
+
+def test_adaptive_verification_and_its_calibration():
+    spec = {"method": "draft_model", "num_speculative_tokens": 4, "enable_adaptive_verification": True}
+    env = {**DT, "KILN_DRAFT_TRUNC_WITH_AV": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1"}
+    assert speculation(spec, env) == (
+        "draft_model, 4 drafts; vLLM adaptive verification; "
+        "draft-trunc: cost-aware, calibrates adaptive verification")

@@ -182,6 +182,10 @@ DRAFT_TRUNC = Feature(
              "log a summary and publish the counters every N steps (0: off)"),
         Knob("with_av", f"{_DT}_WITH_AV", "flag", False,
              doc="also truncate when adaptive verification is on"),
+        Knob("av_calibrate", f"{_DT}_AV_CALIBRATE", "flag", False,
+             doc="with adaptive verification and KILN_DRAFT_TRUNC_WITH_AV=1 (cost policy): size "
+                 "its draft budget and admit its drafts from survivals corrected by "
+                 "draft-trunc's calibration"),
         Knob("policy", f"{_DT}_POLICY", "choice", "auto",
              doc="cost: choose tau on the device each step from the verify-cost model; tau: the fixed "
                  "tau; auto: tau when KILN_DRAFT_TRUNC_TAU is set, else cost",

@@ -72,6 +72,7 @@ def test_series_applies_cleanly_and_compiles(vllm_src, vllm_version, tmp_path):
         "draft_trunc.verify_mask(",
         "draft_trunc.graded(",
         "draft_trunc.log_step(",
+        "draft_trunc.av_confidences(",
     ):
         assert text.count(hook) == 1, hook
     for path in tree.rglob("*.py"):

@@ -97,7 +97,8 @@ def test_main_writes_json_and_png(tmp_path):
                     "--draft-share", "0.05", "--other-half", "256"]) == 0
     data = json.loads(next(tmp_path.glob("sim-adaptive-*.json")).read_text())
     row = next(r for r in data["rows"] if r["trace"] == "trace-small")
-    assert {"vllm-schedule", "vllm-best-K", "confidence", "dt-depth", "bound"} <= set(row["tokens_per_s"])
+    assert {"vllm-schedule", "vllm-best-K", "confidence", "vllm-av", "vllm-schedule+av", "kiln-av",
+            "vllm-av+dt", "kiln-av+dt", "dt-depth", "bound"} <= set(row["tokens_per_s"])
     assert row["vs_best_upstream"][row["best_upstream"]] == pytest.approx(1.0)
     assert next(tmp_path.glob("sim-adaptive-*.png")).stat().st_size > 10_000
     md = next(tmp_path.glob("sim-adaptive-*.md")).read_text()
@@ -105,21 +106,79 @@ def test_main_writes_json_and_png(tmp_path):
     assert data["summary"]["kiln_vs_upstream"][0] <= data["summary"]["kiln_vs_upstream"][1]
 
 
+def test_adaptive_verification_admits_the_best_slots_and_shrinks_the_batch():
+    """Two requests: one whose drafts are sure, one whose drafts are hopeless. vLLM's
+    adaptive verification admits the first's drafts (a prefix, the best slots) and none
+    of the second's: 1 + 4 + 1 tokens verified instead of 10."""
+    b = st.Batches(surv=np.array([[[0.99, 0.98, 0.97, 0.96], [0.01, 0.001, 1e-4, 1e-5]]]),
+                   n=np.array([[4, 4]]), accepted=np.array([[4, 0]]))
+    model, drafter = _model(), sa.constant_drafter(0.05)
+    plan = sa.adaptive_verification(b, model, drafter, sa.fixed_k(b, 4))
+    assert plan.n.tolist() == [[4, 0]] and plan.j.tolist() == [[4, 0]]
+    assert plan.depth.tolist() == [4]  # drafting is unchanged
+    assert sa.replay(b, plan, model, drafter).tokens_per_s > sa.replay(
+        b, sa.fixed_k(b, 4), model, drafter).tokens_per_s
+
+
+def test_adaptive_verification_admits_nothing_when_no_draft_pays():
+    b = st.Batches(surv=np.full((3, 2, 4), 1e-6), n=np.full((3, 2), 4), accepted=np.zeros((3, 2), int))
+    plan = sa.adaptive_verification(b, _model(), sa.constant_drafter(0.05), sa.fixed_k(b, 4))
+    assert plan.n.sum() == 0
+
+
+def _overconfident(count, rng):
+    """An estimator that says 0.9 where drafts survive one time in ten."""
+    p = np.full((count, 4), 0.9)
+    accepted = np.cumprod(rng.random((count, 4)) < 0.1, axis=1).sum(axis=1)
+    return st.Records(p, np.full(count, 4), accepted, "overconfident")
+
+
+def test_calibrated_av_corrects_an_overconfident_estimator_and_leaves_a_calibrated_one():
+    """Where the estimator is wrong, draft-trunc's calibration moves adaptive
+    verification's budget (here: verify almost nothing, at least 1.3x faster); where it
+    is right, the calibrated rule stays within noise of vLLM's own."""
+    rng = np.random.default_rng(5)
+    model, drafter = _model(), sa.constant_drafter(0.01)
+    bad = st.draw(_overconfident(6000, rng), 4, rng, target_records=6000)
+    tps = {name: sa.replay(bad, plan, model, drafter).tokens_per_s for name, plan in {
+        "av": sa.adaptive_verification(bad, model, drafter, sa.fixed_k(bad, 4)),
+        "kiln": sa.calibrated_av(bad, model, drafter, sa.fixed_k(bad, 4))}.items()}
+    assert tps["kiln"] > 1.3 * tps["av"]
+    good = st.draw(st.synthetic(0.7, 6000, 4, rng), 4, rng, target_records=6000)
+    av = sa.replay(good, sa.adaptive_verification(good, model, drafter, sa.fixed_k(good, 4)), model, drafter)
+    kiln = sa.replay(good, sa.calibrated_av(good, model, drafter, sa.fixed_k(good, 4)),
+                     model, drafter)
+    assert kiln.tokens_per_s == pytest.approx(av.tokens_per_s, rel=0.01)
+
+
+def test_the_variable_length_rules_stay_under_the_oracle():
+    rng = np.random.default_rng(3)
+    b = st.draw(st.synthetic(0.5, 3000, 4, rng), 8, rng, target_records=3000, explore=0.05)
+    model, drafter = _model(), sa.constant_drafter(0.05)
+    oracle = sa.bound(b, model, drafter, oracle=True).tokens_per_s
+    for plan in (sa.adaptive_verification(b, model, drafter, sa.fixed_k(b, 4)),
+                 sa.calibrated_av(b, model, drafter, sa.fixed_k(b, 4))):
+        assert sa.replay(b, plan, model, drafter).tokens_per_s <= oracle
+
+
 def _row(**tps):
     base = {"none": 1.0, "vllm-schedule": 1.0, "vllm-best-K": 1.0, "confidence": 1.0,
-            "vllm-best-K+dt": 1.0, "vllm-best-K+dt-depth": 1.0}
+            "vllm-av": 1.0, "vllm-schedule+av": 1.0, "vllm-best-K+dt": 1.0,
+            "vllm-best-K+dt-depth": 1.0, "vllm-av+dt": 1.0, "kiln-av+dt": 1.0}
     return {"tokens_per_s": {**base, **tps}}
 
 
-def test_kiln_config_is_the_profiled_schedule_with_draft_trunc_against_each_rule():
-    row = _row(**{"vllm-best-K": 2.0, "confidence": 2.5, "vllm-best-K+dt": 2.2, "vllm-best-K+dt-depth": 2.4})
-    assert sa.kiln_config(row, depth=False) == pytest.approx({"vs_shipped": 1.1, "vs_upstream": 0.88})
-    assert sa.kiln_config(row, depth=True) == pytest.approx({"vs_shipped": 1.2, "vs_upstream": 0.96})
+def test_kiln_config_against_the_shipped_rules_and_every_upstream_rule():
+    row = _row(**{"vllm-best-K": 2.0, "vllm-av": 2.1, "confidence": 2.5, "vllm-best-K+dt": 2.2,
+                  "kiln-av+dt": 2.4})
+    assert sa.kiln_config(row, "schedule+dt") == pytest.approx({"vs_shipped": 2.2 / 2.1, "vs_upstream": 0.88})
+    assert sa.kiln_config(row, "kiln-av") == pytest.approx({"vs_shipped": 2.4 / 2.1, "vs_upstream": 0.96})
 
 
-def test_the_depth_switch_is_one_per_recipe_by_the_worst_case():
-    """Depth helps in one case and loses more in another: off for the recipe."""
-    rows = [_row(**{"vllm-best-K+dt": 1.0, "vllm-best-K+dt-depth": 1.1}),
-            _row(**{"vllm-best-K+dt": 1.0, "vllm-best-K+dt-depth": 0.95})]
-    assert sa.recipe_depth(rows) is False
-    assert sa.recipe_depth(rows[:1]) is True
+def test_one_configuration_per_recipe_by_the_worst_case():
+    """kiln-av helps in one case and loses more in another: the recipe keeps the
+    configuration whose worst case is best; a near tie goes to the simpler one."""
+    rows = [_row(**{"vllm-best-K+dt": 1.0, "kiln-av+dt": 1.1}), _row(**{"vllm-best-K+dt": 1.0, "kiln-av+dt": 0.95})]
+    assert sa.recipe_config(rows) == "schedule+dt"
+    assert sa.recipe_config(rows[:1]) == "kiln-av"
+    assert sa.recipe_config([_row(**{"kiln-av+dt": 1.0005})]) == "schedule+dt"

@@ -17,7 +17,10 @@ Lifecycle of one step, as the runner patches call it:
    policy's calibration of the estimator (on the device, no host sync).
 4. ``log_step`` (if ``LOG``): device-side statistics, and the acceptance trace
    (``KILN_DRAFT_TRUNC_TRACE``).
-5. ``begin_drafting`` / ``stop_drafting`` (the draft_model drafter's propose and
+5. ``av_confidences`` (before adaptive verification records this step's
+   confidences, with ``KILN_DRAFT_TRUNC_AV_CALIBRATE``): the survivals it sizes its
+   budget from, corrected by the cost policy's calibration (issue 37).
+6. ``begin_drafting`` / ``stop_drafting`` (the draft_model drafter's propose and
    its loop over positions): stop where vLLM's dynamic schedule stops verifying,
    and with ``KILN_DRAFT_TRUNC_DEPTH`` where one more position does not pay
    (issue 37); the positions not drafted are dead in the next ``mark_dead``.
@@ -30,7 +33,8 @@ This module is the public surface (what the patched runner and users import); th
 parts live in private modules: ``_state`` (the state, ``snapshot``/``reload``, the
 buffers ``prepare`` allocates), ``_startup`` (``check_config``, ``refuse_runner``),
 ``_verify`` (``mark_dead``, ``zero_dead_rows``, ``verify_mask``, ``graded``),
-``_drafting`` (``begin_drafting``, ``stop_drafting``, ``draft_time``), ``_reporting``
+``_drafting`` (``begin_drafting``, ``stop_drafting``, ``draft_time``), ``_av``
+(``av_confidences``), ``_reporting``
 (``log_step``, the trace); below them ``_env`` (the knobs), ``_config_check``,
 ``_cost`` (the cost model), ``_stats``/``_metrics`` (statistics and counters) and
 what runs on the device, in ``_kernels``: the kernels and their launchers, their
@@ -43,6 +47,7 @@ Importing this module is cheap and imports neither vLLM nor torch; with
 from __future__ import annotations
 
 from . import _state
+from ._av import av_confidences
 from ._drafting import begin_drafting, stop_drafting
 from ._drafting import draft_time as draft_time
 from ._env import Knobs
@@ -56,6 +61,7 @@ __all__ = [
     "KNOBS",
     "LOG",
     "Snapshot",
+    "av_confidences",
     "begin_drafting",
     "check_config",
     "graded",

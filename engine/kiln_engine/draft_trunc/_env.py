@@ -29,6 +29,8 @@ class Knobs:
         estimator keeps seeing labels for deep positions.
     log_interval: flush the device-side statistics every this many steps (0: off).
     with_av: also truncate when adaptive verification is on.
+    av_calibrate: feed adaptive verification survivals corrected by the cost
+        policy's calibration (``_av.av_confidences``; needs ``with_av``).
     policy: "cost" picks tau on the device every step, maximising expected
         tokens per unit of verify time; "tau" keeps the fixed ``tau``. Default:
         "tau" when KILN_DRAFT_TRUNC_TAU is set, else "cost".
@@ -49,6 +51,7 @@ class Knobs:
     explore: float = _DEFAULT["explore"]
     log_interval: int = _DEFAULT["log_interval"]
     with_av: bool = _DEFAULT["with_av"]
+    av_calibrate: bool = _DEFAULT["av_calibrate"]
     policy: str = "cost"
     other_share: float = _DEFAULT["other_share"]
     moe_layer: tuple[int, int, float] | None = _DEFAULT["moe_layer"]
@@ -83,5 +86,10 @@ def read_knobs(env: Mapping[str, str] | None = None) -> Knobs:
         raise ValueError(
             f"{PREFIX}_DEPTH=1 decides how far to draft from the cost policy's prices: it needs "
             f"{PREFIX}_POLICY=cost (no {PREFIX}_TAU) and {PREFIX}_DRAFT_COST"
+        )
+    if values["av_calibrate"] and (values["policy"] != "cost" or not values["with_av"]):
+        raise ValueError(
+            f"{PREFIX}_AV_CALIBRATE=1 feeds adaptive verification the cost policy's calibration: "
+            f"it needs {PREFIX}_WITH_AV=1 and {PREFIX}_POLICY=cost (no {PREFIX}_TAU)"
         )
     return Knobs(**values)

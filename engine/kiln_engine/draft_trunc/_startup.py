@@ -48,6 +48,12 @@ def check_config(vllm_config: VllmConfig) -> None:
     found = problems(vllm_config)
     if found:
         raise RuntimeError(f"KILN_DRAFT_TRUNC=1 cannot run here: {found[0]}")
+    if state.knobs.av_calibrate and not adaptive_verification_on(vllm_config):
+        raise RuntimeError(
+            "KILN_DRAFT_TRUNC_AV_CALIBRATE=1 corrects adaptive verification's confidences, but "
+            "speculative_config.enable_adaptive_verification is off: turn it on or unset "
+            "KILN_DRAFT_TRUNC_AV_CALIBRATE"
+        )
     if adaptive_verification_on(vllm_config) and not state.knobs.with_av:
         logger.warning(
             "draft_trunc: adaptive verification is on; draft truncation is off "

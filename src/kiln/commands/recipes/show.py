@@ -59,6 +59,8 @@ def speculation(spec: Mapping[str, Any] | None, env: Mapping[str, str]) -> str:
     if table:
         ranges = ", ".join(f"{a}: {n}" if a == b else f"{a}-{b}: {n}" for a, b, n in table)
         parts[0] = f"{spec.get('method', '?')}, drafts by batch size {ranges} (at most {k})"
+    if spec.get("enable_adaptive_verification"):
+        parts.append("vLLM adaptive verification")
     features = env.get("KILN_FEATURES", "").split(",")
     if "draft-trunc" in features and env.get("KILN_DRAFT_TRUNC", "1").lower() not in ("0", "false", "no", "off"):
         dt = (f"draft-trunc: fixed tau {env['KILN_DRAFT_TRUNC_TAU']}" if "KILN_DRAFT_TRUNC_TAU" in env
@@ -67,6 +69,8 @@ def speculation(spec: Mapping[str, Any] | None, env: Mapping[str, str]) -> str:
             dt += ", drafting priced"
         if env.get("KILN_DRAFT_TRUNC_DEPTH", "0").lower() in ("1", "true", "yes", "on"):
             dt += ", decides how far to draft"
+        if env.get("KILN_DRAFT_TRUNC_AV_CALIBRATE", "0").lower() in ("1", "true", "yes", "on"):
+            dt += ", calibrates adaptive verification"
         parts.append(dt)
     return "; ".join(parts)
 
