@@ -144,3 +144,25 @@ def test_kiln_show_names_where_a_shared_feature_comes_from():
     result = run_kiln("show", "tiny-kindling")
     assert result.returncode == 0, result.stderr
     assert "draft-trunc (from glm53-kindling)" in result.stdout
+
+
+def test_av_calibration_without_adaptive_verification_is_refused_at_load(tmp_path):
+    """KILN_DRAFT_TRUNC_AV_CALIBRATE=1 in glm53-kindling's env while its speculative
+    config leaves adaptive verification off: one line naming the knob's line and the
+    field; with adaptive verification on, the recipe loads."""
+    root = tmp_path / "recipes"
+    shutil.copytree(REPO / "recipes", root, ignore=shutil.ignore_patterns("__pycache__"))
+    rfile = root / "glm53-kindling" / "recipe.yaml"
+    text = rfile.read_text()
+    knob = '    KILN_DRAFT_TRUNC_AV_CALIBRATE: "1"\n    KILN_DRAFT_TRUNC_WITH_AV: "1"\n'
+    text = text.replace('    KILN_DRAFT_TRUNC_DEPTH: "0"\n', '    KILN_DRAFT_TRUNC_DEPTH: "0"\n' + knob)
+    rfile.write_text(text)
+    with pytest.raises(RecipeInvalid) as info:
+        load_recipe(root / "glm53-kindling")
+    [problem] = [p for p in info.value.problems if "AV_CALIBRATE" in p]
+    line = text[: text.index(knob)].count("\n") + 1
+    assert f"recipe.yaml:{line}: launch.env.KILN_DRAFT_TRUNC_AV_CALIBRATE:" in problem
+    assert "enable_adaptive_verification is not true" in problem and "\n" not in problem
+    rfile.write_text(text.replace("    method: draft_model\n",
+                                  "    method: draft_model\n    enable_adaptive_verification: true\n", 1))
+    assert load_recipe(root / "glm53-kindling").recipe.launch.env["KILN_DRAFT_TRUNC_AV_CALIBRATE"] == "1"

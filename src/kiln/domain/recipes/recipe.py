@@ -132,10 +132,29 @@ def _cross_checks(loaded: LoadedRecipe) -> list[str]:
             f"{loaded.where('launch', 'speculative_config')}: launch.speculative_config: method "
             "draft_model needs model.draft (or a model key here)"
         )
+    problems += _av_calibrate_problems(loaded)
     problems += envpolicy.problems(rec.launch.env, rec.launch.allow_unsafe_env, loaded.where,
                                    ("launch", "env"), ("launch", "allow_unsafe_env"))
     problems += specbounds.problems(rec.launch.speculative_config or {}, rec.launch.args, loaded.where)
     return problems + topology_problems(loaded)
+
+
+_AV_CALIBRATE = "KILN_DRAFT_TRUNC_AV_CALIBRATE"
+_AV = "enable_adaptive_verification"
+
+
+def _av_calibrate_problems(loaded: LoadedRecipe) -> list[str]:
+    """draft-trunc's calibration of vLLM's adaptive verification, asked for without
+    adaptive verification: the engine refuses it at start, on the GPU host, after the
+    weights load; the recipe says so at load (the truth values are the knob's own)."""
+    rec = loaded.recipe
+    value = rec.launch.env.get(_AV_CALIBRATE, "").strip().lower()
+    if value not in ("1", "true", "on", "yes"):
+        return []
+    if (rec.launch.speculative_config or {}).get(_AV) is True:
+        return []
+    return [f"{loaded.where('launch', 'env', _AV_CALIBRATE)}: launch.env.{_AV_CALIBRATE}: corrects vLLM's "
+            f"adaptive verification, but launch.speculative_config.{_AV} is not true: set it, or drop the knob"]
 
 
 def _check_files(loaded: LoadedRecipe) -> list[str]:
