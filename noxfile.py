@@ -256,9 +256,11 @@ def sim_trunc(session):
 @nox.session(python=False)
 def sim_adaptive(session):
     """draft-trunc against vLLM's own adaptive speculation (issue 37): the same steps
-    under vLLM's batch-size schedule, its best K, a confidence exit, draft-trunc on top
-    of each and with its drafting depth, drafting priced (results-draft-fit.json);
-    ratios printed, JSON + PNG in benchmarks/draft_trunc/results/. CPU only, ~6 min."""
+    under vLLM's batch-size schedule, its best K, its adaptive verification, a confidence
+    exit, draft-trunc on top of each and with its drafting depth, and adaptive
+    verification fed draft-trunc's calibration (kiln-av), drafting priced
+    (results-draft-fit.json); ratios printed, JSON + PNG in
+    benchmarks/draft_trunc/results/. CPU only, ~5 min per drafter."""
     session.run(
         "python", "benchmarks/draft_trunc/sim_adaptive.py", *session.posargs,
         env={"PYTHONUNBUFFERED": "1"},

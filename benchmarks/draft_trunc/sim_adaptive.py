@@ -423,7 +423,6 @@ def run_load(records, reqs, model, drafter, table, seed, explore, steps=40_000) 
     out["oracle"] = bound(b, model, drafter, oracle=True)
     tps = {name: r.tokens_per_s for name, r in out.items()}
     best_up = max(tps[n] for n in UPSTREAM)
-    kiln = kiln_choice(tps)
     return {
         "batch": reqs,
         "steps": int(b.n.shape[0]),
@@ -435,17 +434,9 @@ def run_load(records, reqs, model, drafter, table, seed, explore, steps=40_000) 
         "av_k": av_k,
         "kiln_av_k": kiln_av_k,
         "theta": theta,
-        "kiln": kiln,
         "vs_best_upstream": {n: v / best_up for n, v in tps.items()},
         "best_upstream": max(UPSTREAM, key=lambda n: tps[n]),
     }
-
-
-def kiln_choice(tps: dict[str, float]) -> str:
-    """The deployable combination the log line and the plot's red line follow: vLLM's
-    schedule profiled on one trace with draft-trunc deciding depth and verification
-    within it, applied to every trace. The recipes' choice is ``recipe_config``."""
-    return "vllm-schedule+dt-depth"
 
 
 # kiln's configurations a recipe can set, each profiled on the recipe's own traffic
