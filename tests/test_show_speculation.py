@@ -37,3 +37,11 @@ def test_adaptive_verification_and_its_calibration():
     assert speculation(spec, env) == (
         "draft_model, 4 drafts; vLLM adaptive verification; "
         "draft-trunc: cost-aware, calibrates adaptive verification")
+
+
+def test_a_flag_the_knob_refuses_counts_as_off_here():
+    """`kiln show` reads flags with the engine knob's own parser; a value it refuses is
+    the engine check's to name, not a switch turned on."""
+    spec = {"method": "draft_model", "num_speculative_tokens": 4}
+    assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC_DEPTH": "maybe"}) == "draft_model, 4 drafts; draft-trunc: cost-aware"
+    assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC_DEPTH": " On "}).endswith("decides how far to draft")

@@ -9,6 +9,7 @@ from typing import Any
 
 from kiln.basics import log
 from kiln.commands.options import Subparsers, reports
+from kiln.domain.recipes.engine_features import flag_on
 from kiln.domain.views.catalogue import show_document
 
 
@@ -67,9 +68,9 @@ def speculation(spec: Mapping[str, Any] | None, env: Mapping[str, str]) -> str:
               else "draft-trunc: cost-aware")
         if env.get("KILN_DRAFT_TRUNC_DRAFT_COST"):
             dt += ", drafting priced"
-        if env.get("KILN_DRAFT_TRUNC_DEPTH", "0").lower() in ("1", "true", "yes", "on"):
+        if flag_on(env, "KILN_DRAFT_TRUNC_DEPTH"):
             dt += ", decides how far to draft"
-        if env.get("KILN_DRAFT_TRUNC_AV_CALIBRATE", "0").lower() in ("1", "true", "yes", "on"):
+        if flag_on(env, "KILN_DRAFT_TRUNC_AV_CALIBRATE"):
             dt += ", calibrates adaptive verification"
         parts.append(dt)
     return "; ".join(parts)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import cache
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -43,3 +43,14 @@ def engine_features(names: Iterable[str]) -> list[Feature]:
     code, e.g. a pure replacement override, have no entry and are skipped)."""
     known = {f.name: f for f in registry().FEATURES}
     return [known[n] for n in names if n in known]
+
+
+def flag_on(env: Mapping[str, str], var: str) -> bool:
+    """Whether the engine flag knob `var` is on in `env`, by the knob's own parser
+    (its default when unset); a value the parser refuses counts as off here: the
+    engine's own check (`kiln check` in the image, the plugin at start) names it."""
+    knob = next(k for f in registry().FEATURES for k in (f.switch, *f.knobs) if k.env == var)
+    try:
+        return bool(knob.parse(env.get(var)))
+    except ValueError:
+        return False

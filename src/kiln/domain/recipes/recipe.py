@@ -21,6 +21,7 @@ from kiln.basics.errors import RecipeInvalid
 from kiln.basics.paths import recipes_dir
 from kiln.basics.yamlsrc import SourcedYaml
 from kiln.domain.recipes import envpolicy, specbounds
+from kiln.domain.recipes.engine_features import flag_on
 from kiln.domain.recipes.sections import (
     NAME_PATTERN,
     SHARED_DIR,
@@ -146,10 +147,9 @@ _AV = "enable_adaptive_verification"
 def _av_calibrate_problems(loaded: LoadedRecipe) -> list[str]:
     """draft-trunc's calibration of vLLM's adaptive verification, asked for without
     adaptive verification: the engine refuses it at start, on the GPU host, after the
-    weights load; the recipe says so at load (the truth values are the knob's own)."""
+    weights load; the recipe says so at load."""
     rec = loaded.recipe
-    value = rec.launch.env.get(_AV_CALIBRATE, "").strip().lower()
-    if value not in ("1", "true", "on", "yes"):
+    if not flag_on(rec.launch.env, _AV_CALIBRATE):
         return []
     if (rec.launch.speculative_config or {}).get(_AV) is True:
         return []
