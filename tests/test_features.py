@@ -163,6 +163,11 @@ def test_av_calibration_without_adaptive_verification_is_refused_at_load(tmp_pat
     line = text[: text.index(knob)].count("\n") + 1
     assert f"recipe.yaml:{line}: launch.env.KILN_DRAFT_TRUNC_AV_CALIBRATE:" in problem
     assert "enable_adaptive_verification is not true" in problem and "\n" not in problem
+    for shared in ("docker-images", "engine"):  # what a checkout holds besides recipes/
+        (tmp_path / shared).symlink_to(REPO / shared)
+    cli = run_kiln("check", "glm53-kindling", env={"KILN_ROOT": str(tmp_path)})
+    assert cli.returncode == 2, cli.stderr  # RecipeInvalid, before any image is looked at
+    assert f"recipe.yaml:{line}: launch.env.KILN_DRAFT_TRUNC_AV_CALIBRATE:" in cli.stderr
     rfile.write_text(text.replace("    method: draft_model\n",
                                   "    method: draft_model\n    enable_adaptive_verification: true\n", 1))
     assert load_recipe(root / "glm53-kindling").recipe.launch.env["KILN_DRAFT_TRUNC_AV_CALIBRATE"] == "1"
