@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from kiln_testkit.twinserve import Completion
+from kiln_testkit.requestsets import Completion
 from kiln_testkit.twinstats import greedy_divergences, permutation_test
 
 

@@ -11,22 +11,23 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kiln.commands.serving.smokechecks import feature_metrics_text, metric_sum
 from kiln.domain.serving.container import ServingContainer, free_port, run_spec
 from kiln.domain.serving.launch import Mount
 
-if TYPE_CHECKING:
-    from openai import OpenAI
+# the client half lives apart so that the GPU twin's runner can use it without kiln
+from kiln_testkit.requestsets import Completion as Completion
+from kiln_testkit.requestsets import prompts as prompts
+from kiln_testkit.requestsets import run_set as run_set
 
+if TYPE_CHECKING:
     from kiln.domain.recipes.recipe import LoadedRecipe
     from kiln.infra.docker import DockerDaemon
 
-_TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 OMP_BIND = "VLLM_CPU_OMP_THREADS_BIND"  # vLLM's CPU worker: cores to pin to, "auto" or "nobind"
 # "0": the model runs in the engine-core process (vLLM's uniproc executor), not in a worker
 # process of its own; serving_all's docstring says why
@@ -113,85 +114,9 @@ def server_report(name: str, box: ServingContainer, tail: int = 60) -> str:
     return f"--- server {name!r} ({box.spec.name}): {state}; last {tail} log lines ---\n{lines}"
 
 
-@dataclass
-class Completion:
-    prompt: int  # index into the request set
-    token_ids: list[int]
-    # per position: the top-2 (token id, logprob) pairs, best first (greedy requests)
-    top: list[list[tuple[int, float]]] = field(default_factory=list)
-    seconds: float = 0.0
-
-
-def _token_id(token: str) -> int:
-    m = _TOKEN_ID.match(token)
-    if m is None:
-        raise AssertionError(f"token {token!r} is not 'token_id:N' (return_tokens_as_token_ids)")
-    return int(m.group(1))
-
-
-def _ids(tokens: list[str]) -> list[int]:
-    return [_token_id(tok) for tok in tokens]
-
-
-def complete(client: OpenAI, model: str, i: int, prompt: str, *, max_tokens: int, temperature: float,
-             seed: int | None = None, logprobs: int | None = None) -> Completion:
-    t0 = time.monotonic()
-    resp = client.completions.create(
-        model=model, prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
-        logprobs=logprobs if logprobs is not None else 1,
-        extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
-    lp = resp.choices[0].logprobs
-    if lp is None or lp.tokens is None:
-        raise AssertionError("the completion carries no logprobs (asked with logprobs >= 1)")
-    top = []
-    if logprobs and lp.top_logprobs:
-        for entry in lp.top_logprobs:
-            pairs = sorted(((_token_id(k), v) for k, v in entry.items()), key=lambda kv: -kv[1])
-            top.append(pairs)
-    return Completion(i, _ids(lp.tokens), top, time.monotonic() - t0)
-
-
-def run_set(url: str, model: str, prompts: list[str], *, max_tokens: int, concurrency: int = 1,
-            temperature: float = 0.0, seeds: list[int] | None = None,
-            logprobs: int | None = None, timeout_s: float = 600) -> list[Completion]:
-    """Every prompt once, `concurrency` requests in flight; results in prompt order."""
-    from openai import OpenAI
-
-    client = OpenAI(base_url=f"{url}/v1", api_key="kiln-test", timeout=timeout_s, max_retries=0)
-
-    def one(i: int) -> Completion:
-        return complete(client, model, i, prompts[i], max_tokens=max_tokens, temperature=temperature,
-                        seed=None if seeds is None else seeds[i], logprobs=logprobs)
-
-    if concurrency <= 1:
-        return [one(i) for i in range(len(prompts))]
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        return list(pool.map(one, range(len(prompts))))
-
-
 def counters(url: str, names: Iterable[str]) -> dict[str, float | None]:
     text = feature_metrics_text(url)
     return {name: metric_sum(text, name) for name in names}
-
-
-def prompts(n: int, seed: int = 0) -> list[str]:
-    """`n` distinct short prompts: code and prose fragments (the tokenizer is trained on
-    Python sources), deterministic for a seed."""
-    import random
-
-    rng = random.Random(seed)
-    heads = ["def ", "class ", "import ", "for ", "while ", "return ", "if ", "with ", "# ", "print("]
-    words = ["fibonacci", "parse", "buffer", "socket", "path", "value", "result", "config", "token",
-             "stream", "header", "count", "index", "items", "error", "module", "object", "string",
-             "the quick brown fox", "lazy dog", "self", "args", "kwargs", "data", "name", "file"]
-    out: list[str] = []
-    seen = set()
-    while len(out) < n:
-        text = rng.choice(heads) + " ".join(rng.choice(words) for _ in range(rng.randint(1, 4)))
-        if text not in seen:
-            seen.add(text)
-            out.append(text)
-    return out
 
 
 _PER_POS = re.compile(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kiln_testkit.twinserve import Completion
+from kiln_testkit.requestsets import Completion
 
 
 @dataclass

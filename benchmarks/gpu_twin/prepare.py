@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""Make everything the lent GPU needs to serve a CUDA recipe's patched engine: `nox -s
+gpu_twin -- RECIPE` (docs/draft-trunc.md, "The GPU twin").
+
+The device has torch 2.11 and Triton, but no Docker, no vLLM and no network, and one
+call carries at most 64 MiB (the checkout included). vLLM 0.33.0's two op libraries use
+torch's stable ABI and load on that torch, so the twin is vLLM's own Python sources with
+the recipe's series applied by kiln's applier, those two libraries from the pinned
+wheel, kiln-engine, and the Python packages the device lacks (requirements/
+gpu-twin.lock, hash-checked). This script packs them into one bundle, split into
+`.gpu-twin/call-N/` folders that each fit one call beside the checkout, and writes the
+plan the runner serves: the recipe's own `vllm serve` command for each configuration,
+with every change the twin needs listed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import lzma
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+from kiln.basics.paths import cache_dir
+from kiln.domain.patching.series import (
+    engine_root,
+    feature_overlays,
+    load_recipe,
+    load_series,
+    series_for,
+)
+from kiln.domain.serving.launch import launch_document
+from kiln.infra import wheelcache
+from kiln.inimage import patch_applier as applier
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+OUT = ROOT / ".gpu-twin"
+LOCK = ROOT / "requirements" / "gpu-twin.lock"
+DEVICE_HAS = HERE / "device-packages.txt"
+CALL_LIMIT = 64 * 2**20  # what one device call carries: the checkout plus the carried paths
+MARGIN = 2 * 2**20  # files written between prepare and the call (results, notes)
+# the op libraries the twin loads (stable ABI); FlashAttention's and the rest stay behind
+OP_LIBRARIES = ("_C_stable_libtorch.abi3.so", "_moe_C_stable_libtorch.abi3.so", "cumem_allocator.abi3.so",
+                "fs_io_C.abi3.so", "spinloop.abi3.so")
+# third_party holds deep_gemm's and fmha_sm100's sources (27 MB) that Triton attention never imports
+SKIPPED_SOURCES = ("vllm/third_party/",)
+PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (5, 17, 24, 26, 27, 28, 31, 34, 35, 36, 38, 39)]
+
+
+def _log(message: str) -> None:
+    print(f"gpu-twin: {message}", flush=True)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+# -- the parts ------------------------------------------------------------------------------
+def _patched_sources(recipe: str, version: str, work: Path) -> Path:
+    """vllm/ as the recipe's image installs it (engine series, then each feature's, then
+    the twin's own series), plus vLLM's dist-info, as one tar.xz."""
+    loaded = load_recipe(recipe)
+    root, _ = engine_root(version, "cuda")
+    tree_dir = work / "site"
+    shutil.copytree(root, tree_dir, ignore=shutil.ignore_patterns(wheelcache.MARKER))
+    feature_series, replacements = feature_overlays(loaded)
+    twin = HERE / "patches" / version / "series"
+    if not twin.is_file():
+        sys.exit(f"gpu-twin: no twin series for vllm {version}: {twin.relative_to(ROOT)} is missing")
+    series = [series_for(version), *feature_series, load_series(twin, "gpu-twin")]
+    tree = applier.Tree(tree_dir)
+    results = applier.apply_series(tree, series)
+    applier.apply_replacements(tree, replacements)
+    tree.commit()
+    _log(f"sources: {sum(len(s.patches) for s in series)} patches applied by kiln's applier "
+         f"({sum(1 for r in results if r.offsets)} with offsets)")
+    wheel = wheelcache.engine_wheel(version, "cuda")
+    dist_info = f"vllm-{version}.dist-info"
+    with zipfile.ZipFile(wheel) as zf:
+        for name in ("METADATA", "entry_points.txt", "top_level.txt", "WHEEL"):
+            target = tree_dir / dist_info / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(zf.read(f"{dist_info}/{name}"))
+    out = work / "vllm-sources.tar.xz"
+    with tarfile.open(out, "w:xz", preset=6) as tar:
+        for path in sorted(tree_dir.rglob("*")):
+            rel = path.relative_to(tree_dir).as_posix()
+            if path.is_file() and not rel.startswith(SKIPPED_SOURCES) and "__pycache__" not in rel:
+                tar.add(path, arcname=rel, recursive=False)
+    return out
+
+
+def _op_libraries(version: str) -> list[Path]:
+    """The wheel's op libraries, each xz-compressed once per wheel (about 3 min on 2 cores)."""
+    wheel = wheelcache.engine_wheel(version, "cuda")
+    folder = cache_dir() / "gpu-twin" / f"ops-{_sha256(wheel)[:16]}"
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    with zipfile.ZipFile(wheel) as zf:
+        for name in OP_LIBRARIES:
+            packed = folder / f"{name}.xz"
+            if not packed.is_file():
+                _log(f"compressing {name} of {wheel.name} (once)")
+                partial = packed.with_suffix(".partial")
+                partial.write_bytes(lzma.compress(zf.read(f"vllm/{name}"), preset=9 | lzma.PRESET_EXTREME))
+                partial.replace(packed)
+            out.append(packed)
+    return out
+
+
+def _device_wheels(work: Path) -> list[Path]:
+    """requirements/gpu-twin.lock's wheels for the device's CPython 3.12, hash-checked."""
+    folder = cache_dir() / "gpu-twin" / "wheels"
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+           "--require-hashes", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
+           "--abi", "cp312", "--abi", "abi3", "--abi", "none", "--platform", "any",
+           *[arg for p in PLATFORMS for arg in ("--platform", p)], "-d", str(folder), "-r", str(LOCK)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        sys.exit(f"gpu-twin: {LOCK.relative_to(ROOT)}: pip download failed: {tail}")
+    locked = {line.split("==")[0].strip().lower().replace("_", "-")
+              for line in LOCK.read_text().splitlines() if "==" in line and not line.startswith("#")}
+    wheels = [w for w in sorted(folder.glob("*.whl")) if w.name.split("-")[0].lower().replace("_", "-") in locked]
+    if len(wheels) != len(locked):
+        sys.exit(f"gpu-twin: {len(wheels)} wheels for {len(locked)} locked packages in {folder}")
+    engine = work / "engine-wheel"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "-w", str(engine), str(ROOT / "engine")], check=True)
+    return [*wheels, *sorted(engine.glob("*.whl"))]
+
+
+def relock() -> None:
+    """Re-resolve requirements/gpu-twin.lock from gpu-twin.in for the device's Python,
+    leaving out what the device image ships (device-packages.txt)."""
+    names, pins = [], []
+    for line in DEVICE_HAS.read_text().splitlines():
+        if line and not line.startswith("#"):
+            names.append(line.split("==")[0])
+            # numpy's pin is left to the resolver: mistral_common's own cap (<2.4 on
+            # Python < 3.13) is stricter than the device's 2.5.2, which serves it
+            if "==" in line and not line.startswith("numpy"):
+                pins.append(line)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt") as constraints:
+        constraints.write("\n".join(pins) + "\n")
+        constraints.flush()
+        subprocess.run(["uv", "pip", "compile", str(LOCK.with_suffix(".in")), "-c", constraints.name,
+                        "--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_28",
+                        "--generate-hashes", "--no-header", "--no-annotate",
+                        *[arg for n in names for arg in ("--no-emit-package", n)], "-o", str(LOCK)], check=True)
+
+
+# -- the plan: the recipe's own command, adapted, per configuration -------------------------
+MODELS = "/tmp/kiln-gpu-twin/models"  # where the runner makes them (twin_models.py)
+TARGET, DRAFT = f"{MODELS}/tiny-qwen3moe", f"{MODELS}/tiny-qwen3-draft"
+_PARSERS = "GLM's chat parsers expect GLM's special tokens; the twin's tokenizer is a 1024-token BPE"
+# flag -> (new value, or None to drop it; why)
+FLAG_CHANGES: dict[str, tuple[str | None, str]] = {
+    "--host": ("127.0.0.1", "loopback only"),
+    "--port": ("PORT", "one free port per server (the runner fills it in)"),
+    "--tensor-parallel-size": (None, "one GPU"),
+    "--pipeline-parallel-size": (None, "one GPU"),
+    "--data-parallel-size": (None, "one GPU"),
+    "--enable-expert-parallel": (None, "one GPU"),
+    "--max-model-len": ("2048", "the twin's models hold 2048 positions"),
+    "--gpu-memory-utilization": ("0.08", "eight servers share one GPU"),
+    "--tool-call-parser": (None, _PARSERS),
+    "--reasoning-parser": (None, _PARSERS),
+    "--enable-auto-tool-choice": (None, "goes with --tool-call-parser"),
+}
+FLAGS_ADDED: dict[str, tuple[str, str]] = {
+    "--attention-backend": ("TRITON_ATTN", "FlashAttention's libraries do not travel (the twin's patch 0001)"),
+    "--dtype": ("float32", "the CPU twin's dtype, so its numeric-tie rule (top-2 margin < 1e-4) applies"),
+    "--kv-cache-memory-bytes": (str(2**30), "a fixed KV cache skips memory profiling, which servers "
+                                             "starting beside it would upset"),
+    "--max-num-seqs": ("32", "the largest load measured"),
+    "--compilation-config": ('{"mode":0,"cudagraph_mode":"FULL_DECODE_ONLY"}',
+                             "no torch.compile on the device's torch 2.11 (vLLM pins 2.14); full decode "
+                             "graphs, which adaptive verification needs"),
+}
+ENV_CHANGES: dict[str, tuple[str, str]] = {
+    "VLLM_USE_V2_MODEL_RUNNER": ("1", "the runner draft-trunc's hooks live in (the image's vLLM picks it too)"),
+    "VLLM_USE_FLASHINFER_SAMPLER": ("0", "FlashInfer does not travel"),
+    "KILN_GPU_TWIN": ("1", "the twin's patch 0001: vllm_flash_attn imports without its libraries"),
+    "KILN_DRAFT_TRUNC_LOG_INTERVAL": ("20", "counters on /metrics within a short run"),
+}
+SCHEDULE = "num_speculative_tokens_per_batch_size"
+AV = "enable_adaptive_verification"
+
+
+def _adapted(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str], list[dict[str, str]]]:
+    """The recipe's `vllm serve` argv and env with the twin's changes, and the list of them."""
+    changes: list[dict[str, str]] = [{"what": "model", "from": argv[1], "to": TARGET, "why": "the twin's target"}]
+    out = ["serve", TARGET]
+    i = 2
+    while i < len(argv):
+        flag = argv[i]
+        has_value = i + 1 < len(argv) and not argv[i + 1].startswith("--")
+        value = argv[i + 1] if has_value else ""
+        i += 2 if has_value else 1
+        if flag == "--speculative-config":
+            spec = json.loads(value)
+            changes.append({"what": "speculative_config.model", "from": spec.get("model", ""), "to": DRAFT,
+                            "why": "the twin's draft"})
+            out += [flag, json.dumps({**spec, "model": DRAFT}, separators=(",", ":"))]
+        elif flag in FLAG_CHANGES:
+            new, why = FLAG_CHANGES[flag]
+            changes.append({"what": flag, "from": value or "(set)", "to": new or "(dropped)", "why": why})
+            if new is not None:
+                out += [flag, new]
+        else:
+            out += [flag, *([value] if has_value else [])]
+    for flag, (value, why) in FLAGS_ADDED.items():
+        changes.append({"what": flag, "from": "(unset)", "to": value, "why": why})
+        out += [flag, value]
+    env = dict(env)
+    for name, (value, why) in ENV_CHANGES.items():
+        changes.append({"what": name, "from": env.get(name, "(unset)"), "to": value, "why": why})
+        env[name] = value
+    return out, env, changes
+
+
+def _with_spec(argv: list[str], spec: dict[str, object] | None) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--speculative-config":
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out + (["--speculative-config", json.dumps(spec, separators=(",", ":"))] if spec else [])
+
+
+def configurations(argv: list[str], env: dict[str, str]) -> dict[str, dict[str, object]]:
+    """The issue's configurations, each the adapted recipe command with one change."""
+    i = argv.index("--speculative-config")
+    shipped: dict[str, object] = json.loads(argv[i + 1])
+    fixed = {k: v for k, v in shipped.items() if k not in (SCHEDULE, AV)}
+    av = {**fixed, AV: True}
+    dt_on = {"KILN_DRAFT_TRUNC": "1"}
+    table: dict[str, tuple[dict[str, object] | None, dict[str, str]]] = {
+        "spec-off": (None, {"KILN_DRAFT_TRUNC": "0"}),
+        "spec": (fixed, {"KILN_DRAFT_TRUNC": "0"}),
+        "dt-cost": (fixed, dt_on),
+        "dt-tau": (fixed, {**dt_on, "KILN_DRAFT_TRUNC_TAU": "0.25"}),
+        "shipped": (shipped, {}),
+        "av": (av, {"KILN_DRAFT_TRUNC": "0"}),
+        "av-dt": (av, {**dt_on, "KILN_DRAFT_TRUNC_WITH_AV": "1"}),
+        "kiln-av": (av, {**dt_on, "KILN_DRAFT_TRUNC_WITH_AV": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1"}),
+    }
+    return {name: {"argv": _with_spec(argv, spec), "env": {**env, **extra}, "env_delta": extra,
+                   "speculative_config": spec}
+            for name, (spec, extra) in table.items()}
+
+
+def plan(recipe: str, shape: str) -> dict[str, object]:
+    loaded = load_recipe(recipe)
+    doc = launch_document(loaded)
+    argv, env, changes = _adapted(list(doc["argv"][1:]), dict(doc["env"]))
+    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
+    return {"recipe": recipe, "engine": loaded.recipe.engine.version, "commit": commit, "shape": shape,
+            "models": {"script": "benchmarks/gpu_twin/twin_models.py", "args": [MODELS, "--shape", shape]},
+            "recipe_argv": doc["argv"], "changes": changes, "configs": configurations(argv, env)}
+
+
+# -- packing: one bundle, split to fit the calls ---------------------------------------------
+def _travelling_bytes() -> int:
+    """What every call carries anyway: tracked and untracked-not-ignored files."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                         capture_output=True, check=True).stdout
+    return sum((ROOT / n).stat().st_size for n in out.decode().split("\0") if n and (ROOT / n).is_file())
+
+
+def pack(members: dict[str, Path], out: Path) -> dict[str, object]:
+    """members (name in the bundle -> file) into out/call-N/ chunks with a manifest each."""
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir()
+    bundle = out / "bundle.tar"
+    with tarfile.open(bundle, "w") as tar:
+        for name, path in members.items():
+            tar.add(path, arcname=name)
+    chunk = CALL_LIMIT - _travelling_bytes() - MARGIN
+    data_sha, size = _sha256(bundle), bundle.stat().st_size
+    chunks = []
+    with bundle.open("rb") as fh:
+        for n in range(1, size // chunk + 2):
+            block = fh.read(chunk)
+            if not block:
+                break
+            folder = out / f"call-{n}"
+            folder.mkdir()
+            (folder / f"chunk-{n}").write_bytes(block)
+            chunks.append({"name": f"chunk-{n}", "bytes": len(block), "sha256": hashlib.sha256(block).hexdigest()})
+    bundle.unlink()
+    manifest = {"bundle_sha256": data_sha, "bundle_bytes": size, "chunks": chunks,
+                "members": {name: _sha256(path) for name, path in members.items()}}
+    for n in range(1, len(chunks) + 1):
+        (out / f"call-{n}" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("recipe", nargs="?", default="glm53-kindling")
+    p.add_argument("--shape", default="av-cut", help="twin_models.py's shape")
+    p.add_argument("--relock", action="store_true", help="re-resolve requirements/gpu-twin.lock first")
+    args = p.parse_args(argv)
+    t0 = time.monotonic()
+    if args.relock:
+        relock()
+    the_plan = plan(args.recipe, args.shape)
+    version = str(the_plan["engine"])
+    with tempfile.TemporaryDirectory(prefix="kiln-gpu-twin-") as tmp:
+        work = Path(tmp)
+        members = {"vllm-sources.tar.xz": _patched_sources(args.recipe, version, work)}
+        for lib in _op_libraries(version):
+            members[f"ops/{lib.name}"] = lib
+        for wheel in _device_wheels(work):
+            members[f"wheels/{wheel.name}"] = wheel
+        (work / "plan.json").write_text(json.dumps(the_plan, indent=1) + "\n")
+        members["plan.json"] = work / "plan.json"
+        manifest = pack(members, OUT)
+    chunks = manifest["chunks"]
+    assert isinstance(chunks, list)
+    _log(f"{args.recipe} (vllm {version}): {len(members)} parts, {manifest['bundle_bytes'] / 2**20:.1f} MiB in "
+         f"{len(chunks)} calls, made in {time.monotonic() - t0:.0f} s")
+    for n in range(1, len(chunks) + 1):
+        run = f"python3 benchmarks/gpu_twin/runner.py stash .gpu-twin/call-{n}"
+        if n == len(chunks):
+            run += " && python3 benchmarks/gpu_twin/runner.py all --out $OUT"
+        _log(f"call {n}: carry ['.gpu-twin/call-{n}'], command: {run}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
