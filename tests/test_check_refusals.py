@@ -106,3 +106,64 @@ def test_a_ratio_the_registry_does_not_declare_is_only_held_to_min_below_max(che
 
     loaded = load_recipe(checkout / "recipes" / "glm53-kindling")
     assert loaded.recipe.smoke.features["draft-trunc"]["speedup"].min == 1.2
+
+
+# -- 1. vLLM's adaptive verification with what it cannot run with ----------------------
+_AV_ON = ("    method: draft_model\n", "    method: draft_model\n    enable_adaptive_verification: true\n")
+_ARGS = "    max-model-len: 131072\n"
+
+
+@pytest.mark.parametrize(("old", "new", "at", "field", "says"), [
+    (_ARGS, _ARGS + "    enforce-eager: true\n", "    enforce-eager", "launch.args.enforce-eager",
+     "vLLM refuses adaptive verification without full CUDA graphs, and enforce-eager captures none"),
+    (_ARGS, _ARGS + "    compilation-config: {cudagraph_mode: piecewise}\n", "    compilation-config",
+     "launch.args.compilation-config.cudagraph_mode", "piecewise has no full CUDA graphs"),
+    ("  tensor_parallel: 8\n", "  tensor_parallel: 4\n  pipeline_parallel: 2\n", "  pipeline_parallel",
+     "topology.pipeline_parallel", "vLLM refuses adaptive verification with pipeline parallelism"),
+    (_ARGS, _ARGS + "    enable-lora: true\n", "    enable-lora", "launch.args.enable-lora",
+     "vLLM refuses adaptive verification with LoRA"),
+    ('    VLLM_MOE_SKIP_PADDING: "1"\n', '    VLLM_MOE_SKIP_PADDING: "1"\n    VLLM_USE_V2_MODEL_RUNNER: "0"\n',
+     "    VLLM_USE_V2_MODEL_RUNNER", "launch.env.VLLM_USE_V2_MODEL_RUNNER", "0 selects the V1 model runner"),
+    ("  version: 0.33.0\n", "  version: 0.31.0\n", "  version: 0.31.0", "engine.version",
+     "vLLM 0.31.0 has no adaptive verification (first in 0.32.0)"),
+])
+def test_adaptive_verification_with_what_vllm_refuses_it_with(checkout, old, new, at, field, says):
+    rfile = checkout / "recipes" / "glm53-kindling" / "recipe.yaml"
+    _edit(rfile, *_AV_ON)
+    text = _edit(rfile, old, new)
+    line = _refused(checkout, "glm53-kindling", f": {field}: ")
+    assert f"recipes/glm53-kindling/recipe.yaml:{_line_of(text, at)}: {field}: " in line
+    assert says in line and "enable_adaptive_verification is true" in line
+
+
+def test_adaptive_verification_on_the_cpu_engine_is_refused(checkout):
+    rfile = checkout / "recipes" / "tiny-kindling" / "recipe.yaml"
+    text = _edit(rfile, *_AV_ON)
+    line = _refused(checkout, "tiny-kindling", ": engine.flavour: ")
+    assert f"recipes/tiny-kindling/recipe.yaml:{_line_of(text, '  flavour: cpu')}: engine.flavour: cpu: " in line
+    assert "runs only in the CUDA (V2 GPU) model runner" in line
+    _refused(checkout, "tiny-kindling", ": launch.args.enforce-eager: ")  # the twin runs eager, too
+
+
+def test_pipeline_parallel_from_launch_args_is_refused_at_the_flag(checkout):
+    rfile = checkout / "recipes" / "glm53-kindling" / "recipe.yaml"
+    _edit(rfile, *_AV_ON)
+    text = rfile.read_text()
+    start, end = text.index("topology:\n"), text.index("launch:\n")
+    text = text[:start] + text[end:]  # no topology: the layout comes from launch.args
+    rfile.write_text(text.replace(_ARGS, _ARGS + "    pipeline-parallel-size: 2\n", 1))
+    from kiln.basics.errors import RecipeInvalid
+    from kiln.domain.recipes.recipe import load_recipe
+
+    with pytest.raises(RecipeInvalid) as info:
+        load_recipe(checkout / "recipes" / "glm53-kindling")
+    [problem] = [p for p in info.value.problems if "pipeline" in p]
+    assert ": launch.args.pipeline-parallel-size: vLLM refuses adaptive verification with pipeline" in problem
+
+
+def test_adaptive_verification_alone_loads(checkout):
+    from kiln.domain.recipes.recipe import load_recipe
+
+    rfile = checkout / "recipes" / "glm53-kindling" / "recipe.yaml"
+    _edit(rfile, *_AV_ON)
+    assert load_recipe(checkout / "recipes" / "glm53-kindling").recipe.launch.speculative_config

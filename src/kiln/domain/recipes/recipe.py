@@ -20,7 +20,7 @@ from pydantic import (
 from kiln.basics.errors import RecipeInvalid
 from kiln.basics.paths import recipes_dir
 from kiln.basics.yamlsrc import SourcedYaml
-from kiln.domain.recipes import envpolicy, specbounds
+from kiln.domain.recipes import adaptive_verification, envpolicy, specbounds
 from kiln.domain.recipes.engine_features import declared_ratio, flag_on, unknown_knob_problems
 from kiln.domain.recipes.sections import (
     NAME_PATTERN,
@@ -134,6 +134,7 @@ def _cross_checks(loaded: LoadedRecipe) -> list[str]:
             "draft_model needs model.draft (or a model key here)"
         )
     problems += _av_calibrate_problems(loaded)
+    problems += adaptive_verification.problems(loaded)
     problems += unknown_knob_problems(rec.launch.env, loaded.where, ("launch", "env"))
     problems += _smoke_bound_problems(loaded)
     problems += envpolicy.problems(rec.launch.env, rec.launch.allow_unsafe_env, loaded.where,
