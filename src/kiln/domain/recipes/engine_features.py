@@ -8,9 +8,10 @@ only, so loading it never pulls torch, triton or vLLM.
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -54,3 +55,37 @@ def flag_on(env: Mapping[str, str], var: str) -> bool:
         return bool(knob.parse(env.get(var)))
     except ValueError:
         return False
+
+
+def _knob_names(feature: Feature) -> list[str]:
+    return [k.env for k in (feature.switch, *feature.knobs)]
+
+
+def unknown_knob_problems(env: Mapping[str, str], where: Callable[..., str], env_loc: tuple[str, ...]) -> list[str]:
+    """One `file:line: field: message` per variable of `env` under a registered
+    feature's prefix (`KILN_DRAFT_TRUNC_`) that is none of that feature's knobs: the
+    engine reads only the knobs the registry declares, so a misspelt one (the typo
+    `KILN_DRAFT_TRUNC_EXPLOR`) would be ignored without a word. `where(*loc)` gives
+    `file:line`, env_loc is the path of the env mapping in the file."""
+    field = ".".join(env_loc)
+    out = []
+    for feature in registry().FEATURES:
+        known, prefix = _knob_names(feature), f"{feature.env}_"
+        for name in env:
+            if not name.startswith(prefix) or name in known:
+                continue
+            # what follows the shared prefix is compared: against whole names, any
+            # KILN_DRAFT_TRUNC_* would look close to every knob
+            tails = {k.removeprefix(prefix): k for k in known if k.startswith(prefix)}
+            near = difflib.get_close_matches(name.removeprefix(prefix), list(tails), n=1, cutoff=0.6)
+            guess = f"did you mean {tails[near[0]]}?" if near else f"its knobs: {', '.join(known)}"
+            out.append(f"{where(*env_loc, name)}: {field}.{name}: kiln-engine's {feature.name} has no knob "
+                       f"{name} ({guess}); the engine would ignore it: fix the name or drop it")
+    return out
+
+
+def declared_ratio(feature: str, ratio: str) -> bool:
+    """Whether the registry declares `ratio` for `feature`. Every declared ratio is a
+    share: its numerator counts a subset of what its denominator counts (dead of all
+    tokens, kept of proposed, accepted of kept), so it lies in [0, 1]."""
+    return any(r.name == ratio for f in registry().FEATURES if f.name == feature for r in f.ratios)

@@ -24,6 +24,7 @@ from pydantic import Field
 from kiln.basics.errors import RecipeInvalid
 from kiln.basics.yamlsrc import SourcedYaml
 from kiln.domain.recipes import envpolicy
+from kiln.domain.recipes.engine_features import unknown_knob_problems
 from kiln.domain.recipes.envpolicy import EnvValue, Reason
 from kiln.domain.recipes.sections import EnvName, Version
 from kiln.domain.recipes.yamlfile import Strict, display_path, load_validated
@@ -190,6 +191,7 @@ def load_override(directory: Path) -> LoadedOverride:
             problems.append(f"{where}: not found")
     problems += envpolicy.problems(override.env, override.allow_unsafe_env,
                                    lambda *loc: f"{shown}:{src.line_of(loc)}", ("env",), ("allow_unsafe_env",))
+    problems += unknown_knob_problems(override.env, lambda *loc: f"{shown}:{src.line_of(loc)}", ("env",))
     if problems:
         raise RecipeInvalid(problems)
     return LoadedOverride(override, directory, src)

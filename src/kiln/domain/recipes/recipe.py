@@ -20,8 +20,8 @@ from pydantic import (
 from kiln.basics.errors import RecipeInvalid
 from kiln.basics.paths import recipes_dir
 from kiln.basics.yamlsrc import SourcedYaml
-from kiln.domain.recipes import envpolicy, specbounds
-from kiln.domain.recipes.engine_features import flag_on
+from kiln.domain.recipes import adaptive_verification, envpolicy, specbounds
+from kiln.domain.recipes.engine_features import declared_ratio, flag_on, unknown_knob_problems
 from kiln.domain.recipes.sections import (
     NAME_PATTERN,
     SHARED_DIR,
@@ -134,6 +134,9 @@ def _cross_checks(loaded: LoadedRecipe) -> list[str]:
             "draft_model needs model.draft (or a model key here)"
         )
     problems += _av_calibrate_problems(loaded)
+    problems += adaptive_verification.problems(loaded)
+    problems += unknown_knob_problems(rec.launch.env, loaded.where, ("launch", "env"))
+    problems += _smoke_bound_problems(loaded)
     problems += envpolicy.problems(rec.launch.env, rec.launch.allow_unsafe_env, loaded.where,
                                    ("launch", "env"), ("launch", "allow_unsafe_env"))
     problems += specbounds.problems(rec.launch.speculative_config or {}, rec.launch.args, loaded.where)
@@ -155,6 +158,28 @@ def _av_calibrate_problems(loaded: LoadedRecipe) -> list[str]:
         return []
     return [f"{loaded.where('launch', 'env', _AV_CALIBRATE)}: launch.env.{_AV_CALIBRATE}: corrects vLLM's "
             f"adaptive verification, but launch.speculative_config.{_AV} is not true: set it, or drop the knob"]
+
+
+def _smoke_bound_problems(loaded: LoadedRecipe) -> list[str]:
+    """smoke.features.<feature>.<ratio>: {min, max} that no measurement can meet: a
+    min above its max, or a bound of a share (every ratio the engine's registry
+    declares) outside [0, 1]. `kiln smoke` would fail them only after a build and a
+    served model; the recipe says so at load."""
+    problems = []
+    for feature, ratios in loaded.recipe.smoke.features.items():
+        for ratio, bounds in ratios.items():
+            field = f"smoke.features.{feature}.{ratio}"
+            loc = ("smoke", "features", feature, ratio)
+            if bounds.min is not None and bounds.max is not None and bounds.min > bounds.max:
+                problems.append(f"{loaded.where(*loc, 'min')}: {field}: min {bounds.min:g} is above max "
+                                f"{bounds.max:g}, so no run can pass: swap them or fix one")
+            if not declared_ratio(feature, ratio):
+                continue  # an unknown ratio is `kiln smoke`'s to name; nothing says it is a share
+            for side, value in (("min", bounds.min), ("max", bounds.max)):
+                if value is not None and not 0.0 <= value <= 1.0:  # also refuses NaN
+                    problems.append(f"{loaded.where(*loc, side)}: {field}.{side}: {value:g} is outside [0, 1], "
+                                    f"but {ratio} is a share of {feature}'s counters: use a value in [0, 1]")
+    return problems
 
 
 def _check_files(loaded: LoadedRecipe) -> list[str]:
