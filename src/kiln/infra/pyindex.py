@@ -269,8 +269,8 @@ def _simple_page(url: str, cafile: Path | None) -> tuple[str, bytes] | None:
                 media = (resp.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
                 body = resp.read(MAX_PAGE_BYTES + 1)
             if len(body) > MAX_PAGE_BYTES:
-                raise PackageIndexInvalid(f"package index {url}: the answer is larger than "
-                                          f"{MAX_PAGE_BYTES >> 20} MiB; no index page is")
+                raise PackageIndexInvalid(f"package index {url}: the answer is over {MAX_PAGE_BYTES:,} bytes; "
+                                          "no index page is that large")
             return media, body
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
