@@ -14,6 +14,7 @@ from kiln.commands.doctor import DoctorDocument
 from kiln.commands.images.build import BuildDocument
 from kiln.commands.recipes.check import CheckDocument, RecipeCheck
 from kiln.commands.serving.smoke import SmokeDocument, SmokeSkipped
+from kiln.domain.patching.outdated import EnginePin, OutdatedDocument, OutdatedRow
 from kiln.domain.publishing import (
     PlatformEntry,
     PromoteDocument,
@@ -45,6 +46,9 @@ DOCUMENTS: list[tuple[Any, str, tuple[str | int, ...]]] = [
     (ShowDocument, "show", ()),
     (ImageEntry, "show", ("properties", "engine_image")),
     (ShowPlatform, "show", ("properties", "platforms", "additionalProperties")),
+    (OutdatedDocument, "outdated", ()),
+    (OutdatedRow, "outdated", ("properties", "recipes", "items")),
+    (EnginePin, "outdated", ("properties", "recipes", "items", "properties", "engine")),
     (VerificationJson, "verify", ()),
     (AttestationCheckJson, "verify", ("properties", "attestations", "items")),
 ]

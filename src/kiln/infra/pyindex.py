@@ -5,15 +5,20 @@
   transient failure (a resolver that answers "try again", a timeout, a reset, HTTP 429
   or 5xx) is tried again after 1, 2 and 4 s; anything else fails at once.
 - `compile_pins(...)`: `uv pip compile` for one target platform, read back as pins.
+- `wheel_releases(name, index=..., cafile=...)`: the final releases of one project that
+  have a wheel not yanked, from the JSON simple API (PEP 691) or, where the index only
+  speaks HTML, from its PEP 503 page (`kiln engine outdated`). Tried again as `project`.
 - `download(url, dest, sha256)`: one file, hashed while it streams, moved into place
   only when the hash is the expected one.
 - `pip_setting(key)`: pip's own configuration (index-url, find-links, cert), so kiln
-  resolves and downloads from where the host's pip does.
+  resolves and downloads from where the host's pip does; `index_cafile()` the CA bundle
+  for the index's TLS (pip's cert, else REQUESTS_CA_BUNDLE).
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import socket
@@ -23,14 +28,25 @@ import sys
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from kiln.basics.errors import EngineFetchFailed, LockInvalid
+from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from kiln.basics.errors import (
+    EngineFetchFailed,
+    LockInvalid,
+    PackageIndexInvalid,
+    PackageIndexUnreachable,
+    one_line,
+)
 from kiln.basics.paths import cache_dir
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -40,6 +56,13 @@ _ACCEPT = "application/vnd.pypi.simple.v1+json"
 # or a bump that fails on one such blip costs the whole run, while waiting 7 s does not.
 _RETRY_WAITS_S = (1.0, 2.0, 4.0)
 _TRANSIENT_HTTP = frozenset({429, 500, 502, 503, 504})
+# `wheel_releases` asks for JSON and takes HTML (PEP 691's content negotiation)
+_SIMPLE_ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
+                  "text/html;q=0.1")
+_JSON_TYPES = frozenset({"application/vnd.pypi.simple.v1+json", "application/json"})
+_HTML_TYPES = frozenset({"application/vnd.pypi.simple.v1+html", "text/html"})
+# PyPI's page for vllm is ~130 kB; a page far larger is no index page worth reading
+MAX_PAGE_BYTES = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -86,6 +109,13 @@ def find_links() -> list[str]:
     """pip's find-links that are local folders (torch's CPU build lives in one)."""
     raw = pip_setting("find-links") or ""
     return [p for p in raw.split() if p and not p.startswith(("http://", "https://")) and Path(p).is_dir()]
+
+
+def index_cafile() -> Path | None:
+    """The CA bundle pip trusts for the index (PIP_CERT, pip's `cert`), else
+    REQUESTS_CA_BUNDLE; None: the system's default trust store."""
+    value = pip_setting("cert") or os.environ.get("REQUESTS_CA_BUNDLE")
+    return Path(value) if value else None
 
 
 def _ssl_context(cafile: Path | None) -> ssl.SSLContext:
@@ -202,3 +232,108 @@ def compile_pins(requirements: list[str], *, uv_platform: str, python: str, cafi
                 raise LockInvalid(f"uv pip compile wrote an unpinned line: {line!r}")
             pins.append(Pin(name.strip(), version.split(";", 1)[0].strip()))
         return sorted(pins, key=lambda p: _normalise(p.name))
+
+
+def wheel_releases(name: str, *, index: str, cafile: Path | None) -> list[str] | None:
+    """The final releases (no pre- or dev releases) of project `name` on `index` that
+    have at least one wheel that is not yanked, oldest first; None when the index has
+    no page for the project (HTTP 404). A page that is neither simple-API JSON nor
+    HTML with links is `PackageIndexInvalid`; no answer at all `PackageIndexUnreachable`."""
+    url = f"{index.rstrip('/')}/{canonicalize_name(name)}/"
+    answer = _simple_page(url, cafile)
+    if answer is None:
+        return None
+    media, body = answer
+    is_json = media in _JSON_TYPES or (media not in _HTML_TYPES and body.lstrip()[:1] == b"{")
+    files = _json_files(url, body) if is_json else _html_files(url, body)
+    versions: set[Version] = set()
+    for filename, yanked in files:
+        if yanked or not filename.endswith(".whl"):
+            continue
+        try:
+            project, version, _, _ = parse_wheel_filename(filename)
+        except (InvalidWheelFilename, InvalidVersion):
+            continue  # not a wheel pip could install either
+        if project == canonicalize_name(name) and not version.is_prerelease:
+            versions.add(version)
+    return [str(v) for v in sorted(versions)]
+
+
+def _simple_page(url: str, cafile: Path | None) -> tuple[str, bytes] | None:
+    """(media type, body) of one index page, None on HTTP 404; transient failures are
+    tried again as `project`'s are."""
+    req = urllib.request.Request(url, headers={"Accept": _SIMPLE_ACCEPT})
+    for wait in (*_RETRY_WAITS_S, None):
+        try:
+            with urllib.request.urlopen(req, timeout=60, context=_ssl_context(cafile)) as resp:
+                media = (resp.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+                body = resp.read(MAX_PAGE_BYTES + 1)
+            if len(body) > MAX_PAGE_BYTES:
+                raise PackageIndexInvalid(f"package index {url}: the answer is over {MAX_PAGE_BYTES:,} bytes; "
+                                          "no index page is that large")
+            return media, body
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            if wait is None or not _transient(exc):
+                raise PackageIndexUnreachable(f"could not ask the package index {url}: HTTP {exc.code}") from None
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
+            if wait is None or not _transient(exc):
+                reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+                raise PackageIndexUnreachable(
+                    f"could not ask the package index {url}: {one_line(str(reason) or type(reason).__name__)}") from None
+        time.sleep(wait)
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+def _json_files(url: str, body: bytes) -> list[tuple[str, bool]]:
+    """(filename, yanked) of each file a PEP 691 JSON page lists."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PackageIndexInvalid(f"package index {url}: the answer is not JSON: {one_line(str(exc))}") from None
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
+                                              for f in files):
+        raise PackageIndexInvalid(f"package index {url}: the JSON is no simple-API page "
+                                  "(PEP 691: an object whose `files` each have a `filename`)")
+    # PEP 691: `yanked` is false, true, or the reason (a string) when yanked
+    return [(f["filename"], f.get("yanked") not in (None, False)) for f in files]
+
+
+class _Links(HTMLParser):
+    """The anchors of a PEP 503 page: (filename, yanked) each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.links: list[tuple[str, bool]] = []
+        self._open: tuple[str, bool] | None = None
+        self._text = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            found = dict(attrs)
+            path = urllib.parse.urlsplit(found.get("href") or "").path
+            self._open = (urllib.parse.unquote(path.rsplit("/", 1)[-1]), "data-yanked" in found)
+            self._text = ""
+
+    def handle_data(self, data: str) -> None:
+        if self._open is not None:
+            self._text += data
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "a" and self._open is not None:
+            filename, yanked = self._open
+            self.links.append((filename or self._text.strip(), yanked))
+            self._open = None
+
+
+def _html_files(url: str, body: bytes) -> list[tuple[str, bool]]:
+    """(filename, yanked) of each link of a PEP 503 page; a page without links is no index page."""
+    parser = _Links()
+    parser.feed(body.decode("utf-8", errors="replace"))
+    parser.close()
+    if not parser.links:
+        raise PackageIndexInvalid(f"package index {url}: the answer is neither simple-API JSON "
+                                  "nor an HTML page with links (PEP 503)")
+    return parser.links

@@ -180,6 +180,34 @@ class DiskSpaceShort(KilnError):
     )
 
 
+# -- the engine's releases on the package index (kiln engine outdated, 36-38) ------------
+class EngineOutdated(KilnError):
+    """`kiln engine outdated`: a recipe pins an older engine release than the newest one on the package index."""
+
+    exit_code = 36
+    hint = (
+        "`kiln engine bump --to VERSION` ports the series to the newest release, then "
+        "`kiln engine bump --to VERSION --recipe NAME` moves each recipe (docs/patches.md)"
+    )
+
+
+class PackageIndexUnreachable(KilnError):
+    """The package index could not be asked: no connection, a TLS failure, a timeout, or an HTTP error status."""
+
+    exit_code = 37
+    hint = (
+        "check the network and pip's configuration (`pip config list`: index-url, cert), "
+        "or name another index with --index-url"
+    )
+
+
+class PackageIndexInvalid(KilnError):
+    """The package index answered with a page that is no simple-API page (PEP 691 JSON or PEP 503 HTML), or one too large to read."""
+
+    exit_code = 38
+    hint = "--index-url must name a simple index (the URL pip's index-url names, e.g. https://pypi.org/simple)"
+
+
 # -- reproducible images (kiln rebuild --verify, kiln base build) -------------------------
 class RebuildDiffers(KilnError):
     """`kiln rebuild --verify`: the image rebuilt from the recorded sources is not the one given."""

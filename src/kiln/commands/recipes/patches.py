@@ -8,7 +8,7 @@ import argparse
 from kiln.basics import log
 from kiln.basics.paths import repo_root
 from kiln.commands.options import Subparsers
-from kiln.commands.recipes import lock
+from kiln.commands.recipes import lock, outdated
 from kiln.domain.patching import series as S
 from kiln.domain.patching.bump import bump, default_from, move_recipe
 from kiln.domain.patching.quilt import Target, checkout, refresh
@@ -156,6 +156,7 @@ def register(sub: Subparsers) -> None:
                                                     "for that version must apply)")
     s.set_defaults(func=cmd_engine_bump)
     lock.register_engine(es)
+    outdated.register_engine(es)
 
     o = sub.add_parser("override", help="experimental overrides (recipes/NAME/experimental/FEATURE)")
     os_ = o.add_subparsers(dest="override_command", required=True, parser_class=type(o))

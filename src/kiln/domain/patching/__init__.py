@@ -6,6 +6,7 @@
 - series:   where series live (engine-wide, per feature and engine version), `patches check`;
 - quilt:    scratch trees for editing a series: checkout / refresh;
 - bump:     `kiln engine bump`;
+- outdated: `kiln engine outdated`: recipes' engine pins against the index's releases and kiln's series;
 - rebase:   `kiln override rebase` / `to-patch`;
 - overlay:  what a recipe image carries for a switched-on feature (used by the builder);
 - yamledit: round-trip YAML edits (ruamel.yaml).
