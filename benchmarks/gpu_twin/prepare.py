@@ -50,8 +50,9 @@ MARGIN = 2 * 2**20  # files written between prepare and the call (results, notes
 # the op libraries the twin loads (stable ABI); FlashAttention's and the rest stay behind
 OP_LIBRARIES = ("_C_stable_libtorch.abi3.so", "_moe_C_stable_libtorch.abi3.so", "cumem_allocator.abi3.so",
                 "fs_io_C.abi3.so", "spinloop.abi3.so")
-# third_party holds deep_gemm's and fmha_sm100's sources (27 MB) that Triton attention never imports
-SKIPPED_SOURCES = ("vllm/third_party/",)
+# deep_gemm's and fmha_sm100's sources (2,000 files) that Triton attention never imports;
+# the rest of third_party stays (vLLM finds the GPU through third_party/pynvml.py)
+SKIPPED_SOURCES = ("vllm/third_party/deep_gemm/", "vllm/third_party/fmha_sm100/")
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (5, 17, 24, 26, 27, 28, 31, 34, 35, 36, 38, 39)]
 
 
@@ -138,8 +139,10 @@ def _device_wheels(work: Path) -> list[Path]:
     if len(wheels) != len(locked):
         sys.exit(f"gpu-twin: {len(wheels)} wheels for {len(locked)} locked packages in {folder}")
     engine = work / "engine-wheel"
+    source = work / "engine-source"  # a copy: the build leaves build/ beside the sources
+    shutil.copytree(ROOT / "engine", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", str(engine), str(ROOT / "engine")], check=True)
+                    "-w", str(engine), str(source)], check=True, capture_output=True)
     return [*wheels, *sorted(engine.glob("*.whl"))]
 
 
