@@ -271,8 +271,18 @@ def configurations(argv: list[str], env: dict[str, str]) -> dict[str, dict[str, 
 
 
 def plan(recipe: str, shape: str) -> dict[str, object]:
+    """The runner's plan for `recipe`; one line (SystemExit) for a recipe the twin cannot serve."""
     loaded = load_recipe(recipe)
+    if loaded.recipe.engine.flavour != "cuda":
+        sys.exit(f"gpu-twin: {recipe} is a CPU recipe (engine.flavour {loaded.recipe.engine.flavour}); "
+                 "the twin serves CUDA recipes")
     doc = launch_document(loaded)
+    spec = json.loads(doc["argv"][doc["argv"].index("--speculative-config") + 1]) \
+        if "--speculative-config" in doc["argv"] else None
+    if spec is None or spec.get("method") != "draft_model":
+        sys.exit(f"gpu-twin: {recipe}: launch.speculative_config.method is "
+                 f"{spec.get('method') if spec else 'unset'}; the twin's models are a target and a "
+                 "draft model (method draft_model), with no MTP head")
     argv, env, changes = _adapted(list(doc["argv"][1:]), dict(doc["env"]))
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
