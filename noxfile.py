@@ -265,4 +265,21 @@ def sim_adaptive(session):
         "python", "benchmarks/draft_trunc/sim_adaptive.py", *session.posargs,
         env={"PYTHONUNBUFFERED": "1"},
     )
+
+
+@nox.session(python=False)
+def gpu_twin(session):
+    """Opt-in: everything the lent GPU needs to serve a CUDA recipe (default glm53-kindling)
+    with its patched vLLM: sources through kiln's applier, the stable-ABI op libraries,
+    kiln-engine and requirements/gpu-twin.lock's wheels, split into .gpu-twin/call-N folders
+    that each fit one device call; prints the calls to make (docs/draft-trunc.md, "The GPU
+    twin"). `-- RECIPE --relock` re-resolves the lock first."""
+    session.run("python", "benchmarks/gpu_twin/prepare.py", *session.posargs, env={"PYTHONUNBUFFERED": "1"})
+
+
+@nox.session(python=False)
+def gpu_twin_report(session):
+    """A GPU-twin run's gpu-twin-results.json judged with the CPU twin's lossless rules:
+    Markdown table, JSON summary and PNG plot in benchmarks/gpu_twin/results/."""
+    session.run("python", "benchmarks/gpu_twin/analyse.py", *session.posargs)
 # --- end draft_trunc sessions ---

@@ -45,3 +45,23 @@ def test_a_flag_the_knob_refuses_counts_as_off_here():
     spec = {"method": "draft_model", "num_speculative_tokens": 4}
     assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC_DEPTH": "maybe"}) == "draft_model, 4 drafts; draft-trunc: cost-aware"
     assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC_DEPTH": " On "}).endswith("decides how far to draft")
+
+
+def test_served_names_each_run_newest_first_or_says_nothing_did():
+    from kiln.commands.recipes.show import served
+
+    assert served([]) == "nothing here has served this speculation configuration"
+    runs = [{"by": "a GPU run", "date": "2026-11-01", "device": "H200", "result": "ok", "record": "x.json"},
+            {"by": "the GPU twin", "date": "2026-12-07", "device": "H100", "result": "lossless", "record": "y.json"}]
+    assert served(runs) == "the GPU twin, 2026-12-07, H100: lossless (y.json); a GPU run, 2026-11-01, H200: ok (x.json)"
+
+
+def test_every_recorded_run_points_at_a_record_in_the_checkout():
+    from kiln.basics.paths import repo_root
+    from kiln.domain.patching.series import load_recipe
+    from kiln.domain.recipes.recipe import recipe_names
+
+    records = [(name, run.record) for name in recipe_names() for run in load_recipe(name).recipe.served]
+    assert ("glm53-kindling", "benchmarks/gpu_twin/results/gpu-twin-2026-12-07-glm53-kindling.json") in records
+    for name, record in records:
+        assert (repo_root() / record).is_file(), f"{name}: served.record {record} is not in the checkout"

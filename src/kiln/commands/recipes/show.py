@@ -34,6 +34,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         "served as": f"{r['launch']['served_model_name']} on port {r['launch']['port']}",
         "speculation": speculation(r["launch"].get("speculative_config"), launch["env"]),
     }
+    if r["launch"].get("speculative_config") and r["smoke"].get("gpu"):  # CI serves the CPU recipes
+        rows["served"] = served(r.get("served") or [])
     out = log.out
     out.print(r["name"], markup=False)
     width = max(len(k) for k in rows)
@@ -74,6 +76,14 @@ def speculation(spec: Mapping[str, Any] | None, env: Mapping[str, str]) -> str:
             dt += ", calibrates adaptive verification"
         parts.append(dt)
     return "; ".join(parts)
+
+
+def served(runs: list[Mapping[str, Any]]) -> str:
+    """What served the speculation configuration (the recipe's `served:`), newest first."""
+    if not runs:
+        return "nothing here has served this speculation configuration"
+    return "; ".join(f"{r['by']}, {r['date']}, {r['device']}: {r['result']} ({r['record']})"
+                     for r in sorted(runs, key=lambda r: str(r["date"]), reverse=True))
 
 
 def register(sub: Subparsers) -> None:

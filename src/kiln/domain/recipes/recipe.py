@@ -31,6 +31,7 @@ from kiln.domain.recipes.sections import (
     FeatureUseEntry,
     Launch,
     Model,
+    Served,
     Name,
     Publish,
     Smoke,
@@ -62,6 +63,9 @@ class Recipe(Strict):
     publish: Publish | None = None
     budgets: Budgets = Field(default_factory=Budgets)
     build: Build = Field(default_factory=Build)
+    served: list[Served] = Field(
+        default_factory=list,
+        description="runs that served this recipe's speculation configuration (kiln show names them)")
 
     @property
     def features(self) -> list[str]:

@@ -7,6 +7,7 @@ Strict on purpose (yamlfile.Strict): unknown keys are rejected and values are no
 
 from __future__ import annotations
 
+import datetime
 from typing import Annotated, Any, Literal
 
 from packaging.version import InvalidVersion
@@ -248,6 +249,18 @@ class Publish(Strict):
 
 class Budgets(Strict):
     max_image_size_gb: Annotated[float, Field(gt=0)] | None = None
+
+
+class Served(Strict):
+    """One run that served this recipe's speculation configuration, so that `kiln show`
+    can say what proved it (a setting nothing here has served is not called proven)."""
+
+    by: Annotated[str, Field(min_length=1, description="what served it, e.g. 'the GPU twin'")]
+    date: datetime.date
+    device: Annotated[str, Field(min_length=1)]
+    configuration: Annotated[str, Field(min_length=1, description="what was served, in words")]
+    result: Annotated[str, Field(min_length=1, description="what it showed, in a few words")]
+    record: Annotated[str, Field(min_length=1, description="the results, as a path in the checkout")]
 
 
 class Build(Strict):
