@@ -31,9 +31,9 @@ from kiln.domain.recipes.sections import (
     FeatureUseEntry,
     Launch,
     Model,
-    Served,
     Name,
     Publish,
+    Served,
     Smoke,
 )
 from kiln.domain.recipes.topology import Topology
