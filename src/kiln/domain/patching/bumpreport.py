@@ -234,7 +234,8 @@ def headlines(report: BumpReport) -> list[str]:
            + (", ".join(r.name for r in report.recipes) or "none")]
     used = [c for c in _ordered(report) if report.users(c)]
     if used:
-        out += [f"Used and changed: {c.shown} {_change_words(c)} [{', '.join(report.users(c))}]" for c in used]
+        out += [f"Used and changed: {c.shown} {_change_words(c)} [{', '.join(report.users(c))}]"
+                + (" (each sets it: its own value stays)" if c.change == "default" else "") for c in used]
     else:
         out.append("None of the removed, deprecated or changed flags and speculative-config keys is used by a moving recipe")
     unset = [c for c in report.changes if c.change == "default" and len(report.users(c)) < len(report.recipes)]

@@ -150,7 +150,9 @@ def _written_default(value: ast.expr | None) -> ast.expr | str | None:
             if kw.arg == "default":
                 return kw.value
             if kw.arg == "default_factory":
-                return f"{ast.unparse(kw.value)}()"
+                factory = ast.unparse(kw.value)
+                simple = isinstance(kw.value, (ast.Name, ast.Attribute))
+                return f"{factory}()" if simple else f"({factory})()"
         return value.args[0] if value.args else None
     return value
 
