@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 
 from kiln.basics import log
+from kiln.basics.errors import UsageError
 from kiln.basics.paths import repo_root
 from kiln.commands.options import Subparsers
-from kiln.commands.recipes import lock, outdated
+from kiln.commands.recipes import bumpreport, lock, outdated
 from kiln.domain.patching import series as S
-from kiln.domain.patching.bump import bump, default_from, move_recipe
+from kiln.domain.patching.bump import PortedEngine, bump, default_from, move_recipe
 from kiln.domain.patching.quilt import Target, checkout, refresh
 from kiln.domain.patching.rebase import rebase, to_patch
 from kiln.infra import wheelcache
@@ -85,12 +86,20 @@ def cmd_patches_refresh(args: argparse.Namespace) -> int:
 
 def cmd_engine_bump(args: argparse.Namespace) -> int:
     to_version = S.parse_engine(args.to)
+    if args.report is not None and not args.dry_run:
+        raise UsageError("--report goes with --dry-run (a report changes nothing)")
     ported = args.recipe and S.series_dir(to_version).is_dir() and not args.from_version
     if ported:  # moving one more recipe onto an engine whose series is already ported
         log.ok(f"{S.shown(S.series_dir(to_version))} exists; moving {args.recipe} onto it")
     else:
         from_version = S.parse_engine(args.from_version) if args.from_version else default_from(to_version)
-        bump(from_version, to_version, args.flavour, args.dry_run)
+        then = None
+        if args.report is not None:
+            command = bumpreport.command_line(to_version, args.from_version and from_version, args.flavour, args.report)
+
+            def then(engine: PortedEngine) -> None:
+                bumpreport.report_bump((from_version, to_version), args.flavour, engine, args.report, command)
+        bump(from_version, to_version, args.flavour, args.dry_run, then)
     if args.recipe and not args.dry_run:
         move_recipe(args.recipe, to_version)
         # the recipe's engine image needs a lock for the new version (input of its digest)
@@ -154,6 +163,10 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
     s.add_argument("--recipe", metavar="NAME", help="then pin this recipe to the new version (its features' series "
                                                     "for that version must apply)")
+    s.add_argument("--report", nargs="?", const="", metavar="FILE.md",
+                   help="with --dry-run: also report what moving the recipes on the old version would change "
+                        "(flags and speculative-config keys, every series' patches, requirements, image size); "
+                        "FILE.md: write it as Markdown too")
     s.set_defaults(func=cmd_engine_bump)
     lock.register_engine(es)
     outdated.register_engine(es)

@@ -6,6 +6,10 @@
 - series:   where series live (engine-wide, per feature and engine version), `patches check`;
 - quilt:    scratch trees for editing a series: checkout / refresh;
 - bump:     `kiln engine bump`;
+- engineargs: an engine version's CLI flags and speculative-config keys, read statically from its sources,
+            and what changed between two versions;
+- bumpreport: `kiln engine bump --dry-run --report`: the report (flags, every series' patches,
+            requirements, image size), as text and Markdown;
 - outdated: `kiln engine outdated`: recipes' engine pins against the index's releases and kiln's series;
 - rebase:   `kiln override rebase` / `to-patch`;
 - overlay:  what a recipe image carries for a switched-on feature (used by the builder);

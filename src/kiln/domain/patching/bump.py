@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from kiln.basics import log
 from kiln.basics.errors import PatchFailed, UsageError
@@ -95,13 +97,37 @@ def _merge_port(tree: applier.Tree, base: applier.Tree, patch: patchformat.Patch
     return data
 
 
-def bump_report(from_version: str, to_version: str, flavour: str | None = None) -> list[Row]:
+class PortedEngine(NamedTuple):
+    """The engine series classified against the new sources. tree: the new engine with
+    every patch that ports applied; base: the old engine with the whole old series (what
+    a feature's patches are diffs against, for their 3-way merges)."""
+
+    rows: list[Row]
+    tree: applier.Tree
+    base: applier.Tree
+
+
+def port_engine(from_version: str, to_version: str, flavour: str | None = None) -> PortedEngine:
     """One Row per patch of `from_version`'s series against `to_version`'s sources, in
     series order (a patch that ports is applied before the next one is classified, as
     the build would; the old engine advances in step, for the 3-way merges)."""
     series = series_for(from_version)
     tree = applier.Tree(engine_root(to_version, flavour)[0])
     base = applier.Tree(engine_root(from_version, flavour)[0])
+    rows = []
+    for patch in series.patches:
+        rows.append(classify(tree, patch, base))
+        applier.apply_patch(base, patch)
+    return PortedEngine(rows, tree, base)
+
+
+def port_series(engine: PortedEngine, series: patchformat.Series, underneath: applier.Tree | None = None) -> list[Row]:
+    """A feature's series classified as `kiln patches checkout --feature R/F --engine NEW
+    --series-from OLD` would apply it: on the new engine with its engine series under it
+    (`underneath` when the ported series exists, else the old series as classify ports
+    it), 3-way merged from the old engine with its series. Neither tree is changed."""
+    tree = (underneath or engine.tree).fork()
+    base = engine.base.fork()
     rows = []
     for patch in series.patches:
         rows.append(classify(tree, patch, base))
@@ -121,14 +147,20 @@ def default_from(to_version: str) -> str:
     return older[-1]
 
 
-def bump(from_version: str, to_version: str, flavour: str | None, dry_run: bool) -> list[Row]:
+def bump(from_version: str, to_version: str, flavour: str | None, dry_run: bool,
+         then: Callable[[PortedEngine], None] | None = None) -> list[Row]:
     """Report every patch of `from_version`'s series against `to_version`; unless
-    `dry_run`, write patches/vllm/<to_version>/ when all of them port."""
-    rows = bump_report(from_version, to_version, flavour)
+    `dry_run`, write patches/vllm/<to_version>/ when all of them port. `then` runs after
+    the table is printed and before a patch that does not port fails the bump (the
+    report of `--report`)."""
+    ported = port_engine(from_version, to_version, flavour)
+    rows = ported.rows
     log.out.print(f"{ENGINE} {from_version} -> {to_version}: {len(rows)} patch(es)", markup=False)
     width = max((len(r.name) for r in rows), default=0)
     for row in rows:
         log.out.print(f"  {row.name.ljust(width)}  {row.detail}", markup=False)
+    if then is not None:
+        then(ported)
     failures = [line for row in rows for line in row.failures]
     if failures:
         raise PatchFailed(failures, hint=f"port them: `kiln patches checkout --engine {ENGINE}=={to_version} "

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, TypedDict
 
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe, Recipe
-from kiln.domain.recipes.topology import layout_args
+from kiln.domain.recipes.topology import layout_args, node_args
 from kiln.inimage.hfcache import CONTAINER_CACHE, HfModel
 
 LAUNCH_FILE = "_kiln/launch.json"
@@ -136,6 +136,21 @@ def argv_parts(recipe: Recipe) -> list[ArgvPart]:
         parts.append(ArgvPart("launch.speculative_config", ("launch", "speculative_config"),
                               tuple(_flag_args("speculative-config", spec))))
     return parts
+
+
+def used_flags(recipe: Recipe) -> frozenset[str]:
+    """Every vLLM flag (without `--`) the recipe's command line passes: its own args, the
+    ones kiln adds (model name, host, port, revision, the parallel layout, the
+    speculative config) and, on a multi-node topology, the per-node ones."""
+    tokens = [tok for part in argv_parts(recipe) for tok in part.tokens]
+    if recipe.topology is not None and recipe.topology.multi_node:
+        tokens += node_args(recipe.topology, 1, "leader")
+    return frozenset(tok[2:] for tok in tokens if tok.startswith("--"))
+
+
+def used_speculative_keys(recipe: Recipe) -> frozenset[str]:
+    """The speculative-config keys the recipe's command line passes (kiln's own included)."""
+    return frozenset(speculative_config(recipe) or {})
 
 
 def _vllm_argv(recipe: Recipe) -> list[str]:
