@@ -148,10 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", type=Path)
     p.add_argument("--out", type=Path, default=Path("benchmarks/gpu_twin/results"))
+    p.add_argument("--name", help="file stem (default gpu-twin-DATE-RECIPE)")
     args = p.parse_args(argv)
     summary = summarise(json.loads(args.results.read_text()))
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"gpu-twin-{summary['date'][:10]}-{summary['recipe']}"
+    stem = args.name or f"gpu-twin-{summary['date'][:10]}-{summary['recipe']}"
     (args.out / f"{stem}.json").write_text(json.dumps(summary, indent=1) + "\n")
     (args.out / f"{stem}.md").write_text(markdown(summary))
     plot(summary, args.out / f"{stem}.png")

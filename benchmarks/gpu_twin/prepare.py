@@ -76,7 +76,7 @@ def _patched_sources(recipe: str, version: str, work: Path) -> Path:
     root, _ = engine_root(version, "cuda")
     tree_dir = work / "site"
     shutil.copytree(root, tree_dir, ignore=shutil.ignore_patterns(wheelcache.MARKER))
-    feature_series, replacements = feature_overlays(loaded)
+    feature_series, replacements = feature_overlays(loaded, version)
     twin = HERE / "patches" / version / "series"
     if not twin.is_file():
         sys.exit(f"gpu-twin: no twin series for vllm {version}: {twin.relative_to(ROOT)} is missing")
@@ -270,7 +270,7 @@ def configurations(argv: list[str], env: dict[str, str]) -> dict[str, dict[str, 
             for name, (spec, extra) in table.items()}
 
 
-def plan(recipe: str, shape: str) -> dict[str, object]:
+def plan(recipe: str, shape: str, engine: str | None = None) -> dict[str, object]:
     """The runner's plan for `recipe`; one line (SystemExit) for a recipe the twin cannot serve."""
     loaded = load_recipe(recipe)
     if loaded.recipe.engine.flavour != "cuda":
@@ -286,7 +286,7 @@ def plan(recipe: str, shape: str) -> dict[str, object]:
     argv, env, changes = _adapted(list(doc["argv"][1:]), dict(doc["env"]))
     commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip()
-    return {"recipe": recipe, "engine": loaded.recipe.engine.version, "commit": commit, "shape": shape,
+    return {"recipe": recipe, "engine": engine or loaded.recipe.engine.version, "commit": commit, "shape": shape,
             "models": {"script": "benchmarks/gpu_twin/twin_models.py", "args": [MODELS, "--shape", shape]},
             "recipe_argv": doc["argv"], "changes": changes, "configs": configurations(argv, env)}
 
@@ -333,11 +333,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("recipe", nargs="?", default="glm53-kindling")
     p.add_argument("--shape", default="av-cut", help="twin_models.py's shape")
     p.add_argument("--relock", action="store_true", help="re-resolve requirements/gpu-twin.lock first")
+    p.add_argument("--engine", metavar="VERSION",
+                   help="serve another vLLM version than the recipe pins, with that version's series (a bump)")
     args = p.parse_args(argv)
     t0 = time.monotonic()
     if args.relock:
         relock()
-    the_plan = plan(args.recipe, args.shape)
+    the_plan = plan(args.recipe, args.shape, args.engine)
     version = str(the_plan["engine"])
     with tempfile.TemporaryDirectory(prefix="kiln-gpu-twin-") as tmp:
         work = Path(tmp)
