@@ -115,7 +115,9 @@ def kernels(session):
     """The kernels tier alone: draft_trunc beyond the unit tier, under TRITON_INTERPRET=1
     on CPU: exactness against vLLM 0.32.0's and 0.33.0's own rejection samplers (every
     mode, dead fill and policy), the patched runner hooks, and the slowest policy seeds
-    (4096 experts). `nox` runs these tests inside e2e instead (its second worker)."""
+    (4096 experts). `nox` runs these tests inside e2e instead (its second worker).
+    vLLM 0.34.0's series is opt-in (its CUDA wheel is not in CI's cache; ~2.5 min more on
+    2 cores): `KILN_DT_VLLM_VERSIONS=0.32.0,0.33.0,0.34.0 nox -s kernels`."""
     # one xdist worker per core: the interpreter is CPU-bound and these tests share no
     # daemon or registry (the vLLM sources come from the wheel cache integration filled)
     _pytest(session, "tests/draft_trunc", "-m", KERNELS, "-n", "auto", "-p", "no:benchmark", "--durations=15")

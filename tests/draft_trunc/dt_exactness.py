@@ -7,6 +7,7 @@ dead drafts invalid exactly as draft_trunc's verify mask does.
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
 
 import torch
@@ -141,9 +142,13 @@ def truncated(case) -> Window:
 
 def verify(rsu, w: Window, case, k, mode, invalid=None):
     drafts = w.drafts if invalid is None else w.drafts.masked_fill(invalid, -1)
+    draft_logits = case["draft_logits"] if mode.endswith("draft_probs") else None
+    if draft_logits is not None and "draft_logits_cache" in rsu.rejection_sample.__code__.co_varnames:
+        # vLLM 0.34.0 takes its DraftLogitsCache: the values, one row per request state
+        draft_logits = types.SimpleNamespace(values=draft_logits, row_mapping=None)
     return rsu.rejection_sample(
         w.logits,
-        case["draft_logits"] if mode.endswith("draft_probs") else None,
+        draft_logits,
         drafts,
         w.cu,
         w.pos,

@@ -73,6 +73,11 @@ def test_kernel_matches_reference(draft_trunc, seed):
         type("IB", (), {"expanded_idx_mapping": eidx, "expanded_local_pos": lpos})
     )
     assert torch.equal(mask.cpu(), verify_mask_ref(ref_live, batch.cu_num_logits, slots))
+    # vLLM 0.34.0's hook (in its rejection sampler): the same rows, as -1 draft ids
+    drafts = torch.arange(eidx.shape[0], device=eidx.device) + 7
+    verified = dt.verify_drafts(drafts, eidx, lpos)
+    assert torch.equal(verified.cpu(), drafts.masked_fill(mask, -1).cpu())
+    assert torch.equal(drafts.cpu(), (torch.arange(eidx.shape[0]) + 7))  # the real ids stay
 
 
 def test_marks_only_dead_draft_tails(draft_trunc):
@@ -109,6 +114,8 @@ def test_warmup_and_missing_predictions_write_nothing(draft_trunc):
     assert not dt.mark_dead(*args, None, batch.idx_mapping, refits=5, **kw)
     assert torch.equal(batch.is_padding, before)
     assert dt.verify_mask(object(), None) is None
+    drafts = torch.arange(5)
+    assert dt.verify_drafts(drafts, drafts, drafts) is drafts
     rejected = torch.ones(30, dtype=torch.int32)
     assert dt.graded(rejected, batch.cu_num_logits, batch.idx_mapping) is rejected
     assert dt.mark_dead(*args, batch.predictions, batch.idx_mapping, refits=3, **kw)

@@ -66,14 +66,20 @@ def test_series_applies_cleanly_and_compiles(vllm_src, vllm_version, tmp_path):
             assert "offset" not in out.stdout and "fuzz" not in out.stdout, out.stdout
     runner = tree / "vllm/v1/worker/gpu/model_runner.py"
     text = runner.read_text()
+    # 0.34.0 dropped the rejection sampler's invalid_drafts: the verify hook moved into it
+    moved = vllm_version not in ("0.32.0", "0.33.0")
     for hook in (
         "draft_trunc.check_config(",
         "draft_trunc.mark_dead(",
-        "draft_trunc.verify_mask(",
+        *(() if moved else ("draft_trunc.verify_mask(",)),
         "draft_trunc.graded(",
         "draft_trunc.log_step(",
         "draft_trunc.av_confidences(",
     ):
         assert text.count(hook) == 1, hook
+    if moved:
+        sampler = (tree / "vllm/v1/worker/gpu/spec_decode/rejection_sampler.py").read_text()
+        assert sampler.count("draft_trunc.verify_drafts(") == 1
+        assert "verify_draft_sampled," in sampler
     for path in tree.rglob("*.py"):
         py_compile.compile(str(path), doraise=True)

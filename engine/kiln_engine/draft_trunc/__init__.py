@@ -11,7 +11,8 @@ output of a batch truly truncated to ``j`` drafts.
 Lifecycle of one step, as the runner patches call it:
 1. ``mark_dead`` (``prepare_inputs``): one kernel chooses ``tau`` (cost-aware
    policy, the default) and writes the dead marks and ``j``.
-2. ``verify_mask`` (before rejection sampling): rows past ``j`` become invalid.
+2. ``verify_mask`` (before rejection sampling; on 0.34.0 ``verify_drafts`` inside the
+   rejection sampler): rows past ``j`` become invalid.
 3. ``graded`` (before ``observe_verification``): censored rejection counts;
    with the cost-aware policy it also grades the verified drafts into the
    policy's calibration of the estimator (on the device, no host sync).
@@ -54,7 +55,15 @@ from ._env import Knobs
 from ._reporting import log_step, poll_summary
 from ._startup import check_config, refuse_runner
 from ._state import Snapshot, prepare, reload, set_moe_layer, snapshot
-from ._verify import graded, mark_dead, mask_from_live, policy_tau, verify_mask, zero_dead_rows
+from ._verify import (
+    graded,
+    mark_dead,
+    mask_from_live,
+    policy_tau,
+    verify_drafts,
+    verify_mask,
+    zero_dead_rows,
+)
 
 __all__ = [
     "ENABLED",
@@ -76,6 +85,7 @@ __all__ = [
     "set_moe_layer",
     "snapshot",
     "stop_drafting",
+    "verify_drafts",
     "verify_mask",
     "zero_dead_rows",
 ]

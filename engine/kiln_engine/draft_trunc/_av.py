@@ -1,10 +1,12 @@
 """Adaptive verification fed draft-trunc's calibration (issue 37,
 ``KILN_DRAFT_TRUNC_AV_CALIBRATE``).
 
-vLLM 0.32.0/0.33.0's adaptive verification (``speculative_config.
+vLLM 0.32.0-0.34.0's adaptive verification (``speculative_config.
 enable_adaptive_verification``) sizes each step's draft budget and admits the best
 draft slots from the acceptance estimator's confidences, and then verifies only
-those (a variable-length verify). It takes the confidences as they are. On the CPU
+those (a variable-length verify). It takes the confidences as they are (0.34.0 ranks
+them in a Triton kernel, ``_assign_draft_token_budget_kernel``, reading the buffer
+``record_confidences`` fills: the hook still comes first). On the CPU
 twin's traces the estimator is off by cell (a survival of 0.2 meant 0.19 at the first
 draft and 0.09 at the third), and in the trace model adaptive verification ran
 0.958-1.000x of the best fixed K there (docs/draft-trunc-policy.md section 4).

@@ -1,6 +1,7 @@
 """The verify step's hooks, in the order the patched runner calls them: ``mark_dead``
 (the marks and ``j``), ``zero_dead_rows`` (the MoE output of the rows marked),
-``verify_mask`` (rows past ``j`` become invalid drafts) and ``graded`` (censored
+``verify_mask`` (0.32.0/0.33.0) or ``verify_drafts`` (0.34.0's rejection sampler):
+rows past ``j`` become invalid drafts; and ``graded`` (censored
 rejection counts, and the calibration of the estimator).
 
 Pure Python at import: torch and the kernels load only when a hook has work.
@@ -141,6 +142,28 @@ def verify_mask(
         input_batch.expanded_local_pos,
         invalid_drafts,
     )
+
+
+def verify_drafts(
+    draft_sampled: torch.Tensor,
+    expanded_idx_mapping: torch.Tensor,
+    expanded_local_pos: torch.Tensor,
+) -> torch.Tensor:
+    """The draft ids the rejection sampler verifies, with this step's dead drafts -1.
+
+    vLLM 0.34.0 dropped the sampler's ``invalid_drafts``; its ``_verify`` calls this
+    (per chunk of logit rows) on the ids it passes to ``rejection_sample`` only, so
+    sampling parameters and watermarking still see the real ids, as on 0.32.0/0.33.0.
+    ``-1`` is what 0.33.0 put there (``draft_sampled.masked_fill(invalid_drafts, -1)``):
+    the same rows, the same mask as ``verify_mask``. Returns ``draft_sampled`` itself
+    when nothing was marked this step.
+    """
+    state = _state.current
+    buffers = state.buffers
+    if not state.active or buffers is None:
+        return draft_sampled
+    mask = mask_from_live(buffers.live, expanded_idx_mapping, expanded_local_pos)
+    return draft_sampled.masked_fill(mask, -1)
 
 
 def mask_from_live(

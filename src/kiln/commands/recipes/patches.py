@@ -75,7 +75,7 @@ def cmd_patches_checkout(args: argparse.Namespace) -> int:
 
 def cmd_patches_refresh(args: argparse.Namespace) -> int:
     target = _target(args)
-    written = refresh(target, args.flavour)
+    written = refresh(target, args.flavour, args.patch)
     folder = target.series_folder(target.version)
     for name in written:
         log.ok(f"refreshed {S.shown(folder / name)}")
@@ -152,6 +152,9 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--engine", help=engine_help)
     s.add_argument("--feature", metavar="RECIPE/FEATURE", help=feature_help)
     s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
+    s.add_argument("--patch", metavar="NAME",
+                   help="edits go into this patch, not the last one touching the file (the later "
+                        "patches are rebased over them); edited files no patch touches are added to it")
     s.set_defaults(func=cmd_patches_refresh)
 
     e = sub.add_parser("engine", help="engine version management")

@@ -22,7 +22,7 @@ from typing import TypedDict
 from kiln.basics import log
 from kiln.basics.errors import PatchFailed, UsageError
 from kiln.basics.paths import cache_dir
-from kiln.domain.patching.diff import file_diff
+from kiln.domain.patching.diff import file_diff, merge3
 from kiln.domain.patching.series import (
     ENGINE,
     FeatureRef,
@@ -154,9 +154,15 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
     pc = scratch / ".pc"
     entries: list[PatchState] = []
     failures: list[str] = []
+    old = _old_engine(target, used)
     for patch in series.patches:
         before = {t: tree.read(t) for t in patch.targets}
-        res = applier.apply_patch(tree, patch, partial=force_apply)
+        res = applier.apply_patch(tree, patch, partial=force_apply or old is not None)
+        merged = _merge_port(old, tree, patch, res, before) if old is not None and not res.ok else set()
+        if old is not None:
+            applier.apply_patch(old, patch)  # the old engine advances in step, for the next merge
+        if merged:
+            res = applier.PatchResult(patch, [f for f in res.files if f.target not in merged])
         failures += res.failure_lines()
         for target_file, number, off in res.offsets:
             log.info(f"{patch.display}: {target_file}: hunk #{number} applies with offset {off:+d} lines "
@@ -169,7 +175,7 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
         entries.append({
             "name": patch.name,
             "sha256": patch.sha256,
-            "exact": res.ok and not res.offsets,  # else refresh must regenerate it
+            "exact": res.ok and not res.offsets and not merged,  # else refresh must regenerate it
             "before": {t: _sha_or_none(d) for t, d in before.items()},
             "after": {t: _sha_or_none(tree.read(t)) for t in patch.targets},
         })
@@ -190,9 +196,75 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
         "patches": entries, "final": final,
     }
     (pc / STATE).write_text(json.dumps(state, indent=2) + "\n")
+    _save_finals(scratch, state)
     for line in failures:
         log.warn(line)
     return scratch
+
+
+FINAL = ".final"  # .pc/.final/<file>: every patched file as the last checkout/refresh left it
+
+
+def _save_finals(scratch: Path, state: QuiltState) -> None:
+    """Keep the bytes behind state["final"]: `refresh --patch` needs them as the base
+    of the merge that moves an edit under the patches after the one it belongs to."""
+    root = scratch / ".pc" / FINAL
+    shutil.rmtree(root, ignore_errors=True)
+    for rel in state["final"]:
+        if (scratch / rel).is_file():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(scratch / rel, root / rel)
+
+
+def _old_engine(target: Target, flavour: str) -> applier.Tree | None:
+    """When the series is ported from another version (--series-from), that version's
+    engine as its image installs it (the engine series under a feature's), in memory:
+    the base of the 3-way merges of hunks that no longer apply as written."""
+    if target.from_version == target.version:
+        return None
+    old = applier.Tree(engine_root(target.from_version, flavour)[0])
+    if target.feature is not None and (series_dir(target.from_version) / "series").is_file():
+        try:
+            applier.apply_series(old, [series_for(target.from_version)])
+        except patchformat.PatchError as exc:
+            raise translate(exc) from None
+    return old
+
+
+def _merge_port(old: applier.Tree, tree: applier.Tree, patch: patchformat.Patch, res: applier.PatchResult,
+                before: dict[str, bytes | None]) -> set[str]:
+    """Port the files of `patch` whose hunks did not all apply by merging (old file ->
+    patched old file) into the new file, as `git merge-file` does (`kiln engine bump`
+    does the same for the engine series). Files that merge without conflict, and still
+    compile, are written to `tree` and their names returned; the others keep what
+    applied (and get .rej files)."""
+    patched_old = old.fork()
+    if not applier.apply_patch(patched_old, patch).ok:
+        return set()  # not a patch of the old version as it stands: nothing to merge from
+    ported = set()
+    for f in res.files:
+        if f.ok:
+            continue
+        base, ours, theirs = old.read(f.target), patched_old.read(f.target), before.get(f.target)
+        if base is None or ours is None or theirs is None:
+            continue
+        result = merge3(base, ours, theirs, ("patch", "old engine", "new engine"))
+        if result.conflicts:
+            continue
+        if f.target.endswith(".py") and applier.compile_problems(_one_file(tree, f.target, result.data), {}):
+            continue
+        tree.write(f.target, result.data)
+        ported.add(f.target)
+        hunks = ", ".join(f"#{h.number}" for h in f.hunks if h.offset is None)
+        log.info(f"{patch.display}: {f.target}: ported by 3-way merge (hunk(s) {hunks} did not apply as written; "
+                 "refresh rewrites it)")
+    return ported
+
+
+def _one_file(tree: applier.Tree, target: str, data: bytes) -> applier.Tree:
+    probe = applier.Tree(tree.root)
+    probe.write(target, data)
+    return probe
 
 
 def _apply_base(tree: applier.Tree, target: Target) -> None:
@@ -208,9 +280,12 @@ def _apply_base(tree: applier.Tree, target: Target) -> None:
     tree.commit()
 
 
-def refresh(target: Target, flavour: str | None = None) -> list[str]:
+def refresh(target: Target, flavour: str | None = None, into: str | None = None) -> list[str]:
     """Regenerate the target's series for `target.version` from the scratch tree.
-    Unchanged patches keep their exact bytes; returns the names of the patch files rewritten."""
+    Unchanged patches keep their exact bytes; returns the names of the patch files rewritten.
+    An edit goes into the last patch touching its file, unless `into` names a patch:
+    then edits of the files that patch touches go into it (the patches after it are
+    rebased over them), and so do edited files no patch touches (a new file section)."""
     _, used = engine_root(target.version, flavour)
     scratch = scratch_dir(target, used)
     state = _read_state(scratch)
@@ -218,6 +293,8 @@ def refresh(target: Target, flavour: str | None = None) -> list[str]:
     if rejects:
         raise UsageError(f"{scratch}: unresolved rejects: {', '.join(rejects)}",
                          hint="port those hunks by hand, delete the .rej files, then refresh")
+    if into is not None:
+        _move_edits(scratch, state, into, target)
     source = target.series_folder(state["series_from"])
     dest = target.series_folder(target.version)
     by_name = {p.name: p for p in target.series(state["series_from"]).patches}
@@ -245,7 +322,58 @@ def refresh(target: Target, flavour: str | None = None) -> list[str]:
         for e, after in zip(state["patches"], afters, strict=True)]}
     new_state["final"] = {rel: _file_sha(scratch / rel) for rel in state["final"]}
     (scratch / ".pc" / STATE).write_text(json.dumps(new_state, indent=2) + "\n")
+    _save_finals(scratch, new_state)
     return written
+
+
+def _move_edits(scratch: Path, state: QuiltState, name: str, target: Target) -> None:
+    """Make the scratch tree's edits belong to patch `name` (quilt would need a pop to
+    the patch, an edit and a push): for each edited file it touches, the snapshots of
+    the later patches touching that file get the edit too (a 3-way merge: base = the
+    file as checkout left it, ours = the edited file, theirs = the snapshot), so the
+    edit lands in `name`'s diff and not in theirs; each edited file no patch touches
+    becomes a new section of `name`. Updates `state` and the .pc snapshots in place."""
+    entries = state["patches"]
+    k = next((i for i, e in enumerate(entries) if e["name"] == name), None)
+    if k is None:
+        raise UsageError(f"--patch {name}: not in the checked-out series "
+                         f"({', '.join(e['name'] for e in entries)})")
+    finals = scratch / ".pc" / FINAL
+    for rel, sha in state["final"].items():
+        if rel not in entries[k]["before"] or _file_sha(scratch / rel) == sha:
+            continue
+        later = [e for e in entries[k + 1:] if rel in e["before"]]
+        if not later:
+            continue  # `name` is the top patch of this file: the edit goes there anyway
+        base = finals / rel
+        if not base.is_file() or _file_sha(base) != sha:
+            raise UsageError(f"{scratch}: no record of {rel} as checkout left it",
+                             hint="check out again (`kiln patches checkout --force`), redo the edit, then refresh")
+        if sha is None or not (scratch / rel).is_file():
+            raise UsageError(f"--patch {name}: {rel} was created or deleted; move that by hand")
+        ours = (scratch / rel).read_bytes()
+        for e in later:
+            snap = scratch / ".pc" / e["name"] / rel
+            if e["before"][rel] is None:
+                raise UsageError(f"--patch {name}: {e['name']} creates {rel}; move the edit by hand")
+            merged = merge3(base.read_bytes(), ours, snap.read_bytes(), ("edit", "checkout", e["name"]))
+            if merged.conflicts:
+                raise UsageError(f"--patch {name}: the edit of {rel} conflicts with {e['name']} "
+                                 f"(lines {', '.join(f'{a}-{b}' for a, b in merged.conflicts)})",
+                                 hint=f"refresh without --patch, or edit {e['name']} by hand")
+            snap.write_bytes(merged.data)
+            e["before"][rel] = patchformat.sha256_bytes(merged.data)
+        log.info(f"{rel}: the edit goes into {name}, under {', '.join(e['name'] for e in later)}")
+    for rel in _untracked_edits(scratch, state, target):
+        pristine = _pristine(state, target).read(rel)
+        if pristine is not None:
+            snap = scratch / ".pc" / name / rel
+            snap.parent.mkdir(parents=True, exist_ok=True)
+            snap.write_bytes(pristine)
+        entries[k]["before"][rel] = _sha_or_none(pristine)
+        entries[k]["after"][rel] = _sha_or_none(pristine)
+        state["final"][rel] = _sha_or_none(pristine)
+        log.info(f"{rel}: not in any patch; added to {name}")
 
 
 def _regenerate(scratch: Path, state: QuiltState, i: int, patch: patchformat.Patch,
@@ -254,17 +382,19 @@ def _regenerate(scratch: Path, state: QuiltState, i: int, patch: patchformat.Pat
     entries = state["patches"]
     parts = [patch.header]
     after_shas: dict[str, str | None] = {}
-    for fd in patch.files:
-        t = fd.target
+    sections: list[tuple[str, patchformat.FileDiff | None]] = [(fd.target, fd) for fd in patch.files]
+    # files `refresh --patch` added to this patch: a new section each
+    sections += [(t, None) for t in entries[i]["before"] if t not in patch.targets]
+    for t, fd in sections:
         before = _snapshot(scratch, entries[i], t)
         nxt = next((e for e in entries[i + 1:] if t in e["before"]), None)
         after = _snapshot(scratch, nxt, t) if nxt else (
             (scratch / t).read_bytes() if (scratch / t).is_file() else None)
         after_sha = after_shas[t] = _sha_or_none(after)
-        if exact and after_sha == entries[i]["after"][t]:
+        if fd is not None and exact and after_sha == entries[i]["after"][t]:
             parts.append(fd.raw)  # untouched: keep the bytes as written
         else:
-            parts.append(file_diff(t, before, after, fd.preamble))
+            parts.append(file_diff(t, before, after, fd.preamble if fd is not None else ()))
     return b"".join(parts), after_shas
 
 
@@ -274,11 +404,20 @@ def _snapshot(scratch: Path, entry: PatchState, target: str) -> bytes | None:
     return (scratch / ".pc" / entry["name"] / target).read_bytes()
 
 
-def _warn_untracked_edits(scratch: Path, state: QuiltState, target: Target) -> None:
+def _pristine(state: QuiltState, target: Target) -> applier.Tree:
+    """The engine as the scratch tree had it before the series (a feature's tree carries
+    the engine series: not an edit)."""
     pristine = applier.Tree(engine_root(state["engine"], state["flavour"])[0])
-    for series in target.base():  # a feature's tree carries the engine series: not an edit
+    for series in target.base():
         applier.apply_series(pristine, [series])
+    return pristine
+
+
+def _untracked_edits(scratch: Path, state: QuiltState, target: Target) -> list[str]:
+    """Files of the scratch tree that differ from the engine but belong to no patch."""
+    pristine = _pristine(state, target)
     tracked = set(state["final"])
+    out = []
     for path in sorted((scratch / ENGINE).rglob("*")):
         if not path.is_file():
             continue
@@ -287,6 +426,12 @@ def _warn_untracked_edits(scratch: Path, state: QuiltState, target: Target) -> N
             continue
         orig = pristine.read(rel)
         if orig is None or len(orig) != path.stat().st_size or orig != path.read_bytes():
-            log.warn(f"{rel} differs from upstream but belongs to no patch; its change is not recorded "
-                     "(add a file section for it to a patch, then refresh)")
+            out.append(rel)
+    return out
+
+
+def _warn_untracked_edits(scratch: Path, state: QuiltState, target: Target) -> None:
+    for rel in _untracked_edits(scratch, state, target):
+        log.warn(f"{rel} differs from upstream but belongs to no patch; its change is not recorded "
+                 "(`kiln patches refresh --patch NAME` adds it to patch NAME)")
 
