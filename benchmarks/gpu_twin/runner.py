@@ -68,8 +68,7 @@ def stash(folder: Path) -> None:
             if _sha256(src) != chunk["sha256"]:
                 raise PartProblem(f"{src}: sha256 differs from its manifest (carried file damaged)")
             shutil.copyfile(src, CHUNKS / chunk["name"])
-    manifest_file_copy = CHUNKS / "manifest.json"
-    manifest_file_copy.write_text(json.dumps(manifest))
+    kept.write_text(json.dumps(manifest))
     have = [c["name"] for c in manifest["chunks"] if (CHUNKS / c["name"]).is_file()]
     _say(f"stashed in {CHUNKS}: {len(have)} of {len(manifest['chunks'])} chunks ({', '.join(have)})")
 

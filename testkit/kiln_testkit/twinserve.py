@@ -20,7 +20,6 @@ from kiln.domain.serving.container import ServingContainer, free_port, run_spec
 from kiln.domain.serving.launch import Mount
 
 # the client half lives apart so that the GPU twin's runner can use it without kiln
-from kiln_testkit.requestsets import Completion as Completion
 from kiln_testkit.requestsets import prompts as prompts
 from kiln_testkit.requestsets import run_set as run_set
 
