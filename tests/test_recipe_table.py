@@ -21,7 +21,7 @@ def test_every_recipe_has_a_row_with_its_engine_and_gpus():
     rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines() if line.startswith("| ") and "---" not in line}
     for folder in sorted(p.parent.name for p in (REPO / "recipes").glob("*/recipe.yaml")):
         assert folder in rows, folder
-    assert "| vLLM 0.33.0 | cuda | linux/amd64 | 2 nodes x 8 x H100 |" in rows["deepseek-v32-mtp-2node"]
+    assert "| vLLM 0.34.0 | cuda | linux/amd64 | 2 nodes x 8 x H100 |" in rows["deepseek-v32-mtp-2node"]
     assert rows["qwen3-30b-a3b"].endswith("| A100, H100, H200, B200, GB200 |")  # not L40S: 58 GiB of bf16 weights
     assert "| none (CPU) | any x86-64 host with Docker |" in rows["tiny-moe"]
 

@@ -31,8 +31,11 @@ def kiln(capsys, *args: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 def groot(kroot, src033) -> Path:
-    """The throwaway checkout with glm53-kindling (and its draft-trunc feature) too."""
+    """The throwaway checkout with glm53-kindling (and its draft-trunc feature) too,
+    pinned to 0.33.0: these tests port between the versions CI has sources for."""
     shutil.copytree(REPO / "recipes" / GLM, kroot / "recipes" / GLM, ignore=left_out)
+    recipe = kroot / "recipes" / GLM / "recipe.yaml"
+    recipe.write_text(recipe.read_text().replace("  version: 0.34.0\n", "  version: 0.33.0\n"))
     return kroot
 
 

@@ -36,6 +36,18 @@ def uses_locks(engine: Engine) -> bool:
     return L.uses_locks(L.engine_image_dir(engine.flavour))
 
 
+def _platforms_wanted(engine: Engine) -> list[str]:
+    """A new lock's platforms: every platform a recipe on this engine image and version
+    builds for (a bump's first lock would otherwise hold linux/amd64 only, and the
+    recipe's arm64 build would then fail for want of its wheels)."""
+    wanted = {str(p) for p in engine.platforms}
+    for name in recipe_names():
+        e = load_recipe(recipe_dir(name)).recipe.engine
+        if (e.flavour, e.name, e.version) == (engine.flavour, engine.name, engine.version):
+            wanted.update(str(p) for p in e.platforms)
+    return sorted(wanted)
+
+
 def lock_engine(recipe: str, engine: Engine, platforms: list[str] | None = None,
                 docker: DockerDaemon | None = None) -> LR.EngineLock:
     """Resolve and write one engine's lock (unchanged bytes are not rewritten)."""
@@ -43,7 +55,7 @@ def lock_engine(recipe: str, engine: Engine, platforms: list[str] | None = None,
     folder = L.engine_image_dir(engine.flavour)
     path = L.lock_path(folder, engine.name, engine.version)
     if platforms is None:
-        platforms = L.load(path).platforms if path.is_file() else ["linux/amd64"]
+        platforms = L.load(path).platforms if path.is_file() else _platforms_wanted(engine)
     cafile = resolve_ca(None).path
     lock = relock.make_lock(engine, folder, platforms, cafile=cafile, docker=docker or DockerDaemon(),
                             base_of=lambda platform: EngineImage(engine, None, platform).base_ref)
@@ -94,5 +106,6 @@ def register_engine(es: Subparsers) -> None:
     s.add_argument("--check", action="store_true",
                    help="only say which locked versions are yanked or have newer releases; change nothing")
     s.add_argument("--platform", action="append", choices=sorted(L.PLATFORMS),
-                   help="lock for this platform (repeatable; default: the lock's own, else linux/amd64)")
+                   help="lock for this platform (repeatable; default: the lock's own, else every "
+                        "platform the recipes on that engine build for)")
     s.set_defaults(func=cmd_engine_lock)

@@ -210,6 +210,9 @@ def loads(text: str, path: Path) -> EngineLock:
     for name, t in r.get(doc, "tools", dict, "").items():
         wheels = {p: r.wheel(w, f"tools.{name}.wheels[{p}]") for p, w in r.get(t, "wheels", dict, f"tools.{name}").items()}
         tools[name] = LockedPackage(name, r.get(t, "version", str, f"tools.{name}"), wheels)
+    overrides = r.get(doc, "overridden", dict, "") if "overridden" in doc else {}
+    overridden = {str(name): (r.get(o, "requirement", str, f"overridden.{name}"),
+                              r.get(o, "why", str, f"overridden.{name}")) for name, o in overrides.items()}
     return EngineLock(
         image=r.get(doc, "image", str, ""),
         engine_name=r.get(engine, "name", str, "engine"),
@@ -223,6 +226,7 @@ def loads(text: str, path: Path) -> EngineLock:
         debian_packages=debian,
         tools=tools,
         plain_extra_packages=extra,
+        overridden=overridden,
         python=r.get(doc, "python", str, ""),
     )
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import zipfile
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,12 @@ class Policy:
     distribution: str
     excluded: dict[str, str]
     plain_anchor: bool = False  # also lock what plain `pip install <engine>` adds
+    # engine version -> {name: (the requirement locked instead of the wheel's, why)}:
+    # for a pin the index cannot satisfy, as uv's `--overrides` (never a silent relax)
+    overrides: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)
+
+    def overrides_for(self, engine_version: str) -> dict[str, tuple[str, str]]:
+        return dict(self.overrides.get(engine_version, {}))
 
 
 POLICIES: dict[str, Policy] = {
@@ -41,7 +47,13 @@ POLICIES: dict[str, Policy] = {
         "torchcodec": "video inputs only",
         "pynvvideocodec": "video inputs only",
         "opencv-python-headless": "video decoding only (vllm.multimodal.video), ~150 MB; docs/build-cuda.md",
-    }, plain_anchor=True),
+    }, plain_anchor=True, overrides={
+        "0.34.0": {"flashinfer-python": (
+            "flashinfer-python==0.7.4",
+            "vllm 0.34.0 requires ==0.7.3, a release PyPI never had (0.7.2.post1, then 0.7.4 on "
+            "2026-11-11; read 2026-12-07), so neither uv nor pip can install vllm 0.34.0 as published; "
+            "0.7.4 is the next release, and vLLM's own checks ask only >= 0.7.1 (docs/patches.md)")},
+    }),
 }
 
 # Python distributions that may be installed although no lock names them: the
@@ -99,10 +111,24 @@ def _requirement_problems(lock: EngineLock, requirements: list[str] | None, lock
                                 f"for {plat_name}")
                 continue
             version = pkg.wheels[plat_name].version
-            if not SpecifierSet(str(req.specifier)).contains(version, prereleases=True):
-                problems.append(f"{where}: {pkg.name} {version} ({plat_name}) violates {lock.distribution}'s "
-                                f"requirement {req.name}{req.specifier}")
+            problem = _version_problem(lock, req, version)
+            if problem:
+                problems.append(f"{where}: {pkg.name} {version} ({plat_name}) {problem}")
     return problems
+
+
+def _version_problem(lock: EngineLock, req: Requirement, version: str) -> str | None:
+    """Why `version` may not stand for `req`: outside its specifier, or, where the lock
+    records an override for that name, outside the override's."""
+    overridden = {canonicalize_name(n): o for n, o in lock.overridden.items()}.get(canonicalize_name(req.name))
+    if overridden is not None:
+        spec = Requirement(overridden[0]).specifier
+        if spec.contains(version, prereleases=True):
+            return None
+        return f"violates the lock's override {overridden[0]} (of {lock.distribution}'s {req.name}{req.specifier})"
+    if SpecifierSet(str(req.specifier)).contains(version, prereleases=True):
+        return None
+    return f"violates {lock.distribution}'s requirement {req.name}{req.specifier}"
 
 
 def _debian_problems(lock: EngineLock, requested: list[str], lock_file: Path) -> list[str]:

@@ -52,6 +52,11 @@ class ResolvedJson(TypedDict):
     sha256: str
 
 
+class OverrideJson(TypedDict):
+    requirement: str
+    why: str
+
+
 class EngineLockJson(TypedDict):
     """A lock file as `kiln engine lock` writes it (key order is the file's)."""
 
@@ -67,6 +72,7 @@ class EngineLockJson(TypedDict):
     debian_packages: dict[str, list[DebianPackageJson]]
     tools: dict[str, ToolJson]
     plain_extra_packages: NotRequired[list[LockedPackageJson]]
+    overridden: NotRequired[dict[str, OverrideJson]]
 
 
 # -- the records -------------------------------------------------------------------------
@@ -142,6 +148,9 @@ class EngineLock:
     # engine-cuda only: what plain `pip install vllm` adds beyond python_packages
     # (the size anchor of docs/build-cuda.md installs python_packages + these)
     plain_extra_packages: list[LockedPackage] = field(default_factory=list)
+    # name -> (the requirement resolved instead of the engine wheel's own, why): lockpolicy's
+    # overrides for this engine version, recorded so that `kiln check` and a reader of the file see them
+    overridden: dict[str, tuple[str, str]] = field(default_factory=dict)
     python: str = PYTHON
 
     def package(self, name: str) -> LockedPackage | None:
@@ -179,6 +188,9 @@ class EngineLock:
         }
         if self.plain_extra_packages:
             doc["plain_extra_packages"] = [p.to_json() for p in by_name(self.plain_extra_packages)]
+        if self.overridden:
+            doc["overridden"] = {name: {"requirement": req, "why": why}
+                                 for name, (req, why) in sorted(self.overridden.items())}
         return doc
 
     def dumps(self) -> str:

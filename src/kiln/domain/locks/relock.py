@@ -86,6 +86,8 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
     wheel = wheelcache.engine_wheel(engine.version, engine.flavour)
     requirements = LP.wheel_requirements(wheel)
     excludes = sorted(policy.excluded)
+    overridden = policy.overrides_for(engine.version)
+    overrides = [req for req, _ in overridden.values()]
     index = Index(cafile)
     per_platform: dict[str, list[pyindex.Pin]] = {}
     plain_pins: dict[str, list[pyindex.Pin]] = {}
@@ -93,13 +95,13 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
         plat = L.platform(plat_name)
         log.step(f"resolving {policy.distribution} {engine.version}'s requirements for {plat_name} with uv")
         pins = pyindex.compile_pins(requirements, uv_platform=plat.uv, python=LR.PYTHON, cafile=cafile,
-                                    excludes=excludes)
+                                    excludes=excludes, overrides=overrides)
         pins.append(pyindex.Pin(policy.distribution, engine.version))
         per_platform[plat_name] = pins
         if policy.plain_anchor:
             # plain `pip install vllm==V`: the whole closure, at the versions locked above
             full = pyindex.compile_pins([f"{policy.distribution}=={engine.version}"], uv_platform=plat.uv,
-                                        python=LR.PYTHON, cafile=cafile,
+                                        python=LR.PYTHON, cafile=cafile, overrides=overrides,
                                         constraints=[f"{p.name}=={p.version}" for p in pins])
             have = {canonicalize_name(p.name) for p in pins}
             plain_pins[plat_name] = [p for p in full if canonicalize_name(p.name) not in have]
@@ -130,7 +132,8 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
         image=image_dir.name, engine_name=engine.name, engine_version=engine.version,
         distribution=policy.distribution, resolved_from=LR.Resolved(requirements),
         excluded=dict(policy.excluded), platforms=sorted(platforms), python_packages=packages,
-        debian_requested=requested, debian_packages=debian, tools=tools, plain_extra_packages=extra)
+        debian_requested=requested, debian_packages=debian, tools=tools, plain_extra_packages=extra,
+        overridden=overridden)
 
 
 def _merge(per_platform: dict[str, list[pyindex.Pin]], index: Index) -> list[LR.LockedPackage]:

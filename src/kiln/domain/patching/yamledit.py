@@ -37,7 +37,17 @@ def edit_yaml(file: Path, change: Callable[[CommentedMap], None]) -> bool:
 
 
 def set_value(file: Path, path: tuple[str | int, ...], value: object) -> bool:
-    """Set one scalar at `path` (keys and list indices), keeping its quoting style."""
+    """Set one scalar at `path` (keys and list indices), keeping its quoting style. A
+    scalar on one line is replaced in the text itself, so nothing else in the file moves
+    (ruamel's dump re-flows a flow sequence written over several lines onto one)."""
+    text = file.read_text(encoding="utf-8")
+    new = _replace_in_text(text, path, value)
+    if new is not None:
+        if new == text:
+            return False
+        file.write_text(new, encoding="utf-8")
+        return True
+
     def change(doc: CommentedMap) -> None:
         node: Any  # ruamel's round-trip nodes: maps, sequences, scalars
         node = doc
@@ -48,3 +58,39 @@ def set_value(file: Path, path: tuple[str | int, ...], value: object) -> bool:
         node[path[-1]] = type(old)(value) if isinstance(old, str) and type(old) is not str else value
 
     return edit_yaml(file, change)
+
+
+def _replace_in_text(text: str, path: tuple[str | int, ...], value: object) -> str | None:
+    """`text` with the scalar at `path` rewritten where it stands, or None when it is not
+    a one-line scalar (the caller then edits through the round trip)."""
+    doc = _yaml().load(text)
+    node: Any = doc
+    for key in path[:-1]:
+        node = node[key]
+    key = path[-1]
+    row, col = node.lc.value(key) if isinstance(node, CommentedMap) else node.lc.item(key)
+    lines = text.splitlines(keepends=True)
+    line = lines[row]
+    rest = line[col:]
+    if rest[:1] in ("'", '"'):
+        end = rest.find(rest[0], 1)
+        if end < 0:
+            return None
+        written = rest[0] + str(value) + rest[0]
+        span = end + 1
+    else:
+        # a plain scalar stands as its own text (in a flow mapping `{version: 0.32.0}` too)
+        written_before = str(node[key])
+        if not rest.startswith(written_before):
+            return None
+        written, span = str(value), len(written_before)
+    lines[row] = line[:col] + written + line[col + span:]
+    out = "".join(lines)
+    try:
+        check: Any = _yaml().load(out)
+        for k in path:
+            check = check[k]
+    except Exception:  # ruamel's parser errors have no common base worth naming here
+        return None
+    # the text edit must mean what the round trip would have set (else: let ruamel do it)
+    return out if str(check) == str(value) else None
