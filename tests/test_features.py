@@ -140,10 +140,14 @@ def test_smoke_bounds_need_the_feature_switched_on(tmp_path):
     assert any("smoke.features.draft-trunc: not switched on" in p for p in info.value.problems)
 
 
-def test_kiln_show_names_where_a_shared_feature_comes_from():
+def test_kiln_show_names_where_a_shared_feature_comes_from_and_its_engine_versions():
+    from kiln.domain.recipes.overrides import load_override
+
+    versions = load_override(REPO / "recipes" / "glm53-kindling" / "experimental" / "draft-trunc").series_versions()
+    assert "0.32.0" in versions and "0.34.0" in versions  # the CPU twin's, and the CUDA recipes' pin
     result = run_kiln("show", "tiny-kindling")
     assert result.returncode == 0, result.stderr
-    assert "draft-trunc (from glm53-kindling)" in result.stdout
+    assert f"draft-trunc from glm53-kindling (series for vllm {', '.join(versions)})" in result.stdout
 
 
 def test_av_calibration_without_adaptive_verification_is_refused_at_load(tmp_path):

@@ -10,6 +10,8 @@ from typing import Any
 from kiln.basics import log
 from kiln.commands.options import Subparsers, reports
 from kiln.domain.recipes.engine_features import flag_on
+from kiln.domain.recipes.overrides import load_override
+from kiln.domain.recipes.recipe import recipe_dir
 from kiln.domain.views.catalogue import show_document
 
 
@@ -24,8 +26,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "description": " ".join((r.get("description") or "").split()),
         "file": doc["file"],
         "engine": f"{e['name']}=={e['version']} ({e['flavour']})",
-        "features": ", ".join(f if isinstance(f, str) else f"{f['name']} (from {f['from']})"
-                              for f in r.get("experimental") or []) or "none",
+        "features": features(r["name"], r.get("experimental") or [], e["name"]),
         "tag": doc["tag"],
         "input digest": doc["input_digest"],
         "engine image": doc["engine_image"]["tag"],
@@ -47,6 +48,19 @@ def cmd_show(args: argparse.Namespace) -> int:
         out.print(f"    {key}={value}", markup=False)
     out.print(f"  (`kiln show {r['name']} --json` prints the whole resolved recipe)", markup=False)
     return 0
+
+
+def features(recipe: str, experimental: list[Any], engine: str) -> str:
+    """Each feature the recipe switches on, with the engine versions it has a series
+    for: the versions a recipe may pin with it (docs/patches.md)."""
+    parts = []
+    for f in experimental:
+        name, owner = (f, recipe) if isinstance(f, str) else (f["name"], f["from"])
+        versions = load_override(recipe_dir(owner) / "experimental" / name).series_versions()
+        where = "" if owner == recipe else f" from {owner}"
+        supports = f"series for {engine} {', '.join(versions)}" if versions else "no versioned series"
+        parts.append(f"{name}{where} ({supports})")
+    return ", ".join(parts) or "none"
 
 
 # the recipe's launch.speculative_config: vLLM's own free-form mapping, passed through as is
