@@ -10,6 +10,8 @@ the classes live by concern: `base`, `building`, `serving`, `publishing`.
 """
 
 from kiln.basics.errors.base import (
+    ErrorBody,
+    ErrorDocument,
     KilnError,
     ManyProblems,
     NotACheckout,
@@ -109,6 +111,8 @@ __all__ = [
     "EngineFetchFailed",
     "EngineMismatch",
     "EngineOutdated",
+    "ErrorBody",
+    "ErrorDocument",
     "FetchFailed",
     "HfSnapshotMissing",
     "ImageNotBuilt",
