@@ -1,5 +1,7 @@
-"""The base of every typed error (`KilnError`), the several-problems mixin, and the
-errors of no one concern (usage, the checkout)."""
+"""The base of every typed error (`KilnError`), the several-problems mixin, `one_line`,
+and the error document a `--json` command writes instead of its own. The errors
+themselves live in one module per family (usage, recipes, daemon, ...): this package's
+docstring lists them."""
 
 from __future__ import annotations
 
@@ -81,16 +83,3 @@ class ManyProblems:
     def lines(self) -> list[str]:
         return [*self.problems, *([f"hint: {self.hint}"] if self.hint else [])]
 
-
-class NotACheckout(KilnError):
-    """kiln runs outside a checkout and KILN_ROOT does not name one."""
-
-    exit_code = 25
-    hint = "cd into your kiln checkout, or set KILN_ROOT=/path/to/checkout"
-
-
-class UsageError(KilnError):
-    """A command line kiln does not accept, or an option it cannot act on."""
-
-    exit_code = 64
-    hint = "see `kiln --help`"
