@@ -19,7 +19,8 @@ so a broken test or a lint error is reported before anything is built. Tiers are
 pytest markers (pyproject.toml); an unmarked test is a unit test, and the unit tier's
 guard (tests/unitguard.py) fails it if it reaches Docker, a registry or the network.
 `nox -s kernels` runs the kernels tier alone. Opt-in: `e2e_full` (the full-size twin
-check), `disruptive` (CI adds it), benchmarks.
+check), `disruptive` (CI adds it), benchmarks, `schemas` (regenerates the `--json`
+documents' JSON Schemas).
 Every pytest session ends with one line giving its own wall time.
 """
 
@@ -167,6 +168,13 @@ def arm64(session):
     arm64 refusal naming the wheels it lacks (tests/arm64; times in docs/benchmarks.md)."""
     _base_image(session)
     _pytest(session, "tests/arm64", "-m", "emulation", "--durations=15")
+
+
+@nox.session
+def schemas(session):
+    """Opt-in: regenerate src/kiln/schemas/*.json, the `--json` documents' JSON Schemas,
+    from their TypedDicts (the unit tier fails while a file is stale)."""
+    session.run("python", "-m", "kiln.commands.jsonschemas")
 
 
 @nox.session

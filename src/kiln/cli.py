@@ -118,10 +118,7 @@ def _print_error(exc: KilnError, as_json: bool) -> None:
         else:
             err.print(f"[bold red]kiln: error:[/] {escape(line)}", markup=True, highlight=False)
     if as_json and not log.JSON_EMITTED:  # a script reading stdout still gets one document
-        problems = [ln for ln in lines if not ln.startswith("hint: ")]
-        log.emit_json({"error": {"type": type(exc).__name__, "exit_code": exc.exit_code,
-                                 "message": "\n".join(problems), "problems": problems,
-                                 "hint": exc.hint or ""}})
+        log.emit_json(exc.document())
 
 
 if __name__ == "__main__":

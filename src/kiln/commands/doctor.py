@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import shutil
 import subprocess
-from typing import TypedDict
+from typing import Literal
+
+from typing_extensions import TypedDict
 
 from kiln.basics import log
 from kiln.basics.errors import KilnError
@@ -17,26 +19,30 @@ from kiln.infra.docker import DockerDaemon
 
 
 class DoctorCheck(TypedDict):
+    """One check of this machine and what it found."""
+
     check: str
-    status: str  # ok, warn or fail
+    status: Literal["ok", "warn", "fail"]
     detail: str
 
 
 class DoctorDocument(TypedDict):
-    """`kiln doctor --json` (src/kiln/schemas/doctor.json)."""
+    """`kiln doctor --json` (src/kiln/schemas/doctor.json): every check; `ok` unless one failed."""
 
     ok: bool
     checks: list[DoctorCheck]
 
 
 _ROWS: list[DoctorCheck] = []
+# a check's outcome (None: a warning) as its row's status
+_STATUS: dict[bool | None, Literal["ok", "warn", "fail"]] = {True: "ok", False: "fail", None: "warn"}
 
 
 def _row(ok: bool | None, what: str, detail: str) -> bool:
     mark = {True: "[green]ok[/]  ", False: "[red]FAIL[/]", None: "[yellow]warn[/]"}[ok]
     log.console.print(f"  {mark} {what}: ", end="", markup=True, highlight=False)
     log.console.print(detail, markup=False, highlight=False)
-    _ROWS.append(DoctorCheck(check=what, status={True: "ok", False: "fail", None: "warn"}[ok], detail=detail))
+    _ROWS.append(DoctorCheck(check=what, status=_STATUS[ok], detail=detail))
     return ok is not False
 
 

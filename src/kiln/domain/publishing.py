@@ -9,7 +9,10 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import NotRequired, TypedDict
+from typing import Literal, NotRequired
+
+from pydantic import with_config
+from typing_extensions import TypedDict
 
 from kiln.basics import imageref, log
 from kiln.basics.errors import (
@@ -22,12 +25,13 @@ from kiln.basics.errors import (
     RegistryAuthFailed,
     RegistryInvalid,
 )
+from kiln.basics.jsontypes import CLOSED, DESCRIBED, Sha256, Strings1
 from kiln.basics.paths import results_dir, shown_home
 from kiln.domain.images.specs import LABEL_NS, BuiltRecipe, require_built
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.manifests import Manifest, index_children
-from kiln.infra.records import SmokeRecord, passing_smoke_record, record_path
+from kiln.infra.records import SmokeLevel, SmokeRecord, passing_smoke_record, record_path
 from kiln.infra.registry import RegistryClient, Target
 
 SMOKE_LABEL = f"{LABEL_NS}.smoke-check"
@@ -36,40 +40,53 @@ DEFAULT_CHANNELS = ("experimental", "stable")
 
 
 # -- the documents a publish or promote writes (its record and its --json) ----------------
+@with_config(DESCRIBED)
 class SmokeEvidence(TypedDict):
-    status: str  # "passed", or "skipped" (--skip-smoke-check)
-    record: NotRequired[str]  # the passing smoke record, when there is one
-    level: NotRequired[str]  # the record's: "served", or "in-image" (a GPU image proved without a GPU)
+    """The smoke test behind a publish or promote."""
+
+    status: Literal["passed", "skipped"]
+    """skipped: --skip-smoke-check."""
+    record: NotRequired[str]
+    """The passing smoke record, when there is one."""
+    level: NotRequired[SmokeLevel]
+    """The record's level: served, or in-image (a GPU image proved without a GPU)."""
 
 
+@with_config(DESCRIBED)
 class PlatformEntry(TypedDict):
     """One platform of a multi-platform publish: what the image index holds for it."""
 
-    image_id: str
-    input_digest: str
-    manifest_digest: str
+    image_id: Sha256
+    input_digest: Sha256
+    manifest_digest: Sha256
     tag: str
     smoke_record: str
-    smoke_level: NotRequired[str]  # "served", or "in-image" (kiln smoke --in-image: not served)
-    signature: NotRequired[SignatureEvidence]  # --sign: this platform's image, signed with its own SBOM
+    smoke_level: NotRequired[SmokeLevel]
+    """The smoke record's level: in-image = proved inside the image without serving (kiln smoke --in-image, no GPU)."""
+    signature: NotRequired[SignatureEvidence]
+    """--sign: this platform's image signed and attested (its own SBOM and provenance), verified from the registry."""
 
 
+@with_config(CLOSED)
 class AttestationEntry(TypedDict):
+    """One attestation of the signed image, and whether it verified."""
+
     predicate_type: str
-    layer_digest: str
+    layer_digest: Sha256
     verified: bool
     problem: str | None
 
 
+@with_config(CLOSED)
 class SignatureEvidence(TypedDict):
     """--sign / --key: what was signed or verified (a key fingerprint, never key material)."""
 
-    key_fingerprint: str
+    key_fingerprint: Sha256
     signature_tag: str
-    verified: bool
-    signature_manifest: NotRequired[str]
+    verified: Literal[True]
+    signature_manifest: NotRequired[Sha256]
     attestation_tag: NotRequired[str | None]
-    attestation_manifest: NotRequired[str | None]
+    attestation_manifest: NotRequired[Sha256 | None]
     predicate_types: NotRequired[list[str]]
     signature_reused: NotRequired[bool]
     attestations: NotRequired[list[AttestationEntry]]
@@ -117,40 +134,49 @@ class PromoteResult:
         return f"{self.registry}/{self.repository}@{self.manifest_digest}"
 
 
+@with_config(DESCRIBED)
 class PublishDocument(TypedDict):
     """`kiln publish --json` (src/kiln/schemas/publish.json): the PublishResult and `pinned`."""
 
     recipe: str
-    image_id: str
-    input_digest: str
-    manifest_digest: str
+    image_id: Sha256
+    input_digest: Sha256
+    manifest_digest: Sha256
     registry: str
     repository: str
     channel: str | None
-    tags: list[str]
+    """null: --skip-smoke-check moves no channel."""
+    tags: Strings1
     pushed: bool
     smoke: SmokeEvidence
     record: str
     pinned: str
+    """HOST/REPOSITORY@sha256:..."""
     signature: NotRequired[SignatureEvidence | None]
+    """--sign: what was signed, verified from the registry (a key fingerprint, never key material)."""
     platforms: NotRequired[dict[str, PlatformEntry]]
+    """A multi-platform publish (an OCI image index): per platform, what the index holds."""
 
 
+@with_config(DESCRIBED)
 class PromoteDocument(TypedDict):
     """`kiln promote --json` (src/kiln/schemas/promote.json): the PromoteResult and `pinned`."""
 
     recipe: str
-    image_id: str
-    manifest_digest: str
+    image_id: Sha256
+    manifest_digest: Sha256
     registry: str
     repository: str
     from_channel: str
     to_channel: str
     moved: bool
+    """false: the target channel already pointed there."""
     smoke: SmokeEvidence
     record: str
     pinned: str
+    """HOST/REPOSITORY@sha256:..."""
     signature: NotRequired[SignatureEvidence | None]
+    """--sign / --key: what was signed or verified before the channel moved (a key fingerprint, never key material)."""
 
 
 def publish_document(r: PublishResult) -> PublishDocument:
@@ -277,17 +303,22 @@ def platform_smoke(name: str, members: list[tuple[str, BuiltRecipe]]) -> dict[st
     return {plat: str(record_path(id_of(built.image))) for plat, built in members}
 
 
-def smoke_level(rec: SmokeRecord) -> str:
+def smoke_level(rec: SmokeRecord) -> SmokeLevel:
     """A passing record's level: "served" (records older than the field are) or "in-image"."""
     return rec.get("level", "served")
 
 
-def platform_smoke_levels(members: list[tuple[str, BuiltRecipe]]) -> dict[str, str]:
-    """Each platform's smoke level, said in a warning where it is not "served"."""
-    levels = {}
+def platform_smoke_levels(members: list[tuple[str, BuiltRecipe]]) -> dict[str, SmokeLevel]:
+    """Each platform's smoke level, said in a warning where it is not "served" (after
+    `platform_smoke`: a record gone since is refused, as it would have been there)."""
+    levels: dict[str, SmokeLevel] = {}
     for plat, built in members:
         rec = passing_smoke_record(id_of(built.image))
-        levels[plat] = smoke_level(rec) if rec is not None else "none"
+        if rec is None:
+            raise NotSmokeTested(f"{plat}: {built.recipe_image.tag}: its passing smoke record went away while "
+                                 "publishing; nothing was pushed",
+                                 hint=f"`kiln smoke {built.recipe_image.loaded.name} --platform {plat}`")
+        levels[plat] = smoke_level(rec)
         if levels[plat] != "served":
             log.warn(f"{plat}: {built.recipe_image.tag}: smoke record of level {levels[plat]} "
                      "(proved inside the image, not served)")

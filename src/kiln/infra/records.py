@@ -10,35 +10,53 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal, NotRequired, TypedDict, cast
+from typing import Annotated, Literal, NotRequired, cast
+
+from pydantic import Field, with_config
+from typing_extensions import TypedDict
 
 from kiln.basics.files import write_atomic
+from kiln.basics.jsontypes import DESCRIBED, Seconds, Sha256
 from kiln.basics.paths import results_dir
+
+# served: the image served the recipe's checks; in-image: proved inside the image without serving
+SmokeLevel = Literal["served", "in-image"]
 
 
 class CheckEntry(TypedDict):
+    """One smoke check and its verdict."""
+
     name: str
     ok: bool
     detail: str
-    seconds: float
+    seconds: Seconds
 
 
+@with_config(DESCRIBED)
 class Timings(TypedDict):
+    """How long the smoke test took."""
+
     startup_s: float | None
-    total_s: float
+    """Seconds until the server answered /health; null when it never did, or was not served (in-image)."""
+    total_s: Seconds
 
 
 class SmokeRecord(TypedDict):
     """What `kiln smoke` proved about one image id (src/kiln/schemas/smoke.json, less
-    its `record` key: the file is written before its own path is known)."""
+    its `record` key: the file is written before its own path is known). Its fields are
+    described with Field(description=...), not docstrings: `kiln smoke --json`'s
+    SmokeDocument inherits them, and pydantic reads a class's own docstrings only."""
 
     recipe: str
-    image_id: str
+    image_id: Sha256
     tag: str
-    input_digest: str
-    platform: str
-    emulation_factor: int | None
-    level: NotRequired[Literal["served", "in-image"]]  # in-image: a GPU image proved without serving
+    input_digest: Sha256
+    platform: Annotated[str, Field(description="The platform of the image smoke-tested (os/arch).")]
+    emulation_factor: Annotated[int | None, Field(description=(
+        "Another architecture under qemu: every time limit was this many times the recipe's; null when native."))]
+    level: NotRequired[Annotated[SmokeLevel, Field(description=(
+        "served: the image served the recipe's checks; in-image: a GPU recipe on a host without a GPU, proved "
+        "inside the image without serving (kiln smoke --in-image); absent in records older than the field: served."))]]
     passed: bool
     started_at: str
     checks: list[CheckEntry]

@@ -3,17 +3,21 @@
 Each class carries its own exit code and a hint that tells the user what to do next.
 The CLI prints ``kiln: error: <message>`` plus ``  hint: <hint>`` and exits with the
 code; tracebacks only appear with ``--debug``. Codes are part of the CLI contract:
-scripts and CI branch on them, so never renumber an existing class.
+scripts and CI branch on them, so never renumber an existing class (docs/cli-json.md
+says why the numbers were kept when the classes were grouped by family).
 
-This package's namespace is the public surface (`from kiln.basics.errors import X`);
-the classes live by concern: `base`, `building`, `serving`, `publishing`.
+This package's namespace is the public surface (`from kiln.basics.errors import X`).
+`base` holds `KilnError` and what every error shares; the classes live in one module per
+family, named in FAMILIES in the order docs/cli-json.md's exit-code table lists them
+(`python scripts/exit_codes.py` writes that table): a new class goes into its family's
+module, a new family is a new module and a new entry here.
 """
 
 from kiln.basics.errors.base import (
+    ErrorBody,
+    ErrorDocument,
     KilnError,
     ManyProblems,
-    NotACheckout,
-    UsageError,
     one_line,
 )
 from kiln.basics.errors.building import (
@@ -22,33 +26,45 @@ from kiln.basics.errors.building import (
     BudgetExceeded,
     BuildFailed,
     CABundleInvalid,
-    DebianPinUnavailable,
     DebootstrapMissing,
     DiskSpaceShort,
-    DockerDaemonError,
-    DockerUnavailable,
-    EmulationUnavailable,
-    EngineFetchFailed,
     EngineMismatch,
-    EngineOutdated,
     ImageNotBuilt,
-    LockInvalid,
-    LockMissing,
-    OverrideDrift,
-    PackageIndexInvalid,
-    PackageIndexUnreachable,
-    PatchFailed,
-    PatchInvalid,
-    PlatformNotDeclared,
-    PlatformUnsupported,
-    RebaseConflict,
     RebuildDiffers,
     RebuildSourceMissing,
-    RecipeInvalid,
+)
+from kiln.basics.errors.daemon import (
+    DockerDaemonError,
+    DockerUnavailable,
+)
+from kiln.basics.errors.engine import (
+    DebianPinUnavailable,
+    EngineFetchFailed,
+    EngineOutdated,
+    LockInvalid,
+    LockMissing,
+    PackageIndexInvalid,
+    PackageIndexUnreachable,
     WheelHashMismatch,
 )
+from kiln.basics.errors.models import (
+    FetchFailed,
+    HfSnapshotMissing,
+    ModelShapeUnknown,
+    PlanDoesNotFit,
+)
+from kiln.basics.errors.patches import (
+    OverrideDrift,
+    PatchFailed,
+    PatchInvalid,
+    RebaseConflict,
+)
+from kiln.basics.errors.platforms import (
+    EmulationUnavailable,
+    PlatformNotDeclared,
+    PlatformUnsupported,
+)
 from kiln.basics.errors.publishing import (
-    AttestationSubjectMismatch,
     ChannelEmpty,
     ChannelInvalid,
     ImageNotPublished,
@@ -60,8 +76,24 @@ from kiln.basics.errors.publishing import (
     RegistryRateLimited,
     RegistryServerError,
     RegistryUnreachable,
-    SbomReadFailed,
-    SbomWriteFailed,
+    TagWriteFailed,
+)
+from kiln.basics.errors.recipes import (
+    LaunchArgInvalid,
+    RecipeInvalid,
+)
+from kiln.basics.errors.serving import (
+    ContainerNotFound,
+    ContainerStartFailed,
+    ModelPathMissing,
+    NodeLost,
+    NoGPU,
+    PortInUse,
+    ServerExited,
+    SmokeFailed,
+)
+from kiln.basics.errors.signing import (
+    AttestationSubjectMismatch,
     SignatureInvalid,
     SignatureMalformed,
     SignatureMissing,
@@ -71,22 +103,30 @@ from kiln.basics.errors.publishing import (
     SigningKeyInvalid,
     SigningPasswordInvalid,
     SigningRequired,
-    TagWriteFailed,
 )
-from kiln.basics.errors.serving import (
-    ContainerNotFound,
-    ContainerStartFailed,
-    FetchFailed,
-    HfSnapshotMissing,
-    LaunchArgInvalid,
-    ModelPathMissing,
-    ModelShapeUnknown,
-    NodeLost,
-    NoGPU,
-    PlanDoesNotFit,
-    PortInUse,
-    ServerExited,
-    SmokeFailed,
+from kiln.basics.errors.supplychain import (
+    SbomReadFailed,
+    SbomWriteFailed,
+)
+from kiln.basics.errors.usage import (
+    NotACheckout,
+    UsageError,
+)
+
+# the modules the error classes live in, one per family, in the order the documented table lists them
+FAMILIES = (
+    "usage",
+    "recipes",
+    "daemon",
+    "building",
+    "patches",
+    "engine",
+    "platforms",
+    "serving",
+    "models",
+    "publishing",
+    "signing",
+    "supplychain",
 )
 
 __all__ = [
@@ -109,6 +149,8 @@ __all__ = [
     "EngineFetchFailed",
     "EngineMismatch",
     "EngineOutdated",
+    "ErrorBody",
+    "ErrorDocument",
     "FetchFailed",
     "HfSnapshotMissing",
     "ImageNotBuilt",
@@ -161,4 +203,5 @@ __all__ = [
     "UsageError",
     "WheelHashMismatch",
     "one_line",
+    "FAMILIES",
 ]

@@ -1,9 +1,34 @@
-"""The base of every typed error (`KilnError`), the several-problems mixin, and the
-errors of no one concern (usage, the checkout)."""
+"""The base of every typed error (`KilnError`), the several-problems mixin, `one_line`,
+and the error document a `--json` command writes instead of its own. The errors
+themselves live in one module per family (usage, recipes, daemon, ...): this package's
+docstring lists them."""
 
 from __future__ import annotations
 
 import unicodedata
+from typing import Annotated
+
+from pydantic import Field
+from typing_extensions import TypedDict
+
+from kiln.basics.jsontypes import Strings1
+
+
+class ErrorBody(TypedDict):
+    """A typed error as `--json` reports it: its class, exit code, problems and hint."""
+
+    type: str
+    exit_code: Annotated[int, Field(ge=2)]
+    message: str
+    problems: Strings1
+    hint: str
+
+
+class ErrorDocument(TypedDict):
+    """What stdout carries when a `--json` command fails before writing its document
+    (src/kiln/schemas/error.json)."""
+
+    error: ErrorBody
 
 
 class KilnError(Exception):
@@ -24,6 +49,12 @@ class KilnError(Exception):
         if self.hint:
             out.append(f"hint: {self.hint}")
         return out
+
+    def document(self) -> ErrorDocument:
+        """The error document of a `--json` command: the lines printed, less the hint's, are its problems."""
+        problems = [ln for ln in self.lines() if not ln.startswith("hint: ")]
+        return ErrorDocument(error=ErrorBody(type=type(self).__name__, exit_code=self.exit_code,
+                                             message="\n".join(problems), problems=problems, hint=self.hint or ""))
 
 
 def one_line(text: str) -> str:
@@ -52,16 +83,3 @@ class ManyProblems:
     def lines(self) -> list[str]:
         return [*self.problems, *([f"hint: {self.hint}"] if self.hint else [])]
 
-
-class NotACheckout(KilnError):
-    """kiln runs outside a checkout and KILN_ROOT does not name one."""
-
-    exit_code = 25
-    hint = "cd into your kiln checkout, or set KILN_ROOT=/path/to/checkout"
-
-
-class UsageError(KilnError):
-    """A command line kiln does not accept, or an option it cannot act on."""
-
-    exit_code = 64
-    hint = "see `kiln --help`"

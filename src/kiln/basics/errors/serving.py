@@ -1,11 +1,10 @@
-"""Errors of serving an image: containers, GPUs, ports, models, smoke checks, and the
-plan that fits a recipe to its GPUs."""
+"""Errors of serving an image: containers, GPUs, ports, model folders, nodes, smoke checks."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kiln.basics.errors.base import KilnError, ManyProblems, one_line
+from kiln.basics.errors.base import KilnError
 
 
 class SmokeFailed(KilnError):
@@ -45,18 +44,6 @@ class NoGPU(KilnError):
     hint = "this recipe needs NVIDIA GPUs and the NVIDIA container runtime; use --print to see the command"
 
 
-class LaunchArgInvalid(ManyProblems, KilnError):
-    """The pinned engine refuses the launch command: a flag, a value or a feature knob;
-    each problem its own ``file:line: field: message`` line."""
-
-    exit_code = 17
-    hint = "the pinned engine refuses it; check `vllm serve --help=all` (and kiln-engine's knobs) for that version"
-
-    def __init__(self, problems: list[str] | str, *, hint: str | None = None):
-        problems = [problems] if isinstance(problems, str) else problems
-        super().__init__([one_line(p) for p in problems], hint=hint)
-
-
 class ContainerNotFound(KilnError):
     """`kiln logs/stop NAME` where NAME is not a container kiln started (or it is gone)."""
 
@@ -76,37 +63,3 @@ class NodeLost(KilnError):
 
     exit_code = 70
     hint = "its log tail is above; every node of the group was stopped and removed"
-
-
-# -- the collection: fitting a recipe to its GPUs, and weights from a Hugging Face cache
-# (92-95 of the 90-95 allocation)
-class PlanDoesNotFit(ManyProblems, KilnError):
-    """`kiln plan` / `kiln check`: the recipe's weights, KV cache and engine reserve exceed
-    what its GPUs give vLLM (capacity x gpu-memory-utilization)."""
-
-    exit_code = 92
-    hint = "`kiln plan NAME --gpu G --gpus N` shows the table; use more or larger GPUs, a lower max-model-len, or a smaller dtype"
-
-
-class HfSnapshotMissing(ManyProblems, KilnError):
-    """A Hugging Face cache lacks a pinned snapshot, or part of one (the server runs
-    offline and would fail inside the hub client)."""
-
-    exit_code = 93
-    hint = "`kiln fetch NAME` fills the cache where the hub is reachable (KILN_HF_CACHE picks the cache folder)"
-
-
-class FetchFailed(KilnError):
-    """`kiln fetch` could not download a pinned snapshot (network, authorisation, a
-    revision the hub does not have), or the download left it incomplete."""
-
-    exit_code = 94
-    hint = "check the network and HF_TOKEN (a gated repo needs one); nothing half-downloaded is used: rerun to resume"
-
-
-class ModelShapeUnknown(KilnError):
-    """`kiln plan` has neither the model's config.json nor a `shape:` block in the recipe,
-    or the config lacks a number the plan needs."""
-
-    exit_code = 95
-    hint = "add a `shape:` block to the model in recipe.yaml (config.json's keys, with their source), or fetch the weights"

@@ -16,7 +16,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import NotRequired, TypedDict
+from typing import NotRequired
+
+from pydantic import with_config
+from typing_extensions import TypedDict
 
 from kiln.basics import clock, log
 from kiln.basics.errors import (
@@ -30,6 +33,7 @@ from kiln.basics.errors import (
     PlatformNotDeclared,
     PlatformUnsupported,
 )
+from kiln.basics.jsontypes import DESCRIBED, Count, Seconds, Sha256
 from kiln.basics.paths import local_ref
 from kiln.commands.images.baseimage import builder_base
 from kiln.commands.options import Subparsers, reports
@@ -62,19 +66,22 @@ Check = Callable[[Image], None]  # raises a KilnError: the image must not be tag
 Finalize = Callable[[Image], str]  # returns the id to tag (e.g. a labelled derivative)
 
 
+@with_config(DESCRIBED)
 class BuildDocument(TypedDict):
-    """`kiln build --json` (src/kiln/schemas/build.json)."""
+    """`kiln build --json` (src/kiln/schemas/build.json): the image built, or found already built."""
 
     recipe: str
     tag: str
-    image_id: str
-    input_digest: str
-    size_bytes: int
-    seconds: float
+    image_id: Sha256
+    input_digest: Sha256
+    size_bytes: Count
+    seconds: Seconds
     skipped: bool
-    steps: int
-    cached_steps: int
-    platforms: NotRequired[dict[str, BuildDocument]]  # `--platform all`: the document per platform
+    """An image with this input digest existed: nothing was built."""
+    steps: Count
+    cached_steps: Count
+    platforms: NotRequired[dict[str, BuildDocument]]
+    """`--platform all` with several platforms: the document of each platform's build (the top level repeats the first)."""
 
 
 @dataclass

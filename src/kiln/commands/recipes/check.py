@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import NotRequired, TypedDict
+from typing import NotRequired
+
+from pydantic import with_config
+from typing_extensions import TypedDict
 
 from kiln.basics import log
 from kiln.basics.errors import (
@@ -15,6 +18,7 @@ from kiln.basics.errors import (
     RecipeInvalid,
     UsageError,
 )
+from kiln.basics.jsontypes import DESCRIBED, Count
 from kiln.basics.paths import repo_root
 from kiln.commands.images.build import check_platform
 from kiln.commands.options import Subparsers, reports
@@ -29,17 +33,25 @@ from kiln.domain.recipes.topology import feature_problems
 from kiln.infra import wheelcache
 
 
+@with_config(DESCRIBED)
 class SeriesUsed(TypedDict):
+    """One patch series an image applies."""
+
     applies: str
-    file: str | None  # relative to the checkout; None: no series for it
-    patches: int
+    file: str | None
+    """The series file, relative to the checkout; null: no series for it."""
+    patches: Count
 
 
+@with_config(DESCRIBED)
 class RecipeCheck(TypedDict):
+    """One recipe checked: valid, or its problems (one line each)."""
+
     name: str
     valid: bool
     problems: list[str]
-    series: NotRequired[list[SeriesUsed]]  # a valid recipe: the patch series its image applies
+    series: NotRequired[list[SeriesUsed]]
+    """A valid recipe: the patch series its image applies, in order."""
 
 
 class CheckDocument(TypedDict):

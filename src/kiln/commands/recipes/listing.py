@@ -6,13 +6,13 @@ import argparse
 
 from kiln.basics import log
 from kiln.commands.options import Subparsers, reports
-from kiln.domain.views.catalogue import recipe_rows
+from kiln.domain.views.catalogue import ListDocument, recipe_rows
 
 
 def cmd_list(args: argparse.Namespace) -> int:
     rows = recipe_rows()
     if args.json:
-        log.emit_json({"recipes": rows})
+        log.emit_json(ListDocument(recipes=rows))
         return 0
     for row in rows:
         if row["valid"]:

@@ -11,10 +11,14 @@ from __future__ import annotations
 import argparse
 import time
 from functools import partial
-from typing import Literal, TypedDict
+from typing import Literal
+
+from pydantic import with_config
+from typing_extensions import TypedDict
 
 from kiln.basics import clock, log
 from kiln.basics.errors import ContainerStartFailed, SmokeFailed
+from kiln.basics.jsontypes import DESCRIBED
 from kiln.basics.paths import shown_home
 from kiln.commands.images.build import build_recipe, check_build_space, check_platform
 from kiln.commands.options import Subparsers, count, reports
@@ -40,11 +44,13 @@ from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.records import CheckEntry, SmokeRecord, Timings, write_smoke_record
 
 
+@with_config(DESCRIBED)
 class SmokeDocument(SmokeRecord):
     """`kiln smoke --json` of a run (src/kiln/schemas/smoke.json): the smoke record and
     where it was written."""
 
-    record: str | None  # None when --nodes overrode the topology (nothing written)
+    record: str | None
+    """The record file; null when --nodes overrode the topology (nothing written)."""
 
 
 class SmokeSkipped(TypedDict):
@@ -54,6 +60,10 @@ class SmokeSkipped(TypedDict):
     skipped: Literal[True]
     reason: str
     passed: None
+
+
+# `kiln smoke --json`: a run's document, or why there was none
+SmokeJson = SmokeDocument | SmokeSkipped
 
 
 def _stopped_in_time(stop_s: float) -> tuple[float, str]:
@@ -90,7 +100,7 @@ def emulated_smoke(spec: Smoke, factor: int = EMULATION_FACTOR) -> Smoke:
 
 
 def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False, topology: Topology | None = None,
-          platform: str | None = None, in_image: bool = False) -> SmokeDocument | SmokeSkipped:
+          platform: str | None = None, in_image: bool = False) -> SmokeJson:
     """`topology` overrides the recipe's (e.g. one tensor-parallel rank per container, to
     prove the multi-node wiring on one host); such a run writes no smoke record.
     `platform`: the image built for that platform (another architecture runs under

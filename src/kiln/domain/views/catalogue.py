@@ -4,55 +4,82 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NotRequired, TypedDict
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, with_config
+from typing_extensions import TypedDict
 
 from kiln.basics.errors import KilnError
+from kiln.basics.jsontypes import CLOSED, DESCRIBED, Sha256
 from kiln.basics.paths import recipes_dir
 from kiln.domain.images.specs import resolve
 from kiln.domain.recipes.recipe import load_recipe, recipe_names
-from kiln.domain.serving.launch import launch_document
+from kiln.domain.serving.launch import LaunchDocument, launch_document
 
 
 class EngineNames(TypedDict):
+    """The engine a recipe pins (recipe.yaml's engine)."""
+
     name: str
     version: str
-    flavour: str
+    flavour: Literal["cpu", "cuda"]
 
 
-class RecipeRow(TypedDict):
-    """One row of `kiln list --json` (schemas/list.json): a valid recipe's engine and
-    served name, or an invalid one's first problem."""
+class ValidRow(TypedDict):
+    """One row of `kiln list --json` (schemas/list.json): a valid recipe's engine and served name."""
 
     name: str
-    valid: bool
-    engine: NotRequired[EngineNames]
-    served_model_name: NotRequired[str]
-    problem: NotRequired[str]
+    valid: Literal[True]
+    engine: EngineNames
+    served_model_name: str
+
+
+class InvalidRow(TypedDict):
+    """One row of `kiln list --json` (schemas/list.json): an invalid recipe's first problem."""
+
+    name: str
+    valid: Literal[False]
+    problem: str
+
+
+RecipeRow = ValidRow | InvalidRow
+
+
+class ListDocument(TypedDict):
+    """`kiln list --json` (src/kiln/schemas/list.json): every recipe, valid or not."""
+
+    recipes: list[RecipeRow]
 
 
 class ImageEntry(TypedDict):
+    """An image's tag and input digest."""
+
     tag: str
-    input_digest: str
+    input_digest: Sha256
 
 
+@with_config(CLOSED)
 class PlatformEntry(TypedDict, total=False):
     """A declared platform's image (tag, input_digest), or why it has none (problem)."""
 
     tag: str
-    input_digest: str
+    input_digest: Sha256
     problem: str
 
 
+@with_config(DESCRIBED)
 class ShowDocument(TypedDict):
-    """`kiln show --json` (schemas/show.json)."""
+    """`kiln show --json` (src/kiln/schemas/show.json): one recipe resolved."""
 
-    recipe: dict[str, Any]  # the recipe as loaded, as pydantic dumps it (recipe.yaml's own shape)
+    recipe: Annotated[dict[str, Any], Field(json_schema_extra={"required": ["name", "engine", "launch"]})]
+    """The recipe as loaded, defaults filled in (recipe.yaml's shape, which `kiln schema` describes)."""
     file: str
-    input_digest: str
+    input_digest: Sha256
     tag: str
     engine_image: ImageEntry
     platforms: dict[str, PlatformEntry]
-    launch: Any  # launch.json as kiln.domain.serving.launch writes it (typed there)
+    """Each of engine.platforms: its recipe image, or why it has none."""
+    launch: LaunchDocument
 
 
 def recipe_rows() -> list[RecipeRow]:
