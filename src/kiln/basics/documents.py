@@ -19,13 +19,14 @@ and required keys (`_pydantic_type`).
 
 from __future__ import annotations
 
+import json
 import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, NotRequired, Required, TypeVar, Union
 
-import typing_extensions
+import typing_extensions  # pydantic's own dependency (it installs with it); its TypedDict is the one pydantic reads on 3.11
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -53,14 +54,14 @@ class Shape(Generic[T]):
         try:
             return self.adapter.validate_json(data, strict=True)
         except ValidationError as exc:
-            raise error(f"{source}: {problem(exc)}") from None
+            raise error(f"{source}: {problem(exc, _parsed(data))}") from None
 
     def check(self, value: object, *, source: str, error: ErrorFactory) -> T:
         """`value` (already parsed: YAML, an SDK's answer) as this shape, or the error."""
         try:
             return self.adapter.validate_python(value, strict=True)
         except ValidationError as exc:
-            raise error(f"{source}: {problem(exc)}") from None
+            raise error(f"{source}: {problem(exc, value)}") from None
 
 
 def read_document(path: Path, shape: Shape[T], error: ErrorFactory, *, source: str | None = None) -> T:
@@ -89,17 +90,40 @@ def field_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def problem(exc: ValidationError) -> str:
-    """The first of pydantic's errors, as `field: what is wrong` (one line)."""
+def problem(exc: ValidationError, document: object) -> str:
+    """The first of pydantic's errors about `document`, as `field: what is wrong` (one line)."""
     first: ErrorDetails = exc.errors(include_url=False, include_input=False, include_context=False)[0]
     loc, kind = tuple(first["loc"]), first["type"]
     if kind == "json_invalid":
         return one_line(f"not JSON ({first['msg'].removeprefix('Invalid JSON: ')})")
     if kind == "missing" and loc:
-        parent = field_path(loc[:-1])
+        parent = field_path(_in_document(document, loc[:-1]))
         return one_line(f"{parent + ': ' if parent else ''}missing field {str(loc[-1])!r}")
-    where = field_path(loc)
+    where = field_path(_in_document(document, loc))
     return one_line(f"{where}: {first['msg']}" if where else first["msg"])
+
+
+def _in_document(document: object, loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """`loc` without the steps that are no place in `document`: pydantic names the member
+    of a union it tried (`yanked.bool`, `u.G.a`), which no reader would find in the file."""
+    out: list[int | str] = []
+    node = document
+    for part in loc:
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        else:
+            continue  # a union member's name
+        out.append(part)
+    return tuple(out)
+
+
+def _parsed(data: str | bytes) -> object:
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 # -- typing.TypedDict -> typing_extensions.TypedDict (pydantic on Python 3.11) -------------
