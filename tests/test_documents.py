@@ -10,7 +10,6 @@ import base64
 import copy
 import json
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -461,16 +460,14 @@ def test_field_paths_read_like_kilns_own():
     assert field_path(()) == ""
 
 
-def test_each_adapter_is_built_once_and_a_big_lock_reads_fast():
+def test_each_adapter_is_built_once():
+    # (no timing here: a loaded CI host makes any bound flaky. Measured on the ~200 kB
+    # engine-cuda lock: ~8 ms a load through the adapter, ~7 ms with the hand-written reader
+    # before it, ~35 ms once to build the adapter)
     shape = Shape(_Outer)
     assert shape.adapter is shape.adapter
     assert documents._pydantic_type(_Outer) is documents._pydantic_type(_Outer)
-    cuda_lock = REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json"  # ~200 kB
-    L.load(cuda_lock)  # the adapter built
-    t0 = time.perf_counter()
-    for _ in range(5):
-        L.load(cuda_lock)
-    assert (time.perf_counter() - t0) / 5 < 0.3  # measured ~8 ms (the reader before: ~7 ms)
+    assert L._LOCK.adapter is L._LOCK.adapter
 
 
 # -- in-image readers: plain checks (an image has no pydantic of kiln's) ------------------------
