@@ -15,7 +15,7 @@ import pytest
 from kiln_testkit.tree import FIXTURES, REPO, make_tree, renamed_mini, run_kiln, write_recipe
 
 __all__ = ["DAEMON_GROUP", "FIRST_GROUPS", "FIXTURES", "REPO", "SavedImage", "assign_xdist_groups", "kiln_containers_on", "machine_share",
-           "make_tree", "remove_images",
+           "make_tree", "passing_smoke_record", "remove_images",
            "renamed_mini", "run_kiln", "saved_image", "write_recipe"]
 
 
@@ -120,3 +120,15 @@ def saved_image(engine, ref: str) -> Iterator[SavedImage]:
         fh.seek(0)
         with tarfile.open(fileobj=fh, mode="r:") as outer:
             yield SavedImage(outer, ref)
+
+
+def passing_smoke_record(image_id: str, recipe: str, *, platform: str = "linux/amd64", **extra: object) -> dict:
+    """A whole passing smoke record (kiln.infra.records.SmokeRecord) for `image_id`, as a
+    test writes one instead of running `kiln smoke`: publish reads records through that
+    TypedDict and refuses one with a field missing (RecordInvalid). `extra`: keys of the
+    test's own (a note), which kiln ignores."""
+    return {"recipe": recipe, "image_id": image_id, "tag": f"kiln/{recipe}:test", "input_digest": "sha256:" + "0" * 64,
+            "platform": platform, "emulation_factor": None, "level": "served", "passed": True,
+            "started_at": "2026-01-01T00:00:00+00:00",
+            "checks": [{"name": "written-by-a-test", "ok": True, "detail": "", "seconds": 0.0}],
+            "timings": {"startup_s": None, "total_s": 0.0}, **extra}

@@ -6,6 +6,7 @@ networks), the cleanup decisions, and the CLI's last line of defence."""
 from __future__ import annotations
 
 import http.client
+from typing import TypedDict
 
 import docker.errors
 import pytest
@@ -13,6 +14,7 @@ import requests
 import urllib3
 
 from kiln import cli
+from kiln.basics.documents import Shape
 from kiln.basics.errors import BaseImageMissing, BuildFailed, DockerDaemonError
 from kiln.infra import docker as kdocker
 from kiln.infra.docker import Container, DockerDaemon, DockerError, fault_text
@@ -197,15 +199,23 @@ def test_network_faults_name_the_network():
     assert "docker network rm kiln-net-1" in err.value.hint
 
 
+class _Ok(TypedDict):
+    ok: bool
+
+
+OK = Shape(_Ok)
+
+
 def test_a_throwaway_container_the_daemon_cannot_create_fails_the_job_and_one_it_cannot_remove_is_a_warning(capsys):
     failing = DockerDaemon(Obj(containers=Obj(create=raising(api_error(500, "no such image")))))
     with pytest.raises(BuildFailed, match="^engine probe: creating its container: the Docker daemon answered 500"):
-        failing.run_script("sha256:" + "b" * 64, "print(1)", marker="M", what="engine probe", timeout_s=5)
+        failing.run_script("sha256:" + "b" * 64, "print(1)", marker="M", answer=OK, what="engine probe", timeout_s=5)
 
     box = Obj(name="probe-1", short_id="abc", start=lambda: None, wait=lambda timeout: {"StatusCode": 0},
               logs=lambda: b'M {"ok": true}\n', remove=raising(api_error(500, "cannot remove")))
     daemon = DockerDaemon(Obj(containers=Obj(create=lambda **kw: box)))
-    assert daemon.run_script("sha256:" + "b" * 64, "print(1)", marker="M", what="engine probe", timeout_s=5) == {"ok": True}
+    assert daemon.run_script("sha256:" + "b" * 64, "print(1)", marker="M", answer=OK, what="engine probe",
+                             timeout_s=5) == {"ok": True}
     assert "removing container probe-1: the Docker daemon answered 500: cannot remove; it is left behind: " \
            "`docker rm -f probe-1`" in " ".join(capsys.readouterr().err.split())
 

@@ -32,7 +32,15 @@ from pathlib import Path
 
 import pytest
 from dockerproxy import ENDPOINTS, DockerFaultProxy
-from kilntest import FIXTURES, REPO, kiln_containers_on, remove_images, renamed_mini, run_kiln
+from kilntest import (
+    FIXTURES,
+    REPO,
+    kiln_containers_on,
+    passing_smoke_record,
+    remove_images,
+    renamed_mini,
+    run_kiln,
+)
 from publish.localregistry import LocalRegistry, available
 
 NAME = "kiln-test-faults"
@@ -318,8 +326,7 @@ def _publish(world: World, case: Case, docker_daemon, registry) -> subprocess.Co
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KILN_RESULTS_DIR", str(world.results))
-        write_smoke_record({"image_id": world.image_id, "passed": True, "recipe": NAME,
-                            "note": "written by tests/test_daemon_faults.py"})
+        write_smoke_record(passing_smoke_record(world.image_id, NAME, note="written by tests/test_daemon_faults.py"))
     namespace = case.id.replace("-", "")
     result = world.kiln("publish", NAME, "--registry", f"{registry.host}/{namespace}", **registry.env())
     tags = registry.tags(f"{namespace}/{REPOSITORY}")

@@ -96,15 +96,16 @@ def test_a_project_the_index_does_not_have_is_none(monkeypatch):
 
 
 @pytest.mark.parametrize(("body", "content_type", "says"), [
-    (b'{"files": [', JSON, "the answer is not JSON"),
-    (b'{"files": [{"url": "x"}]}', JSON, "the JSON is no simple-API page"),
-    (b'["vllm-0.34.0-cp38-abi3-manylinux1_x86_64.whl"]', "application/json", "the JSON is no simple-API page"),
+    (b'{"files": [', JSON, r"not JSON \(EOF while parsing a list at line 1 column 11\)$"),
+    (b'{"files": [{"url": "x"}]}', JSON, r"files\[0\]: missing field 'filename'$"),
+    (b'{"files": [{"url": "x", "filename": 7}]}', JSON, r"files\[0\]\.filename: Input should be a valid string$"),
+    (b'["vllm-0.34.0-cp38-abi3-manylinux1_x86_64.whl"]', "application/json", r"vllm/: Input should be an object$"),
     (b"<html><body><p>maintenance</p></body></html>", "text/html", "nor an HTML page with links"),
     (b"\x89PNG\r\n\x1a\n\x00\x00", "application/octet-stream", "nor an HTML page with links"),
 ])
 def test_a_malformed_answer_is_package_index_invalid(monkeypatch, body, content_type, says):
     _serve(monkeypatch, {f"{INDEX}/vllm/": (body, content_type)})
-    with pytest.raises(PackageIndexInvalid, match=f"package index {INDEX}/vllm/: .*{says}") as caught:
+    with pytest.raises(PackageIndexInvalid, match=f"package index {INDEX}/.*{says}") as caught:
         pyindex.wheel_releases("vllm", index=INDEX, cafile=None)
     assert "\n" not in caught.value.message
 
@@ -186,6 +187,5 @@ def test_a_malformed_answer_is_one_line_and_exit_38_never_a_traceback(monkeypatc
     assert code == 38, err
     assert "Traceback" not in err
     assert [ln for ln in err.splitlines() if ln.startswith("kiln: error:")] == [
-        f"kiln: error: package index {INDEX}/vllm/: the JSON is no simple-API page "
-        "(PEP 691: an object whose `files` each have a `filename`)"]
+        f"kiln: error: package index {INDEX}/vllm/: missing field 'files'"]
     assert json.loads(out)["error"]["exit_code"] == 38  # --json: the error document

@@ -5,6 +5,7 @@ and analyse.py's lossless verdicts (benchmarks/gpu_twin)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,51 @@ def test_lossless_verdicts_follow_the_cpu_twins_rules(greedy, margin, seeded, lo
     reference = _runs([1, 2, 3], [[5, 6], [5, 6]], margin)
     verdict = analyse.lossless("x", _runs(greedy, seeded), reference)
     assert verdict["lossless"] is lossless
+
+
+# -- the documents prepare.py and the runner write, read back with plain checks ---------------
+@pytest.mark.parametrize(("text", "says"), [
+    ('{"bundle_sha256": "ab", "chunks": "chunk-1", "members": {}}', "manifest.json.chunks: must be a JSON array, not str"),
+    ('{"bundle_sha256": "ab", "members": {}}', "manifest.json: missing field 'chunks'"),
+    ('{"bundle_sha256": "ab", "chunks": [{"name": "chunk-1"}], "members": {}}', "chunks[0]: missing field 'sha256'"),
+    ("PK\x03\x04 not json at all", "manifest.json: not JSON (Expecting value: line 1 column 1 (char 0))"),
+])
+def test_a_damaged_manifest_is_one_line_and_exit_3(tmp_path, stash, capsys, text, says):
+    folder = tmp_path / "call-1"
+    folder.mkdir()
+    (folder / "manifest.json").write_text(text)
+    assert runner.main(["stash", str(folder)]) == 3
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpu-twin: ") and says in err and "\n" not in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(("plan", "says"), [
+    ({"recipe": "r", "engine": "0.34.0", "commit": "c", "models": {"script": "s", "args": "x"}, "configs": {}},
+     "models.args: must be a JSON array, not str"),
+    ({"recipe": "r", "engine": "0.34.0", "commit": "c", "models": {"script": "s", "args": []}}, "missing field 'configs'"),
+])
+def test_a_damaged_plan_is_refused_naming_the_field(tmp_path, plan, says):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    with pytest.raises(runner.PartProblem, match=re.escape(f"{path}: {says}")):
+        runner.read_plan(path)
+    path.write_text("{")
+    with pytest.raises(runner.PartProblem, match=r"plan\.json: not JSON \("):
+        runner.read_plan(path)
+
+
+@pytest.mark.parametrize(("doc", "says"), [
+    ({"date": "2026-01-01", "plan": {"commit": 1, "recipe": "r", "engine": "e"}, "configs": {}},
+     "plan.commit: must be a JSON string"),
+    ({"date": "2026-01-01", "plan": {"commit": "c", "recipe": "r", "engine": "e"}}, "missing field 'configs'"),
+    ({"date": "2026-01-01", "plan": {"commit": "c", "recipe": "r", "engine": "e"}, "configs": {}},
+     "configs: no 'spec-off' run to judge the others against"),
+    ("not json", "not JSON ("),
+])
+def test_analyse_refuses_a_damaged_results_document_in_one_line(tmp_path, doc, says):
+    path = tmp_path / "gpu-twin-results.json"
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    with pytest.raises(SystemExit) as exc:
+        analyse.main([str(path), "--out", str(tmp_path / "out")])
+    assert str(exc.value.code).startswith(f"gpu-twin: {path}: ") and says in str(exc.value.code)
+    assert "\n" not in str(exc.value.code)

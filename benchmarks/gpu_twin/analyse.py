@@ -144,13 +144,40 @@ def plot(summary: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def read_results(path: Path) -> dict:
+    """runner.py's results document, with the keys summarise reads; SystemExit, one line
+    naming the file and the field, when it is not one (plain checks: the runner writes
+    it on a device without kiln)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        sys.exit(f"gpu-twin: {path}: not JSON ({' '.join(str(exc).split())})")
+    checks = [((), "date", str), ((), "plan", dict), ((), "configs", dict),
+              (("plan",), "commit", str), (("plan",), "recipe", str), (("plan",), "engine", str)]
+    for parent, key, kind in checks:
+        node = doc
+        for step in parent:
+            node = node[step]
+        where = ".".join([*parent, key])
+        if not isinstance(node, dict) or key not in node:
+            sys.exit(f"gpu-twin: {path}: missing field {where!r}")
+        if not isinstance(node[key], kind):
+            sys.exit(f"gpu-twin: {path}: {where}: must be a JSON {'string' if kind is str else 'object'}")
+    for name, runs in doc["configs"].items():
+        if not isinstance(runs, dict):
+            sys.exit(f"gpu-twin: {path}: configs.{name}: must be a JSON object")
+    if REFERENCE not in doc["configs"]:
+        sys.exit(f"gpu-twin: {path}: configs: no {REFERENCE!r} run to judge the others against")
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", type=Path)
     p.add_argument("--out", type=Path, default=Path("benchmarks/gpu_twin/results"))
     p.add_argument("--name", help="file stem (default gpu-twin-DATE-RECIPE)")
     args = p.parse_args(argv)
-    summary = summarise(json.loads(args.results.read_text()))
+    summary = summarise(read_results(args.results))
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.name or f"gpu-twin-{summary['date'][:10]}-{summary['recipe']}"
     (args.out / f"{stem}.json").write_text(json.dumps(summary, indent=1) + "\n")

@@ -50,16 +50,64 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
+# -- the documents prepare.py writes: read with plain checks (the device has no kiln) -------
+MANIFEST_FIELDS = {"bundle_sha256": str, "chunks": list, "members": dict}
+CHUNK_FIELDS = {"name": str, "sha256": str}
+PLAN_FIELDS = {"recipe": str, "engine": str, "commit": str, "models": dict, "configs": dict}
+MODELS_FIELDS = {"script": str, "args": list}
+
+
+def _fields(doc: object, where: str, fields: dict[str, type]) -> dict:
+    """`doc` when it is a JSON object holding each of `fields` with a value of its type;
+    PartProblem naming `where` and the field (one line) when not."""
+    if not isinstance(doc, dict):
+        raise PartProblem(f"{where}: not a JSON object")
+    for key, kind in fields.items():
+        if key not in doc:
+            raise PartProblem(f"{where}: missing field {key!r}")
+        if not isinstance(doc[key], kind):
+            raise PartProblem(f"{where}.{key}: must be a JSON {_KINDS[kind]}, not {type(doc[key]).__name__}")
+    return doc
+
+
+_KINDS = {str: "string", list: "array", dict: "object"}
+
+
+def _json_file(path: Path) -> object:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PartProblem(f"{path}: not JSON ({' '.join(str(exc).split())})") from None
+
+
+def read_manifest(path: Path) -> dict:
+    """A bundle's manifest.json, as prepare.pack writes it."""
+    manifest = _fields(_json_file(path), str(path), MANIFEST_FIELDS)
+    for n, chunk in enumerate(manifest["chunks"]):
+        _fields(chunk, f"{path}: chunks[{n}]", CHUNK_FIELDS)
+    for name, sha in manifest["members"].items():
+        if not isinstance(sha, str):
+            raise PartProblem(f"{path}: members[{name}]: must be a JSON string, not {type(sha).__name__}")
+    return manifest
+
+
+def read_plan(path: Path) -> dict:
+    """The plan.json prepare.plan writes (what to make, serve and measure)."""
+    plan = _fields(_json_file(path), str(path), PLAN_FIELDS)
+    _fields(plan["models"], f"{path}: models", MODELS_FIELDS)
+    return plan
+
+
 # -- parts ----------------------------------------------------------------------------------
 def stash(folder: Path) -> None:
     """Copy a carried call-N folder's chunk to STASH, checked against its manifest."""
     manifest_file = folder / "manifest.json"
     if not manifest_file.is_file():
         raise PartProblem(f"{folder}: no manifest.json (run prepare.py here and carry its .gpu-twin/call-N)")
-    manifest = json.loads(manifest_file.read_text())
+    manifest = read_manifest(manifest_file)
     CHUNKS.mkdir(parents=True, exist_ok=True)
     kept = CHUNKS / "manifest.json"
-    if kept.is_file() and json.loads(kept.read_text())["bundle_sha256"] != manifest["bundle_sha256"]:
+    if kept.is_file() and read_manifest(kept)["bundle_sha256"] != manifest["bundle_sha256"]:
         shutil.rmtree(CHUNKS)  # chunks of another bundle: start over
         CHUNKS.mkdir(parents=True)
     for chunk in manifest["chunks"]:
@@ -105,11 +153,11 @@ def assemble() -> dict:
     kept = CHUNKS / "manifest.json"
     if not kept.is_file():
         raise PartProblem(f"no chunks stashed in {CHUNKS}: carry .gpu-twin/call-1 with `runner.py stash` first")
-    manifest = json.loads(kept.read_text())
+    manifest = read_manifest(kept)
     marker = SITE / ".kiln-gpu-twin"
     if marker.is_file() and marker.read_text() == manifest["bundle_sha256"]:
         _say("parts already assembled")
-        return json.loads((PARTS / "plan.json").read_text())
+        return read_plan(PARTS / "plan.json")
     _bundle_members(manifest)
     if SITE.exists():
         shutil.rmtree(SITE)
@@ -132,7 +180,7 @@ def assemble() -> dict:
     marker.write_text(manifest["bundle_sha256"])
     _say(f"assembled {SITE}: vLLM sources, {len(list((PARTS / 'ops').glob('*.xz')))} op libraries, "
          f"{len(wheels)} wheels")
-    return json.loads((PARTS / "plan.json").read_text())
+    return read_plan(PARTS / "plan.json")
 
 
 _PREFLIGHT = r"""
@@ -361,7 +409,7 @@ def serve_and_measure(plan: dict, results: Results, logs: Path, only: list[str] 
 
 def run_all(out: Path, only: list[str] | None) -> None:
     plan_file = PARTS / "plan.json"
-    early = json.loads(plan_file.read_text()) if plan_file.is_file() else None
+    early = read_plan(plan_file) if plan_file.is_file() else None
     models = start_models(early) if early else None
     plan = assemble()
     if early is None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from kilntest import REPO, remove_images, run_kiln
 
+from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed
 from kiln.commands.images import build
 from kiln.domain.imagecheck import launchargs
@@ -314,7 +315,7 @@ def test_a_probe_past_its_wait_says_how_long_it_waited_and_leaves_no_container(d
     urllib3 read timeout, and the throwaway container is gone."""
     script = "import time; time.sleep(60)  # kiln-test: probe past its wait"
     with pytest.raises(BuildFailed) as err:
-        docker_daemon.run_script(cpu_engine_id, script, marker="KILN-TEST",
+        docker_daemon.run_script(cpu_engine_id, script, marker="KILN-TEST", answer=Shape(dict[str, object]),
                                  what="a sleeping probe", timeout_s=3)
     assert err.value.message == "a sleeping probe did not finish within 3 s"
     assert "loaded" in err.value.hint

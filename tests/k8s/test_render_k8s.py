@@ -171,6 +171,17 @@ def test_one_node_recipe_renders_a_deployment(tmp_path):
     assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
 
 
+def _publish_record(input_digest: str, manifest_digest: str):
+    """A publish record's document as `kiln publish` writes it (kiln reads it back through
+    that TypedDict, PublishDocument)."""
+    from kiln.domain.publishing import PublishResult, publish_document
+
+    return publish_document(PublishResult(
+        recipe="tiny-moe", image_id="sha256:" + "2" * 64, input_digest=input_digest, manifest_digest=manifest_digest,
+        registry="registry.example.com:5000", repository="team/kiln/tiny-moe", channel="experimental",
+        tags=[], pushed=True))
+
+
 def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
     from kiln.commands.publishing.publish import write_record
     from kiln.domain.images.specs import resolve
@@ -181,13 +192,12 @@ def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
     assert never.stderr.count("kiln: error:") == 1 and "tiny-moe was never published" in never.stderr
 
     recipe_image = resolve("tiny-moe").recipe_image
-    record = {"recipe": "tiny-moe", "input_digest": recipe_image.digest, "manifest_digest": DIGEST,
-              "registry": "registry.example.com:5000", "repository": "team/kiln/tiny-moe"}
+    record = _publish_record(recipe_image.digest, DIGEST)
     import os
     from unittest import mock
 
     with mock.patch.dict(os.environ, env):
-        write_record("publish", "tiny-moe", {**record, "input_digest": "sha256:" + "0" * 64, "manifest_digest": "sha256:" + "1" * 64})
+        write_record("publish", "tiny-moe", _publish_record("sha256:" + "0" * 64, "sha256:" + "1" * 64))
         stale = _render("tiny-moe", env=env)
         assert stale.returncode == 71 and "other inputs" in stale.stderr, stale.stderr
         write_record("publish", "tiny-moe", record)

@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
 
-from kilntest import run_kiln
+from kilntest import passing_smoke_record, run_kiln
 from localregistry import LocalRegistry
 
 # its own name (the recipe is kiln-test-mini, renamed): other build tests clear
@@ -51,10 +51,8 @@ class Mini:
     def pass_smoke(self, image_id: str | None = None) -> Path:
         from kiln.infra.records import write_smoke_record
 
-        return write_smoke_record({
-            "image_id": image_id or self.image_id, "passed": True, "recipe": NAME,
-            "time": dt.datetime.now(dt.UTC).isoformat(), "note": "written by the publish tests",
-        })
+        return write_smoke_record(passing_smoke_record(
+            image_id or self.image_id, NAME, time=dt.datetime.now(dt.UTC).isoformat(), note="written by the publish tests"))
 
     def forget_smoke(self, image_id: str | None = None) -> None:
         from kiln.infra.records import record_path

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 from clijson import validated
-from kilntest import remove_images, renamed_mini, run_kiln
+from kilntest import passing_smoke_record, remove_images, renamed_mini, run_kiln
 from pubtest import PUBLISH_SECTION
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
@@ -77,8 +77,7 @@ def _smoke(tree, plat, passed=True):
 
     image_id = tree["images"][plat][0]
     if passed:
-        write_smoke_record({"image_id": image_id, "passed": True, "recipe": NAME, "platform": plat,
-                            "time": "2026-01-01T00:00:00+00:00", "note": "written by the multiarch test"})
+        write_smoke_record(passing_smoke_record(image_id, NAME, platform=plat, note="written by the multiarch test"))
     else:
         record_path(image_id).unlink(missing_ok=True)
 

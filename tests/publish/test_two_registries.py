@@ -9,7 +9,7 @@ import base64
 import json
 
 import pytest
-from kilntest import make_tree, remove_images, run_kiln
+from kilntest import make_tree, passing_smoke_record, remove_images, run_kiln
 from localregistry import LocalRegistry
 from test_registry_base import _unique_base
 
@@ -92,7 +92,7 @@ def _pass_smoke(monkeypatch, tree, results) -> None:
 
         recipe_image = resolve(NAME).recipe_image
         image = DockerDaemon().image(recipe_image.tag)
-        write_smoke_record({"image_id": image.id, "passed": True, "recipe": NAME,
-                            "time": dt.datetime.now(dt.UTC).isoformat(), "note": "test_two_registries"})
+        write_smoke_record(passing_smoke_record(image.id, NAME, time=dt.datetime.now(dt.UTC).isoformat(),
+                                                note="test_two_registries"))
     finally:
         paths.repo_root.cache_clear()

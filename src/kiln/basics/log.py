@@ -7,6 +7,7 @@ import os
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 console = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 out = Console(highlight=False, soft_wrap=True, emoji=False)
@@ -44,7 +45,8 @@ def info(msg: str) -> None:
 
 
 def warn(msg: str) -> None:
-    errors.print(f"[yellow]warning:[/] {msg}")
+    # the message is text, never markup: `wheels[linux/amd64]` in a field path stays
+    errors.print(f"[yellow]warning:[/] {escape(msg)}")
 
 
 def debug(msg: str) -> None:

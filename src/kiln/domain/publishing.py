@@ -1,7 +1,8 @@
 """The rules of publishing, apart from the pushing: which registry and repository, which
 channels a recipe has, the tags a publish writes and their order, the smoke evidence an
-image needs first (per platform for an index), and the input digest of a multi-platform
-set. `kiln publish` / `kiln promote` (commands/publishing/publish.py) do the pushing.
+image needs first (per platform for an index), the input digest of a multi-platform
+set, and the image a publish record pins (what `kiln render k8s` deploys). `kiln publish` /
+`kiln promote` (commands/publishing/publish.py) do the pushing.
 """
 
 from __future__ import annotations
@@ -15,13 +16,16 @@ from pydantic import with_config
 from typing_extensions import TypedDict
 
 from kiln.basics import imageref, log
+from kiln.basics.documents import Shape, read_document
 from kiln.basics.errors import (
     ChannelEmpty,
     ChannelInvalid,
     ImageNotBuilt,
+    ImageNotPublished,
     KilnError,
     NotSmokeTested,
     PushFailed,
+    RecordInvalid,
     RegistryAuthFailed,
     RegistryInvalid,
 )
@@ -177,6 +181,33 @@ class PromoteDocument(TypedDict):
     """HOST/REPOSITORY@sha256:..."""
     signature: NotRequired[SignatureEvidence | None]
     """--sign / --key: what was signed or verified before the channel moved (a key fingerprint, never key material)."""
+
+
+# a publish record (publish/<recipe>-publish-<time>.json) is {"kind": "publish", **PublishDocument}
+PUBLISH_RECORD = Shape(PublishDocument)
+
+
+def published_image(name: str, input_digest: str) -> str:
+    """REGISTRY/REPO@sha256:... of the newest publish record of `name` built from the
+    recipe's current inputs (for a multi-platform recipe: the index holding them).
+    RecordInvalid when one of its records is not a publish record as kiln writes it."""
+    folder = results_dir() / "publish"
+    records: list[PublishDocument] = []
+    for path in sorted(folder.glob(f"{name}-publish-*.json")):
+        doc = read_document(path, PUBLISH_RECORD, RecordInvalid, source=shown_home(path))
+        if doc["recipe"] == name and doc["manifest_digest"]:
+            records.append(doc)
+    # a multi-platform publish (an image index) holds this image as one of its platforms
+    current = [d for d in records if d["input_digest"] == input_digest
+               or input_digest in {p["input_digest"] for p in d.get("platforms", {}).values()}]
+    if current:
+        doc = current[-1]
+        return f"{doc['registry']}/{doc['repository']}@{doc['manifest_digest']}"
+    if records:
+        raise ImageNotPublished(f"{name}: the published images ({len(records)} in {shown_home(folder)}) were built from "
+                                f"other inputs than the recipe's current ones (input digest {input_digest[:19]})",
+                                hint=f"`kiln publish {name}` the current inputs, or pass --image REPO@sha256:...")
+    raise ImageNotPublished(f"{name} was never published (no publish record in {shown_home(folder)})")
 
 
 def publish_document(r: PublishResult) -> PublishDocument:

@@ -20,13 +20,14 @@ line or traceback cannot leak it.
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypedDict
 
+from kiln.basics.documents import Shape, read_document
 from kiln.basics.errors import RegistryAuthFailed
 from kiln.infra.docker import AuthConfig, DockerError, StoredAuth, config_auth, index_name
 
@@ -125,6 +126,18 @@ def _from_env(password_stdin: bool, stdin: TextIO) -> Credentials | None:
     return None
 
 
+class DockerConfigFile(TypedDict, total=False):
+    """The keys of the docker config (~/.docker/config.json, as `docker login` writes it)
+    that hold credentials; docker's other keys are not kiln's to read."""
+
+    auths: dict[str, dict[str, object]]  # registry -> {"auth": base64 user:password} or {"identitytoken": ...}
+    credsStore: str
+    credHelpers: dict[str, str]  # registry -> credential helper
+
+
+DOCKER_CONFIG = Shape(DockerConfigFile)
+
+
 def docker_config_path() -> Path:
     return Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
 
@@ -132,21 +145,14 @@ def docker_config_path() -> Path:
 def from_docker_config(host: str) -> Credentials | None:
     """What `docker login HOST` stored, as the docker CLI itself would find it."""
     path = docker_config_path()
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not path.is_file():
         return None
-    except (OSError, json.JSONDecodeError) as exc:
-        raise RegistryAuthFailed(
-            f"cannot read {path}: {type(exc).__name__}",
-            hint="fix the file, or move it away and `docker login` again",
-        ) from None
-    if not isinstance(doc, dict) or not any(
-        doc.get(k) for k in ("auths", "credsStore", "credHelpers")
-    ):
+    doc = read_document(path, DOCKER_CONFIG, functools.partial(
+        RegistryAuthFailed, hint="fix the file, or move it away and `docker login` again"))
+    if not any(doc.get(k) for k in ("auths", "credsStore", "credHelpers")):
         return None  # (an empty dict would send the SDK looking in ~/.docker instead)
     try:
-        found = config_auth(doc, _host_key(host))
+        found = config_auth(dict(doc), _host_key(host))
     except DockerError as exc:  # bad `auth` entry, failing credential helper
         raise RegistryAuthFailed(
             f"{path}: credentials for {host}: {exc}",

@@ -7,7 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import NotRequired, TypedDict
+
+from kiln.basics.documents import Shape
+from kiln.basics.errors import ManifestMismatch
 
 MANIFEST_TYPES = (
     "application/vnd.oci.image.manifest.v1+json",
@@ -40,6 +43,39 @@ class ImageIndex(TypedDict):
     manifests: list[IndexEntry]
 
 
+# -- what kiln reads of a manifest or index a registry returns (its bytes are kept as they are)
+class _PlatformRef(TypedDict, total=False):
+    os: str
+    architecture: str
+
+
+class _EntryRef(TypedDict):
+    digest: str
+    platform: NotRequired[_PlatformRef]  # absent in some indexes (e.g. attestation manifests)
+
+
+class _ConfigRef(TypedDict):
+    digest: str  # the image id
+
+
+class ManifestHead(TypedDict, total=False):
+    """The keys kiln reads of an image manifest (`config`) or an image index (`manifests`),
+    whoever wrote it; ImageIndex is the one kiln writes."""
+
+    mediaType: str
+    config: _ConfigRef
+    manifests: list[_EntryRef]
+
+
+MANIFEST_HEAD = Shape(ManifestHead)
+
+
+def manifest_head(body: bytes, source: str) -> ManifestHead:
+    """`body` checked as a manifest or index; ManifestMismatch (naming `source` and the
+    field) when the registry's bytes are not one."""
+    return MANIFEST_HEAD.parse(body, source=source, error=ManifestMismatch)
+
+
 @dataclass(frozen=True)
 class Manifest:
     digest: str
@@ -55,8 +91,8 @@ class Manifest:
         """For a single-image manifest, the image id docker shows for it."""
         if self.is_index:
             return None
-        digest = (json.loads(self.body).get("config") or {}).get("digest")
-        return str(digest) if digest is not None else None
+        config = manifest_head(self.body, f"manifest {self.digest}").get("config")
+        return config["digest"] if config is not None else None
 
 
 def sha256_digest(data: bytes) -> str:
@@ -91,11 +127,8 @@ def image_index(children: list[tuple[str, Manifest]]) -> Manifest:
 
 def index_children(index: Manifest) -> list[tuple[str, str]]:
     """(platform, manifest digest) of each entry of an index, in its order."""
-    doc = json.loads(index.body)
     out = []
-    for entry in doc.get("manifests") or []:
-        plat = entry.get("platform") or {}
-        out.append(
-            (f"{plat.get('os', '?')}/{plat.get('architecture', '?')}", str(entry.get("digest")))
-        )
+    for entry in manifest_head(index.body, f"image index {index.digest}").get("manifests", []):
+        plat = entry.get("platform", {})
+        out.append((f"{plat.get('os', '?')}/{plat.get('architecture', '?')}", entry["digest"]))
     return out

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import http.client
-import json
 import os
 import socket
 import ssl
@@ -35,11 +34,12 @@ from dataclasses import dataclass
 from functools import cache
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from packaging.utils import InvalidWheelFilename, canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from kiln.basics.documents import Shape
 from kiln.basics.errors import (
     EngineFetchFailed,
     LockInvalid,
@@ -63,6 +63,25 @@ _JSON_TYPES = frozenset({"application/vnd.pypi.simple.v1+json", "application/jso
 _HTML_TYPES = frozenset({"application/vnd.pypi.simple.v1+html", "text/html"})
 # PyPI's page for vllm is ~130 kB; a page far larger is no index page worth reading
 MAX_PAGE_BYTES = 32 << 20
+
+
+# -- a PEP 691 (JSON simple API) project page: what kiln reads of it
+IndexFileJson = TypedDict("IndexFileJson", {
+    "filename": str,
+    "url": str,
+    "hashes": NotRequired[dict[str, str]],  # hash name -> hex digest
+    "yanked": NotRequired[bool | str | None],  # false, true, or the reason (yanked)
+    "requires-python": NotRequired[str | None],
+})
+
+
+class ProjectPageJson(TypedDict):
+    name: NotRequired[str]
+    versions: NotRequired[list[str]]  # PEP 700
+    files: list[IndexFileJson]
+
+
+PROJECT_PAGE = Shape(ProjectPageJson)
 
 
 @dataclass(frozen=True)
@@ -129,9 +148,9 @@ def _normalise(name: str) -> str:
 def project(name: str, *, cafile: Path | None, index: str | None = None) -> Project:
     """One project's index page, as JSON."""
     url = f"{index or index_url()}/{_normalise(name)}/"
-    doc = _index_page(url, cafile)
+    doc = PROJECT_PAGE.parse(_index_page(url, cafile), source=f"package index {url}", error=PackageIndexInvalid)
     files = []
-    for f in doc.get("files", []):
+    for f in doc["files"]:
         sha = (f.get("hashes") or {}).get("sha256")
         if not sha:
             continue  # a file the index gives no sha256 for cannot be locked
@@ -149,13 +168,13 @@ def _transient(exc: BaseException) -> bool:
     return isinstance(reason, (TimeoutError, ConnectionResetError))
 
 
-def _index_page(url: str, cafile: Path | None) -> dict[str, Any]:
+def _index_page(url: str, cafile: Path | None) -> bytes:
     req = urllib.request.Request(url, headers={"Accept": _ACCEPT})
     for wait in (*_RETRY_WAITS_S, None):
         try:
             with urllib.request.urlopen(req, timeout=120, context=_ssl_context(cafile)) as resp:
-                doc: dict[str, Any] = json.load(resp)
-                return doc
+                body: bytes = resp.read()
+                return body
         except (urllib.error.URLError, OSError, ValueError) as exc:
             if wait is None or not _transient(exc):
                 detail = f"HTTP {exc.code}" if isinstance(exc, urllib.error.HTTPError) else str(exc)
@@ -288,17 +307,9 @@ def _simple_page(url: str, cafile: Path | None) -> tuple[str, bytes] | None:
 
 def _json_files(url: str, body: bytes) -> list[tuple[str, bool]]:
     """(filename, yanked) of each file a PEP 691 JSON page lists."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise PackageIndexInvalid(f"package index {url}: the answer is not JSON: {one_line(str(exc))}") from None
-    files = doc.get("files") if isinstance(doc, dict) else None
-    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("filename"), str)
-                                              for f in files):
-        raise PackageIndexInvalid(f"package index {url}: the JSON is no simple-API page "
-                                  "(PEP 691: an object whose `files` each have a `filename`)")
+    doc = PROJECT_PAGE.parse(body, source=f"package index {url}", error=PackageIndexInvalid)
     # PEP 691: `yanked` is false, true, or the reason (a string) when yanked
-    return [(f["filename"], f.get("yanked") not in (None, False)) for f in files]
+    return [(f["filename"], f.get("yanked") not in (None, False)) for f in doc["files"]]
 
 
 class _Links(HTMLParser):

@@ -3,21 +3,26 @@ the build that made it did (its wall-clock times).
 
 `kiln publish` refuses images without a passing record, so records are keyed by the
 image id (content digest of the image config), not by tag: retagging or rebuilding to
-a different image never inherits a pass.
+a different image never inherits a pass. Each record is read back through the TypedDict
+that writes it (kiln.basics.documents): a damaged or edited one is RecordInvalid, one
+line naming the file and the field, never half-trusted.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal, NotRequired, cast
+from typing import Annotated, Literal, NotRequired
 
 from pydantic import Field, with_config
 from typing_extensions import TypedDict
 
+from kiln.basics import log
+from kiln.basics.documents import Shape, read_document
+from kiln.basics.errors import RecordInvalid
 from kiln.basics.files import write_atomic
 from kiln.basics.jsontypes import DESCRIBED, Seconds, Sha256
-from kiln.basics.paths import results_dir
+from kiln.basics.paths import results_dir, shown_home
 
 # served: the image served the recipe's checks; in-image: proved inside the image without serving
 SmokeLevel = Literal["served", "in-image"]
@@ -80,6 +85,10 @@ class BuildRecord(TypedDict):
     normalise_seconds: float
 
 
+SMOKE_RECORD = Shape(SmokeRecord)
+BUILD_RECORD = Shape(BuildRecord)
+
+
 def _dir() -> Path:
     d = results_dir() / "smoke"
     d.mkdir(parents=True, exist_ok=True)
@@ -101,14 +110,12 @@ def write_smoke_record(record: SmokeRecord) -> Path:
 
 
 def smoke_record(image_id: str) -> SmokeRecord | None:
+    """The smoke record of `image_id`, None when there is none; RecordInvalid when there
+    is one that is not a SmokeRecord (a publish must not go on past it)."""
     path = record_path(image_id)
     if not path.is_file():
         return None
-    try:
-        # kiln wrote it; passing_smoke_record still checks the two keys a publish relies on
-        return cast(SmokeRecord, json.loads(path.read_text()))
-    except (OSError, json.JSONDecodeError):
-        return None
+    return read_document(path, SMOKE_RECORD, RecordInvalid, source=shown_home(path))
 
 
 def passing_smoke_record(image_id: str) -> SmokeRecord | None:
@@ -135,16 +142,25 @@ def write_build_record(record: BuildRecord) -> Path:
 
 
 def build_records(image_id: str) -> list[BuildRecord]:
-    """Every build that made `image_id`, oldest first."""
+    """Every build that made `image_id`, oldest first. A line that is not JSON was cut
+    short by a crash (appends are not atomic): skipped with a warning, the others still
+    count; a JSON line that is not a BuildRecord is RecordInvalid."""
     path = build_record_path(image_id)
+    if not path.is_file():
+        return []
     try:
         lines = path.read_text().splitlines()
-    except OSError:
-        return []
+    except OSError as exc:
+        raise RecordInvalid(f"{shown_home(path)}: cannot read: {exc.strerror}") from None
     out: list[BuildRecord] = []
-    for line in lines:
-        try:
-            out.append(cast(BuildRecord, json.loads(line)))  # kiln wrote it; readers use .get
-        except json.JSONDecodeError:  # a line cut short by a crash: the others still count
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
             continue
+        where = f"{shown_home(path)}: line {n}"
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            log.warn(f"{where}: not JSON (a build record cut short by a crash?): skipped")
+            continue
+        out.append(BUILD_RECORD.check(doc, source=where, error=RecordInvalid))
     return out

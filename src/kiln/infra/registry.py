@@ -16,15 +16,15 @@ once by a fresh one from the token service.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import requests
 
+from kiln.basics.documents import Shape
 from kiln.basics.errors import (
     KilnError,
     ManifestMismatch,
@@ -37,7 +37,7 @@ from kiln.basics.errors import (
     TagWriteFailed,
 )
 from kiln.infra.credentials import Credentials
-from kiln.infra.manifests import MANIFEST_TYPES, Manifest, sha256_digest
+from kiln.infra.manifests import MANIFEST_TYPES, Manifest, manifest_head, sha256_digest
 from kiln.infra.registryauth import authorization, is_loopback, reason, who
 
 ATTEMPTS = 4  # first try + 3 retries: 0.5 s, 1 s, 2 s apart
@@ -224,7 +224,7 @@ class RegistryClient:
         if reference.startswith("sha256:") and reference != digest:
             raise ManifestMismatch(f"asked for manifest {reference}, got {digest}")
         media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
-        media_type = media_type or json.loads(resp.content).get("mediaType", "")
+        media_type = media_type or manifest_head(resp.content, f"manifest {reference}").get("mediaType", "")
         return Manifest(digest, media_type, resp.content)
 
     def put_manifest(self, tag: str, manifest: Manifest) -> None:
@@ -348,10 +348,25 @@ def _retry_after(resp: requests.Response) -> float:
         return 0.0
 
 
+class _RegistryError(TypedDict):
+    code: str
+    message: NotRequired[str]
+
+
+class RegistryErrors(TypedDict):
+    """An error answer's body, as the distribution spec words it."""
+
+    errors: list[_RegistryError]
+
+
+REGISTRY_ERRORS = Shape(RegistryErrors)
+
+
 def _error_code(resp: requests.Response) -> str:
-    """The registry's own error code (MANIFEST_BLOB_UNKNOWN, DENIED, ...), if it sent one."""
+    """The registry's own error code (MANIFEST_BLOB_UNKNOWN, DENIED, ...), if it sent one:
+    words added to an error already on its way, so a body that is not one adds none."""
     try:
-        errors = resp.json().get("errors") or []
-    except ValueError:
+        errors = REGISTRY_ERRORS.parse(resp.content, source="its error", error=KilnError)["errors"]
+    except KilnError:
         return ""
-    return f": {errors[0].get('code')} {errors[0].get('message', '')}".rstrip() if errors else ""
+    return f": {errors[0]['code']} {errors[0].get('message', '')}".rstrip() if errors else ""

@@ -14,6 +14,7 @@ import importlib.metadata as md
 import json
 import platform
 import sys
+from typing import NotRequired, TypedDict
 
 DRAFT_TRUNC = "vllm.v1.worker.gpu.spec_decode.draft_trunc"  # where kiln-engine registers it
 
@@ -22,15 +23,29 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300]
 
 
-def gather(modules: list[str]) -> dict[str, object]:
+class EngineFacts(TypedDict):
+    """What `report` prints (kiln.domain.imagecheck.inimageproof reads it back as this type)."""
+
+    machine: str
+    torch: str | None
+    cuda: str | None
+    torch_error: NotRequired[str]
+    vllm: str | None
+    imports: dict[str, str]  # module -> "ok" or the error its import raised
+    plugins: list[str]
+    draft_trunc: str | None
+    plugins_error: NotRequired[str]
+
+
+def gather(modules: list[str]) -> EngineFacts:
     imports: dict[str, str] = {}
-    out: dict[str, object] = {"machine": platform.machine(), "imports": imports, "plugins": [], "draft_trunc": None}
+    out: EngineFacts = {"machine": platform.machine(), "torch": None, "cuda": None, "vllm": None,
+                        "imports": imports, "plugins": [], "draft_trunc": None}
     try:
         import torch  # late: in-image only
 
         out["torch"], out["cuda"] = torch.__version__, torch.version.cuda
     except Exception as exc:  # a broken torch is a fact to report, not a crash
-        out["torch"], out["cuda"] = None, None
         out["torch_error"] = _error(exc)
     try:
         out["vllm"] = md.version("vllm")

@@ -28,7 +28,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 # the container path the cache volume is mounted at; HF_HUB_CACHE points here
 CONTAINER_CACHE = "/hf-cache"
@@ -230,10 +230,30 @@ def seed(source: Path, cache: Path, repo: str, revision: str, *, branch: str = "
 
 
 # -- in the image: the entrypoint's check -------------------------------------------------
+def read_models(text: str) -> list[HfModel]:
+    """MODELS_JSON as kiln passes it (a list of HfModelJson), with plain checks (no pydantic
+    here); SystemExit naming the field, one line, when it is not one."""
+    try:
+        raw: Any = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(f"kiln-serve: MODELS_JSON: not JSON ({exc})") from None
+    if not isinstance(raw, list):
+        raise SystemExit("kiln-serve: MODELS_JSON: must be a JSON list")
+    for i, model in enumerate(raw):
+        if not isinstance(model, dict):
+            raise SystemExit(f"kiln-serve: MODELS_JSON[{i}]: must be a JSON object")
+        for key in ("role", "repo", "revision"):
+            if not isinstance(model.get(key), str):
+                raise SystemExit(f"kiln-serve: MODELS_JSON[{i}].{key}: must be a string")
+        if not isinstance(model.get("tokenizer", True), bool):
+            raise SystemExit(f"kiln-serve: MODELS_JSON[{i}].tokenizer: must be true or false")
+    return [HfModel.from_json(m) for m in raw]
+
+
 def main(argv: list[str]) -> int:
     """`python kiln_hfcache.py CACHE MODELS_JSON`: exit 0 when every snapshot is complete,
     else print one line per problem to stderr and exit 93 (kiln's HfSnapshotMissing)."""
-    cache, models = Path(argv[0]), [HfModel.from_json(m) for m in json.loads(argv[1])]
+    cache, models = Path(argv[0]), read_models(argv[1])
     problems = check_all(cache, models)
     for problem in problems:
         print(f"kiln-serve: {problem.line}", file=sys.stderr)

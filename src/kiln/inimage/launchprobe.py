@@ -409,8 +409,38 @@ def check_env(env: dict[str, str]) -> tuple[list[ProbeProblem], str | None]:
     return problems, version
 
 
+def _strings(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def read_request(text: str) -> ProbeRequest:
+    """$KILN_ARGPROBE as kiln sends it (probeprotocol.ProbeRequest), with plain checks (no
+    pydantic of kiln's here); SystemExit naming the field, one line, when it is not."""
+    try:
+        request: ProbeRequest = json.loads(text)
+    except ValueError as exc:
+        raise SystemExit(f"{REQUEST_ENV}: not JSON ({exc})") from None
+    raw: object = request  # what it really is, until the checks below say otherwise
+    if not isinstance(raw, dict):
+        raise SystemExit(f"{REQUEST_ENV}: not a JSON object")
+    if not isinstance(raw.get("dump", False), bool):
+        raise SystemExit(f"{REQUEST_ENV}: dump: must be true or false")
+    jobs = raw.get("jobs", [])
+    if not isinstance(jobs, list):
+        raise SystemExit(f"{REQUEST_ENV}: jobs: must be a list")
+    for i, job in enumerate(jobs):
+        if not isinstance(job, dict) or not isinstance(job.get("groups"), list):
+            raise SystemExit(f"{REQUEST_ENV}: jobs[{i}]: missing field 'groups'")
+        if not all(_strings(group) for group in job["groups"]):
+            raise SystemExit(f"{REQUEST_ENV}: jobs[{i}].groups: must be lists of strings")
+        env = job.get("env", {})
+        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            raise SystemExit(f"{REQUEST_ENV}: jobs[{i}].env: must map names to strings")
+    return request
+
+
 def main() -> None:
-    request: ProbeRequest = json.loads(os.environ.get(REQUEST_ENV) or "{}")
+    request = read_request(os.environ.get(REQUEST_ENV) or "{}")
     # argparse has no hook for its error/exit (they print and exit); the probe wants them raised
     argparse.ArgumentParser.error = _refuse  # type: ignore[method-assign]  # patched on purpose, see above
     argparse.ArgumentParser.exit = _exit  # type: ignore[method-assign]  # patched on purpose, see above

@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 # One import per place this runs: relative on the host (kiln.inimage.patch_applier, and
 # not `kiln.` by name: inimage imports no kiln), by its shipped name in the image build,
@@ -356,12 +356,30 @@ def _manifest_entries(results: list[PatchResult], sources: dict[int, str]) -> li
              "files": r.patch.targets} for r in results]
 
 
+def _json_object(path: Path, lists: tuple[str, ...] = (), strings: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The JSON object in `path`, each of `lists` (when there) a list and each of `strings`
+    a string: plain checks, as no pydantic runs here. PatchFormatError naming the file and
+    the field, one line, when it is not."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise patchformat.PatchFormatError([f"{path}: not JSON ({exc})"]) from None
+    if not isinstance(doc, dict):
+        raise patchformat.PatchFormatError([f"{path}: not a JSON object"])
+    for key in lists:
+        if not isinstance(doc.get(key, []), list):
+            raise patchformat.PatchFormatError([f"{path}: {key}: must be a list"])
+    for key in strings:
+        if not isinstance(doc.get(key), str):
+            raise patchformat.PatchFormatError([f"{path}: {key}: must be a string"])
+    return doc
+
+
 def _write_manifest(path: Path, patches: list[PatchEntry], replacements: list[ReplacementEntry], append: bool) -> None:
     doc: Manifest = {"patches": [], "replacements": []}
-    if append and path.is_file():
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        doc.setdefault("patches", [])
-        doc.setdefault("replacements", [])
+    if append and path.is_file():  # the engine's own series' manifest, written at its build
+        found = _json_object(path, lists=("patches", "replacements"))
+        doc = {"patches": found.get("patches", []), "replacements": found.get("replacements", [])}
     doc["patches"].extend(patches)
     doc["replacements"].extend(replacements)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -372,11 +390,18 @@ def load_overlays(overlays: Path) -> tuple[list[patchformat.Series], list[Replac
     """Every `<overlays>/<feature>/overlay.json`, in feature-name order."""
     series_list, reps = [], []
     for fdir in sorted(p for p in overlays.iterdir() if (p / "overlay.json").is_file()):
-        spec = json.loads((fdir / "overlay.json").read_text(encoding="utf-8"))
-        name = spec["name"]
-        if spec.get("series"):
-            series_list.append(patchformat.load_series(fdir / spec["series"], f"{fdir}/{spec['series']}", f"feature:{name}"))
-        for rep in spec.get("replacements") or []:
+        path = fdir / "overlay.json"  # kiln.domain.patching.overlay.OverlayJson
+        spec = _json_object(path, lists=("replacements",), strings=("name",))
+        name, series = spec["name"], spec.get("series")
+        if series is not None and not isinstance(series, str):
+            raise patchformat.PatchFormatError([f"{path}: series: must be a string or null"])
+        if series:
+            series_list.append(patchformat.load_series(fdir / series, f"{fdir}/{series}", f"feature:{name}"))
+        for i, rep in enumerate(spec.get("replacements", [])):
+            if not isinstance(rep, dict) or not all(isinstance(rep.get(k), str)
+                                                    for k in ("target", "file", "upstream_sha256")):
+                raise patchformat.PatchFormatError(
+                    [f"{path}: replacements[{i}]: must hold the strings target, file and upstream_sha256"])
             reps.append(Replacement(name, rep["target"], fdir / rep["file"], rep["upstream_sha256"]))
     return series_list, reps
 

@@ -162,7 +162,7 @@ def site_dirs(root: str) -> list[str]:
     """Absolute (image) paths of the directories that can hold distributions."""
     given = os.environ.get("KILN_SBOM_SITE_DIRS")
     if given:
-        candidates: list[str] = json.loads(given)
+        candidates = env_paths("KILN_SBOM_SITE_DIRS")
     else:
         # the running interpreter's path only describes the image when it runs in it
         candidates = [p for p in sys.path if p and os.path.isabs(p)] if root == "/" else []
@@ -316,9 +316,22 @@ def inventory(root: str = "/", model_roots: Iterable[str] = ()) -> Inventory:
     }
 
 
+def env_paths(name: str) -> list[str]:
+    """$`name` as kiln sets it: a JSON list of paths (plain checks: no pydantic here);
+    SystemExit, one line, when it is not one."""
+    try:
+        raw: Any = json.loads(os.environ.get(name) or "[]")
+    except ValueError as exc:
+        raise SystemExit(f"{name}: not JSON ({exc})") from None
+    if not isinstance(raw, list) or not all(isinstance(p, str) for p in raw):
+        raise SystemExit(f"{name}: must be a JSON list of paths")
+    paths: list[str] = raw
+    return paths
+
+
 def main() -> None:
     root = os.environ.get("KILN_SBOM_ROOT", "/")
-    model_roots = json.loads(os.environ.get("KILN_SBOM_MODEL_ROOTS") or "[]")
+    model_roots = env_paths("KILN_SBOM_MODEL_ROOTS")
     print(MARKER + " " + json.dumps(inventory(root, model_roots), sort_keys=True))
 
 

@@ -87,6 +87,18 @@ class RegistryServerError(KilnError):
     )
 
 
+class RecordInvalid(KilnError):
+    """A record kiln reads back that is not in the shape its writer gives it (a smoke, build or publish record in the state folder, a measured build in docs/): damaged or edited, so not trusted.
+
+    The message names the file and the field; nothing of the record is used."""
+
+    exit_code = 47
+    hint = (
+        "move the file named away (kiln trusts no part of it) and redo what wrote it: `kiln smoke NAME` for a "
+        "smoke record, `kiln build NAME` for a build record, `kiln publish NAME` for a publish record"
+    )
+
+
 class ImageNotPublished(KilnError):
     """`kiln render k8s` needs the image by digest and this recipe was never published."""
 

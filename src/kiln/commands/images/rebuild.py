@@ -13,7 +13,6 @@ difference it prints the first layer and the first file in it that differ, and e
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from kiln.basics import log
+from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed, ImageNotBuilt, RebuildDiffers, RebuildSourceMissing
 from kiln.basics.paths import repo_root
 from kiln.commands.options import Subparsers
@@ -33,6 +33,26 @@ from kiln.infra.docker import DockerDaemon, Image, id_of
 
 NAMESPACE = "kiln-verify"
 REVISION = "org.opencontainers.image.revision"
+
+
+# What a rebuild reads of the `--json` documents of the recorded revision's own kiln
+# (kiln show: ShowDocument, kiln build: BuildDocument, as that revision types them): only
+# the keys every revision since `kiln rebuild` writes, so an older revision's is read too.
+class _ShownImage(TypedDict):
+    tag: str
+    input_digest: str
+
+
+class _Shown(TypedDict):
+    engine_image: _ShownImage
+
+
+class _Built(TypedDict):
+    image_id: str
+
+
+SHOWN = Shape(_Shown)
+BUILT = Shape(_Built)
 
 
 def _image(docker: DockerDaemon, ref: str) -> Image:
@@ -73,7 +93,8 @@ def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:
     shown = _kiln(tree, "show", recipe, "--json")
     if shown.returncode != 0:
         raise BuildFailed(f"kiln show {recipe} at that revision failed (exit {shown.returncode})")
-    engine = json.loads(shown.stdout)["engine_image"]
+    engine = SHOWN.parse(shown.stdout, source=f"kiln show {recipe} --json at that revision",
+                         error=BuildFailed)["engine_image"]
     canonical = "kiln/" + engine["tag"].split("/", 1)[1]
     img = docker.image(canonical)
     if img is None or (img.labels or {}).get(f"{LABEL_NS}.input-digest") != engine["input_digest"]:
@@ -113,7 +134,8 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
             built = _kiln(tree, *args)
             if built.returncode != 0:
                 raise BuildFailed(f"kiln build {recipe} at {revision[:12]} failed (exit {built.returncode})")
-            new_id = json.loads(built.stdout)["image_id"]
+            new_id = BUILT.parse(built.stdout, source=f"kiln build {recipe} --json at {revision[:12]}",
+                                 error=BuildFailed)["image_id"]
         finally:
             git.run(root, "worktree", "remove", "--force", str(tree))
     new = docker.require_image(new_id)

@@ -14,8 +14,9 @@ from kiln.basics.errors import RecipeInvalid
 from kiln.commands.options import Subparsers
 from kiln.commands.recipes.check import check_one
 from kiln.domain.images.specs import resolve
+from kiln.domain.publishing import published_image
 from kiln.domain.recipes.topology import effective
-from kiln.domain.serving.k8s import HF_CACHE_PVC, dump, manifests, published_image
+from kiln.domain.serving.k8s import HF_CACHE_PVC, dump, manifests
 from kiln.domain.serving.launch import hf_models
 
 

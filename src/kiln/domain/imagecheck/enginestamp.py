@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TypedDict
 
 from kiln.basics import log
+from kiln.basics.documents import Shape
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.specs import LABEL_NS
 from kiln.infra.docker import DockerDaemon, Image, id_of
@@ -53,10 +55,30 @@ print("KILN-PROBE " + json.dumps(out))
 """
 
 
-def probe(docker: DockerDaemon, image_id: str) -> dict[str, str | None]:
+class EngineProbe(TypedDict):
+    """What PROBE prints: the versions found inside the image (None when absent)."""
+
+    torch: str | None
+    cuda: str | None
+    nccl: str | None
+
+
+class ImportCheck(TypedDict):
+    """What import_check's script prints once every module imported."""
+
+    machine: str
+    modules: int
+
+
+ENGINE_PROBE = Shape(EngineProbe)
+IMPORT_CHECK = Shape(ImportCheck)
+
+
+def probe(docker: DockerDaemon, image_id: str) -> EngineProbe:
     """{"torch", "cuda", "nccl"} as found inside the image (None when absent)."""
-    return docker.run_script(image_id, PROBE, marker="KILN-PROBE", what=f"engine probe in {image_id[:19]}",
-                             timeout_s=PROBE_TIMEOUT_S, cause=" (torch not importable?)")
+    return docker.run_script(image_id, PROBE, marker="KILN-PROBE", answer=ENGINE_PROBE,
+                             what=f"engine probe in {image_id[:19]}", timeout_s=PROBE_TIMEOUT_S,
+                             cause=" (torch not importable?)")
 
 
 IMPORT_TIMEOUT_S = 1800  # under qemu: vllm and its GPU model runner import in minutes, not seconds
@@ -72,12 +94,13 @@ def import_check(docker: DockerDaemon, image_id: str, modules: list[str]) -> Non
               "print('KILN-IMPORTS ' + json.dumps({'machine': platform.machine(), 'modules': %d}))" % len(modules))
     log.step(f"import check in {image_id[:19]}: {' '.join(modules)} (minutes under qemu)")
     t0 = time.monotonic()
-    found = docker.run_script(image_id, script, marker="KILN-IMPORTS", what=f"import check in {image_id[:19]}",
-                              timeout_s=IMPORT_TIMEOUT_S, cause=f" (one of {' '.join(modules)} does not import)")
-    log.ok(f"import check: {len(modules)} modules import on {found.get('machine')} [{time.monotonic() - t0:.0f} s]")
+    found = docker.run_script(image_id, script, marker="KILN-IMPORTS", answer=IMPORT_CHECK,
+                              what=f"import check in {image_id[:19]}", timeout_s=IMPORT_TIMEOUT_S,
+                              cause=f" (one of {' '.join(modules)} does not import)")
+    log.ok(f"import check: {len(modules)} modules import on {found['machine']} [{time.monotonic() - t0:.0f} s]")
 
 
-def _labels_for(found: dict[str, str | None]) -> dict[str, str]:
+def _labels_for(found: EngineProbe) -> dict[str, str]:
     """Probe results as labels; CUDA as major.minor, the form recipes declare. What the
     engine lacks gets no label (a CPU torch has no CUDA)."""
     out = {PROBED: json.dumps(found, sort_keys=True)}

@@ -12,14 +12,16 @@ recipe switches on is registered with the runner once vLLM loads its plugins.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from kiln import inimage
+from kiln.basics.documents import Shape
 from kiln.infra.docker import DockerDaemon
+from kiln.inimage.engineproof import EngineFacts
 
 MARKER = "KILN-ENGINEPROOF"  # what engineproof.report prints before its JSON
 TIMEOUT_S = 1800  # under qemu, importing vLLM's GPU runner takes minutes
 PLUGIN = "kiln_engine.plugin:register"  # kiln-engine's entry point in vllm.general_plugins
+FACTS = Shape(EngineFacts)
 
 
 @dataclass(frozen=True)
@@ -30,13 +32,13 @@ class Expected:
     draft_trunc: bool  # the recipe switches draft-trunc on
 
 
-def gather(docker: DockerDaemon, image_id: str, modules: list[str]) -> dict[str, Any]:
+def gather(docker: DockerDaemon, image_id: str, modules: list[str]) -> EngineFacts:
     script = inimage.source("engineproof").read_text(encoding="utf-8") + f"\nreport({modules!r})\n"
-    return docker.run_script(image_id, script, marker=MARKER, what=f"in-image proofs in {image_id[:19]}",
+    return docker.run_script(image_id, script, marker=MARKER, answer=FACTS, what=f"in-image proofs in {image_id[:19]}",
                              timeout_s=TIMEOUT_S, cause=" (python does not start in the image?)")
 
 
-def judge(facts: dict[str, Any], want: Expected) -> list[tuple[str, bool, str]]:
+def judge(facts: EngineFacts, want: Expected) -> list[tuple[str, bool, str]]:
     """(check name, ok, detail) for each proof, in the order they are reported."""
     checks = [("machine", facts.get("machine") == want.machine,
                f"runs on {facts.get('machine')}, platform needs {want.machine}")]

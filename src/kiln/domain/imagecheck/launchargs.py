@@ -24,10 +24,11 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict, TypeVar
 
 from kiln import inimage
 from kiln.basics import log
+from kiln.basics.documents import Shape, read_document
 from kiln.basics.errors import KilnError
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import cache_dir
@@ -74,6 +75,17 @@ class _AnswerEntry(TypedDict):
     version: str | None
     kiln_engine: str | None
     job: JobAnswer
+
+
+class _CacheHead(TypedDict):
+    schema: int  # an entry of another schema is asked again, not read
+
+
+T = TypeVar("T")
+_HEAD = Shape(_CacheHead)
+_FLAGS = Shape(_FlagsEntry)
+_ANSWER = Shape(_AnswerEntry)
+PROBE_ANSWER = Shape(ProbeAnswer)  # the probe's one printed document
 
 
 class EngineArgs:
@@ -165,14 +177,18 @@ def _answer_file(image_id: str, job: Job) -> Path:
     return cache_dir() / "argcheck" / "argv" / f"{_image_key(image_id)[:24]}-{job.digest[:32]}.json"
 
 
-def _read(path: Path, schema: int) -> dict[str, Any] | None:
+def _read(path: Path, shape: Shape[T], schema: int) -> T | None:
+    """A cache entry as `shape`; None when there is none, when it is of another schema
+    (asked again) or damaged (asked again, said in a warning naming the file and field)."""
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None  # a damaged cache entry is asked again
-    return data if isinstance(data, dict) and data.get("schema") == schema else None
+        if read_document(path, _HEAD, KilnError)["schema"] != schema:
+            return None
+        return read_document(path, shape, KilnError)
+    except KilnError as exc:
+        log.warn(f"{exc.message}: a damaged cache entry, asked the engine image again")
+        return None
 
 
 def _write(path: Path, data: _FlagsEntry | _AnswerEntry) -> None:
@@ -183,10 +199,10 @@ def _write(path: Path, data: _FlagsEntry | _AnswerEntry) -> None:
 def _probe(docker: DockerDaemon, image_id: str, *, dump: bool, jobs: list[Job]) -> ProbeAnswer:
     # no network, no GPU: parsing and validating is pure Python
     request = json.dumps({"dump": dump, "jobs": [job.request() for job in jobs]})
-    return cast(ProbeAnswer, docker.run_script(  # the probe's one printed document
-        image_id, PROBE, marker=launchprobe.MARKER, timeout_s=TIMEOUT_S,
+    return docker.run_script(
+        image_id, PROBE, marker=launchprobe.MARKER, answer=PROBE_ANSWER, timeout_s=TIMEOUT_S,
         what=f"checking the launch command with the engine's own vLLM parser in {image_id[:19]}",
-        env={**PROBE_ENV, launchprobe.REQUEST_ENV: request}))
+        env={**PROBE_ENV, launchprobe.REQUEST_ENV: request})
 
 
 def _flags_entry(data: ProbeAnswer) -> _FlagsEntry:
@@ -196,7 +212,7 @@ def _flags_entry(data: ProbeAnswer) -> _FlagsEntry:
 
 def engine_args(docker: DockerDaemon, image_id: str) -> EngineArgs:
     """The accepted flags of the image, from the cache or from a container run."""
-    data = cast("_FlagsEntry | None", _read(_cache_file(image_id), SCHEMA))
+    data = _read(_cache_file(image_id), _FLAGS, SCHEMA)
     if data is None:
         data = _flags_entry(_probe(docker, image_id, dump=True, jobs=[]))
         _write(_cache_file(image_id), data)
@@ -213,8 +229,8 @@ class Asked(NamedTuple):
 def ask(docker: DockerDaemon, image_id: str, job: Job) -> Asked:
     """The image's accepted flags and its answer for `job`, from the caches or from one
     container run (which then fills both)."""
-    flags = cast("_FlagsEntry | None", _read(_cache_file(image_id), SCHEMA))
-    answer = cast("_AnswerEntry | None", _read(_answer_file(image_id, job), ANSWER_SCHEMA))
+    flags = _read(_cache_file(image_id), _FLAGS, SCHEMA)
+    answer = _read(_answer_file(image_id, job), _ANSWER, ANSWER_SCHEMA)
     if flags is None or answer is None:
         log.info(f"checking the launch command with the engine's own parser ({image_id[:19]})")
         data = _probe(docker, image_id, dump=flags is None, jobs=[job] if answer is None else [])

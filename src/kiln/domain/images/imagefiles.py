@@ -4,26 +4,29 @@ never an older one, through a throwaway container."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from kiln.basics.documents import Shape
 from kiln.basics.errors import KilnError
 from kiln.domain.images.specs import existing, resolve
 from kiln.infra.docker import DockerDaemon
 
 MARKER = "KILN-CONFIG"
 _READ = "import json\nprint('KILN-CONFIG ' + json.dumps(json.load(open({path!r}))))\n"
+JSON_OBJECT = Shape(dict[str, Any])  # a model's config.json: its keys differ per model family
 
 def recipe_image_json(recipe: str, path: str, docker: DockerDaemon | None = None) -> tuple[object, str] | None:
-    """The JSON file at `path` in `recipe`'s image and where it was read; None when no
-    daemon answers, the image is not built from the current inputs, or the file is not
-    JSON (the caller then falls back to what the recipe says)."""
+    """The JSON object in the file at `path` in `recipe`'s image and where it was read;
+    None when no daemon answers, the image is not built from the current inputs, or the
+    file is not a JSON object (the caller then falls back to what the recipe says)."""
     try:
         docker = docker or DockerDaemon()
         recipe_image = resolve(recipe).recipe_image
         image = existing(docker, recipe_image.tag, recipe_image.digest)
         if image is None:
             return None
-        data = docker.run_script(str(image.id), _READ.format(path=path), marker=MARKER, timeout_s=120,
-                                 what=f"reading {path} in {recipe_image.tag}")
+        data = docker.run_script(str(image.id), _READ.format(path=path), marker=MARKER, answer=JSON_OBJECT,
+                                 timeout_s=120, what=f"reading {path} in {recipe_image.tag}")
     except KilnError:
         return None
     return data, f"{path} in {recipe_image.tag}"

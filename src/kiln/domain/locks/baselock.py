@@ -5,15 +5,45 @@ Building it is `kiln base build` (commands/images/baseimage.py); the provenance 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 import yaml
 
 from kiln.basics import imageref
-from kiln.basics.errors import BaseLockMismatch
+from kiln.basics.documents import Shape, read_document
+from kiln.basics.errors import BaseLockMismatch, RecipeInvalid
 from kiln.basics.paths import repo_root
+
+
+class BaseSpecYaml(TypedDict):
+    """docker-images/base/base.yaml, the base image's spec (written by hand)."""
+
+    suite: str
+    variant: str
+    mirror: str
+    security_mirror: str
+    include: NotRequired[list[str]]
+    strip: NotRequired[list[str]]
+    tag: str
+
+
+class BaseLockJson(TypedDict):
+    """A base lock file, as `kiln base build --relock` writes it."""
+
+    suite: str
+    variant: str
+    mirror: str
+    include: list[str]
+    packages: dict[str, str]  # "name:arch" -> version
+    how: str
+
+
+BASE_SPEC = Shape(BaseSpecYaml)
+BASE_LOCK = Shape(BaseLockJson)
 
 
 @dataclass(frozen=True)
@@ -29,7 +59,12 @@ class BaseSpec:
     @classmethod
     def load(cls, path: Path | None = None) -> BaseSpec:
         path = path or repo_root() / "docker-images" / "base" / "base.yaml"
-        raw = yaml.safe_load(path.read_text())
+        invalid = functools.partial(_spec_invalid, hint=f"fix {shown(path)}, the base image's spec")
+        try:
+            loaded = yaml.safe_load(path.read_text())
+        except (OSError, yaml.YAMLError) as exc:
+            raise invalid(f"{shown(path)}: cannot be read as YAML: {type(exc).__name__}") from None
+        raw = BASE_SPEC.check(loaded, source=shown(path), error=invalid)
         return cls(
             suite=raw["suite"],
             variant=raw["variant"],
@@ -71,8 +106,12 @@ def lock_path(spec: BaseSpec, suffix: str = "") -> Path:
     return lock_path_for_tag(f"{spec.suite}{suffix}")
 
 
+def _spec_invalid(message: str, *, hint: str) -> RecipeInvalid:
+    return RecipeInvalid([message], hint=hint)
+
+
 def lock_document(spec: BaseSpec, packages: dict[str, str]) -> str:
-    doc = {"suite": spec.suite, "variant": spec.variant, "mirror": spec.mirror,
+    doc: BaseLockJson = {"suite": spec.suite, "variant": spec.variant, "mirror": spec.mirror,
            "include": list(spec.include), "packages": packages,
            "how": "written by `kiln base build --relock`; `kiln base build` fails when debootstrap "
                   "installs any other set"}
@@ -82,10 +121,9 @@ def lock_document(spec: BaseSpec, packages: dict[str, str]) -> str:
 def check_lock(spec: BaseSpec, packages: dict[str, str], path: Path) -> None:
     """The set debootstrap installed must be the locked one: the mirror moving on (a point
     release) would otherwise give another base, and every image on it another id."""
-    try:
-        locked = json.loads(path.read_text())["packages"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise BaseLockMismatch(f"{path}: cannot be read as a base lock: {exc}") from None
+    damaged = functools.partial(BaseLockMismatch, hint="restore the lock from git, or write it again: "
+                                                        "`kiln base build --relock` (then review the diff)")
+    locked = read_document(path, BASE_LOCK, damaged, source=shown(path))["packages"]
     changed = [f"{p} {locked.get(p, '(not locked)')} -> {packages.get(p, '(not installed)')}"
                for p in sorted(set(locked) | set(packages)) if locked.get(p) != packages.get(p)]
     if changed:

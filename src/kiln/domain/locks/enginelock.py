@@ -20,11 +20,10 @@ wheel hashes, locked distributions and Debian packages from it too.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -32,6 +31,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from kiln.basics.documents import Shape
 from kiln.basics.errors import LockInvalid, LockMissing
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import repo_root
@@ -39,10 +39,15 @@ from kiln.domain.locks.lockrecords import (
     FORMAT,
     PYTHON,
     DebianPackage,
+    DebianPackageJson,
     EngineLock,
+    EngineLockJson,
     LockedPackage,
+    LockedPackageJson,
     Resolved,
+    ResolvedJson,
     Wheel,
+    WheelJson,
     by_name,
 )
 
@@ -101,31 +106,31 @@ def platform(name: str) -> TargetPlatform:
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 
-class _Reader:
-    """Field access that names the file and the field on any problem (one line each)."""
+class _LockHead(TypedDict):
+    """What any lock format has: the format number, checked before the rest."""
 
-    def __init__(self, path: Path):
+    kiln_lock: int
+
+
+_HEAD = Shape(_LockHead)
+_LOCK = Shape(EngineLockJson)  # the shape `kiln engine lock` writes (lockrecords)
+
+
+class _Reader:
+    """The checks past the file's shape (digests, versions, platforms, wheel names), each
+    a one-line LockInvalid naming the file and the field."""
+
+    def __init__(self, path: Path, platforms: list[str]):
         self.path = path
+        self.platforms = platforms
 
     def fail(self, where: str, problem: str) -> LockInvalid:
         return LockInvalid(f"{shown(self.path)}: {where}: {problem}")
 
-    def get(self, doc: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
-        if not isinstance(doc, dict) or key not in doc:
-            raise self.fail(where, f"missing field {key!r}")
-        value = doc[key]
-        if not isinstance(value, kind):
-            raise self.fail(f"{where}.{key}" if where else key, f"must be {_kind_name(kind)}")
-        return value
-
-    def wheel(self, doc: Any, where: str) -> Wheel:
-        file = self.get(doc, "file", str, where)
-        sha = self.get(doc, "sha256", str, where)
+    def wheel(self, doc: WheelJson, where: str) -> Wheel:
+        file, sha = doc["file"], doc["sha256"]
         if not _HEX64.match(sha):
             raise self.fail(f"{where}.sha256", f"{sha!r} is not a sha256 hex digest")
-        url = doc.get("url")
-        if url is not None and not isinstance(url, str):
-            raise self.fail(f"{where}.url", "must be a string or null")
         source = doc.get("sha256_from", "index")
         if source not in ("index", "file"):
             raise self.fail(f"{where}.sha256_from", "must be 'index' or 'file'")
@@ -135,99 +140,87 @@ class _Reader:
             parse_wheel_filename(file)
         except Exception:
             raise self.fail(f"{where}.file", f"{file!r} is not a valid wheel file name") from None
-        return Wheel(file, sha, url, source)
+        return Wheel(file, sha, doc.get("url"), source)
 
-    def package(self, doc: Any, where: str, platforms: list[str]) -> LockedPackage:
-        name = self.get(doc, "name", str, where)
-        version = self.get(doc, "version", str, where)
+    def wheels(self, raw: dict[str, WheelJson], where: str) -> dict[str, Wheel]:
+        for plat in raw:
+            if plat not in self.platforms:
+                raise self.fail(where, f"platform {plat!r} is not in `platforms`")
+        return {plat: self.wheel(w, f"{where}[{plat}]") for plat, w in raw.items()}
+
+    def package(self, doc: LockedPackageJson, where: str) -> LockedPackage:
+        name, version = doc["name"], doc["version"]
         try:
             Version(version)
         except InvalidVersion:
             raise self.fail(f"{where}.version", f"{version!r} is not a version") from None
-        raw = self.get(doc, "wheels", dict, where)
-        wheels = {}
-        for plat, w in raw.items():
-            if plat not in platforms:
-                raise self.fail(f"{where}.wheels", f"platform {plat!r} is not in `platforms`")
-            wheel = self.wheel(w, f"{where}.wheels[{plat}]")
+        wheels = self.wheels(doc["wheels"], f"{where}.wheels")
+        for plat, wheel in wheels.items():
             if canonicalize_name(parse_wheel_filename(wheel.file)[0]) != canonicalize_name(name):
                 raise self.fail(f"{where}.wheels[{plat}].file", f"{wheel.file} is not a wheel of {name}")
-            wheels[plat] = wheel
         if not wheels:
             raise self.fail(f"{where}.wheels", "names no wheel")
         return LockedPackage(name, version, wheels)
 
+    def packages(self, docs: list[LockedPackageJson], where: str) -> list[LockedPackage]:
+        pkgs = [self.package(p, f"{where}[{i}]") for i, p in enumerate(docs)]
+        seen: set[str] = set()
+        for pkg in pkgs:
+            if pkg.key in seen:
+                raise self.fail(where, f"{pkg.name} is listed twice")
+            seen.add(pkg.key)
+        return pkgs
 
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
-    return " or ".join(names.get(k, k.__name__) for k in kinds)
+    def resolved(self, doc: ResolvedJson) -> Resolved:
+        reqs = doc["requirements"]
+        for i, req in enumerate(reqs):
+            try:
+                Requirement(req)
+            except InvalidRequirement:
+                raise self.fail(f"resolved_from.requirements[{i}]", f"{req!r} is not a requirement") from None
+        if doc["sha256"] != Resolved(list(reqs)).sha256:
+            raise self.fail("resolved_from.sha256", "does not match the requirements listed (edited by hand?)")
+        return Resolved(list(reqs))
+
+    def debian(self, rows: dict[str, list[DebianPackageJson]]) -> dict[str, list[DebianPackage]]:
+        for plat in rows:
+            if plat not in self.platforms:
+                raise self.fail("debian_packages", f"platform {plat!r} is not in `platforms`")
+        return {plat: [DebianPackage(d["name"], d["version"], d["architecture"]) for d in ds]
+                for plat, ds in rows.items()}
 
 
 def loads(text: str, path: Path) -> EngineLock:
-    r = _Reader(path)
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise r.fail("(file)", f"not JSON: {exc}") from None
-    if not isinstance(doc, dict):
-        raise r.fail("(file)", "must be a JSON object")
-    if r.get(doc, "kiln_lock", int, "") != FORMAT:
-        raise r.fail("kiln_lock", f"format {doc['kiln_lock']} is not {FORMAT}; re-lock with this kiln")
-    engine = r.get(doc, "engine", dict, "")
-    platforms = r.get(doc, "platforms", list, "")
-    for p in platforms:
+    """The lock in `text` (the file at `path`): its shape checked against EngineLockJson,
+    then what a shape cannot say; LockInvalid, one line naming the file and field."""
+    where = shown(path)
+    fmt = _HEAD.parse(text, source=where, error=LockInvalid)["kiln_lock"]
+    if fmt != FORMAT:
+        raise LockInvalid(f"{where}: kiln_lock: format {fmt} is not {FORMAT}; re-lock with this kiln")
+    doc = _LOCK.parse(text, source=where, error=LockInvalid)
+    for p in doc["platforms"]:
         if p not in PLATFORMS:
-            raise r.fail("platforms", f"unknown platform {p!r}")
-    resolved = r.get(doc, "resolved_from", dict, "")
-    reqs = r.get(resolved, "requirements", list, "resolved_from")
-    for i, req in enumerate(reqs):
-        try:
-            Requirement(req)
-        except (InvalidRequirement, TypeError):
-            raise r.fail(f"resolved_from.requirements[{i}]", f"{req!r} is not a requirement") from None
-    if r.get(resolved, "sha256", str, "resolved_from") != Resolved(list(reqs)).sha256:
-        raise r.fail("resolved_from.sha256", "does not match the requirements listed (edited by hand?)")
-    excluded = r.get(doc, "excluded", dict, "")
-    pkgs = [r.package(p, f"python_packages[{i}]", platforms)
-            for i, p in enumerate(r.get(doc, "python_packages", list, ""))]
-    seen: set[str] = set()
-    for pkg in pkgs:
-        if pkg.key in seen:
-            raise r.fail("python_packages", f"{pkg.name} is listed twice")
-        seen.add(pkg.key)
-    extra = [r.package(p, f"plain_extra_packages[{i}]", platforms)
-             for i, p in enumerate(doc.get("plain_extra_packages") or [])]
-    debian: dict[str, list[DebianPackage]] = {}
-    for plat, rows in r.get(doc, "debian_packages", dict, "").items():
-        if plat not in platforms:
-            raise r.fail("debian_packages", f"platform {plat!r} is not in `platforms`")
-        debian[plat] = [DebianPackage(r.get(d, "name", str, f"debian_packages[{plat}][{i}]"),
-                                      r.get(d, "version", str, f"debian_packages[{plat}][{i}]"),
-                                      r.get(d, "architecture", str, f"debian_packages[{plat}][{i}]"))
-                        for i, d in enumerate(rows)]
-    tools = {}
-    for name, t in r.get(doc, "tools", dict, "").items():
-        wheels = {p: r.wheel(w, f"tools.{name}.wheels[{p}]") for p, w in r.get(t, "wheels", dict, f"tools.{name}").items()}
-        tools[name] = LockedPackage(name, r.get(t, "version", str, f"tools.{name}"), wheels)
-    overrides = r.get(doc, "overridden", dict, "") if "overridden" in doc else {}
-    overridden = {str(name): (r.get(o, "requirement", str, f"overridden.{name}"),
-                              r.get(o, "why", str, f"overridden.{name}")) for name, o in overrides.items()}
+            raise LockInvalid(f"{where}: platforms: unknown platform {p!r}")
+    r = _Reader(path, doc["platforms"])
+    engine = doc["engine"]
     return EngineLock(
-        image=r.get(doc, "image", str, ""),
-        engine_name=r.get(engine, "name", str, "engine"),
-        engine_version=r.get(engine, "version", str, "engine"),
-        distribution=r.get(engine, "distribution", str, "engine"),
-        resolved_from=Resolved(list(reqs)),
-        excluded={str(k): str(v) for k, v in excluded.items()},
-        platforms=list(platforms),
-        python_packages=pkgs,
-        debian_requested=list(r.get(doc, "debian_requested", list, "")) if "debian_requested" in doc else [],
-        debian_packages=debian,
-        tools=tools,
-        plain_extra_packages=extra,
-        overridden=overridden,
-        python=r.get(doc, "python", str, ""),
+        image=doc["image"],
+        engine_name=engine["name"],
+        engine_version=engine["version"],
+        distribution=engine["distribution"],
+        resolved_from=r.resolved(doc["resolved_from"]),
+        excluded=dict(doc["excluded"]),
+        platforms=list(doc["platforms"]),
+        python_packages=r.packages(doc["python_packages"], "python_packages"),
+        debian_requested=list(doc.get("debian_requested", [])),
+        debian_packages=r.debian(doc["debian_packages"]),
+        tools={name: LockedPackage(name, t["version"], {p: r.wheel(w, f"tools.{name}.wheels[{p}]")
+                                                        for p, w in t["wheels"].items()})
+               for name, t in doc["tools"].items()},
+        plain_extra_packages=[r.package(p, f"plain_extra_packages[{i}]")
+                              for i, p in enumerate(doc.get("plain_extra_packages", []))],
+        overridden={name: (o["requirement"], o["why"]) for name, o in doc.get("overridden", {}).items()},
+        python=doc["python"],
     )
 
 

@@ -20,8 +20,8 @@ PYTHON = "3.11"
 class WheelJson(TypedDict):
     file: str
     sha256: str
-    sha256_from: str
-    url: str | None
+    sha256_from: NotRequired[str]  # always written; a reader takes "index" when it is not there
+    url: NotRequired[str | None]  # always written; a reader takes None when it is not there
 
 
 class LockedPackageJson(TypedDict):
@@ -68,7 +68,7 @@ class EngineLockJson(TypedDict):
     excluded: dict[str, str]
     platforms: list[str]
     python_packages: list[LockedPackageJson]
-    debian_requested: list[str]
+    debian_requested: NotRequired[list[str]]  # always written; a reader takes [] when it is not there
     debian_packages: dict[str, list[DebianPackageJson]]
     tools: dict[str, ToolJson]
     plain_extra_packages: NotRequired[list[LockedPackageJson]]

@@ -7,13 +7,16 @@ image's measured size. Rendered as terminal text and as Markdown."""
 
 from __future__ import annotations
 
-import json
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from kiln.basics.documents import Shape, read_document
+from kiln.basics.errors import RecordInvalid
 from kiln.domain.patching.bump import PortedEngine, Row, port_series
 from kiln.domain.patching.engineargs import FLAG, Change, used_changes
 from kiln.domain.patching.series import (
@@ -182,18 +185,33 @@ def headline_requirements(changes: list[RequirementChange]) -> list[RequirementC
 
 
 # -- image sizes --------------------------------------------------------------------------------
+class EngineBuild(TypedDict):
+    size: int  # bytes
+
+
+class BuildCudaRun(TypedDict):
+    """What the report reads of a measured build record (docs/build-cuda*.json, written
+    by benchmarks/build_cuda.py; its other keys are not the report's)."""
+
+    engine: str  # the engine version built
+    platform: NotRequired[str | None]  # None or absent: linux/amd64
+    engine_build: EngineBuild
+
+
+BUILD_CUDA_RUN = Shape(BuildCudaRun)
+
+
 def measured_sizes(records: list[Path], from_version: str, to_version: str) -> list[ImageSize]:
     """The engine image's size per platform from build records (docs/build-cuda*.json:
-    `engine`, `platform`, `engine_build.size`) for the two versions; None: not built."""
+    `engine`, `platform`, `engine_build.size`) for the two versions; None: not built.
+    RecordInvalid naming the file and field for a record that is not one."""
     found: dict[str, dict[str, int]] = {}
+    invalid = functools.partial(RecordInvalid, hint="restore the file from git, or measure again: "
+                                                     "`nox -s build_cuda` (benchmarks/build_cuda.py)")
     for path in records:
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        size = (doc.get("engine_build") or {}).get("size")
-        if isinstance(size, int) and doc.get("engine") in (from_version, to_version):
-            found.setdefault(str(doc.get("platform", "linux/amd64")), {})[str(doc["engine"])] = size
+        doc = read_document(path, BUILD_CUDA_RUN, invalid, source=shown(path))
+        if doc["engine"] in (from_version, to_version):
+            found.setdefault(doc.get("platform") or "linux/amd64", {})[doc["engine"]] = doc["engine_build"]["size"]
     return [ImageSize(p, v.get(from_version), v.get(to_version)) for p, v in sorted(found.items())]
 
 

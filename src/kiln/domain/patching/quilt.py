@@ -13,6 +13,7 @@ A feature's series applies on top of the engine-wide series of the same engine v
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from dataclasses import dataclass
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import TypedDict
 
 from kiln.basics import log
-from kiln.basics.errors import PatchFailed, UsageError
+from kiln.basics.documents import Shape, read_document
+from kiln.basics.errors import PatchFailed, PatchInvalid, UsageError
 from kiln.basics.paths import cache_dir
 from kiln.domain.patching.diff import file_diff, merge3
 from kiln.domain.patching.series import (
@@ -60,6 +62,9 @@ class QuiltState(TypedDict):
     feature: str | None
     patches: list[PatchState]
     final: dict[str, str | None]  # every patched file's sha256 after the whole series
+
+
+QUILT_STATE = Shape(QuiltState)
 
 
 @dataclass
@@ -118,8 +123,8 @@ def _read_state(scratch: Path) -> QuiltState:
     f = scratch / ".pc" / STATE
     if not f.is_file():
         raise UsageError(f"{scratch}: no checked-out series here; run `kiln patches checkout` first")
-    state: QuiltState = json.loads(f.read_text())
-    return state
+    return read_document(f, QUILT_STATE, functools.partial(
+        PatchInvalid, hint="check the series out again (`kiln patches checkout`): refresh compares against this file"))
 
 
 def _file_sha(path: Path) -> str | None:

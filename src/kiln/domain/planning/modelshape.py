@@ -4,10 +4,10 @@ read by the caller's `ImageJson`), else the recipe's `shape:` block with its sou
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
+from kiln.basics.documents import Shape, read_document
 from kiln.basics.errors import ModelShapeUnknown
 from kiln.basics.paths import host_hf_cache
 from kiln.domain.planning.modelconfig import HfConfig, ModelShape, parse_config
@@ -22,12 +22,15 @@ from kiln.inimage.hfcache import snapshot_dir
 ImageJson = Callable[[str], "tuple[object, str] | None"]
 
 
+HF_CONFIG = Shape(HfConfig)  # a JSON object: its keys are read one by one (modelconfig.parse_config)
+
+
 def _from_file(path: Path) -> HfConfig | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    """The config.json at `path`; None when there is none; ModelShapeUnknown naming the
+    file when it is there but not a JSON object (a plan is never made past it)."""
+    if not path.is_file():
         return None
-    return data if isinstance(data, dict) else None
+    return read_document(path, HF_CONFIG, ModelShapeUnknown)
 
 
 def model_config(loaded: LoadedRecipe, role: str, src: ModelSource, *,

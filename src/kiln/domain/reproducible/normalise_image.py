@@ -57,7 +57,7 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
                 shutil.rmtree(saved, ignore_errors=True)
         try:
             result = savearchive.normalise_saved(saved, epoch, keep)
-        except (ValueError, KeyError, OSError) as exc:
+        except (ValueError, KeyError, OSError, BuildFailed) as exc:  # BuildFailed: the archive's JSON
             raise BuildFailed(f"{label}: could not normalise the image {image_id[:19]}: {exc}") from None
         loaded = docker.load(result.archive())
     if loaded != result.image_id:

@@ -36,12 +36,40 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NotRequired, TypedDict
+
+from kiln.basics.documents import Shape, read_document
+from kiln.basics.errors import BuildFailed
 
 CHUNK = 1 << 20
 _DROP_PAX = ("atime", "ctime", "mtime", "uname", "gname", "uid", "gid", "size")
 # config keys only the build machine's run of the build put there
 _DROP_CONFIG = ("container", "container_config", "docker_version", "parent", "id")
+
+
+class SavedImage(TypedDict):
+    """One image of a `docker save` archive, as its manifest.json lists it."""
+
+    Config: str  # the config's file in the archive
+    RepoTags: NotRequired[list[str] | None]
+    Layers: list[str]  # each layer's tar in the archive, base first
+
+
+class _RootFs(TypedDict, total=False):
+    diff_ids: list[str] | None
+
+
+class _ConfigParts(TypedDict, total=False):
+    """What normalising reads of an image config; every other key is kept as it is."""
+
+    rootfs: _RootFs
+    history: list[dict[str, Any]] | None
+    config: dict[str, Any] | None
+
+
+SAVE_MANIFEST = Shape(list[SavedImage])
+IMAGE_CONFIG = Shape(dict[str, Any])  # the whole config: normalised, then hashed into the image id
+CONFIG_PARTS = Shape(_ConfigParts)
 
 
 def rfc3339(epoch: int) -> str:
@@ -199,12 +227,14 @@ def normalise_saved(saved: Path, epoch: int, keep: Sequence[str] = ()) -> Normal
     `saved/out/<diff id>.tar`, the config and manifest in memory (`Normalised.archive()`
     streams them). Its first layers that are `keep` (the parent's diff ids) stay as they
     are, and out of the archive (the daemon that saved them has them)."""
-    manifest = json.loads((saved / "manifest.json").read_text())
+    manifest = read_document(saved / "manifest.json", SAVE_MANIFEST, BuildFailed, source="docker save: manifest.json")
     if len(manifest) != 1:
         raise ValueError(f"docker save gave {len(manifest)} images, expected one")
     entry = manifest[0]
-    config = json.loads((saved / entry["Config"]).read_bytes())
-    kept = _kept_prefix(list(config.get("rootfs", {}).get("diff_ids") or []), keep)
+    source = f"docker save: {entry['Config']}"
+    config = read_document(saved / entry["Config"], IMAGE_CONFIG, BuildFailed, source=source)
+    parts = CONFIG_PARTS.check(config, source=source, error=BuildFailed)
+    kept = _kept_prefix(list(parts.get("rootfs", {}).get("diff_ids") or []), keep)
     out_dir = saved / "out"
     out_dir.mkdir()
     diff_ids: list[str] = list(keep[:kept])

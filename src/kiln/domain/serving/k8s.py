@@ -20,14 +20,11 @@ that mounts it writable and is allowed to reach the hub.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import NotRequired, TypedDict
 
 import yaml
 
-from kiln.basics.errors import ImageNotPublished
-from kiln.basics.paths import results_dir, shown_home
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.topology import Topology, effective, node_args
 from kiln.domain.serving.container import _explicit_env
@@ -68,33 +65,6 @@ class VolumeMount(TypedDict):
     name: str
     mountPath: str
     readOnly: NotRequired[bool]
-
-
-# -- the image --------------------------------------------------------------------------
-def published_image(name: str, input_digest: str) -> str:
-    """REGISTRY/REPO@sha256:... of the newest publish record of `name` built from the
-    recipe's current inputs (for a multi-platform recipe: the index holding them)."""
-
-    folder = results_dir() / "publish"
-    records = []
-    for path in sorted(folder.glob(f"{name}-publish-*.json")):
-        try:
-            doc = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if doc.get("recipe") == name and doc.get("manifest_digest"):
-            records.append(doc)
-    # a multi-platform publish (an image index) holds this image as one of its platforms
-    current = [d for d in records if d.get("input_digest") == input_digest
-               or input_digest in {p.get("input_digest") for p in (d.get("platforms") or {}).values()}]
-    if current:
-        doc = current[-1]
-        return f"{doc['registry']}/{doc['repository']}@{doc['manifest_digest']}"
-    if records:
-        raise ImageNotPublished(f"{name}: the published images ({len(records)} in {shown_home(folder)}) were built from "
-                                f"other inputs than the recipe's current ones (input digest {input_digest[:19]})",
-                                hint=f"`kiln publish {name}` the current inputs, or pass --image REPO@sha256:...")
-    raise ImageNotPublished(f"{name} was never published (no publish record in {shown_home(folder)})")
 
 
 # -- pod pieces -------------------------------------------------------------------------

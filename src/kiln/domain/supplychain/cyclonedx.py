@@ -3,7 +3,6 @@ it (see kiln.domain.supplychain.sbom for the choices a reader of the SBOM needs 
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from collections.abc import Iterable
@@ -13,6 +12,8 @@ from typing import TypedDict
 from packaging.utils import canonicalize_name
 
 from kiln.basics import clock
+from kiln.basics.documents import Shape
+from kiln.basics.errors import SbomReadFailed
 from kiln.domain.images.specs import LABEL_NS
 from kiln.domain.locks.enginelock import LockFile
 from kiln.domain.supplychain import purl
@@ -29,6 +30,7 @@ from kiln.domain.supplychain.subject import ImageSubject, kiln_version
 
 SPEC_VERSION = "1.6"
 PROP = "kiln"  # property namespace (CycloneDX reserves `cdx:`)
+PATCHES_LABEL = Shape(dict[str, str])  # ai.kiln.patches: patch name -> sha256:<hex>, as images/specs writes it
 
 
 # -- the document's shape (the parts kiln writes) ------------------------------------------
@@ -253,10 +255,9 @@ def _patch_components(manifest: PatchManifest | None,
                    for p in manifest.get("patches") or []]
         replacements = list(manifest.get("replacements") or [])
     else:
-        try:
-            labelled = json.loads(labels.get(f"{LABEL_NS}.patches") or "{}")
-        except ValueError:
-            labelled = {}
+        label = f"{LABEL_NS}.patches"
+        labelled = PATCHES_LABEL.parse(labels.get(label) or "{}", source=f"the image's label {label}",
+                                       error=SbomReadFailed)
         patches = [(n, str(s).removeprefix("sha256:"), "label", []) for n, s in sorted(labelled.items())]
         replacements = []
     for name, sha, source, files in patches:

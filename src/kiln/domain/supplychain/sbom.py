@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import cast
 
 from kiln import inimage
+from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed, SbomReadFailed
 from kiln.domain.images.specs import LABEL_NS
 from kiln.domain.locks import enginelock
@@ -43,6 +43,7 @@ from kiln.infra.docker import DockerDaemon, Image
 READ_TIMEOUT_S = 600  # hashing baked weights is the slow part: ~1 GB/s on one core
 MARKER = "KILN-SBOM"
 DEFAULT_MODEL_ROOT = "/models"
+INVENTORY = Shape(Inventory)  # the reader's JSON, as kiln.inimage.sbomreader.inventory writes it
 
 
 # -- reading the image ------------------------------------------------------------------
@@ -63,12 +64,11 @@ def read_inventory(docker: DockerDaemon, image_id: str, model_roots: Iterable[st
     as root: a model file only its owner may read must be hashed, not skipped."""
     env = {"KILN_SBOM_MODEL_ROOTS": json.dumps(sorted(set(model_roots)))}
     try:
-        found = docker.run_script(image_id, _inimage_script(), marker=MARKER, timeout_s=READ_TIMEOUT_S,
-                                 what=f"SBOM read in {image_id[:19]}", env=env, user="0",
-                                 cause=" (the image needs a python on its PATH)")
-    except BuildFailed as exc:
+        return docker.run_script(image_id, _inimage_script(), marker=MARKER, answer=INVENTORY,
+                                 timeout_s=READ_TIMEOUT_S, what=f"SBOM read in {image_id[:19]}", env=env,
+                                 user="0", cause=" (the image needs a python on its PATH)")
+    except BuildFailed as exc:  # the read failed, or its answer is not an Inventory
         raise SbomReadFailed(" ".join(exc.message.split())) from None
-    return cast(Inventory, found)  # the reader's JSON, as kiln.inimage.sbomreader.inventory writes it
 
 
 def baked_model_dirs(loaded: LoadedRecipe | None) -> list[str]:

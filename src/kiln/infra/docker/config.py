@@ -4,11 +4,12 @@ resolves them (so kiln finds exactly what `docker login HOST` stored);
 
 from __future__ import annotations
 
-from typing import TypedDict, cast
+from typing import TypedDict
 
 import docker.auth
 import docker.errors
 
+from kiln.basics.documents import Shape
 from kiln.infra.docker.faults import DockerError
 
 
@@ -27,7 +28,7 @@ class StoredAuth(TypedDict, total=False):
 
     username: str
     password: str
-    email: str
+    email: str | None  # the SDK copies the entry's email, None when it has none
     serveraddress: str
     identitytoken: str
     Username: str
@@ -52,6 +53,9 @@ def index_name(name: str) -> str:
     return str(docker.auth.resolve_index_name(name))
 
 
+STORED_AUTH = Shape(StoredAuth)
+
+
 def config_auth(config: dict[str, object], host: str) -> StoredAuth:
     """What a docker config document (`auths`, `credsStore`, `credHelpers`) holds for
     `host`, resolved by the SDK's own auth code ({} when nothing); DockerError when an
@@ -60,5 +64,5 @@ def config_auth(config: dict[str, object], host: str) -> StoredAuth:
         found = docker.auth.load_config(config_dict=config).resolve_authconfig(host)
     except docker.errors.DockerException as exc:
         raise DockerError(" ".join(str(exc).split())[:200]) from None
-    # the SDK's dict, with the keys StoredAuth lists
-    return cast(StoredAuth, found or {})
+    # the SDK's dict of what the config (or a credential helper) holds: checked, never trusted
+    return STORED_AUTH.check(found or {}, source="its entry", error=DockerError)

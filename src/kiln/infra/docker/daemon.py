@@ -8,13 +8,14 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import docker
 import docker.errors
 from docker.models.images import Image
 
 from kiln.basics import imageref, log
+from kiln.basics.documents import Shape
 from kiln.basics.errors import BaseImageMissing, BuildFailed, DockerUnavailable
 from kiln.basics.progress import PullDisplay
 from kiln.infra.docker import building, throwaway
@@ -23,6 +24,8 @@ from kiln.infra.docker.config import AuthConfig, registry_of, sdk_auth
 from kiln.infra.docker.containers import Container, ExecResult
 from kiln.infra.docker.faults import _daemon, fault_text, one_line, short
 from kiln.infra.docker.streams import BuildResult, PullStream, PushResult, StreamError
+
+T = TypeVar("T")
 
 
 class DockerDaemon:
@@ -329,18 +332,20 @@ class DockerDaemon:
         script: str,
         *,
         marker: str,
+        answer: Shape[T],
         what: str,
         timeout_s: float,
         env: dict[str, str] | None = None,
         cause: str = "",
         user: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> T:
         """`throwaway.run_script` on this daemon (its docstring is the contract)."""
         return throwaway.run_script(
             self.client,
             image_id,
             script,
             marker=marker,
+            answer=answer,
             what=what,
             timeout_s=timeout_s,
             env=env,

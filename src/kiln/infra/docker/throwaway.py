@@ -3,19 +3,21 @@ read, and the container removed in every case."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
 from docker.models.containers import Container as _SDKContainer
 
 from kiln.basics import log
+from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed
 from kiln.infra.docker.containers import ExecResult
 from kiln.infra.docker.faults import _FAULTS, DockerError, _daemon, fault_text, timed_out
+
+T = TypeVar("T")
 
 
 def run_script(
@@ -24,17 +26,19 @@ def run_script(
     script: str,
     *,
     marker: str,
+    answer: Shape[T],
     what: str,
     timeout_s: float,
     env: dict[str, str] | None = None,
     cause: str = "",
     user: str | None = None,
-) -> dict[str, Any]:
+) -> T:
     """Run `python -c script` in a throwaway, network-less container of `image_id` and
-    return the JSON the script printed after `marker ` on one line of its output
-    (as `user` when given, else the image's own USER).
-    BuildFailed (`what` names the job) when it does not finish, fails or prints no
-    such line: what a built image reports about itself must be read, never guessed."""
+    return the JSON the script printed after `marker ` on one line of its output, checked
+    against `answer`, the type the script writes (as `user` when given, else the image's
+    own USER). BuildFailed (`what` names the job) when it does not finish, fails, prints
+    no such line or one that is not that type (naming the field): what a built image
+    reports about itself must be read, never guessed."""
     as_user: dict[str, Any] = {"user": user} if user is not None else {}
     status, output = _throwaway(
         client,
@@ -52,8 +56,7 @@ def run_script(
     if status != 0 or line is None:
         tail = " | ".join(output.strip().splitlines()[-3:]) or "no output"
         raise BuildFailed(f"{what} failed{cause}: {tail}")
-    answer: dict[str, Any] = json.loads(line.removeprefix(prefix))  # the script's own JSON object
-    return answer
+    return answer.parse(line.removeprefix(prefix), source=f"{what}: its answer", error=BuildFailed)
 
 
 def run_command(
