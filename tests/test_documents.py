@@ -408,7 +408,7 @@ def test_render_k8s_stops_at_a_damaged_publish_record_with_exit_47(tmp_path):
     assert result.returncode == 47, result.stderr
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
     assert errors == ["kiln: error: " + str(state / "publish" / "tiny-moe-publish-20260101T000000Z.json")
-                      + ": smoke.status: Input should be a valid string"], result.stderr
+                      + ": smoke.status: Input should be 'passed' or 'skipped'"], result.stderr
     assert "Traceback" not in result.stderr
 
 
