@@ -114,11 +114,10 @@ def integration(session):
 @nox.session
 def kernels(session):
     """The kernels tier alone: draft_trunc beyond the unit tier, under TRITON_INTERPRET=1
-    on CPU: exactness against vLLM 0.32.0's and 0.33.0's own rejection samplers (every
+    on CPU: exactness against vLLM 0.32.0's, 0.33.0's and 0.34.0's own rejection samplers (every
     mode, dead fill and policy), the patched runner hooks, and the slowest policy seeds
     (4096 experts). `nox` runs these tests inside e2e instead (its second worker).
-    vLLM 0.34.0's series is opt-in (its CUDA wheel is not in CI's cache; ~2.5 min more on
-    2 cores): `KILN_DT_VLLM_VERSIONS=0.32.0,0.33.0,0.34.0 nox -s kernels`."""
+    `KILN_DT_VLLM_VERSIONS=0.34.0 nox -s kernels` tests one version only."""
     # one xdist worker per core: the interpreter is CPU-bound and these tests share no
     # daemon or registry (the vLLM sources come from the wheel cache integration filled)
     _pytest(session, "tests/draft_trunc", "-m", KERNELS, "-n", "auto", "-p", "no:benchmark", "--durations=15")
@@ -237,9 +236,9 @@ if os.environ.get("KILN_NOX_DEBUG"):
 # current interpreter, whose torch/triton are the GPU machine's own.
 @nox.session(python=False)
 def gpu(session):
-    """draft_trunc's GPU tests (kernel at size, exactness vs vLLM 0.32.0's and 0.33.0's
-    rejection samplers, CUDA-graph replay); skipped cleanly without a GPU.
-    KILN_VLLM_SRC_0_32_0 / KILN_VLLM_SRC_0_33_0 may point at each version's sources."""
+    """draft_trunc's GPU tests (kernel at size, exactness vs vLLM 0.32.0's, 0.33.0's and
+    0.34.0's rejection samplers, CUDA-graph replay); skipped cleanly without a GPU.
+    KILN_VLLM_SRC_0_32_0 / _0_33_0 / _0_34_0 may point at each version's sources."""
     session.run("python", "-m", "pytest", "tests/draft_trunc", "-m", "gpu", "-q", *session.posargs)
 
 

