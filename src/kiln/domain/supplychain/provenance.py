@@ -34,7 +34,7 @@ from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, repo_root
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.specs import LABEL_NS, EngineImage, RecipeImage, existing, series_entries
-from kiln.domain.locks import baselock, enginelock
+from kiln.domain.locks import baselock, enginelock, recipelock
 from kiln.domain.locks.enginelock import LockFile
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe
@@ -127,9 +127,10 @@ def _subject(subjects: list[tuple[str, str]]) -> list[StatementSubject]:
     return out
 
 
-def _lock_dependency(path: Path, sha256: str) -> ResourceDescriptor:
-    """A lock file as a resolved dependency: its bytes are an input of the engine image."""
-    return {"name": _repo_path(path) or path.name, "digest": {"sha256": sha256}, "annotations": {"kiln_role": "lock"}}
+def _lock_dependency(path: Path, sha256: str, role: str = "lock") -> ResourceDescriptor:
+    """A lock file as a resolved dependency: its bytes are an input of the engine image
+    (role `lock`), or of the recipe image (`recipe-lock`: its build.python_packages)."""
+    return {"name": _repo_path(path) or path.name, "digest": {"sha256": sha256}, "annotations": {"kiln_role": role}}
 
 
 def _base_lock(base_ref: str) -> Path | None:
@@ -234,12 +235,15 @@ def _wheel_dependencies(engine_image: EngineImage, lock: LockFile | None,
     return out
 
 
-def _locked_dependencies(lock: LockFile, platform: str, distro: str | None) -> list[ResourceDescriptor]:
-    out: list[ResourceDescriptor] = [_lock_dependency(lock.path, lock.sha256)]
+def _locked_dependencies(lock: LockFile, platform: str, distro: str | None,
+                         role: str = "lock") -> list[ResourceDescriptor]:
+    out: list[ResourceDescriptor] = [_lock_dependency(lock.path, lock.sha256, role)]
     for pkg in lock.lock.python_packages_on(platform):
         w = pkg.wheels[platform]
         entry: ResourceDescriptor = {"name": w.file, "uri": purl.pypi(pkg.name, pkg.version),
-                                 "digest": {"sha256": w.sha256}, "annotations": {"kiln_role": "locked-python"}}
+                                 "digest": {"sha256": w.sha256},
+                                 "annotations": {"kiln_role": "locked-python",
+                                                 "kiln_lock": _repo_path(lock.path) or lock.path.name}}
         if w.url:
             entry["downloadLocation"] = w.url
         out.append(entry)
@@ -368,6 +372,9 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     deps += _wheel_dependencies(engine_image, lock, platform)
     if lock is not None:
         deps += _locked_dependencies(lock, platform, baselock.debian_distro(base.ref))
+    recipe_lock = recipelock.committed(loaded) if recipe_image.lock is not None else None
+    if recipe_lock is not None:  # the recipe's own packages (build.python_packages)
+        deps += _locked_dependencies(recipe_lock, platform, None, role="recipe-lock")
     base_lock = _base_lock(base.ref)
     if base_lock is not None:
         deps.append(_lock_dependency(base_lock, sha256_file(base_lock)))
