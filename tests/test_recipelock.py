@@ -245,3 +245,18 @@ def test_recipe_only_on_a_recipe_without_packages_is_a_usage_error():
     result = run_kiln("engine", "lock", "tiny-moe", "--recipe-only")
     assert result.returncode == 64, result.stderr
     assert "--recipe-only: tiny-moe names no build.python_packages" in result.stderr
+
+
+def test_the_sbom_cites_the_recipe_lock_only_when_the_image_was_built_from_it():
+    """The image's `ai.kiln.recipe-lock` label names the lock file's sha256 at build time:
+    another lock (edited since, or none at all) lends the SBOM no hash."""
+    from kiln.domain.supplychain import sbom
+
+    loaded = load_recipe(REPO / "recipes" / NAME)
+    labels = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None)).labels()
+    label = labels["ai.kiln.recipe-lock"]
+    committed = recipelock.committed(loaded)
+    assert committed is not None and label == f"recipes/{NAME}/{recipelock.FILE}@sha256:{committed.sha256}"
+    assert sbom._recipe_lock(loaded, labels) == committed
+    assert sbom._recipe_lock(loaded, {**labels, "ai.kiln.recipe-lock": label[:-64] + "0" * 64}) is None
+    assert sbom._recipe_lock(loaded, {k: v for k, v in labels.items() if k != "ai.kiln.recipe-lock"}) is None
