@@ -260,3 +260,23 @@ def test_the_sbom_cites_the_recipe_lock_only_when_the_image_was_built_from_it():
     assert sbom._recipe_lock(loaded, labels) == committed
     assert sbom._recipe_lock(loaded, {**labels, "ai.kiln.recipe-lock": label[:-64] + "0" * 64}) is None
     assert sbom._recipe_lock(loaded, {k: v for k, v in labels.items() if k != "ai.kiln.recipe-lock"}) is None
+
+
+def test_the_provenance_lists_the_recipe_lock_and_its_wheels():
+    from kiln.domain.supplychain import provenance
+
+    loaded = load_recipe(REPO / "recipes" / NAME)
+    image = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None))
+    deps = provenance._lock_dependencies(None, image, AMD64, loaded.recipe.engine.base_image.ref)
+    committed = recipelock.committed(loaded)
+    assert committed is not None
+    lock_entry, triton = deps[0], deps[1]
+    assert lock_entry == {"name": f"recipes/{NAME}/{recipelock.FILE}", "digest": {"sha256": committed.sha256},
+                          "annotations": {"kiln_role": "recipe-lock"}}
+    assert (triton["name"], triton["uri"], triton["digest"]) == (TRITON[0], "pkg:pypi/triton@3.9.0", {"sha256": TRITON[1]})
+    assert triton["annotations"] == {"kiln_role": "locked-python", "kiln_lock": f"recipes/{NAME}/{recipelock.FILE}"}
+    # tiny-moe's provenance has no such entry
+    moe = load_recipe(REPO / "recipes" / "tiny-moe")
+    plain = provenance._lock_dependencies(None, RecipeImage(moe, EngineImage(moe.recipe.engine, None)), AMD64,
+                                          moe.recipe.engine.base_image.ref)
+    assert not [d for d in plain if d["annotations"]["kiln_role"] == "recipe-lock"]

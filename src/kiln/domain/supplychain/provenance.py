@@ -253,6 +253,22 @@ def _locked_dependencies(lock: LockFile, platform: str, distro: str | None,
     return out
 
 
+def _lock_dependencies(lock: LockFile | None, recipe_image: RecipeImage, platform: str,
+                       base_ref: str) -> list[ResourceDescriptor]:
+    """The engine lock and what it locks, the recipe's own lock (build.python_packages) and
+    its wheels, and the base image's lock file."""
+    out: list[ResourceDescriptor] = []
+    if lock is not None:
+        out += _locked_dependencies(lock, platform, baselock.debian_distro(base_ref))
+    recipe_lock = recipelock.committed(recipe_image.loaded) if recipe_image.lock is not None else None
+    if recipe_lock is not None:
+        out += _locked_dependencies(recipe_lock, platform, None, role="recipe-lock")
+    base_lock = _base_lock(base_ref)
+    if base_lock is not None:
+        out.append(_lock_dependency(base_lock, sha256_file(base_lock)))
+    return out
+
+
 def _patch_dependencies(recipe_image: RecipeImage) -> list[ResourceDescriptor]:
     """Each patch file of the engine series and of the recipe's features, and each
     whole-file override, by its path in the checkout."""
@@ -370,14 +386,7 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     engine_local = existing(docker, engine_image.tag, engine_image.digest)
     deps.append(_image_dependency("engine-image", engine_image.tag, engine_local))
     deps += _wheel_dependencies(engine_image, lock, platform)
-    if lock is not None:
-        deps += _locked_dependencies(lock, platform, baselock.debian_distro(base.ref))
-    recipe_lock = recipelock.committed(loaded) if recipe_image.lock is not None else None
-    if recipe_lock is not None:  # the recipe's own packages (build.python_packages)
-        deps += _locked_dependencies(recipe_lock, platform, None, role="recipe-lock")
-    base_lock = _base_lock(base.ref)
-    if base_lock is not None:
-        deps.append(_lock_dependency(base_lock, sha256_file(base_lock)))
+    deps += _lock_dependencies(lock, recipe_image, platform, base.ref)
     deps += _patch_dependencies(recipe_image)
     deps += _context_dependencies("engine", engine_image.context)
     deps += _context_dependencies("recipe", recipe_image.context)
