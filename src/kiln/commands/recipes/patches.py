@@ -103,9 +103,12 @@ def cmd_engine_bump(args: argparse.Namespace) -> int:
     if args.recipe and not args.dry_run:
         move_recipe(args.recipe, to_version)
         # the recipe's engine image needs a lock for the new version (input of its digest)
-        moved = S.load_recipe(args.recipe).recipe.engine
+        loaded = S.load_recipe(args.recipe)
+        moved = loaded.recipe.engine
         if lock.uses_locks(moved):
             lock.lock_engine(args.recipe, moved)
+            if loaded.recipe.build.python_packages:  # its own lock is resolved against the engine's
+                lock.lock_recipe(loaded)
     return 0
 
 

@@ -21,7 +21,7 @@ from kiln.basics.paths import local_ref, repo_root
 from kiln.domain.images import wheelhouse
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.cabundle import CABundle, resolve_ca
-from kiln.domain.locks import enginelock, lockrecords
+from kiln.domain.locks import enginelock, lockrecords, recipelock
 from kiln.domain.patching.overlay import excluded_paths, overlay_json
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import DOCKERFILE, LoadedRecipe, Recipe, load_recipe, recipe_dir
@@ -384,10 +384,35 @@ class RecipeImage(_NamedByInputs):
         if not self.recipe.experimental:
             ctx.add_bytes("_kiln/overlays/.none", b"")
         ctx.add_bytes(LAUNCH_FILE, launch_json(self.loaded))
+        lock = self.lock
+        if lock is not None:  # the lock's own bytes came with the recipe folder's tree
+            for name, data in recipelock.context_files(lock, self.platform).items():
+                ctx.add_bytes(f"_kiln/lock/{name}", data)
         ctx.add_param("engine-image-digest", self.engine_image.digest)
         if self.platform != DEFAULT_PLATFORM:
             ctx.add_param("platform", self.platform)
         return ctx
+
+    @property
+    def lock_file(self) -> Path:
+        return recipelock.lock_path(self.loaded.dir)
+
+    @cached_property
+    def lock(self) -> lockrecords.EngineLock | None:
+        """The lock of the recipe's own packages (build.python_packages); None: it names none."""
+        return recipelock.for_recipe(self.loaded)
+
+    def add_wheels(self) -> list[Path]:
+        """The recipe's locked wheels (and the uv that installs them), fetched once into the
+        cache, each checked against the lock's sha256, into the context's _kiln/wheels/:
+        identified by the lock's hashes in the digest, not by their bytes."""
+        if self.lock is None:
+            return []
+        wheels = wheelhouse.fetch_locked(self.lock, self.platform, lock_file=self.lock_file,
+                                         cafile=self.engine_image.ca.get().path)
+        for whl in wheels:
+            self.context.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
+        return wheels
 
     @property
     def latest_tag(self) -> str:
@@ -430,6 +455,8 @@ class RecipeImage(_NamedByInputs):
             f"{LABEL_NS}.served-model-name": r.launch.served_model_name,
             f"{LABEL_NS}.port": str(r.launch.port),
             **_platform_labels(self.platform),
+            **({f"{LABEL_NS}.recipe-lock": f"{enginelock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
+               if self.lock is not None else {}),
         }
 
 

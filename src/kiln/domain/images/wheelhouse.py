@@ -1,8 +1,9 @@
 """The wheelhouse: local wheels copied into an engine build context.
 
 An engine image built from a lock (docker-images/engine-<flavour>/locks/) gets exactly the
-wheels its lock names, each checked against the lock's sha256 (`fetch_locked`); the
-older `wheelhouse.txt` pins below serve images without a lock (the test stand-in).
+wheels its lock names, each checked against the lock's sha256 (`fetch_locked`), and so
+does a recipe image for its own packages (recipes/NAME/recipe.lock.json, the same format);
+the older `wheelhouse.txt` pins below serve images without a lock (the test stand-in).
 
 Some wheels an engine needs are not on the index the build container sees (the CPU
 torch build lives on the host's find-links, a corporate mirror, or an air-gapped

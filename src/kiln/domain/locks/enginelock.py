@@ -234,7 +234,7 @@ class LockFile:
     lock: EngineLock
 
 
-def _load_file(path: Path) -> LockFile:
+def load_file(path: Path) -> LockFile:
     """The lock at `path` and its file digest; LockInvalid (file and field) when it is
     missing or not a lock this kiln reads."""
     try:
@@ -249,7 +249,7 @@ def _load_file(path: Path) -> LockFile:
 
 
 def load(path: Path) -> EngineLock:
-    return _load_file(path).lock
+    return load_file(path).lock
 
 
 def committed(flavour: str, engine_name: str, engine_version: str) -> LockFile | None:
@@ -257,7 +257,7 @@ def committed(flavour: str, engine_name: str, engine_version: str) -> LockFile |
     before locks existed, a stand-in engine); LockInvalid when it is there but unreadable:
     an SBOM or provenance made past it would silently lose its hashes."""
     path = lock_path(engine_image_dir(flavour), engine_name, engine_version)
-    return _load_file(path) if path.is_file() else None
+    return load_file(path) if path.is_file() else None
 
 
 def write(lock: EngineLock, path: Path) -> bool:

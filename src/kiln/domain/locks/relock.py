@@ -136,6 +136,35 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
         overridden=overridden)
 
 
+def make_recipe_lock(recipe: str, requested: list[str], engine_lock: LR.EngineLock, platforms: list[str], *,
+                     cafile: Path | None) -> LR.EngineLock:
+    """A recipe's own lock (kiln.domain.locks.recipelock): `requested` (its
+    build.python_packages) resolved per platform with the engine lock's versions as
+    constraints, so that nothing the engine installs moves; what the engine lock holds
+    already is left out (it is installed), the rest gets its file and sha256 from the
+    index. Its uv is the engine lock's: the same tool installs both sets."""
+    uv = engine_lock.tools.get("uv")
+    missing = [p for p in platforms if uv is None or p not in uv.wheels]
+    if uv is None or missing:
+        raise LockInvalid(f"the {engine_lock.image} lock for {engine_lock.engine_name} {engine_lock.engine_version} "
+                          f"has no uv wheel for {', '.join(missing or platforms)} (tools.uv)")
+    index = Index(cafile)
+    per_platform: dict[str, list[pyindex.Pin]] = {}
+    for plat_name in platforms:
+        plat = L.platform(plat_name)
+        installed = {p.key: p.wheels[plat_name].version for p in engine_lock.python_packages_on(plat_name)}
+        log.step(f"resolving {recipe}'s {' '.join(requested)} for {plat_name} with uv, "
+                 f"against {len(installed)} distributions the engine lock installs")
+        pins = pyindex.compile_pins(requested, uv_platform=plat.uv, python=LR.PYTHON, cafile=cafile,
+                                    constraints=[f"{name}=={version}" for name, version in sorted(installed.items())])
+        per_platform[plat_name] = [p for p in pins if canonicalize_name(p.name) not in installed]
+    index.prefetch([p.name for pins in per_platform.values() for p in pins])
+    return LR.EngineLock(
+        image=recipe, engine_name=engine_lock.engine_name, engine_version=engine_lock.engine_version,
+        distribution=engine_lock.distribution, resolved_from=LR.Resolved(sorted(requested)), excluded={},
+        platforms=sorted(platforms), python_packages=_merge(per_platform, index), tools={"uv": uv})
+
+
 def _merge(per_platform: dict[str, list[pyindex.Pin]], index: Index) -> list[LR.LockedPackage]:
     """One LockedPackage per name, with the wheel each platform installs."""
     by_name: dict[str, tuple[str, str, dict[str, LR.Wheel]]] = {}

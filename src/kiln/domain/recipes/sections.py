@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime
 from typing import Annotated, Any, Literal
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion
 from packaging.version import Version as PEP440Version
 from pydantic import (
@@ -263,11 +265,42 @@ class Served(Strict):
     record: Annotated[str, Field(min_length=1, description="the results, as a path in the checkout")]
 
 
+def _python_requirement(value: str) -> str:
+    # a lock pins what the index serves: a direct URL (`name @ https://...`) names no
+    # version to pin, and a file a build would fetch by it is the way in this field closes
+    try:
+        req = Requirement(value)
+    except InvalidRequirement as exc:
+        raise PydanticCustomError("requirement", f"{value!r} is not a requirement ({exc})") from None
+    if req.url:
+        raise PydanticCustomError("requirement", f"{value!r} names a URL; name the package and its "
+                                                 "version (the lock records the file and its sha256)")
+    return value
+
+
+def _unique_names(value: list[str]) -> list[str]:
+    names = [canonicalize_name(Requirement(v).name) for v in value]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise PydanticCustomError("requirement", f"{name} is named twice")
+    return value
+
+
+PythonRequirement = Annotated[str, AfterValidator(_python_requirement)]
+
+
 class Build(Strict):
     shared: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]] = Field(
         default_factory=list,
         description=f"files of recipes/{SHARED_DIR}/ placed at the root of this recipe's build "
                     "context, where its Dockerfile COPYs them (one copy serves several recipes)",
+    )
+    python_packages: Annotated[list[PythonRequirement], AfterValidator(_unique_names)] = Field(
+        default_factory=list,
+        description="Python distributions this recipe adds to its engine image's venv (requirements, e.g. "
+                    "triton==3.9.0): `kiln engine lock NAME --recipe-only` resolves them against the engine lock "
+                    "into recipe.lock.json next to recipe.yaml; the build ships the locked wheels in its context "
+                    "(_kiln/wheels/, _kiln/lock/) and the Dockerfile installs them from there, hashes required",
     )
 
 

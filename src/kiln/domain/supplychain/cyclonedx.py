@@ -15,7 +15,8 @@ from kiln.basics import clock
 from kiln.basics.documents import Shape
 from kiln.basics.errors import SbomReadFailed
 from kiln.domain.images.specs import LABEL_NS
-from kiln.domain.locks.enginelock import LockFile
+from kiln.domain.locks.enginelock import LockFile, shown
+from kiln.domain.locks.lockrecords import Wheel
 from kiln.domain.supplychain import purl
 from kiln.domain.supplychain.inventory import (
     DebianPackage,
@@ -193,7 +194,18 @@ def _deb_component(pkg: DebianPackage, distro: str | None) -> Component:
     return comp
 
 
-def _python_component(dist: PythonDistribution, lock: LockFile | None, platform: str) -> Component:
+def _locked_wheel(dist: PythonDistribution, locks: Iterable[LockFile | None],
+                  platform: str) -> tuple[Wheel, LockFile] | None:
+    """The wheel a distribution was installed from and the lock naming it: the engine
+    lock's, else the recipe's own (build.python_packages); only at exactly that version."""
+    for lock in locks:
+        wheel = lock.lock.locked_wheel(platform, dist["name"], dist["version"]) if lock else None
+        if wheel is not None and lock is not None:
+            return wheel, lock
+    return None
+
+
+def _python_component(dist: PythonDistribution, locks: Iterable[LockFile | None], platform: str) -> Component:
     ref = purl.pypi(dist["name"], dist["version"])
     comp: Component = {"type": "library", "bom-ref": ref, "name": dist["name"], "version": dist["version"],
                             "purl": ref}
@@ -207,7 +219,8 @@ def _python_component(dist: PythonDistribution, lock: LockFile | None, platform:
     refs: list[ExternalReference] = []
     if _http(dist.get("home_page", "")):
         refs.append({"type": "website", "url": dist["home_page"]})
-    wheel = lock.lock.locked_wheel(platform, dist["name"], dist["version"]) if lock else None
+    found = _locked_wheel(dist, locks, platform)
+    wheel = found[0] if found else None
     if wheel is not None:
         comp["hashes"] = [{"alg": "SHA-256", "content": wheel.sha256}]
         if wheel.url and _http(wheel.url):
@@ -221,8 +234,9 @@ def _python_component(dist: PythonDistribution, lock: LockFile | None, platform:
         props.append(_prop("python:installer", dist["installer"]))
     if dist.get("owns_files") is False:
         props.append(_prop("python:metadata-only", "true"))
-    if wheel is not None:
-        props += [_prop("lock:wheel", wheel.file), _prop("lock:file", lock.path.name if lock else "")]
+    if found is not None:
+        # the lock's path in the checkout: the engine's and a recipe's own lock both cite theirs
+        props += [_prop("lock:wheel", found[0].file), _prop("lock:file", shown(found[1].path))]
     comp["properties"] = props
     return comp
 
@@ -357,9 +371,10 @@ def _subject_component(subject: ImageSubject) -> Component:
 
 
 def cyclonedx_document(inventory: Inventory, subject: ImageSubject, *, lock: LockFile | None = None,
-                       model_dirs: Iterable[str] = (), timestamp: str | None = None,
-                       serial: str | None = None) -> CycloneDxDocument:
-    """The CycloneDX 1.6 document for an inventory `sbomreader` read from `subject`."""
+                       recipe_lock: LockFile | None = None, model_dirs: Iterable[str] = (),
+                       timestamp: str | None = None, serial: str | None = None) -> CycloneDxDocument:
+    """The CycloneDX 1.6 document for an inventory `sbomreader` read from `subject`;
+    wheel hashes from the engine `lock` and the recipe's own `recipe_lock`."""
     os_release = inventory.get("os_release") or {}
     distro = _distro(os_release)
     components: list[Component] = []
@@ -374,7 +389,7 @@ def cyclonedx_document(inventory: Inventory, subject: ImageSubject, *, lock: Loc
     engine = engine_distribution(dists, subject.labels, lock)
     patch_comps, pedigree_patches = _patch_components(inventory.get("patch_manifest"), subject.labels)
     for dist in dists:
-        comp = _python_component(dist, lock, subject.platform)
+        comp = _python_component(dist, (lock, recipe_lock), subject.platform)
         if dist.get("owns_files") is False and not comp.get("description") and engine is not None:
             comp["description"] = (f"metadata only (no files of its own): names the engine as vLLM sees it; "
                                    f"the code is {engine['name']} {engine['version']}")
@@ -394,6 +409,8 @@ def cyclonedx_document(inventory: Inventory, subject: ImageSubject, *, lock: Loc
     meta_props = [_prop("sbom:source", "image filesystem (dpkg database, Python metadata, kiln manifests)")]
     meta_props += [_prop("python:site-dir", d) for d in inventory.get("site_dirs") or []]
     meta_props.append(_prop("lock", f"{lock.path.name} sha256:{lock.sha256}" if lock else "none"))
+    if recipe_lock is not None:
+        meta_props.append(_prop("recipe-lock", f"{shown(recipe_lock.path)} sha256:{recipe_lock.sha256}"))
     if inventory.get("patch_manifest") is None:
         meta_props.append(_prop("patches:source", "image labels (no /opt/kiln/patches.json in the image)"))
     dependencies: list[Dependency] = [{"ref": image["bom-ref"], "dependsOn": [c["bom-ref"] for c in components]}]

@@ -34,7 +34,7 @@ from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, repo_root
 from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.specs import LABEL_NS, EngineImage, RecipeImage, existing, series_entries
-from kiln.domain.locks import baselock, enginelock
+from kiln.domain.locks import baselock, enginelock, recipelock
 from kiln.domain.locks.enginelock import LockFile
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe
@@ -127,9 +127,10 @@ def _subject(subjects: list[tuple[str, str]]) -> list[StatementSubject]:
     return out
 
 
-def _lock_dependency(path: Path, sha256: str) -> ResourceDescriptor:
-    """A lock file as a resolved dependency: its bytes are an input of the engine image."""
-    return {"name": _repo_path(path) or path.name, "digest": {"sha256": sha256}, "annotations": {"kiln_role": "lock"}}
+def _lock_dependency(path: Path, sha256: str, role: str = "lock") -> ResourceDescriptor:
+    """A lock file as a resolved dependency: its bytes are an input of the engine image
+    (role `lock`), or of the recipe image (`recipe-lock`: its build.python_packages)."""
+    return {"name": _repo_path(path) or path.name, "digest": {"sha256": sha256}, "annotations": {"kiln_role": role}}
 
 
 def _base_lock(base_ref: str) -> Path | None:
@@ -234,18 +235,37 @@ def _wheel_dependencies(engine_image: EngineImage, lock: LockFile | None,
     return out
 
 
-def _locked_dependencies(lock: LockFile, platform: str, distro: str | None) -> list[ResourceDescriptor]:
-    out: list[ResourceDescriptor] = [_lock_dependency(lock.path, lock.sha256)]
+def _locked_dependencies(lock: LockFile, platform: str, distro: str | None,
+                         role: str = "lock") -> list[ResourceDescriptor]:
+    out: list[ResourceDescriptor] = [_lock_dependency(lock.path, lock.sha256, role)]
     for pkg in lock.lock.python_packages_on(platform):
         w = pkg.wheels[platform]
         entry: ResourceDescriptor = {"name": w.file, "uri": purl.pypi(pkg.name, pkg.version),
-                                 "digest": {"sha256": w.sha256}, "annotations": {"kiln_role": "locked-python"}}
+                                 "digest": {"sha256": w.sha256},
+                                 "annotations": {"kiln_role": "locked-python",
+                                                 "kiln_lock": _repo_path(lock.path) or lock.path.name}}
         if w.url:
             entry["downloadLocation"] = w.url
         out.append(entry)
     for d in lock.lock.debian_packages.get(platform, []):
         out.append({"uri": purl.deb(d.name, d.version, d.architecture, distro),
                     "annotations": {"kiln_role": "locked-debian"}})
+    return out
+
+
+def _lock_dependencies(lock: LockFile | None, recipe_image: RecipeImage, platform: str,
+                       base_ref: str) -> list[ResourceDescriptor]:
+    """The engine lock and what it locks, the recipe's own lock (build.python_packages) and
+    its wheels, and the base image's lock file."""
+    out: list[ResourceDescriptor] = []
+    if lock is not None:
+        out += _locked_dependencies(lock, platform, baselock.debian_distro(base_ref))
+    recipe_lock = recipelock.committed(recipe_image.loaded) if recipe_image.lock is not None else None
+    if recipe_lock is not None:
+        out += _locked_dependencies(recipe_lock, platform, None, role="recipe-lock")
+    base_lock = _base_lock(base_ref)
+    if base_lock is not None:
+        out.append(_lock_dependency(base_lock, sha256_file(base_lock)))
     return out
 
 
@@ -366,11 +386,7 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     engine_local = existing(docker, engine_image.tag, engine_image.digest)
     deps.append(_image_dependency("engine-image", engine_image.tag, engine_local))
     deps += _wheel_dependencies(engine_image, lock, platform)
-    if lock is not None:
-        deps += _locked_dependencies(lock, platform, baselock.debian_distro(base.ref))
-    base_lock = _base_lock(base.ref)
-    if base_lock is not None:
-        deps.append(_lock_dependency(base_lock, sha256_file(base_lock)))
+    deps += _lock_dependencies(lock, recipe_image, platform, base.ref)
     deps += _patch_dependencies(recipe_image)
     deps += _context_dependencies("engine", engine_image.context)
     deps += _context_dependencies("recipe", recipe_image.context)

