@@ -336,7 +336,7 @@ def check(doc: dict, path: Path) -> dict:
                 out["admitted_estimate"] = admitted_estimate(row, fixed[b])
             # the hook variant prices draft-trunc's hook where it runs and is the model
             # elsewhere; dt-cost is the hook's own measure, so it has none
-            if name != HOOK and (not tr[name].dt or b in hook):
+            if hook and name != HOOK and (not tr[name].dt or b in hook):
                 priced = hook[b] if tr[name].dt else 0.0
                 out["ratio_hook"] = predict(main_costs, row, s, priced)[0] / row.tokens_per_s
             rows.append(out)
