@@ -291,4 +291,13 @@ def gpu_twin_report(session):
     """A GPU-twin run's gpu-twin-results.json judged with the CPU twin's lossless rules:
     Markdown table, JSON summary and PNG plot in benchmarks/gpu_twin/results/."""
     session.run("python", "benchmarks/gpu_twin/analyse.py", *session.posargs)
+
+
+@nox.session(python=False)
+def gpu_twin_model(session):
+    """sim_adaptive's step accounting against a GPU-twin run (issue 47): step costs fitted
+    to its spec-off and spec loads, every other configuration's tokens/s predicted from
+    what it verified, compared with what it served; JSON, Markdown and PNG (`-model`) in
+    benchmarks/gpu_twin/results/. `-- RESULTS.json[.xz]`; CPU only, seconds."""
+    session.run("python", "benchmarks/gpu_twin/model_check.py", *session.posargs)
 # --- end draft_trunc sessions ---

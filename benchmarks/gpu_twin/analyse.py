@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 import sys
 from pathlib import Path
 
@@ -147,10 +148,12 @@ def plot(summary: dict, path: Path) -> None:
 def read_results(path: Path) -> dict:
     """runner.py's results document, with the keys summarise reads; SystemExit, one line
     naming the file and the field, when it is not one (plain checks: the runner writes
-    it on a device without kiln)."""
+    it on a device without kiln). A `.xz` file is read through lzma: the committed raw
+    runs are `-raw.json.xz`."""
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        text = lzma.open(path, "rt").read() if path.suffix == ".xz" else path.read_text()
+        doc = json.loads(text)
+    except (OSError, ValueError, lzma.LZMAError) as exc:
         sys.exit(f"gpu-twin: {path}: not JSON ({' '.join(str(exc).split())})")
     checks = [((), "date", str), ((), "plan", dict), ((), "configs", dict),
               (("plan",), "commit", str), (("plan",), "recipe", str), (("plan",), "engine", str)]
