@@ -167,3 +167,29 @@ def test_a_calibration_for_fewer_drafts_is_refused_not_read_past():
     conf = torch.full((4, 4), 0.5)
     with pytest.raises(ValueError, match="calibration of 65 cells for 4 drafts"):
         launch_av(conf, 4, hits, counts, _av.AV_PRIOR, torch.empty_like(conf))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("num_reqs", [1, 64, 512, 1024])
+def test_fused_kernel_matches_eager_on_gpu(num_reqs):
+    """On CUDA, where Triton's plain division is approximate and the eager cumprod a
+    float32 tree unless told otherwise: still the eager arithmetic, element by element."""
+    rng = np.random.default_rng(num_reqs)
+    hits, counts = (t.cuda() for t in _calibration(rng, 4))
+    conf = _confidences(rng, 1024 + 8, 4).cuda()
+    want = _av.corrected_confidences(conf, num_reqs, hits, counts)
+    got = launch_av(conf, num_reqs, hits, counts, _av.AV_PRIOR, torch.empty_like(conf))
+    assert bool(((got == want) | (got.isnan() & want.isnan())).all())
+
+
+@pytest.mark.gpu
+def test_hook_time_is_read_from_cuda_events_on_gpu(draft_trunc):
+    dt = draft_trunc(with_av=1, av_calibrate=1, log_interval=4, av_timing=1)
+    dt.prepare(16, "cuda", max_num_tokens=64, num_spec=4)
+    conf = torch.full((16, 4), 0.8, device="cuda")
+    for _ in range(12):
+        dt.av_confidences(conf, 8)
+        torch.cuda.synchronize()
+    summary = _av.last_summary()
+    assert summary is not None and summary["av_hook_timed"] >= 1
+    assert summary["av_hook_seconds"] > 0 and summary["av_hook_host_seconds"] > 0
