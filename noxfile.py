@@ -267,7 +267,8 @@ def sim_adaptive(session):
     """draft-trunc against vLLM's own adaptive speculation (issue 37): the same steps
     under vLLM's batch-size schedule, its best K, its adaptive verification, a confidence
     exit, draft-trunc on top of each and with its drafting depth, and adaptive
-    verification fed draft-trunc's calibration (kiln-av), drafting priced
+    verification fed draft-trunc's calibration (kiln-av, its hook priced from
+    bench_av.py's measurement: `-- --av-hook eager|compiled|fused|none`), drafting priced
     (results-draft-fit.json); ratios printed, JSON + PNG in
     benchmarks/draft_trunc/results/. CPU only, ~5 min per drafter."""
     session.run(

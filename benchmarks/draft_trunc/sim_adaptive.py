@@ -19,8 +19,13 @@ constant for the sensitivity sweep). Every policy replays the same drawn steps:
   survivals and the step costs, the best slots verified, the batch shrunk to them
   (variable-length verify); vllm-schedule+av: on the operator's schedule;
 - kiln-av: the same variable-length verify with draft-trunc's calibration correcting
-  each survival before the budget is sized (``calibrated_av``); vllm-av+dt: vLLM's
-  adaptive verification with draft-trunc masking within what it admits;
+  each survival before the budget is sized (``calibrated_av``), as the engine runs it:
+  its hook priced per step (``--av-hook``: bench_av.py's measurement of the eager,
+  compiled or fused hook, or none) and stepping aside below ``--av-min-batch``
+  requests (``KILN_DRAFT_TRUNC_AV_MIN_BATCH``, where it is adaptive verification);
+  kiln-av@P: the rule at every batch under each price P the measurement holds, and
+  none; vllm-av+dt: vLLM's adaptive verification with draft-trunc masking within
+  what it admits;
 - confidence: vllm#35301's early exit (a request stops drafting at its first draft
   whose probability is below a threshold; drafting runs while any request goes on;
   each request verifies its own drafts), threshold tuned per load on a separate draw;
@@ -38,7 +43,10 @@ drafter does. vLLM 0.32.0/0.33.0's draft_model drafter (StandaloneARSpeculator) 
 all K positions whatever the schedule says ("shipped" variants, in the JSON).
 
 Usage: python benchmarks/draft_trunc/sim_adaptive.py [--drafter FIT.json | --draft-share S]
-(``nox -s sim_adaptive``). Writes sim-adaptive-*.json and .png, prints ratios.
+[--av-hook eager|compiled|fused|none] (``nox -s sim_adaptive``). Writes
+sim-adaptive-*.json, .md, .png and -avhook.png (kiln-av against adaptive verification
+under each hook price), prints ratios and the smallest batch from which kiln-av wins
+under each price.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from pathlib import Path
 
 import numpy as np
 from kiln_engine.draft_trunc import _cost
+from kiln_engine.features import DRAFT_TRUNC
 from kiln_testkit import dt_cost
 from kiln_testkit.scripts import load_script
 
@@ -68,6 +77,10 @@ THETAS = tuple(round(0.1 * i, 1) for i in range(10))
 # hindsight best K) and adaptive verification (on the best K, and on the schedule)
 SHIPPED = ("vllm-schedule", "vllm-best-K", "vllm-av", "vllm-schedule+av")
 UPSTREAM = (*SHIPPED, "confidence")  # and vllm#35301's exit, in no released vLLM
+# kiln-av's hook, measured on an H100 (bench_av.py): eager and compiled, and fused once
+# a run of the fused kernel is committed; the engine's default for stepping aside
+HOOK_PRICES = HERE / "results-2026-12-07-h100-av-hook.json"
+AV_MIN_BATCH = next(k.default for k in DRAFT_TRUNC.knobs if k.name == "av_min_batch")
 
 
 @dataclass(frozen=True)
@@ -106,6 +119,40 @@ def constant_drafter(share: float) -> Drafter:
 def table_drafter(name: str, points: dict[int, tuple[float, float]]) -> Drafter:
     """Shares measured at some batch sizes, interpolated in log(batch)."""
     return Drafter(name, _cost.DraftCost(tuple((r, *points[r]) for r in sorted(points))))
+
+
+@dataclass(frozen=True)
+class HookPrice:
+    """What kiln-av's hook costs a step, as a share of a fully verified step at the same
+    batch (``bench_av.py``'s ``share_of_step``: the larger of its GPU and host time over
+    the TP-8 verify step ``fit_draft.py`` prices), measured at some batch sizes,
+    interpolated in log(batch) and held flat past the ends."""
+
+    name: str
+    points: tuple[tuple[int, float], ...]
+
+    def share(self, reqs: int) -> float:
+        xs = np.log([r for r, _ in self.points])
+        return float(np.interp(np.log(reqs), xs, [v for _, v in self.points]))
+
+    def step_us(self, model, reqs: int) -> float:
+        return float(model.step_us(reqs * (1 + K), reqs * (1 + K), reqs)) * self.share(reqs)
+
+
+NO_HOOK_PRICE = HookPrice("none", ((1, 0.0),))
+
+
+def hook_prices(path: Path) -> dict[str, HookPrice]:
+    """Every variant a bench_av.py result prices (``<variant>_share_of_step``), and none."""
+    rows = json.loads(path.read_text())["rows"]
+    suffix = "_share_of_step"
+    names = dict.fromkeys(k[: -len(suffix)] for row in rows for k in row if k.endswith(suffix))
+    prices = {"none": NO_HOOK_PRICE}
+    for name in names:
+        points = tuple((int(row["requests"]), float(row[name + suffix])) for row in rows
+                       if row.get(name + suffix) is not None and np.isfinite(row[name + suffix]))
+        prices[name] = HookPrice(name, points)
+    return prices
 
 
 class AdaptiveModel(st.Model):
@@ -165,11 +212,13 @@ class Result:
         return self.tokens / (self.time_us * 1e-6)
 
 
-def replay(b, plan: Plan, model, drafter: Drafter, draft_free: bool = False) -> Result:
+def replay(b, plan: Plan, model, drafter: Drafter, draft_free: bool = False,
+           extra_us: float = 0.0) -> Result:
+    """``extra_us``: a price every step pays besides verifying and drafting (kiln-av's hook)."""
     acc = np.minimum(b.accepted, plan.j)
     tokens = (1 + plan.n).sum(axis=1)
     live = tokens - (plan.n - plan.j).sum(axis=1)
-    t = model.step_us(live, tokens, b.reqs)
+    t = model.step_us(live, tokens, b.reqs) + extra_us
     if not draft_free:
         t = t + drafter.step_us(model, b.reqs, plan.depth)
     return Result(
@@ -383,7 +432,35 @@ def _best_over_k(b, model, drafter, plan_at) -> tuple[Plan, int]:
     return plans[k], k
 
 
-def run_load(records, reqs, model, drafter, table, seed, explore, steps=40_000) -> dict:
+def kiln_av_results(b, model, drafter, prices: dict[str, HookPrice], seed, explore):
+    """kiln-av, and kiln-av with draft-trunc's truncation within it (its configuration),
+    on the best K for these steps under each hook price (the price moves the best K only
+    where K = 0, which records no confidences and so runs no hook, comes close): results
+    ``kiln-av@P`` and ``kiln-av+dt@P``, and the K each price chose."""
+    plans = {k: calibrated_av(b, model, drafter, fixed_k(b, k)) for k in range(K + 1)}
+    with_dt: dict[int, Plan] = {}
+    out, ks = {}, {}
+    for name, price in prices.items():
+        hook_us = price.step_us(model, b.reqs)
+
+        def run(plan, k, hook_us=hook_us):
+            return replay(b, plan, model, drafter, extra_us=hook_us if k > 0 else 0.0)
+
+        tps = {k: run(p, k).tokens_per_s for k, p in plans.items()}
+        k = ks[name] = max(tps, key=tps.get)
+        out[f"kiln-av@{name}"] = run(plans[k], k)
+        if k not in with_dt:
+            with_dt[k] = dt_plan(b, model, drafter, plans[k], seed=seed, explore=explore)
+        out[f"kiln-av+dt@{name}"] = run(with_dt[k], k)
+    return out, ks
+
+
+def run_load(records, reqs, model, drafter, table, seed, explore, steps=40_000,
+             prices=None, hook="none", min_batch=1) -> dict:
+    """Every policy on one trace at one load. kiln-av and kiln-av+dt as the engine runs
+    them: the hook priced at ``prices[hook]``, adaptive verification alone below
+    ``min_batch`` requests (the hook steps aside)."""
+    prices = prices or {"none": NO_HOOK_PRICE}
     tune = st.draw(records, reqs, np.random.default_rng(seed + 10_000 + reqs), steps, explore)
     _, tuned_th = upstream_choices(tune, model, drafter)
     theta = max(tuned_th, key=tuned_th.get)
@@ -399,19 +476,22 @@ def run_load(records, reqs, model, drafter, table, seed, explore, steps=40_000) 
     plans["vllm-schedule+av"] = adaptive_verification(b, model, drafter, plans["vllm-schedule"])
     plans["vllm-av"], av_k = _best_over_k(
         b, model, drafter, lambda k: adaptive_verification(b, model, drafter, fixed_k(b, k)))
-    plans["kiln-av"], kiln_av_k = _best_over_k(
-        b, model, drafter, lambda k: calibrated_av(b, model, drafter, fixed_k(b, k)))
     for name in UPSTREAM:
         plans[f"{name}+dt"] = dt_plan(b, model, drafter, plans[name], seed=seed, explore=explore)
-    # the engine's configuration: its truncation keeps running within what the
-    # calibrated budget admits (KILN_DRAFT_TRUNC_WITH_AV=1), on the same calibration
-    plans["kiln-av+dt"] = dt_plan(b, model, drafter, plans["kiln-av"], seed=seed, explore=explore)
     plans["dt"] = dt_plan(b, model, drafter, seed=seed, explore=explore)
     plans["dt-depth"] = dt_plan(b, model, drafter, depth_policy=True, seed=seed, explore=explore)
     for name in ("vllm-schedule", "vllm-best-K"):
         plans[f"{name}+dt-depth"] = dt_plan(b, model, drafter, plans[name], depth_policy=True,
                                             seed=seed, explore=explore)
     out = {name: replay(b, p, model, drafter) for name, p in plans.items()}
+    kav, kav_ks = kiln_av_results(b, model, drafter, prices, seed, explore)
+    out.update(kav)
+    # the engine's configuration: truncation keeps running within what the calibrated
+    # budget admits (KILN_DRAFT_TRUNC_WITH_AV=1), on the same calibration; below the
+    # minimum batch the hook leaves vLLM's confidences alone
+    aside = reqs < min_batch
+    out["kiln-av"] = out["vllm-av"] if aside else kav[f"kiln-av@{hook}"]
+    out["kiln-av+dt"] = out["vllm-av+dt"] if aside else kav[f"kiln-av+dt@{hook}"]
     out["no-spec"] = replay(b, Plan(0 * b.n, 0 * b.n, np.zeros(b.n.shape[0])), model, drafter,
                             draft_free=True)
     # vLLM 0.32.0/0.33.0's draft_model drafter drafts all K whatever the schedule
@@ -432,7 +512,10 @@ def run_load(records, reqs, model, drafter, table, seed, explore, steps=40_000) 
         "schedule_k": schedule_k(table, reqs),
         "best_k": best_k,
         "av_k": av_k,
-        "kiln_av_k": kiln_av_k,
+        "kiln_av_k": av_k if aside else kav_ks[hook],
+        "kiln_av_k_by_price": kav_ks,
+        "hook_share": {name: p.share(reqs) for name, p in prices.items()},
+        "av_stepped_aside": aside,
         "theta": theta,
         "vs_best_upstream": {n: v / best_up for n, v in tps.items()},
         "best_upstream": max(UPSTREAM, key=lambda n: tps[n]),
@@ -506,7 +589,11 @@ def tables(rows: list[dict]) -> str:
     out += table(configs) + [""]
     out += ["best fixed K / confidence exit / informed bound / no speculation, against the "
             "best upstream rule", ""]
-    out += table(more)
+    out += table(more) + [""]
+    prices = list(rows[0]["hook_share"])
+    out += ["kiln-av against vLLM's adaptive verification (each on its best K, kiln-av at every "
+            "batch), its hook priced: " + " / ".join(prices), ""]
+    out += table(lambda r: " / ".join(f"{v:.3f}" for v in kiln_av_vs_av(r).values()))
     return "\n".join(out) + "\n"
 
 
@@ -534,7 +621,48 @@ def summary(rows: list[dict]) -> dict:
         "sched_dtd_vs_sched": _span(r["tokens_per_s"]["vllm-schedule+dt-depth"]
                                     / r["tokens_per_s"]["vllm-schedule"] for r in rows),
         "dt_depth_alone": _span(r["vs_best_upstream"]["dt-depth"] for r in rows),
+        "av_hook": hook_summary(rows),
     }
+
+
+def kiln_av_vs_av(row: dict, with_dt: bool = False) -> dict[str, float]:
+    """kiln-av (the rule at this batch, no stepping aside) against vLLM's adaptive
+    verification, each on its best K, under each hook price; ``with_dt``: both with
+    draft-trunc's truncation within."""
+    t = row["tokens_per_s"]
+    suffix = "+dt" if with_dt else ""
+    return {p: t[f"kiln-av{suffix}@{p}"] / t[f"vllm-av{suffix}"] for p in row["hook_share"]}
+
+
+def min_batch(rows: list[dict], price: str) -> int:
+    """The batch below which kiln-av should step aside, its hook priced at ``price``: the
+    threshold T that maximises kiln-av's configuration (with draft-trunc within) against
+    adaptive verification's (with draft-trunc within) summed over the batches from T up
+    (log of the geometric mean over the real traces at each batch; below T the two are
+    the same rule). Real traces only: there the estimator is wrong, which is where
+    kiln-av is for; on calibrated traffic it ties and its hook only costs, at any batch,
+    which no threshold on the batch can tell apart. The smallest T on a tie."""
+    real = [r for r in rows if not r["trace"].startswith("synthetic")]
+    sizes = sorted({r["batch"] for r in real})
+    gain = [float(np.mean([np.log(kiln_av_vs_av(r, with_dt=True)[price])
+                           for r in real if r["batch"] == s])) for s in sizes]
+    # on from sizes[i]: the gains from i on; past every size (T above them all): 0
+    totals = [sum(gain[i:]) for i in range(len(sizes))] + [0.0]
+    best = int(np.argmax(totals))
+    return sizes[best] if best < len(sizes) else sizes[-1] * 2
+
+
+def hook_summary(rows: list[dict]) -> dict:
+    """Per hook price: kiln-av against adaptive verification (the span over every case, and
+    over the real traces at 1-2 requests) and the minimum batch the model names."""
+    out = {}
+    for price in rows[0]["hook_share"]:
+        real_small = [kiln_av_vs_av(r)[price] for r in rows
+                      if not r["trace"].startswith("synthetic") and r["batch"] <= 2]
+        out[price] = {"kiln_av_vs_av": _span(kiln_av_vs_av(r)[price] for r in rows),
+                      "real_small": _span(real_small),
+                      "min_batch": min_batch(rows, price)}
+    return out
 
 
 def profile_schedule(records, model, drafter, seed, explore, steps=40_000) -> dict[int, int]:
@@ -554,7 +682,9 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     fig, panels = st.trace_grid(rows, 4, (4.6, 3.4))
     lines = [
         ("bound", "k:", "informed bound"),
-        ("kiln-av+dt", "C3-o", "kiln: AV budget from draft-trunc's calibration + draft-trunc"),
+        ("kiln-av+dt", "C3-o", "kiln: AV budget from draft-trunc's calibration + draft-trunc "
+                               "(hook priced, steps aside below the minimum batch)"),
+        ("kiln-av+dt@none", "C3:", "kiln, its hook free"),
         ("vllm-av+dt", "C1-", "adaptive verification + draft-trunc"),
         ("vllm-best-K+dt", "C2--", "best K + draft-trunc"),
         ("vllm-av", "C4-.", "vLLM adaptive verification (best K)"),
@@ -575,7 +705,25 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     st.save_grid(fig, path, title, 9)
 
 
-def simulate(traces, model, drafter, sizes, seed, explore, log=print, steps=40_000) -> tuple[list, dict]:
+def plot_hook(rows: list[dict], path: Path, title: str) -> None:
+    """kiln-av against adaptive verification by batch, one curve per hook price."""
+    fig, panels = st.trace_grid(rows, 4, (4.6, 3.4))
+    styles = {"none": "k:", "eager": "C3-o", "compiled": "C1-s", "fused": "C2-^"}
+    for ax, name, rs in panels:
+        x = [r["batch"] for r in rs]
+        for price in rs[0]["hook_share"]:
+            ax.plot(x, [kiln_av_vs_av(r)[price] for r in rs], styles.get(price, "C7-"), ms=3,
+                    label=f"hook: {price}" if price != "none" else "hook free")
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_title(name, fontsize=8)
+        ax.set_xlabel("verifying requests")
+        ax.set_ylabel("kiln-av tokens/s vs adaptive verification")
+    st.save_grid(fig, path, title, 9)
+
+
+def simulate(traces, model, drafter, sizes, seed, explore, log=print, steps=40_000,
+             prices=None, hook="none", min_batch=1) -> tuple[list, dict]:
     prof = next(t for t in traces if t.source == PROFILE_TRACE)
     table = profile_schedule(prof, model, drafter, seed, explore, steps)
     log(f"operator's schedule (profiled on {PROFILE_TRACE}): {table}")
@@ -583,16 +731,17 @@ def simulate(traces, model, drafter, sizes, seed, explore, log=print, steps=40_0
     for records in traces:
         for reqs in sizes:
             row = {"trace": records.source, **run_load(records, reqs, model, drafter, table, seed,
-                                                       explore, steps)}
+                                                       explore, steps, prices, hook, min_batch)}
             rows.append(row)
             v = row["vs_best_upstream"]
+            hooks = " ".join(f"{p} {r:.3f}" for p, r in kiln_av_vs_av(row).items())
             log(f"{records.source:<20} R={reqs:<4} best upstream={row['best_upstream']:<13} "
                 f"K*={row['best_k']} sched={row['schedule_k']} th={row['theta']:.1f} | "
                 f"AV*={row['av_k']} | kiln-av+dt {v['kiln-av+dt']:.3f} kiln-av {v['kiln-av']:.3f} av+dt {v['vllm-av+dt']:.3f} "
                 f"bestK+dt {v['vllm-best-K+dt']:.3f} bestK+dtd {v['vllm-best-K+dt-depth']:.3f} "
                 f"av {v['vllm-av']:.3f} sched+av {v['vllm-schedule+av']:.3f} "
                 f"bestK {v['vllm-best-K']:.3f} sched {v['vllm-schedule']:.3f} "
-                f"conf {v['confidence']:.3f} bound {v['bound']:.3f}")
+                f"conf {v['confidence']:.3f} bound {v['bound']:.3f} | kiln-av/av by hook price: {hooks}")
     return rows, table
 
 
@@ -620,7 +769,20 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--request-steps", type=int, default=40_000,
                     help="request records drawn per trace and load")
+    ap.add_argument("--av-hook-prices", type=Path, default=HOOK_PRICES,
+                    help="bench_av.py's measurement of kiln-av's hook")
+    ap.add_argument("--av-hook", default=None,
+                    help="the hook price kiln-av pays: a variant the measurement holds (eager, "
+                         "compiled, fused) or none (default: fused, the engine's, where measured, "
+                         "else compiled, the cheapest measured before it)")
+    ap.add_argument("--av-min-batch", type=int, default=AV_MIN_BATCH,
+                    help="kiln-av steps aside below this many requests (KILN_DRAFT_TRUNC_AV_MIN_BATCH)")
     args = ap.parse_args(argv)
+    prices = hook_prices(args.av_hook_prices)
+    if args.av_hook is None:
+        args.av_hook = "fused" if "fused" in prices else "compiled"
+    if args.av_hook not in prices:
+        ap.error(f"--av-hook {args.av_hook}: {args.av_hook_prices} prices {', '.join(prices)}")
     paths = args.trace if args.trace is not None else sorted(HERE.glob(st.TRACE_GLOB))
     fit = json.loads(args.drafter.read_text()) if args.drafter.is_file() else {}
     half = args.other_half if args.other_half is not None else fit.get("other_half")
@@ -632,21 +794,32 @@ def main(argv=None) -> int:
     traces = st.load_traces(paths, K, rng, 4_000 if args.quick else 100_000)
     start = time.monotonic()
     print(f"sim_adaptive: {len(traces)} traces x {len(args.sizes)} loads; drafter {drafter.name}, "
-          f"other_share {args.other_share}", flush=True)
+          f"other_share {args.other_share}; kiln-av's hook priced {args.av_hook} "
+          f"({args.av_hook_prices.name}), stepping aside below {args.av_min_batch} requests",
+          flush=True)
     rows, table = simulate(traces, model, drafter, args.sizes, 0, args.explore,
-                           log=lambda s: print(s, flush=True), steps=args.request_steps)
+                           log=lambda s: print(s, flush=True), steps=args.request_steps,
+                           prices=prices, hook=args.av_hook, min_batch=args.av_min_batch)
     args.out.mkdir(parents=True, exist_ok=True)
     tag = f"{drafter.name}-os{args.other_share:g}-half{half:g}"
     meta = {"drafter": drafter.name,
             "drafter_share": {r: drafter.share(r) for r in args.sizes},
             "drafter_first": {r: drafter.first(r) for r in args.sizes},
             "other_share": args.other_share, "other_half": half, "explore": args.explore,
-            "profile_trace": PROFILE_TRACE, "schedule": table, "rows": rows}
+            "profile_trace": PROFILE_TRACE, "schedule": table,
+            "av_hook": args.av_hook, "av_min_batch": args.av_min_batch,
+            "av_hook_prices": str(args.av_hook_prices.relative_to(HERE.parents[1])
+                                  if args.av_hook_prices.is_relative_to(HERE.parents[1])
+                                  else args.av_hook_prices),
+            "rows": rows}
     meta["summary"] = summary(rows)
     (args.out / f"sim-adaptive-{tag}.json").write_text(json.dumps(meta, indent=1))
     (args.out / f"sim-adaptive-{tag}.md").write_text(tables(rows))
     plot(rows, args.out / f"sim-adaptive-{tag}.png",
-         f"tokens/s vs the best upstream adaptive rule (drafter {drafter.name})")
+         f"tokens/s vs the best upstream adaptive rule (drafter {drafter.name}; kiln-av's hook "
+         f"priced {args.av_hook}, stepping aside below {args.av_min_batch} requests)")
+    plot_hook(rows, args.out / f"sim-adaptive-{tag}-avhook.png",
+              f"kiln-av vs vLLM's adaptive verification by the price of its hook (drafter {drafter.name})")
     print(f"summary ({time.monotonic() - start:.0f} s)")
     summ = meta["summary"]
     print("worst case against every upstream rule, per configuration: "
@@ -658,7 +831,12 @@ def main(argv=None) -> int:
           f"of the best shipped one; real traces R<=4: {summ['real_small_kiln'][0]:.3f}-"
           f"{summ['real_small_kiln'][1]:.3f}x (goal >= 1.03; informed bound "
           f"{summ['real_small_bound'][0]:.3f}-{summ['real_small_bound'][1]:.3f}x)")
-    print(f"wrote {args.out}/sim-adaptive-{tag}.json, .md and .png")
+    for price, h in summ["av_hook"].items():
+        print(f"kiln-av vs adaptive verification, hook {price}: {h['kiln_av_vs_av'][0]:.3f}-"
+              f"{h['kiln_av_vs_av'][1]:.3f}x (real traces, 1-2 requests: {h['real_small'][0]:.3f}-"
+              f"{h['real_small'][1]:.3f}x); on the real traces it gains most stepping aside below "
+              f"{h['min_batch']} requests (KILN_DRAFT_TRUNC_AV_MIN_BATCH)")
+    print(f"wrote {args.out}/sim-adaptive-{tag}.json, .md, .png and -avhook.png")
     return 0
 
 

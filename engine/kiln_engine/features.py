@@ -186,6 +186,12 @@ DRAFT_TRUNC = Feature(
              doc="with adaptive verification and KILN_DRAFT_TRUNC_WITH_AV=1 (cost policy): size "
                  "its draft budget and admit its drafts from survivals corrected by "
                  "draft-trunc's calibration"),
+        Knob("av_min_batch", f"{_DT}_AV_MIN_BATCH", "int", 1, 0, 1 << 20,
+             "with AV_CALIBRATE: leave adaptive verification's confidences as they are below this "
+             "many requests (where the hook costs more than the correction wins)"),
+        Knob("av_timing", f"{_DT}_AV_TIMING", "flag", False,
+             doc="with AV_CALIBRATE and LOG_INTERVAL: time the AV_CALIBRATE hook in the engine "
+                 "(CUDA events and the host clock, read without waiting) into the statistics"),
         Knob("policy", f"{_DT}_POLICY", "choice", "auto",
              doc="cost: choose tau on the device each step from the verify-cost model; tau: the fixed "
                  "tau; auto: tau when KILN_DRAFT_TRUNC_TAU is set, else cost",
@@ -207,6 +213,8 @@ DRAFT_TRUNC = Feature(
     ),
     metrics=tuple(_DT_METRIC.format(k) for k in (
         "proposed", "kept", "accepted", "dead", "expert_slots_saved", "wasted", "boundary", "tokens",
+        "av_steps", "av_stepped_aside", "av_drafts", "av_survival_raw", "av_survival_corrected",
+        "av_survival_shift", "av_hook_timed", "av_hook_seconds", "av_hook_host_seconds",
     )),
     ratios=(
         Ratio("dead_fraction", _DT_METRIC.format("dead"), _DT_METRIC.format("tokens"),
@@ -215,6 +223,12 @@ DRAFT_TRUNC = Feature(
               "accepted share of the drafts kept for verification"),
         Ratio("kept_fraction", _DT_METRIC.format("kept"), _DT_METRIC.format("proposed"),
               "share of proposed drafts that were verified"),
+        Ratio("av_correction", _DT_METRIC.format("av_survival_corrected"),
+              _DT_METRIC.format("av_survival_raw"),
+              "kiln-av: corrected / estimated survival of the drafts it corrected (1: no net change)"),
+        Ratio("av_hook_seconds_per_step", _DT_METRIC.format("av_hook_seconds"),
+              _DT_METRIC.format("av_hook_timed"),
+              "kiln-av: GPU seconds of its hook per timed step (KILN_DRAFT_TRUNC_AV_TIMING=1)"),
     ),
     # start, statistics interval, periodic summary (last: what smoke waits for)
     log_lines=("draft_trunc on:", "draft_trunc statistics:", "draft_trunc: steps="),

@@ -182,3 +182,83 @@ def test_one_configuration_per_recipe_by_the_worst_case():
     assert sa.recipe_config(rows) == "schedule+dt"
     assert sa.recipe_config(rows[:1]) == "kiln-av"
     assert sa.recipe_config([_row(**{"kiln-av+dt": 1.0005})]) == "schedule+dt"
+
+
+def test_hook_price_interpolates_in_log_batch_from_the_measurement(tmp_path):
+    """bench_av.py's rows priced per variant (the larger of GPU and host time over the
+    verify step), held flat past the measured sizes; 'none' always there."""
+    path = tmp_path / "av.json"
+    path.write_text(json.dumps({"rows": [
+        {"requests": 1, "eager_share_of_step": 0.02, "fused_share_of_step": 0.004},
+        {"requests": 4, "eager_share_of_step": 0.01, "fused_share_of_step": None},
+        {"requests": 16, "eager_share_of_step": 0.004, "fused_share_of_step": 0.001}]}))
+    prices = sa.hook_prices(path)
+    assert list(prices) == ["none", "eager", "fused"]
+    assert prices["eager"].share(2) == pytest.approx(0.015)
+    assert prices["eager"].share(512) == pytest.approx(0.004)
+    assert prices["fused"].share(4) == pytest.approx(0.0025)  # an unmeasured point is skipped
+    assert prices["none"].share(7) == 0.0
+    model = _model()
+    assert prices["eager"].step_us(model, 1) == pytest.approx(0.02 * float(model.step_us(5, 5, 1)))
+
+
+def test_the_committed_measurement_prices_the_eager_hook_dearer_than_the_compiled():
+    prices = sa.hook_prices(sa.HOOK_PRICES)
+    assert {"none", "eager", "compiled"} <= set(prices)
+    for reqs in (1, 2, 4, 512):
+        assert prices["eager"].share(reqs) > prices["compiled"].share(reqs) > 0
+
+
+def test_the_hook_price_is_paid_every_step():
+    rng = np.random.default_rng(4)
+    b = st.draw(st.synthetic(0.7, 2000, 4, rng), 2, rng, target_records=2000)
+    model, drafter = _model(), sa.constant_drafter(0.05)
+    plan = sa.fixed_k(b, 2)
+    free = sa.replay(b, plan, model, drafter)
+    paid = sa.replay(b, plan, model, drafter, extra_us=100.0)
+    assert paid.tokens == free.tokens
+    assert paid.time_us == pytest.approx(free.time_us + 100.0 * b.n.shape[0])
+
+
+def test_kiln_av_steps_aside_below_the_minimum_batch_and_pays_its_hook_above():
+    """As the engine runs it: below the minimum batch kiln-av is adaptive verification
+    (no hook); from it on, the rule under the chosen price, which a dearer price
+    never helps."""
+    rng = np.random.default_rng(6)
+    records = st.synthetic(0.6, 3000, 4, rng)
+    model, drafter = _model(), sa.constant_drafter(0.05)
+    prices = {"none": sa.NO_HOOK_PRICE, "eager": sa.HookPrice("eager", ((1, 0.05),))}
+    table = {1: 2}
+    small, big = (sa.run_load(records, r, model, drafter, table, 0, 0.05, steps=1500, prices=prices,
+                              hook="eager", min_batch=2) for r in (1, 2))
+    for row in (small, big):
+        t = row["tokens_per_s"]
+        assert t["kiln-av@eager"] < t["kiln-av@none"]
+        assert t["kiln-av+dt@eager"] < t["kiln-av+dt@none"]
+    assert small["av_stepped_aside"] and not big["av_stepped_aside"]
+    assert small["tokens_per_s"]["kiln-av+dt"] == small["tokens_per_s"]["vllm-av+dt"]
+    assert small["tokens_per_s"]["kiln-av"] == small["tokens_per_s"]["vllm-av"]
+    assert big["tokens_per_s"]["kiln-av+dt"] == big["tokens_per_s"]["kiln-av+dt@eager"]
+
+
+def _hook_row(trace, batch, **ratio):
+    t = {"vllm-av": 1.0, "vllm-av+dt": 1.0}
+    for price, v in ratio.items():
+        t[f"kiln-av@{price}"] = t[f"kiln-av+dt@{price}"] = v
+    return {"trace": trace, "batch": batch, "tokens_per_s": t, "hook_share": dict.fromkeys(ratio, 0.0)}
+
+
+def test_minimum_batch_maximises_kiln_avs_gain_over_the_batches_it_runs_at():
+    """Real traces only (on calibrated traffic kiln-av ties and its hook only costs),
+    averaged per batch: stepping aside below 8 drops the losses at 1 and 4, which
+    outweigh the small win at 2; no price: on everywhere; losses everywhere: above
+    every batch."""
+    rows = [_hook_row("tiny-a", 1, eager=0.98, none=1.01), _hook_row("tiny-a", 2, eager=1.004, none=1.02),
+            _hook_row("tiny-a", 4, eager=0.99, none=1.01), _hook_row("tiny-a", 8, eager=1.02, none=1.03),
+            _hook_row("tiny-b", 1, eager=0.97, none=1.0), _hook_row("tiny-b", 2, eager=1.0, none=1.0),
+            _hook_row("tiny-b", 4, eager=1.0, none=1.0), _hook_row("tiny-b", 8, eager=1.01, none=1.0),
+            _hook_row("synthetic-x", 8, eager=0.9, none=0.9)]
+    assert sa.min_batch(rows, "eager") == 8
+    assert sa.min_batch(rows, "none") == 1
+    losing = [_hook_row("tiny-a", s, eager=0.99, none=1.0) for s in (1, 2, 4)]
+    assert sa.min_batch(losing, "eager") == 8

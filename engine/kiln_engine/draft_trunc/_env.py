@@ -31,6 +31,9 @@ class Knobs:
     with_av: also truncate when adaptive verification is on.
     av_calibrate: feed adaptive verification survivals corrected by the cost
         policy's calibration (``_av.av_confidences``; needs ``with_av``).
+    av_min_batch: below this many requests ``av_calibrate``'s hook steps aside.
+    av_timing: time ``av_calibrate``'s hook into the statistics (needs
+        ``av_calibrate`` and ``log_interval``).
     policy: "cost" picks tau on the device every step, maximising expected
         tokens per unit of verify time; "tau" keeps the fixed ``tau``. Default:
         "tau" when KILN_DRAFT_TRUNC_TAU is set, else "cost".
@@ -52,6 +55,8 @@ class Knobs:
     log_interval: int = _DEFAULT["log_interval"]
     with_av: bool = _DEFAULT["with_av"]
     av_calibrate: bool = _DEFAULT["av_calibrate"]
+    av_min_batch: int = _DEFAULT["av_min_batch"]
+    av_timing: bool = _DEFAULT["av_timing"]
     policy: str = "cost"
     other_share: float = _DEFAULT["other_share"]
     moe_layer: tuple[int, int, float] | None = _DEFAULT["moe_layer"]
@@ -91,5 +96,10 @@ def read_knobs(env: Mapping[str, str] | None = None) -> Knobs:
         raise ValueError(
             f"{PREFIX}_AV_CALIBRATE=1 feeds adaptive verification the cost policy's calibration: "
             f"it needs {PREFIX}_WITH_AV=1 and {PREFIX}_POLICY=cost (no {PREFIX}_TAU)"
+        )
+    if values["av_timing"] and not (values["av_calibrate"] and values["log_interval"] > 0):
+        raise ValueError(
+            f"{PREFIX}_AV_TIMING=1 times the {PREFIX}_AV_CALIBRATE hook into the statistics: it "
+            f"needs {PREFIX}_AV_CALIBRATE=1 and {PREFIX}_LOG_INTERVAL > 0"
         )
     return Knobs(**values)

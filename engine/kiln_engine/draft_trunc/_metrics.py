@@ -37,6 +37,16 @@ HELP: Mapping[str, str] = {
     "wasted": "kept drafts that were rejected",
     "boundary": "requests that accepted every kept draft of a truncated window",
     "tokens": "tokens scheduled in truncating steps",
+    # kiln-av (KILN_DRAFT_TRUNC_AV_CALIBRATE; _avstats): counted per hook call
+    "av_steps": "steps whose adaptive-verification confidences kiln-av corrected",
+    "av_stepped_aside": "steps kiln-av left alone (fewer requests than KILN_DRAFT_TRUNC_AV_MIN_BATCH)",
+    "av_drafts": "draft slots kiln-av corrected",
+    "av_survival_raw": "sum of the estimator's survival over the draft slots kiln-av corrected",
+    "av_survival_corrected": "sum of their survival as kiln-av corrected it",
+    "av_survival_shift": "sum of |corrected - estimated| survival over those draft slots",
+    "av_hook_timed": "kiln-av hook calls timed (KILN_DRAFT_TRUNC_AV_TIMING=1)",
+    "av_hook_seconds": "GPU seconds of the timed kiln-av hook calls (CUDA events)",
+    "av_hook_host_seconds": "host seconds of the timed kiln-av hook calls",
 }
 
 
@@ -75,9 +85,11 @@ class FeatureCounters:
         return made
 
     def add(self, totals: Mapping[str, float]) -> None:
-        """Add one flush's totals (negative values, which a counter refuses, as 0)."""
+        """Add one flush's totals (negative values, which a counter refuses, as 0).
+        A flush of the truncation's statistics or of kiln-av's names only its own."""
         for key, counter in self.by_name.items():
-            counter.inc(max(totals[key], 0.0))
+            if key in totals:
+                counter.inc(max(totals[key], 0.0))
 
 
 def served_elsewhere_warning(environ: Mapping[str, str] | None = None) -> str | None:
