@@ -37,7 +37,7 @@ def test_plan_is_the_recipes_command_with_each_change_listed():
 
 def test_configurations_each_change_one_thing():
     configs = prepare.plan("glm53-kindling", "av-cut")["configs"]
-    assert list(configs) == ["spec-off", "spec", "dt-cost", "dt-tau", "shipped", "av", "av-dt", "kiln-av"]
+    assert list(configs) == ["spec-off", "spec", "dt-cost", "dt-tau", "shipped", "schedule", "av", "av-dt", "kiln-av"]
     assert _flag(configs["spec-off"]["argv"], "--speculative-config") is None
     specs = {n: json.loads(_flag(c["argv"], "--speculative-config") or "null") for n, c in configs.items()}
     for name in ("spec", "dt-cost", "dt-tau"):
@@ -46,7 +46,10 @@ def test_configurations_each_change_one_thing():
         assert specs[name][prepare.AV] is True and prepare.SCHEDULE not in specs[name]
     assert configs["av"]["env"]["KILN_DRAFT_TRUNC"] == "0"
     assert configs["kiln-av"]["env_delta"] == {"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_WITH_AV": "1",
-                                               "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1"}
+                                               "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1", "KILN_DRAFT_TRUNC_AV_TIMING": "1"}
+    # the schedule alone: the shipped speculative config, draft-trunc off
+    assert specs["schedule"] == specs["shipped"] and prepare.SCHEDULE in specs["schedule"]
+    assert configs["schedule"]["env_delta"] == {"KILN_DRAFT_TRUNC": "0"}
     assert configs["dt-tau"]["env"]["KILN_DRAFT_TRUNC_TAU"] == "0.25"
 
 

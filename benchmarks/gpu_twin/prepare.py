@@ -176,7 +176,7 @@ FLAG_CHANGES: dict[str, tuple[str | None, str]] = {
     "--data-parallel-size": (None, "one GPU"),
     "--enable-expert-parallel": (None, "one GPU"),
     "--max-model-len": ("2048", "the twin's models hold 2048 positions"),
-    "--gpu-memory-utilization": ("0.08", "eight servers share one GPU"),
+    "--gpu-memory-utilization": ("0.08", "nine servers share one GPU"),
     "--tool-call-parser": (None, _PARSERS),
     "--reasoning-parser": (None, _PARSERS),
     "--enable-auto-tool-choice": (None, "goes with --tool-call-parser"),
@@ -258,9 +258,13 @@ def configurations(argv: list[str], env: dict[str, str]) -> dict[str, dict[str, 
         "dt-cost": (fixed, dt_on),
         "dt-tau": (fixed, {**dt_on, "KILN_DRAFT_TRUNC_TAU": "0.25"}),
         "shipped": (shipped, {}),
+        # the schedule alone: what glm53-kindling-2node ships (draft-trunc off there)
+        "schedule": (shipped, {"KILN_DRAFT_TRUNC": "0"}),
         "av": (av, {"KILN_DRAFT_TRUNC": "0"}),
         "av-dt": (av, {**dt_on, "KILN_DRAFT_TRUNC_WITH_AV": "1"}),
-        "kiln-av": (av, {**dt_on, "KILN_DRAFT_TRUNC_WITH_AV": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1"}),
+        # AV_TIMING: the hook's own time in the engine, on /metrics (off in the recipes)
+        "kiln-av": (av, {**dt_on, "KILN_DRAFT_TRUNC_WITH_AV": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1",
+                         "KILN_DRAFT_TRUNC_AV_TIMING": "1"}),
     }
     return {name: {"argv": _with_spec(argv, spec), "env": {**env, **extra}, "env_delta": extra,
                    "speculative_config": spec}
