@@ -207,6 +207,7 @@ DRAFT_TRUNC = Feature(
     ),
     metrics=tuple(_DT_METRIC.format(k) for k in (
         "proposed", "kept", "accepted", "dead", "expert_slots_saved", "wasted", "boundary", "tokens",
+        "graded", "excluded",
     )),
     ratios=(
         Ratio("dead_fraction", _DT_METRIC.format("dead"), _DT_METRIC.format("tokens"),

@@ -37,6 +37,9 @@ HELP: Mapping[str, str] = {
     "wasted": "kept drafts that were rejected",
     "boundary": "requests that accepted every kept draft of a truncated window",
     "tokens": "tokens scheduled in truncating steps",
+    "graded": "verified drafts graded into the cost policy's calibration",
+    "excluded": "verified drafts kept out of the calibration: their request's sampling "
+    "settings act on the target only",
 }
 
 
