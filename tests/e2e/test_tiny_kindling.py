@@ -32,7 +32,7 @@ accepted and then keeps them: docs/draft-trunc-policy.md); "off" turns the featu
   concurrency 8) and draft-trunc's show drafts cut;
 - one tenant cannot steer the calibration (issue 47, point 6): after its greedy sets the
   "dyn" server gets one tenant's requests, each with a sampling setting that acts on the
-  target only (penalties, bad words, allowed tokens, top-k/top-p), alone and then beside
+  target only (penalties, greedy and sampled, bad words, allowed tokens), alone and then beside
   normal greedy requests. Its statistics flush every step, so its counters are exact at
   each read: the tenant alone adds drafts kept out of the calibration and grades none;
   beside it, the normal requests' drafts are still graded.
@@ -85,14 +85,16 @@ DYNAMIC = [[1, 1, 4], [2, 4, 3], [5, 8, 2]]
 # statistics flushed every step, so that the tenant check reads exact counters between sets
 DYN_ENV = {"KILN_DRAFT_TRUNC_DEPTH": "1", "KILN_DRAFT_TRUNC_DRAFT_COST": "1:0.08,8:0.05",
            "KILN_DRAFT_TRUNC_LOG_INTERVAL": "1"}
-# one tenant's requests (issue 47): each sets one sampling setting the drafter ignores. vLLM
-# refuses logit_bias and min_p beside speculative decoding (SamplingParams._validate_spec_decode),
-# so those two cannot be sent; the engine's rule for them is unit-tested (tests/draft_trunc/test_tenant.py)
+# one tenant's requests (issue 47): each sets one sampling setting the drafter ignores. Not
+# sent: logit_bias and min_p, which vLLM refuses beside speculative decoding
+# (SamplingParams._validate_spec_decode), and top_k/top_p, whose Triton kernel
+# (_topk_topp_kernel) fails under Triton's interpreter, so the twin cannot serve them (seen
+# 2026-12-07: "'int' object has no attribute 'to'", the engine dies); the engine's rule for
+# them is unit-tested (tests/draft_trunc/test_tenant.py)
 TENANT = ({"extra_body": {"repetition_penalty": 1.3}}, {"frequency_penalty": 0.8},
           {"presence_penalty": 0.8}, {"extra_body": {"bad_words": ["the"]}},
           {"extra_body": {"allowed_token_ids": list(range(16, 272))}},
-          {"temperature": 0.8, "seed": 1, "extra_body": {"top_k": 4}},
-          {"temperature": 0.8, "seed": 2, "top_p": 0.3})
+          {"temperature": 0.8, "seed": 1, "presence_penalty": 0.5})
 TENANT_TOKENS = 24
 CALIBRATION = ("kiln_draft_trunc_graded_total", "kiln_draft_trunc_excluded_total")
 
