@@ -215,6 +215,7 @@ DRAFT_TRUNC = Feature(
         "proposed", "kept", "accepted", "dead", "expert_slots_saved", "wasted", "boundary", "tokens",
         "av_steps", "av_stepped_aside", "av_drafts", "av_survival_raw", "av_survival_corrected",
         "av_survival_shift", "av_hook_timed", "av_hook_seconds", "av_hook_host_seconds",
+        "graded", "excluded",
     )),
     ratios=(
         Ratio("dead_fraction", _DT_METRIC.format("dead"), _DT_METRIC.format("tokens"),

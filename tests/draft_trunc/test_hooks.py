@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import shutil
+from types import SimpleNamespace as NS
 
 import pytest
 from dt_patched import apply_series, imports_draft_trunc, run, statements, stub_vllm
@@ -119,3 +120,34 @@ def test_moe_runner_zeroes_dead_rows_right_after_the_modular_experts(tree):
     hook = src.index("fused_out = _zero_dead_rows(fused_out)")
     assert modular < hook < src.index("if shared_experts_overlapping:")
     assert src.count("_zero_dead_rows(") == 1
+
+
+def _note_hook(tree):
+    """GPUModelRunner.add_requests: the If of patch 0012, and the If holding it."""
+    methods = statements(
+        tree / MR, lambda n, s: isinstance(n, ast.FunctionDef) and n.name == "add_requests"
+    )
+    assert len(methods) == 1, "add_requests not found"
+    hooks = [
+        n for n in ast.walk(methods[0])
+        if isinstance(n, ast.If) and ast.unparse(n.test) == "draft_trunc.ENABLED"
+        and "draft_trunc.note_request(" in ast.unparse(n)
+    ]
+    assert len(hooks) == 1, "add_requests: no note_request hook"
+    (parent,) = [n for n in ast.walk(methods[0]) if isinstance(n, ast.If) and hooks[0] in n.body]
+    return hooks[0], parent
+
+
+def test_add_requests_notes_each_requests_sampling_after_the_sampler(tree, draft_trunc):
+    hook, parent = _note_hook(tree)
+    calls = [ast.unparse(n) for n in parent.body]
+    added = calls.index("self.sampler.add_request(req_index, new_req_data.sampling_params)")
+    assert calls.index(ast.unparse(hook)) == added + 1
+    penalised = NS(repetition_penalty=1.3, temperature=0.0)
+    request = {"req_index": 5, "new_req_data": NS(sampling_params=penalised)}
+    dt = draft_trunc()
+    with stub_vllm(tree, dt):
+        run([*_import_hooks(tree, MR), hook], dict(request))
+    assert dt.snapshot().target_only == {5}
+    with stub_vllm(tree):  # no kiln plugin: the stub is off and has no note_request
+        run([*_import_hooks(tree, MR), hook], dict(request))

@@ -75,6 +75,7 @@ def test_series_applies_cleanly_and_compiles(vllm_src, vllm_version, tmp_path):
         "draft_trunc.graded(",
         "draft_trunc.log_step(",
         "draft_trunc.av_confidences(",
+        "draft_trunc.note_request(",
     ):
         assert text.count(hook) == 1, hook
     if moved:

@@ -29,7 +29,13 @@ accepted and then keeps them: docs/draft-trunc-policy.md); "off" turns the featu
   (KILN_DRAFT_TRUNC_DRAFT_COST, KILN_DRAFT_TRUNC_DEPTH): on the greedy sets only (the
   sampled ones would add a third of the e2e time), its token ids equal the feature-off
   server's, vLLM's counters show the schedule (4 drafts a window alone, fewer at
-  concurrency 8) and draft-trunc's show drafts cut.
+  concurrency 8) and draft-trunc's show drafts cut;
+- one tenant cannot steer the calibration (issue 47, point 6): after its greedy sets the
+  "dyn" server gets one tenant's requests, each with a sampling setting that acts on the
+  target only (penalties, greedy and sampled, bad words, allowed tokens), alone and then beside
+  normal greedy requests. Its statistics flush every step, so its counters are exact at
+  each read: the tenant alone adds drafts kept out of the calibration and grades none;
+  beside it, the normal requests' drafts are still graded.
 """
 
 from __future__ import annotations
@@ -75,8 +81,22 @@ SIZES = {"default": TwinSize(prompts=16, rerun=8, tau_dead=(0.06, 0.9)),
 MODES = {"on": "cost", "tau": "tau"}  # feature-on servers and the policy each runs
 # vLLM's dynamic speculation for the "dyn" server: (first batch size, last, K)
 DYNAMIC = [[1, 1, 4], [2, 4, 3], [5, 8, 2]]
-# drafting priced as sim_adaptive prices a kindling-class drafter (docs/draft-trunc-policy.md)
-DYN_ENV = {"KILN_DRAFT_TRUNC_DEPTH": "1", "KILN_DRAFT_TRUNC_DRAFT_COST": "1:0.08,8:0.05"}
+# drafting priced as sim_adaptive prices a kindling-class drafter (docs/draft-trunc-policy.md);
+# statistics flushed every step, so that the tenant check reads exact counters between sets
+DYN_ENV = {"KILN_DRAFT_TRUNC_DEPTH": "1", "KILN_DRAFT_TRUNC_DRAFT_COST": "1:0.08,8:0.05",
+           "KILN_DRAFT_TRUNC_LOG_INTERVAL": "1"}
+# one tenant's requests (issue 47): each sets one sampling setting the drafter ignores. Not
+# sent: logit_bias and min_p, which vLLM refuses beside speculative decoding
+# (SamplingParams._validate_spec_decode), and top_k/top_p, whose Triton kernel
+# (_topk_topp_kernel) fails under Triton's interpreter, so the twin cannot serve them (seen
+# 2026-12-07: "'int' object has no attribute 'to'", the engine dies); the engine's rule for
+# them is unit-tested (tests/draft_trunc/test_tenant.py)
+TENANT = ({"extra_body": {"repetition_penalty": 1.3}}, {"frequency_penalty": 0.8},
+          {"presence_penalty": 0.8}, {"extra_body": {"bad_words": ["the"]}},
+          {"extra_body": {"allowed_token_ids": list(range(16, 272))}},
+          {"temperature": 0.8, "seed": 1, "presence_penalty": 0.5})
+TENANT_TOKENS = 24
+CALIBRATION = ("kiln_draft_trunc_graded_total", "kiln_draft_trunc_excluded_total")
 
 
 def _sets(url: str, model: str, size: TwinSize, *, on: bool, rerun: bool = False) -> dict:
@@ -108,7 +128,42 @@ def _dynamic_sets(url: str, model: str, size: TwinSize) -> dict:
     out["spec_seq"] = spec_decode_stats(url)
     out["greedy_c8"] = run_set(url, model, batch, concurrency=CONCURRENCY, logprobs=2, max_tokens=MAX_TOKENS)
     out["spec_c8"] = spec_decode_stats(url)
+    out.update(_tenant_sets(url, model))
     out["seconds"] = time.monotonic() - t0
+    return out
+
+
+def _tenant_set(url: str, model: str, batch: list[str], concurrency: int) -> None:
+    """`batch` sent as one tenant would: request i with TENANT's setting i (cycled)."""
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{url}/v1", api_key="kiln-test", timeout=600, max_retries=0)
+
+    def one(i: int) -> None:
+        setting = dict(TENANT[i % len(TENANT)])
+        extra = {"ignore_eos": True, **setting.pop("extra_body", {})}
+        client.completions.create(model=model, prompt=batch[i], max_tokens=TENANT_TOKENS,
+                                  temperature=setting.pop("temperature", 0.0), extra_body=extra,
+                                  **setting)
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(one, range(len(batch))))
+
+
+def _tenant_sets(url: str, model: str) -> dict:
+    """The calibration's counters before the tenant, after it alone (8 requests), and
+    after it beside 4 normal greedy requests (4 of its own). The CPU platform runs
+    without async scheduling, so a request's last step is counted before it answers."""
+    out = {"tenant_before": counters(url, CALIBRATION)}
+    _tenant_set(url, model, prompts(8, seed=11), concurrency=CONCURRENCY)
+    out["tenant_alone"] = counters(url, CALIBRATION)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        tenant = pool.submit(_tenant_set, url, model, prompts(4, seed=12), concurrency=4)
+        normal = pool.submit(run_set, url, model, prompts(4, seed=13), concurrency=4,
+                             max_tokens=TENANT_TOKENS)
+        for done in (tenant, normal):
+            done.result()
+    out["tenant_beside"] = counters(url, CALIBRATION)
     return out
 
 
@@ -265,3 +320,19 @@ def test_vllm_dynamic_speculation_schedules_and_draft_trunc_cuts(runs):
     assert values["kiln_draft_trunc_dead_total"] > 0
     assert values["kiln_draft_trunc_kept_total"] < values["kiln_draft_trunc_proposed_total"]
     assert values["kiln_draft_trunc_accepted_total"] > 0
+
+
+def test_one_tenant_cannot_steer_the_calibration(runs):
+    """The "dyn" server's calibration counters around one tenant's requests (each with a
+    target-only sampling setting): drafts graded into the cells, and drafts kept out."""
+    graded, excluded = CALIBRATION
+    before, alone, beside = (runs["dyn"][f"tenant_{k}"] for k in ("before", "alone", "beside"))
+    print(f"calibration (graded, excluded): before the tenant {before}, after it alone {alone}, "
+          f"after it beside normal requests {beside}")
+    # the greedy sets (normal requests) were graded, and none of their drafts kept out
+    assert before[graded] > 0 and before[excluded] == 0
+    # the tenant alone: its drafts were verified and filed for grading, and graded by no cell
+    assert alone[graded] == before[graded]
+    assert alone[excluded] > before[excluded]
+    # beside normal requests: theirs are graded, the tenant's kept out
+    assert beside[graded] > alone[graded] and beside[excluded] > alone[excluded]

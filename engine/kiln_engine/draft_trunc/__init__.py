@@ -8,6 +8,10 @@ DP sync stay as they are. Exactness comes from the rejection sampler's
 ``invalid_drafts``: drafts past ``j`` are never accepted, so the output is the
 output of a batch truly truncated to ``j`` drafts.
 
+Before a request's first step, ``note_request`` (the runner's ``add_requests``) flags
+it when its sampling settings act on the target only; ``graded`` keeps its drafts out
+of the calibration (issue 47, ``_tenant``).
+
 Lifecycle of one step, as the runner patches call it:
 1. ``mark_dead`` (``prepare_inputs``): one kernel chooses ``tau`` (cost-aware
    policy, the default) and writes the dead marks and ``j``.
@@ -35,7 +39,7 @@ parts live in private modules: ``_state`` (the state, ``snapshot``/``reload``, t
 buffers ``prepare`` allocates), ``_startup`` (``check_config``, ``refuse_runner``),
 ``_verify`` (``mark_dead``, ``zero_dead_rows``, ``verify_mask``, ``graded``),
 ``_drafting`` (``begin_drafting``, ``stop_drafting``, ``draft_time``), ``_av``
-(``av_confidences``), ``_reporting``
+(``av_confidences``), ``_tenant`` (``note_request``, ``target_only_settings``), ``_reporting``
 (``log_step``, the trace); below them ``_env`` (the knobs), ``_config_check``,
 ``_cost`` (the cost model), ``_stats``/``_metrics`` (statistics and counters) and
 what runs on the device, in ``_kernels``: the kernels and their launchers, their
@@ -55,6 +59,7 @@ from ._env import Knobs
 from ._reporting import log_step, poll_summary
 from ._startup import check_config, refuse_runner
 from ._state import Snapshot, prepare, reload, set_moe_layer, snapshot
+from ._tenant import note_request, target_only_settings
 from ._verify import (
     graded,
     mark_dead,
@@ -77,6 +82,7 @@ __all__ = [
     "log_step",
     "mark_dead",
     "mask_from_live",
+    "note_request",
     "policy_tau",
     "poll_summary",
     "prepare",
@@ -85,6 +91,7 @@ __all__ = [
     "set_moe_layer",
     "snapshot",
     "stop_drafting",
+    "target_only_settings",
     "verify_drafts",
     "verify_mask",
     "zero_dead_rows",

@@ -68,6 +68,15 @@ def adaptive_verification_on(vllm_config: VllmConfig) -> bool:
     return bool(_get(vllm_config, "speculative_config", "enable_adaptive_verification"))
 
 
+def sampling_defaults(vllm_config: VllmConfig) -> dict[str, Any]:
+    """The sampling parameters the server gives every request that does not set them:
+    the model's generation config with ``--override-generation-config`` on top (``{}``
+    under ``--generation-config vllm``), the dict vLLM's OpenAI server applies
+    (``ModelConfig.get_diff_sampling_param``); ``{}`` where the config has no such method."""
+    read = _get(vllm_config, "model_config", "get_diff_sampling_param")
+    return dict(read()) if callable(read) else {}
+
+
 def _hf(vllm_config: VllmConfig) -> Any:
     return _get(vllm_config, "model_config", "hf_text_config") or _get(
         vllm_config, "model_config", "hf_config"

@@ -47,6 +47,9 @@ HELP: Mapping[str, str] = {
     "av_hook_timed": "kiln-av hook calls timed (KILN_DRAFT_TRUNC_AV_TIMING=1)",
     "av_hook_seconds": "GPU seconds of the timed kiln-av hook calls (CUDA events)",
     "av_hook_host_seconds": "host seconds of the timed kiln-av hook calls",
+    "graded": "verified drafts graded into the cost policy's calibration",
+    "excluded": "verified drafts kept out of the calibration: their request's sampling "
+    "settings act on the target only",
 }
 
 

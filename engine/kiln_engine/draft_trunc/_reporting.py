@@ -74,7 +74,15 @@ def log_step(
         )
     stats = state.stats
     before = stats.last
-    stats.add(cu_num_logits, num_sampled, idx_mapping, num_tokens, buffers.live, buffers.expected)
+    stats.add(
+        cu_num_logits,
+        num_sampled,
+        idx_mapping,
+        num_tokens,
+        buffers.live,
+        buffers.expected,
+        state.tally,
+    )
     return stats.last if stats.last is not before else None
 
 

@@ -37,13 +37,19 @@ def check_config(vllm_config: VllmConfig) -> None:
 
     Called once per process at start (the runner's __init__, before the server
     answers). Turns draft_trunc off (with a warning) when adaptive verification is
-    on and ``KILN_DRAFT_TRUNC_WITH_AV`` is not. On the reporting rank it logs the
-    knobs and the statistics interval, and registers the counters (at 0).
+    on and ``KILN_DRAFT_TRUNC_WITH_AV`` is not. Reads the server's default sampling
+    parameters (``_tenant`` compares each request's with them). On the reporting rank it
+    logs the knobs and the statistics interval, and registers the counters (at 0).
     """
     state = _state.current
     if not state.enabled:
         return
-    from ._config_check import adaptive_verification_on, problems, routed_top_k
+    from ._config_check import (
+        adaptive_verification_on,
+        problems,
+        routed_top_k,
+        sampling_defaults,
+    )
 
     found = problems(vllm_config)
     if found:
@@ -62,6 +68,7 @@ def check_config(vllm_config: VllmConfig) -> None:
         state.enabled = state.log = False
         return
     state.top_k = routed_top_k(vllm_config)
+    state.sampling_defaults = sampling_defaults(vllm_config)
     state.lead = _is_lead_rank()
     layer = _priced_layer(state.knobs, vllm_config)
     if layer is not None:

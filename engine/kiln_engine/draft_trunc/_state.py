@@ -10,8 +10,8 @@ Pure Python at import: torch loads only when ``prepare`` allocates.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ._env import Knobs, read_knobs
 
@@ -45,6 +45,12 @@ class State:
     stats, trace: the statistics accumulator and the acceptance trace.
     active: this step's marks were written; calibrating: and they filed cells
         for ``graded`` to grade.
+    target_only, excluded, sampling_defaults: the slots whose request's sampling
+        settings act on the target only (``_tenant``; host set, and its device mask
+        once one was flagged), and the server's default sampling parameters those
+        settings are compared with (``check_config``).
+    tally: drafts graded into the calibration and drafts kept out of it since the
+        last statistics step (device, [2]; only while statistics are published).
     """
 
     knobs: Knobs
@@ -68,6 +74,10 @@ class State:
     scheduled: int | None = None
     drafted: int | None = None
     go: torch.Tensor | None = None
+    target_only: set[int] = field(default_factory=set)
+    excluded: torch.Tensor | None = None
+    sampling_defaults: dict[str, Any] = field(default_factory=dict)
+    tally: torch.Tensor | None = None
 
     @classmethod
     def start(cls, knobs: Knobs, top_k: int = 0, layer: MoELayer | None = None) -> State:
@@ -96,6 +106,8 @@ class Snapshot:
     calibrating: bool
     last_summary: Summary | None  # the last statistics flush reported
     trace_steps: int  # steps written to the trace
+    target_only: frozenset[int]  # slots whose request's settings act on the target only
+    sampling_defaults: Mapping[str, Any]  # the server's, as check_config read them
 
 
 current = State.start(read_knobs())
@@ -118,6 +130,8 @@ def snapshot() -> Snapshot:
         calibrating=s.calibrating,
         last_summary=None if s.stats is None else s.stats.last,
         trace_steps=0 if s.trace is None else s.trace.steps,
+        target_only=frozenset(s.target_only),
+        sampling_defaults=dict(s.sampling_defaults),
     )
 
 

@@ -29,6 +29,8 @@ FIELDS = (
     "requests",  # verifying requests
     "tokens",  # all scheduled tokens
     "steps",  # truncating steps folded in
+    "graded",  # verified drafts graded into the cost policy's calibration
+    "excluded",  # verified drafts kept out of it: target-only sampling (_tenant)
 )
 _IDX = {name: i for i, name in enumerate(FIELDS)}
 
@@ -52,7 +54,8 @@ class Summary:
             f"proposed={v['proposed']:.0f} kept={v['kept']:.0f} accepted={v['accepted']:.0f} "
             f"predicted={v['predicted']:.1f} dead_frac={v['dead'] / tokens:.4f} "
             f"expert_slots_saved={v['dead'] * self.top_k:.0f} wasted_live={v['wasted']:.0f} "
-            f"boundary_hits={v['boundary']:.0f}"
+            f"boundary_hits={v['boundary']:.0f} graded={v['graded']:.0f} "
+            f"excluded={v['excluded']:.0f}"
         )
 
 
@@ -121,7 +124,10 @@ class StepStats:
         num_tokens: int,
         live: torch.Tensor,
         expected: torch.Tensor,
+        tally: torch.Tensor | None = None,
     ) -> None:
+        """Fold one step in; ``tally``: its graded and excluded drafts (``graded``'s
+        device counts, zeroed here)."""
         num_reqs = idx_mapping.shape[0]
         n, j, a, slots = _per_request(cu_num_logits, num_sampled, idx_mapping, live)
         per_req = torch.stack(
@@ -131,6 +137,9 @@ class StepStats:
         self.acc[_IDX["requests"]] += num_reqs
         self.acc[_IDX["tokens"]] += num_tokens
         self.acc[_IDX["steps"]] += 1
+        if tally is not None:
+            self.acc[_IDX["graded"] : _IDX["excluded"] + 1] += tally
+            tally.zero_()
         self.steps += 1
         self.poll()
         if self.steps % self.interval == 0 and not self.pending:

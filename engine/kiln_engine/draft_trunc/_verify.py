@@ -2,7 +2,8 @@
 (the marks and ``j``), ``zero_dead_rows`` (the MoE output of the rows marked),
 ``verify_mask`` (0.32.0/0.33.0) or ``verify_drafts`` (0.34.0's rejection sampler):
 rows past ``j`` become invalid drafts; and ``graded`` (censored
-rejection counts, and the calibration of the estimator).
+rejection counts, and the calibration of the estimator, without the drafts of
+requests whose sampling acts on the target only: ``_tenant``).
 
 Pure Python at import: torch and the kernels load only when a hook has work.
 """
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import _state
 from ._drafting import draft_time
 from ._reporting import TraceWriter
+from ._tenant import excluded_rows
 
 if TYPE_CHECKING:
     import torch
@@ -188,6 +190,8 @@ def graded(
     graded as rejecting ``d_{j+1}``, which was never verified; subtracting the
     ``n - j`` dead drafts labels only verified drafts, so truncation does not
     bias the estimator. Returns ``num_rejected`` itself when nothing was marked.
+    The cost policy's calibration is graded too, without the drafts of requests
+    whose sampling settings act on the target only (``_tenant``).
     """
     state = _state.current
     buffers = state.buffers
@@ -201,21 +205,42 @@ def graded(
     j = buffers.live.index_select(0, slots.clamp(min=0))
     dead = (n - j) * (slots >= 0)
     censored = (num_rejected[:num_reqs] - dead).clamp(min=0)
-    if state.calibrating and state.calibration is not None:
-        _calibrate(state.calibration, slots, j, j - censored)
+    cal = state.calibration
+    if state.calibrating and cal is not None:
+        excluded = excluded_rows(slots, buffers.live)
+        _calibrate(cal, slots, j, j - censored, excluded, _tally(state, cal.hits.device))
     return censored.to(num_rejected.dtype)
 
 
+def _tally(state: _state.State, device: torch.device) -> torch.Tensor | None:
+    """The graded/excluded draft counts for the next statistics step, where statistics
+    are published (None elsewhere: nobody would read them)."""
+    if not (state.log and state.lead and state.knobs.log_interval > 0):
+        return None
+    if state.tally is None or state.tally.device != device:
+        import torch
+
+        state.tally = torch.zeros(2, dtype=torch.float64, device=device)
+    return state.tally
+
+
 def _calibrate(
-    cal: Calibration, slots: torch.Tensor, kept: torch.Tensor, accepted: torch.Tensor
+    cal: Calibration,
+    slots: torch.Tensor,
+    kept: torch.Tensor,
+    accepted: torch.Tensor,
+    excluded: torch.Tensor | None = None,
+    tally: torch.Tensor | None = None,
 ) -> None:
     """File each verified draft's outcome under the cell its marks were made in.
 
     Only verified drafts are graded (k < kept), and only those of pure verify
-    queries (the kernel filed -1 for the rest). Every count added
-    is 1.0, so the totals are exact and identical on every rank whatever the
-    order of the atomic adds; past ``CAL_CAP`` a cell's counts are halved so
-    that old grades fade. Graph-safe, no host sync.
+    queries (the kernel filed -1 for the rest), and none of a row ``excluded``
+    marks (its request's sampling acts on the target only: ``_tenant``). Every
+    count added is 1.0, so the totals are exact and identical on every rank
+    whatever the order of the atomic adds; past ``CAL_CAP`` a cell's counts are
+    halved so that old grades fade. ``tally`` (if any) gains the drafts graded and
+    the drafts ``excluded`` kept out. Graph-safe, no host sync.
     """
     import torch
 
@@ -228,7 +253,14 @@ def _calibrate(
     packed = cal.bins.index_select(0, slots.clamp(min=0))
     bins = (packed[:, None] >> (BIN_BITS.value * pos)) & (TAU_GRID - 1)
     filed = (slots >= 0) & (packed >= 0)
-    verified = (pos < kept[:, None]) & filed[:, None]
+    in_window = pos < kept[:, None]
+    if excluded is not None:
+        if tally is not None:
+            tally[1] += (in_window & (filed & excluded)[:, None]).sum()
+        filed = filed & ~excluded
+    verified = in_window & filed[:, None]
+    if tally is not None:
+        tally[0] += verified.sum()
     survived = verified & (pos < accepted[:, None])
     cells = torch.where(verified, pos * TAU_GRID + bins, sink).flatten()
     cal.counts.index_add_(0, cells, verified.flatten().to(cal.counts.dtype))
