@@ -124,7 +124,7 @@ _ARGS = "    max-model-len: 131072\n"
      "vLLM refuses adaptive verification with LoRA"),
     ('    VLLM_MOE_SKIP_PADDING: "1"\n', '    VLLM_MOE_SKIP_PADDING: "1"\n    VLLM_USE_V2_MODEL_RUNNER: "0"\n',
      "    VLLM_USE_V2_MODEL_RUNNER", "launch.env.VLLM_USE_V2_MODEL_RUNNER", "0 selects the V1 model runner"),
-    ("  version: 0.33.0\n", "  version: 0.31.0\n", "  version: 0.31.0", "engine.version",
+    ("  version: 0.34.0\n", "  version: 0.31.0\n", "  version: 0.31.0", "engine.version",
      "vLLM 0.31.0 has no adaptive verification (first in 0.32.0)"),
 ])
 def test_adaptive_verification_with_what_vllm_refuses_it_with(checkout, old, new, at, field, says):

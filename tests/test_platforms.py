@@ -90,7 +90,7 @@ def test_check_names_the_wheels_the_lock_lacks_for_a_platform(tmp_path):
 
 
 def test_check_accepts_glm53_kindling_on_both_platforms():
-    """engine-cuda's vllm 0.33.0 lock holds the manylinux_2_28_aarch64 wheel and torch's."""
+    """engine-cuda's vllm 0.34.0 lock holds the manylinux_2_28_aarch64 wheel and torch's."""
     assert _platforms(load_recipe(recipe_dir("glm53-kindling"))) == []
 
 
@@ -115,7 +115,7 @@ def test_kiln_check_exits_100_with_one_line(tmp_path):
 
 def test_platform_gaps_when_the_lock_has_the_platform():
     lock = enginelock.load(
-        REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json"
+        REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.34.0.lock.json"
     )
     assert enginelock.platform_gaps(lock, "linux/arm64", "2.14.0") == []
     assert enginelock.platform_gaps(lock, "linux/amd64", "2.14.0") == []
@@ -132,8 +132,8 @@ def test_input_digest_is_per_platform_and_amd64s_is_unchanged():
     default, amd64, arm64 = (EngineImage(engine, _LazyCA(None), p) for p in (None, "linux/amd64", "linux/arm64"))
     assert enginelock.host_platform() == "linux/amd64"  # this suite's machines; the default is the host's
     assert default.digest == amd64.digest != arm64.digest
-    assert amd64.alias_tag == "kiln/engine-cuda:vllm-0.33.0"
-    assert arm64.alias_tag == "kiln/engine-cuda:vllm-0.33.0-arm64"
+    assert amd64.alias_tag == "kiln/engine-cuda:vllm-0.34.0"
+    assert arm64.alias_tag == "kiln/engine-cuda:vllm-0.34.0-arm64"
     r_amd, r_arm = RecipeImage(loaded, amd64), RecipeImage(loaded, arm64)
     assert r_amd.digest != r_arm.digest and r_amd.tag != r_arm.tag
     assert (r_amd.latest_tag, r_arm.latest_tag) == (
@@ -143,7 +143,7 @@ def test_input_digest_is_per_platform_and_amd64s_is_unchanged():
     # the arm64 context installs the aarch64 wheels (the lock's other half)
     python_txt = {e.arcname: e for e in arm64.context.entries}["_kiln/lock/python.txt"].content()
     assert (
-        b"vllm==0.33.0 --hash=sha256:e9e404f52c8494b69bd83fe99fe7ecfa9f6b89fbd156d2a9639c24ea41d6d606"
+        b"vllm==0.34.0 --hash=sha256:7d96231fc141ad4b3a441292b77362b285b335ca7d1b0e2ab441d4ebde82f405"
         in python_txt
     )
     assert (
@@ -351,7 +351,7 @@ def test_a_platform_without_debian_pins_is_a_gap():
     """engine-cuda installs Debian packages from the lock's pins: an arm64 half with wheels
     but no pins could not build (its apt step would have nothing to install from)."""
     lock = enginelock.load(
-        REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json"
+        REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.34.0.lock.json"
     )
     assert (
         len(lock.debian_packages["linux/arm64"]) > 0
@@ -369,7 +369,7 @@ def test_arm64_engine_cuda_is_cross_placed_on_an_x86_64_host_and_amd64_is_not():
     assert enginelock.host_platform() == "linux/amd64"
     engine = load_recipe(recipe_dir("glm53-kindling")).recipe.engine
     amd, arm = (EngineImage(engine, _LazyCA(None), p) for p in ("linux/amd64", "linux/arm64"))
-    assert not amd.cross_placed and amd.buildargs() == {"BASE_IMAGE": "kiln/base:bookworm", "ENGINE_VERSION": "0.33.0"}
+    assert not amd.cross_placed and amd.buildargs() == {"BASE_IMAGE": "kiln/base:bookworm", "ENGINE_VERSION": "0.34.0"}
     assert "builder_platform" not in amd.context.params
     assert arm.cross_placed and arm.builder_platform == "linux/amd64"
     args = arm.buildargs()
@@ -382,7 +382,7 @@ def test_arm64_engine_cuda_is_cross_placed_on_an_x86_64_host_and_amd64_is_not():
     assert "amd64 binutils-aarch64-linux-gnu 2.40-2 amd64" in files["_kiln/lock/debian.txt"]
     assert "x86_64" in files["_kiln/lock/uv.txt"] and "aarch64" not in files["_kiln/lock/uv.txt"]
     # the target's wheels: the aarch64 vllm, by its hash
-    assert "vllm==0.33.0 --hash=sha256:e9e404f52c8494b69bd83fe99fe7ecfa9f6b89fbd156d2a9639c24ea41d6d606" \
+    assert "vllm==0.34.0 --hash=sha256:7d96231fc141ad4b3a441292b77362b285b335ca7d1b0e2ab441d4ebde82f405" \
         in files["_kiln/lock/python.txt"]
 
 

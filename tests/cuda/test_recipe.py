@@ -13,7 +13,7 @@ pytestmark = pytest.mark.usefixtures("no_docker")
 
 def test_recipe_is_a_cuda_recipe_on_one_8_gpu_node(glm):
     r = glm.recipe
-    assert r.engine.flavour == "cuda" and r.engine.version == "0.33.0"
+    assert r.engine.flavour == "cuda" and r.engine.version == "0.34.0"
     assert r.engine.torch and r.engine.cuda, "torch and CUDA must be declared, so the build can check them"
     assert r.topology and (r.topology.nodes, r.topology.accelerators_per_node, r.topology.tensor_parallel) == (1, 8, 8)
     assert r.smoke.gpu is True and r.smoke.expect_spec_decode is True

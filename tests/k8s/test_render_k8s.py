@@ -179,7 +179,7 @@ def _publish_record(input_digest: str, manifest_digest: str):
     return publish_document(PublishResult(
         recipe="tiny-moe", image_id="sha256:" + "2" * 64, input_digest=input_digest, manifest_digest=manifest_digest,
         registry="registry.example.com:5000", repository="team/kiln/tiny-moe", channel="experimental",
-        tags=[], pushed=True))
+        tags=["experimental"], pushed=True))
 
 
 def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
