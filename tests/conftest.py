@@ -36,11 +36,11 @@ def docker_daemon(request):
 
 @pytest.fixture(scope="session")
 def base_image(docker_daemon) -> str:
-    from kiln.commands.images.baseimage import build_base
+    from kiln.commands.images.baseimage import _build_base
 
     tag = "kiln/base:bookworm"
     if docker_daemon.image(tag) is None:
-        build_base(docker_daemon)
+        _build_base(docker_daemon)
     return tag
 
 

@@ -105,7 +105,7 @@ def _leaves(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, argpa
 def _registered() -> dict[str, set[str]]:
     """Command module name -> the top-level commands whose handlers it defines."""
     by_module: dict[str, set[str]] = {}
-    for top, parser in _subparsers(cli.build_parser()).items():
+    for top, parser in _subparsers(cli._build_parser()).items():
         for path, leaf in _leaves(parser, top):
             func = leaf.get_default("func")
             assert callable(func), f"`kiln {path}` sets no func"

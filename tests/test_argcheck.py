@@ -43,10 +43,10 @@ def _answer(*refusals: _Refusal, version: str | None = "0.32.0") -> _ProbeAnswer
     return _ProbeAnswer(version=version, kiln_engine="0.1.0", refusals=refusals, stages=ALL_STAGES)
 
 
-def _accepted(loaded) -> launchargs.EngineArgs:
+def _accepted(loaded) -> launchargs._EngineArgs:
     """A flag set that knows every flag the recipe uses (so only values are judged)."""
     flags = {flag: {"takes_value": value is not True, "default_on": False} for flag, value in loaded.recipe.launch.args.items()}
-    return launchargs.EngineArgs({"version": "0.32.0", "flags": flags,
+    return launchargs._EngineArgs({"version": "0.32.0", "flags": flags,
                                 "speculative_keys": sorted(loaded.recipe.launch.speculative_config or {}),
                                 "speculative_methods": ["draft_model"]})
 
@@ -72,7 +72,7 @@ def test_a_flag_refusal_names_its_recipe_line_flag_value_and_complaint(tmp_path)
     complaint = "argument --max-model-len: invalid human_readable_int_or_auto value: '512; touch /tmp/pwned'"
     answer = _answer(_Refusal("parse", complaint, group=_group_of(job, "launch.args.max-model-len")))
     line = loaded.line_of("launch", "args", "max-model-len")
-    assert launchargs.launch_problems(loaded, _accepted(loaded), job, answer) == [
+    assert launchargs._launch_problems(loaded, _accepted(loaded), job, answer) == [
         f"recipes/tiny-moe/recipe.yaml:{line}: launch.args.max-model-len: vLLM 0.32.0 refuses "
         f"--max-model-len '512; touch /tmp/pwned': {complaint}"]
 
@@ -121,7 +121,7 @@ def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
     job = Job.of(loaded)
     complaint = "dynamic speculation schedule: Batch-size range (0, 4) must be positive."
     (line,) = [p.line for p in launchargs._value_problems(loaded, job, _answer(_Refusal(
-        "speculative", complaint, group=_group_of(job, "launch.speculative_config"), key=launchprobe.SCHEDULE_KEY)))]
+        "speculative", complaint, group=_group_of(job, "launch.speculative_config"), key=launchprobe._SCHEDULE_KEY)))]
     at = loaded.line_of("launch", "speculative_config", "num_speculative_tokens_per_batch_size")
     assert line == (f"recipes/tiny-moe/recipe.yaml:{at}: launch.speculative_config.num_speculative_tokens_per_batch_size: "
                     "vLLM 0.32.0 refuses 'num_speculative_tokens_per_batch_size=[[0, 4, 3]]' in --speculative-config: "
@@ -147,7 +147,7 @@ def test_a_wrong_flag_name_is_said_once(tmp_path):
     del accepted.flags["max-model-lenght"]
     answer = _answer(_Refusal("parse", "unrecognized arguments: --max-model-lenght 5",
                              group=_group_of(job, "launch.args.max-model-lenght")))
-    found = launchargs.launch_problems(loaded, accepted, job, answer)
+    found = launchargs._launch_problems(loaded, accepted, job, answer)
     assert len(found) == 1 and found[0].endswith("launch.args.max-model-lenght: vLLM 0.32.0 does not accept --max-model-lenght")
 
 
@@ -156,7 +156,7 @@ def test_a_long_value_is_shortened_in_the_line(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    dtype: bfloat16\n": f"    dtype: {long}\n"}))
     job = Job.of(loaded)
     answer = _answer(_Refusal("parse", "argument --dtype: invalid choice", group=_group_of(job, "launch.args.dtype")))
-    (line,) = launchargs.launch_problems(loaded, _accepted(loaded), job, answer)
+    (line,) = launchargs._launch_problems(loaded, _accepted(loaded), job, answer)
     assert len(line) < 400 and "..." in line
 
 
@@ -184,7 +184,7 @@ def clean_env(monkeypatch):
 
 
 def test_probe_names_every_bad_knob(clean_env):
-    problems, version = launchprobe.check_env({"KILN_DRAFT_TRUNC_TAU": "2", "KILN_DRAFT_TRUNC_MOE_LAYER": "256,8"})
+    problems, version = launchprobe._check_env({"KILN_DRAFT_TRUNC_TAU": "2", "KILN_DRAFT_TRUNC_MOE_LAYER": "256,8"})
     assert version is not None
     assert [(p["var"], p["message"]) for p in problems] == [
         ("KILN_DRAFT_TRUNC_TAU", "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_TAU='2': must lie in [0, 1]"),
@@ -193,10 +193,10 @@ def test_probe_names_every_bad_knob(clean_env):
 
 
 def test_probe_runs_check_environment_for_combinations(clean_env):
-    problems, _ = launchprobe.check_env({"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "0"})
+    problems, _ = launchprobe._check_env({"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "0"})
     assert len(problems) == 1 and problems[0]["var"] == "KILN_DRAFT_TRUNC", problems
     assert "needs VLLM_MOE_SKIP_PADDING=1" in problems[0]["message"]
-    assert launchprobe.check_env({"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "1"})[0] == []
+    assert launchprobe._check_env({"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "1"})[0] == []
 
 
 def _stand_in_speculative_config():
@@ -250,7 +250,7 @@ def _stand_in_speculative_config():
 ])
 def test_probe_runs_the_model_free_whole_config_checks(spec, expected):
     cls = _stand_in_speculative_config()
-    inst = launchprobe.FieldCheck().instance(cls, dict(spec))
+    inst = launchprobe._FieldCheck().instance(cls, dict(spec))
     assert launchprobe._speculative_whole(cls, inst, spec) == expected
 
 
@@ -266,7 +266,7 @@ def test_probe_tidies_pydantic_reports_into_one_line():
     text = ("1 validation error for CompilationConfig\nlevle\n  Unexpected keyword argument [type=x]\n"
             "    For further information visit https://errors.pydantic.dev/2.14/v/x")
     assert launchprobe._tidy(text) == "1 validation error for CompilationConfig levle Unexpected keyword argument [type=x]"
-    assert len(launchprobe._tidy("y" * 5000)) == launchprobe.MAX_MESSAGE + 3
+    assert len(launchprobe._tidy("y" * 5000)) == launchprobe._MAX_MESSAGE + 3
 
 
 def test_probe_imports_nothing_of_kiln():

@@ -14,7 +14,7 @@ from kiln.cli import main
 from kiln.domain.patching import bumpreport as R
 from kiln.domain.patching import diff as D
 from kiln.domain.patching.bump import PortedEngine, Row, port_series
-from kiln.domain.patching.engineargs import FLAG, SPEC, Change, compare, read_surface, used_changes
+from kiln.domain.patching.engineargs import _SPEC, FLAG, Change, compare, read_surface, used_changes
 from kiln.inimage import patch_applier as applier
 from kiln.inimage import patchformat
 
@@ -56,11 +56,11 @@ def test_config_references_resolve_to_the_config_class_default():
 
 
 def test_speculative_config_keys(changes):
-    assert changes[SPEC, "padded_batch"].change == "removed"
-    assert changes[SPEC, "draft_topk"].change == "added"
-    assert changes[SPEC, "prompt_lookup_max"].old == "5" and changes[SPEC, "prompt_lookup_max"].new == "4"
-    assert changes[SPEC, "suffix_factor"].change == "deprecated"
-    assert changes[SPEC, "suffix_factor"].note == "Deprecated and has no effect."
+    assert changes[_SPEC, "padded_batch"].change == "removed"
+    assert changes[_SPEC, "draft_topk"].change == "added"
+    assert changes[_SPEC, "prompt_lookup_max"].old == "5" and changes[_SPEC, "prompt_lookup_max"].new == "4"
+    assert changes[_SPEC, "suffix_factor"].change == "deprecated"
+    assert changes[_SPEC, "suffix_factor"].note == "Deprecated and has no effect."
     # ClassVar and init=False fields are no keys a user can pass
     spec = read_surface(FIXTURES / "new").speculative
     assert "KINDS" not in spec and "custom_method" not in spec
@@ -71,7 +71,7 @@ def test_used_by_the_recipe_mark(changes):
     every = list(changes.values())
     used = used_changes(every, {"gpu-memory-utilization", "old-switch", "port"}, {"padded_batch", "method"})
     assert {(c.kind, c.name) for c in used} == {(FLAG, "gpu-memory-utilization"), (FLAG, "old-switch"),
-                                                 (SPEC, "padded_batch")}
+                                                 (_SPEC, "padded_batch")}
     # a flag and a key of the same name are told apart
     assert not used_changes(every, {"padded-batch"}, {"old_switch"})
 
@@ -140,23 +140,23 @@ def test_measured_sizes_say_not_built_for_the_new_version(tmp_path):
                       "c.json": {"engine": "0.31.0", "engine_build": {"size": 1}}}.items():
         (tmp_path / name).write_text(json.dumps(doc))
     sizes = R.measured_sizes(sorted(tmp_path.glob("*.json")), "0.33.0", "0.34.0")
-    assert sizes == [R.ImageSize("linux/amd64", 7 * 2**30, None), R.ImageSize("linux/arm64", 2**30, None)]
+    assert sizes == [R._ImageSize("linux/amd64", 7 * 2**30, None), R._ImageSize("linux/arm64", 2**30, None)]
 
 
 def _report() -> R.BumpReport:
     changes = [Change(FLAG, "gpu-memory-utilization", "default", "0.92", "None"),
                Change(FLAG, "old-switch", "removed", "False", None, "new sources: --old-switch is deprecated"),
                Change(FLAG, "new-extra", "added", None, "False"),
-               Change(SPEC, "padded_batch", "removed", "False", None)]
+               Change(_SPEC, "padded_batch", "removed", "False", None)]
     recipes = [R.RecipeUse("big", frozenset({"gpu-memory-utilization", "port"}), frozenset({"padded_batch"}), ("f",)),
                R.RecipeUse("small", frozenset({"port"}), frozenset())]
     series = [R.SeriesReport("engine series patches/vllm/0.33.0", [Row("0001-a.patch", "clean", "applies cleanly")]),
               R.SeriesReport("feature big/f", [Row("0001-b.patch", "fails", "fails: vllm/x.py hunk #1 | y")],
                              "on vllm 0.34.0")]
-    reqs = [R.RequirementChange("torch", "moved", "==2.14.0", "==2.15.0")]
+    reqs = [R._RequirementChange("torch", "moved", "==2.14.0", "==2.15.0")]
     return R.BumpReport("0.33.0", "0.34.0", "cuda", "kiln engine bump --to 0.34.0 --dry-run --report x.md",
                         "2026-12-07", changes, recipes, series, reqs,
-                        [R.ImageSize("linux/amd64", 7833645385, None)], ["vllm/engine/arg_utils.py"])
+                        [R._ImageSize("linux/amd64", 7833645385, None)], ["vllm/engine/arg_utils.py"])
 
 
 def test_markdown_rendering():

@@ -21,7 +21,7 @@ import yaml
 from kilntest import REPO, passing_smoke_record, run_kiln
 
 from kiln.basics import documents
-from kiln.basics.documents import Shape, field_path, read_document
+from kiln.basics.documents import Shape, _field_path, read_document
 from kiln.basics.errors import (
     BaseLockMismatch,
     BuildFailed,
@@ -104,7 +104,7 @@ def _build_record() -> dict[str, Any]:
 
 def _builds(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
     _results(mp, tmp_path)
-    records.build_record_path(IMAGE_ID).write_bytes(json.dumps(_build_record()).encode() + b"\n" + data + b"\n")
+    records._build_record_path(IMAGE_ID).write_bytes(json.dumps(_build_record()).encode() + b"\n" + data + b"\n")
     return records.build_records(IMAGE_ID)
 
 
@@ -146,15 +146,15 @@ def _probe(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
 
 
 def _engine_probe(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    return enginestamp.probe(_answering("KILN-PROBE", data), IMAGE_ID)
+    return enginestamp._probe(_answering("KILN-PROBE", data), IMAGE_ID)
 
 
 def _proofs(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    return inimageproof.gather(_answering(inimageproof.MARKER, data), IMAGE_ID, ["vllm"])
+    return inimageproof.gather(_answering(inimageproof._MARKER, data), IMAGE_ID, ["vllm"])
 
 
 def _inventory(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    return sbom.read_inventory(_answering(sbom.MARKER, data), IMAGE_ID)
+    return sbom._read_inventory(_answering(sbom._MARKER, data), IMAGE_ID)
 
 
 def _patches_label(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
@@ -162,7 +162,7 @@ def _patches_label(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> objec
 
 
 def _quilt(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    _at(tmp_path, f"scratch/.pc/{quilt.STATE}", data)
+    _at(tmp_path, f"scratch/.pc/{quilt._STATE}", data)
     return quilt._read_state(tmp_path / "scratch")
 
 
@@ -193,7 +193,7 @@ def _rebuilt_show(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object
 def _docker_config(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
     mp.setenv("DOCKER_CONFIG", str(tmp_path))
     _at(tmp_path, "config.json", data)
-    return credentials.from_docker_config("reg.example")
+    return credentials._from_docker_config("reg.example")
 
 
 def _token(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
@@ -326,10 +326,10 @@ def _corrupt(reader: Reader, kind: str) -> tuple[bytes, str]:
     """(the corrupted document, what its message must say about the field)."""
     if kind == "wrong type":
         loc, value = reader.wrong
-        return reader.dump(_set(reader.valid(), loc, value)), (f"{field_path(loc)}: " if loc else ": Input should be")
+        return reader.dump(_set(reader.valid(), loc, value)), (f"{_field_path(loc)}: " if loc else ": Input should be")
     if kind == "missing field":
         assert reader.missing is not None
-        parent = field_path(reader.missing[:-1])
+        parent = _field_path(reader.missing[:-1])
         return reader.dump(_drop(reader.valid(), reader.missing)), \
             f"{parent + ': ' if parent else ''}missing field {str(reader.missing[-1])!r}"
     return reader.garbage, reader.garbage_says
@@ -387,7 +387,7 @@ def test_a_damaged_launch_cache_entry_is_asked_again_with_a_warning(tmp_path, mo
     assert "argcheck/" in err and "flags[max-num-seqs].takes_value: Input should be a valid boolean" in err
     assert "a damaged cache entry, asked the engine image again" in err
     # an entry of another schema is asked again without a word
-    cache.write_text(json.dumps({"schema": launchargs.SCHEMA - 1}))
+    cache.write_text(json.dumps({"schema": launchargs._SCHEMA - 1}))
     assert launchargs.engine_args(docker, IMAGE_ID).flags == answer["flags"]
     assert asked == [1, 1] and "damaged" not in capsys.readouterr().err
 
@@ -454,10 +454,10 @@ def test_read_document_names_a_file_it_cannot_read(tmp_path):
 
 
 def test_field_paths_read_like_kilns_own():
-    assert field_path(("python_packages", 0, "wheels", "linux/amd64", "sha256")) == \
+    assert _field_path(("python_packages", 0, "wheels", "linux/amd64", "sha256")) == \
         "python_packages[0].wheels[linux/amd64].sha256"
-    assert field_path((0, "Layers")) == "[0].Layers"
-    assert field_path(()) == ""
+    assert _field_path((0, "Layers")) == "[0].Layers"
+    assert _field_path(()) == ""
 
 
 def test_each_adapter_is_built_once():
@@ -478,10 +478,10 @@ def test_each_adapter_is_built_once():
     ("serve --model x", "KILN_ARGPROBE: not JSON (Expecting value"),
 ])
 def test_the_launch_probe_refuses_a_request_it_cannot_read_in_one_line(text, says):
-    assert launchprobe.read_request('{"dump": true, "jobs": [{"groups": [["serve", "m"]], "env": {"A": "1"}}]}') \
+    assert launchprobe._read_request('{"dump": true, "jobs": [{"groups": [["serve", "m"]], "env": {"A": "1"}}]}') \
         == {"dump": True, "jobs": [{"groups": [["serve", "m"]], "env": {"A": "1"}}]}
     with pytest.raises(SystemExit) as exc:
-        launchprobe.read_request(text)
+        launchprobe._read_request(text)
     assert str(exc.value.code).startswith(says) and "\n" not in str(exc.value.code)
 
 
@@ -494,10 +494,10 @@ def test_the_launch_probe_refuses_a_request_it_cannot_read_in_one_line(text, say
 def test_the_hf_cache_check_refuses_models_it_cannot_read_in_one_line(text, says):
     from kiln.inimage import hfcache
 
-    [model] = hfcache.read_models('[{"role": "target", "repo": "org/m", "revision": "' + "a" * 40 + '"}]')
+    [model] = hfcache._read_models('[{"role": "target", "repo": "org/m", "revision": "' + "a" * 40 + '"}]')
     assert (model.repo, model.tokenizer) == ("org/m", True)
     with pytest.raises(SystemExit) as exc:
-        hfcache.read_models(text)
+        hfcache._read_models(text)
     assert str(exc.value.code).startswith(says) and "\n" not in str(exc.value.code)
 
 
@@ -509,10 +509,10 @@ def test_the_sbom_reader_refuses_roots_it_cannot_read_in_one_line(monkeypatch, v
     from kiln.inimage import sbomreader
 
     monkeypatch.setenv("KILN_SBOM_MODEL_ROOTS", '["/models"]')
-    assert sbomreader.env_paths("KILN_SBOM_MODEL_ROOTS") == ["/models"]
+    assert sbomreader._env_paths("KILN_SBOM_MODEL_ROOTS") == ["/models"]
     monkeypatch.setenv("KILN_SBOM_MODEL_ROOTS", value)
     with pytest.raises(SystemExit) as exc:
-        sbomreader.env_paths("KILN_SBOM_MODEL_ROOTS")
+        sbomreader._env_paths("KILN_SBOM_MODEL_ROOTS")
     assert str(exc.value.code).startswith(says) and "\n" not in str(exc.value.code)
 
 

@@ -111,7 +111,7 @@ def test_a_malformed_answer_is_package_index_invalid(monkeypatch, body, content_
 
 
 def test_a_huge_answer_is_refused_without_reading_it_all(monkeypatch):
-    monkeypatch.setattr(pyindex, "MAX_PAGE_BYTES", 1024)
+    monkeypatch.setattr(pyindex, "_MAX_PAGE_BYTES", 1024)
     _serve(monkeypatch, {f"{INDEX}/vllm/": (b"{" + b" " * 4096 + b"}", JSON)})
     with pytest.raises(PackageIndexInvalid, match=r"the answer is over 1,024 bytes; no index page is that large$"):
         pyindex.wheel_releases("vllm", index=INDEX, cafile=None)

@@ -23,6 +23,6 @@ def test_a_hung_git_answers_124(tmp_path, monkeypatch):
     fake.write_text("#!/bin/sh\nexec /bin/sleep 30\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(git, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(git, "_TIMEOUT_S", 0.5)
     done = git.run(tmp_path, "log")
     assert done.returncode == 124 and "no answer in 0.5 s" in done.stderr

@@ -21,7 +21,7 @@ from kilntest import REPO, run_kiln
 from kiln.basics.errors import FetchFailed, HfSnapshotMissing
 from kiln.domain.serving.hffetch import fetch
 from kiln.inimage import hfcache
-from kiln.inimage.hfcache import HfModel, check, repo_folder, seed, snapshot_dir
+from kiln.inimage.hfcache import HfModel, _repo_folder, check, seed, snapshot_dir
 
 # `kiln check`, `run --print` and `render k8s` ask a daemon when there is one: not here
 pytestmark = pytest.mark.usefixtures("no_docker")
@@ -250,4 +250,4 @@ def test_render_of_a_recipe_without_hf_models_has_no_job(tmp_path):
 
 
 def test_repo_folder_is_the_hub_clients():
-    assert repo_folder("Qwen/Qwen3-30B-A3B") == "models--Qwen--Qwen3-30B-A3B"
+    assert _repo_folder("Qwen/Qwen3-30B-A3B") == "models--Qwen--Qwen3-30B-A3B"

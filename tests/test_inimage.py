@@ -67,7 +67,7 @@ def test_the_check_sees_a_third_party_import(tmp_path):
 
 def test_source_names_the_shipped_files():
     assert {p.stem for p in _files()} >= {"patch_applier", "patchformat", "hfcache", "launchprobe", "sbomreader"}
-    assert launchargs.PROBE == inimage.source("launchprobe").read_text()
+    assert launchargs._PROBE == inimage.source("launchprobe").read_text()
     assert sbom._inimage_script() == inimage.source("sbomreader").read_text(encoding="utf-8")
     with pytest.raises(FileNotFoundError, match="kiln.inimage has no module 'nope'"):
         inimage.source("nope")

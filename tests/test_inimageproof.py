@@ -17,7 +17,7 @@ MODULES = ["triton", "vllm", "kiln_engine"]
 GOOD = {
     "machine": "aarch64", "torch": "2.14.0+cu130", "cuda": "13.0", "vllm": "0.33.0",
     "imports": dict.fromkeys(MODULES, "ok"),
-    "plugins": [inimageproof.PLUGIN], "draft_trunc": "vllm.v1.worker.gpu.spec_decode.draft_trunc",
+    "plugins": [inimageproof._PLUGIN], "draft_trunc": "vllm.v1.worker.gpu.spec_decode.draft_trunc",
 }
 WANT = Expected(machine="aarch64", cuda="13.0", modules=MODULES, draft_trunc=True)
 
@@ -57,7 +57,7 @@ def test_the_script_as_sent_runs_alone_and_reports_what_it_found():
     script = inimage.source("engineproof").read_text() + "\nreport(['json', 'kiln_no_such_module'])\n"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith(inimageproof.MARKER + " ")]
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith(inimageproof._MARKER + " ")]
     facts = json.loads(line.split(" ", 1)[1])
     import platform
 

@@ -17,7 +17,7 @@ from typing_extensions import TypedDict
 from kiln.basics.errors import RecipeInvalid, SmokeFailed
 from kiln.commands import jsonschemas
 from kiln.commands.doctor import DoctorCheck
-from kiln.commands.images.build import BuildDocument, BuildOutcome
+from kiln.commands.images.build import BuildDocument, _BuildOutcome
 from kiln.commands.serving.smoke import SmokeDocument, SmokeSkipped
 from kiln.domain.publishing import (
     PlatformEntry,
@@ -28,22 +28,22 @@ from kiln.domain.publishing import (
     promote_document,
     publish_document,
 )
-from kiln.domain.signing.signverify import AttestationCheck, Verification
+from kiln.domain.signing.signverify import Verification, _AttestationCheck
 from kiln.infra.records import CheckEntry, Timings
 
 D = [f"sha256:{c * 64}" for c in "abcdef"]  # six digests
 
 
 def _validate(name: str, doc: Any) -> None:
-    schema = json.loads((jsonschemas.SCHEMAS / f"{name}.json").read_text())
+    schema = json.loads((jsonschemas._SCHEMAS / f"{name}.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.validate(json.loads(json.dumps(doc)), schema, cls=jsonschema.Draft202012Validator)
 
 
 def test_every_schema_file_is_what_its_type_generates():
-    assert jsonschemas.stale() == [], (
+    assert jsonschemas._stale() == [], (
         "src/kiln/schemas/ differs from the --json documents' types: run `python -m kiln.commands.jsonschemas`")
-    assert sorted(p.stem for p in jsonschemas.SCHEMAS.glob("*.json")) == sorted(jsonschemas.DOCUMENTS)
+    assert sorted(p.stem for p in jsonschemas._SCHEMAS.glob("*.json")) == sorted(jsonschemas.DOCUMENTS)
 
 
 class _DoctorDocumentPlus(TypedDict):
@@ -57,23 +57,23 @@ class _DoctorDocumentPlus(TypedDict):
 def test_a_changed_type_or_file_is_stale_and_regenerating_mends_it(tmp_path: Path):
     """The comparison can fail: a type with another key renders another file; an edited,
     a missing and an extra file are each named, and `write` puts the folder right."""
-    doctor = (jsonschemas.SCHEMAS / "doctor.json").read_text()
-    assert jsonschemas.rendered("doctor") == doctor
-    assert '"machine"' in jsonschemas.rendered("doctor", _DoctorDocumentPlus) != doctor
+    doctor = (jsonschemas._SCHEMAS / "doctor.json").read_text()
+    assert jsonschemas._rendered("doctor") == doctor
+    assert '"machine"' in jsonschemas._rendered("doctor", _DoctorDocumentPlus) != doctor
     folder = tmp_path / "schemas"
-    shutil.copytree(jsonschemas.SCHEMAS, folder)
+    shutil.copytree(jsonschemas._SCHEMAS, folder)
     (folder / "build.json").write_text(doctor)
     (folder / "list.json").unlink()
     (folder / "old.json").write_text("{}\n")
-    assert jsonschemas.stale(folder) == ["build.json", "list.json", "old.json"]
-    assert jsonschemas.write(folder) == ["build.json", "list.json", "old.json"]
-    assert jsonschemas.stale(folder) == [] and not (folder / "old.json").exists()
+    assert jsonschemas._stale(folder) == ["build.json", "list.json", "old.json"]
+    assert jsonschemas._write(folder) == ["build.json", "list.json", "old.json"]
+    assert jsonschemas._stale(folder) == [] and not (folder / "old.json").exists()
 
 
 def test_what_the_types_say_beyond_python_reaches_the_schemas():
     """Patterns, minimums, closed objects and descriptions come from the types
     (kiln.basics.jsontypes), so a document that breaks them is refused."""
-    good = BuildOutcome(tag="kiln/x:1", image_id=D[0], digest=D[1], size=1, seconds=2.0, skipped=False).document("x")
+    good = _BuildOutcome(tag="kiln/x:1", image_id=D[0], digest=D[1], size=1, seconds=2.0, skipped=False).document("x")
     _validate("build", good)
     for bad in ({"image_id": "sha256:short"}, {"size_bytes": -1}, {"seconds": -0.5}):
         with pytest.raises(jsonschema.ValidationError):
@@ -84,12 +84,12 @@ def test_what_the_types_say_beyond_python_reaches_the_schemas():
     _validate("verify", verify)
     with pytest.raises(jsonschema.ValidationError, match="Additional properties"):
         _validate("verify", {**verify, "private_key": "x"})
-    outdated = json.loads((jsonschemas.SCHEMAS / "outdated.json").read_text())
+    outdated = json.loads((jsonschemas._SCHEMAS / "outdated.json").read_text())
     assert outdated["properties"]["index"]["description"].startswith("The simple index asked")
 
 
 def test_build_and_smoke_documents_validate():
-    one = BuildOutcome(tag="kiln/x:1", image_id=D[0], digest=D[1], size=10, seconds=1.5, skipped=True,
+    one = _BuildOutcome(tag="kiln/x:1", image_id=D[0], digest=D[1], size=10, seconds=1.5, skipped=True,
                        steps=4, cached_steps=4).document("x")
     _validate("build", BuildDocument(**one, platforms={"linux/amd64": one, "linux/arm64": one}))
     ran = SmokeDocument(recipe="x", image_id=D[0], tag="kiln/x:1", input_digest=D[1], platform="linux/amd64",
@@ -141,7 +141,7 @@ def test_verify_documents_of_an_index_and_errors_validate():
     leaf = Verification(reference="r/x@" + D[1], repository="r/x", digest=D[1], key_fingerprint=D[2],
                         signature_tag=f"sha256-{'b' * 64}.sig", signature_manifest=D[3], signature_layer=D[4],
                         signed_identity="r/x", attestation_tag=f"sha256-{'b' * 64}.att", attestation_manifest=D[5],
-                        attestations=[AttestationCheck("https://slsa.dev/provenance/v1", D[0], False, "subject")])
+                        attestations=[_AttestationCheck("https://slsa.dev/provenance/v1", D[0], False, "subject")])
     index = Verification(reference="r/x:1", repository="r/x", digest=D[0], key_fingerprint=D[2],
                          signature_tag=f"sha256-{'a' * 64}.sig", signature_manifest=D[3], signature_layer=D[4],
                          signed_identity="r/x", platforms={"linux/amd64": leaf})
@@ -169,5 +169,5 @@ def test_no_schema_falls_back_to_anything():
                 walk(item, where)
 
     for name in jsonschemas.DOCUMENTS:
-        walk(jsonschemas.json_schema(name), name)
+        walk(jsonschemas._json_schema(name), name)
     assert loose == []

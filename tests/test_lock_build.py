@@ -98,7 +98,7 @@ def test_a_tampered_wheel_in_the_wheelhouse_is_refused(kiln_tree, base_image, do
 
     real = tmp_path / SIX
     assert pyindex.download(six["wheels"]["linux/amd64"]["url"], real, six["wheels"]["linux/amd64"]["sha256"],
-                            cafile=None if not (p := pyindex.pip_setting("cert")) else Path(p)) == \
+                            cafile=None if not (p := pyindex._pip_setting("cert")) else Path(p)) == \
         six["wheels"]["linux/amd64"]["sha256"]
     data = bytearray(real.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one byte changed: still the same size and name

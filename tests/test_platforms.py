@@ -170,7 +170,7 @@ def test_kiln_engine_info_prints_the_architecture(monkeypatch, capsys):
 
 
 def test_image_index_is_deterministic_and_names_each_platform():
-    from kiln.infra.manifests import OCI_INDEX, Manifest, image_index, index_children
+    from kiln.infra.manifests import _OCI_INDEX, Manifest, image_index, index_children
 
     amd = Manifest(
         "sha256:" + "a" * 64, "application/vnd.docker.distribution.manifest.v2+json", b"{}"
@@ -180,9 +180,9 @@ def test_image_index_is_deterministic_and_names_each_platform():
         image_index([("linux/amd64", amd), ("linux/arm64", arm)]),
         image_index([("linux/amd64", amd), ("linux/arm64", arm)]),
     )
-    assert one == two and one.media_type == OCI_INDEX and one.is_index
+    assert one == two and one.media_type == _OCI_INDEX and one.is_index
     doc = json.loads(one.body)
-    assert doc["mediaType"] == OCI_INDEX and doc["schemaVersion"] == 2
+    assert doc["mediaType"] == _OCI_INDEX and doc["schemaVersion"] == 2
     assert [(m["platform"], m["size"], m["mediaType"]) for m in doc["manifests"]] == [
         ({"architecture": "amd64", "os": "linux"}, 2, amd.media_type),
         ({"architecture": "arm64", "os": "linux"}, 3, arm.media_type),
@@ -242,7 +242,7 @@ def test_a_build_for_an_unemulated_platform_stops_with_exit_102(tmp_path, monkey
     from kiln.infra import binfmt
 
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(binfmt, "BINFMT", _binfmt(tmp_path, None, mounted=False))
+    monkeypatch.setattr(binfmt, "_BINFMT", _binfmt(tmp_path, None, mounted=False))
     with pytest.raises(EmulationUnavailable) as info:
         binfmt.require("linux/arm64")
     assert info.value.exit_code == 102 and "binfmt_misc is not mounted" in info.value.message
@@ -278,7 +278,7 @@ def test_an_emulator_older_than_qemu_10_is_refused_before_an_arm64_build(tmp_pat
     from kiln.infra import binfmt
 
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
-    monkeypatch.setattr(binfmt, "BINFMT", _registered_qemu(tmp_path, says))
+    monkeypatch.setattr(binfmt, "_BINFMT", _registered_qemu(tmp_path, says))
     binfmt.require("linux/arm64")  # without a minimum any usable emulator will do
     if not refused:
         binfmt.require("linux/arm64", min_major=binfmt.QEMU_MIN_MAJOR)
@@ -319,28 +319,28 @@ def test_build_for_a_platform_checks_it_before_anything_builds(tmp_path, platfor
 
 
 def test_emulated_smoke_limits_are_scaled_and_capped():
-    from kiln.commands.serving.smoke import EMULATION_FACTOR, emulated_smoke
+    from kiln.commands.serving.smoke import EMULATION_FACTOR, _emulated_smoke
 
     spec = load_recipe(recipe_dir("tiny-moe")).recipe.smoke.model_copy(
         update={"min_tokens_per_s": 10.0}
     )
-    scaled = emulated_smoke(spec)
+    scaled = _emulated_smoke(spec)
     assert scaled.startup_timeout_s == min(spec.startup_timeout_s * EMULATION_FACTOR, 7200)
     assert scaled.request_timeout_s == min(spec.request_timeout_s * EMULATION_FACTOR, 3600)
     assert scaled.min_tokens_per_s == 10.0 / EMULATION_FACTOR
     assert spec.startup_timeout_s < scaled.startup_timeout_s  # the recipe's own spec is untouched
-    assert emulated_smoke(spec, 1000).startup_timeout_s == 7200  # the schema's upper bound
+    assert _emulated_smoke(spec, 1000).startup_timeout_s == 7200  # the schema's upper bound
 
 
 def test_base_tags_per_platform():
-    from kiln.commands.images.baseimage import base_tag
+    from kiln.commands.images.baseimage import _base_tag
 
     assert (
-        base_tag("kiln/base:bookworm", None)
-        == base_tag("kiln/base:bookworm", "linux/amd64")
+        _base_tag("kiln/base:bookworm", None)
+        == _base_tag("kiln/base:bookworm", "linux/amd64")
         == "kiln/base:bookworm"
     )
-    assert base_tag("kiln/base:bookworm", "linux/arm64") == "kiln/base:bookworm-arm64"
+    assert _base_tag("kiln/base:bookworm", "linux/arm64") == "kiln/base:bookworm-arm64"
     loaded = load_recipe(recipe_dir("glm53-kindling"))
     arm = EngineImage(loaded.recipe.engine, _LazyCA(None), "linux/arm64")
     assert arm.base_ref == "kiln/base:bookworm-arm64" == arm.buildargs()["BASE_IMAGE"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from kiln.basics import log
-from kiln.basics.progress import Activity, live
+from kiln.basics.progress import Activity, _live
 
 
 def test_heartbeat_lines_are_rate_limited_and_say_how_far(capsys, monkeypatch):
@@ -30,12 +30,12 @@ def test_silent_activity_prints_nothing(capsys, monkeypatch):
 def test_live_only_on_a_terminal_outside_ci_and_not_quiet(monkeypatch):
     monkeypatch.setattr(log.console, "_force_terminal", True)
     monkeypatch.delenv("CI", raising=False)
-    assert live()
+    assert _live()
     monkeypatch.setenv("CI", "true")
-    assert not live()
+    assert not _live()
     monkeypatch.delenv("CI")
     monkeypatch.setattr(log.console, "quiet", True)
-    assert not live()
+    assert not _live()
     monkeypatch.setattr(log.console, "quiet", False)
     monkeypatch.setattr(log.console, "_force_terminal", False)
-    assert not live()
+    assert not _live()

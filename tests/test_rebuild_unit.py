@@ -19,7 +19,7 @@ def _img(**labels):
 
 def test_labels_name_the_recipe_and_the_commit():
     img = _img(**{"ai.kiln.recipe": "tiny-moe", "org.opencontainers.image.revision": "ab" * 20})
-    assert rebuild.what_to_rebuild(img, "x") == ("tiny-moe", "ab" * 20)
+    assert rebuild._what_to_rebuild(img, "x") == ("tiny-moe", "ab" * 20)
 
 
 @pytest.mark.parametrize("labels, why", [
@@ -29,7 +29,7 @@ def test_labels_name_the_recipe_and_the_commit():
 ])
 def test_images_that_cannot_be_rebuilt_say_why(labels, why):
     with pytest.raises(RebuildSourceMissing) as exc:
-        rebuild.what_to_rebuild(_img(**labels), "ref")
+        rebuild._what_to_rebuild(_img(**labels), "ref")
     assert why in exc.value.message and "\n" not in exc.value.message
 
 

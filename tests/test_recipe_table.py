@@ -17,7 +17,7 @@ def test_readme_table_is_in_sync_with_the_recipes():
 
 
 def test_every_recipe_has_a_row_with_its_engine_and_gpus():
-    table = catalogue.table()
+    table = catalogue._table()
     rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines() if line.startswith("| ") and "---" not in line}
     for folder in sorted(p.parent.name for p in (REPO / "recipes").glob("*/recipe.yaml")):
         assert folder in rows, folder
@@ -30,8 +30,8 @@ def test_platforms_come_from_engine_platforms():
     loaded = SimpleNamespace(recipe=SimpleNamespace(engine=SimpleNamespace(platforms=["linux/amd64", "linux/arm64"])))
     assert catalogue._platforms(loaded) == "linux/amd64, linux/arm64"
     # glm53-kindling declares both (GH200/GB200 nodes are aarch64); the default is amd64 alone
-    assert catalogue.row("glm53-kindling").platforms == "linux/amd64, linux/arm64"
-    assert catalogue.row("tiny-moe").platforms == "linux/amd64"
+    assert catalogue._row("glm53-kindling").platforms == "linux/amd64, linux/arm64"
+    assert catalogue._row("tiny-moe").platforms == "linux/amd64"
 
 
 def test_the_script_fails_on_a_stale_table(tmp_path, monkeypatch):

@@ -91,7 +91,7 @@ def _edit_lock(folder: Path, change) -> None:
     write it (the reader refuses a digest that does not match)."""
     from kiln.domain.locks.lockrecords import Resolved
 
-    path = folder / recipelock.FILE
+    path = folder / recipelock._FILE
     doc = json.loads(path.read_text())
     change(doc)
     doc["resolved_from"]["sha256"] = Resolved(doc["resolved_from"]["requirements"]).sha256
@@ -109,10 +109,10 @@ def _edit_recipe(folder: Path, packages) -> None:
 
 
 def test_a_missing_lock_is_named_by_check_and_stops_the_build_before_docker(twin):
-    (twin / recipelock.FILE).unlink()
+    (twin / recipelock._FILE).unlink()
     loaded = load_recipe(twin)
     (problem,) = recipelock.problems(loaded)
-    assert problem.startswith(f"{L.shown(twin / recipelock.FILE)}: no lock for build.python_packages")
+    assert problem.startswith(f"{L.shown(twin / recipelock._FILE)}: no lock for build.python_packages")
     assert problem.endswith("(kiln engine lock tiny-kindling --recipe-only)")
     with pytest.raises(LockMissing) as err:
         _context(loaded)
@@ -136,7 +136,7 @@ def test_a_package_named_since_the_lock_was_made_is_named(twin):
 def test_a_lock_left_behind_by_a_recipe_that_names_no_packages_is_named(twin):
     _edit_recipe(twin, None)
     loaded = load_recipe(twin)
-    assert recipelock.problems(loaded) == [f"{L.shown(twin / recipelock.FILE)}: the recipe names no "
+    assert recipelock.problems(loaded) == [f"{L.shown(twin / recipelock._FILE)}: the recipe names no "
                                            "build.python_packages; remove the lock or name them"]
     assert recipelock.for_recipe(loaded) is None
 
@@ -156,7 +156,7 @@ def test_a_lock_left_behind_by_a_recipe_that_names_no_packages_is_named(twin):
 def test_a_stale_or_hand_edited_lock_is_one_line_naming_file_and_field(twin, change, expected):
     _edit_lock(twin, change)
     problems = recipelock.problems(load_recipe(twin))
-    assert any(p.startswith(f"{L.shown(twin / recipelock.FILE)}: {expected}") for p in problems), problems
+    assert any(p.startswith(f"{L.shown(twin / recipelock._FILE)}: {expected}") for p in problems), problems
     assert all("\n" not in p for p in problems)
 
 
@@ -167,14 +167,14 @@ def test_a_package_the_engine_lock_installs_already_is_refused(twin):
     _edit_lock(twin, lambda d: (d["resolved_from"].update(requirements=["numpy", "triton==3.9.0"]),
                                 d["python_packages"].insert(0, numpy.to_json())))
     problems = recipelock.problems(load_recipe(twin))
-    assert problems == [f"{L.shown(twin / recipelock.FILE)}: python_packages: numpy {numpy.version}: the engine "
+    assert problems == [f"{L.shown(twin / recipelock._FILE)}: python_packages: numpy {numpy.version}: the engine "
                         f"lock installs numpy {numpy.version} already (kiln engine lock tiny-kindling --recipe-only)"]
 
 
 def test_an_unreadable_lock_is_the_reader_s_one_line(twin):
-    (twin / recipelock.FILE).write_text("{not json")
+    (twin / recipelock._FILE).write_text("{not json")
     (problem,) = recipelock.problems(load_recipe(twin))
-    assert problem.startswith(f"{L.shown(twin / recipelock.FILE)}: not JSON")
+    assert problem.startswith(f"{L.shown(twin / recipelock._FILE)}: not JSON")
 
 
 # -- the wheels on the host ----------------------------------------------------------------
@@ -229,7 +229,7 @@ def test_re_locking_tiny_kindling_from_the_index_gives_the_committed_lock():
 def test_recipe_only_check_asks_the_index_about_the_recipe_lock_alone_and_changes_nothing():
     from kilntest import run_kiln
 
-    path = REPO / "recipes" / NAME / recipelock.FILE
+    path = REPO / "recipes" / NAME / recipelock._FILE
     engine = L.lock_path(L.engine_image_dir("cpu"), "vllm", "0.32.0")
     before = path.read_bytes(), engine.read_bytes()
     result = run_kiln("engine", "lock", NAME, "--recipe-only", "--check")
@@ -256,7 +256,7 @@ def test_the_sbom_cites_the_recipe_lock_only_when_the_image_was_built_from_it():
     labels = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None)).labels()
     label = labels["ai.kiln.recipe-lock"]
     committed = recipelock.committed(loaded)
-    assert committed is not None and label == f"recipes/{NAME}/{recipelock.FILE}@sha256:{committed.sha256}"
+    assert committed is not None and label == f"recipes/{NAME}/{recipelock._FILE}@sha256:{committed.sha256}"
     assert sbom._recipe_lock(loaded, labels) == committed
     assert sbom._recipe_lock(loaded, {**labels, "ai.kiln.recipe-lock": label[:-64] + "0" * 64}) is None
     assert sbom._recipe_lock(loaded, {k: v for k, v in labels.items() if k != "ai.kiln.recipe-lock"}) is None
@@ -271,10 +271,10 @@ def test_the_provenance_lists_the_recipe_lock_and_its_wheels():
     committed = recipelock.committed(loaded)
     assert committed is not None
     lock_entry, triton = deps[0], deps[1]
-    assert lock_entry == {"name": f"recipes/{NAME}/{recipelock.FILE}", "digest": {"sha256": committed.sha256},
+    assert lock_entry == {"name": f"recipes/{NAME}/{recipelock._FILE}", "digest": {"sha256": committed.sha256},
                           "annotations": {"kiln_role": "recipe-lock"}}
     assert (triton["name"], triton["uri"], triton["digest"]) == (TRITON[0], "pkg:pypi/triton@3.9.0", {"sha256": TRITON[1]})
-    assert triton["annotations"] == {"kiln_role": "locked-python", "kiln_lock": f"recipes/{NAME}/{recipelock.FILE}"}
+    assert triton["annotations"] == {"kiln_role": "locked-python", "kiln_lock": f"recipes/{NAME}/{recipelock._FILE}"}
     # tiny-moe's provenance has no such entry
     moe = load_recipe(REPO / "recipes" / "tiny-moe")
     plain = provenance._lock_dependencies(None, RecipeImage(moe, EngineImage(moe.recipe.engine, None)), AMD64,

@@ -9,8 +9,8 @@ import pytest
 from kilntest import REPO, run_kiln
 
 from kiln.basics.errors import UsageError
-from kiln.cli import build_parser
-from kiln.commands.serving.serve import parse_env, vllm_extra
+from kiln.cli import _build_parser
+from kiln.commands.serving.serve import _parse_env, _vllm_extra
 from kiln.domain.recipes.recipe import load_recipe
 from kiln.domain.serving.container import run_spec
 from kiln.domain.serving.launch import LABEL_RECIPE, RunSpec
@@ -59,19 +59,19 @@ def test_run_env_wins_over_recipe_env_and_containers_are_labelled():
 @pytest.mark.parametrize("bad", ["FOO", "=x", "1A=x", "A B=x"])
 def test_env_needs_var_equals_value(bad):
     with pytest.raises(UsageError):
-        parse_env([bad])
+        _parse_env([bad])
 
 
 def test_env_value_may_hold_equals_and_be_empty():
-    assert parse_env(["A=b=c", "B="]) == {"A": "b=c", "B": ""}
+    assert _parse_env(["A=b=c", "B="]) == {"A": "b=c", "B": ""}
 
 
 @pytest.mark.parametrize("token", ["-e", "--env", "--env=A=1"])
 def test_env_after_double_dash_is_refused(token):
-    args = build_parser().parse_args(["run", "tiny-moe"])
+    args = _build_parser().parse_args(["run", "tiny-moe"])
     args.vllm_args = ["--max-model-len", "256", token]
     with pytest.raises(UsageError, match="would go to vLLM"):
-        vllm_extra(args)
+        _vllm_extra(args)
 
 
 def test_run_usage_shows_vllm_args_and_env():

@@ -2,39 +2,39 @@
 
 from __future__ import annotations
 
-from kiln.commands.recipes.show import speculation
+from kiln.commands.recipes.show import _speculation
 
 DT = {"KILN_FEATURES": "draft-trunc", "KILN_DRAFT_TRUNC": "1"}
 
 
 def test_no_speculation():
-    assert speculation(None, {}) == "none"
+    assert _speculation(None, {}) == "none"
 
 
 def test_fixed_k_without_draft_trunc():
-    assert speculation({"method": "mtp", "num_speculative_tokens": 3}, {}) == "mtp, 3 drafts"
+    assert _speculation({"method": "mtp", "num_speculative_tokens": 3}, {}) == "mtp, 3 drafts"
 
 
 def test_schedule_and_draft_trunc_with_depth():
     spec = {"method": "draft_model", "num_speculative_tokens": 4,
             "num_speculative_tokens_per_batch_size": [[1, 1, 4], [2, 4, 3], [5, 1024, 2]]}
     env = {**DT, "KILN_DRAFT_TRUNC_DRAFT_COST": "1:0.1", "KILN_DRAFT_TRUNC_DEPTH": "1"}
-    assert speculation(spec, env) == (
+    assert _speculation(spec, env) == (
         "draft_model, drafts by batch size 1: 4, 2-4: 3, 5-1024: 2 (at most 4); "
         "draft-trunc: cost-aware, drafting priced, decides how far to draft")
 
 
 def test_draft_trunc_switched_off_or_fixed_tau():
     spec = {"method": "draft_model", "num_speculative_tokens": 4}
-    assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC": "0"}) == "draft_model, 4 drafts"
-    assert speculation(spec, {"KILN_DRAFT_TRUNC": "1"}) == "draft_model, 4 drafts"  # feature not baked in
-    assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC_TAU": "0.3"}).endswith("draft-trunc: fixed tau 0.3")
+    assert _speculation(spec, {**DT, "KILN_DRAFT_TRUNC": "0"}) == "draft_model, 4 drafts"
+    assert _speculation(spec, {"KILN_DRAFT_TRUNC": "1"}) == "draft_model, 4 drafts"  # feature not baked in
+    assert _speculation(spec, {**DT, "KILN_DRAFT_TRUNC_TAU": "0.3"}).endswith("draft-trunc: fixed tau 0.3")
 
 
 def test_adaptive_verification_and_its_calibration():
     spec = {"method": "draft_model", "num_speculative_tokens": 4, "enable_adaptive_verification": True}
     env = {**DT, "KILN_DRAFT_TRUNC_WITH_AV": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1"}
-    assert speculation(spec, env) == (
+    assert _speculation(spec, env) == (
         "draft_model, 4 drafts; vLLM adaptive verification; "
         "draft-trunc: cost-aware, calibrates adaptive verification")
 
@@ -43,8 +43,8 @@ def test_a_flag_the_knob_refuses_counts_as_off_here():
     """`kiln show` reads flags with the engine knob's own parser; a value it refuses is
     the engine check's to name, not a switch turned on."""
     spec = {"method": "draft_model", "num_speculative_tokens": 4}
-    assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC_DEPTH": "maybe"}) == "draft_model, 4 drafts; draft-trunc: cost-aware"
-    assert speculation(spec, {**DT, "KILN_DRAFT_TRUNC_DEPTH": " On "}).endswith("decides how far to draft")
+    assert _speculation(spec, {**DT, "KILN_DRAFT_TRUNC_DEPTH": "maybe"}) == "draft_model, 4 drafts; draft-trunc: cost-aware"
+    assert _speculation(spec, {**DT, "KILN_DRAFT_TRUNC_DEPTH": " On "}).endswith("decides how far to draft")
 
 
 def test_served_names_each_run_newest_first_or_says_nothing_did():

@@ -55,7 +55,7 @@ class _SubParser(_Parser):
         _global_flags(self, argparse.SUPPRESS)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="kiln", description="Build, serve, smoke-test and publish per-model vLLM images.")
     p.add_argument("--version", action="version", version=f"kiln {_version()}")
     _global_flags(p, False)
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         if "--" in argv:
             cut = argv.index("--")
             argv, passthrough = argv[:cut], argv[cut + 1:]
-        args = build_parser().parse_args(argv)
+        args = _build_parser().parse_args(argv)
         args.vllm_args = passthrough
         args.json = getattr(args, "json", False)
         log.set_quiet(args.quiet)

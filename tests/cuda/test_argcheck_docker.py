@@ -32,11 +32,11 @@ def cpu_engine_id(docker_daemon, base_image) -> str:
     from kiln.domain.recipes.recipe import load_recipe
 
     loaded = load_recipe(recipes_dir() / "tiny-moe")
-    return build.engine_image_id(docker_daemon, loaded, build_if_missing=True)
+    return build._engine_image_id(docker_daemon, loaded, build_if_missing=True)
 
 
 @pytest.fixture(scope="module")
-def accepted(docker_daemon, cpu_engine_id) -> launchargs.EngineArgs:
+def accepted(docker_daemon, cpu_engine_id) -> launchargs._EngineArgs:
     return launchargs.engine_args(docker_daemon, cpu_engine_id)
 
 
@@ -220,7 +220,7 @@ def test_the_engine_leaves_the_draft_count_open_so_kiln_bounds_it(tmp_path, dock
                   if p.field == "launch.speculative_config" else p for p in job.parts)
     big = dataclasses.replace(job, parts=parts)
     assert json.loads(parts[-1].tokens[1])["num_speculative_tokens"] == 100000
-    answer = launchargs.ask(docker_daemon, cpu_engine_id, big).answer
+    answer = launchargs._ask(docker_daemon, cpu_engine_id, big).answer
     assert "speculative" in answer.stages and answer.refusals == (), answer
     tree = _tree(tmp_path / "t", replace={"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 100000\n"})
     line = (tree / "recipes" / TEST_RECIPE / "recipe.yaml").read_text().splitlines().index(
@@ -257,12 +257,12 @@ def test_shipped_cpu_recipes_pass_the_value_check(docker_daemon, cpu_engine_id):
     for name in ("tiny-moe", "tiny-kindling"):
         loaded = _load(recipes_dir() / name)
         job = launchargs.Job.of(loaded)
-        accepted, answer = launchargs.ask(docker_daemon, cpu_engine_id, job)
+        accepted, answer = launchargs._ask(docker_daemon, cpu_engine_id, job)
         assert answer.version.startswith("0.32.0") and answer.kiln_engine, answer
         # every stage ran: the parser, serve's checks, EngineArgs, the config fields, the
         # speculative config and kiln-engine's knobs (tiny-kindling switches draft-trunc on)
         assert answer.stages == ("parse", "serve", "engine-args", "config", "speculative", "env"), answer
-        assert launchargs.launch_problems(loaded, accepted, job, answer) == [], name
+        assert launchargs._launch_problems(loaded, accepted, job, answer) == [], name
 
 
 def test_answer_is_cached_per_command_line(tmp_path, docker_daemon, cpu_engine_id, monkeypatch):

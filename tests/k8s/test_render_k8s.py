@@ -183,7 +183,7 @@ def _publish_record(input_digest: str, manifest_digest: str):
 
 
 def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
-    from kiln.commands.publishing.publish import write_record
+    from kiln.commands.publishing.publish import _write_record
     from kiln.domain.images.specs import resolve
 
     env = {"KILN_RESULTS_DIR": str(tmp_path / "state")}
@@ -197,10 +197,10 @@ def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
     from unittest import mock
 
     with mock.patch.dict(os.environ, env):
-        write_record("publish", "tiny-moe", _publish_record("sha256:" + "0" * 64, "sha256:" + "1" * 64))
+        _write_record("publish", "tiny-moe", _publish_record("sha256:" + "0" * 64, "sha256:" + "1" * 64))
         stale = _render("tiny-moe", env=env)
         assert stale.returncode == 71 and "other inputs" in stale.stderr, stale.stderr
-        write_record("publish", "tiny-moe", record)
+        _write_record("publish", "tiny-moe", record)
     result = _render("tiny-moe", env=env)
     assert result.returncode == 0, result.stderr
     docs = list(yaml.safe_load_all(result.stdout))

@@ -17,9 +17,9 @@ APPLY_STEP = ("Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site
 
 def test_applier_codes_equal_the_typed_errors():
     # applier.py runs inside images with the standard library only, so it mirrors the codes
-    assert patchformat.EXIT_PATCH_FAILED == patchformat.ApplyFailed.exit_code == errors.PatchFailed.exit_code
-    assert patchformat.EXIT_DRIFT == patchformat.DriftError.exit_code == errors.OverrideDrift.exit_code
-    assert patchformat.EXIT_INVALID == patchformat.PatchFormatError.exit_code == errors.PatchInvalid.exit_code
+    assert patchformat._EXIT_PATCH_FAILED == patchformat.ApplyFailed.exit_code == errors.PatchFailed.exit_code
+    assert patchformat._EXIT_DRIFT == patchformat.DriftError.exit_code == errors.OverrideDrift.exit_code
+    assert patchformat._EXIT_INVALID == patchformat.PatchFormatError.exit_code == errors.PatchInvalid.exit_code
 
 
 @pytest.mark.parametrize("status, typed", [
@@ -27,11 +27,11 @@ def test_applier_codes_equal_the_typed_errors():
 def test_applier_step_status_picks_the_typed_error(status, typed):
     exc = errors.BuildFailed("x", step=APPLY_STEP, status=status,
                              tail=["vllm/a.py: does not compile after patching (0001-x.patch): bad",
-                                   P.HINT_PATCH])
+                                   P._HINT_PATCH])
     mapped = build._as_patch_failure(exc)
     assert isinstance(mapped, typed) and mapped.exit_code == status
     assert mapped.lines()[0] == "vllm/a.py: does not compile after patching (0001-x.patch): bad"
-    assert P.HINT_PATCH not in mapped.lines()  # the typed error's own hint replaces the applier's
+    assert P._HINT_PATCH not in mapped.lines()  # the typed error's own hint replaces the applier's
 
 
 @pytest.mark.parametrize("step, status", [
@@ -47,7 +47,7 @@ def test_other_failures_stay_build_failures(step, status):
 def test_pinned_versions_follow_pep440(tmp_path, monkeypatch, capsys):
     from kiln.basics import paths
 
-    for marker in paths.MARKERS:  # a checkout as far as repo_root() is concerned
+    for marker in paths._MARKERS:  # a checkout as far as repo_root() is concerned
         (tmp_path / marker).mkdir()
     for name in ("0.33.0", "0.33.0rc1", "0.9.0", "0.32.0", "latest", "0.33.0.post1"):
         (tmp_path / "patches" / "vllm" / name).mkdir(parents=True)

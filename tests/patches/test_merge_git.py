@@ -48,7 +48,7 @@ def test_no_git_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
 
 
 def test_a_hanging_git_is_stopped_at_the_timeout(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(git, "TIMEOUT_S", 0.5)
+    monkeypatch.setattr(git, "_TIMEOUT_S", 0.5)
     err = _merge_fails(monkeypatch, _fake_git(tmp_path, "exec /bin/sleep 30"))
     assert err.message == "git merge-file: no answer in 0.5 s"
 

@@ -115,7 +115,7 @@ def test_hunk_with_less_leading_context_is_anchored_to_file_start(src032):
 def test_new_and_deleted_files_and_missing_newline(src032, tmp_path):
     text = (src032 / "vllm/version.py").read_bytes()
     new_file = D.file_diff("vllm/kiln_extra.py", None, text.rstrip(b"\n"))  # no final newline
-    assert patchformat.NO_NEWLINE in new_file
+    assert patchformat._NO_NEWLINE in new_file
     delete = D.file_diff("vllm/version.py", text, None)
     patch = patchformat.parse_patch(b"Why: t\nUpstream: no\n" + new_file + delete, "nd.patch")
     assert [f.creates for f in patch.files] == [True, False] and patch.files[1].deletes

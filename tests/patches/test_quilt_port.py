@@ -34,7 +34,7 @@ def engine(tmp_path, monkeypatch) -> Path:
     if not shutil.which("git"):
         pytest.skip("git not available (git merge-file)")
     root = tmp_path / "kiln"
-    for marker in paths.MARKERS:
+    for marker in paths._MARKERS:
         (root / marker).mkdir(parents=True)
     cache = tmp_path / "cache"
     for version, a in (("1.0.0", OLD), ("2.0.0", NEW)):

@@ -16,8 +16,8 @@ from kiln.infra import credentials
 def docker_config(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
     monkeypatch.delenv(credentials.USER_ENV, raising=False)
-    monkeypatch.delenv(credentials.PASSWORD_ENV, raising=False)
-    monkeypatch.delenv(credentials.HOST_ENV, raising=False)
+    monkeypatch.delenv(credentials._PASSWORD_ENV, raising=False)
+    monkeypatch.delenv(credentials._HOST_ENV, raising=False)
 
     def write(doc: dict):
         (tmp_path / "config.json").write_text(json.dumps(doc))
@@ -28,7 +28,7 @@ def docker_config(tmp_path, monkeypatch):
 def test_env_wins_over_docker_config(docker_config, monkeypatch):
     docker_config({"auths": {"reg.example:5000": {"auth": base64.b64encode(b"cfg:cfgpw").decode()}}})
     monkeypatch.setenv(credentials.USER_ENV, "envuser")
-    monkeypatch.setenv(credentials.PASSWORD_ENV, "envpw")
+    monkeypatch.setenv(credentials._PASSWORD_ENV, "envpw")
     creds = credentials.resolve("reg.example:5000")
     assert (creds.username, creds.password, creds.source) == ("envuser", "envpw", "env")
 
@@ -39,7 +39,7 @@ def test_password_from_stdin(docker_config, monkeypatch):
     assert creds.password == "s3cret"
 
 
-@pytest.mark.parametrize("env", [{credentials.USER_ENV: "u"}, {credentials.PASSWORD_ENV: "p"}])
+@pytest.mark.parametrize("env", [{credentials.USER_ENV: "u"}, {credentials._PASSWORD_ENV: "p"}])
 def test_half_set_env_is_an_error(docker_config, monkeypatch, env):
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -64,7 +64,7 @@ def test_docker_hub_key(docker_config):
     # what `docker login` writes for Docker Hub: its v1 index URL as the key
     docker_config({"auths": {"https://index.docker.io/v1/": {"auth": base64.b64encode(b"hub:hubpw").decode()}}})
     assert credentials.resolve("docker.io").username == "hub"
-    assert credentials.for_pull("index.docker.io").password == "hubpw"
+    assert credentials._for_pull("index.docker.io").password == "hubpw"
 
 
 def test_identity_token_goes_to_the_daemon_as_such(docker_config):
@@ -78,22 +78,22 @@ def test_env_credentials_never_serve_a_base_image_pull(docker_config, monkeypatc
     """Set to publish to one registry, they must not reach the registry of a base image."""
     docker_config({"auths": {"base.example": {"auth": base64.b64encode(b"cfg:cfgpw").decode()}}})
     monkeypatch.setenv(credentials.USER_ENV, "envuser")
-    monkeypatch.setenv(credentials.PASSWORD_ENV, "envpw")
-    assert credentials.for_pull("base.example").username == "cfg"
-    assert credentials.for_pull("nvcr.io") is None
+    monkeypatch.setenv(credentials._PASSWORD_ENV, "envpw")
+    assert credentials._for_pull("base.example").username == "cfg"
+    assert credentials._for_pull("nvcr.io") is None
     assert credentials.resolve("push.example").username == "envuser"  # the publish target
 
 
 def test_registry_host_binds_env_credentials(docker_config, monkeypatch):
     docker_config({"auths": {"other.example": {"auth": base64.b64encode(b"cfg:cfgpw").decode()}}})
     monkeypatch.setenv(credentials.USER_ENV, "envuser")
-    monkeypatch.setenv(credentials.PASSWORD_ENV, "envpw")
-    monkeypatch.setenv(credentials.HOST_ENV, "https://mine.example:5000")
-    assert credentials.for_pull("mine.example:5000").username == "envuser"
+    monkeypatch.setenv(credentials._PASSWORD_ENV, "envpw")
+    monkeypatch.setenv(credentials._HOST_ENV, "https://mine.example:5000")
+    assert credentials._for_pull("mine.example:5000").username == "envuser"
     assert credentials.resolve("mine.example:5000").username == "envuser"
     assert credentials.resolve("other.example").username == "cfg"  # bound elsewhere: not sent
     assert credentials.resolve("third.example") is None
-    with pytest.raises(RegistryAuthFailed, match=credentials.HOST_ENV):
+    with pytest.raises(RegistryAuthFailed, match=credentials._HOST_ENV):
         credentials.resolve("other.example", password_stdin=True, stdin=io.StringIO("pw\n"))
 
 

@@ -39,7 +39,7 @@ def proxied(registry_tools, tmp_path):
 
 @pytest.fixture(autouse=True)
 def quick_backoff(monkeypatch):
-    monkeypatch.setattr(kreg, "BACKOFF_S", 0.05)
+    monkeypatch.setattr(kreg, "_BACKOFF_S", 0.05)
 
 
 def _client(reg: LocalRegistry, proxy: FaultProxy) -> RegistryClient:
@@ -62,7 +62,7 @@ def test_429_with_retry_after_is_waited_out(proxied):
 
 def test_retry_after_is_capped(proxied, monkeypatch):
     reg, proxy, manifest = proxied
-    monkeypatch.setattr(kreg, "RETRY_AFTER_CAP_S", 0.2)
+    monkeypatch.setattr(kreg, "_RETRY_AFTER_CAP_S", 0.2)
     client = _client(reg, proxy)
     proxy.inject("GET", "/manifests/v1", 1, 429, Retry_After="3600")
     t0 = time.monotonic()
@@ -102,7 +102,7 @@ def test_a_fault_that_persists_is_a_typed_error_and_writes_nothing(proxied, stat
     with pytest.raises(error) as exc:
         client.put_manifest("stable", manifest)
     assert exc.value.exit_code == code and f"HTTP {status}" in exc.value.message
-    assert len(proxy.statuses("PUT", "/manifests/stable")) == kreg.ATTEMPTS  # bounded
+    assert len(proxy.statuses("PUT", "/manifests/stable")) == kreg._ATTEMPTS  # bounded
     assert reg.tags(REPO) == ["v1"]
 
 
@@ -110,7 +110,7 @@ def test_a_registry_that_dies_is_unreachable_after_bounded_retries(proxied):
     reg, proxy, _ = proxied
     client = _client(reg, proxy)
     proxy.inject("*", "/", 100)  # every connection dropped from now on
-    with pytest.raises(RegistryUnreachable, match=f"after {kreg.ATTEMPTS} attempts") as exc:
+    with pytest.raises(RegistryUnreachable, match=f"after {kreg._ATTEMPTS} attempts") as exc:
         client.manifest("v1")
     assert f"curl http://{proxy.host}/v2/" in exc.value.hint  # the scheme kiln really used
 

@@ -32,31 +32,31 @@ from pydantic_core import ErrorDetails
 
 from kiln.basics.errors import KilnError, one_line
 
-T = TypeVar("T")
-ErrorFactory = Callable[[str], KilnError]  # the caller's typed error, from its one-line message
+_T = TypeVar("_T")
+_ErrorFactory = Callable[[str], KilnError]  # the caller's typed error, from its one-line message
 
 
-class Shape(Generic[T]):
+class Shape(Generic[_T]):
     """One document type and its TypeAdapter (built on first use, then kept)."""
 
-    def __init__(self, tp: type[T]) -> None:
+    def __init__(self, tp: type[_T]) -> None:
         self.type = tp
-        self._adapter: TypeAdapter[T] | None = None
+        self._adapter: TypeAdapter[_T] | None = None
 
     @property
-    def adapter(self) -> TypeAdapter[T]:
+    def adapter(self) -> TypeAdapter[_T]:
         if self._adapter is None:
             self._adapter = TypeAdapter(_pydantic_type(self.type))
         return self._adapter
 
-    def parse(self, data: str | bytes, *, source: str, error: ErrorFactory) -> T:
+    def parse(self, data: str | bytes, *, source: str, error: _ErrorFactory) -> _T:
         """`data` (JSON text) as this shape; `error("<source>: <field>: <problem>")` if it is not."""
         try:
             return self.adapter.validate_json(data, strict=True)
         except ValidationError as exc:
             raise error(f"{source}: {problem(exc, _parsed(data))}") from None
 
-    def check(self, value: object, *, source: str, error: ErrorFactory) -> T:
+    def check(self, value: object, *, source: str, error: _ErrorFactory) -> _T:
         """`value` (already parsed: YAML, an SDK's answer) as this shape, or the error."""
         try:
             return self.adapter.validate_python(value, strict=True)
@@ -64,7 +64,7 @@ class Shape(Generic[T]):
             raise error(f"{source}: {problem(exc, value)}") from None
 
 
-def read_document(path: Path, shape: Shape[T], error: ErrorFactory, *, source: str | None = None) -> T:
+def read_document(path: Path, shape: Shape[_T], error: _ErrorFactory, *, source: str | None = None) -> _T:
     """The JSON file at `path` as `shape`; `error` (one line naming `source`, the path
     by default, and the field) when it cannot be read or is not that shape."""
     where = source or str(path)
@@ -76,7 +76,7 @@ def read_document(path: Path, shape: Shape[T], error: ErrorFactory, *, source: s
 
 
 # -- the message -----------------------------------------------------------------------
-def field_path(loc: tuple[int | str, ...]) -> str:
+def _field_path(loc: tuple[int | str, ...]) -> str:
     """`python_packages[0].wheels[linux/amd64].sha256`: list indexes and keys that are no
     identifier in brackets, names after dots."""
     out = ""
@@ -97,9 +97,9 @@ def problem(exc: ValidationError, document: object) -> str:
     if kind == "json_invalid":
         return one_line(f"not JSON ({first['msg'].removeprefix('Invalid JSON: ')})")
     if kind == "missing" and loc:
-        parent = field_path(_in_document(document, loc[:-1]))
+        parent = _field_path(_in_document(document, loc[:-1]))
         return one_line(f"{parent + ': ' if parent else ''}missing field {str(loc[-1])!r}")
-    where = field_path(_in_document(document, loc))
+    where = _field_path(_in_document(document, loc))
     return one_line(f"{where}: {first['msg']}" if where else first["msg"])
 
 

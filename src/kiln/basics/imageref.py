@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class ImageReference:
+class _ImageReference:
     name: str  # [HOST[:PORT]/]PATH: what docker calls the repository
     tag: str | None
     digest: str | None  # sha256:<hex>, as written
@@ -41,10 +41,10 @@ class ImageReference:
             f"@{self.digest}" if self.digest is not None else "")
 
 
-def parse(ref: str) -> ImageReference:
+def parse(ref: str) -> _ImageReference:
     """`ref` taken apart (nothing is checked: see the module's note)."""
     rest, at, digest = ref.partition("@")
     slash, colon = rest.rfind("/"), rest.rfind(":")
     if colon > slash:
-        return ImageReference(rest[:colon], rest[colon + 1:], digest if at else None)
-    return ImageReference(rest, None, digest if at else None)
+        return _ImageReference(rest[:colon], rest[colon + 1:], digest if at else None)
+    return _ImageReference(rest, None, digest if at else None)

@@ -17,10 +17,10 @@ from typing import Annotated
 
 from pydantic import ConfigDict, Field, StringConstraints
 
-SHA256 = r"^sha256:[0-9a-f]{64}$"
+_SHA256 = r"^sha256:[0-9a-f]{64}$"
 
 # "sha256:" and 64 lower-case hex digits: an image id, an input or manifest digest, a key fingerprint
-Sha256 = Annotated[str, StringConstraints(pattern=SHA256)]
+Sha256 = Annotated[str, StringConstraints(pattern=_SHA256)]
 # a number of things (bytes, build steps, patches)
 Count = Annotated[int, Field(ge=0)]
 # a duration in seconds

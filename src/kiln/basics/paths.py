@@ -15,11 +15,11 @@ from pathlib import Path
 
 from kiln.basics.errors import NotACheckout
 
-MARKERS = ("recipes", "docker-images", "engine")
+_MARKERS = ("recipes", "docker-images", "engine")
 
 
 def _is_checkout(path: Path) -> bool:
-    return all((path / m).is_dir() for m in MARKERS)
+    return all((path / m).is_dir() for m in _MARKERS)
 
 
 @cache
@@ -31,21 +31,21 @@ def repo_root() -> Path:
     if env:
         root = Path(env).resolve()
         if not _is_checkout(root):
-            raise NotACheckout(f"KILN_ROOT={env} is not a kiln checkout (it needs {', '.join(m + '/' for m in MARKERS)})",
+            raise NotACheckout(f"KILN_ROOT={env} is not a kiln checkout (it needs {', '.join(m + '/' for m in _MARKERS)})",
                                hint="point KILN_ROOT at the folder holding recipes/, or unset it and cd into the checkout")
         return root
     here = Path.cwd().resolve()
     for cand in (here, *here.parents):
         if _is_checkout(cand):
             return cand
-    raise NotACheckout(f"{here} is not inside a kiln checkout (no parent holds {', '.join(m + '/' for m in MARKERS)})")
+    raise NotACheckout(f"{here} is not inside a kiln checkout (no parent holds {', '.join(m + '/' for m in _MARKERS)})")
 
 
 def recipes_dir() -> Path:
     return repo_root() / "recipes"
 
 
-def image_namespace() -> str:
+def _image_namespace() -> str:
     """Where kiln's own images are tagged locally: `kiln/` unless $KILN_IMAGE_NAMESPACE
     names another (a test session that must not touch the images others use on a shared
     daemon). Only tags move: labels keep the `kiln/` names, so the image ids are the same."""
@@ -54,7 +54,7 @@ def image_namespace() -> str:
 
 def local_ref(ref: str) -> str:
     """`kiln/NAME[:TAG]` in the local image namespace; any other reference unchanged."""
-    ns = image_namespace()
+    ns = _image_namespace()
     if ns != "kiln" and ref.startswith("kiln/") and "@" not in ref:
         return f"{ns}/{ref.removeprefix('kiln/')}"
     return ref

@@ -3,7 +3,7 @@
 On a terminal an `Activity` is one live line that rewrites itself (rich), with a bar
 when the size of the work is known. In CI, or whenever stderr is not a terminal, live
 redraws would turn into thousands of log lines, so the same activity prints a plain
-heartbeat line at most every `HEARTBEAT_S` seconds instead: the log shows the work is
+heartbeat line at most every `_HEARTBEAT_S` seconds instead: the log shows the work is
 alive and how far it got, without a line per chunk. `--quiet` silences both.
 """
 
@@ -24,10 +24,10 @@ from rich.progress import (
 
 from kiln.basics import log
 
-HEARTBEAT_S = 10.0
+_HEARTBEAT_S = 10.0
 
 
-def live() -> bool:
+def _live() -> bool:
     """True when progress may redraw in place: stderr is a terminal, not CI, not --quiet."""
     console = log.console
     return console.is_terminal and not os.environ.get("CI") and not console.quiet
@@ -45,7 +45,7 @@ class Activity:
         title: str,
         *,
         unit_bytes: bool = False,
-        heartbeat_s: float = HEARTBEAT_S,
+        heartbeat_s: float = _HEARTBEAT_S,
         silent: bool = False,
     ):
         self.title = title
@@ -63,7 +63,7 @@ class Activity:
 
     def __enter__(self) -> Activity:
         self.t0 = self._last_beat = time.monotonic()
-        if live() and not self.silent:
+        if _live() and not self.silent:
             columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24)]
             if self.unit_bytes:
                 columns.append(DownloadColumn())

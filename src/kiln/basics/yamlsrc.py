@@ -26,12 +26,12 @@ import yaml
 
 # The shipped recipes are 1-4 KiB and ~100 values; these limits are far above that and
 # keep the pure-Python parser under ~0.5 s on the worst input that fits.
-MAX_BYTES = 64 * 1024
-MAX_DEPTH = 32
-MAX_NODES = 5000
+_MAX_BYTES = 64 * 1024
+_MAX_DEPTH = 32
+_MAX_NODES = 5000
 
 # where a value sits in a document: the keys and list indices that lead to it
-Loc = tuple[str | int, ...]
+_Loc = tuple[str | int, ...]
 _TAG = "tag:yaml.org,2002:"
 _PLAIN_TAGS = {f"{_TAG}{t}" for t in ("str", "int", "float", "bool", "null", "timestamp")}
 _COLLECTION_TAGS = {f"{_TAG}map", f"{_TAG}seq"}
@@ -46,9 +46,9 @@ _BAD_IN_VALUE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 class SourcedYaml:
     path: Path
     data: Any
-    lines: dict[Loc, int] = field(default_factory=dict)
+    lines: dict[_Loc, int] = field(default_factory=dict)
 
-    def line_of(self, loc: Loc) -> int:
+    def line_of(self, loc: _Loc) -> int:
         """Line of the deepest known prefix of ``loc`` (1-based)."""
         for cut in range(len(loc), -1, -1):
             line = self.lines.get(tuple(loc[:cut]))
@@ -85,10 +85,10 @@ class _Loader(yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent):
             raise YamlProblem(_line(event), f"YAML alias *{event.anchor} is not supported: write the value out")
         self._nodes += 1
-        if self._nodes > MAX_NODES:
-            raise YamlProblem(_line(event), f"more than {MAX_NODES} values: too large for a recipe")
-        if self._depth >= MAX_DEPTH:
-            raise YamlProblem(_line(event), f"nested more than {MAX_DEPTH} levels deep")
+        if self._nodes > _MAX_NODES:
+            raise YamlProblem(_line(event), f"more than {_MAX_NODES} values: too large for a recipe")
+        if self._depth >= _MAX_DEPTH:
+            raise YamlProblem(_line(event), f"nested more than {_MAX_DEPTH} levels deep")
         self._depth += 1
         try:
             return super().compose_node(parent, index)
@@ -130,7 +130,7 @@ def _key(loader: yaml.SafeLoader, key_node: yaml.Node) -> str:
     return key
 
 
-def _build(loader: yaml.SafeLoader, node: yaml.Node, loc: Loc, lines: dict[Loc, int]) -> Any:
+def _build(loader: yaml.SafeLoader, node: yaml.Node, loc: _Loc, lines: dict[_Loc, int]) -> Any:
     lines[loc] = _line(node)
     if isinstance(node, yaml.ScalarNode):
         return _scalar(loader, node)
@@ -152,7 +152,7 @@ def _build(loader: yaml.SafeLoader, node: yaml.Node, loc: Loc, lines: dict[Loc, 
     return out
 
 
-def read_limited(path: Path, limit: int = MAX_BYTES) -> bytes:
+def _read_limited(path: Path, limit: int = _MAX_BYTES) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes. Raises FileNotFoundError
     when it is missing, YamlProblem for anything else that is wrong with it."""
     try:
@@ -174,7 +174,7 @@ def read_limited(path: Path, limit: int = MAX_BYTES) -> bytes:
     return data
 
 
-def decode(data: bytes) -> str:
+def _decode(data: bytes) -> str:
     """UTF-8 text (a leading BOM dropped) without control characters."""
     try:
         text = data.decode("utf-8")
@@ -207,9 +207,9 @@ def _syntax_problem(exc: yaml.YAMLError, text: str) -> YamlProblem:
 def load_yaml(path: Path, text: str | None = None) -> SourcedYaml:
     """Parse ``path`` into plain values plus a field-path -> line map."""
     if text is None:
-        text = decode(read_limited(path))
-    elif len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
-        raise YamlProblem(1, f"larger than {MAX_BYTES // 1024} KiB: too large for a recipe")
+        text = _decode(_read_limited(path))
+    elif len(text.encode("utf-8", "surrogatepass")) > _MAX_BYTES:
+        raise YamlProblem(1, f"larger than {_MAX_BYTES // 1024} KiB: too large for a recipe")
     try:
         loader = _Loader(text)  # the reader already rejects unprintable characters here
     except yaml.YAMLError as exc:
@@ -219,7 +219,7 @@ def load_yaml(path: Path, text: str | None = None) -> SourcedYaml:
             root = loader.get_single_node()
         except yaml.YAMLError as exc:
             raise _syntax_problem(exc, text) from None
-        lines: dict[Loc, int] = {}
+        lines: dict[_Loc, int] = {}
         data = None if root is None else _build(loader, root, (), lines)
         return SourcedYaml(path=path, data=data, lines=lines)
     finally:

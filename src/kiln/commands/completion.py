@@ -9,7 +9,7 @@ import shtab
 from kiln.commands.options import Subparsers
 
 
-def cmd_completion(args: argparse.Namespace) -> int:
+def _cmd_completion(args: argparse.Namespace) -> int:
     # the root parser, which cli.py puts in every namespace: commands may not import cli
     print(shtab.complete(args.root_parser, shell=args.shell))
     return 0
@@ -18,4 +18,4 @@ def cmd_completion(args: argparse.Namespace) -> int:
 def register(sub: Subparsers) -> None:
     s = sub.add_parser("completion", help="print a shell completion script (bash, zsh, tcsh)")
     s.add_argument("shell", choices=("bash", "zsh", "tcsh"))
-    s.set_defaults(func=cmd_completion)
+    s.set_defaults(func=_cmd_completion)

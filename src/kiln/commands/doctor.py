@@ -105,10 +105,10 @@ def _checkout() -> tuple[bool | None, str, str]:
         return None, "checkout", f"{exc.message} (recipe commands need one)"
 
 
-def cmd_doctor(args: argparse.Namespace) -> int:
+def _cmd_doctor(args: argparse.Namespace) -> int:
     return doctor(as_json=args.json)
 
 
 def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("doctor", help="check this machine"))
-    s.set_defaults(func=cmd_doctor)
+    s.set_defaults(func=_cmd_doctor)

@@ -31,8 +31,8 @@ from kiln.domain.publishing import PromoteDocument, PublishDocument
 from kiln.domain.signing.signverify import VerificationJson
 from kiln.domain.views.catalogue import ListDocument, ShowDocument
 
-SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
-DRAFT = "https://json-schema.org/draft/2020-12/schema"
+_SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
+_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 
 # file name (without .json) -> (its title, the type of the document)
 DOCUMENTS: dict[str, tuple[str, Any]] = {
@@ -68,36 +68,36 @@ def _one_line_descriptions(node: Any) -> Any:
             else _one_line_descriptions(value) for key, value in node.items()}
 
 
-def json_schema(name: str, doc_type: Any = None) -> dict[str, Any]:
+def _json_schema(name: str, doc_type: Any = None) -> dict[str, Any]:
     """The JSON Schema of one document: `doc_type`'s, else the type DOCUMENTS names."""
     title, registered = DOCUMENTS[name]
     generated = _one_line_descriptions(
         TypeAdapter(doc_type or registered).json_schema(mode="serialization", schema_generator=_Generator))
-    schema: dict[str, Any] = {"$schema": DRAFT, "$id": f"https://kiln.invalid/schemas/{name}.json", "title": title}
+    schema: dict[str, Any] = {"$schema": _DRAFT, "$id": f"https://kiln.invalid/schemas/{name}.json", "title": title}
     schema.update((key, value) for key, value in generated.items() if key != "title")
     return schema
 
 
-def rendered(name: str, doc_type: Any = None) -> str:
+def _rendered(name: str, doc_type: Any = None) -> str:
     """The file's text: the schema, indented, with a final newline."""
-    return json.dumps(json_schema(name, doc_type), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(_json_schema(name, doc_type), indent=2, ensure_ascii=False) + "\n"
 
 
-def stale(folder: Path = SCHEMAS) -> list[str]:
+def _stale(folder: Path = _SCHEMAS) -> list[str]:
     """The files in `folder` that differ from what the types generate, or are missing,
     and any schema file no document generates (by file name, sorted)."""
     out = [f"{name}.json" for name in DOCUMENTS
-           if not (folder / f"{name}.json").is_file() or (folder / f"{name}.json").read_text() != rendered(name)]
+           if not (folder / f"{name}.json").is_file() or (folder / f"{name}.json").read_text() != _rendered(name)]
     out += [p.name for p in folder.glob("*.json") if p.stem not in DOCUMENTS]
     return sorted(out)
 
 
-def write(folder: Path = SCHEMAS) -> list[str]:
+def _write(folder: Path = _SCHEMAS) -> list[str]:
     """The stale files of `folder`, each rewritten (or removed: one no document generates)."""
-    changed = stale(folder)
+    changed = _stale(folder)
     for file in changed:
         if Path(file).stem in DOCUMENTS:
-            (folder / file).write_text(rendered(Path(file).stem))
+            (folder / file).write_text(_rendered(Path(file).stem))
         else:
             (folder / file).unlink()
     return changed
@@ -106,11 +106,11 @@ def write(folder: Path = SCHEMAS) -> list[str]:
 def main(argv: list[str]) -> int:
     """The command line: the stale files rewritten, or with --check only named (exit 1)."""
     if "--check" in argv:
-        out = stale()
+        out = _stale()
         for file in out:
             print(f"src/kiln/schemas/{file} is stale: run `python -m kiln.commands.jsonschemas`", file=sys.stderr)
         return 1 if out else 0
-    for file in write():
+    for file in _write():
         done = "wrote" if Path(file).stem in DOCUMENTS else "removed"
         print(f"{done} src/kiln/schemas/{file}")
     return 0

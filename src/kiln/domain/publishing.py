@@ -40,7 +40,7 @@ from kiln.infra.registry import RegistryClient, Target
 
 SMOKE_LABEL = f"{LABEL_NS}.smoke-check"
 UNSMOKED_SUFFIX = "-unsmoked"
-DEFAULT_CHANNELS = ("experimental", "stable")
+_DEFAULT_CHANNELS = ("experimental", "stable")
 
 
 # -- the documents a publish or promote writes (its record and its --json) ----------------
@@ -184,7 +184,7 @@ class PromoteDocument(TypedDict):
 
 
 # a publish record (publish/<recipe>-publish-<time>.json) is {"kind": "publish", **PublishDocument}
-PUBLISH_RECORD = Shape(PublishDocument)
+_PUBLISH_RECORD = Shape(PublishDocument)
 
 
 def published_image(name: str, input_digest: str) -> str:
@@ -194,7 +194,7 @@ def published_image(name: str, input_digest: str) -> str:
     folder = results_dir() / "publish"
     records: list[PublishDocument] = []
     for path in sorted(folder.glob(f"{name}-publish-*.json")):
-        doc = read_document(path, PUBLISH_RECORD, RecordInvalid, source=shown_home(path))
+        doc = read_document(path, _PUBLISH_RECORD, RecordInvalid, source=shown_home(path))
         if doc["recipe"] == name and doc["manifest_digest"]:
             records.append(doc)
     # a multi-platform publish (an image index) holds this image as one of its platforms
@@ -250,13 +250,13 @@ def target_for(loaded: LoadedRecipe, registry: str | None, *, plain_http: bool =
     return Target.parse(chosen, repository, plain_http=plain_http)
 
 
-def channels_of(loaded: LoadedRecipe) -> list[str]:
+def _channels_of(loaded: LoadedRecipe) -> list[str]:
     pub = loaded.recipe.publish
-    return list(pub.channels) if pub else list(DEFAULT_CHANNELS)
+    return list(pub.channels) if pub else list(_DEFAULT_CHANNELS)
 
 
 def check_channel(loaded: LoadedRecipe, channel: str | None) -> str:
-    allowed = channels_of(loaded)
+    allowed = _channels_of(loaded)
     if channel is None:
         return "experimental" if "experimental" in allowed else allowed[0]
     if channel not in allowed:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kiln.basics.errors import EmulationUnavailable
 
-BINFMT = Path("/proc/sys/fs/binfmt_misc")
+_BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # OCI platform -> (uname machine names, binfmt_misc entry)
 # every kiln image imports torch, and torch 2.14.0's aarch64 build segfaults under qemu-user
 # 7.2 (bookworm's), after which the emulated process never exits; 10.0.2 imports it
@@ -49,12 +49,12 @@ class Emulation:
     def why_not(self) -> str:
         entry = ENTRIES[self.platform][1]
         if not self.mounted:
-            return f"binfmt_misc is not mounted at {BINFMT}"
+            return f"binfmt_misc is not mounted at {_BINFMT}"
         if not self.registered:
-            return f"no {entry} entry in {BINFMT} (qemu-user-binfmt not installed or not registered)"
+            return f"no {entry} entry in {_BINFMT} (qemu-user-binfmt not installed or not registered)"
         if not self.enabled:
-            return f"{BINFMT / entry} is registered but disabled"
-        return f"{BINFMT / entry} lacks flag F (flags {self.flags or 'none'}): containers cannot open its interpreter"
+            return f"{_BINFMT / entry} is registered but disabled"
+        return f"{_BINFMT / entry} lacks flag F (flags {self.flags or 'none'}): containers cannot open its interpreter"
 
     def describe(self) -> str:
         if self.native:
@@ -72,7 +72,7 @@ def _read(path: Path) -> str:
 
 
 def state(plat: str, root: Path | None = None) -> Emulation:
-    root = root or BINFMT
+    root = root or _BINFMT
     machines, entry = ENTRIES[plat]
     native = _platform.machine() in machines
     mounted = (root / "status").exists()

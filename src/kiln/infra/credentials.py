@@ -32,8 +32,8 @@ from kiln.basics.errors import RegistryAuthFailed
 from kiln.infra.docker import AuthConfig, DockerError, StoredAuth, config_auth, index_name
 
 USER_ENV = "KILN_REGISTRY_USER"
-PASSWORD_ENV = "KILN_REGISTRY_PASSWORD"
-HOST_ENV = "KILN_REGISTRY_HOST"
+_PASSWORD_ENV = "KILN_REGISTRY_PASSWORD"
+_HOST_ENV = "KILN_REGISTRY_HOST"
 _STDIN_EXAMPLE = f'export {USER_ENV}=NAME; printf %s "$TOKEN" | kiln publish ... --password-stdin'
 
 
@@ -56,7 +56,7 @@ class Credentials:
         return f"{self.username or '(identity token)'} (from {self.source})"
 
 
-def same_host(a: str, b: str) -> bool:
+def _same_host(a: str, b: str) -> bool:
     """Registry names as docker compares them: no scheme or path, Docker Hub's aliases as one."""
     return _host_key(a) == _host_key(b)
 
@@ -69,32 +69,32 @@ def resolve(
     host: str, *, password_stdin: bool = False, stdin: TextIO | None = None
 ) -> Credentials | None:
     """Credentials for the publish/promote target `host` (HOST[:PORT]), or None for anonymous."""
-    bound = os.environ.get(HOST_ENV, "").strip()
-    if bound and not same_host(bound, host):
+    bound = os.environ.get(_HOST_ENV, "").strip()
+    if bound and not _same_host(bound, host):
         if password_stdin:
             raise RegistryAuthFailed(
-                f"--password-stdin: the password is for {HOST_ENV}={bound}, not {host}",
-                hint=f"set {HOST_ENV}={host} (or unset it) to use it for this registry",
+                f"--password-stdin: the password is for {_HOST_ENV}={bound}, not {host}",
+                hint=f"set {_HOST_ENV}={host} (or unset it) to use it for this registry",
             )
-        return from_docker_config(host)
+        return _from_docker_config(host)
     explicit = _from_env(password_stdin, stdin or sys.stdin)
-    return explicit if explicit is not None else from_docker_config(host)
+    return explicit if explicit is not None else _from_docker_config(host)
 
 
-def for_pull(host: str) -> Credentials | None:
+def _for_pull(host: str) -> Credentials | None:
     """Credentials to pull a base image from `host`: the docker config's for that host,
     or the env ones only where KILN_REGISTRY_HOST names exactly this host."""
-    bound = os.environ.get(HOST_ENV, "").strip()
-    if bound and same_host(bound, host):
+    bound = os.environ.get(_HOST_ENV, "").strip()
+    if bound and _same_host(bound, host):
         explicit = _from_env(False, sys.stdin)
         if explicit is not None:
             return explicit
-    return from_docker_config(host)
+    return _from_docker_config(host)
 
 
 def pull_auth(host: str) -> AuthConfig | None:
     """The daemon's auth config for pulling a base image from `host`, and no other host."""
-    creds = for_pull(host)
+    creds = _for_pull(host)
     return creds.auth_config(host) if creds else None
 
 
@@ -111,22 +111,22 @@ def _from_env(password_stdin: bool, stdin: TextIO) -> Credentials | None:
         if not password:
             raise RegistryAuthFailed("--password-stdin: no password on stdin", hint=_STDIN_EXAMPLE)
         return Credentials(user, password, "env + stdin")
-    password = os.environ.get(PASSWORD_ENV, "")
+    password = os.environ.get(_PASSWORD_ENV, "")
     if user and password:
         return Credentials(user, password, "env")
     if user:
         raise RegistryAuthFailed(
             f"{USER_ENV} is set but no password is given",
-            hint=f"pipe it in with --password-stdin (or set {PASSWORD_ENV})",
+            hint=f"pipe it in with --password-stdin (or set {_PASSWORD_ENV})",
         )
     if password:
         raise RegistryAuthFailed(
-            f"{PASSWORD_ENV} is set but {USER_ENV} is not", hint=f"set {USER_ENV} too"
+            f"{_PASSWORD_ENV} is set but {USER_ENV} is not", hint=f"set {USER_ENV} too"
         )
     return None
 
 
-class DockerConfigFile(TypedDict, total=False):
+class _DockerConfigFile(TypedDict, total=False):
     """The keys of the docker config (~/.docker/config.json, as `docker login` writes it)
     that hold credentials; docker's other keys are not kiln's to read."""
 
@@ -135,16 +135,16 @@ class DockerConfigFile(TypedDict, total=False):
     credHelpers: dict[str, str]  # registry -> credential helper
 
 
-DOCKER_CONFIG = Shape(DockerConfigFile)
+DOCKER_CONFIG = Shape(_DockerConfigFile)
 
 
-def docker_config_path() -> Path:
+def _docker_config_path() -> Path:
     return Path(os.environ.get("DOCKER_CONFIG") or Path.home() / ".docker") / "config.json"
 
 
-def from_docker_config(host: str) -> Credentials | None:
+def _from_docker_config(host: str) -> Credentials | None:
     """What `docker login HOST` stored, as the docker CLI itself would find it."""
-    path = docker_config_path()
+    path = _docker_config_path()
     if not path.is_file():
         return None
     doc = read_document(path, DOCKER_CONFIG, functools.partial(

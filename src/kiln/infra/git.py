@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kiln.basics.errors import UsageError
 
-TIMEOUT_S = 60
+_TIMEOUT_S = 60
 
 
 def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -21,11 +21,11 @@ def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     with the reason on stderr, as a shell would, instead of raising."""
     cmd = ["git", "-C", str(root), *args]
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT_S)
     except OSError as exc:
         return subprocess.CompletedProcess(cmd, 127, "", f"git: {exc}")
     except subprocess.TimeoutExpired:
-        return subprocess.CompletedProcess(cmd, 124, "", f"git {args[0] if args else ''}: no answer in {TIMEOUT_S} s")
+        return subprocess.CompletedProcess(cmd, 124, "", f"git {args[0] if args else ''}: no answer in {_TIMEOUT_S} s")
 
 
 def output(root: Path, *args: str) -> str | None:
@@ -48,10 +48,10 @@ def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, 
         for label in labels:
             cmd += ["-L", label]
         try:
-            proc = subprocess.run([*cmd, *files], capture_output=True, timeout=TIMEOUT_S)
+            proc = subprocess.run([*cmd, *files], capture_output=True, timeout=_TIMEOUT_S)
         except OSError:
             raise UsageError("`git` is not installed; `kiln override rebase` merges with `git merge-file`",
                              hint="install git (apt-get install git)") from None
         except subprocess.TimeoutExpired:
-            raise UsageError(f"git merge-file: no answer in {TIMEOUT_S} s") from None
+            raise UsageError(f"git merge-file: no answer in {_TIMEOUT_S} s") from None
     return proc.returncode, proc.stdout, proc.stderr.decode(errors="replace").strip()

@@ -15,12 +15,12 @@ import sys
 
 from kiln.basics.errors import SigningPasswordInvalid
 
-ENV_VARS = ("KILN_SIGNING_PASSWORD", "COSIGN_PASSWORD")
-MAX_PASSWORD = 4096
+_ENV_VARS = ("KILN_SIGNING_PASSWORD", "COSIGN_PASSWORD")
+_MAX_PASSWORD = 4096
 
 
-def from_environment() -> bytes | None:
-    for name in ENV_VARS:
+def _from_environment() -> bytes | None:
+    for name in _ENV_VARS:
         if name in os.environ:
             return os.environ[name].encode()
     return None
@@ -29,7 +29,7 @@ def from_environment() -> bytes | None:
 def read(*, what: str, confirm: bool = False, stdin_taken: str | None = None) -> bytes:
     """The password for `what` (a key file, for the prompt). `stdin_taken` names the flag
     that already reads stdin (the registry's --password-stdin), so both cannot."""
-    env = from_environment()
+    env = _from_environment()
     if env is not None:
         return env
     if stdin_taken:
@@ -41,9 +41,9 @@ def read(*, what: str, confirm: bool = False, stdin_taken: str | None = None) ->
         if confirm and getpass.getpass(f"Enter password for {what} again: ", stream=sys.stderr) != first:
             raise SigningPasswordInvalid(f"the two passwords typed for {what} differ; nothing was written")
         return first.encode()
-    line = sys.stdin.readline(MAX_PASSWORD + 1) if sys.stdin is not None else ""
+    line = sys.stdin.readline(_MAX_PASSWORD + 1) if sys.stdin is not None else ""
     if not line:
         raise SigningPasswordInvalid(f"no password for {what}: KILN_SIGNING_PASSWORD is not set and stdin is empty")
-    if len(line) > MAX_PASSWORD:
-        raise SigningPasswordInvalid(f"the password for {what} on stdin is longer than {MAX_PASSWORD} characters")
+    if len(line) > _MAX_PASSWORD:
+        raise SigningPasswordInvalid(f"the password for {what} on stdin is longer than {_MAX_PASSWORD} characters")
     return line.removesuffix("\n").removesuffix("\r").encode()

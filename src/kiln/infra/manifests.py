@@ -18,29 +18,29 @@ MANIFEST_TYPES = (
     "application/vnd.oci.image.index.v1+json",
     "application/vnd.docker.distribution.manifest.list.v2+json",
 )
-INDEX_TYPES = MANIFEST_TYPES[2:]
+_INDEX_TYPES = MANIFEST_TYPES[2:]
 
 
-class Platform(TypedDict):
+class _Platform(TypedDict):
     architecture: str
     os: str
 
 
-class IndexEntry(TypedDict):
+class _IndexEntry(TypedDict):
     """One image manifest of an index, with the platform a pull picks it for."""
 
     mediaType: str
     digest: str
     size: int
-    platform: Platform
+    platform: _Platform
 
 
-class ImageIndex(TypedDict):
+class _ImageIndex(TypedDict):
     """An OCI image index, as kiln writes one."""
 
     schemaVersion: int
     mediaType: str
-    manifests: list[IndexEntry]
+    manifests: list[_IndexEntry]
 
 
 # -- what kiln reads of a manifest or index a registry returns (its bytes are kept as they are)
@@ -58,7 +58,7 @@ class _ConfigRef(TypedDict):
     digest: str  # the image id
 
 
-class ManifestHead(TypedDict, total=False):
+class _ManifestHead(TypedDict, total=False):
     """The keys kiln reads of an image manifest (`config`) or an image index (`manifests`),
     whoever wrote it; ImageIndex is the one kiln writes."""
 
@@ -67,13 +67,13 @@ class ManifestHead(TypedDict, total=False):
     manifests: list[_EntryRef]
 
 
-MANIFEST_HEAD = Shape(ManifestHead)
+_MANIFEST_HEAD = Shape(_ManifestHead)
 
 
-def manifest_head(body: bytes, source: str) -> ManifestHead:
+def manifest_head(body: bytes, source: str) -> _ManifestHead:
     """`body` checked as a manifest or index; ManifestMismatch (naming `source` and the
     field) when the registry's bytes are not one."""
-    return MANIFEST_HEAD.parse(body, source=source, error=ManifestMismatch)
+    return _MANIFEST_HEAD.parse(body, source=source, error=ManifestMismatch)
 
 
 @dataclass(frozen=True)
@@ -84,7 +84,7 @@ class Manifest:
 
     @property
     def is_index(self) -> bool:
-        return self.media_type in INDEX_TYPES
+        return self.media_type in _INDEX_TYPES
 
     @property
     def config_digest(self) -> str | None:
@@ -99,7 +99,7 @@ def sha256_digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+_OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 
 
 def image_index(children: list[tuple[str, Manifest]]) -> Manifest:
@@ -107,7 +107,7 @@ def image_index(children: list[tuple[str, Manifest]]) -> Manifest:
     already in the repository, each with its platform (`linux/arm64`): a pull resolves
     it to the manifest of the puller's platform. Deterministic bytes: the same children
     give the same digest, so a rerun finds the index already there."""
-    manifests: list[IndexEntry] = []
+    manifests: list[_IndexEntry] = []
     for plat, child in children:
         if child.is_index:
             raise ValueError(f"{child.digest} is itself an index; an index holds image manifests")
@@ -120,9 +120,9 @@ def image_index(children: list[tuple[str, Manifest]]) -> Manifest:
                 "platform": {"architecture": arch, "os": os_name},
             }
         )
-    index: ImageIndex = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": manifests}
+    index: _ImageIndex = {"schemaVersion": 2, "mediaType": _OCI_INDEX, "manifests": manifests}
     body = json.dumps(index, separators=(",", ":"), sort_keys=True).encode()
-    return Manifest(sha256_digest(body), OCI_INDEX, body)
+    return Manifest(sha256_digest(body), _OCI_INDEX, body)
 
 
 def index_children(index: Manifest) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@
   speaks HTML, from its PEP 503 page (`kiln engine outdated`). Tried again as `project`.
 - `download(url, dest, sha256)`: one file, hashed while it streams, moved into place
   only when the hash is the expected one.
-- `pip_setting(key)`: pip's own configuration (index-url, find-links, cert), so kiln
+- `_pip_setting(key)`: pip's own configuration (index-url, find-links, cert), so kiln
   resolves and downloads from where the host's pip does; `index_cafile()` the CA bundle
   for the index's TLS (pip's cert, else REQUESTS_CA_BUNDLE).
 """
@@ -49,7 +49,7 @@ from kiln.basics.errors import (
 )
 from kiln.basics.paths import cache_dir
 
-DEFAULT_INDEX = "https://pypi.org/simple"
+_DEFAULT_INDEX = "https://pypi.org/simple"
 _ACCEPT = "application/vnd.pypi.simple.v1+json"
 # Waits before each new try of an index page. CI met "Temporary failure in name
 # resolution" for pypi.org mid-run, twice in one day, each gone within seconds; a lock
@@ -62,11 +62,11 @@ _SIMPLE_ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.sim
 _JSON_TYPES = frozenset({"application/vnd.pypi.simple.v1+json", "application/json"})
 _HTML_TYPES = frozenset({"application/vnd.pypi.simple.v1+html", "text/html"})
 # PyPI's page for vllm is ~130 kB; a page far larger is no index page worth reading
-MAX_PAGE_BYTES = 32 << 20
+_MAX_PAGE_BYTES = 32 << 20
 
 
 # -- a PEP 691 (JSON simple API) project page: what kiln reads of it
-IndexFileJson = TypedDict("IndexFileJson", {
+_IndexFileJson = TypedDict("_IndexFileJson", {
     "filename": str,
     "url": str,
     "hashes": NotRequired[dict[str, str]],  # hash name -> hex digest
@@ -75,17 +75,17 @@ IndexFileJson = TypedDict("IndexFileJson", {
 })
 
 
-class ProjectPageJson(TypedDict):
+class _ProjectPageJson(TypedDict):
     name: NotRequired[str]
     versions: NotRequired[list[str]]  # PEP 700
-    files: list[IndexFileJson]
+    files: list[_IndexFileJson]
 
 
-PROJECT_PAGE = Shape(ProjectPageJson)
+_PROJECT_PAGE = Shape(_ProjectPageJson)
 
 
 @dataclass(frozen=True)
-class IndexFile:
+class _IndexFile:
     filename: str
     url: str
     sha256: str
@@ -97,7 +97,7 @@ class IndexFile:
 class Project:
     name: str
     versions: list[str]  # every release the index lists (PEP 700), in its order
-    files: list[IndexFile]
+    files: list[_IndexFile]
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Pin:
 
 
 @cache
-def pip_setting(key: str) -> str | None:
+def _pip_setting(key: str) -> str | None:
     """`pip config get global.<key>` (the PIP_<KEY> variable wins, as in pip)."""
     env = os.environ.get("PIP_" + key.upper().replace("-", "_"))
     if env:
@@ -121,19 +121,19 @@ def pip_setting(key: str) -> str | None:
 
 
 def index_url() -> str:
-    return (pip_setting("index-url") or DEFAULT_INDEX).rstrip("/")
+    return (_pip_setting("index-url") or _DEFAULT_INDEX).rstrip("/")
 
 
 def find_links() -> list[str]:
     """pip's find-links that are local folders (torch's CPU build lives in one)."""
-    raw = pip_setting("find-links") or ""
+    raw = _pip_setting("find-links") or ""
     return [p for p in raw.split() if p and not p.startswith(("http://", "https://")) and Path(p).is_dir()]
 
 
 def index_cafile() -> Path | None:
     """The CA bundle pip trusts for the index (PIP_CERT, pip's `cert`), else
     REQUESTS_CA_BUNDLE; None: the system's default trust store."""
-    value = pip_setting("cert") or os.environ.get("REQUESTS_CA_BUNDLE")
+    value = _pip_setting("cert") or os.environ.get("REQUESTS_CA_BUNDLE")
     return Path(value) if value else None
 
 
@@ -148,13 +148,13 @@ def _normalise(name: str) -> str:
 def project(name: str, *, cafile: Path | None, index: str | None = None) -> Project:
     """One project's index page, as JSON."""
     url = f"{index or index_url()}/{_normalise(name)}/"
-    doc = PROJECT_PAGE.parse(_index_page(url, cafile), source=f"package index {url}", error=PackageIndexInvalid)
+    doc = _PROJECT_PAGE.parse(_index_page(url, cafile), source=f"package index {url}", error=PackageIndexInvalid)
     files = []
     for f in doc["files"]:
         sha = (f.get("hashes") or {}).get("sha256")
         if not sha:
             continue  # a file the index gives no sha256 for cannot be locked
-        files.append(IndexFile(f["filename"], f["url"], sha, bool(f.get("yanked")), f.get("requires-python")))
+        files.append(_IndexFile(f["filename"], f["url"], sha, bool(f.get("yanked")), f.get("requires-python")))
     return Project(doc.get("name", name), list(doc.get("versions") or []), files)
 
 
@@ -286,9 +286,9 @@ def _simple_page(url: str, cafile: Path | None) -> tuple[str, bytes] | None:
         try:
             with urllib.request.urlopen(req, timeout=60, context=_ssl_context(cafile)) as resp:
                 media = (resp.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
-                body = resp.read(MAX_PAGE_BYTES + 1)
-            if len(body) > MAX_PAGE_BYTES:
-                raise PackageIndexInvalid(f"package index {url}: the answer is over {MAX_PAGE_BYTES:,} bytes; "
+                body = resp.read(_MAX_PAGE_BYTES + 1)
+            if len(body) > _MAX_PAGE_BYTES:
+                raise PackageIndexInvalid(f"package index {url}: the answer is over {_MAX_PAGE_BYTES:,} bytes; "
                                           "no index page is that large")
             return media, body
         except urllib.error.HTTPError as exc:
@@ -307,7 +307,7 @@ def _simple_page(url: str, cafile: Path | None) -> tuple[str, bytes] | None:
 
 def _json_files(url: str, body: bytes) -> list[tuple[str, bool]]:
     """(filename, yanked) of each file a PEP 691 JSON page lists."""
-    doc = PROJECT_PAGE.parse(body, source=f"package index {url}", error=PackageIndexInvalid)
+    doc = _PROJECT_PAGE.parse(body, source=f"package index {url}", error=PackageIndexInvalid)
     # PEP 691: `yanked` is false, true, or the reason (a string) when yanked
     return [(f["filename"], f.get("yanked") not in (None, False)) for f in doc["files"]]
 

@@ -85,8 +85,8 @@ class BuildRecord(TypedDict):
     normalise_seconds: float
 
 
-SMOKE_RECORD = Shape(SmokeRecord)
-BUILD_RECORD = Shape(BuildRecord)
+_SMOKE_RECORD = Shape(SmokeRecord)
+_BUILD_RECORD = Shape(BuildRecord)
 
 
 def _dir() -> Path:
@@ -109,23 +109,23 @@ def write_smoke_record(record: SmokeRecord) -> Path:
     return path
 
 
-def smoke_record(image_id: str) -> SmokeRecord | None:
+def _smoke_record(image_id: str) -> SmokeRecord | None:
     """The smoke record of `image_id`, None when there is none; RecordInvalid when there
     is one that is not a SmokeRecord (a publish must not go on past it)."""
     path = record_path(image_id)
     if not path.is_file():
         return None
-    return read_document(path, SMOKE_RECORD, RecordInvalid, source=shown_home(path))
+    return read_document(path, _SMOKE_RECORD, RecordInvalid, source=shown_home(path))
 
 
 def passing_smoke_record(image_id: str) -> SmokeRecord | None:
-    rec = smoke_record(image_id)
+    rec = _smoke_record(image_id)
     if rec and rec.get("passed") is True and rec.get("image_id") == image_id:
         return rec
     return None
 
 
-def build_record_path(image_id: str) -> Path:
+def _build_record_path(image_id: str) -> Path:
     d = results_dir() / "builds"
     d.mkdir(parents=True, exist_ok=True)
     return d / f"{_key(image_id)}.jsonl"
@@ -135,7 +135,7 @@ def write_build_record(record: BuildRecord) -> Path:
     """What one build did, one JSON line per build, in a file per (normalised) image id:
     the wall-clock start and end live here, never in the image, whose dates are the
     inputs' source date (so every rebuild of the same inputs adds a line to one file)."""
-    path = build_record_path(record["image_id"])
+    path = _build_record_path(record["image_id"])
     with path.open("a") as fh:
         fh.write(json.dumps(record, sort_keys=True) + "\n")
     return path
@@ -145,7 +145,7 @@ def build_records(image_id: str) -> list[BuildRecord]:
     """Every build that made `image_id`, oldest first. A line that is not JSON was cut
     short by a crash (appends are not atomic): skipped with a warning, the others still
     count; a JSON line that is not a BuildRecord is RecordInvalid."""
-    path = build_record_path(image_id)
+    path = _build_record_path(image_id)
     if not path.is_file():
         return []
     try:
@@ -162,5 +162,5 @@ def build_records(image_id: str) -> list[BuildRecord]:
         except ValueError:
             log.warn(f"{where}: not JSON (a build record cut short by a crash?): skipped")
             continue
-        out.append(BUILD_RECORD.check(doc, source=where, error=RecordInvalid))
+        out.append(_BUILD_RECORD.check(doc, source=where, error=RecordInvalid))
     return out

@@ -40,10 +40,10 @@ from kiln.infra.credentials import Credentials
 from kiln.infra.manifests import MANIFEST_TYPES, Manifest, manifest_head, sha256_digest
 from kiln.infra.registryauth import authorization, is_loopback, reason, who
 
-ATTEMPTS = 4  # first try + 3 retries: 0.5 s, 1 s, 2 s apart
-BACKOFF_S = 0.5
-RETRY_AFTER_CAP_S = 30.0  # a Retry-After beyond this is not waited for: bounded total time
-TIMEOUT = (5, 60)  # connect, read
+_ATTEMPTS = 4  # first try + 3 retries: 0.5 s, 1 s, 2 s apart
+_BACKOFF_S = 0.5
+_RETRY_AFTER_CAP_S = 30.0  # a Retry-After beyond this is not waited for: bounded total time
+_TIMEOUT = (5, 60)  # connect, read
 _HOST = re.compile(r"^(\[[0-9a-fA-F:]+\]|[a-zA-Z0-9]([a-zA-Z0-9.-]*[a-zA-Z0-9])?)(:\d{1,5})?$")
 _PATH = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(/[a-z0-9]+([._-][a-z0-9]+)*)*$")
 TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -118,13 +118,13 @@ class RegistryClient:
     ) -> requests.Response:
         """One HTTP exchange, retried on transient failures only."""
         last, wait = "", 0.0
-        for attempt in range(ATTEMPTS):
+        for attempt in range(_ATTEMPTS):
             if attempt:
-                time.sleep(max(wait, BACKOFF_S * 2 ** (attempt - 1)))
+                time.sleep(max(wait, _BACKOFF_S * 2 ** (attempt - 1)))
             wait = 0.0
             sent = {**(headers or {}), **({"Authorization": self._auth} if self._auth else {})}
             try:
-                resp = self.session.request(method, url, headers=sent, timeout=TIMEOUT, **kw)
+                resp = self.session.request(method, url, headers=sent, timeout=_TIMEOUT, **kw)
             except requests.exceptions.SSLError as exc:
                 # not transient: retrying a TLS mismatch only delays the message
                 raise RegistryUnreachable(
@@ -147,14 +147,14 @@ class RegistryClient:
         if last == "HTTP 429":
             return RegistryRateLimited(
                 f"registry {self.target.host} still rate-limits {what} "
-                f"after {ATTEMPTS} attempts (HTTP 429)"
+                f"after {_ATTEMPTS} attempts (HTTP 429)"
             )
         if last.startswith("HTTP 5"):
             return RegistryServerError(
-                f"registry {self.target.host} answered {last} to {what} on all {ATTEMPTS} attempts"
+                f"registry {self.target.host} answered {last} to {what} on all {_ATTEMPTS} attempts"
             )
         return RegistryUnreachable(
-            f"registry {self.target.host} unreachable after {ATTEMPTS} attempts: {last}",
+            f"registry {self.target.host} unreachable after {_ATTEMPTS} attempts: {last}",
             hint=f"check the address and that it is up: `curl {self.target.base_url}/`",
         )
 
@@ -188,7 +188,7 @@ class RegistryClient:
             host=self.target.host,
             path=self.target.path,
             credentials=self.credentials,
-            timeout=TIMEOUT,
+            timeout=_TIMEOUT,
         )
 
     # -- the API calls kiln needs -----------------------------------------------------
@@ -343,7 +343,7 @@ def _same_origin(url: str, base: str) -> bool:
 def _retry_after(resp: requests.Response) -> float:
     """Retry-After in seconds (the delta-seconds form registries send), capped."""
     try:
-        return min(max(float(resp.headers.get("Retry-After", "")), 0.0), RETRY_AFTER_CAP_S)
+        return min(max(float(resp.headers.get("Retry-After", "")), 0.0), _RETRY_AFTER_CAP_S)
     except ValueError:
         return 0.0
 
@@ -353,20 +353,20 @@ class _RegistryError(TypedDict):
     message: NotRequired[str]
 
 
-class RegistryErrors(TypedDict):
+class _RegistryErrors(TypedDict):
     """An error answer's body, as the distribution spec words it."""
 
     errors: list[_RegistryError]
 
 
-REGISTRY_ERRORS = Shape(RegistryErrors)
+_REGISTRY_ERRORS = Shape(_RegistryErrors)
 
 
 def _error_code(resp: requests.Response) -> str:
     """The registry's own error code (MANIFEST_BLOB_UNKNOWN, DENIED, ...), if it sent one:
     words added to an error already on its way, so a body that is not one adds none."""
     try:
-        errors = REGISTRY_ERRORS.parse(resp.content, source="its error", error=KilnError)["errors"]
+        errors = _REGISTRY_ERRORS.parse(resp.content, source="its error", error=KilnError)["errors"]
     except KilnError:
         return ""
     return f": {errors[0]['code']} {errors[0].get('message', '')}".rstrip() if errors else ""

@@ -18,14 +18,14 @@ from kiln.basics.errors import RegistryAuthFailed, RegistryUnreachable
 from kiln.infra.credentials import Credentials
 
 
-class TokenAnswer(TypedDict, total=False):
+class _TokenAnswer(TypedDict, total=False):
     """A token service's answer (the distribution spec's token authentication: either name)."""
 
     token: str
     access_token: str
 
 
-TOKEN_ANSWER = Shape(TokenAnswer)
+_TOKEN_ANSWER = Shape(_TokenAnswer)
 
 
 def authorization(
@@ -103,7 +103,7 @@ def _token(
         raise RegistryAuthFailed(f"token service for {host} rejected {who(credentials)}")
     if resp.status_code != 200:
         raise RegistryUnreachable(f"token service for {host} answered HTTP {resp.status_code}")
-    body = TOKEN_ANSWER.parse(resp.content, source=f"token service for {host}: its answer", error=RegistryAuthFailed)
+    body = _TOKEN_ANSWER.parse(resp.content, source=f"token service for {host}: its answer", error=RegistryAuthFailed)
     token = body.get("token") or body.get("access_token")
     if not token:
         raise RegistryAuthFailed(f"token service for {host} returned no token")

@@ -16,7 +16,7 @@ import platform
 import sys
 from typing import NotRequired, TypedDict
 
-DRAFT_TRUNC = "vllm.v1.worker.gpu.spec_decode.draft_trunc"  # where kiln-engine registers it
+_DRAFT_TRUNC = "vllm.v1.worker.gpu.spec_decode.draft_trunc"  # where kiln-engine registers it
 
 
 def _error(exc: BaseException) -> str:
@@ -37,7 +37,7 @@ class EngineFacts(TypedDict):
     plugins_error: NotRequired[str]
 
 
-def gather(modules: list[str]) -> EngineFacts:
+def _gather(modules: list[str]) -> EngineFacts:
     imports: dict[str, str] = {}
     out: EngineFacts = {"machine": platform.machine(), "torch": None, "cuda": None, "vllm": None,
                         "imports": imports, "plugins": [], "draft_trunc": None}
@@ -62,12 +62,12 @@ def gather(modules: list[str]) -> EngineFacts:
         from vllm.plugins import load_general_plugins  # late: in-image only
 
         load_general_plugins()
-        module = sys.modules.get(DRAFT_TRUNC)
-        out["draft_trunc"] = None if module is None else getattr(module, "__name__", DRAFT_TRUNC)
+        module = sys.modules.get(_DRAFT_TRUNC)
+        out["draft_trunc"] = None if module is None else getattr(module, "__name__", _DRAFT_TRUNC)
     except Exception as exc:
         out["plugins_error"] = _error(exc)
     return out
 
 
 def report(modules: list[str]) -> None:
-    print("KILN-ENGINEPROOF " + json.dumps(gather(modules), sort_keys=True), flush=True)
+    print("KILN-ENGINEPROOF " + json.dumps(_gather(modules), sort_keys=True), flush=True)

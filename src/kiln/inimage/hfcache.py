@@ -32,13 +32,13 @@ from typing import Any, TypedDict
 
 # the container path the cache volume is mounted at; HF_HUB_CACHE points here
 CONTAINER_CACHE = "/hf-cache"
-CONFIG = "config.json"
-WEIGHTS_INDEX = "model.safetensors.index.json"
+_CONFIG = "config.json"
+_WEIGHTS_INDEX = "model.safetensors.index.json"
 # any one of these makes a tokenizer vLLM can load (fast, sentencepiece, byte-level BPE)
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tiktoken.model")
 # files the hub stores in git LFS whatever their size (their etag is a sha256)
-LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model", ".msgpack", ".h5")
-LFS_MIN_BYTES = 10 * 1024 * 1024  # the hub's default threshold for LFS
+_LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model", ".msgpack", ".h5")
+_LFS_MIN_BYTES = 10 * 1024 * 1024  # the hub's default threshold for LFS
 
 
 class _HfModelNames(TypedDict):
@@ -72,7 +72,7 @@ class HfModel:
 
 
 @dataclass(frozen=True)
-class Missing:
+class _Missing:
     """Why a snapshot cannot be served: the first file missing, and what is wrong with it."""
 
     model: HfModel
@@ -86,13 +86,13 @@ class Missing:
                 f"{self.file} {self.why} in the Hugging Face cache {self.cache}")
 
 
-def repo_folder(repo: str) -> str:
+def _repo_folder(repo: str) -> str:
     """`models--ORG--NAME`, the hub client's folder name for a model repo."""
     return "models--" + repo.replace("/", "--")
 
 
 def snapshot_dir(cache: Path, repo: str, revision: str) -> Path:
-    return cache / repo_folder(repo) / "snapshots" / revision
+    return cache / _repo_folder(repo) / "snapshots" / revision
 
 
 def _state(path: Path) -> str | None:
@@ -110,14 +110,14 @@ def _state(path: Path) -> str | None:
 
 
 def _incomplete(cache: Path, repo: str) -> list[str]:
-    blobs = cache / repo_folder(repo) / "blobs"
+    blobs = cache / _repo_folder(repo) / "blobs"
     try:
         return sorted(p.name for p in blobs.iterdir() if p.name.endswith(".incomplete"))
     except OSError:
         return []
 
 
-def check(cache: Path, model: HfModel) -> Missing | None:
+def check(cache: Path, model: HfModel) -> _Missing | None:
     """The first reason the snapshot of `model` cannot be served from `cache`, or None.
 
     Required: config.json; the weights (every shard the safetensors index names, else at
@@ -127,37 +127,37 @@ def check(cache: Path, model: HfModel) -> Missing | None:
     snap = snapshot_dir(cache, model.repo, model.revision)
     if not snap.is_dir():
         have = []
-        snaps = cache / repo_folder(model.repo) / "snapshots"
+        snaps = cache / _repo_folder(model.repo) / "snapshots"
         if snaps.is_dir():
             have = sorted(p.name[:12] for p in snaps.iterdir())
         absent = f"is missing (cached revisions: {', '.join(have)})" if have else "is missing"
-        return Missing(model, f"snapshots/{model.revision}/", absent + " (`kiln fetch` downloads it)", shown)
+        return _Missing(model, f"snapshots/{model.revision}/", absent + " (`kiln fetch` downloads it)", shown)
     partial = _incomplete(cache, model.repo)
 
-    def missing(name: str, reason: str) -> Missing:
+    def missing(name: str, reason: str) -> _Missing:
         if partial:
             reason += f"; {len(partial)} unfinished download(s) in blobs/"
-        return Missing(model, name, reason, shown)
+        return _Missing(model, name, reason, shown)
 
-    why: str | None = _state(snap / CONFIG)
+    why: str | None = _state(snap / _CONFIG)
     if why:
-        return missing(CONFIG, why)
-    index = snap / WEIGHTS_INDEX
+        return missing(_CONFIG, why)
+    index = snap / _WEIGHTS_INDEX
     if index.exists() or index.is_symlink():
         why = _state(index)
         if why:
-            return missing(WEIGHTS_INDEX, why)
+            return missing(_WEIGHTS_INDEX, why)
         try:
             weight_map = json.loads(index.read_text())["weight_map"]
             shards = sorted(set(weight_map.values()))
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return missing(WEIGHTS_INDEX, "is not a safetensors index (no weight_map)")
+            return missing(_WEIGHTS_INDEX, "is not a safetensors index (no weight_map)")
         for shard in shards:
             if "/" in shard or shard.startswith("."):
-                return missing(WEIGHTS_INDEX, f"names a shard outside the snapshot: {shard!r}")
+                return missing(_WEIGHTS_INDEX, f"names a shard outside the snapshot: {shard!r}")
             why = _state(snap / shard)
             if why:
-                return missing(shard, why + f" (one of the {len(shards)} shards {WEIGHTS_INDEX} lists)")
+                return missing(shard, why + f" (one of the {len(shards)} shards {_WEIGHTS_INDEX} lists)")
     else:
         weights = sorted(p.name for p in snap.glob("*.safetensors"))
         if not weights:
@@ -167,9 +167,9 @@ def check(cache: Path, model: HfModel) -> Missing | None:
             if why:
                 return missing(name, why)
     if model.tokenizer:
-        present = [n for n in TOKENIZER_FILES if (snap / n).exists() or (snap / n).is_symlink()]
+        present = [n for n in _TOKENIZER_FILES if (snap / n).exists() or (snap / n).is_symlink()]
         if not present:
-            return missing(TOKENIZER_FILES[0], f"is missing (no tokenizer: none of {', '.join(TOKENIZER_FILES)})")
+            return missing(_TOKENIZER_FILES[0], f"is missing (no tokenizer: none of {', '.join(_TOKENIZER_FILES)})")
         for name in present:
             why = _state(snap / name)
             if why:
@@ -177,7 +177,7 @@ def check(cache: Path, model: HfModel) -> Missing | None:
     return None
 
 
-def check_all(cache: Path, models: list[HfModel]) -> list[Missing]:
+def check_all(cache: Path, models: list[HfModel]) -> list[_Missing]:
     return [m for m in (check(cache, model) for model in models) if m is not None]
 
 
@@ -194,26 +194,26 @@ def _sha256(data_path: Path) -> str:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def is_lfs(path: Path) -> bool:
-    return path.suffix in LFS_SUFFIXES or path.stat().st_size >= LFS_MIN_BYTES
+def _is_lfs(path: Path) -> bool:
+    return path.suffix in _LFS_SUFFIXES or path.stat().st_size >= _LFS_MIN_BYTES
 
 
-def etag(path: Path) -> str:
+def _etag(path: Path) -> str:
     """The blob name the hub gives this file: sha256 for LFS files, the git blob sha1 otherwise."""
-    return _sha256(path) if is_lfs(path) else _git_blob_sha1(path)
+    return _sha256(path) if _is_lfs(path) else _git_blob_sha1(path)
 
 
 def seed(source: Path, cache: Path, repo: str, revision: str, *, branch: str = "main") -> Path:
     """Copy the files of the folder `source` into `cache` as the snapshot of `repo` at
     `revision`: blobs by etag, snapshot entries as relative links into ../../blobs,
     refs/<branch> holding the revision. Returns the snapshot folder."""
-    root = cache / repo_folder(repo)
+    root = cache / _repo_folder(repo)
     blobs, snap = root / "blobs", snapshot_dir(cache, repo, revision)
     blobs.mkdir(parents=True, exist_ok=True)
     snap.mkdir(parents=True, exist_ok=True)
     for path in sorted(p for p in source.rglob("*") if p.is_file()):
         rel = path.relative_to(source)
-        blob = blobs / etag(path)
+        blob = blobs / _etag(path)
         if not blob.exists():
             tmp = blob.with_name(blob.name + ".incomplete")
             shutil.copyfile(path, tmp)
@@ -230,7 +230,7 @@ def seed(source: Path, cache: Path, repo: str, revision: str, *, branch: str = "
 
 
 # -- in the image: the entrypoint's check -------------------------------------------------
-def read_models(text: str) -> list[HfModel]:
+def _read_models(text: str) -> list[HfModel]:
     """MODELS_JSON as kiln passes it (a list of HfModelJson), with plain checks (no pydantic
     here); SystemExit naming the field, one line, when it is not one."""
     try:
@@ -253,7 +253,7 @@ def read_models(text: str) -> list[HfModel]:
 def main(argv: list[str]) -> int:
     """`python kiln_hfcache.py CACHE MODELS_JSON`: exit 0 when every snapshot is complete,
     else print one line per problem to stderr and exit 93 (kiln's HfSnapshotMissing)."""
-    cache, models = Path(argv[0]), read_models(argv[1])
+    cache, models = Path(argv[0]), _read_models(argv[1])
     problems = check_all(cache, models)
     for problem in problems:
         print(f"kiln-serve: {problem.line}", file=sys.stderr)

@@ -24,8 +24,8 @@ if TYPE_CHECKING:  # types only: this file is sent alone (`python -c`), see prob
 MARKER = "KILN-ARGPROBE"
 REQUEST_ENV = "KILN_ARGPROBE"
 # set by argcheck for this container only; the server never sees them
-PROBE_ENV = (REQUEST_ENV, "VLLM_PLUGINS", "HF_HUB_OFFLINE", "VLLM_LOGGING_LEVEL", "VLLM_NO_USAGE_STATS")
-MAX_MESSAGE = 600
+_PROBE_ENV = (REQUEST_ENV, "VLLM_PLUGINS", "HF_HUB_OFFLINE", "VLLM_LOGGING_LEVEL", "VLLM_NO_USAGE_STATS")
+_MAX_MESSAGE = 600
 
 
 class Refused(Exception):
@@ -45,7 +45,7 @@ def _tidy(text: str) -> str:
     """One line: pydantic's multi-line reports joined, its doc links dropped."""
     lines = [ln.strip() for ln in str(text).splitlines()]
     out = " ".join(ln for ln in lines if ln and not ln.startswith("For further information visit"))
-    return out if len(out) <= MAX_MESSAGE else out[:MAX_MESSAGE] + "..."
+    return out if len(out) <= _MAX_MESSAGE else out[:_MAX_MESSAGE] + "..."
 
 
 def _problem(stage: str, message: str, group: int | None = None, key: str | None = None,
@@ -53,7 +53,7 @@ def _problem(stage: str, message: str, group: int | None = None, key: str | None
     return {"stage": stage, "group": group, "key": key, "var": var, "message": _tidy(message)}
 
 
-class Vllm:
+class _Vllm:
     """vLLM's serve parser and the pieces of vLLM the checks use."""
 
     def __init__(self) -> None:
@@ -128,7 +128,7 @@ class Vllm:
         return out
 
 
-def speculative_fields() -> tuple[list[str] | None, list[str] | None]:
+def _speculative_fields() -> tuple[list[str] | None, list[str] | None]:
     import dataclasses  # late: in-image only
 
     try:
@@ -142,7 +142,7 @@ def speculative_fields() -> tuple[list[str] | None, list[str] | None]:
         return None, None
 
 
-def _blame(message: str, groups: list[list[str]], vllm: Vllm) -> int | None:
+def _blame(message: str, groups: list[list[str]], vllm: _Vllm) -> int | None:
     """The group whose flag the message names first (argparse writes `argument --x/-y:`)."""
     for opt in re.findall(r"--[A-Za-z0-9][A-Za-z0-9_-]*", message):
         wanted = vllm.action(opt)
@@ -162,7 +162,7 @@ def _contains_dataclass(annotation: Any) -> bool:
     return any(_contains_dataclass(arg) for arg in typing.get_args(annotation))
 
 
-class FieldCheck:
+class _FieldCheck:
     """A recipe value through the validator of the config dataclass field it sets.
 
     Each class's instance is made without __init__ (whose __post_init__ would read the
@@ -218,7 +218,7 @@ class FieldCheck:
         return []
 
 
-def check_argv(vllm: Vllm, groups: list[list[str]]) -> tuple[list[ProbeProblem], list[str]]:
+def _check_argv(vllm: _Vllm, groups: list[list[str]]) -> tuple[list[ProbeProblem], list[str]]:
     problems: list[ProbeProblem] = []
     stages = ["parse"]
     head = groups[0]
@@ -270,9 +270,9 @@ def check_argv(vllm: Vllm, groups: list[list[str]]) -> tuple[list[ProbeProblem],
     return problems, stages
 
 
-def _config_problems(vllm: Vllm, groups: list[list[str]], bad: set[int], args: argparse.Namespace,
+def _config_problems(vllm: _Vllm, groups: list[list[str]], bad: set[int], args: argparse.Namespace,
                      owners: dict[str, Any]) -> list[ProbeProblem]:
-    check = FieldCheck()
+    check = _FieldCheck()
     chosen: list[tuple[int, str, Any]] = []
     for i, group in enumerate(groups[1:], 1):
         action = vllm.action(group[0])
@@ -293,7 +293,7 @@ def _config_problems(vllm: Vllm, groups: list[list[str]], bad: set[int], args: a
     return out
 
 
-def _speculative_problems(vllm: Vllm, groups: list[list[str]], bad: set[int],
+def _speculative_problems(vllm: _Vllm, groups: list[list[str]], bad: set[int],
                           args: argparse.Namespace) -> list[ProbeProblem] | None:
     spec = getattr(args, "speculative_config", None)
     if not isinstance(spec, dict):
@@ -304,7 +304,7 @@ def _speculative_problems(vllm: Vllm, groups: list[list[str]], bad: set[int],
         return None
     index = next((i for i, g in enumerate(groups[1:], 1)
                   if i not in bad and (a := vllm.action(g[0])) is not None and a.dest == "speculative_config"), None)
-    check = FieldCheck()
+    check = _FieldCheck()
     values = {k.replace("-", "_"): v for k, v in spec.items()}  # as create_speculative_config does
     inst = check.instance(SpeculativeConfig, values)
     out = []
@@ -325,8 +325,8 @@ def _speculative_problems(vllm: Vllm, groups: list[list[str]], bad: set[int],
 # the ngram branch fills in and compares prompt_lookup_min/max, suffix's checks its own
 # numbers and that Arctic Inference is installed); for every other method it loads the
 # draft's or the target's config.json, which the probe does not have.
-MODEL_FREE_METHODS = ("ngram", "[ngram]", "ngram_gpu", "suffix")
-SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
+_MODEL_FREE_METHODS = ("ngram", "[ngram]", "ngram_gpu", "suffix")
+_SCHEDULE_KEY = "num_speculative_tokens_per_batch_size"
 
 
 def _named_key(message: str, spec: dict[str, Any]) -> str | None:
@@ -346,7 +346,7 @@ def _speculative_whole(cls: Any, inst: Any, spec: dict[str, Any]) -> list[tuple[
     a refusal: only ValueError (and a missing package, ImportError, in __post_init__) is."""
     out: list[tuple[str | None, str]] = []
     method = spec.get("method")
-    if method in MODEL_FREE_METHODS:
+    if method in _MODEL_FREE_METHODS:
         try:
             cls.__post_init__(inst)
         except (ValueError, ImportError) as exc:  # unnamed: the method's own requirement
@@ -365,7 +365,7 @@ def _speculative_whole(cls: Any, inst: Any, spec: dict[str, Any]) -> list[tuple[
                 out.append((_named_key(str(exc), spec), f"{cls.__name__}: {exc}"))
             except Exception:
                 pass
-    if spec.get(SCHEDULE_KEY) is not None:
+    if spec.get(_SCHEDULE_KEY) is not None:
         try:
             from vllm.v1.spec_decode.dynamic.utils import (  # late: in-image only
                 validate_and_normalize_dynamic_sd_schedule as check_schedule,
@@ -373,13 +373,13 @@ def _speculative_whole(cls: Any, inst: Any, spec: dict[str, Any]) -> list[tuple[
         except ImportError:  # a vLLM without dynamic speculation: the field check said so
             return out
         try:
-            check_schedule(spec[SCHEDULE_KEY])
+            check_schedule(spec[_SCHEDULE_KEY])
         except (ValueError, TypeError) as exc:
-            out.append((SCHEDULE_KEY, f"dynamic speculation schedule: {exc}"))
+            out.append((_SCHEDULE_KEY, f"dynamic speculation schedule: {exc}"))
     return out
 
 
-def check_env(env: dict[str, str]) -> tuple[list[ProbeProblem], str | None]:
+def _check_env(env: dict[str, str]) -> tuple[list[ProbeProblem], str | None]:
     """kiln-engine's own refusals of the env the server would run with: each knob by its
     own parser (every bad one named), then check_environment (combinations)."""
     try:
@@ -389,7 +389,7 @@ def check_env(env: dict[str, str]) -> tuple[list[ProbeProblem], str | None]:
         return [], None
     version = getattr(kiln_engine, "__version__", "?")
     # kiln-serve: the baked env, then the container's (the image's ENV, `docker run -e`)
-    environ = {**env, **{k: v for k, v in os.environ.items() if k not in PROBE_ENV}}
+    environ = {**env, **{k: v for k, v in os.environ.items() if k not in _PROBE_ENV}}
     problems: list[ProbeProblem] = []
     try:
         for feature in features.FEATURES:
@@ -413,7 +413,7 @@ def _strings(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
-def read_request(text: str) -> ProbeRequest:
+def _read_request(text: str) -> ProbeRequest:
     """$KILN_ARGPROBE as kiln sends it (probeprotocol.ProbeRequest), with plain checks (no
     pydantic of kiln's here); SystemExit naming the field, one line, when it is not."""
     try:
@@ -440,20 +440,20 @@ def read_request(text: str) -> ProbeRequest:
 
 
 def main() -> None:
-    request = read_request(os.environ.get(REQUEST_ENV) or "{}")
+    request = _read_request(os.environ.get(REQUEST_ENV) or "{}")
     # argparse has no hook for its error/exit (they print and exit); the probe wants them raised
     argparse.ArgumentParser.error = _refuse  # type: ignore[method-assign]  # patched on purpose, see above
     argparse.ArgumentParser.exit = _exit  # type: ignore[method-assign]  # patched on purpose, see above
     answer: ProbeAnswer = {"version": None, "kiln_engine": None, "jobs": []}
-    vllm: Vllm | None = None
+    vllm: _Vllm | None = None
     try:
-        vllm = Vllm()
+        vllm = _Vllm()
         answer["version"] = vllm.version
     except ModuleNotFoundError as exc:  # no vLLM at all (a stand-in engine)
         if exc.name != "vllm":
             raise
     if request.get("dump") and vllm is not None:
-        keys, methods = speculative_fields()
+        keys, methods = _speculative_fields()
         answer["flags"] = vllm.flags()
         answer["speculative_keys"], answer["speculative_methods"] = keys, methods
     jobs: list[JobAnswer] = []
@@ -461,8 +461,8 @@ def main() -> None:
         problems: list[ProbeProblem] = []
         stages: list[str] = []
         if vllm is not None:
-            problems, stages = check_argv(vllm, job["groups"])
-        env_problems, answer["kiln_engine"] = check_env(job.get("env", {}))
+            problems, stages = _check_argv(vllm, job["groups"])
+        env_problems, answer["kiln_engine"] = _check_env(job.get("env", {}))
         if answer["kiln_engine"] is not None:
             stages.append("env")
         jobs.append({"problems": problems + env_problems, "stages": stages})

@@ -44,9 +44,9 @@ else:  # next to it whatever sys.path holds (python -I or PYTHONSAFEPATH leave t
 # The applier's last stderr line on failure starts with this; kiln replaces it with the
 # typed error's own hint.
 HINT_PREFIX = "hint: "
-HINT_PATCH = "hint: reproduce without Docker: kiln patches check / kiln engine bump --to VERSION --dry-run"
-HINT_OVERLAY = "hint: reproduce without Docker: kiln patches check --recipe RECIPE"
-HINT_DRIFT = "hint: kiln override rebase RECIPE FEATURE --from OLD_VERSION merges the override onto this engine"
+_HINT_PATCH = "hint: reproduce without Docker: kiln patches check / kiln engine bump --to VERSION --dry-run"
+_HINT_OVERLAY = "hint: reproduce without Docker: kiln patches check --recipe RECIPE"
+_HINT_DRIFT = "hint: kiln override rebase RECIPE FEATURE --from OLD_VERSION merges the override onto this engine"
 
 
 # -- the tree being patched ---------------------------------------------------------------
@@ -108,16 +108,16 @@ class Tree:
 
 # -- applying ----------------------------------------------------------------------------
 @dataclass
-class HunkResult:
+class _HunkResult:
     number: int  # 1-based, as in GNU patch's messages
     hunk: patchformat.Hunk
     offset: int | None  # None: failed; 0: at the stated line; else lines off
 
 
 @dataclass
-class FileResult:
+class _FileResult:
     target: str
-    hunks: list[HunkResult]
+    hunks: list[_HunkResult]
     problem: str | None = None  # file-level: missing target, already exists
 
     @property
@@ -128,7 +128,7 @@ class FileResult:
 @dataclass
 class PatchResult:
     patch: patchformat.Patch
-    files: list[FileResult]
+    files: list[_FileResult]
     reverse: bool = False
 
     @property
@@ -140,7 +140,7 @@ class PatchResult:
         return [(f.target, h.number, h.offset) for f in self.files for h in f.hunks if h.offset]
 
     @property
-    def failed_hunks(self) -> list[tuple[str, HunkResult]]:
+    def failed_hunks(self) -> list[tuple[str, _HunkResult]]:
         return [(f.target, h) for f in self.files for h in f.hunks if h.offset is None]
 
     def failure_lines(self) -> list[str]:
@@ -194,28 +194,28 @@ def stated_index(hunk: patchformat.Hunk) -> int:
     return hunk.old_start - 1 if hunk.old_len else hunk.old_start
 
 
-def apply_file(content: bytes | None, fd: patchformat.FileDiff, partial: bool = False) -> tuple[FileResult, bytes | None]:
+def _apply_file(content: bytes | None, fd: patchformat.FileDiff, partial: bool = False) -> tuple[_FileResult, bytes | None]:
     """Apply one file's hunks to `content` (None: the file does not exist). With
     `partial`, hunks that apply are applied even if others fail (`quilt push -f`)."""
     if fd.creates and content is not None:
-        return FileResult(fd.target, [], "already exists, but the patch creates it"), content
+        return _FileResult(fd.target, [], "already exists, but the patch creates it"), content
     if not fd.creates and content is None:
-        return FileResult(fd.target, [], "no such file"), None
+        return _FileResult(fd.target, [], "no such file"), None
     lines = patchformat.split_lines(content or b"")
-    results: list[HunkResult] = []
+    results: list[_HunkResult] = []
     placed: list[tuple[int, patchformat.Hunk]] = []
     lo, carried = 0, 0
     for number, hunk in enumerate(fd.hunks, 1):
         stated = stated_index(hunk)
         pos = locate_hunk(lines, hunk, stated + carried, lo)
         if pos is None:
-            results.append(HunkResult(number, hunk, None))
+            results.append(_HunkResult(number, hunk, None))
             continue
         carried = pos - stated
-        results.append(HunkResult(number, hunk, carried))
+        results.append(_HunkResult(number, hunk, carried))
         placed.append((pos, hunk))
         lo = pos + len(hunk.old_lines)
-    result = FileResult(fd.target, results)
+    result = _FileResult(fd.target, results)
     if fd.deletes and result.ok and (lines[lo:] or placed[0][0] != 0):
         # Deleting needs the whole file to match, not just a prefix of it.
         results[-1].offset = None
@@ -236,12 +236,12 @@ def apply_file(content: bytes | None, fd: patchformat.FileDiff, partial: bool = 
 def apply_patch(tree: Tree, patch: patchformat.Patch, reverse: bool = False, partial: bool = False) -> PatchResult:
     """Apply one patch to the tree's in-memory state; changes land only if all hunks
     apply, unless `partial` (then whatever applies lands, like `quilt push -f`)."""
-    results: list[FileResult] = []
+    results: list[_FileResult] = []
     pending: dict[str, bytes | None] = {}
     for fd in patch.files:
         fd = fd.reversed() if reverse else fd
         current = pending[fd.target] if fd.target in pending else tree.read(fd.target)
-        res, new = apply_file(current, fd, partial)
+        res, new = _apply_file(current, fd, partial)
         results.append(res)
         pending[fd.target] = new
     outcome = PatchResult(patch, results, reverse)
@@ -298,23 +298,23 @@ def apply_series(tree: Tree, series_list: list[patchformat.Series]) -> list[Patc
 
 
 # -- the manifest (/opt/kiln/patches.json): what the image's engine was changed by ------
-class PatchEntry(TypedDict):
+class _PatchEntry(TypedDict):
     name: str
     sha256: str
     source: str  # "series" (the engine's), or "feature:NAME" (a recipe's override)
     files: list[str]
 
 
-class ReplacementEntry(TypedDict):
+class _ReplacementEntry(TypedDict):
     feature: str
     target: str
     sha256: str
     upstream_sha256: str
 
 
-class Manifest(TypedDict):
-    patches: list[PatchEntry]
-    replacements: list[ReplacementEntry]
+class _Manifest(TypedDict):
+    patches: list[_PatchEntry]
+    replacements: list[_ReplacementEntry]
 
 
 # -- whole-file replacements -------------------------------------------------------------
@@ -326,11 +326,11 @@ class Replacement:
     upstream_sha256: str
 
 
-def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[ReplacementEntry]:
+def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[_ReplacementEntry]:
     """Swap in whole files after checking each target is the upstream file it was forked
     from; raises DriftError listing every mismatch (and nothing is written)."""
     drift: list[str] = []
-    entries: list[ReplacementEntry] = []
+    entries: list[_ReplacementEntry] = []
     for rep in reps:
         current = tree.read(rep.target)
         actual = patchformat.sha256_bytes(current) if current is not None else "(file missing)"
@@ -351,7 +351,7 @@ def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[ReplacementE
 
 
 # -- in-image command line -----------------------------------------------------------------
-def _manifest_entries(results: list[PatchResult], sources: dict[int, str]) -> list[PatchEntry]:
+def _manifest_entries(results: list[PatchResult], sources: dict[int, str]) -> list[_PatchEntry]:
     return [{"name": r.patch.name, "sha256": r.patch.sha256, "source": sources[id(r.patch)],
              "files": r.patch.targets} for r in results]
 
@@ -375,8 +375,8 @@ def _json_object(path: Path, lists: tuple[str, ...] = (), strings: tuple[str, ..
     return doc
 
 
-def _write_manifest(path: Path, patches: list[PatchEntry], replacements: list[ReplacementEntry], append: bool) -> None:
-    doc: Manifest = {"patches": [], "replacements": []}
+def _write_manifest(path: Path, patches: list[_PatchEntry], replacements: list[_ReplacementEntry], append: bool) -> None:
+    doc: _Manifest = {"patches": [], "replacements": []}
     if append and path.is_file():  # the engine's own series' manifest, written at its build
         found = _json_object(path, lists=("patches", "replacements"))
         doc = {"patches": found.get("patches", []), "replacements": found.get("replacements", [])}
@@ -386,11 +386,11 @@ def _write_manifest(path: Path, patches: list[PatchEntry], replacements: list[Re
     path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 
-def load_overlays(overlays: Path) -> tuple[list[patchformat.Series], list[Replacement]]:
+def _load_overlays(overlays: Path) -> tuple[list[patchformat.Series], list[Replacement]]:
     """Every `<overlays>/<feature>/overlay.json`, in feature-name order."""
     series_list, reps = [], []
     for fdir in sorted(p for p in overlays.iterdir() if (p / "overlay.json").is_file()):
-        path = fdir / "overlay.json"  # kiln.domain.patching.overlay.OverlayJson
+        path = fdir / "overlay.json"  # kiln.domain.patching.overlay._OverlayJson
         spec = _json_object(path, lists=("replacements",), strings=("name",))
         name, series = spec["name"], spec.get("series")
         if series is not None and not isinstance(series, str):
@@ -406,7 +406,7 @@ def load_overlays(overlays: Path) -> tuple[list[patchformat.Series], list[Replac
     return series_list, reps
 
 
-def run_apply(root: Path, series_files: list[str], manifest: Path) -> None:
+def _run_apply(root: Path, series_files: list[str], manifest: Path) -> None:
     series_list = [patchformat.load_series(Path(s), s) for s in series_files]
     tree = Tree(root)
     results = apply_series(tree, series_list)
@@ -418,8 +418,8 @@ def run_apply(root: Path, series_files: list[str], manifest: Path) -> None:
         print(f"applied {r.patch.display}{shifted}")
 
 
-def run_apply_overlays(root: Path, overlays: Path, manifest: Path) -> None:
-    series_list, reps = load_overlays(overlays)
+def _run_apply_overlays(root: Path, overlays: Path, manifest: Path) -> None:
+    series_list, reps = _load_overlays(overlays)
     tree = Tree(root)
     results = apply_series(tree, series_list)
     entries = apply_replacements(tree, reps)
@@ -446,13 +446,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.cmd == "apply":
-            run_apply(args.root, args.series, args.manifest)
+            _run_apply(args.root, args.series, args.manifest)
         else:
-            run_apply_overlays(args.root, args.overlays, args.manifest_append)
+            _run_apply_overlays(args.root, args.overlays, args.manifest_append)
     except patchformat.PatchError as exc:
         for line in exc.lines:
             print(line, file=sys.stderr)
-        hint = HINT_DRIFT if isinstance(exc, patchformat.DriftError) else HINT_OVERLAY if args.cmd == "apply-overlays" else HINT_PATCH
+        hint = _HINT_DRIFT if isinstance(exc, patchformat.DriftError) else _HINT_OVERLAY if args.cmd == "apply-overlays" else _HINT_PATCH
         print(hint, file=sys.stderr)
         return exc.exit_code
     return 0

@@ -21,11 +21,11 @@ from pathlib import Path
 # cannot import kiln.basics.errors) of PatchFailed, OverrideDrift and PatchInvalid's exit codes:
 # `kiln build` maps the status of the failed RUN step to those errors, and a test keeps
 # the two in step.
-EXIT_PATCH_FAILED = 6
-EXIT_DRIFT = 7
-EXIT_INVALID = 30
+_EXIT_PATCH_FAILED = 6
+_EXIT_DRIFT = 7
+_EXIT_INVALID = 30
 
-NO_NEWLINE = b"\\ No newline at end of file"
+_NO_NEWLINE = b"\\ No newline at end of file"
 CONFLICT_MARKERS = (b"<<<<<<< ", b"||||||| ", b">>>>>>> ")
 
 
@@ -43,19 +43,19 @@ class PatchError(Exception):
 class PatchFormatError(PatchError):
     """A patch or series file that cannot be parsed, or lacks its header."""
 
-    exit_code = EXIT_INVALID
+    exit_code = _EXIT_INVALID
 
 
 class ApplyFailed(PatchError):
     """Hunks that do not apply; one line each."""
 
-    exit_code = EXIT_PATCH_FAILED
+    exit_code = _EXIT_PATCH_FAILED
 
 
 class DriftError(PatchError):
     """A whole-file replacement whose upstream file is not the one it was forked from."""
 
-    exit_code = EXIT_DRIFT
+    exit_code = _EXIT_DRIFT
 
 
 # -- small helpers -----------------------------------------------------------------------
@@ -362,4 +362,4 @@ def load_series(series_file: Path, display: str | None = None, source: str = "se
 def emit_line(tag: bytes, text: bytes) -> bytes:
     """One diff line; a last line without newline gets GNU diff's marker line."""
     line = tag + text
-    return line if text.endswith(b"\n") else line + b"\n" + NO_NEWLINE + b"\n"
+    return line if text.endswith(b"\n") else line + b"\n" + _NO_NEWLINE + b"\n"

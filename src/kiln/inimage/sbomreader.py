@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from email.parser import HeaderParser
 from typing import Any, TypedDict
 
-MARKER = "KILN-SBOM"
+_MARKER = "KILN-SBOM"
 # dpkg states whose files are on disk (`not-installed` and `config-files` have none)
 _ON_DISK = {"installed", "unpacked", "half-installed", "half-configured", "triggers-awaited",
             "triggers-pending"}
@@ -45,7 +45,7 @@ _SYSTEM_SITE_GLOBS = (
 
 
 
-class DebianPackage(TypedDict):
+class _DebianPackage(TypedDict):
     name: str
     version: str
     architecture: str
@@ -59,7 +59,7 @@ class DebianPackage(TypedDict):
     database: str  # the status file it is listed in (image path)
 
 
-class Distribution(TypedDict):
+class _Distribution(TypedDict):
     name: str
     version: str
     summary: str
@@ -76,23 +76,23 @@ class Distribution(TypedDict):
     metadata_dir: str
 
 
-class ModelFile(TypedDict):
+class _ModelFile(TypedDict):
     path: str
     root: str
     size: int
     sha256: str
 
 
-class Inventory(TypedDict):
+class _Inventory(TypedDict):
     """The document printed after MARKER (kiln.domain.supplychain.sbom reads it)."""
 
     os_release: dict[str, str]
-    debian_packages: list[DebianPackage]
+    debian_packages: list[_DebianPackage]
     site_dirs: list[str]
-    python_distributions: list[Distribution]
+    python_distributions: list[_Distribution]
     patch_manifest: Any
     model_roots: list[str]
-    model_files: list[ModelFile]
+    model_files: list[_ModelFile]
     python: str
 
 
@@ -107,7 +107,7 @@ def _image_path(root: str, path: str) -> str:
 
 
 # -- Debian ---------------------------------------------------------------------------
-def parse_dpkg_status(text: str) -> list[dict[str, str]]:
+def _parse_dpkg_status(text: str) -> list[dict[str, str]]:
     """Each paragraph of a dpkg status file as a dict (continuation lines joined)."""
     out: list[dict[str, str]] = []
     cur: dict[str, str] = {}
@@ -128,15 +128,15 @@ def parse_dpkg_status(text: str) -> list[dict[str, str]]:
     return out
 
 
-def debian_packages(root: str) -> list[DebianPackage]:
+def debian_packages(root: str) -> list[_DebianPackage]:
     files = [_under(root, "/var/lib/dpkg/status")]
     files += sorted(glob.glob(_under(root, "/var/lib/dpkg/status.d/*")))
-    out: list[DebianPackage] = []
+    out: list[_DebianPackage] = []
     for path in files:
         if not os.path.isfile(path):
             continue
         with open(path, encoding="utf-8", errors="replace") as fh:
-            paragraphs = parse_dpkg_status(fh.read())
+            paragraphs = _parse_dpkg_status(fh.read())
         for p in paragraphs:
             state = (p.get("Status") or "install ok installed").split()[-1]
             if "Package" not in p or state not in _ON_DISK:
@@ -158,11 +158,11 @@ def debian_packages(root: str) -> list[DebianPackage]:
 
 
 # -- Python ---------------------------------------------------------------------------
-def site_dirs(root: str) -> list[str]:
+def _site_dirs(root: str) -> list[str]:
     """Absolute (image) paths of the directories that can hold distributions."""
     given = os.environ.get("KILN_SBOM_SITE_DIRS")
     if given:
-        candidates = env_paths("KILN_SBOM_SITE_DIRS")
+        candidates = _env_paths("KILN_SBOM_SITE_DIRS")
     else:
         # the running interpreter's path only describes the image when it runs in it
         candidates = [p for p in sys.path if p and os.path.isabs(p)] if root == "/" else []
@@ -200,7 +200,7 @@ def _record_owns_files(info_dir: str) -> bool | None:
     return any(line and not line.startswith(base) for line in record.splitlines())
 
 
-def _distribution(info_dir: str, location: str) -> Distribution | None:
+def _distribution(info_dir: str, location: str) -> _Distribution | None:
     meta_file = "PKG-INFO" if info_dir.endswith(".egg-info") else "METADATA"
     if os.path.isfile(info_dir):  # a bare `NAME.egg-info` file is the metadata itself
         text, meta_file = _read(info_dir), ""
@@ -237,8 +237,8 @@ def _distribution(info_dir: str, location: str) -> Distribution | None:
     }
 
 
-def python_distributions(root: str, dirs: list[str]) -> list[Distribution]:
-    out: list[Distribution] = []
+def _python_distributions(root: str, dirs: list[str]) -> list[_Distribution]:
+    out: list[_Distribution] = []
     for d in dirs:
         host = _under(root, d)
         for entry in sorted(os.listdir(host)):
@@ -251,14 +251,14 @@ def python_distributions(root: str, dirs: list[str]) -> list[Distribution]:
 
 
 # -- kiln's own records, the OS, model files -------------------------------------------
-def patch_manifest(root: str) -> Any:  # kiln_patching.py's manifest, as it wrote it
+def _patch_manifest(root: str) -> Any:  # kiln_patching.py's manifest, as it wrote it
     raw = _read(_under(root, "/opt/kiln/patches.json"))
     if raw is None:
         return None
     return json.loads(raw)
 
 
-def os_release(root: str) -> dict[str, str]:
+def _os_release(root: str) -> dict[str, str]:
     for path in ("/etc/os-release", "/usr/lib/os-release"):
         raw = _read(_under(root, path))
         if raw is None:
@@ -280,10 +280,10 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def model_files(root: str, roots: Iterable[str]) -> list[ModelFile]:
+def model_files(root: str, roots: Iterable[str]) -> list[_ModelFile]:
     """Every regular file under each existing model root (symlinks are not followed:
     what they point to is listed where it lives, if under a root)."""
-    out: list[ModelFile] = []
+    out: list[_ModelFile] = []
     seen: set[str] = set()
     for model_root in roots:
         host_root = _under(root, model_root)
@@ -302,21 +302,21 @@ def model_files(root: str, roots: Iterable[str]) -> list[ModelFile]:
     return out
 
 
-def inventory(root: str = "/", model_roots: Iterable[str] = ()) -> Inventory:
-    dirs = site_dirs(root)
+def inventory(root: str = "/", model_roots: Iterable[str] = ()) -> _Inventory:
+    dirs = _site_dirs(root)
     return {
-        "os_release": os_release(root),
+        "os_release": _os_release(root),
         "debian_packages": debian_packages(root),
         "site_dirs": dirs,
-        "python_distributions": python_distributions(root, dirs),
-        "patch_manifest": patch_manifest(root),
+        "python_distributions": _python_distributions(root, dirs),
+        "patch_manifest": _patch_manifest(root),
         "model_roots": [r for r in model_roots if os.path.isdir(_under(root, r))],
         "model_files": model_files(root, model_roots),
         "python": ".".join(str(n) for n in sys.version_info[:3]),
     }
 
 
-def env_paths(name: str) -> list[str]:
+def _env_paths(name: str) -> list[str]:
     """$`name` as kiln sets it: a JSON list of paths (plain checks: no pydantic here);
     SystemExit, one line, when it is not one."""
     try:
@@ -331,8 +331,8 @@ def env_paths(name: str) -> list[str]:
 
 def main() -> None:
     root = os.environ.get("KILN_SBOM_ROOT", "/")
-    model_roots = env_paths("KILN_SBOM_MODEL_ROOTS")
-    print(MARKER + " " + json.dumps(inventory(root, model_roots), sort_keys=True))
+    model_roots = _env_paths("KILN_SBOM_MODEL_ROOTS")
+    print(_MARKER + " " + json.dumps(inventory(root, model_roots), sort_keys=True))
 
 
 if __name__ == "__main__":

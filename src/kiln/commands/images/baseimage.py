@@ -56,7 +56,7 @@ def _sources_list(spec: BaseSpec) -> str:
     )
 
 
-def base_tag(spec_tag: str, platform: str | None) -> str:
+def _base_tag(spec_tag: str, platform: str | None) -> str:
     """kiln/base:bookworm for linux/amd64 (as always), kiln/base:bookworm-arm64 for arm64."""
     return spec_tag + platform_suffix(platform or DEFAULT_PLATFORM)
 
@@ -84,12 +84,12 @@ def _scrub(root: Path) -> None:
         path.write_text("\n".join(lines) + "\n")
 
 
-def build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str | None = None,
+def _build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str | None = None,
                force: bool = False, relock: bool = False, platform: str | None = None) -> str:
     """`platform` (linux/arm64): debootstrap --arch for it, its second stage and
     dpkg-query running under qemu (binfmt_misc, checked first)."""
     spec = spec or BaseSpec.load()
-    tag = tag or local_ref(base_tag(spec.tag, platform))
+    tag = tag or local_ref(_base_tag(spec.tag, platform))
     existing = docker.image(tag)
     date = sourcedate.of({base_dir(): ()})
     if existing is not None and not force:
@@ -195,8 +195,8 @@ def _import_for(docker: DockerDaemon, tarball: Path, tag: str, changes: list[str
     return docker.image(result.image_id)
 
 
-def cmd_base_build(args: argparse.Namespace) -> int:
-    build_base(DockerDaemon(), tag=args.tag, force=args.force or args.relock, relock=args.relock,
+def _cmd_base_build(args: argparse.Namespace) -> int:
+    _build_base(DockerDaemon(), tag=args.tag, force=args.force or args.relock, relock=args.relock,
                platform=args.platform)
     return 0
 
@@ -213,7 +213,7 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--relock", action="store_true",
                    help="write the package set debootstrap installs into docker-images/base/locks/ "
                         "(after the mirror moved on) instead of refusing another set")
-    s.set_defaults(func=cmd_base_build)
+    s.set_defaults(func=_cmd_base_build)
 
 
 def builder_base(docker: DockerDaemon, host_base: str, platform: str, tag: str) -> str:
@@ -225,13 +225,13 @@ def builder_base(docker: DockerDaemon, host_base: str, platform: str, tag: str) 
     FROM it; no layer of it reaches an image kiln tags. Rebuilt when `host_base` moves."""
     source = docker.require_image(host_base)
     existing = docker.image(tag)
-    if existing is not None and (existing.labels or {}).get(BUILDER_FROM) == id_of(source):
+    if existing is not None and (existing.labels or {}).get(_BUILDER_FROM) == id_of(source):
         return id_of(existing)
     log.step(f"{tag}: {host_base}'s files, marked {platform} (builder stages of cross-placed builds)")
     with tempfile.TemporaryDirectory(prefix="kiln-builder-base-") as tmp:
         tarball = Path(tmp) / "rootfs.tar"
         docker.export_filesystem(id_of(source), tarball)
-        changes = [f'LABEL "{BUILDER_FROM}"="{id_of(source)}"',
+        changes = [f'LABEL "{_BUILDER_FROM}"="{id_of(source)}"',
                    "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8"]
         imported = _import_for(docker, tarball, tag, changes, platform)
     if imported is None:
@@ -240,4 +240,4 @@ def builder_base(docker: DockerDaemon, host_base: str, platform: str, tag: str) 
     return id_of(imported)
 
 
-BUILDER_FROM = "ai.kiln.base.builder-from"  # the id of the host base whose files it carries
+_BUILDER_FROM = "ai.kiln.base.builder-from"  # the id of the host base whose files it carries

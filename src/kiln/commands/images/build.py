@@ -62,8 +62,8 @@ from kiln.inimage import patch_applier, patchformat
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
 
-Check = Callable[[Image], None]  # raises a KilnError: the image must not be tagged
-Finalize = Callable[[Image], str]  # returns the id to tag (e.g. a labelled derivative)
+_Check = Callable[[Image], None]  # raises a KilnError: the image must not be tagged
+_Finalize = Callable[[Image], str]  # returns the id to tag (e.g. a labelled derivative)
 
 
 @with_config(DESCRIBED)
@@ -85,7 +85,7 @@ class BuildDocument(TypedDict):
 
 
 @dataclass
-class BuildOutcome:
+class _BuildOutcome:
     tag: str
     image_id: str
     digest: str
@@ -103,7 +103,7 @@ class BuildOutcome:
 
 
 @dataclass(frozen=True)
-class ImageBuild:
+class _ImageBuild:
     """One image to build: its inputs, its names, and what must hold before it is tagged."""
 
     label: str  # names the build in progress lines and errors
@@ -113,8 +113,8 @@ class ImageBuild:
     labels: dict[str, str]
     buildargs: dict[str, str]
     max_size_gb: float | None = None
-    check: Check | None = None
-    finalize: Finalize | None = None
+    check: _Check | None = None
+    finalize: _Finalize | None = None
     source_date: SourceDate = SourceDate(0, "unknown")  # created/history dates and file mtimes
     lock_file: Path | None = None  # the engine lock the build installs from, for its errors
     relock: str = "kiln engine lock RECIPE"  # how to re-lock it
@@ -122,7 +122,7 @@ class ImageBuild:
     parent: str | None = None  # the image the final stage is FROM: its layers are kept as they are
 
 
-def reuse(docker: DockerDaemon, digest: str, tags: list[str], date: SourceDate | None = None) -> BuildOutcome | None:
+def _reuse(docker: DockerDaemon, digest: str, tags: list[str], date: SourceDate | None = None) -> _BuildOutcome | None:
     """The image these inputs already built, with every alias tag (re)pointed at it;
     None when there is none. With `date`: only one dated by it (the same input digest from
     another commit carries another created/revision, hence another id)."""
@@ -136,10 +136,10 @@ def reuse(docker: DockerDaemon, digest: str, tags: list[str], date: SourceDate |
         return None
     for tag in tags[1:]:
         docker.tag(id_of(img), tag)
-    return BuildOutcome(tags[0], id_of(img), digest, img.attrs.get("Size", 0), time.monotonic() - t0, True)
+    return _BuildOutcome(tags[0], id_of(img), digest, img.attrs.get("Size", 0), time.monotonic() - t0, True)
 
 
-def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: bool = False) -> BuildOutcome:
+def _run_build(docker: DockerDaemon, job: _ImageBuild, ca: CABundle, *, nocache: bool = False) -> _BuildOutcome:
     """Build `job` untagged, check it, make it reproducible (normalised layers and config
     at the source date), then tag it. The wall clock goes into the build record only."""
     started = clock.timestamp()
@@ -148,7 +148,7 @@ def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: b
         add_to_context(context, ca)
     if job.labels:
         # one LABEL instruction: the legacy builder makes one step per label passed via the API
-        context.append_at_build("Dockerfile", label_instruction(job.labels).encode())
+        context.append_at_build("Dockerfile", _label_instruction(job.labels).encode())
     log.step(f"building {job.tags[0]} (context {log.human_size(context.size())}, CA: {ca.origin})")
     try:
         result = docker.build(context, label=job.label, buildargs=job.buildargs, nocache=nocache,
@@ -176,7 +176,7 @@ def run_build(docker: DockerDaemon, job: ImageBuild, ca: CABundle, *, nocache: b
         "layers": norm.diff_ids, "started": started, "finished": clock.timestamp(),
         "build_seconds": round(result.seconds, 2), "normalise_seconds": round(norm.seconds, 2),
     })
-    return BuildOutcome(job.tags[0], image_id, job.digest, size, result.seconds + norm.seconds, False,
+    return _BuildOutcome(job.tags[0], image_id, job.digest, size, result.seconds + norm.seconds, False,
                         result.steps, result.cached_steps)
 
 
@@ -203,16 +203,16 @@ def _runs_applier(step: str) -> bool:
     return m is not None and m.group(1).upper() == "RUN" and PurePosixPath(PATCHER_ARC).name in m.group(2)
 
 
-def label_instruction(labels: dict[str, str]) -> str:
+def _label_instruction(labels: dict[str, str]) -> str:
     """`LABEL "k"="v" ...` for the final stage; values JSON-quoted (Dockerfile-compatible)."""
     pairs = " \\\n      ".join(f"{json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items()))
     return f"\n# ---- kiln labels (added at build time, not part of the input digest) ----\nLABEL {pairs}\n"
 
 
 def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool = False,
-                 nocache: bool = False, recipe: str = "RECIPE") -> BuildOutcome:
+                 nocache: bool = False, recipe: str = "RECIPE") -> _BuildOutcome:
     tags = [engine_image.tag, engine_image.alias_tag]
-    reused = None if force else reuse(docker, engine_image.digest, tags, engine_image.source_date)
+    reused = None if force else _reuse(docker, engine_image.digest, tags, engine_image.source_date)
     if reused is not None:
         return stamp(docker, tags, reused, engine_image.source_date.epoch)
     base = engine_image.engine.base_image
@@ -226,7 +226,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         modules = engine_modules(engine_image.engine.flavour)
         check = lambda image: enginestamp.import_check(docker, image.id, modules)  # noqa: E731
     engine_image.add_wheels()
-    job = ImageBuild(
+    job = _ImageBuild(
         label=f"engine-{engine_image.engine.flavour}",
         context=engine_image.context,
         digest=engine_image.digest,
@@ -242,14 +242,14 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         platform=engine_image.platform,
         parent=local_ref(engine_image.base_ref),
     )
-    return run_build(docker, job, engine_image.ca.get(), nocache=nocache)
+    return _run_build(docker, job, engine_image.ca.get(), nocache=nocache)
 
 
-def stamp(docker: DockerDaemon, tags: list[str], outcome: BuildOutcome, epoch: int = 0) -> BuildOutcome:
+def stamp(docker: DockerDaemon, tags: list[str], outcome: _BuildOutcome, epoch: int = 0) -> _BuildOutcome:
     """Heal an engine image built before probing existed (a reused image without the
     labels): tag a labelled derivative in its place. If the probe fails, the engine's
     tags are removed, so a failed check never leaves a tag that a later build would trust.
-    Fresh builds are labelled before they are tagged (`ImageBuild.finalize`)."""
+    Fresh builds are labelled before they are tagged (`_ImageBuild.finalize`)."""
     image = docker.require_image(outcome.image_id)
     if enginestamp.is_stamped(image):
         return outcome
@@ -272,7 +272,7 @@ def _untag(docker: DockerDaemon, tags: list[str]) -> None:
             log.warn(f"could not remove tag {tag}: {exc}")
 
 
-def engine_image_id(docker: DockerDaemon, loaded: LoadedRecipe, *, build_if_missing: bool) -> str | None:
+def _engine_image_id(docker: DockerDaemon, loaded: LoadedRecipe, *, build_if_missing: bool) -> str | None:
     """The id of the engine image built from the recipe's current engine inputs (built
     now when missing and `build_if_missing`), None when there is none."""
     engine_image = resolve(loaded.name).engine_image
@@ -287,7 +287,7 @@ def engine_image_id(docker: DockerDaemon, loaded: LoadedRecipe, *, build_if_miss
 def build_recipe(
     name: str, *, docker: DockerDaemon | None = None, force: bool = False, force_engine: bool = False,
     ca_flag: str | None = None, quiet_summary: bool = False, nocache: bool = False, platform: str | None = None,
-) -> BuildOutcome:
+) -> _BuildOutcome:
     """`platform`: one of the recipe's engine.platforms (None: the host's)."""
     docker = docker or DockerDaemon()
     t0 = time.monotonic()
@@ -295,14 +295,14 @@ def build_recipe(
         check_platform(load_recipe(recipe_dir(name)), platform)
     resolved = resolve(name, ca_flag, platform)
     loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
-    reused = None if force else reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag],
+    reused = None if force else _reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag],
                                       recipe_image.source_date)
     if reused is not None:
         if not quiet_summary:
             log.ok(f"{recipe_image.tag} is up to date (input digest {recipe_image.digest[:19]}); "
                    f"nothing to build [{log.human_secs(time.monotonic() - t0)}]")
         return reused
-    preflight_patches(loaded)
+    _preflight_patches(loaded)
     engine_outcome = build_engine(docker, engine_image, force=force_engine, nocache=nocache and force_engine,
                                   recipe=name)
     if engine_outcome.skipped:
@@ -310,7 +310,7 @@ def build_recipe(
     else:
         _summary("engine image built", engine_outcome, engine_outcome.seconds)
     engineverify.preflight_launch_args(loaded, engine_outcome.image_id, docker)
-    outcome = run_build(docker, _recipe_build(docker, loaded, recipe_image), engine_image.ca.get(), nocache=nocache)
+    outcome = _run_build(docker, _recipe_build(docker, loaded, recipe_image), engine_image.ca.get(), nocache=nocache)
     if not quiet_summary:
         _summary(f"built {recipe_image.repository}", outcome, time.monotonic() - t0,
                  extra={"also tagged": recipe_image.latest_tag, "engine": engine_image.tag})
@@ -374,7 +374,7 @@ def check_platform(loaded: LoadedRecipe, platform: str) -> None:
     binfmt.require(platform, min_major=binfmt.QEMU_MIN_MAJOR)
 
 
-def platforms_of(name: str, flag: str | None) -> list[str | None]:
+def _platforms_of(name: str, flag: str | None) -> list[str | None]:
     """--platform: None (the host's), one platform, or `all` (every declared one)."""
     if flag is None:
         return [None]
@@ -383,9 +383,9 @@ def platforms_of(name: str, flag: str | None) -> list[str | None]:
     return [flag]
 
 
-def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage) -> ImageBuild:
+def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage) -> _ImageBuild:
     recipe_image.add_wheels()  # its own locked packages, if it names any (recipelock)
-    return ImageBuild(
+    return _ImageBuild(
         label=loaded.name,
         context=recipe_image.context,
         digest=recipe_image.digest,
@@ -403,7 +403,7 @@ def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: Reci
     )
 
 
-def preflight_patches(loaded: LoadedRecipe) -> None:
+def _preflight_patches(loaded: LoadedRecipe) -> None:
     """Apply the engine series and the recipe's switched-on features to the pinned
     engine's sources on the host, so a hunk that no longer applies fails in seconds,
     before any image layer is built. The in-image application stays authoritative."""
@@ -417,7 +417,7 @@ def preflight_patches(loaded: LoadedRecipe) -> None:
         log.warn(f"patch pre-flight skipped ({exc.message}); the image build still applies the series")
 
 
-def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict[str, object] | None = None) -> None:
+def _summary(title: str, o: _BuildOutcome, seconds: float, extra: dict[str, object] | None = None) -> None:
     rows: dict[str, object] = {
         "tag": o.tag,
         "image id": o.image_id,
@@ -433,7 +433,7 @@ def _summary(title: str, o: BuildOutcome, seconds: float, extra: dict[str, objec
 def cmd_build(args: argparse.Namespace) -> int:
     docs: list[tuple[str | None, BuildDocument]] = []
     docker = DockerDaemon()
-    platforms = platforms_of(args.name, args.platform)
+    platforms = _platforms_of(args.name, args.platform)
     force = args.force or args.no_cache
     if not args.skip_disk_check:  # every platform's engine build counted before the first starts
         check_build_space(docker, args.name, platforms, force=force, force_engine=args.force_engine,

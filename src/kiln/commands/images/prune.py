@@ -20,7 +20,7 @@ from kiln.domain.recipes.recipe import recipe_names
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
 
-def current_digests() -> set[str]:
+def _current_digests() -> set[str]:
     """Input digests of every valid recipe's image and engine image, as of now."""
     keep: set[str] = set()
     for name in recipe_names():
@@ -32,7 +32,7 @@ def current_digests() -> set[str]:
     return keep
 
 
-def stale_images(docker: DockerDaemon, keep: set[str], recipes: set[str], engines: bool) -> list[Image]:
+def _stale_images(docker: DockerDaemon, keep: set[str], recipes: set[str], engines: bool) -> list[Image]:
     out = []
     for image in docker.images(label=f"{LABEL_NS}.input-digest"):
         labels = image.labels or {}
@@ -47,8 +47,8 @@ def stale_images(docker: DockerDaemon, keep: set[str], recipes: set[str], engine
 
 def prune(names: list[str] | None = None, *, dry_run: bool = False, docker: DockerDaemon | None = None) -> int:
     docker = docker or DockerDaemon()
-    keep = current_digests()
-    stale = stale_images(docker, keep, set(names or recipe_names()), engines=not names)
+    keep = _current_digests()
+    stale = _stale_images(docker, keep, set(names or recipe_names()), engines=not names)
     total = 0
     for image in stale:
         name = ", ".join(image.tags) or image.short_id
@@ -70,7 +70,7 @@ def prune(names: list[str] | None = None, *, dry_run: bool = False, docker: Dock
     return 0
 
 
-def cmd_prune(args: argparse.Namespace) -> int:
+def _cmd_prune(args: argparse.Namespace) -> int:
     return prune(args.names, dry_run=args.dry_run)
 
 
@@ -78,4 +78,4 @@ def register(sub: Subparsers) -> None:
     s = sub.add_parser("prune", help="remove kiln images no current recipe input produces")
     s.add_argument("names", nargs="*", help="only these recipes' images (default: all recipes and engines)")
     s.add_argument("--dry-run", action="store_true", help="only list them")
-    s.set_defaults(func=cmd_prune)
+    s.set_defaults(func=_cmd_prune)

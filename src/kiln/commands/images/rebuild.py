@@ -31,8 +31,8 @@ from kiln.domain.reproducible import imagediff
 from kiln.infra import credentials, git
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
-NAMESPACE = "kiln-verify"
-REVISION = "org.opencontainers.image.revision"
+_NAMESPACE = "kiln-verify"
+_REVISION = "org.opencontainers.image.revision"
 
 
 # What a rebuild reads of the `--json` documents of the recorded revision's own kiln
@@ -51,8 +51,8 @@ class _Built(TypedDict):
     image_id: str
 
 
-SHOWN = Shape(_Shown)
-BUILT = Shape(_Built)
+_SHOWN = Shape(_Shown)
+_BUILT = Shape(_Built)
 
 
 def _image(docker: DockerDaemon, ref: str) -> Image:
@@ -65,15 +65,15 @@ def _image(docker: DockerDaemon, ref: str) -> Image:
     raise ImageNotBuilt(f"{ref}: no such local image (a registry reference is pulled: HOST/REPO:TAG)")
 
 
-def what_to_rebuild(img: Image, ref: str) -> tuple[str, str]:
+def _what_to_rebuild(img: Image, ref: str) -> tuple[str, str]:
     labels = img.labels or {}
-    recipe, revision = labels.get(f"{LABEL_NS}.recipe"), labels.get(REVISION, "")
+    recipe, revision = labels.get(f"{LABEL_NS}.recipe"), labels.get(_REVISION, "")
     if not recipe:
         raise RebuildSourceMissing(f"{ref}: no {LABEL_NS}.recipe label: not a kiln recipe image")
     if not revision or revision == "unknown":
-        raise RebuildSourceMissing(f"{ref}: {REVISION} is {revision or 'missing'}: built outside a git checkout")
+        raise RebuildSourceMissing(f"{ref}: {_REVISION} is {revision or 'missing'}: built outside a git checkout")
     if revision.endswith("-dirty"):
-        raise RebuildSourceMissing(f"{ref}: built from uncommitted changes ({REVISION}={revision}): "
+        raise RebuildSourceMissing(f"{ref}: built from uncommitted changes ({_REVISION}={revision}): "
                                    "no commit holds its inputs")
     return recipe, revision
 
@@ -81,7 +81,7 @@ def what_to_rebuild(img: Image, ref: str) -> tuple[str, str]:
 def _kiln(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """That revision's own kiln, on its own tree, tagging in the verify namespace."""
     path = os.pathsep.join(str(tree / p) for p in ("src", "engine", "testkit"))
-    env = {**os.environ, "KILN_ROOT": str(tree), "KILN_IMAGE_NAMESPACE": NAMESPACE,
+    env = {**os.environ, "KILN_ROOT": str(tree), "KILN_IMAGE_NAMESPACE": _NAMESPACE,
            "PYTHONPATH": path + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
     return subprocess.run([sys.executable, "-m", "kiln", *args], cwd=tree, env=env, text=True,
                           stdout=subprocess.PIPE)
@@ -93,7 +93,7 @@ def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:
     shown = _kiln(tree, "show", recipe, "--json")
     if shown.returncode != 0:
         raise BuildFailed(f"kiln show {recipe} at that revision failed (exit {shown.returncode})")
-    engine = SHOWN.parse(shown.stdout, source=f"kiln show {recipe} --json at that revision",
+    engine = _SHOWN.parse(shown.stdout, source=f"kiln show {recipe} --json at that revision",
                          error=BuildFailed)["engine_image"]
     canonical = "kiln/" + engine["tag"].split("/", 1)[1]
     img = docker.image(canonical)
@@ -103,7 +103,7 @@ def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:
     docker.tag(id_of(img), engine["tag"])
     base = docker.image("kiln/base:bookworm")
     if base is not None:
-        docker.tag(id_of(base), f"{NAMESPACE}/base:bookworm")
+        docker.tag(id_of(base), f"{_NAMESPACE}/base:bookworm")
 
 
 def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
@@ -111,7 +111,7 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
     """(image id given, image id rebuilt, the first difference or None)."""
     docker = docker or DockerDaemon()
     img = _image(docker, ref)
-    recipe, revision = what_to_rebuild(img, ref)
+    recipe, revision = _what_to_rebuild(img, ref)
     root = repo_root()
     if git.run(root, "cat-file", "-e", f"{revision}^{{commit}}").returncode != 0:
         raise RebuildSourceMissing(f"{ref}: revision {revision[:12]} is not in the checkout at {root}")
@@ -134,7 +134,7 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
             built = _kiln(tree, *args)
             if built.returncode != 0:
                 raise BuildFailed(f"kiln build {recipe} at {revision[:12]} failed (exit {built.returncode})")
-            new_id = BUILT.parse(built.stdout, source=f"kiln build {recipe} --json at {revision[:12]}",
+            new_id = _BUILT.parse(built.stdout, source=f"kiln build {recipe} --json at {revision[:12]}",
                                  error=BuildFailed)["image_id"]
         finally:
             git.run(root, "worktree", "remove", "--force", str(tree))
@@ -148,19 +148,19 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
     if not keep:  # every kiln-verify/ tag (the rebuild's, and what --reuse-engine lent it)
         for other in docker.images():
             for tag in other.tags:
-                if tag.startswith(f"{NAMESPACE}/"):
+                if tag.startswith(f"{_NAMESPACE}/"):
                     docker.remove_image(tag)
     return old_id, new_id, diff
 
 
-def _comparable(attrs: Mapping[str, object]) -> ComparableConfig:
+def _comparable(attrs: Mapping[str, object]) -> _ComparableConfig:
     """The parts of an image's config that a rebuild must reproduce (the daemon's values)."""
-    return ComparableConfig(Config=attrs.get("Config"), Created=attrs.get("Created"),
+    return _ComparableConfig(Config=attrs.get("Config"), Created=attrs.get("Created"),
                             Architecture=attrs.get("Architecture"), Os=attrs.get("Os"),
                             Author=attrs.get("Author"), Comment=attrs.get("Comment"))
 
 
-class ComparableConfig(TypedDict):
+class _ComparableConfig(TypedDict):
     Config: object
     Created: object
     Architecture: object
@@ -169,7 +169,7 @@ class ComparableConfig(TypedDict):
     Comment: object
 
 
-def cmd_rebuild(args: argparse.Namespace) -> int:
+def _cmd_rebuild(args: argparse.Namespace) -> int:
     old_id, new_id, diff = rebuild(args.ref, reuse_engine=args.reuse_engine, keep=args.keep)
     if old_id == new_id:
         log.summary(f"rebuilt {args.ref}: the same image", {"image id": old_id})
@@ -188,4 +188,4 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--reuse-engine", action="store_true",
                    help="trust this daemon's base and engine image for those inputs; rebuild the recipe's layers only")
     p.add_argument("--keep", action="store_true", help="keep the rebuilt image's kiln-verify/ tags")
-    p.set_defaults(func=cmd_rebuild)
+    p.set_defaults(func=_cmd_rebuild)

@@ -40,7 +40,7 @@ def register(sub: Subparsers) -> None:
                    help="where the manifest digest lives (the subject's pkg:oci purl)")
     s.add_argument("--provenance", action="store_true",
                    help="print the SLSA v1.0 provenance statement (in-toto) instead of the SBOM")
-    s.set_defaults(func=sbom_cli)
+    s.set_defaults(func=_sbom_cli)
 
 
 # a CycloneDX or SPDX document (or an in-toto statement): typed by the domain that builds it
@@ -82,7 +82,7 @@ def _write(path: Path, text: str) -> None:
         raise SbomWriteFailed(f"{path}: cannot write: {exc.strerror}") from None
 
 
-def sbom_cli(args: argparse.Namespace) -> int:
+def _sbom_cli(args: argparse.Namespace) -> int:
     docker = DockerDaemon()
     t0 = time.monotonic()
     doc, tag = _document(args, docker)

@@ -1,6 +1,6 @@
 """`kiln keys generate` / `kiln keys fingerprint`: cosign-compatible signing keys.
 
-`generate` writes PREFIX.key (the ECDSA P-256 private key, encrypted as cosign encrypts
+`_generate` writes PREFIX.key (the ECDSA P-256 private key, encrypted as cosign encrypts
 it; mode 0600) and PREFIX.pub (its public key), the files `cosign generate-key-pair`
 writes; cosign, Kyverno and sigstore's policy-controller read them as they read
 cosign's own. The password comes from KILN_SIGNING_PASSWORD / COSIGN_PASSWORD or is typed
@@ -21,7 +21,7 @@ from kiln.domain.signing import keys
 from kiln.infra import keypassword
 
 
-class KeyPairDocument(TypedDict):
+class _KeyPairDocument(TypedDict):
     """`kiln keys generate --json` (docs/cli-json.md; no schema file)."""
 
     private_key: str
@@ -29,7 +29,7 @@ class KeyPairDocument(TypedDict):
     fingerprint: str
 
 
-class FingerprintDocument(TypedDict):
+class _FingerprintDocument(TypedDict):
     """`kiln keys fingerprint PUB --json`."""
 
     public_key: str
@@ -37,7 +37,7 @@ class FingerprintDocument(TypedDict):
 
 
 
-def generate(prefix: Path, *, as_json: bool = False) -> keys.KeyPairFiles:
+def _generate(prefix: Path, *, as_json: bool = False) -> keys.KeyPairFiles:
     target = prefix.with_name(prefix.name + ".key")
     password = keypassword.read(what=f"the new key {target}", confirm=True)
     if not password:
@@ -46,7 +46,7 @@ def generate(prefix: Path, *, as_json: bool = False) -> keys.KeyPairFiles:
                                           "KILN_SIGNING_PASSWORD or type a password")
     files = keys.write_key_pair(prefix, password)
     if as_json:
-        log.emit_json(KeyPairDocument(private_key=str(files.private), public_key=str(files.public),
+        log.emit_json(_KeyPairDocument(private_key=str(files.private), public_key=str(files.public),
                                       fingerprint=files.fingerprint))
     else:
         log.summary("generated a signing key pair (ECDSA P-256, cosign format)", {
@@ -58,15 +58,15 @@ def generate(prefix: Path, *, as_json: bool = False) -> keys.KeyPairFiles:
     return files
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    generate(Path(args.output_key_prefix), as_json=args.json)
+def _cmd_generate(args: argparse.Namespace) -> int:
+    _generate(Path(args.output_key_prefix), as_json=args.json)
     return 0
 
 
-def cmd_fingerprint(args: argparse.Namespace) -> int:
+def _cmd_fingerprint(args: argparse.Namespace) -> int:
     public = keys.load_public_key(Path(args.public_key))
     if args.json:
-        log.emit_json(FingerprintDocument(public_key=str(args.public_key), fingerprint=public.fingerprint))
+        log.emit_json(_FingerprintDocument(public_key=str(args.public_key), fingerprint=public.fingerprint))
     else:
         log.out.print(public.fingerprint, markup=False)
     return 0
@@ -82,8 +82,8 @@ def register(sub: Subparsers) -> None:
                    help="write PREFIX.key and PREFIX.pub (default: cosign, as cosign names them); "
                         "existing files are never overwritten")
     g.add_argument("--json", action="store_true", help="print {private_key, public_key, fingerprint} on stdout")
-    g.set_defaults(func=cmd_generate)
+    g.set_defaults(func=_cmd_generate)
     f = ksub.add_parser("fingerprint", help="the sha256 fingerprint of a public key (what records keep)")
     f.add_argument("public_key", metavar="PUB")
     f.add_argument("--json", action="store_true", help="print {public_key, fingerprint} on stdout")
-    f.set_defaults(func=cmd_fingerprint)
+    f.set_defaults(func=_cmd_fingerprint)

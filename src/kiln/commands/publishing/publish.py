@@ -93,7 +93,7 @@ def _client(target: Target, password_stdin: bool, creds: credentials.Credentials
     return client
 
 
-def write_record(kind: str, name: str, doc: Mapping[str, object]) -> Path:
+def _write_record(kind: str, name: str, doc: Mapping[str, object]) -> Path:
     """publish/<recipe>-<kind>-<time>.json in the records folder. Holds digests, tags and the smoke
     evidence; never credentials (not even the user name)."""
     d = results_dir() / "publish"
@@ -177,7 +177,7 @@ def publish(
     )
     doc = {**asdict(result), "built_image_id": built_id, "time": clock.timestamp()}
     doc.pop("record")
-    result.record = str(write_record("publish", name, doc))
+    result.record = str(_write_record("publish", name, doc))
     _report_publish(result)
     return result
 
@@ -246,7 +246,7 @@ def _publish_index(
     )
     doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
-    result.record = str(write_record("publish", name, doc))
+    result.record = str(_write_record("publish", name, doc))
     _report_publish(result)
     return result
 
@@ -383,7 +383,7 @@ def promote(
     )
     doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
-    result.record = str(write_record("promote", name, doc))
+    result.record = str(_write_record("promote", name, doc))
     log.summary(f"promoted {name}: {source} -> {dest}" if moved else f"{dest} already points at {source}'s image", {
         "manifest digest": manifest.digest,
         "image id": image_id,
@@ -404,7 +404,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help=f"read the password from stdin (user from ${credentials.USER_ENV})")
 
 
-def cmd_publish(args: argparse.Namespace) -> int:
+def _cmd_publish(args: argparse.Namespace) -> int:
     r = publish(args.name, registry=args.registry, channel=args.channel, skip_smoke_check=args.skip_smoke_check,
                 plain_http=args.plain_http, password_stdin=args.password_stdin,
                 sign_key=Path(args.sign) if args.sign else None)
@@ -415,7 +415,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_promote(args: argparse.Namespace) -> int:
+def _cmd_promote(args: argparse.Namespace) -> int:
     r = promote(args.name, from_channel=args.from_channel, to_channel=args.to_channel, registry=args.registry,
                 plain_http=args.plain_http, password_stdin=args.password_stdin,
                 key=Path(args.key) if args.key else None)
@@ -437,7 +437,7 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--sign", metavar="KEY", help="sign the pushed digest with this cosign private key and attach "
                                                  "SBOM and provenance attestations, verified before any consumer tag "
                                                  "(password from KILN_SIGNING_PASSWORD or typed)")
-    p.set_defaults(func=cmd_publish)
+    p.set_defaults(func=_cmd_publish)
     p = sub.add_parser("promote", help="point one channel at another's image (no rebuild, no re-push)")
     _common(p)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
@@ -445,4 +445,4 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--to", dest="to_channel", required=True)
     p.add_argument("--key", metavar="PUB", help="verify the image's signature and attestations with this public key "
                                                 "before the channel moves (default: the recipe's publish.public_key)")
-    p.set_defaults(func=cmd_promote)
+    p.set_defaults(func=_cmd_promote)

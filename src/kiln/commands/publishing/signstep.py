@@ -34,12 +34,12 @@ from kiln.infra.registry import RegistryClient
 STAGING_SUFFIX = "-staging"  # the tag the daemon pushes under while signing (not a consumer tag)
 
 
-def required(loaded: LoadedRecipe) -> bool:
+def _required(loaded: LoadedRecipe) -> bool:
     pub = loaded.recipe.publish
     return bool(pub and pub.require_signature)
 
 
-def pinned_key(loaded: LoadedRecipe) -> keys.PublicKey | None:
+def _pinned_key(loaded: LoadedRecipe) -> keys.PublicKey | None:
     """The recipe's publish.public_key (relative to its folder), if it pins one."""
     pub = loaded.recipe.publish
     if not pub or not pub.public_key:
@@ -54,13 +54,13 @@ def pinned_key(loaded: LoadedRecipe) -> keys.PublicKey | None:
 
 def signer_for(loaded: LoadedRecipe, sign_key: Path | None, *, stdin_taken: str | None) -> keys.PrivateKey | None:
     if sign_key is None:
-        if required(loaded):
+        if _required(loaded):
             raise SigningRequired(f"{loaded.where('publish', 'require_signature')}: publish.require_signature is "
                                   f"true; refusing to publish {loaded.name} unsigned (no --sign KEY)")
         return None
     password = keypassword.read(what=f"private key {sign_key}", stdin_taken=stdin_taken)
     key = keys.load_private_key(sign_key, password)
-    pinned = pinned_key(loaded)
+    pinned = _pinned_key(loaded)
     if pinned is not None and pinned.fingerprint != key.public.fingerprint:
         raise SigningKeyInvalid(f"{sign_key} is key {key.public.fingerprint}, but {loaded.name} pins "
                                 f"publish.public_key {pinned.source} ({pinned.fingerprint}); nothing was pushed",
@@ -93,9 +93,9 @@ def verify_for_promote(loaded: LoadedRecipe, client: RegistryClient, digest: str
                        key_path: Path | None) -> SignatureEvidence | None:
     """Verification of the image a channel is about to point at: with --key, or the
     recipe's pinned key; required when publish.require_signature is set."""
-    key = keys.load_public_key(key_path) if key_path is not None else pinned_key(loaded)
+    key = keys.load_public_key(key_path) if key_path is not None else _pinned_key(loaded)
     if key is None:
-        if required(loaded):
+        if _required(loaded):
             raise SigningRequired(f"{loaded.where('publish', 'require_signature')}: publish.require_signature is "
                                   f"true; promote needs a key to verify {digest} with (--key PUB or "
                                   "publish.public_key)")

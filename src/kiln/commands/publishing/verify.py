@@ -38,7 +38,7 @@ def verify(ref: str, key_path: Path, *, plain_http: bool = False, password_stdin
                                 signed_repository=signed_repository)
 
 
-def cmd_verify(args: argparse.Namespace) -> int:
+def _cmd_verify(args: argparse.Namespace) -> int:
     result = verify(args.ref, Path(args.key), plain_http=args.plain_http, password_stdin=args.password_stdin,
                     signature_only=args.signature_only, signed_repository=args.signed_repository)
     if args.json:
@@ -71,4 +71,4 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--password-stdin", action="store_true",
                    help=f"read the registry password from stdin (user from ${credentials.USER_ENV})")
     p.add_argument("--json", action="store_true", help="print the verification as one JSON document")
-    p.set_defaults(func=cmd_verify)
+    p.set_defaults(func=_cmd_verify)

@@ -20,10 +20,10 @@ from kiln.domain.recipes.recipe import LoadedRecipe, recipe_names
 from kiln.domain.serving.launch import used_flags, used_speculative_keys
 from kiln.infra import wheelcache
 
-BUILD_RECORDS = "build-cuda*.json"  # docs/: measured engine builds, one per platform
+_BUILD_RECORDS = "build-cuda*.json"  # docs/: measured engine builds, one per platform
 
 
-def moving_recipes(from_version: str, flavour: str | None) -> list[LoadedRecipe]:
+def _moving_recipes(from_version: str, flavour: str | None) -> list[LoadedRecipe]:
     """The recipes a bump from `from_version` moves: pinned to it, of the flavour (any
     flavour when none is named)."""
     out = []
@@ -35,7 +35,7 @@ def moving_recipes(from_version: str, flavour: str | None) -> list[LoadedRecipe]
     return out
 
 
-def recipe_use(loaded: LoadedRecipe) -> R.RecipeUse:
+def _recipe_use(loaded: LoadedRecipe) -> R.RecipeUse:
     recipe = loaded.recipe
     return R.RecipeUse(loaded.name, used_flags(recipe), used_speculative_keys(recipe), tuple(sorted(recipe.features)))
 
@@ -44,23 +44,23 @@ def _requirements(version: str, flavour: str) -> list[str]:
     return wheel_requirements(wheelcache.engine_wheel(version, flavour))
 
 
-def make_report(versions: tuple[str, str], flavour: str | None, engine: PortedEngine, command: str) -> R.BumpReport:
+def _make_report(versions: tuple[str, str], flavour: str | None, engine: PortedEngine, command: str) -> R.BumpReport:
     """The whole report of a bump from versions[0] to versions[1]."""
     from_version, to_version = versions
     old_root, used = engine_root(from_version, flavour)
     new_root, _ = engine_root(to_version, flavour or used)
     old, new = read_surface(old_root), read_surface(new_root)
-    recipes = moving_recipes(from_version, flavour)
+    recipes = _moving_recipes(from_version, flavour)
     series = [R.SeriesReport(f"engine series patches/vllm/{from_version}", engine.rows)]
     ported = R.underneath(to_version, flavour or used)
     seen: dict[Path, str] = {}
     for loaded in recipes:
         series += R.feature_reports(engine, loaded, versions, ported, seen)
     requirements = R.requirement_changes(_requirements(from_version, used), _requirements(to_version, used))
-    records = sorted((repo_root() / "docs").glob(BUILD_RECORDS)) if used == "cuda" else []
+    records = sorted((repo_root() / "docs").glob(_BUILD_RECORDS)) if used == "cuda" else []
     return R.BumpReport(
         from_version, to_version, flavour or used, command, clock.now().strftime("%Y-%m-%d"),
-        compare(old, new), [recipe_use(r) for r in recipes], series, requirements,
+        compare(old, new), [_recipe_use(r) for r in recipes], series, requirements,
         R.measured_sizes(records, from_version, to_version),
         sorted(set(old.read) | set(new.read)))
 
@@ -77,7 +77,7 @@ def command_line(to_version: str, from_version: str | None, flavour: str | None,
 def report_bump(versions: tuple[str, str], flavour: str | None, engine: PortedEngine,
                 file: str, command: str) -> None:
     """Print the report; with a file name, write it as Markdown too."""
-    report = make_report(versions, flavour, engine, command)
+    report = _make_report(versions, flavour, engine, command)
     log.out.print(R.render_text(report), markup=False, end="")
     if file:
         path = Path(file)

@@ -71,10 +71,10 @@ def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
 def check_one(name: str) -> list[str]:
     """Problems with one recipe, as one-line messages (empty when it is fine)."""
     recipe_problems, launch_problems, plan_problems = _check_one(name)
-    return recipe_problems + launch_problems + plan_problems + platform_problems_of(name)
+    return recipe_problems + launch_problems + plan_problems + _platform_problems_of(name)
 
 
-def platform_problems_of(name: str) -> list[str]:
+def _platform_problems_of(name: str) -> list[str]:
     try:
         loaded = load_recipe(recipe_dir(name))
     except RecipeInvalid:
@@ -205,7 +205,7 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False, platfor
     report: list[RecipeCheck] = []
     for recipe in names:
         recipe_problems, launch_problems, plan_problems = _check_one(recipe, platform)
-        platform_problems = platform_problems_of(recipe) if not recipe_problems else []
+        platform_problems = _platform_problems_of(recipe) if not recipe_problems else []
         found = recipe_problems + launch_problems + plan_problems + platform_problems
         platform_only = platform_only and not recipe_problems and not launch_problems and not plan_problems
         launch_only = launch_only and not recipe_problems and not plan_problems and not platform_problems
@@ -233,7 +233,7 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False, platfor
     return 0
 
 
-def cmd_check(args: argparse.Namespace) -> int:
+def _cmd_check(args: argparse.Namespace) -> int:
     return check(args.name, all_recipes=args.all, as_json=args.json, platform=args.platform)
 
 
@@ -244,4 +244,4 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--platform", choices=sorted(enginelock.PLATFORMS), default=None,
                    help="ask this platform's engine image (of engine.platforms) for the launch check "
                         "(default: the host's; another architecture's runs under qemu)")
-    s.set_defaults(func=cmd_check)
+    s.set_defaults(func=_cmd_check)

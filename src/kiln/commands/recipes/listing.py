@@ -9,7 +9,7 @@ from kiln.commands.options import Subparsers, reports
 from kiln.domain.views.catalogue import ListDocument, recipe_rows
 
 
-def cmd_list(args: argparse.Namespace) -> int:
+def _cmd_list(args: argparse.Namespace) -> int:
     rows = recipe_rows()
     if args.json:
         log.emit_json(ListDocument(recipes=rows))
@@ -26,4 +26,4 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("list", help="list recipes"))
-    s.set_defaults(func=cmd_list)
+    s.set_defaults(func=_cmd_list)

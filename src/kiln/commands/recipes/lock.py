@@ -95,7 +95,7 @@ def lock_recipe(loaded: LoadedRecipe, platforms: list[str] | None = None) -> LR.
     return lock
 
 
-def cmd_engine_lock(args: argparse.Namespace) -> int:
+def _cmd_engine_lock(args: argparse.Namespace) -> int:
     loaded = _recipes(args)
     engines = [] if args.recipe_only else _engines(loaded)
     own = [item for item in loaded if item.recipe.build.python_packages]
@@ -152,4 +152,4 @@ def register_engine(es: Subparsers) -> None:
     s.add_argument("--recipe-only", action="store_true",
                    help="only the recipe's own packages (build.python_packages -> recipes/NAME/recipe.lock.json), "
                         "resolved against the committed engine lock, which is left as it is")
-    s.set_defaults(func=cmd_engine_lock)
+    s.set_defaults(func=_cmd_engine_lock)

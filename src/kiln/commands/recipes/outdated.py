@@ -26,7 +26,7 @@ def _status(row: O.OutdatedRow) -> str:
     return "lags (series ready)" if ready else f"lags (no series for {row['newest_on_index']} yet)"
 
 
-def table(doc: O.OutdatedDocument) -> list[str]:
+def _table(doc: O.OutdatedDocument) -> list[str]:
     """The rows for a person: one line per recipe under a header, columns aligned."""
     cells = [_HEADER] + [(r["recipe"], r["distribution"], r["engine"]["version"], r["newest_on_index"] or "-",
                           r["newest_with_series"] or "-", _status(r)) for r in doc["recipes"]]
@@ -44,7 +44,7 @@ def _summary(doc: O.OutdatedDocument, behind: list[O.OutdatedRow]) -> str:
     return f"{len(behind)} of {len(doc['recipes'])} recipe(s) lag the package index {doc['index']}: {what}"
 
 
-def cmd_engine_outdated(args: argparse.Namespace) -> int:
+def _cmd_engine_outdated(args: argparse.Namespace) -> int:
     index = (args.index_url or pyindex.index_url()).rstrip("/")
     cafile = pyindex.index_cafile()
     doc = O.outdated(index, lambda dist: pyindex.wheel_releases(dist, index=index, cafile=cafile))
@@ -52,7 +52,7 @@ def cmd_engine_outdated(args: argparse.Namespace) -> int:
     if args.json:
         log.emit_json(doc)
     else:
-        for line in table(doc):
+        for line in _table(doc):
             log.out.print(line, markup=False)
     if behind:
         for step in sorted({r["next"] for r in behind if r["next"]}):
@@ -68,4 +68,4 @@ def register_engine(es: Subparsers) -> None:
         "outdated", help="does a recipe pin an older engine than the newest release on the package index? (exit 36)"))
     s.add_argument("--index-url", metavar="URL",
                    help="the simple index to ask (default: pip's index-url, else https://pypi.org/simple)")
-    s.set_defaults(func=cmd_engine_outdated)
+    s.set_defaults(func=_cmd_engine_outdated)

@@ -16,10 +16,10 @@ from kiln.domain.patching.quilt import Target, checkout, refresh
 from kiln.domain.patching.rebase import rebase, to_patch
 from kiln.infra import wheelcache
 
-ENGINE = S.ENGINE
+_ENGINE = S.ENGINE
 
 
-def cmd_patches_check(args: argparse.Namespace) -> int:
+def _cmd_patches_check(args: argparse.Namespace) -> int:
     if args.feature:  # every engine version the feature has a series for, or --engine's
         _, ov = S.FeatureRef.parse(args.feature).load()
         versions = [S.parse_engine(args.engine)] if args.engine else (ov.series_versions() or [ov.override.engine.version])
@@ -33,7 +33,7 @@ def cmd_patches_check(args: argparse.Namespace) -> int:
     else:
         versions = S.pinned_versions()
         if not versions:
-            log.info(f"no series under {S.shown(repo_root() / 'patches' / ENGINE)}; nothing to check")
+            log.info(f"no series under {S.shown(repo_root() / 'patches' / _ENGINE)}; nothing to check")
             return 0
     flavour = args.flavour or (recipe.recipe.engine.flavour if recipe is not None else None)
     for version in versions:
@@ -60,11 +60,11 @@ def _again(args: argparse.Namespace, target: Target) -> str:
     if target.feature is not None:
         parts.append(f"--feature {target.feature}")
     if args.engine or target.feature is not None:
-        parts.append(f"--engine {ENGINE}=={target.version}")
+        parts.append(f"--engine {_ENGINE}=={target.version}")
     return " ".join(parts)
 
 
-def cmd_patches_checkout(args: argparse.Namespace) -> int:
+def _cmd_patches_checkout(args: argparse.Namespace) -> int:
     target = _target(args)
     scratch = checkout(target, args.flavour, args.force, args.force_apply)
     log.ok(f"series applied in {scratch}")
@@ -73,7 +73,7 @@ def cmd_patches_checkout(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_patches_refresh(args: argparse.Namespace) -> int:
+def _cmd_patches_refresh(args: argparse.Namespace) -> int:
     target = _target(args)
     written = refresh(target, args.flavour, args.patch)
     folder = target.series_folder(target.version)
@@ -84,7 +84,7 @@ def cmd_patches_refresh(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_engine_bump(args: argparse.Namespace) -> int:
+def _cmd_engine_bump(args: argparse.Namespace) -> int:
     to_version = S.parse_engine(args.to)
     if args.report is not None and not args.dry_run:
         raise UsageError("--report goes with --dry-run (a report changes nothing)")
@@ -112,14 +112,14 @@ def cmd_engine_bump(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_override_rebase(args: argparse.Namespace) -> int:
+def _cmd_override_rebase(args: argparse.Namespace) -> int:
     written = rebase(args.recipe, args.feature, S.parse_engine(args.from_version))
     for f in written:
         log.ok(f"merged {f} onto the pinned engine; upstream_sha256 updated")
     return 0
 
 
-def cmd_override_to_patch(args: argparse.Namespace) -> int:
+def _cmd_override_to_patch(args: argparse.Namespace) -> int:
     path = to_patch(args.recipe, args.feature)
     log.ok(f"wrote {S.shown(path)}; override.yaml now uses the series, replacement files removed")
     return 0
@@ -129,18 +129,18 @@ def register(sub: Subparsers) -> None:
     """Add `patches`, `engine` and `override` to the kiln CLI's subparsers."""
     p = sub.add_parser("patches", help="the engine patch series (no Docker needed)")
     ps = p.add_subparsers(dest="patches_command", required=True, parser_class=type(p))
-    engine_help = (f"{ENGINE}==X.Y.Z (default: the newest series under patches/{ENGINE}/, "
+    engine_help = (f"{_ENGINE}==X.Y.Z (default: the newest series under patches/{_ENGINE}/, "
                    "or with --feature the recipe's engine)")
     flavour_help = "wheel whose sources are used: cpu (default, smaller) or cuda"
     feature_help = "a recipe feature's own series instead of the engine's, e.g. glm53-kindling/draft-trunc"
 
     s = ps.add_parser("check", help="apply the series to the pinned engine's sources in a scratch tree")
-    s.add_argument("--engine", help=f"{ENGINE}==X.Y.Z (default: every series under patches/{ENGINE}/)")
+    s.add_argument("--engine", help=f"{_ENGINE}==X.Y.Z (default: every series under patches/{_ENGINE}/)")
     s.add_argument("--recipe", help="also apply this recipe's switched-on experimental features")
     s.add_argument("--feature", metavar="RECIPE/FEATURE",
                    help="check a feature's series for every engine version it has one for (or --engine's)")
     s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
-    s.set_defaults(func=cmd_patches_check)
+    s.set_defaults(func=_cmd_patches_check)
 
     s = ps.add_parser("checkout", help="scratch tree with the series applied, for editing patches")
     s.add_argument("--engine", help=engine_help)
@@ -149,7 +149,7 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
     s.add_argument("--force", action="store_true", help="discard unrefreshed edits in an existing scratch tree")
     s.add_argument("--force-apply", action="store_true", help="apply what applies, write .rej files for the rest")
-    s.set_defaults(func=cmd_patches_checkout)
+    s.set_defaults(func=_cmd_patches_checkout)
 
     s = ps.add_parser("refresh", help="regenerate the patch files from the edited scratch tree")
     s.add_argument("--engine", help=engine_help)
@@ -158,12 +158,12 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--patch", metavar="NAME",
                    help="edits go into this patch, not the last one touching the file (the later "
                         "patches are rebased over them); edited files no patch touches are added to it")
-    s.set_defaults(func=cmd_patches_refresh)
+    s.set_defaults(func=_cmd_patches_refresh)
 
     e = sub.add_parser("engine", help="engine version management")
     es = e.add_subparsers(dest="engine_command", required=True, parser_class=type(e))
     s = es.add_parser("bump", help="port the patch series to another engine version (--dry-run: only report)")
-    s.add_argument("--to", required=True, help=f"{ENGINE}==Y or Y")
+    s.add_argument("--to", required=True, help=f"{_ENGINE}==Y or Y")
     s.add_argument("--from", dest="from_version", help="series to bump (default: the newest one older than --to)")
     s.add_argument("--dry-run", action="store_true", help="report per patch; change nothing")
     s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
@@ -173,7 +173,7 @@ def register(sub: Subparsers) -> None:
                    help="with --dry-run: also report what moving the recipes on the old version would change "
                         "(flags and speculative-config keys, every series' patches, requirements, image size); "
                         "FILE.md: write it as Markdown too")
-    s.set_defaults(func=cmd_engine_bump)
+    s.set_defaults(func=_cmd_engine_bump)
     lock.register_engine(es)
     outdated.register_engine(es)
 
@@ -183,8 +183,8 @@ def register(sub: Subparsers) -> None:
     s.add_argument("recipe")
     s.add_argument("feature")
     s.add_argument("--from", dest="from_version", required=True, help="engine version the override was forked from")
-    s.set_defaults(func=cmd_override_rebase)
+    s.set_defaults(func=_cmd_override_rebase)
     s = os_.add_parser("to-patch", help="turn a feature's whole-file replacements into a patch")
     s.add_argument("recipe")
     s.add_argument("feature")
-    s.set_defaults(func=cmd_override_to_patch)
+    s.set_defaults(func=_cmd_override_to_patch)

@@ -40,7 +40,7 @@ def _count_params(n: int) -> str:
     return f"{n / 1e9:,.2f}B" if n >= 1e9 else f"{n / 1e6:,.2f}M"
 
 
-def table(plan: Plan) -> list[str]:
+def _table(plan: Plan) -> list[str]:
     """The plan as aligned lines (what `kiln plan` prints)."""
     acc = plan.accelerator
     rows: list[tuple[str, str, str]] = []
@@ -74,10 +74,10 @@ def table(plan: Plan) -> list[str]:
     return lines
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
+def _cmd_plan(args: argparse.Namespace) -> int:
     loaded = load_recipe(recipe_dir(args.name))
     plan = plan_recipe(loaded, gpu=args.gpu, gpus=args.gpus)
-    for line in table(plan):
+    for line in _table(plan):
         log.out.print(line, markup=False, highlight=False)
     if not plan.fits or (args.strict and not plan.fits_full):
         why = verdict(plan) if not plan.fits else (
@@ -95,4 +95,4 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--gpus", type=count("GPU", 4096), metavar="N", help="this many GPUs instead of the recipe's layout")
     s.add_argument("--strict", action="store_true",
                    help="fail unless every request fits at max-model-len at once (max-num-seqs x max-model-len)")
-    s.set_defaults(func=cmd_plan)
+    s.set_defaults(func=_cmd_plan)

@@ -9,11 +9,11 @@ from kiln.commands.options import Subparsers
 from kiln.domain.recipes.recipe import json_schema
 
 
-def cmd_schema(args: argparse.Namespace) -> int:
+def _cmd_schema(args: argparse.Namespace) -> int:
     print(json.dumps(json_schema(), indent=2))
     return 0
 
 
 def register(sub: Subparsers) -> None:
     s = sub.add_parser("schema", help="print the recipe JSON Schema")
-    s.set_defaults(func=cmd_schema)
+    s.set_defaults(func=_cmd_schema)

@@ -15,7 +15,7 @@ from kiln.domain.recipes.recipe import recipe_dir
 from kiln.domain.views.catalogue import show_document
 
 
-def cmd_show(args: argparse.Namespace) -> int:
+def _cmd_show(args: argparse.Namespace) -> int:
     doc = show_document(args.name)
     if args.json:
         log.emit_json(doc)
@@ -33,7 +33,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         "platforms": ", ".join(f"{p} ({v['tag'].split(':')[-1]})" if "tag" in v else f"{p} ({v['problem']})"
                                for p, v in doc["platforms"].items()),
         "served as": f"{r['launch']['served_model_name']} on port {r['launch']['port']}",
-        "speculation": speculation(r["launch"].get("speculative_config"), launch["env"]),
+        "speculation": _speculation(r["launch"].get("speculative_config"), launch["env"]),
     }
     if r["launch"].get("speculative_config") and r["smoke"].get("gpu"):  # CI serves the CPU recipes
         rows["served"] = served(r.get("served") or [])
@@ -64,7 +64,7 @@ def features(recipe: str, experimental: list[Any], engine: str) -> str:
 
 
 # the recipe's launch.speculative_config: vLLM's own free-form mapping, passed through as is
-def speculation(spec: Mapping[str, Any] | None, env: Mapping[str, str]) -> str:
+def _speculation(spec: Mapping[str, Any] | None, env: Mapping[str, str]) -> str:
     """The recipe's speculative decoding in one line: the drafter, how many drafts (per
     batch size where vLLM's schedule is set) and what draft-trunc does on top, so the
     configuration a recipe chose (docs/draft-trunc-policy.md, section 4) is visible."""
@@ -103,4 +103,4 @@ def served(runs: list[Mapping[str, Any]]) -> str:
 def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("show", help="one recipe resolved: input digest, tag, launch command"))
     s.add_argument("name")
-    s.set_defaults(func=cmd_show)
+    s.set_defaults(func=_cmd_show)

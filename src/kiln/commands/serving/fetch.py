@@ -15,7 +15,7 @@ from kiln.domain.serving.hffetch import fetch
 from kiln.domain.serving.launch import hf_models
 
 
-def cmd_fetch(args: argparse.Namespace) -> int:
+def _cmd_fetch(args: argparse.Namespace) -> int:
     loaded = load_recipe(recipe_dir(args.name))
     models = hf_models(loaded.recipe)
     cache = Path(args.cache or host_hf_cache())
@@ -39,4 +39,4 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--cache", metavar="DIR",
                    help="the cache folder (default: $KILN_HF_CACHE, else the hub client's: $HF_HUB_CACHE, "
                         "$HF_HOME/hub, ~/.cache/huggingface/hub)")
-    s.set_defaults(func=cmd_fetch)
+    s.set_defaults(func=_cmd_fetch)

@@ -51,7 +51,7 @@ def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int,
     return written
 
 
-def cmd_render(args: argparse.Namespace) -> int:
+def _cmd_render(args: argparse.Namespace) -> int:
     render(args.name, out_dir=Path(args.output) if args.output else None, image=args.image, replicas=args.replicas,
            hf_pvc=args.hf_cache_pvc)
     return 0
@@ -67,7 +67,7 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--replicas", type=_replicas, default=1, help="serving groups (default 1)")
     s.add_argument("--hf-cache-pvc", default=HF_CACHE_PVC, type=_claim_name, metavar="CLAIM",
                    help=f"PersistentVolumeClaim holding the shared Hugging Face cache (default {HF_CACHE_PVC})")
-    s.set_defaults(func=cmd_render)
+    s.set_defaults(func=_cmd_render)
 
 
 def _claim_name(text: str) -> str:

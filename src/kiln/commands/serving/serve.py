@@ -27,44 +27,44 @@ from kiln.domain.serving.launch import LABEL_RECIPE, LABEL_URL
 from kiln.domain.serving.multinode import node_specs, print_commands
 from kiln.infra.docker import Container, DockerDaemon, LogTail, id_of
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class ServedRef(NamedTuple):
+class _ServedRef(NamedTuple):
     """What `docker run` is given for a recipe image."""
 
     ref: str  # the image id when built here, else its digest tag
     built: bool  # built on this host from the current inputs
 
 
-def _image_ref(docker: DockerDaemon, recipe_image: RecipeImage) -> ServedRef:
+def _image_ref(docker: DockerDaemon, recipe_image: RecipeImage) -> _ServedRef:
     img = existing(docker, recipe_image.tag, recipe_image.digest)
-    return ServedRef(id_of(img), True) if img is not None else ServedRef(recipe_image.tag, False)
+    return _ServedRef(id_of(img), True) if img is not None else _ServedRef(recipe_image.tag, False)
 
 
-def _image_ref_for_print(recipe_image: RecipeImage) -> ServedRef:
+def _image_ref_for_print(recipe_image: RecipeImage) -> _ServedRef:
     """`_image_ref` when a daemon answers; `--print` needs none, so any failure to reach
     one means only that the image cannot be looked up here."""
     try:
         docker = DockerDaemon()
         docker.ping()
     except Exception:
-        return ServedRef(recipe_image.tag, False)
+        return _ServedRef(recipe_image.tag, False)
     return _image_ref(docker, recipe_image)
 
 
-def parse_env(pairs: list[str] | None) -> dict[str, str]:
+def _parse_env(pairs: list[str] | None) -> dict[str, str]:
     """`-e VAR=VALUE` options; a bare `VAR` is refused (docker would copy the host's)."""
     env: dict[str, str] = {}
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
-        if not sep or not ENV_NAME.match(key):
+        if not sep or not _ENV_NAME.match(key):
             raise UsageError(f"kiln run: -e {pair!r}: expected VAR=VALUE", hint="e.g. `kiln run NAME -e VLLM_LOGGING_LEVEL=DEBUG`")
         env[key] = value
     return env
 
 
-def vllm_extra(args: argparse.Namespace) -> list[str]:
+def _vllm_extra(args: argparse.Namespace) -> list[str]:
     extra = [a for a in (args.vllm_args or []) if a != "--"]
     for token in extra:
         if token in ("-e", "--env") or token.startswith("--env="):
@@ -84,8 +84,8 @@ def _sigterm_as_interrupt() -> None:
 def run(args: argparse.Namespace) -> int:
     resolved = resolve(args.name)
     loaded, recipe_image = resolved.loaded, resolved.recipe_image
-    extra = vllm_extra(args)
-    env = parse_env(getattr(args, "env", None))
+    extra = _vllm_extra(args)
+    env = _parse_env(getattr(args, "env", None))
     port = args.port or loaded.recipe.launch.port
 
     topo = effective(loaded.recipe)
@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
         if exit_code in (0, 143):  # stopped from outside (`kiln stop`, `docker stop`)
             log.info(f"{spec.name} was stopped (exit code {exit_code})")
             return 0
-        box._dump_logs()
+        box.dump_logs()
         code = "?" if exit_code is None else exit_code
         raise ServerExited(f"container {spec.name} exited while serving (exit code {code})")
     except KeyboardInterrupt:

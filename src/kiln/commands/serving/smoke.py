@@ -90,7 +90,7 @@ def _serving(docker: DockerDaemon, loaded: LoadedRecipe, image_id: str,
 EMULATION_FACTOR = 20
 
 
-def emulated_smoke(spec: Smoke, factor: int = EMULATION_FACTOR) -> Smoke:
+def _emulated_smoke(spec: Smoke, factor: int = EMULATION_FACTOR) -> Smoke:
     """The recipe's smoke spec with its limits scaled for emulation (stated in the record)."""
     return spec.model_copy(update={
         "startup_timeout_s": min(spec.startup_timeout_s * factor, 7200),
@@ -118,7 +118,7 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
     recipe = loaded.recipe
     emulated = platform is not None and not binfmt.state(platform).native
     if emulated:
-        recipe = recipe.model_copy(update={"smoke": emulated_smoke(recipe.smoke)})
+        recipe = recipe.model_copy(update={"smoke": _emulated_smoke(recipe.smoke)})
         log.info(f"smoke {name}: {platform} under emulation: limits x{EMULATION_FACTOR} (startup "
                  f"{recipe.smoke.startup_timeout_s} s, request {recipe.smoke.request_timeout_s} s)")
     if recipe.smoke.gpu and not gpu_visible():
@@ -164,7 +164,7 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
                 run.check(f"{feature.name} metrics", partial(checks.feature_metrics, feature))
             _raise_if_node_lost(served)
             if not run.passed:
-                box._dump_logs(100)
+                box.dump_logs(100)
             stop_s = served.stop(timeout=30)
             run.check("clean_stop", lambda: _stopped_in_time(stop_s))
     evidence = SmokeRecord(
@@ -260,7 +260,7 @@ def _raise_if_node_lost(served: NodeGroup | ServingContainer) -> None:
         raise served.node_lost(lost, "while serving")
 
 
-def smoke_cli(args: argparse.Namespace) -> int:
+def _smoke_cli(args: argparse.Namespace) -> int:
     topology = None
     if getattr(args, "nodes", None):
 
@@ -291,4 +291,4 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--nodes", type=count("node", 64), default=None, metavar="N",
                    help="serve across N containers on a private docker network, one tensor-parallel rank each "
                         "(proves the multi-node wiring on one host; writes no smoke record)")
-    s.set_defaults(func=smoke_cli)
+    s.set_defaults(func=_smoke_cli)

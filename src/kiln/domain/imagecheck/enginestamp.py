@@ -21,15 +21,15 @@ from kiln.domain.images.buildcontext import BuildContext
 from kiln.domain.images.specs import LABEL_NS
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
-TORCH = f"{LABEL_NS}.engine.torch"
-CUDA = f"{LABEL_NS}.engine.cuda"
-NCCL = f"{LABEL_NS}.engine.nccl"
-PROBED = f"{LABEL_NS}.engine.probe"  # the raw answer; marks the image as probed
-PROBE_TIMEOUT_S = 180
+_TORCH = f"{LABEL_NS}.engine.torch"
+_CUDA = f"{LABEL_NS}.engine.cuda"
+_NCCL = f"{LABEL_NS}.engine.nccl"
+_PROBED = f"{LABEL_NS}.engine.probe"  # the raw answer; marks the image as probed
+_PROBE_TIMEOUT_S = 180
 
 # Runs inside the image with its own python. NCCL: the library torch actually loads
 # (ncclGetVersion needs no GPU); the wheel's metadata only if torch cannot say.
-PROBE = r"""
+_PROBE = r"""
 import importlib.metadata as md, json, sys
 try:
     import torch
@@ -55,7 +55,7 @@ print("KILN-PROBE " + json.dumps(out))
 """
 
 
-class EngineProbe(TypedDict):
+class _EngineProbe(TypedDict):
     """What PROBE prints: the versions found inside the image (None when absent)."""
 
     torch: str | None
@@ -63,25 +63,25 @@ class EngineProbe(TypedDict):
     nccl: str | None
 
 
-class ImportCheck(TypedDict):
+class _ImportCheck(TypedDict):
     """What import_check's script prints once every module imported."""
 
     machine: str
     modules: int
 
 
-ENGINE_PROBE = Shape(EngineProbe)
-IMPORT_CHECK = Shape(ImportCheck)
+_ENGINE_PROBE = Shape(_EngineProbe)
+_IMPORT_CHECK = Shape(_ImportCheck)
 
 
-def probe(docker: DockerDaemon, image_id: str) -> EngineProbe:
+def _probe(docker: DockerDaemon, image_id: str) -> _EngineProbe:
     """{"torch", "cuda", "nccl"} as found inside the image (None when absent)."""
-    return docker.run_script(image_id, PROBE, marker="KILN-PROBE", answer=ENGINE_PROBE,
-                             what=f"engine probe in {image_id[:19]}", timeout_s=PROBE_TIMEOUT_S,
+    return docker.run_script(image_id, _PROBE, marker="KILN-PROBE", answer=_ENGINE_PROBE,
+                             what=f"engine probe in {image_id[:19]}", timeout_s=_PROBE_TIMEOUT_S,
                              cause=" (torch not importable?)")
 
 
-IMPORT_TIMEOUT_S = 1800  # under qemu: vllm and its GPU model runner import in minutes, not seconds
+_IMPORT_TIMEOUT_S = 1800  # under qemu: vllm and its GPU model runner import in minutes, not seconds
 
 
 def import_check(docker: DockerDaemon, image_id: str, modules: list[str]) -> None:
@@ -94,27 +94,27 @@ def import_check(docker: DockerDaemon, image_id: str, modules: list[str]) -> Non
               "print('KILN-IMPORTS ' + json.dumps({'machine': platform.machine(), 'modules': %d}))" % len(modules))
     log.step(f"import check in {image_id[:19]}: {' '.join(modules)} (minutes under qemu)")
     t0 = time.monotonic()
-    found = docker.run_script(image_id, script, marker="KILN-IMPORTS", answer=IMPORT_CHECK,
-                              what=f"import check in {image_id[:19]}", timeout_s=IMPORT_TIMEOUT_S,
+    found = docker.run_script(image_id, script, marker="KILN-IMPORTS", answer=_IMPORT_CHECK,
+                              what=f"import check in {image_id[:19]}", timeout_s=_IMPORT_TIMEOUT_S,
                               cause=f" (one of {' '.join(modules)} does not import)")
     log.ok(f"import check: {len(modules)} modules import on {found['machine']} [{time.monotonic() - t0:.0f} s]")
 
 
-def _labels_for(found: EngineProbe) -> dict[str, str]:
+def _labels_for(found: _EngineProbe) -> dict[str, str]:
     """Probe results as labels; CUDA as major.minor, the form recipes declare. What the
     engine lacks gets no label (a CPU torch has no CUDA)."""
-    out = {PROBED: json.dumps(found, sort_keys=True)}
+    out = {_PROBED: json.dumps(found, sort_keys=True)}
     if torch := found.get("torch"):
-        out[TORCH] = torch
+        out[_TORCH] = torch
     if cuda := found.get("cuda"):
-        out[CUDA] = ".".join(cuda.split(".")[:2])
+        out[_CUDA] = ".".join(cuda.split(".")[:2])
     if nccl := found.get("nccl"):
-        out[NCCL] = nccl
+        out[_NCCL] = nccl
     return out
 
 
 def is_stamped(image: Image) -> bool:
-    return PROBED in (image.labels or {})
+    return _PROBED in (image.labels or {})
 
 
 def labelled(docker: DockerDaemon, image: Image) -> str:
@@ -123,7 +123,7 @@ def labelled(docker: DockerDaemon, image: Image) -> str:
     image_id = id_of(image)
     if is_stamped(image):
         return image_id
-    found = probe(docker, image_id)
+    found = _probe(docker, image_id)
     ctx = BuildContext()
     ctx.add_bytes("Dockerfile", f"FROM {image_id}\n".encode())
     result = docker.build(ctx, label="engine-labels", labels=_labels_for(found), quiet=True)

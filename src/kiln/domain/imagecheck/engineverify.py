@@ -22,10 +22,10 @@ def _same_release(declared: str, found: str) -> bool:
 
 def verify(loaded: LoadedRecipe, image: Image, docker: DockerDaemon) -> None:
     verify_labels(loaded, image)
-    verify_launch_args(loaded, image, docker)
+    _verify_launch_args(loaded, image, docker)
 
 
-def verify_launch_args(loaded: LoadedRecipe, image: Image, docker: DockerDaemon) -> None:
+def _verify_launch_args(loaded: LoadedRecipe, image: Image, docker: DockerDaemon) -> None:
     problems = launchargs.check_image(docker, loaded, image)
     if problems:
         raise LaunchArgInvalid(problems)

@@ -18,10 +18,10 @@ from kiln.basics.documents import Shape
 from kiln.infra.docker import DockerDaemon
 from kiln.inimage.engineproof import EngineFacts
 
-MARKER = "KILN-ENGINEPROOF"  # what engineproof.report prints before its JSON
-TIMEOUT_S = 1800  # under qemu, importing vLLM's GPU runner takes minutes
-PLUGIN = "kiln_engine.plugin:register"  # kiln-engine's entry point in vllm.general_plugins
-FACTS = Shape(EngineFacts)
+_MARKER = "KILN-ENGINEPROOF"  # what engineproof.report prints before its JSON
+_TIMEOUT_S = 1800  # under qemu, importing vLLM's GPU runner takes minutes
+_PLUGIN = "kiln_engine.plugin:register"  # kiln-engine's entry point in vllm.general_plugins
+_FACTS = Shape(EngineFacts)
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,8 @@ class Expected:
 
 def gather(docker: DockerDaemon, image_id: str, modules: list[str]) -> EngineFacts:
     script = inimage.source("engineproof").read_text(encoding="utf-8") + f"\nreport({modules!r})\n"
-    return docker.run_script(image_id, script, marker=MARKER, answer=FACTS, what=f"in-image proofs in {image_id[:19]}",
-                             timeout_s=TIMEOUT_S, cause=" (python does not start in the image?)")
+    return docker.run_script(image_id, script, marker=_MARKER, answer=_FACTS, what=f"in-image proofs in {image_id[:19]}",
+                             timeout_s=_TIMEOUT_S, cause=" (python does not start in the image?)")
 
 
 def judge(facts: EngineFacts, want: Expected) -> list[tuple[str, bool, str]]:
@@ -53,7 +53,7 @@ def judge(facts: EngineFacts, want: Expected) -> list[tuple[str, bool, str]]:
         "; ".join(f"{m}: {why}" for m, why in failed.items()) if failed else
         f"{len(want.modules)} modules imported ({', '.join(want.modules)})")))
     plugins: list[str] = facts.get("plugins", [])
-    checks.append(("kiln_engine_plugin", PLUGIN in plugins and "plugins_error" not in facts,
+    checks.append(("kiln_engine_plugin", _PLUGIN in plugins and "plugins_error" not in facts,
                    f"vllm.general_plugins: {', '.join(plugins) or 'none'}"
                    + (f"; loading them: {facts['plugins_error']}" if "plugins_error" in facts else "")))
     if want.draft_trunc:

@@ -40,22 +40,22 @@ from kiln.infra.docker import DockerDaemon, Image, id_of
 from kiln.inimage import launchprobe
 from kiln.inimage.probeprotocol import FlagInfo, JobAnswer, ProbeAnswer, ProbeJob
 
-SCHEMA = 2  # of the per-image flag cache
-ANSWER_SCHEMA = 1  # of the per-command-line answer cache
+_SCHEMA = 2  # of the per-image flag cache
+_ANSWER_SCHEMA = 1  # of the per-command-line answer cache
 # Importing vLLM 0.33.0 and building its configs in a fresh container of the ~8 GB CUDA
 # image took 214 s and then more than 300 s on a 2-core host at load 6-11 (other builds
 # running): a wait too short for a loaded host fails `kiln check` and `kiln build`
 # although the command line is fine. The probe is bounded by its own work, not by this.
-TIMEOUT_S = 900
-PROBE = inimage.source("launchprobe").read_text()
-PROBE_DIGEST = hashlib.sha256(PROBE.encode()).hexdigest()
-# The probe container's own env (launchprobe.PROBE_ENV names them; the server never sees
+_TIMEOUT_S = 900
+_PROBE = inimage.source("launchprobe").read_text()
+_PROBE_DIGEST = hashlib.sha256(_PROBE.encode()).hexdigest()
+# The probe container's own env (launchprobe._PROBE_ENV names them; the server never sees
 # them). No plugins: kiln-engine's plugin would check the probe's env, not the recipe's,
 # and the probe runs kiln-engine's checks itself. HF_HUB_OFFLINE=0: offline, EngineArgs
 # resolves the model path through the Hugging Face cache, and the engine image holds no
 # model; the container has no network either way.
-PROBE_ENV = {"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "0", "VLLM_LOGGING_LEVEL": "ERROR", "VLLM_PLUGINS": ""}
-SHOWN_MAX = 160  # characters of a flag's tokens quoted in an error line
+_PROBE_ENV = {"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "0", "VLLM_LOGGING_LEVEL": "ERROR", "VLLM_PLUGINS": ""}
+_SHOWN_MAX = 160  # characters of a flag's tokens quoted in an error line
 
 
 class _FlagsEntry(TypedDict):
@@ -81,14 +81,14 @@ class _CacheHead(TypedDict):
     schema: int  # an entry of another schema is asked again, not read
 
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 _HEAD = Shape(_CacheHead)
 _FLAGS = Shape(_FlagsEntry)
 _ANSWER = Shape(_AnswerEntry)
-PROBE_ANSWER = Shape(ProbeAnswer)  # the probe's one printed document
+_PROBE_ANSWER = Shape(ProbeAnswer)  # the probe's one printed document
 
 
-class EngineArgs:
+class _EngineArgs:
     """What one engine image's `vllm serve` accepts."""
 
     def __init__(self, data: _FlagsEntry):
@@ -130,7 +130,7 @@ class _ProbeAnswer:
 
 
 @dataclass(frozen=True)
-class LaunchProblem:
+class _LaunchProblem:
     where: str  # file:line
     field: str
     message: str
@@ -160,7 +160,7 @@ class Job:
 
     @property
     def digest(self) -> str:
-        text = json.dumps({"probe": PROBE_DIGEST, "job": self.request()}, sort_keys=True)
+        text = json.dumps({"probe": _PROBE_DIGEST, "job": self.request()}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -177,7 +177,7 @@ def _answer_file(image_id: str, job: Job) -> Path:
     return cache_dir() / "argcheck" / "argv" / f"{_image_key(image_id)[:24]}-{job.digest[:32]}.json"
 
 
-def _read(path: Path, shape: Shape[T], schema: int) -> T | None:
+def _read(path: Path, shape: Shape[_T], schema: int) -> _T | None:
     """A cache entry as `shape`; None when there is none, when it is of another schema
     (asked again) or damaged (asked again, said in a warning naming the file and field)."""
     if not path.is_file():
@@ -200,37 +200,37 @@ def _probe(docker: DockerDaemon, image_id: str, *, dump: bool, jobs: list[Job]) 
     # no network, no GPU: parsing and validating is pure Python
     request = json.dumps({"dump": dump, "jobs": [job.request() for job in jobs]})
     return docker.run_script(
-        image_id, PROBE, marker=launchprobe.MARKER, answer=PROBE_ANSWER, timeout_s=TIMEOUT_S,
+        image_id, _PROBE, marker=launchprobe.MARKER, answer=_PROBE_ANSWER, timeout_s=_TIMEOUT_S,
         what=f"checking the launch command with the engine's own vLLM parser in {image_id[:19]}",
-        env={**PROBE_ENV, launchprobe.REQUEST_ENV: request})
+        env={**_PROBE_ENV, launchprobe.REQUEST_ENV: request})
 
 
 def _flags_entry(data: ProbeAnswer) -> _FlagsEntry:
-    return {"schema": SCHEMA, "version": data.get("version"), "flags": data.get("flags"),
+    return {"schema": _SCHEMA, "version": data.get("version"), "flags": data.get("flags"),
             "speculative_keys": data.get("speculative_keys"), "speculative_methods": data.get("speculative_methods")}
 
 
-def engine_args(docker: DockerDaemon, image_id: str) -> EngineArgs:
+def engine_args(docker: DockerDaemon, image_id: str) -> _EngineArgs:
     """The accepted flags of the image, from the cache or from a container run."""
-    data = _read(_cache_file(image_id), _FLAGS, SCHEMA)
+    data = _read(_cache_file(image_id), _FLAGS, _SCHEMA)
     if data is None:
         data = _flags_entry(_probe(docker, image_id, dump=True, jobs=[]))
         _write(_cache_file(image_id), data)
-    return EngineArgs(data)
+    return _EngineArgs(data)
 
 
-class Asked(NamedTuple):
+class _Asked(NamedTuple):
     """What an engine image said about one launch command."""
 
-    accepted: EngineArgs  # every flag its parser knows
+    accepted: _EngineArgs  # every flag its parser knows
     answer: _ProbeAnswer  # its parser's verdict on the command
 
 
-def ask(docker: DockerDaemon, image_id: str, job: Job) -> Asked:
+def _ask(docker: DockerDaemon, image_id: str, job: Job) -> _Asked:
     """The image's accepted flags and its answer for `job`, from the caches or from one
     container run (which then fills both)."""
-    flags = _read(_cache_file(image_id), _FLAGS, SCHEMA)
-    answer = _read(_answer_file(image_id, job), _ANSWER, ANSWER_SCHEMA)
+    flags = _read(_cache_file(image_id), _FLAGS, _SCHEMA)
+    answer = _read(_answer_file(image_id, job), _ANSWER, _ANSWER_SCHEMA)
     if flags is None or answer is None:
         log.info(f"checking the launch command with the engine's own parser ({image_id[:19]})")
         data = _probe(docker, image_id, dump=flags is None, jobs=[job] if answer is None else [])
@@ -238,19 +238,19 @@ def ask(docker: DockerDaemon, image_id: str, job: Job) -> Asked:
             flags = _flags_entry(data)
             _write(_cache_file(image_id), flags)
         if answer is None:
-            answer = {"schema": ANSWER_SCHEMA, "version": data.get("version"),
+            answer = {"schema": _ANSWER_SCHEMA, "version": data.get("version"),
                       "kiln_engine": data.get("kiln_engine"), "job": data["jobs"][0]}
             _write(_answer_file(image_id, job), answer)
-    return Asked(EngineArgs(flags), _ProbeAnswer.from_json(answer))
+    return _Asked(_EngineArgs(flags), _ProbeAnswer.from_json(answer))
 
 
 # -- flag names, from the cached flag set ---------------------------------------------
-def problems(loaded: LoadedRecipe, accepted: EngineArgs) -> list[str]:
+def problems(loaded: LoadedRecipe, accepted: _EngineArgs) -> list[str]:
     """One `file:line: field: message` per launch flag name the engine would reject."""
     return [p.line for p in _name_problems(loaded, accepted)]
 
 
-def _name_problems(loaded: LoadedRecipe, accepted: EngineArgs) -> list[LaunchProblem]:
+def _name_problems(loaded: LoadedRecipe, accepted: _EngineArgs) -> list[_LaunchProblem]:
     launch = loaded.recipe.launch
     if accepted.version is None:
         log.warn(f"{loaded.name}: launch args not checked: the engine image has no vllm package")
@@ -261,25 +261,25 @@ def _name_problems(loaded: LoadedRecipe, accepted: EngineArgs) -> list[LaunchPro
         where, field = loaded.where("launch", "args", flag), f"launch.args.{flag}"
         spec = accepted.flags.get(flag)
         if spec is None:
-            out.append(LaunchProblem(where, field, f"vLLM {ver} does not accept --{flag}"))
+            out.append(_LaunchProblem(where, field, f"vLLM {ver} does not accept --{flag}"))
         elif value is True and spec["takes_value"]:
-            out.append(LaunchProblem(where, field, f"--{flag} takes a value in vLLM {ver}, not a bare switch (true)"))
+            out.append(_LaunchProblem(where, field, f"--{flag} takes a value in vLLM {ver}, not a bare switch (true)"))
         elif not spec["takes_value"] and not isinstance(value, bool):
-            out.append(LaunchProblem(where, field, f"--{flag} is a switch in vLLM {ver}: use true or false"))
+            out.append(_LaunchProblem(where, field, f"--{flag} is a switch in vLLM {ver}: use true or false"))
         elif value is False and spec.get("default_on"):
             # false drops the flag from the command line, which leaves vLLM's default (on)
             fix = f"write `no-{flag}: true`" if f"no-{flag}" in accepted.flags else "it cannot be switched off"
-            out.append(LaunchProblem(where, field, f"false has no effect, vLLM {ver} defaults --{flag} to on; {fix}"))
+            out.append(_LaunchProblem(where, field, f"false has no effect, vLLM {ver} defaults --{flag} to on; {fix}"))
     spec_cfg = launch.speculative_config or {}
     if accepted.speculative_keys is not None:
         for key in spec_cfg:
             if key not in accepted.speculative_keys:
-                out.append(LaunchProblem(loaded.where("launch", "speculative_config", key),
+                out.append(_LaunchProblem(loaded.where("launch", "speculative_config", key),
                                          f"launch.speculative_config.{key}",
                                          f"vLLM {ver}'s SpeculativeConfig has no field {key!r}"))
     method = spec_cfg.get("method")
     if accepted.speculative_methods is not None and method is not None and method not in accepted.speculative_methods:
-        out.append(LaunchProblem(loaded.where("launch", "speculative_config", "method"), "launch.speculative_config.method",
+        out.append(_LaunchProblem(loaded.where("launch", "speculative_config", "method"), "launch.speculative_config.method",
                                  f"vLLM {ver} has no speculative method {method!r}"))
     return out
 
@@ -287,16 +287,16 @@ def _name_problems(loaded: LoadedRecipe, accepted: EngineArgs) -> list[LaunchPro
 # -- values and env, from the probe's answer ------------------------------------------
 def _shown(tokens: tuple[str, ...] | list[str]) -> str:
     text = shlex.join(tokens)
-    return text if len(text) <= SHOWN_MAX else text[:SHOWN_MAX] + "..."
+    return text if len(text) <= _SHOWN_MAX else text[:_SHOWN_MAX] + "..."
 
 
-def _value_problems(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer) -> list[LaunchProblem]:
+def _value_problems(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer) -> list[_LaunchProblem]:
     """Each refusal in the probe's answer as a LaunchProblem at the recipe (or override)
     line its flag, speculative-config key or env entry comes from."""
     return [_map(loaded, job, answer, r) for r in answer.refusals]
 
 
-def _map(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer, refusal: _Refusal) -> LaunchProblem:
+def _map(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer, refusal: _Refusal) -> _LaunchProblem:
     complaint = refusal.message
     vllm = f"vLLM {answer.version}"
     if refusal.var is not None:
@@ -304,10 +304,10 @@ def _map(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer, refusal: _Refusal
         said = complaint.removeprefix("kiln-engine: ")
         if f"{refusal.var}=" not in said:
             said = f"{refusal.var}={job.env.get(refusal.var, '')!r}: {said}"
-        return LaunchProblem(where, field, f"kiln-engine {answer.kiln_engine} (the engine image's) refuses it: {said}")
+        return _LaunchProblem(where, field, f"kiln-engine {answer.kiln_engine} (the engine image's) refuses it: {said}")
     part = job.parts[refusal.group] if refusal.group is not None and 0 <= refusal.group < len(job.parts) else None
     if part is None:
-        return LaunchProblem(loaded.where("launch"), "launch", f"{vllm} refuses the launch command: {complaint}")
+        return _LaunchProblem(loaded.where("launch"), "launch", f"{vllm} refuses the launch command: {complaint}")
     if refusal.key is not None:
         spec = loaded.recipe.launch.speculative_config or {}
         value = _speculative_value(part, refusal.key)
@@ -318,8 +318,8 @@ def _map(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer, refusal: _Refusal
             where, field = loaded.where("model", "draft", "path"), "model.draft.path"
         else:
             where, field = loaded.where(*part.loc), part.field
-        return LaunchProblem(where, field, f"{vllm} refuses {_shown([shown])} in --speculative-config: {complaint}")
-    return LaunchProblem(loaded.where(*part.loc), part.field, f"{vllm} refuses {_shown(part.tokens)}: {complaint}")
+        return _LaunchProblem(where, field, f"{vllm} refuses {_shown([shown])} in --speculative-config: {complaint}")
+    return _LaunchProblem(loaded.where(*part.loc), part.field, f"{vllm} refuses {_shown(part.tokens)}: {complaint}")
 
 
 _MISSING: Any = object()
@@ -349,7 +349,7 @@ def _env_where(loaded: LoadedRecipe, var: str) -> tuple[str, str]:
 
 
 # -- both -----------------------------------------------------------------------------
-def launch_problems(loaded: LoadedRecipe, accepted: EngineArgs, job: Job, answer: _ProbeAnswer) -> list[str]:
+def _launch_problems(loaded: LoadedRecipe, accepted: _EngineArgs, job: Job, answer: _ProbeAnswer) -> list[str]:
     """Name problems, then value and env problems; a field whose name is already wrong
     is not reported twice."""
     names = _name_problems(loaded, accepted)
@@ -361,8 +361,8 @@ def launch_problems(loaded: LoadedRecipe, accepted: EngineArgs, job: Job, answer
 
 def check_engine_image(docker: DockerDaemon, loaded: LoadedRecipe, image_id: str) -> list[str]:
     job = Job.of(loaded)
-    accepted, answer = ask(docker, image_id, job)
-    return launch_problems(loaded, accepted, job, answer)
+    accepted, answer = _ask(docker, image_id, job)
+    return _launch_problems(loaded, accepted, job, answer)
 
 
 def check_against_engine(loaded: LoadedRecipe, docker: DockerDaemon | None = None, *,
@@ -381,8 +381,8 @@ def check_against_engine(loaded: LoadedRecipe, docker: DockerDaemon | None = Non
     if image is None:
         log.info(f"{loaded.name}: launch args not checked against vLLM (engine image not built)")
         return []
-    accepted, answer = ask(docker, id_of(image), job)
-    return launch_problems(loaded, accepted, job, answer)
+    accepted, answer = _ask(docker, id_of(image), job)
+    return _launch_problems(loaded, accepted, job, answer)
 
 
 def check_image(docker: DockerDaemon, loaded: LoadedRecipe, image: Image) -> list[str]:

@@ -23,7 +23,7 @@ _SKIP_SUFFIXES = (".pyc", ".pyo", ".swp")
 
 
 @dataclass(frozen=True)
-class Entry:
+class _Entry:
     arcname: str
     mode: int
     body: Path | bytes  # a host file (read when the context is sent) or bytes kiln made
@@ -54,7 +54,7 @@ class BuildContext:
     """The files a docker build sees, plus the non-file inputs of its digest."""
 
     def __init__(self) -> None:
-        self._entries: dict[str, Entry] = {}
+        self._entries: dict[str, _Entry] = {}
         self._params: dict[str, str] = {}
         self._appendix: dict[str, bytes] = {}
         self._sources: dict[Path, tuple[str, ...]] = {}  # host files/trees -> excluded subpaths
@@ -63,10 +63,10 @@ class BuildContext:
     def add_file(self, arcname: str, path: Path, *, in_digest: bool = True) -> None:
         if in_digest:
             self._sources.setdefault(path, ())
-        self._put(Entry(arcname, _mode(path), path, in_digest))
+        self._put(_Entry(arcname, _mode(path), path, in_digest))
 
     def add_bytes(self, arcname: str, data: bytes, *, mode: int = 0o644, in_digest: bool = True) -> None:
-        self._put(Entry(arcname, mode, data, in_digest))
+        self._put(_Entry(arcname, mode, data, in_digest))
 
     def add_tree(self, prefix: str, directory: Path, *, exclude: tuple[str, ...] = ()) -> None:
         self._sources[directory] = exclude
@@ -78,7 +78,7 @@ class BuildContext:
                 continue
             if any(rel.as_posix() == ex or rel.as_posix().startswith(ex + "/") for ex in exclude):
                 continue
-            self._put(Entry(f"{prefix}/{rel.as_posix()}" if prefix else rel.as_posix(), _mode(path), path))
+            self._put(_Entry(f"{prefix}/{rel.as_posix()}" if prefix else rel.as_posix(), _mode(path), path))
 
     def add_source(self, path: Path) -> None:
         """A host file whose bytes went into an entry kiln made (`add_bytes`): a source of
@@ -96,7 +96,7 @@ class BuildContext:
         """A non-file input (engine pin, base image ref, build args)."""
         self._params[key] = value
 
-    def _put(self, entry: Entry) -> None:
+    def _put(self, entry: _Entry) -> None:
         name = entry.arcname.strip("/")
         if name in self._entries:
             raise ValueError(f"build context entry {name!r} added twice")
@@ -104,7 +104,7 @@ class BuildContext:
 
     # -- reading it back ---------------------------------------------------
     @property
-    def entries(self) -> list[Entry]:
+    def entries(self) -> list[_Entry]:
         return [self._entries[k] for k in sorted(self._entries)]
 
     @property

@@ -26,20 +26,20 @@ from dataclasses import dataclass
 
 from kiln.basics.errors import DiskSpaceShort, UsageError
 
-GB = 10**9
-RESERVE_ENV = "KILN_DISK_RESERVE_GB"  # what must stay free after the builds (default 0)
+_GB = 10**9
+_RESERVE_ENV = "KILN_DISK_RESERVE_GB"  # what must stay free after the builds (default 0)
 
 
 @dataclass(frozen=True)
-class EngineFootprint:
+class _EngineFootprint:
     peak_gb: float  # measured: engine and recipe built from a cold layer cache
     builder_gb: float  # the builder stage, as the daemon keeps it
     image_gb: float  # the engine image
 
 
-FOOTPRINTS: dict[str, EngineFootprint] = {
-    "cpu": EngineFootprint(peak_gb=13.2, builder_gb=3.25, image_gb=2.58),
-    "cuda": EngineFootprint(peak_gb=42.0, builder_gb=16.4, image_gb=7.83),
+_FOOTPRINTS: dict[str, _EngineFootprint] = {
+    "cpu": _EngineFootprint(peak_gb=13.2, builder_gb=3.25, image_gb=2.58),
+    "cuda": _EngineFootprint(peak_gb=42.0, builder_gb=16.4, image_gb=7.83),
 }
 
 
@@ -55,20 +55,20 @@ class EngineBuild:
         return f"engine-{self.flavour} {self.platform}"
 
 
-def needed_gb(builds: list[EngineBuild]) -> float:
-    return sum(FOOTPRINTS[b.flavour].peak_gb for b in builds)
+def _needed_gb(builds: list[EngineBuild]) -> float:
+    return sum(_FOOTPRINTS[b.flavour].peak_gb for b in builds)
 
 
-def reserve_gb() -> float:
+def _reserve_gb() -> float:
     """$KILN_DISK_RESERVE_GB: space to leave free after the builds (for a host that also
     runs other work); 0 when unset."""
-    raw = os.environ.get(RESERVE_ENV, "").strip()
+    raw = os.environ.get(_RESERVE_ENV, "").strip()
     try:
         value = float(raw) if raw else 0.0
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:  # nan would pass every comparison, inf refuse every build
-        raise UsageError(f"{RESERVE_ENV}={raw!r}: not a number of gigabytes")
+        raise UsageError(f"{_RESERVE_ENV}={raw!r}: not a number of gigabytes")
     return value
 
 
@@ -77,14 +77,14 @@ def require_space(recipe: str, builds: list[EngineBuild], free_bytes: int, where
     reserve) on `where`; nothing when they fit or there is nothing to build."""
     if not builds:
         return
-    need, reserve, free = needed_gb(builds), reserve_gb(), free_bytes / GB
+    need, reserve, free = _needed_gb(builds), _reserve_gb(), free_bytes / _GB
     if need + reserve <= free:
         return
-    parts = "; ".join(f"engine-{flavour} and its recipe: {FOOTPRINTS[flavour].peak_gb:g} GB at the peak, measured "
-                      f"(builder stage {FOOTPRINTS[flavour].builder_gb:g} GB, image {FOOTPRINTS[flavour].image_gb:g} GB "
+    parts = "; ".join(f"engine-{flavour} and its recipe: {_FOOTPRINTS[flavour].peak_gb:g} GB at the peak, measured "
+                      f"(builder stage {_FOOTPRINTS[flavour].builder_gb:g} GB, image {_FOOTPRINTS[flavour].image_gb:g} GB "
                       "and the copies normalisation makes)"
                       for flavour in sorted({b.flavour for b in builds}))
-    kept = f" + {reserve:.1f} GB kept free ({RESERVE_ENV})" if reserve else ""
+    kept = f" + {reserve:.1f} GB kept free ({_RESERVE_ENV})" if reserve else ""
     raise DiskSpaceShort(f"build {recipe}: {len(builds)} engine build{'s' if len(builds) > 1 else ''} "
                          f"({', '.join(b.label for b in builds)}) need about {need:.1f} GB{kept}, and {where} has "
                          f"{free:.1f} GB free ({parts}); nothing was built")

@@ -16,7 +16,7 @@ from pathlib import Path
 from kiln.basics.errors import CABundleInvalid
 from kiln.domain.images.buildcontext import BuildContext
 
-CONTEXT_PATH = "_kiln/ca.crt"
+_CONTEXT_PATH = "_kiln/ca.crt"
 
 
 @dataclass(frozen=True)
@@ -67,4 +67,4 @@ def _check(path: Path, origin: str) -> Path:
 
 def add_to_context(ctx: BuildContext, bundle: CABundle) -> None:
     # always present (possibly empty) so Dockerfiles can COPY it unconditionally
-    ctx.add_bytes(CONTEXT_PATH, bundle.data, in_digest=False)
+    ctx.add_bytes(_CONTEXT_PATH, bundle.data, in_digest=False)

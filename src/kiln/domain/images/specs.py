@@ -35,19 +35,12 @@ LABEL_NS = "ai.kiln"
 PATCHER_ARC = "_kiln/kiln_patching.py"
 # the applier's parser, which it imports by this name (inimage/patch_applier.py)
 _PATCHFORMAT_ARC = "_kiln/kiln_patchformat.py"
-HFCACHE_ARC = "_kiln/kiln_hfcache.py"  # the entrypoint's snapshot check (inimage/hfcache.py)
+_HFCACHE_ARC = "_kiln/kiln_hfcache.py"  # the entrypoint's snapshot check (inimage/hfcache.py)
 LOCK_ARC = "_kiln/lock/engine.lock.json"
 
 
 def _git(*args: str) -> str:
     return git.output(repo_root(), *args) or ""
-
-
-def source_revision() -> str:
-    rev = _git("rev-parse", "HEAD") or "unknown"
-    if rev != "unknown" and _git("status", "--porcelain", "--untracked-files=no"):
-        rev += "-dirty"
-    return rev
 
 
 def _source_url() -> str:
@@ -174,7 +167,7 @@ class EngineImage(_NamedByInputs):
         base = self.engine.base_image
         kiln_base = base.ref.startswith("kiln/") and not base.digest  # one tag per platform, built here
         if self.platform != host and kiln_base and self.lock is not None \
-                and _declares_arg(self.dir / "Dockerfile", CROSS_ARG):
+                and _declares_arg(self.dir / "Dockerfile", _CROSS_ARG):
             return host
         return self.platform
 
@@ -189,7 +182,7 @@ class EngineImage(_NamedByInputs):
         made by the build command), else the image's own base."""
         if not self.cross_placed:
             return self.base_ref
-        return builder_base_tag(self.engine.base_image.ref, self.platform)
+        return _builder_base_tag(self.engine.base_image.ref, self.platform)
 
     @cached_property
     def context(self) -> BuildContext:
@@ -203,7 +196,7 @@ class EngineImage(_NamedByInputs):
             ctx.add_bytes("_kiln/patches/series", b"")
         for arc, path in _patcher_sources().items():
             ctx.add_file(arc, path)
-        ctx.add_file(HFCACHE_ARC, inimage.source("hfcache"))
+        ctx.add_file(_HFCACHE_ARC, inimage.source("hfcache"))
         ctx.add_param("engine", f"{self.engine.name}=={self.engine.version}")
         ctx.add_param("flavour", self.engine.flavour)
         ctx.add_param("base_image", self.base_ref)
@@ -271,7 +264,7 @@ class EngineImage(_NamedByInputs):
         }
         if self.cross_placed:
             args["BUILDER_IMAGE"] = local_ref(self.builder_image)
-            args[CROSS_ARG] = enginelock.platform(self.platform).uv
+            args[_CROSS_ARG] = enginelock.platform(self.platform).uv
         return args
 
     def patch_entries(self) -> list[tuple[str, str]]:
@@ -294,13 +287,13 @@ class EngineImage(_NamedByInputs):
         }
 
 
-IMPORTS_FILE = "imports.txt"  # the modules an engine venv must import (engine-cuda)
-CROSS_ARG = "WHEEL_PLATFORM"  # the build arg of an engine Dockerfile that can place wheels for another machine
+_IMPORTS_FILE = "imports.txt"  # the modules an engine venv must import (engine-cuda)
+_CROSS_ARG = "WHEEL_PLATFORM"  # the build arg of an engine Dockerfile that can place wheels for another machine
 
 
 def engine_modules(flavour: str) -> list[str]:
     """The modules the engine image's venv must import (its imports.txt; none listed: vllm)."""
-    listed = enginelock.engine_image_dir(flavour) / IMPORTS_FILE
+    listed = enginelock.engine_image_dir(flavour) / _IMPORTS_FILE
     return listed.read_text().split() if listed.is_file() else ["vllm"]
 
 
@@ -308,7 +301,7 @@ def _declares_arg(dockerfile: Path, name: str) -> bool:
     return dockerfile.is_file() and re.search(rf"^ARG {name}\b", dockerfile.read_text(), re.M) is not None
 
 
-def builder_base_tag(base_ref: str, platform: str) -> str:
+def _builder_base_tag(base_ref: str, platform: str) -> str:
     """kiln/base:bookworm-builder-for-arm64: the host's base, marked as `platform`."""
     return f"{base_ref}-builder-for{platform_suffix(platform)}"
 
@@ -475,7 +468,7 @@ class _LazyCA:
 
 
 @dataclass(frozen=True)
-class ResolvedRecipe:
+class _ResolvedRecipe:
     """A recipe with the engine image and recipe image its current inputs make (neither
     need be built)."""
 
@@ -493,12 +486,12 @@ class BuiltRecipe:
     image: Image
 
 
-def resolve(name: str, ca_flag: str | None = None, platform: str | None = None) -> ResolvedRecipe:
+def resolve(name: str, ca_flag: str | None = None, platform: str | None = None) -> _ResolvedRecipe:
     """A recipe by name, with the engine image and recipe image its current inputs make
     for `platform` (default: the host's)."""
     loaded = load_recipe(recipe_dir(name))
     engine_image = EngineImage(loaded.recipe.engine, _LazyCA(ca_flag), platform)
-    return ResolvedRecipe(loaded, engine_image, RecipeImage(loaded, engine_image))
+    return _ResolvedRecipe(loaded, engine_image, RecipeImage(loaded, engine_image))
 
 
 def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:

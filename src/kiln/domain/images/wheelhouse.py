@@ -30,11 +30,11 @@ from kiln.domain.locks import lockrecords as LR
 from kiln.domain.recipes.sections import Engine
 from kiln.infra import pyindex
 
-FILE = "wheelhouse.txt"
+_FILE = "wheelhouse.txt"
 
 
 def requirements(image_dir: Path, engine: Engine) -> list[str]:
-    path = image_dir / FILE
+    path = image_dir / _FILE
     if not path.is_file():
         return []
     values = {"engine_version": engine.version, "torch": engine.torch or ""}
@@ -83,13 +83,13 @@ def fetch(reqs: list[str], flavour: str) -> list[Path]:
 
 
 # -- locked wheelhouse: the exact files an engine lock names ------------------------------
-LOCKED = "locked"
+_LOCKED = "locked"
 _WORKERS = 8
 
 
-def locked_dir() -> Path:
+def _locked_dir() -> Path:
     """Content-checked cache of locked wheels, by file name (every use re-hashes them)."""
-    return cache_dir() / "wheels" / LOCKED
+    return cache_dir() / "wheels" / _LOCKED
 
 
 def _local_copy(file: str) -> Path | None:
@@ -117,7 +117,7 @@ def fetch_tools(lock: LR.EngineLock, plat: str, *, lock_file: Path, cafile: Path
 
 
 def _fetch(wanted: list[L.LockedFile], *, lock_file: Path, cafile: Path | None) -> list[Path]:
-    cache = locked_dir()
+    cache = _locked_dir()
     cache.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
     todo: list[L.LockedFile] = []

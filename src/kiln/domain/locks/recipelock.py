@@ -27,14 +27,14 @@ from kiln.domain.locks import enginelock as L
 from kiln.domain.locks.lockrecords import EngineLock
 from kiln.domain.recipes.recipe import LoadedRecipe
 
-FILE = "recipe.lock.json"
+_FILE = "recipe.lock.json"
 # what the recipe's build context carries from its lock (enginelock.context_files' names):
 # the requirement lines with hashes, every wheel file with its sha256, and uv's wheel
-CONTEXT_FILES = ("python.txt", "wheels.txt", "uv.txt")
+_CONTEXT_FILES = ("python.txt", "wheels.txt", "uv.txt")
 
 
 def lock_path(recipe_dir: Path) -> Path:
-    return recipe_dir / FILE
+    return recipe_dir / _FILE
 
 
 def relock_command(recipe: str) -> str:
@@ -146,8 +146,8 @@ def context_files(lock: EngineLock, plat: str) -> dict[str, bytes]:
     """The lock's files a recipe build context carries under _kiln/lock/ (functions of the
     lock's bytes, which the context holds too)."""
     files = L.context_files(lock, plat)
-    missing = [name for name in CONTEXT_FILES if name not in files]
+    missing = [name for name in _CONTEXT_FILES if name not in files]
     if missing:  # only uv.txt can be: a lock without a uv wheel for the platform
         raise LockInvalid(f"the {lock.image} lock has no uv wheel for {plat} (tools.uv)",
                           hint=f"re-lock: `{relock_command(lock.image)}`")
-    return {name: files[name] for name in CONTEXT_FILES}
+    return {name: files[name] for name in _CONTEXT_FILES}

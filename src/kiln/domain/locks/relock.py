@@ -34,7 +34,7 @@ _WORKERS = 16
 
 
 @dataclass(frozen=True)
-class LocalFile:
+class _LocalFile:
     """A wheel on a find-links folder, shaped like an index file for select_wheel."""
 
     filename: str
@@ -42,11 +42,11 @@ class LocalFile:
     requires_python: str | None = None
 
 
-def _local_files() -> list[LocalFile]:
-    return [LocalFile(p.name, p) for d in pyindex.find_links() for p in sorted(Path(d).glob("*.whl"))]
+def _local_files() -> list[_LocalFile]:
+    return [_LocalFile(p.name, p) for d in pyindex.find_links() for p in sorted(Path(d).glob("*.whl"))]
 
 
-class Index:
+class _Index:
     """Index pages fetched once per lock run, many at a time."""
 
     def __init__(self, cafile: Path | None):
@@ -88,7 +88,7 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
     excludes = sorted(policy.excluded)
     overridden = policy.overrides_for(engine.version)
     overrides = [req for req, _ in overridden.values()]
-    index = Index(cafile)
+    index = _Index(cafile)
     per_platform: dict[str, list[pyindex.Pin]] = {}
     plain_pins: dict[str, list[pyindex.Pin]] = {}
     for plat_name in platforms:
@@ -148,7 +148,7 @@ def make_recipe_lock(recipe: str, requested: list[str], engine_lock: LR.EngineLo
     if uv is None or missing:
         raise LockInvalid(f"the {engine_lock.image} lock for {engine_lock.engine_name} {engine_lock.engine_version} "
                           f"has no uv wheel for {', '.join(missing or platforms)} (tools.uv)")
-    index = Index(cafile)
+    index = _Index(cafile)
     per_platform: dict[str, list[pyindex.Pin]] = {}
     for plat_name in platforms:
         plat = L.platform(plat_name)
@@ -165,7 +165,7 @@ def make_recipe_lock(recipe: str, requested: list[str], engine_lock: LR.EngineLo
         platforms=sorted(platforms), python_packages=_merge(per_platform, index), tools={"uv": uv})
 
 
-def _merge(per_platform: dict[str, list[pyindex.Pin]], index: Index) -> list[LR.LockedPackage]:
+def _merge(per_platform: dict[str, list[pyindex.Pin]], index: _Index) -> list[LR.LockedPackage]:
     """One LockedPackage per name, with the wheel each platform installs."""
     by_name: dict[str, tuple[str, str, dict[str, LR.Wheel]]] = {}
     for plat_name, pins in sorted(per_platform.items()):
@@ -230,7 +230,7 @@ def _debian_closure(docker: DockerDaemon, base_image: str, requested: list[str],
 
 # -- `kiln engine lock --check` ----------------------------------------------------------
 @dataclass(frozen=True)
-class Finding:
+class _Finding:
     name: str
     locked: str
     newest: str | None  # newest final release on the index, when newer than locked
@@ -257,10 +257,10 @@ def _newest(versions: list[str]) -> Version | None:
     return max(parsed) if parsed else None
 
 
-def outdated(lock: LR.EngineLock, *, cafile: Path | None) -> list[Finding]:
+def outdated(lock: LR.EngineLock, *, cafile: Path | None) -> list[_Finding]:
     """Locked versions the index marks yanked or has newer final releases of (only what
     the index says; the lock file is not touched)."""
-    index = Index(cafile)
+    index = _Index(cafile)
     pkgs = [*lock.python_packages, *lock.plain_extra_packages, *lock.tools.values()]
     index.prefetch([p.name for p in pkgs])
     findings = []
@@ -274,5 +274,5 @@ def outdated(lock: LR.EngineLock, *, cafile: Path | None) -> list[Finding]:
         locked = Version(pkg.version)
         newer = str(newest) if newest is not None and newest > Version(locked.public) else None
         if yanked or newer:
-            findings.append(Finding(pkg.name, pkg.version, newer, yanked))
+            findings.append(_Finding(pkg.name, pkg.version, newer, yanked))
     return findings

@@ -42,7 +42,7 @@ class Row:
     data: bytes | None = None
 
 
-def classify(tree: applier.Tree, patch: patchformat.Patch, base: applier.Tree | None = None) -> Row:
+def _classify(tree: applier.Tree, patch: patchformat.Patch, base: applier.Tree | None = None) -> Row:
     """Classify one patch against `tree` (the new engine with the patches before it),
     applying it to the tree if it ports. `base`: the old engine with the patches before
     it, for the 3-way merge of a patch whose hunks no longer apply as written."""
@@ -107,7 +107,7 @@ class PortedEngine(NamedTuple):
     base: applier.Tree
 
 
-def port_engine(from_version: str, to_version: str, flavour: str | None = None) -> PortedEngine:
+def _port_engine(from_version: str, to_version: str, flavour: str | None = None) -> PortedEngine:
     """One Row per patch of `from_version`'s series against `to_version`'s sources, in
     series order (a patch that ports is applied before the next one is classified, as
     the build would; the old engine advances in step, for the 3-way merges)."""
@@ -116,7 +116,7 @@ def port_engine(from_version: str, to_version: str, flavour: str | None = None) 
     base = applier.Tree(engine_root(from_version, flavour)[0])
     rows = []
     for patch in series.patches:
-        rows.append(classify(tree, patch, base))
+        rows.append(_classify(tree, patch, base))
         applier.apply_patch(base, patch)
     return PortedEngine(rows, tree, base)
 
@@ -130,7 +130,7 @@ def port_series(engine: PortedEngine, series: patchformat.Series, underneath: ap
     base = engine.base.fork()
     rows = []
     for patch in series.patches:
-        rows.append(classify(tree, patch, base))
+        rows.append(_classify(tree, patch, base))
         applier.apply_patch(base, patch)
     return rows
 
@@ -153,7 +153,7 @@ def bump(from_version: str, to_version: str, flavour: str | None, dry_run: bool,
     `dry_run`, write patches/vllm/<to_version>/ when all of them port. `then` runs after
     the table is printed and before a patch that does not port fails the bump (the
     report of `--report`)."""
-    ported = port_engine(from_version, to_version, flavour)
+    ported = _port_engine(from_version, to_version, flavour)
     rows = ported.rows
     log.out.print(f"{ENGINE} {from_version} -> {to_version}: {len(rows)} patch(es)", markup=False)
     width = max((len(r.name) for r in rows), default=0)
@@ -167,11 +167,11 @@ def bump(from_version: str, to_version: str, flavour: str | None, dry_run: bool,
                                          f"--series-from {from_version} --force-apply`, fix, "
                                          f"`kiln patches refresh --engine {ENGINE}=={to_version}`")
     if not dry_run:
-        write_bumped_series(from_version, to_version, rows, flavour)
+        _write_bumped_series(from_version, to_version, rows, flavour)
     return rows
 
 
-def write_bumped_series(from_version: str, to_version: str, rows: list[Row], flavour: str | None) -> Path:
+def _write_bumped_series(from_version: str, to_version: str, rows: list[Row], flavour: str | None) -> Path:
     """patches/vllm/<to>/: the old series minus patches already upstream, merged ones
     as the merge re-made them, and patches that applied at an offset regenerated
     against the new sources (checkout + refresh).

@@ -32,10 +32,10 @@ from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.inimage import patch_applier as applier
 
 # bump's Row.status in the words of the report
-STATES = {"clean": "clean", "offset": "offset", "merged": "3-way", "upstream": "made moot upstream",
+_STATES = {"clean": "clean", "offset": "offset", "merged": "3-way", "upstream": "made moot upstream",
           "fails": "conflict"}
-STATE_ORDER = ("clean", "offset", "3-way", "made moot upstream", "conflict")
-REQUIREMENTS_SOURCE = ("the two engine wheels' METADATA Requires-Dist (extras left out); a full lock "
+_STATE_ORDER = ("clean", "offset", "3-way", "made moot upstream", "conflict")
+_REQUIREMENTS_SOURCE = ("the two engine wheels' METADATA Requires-Dist (extras left out); a full lock "
                        "needs a resolution per platform (`kiln engine lock`), not made here")
 
 
@@ -58,12 +58,12 @@ class SeriesReport:
     note: str | None = None
 
     def counts(self) -> dict[str, int]:
-        states = [STATES.get(r.status, r.status) for r in self.rows]
-        return {s: states.count(s) for s in STATE_ORDER if s in states}
+        states = [_STATES.get(r.status, r.status) for r in self.rows]
+        return {s: states.count(s) for s in _STATE_ORDER if s in states}
 
 
 @dataclass(frozen=True)
-class RequirementChange:
+class _RequirementChange:
     name: str
     change: str  # added | removed | moved
     old: str | None
@@ -71,7 +71,7 @@ class RequirementChange:
 
 
 @dataclass(frozen=True)
-class ImageSize:
+class _ImageSize:
     platform: str
     before: int | None
     after: int | None
@@ -87,8 +87,8 @@ class BumpReport:
     changes: list[Change]
     recipes: list[RecipeUse]
     series: list[SeriesReport]
-    requirements: list[RequirementChange]
-    sizes: list[ImageSize]
+    requirements: list[_RequirementChange]
+    sizes: list[_ImageSize]
     read: list[str] = field(default_factory=list)
 
     def users(self, change: Change) -> list[str]:
@@ -97,7 +97,7 @@ class BumpReport:
 
 
 def state(row: Row) -> str:
-    return STATES.get(row.status, row.status)
+    return _STATES.get(row.status, row.status)
 
 
 def underneath(to_version: str, flavour: str | None) -> applier.Tree | None:
@@ -163,45 +163,45 @@ def _rank(name: str) -> tuple[int, str]:
     return 3, name
 
 
-def requirement_changes(old: list[str], new: list[str]) -> list[RequirementChange]:
+def requirement_changes(old: list[str], new: list[str]) -> list[_RequirementChange]:
     """Packages added, removed or whose requirement moved between two requirement lists;
     torch, CUDA (nvidia-*) and flashinfer first, and listed even when unchanged."""
     a, b = _by_name(old), _by_name(new)
     out = []
     for name in sorted(a.keys() | b.keys(), key=_rank):
         if name in a and a.get(name) == b.get(name) and _rank(name)[0] < 3:
-            out.append(RequirementChange(name, "unchanged", a[name], b[name]))  # torch, CUDA, flashinfer: always
+            out.append(_RequirementChange(name, "unchanged", a[name], b[name]))  # torch, CUDA, flashinfer: always
         elif name not in b:
-            out.append(RequirementChange(name, "removed", a[name], None))
+            out.append(_RequirementChange(name, "removed", a[name], None))
         elif name not in a:
-            out.append(RequirementChange(name, "added", None, b[name]))
+            out.append(_RequirementChange(name, "added", None, b[name]))
         elif a[name] != b[name]:
-            out.append(RequirementChange(name, "moved", a[name], b[name]))
+            out.append(_RequirementChange(name, "moved", a[name], b[name]))
     return out
 
 
-def headline_requirements(changes: list[RequirementChange]) -> list[RequirementChange]:
+def _headline_requirements(changes: list[_RequirementChange]) -> list[_RequirementChange]:
     return [c for c in changes if _rank(c.name)[0] < 3]
 
 
 # -- image sizes --------------------------------------------------------------------------------
-class EngineBuild(TypedDict):
+class _EngineBuild(TypedDict):
     size: int  # bytes
 
 
-class BuildCudaRun(TypedDict):
+class _BuildCudaRun(TypedDict):
     """What the report reads of a measured build record (docs/build-cuda*.json, written
     by benchmarks/build_cuda.py; its other keys are not the report's)."""
 
     engine: str  # the engine version built
     platform: NotRequired[str | None]  # None or absent: linux/amd64
-    engine_build: EngineBuild
+    engine_build: _EngineBuild
 
 
-BUILD_CUDA_RUN = Shape(BuildCudaRun)
+_BUILD_CUDA_RUN = Shape(_BuildCudaRun)
 
 
-def measured_sizes(records: list[Path], from_version: str, to_version: str) -> list[ImageSize]:
+def measured_sizes(records: list[Path], from_version: str, to_version: str) -> list[_ImageSize]:
     """The engine image's size per platform from build records (docs/build-cuda*.json:
     `engine`, `platform`, `engine_build.size`) for the two versions; None: not built.
     RecordInvalid naming the file and field for a record that is not one."""
@@ -209,10 +209,10 @@ def measured_sizes(records: list[Path], from_version: str, to_version: str) -> l
     invalid = functools.partial(RecordInvalid, hint="restore the file from git, or measure again: "
                                                      "`nox -s build_cuda` (benchmarks/build_cuda.py)")
     for path in records:
-        doc = read_document(path, BUILD_CUDA_RUN, invalid, source=shown(path))
+        doc = read_document(path, _BUILD_CUDA_RUN, invalid, source=shown(path))
         if doc["engine"] in (from_version, to_version):
             found.setdefault(doc.get("platform") or "linux/amd64", {})[doc["engine"]] = doc["engine_build"]["size"]
-    return [ImageSize(p, v.get(from_version), v.get(to_version)) for p, v in sorted(found.items())]
+    return [_ImageSize(p, v.get(from_version), v.get(to_version)) for p, v in sorted(found.items())]
 
 
 # -- rendering ----------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def _series_line(s: SeriesReport) -> str:
     return ", ".join(f"{n} {k}" for k, n in counts.items()) if counts else (s.note or "no patches")
 
 
-def headlines(report: BumpReport) -> list[str]:
+def _headlines(report: BumpReport) -> list[str]:
     """The few lines a reviewer reads first."""
     out = [f"Recipes that move ({ENGINE} {report.from_version}, flavour {report.flavour}): "
            + (", ".join(r.name for r in report.recipes) or "none")]
@@ -261,7 +261,7 @@ def headlines(report: BumpReport) -> list[str]:
         out.append("New defaults for the recipes that do not set them: "
                    + ", ".join(f"{c.shown} {c.old} -> {c.new}" for c in unset))
     out += [f"Patches, {s.title}: {_series_line(s)}" for s in report.series]
-    moves = headline_requirements(report.requirements)
+    moves = _headline_requirements(report.requirements)
     out += [f"{m.name}: {m.old} (unchanged)" if m.change == "unchanged" else
             f"{m.name}: {m.old or 'not required'} -> {m.new or 'not required'}" for m in moves] or \
         ["torch, CUDA (nvidia-*) and flashinfer requirements unchanged"]
@@ -273,7 +273,7 @@ def headlines(report: BumpReport) -> list[str]:
 def render_text(report: BumpReport) -> str:
     """The report for the terminal."""
     lines = [f"bump report: {ENGINE} {report.from_version} -> {report.to_version} ({report.flavour})"]
-    lines += [f"  {h}" for h in headlines(report)]
+    lines += [f"  {h}" for h in _headlines(report)]
     lines.append(f"flags and speculative-config keys that changed ({len(report.changes)}; read from "
                  f"{', '.join(report.read) or 'nothing'}):")
     for c in _ordered(report):
@@ -283,7 +283,7 @@ def render_text(report: BumpReport) -> str:
     for s in report.series:
         lines.append(f"{s.title}: {_series_line(s)}" + (f" ({s.note})" if s.note and s.rows else ""))
         lines += [f"  {r.name}  {state(r)}: {r.detail}" for r in s.rows]
-    lines.append(f"engine requirements ({REQUIREMENTS_SOURCE}):")
+    lines.append(f"engine requirements ({_REQUIREMENTS_SOURCE}):")
     lines += [f"  {m.name}: {m.change} {m.old or ''} -> {m.new or ''}".rstrip() for m in report.requirements] or \
         ["  unchanged"]
     return "\n".join(lines) + "\n"
@@ -294,7 +294,7 @@ def render_markdown(report: BumpReport) -> str:
     a, b = report.from_version, report.to_version
     out = [f"# {ENGINE} {a} -> {b} ({report.flavour}): bump report", "",
            f"Generated by `{report.command}` on {report.date}; do not edit by hand (run the command again).",
-           "", "## Headlines", "", *[f"- {h}" for h in headlines(report)], ""]
+           "", "## Headlines", "", *[f"- {h}" for h in _headlines(report)], ""]
     out += _md_recipes(report) + _md_changes(report) + _md_series(report) + _md_requirements(report)
     out += ["## Engine image size", "", f"| platform | {a} | {b} |", "|---|---|---|"]
     out += [f"| {s.platform} | {_gib(s.before)} | {_gib(s.after)} |" for s in report.sizes] or \
@@ -341,7 +341,7 @@ def _md_series(report: BumpReport) -> list[str]:
 
 def _md_requirements(report: BumpReport) -> list[str]:
     a, b = report.from_version, report.to_version
-    out = ["## Engine requirements", "", f"Compared: {REQUIREMENTS_SOURCE}. torch, CUDA (nvidia-*) and "
+    out = ["## Engine requirements", "", f"Compared: {_REQUIREMENTS_SOURCE}. torch, CUDA (nvidia-*) and "
            "flashinfer first.", "", f"| package | change | {a} | {b} |", "|---|---|---|---|"]
     out += [f"| {m.name} | {m.change} | {_cell(m.old)} | {_cell(m.new)} |" for m in report.requirements] or \
         ["| — | unchanged | | |"]

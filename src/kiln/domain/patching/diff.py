@@ -19,7 +19,7 @@ def _range(start: int, length: int) -> str:
     return f"{start if length == 0 else start + 1},{length}"
 
 
-def diff_hunks(old: list[bytes], new: list[bytes], context: int = 3) -> bytes:
+def _diff_hunks(old: list[bytes], new: list[bytes], context: int = 3) -> bytes:
     """Unified-diff hunks (no file header) turning `old` into `new`."""
     out = []
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
@@ -39,7 +39,7 @@ def file_diff(target: str, old: bytes | None, new: bytes | None, preamble: Seque
     """One file's section: `--- a/T` / `+++ b/T` (or /dev/null) plus hunks; b"" if equal."""
     if old == new:
         return b""
-    body = diff_hunks(split_lines(old or b""), split_lines(new or b""))
+    body = _diff_hunks(split_lines(old or b""), split_lines(new or b""))
     a = b"/dev/null" if old is None else b"a/" + target.encode()
     b = b"/dev/null" if new is None else b"b/" + target.encode()
     # git's `index <blob>..<blob>` line would be stale after an edit; keep the rest.
@@ -48,19 +48,19 @@ def file_diff(target: str, old: bytes | None, new: bytes | None, preamble: Seque
 
 
 @dataclass
-class MergeResult:
+class _MergeResult:
     data: bytes
     conflicts: list[tuple[int, int]]  # (first, last) 1-based lines of each conflict block
 
 
-def merge3(base: bytes, ours: bytes, theirs: bytes, labels: tuple[str, str, str]) -> MergeResult:
+def merge3(base: bytes, ours: bytes, theirs: bytes, labels: tuple[str, str, str]) -> _MergeResult:
     """`git merge-file --diff3`: one-sided changes are taken, changes on both sides become
     conflict blocks that show the base. labels = (ours, base, theirs)."""
     status, merged, stderr = git.merge_file(ours, base, theirs, labels)
     # exit status: the number of conflicts (capped at 127), negative on error
     if status < 0 or status > 127:
         raise UsageError(f"git merge-file failed: {stderr}")
-    return MergeResult(merged, _conflict_blocks(merged, labels))
+    return _MergeResult(merged, _conflict_blocks(merged, labels))
 
 
 def _conflict_blocks(data: bytes, labels: tuple[str, str, str]) -> list[tuple[int, int]]:

@@ -24,20 +24,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # (file under the site-packages root, the classes whose fields are CLI flags)
-FLAG_SOURCES = (
+_FLAG_SOURCES = (
     ("vllm/engine/arg_utils.py", ("EngineArgs", "AsyncEngineArgs")),
     ("vllm/entrypoints/common/cli_args.py", ("BaseFrontendArgs", "FrontendArgs")),
 )
-SPEC_SOURCE = ("vllm/config/speculative.py", ("SpeculativeConfig",))
-CONFIG_DIR = "vllm/config"
+_SPEC_SOURCE = ("vllm/config/speculative.py", ("SpeculativeConfig",))
+_CONFIG_DIR = "vllm/config"
 FLAG = "flag"
-SPEC = "speculative_config"
+_SPEC = "speculative_config"
 _DEPRECATED = re.compile(r"(?<![\w-])deprecat", re.IGNORECASE)
 _FIELD_CALLS = {"Field", "field"}
 
 
 @dataclass(frozen=True)
-class Setting:
+class _Setting:
     """One flag or speculative-config key of one engine version. default: its default
     as source text, resolved through config-class references (None: a flag with no
     field behind it); expression: the default as written, when that differs;
@@ -50,11 +50,11 @@ class Setting:
 
 
 @dataclass(frozen=True)
-class Surface:
+class _Surface:
     """What one engine version accepts, and the files it was read from."""
 
-    flags: dict[str, Setting]
-    speculative: dict[str, Setting]
+    flags: dict[str, _Setting]
+    speculative: dict[str, _Setting]
     read: list[str] = field(default_factory=list)
     deprecations: list[str] = field(default_factory=list)  # every string of those files saying "deprecated"
 
@@ -103,7 +103,7 @@ class _Configs:
     def get(self, name: str) -> ast.ClassDef | None:
         if self._classes is None:
             self._classes = {}
-            for path in sorted((self.root / CONFIG_DIR).rglob("*.py")):
+            for path in sorted((self.root / _CONFIG_DIR).rglob("*.py")):
                 try:
                     module = _Module(path.read_text(encoding="utf-8"))
                 except (SyntaxError, UnicodeDecodeError):
@@ -181,8 +181,8 @@ def _resolve(written: ast.expr | str | None, configs: _Configs, depth: int = 0) 
     return ast.unparse(written)
 
 
-def _settings(module: _Module, classes: tuple[str, ...], configs: _Configs, flags: bool) -> dict[str, Setting]:
-    out: dict[str, Setting] = {}
+def _settings(module: _Module, classes: tuple[str, ...], configs: _Configs, flags: bool) -> dict[str, _Setting]:
+    out: dict[str, _Setting] = {}
     for cname in classes:
         cls = module.classes.get(cname)
         if cls is None:
@@ -193,11 +193,11 @@ def _settings(module: _Module, classes: tuple[str, ...], configs: _Configs, flag
             shown = written if isinstance(written, str) else ast.unparse(written) if written is not None else None
             key = name.replace("_", "-") if flags else name
             note = _one_line(doc) if doc and _DEPRECATED.search(doc) else \
-                mentioned(module.deprecations, name, key if flags else None)
-            out[key] = Setting(key, default, shown if shown != default else None, note)
+                _mentioned(module.deprecations, name, key if flags else None)
+            out[key] = _Setting(key, default, shown if shown != default else None, note)
         if flags:
             for flag in _added_flags(cls):
-                out.setdefault(flag, Setting(flag, deprecated=mentioned(module.deprecations, flag.replace("-", "_"), flag)))
+                out.setdefault(flag, _Setting(flag, deprecated=_mentioned(module.deprecations, flag.replace("-", "_"), flag)))
     return out
 
 
@@ -211,7 +211,7 @@ def _added_flags(cls: ast.ClassDef) -> list[str]:
     return found
 
 
-def mentioned(deprecations: list[str], snake: str, flag: str | None) -> str | None:
+def _mentioned(deprecations: list[str], snake: str, flag: str | None) -> str | None:
     """The first 'deprecated' string saying `--flag` (or the snake name, when it is
     distinctive: it has an underscore) is deprecated: the name, then "deprecat" in the
     same sentence ("--x is deprecated", "x (--x) is deprecated and will be removed")."""
@@ -224,36 +224,36 @@ def mentioned(deprecations: list[str], snake: str, flag: str | None) -> str | No
     return next((s for s in deprecations if pat.search(s)), None)
 
 
-def read_surface(root: Path) -> Surface:
+def read_surface(root: Path) -> _Surface:
     """The flags and speculative-config keys of the engine unpacked under `root` (a
     site-packages-like folder holding vllm/); files that are missing are left out."""
     configs = _Configs(root)
-    flags: dict[str, Setting] = {}
-    spec: dict[str, Setting] = {}
+    flags: dict[str, _Setting] = {}
+    spec: dict[str, _Setting] = {}
     read: list[str] = []
     deprecations: list[str] = []
-    for rel, classes in (*FLAG_SOURCES, SPEC_SOURCE):
+    for rel, classes in (*_FLAG_SOURCES, _SPEC_SOURCE):
         path = root / rel
         if not path.is_file():
             continue
         module = _Module(path.read_text(encoding="utf-8"))
         read.append(rel)
         deprecations += module.deprecations
-        if (rel, classes) == SPEC_SOURCE:
+        if (rel, classes) == _SPEC_SOURCE:
             spec.update(_settings(module, classes, configs, flags=False))
         else:
             for key, setting in _settings(module, classes, configs, flags=True).items():
                 flags.setdefault(key, setting)
-    return Surface(flags, spec, read, deprecations)
+    return _Surface(flags, spec, read, deprecations)
 
 
-def compare(old: Surface, new: Surface) -> list[Change]:
+def compare(old: _Surface, new: _Surface) -> list[Change]:
     """Flags first, then speculative-config keys; each sorted by name."""
     return [*_compare(FLAG, old.flags, new.flags, new.deprecations),
-            *_compare(SPEC, old.speculative, new.speculative, new.deprecations)]
+            *_compare(_SPEC, old.speculative, new.speculative, new.deprecations)]
 
 
-def _compare(kind: str, old: dict[str, Setting], new: dict[str, Setting], said: list[str]) -> list[Change]:
+def _compare(kind: str, old: dict[str, _Setting], new: dict[str, _Setting], said: list[str]) -> list[Change]:
     out = []
     for name in sorted(old.keys() | new.keys()):
         a, b = old.get(name), new.get(name)
@@ -269,12 +269,12 @@ def _compare(kind: str, old: dict[str, Setting], new: dict[str, Setting], said: 
     return out
 
 
-def _removal_note(kind: str, gone: Setting, said: list[str]) -> str | None:
+def _removal_note(kind: str, gone: _Setting, said: list[str]) -> str | None:
     """What the sources say about a setting that is gone; nothing is guessed: a
     'deprecated' string of the new sources naming it, else the old sources' own
     deprecation of it."""
     snake = gone.name.replace("-", "_")
-    now = mentioned(said, snake, gone.name if kind == FLAG else None)
+    now = _mentioned(said, snake, gone.name if kind == FLAG else None)
     if now:
         return f"new sources: {now}"
     return f"deprecated before: {gone.deprecated}" if gone.deprecated else None

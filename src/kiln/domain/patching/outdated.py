@@ -21,8 +21,8 @@ from kiln.domain.recipes.recipe import load_recipe, recipe_dir, recipe_names
 from kiln.infra import wheelcache
 
 # a distribution -> its final releases with a wheel, oldest first (None: not on the index)
-Releases = Callable[[str], "list[str] | None"]
-Status = Literal["current", "outdated", "not-on-index"]
+_Releases = Callable[[str], "list[str] | None"]
+_Status = Literal["current", "outdated", "not-on-index"]
 
 
 class EnginePin(TypedDict):
@@ -45,7 +45,7 @@ class OutdatedRow(TypedDict):
     """The newest final release with a wheel that is not yanked; null when the index has none."""
     newest_with_series: str | None
     """The newest engine version with a series under patches/<engine>/; null when there is none."""
-    status: Status
+    status: _Status
     next: str | None
     """For an outdated recipe, the command that moves it on."""
 
@@ -61,13 +61,13 @@ class OutdatedDocument(TypedDict):
     recipes: list[OutdatedRow]
 
 
-def _status(pinned: str, newest: str | None) -> Status:
+def _status(pinned: str, newest: str | None) -> _Status:
     if newest is None:
         return "not-on-index"
     return "outdated" if Version(newest) > Version(pinned) else "current"
 
 
-def _next(recipe: str, status: Status, newest: str | None, with_series: str | None) -> str | None:
+def _next(recipe: str, status: _Status, newest: str | None, with_series: str | None) -> str | None:
     """What moves a lagging recipe on: the bump of the series when kiln has none for the
     newest release yet, else the bump of the recipe onto the series that is there."""
     if status != "outdated" or newest is None:
@@ -77,7 +77,7 @@ def _next(recipe: str, status: Status, newest: str | None, with_series: str | No
     return f"kiln engine bump --to {newest}"
 
 
-def outdated(index: str, releases: Releases) -> OutdatedDocument:
+def outdated(index: str, releases: _Releases) -> OutdatedDocument:
     """Every recipe's row, in recipe order; each distribution is asked once."""
     series = S.pinned_versions()
     with_series = series[-1] if series else None

@@ -10,21 +10,21 @@ from typing import TypedDict
 from kiln.domain.recipes.overrides import LoadedOverride
 
 
-class OverlayReplacement(TypedDict):
+class _OverlayReplacement(TypedDict):
     target: str
     file: str
     upstream_sha256: str
 
 
-class OverlayJson(TypedDict):
+class _OverlayJson(TypedDict):
     """`overlay.json`, as kiln_patching.py's load_overlays reads it."""
 
     name: str
     series: str | None  # the series file of the recipe's engine version; None: replacements only
-    replacements: list[OverlayReplacement]
+    replacements: list[_OverlayReplacement]
 
 
-def series_path(loaded_override: LoadedOverride, engine_version: str) -> str | None:
+def _series_path(loaded_override: LoadedOverride, engine_version: str) -> str | None:
     """The feature's series file for `engine_version`, relative to the feature folder."""
     file = loaded_override.series_file_for(engine_version)
     return str(file.relative_to(loaded_override.dir)) if file is not None else None
@@ -44,9 +44,9 @@ def overlay_json(loaded_override: LoadedOverride, engine_version: str) -> bytes:
     """`overlay.json` for one switched-on feature; paths are relative to the feature
     folder copied next to it."""
     ov = loaded_override.override
-    doc: OverlayJson = {
+    doc: _OverlayJson = {
         "name": ov.name,
-        "series": series_path(loaded_override, engine_version),
+        "series": _series_path(loaded_override, engine_version),
         "replacements": [
             {"target": r.target, "file": r.file, "upstream_sha256": r.upstream_sha256} for r in ov.replacements
         ],

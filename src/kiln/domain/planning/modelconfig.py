@@ -13,12 +13,12 @@ from kiln.basics.errors import ModelShapeUnknown
 # text_config, a quantization_config...), so the parser reads it field by field with
 # checks rather than through one TypedDict that every family would break.
 HfConfig = dict[str, Any]
-FP8_BLOCK = (128, 128)  # DeepSeek's block-scaled FP8 (weight_block_size), one fp32 scale per block
+_FP8_BLOCK = (128, 128)  # DeepSeek's block-scaled FP8 (weight_block_size), one fp32 scale per block
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 
 # -- the model's shape, read from its config.json ----------------------------------------
 @dataclass(frozen=True)
-class Mla:
+class _Mla:
     kv_lora_rank: int
     q_lora_rank: int  # 0: no low-rank q projection
     qk_nope_head_dim: int
@@ -42,7 +42,7 @@ class ModelShape:
     expert_intermediate: int
     shared_intermediate: int  # shared experts of one MoE layer, together
     dense_layers: int  # layers with a dense MLP in a MoE model
-    mla: Mla | None
+    mla: _Mla | None
     indexer_head_dim: int  # DeepSeek-V3.2's sparse-attention indexer (0: none)
     indexer_heads: int
     mtp_layers: int
@@ -87,7 +87,7 @@ def parse_config(config: HfConfig, *, what: str = "", source: str = "") -> Model
     experts = _int(cfg, "n_routed_experts", "num_experts", "num_local_experts", default=0)
     mla = None
     if _int(cfg, "kv_lora_rank", default=0):
-        mla = Mla(kv_lora_rank=_int(cfg, "kv_lora_rank"), q_lora_rank=_int(cfg, "q_lora_rank", default=0),
+        mla = _Mla(kv_lora_rank=_int(cfg, "kv_lora_rank"), q_lora_rank=_int(cfg, "q_lora_rank", default=0),
                   qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", what=what),
                   qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", what=what),
                   v_head_dim=_int(cfg, "v_head_dim", what=what))
@@ -113,7 +113,7 @@ def parse_config(config: HfConfig, *, what: str = "", source: str = "") -> Model
     quant_cfg: HfConfig = qc if isinstance(qc, dict) else {}
     method = str(quant_cfg.get("quant_method", "")).lower()
     quant = "fp8" if method == "fp8" else "mxfp4" if method == "mxfp4" else ""
-    block = quant_cfg.get("weight_block_size") or list(FP8_BLOCK)
+    block = quant_cfg.get("weight_block_size") or list(_FP8_BLOCK)
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     return ModelShape(
         arch=str(arch), layers=layers, hidden=hidden, vocab=_int(cfg, "vocab_size", what=what),

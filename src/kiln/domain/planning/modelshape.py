@@ -1,6 +1,6 @@
 """Where `kiln plan` gets a model's shape: its config.json when the weights are at hand
 (a host_path folder, the Hugging Face cache snapshot, the built image of a baked model,
-read by the caller's `ImageJson`), else the recipe's `shape:` block with its sources."""
+read by the caller's `_ImageJson`), else the recipe's `shape:` block with its sources."""
 
 from __future__ import annotations
 
@@ -19,10 +19,10 @@ from kiln.inimage.hfcache import snapshot_dir
 
 # a path inside the recipe's built image -> (its JSON, where it was read), or None: the
 # caller's (kiln.domain.images.imagefiles), so that planning itself never reaches a daemon
-ImageJson = Callable[[str], "tuple[object, str] | None"]
+_ImageJson = Callable[[str], "tuple[object, str] | None"]
 
 
-HF_CONFIG = Shape(HfConfig)  # a JSON object: its keys are read one by one (modelconfig.parse_config)
+_HF_CONFIG = Shape(HfConfig)  # a JSON object: its keys are read one by one (modelconfig.parse_config)
 
 
 def _from_file(path: Path) -> HfConfig | None:
@@ -30,11 +30,11 @@ def _from_file(path: Path) -> HfConfig | None:
     file when it is there but not a JSON object (a plan is never made past it)."""
     if not path.is_file():
         return None
-    return read_document(path, HF_CONFIG, ModelShapeUnknown)
+    return read_document(path, _HF_CONFIG, ModelShapeUnknown)
 
 
 def model_config(loaded: LoadedRecipe, role: str, src: ModelSource, *,
-                 image_json: ImageJson | None = None) -> tuple[HfConfig, str]:
+                 image_json: _ImageJson | None = None) -> tuple[HfConfig, str]:
     """(config, where it was read) for one of the recipe's models."""
     if src.source == "host_path" and src.host_path:
         path = Path(src.host_path) / "config.json"
@@ -58,8 +58,8 @@ def model_config(loaded: LoadedRecipe, role: str, src: ModelSource, *,
                             f"and no shape: block")
 
 
-def model_shape(loaded: LoadedRecipe, role: str, src: ModelSource, *,
-                image_json: ImageJson | None = None) -> ModelShape:
+def _model_shape(loaded: LoadedRecipe, role: str, src: ModelSource, *,
+                image_json: _ImageJson | None = None) -> ModelShape:
     config, where = model_config(loaded, role, src, image_json=image_json)
     try:
         return parse_config(config, what=f"model.{role}: ", source=where)
@@ -67,18 +67,18 @@ def model_shape(loaded: LoadedRecipe, role: str, src: ModelSource, *,
         raise ModelShapeUnknown(f"{loaded.where('model', role)}: {exc.message} ({where})") from None
 
 
-def plan_input(loaded: LoadedRecipe, *, image_json: ImageJson | None = None) -> PlanInput:
+def plan_input(loaded: LoadedRecipe, *, image_json: _ImageJson | None = None) -> PlanInput:
     """What the planner needs of a recipe; `image_json` reads a baked model's config.json
     from its built image (without it, a baked model's shape comes from the recipe)."""
     recipe = loaded.recipe
     draft = recipe.model.draft
     spec = speculative_config(recipe)
     uses_draft = draft is not None and (spec or {}).get("method") == "draft_model"
-    target = model_shape(loaded, "target", recipe.model.target, image_json=image_json)
+    target = _model_shape(loaded, "target", recipe.model.target, image_json=image_json)
     draft_shape, notes = None, []
     if uses_draft and draft is not None:
         try:
-            draft_shape = model_shape(loaded, "draft", draft, image_json=image_json)
+            draft_shape = _model_shape(loaded, "draft", draft, image_json=image_json)
         except ModelShapeUnknown as exc:  # a small draft: plan the target, and say what is left out
             notes.append(f"the draft model is not counted: {exc.message.split(': ', 2)[-1]}")
     return PlanInput(

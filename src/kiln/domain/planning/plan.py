@@ -46,32 +46,32 @@ from kiln.domain.recipes.topology import Topology
 
 # -- vLLM's defaults (each read from the pinned engine's sources) -------------------------
 # vllm/config/cache.py CacheConfig.gpu_memory_utilization: 0.92 in 0.32.0 and 0.33.0
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+_DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 # vllm/engine/arg_utils.py EngineArgs.get_batch_defaults (0.33.0), OpenAI API server:
 # >= 160 GiB devices 16384 batched tokens / 1024 seqs; >= 70 GiB (not A100) 8192 / 1024;
 # smaller 2048 / 256; CPU 2048 x world / 128 x world
 _BATCH_DEFAULTS = ((160, 16384, 1024), (70, 8192, 1024), (0, 2048, 256))
-CPU_BLOCK = 128  # vllm/platforms/cpu.py: block_size 128 unless MLA or the user sets one
-GPU_BLOCK = 16  # vllm/config/cache.py: CUDA's default block size
+_CPU_BLOCK = 128  # vllm/platforms/cpu.py: block_size 128 unless MLA or the user sets one
+_GPU_BLOCK = 16  # vllm/config/cache.py: CUDA's default block size
 # the engine reserve besides the profiled activations: CUDA graphs (vLLM has measured and
 # logged "CUDA graph pool memory" since v0.21.0) and the CUDA context, cuBLAS workspaces
 # and NCCL buffers outside torch's allocator: estimates, not measurements
-CUDA_GRAPHS_GIB = 1.5
-CUDA_CONTEXT_GIB = 1.0
-NCCL_GIB = 0.5  # with more than one rank
-MXFP4_BYTES = 4.25 / 8  # 4-bit values + one 8-bit scale per 32 (OCP MX spec)
+_CUDA_GRAPHS_GIB = 1.5
+_CUDA_CONTEXT_GIB = 1.0
+_NCCL_GIB = 0.5  # with more than one rank
+_MXFP4_BYTES = 4.25 / 8  # 4-bit values + one 8-bit scale per 32 (OCP MX spec)
 
 
 # -- bytes per parameter -------------------------------------------------------------------
 @dataclass(frozen=True)
-class Precision:
+class _Precision:
     linear: float  # attention and MLP projections
     experts: float
     embed: float  # embeddings, lm_head, router
     label: str
 
 
-def precision(s: ModelShape, args: Mapping[str, Any]) -> Precision:
+def _precision(s: ModelShape, args: Mapping[str, Any]) -> _Precision:
     dtype = args.get("dtype")
     base = float(DTYPE_BYTES.get(str(dtype), s.dtype_bytes)) if dtype not in (None, "auto") else float(s.dtype_bytes)
     quant = str(args.get("quantization") or s.quant)
@@ -79,10 +79,10 @@ def precision(s: ModelShape, args: Mapping[str, Any]) -> Precision:
     if quant == "fp8":
         b0, b1 = s.fp8_block
         fp8 = 1 + 4 / (b0 * b1)  # e4m3 + one fp32 scale per block
-        return Precision(fp8, fp8, base, f"fp8 (block {b0}x{b1} scales), embeddings {name}")
+        return _Precision(fp8, fp8, base, f"fp8 (block {b0}x{b1} scales), embeddings {name}")
     if quant == "mxfp4":
-        return Precision(base, MXFP4_BYTES, base, f"mxfp4 experts, rest {name}")
-    return Precision(base, base, base, name)
+        return _Precision(base, _MXFP4_BYTES, base, f"mxfp4 experts, rest {name}")
+    return _Precision(base, base, base, name)
 
 
 # -- layout --------------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def _stage_layers(layers: int, pp: int) -> int:
     return math.ceil(layers / pp)
 
 
-def weight_bytes(s: ModelShape, prec: Precision, lay: Layout, *, mtp: bool = False) -> float:
+def _weight_bytes(s: ModelShape, prec: _Precision, lay: Layout, *, mtp: bool = False) -> float:
     """Bytes of one model's weights on the busiest GPU."""
     moe, dense = layer_params(s, moe=True), layer_params(s, moe=False)
     expert_ranks = lay.tp * lay.dp if lay.ep else lay.tp
@@ -140,7 +140,7 @@ def weight_bytes(s: ModelShape, prec: Precision, lay: Layout, *, mtp: bool = Fal
     return body + ends + extra
 
 
-def kv_bytes_per_token(s: ModelShape, lay: Layout, kv_dtype: str) -> tuple[float, float]:
+def _kv_bytes_per_token(s: ModelShape, lay: Layout, kv_dtype: str) -> tuple[float, float]:
     """(full-attention bytes, sliding-window bytes) per token for the layers of one GPU."""
     fp8 = kv_dtype.startswith("fp8")
     per_layer: float
@@ -166,12 +166,12 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def kv_bytes(s: ModelShape, lay: Layout, kv_dtype: str, *, tokens: int, seqs: int, block: int,
+def _kv_bytes(s: ModelShape, lay: Layout, kv_dtype: str, *, tokens: int, seqs: int, block: int,
              batched: int, extra_layers: int = 0) -> float:
     """KV bytes on one GPU for `seqs` requests of `tokens` each (whole blocks, as vLLM
     allocates them; a sliding-window layer keeps min(window - 1 + batched, tokens) per
     request: SlidingWindowSpec.max_memory_usage_bytes)."""
-    full, sliding = kv_bytes_per_token(s, lay, kv_dtype)
+    full, sliding = _kv_bytes_per_token(s, lay, kv_dtype)
     if extra_layers:  # MTP layers: full-attention layers of the same kind
         full += full / max(1, (s.layers - s.sliding_layers) * _stage_layers(s.layers, lay.pp) / s.layers) * extra_layers
     per_seq = full * _cdiv(tokens, block) * block
@@ -183,7 +183,7 @@ def kv_bytes(s: ModelShape, lay: Layout, kv_dtype: str, *, tokens: int, seqs: in
 
 # -- the plan ------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class ModelPart:
+class _ModelPart:
     role: str  # target, draft, mtp
     shape: ModelShape
     params: int
@@ -192,7 +192,7 @@ class ModelPart:
 
 
 @dataclass(frozen=True)
-class Reserve:
+class _Reserve:
     activations: float
     sampler: float
     cuda_graphs: float
@@ -215,11 +215,11 @@ class Plan:
     batched_tokens: int
     kv_dtype: str
     block: int
-    parts: tuple[ModelPart, ...]
+    parts: tuple[_ModelPart, ...]
     kv_one: float  # one request at max-model-len
     kv_full: float  # max-num-seqs requests at max-model-len
     kv_per_seq: float
-    reserve: Reserve
+    reserve: _Reserve
     cpu_kv_space: float = 0.0
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -293,7 +293,7 @@ def _num(value: Any, default: float) -> float:
     return float(value)
 
 
-def batch_defaults(acc: Accelerator | None, world: int) -> tuple[int, int]:
+def _batch_defaults(acc: Accelerator | None, world: int) -> tuple[int, int]:
     """(max-num-batched-tokens, max-num-seqs) vLLM picks when the recipe sets neither."""
     if acc is None:
         return 2048 * world, 128 * world
@@ -307,34 +307,34 @@ def batch_defaults(acc: Accelerator | None, world: int) -> tuple[int, int]:
 def compute(inp: PlanInput, acc: Accelerator | None, lay: Layout, *, nodes: int = 1) -> Plan:
     """The plan for `inp` on `lay.gpus` GPUs `acc` (None: CPU)."""
     args, t = inp.args, inp.target
-    default_tokens, default_seqs = batch_defaults(acc, lay.gpus)
+    default_tokens, default_seqs = _batch_defaults(acc, lay.gpus)
     max_len = int(_num(_arg(args, "max-model-len"), t.max_position or 8192))
     seqs = int(_num(_arg(args, "max-num-seqs"), default_seqs))
     batched = int(_num(_arg(args, "max-num-batched-tokens"), max(default_tokens, max_len if acc is None else 0)))
-    util = _num(_arg(args, "gpu-memory-utilization"), DEFAULT_GPU_MEMORY_UTILIZATION)
+    util = _num(_arg(args, "gpu-memory-utilization"), _DEFAULT_GPU_MEMORY_UTILIZATION)
     kv_dtype = str(_arg(args, "kv-cache-dtype") or "auto")
-    block = int(_num(_arg(args, "block-size"), CPU_BLOCK if acc is None else GPU_BLOCK))
+    block = int(_num(_arg(args, "block-size"), _CPU_BLOCK if acc is None else _GPU_BLOCK))
     notes: list[str] = list(inp.notes)
-    prec = precision(t, args)
+    prec = _precision(t, args)
     spec = inp.speculative or {}
     method = str(spec.get("method") or "")
     mtp = method in ("mtp", "deepseek_mtp") or method.endswith("_mtp")
-    parts = [ModelPart("target", t, total_params(t), weight_bytes(t, prec, lay), prec.label)]
+    parts = [_ModelPart("target", t, total_params(t), _weight_bytes(t, prec, lay), prec.label)]
     if mtp:
         if not t.mtp_layers:
             notes.append("speculative method mtp, but the config has no num_nextn_predict_layers")
-        mtp_bytes = weight_bytes(t, prec, lay, mtp=True) - parts[0].weights
-        parts.append(ModelPart("mtp", t, total_params(t, with_mtp=True) - parts[0].params, mtp_bytes,
+        mtp_bytes = _weight_bytes(t, prec, lay, mtp=True) - parts[0].weights
+        parts.append(_ModelPart("mtp", t, total_params(t, with_mtp=True) - parts[0].params, mtp_bytes,
                                f"{t.mtp_layers} MTP layer(s), {prec.label}"))
     draft_kv = 0.0
     if inp.draft is not None and method in ("draft_model", ""):
         d = inp.draft
         dlay = Layout(tp=int(_num(spec.get("draft_tensor_parallel_size"), lay.tp)), pp=1, dp=lay.dp)
-        dprec = precision(d, {})
-        parts.append(ModelPart("draft", d, total_params(d), weight_bytes(d, dprec, dlay), dprec.label))
-        draft_kv = kv_bytes(d, dlay, kv_dtype, tokens=max_len, seqs=1, block=block, batched=batched)
+        dprec = _precision(d, {})
+        parts.append(_ModelPart("draft", d, total_params(d), _weight_bytes(d, dprec, dlay), dprec.label))
+        draft_kv = _kv_bytes(d, dlay, kv_dtype, tokens=max_len, seqs=1, block=block, batched=batched)
     extra = t.mtp_layers if mtp else 0
-    per_seq = kv_bytes(t, lay, kv_dtype, tokens=max_len, seqs=1, block=block, batched=batched,
+    per_seq = _kv_bytes(t, lay, kv_dtype, tokens=max_len, seqs=1, block=block, batched=batched,
                        extra_layers=extra) + draft_kv
     reserve = _reserve(t, lay, acc, args, batched=batched, seqs=seqs)
     cpu_space = 0.0
@@ -351,10 +351,10 @@ def compute(inp: PlanInput, acc: Accelerator | None, lay: Layout, *, nodes: int 
                 notes=tuple(notes))
 
 
-def _reserve(s: ModelShape, lay: Layout, acc: Accelerator | None, args: Mapping[str, Any], *, batched: int, seqs: int) -> Reserve:
+def _reserve(s: ModelShape, lay: Layout, acc: Accelerator | None, args: Mapping[str, Any], *, batched: int, seqs: int) -> _Reserve:
     """The estimate of what vLLM holds besides weights and KV (see the module docstring)."""
     if acc is None:
-        return Reserve(0.0, 0.0, 0.0, 0.0)  # the CPU KV cache is a fixed space of its own
+        return _Reserve(0.0, 0.0, 0.0, 0.0)  # the CPU KV cache is a fixed space of its own
     act_bytes = 2
     expert_tp = 1 if lay.ep else lay.tp
     moe_ws = batched * s.top_k * (2 * s.expert_intermediate / expert_tp + s.hidden) * act_bytes
@@ -362,9 +362,9 @@ def _reserve(s: ModelShape, lay: Layout, acc: Accelerator | None, args: Mapping[
     activations = batched * s.hidden * act_bytes * 6 + max(moe_ws, dense_ws)
     sampler = seqs * s.vocab * 4 * 2  # fp32 logits and probabilities of the dummy sampler run
     eager = args.get("enforce-eager") is True
-    graphs = 0.0 if eager else CUDA_GRAPHS_GIB * GIB
-    context = (CUDA_CONTEXT_GIB + (NCCL_GIB if lay.gpus > 1 else 0.0)) * GIB
-    return Reserve(activations, sampler, graphs, context)
+    graphs = 0.0 if eager else _CUDA_GRAPHS_GIB * GIB
+    context = (_CUDA_CONTEXT_GIB + (_NCCL_GIB if lay.gpus > 1 else 0.0)) * GIB
+    return _Reserve(activations, sampler, graphs, context)
 
 
 def gib(n: float) -> str:

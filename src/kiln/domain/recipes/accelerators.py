@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-MIB = 1 << 20
+_MIB = 1 << 20
 GIB = 1 << 30
 
 
@@ -27,7 +27,7 @@ class Accelerator:
 
 
 def _mib(n: int) -> int:
-    return n * MIB
+    return n * _MIB
 
 
 ACCELERATORS: dict[str, Accelerator] = {a.name: a for a in (
@@ -46,7 +46,3 @@ ACCELERATORS: dict[str, Accelerator] = {a.name: a for a in (
 )}
 
 NAMES = tuple(ACCELERATORS)
-
-
-def accelerator(name: str) -> Accelerator:
-    return ACCELERATORS[name]

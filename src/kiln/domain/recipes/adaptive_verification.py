@@ -25,9 +25,9 @@ from packaging.version import Version
 
 from kiln.domain.recipes.topology import Topology, effective
 
-FIELD = "enable_adaptive_verification"
-FIRST_VERSION = Version("0.32.0")
-_AV = f"launch.speculative_config.{FIELD}"
+_FIELD = "enable_adaptive_verification"
+_FIRST_VERSION = Version("0.32.0")
+_AV = f"launch.speculative_config.{_FIELD}"
 _NO_FULL_GRAPHS = ("NONE", "PIECEWISE")  # CUDAGraphMode values without full graphs
 
 
@@ -74,9 +74,9 @@ class _Loaded(Protocol):
 def _engine_problems(loaded: _Loaded) -> list[str]:
     engine = loaded.recipe.engine
     out = []
-    if Version(engine.version) < FIRST_VERSION:
+    if Version(engine.version) < _FIRST_VERSION:
         out.append(f"{loaded.where('engine', 'version')}: engine.version: vLLM {engine.version} has no adaptive "
-                   f"verification (first in {FIRST_VERSION}), but {_AV} is true: pin {FIRST_VERSION} or later, "
+                   f"verification (first in {_FIRST_VERSION}), but {_AV} is true: pin {_FIRST_VERSION} or later, "
                    "or drop it")
     if engine.flavour == "cpu":
         out.append(f"{loaded.where('engine', 'flavour')}: engine.flavour: cpu: vLLM's adaptive verification runs "
@@ -128,6 +128,6 @@ def _layout_problems(loaded: _Loaded) -> list[str]:
 def problems(loaded: _Loaded) -> list[str]:
     """One `file:line: field: message` per setting of the recipe that vLLM's adaptive
     verification cannot run with (none when it is off), at the line of that setting."""
-    if (loaded.recipe.launch.speculative_config or {}).get(FIELD) is not True:
+    if (loaded.recipe.launch.speculative_config or {}).get(_FIELD) is not True:
         return []
     return _engine_problems(loaded) + _graph_problems(loaded) + _layout_problems(loaded)

@@ -32,11 +32,11 @@ from pydantic_core import PydanticCustomError
 # write files (LD_DEBUG_OUTPUT, LD_PROFILE_OUTPUT); none is something a server needs by
 # default. kiln-serve (docker-images/common/kiln-serve) sets LD_PRELOAD itself for the
 # CPU engine (tcmalloc, libiomp5) unless the container's env has one.
-UNSAFE_PREFIXES: dict[str, str] = {
+_UNSAFE_PREFIXES: dict[str, str] = {
     "LD_": "the dynamic loader (ld.so) reads it in every process of the image: LD_* variables load "
            "libraries, move the library search, write files or stop programs from running",
 }
-UNSAFE: dict[str, str] = {
+_UNSAFE: dict[str, str] = {
     "LD_PRELOAD": "ld.so loads those libraries into every process of the image before its own (and it "
                   "replaces the tcmalloc/libiomp5 preload kiln-serve sets for the CPU engine)",
     "LD_LIBRARY_PATH": "ld.so searches those folders before the image's own: a library there replaces "
@@ -71,11 +71,11 @@ UNSAFE: dict[str, str] = {
 # (BASH_FUNC_x%%) cannot be written: env names must match ^[A-Za-z_][A-Za-z0-9_]*$.
 
 
-def why_unsafe(name: str) -> str | None:
+def _why_unsafe(name: str) -> str | None:
     """Why `name` needs an allowance (None: it does not)."""
-    if name in UNSAFE:
-        return UNSAFE[name]
-    return next((why for prefix, why in UNSAFE_PREFIXES.items() if name.startswith(prefix)), None)
+    if name in _UNSAFE:
+        return _UNSAFE[name]
+    return next((why for prefix, why in _UNSAFE_PREFIXES.items() if name.startswith(prefix)), None)
 
 
 _SEPARATORS = {"\u2028": "line separator", "\u2029": "paragraph separator"}
@@ -125,7 +125,7 @@ def problems(env: Mapping[str, str], allowed: Mapping[str, str], where: Callable
     env_field, allow_field = ".".join(env_loc), ".".join(allow_loc)
     out = []
     for name in env:
-        why = why_unsafe(name)
+        why = _why_unsafe(name)
         if why is not None and name not in allowed:
             out.append(f"{where(*env_loc, name)}: {env_field}.{name}: {why}; if it is needed, "
                        f"say why under {allow_field}: {{{name}: REASON}}")
@@ -133,7 +133,7 @@ def problems(env: Mapping[str, str], allowed: Mapping[str, str], where: Callable
         if name not in env:
             out.append(f"{where(*allow_loc, name)}: {allow_field}.{name}: allows {name}, which {env_field} "
                        "does not set: remove the allowance")
-        elif why_unsafe(name) is None:
+        elif _why_unsafe(name) is None:
             out.append(f"{where(*allow_loc, name)}: {allow_field}.{name}: {name} needs no allowance "
                        "(not a loader, Python or shell start-up variable): remove it")
     return out

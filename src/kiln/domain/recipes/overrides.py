@@ -29,7 +29,7 @@ from kiln.domain.recipes.envpolicy import EnvValue, Reason
 from kiln.domain.recipes.sections import EnvName, Version
 from kiln.domain.recipes.yamlfile import Strict, display_path, load_validated
 
-OVERRIDE_FILE = "override.yaml"
+_OVERRIDE_FILE = "override.yaml"
 
 
 class OverrideEngine(Strict):
@@ -70,7 +70,7 @@ class LoadedOverride:
     def where(self, *loc: Any) -> str:
         """`path:line` of a field of override.yaml (line 1 when not known)."""
         line = self.source.line_of(tuple(loc)) if self.source is not None else 1
-        return f"{display_path(self.dir / OVERRIDE_FILE)}:{line}"
+        return f"{display_path(self.dir / _OVERRIDE_FILE)}:{line}"
 
     @property
     def name(self) -> str:
@@ -165,7 +165,7 @@ def _escapes(directory: Path, rel: str) -> str | None:
 
 
 def load_override(directory: Path) -> LoadedOverride:
-    file = directory / OVERRIDE_FILE
+    file = directory / _OVERRIDE_FILE
     shown = display_path(file)
     doc = load_validated(file, Override)
     override, src = doc.value, doc.source

@@ -40,11 +40,11 @@ from kiln.domain.recipes.topology import Topology
 from kiln.domain.recipes.topology import problems as topology_problems
 from kiln.domain.recipes.yamlfile import Strict, display_path, load_validated
 
-RECIPE_FILE = "recipe.yaml"
+_RECIPE_FILE = "recipe.yaml"
 DOCKERFILE = "Dockerfile"
 # a recipe folder holds a Dockerfile, a few scripts and overlays; walking more than
 # this many entries is not a recipe, and it would all go into the build context
-MAX_FILES = 2000
+_MAX_FILES = 2000
 
 
 class Recipe(Strict):
@@ -74,7 +74,7 @@ class Recipe(Strict):
 
 
 # `kiln schema`: a JSON Schema (draft 2020-12) document; pydantic writes the rest of its keywords
-RecipeJsonSchema = TypedDict("RecipeJsonSchema", {
+_RecipeJsonSchema = TypedDict("_RecipeJsonSchema", {
     "$schema": str, "title": str, "type": str, "properties": dict[str, Any], "required": list[str],
     "additionalProperties": bool, "$defs": dict[str, Any],
 }, total=False)
@@ -94,7 +94,7 @@ class LoadedRecipe:
 
     @property
     def file(self) -> Path:
-        return self.dir / RECIPE_FILE
+        return self.dir / _RECIPE_FILE
 
     def line_of(self, *loc: Any) -> int:
         return self.source.line_of(tuple(loc))
@@ -235,7 +235,7 @@ def _shared_feature_problems(loaded: LoadedRecipe, i: int, name: str, source: st
     other = root / source
     if source == loaded.recipe.name:
         return [f"{where}: {source!r} is this recipe; write the plain name {name!r} instead"]
-    if not (other / RECIPE_FILE).is_file():
+    if not (other / _RECIPE_FILE).is_file():
         return [f"{where}: no recipe {source!r} in {display_path(root)}/"]
     fdir = other / "experimental" / name
     try:
@@ -269,7 +269,7 @@ def _entry_problem(path: Path, root: Path) -> str | None:
     return None
 
 
-def tree_problems(directory: Path) -> list[str]:
+def _tree_problems(directory: Path) -> list[str]:
     """Entries of the recipe folder kiln refuses, one `path:1: (file): why` line each."""
     root = directory.resolve()
     problems: list[str] = []
@@ -277,8 +277,8 @@ def tree_problems(directory: Path) -> list[str]:
     for dirpath, dirnames, filenames in os.walk(directory):
         for name in sorted(dirnames + filenames):
             count += 1
-            if count > MAX_FILES:
-                return [*problems, f"{display_path(directory)}:1: (recipe): more than {MAX_FILES} files and folders"]
+            if count > _MAX_FILES:
+                return [*problems, f"{display_path(directory)}:1: (recipe): more than {_MAX_FILES} files and folders"]
             path = Path(dirpath, name)
             why = _entry_problem(path, root)
             if why:
@@ -288,10 +288,10 @@ def tree_problems(directory: Path) -> list[str]:
 
 def load_recipe(directory: Path) -> LoadedRecipe:
     """Load and validate one recipe folder; raise RecipeInvalid with every problem found."""
-    refused = tree_problems(directory)
+    refused = _tree_problems(directory)
     if refused:
         raise RecipeInvalid(refused, hint="keep every file of a recipe inside its folder; copy it in instead of linking")
-    doc = load_validated(directory / RECIPE_FILE, Recipe, missing_hint="each recipe folder needs a recipe.yaml")
+    doc = load_validated(directory / _RECIPE_FILE, Recipe, missing_hint="each recipe folder needs a recipe.yaml")
     loaded = LoadedRecipe(doc.value, directory, doc.source)
     problems = _cross_checks(loaded) + _check_files(loaded)
     if problems:
@@ -304,7 +304,7 @@ def recipe_names() -> list[str]:
     root = recipes_dir()
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / RECIPE_FILE).is_file())
+    return sorted(p.name for p in root.iterdir() if (p / _RECIPE_FILE).is_file())
 
 
 def recipe_dir(name: str) -> Path:
@@ -330,8 +330,8 @@ def recipe_dir(name: str) -> Path:
     )
 
 
-def json_schema() -> RecipeJsonSchema:
+def json_schema() -> _RecipeJsonSchema:
     schema = Recipe.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "kiln recipe.yaml"
-    return cast(RecipeJsonSchema, schema)  # pydantic's JSON Schema, with the two keys set above
+    return cast(_RecipeJsonSchema, schema)  # pydantic's JSON Schema, with the two keys set above

@@ -42,7 +42,7 @@ def _port(value: Any) -> int:
     return value
 
 
-Port = Annotated[
+_Port = Annotated[
     int,
     PlainValidator(_port),
     WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 65535}),
@@ -62,14 +62,14 @@ def _pep440(value: str) -> str:
 
 
 Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.+-][A-Za-z0-9.+-]+)?$"), AfterValidator(_pep440)]
-Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
-ImageRef = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._/:-]*$", max_length=255)]
-ContainerPath = Annotated[str, Field(pattern=r"^/[^\s]*$")]
+_Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
+_ImageRef = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9._/:-]*$", max_length=255)]
+_ContainerPath = Annotated[str, Field(pattern=r"^/[^\s]*$")]
 EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
-FlagName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
-ArgValue = bool | int | float | str | list[str | int | float] | dict[str, Any]
+_FlagName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+_ArgValue = bool | int | float | str | list[str | int | float] | dict[str, Any]
 # OCI platforms an image can be built for (the engine lock's platforms; enginelock.PLATFORMS)
-Platform = Literal["linux/amd64", "linux/arm64"]
+_Platform = Literal["linux/amd64", "linux/arm64"]
 DEFAULT_PLATFORM = "linux/amd64"
 
 
@@ -83,8 +83,8 @@ def _unique_platforms(value: list[str]) -> list[str]:
 class BaseImage(Strict):
     """The image the engine is built on: `kiln/base:bookworm` or any registry image."""
 
-    ref: ImageRef = Field(description="image reference, e.g. kiln/base:bookworm or nvcr.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04")
-    digest: Digest | None = Field(None, description="pin by content digest (recommended for registry images)")
+    ref: _ImageRef = Field(description="image reference, e.g. kiln/base:bookworm or nvcr.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04")
+    digest: _Digest | None = Field(None, description="pin by content digest (recommended for registry images)")
 
     @property
     def pinned(self) -> str:
@@ -103,14 +103,14 @@ class Engine(Strict):
     cuda: Annotated[str, Field(pattern=r"^\d+\.\d+$")] | None = Field(
         None, description="CUDA major.minor the engine must carry (cuda flavour; checked against the built image)"
     )
-    platforms: Annotated[list[Platform], Field(min_length=1), AfterValidator(_unique_platforms)] = Field(
-        default_factory=lambda: list[Platform](["linux/amd64"]),
+    platforms: Annotated[list[_Platform], Field(min_length=1), AfterValidator(_unique_platforms)] = Field(
+        default_factory=lambda: list[_Platform](["linux/amd64"]),
         description="OCI platforms the images are built for, e.g. [linux/amd64, linux/arm64] (GH200/GB200 "
                     "nodes are aarch64); `kiln publish` pushes one image index holding them all")
 
 
-HfRepo = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=96)]
-HfRevision = Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
+_HfRepo = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=96)]
+_HfRevision = Annotated[str, Field(pattern=r"^[0-9a-f]{40}$")]
 
 
 def _cited(value: Any) -> bool:
@@ -151,12 +151,12 @@ class ModelSource(Strict):
         description="baked: generated or copied into the image at build; host_path: mounted read-only at run "
         "time; hf: a Hugging Face repo at a pinned revision, read offline from a shared cache volume"
     )
-    path: ContainerPath | None = Field(None, description="absolute path of the weights inside the container (baked, host_path)")
+    path: _ContainerPath | None = Field(None, description="absolute path of the weights inside the container (baked, host_path)")
     host_path: str | None = Field(None, description="host directory mounted at `path` (source: host_path)")
     pvc: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=253)] | None = Field(
         None, description="Kubernetes: mount this PersistentVolumeClaim at `path` instead of host_path (source: host_path)")
-    repo: HfRepo | None = Field(None, description="Hugging Face repo id, e.g. Qwen/Qwen3-30B-A3B (source: hf)")
-    revision: HfRevision | None = Field(None, description="the repo's commit, 40 hex digits (source: hf); never a branch")
+    repo: _HfRepo | None = Field(None, description="Hugging Face repo id, e.g. Qwen/Qwen3-30B-A3B (source: hf)")
+    revision: _HfRevision | None = Field(None, description="the repo's commit, 40 hex digits (source: hf); never a branch")
     shape: Shape | None = Field(None, description="the model's shape for `kiln plan` when its config.json is not at hand")
 
     @model_validator(mode="after")
@@ -197,8 +197,8 @@ class Launch(Strict):
     """How the container starts vLLM (`vllm serve <target> ...`)."""
 
     served_model_name: Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
-    port: Port = 8000
-    args: dict[FlagName, ArgValue] = Field(
+    port: _Port = 8000
+    args: dict[_FlagName, _ArgValue] = Field(
         default_factory=dict,
         description="vLLM CLI flags without the leading --; true = bare flag, dict = JSON value",
     )
@@ -286,7 +286,7 @@ def _unique_names(value: list[str]) -> list[str]:
     return value
 
 
-PythonRequirement = Annotated[str, AfterValidator(_python_requirement)]
+_PythonRequirement = Annotated[str, AfterValidator(_python_requirement)]
 
 
 class Build(Strict):
@@ -295,7 +295,7 @@ class Build(Strict):
         description=f"files of recipes/{SHARED_DIR}/ placed at the root of this recipe's build "
                     "context, where its Dockerfile COPYs them (one copy serves several recipes)",
     )
-    python_packages: Annotated[list[PythonRequirement], AfterValidator(_unique_names)] = Field(
+    python_packages: Annotated[list[_PythonRequirement], AfterValidator(_unique_names)] = Field(
         default_factory=list,
         description="Python distributions this recipe adds to its engine image's venv (requirements, e.g. "
                     "triton==3.9.0): `kiln engine lock NAME --recipe-only` resolves them against the engine lock "

@@ -24,12 +24,12 @@ from typing import Any
 # a draft is kept only when all drafts before it were, so with acceptance rate a the
 # k-th adds a**k tokens per step (0.9**128 < 1e-5), while every draft costs the
 # verification its compute.
-MAX_DRAFT_TOKENS = 128
-_SAMPLER = (f"vLLM's rejection sampler takes at most {MAX_DRAFT_TOKENS} (MAX_SPEC_LEN in "
+_MAX_DRAFT_TOKENS = 128
+_SAMPLER = (f"vLLM's rejection sampler takes at most {_MAX_DRAFT_TOKENS} (MAX_SPEC_LEN in "
             "vllm/v1/sample/rejection_sampler.py, asserted at every verification step)")
 
-K = "num_speculative_tokens"
-SCHEDULE = "num_speculative_tokens_per_batch_size"
+_K = "num_speculative_tokens"
+_SCHEDULE = "num_speculative_tokens_per_batch_size"
 
 
 def _count(value: Any) -> int | None:
@@ -38,7 +38,7 @@ def _count(value: Any) -> int | None:
 
 
 def _limit_problem(k: int, max_len: int | None) -> str | None:
-    if k > MAX_DRAFT_TOKENS:
+    if k > _MAX_DRAFT_TOKENS:
         return f"{k} draft tokens per step: {_SAMPLER}"
     if max_len is not None and k >= max_len >= 1:
         # the scheduler never schedules a position past max_model_len
@@ -54,26 +54,26 @@ def problems(spec: Mapping[str, Any], args: Mapping[str, Any], where: Callable[.
     launch.speculative_config, `args` launch.args, `where(*loc)` the `file:line` of a
     field of recipe.yaml."""
     max_len = _count(args.get("max-model-len"))
-    k = _count(spec.get(K))
+    k = _count(spec.get(_K))
     out = []
     base = ("launch", "speculative_config")
     why = _limit_problem(k, max_len) if k is not None else None
     if why:
-        out.append(f"{where(*base, K)}: launch.speculative_config.{K}: {why}")
+        out.append(f"{where(*base, _K)}: launch.speculative_config.{_K}: {why}")
         k = None  # past its own bound: the entries are held to the bounds, not to it
-    schedule = spec.get(SCHEDULE)
+    schedule = spec.get(_SCHEDULE)
     # vLLM's form: [[first batch size, last batch size, drafts], ...]; other shapes are
     # left to vLLM's own schedule check (argprobe), which names what is wrong
     for i, entry in enumerate(schedule if isinstance(schedule, list) else []):
         drafts = _count(entry[2]) if isinstance(entry, list) and len(entry) == 3 else None
         if drafts is None:
             continue
-        at = f"{where(*base, SCHEDULE, i)}: launch.speculative_config.{SCHEDULE}[{i}]"
+        at = f"{where(*base, _SCHEDULE, i)}: launch.speculative_config.{_SCHEDULE}[{i}]"
         if k is not None and drafts > k:
             # build_dynamic_sd_schedule_lookup (vllm/v1/spec_decode/dynamic/utils.py) takes
             # min(num_speculative_tokens, entry): the entry would silently draft fewer
-            out.append(f"{at}: asks for {drafts} drafts, more than {K} ({k}): vLLM lowers each entry "
-                       f"to {K}, so raise {K} or lower the entry")
+            out.append(f"{at}: asks for {drafts} drafts, more than {_K} ({k}): vLLM lowers each entry "
+                       f"to {_K}, so raise {_K} or lower the entry")
         elif k is None and (why := _limit_problem(drafts, max_len)):
             out.append(f"{at}: {why}")
     return out

@@ -19,7 +19,7 @@ from pydantic_core import PydanticCustomError
 from kiln.domain.recipes.accelerators import NAMES as ACCELERATOR_NAMES
 from kiln.domain.recipes.yamlfile import Strict
 
-DEFAULT_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port
+_DEFAULT_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port
 
 
 def _size(value: Any) -> int:
@@ -28,7 +28,7 @@ def _size(value: Any) -> int:
     return value
 
 
-Size = Annotated[int, PlainValidator(_size), WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 4096})]
+_Size = Annotated[int, PlainValidator(_size), WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 4096})]
 
 
 def _port(value: Any) -> int:
@@ -37,21 +37,21 @@ def _port(value: Any) -> int:
     return value
 
 
-MasterPort = Annotated[int, PlainValidator(_port), WithJsonSchema({"type": "integer", "minimum": 1024, "maximum": 65535})]
+_MasterPort = Annotated[int, PlainValidator(_port), WithJsonSchema({"type": "integer", "minimum": 1024, "maximum": 65535})]
 
 
 class Topology(Strict):
     """`topology:` in recipe.yaml. One rank per accelerator: nodes * accelerators_per_node
     must equal tensor_parallel * pipeline_parallel * data_parallel."""
 
-    nodes: Size = Field(default=1, description="machines (Kubernetes pods) one replica spans")
-    accelerators_per_node: Size = Field(default=1, description="GPUs per node (CPU recipes: ranks per node)")
-    tensor_parallel: Size = Field(default=1, description="vLLM --tensor-parallel-size")
-    pipeline_parallel: Size = Field(default=1, description="vLLM --pipeline-parallel-size")
-    data_parallel: Size = Field(default=1, description="vLLM --data-parallel-size")
+    nodes: _Size = Field(default=1, description="machines (Kubernetes pods) one replica spans")
+    accelerators_per_node: _Size = Field(default=1, description="GPUs per node (CPU recipes: ranks per node)")
+    tensor_parallel: _Size = Field(default=1, description="vLLM --tensor-parallel-size")
+    pipeline_parallel: _Size = Field(default=1, description="vLLM --pipeline-parallel-size")
+    data_parallel: _Size = Field(default=1, description="vLLM --data-parallel-size")
     expert_parallel: bool = Field(default=False, description="vLLM --enable-expert-parallel (MoE experts over tensor_parallel * data_parallel ranks)")
-    master_port: MasterPort = Field(
-        default=DEFAULT_MASTER_PORT, description="torch.distributed port on the leader (vLLM --master-port)")
+    master_port: _MasterPort = Field(
+        default=_DEFAULT_MASTER_PORT, description="torch.distributed port on the leader (vLLM --master-port)")
     # Literal of a tuple constant: pydantic reads it at run time, mypy cannot (no literal value)
     accelerator: Literal[ACCELERATOR_NAMES] | None = Field(  # type: ignore[valid-type]  # see above
         default=None, description="the GPU the recipe is sized for (`kiln plan`, `kiln check`): "
@@ -77,7 +77,7 @@ class Topology(Strict):
 
 # vLLM flags that the topology owns: a recipe that also sets one of them in launch.args
 # would say the same thing twice, and the two could disagree.
-LAYOUT_FLAGS = {
+_LAYOUT_FLAGS = {
     "tensor-parallel-size": "tensor_parallel",
     "tp": "tensor_parallel",
     "pipeline-parallel-size": "pipeline_parallel",
@@ -88,7 +88,7 @@ LAYOUT_FLAGS = {
     "master-port": "master_port",
 }
 # set per node at launch time (kiln run --print, kiln render k8s), never baked into an image
-NODE_FLAGS = ("nnodes", "node-rank", "master-addr", "headless", "data-parallel-rank",
+_NODE_FLAGS = ("nnodes", "node-rank", "master-addr", "headless", "data-parallel-rank",
               "data-parallel-start-rank", "data-parallel-size-local", "data-parallel-address")
 
 
@@ -141,60 +141,60 @@ def effective(recipe: _Recipe) -> Topology:
     world = max(1, min(tp * pp * dp, 4096))
     return Topology.model_construct(nodes=1, accelerators_per_node=world, tensor_parallel=tp,
                                     pipeline_parallel=pp, data_parallel=dp, expert_parallel=ep,
-                                    master_port=DEFAULT_MASTER_PORT, accelerator=None)
+                                    master_port=_DEFAULT_MASTER_PORT, accelerator=None)
 
 
-class FieldProblem(NamedTuple):
+class _FieldProblem(NamedTuple):
     """A rule a layout breaks, reported at one `topology:` field (or launch flag)."""
 
     field: str
     reason: str
 
 
-class ArgProblem(NamedTuple):
+class _ArgProblem(NamedTuple):
     """A launch.args flag that belongs elsewhere, and why."""
 
     loc: tuple[str, ...]  # its path in recipe.yaml
     message: str
 
 
-def _layout_problems(topo: Topology) -> list[FieldProblem]:
+def _layout_problems(topo: Topology) -> list[_FieldProblem]:
     """The field and why, for each of vLLM's multi-node rules the layout breaks."""
-    found: list[FieldProblem] = []
+    found: list[_FieldProblem] = []
     world = topo.world_size
     if world % topo.nodes:
-        found.append(FieldProblem("nodes", f"{topo.nodes} nodes do not evenly divide the world size "
+        found.append(_FieldProblem("nodes", f"{topo.nodes} nodes do not evenly divide the world size "
                                f"tensor_parallel*pipeline_parallel*data_parallel = {world} (vLLM: --nnodes must divide it)"))
         return found
     if topo.ranks_per_node != topo.accelerators_per_node:
-        found.append(FieldProblem("accelerators_per_node",
+        found.append(_FieldProblem("accelerators_per_node",
                       f"{topo.accelerators_per_node} per node, but the layout puts {world} ranks on "
                       f"{topo.nodes} node(s) = {topo.ranks_per_node} per node (one rank per accelerator)"))
     replica, per_node = topo.replica_ranks, topo.ranks_per_node
     if topo.multi_node and topo.data_parallel > 1 and per_node % replica and replica % per_node:
-        found.append(FieldProblem("data_parallel", f"a data-parallel replica (tensor_parallel*pipeline_parallel = {replica} ranks) "
+        found.append(_FieldProblem("data_parallel", f"a data-parallel replica (tensor_parallel*pipeline_parallel = {replica} ranks) "
                                        f"must fill whole nodes or fit whole into one ({per_node} ranks per node)"))
     return found
 
 
-def arg_problems(recipe: _Recipe) -> list[ArgProblem]:
+def _arg_problems(recipe: _Recipe) -> list[_ArgProblem]:
     """Where and why, for launch.args flags that belong to the topology or to one node."""
-    found: list[ArgProblem] = []
+    found: list[_ArgProblem] = []
     for flag in recipe.launch.args:
         name = flag.replace("_", "-")
-        if name in NODE_FLAGS:
-            found.append(ArgProblem(("launch", "args", flag), f"launch.args.{flag}: set per node at launch "
+        if name in _NODE_FLAGS:
+            found.append(_ArgProblem(("launch", "args", flag), f"launch.args.{flag}: set per node at launch "
                           "(kiln run --print, kiln render k8s); describe the nodes in topology: instead"))
-        elif name in LAYOUT_FLAGS and recipe.topology is not None:
-            found.append(ArgProblem(("launch", "args", flag), f"launch.args.{flag}: the layout comes from "
-                          f"topology.{LAYOUT_FLAGS[name]}; remove it here"))
+        elif name in _LAYOUT_FLAGS and recipe.topology is not None:
+            found.append(_ArgProblem(("launch", "args", flag), f"launch.args.{flag}: the layout comes from "
+                          f"topology.{_LAYOUT_FLAGS[name]}; remove it here"))
     return found
 
 
 def problems(loaded: _Loaded) -> list[str]:
     """One-line `file:line: field: message` problems with the recipe's layout."""
     recipe = loaded.recipe
-    lines = [f"{loaded.where(*loc)}: {msg}" for loc, msg in arg_problems(recipe)]
+    lines = [f"{loaded.where(*loc)}: {msg}" for loc, msg in _arg_problems(recipe)]
     if recipe.topology is not None:
         for field, msg in _layout_problems(recipe.topology):
             lines.append(f"{loaded.where('topology', field)}: topology.{field}: {msg}")
@@ -231,7 +231,7 @@ def node_args(topo: Topology, rank: int, master_addr: str) -> list[str]:
 
 
 @dataclass(frozen=True)
-class NodeRole:
+class _NodeRole:
     rank: int
 
     @property
@@ -243,8 +243,8 @@ class NodeRole:
         return "leader: API server + rank 0" if self.leader else "worker: headless ranks"
 
 
-def roles(topo: Topology) -> list[NodeRole]:
-    return [NodeRole(r) for r in range(topo.nodes)]
+def roles(topo: Topology) -> list[_NodeRole]:
+    return [_NodeRole(r) for r in range(topo.nodes)]
 
 
 # -- features that cannot run a layout --------------------------------------------------
@@ -256,27 +256,27 @@ _SEQUENCE_PARALLEL_BACKENDS = frozenset({
     "deepep_v2", "flashinfer_nvlink_one_sided", "passthrough", "mori_high_throughput",
     "mori_low_latency", "nixl_ep",
 })
-DEFAULT_ALL2ALL = "allgather_reducescatter"
+_DEFAULT_ALL2ALL = "allgather_reducescatter"
 
 
-def _draft_trunc(topo: Topology, args: Mapping[str, object]) -> list[FieldProblem]:
+def _draft_trunc(topo: Topology, args: Mapping[str, object]) -> list[_FieldProblem]:
     """Mirrors engine/kiln_engine/draft_trunc/_config_check.py, which refuses the same
     layouts when vLLM starts; here they are refused before an image is built."""
-    found: list[FieldProblem] = []
-    backend = str(args.get("all2all-backend", DEFAULT_ALL2ALL))
+    found: list[_FieldProblem] = []
+    backend = str(args.get("all2all-backend", _DEFAULT_ALL2ALL))
     if topo.pipeline_parallel > 1:
-        found.append(FieldProblem("pipeline_parallel", "draft-trunc refuses pipeline parallelism: several microbatches "
+        found.append(_FieldProblem("pipeline_parallel", "draft-trunc refuses pipeline parallelism: several microbatches "
                       "are in flight, so its dead-token marks would not match the batch being verified"))
     if _arg_int(args, "prefill-context-parallel-size", "pcp") > 1:
-        found.append(FieldProblem("prefill-context-parallel-size", "draft-trunc refuses prefill context parallelism: "
+        found.append(_FieldProblem("prefill-context-parallel-size", "draft-trunc refuses prefill context parallelism: "
                       "it repartitions the batch and overwrites the marks"))
     if topo.expert_parallel and topo.tensor_parallel > 1 and topo.data_parallel > 1 and backend in _SEQUENCE_PARALLEL_BACKENDS:
-        found.append(FieldProblem("data_parallel", "draft-trunc refuses sequence-parallel MoE (data_parallel > 1, "
+        found.append(_FieldProblem("data_parallel", "draft-trunc refuses sequence-parallel MoE (data_parallel > 1, "
                       "tensor_parallel > 1 and expert_parallel): each TP rank routes a slice of the batch "
                       "while GLM-5's router reads the whole batch's padding mask; use tensor_parallel 1 "
                       "per data-parallel replica or turn draft-trunc off"))
     elif topo.data_parallel > 1 and backend in ("naive", "allgather_reducescatter"):
-        found.append(FieldProblem("data_parallel", f"draft-trunc refuses data_parallel > 1 with all2all backend {backend!r}: "
+        found.append(_FieldProblem("data_parallel", f"draft-trunc refuses data_parallel > 1 with all2all backend {backend!r}: "
                       "it gathers every rank's tokens and this rank's padding mask no longer lines up"))
     return found
 
@@ -286,7 +286,7 @@ def _draft_trunc(topo: Topology, args: Mapping[str, object]) -> list[FieldProble
 FEATURE_LAYOUT_RULES = {"draft-trunc": _draft_trunc}
 
 
-def _feature_refusals(feature: str, topo: Topology, args: Mapping[str, object]) -> list[FieldProblem]:
+def _feature_refusals(feature: str, topo: Topology, args: Mapping[str, object]) -> list[_FieldProblem]:
     rule = FEATURE_LAYOUT_RULES.get(feature)
     return rule(topo, args) if rule else []
 

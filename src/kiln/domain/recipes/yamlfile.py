@@ -26,18 +26,18 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-ModelT = TypeVar("ModelT", bound=BaseModel)
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
 
 
 @dataclass(frozen=True)
-class Validated(Generic[ModelT]):
+class _Validated(Generic[_ModelT]):
     """A validated document and where each of its fields sits in the file."""
 
-    value: ModelT
+    value: _ModelT
     source: SourcedYaml
 
 
-def load_validated(file: Path, model: type[ModelT], *, missing_hint: str | None = None) -> Validated[ModelT]:
+def load_validated(file: Path, model: type[_ModelT], *, missing_hint: str | None = None) -> _Validated[_ModelT]:
     """`file` read and validated as `model`; RecipeInvalid with one line per problem
     (a missing file says so, with `missing_hint` when given)."""
     shown = display_path(file)
@@ -55,8 +55,8 @@ def load_validated(file: Path, model: type[ModelT], *, missing_hint: str | None 
     try:
         value = model.model_validate(src.data)
     except ValidationError as exc:
-        raise RecipeInvalid(problems_from_validation(src, exc)) from None
-    return Validated(value, src)
+        raise RecipeInvalid(_problems_from_validation(src, exc)) from None
+    return _Validated(value, src)
 
 
 def display_path(path: Path) -> str:
@@ -124,7 +124,7 @@ def _clean_loc(loc: tuple[int | str, ...], data: Any) -> tuple[int | str, ...]:
     return tuple(out)
 
 
-def problems_from_validation(src: SourcedYaml, exc: ValidationError) -> list[str]:
+def _problems_from_validation(src: SourcedYaml, exc: ValidationError) -> list[str]:
     """One `file:line: field.path: message` line per problem pydantic found, each once."""
     where = display_path(src.path)
     seen: set[str] = set()

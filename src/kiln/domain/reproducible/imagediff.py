@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from kiln.domain.reproducible.savearchive import CHUNK, ChunkReader
 
-FileFacts = tuple[str, int, int, int, int, str, int, str]  # type, mode, uid, gid, size, link, mtime, sha256
+_FileFacts = tuple[str, int, int, int, int, str, int, str]  # type, mode, uid, gid, size, link, mtime, sha256
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,10 @@ class _HashingReader:
         return data
 
 
-def _index_layer(fh: IO[bytes]) -> tuple[str, dict[str, FileFacts]]:
+def _index_layer(fh: IO[bytes]) -> tuple[str, dict[str, _FileFacts]]:
     """(diff id, path -> facts) of one layer tar read as a stream."""
     reader = _HashingReader(fh)
-    index: dict[str, FileFacts] = {}
+    index: dict[str, _FileFacts] = {}
     with tarfile.open(fileobj=reader, mode="r|") as tar:  # type: ignore[call-overload]
         for m in tar:
             sha = ""
@@ -65,9 +65,9 @@ def _index_layer(fh: IO[bytes]) -> tuple[str, dict[str, FileFacts]]:
     return "sha256:" + reader.hash.hexdigest(), index
 
 
-def layer_indexes(chunks: Iterable[bytes], wanted: set[str]) -> dict[str, dict[str, FileFacts]]:
+def _layer_indexes(chunks: Iterable[bytes], wanted: set[str]) -> dict[str, dict[str, _FileFacts]]:
     """The file index of every layer of a `docker save` stream whose diff id is in `wanted`."""
-    out: dict[str, dict[str, FileFacts]] = {}
+    out: dict[str, dict[str, _FileFacts]] = {}
     with tarfile.open(fileobj=ChunkReader(chunks), mode="r|") as tar:  # type: ignore[call-overload]
         for m in tar:
             if not (m.isreg() and m.name.endswith("/layer.tar")):
@@ -83,7 +83,7 @@ def layer_indexes(chunks: Iterable[bytes], wanted: set[str]) -> dict[str, dict[s
 _FACTS = ("type", "mode", "uid", "gid", "size", "link target", "mtime", "content (sha256)")
 
 
-def _first_file_difference(a: dict[str, FileFacts], b: dict[str, FileFacts]) -> tuple[str, str] | None:
+def _first_file_difference(a: dict[str, _FileFacts], b: dict[str, _FileFacts]) -> tuple[str, str] | None:
     for path in sorted(set(a) | set(b), key=lambda p: tuple(p.split("/"))):
         fa, fb = a.get(path), b.get(path)
         if fa == fb:
@@ -97,13 +97,13 @@ def _first_file_difference(a: dict[str, FileFacts], b: dict[str, FileFacts]) -> 
     return None
 
 
-def first_config_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> str | None:
+def _first_config_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> str | None:
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key), b.get(key)
         if va == vb:
             continue
         if isinstance(va, dict) and isinstance(vb, dict):
-            return first_config_difference(va, vb, f"{prefix}{key}.")
+            return _first_config_difference(va, vb, f"{prefix}{key}.")
         return f"{prefix}{key}: {json.dumps(va)[:120]} vs {json.dumps(vb)[:120]}"
     return None
 
@@ -119,11 +119,11 @@ def compare(layers_a: list[str], layers_b: list[str], config_a: dict[str, Any], 
             continue
         if la is None or lb is None:
             return Difference(i, la, lb, None, "only one image has this layer")
-        ia = layer_indexes(save_a(), {la}).get(la, {})
-        ib = layer_indexes(save_b(), {lb}).get(lb, {})
+        ia = _layer_indexes(save_a(), {la}).get(la, {})
+        ib = _layer_indexes(save_b(), {lb}).get(lb, {})
         found = _first_file_difference(ia, ib)
         if found is None:
             return Difference(i, la, lb, None, "the same files, other tar bytes (order or headers)")
         return Difference(i, la, lb, found[0], found[1])
-    what = first_config_difference(config_a, config_b)
+    what = _first_config_difference(config_a, config_b)
     return Difference(None, None, None, None, what) if what else None

@@ -16,18 +16,18 @@ from kiln.basics.paths import cache_dir
 from kiln.domain.reproducible import savearchive
 from kiln.infra.docker import DockerDaemon
 
-SAVE_ATTEMPTS = 3
+_SAVE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
-class Outcome:
+class _Outcome:
     image_id: str
     built_id: str  # what the builder made (kept: its steps are the layer cache)
     diff_ids: list[str]
     seconds: float
 
 
-def scratch_root() -> Path:
+def _scratch_root() -> Path:
     """Where the save/rewrite/load works: next to kiln's caches (the same disk as the
     wheel cache; several GB for an engine image, removed at the end)."""
     d = cache_dir() / "normalise"
@@ -36,24 +36,24 @@ def scratch_root() -> Path:
 
 
 def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label: str,
-                      parent: str | None = None) -> Outcome:
+                      parent: str | None = None) -> _Outcome:
     """`parent`: the image `image_id` was built FROM; the layers the two share stay as
     they are (the parent is content-addressed: every machine keeps the same ones)."""
     t0 = time.monotonic()
     parent_image = docker.image(parent) if parent else None
     keep: list[str] = list(parent_image.attrs["RootFS"]["Layers"]) if parent_image is not None else []
-    with tempfile.TemporaryDirectory(prefix="kiln-norm-", dir=scratch_root()) as tmp:
+    with tempfile.TemporaryDirectory(prefix="kiln-norm-", dir=_scratch_root()) as tmp:
         saved = Path(tmp) / "saved"
-        for attempt in range(1, SAVE_ATTEMPTS + 1):
+        for attempt in range(1, _SAVE_ATTEMPTS + 1):
             try:
                 savearchive.extract_saved(docker.save(image_id), saved)
                 break
             except BuildFailed as exc:
                 # seen once on dockerd 20.10 (overlay2) right after the probe container of the
                 # same image was removed: "open .../merged/...: no such file"; a second save works
-                if attempt == SAVE_ATTEMPTS:
+                if attempt == _SAVE_ATTEMPTS:
                     raise
-                log.warn(f"{label}: {exc.message}; saving again ({attempt + 1}/{SAVE_ATTEMPTS})")
+                log.warn(f"{label}: {exc.message}; saving again ({attempt + 1}/{_SAVE_ATTEMPTS})")
                 shutil.rmtree(saved, ignore_errors=True)
         try:
             result = savearchive.normalise_saved(saved, epoch, keep)
@@ -68,4 +68,4 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
     how = f"; {len(result.diff_ids) - kept} new layer(s) rewritten, {kept} kept from {parent}" if kept else ""
     log.info(f"{label}: normalised {image_id[:19]} -> {loaded[:19]} "
              f"(source date {savearchive.rfc3339(epoch)}{how}) in {log.human_secs(seconds)}")
-    return Outcome(loaded, image_id, result.diff_ids, seconds)
+    return _Outcome(loaded, image_id, result.diff_ids, seconds)

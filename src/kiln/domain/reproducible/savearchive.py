@@ -47,7 +47,7 @@ _DROP_PAX = ("atime", "ctime", "mtime", "uname", "gname", "uid", "gid", "size")
 _DROP_CONFIG = ("container", "container_config", "docker_version", "parent", "id")
 
 
-class SavedImage(TypedDict):
+class _SavedImage(TypedDict):
     """One image of a `docker save` archive, as its manifest.json lists it."""
 
     Config: str  # the config's file in the archive
@@ -67,9 +67,9 @@ class _ConfigParts(TypedDict, total=False):
     config: dict[str, Any] | None
 
 
-SAVE_MANIFEST = Shape(list[SavedImage])
-IMAGE_CONFIG = Shape(dict[str, Any])  # the whole config: normalised, then hashed into the image id
-CONFIG_PARTS = Shape(_ConfigParts)
+_SAVE_MANIFEST = Shape(list[_SavedImage])
+_IMAGE_CONFIG = Shape(dict[str, Any])  # the whole config: normalised, then hashed into the image id
+_CONFIG_PARTS = Shape(_ConfigParts)
 
 
 def rfc3339(epoch: int) -> str:
@@ -88,7 +88,7 @@ def _order(name: str) -> tuple[str, ...]:
     return tuple(name.split("/"))
 
 
-def normalise_member(member: tarfile.TarInfo, epoch: int) -> tarfile.TarInfo:
+def _normalise_member(member: tarfile.TarInfo, epoch: int) -> tarfile.TarInfo:
     """A copy of the header with no build-time facts left in it."""
     out = tarfile.TarInfo(_name(member) + ("/" if member.isdir() else ""))
     out.type = member.type
@@ -121,7 +121,7 @@ def _normalise_layer(src: IO[bytes], dst: IO[bytes], epoch: int) -> str:
         with tarfile.open(fileobj=hashing, mode="w", format=tarfile.PAX_FORMAT) as tout:  # type: ignore[call-overload]
             for n in (*plain, *links):
                 m = by_name[n]
-                info = normalise_member(m, epoch)
+                info = _normalise_member(m, epoch)
                 if m.isreg():
                     fh = tin.extractfile(m)
                     tout.addfile(info, fh)
@@ -145,12 +145,12 @@ def _normalise_config(config: dict[str, Any], epoch: int, diff_ids: list[str]) -
     return json.dumps(cfg, sort_keys=True, separators=(",", ":")).encode()
 
 
-def image_id(config_bytes: bytes) -> str:
+def _image_id(config_bytes: bytes) -> str:
     return "sha256:" + hashlib.sha256(config_bytes).hexdigest()
 
 
 @dataclass
-class Normalised:
+class _Normalised:
     image_id: str
     diff_ids: list[str]
     config: bytes
@@ -222,18 +222,18 @@ def _kept_prefix(diff_ids: Sequence[str], keep: Sequence[str]) -> int:
     return n
 
 
-def normalise_saved(saved: Path, epoch: int, keep: Sequence[str] = ()) -> Normalised:
+def normalise_saved(saved: Path, epoch: int, keep: Sequence[str] = ()) -> _Normalised:
     """Rewrite an extracted `docker save` folder (one image): its layers into
-    `saved/out/<diff id>.tar`, the config and manifest in memory (`Normalised.archive()`
+    `saved/out/<diff id>.tar`, the config and manifest in memory (`_Normalised.archive()`
     streams them). Its first layers that are `keep` (the parent's diff ids) stay as they
     are, and out of the archive (the daemon that saved them has them)."""
-    manifest = read_document(saved / "manifest.json", SAVE_MANIFEST, BuildFailed, source="docker save: manifest.json")
+    manifest = read_document(saved / "manifest.json", _SAVE_MANIFEST, BuildFailed, source="docker save: manifest.json")
     if len(manifest) != 1:
         raise ValueError(f"docker save gave {len(manifest)} images, expected one")
     entry = manifest[0]
     source = f"docker save: {entry['Config']}"
-    config = read_document(saved / entry["Config"], IMAGE_CONFIG, BuildFailed, source=source)
-    parts = CONFIG_PARTS.check(config, source=source, error=BuildFailed)
+    config = read_document(saved / entry["Config"], _IMAGE_CONFIG, BuildFailed, source=source)
+    parts = _CONFIG_PARTS.check(config, source=source, error=BuildFailed)
     kept = _kept_prefix(list(parts.get("rootfs", {}).get("diff_ids") or []), keep)
     out_dir = saved / "out"
     out_dir.mkdir()
@@ -255,12 +255,12 @@ def normalise_saved(saved: Path, epoch: int, keep: Sequence[str] = ()) -> Normal
         diff_ids.append(diff)
         layer_files.append(final)
     cfg = _normalise_config(config, epoch, diff_ids)
-    new_id = image_id(cfg)
+    new_id = _image_id(cfg)
     doc = [{"Config": f"{new_id.split(':')[1]}.json", "RepoTags": None,
             "Layers": [f.name for f in layer_files]}]
     # a new layer with a kept one's bytes is sent all the same: at its own place in the
     # chain the daemon has no layer yet
-    return Normalised(new_id, diff_ids, cfg, list(dict.fromkeys(layer_files[kept:])), json.dumps(doc).encode(),
+    return _Normalised(new_id, diff_ids, cfg, list(dict.fromkeys(layer_files[kept:])), json.dumps(doc).encode(),
                       kept)
 
 

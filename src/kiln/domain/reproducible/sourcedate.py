@@ -56,7 +56,7 @@ def _pathspecs(sources: Mapping[Path, tuple[str, ...]], root: Path) -> list[str]
     return specs + excluded
 
 
-def fallback() -> SourceDate:
+def _fallback() -> SourceDate:
     raw = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
     return SourceDate(int(raw) if raw.isdigit() else 0, "unknown")
 
@@ -66,10 +66,10 @@ def of(sources: Mapping[Path, tuple[str, ...]], root: Path | None = None) -> Sou
     root = root or repo_root()
     specs = _pathspecs(sources, root)
     if not specs or git.output(root, "rev-parse", "--is-inside-work-tree") != "true":
-        return fallback()
+        return _fallback()
     line = git.output(root, "log", "-1", "--format=%H %ct", "--", *specs)
     if not line:  # inputs never committed
-        return fallback()
+        return _fallback()
     commit, ct = line.split()
     dirty = git.output(root, "status", "--porcelain", "--", *specs)
     return SourceDate(int(ct), commit + ("-dirty" if dirty else ""))

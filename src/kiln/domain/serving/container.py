@@ -70,7 +70,7 @@ def kiln_containers(docker: DockerDaemon, *, all_states: bool = False) -> list[C
     return docker.containers(label=LABEL_RECIPE, all_states=all_states)
 
 
-def kiln_container_on_port(port: int, docker: DockerDaemon | None = None) -> Container | None:
+def _kiln_container_on_port(port: int, docker: DockerDaemon | None = None) -> Container | None:
     """The kiln container publishing host `port`, or None (also when no daemon answers)."""
     try:
         return next((box for box in kiln_containers(docker or DockerDaemon()) if box.publishes(port)), None)
@@ -80,7 +80,7 @@ def kiln_container_on_port(port: int, docker: DockerDaemon | None = None) -> Con
 
 def _port_in_use(host: str, port: int, docker: DockerDaemon | None = None) -> PortInUse:
     where = f"port {port} on {host or '0.0.0.0'}"
-    box = kiln_container_on_port(port, docker)
+    box = _kiln_container_on_port(port, docker)
     if box is None:
         return PortInUse(f"{where} is already in use")
     recipe = box.labels.get(LABEL_RECIPE, "?")
@@ -88,7 +88,7 @@ def _port_in_use(host: str, port: int, docker: DockerDaemon | None = None) -> Po
                      hint=f"`kiln stop {box.name}`, or pick another port with --port")
 
 
-def ensure_port_free(host: str, port: int) -> None:
+def _ensure_port_free(host: str, port: int) -> None:
     with socket.socket() as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -143,12 +143,12 @@ def preflight(loaded: LoadedRecipe, spec: RunSpec) -> None:
             continue  # a missing cache is reported below, naming what it should hold
         if not os.path.isdir(host):
             raise ModelPathMissing(f"{loaded.where('model')}: model host path {host} (for {inside}) does not exist")
-    hf_snapshots_ready(loaded, spec)
+    _hf_snapshots_ready(loaded, spec)
     if spec.host_port is not None:
-        ensure_port_free(spec.host_ip, spec.host_port)
+        _ensure_port_free(spec.host_ip, spec.host_port)
 
 
-def hf_snapshots_ready(loaded: LoadedRecipe, spec: RunSpec) -> None:
+def _hf_snapshots_ready(loaded: LoadedRecipe, spec: RunSpec) -> None:
     """Every pinned snapshot the recipe reads is complete in the cache the container gets
     (the server runs offline: a missing file would end in the hub client's stack trace)."""
     models = hf_models(loaded.recipe)
@@ -260,7 +260,7 @@ class ServingContainer:
                     exit_code = self.wait_exited(5)  # and the log read to its end
                     time.sleep(0.2)
                     activity.stop()
-                    self._dump_logs()
+                    self.dump_logs()
                     code = "?" if exit_code is None else exit_code
                     raise ContainerStartFailed(f"container {self.spec.name} exited during start (exit code {code})")
                 if health_ok(self.url):
@@ -270,7 +270,7 @@ class ServingContainer:
                     return elapsed
                 if elapsed > timeout_s:
                     activity.stop()
-                    self._dump_logs()
+                    self.dump_logs()
                     raise ContainerStartFailed(f"{self.spec.name} not healthy after {timeout_s:.0f} s")
                 lines = [ln for ln in list(self.captured)[-3:] if ln.strip()]
                 if lines:
@@ -278,7 +278,7 @@ class ServingContainer:
                 activity.update(f"(limit {timeout_s:.0f} s)  {last_line}")
                 time.sleep(0.5)
 
-    def _dump_logs(self, tail: int = 100) -> None:
+    def dump_logs(self, tail: int = 100) -> None:
         text = self.logs(tail=tail)
         if text:
             log.console.print(f"--- last {tail} lines of {self.spec.name} ---", markup=False)

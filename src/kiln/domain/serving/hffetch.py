@@ -11,16 +11,16 @@ from kiln.basics.errors import FetchFailed, HfSnapshotMissing
 from kiln.inimage.hfcache import HfModel, check
 
 # download(repo, revision, cache) fills `cache` the way huggingface_hub.snapshot_download does
-Downloader = Callable[[str, str, Path], None]
+_Downloader = Callable[[str, str, Path], None]
 
 
 @dataclass(frozen=True)
-class Fetched:
+class _Fetched:
     model: HfModel
     downloaded: bool  # False: the snapshot was complete already
 
 
-def hub_download(repo: str, revision: str, cache: Path) -> None:
+def _hub_download(repo: str, revision: str, cache: Path) -> None:
     """The hub client's own download (resumes partial files, verifies sizes and hashes)."""
     try:
         import huggingface_hub  # type: ignore[import-not-found,unused-ignore]  # late: optional, only `kiln fetch` needs the hub client
@@ -30,8 +30,8 @@ def hub_download(repo: str, revision: str, cache: Path) -> None:
     huggingface_hub.snapshot_download(repo_id=repo, revision=revision, cache_dir=str(cache))
 
 
-def fetch(models: list[HfModel], cache: Path, *, download: Downloader = hub_download,
-          say: Callable[[str], None] = lambda _: None) -> list[Fetched]:
+def fetch(models: list[HfModel], cache: Path, *, download: _Downloader = _hub_download,
+          say: Callable[[str], None] = lambda _: None) -> list[_Fetched]:
     """Download each snapshot not yet complete in `cache`, then check it; FetchFailed
     when a download fails (one line: repo, revision, the hub's reason), HfSnapshotMissing
     when the download left it incomplete."""
@@ -40,7 +40,7 @@ def fetch(models: list[HfModel], cache: Path, *, download: Downloader = hub_down
     for model in models:
         if check(cache, model) is None:
             say(f"{model.repo}@{model.revision[:12]}: complete in {cache}")
-            done.append(Fetched(model, downloaded=False))
+            done.append(_Fetched(model, downloaded=False))
             continue
         say(f"{model.repo}@{model.revision[:12]}: downloading into {cache}")
         try:
@@ -54,5 +54,5 @@ def fetch(models: list[HfModel], cache: Path, *, download: Downloader = hub_down
         missing = check(cache, model)
         if missing is not None:
             raise HfSnapshotMissing([f"after the download: {missing.line}"])
-        done.append(Fetched(model, downloaded=True))
+        done.append(_Fetched(model, downloaded=True))
     return done

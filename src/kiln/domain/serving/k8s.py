@@ -31,37 +31,37 @@ from kiln.domain.serving.container import _explicit_env
 from kiln.domain.serving.launch import CPU_CAPS, CPU_SHM, CUDA_SHM, CUDA_TMPFS, TMPFS, hf_models
 from kiln.inimage.hfcache import CONTAINER_CACHE
 
-LWS_API = "leaderworkerset.x-k8s.io/v1"
-LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
-WORKER_INDEX = "$(LWS_WORKER_INDEX)"
-UID = 1000  # the `kiln` user of every engine image
-PROBE_PERIOD_S = 10
-ARCH_LABEL = "kubernetes.io/arch"  # the well-known node label: amd64, arm64
+_LWS_API = "leaderworkerset.x-k8s.io/v1"
+_LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"
+_WORKER_INDEX = "$(LWS_WORKER_INDEX)"
+_UID = 1000  # the `kiln` user of every engine image
+_PROBE_PERIOD_S = 10
+_ARCH_LABEL = "kubernetes.io/arch"  # the well-known node label: amd64, arm64
 HF_CACHE_PVC = "hf-cache"  # default claim of the shared Hugging Face cache
-HF_TOKEN_SECRET = "hf-token"  # optional Secret (key HF_TOKEN) the fetch Job passes on, for gated repos
+_HF_TOKEN_SECRET = "hf-token"  # optional Secret (key HF_TOKEN) the fetch Job passes on, for gated repos
 
 # A Kubernetes object, or a piece of one, as kiln renders it: the API's schema is far too
 # large to restate, kiln only writes these out as YAML (never reads them back), and the
 # lists kiln filters (env, mounts) have their own types below.
-Manifest = dict[str, object]
+_Manifest = dict[str, object]
 
 
-class KubeObject(TypedDict):
+class _KubeObject(TypedDict):
     """A top-level object kiln renders (Deployment, LeaderWorkerSet, Service, Job)."""
 
     apiVersion: str
     kind: str
-    metadata: Manifest
-    spec: Manifest
+    metadata: _Manifest
+    spec: _Manifest
 
 
-class EnvVar(TypedDict):
+class _EnvVar(TypedDict):
     name: str
     value: NotRequired[str]
-    valueFrom: NotRequired[Manifest]
+    valueFrom: NotRequired[_Manifest]
 
 
-class VolumeMount(TypedDict):
+class _VolumeMount(TypedDict):
     name: str
     mountPath: str
     readOnly: NotRequired[bool]
@@ -77,12 +77,12 @@ def _volume_name(path: str) -> str:
     return "v" + "".join(ch if ch.isalnum() else "-" for ch in path.lower()).strip("-")[:60]
 
 
-def _volumes(loaded: LoadedRecipe, hf_pvc: str = HF_CACHE_PVC) -> tuple[list[Manifest], list[VolumeMount]]:
+def _volumes(loaded: LoadedRecipe, hf_pvc: str = HF_CACHE_PVC) -> tuple[list[_Manifest], list[_VolumeMount]]:
     recipe = loaded.recipe
     cuda = recipe.engine.flavour == "cuda"
-    volumes: list[Manifest] = [
+    volumes: list[_Manifest] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(CUDA_SHM if cuda else CPU_SHM)}}]
-    mounts: list[VolumeMount] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    mounts: list[_VolumeMount] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     # the root filesystem is read-only, as with `kiln run`: the same writable scratch dirs
     for path in {**TMPFS, **(CUDA_TMPFS if cuda else {})}:
         name = _volume_name(path)
@@ -102,41 +102,41 @@ def _volumes(loaded: LoadedRecipe, hf_pvc: str = HF_CACHE_PVC) -> tuple[list[Man
     return volumes, mounts
 
 
-def _probes(loaded: LoadedRecipe) -> Manifest:
+def _probes(loaded: LoadedRecipe) -> _Manifest:
     """vLLM answers /health once the engine (all ranks) is up; the startup probe allows the
     smoke spec's startup timeout, after which readiness and liveness take over."""
     smoke = loaded.recipe.smoke
     get = {"path": "/health", "port": "http"}
     return {
-        "startupProbe": {"httpGet": get, "periodSeconds": PROBE_PERIOD_S, "timeoutSeconds": 5,
-                         "failureThreshold": max(1, math.ceil(smoke.startup_timeout_s / PROBE_PERIOD_S))},
-        "readinessProbe": {"httpGet": get, "periodSeconds": PROBE_PERIOD_S, "timeoutSeconds": 5,
+        "startupProbe": {"httpGet": get, "periodSeconds": _PROBE_PERIOD_S, "timeoutSeconds": 5,
+                         "failureThreshold": max(1, math.ceil(smoke.startup_timeout_s / _PROBE_PERIOD_S))},
+        "readinessProbe": {"httpGet": get, "periodSeconds": _PROBE_PERIOD_S, "timeoutSeconds": 5,
                            "failureThreshold": 3},
-        "livenessProbe": {"httpGet": get, "periodSeconds": PROBE_PERIOD_S,
+        "livenessProbe": {"httpGet": get, "periodSeconds": _PROBE_PERIOD_S,
                           "timeoutSeconds": min(60, smoke.request_timeout_s), "failureThreshold": 3},
     }
 
 
-def _env(loaded: LoadedRecipe) -> list[EnvVar]:
+def _env(loaded: LoadedRecipe) -> list[_EnvVar]:
 
     return [{"name": k, "value": v} for k, v in sorted(_explicit_env(loaded).items())]
 
 
-def _container(loaded: LoadedRecipe, image: str, args: list[str], mounts: list[VolumeMount], topo: Topology, *,
-               serves: bool) -> Manifest:
+def _container(loaded: LoadedRecipe, image: str, args: list[str], mounts: list[_VolumeMount], topo: Topology, *,
+               serves: bool) -> _Manifest:
     recipe = loaded.recipe
     cuda = recipe.engine.flavour == "cuda"
     caps = {"drop": ["ALL"]}
     if not cuda:
         caps["add"] = list(CPU_CAPS)
-    container: Manifest = {
+    container: _Manifest = {
         "name": "vllm",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "env": _env(loaded),
         "volumeMounts": mounts,
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True, "runAsUser": UID, "capabilities": caps},
+                            "runAsNonRoot": True, "runAsUser": _UID, "capabilities": caps},
     }
     if args:
         container["args"] = args
@@ -149,20 +149,20 @@ def _container(loaded: LoadedRecipe, image: str, args: list[str], mounts: list[V
     return container
 
 
-def _security(loaded: LoadedRecipe) -> Manifest:
+def _security(loaded: LoadedRecipe) -> _Manifest:
     caps = {"drop": ["ALL"]}
     if loaded.recipe.engine.flavour != "cuda":
         caps["add"] = list(CPU_CAPS)
     return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True, "runAsUser": UID, "capabilities": caps}
+            "runAsNonRoot": True, "runAsUser": _UID, "capabilities": caps}
 
 
-def _pod_security() -> Manifest:
-    return {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
+def _pod_security() -> _Manifest:
+    return {"runAsNonRoot": True, "runAsUser": _UID, "runAsGroup": _UID, "fsGroup": _UID,
             "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def _wait_for_weights(loaded: LoadedRecipe, image: str, mounts: list[VolumeMount]) -> Manifest:
+def _wait_for_weights(loaded: LoadedRecipe, image: str, mounts: list[_VolumeMount]) -> _Manifest:
     """Init container: the entrypoint's own snapshot check, repeated until the fetch Job
     has filled the cache (it prints the one line naming what is missing meanwhile)."""
     return {
@@ -177,9 +177,9 @@ def _wait_for_weights(loaded: LoadedRecipe, image: str, mounts: list[VolumeMount
 
 
 def _pod_spec(loaded: LoadedRecipe, image: str, args: list[str], topo: Topology, *, serves: bool,
-              hf_pvc: str = HF_CACHE_PVC) -> Manifest:
+              hf_pvc: str = HF_CACHE_PVC) -> _Manifest:
     volumes, mounts = _volumes(loaded, hf_pvc)
-    spec: Manifest = {
+    spec: _Manifest = {
         "securityContext": _pod_security(),
         "terminationGracePeriodSeconds": 60,
         "containers": [_container(loaded, image, args, mounts, topo, serves=serves)],
@@ -191,14 +191,14 @@ def _pod_spec(loaded: LoadedRecipe, image: str, args: list[str], topo: Topology,
     return spec
 
 
-def _node_selector(loaded: LoadedRecipe) -> Manifest:
+def _node_selector(loaded: LoadedRecipe) -> _Manifest:
     """A single-platform recipe's pods only go to nodes of that architecture (an amd64
     image on a Grace node fails with `exec format error`); a multi-platform recipe's
     image is an index, and each node's runtime pulls its own architecture from it."""
     platforms = loaded.recipe.engine.platforms
     if len(platforms) != 1:
         return {}
-    return {"nodeSelector": {ARCH_LABEL: platforms[0].split("/", 1)[1]}}
+    return {"nodeSelector": {_ARCH_LABEL: platforms[0].split("/", 1)[1]}}
 
 
 def _labels(name: str) -> dict[str, str]:
@@ -206,13 +206,13 @@ def _labels(name: str) -> dict[str, str]:
 
 
 # -- objects ----------------------------------------------------------------------------
-def leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int,
-                      hf_pvc: str = HF_CACHE_PVC) -> KubeObject:
+def _leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int,
+                      hf_pvc: str = HF_CACHE_PVC) -> _KubeObject:
     name = loaded.name
     leader = {**_labels(name), "ai.kiln.role": "leader"}
     worker = {**_labels(name), "ai.kiln.role": "worker"}
     return {
-        "apiVersion": LWS_API,
+        "apiVersion": _LWS_API,
         "kind": "LeaderWorkerSet",
         "metadata": {"name": name, "labels": _labels(name)},
         "spec": {
@@ -224,7 +224,7 @@ def leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas
                 # a vLLM world cannot take back a restarted rank: restart the whole group
                 "restartPolicy": "RecreateGroupOnPodRestart",
                 "leaderTemplate": {"metadata": {"labels": leader},
-                                   "spec": _pod_spec(loaded, image, node_args(topo, 0, LEADER_ADDRESS), topo,
+                                   "spec": _pod_spec(loaded, image, node_args(topo, 0, _LEADER_ADDRESS), topo,
                                                      serves=True, hf_pvc=hf_pvc)},
                 "workerTemplate": {"metadata": {"labels": worker},
                                    "spec": _pod_spec(loaded, image, _worker_args(topo), topo, serves=False,
@@ -236,12 +236,12 @@ def leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas
 
 def _worker_args(topo: Topology) -> list[str]:
     """Rank 1's flags with the rank taken from the pod's LWS_WORKER_INDEX."""
-    args = node_args(topo, 1, LEADER_ADDRESS)
-    args[args.index("--node-rank") + 1] = WORKER_INDEX
+    args = node_args(topo, 1, _LEADER_ADDRESS)
+    args[args.index("--node-rank") + 1] = _WORKER_INDEX
     return args
 
 
-def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, hf_pvc: str = HF_CACHE_PVC) -> KubeObject:
+def _deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, hf_pvc: str = HF_CACHE_PVC) -> _KubeObject:
     name = loaded.name
     labels = {**_labels(name), "ai.kiln.role": "leader"}
     return {
@@ -257,7 +257,7 @@ def deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, 
     }
 
 
-def service(loaded: LoadedRecipe) -> KubeObject:
+def _service(loaded: LoadedRecipe) -> _KubeObject:
     """The OpenAI API of every replica's leader, behind one ClusterIP."""
     name = loaded.name
     return {
@@ -272,14 +272,14 @@ def service(loaded: LoadedRecipe) -> KubeObject:
     }
 
 
-def fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> KubeObject:
+def _fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> _KubeObject:
     """The Job that fills the shared cache with the recipe's pinned snapshots, once: the
     recipe image's entrypoint with --fetch-models (its own hub client, online), the claim
     mounted writable. Rerunning it resumes and re-checks; a complete cache is left as is."""
     name = loaded.name
-    env: list[EnvVar] = [e for e in _env(loaded) if e["name"] not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
+    env: list[_EnvVar] = [e for e in _env(loaded) if e["name"] not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
     env += [{"name": "HF_HUB_OFFLINE", "value": "0"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "HF_TOKEN",
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": _HF_TOKEN_SECRET, "key": "HF_TOKEN",
                                                                  "optional": True}}}]
     tmp = _volume_name("/tmp")
     labels = {**_labels(name), "ai.kiln.role": "fetch"}
@@ -313,15 +313,15 @@ def fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> K
     }
 
 
-def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1, hf_pvc: str = HF_CACHE_PVC) -> list[KubeObject]:
+def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1, hf_pvc: str = HF_CACHE_PVC) -> list[_KubeObject]:
     topo = effective(loaded.recipe)
-    workload = leader_worker_set(loaded, image, topo, replicas, hf_pvc) if topo.multi_node else \
-        deployment(loaded, image, topo, replicas, hf_pvc)
-    objects = [workload, service(loaded)]
+    workload = _leader_worker_set(loaded, image, topo, replicas, hf_pvc) if topo.multi_node else \
+        _deployment(loaded, image, topo, replicas, hf_pvc)
+    objects = [workload, _service(loaded)]
     if hf_models(loaded.recipe):
-        objects.append(fetch_job(loaded, image, hf_pvc))
+        objects.append(_fetch_job(loaded, image, hf_pvc))
     return objects
 
 
-def dump(objects: list[KubeObject]) -> str:
+def dump(objects: list[_KubeObject]) -> str:
     return "---\n".join(yaml.safe_dump(o, sort_keys=False, default_flow_style=False) for o in objects)

@@ -42,7 +42,7 @@ class LaunchDocument(_LaunchDocumentBase, total=False):
     hf_models: list[Mapping[str, object]]  # kiln.inimage.hfcache.HfModel.to_json each
 
 
-class SdkKwargs(TypedDict, total=False):
+class _SdkKwargs(TypedDict, total=False):
     """The docker SDK's `containers.create` keywords kiln passes (RunSpec.sdk_kwargs)."""
 
     image: str
@@ -161,7 +161,7 @@ def _vllm_argv(recipe: Recipe) -> list[str]:
     return [tok for part in argv_parts(recipe) for tok in part.tokens]
 
 
-def feature_env(loaded: LoadedRecipe) -> dict[str, str]:
+def _feature_env(loaded: LoadedRecipe) -> dict[str, str]:
     """Env each enabled experimental feature sets (from its override.yaml)."""
     env: dict[str, str] = {}
     for feature in loaded.recipe.features:
@@ -177,7 +177,7 @@ def launch_document(loaded: LoadedRecipe) -> LaunchDocument:
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         **({"HF_HUB_CACHE": CONTAINER_CACHE} if hf_models(recipe) else {}),
-        **feature_env(loaded),
+        **_feature_env(loaded),
         **recipe.launch.env,
         "KILN_FEATURES": ",".join(recipe.features),
     }
@@ -215,7 +215,7 @@ CUDA_TMPFS = {
     "/home/kiln/.nv": "exec",
 }
 CPU_CAPS = ("SYS_NICE",)  # vLLM-CPU binds its OpenMP threads to cores (sched_setaffinity)
-SECURITY_OPTS = ("no-new-privileges",)
+_SECURITY_OPTS = ("no-new-privileges",)
 
 # Containers that kiln starts carry these, so `kiln ps/logs/stop` find exactly them.
 LABEL_RECIPE = "ai.kiln.run.recipe"
@@ -276,7 +276,7 @@ class RunSpec:
         cmd += ["--cap-drop", "ALL"]
         for cap in self.caps:
             cmd += ["--cap-add", cap]
-        for opt in SECURITY_OPTS:
+        for opt in _SECURITY_OPTS:
             cmd += ["--security-opt", opt]
         if self.flavour == "cuda":
             cmd += ["--gpus", "all", "--ipc=host", "--shm-size", CUDA_SHM, "--ulimit", "memlock=-1"]
@@ -295,9 +295,9 @@ class RunSpec:
     def shell(self) -> str:
         return shlex.join(self.docker_cli())
 
-    def sdk_kwargs(self) -> SdkKwargs:
+    def sdk_kwargs(self) -> _SdkKwargs:
         """The docker SDK's `containers.create` keywords for the same container."""
-        kw: SdkKwargs = {
+        kw: _SdkKwargs = {
             "image": self.image,
             "name": self.name,
             "command": self.extra_args or None,
@@ -312,7 +312,7 @@ class RunSpec:
             "tmpfs": self.tmpfs,
             "cap_drop": ["ALL"],
             "cap_add": self.caps or None,
-            "security_opt": list(SECURITY_OPTS),
+            "security_opt": list(_SECURITY_OPTS),
         }
         if self.network:
             kw["network"] = self.network

@@ -55,7 +55,7 @@ def print_commands(specs: list[RunSpec], topo: Topology) -> None:
 _WORKER_SETTLE_S = 5.0
 
 
-class LostNode(NamedTuple):
+class _LostNode(NamedTuple):
     """A member of a node group that stopped running."""
 
     rank: int  # 0: the leader
@@ -87,7 +87,7 @@ class NodeGroup:
         for box in reversed(self.boxes):
             box.start()
 
-    def lost_node(self) -> LostNode | None:
+    def lost_node(self) -> _LostNode | None:
         """The node that is no longer running, else None. Workers first: a leader whose
         worker died exits too, and the worker is the cause. The daemon can record the
         leader's exit before the killed worker's (a SIGKILLed container's state changes
@@ -103,16 +103,16 @@ class NodeGroup:
                 return worker
         return lost
 
-    def _first_gone(self, ranks: Iterable[int]) -> LostNode | None:
+    def _first_gone(self, ranks: Iterable[int]) -> _LostNode | None:
         for rank in ranks:
             if self.boxes[rank].status() in ("exited", "dead", "removed"):
-                return LostNode(rank, self.boxes[rank])
+                return _LostNode(rank, self.boxes[rank])
         return None
 
-    def node_lost(self, lost: LostNode, when: str) -> NodeLost:
+    def node_lost(self, lost: _LostNode, when: str) -> NodeLost:
         rank, box = lost
         code = box.wait_exited(5)
-        box._dump_logs(40)
+        box.dump_logs(40)
         role = "leader" if rank == 0 else "worker"
         return NodeLost(f"{role} node {rank} (container {box.spec.name}) exited {when} "
                         f"(exit code {'?' if code is None else code}); the group of {len(self.boxes)} cannot serve")
@@ -129,15 +129,15 @@ class NodeGroup:
                     log.ok(f"healthy after {elapsed:.1f} s: {self.url} ({len(self.boxes)} nodes)")
                     return elapsed
                 if elapsed > timeout_s:
-                    self._dump_logs()
+                    self.dump_logs()
                     raise ContainerStartFailed(f"{self.specs[0].name} not healthy after {timeout_s:.0f} s "
                                                f"({len(self.boxes)} nodes)")
                 status.update(f"waiting for {self.url}/health ({len(self.boxes)} nodes)  {elapsed:5.0f}s / {timeout_s:.0f}s")
                 time.sleep(0.5)
 
-    def _dump_logs(self, tail: int = 40) -> None:
+    def dump_logs(self, tail: int = 40) -> None:
         for box in self.boxes:
-            box._dump_logs(tail)
+            box.dump_logs(tail)
 
     def stop(self, timeout: int = 30) -> float:
         """Stop the leader first (it owns the API server), then the workers."""

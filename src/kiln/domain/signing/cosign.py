@@ -51,10 +51,10 @@ IN_TOTO = "application/vnd.in-toto+json"
 SIGNATURE_ANNOTATION = "dev.cosignproject.cosign/signature"
 PREDICATE_TYPE_ANNOTATION = "predicateType"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-SIGNATURE_TYPE = "cosign container image signature"
-STATEMENT_V1 = "https://in-toto.io/Statement/v1"
-STATEMENT_TYPES = (STATEMENT_V1, "https://in-toto.io/Statement/v0.1")  # cosign itself still writes v0.1
+_OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+_SIGNATURE_TYPE = "cosign container image signature"
+_STATEMENT_V1 = "https://in-toto.io/Statement/v1"
+_STATEMENT_TYPES = (_STATEMENT_V1, "https://in-toto.io/Statement/v0.1")  # cosign itself still writes v0.1
 CYCLONEDX_PREDICATE = "https://cyclonedx.org/bom"  # in-toto-golang PredicateCycloneDX; cosign --type cyclonedx
 SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"  # cosign --type slsaprovenance1
 # kiln's own optional claim: which key signed, so that "signed by another key" can be told
@@ -62,10 +62,10 @@ SLSA_PROVENANCE_V1 = "https://slsa.dev/provenance/v1"  # cosign --type slsaprove
 # containers/image, and are unsigned hints until the signature verifies
 SIGNER_CLAIM = "dev.kiln/signer"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-EMPTY_TIME = "0001-01-01T00:00:00Z"  # Go's zero time.Time, what go-containerregistry writes
+_EMPTY_TIME = "0001-01-01T00:00:00Z"  # Go's zero time.Time, what go-containerregistry writes
 
 
-def check_digest(digest: object, what: str = "digest") -> str:
+def _check_digest(digest: object, what: str = "digest") -> str:
     if not isinstance(digest, str) or not _DIGEST.match(digest):
         raise SignatureMalformed(f"{what} {one_line(repr(digest))[:90]} is not sha256:<64 hex>")
     return digest
@@ -73,11 +73,11 @@ def check_digest(digest: object, what: str = "digest") -> str:
 
 def signature_tag(digest: str) -> str:
     """`sha256:abc...` -> `sha256-abc....sig` (SIGNATURE_SPEC.md, tag-based discovery)."""
-    return check_digest(digest).replace(":", "-") + ".sig"
+    return _check_digest(digest).replace(":", "-") + ".sig"
 
 
 def attestation_tag(digest: str) -> str:
-    return check_digest(digest).replace(":", "-") + ".att"
+    return _check_digest(digest).replace(":", "-") + ".att"
 
 
 def sha256(data: bytes) -> str:
@@ -106,7 +106,7 @@ class Blob:
     def size(self) -> int:
         return len(self.data)
 
-    def descriptor(self) -> Descriptor:
+    def descriptor(self) -> _Descriptor:
         return _descriptor(self.media_type, self.size, self.digest, self.annotations)
 
 
@@ -119,11 +119,11 @@ class LayerRef:
     size: int
     annotations: dict[str, str]
 
-    def descriptor(self) -> Descriptor:
+    def descriptor(self) -> _Descriptor:
         return _descriptor(self.media_type, self.size, self.digest, self.annotations)
 
 
-class Descriptor(TypedDict):
+class _Descriptor(TypedDict):
     """An OCI content descriptor as kiln writes it into a .sig/.att manifest."""
 
     mediaType: str
@@ -132,9 +132,9 @@ class Descriptor(TypedDict):
     annotations: NotRequired[dict[str, str]]
 
 
-def _descriptor(media_type: str, size: int, digest: str, annotations: dict[str, str]) -> Descriptor:
+def _descriptor(media_type: str, size: int, digest: str, annotations: dict[str, str]) -> _Descriptor:
     # OCI descriptor field order as go-containerregistry's v1.Descriptor marshals it
-    desc: Descriptor = {"mediaType": media_type, "size": size, "digest": digest}
+    desc: _Descriptor = {"mediaType": media_type, "size": size, "digest": digest}
     if annotations:
         desc["annotations"] = dict(annotations)
     return desc
@@ -160,8 +160,8 @@ def _config(layer_digests: list[str]) -> bytes:
     # layer digest as diff_id (cosign's static layers are not compressed)
     return compact({
         "architecture": "",
-        "created": EMPTY_TIME,
-        "history": [{"created": EMPTY_TIME} for _ in layer_digests],
+        "created": _EMPTY_TIME,
+        "history": [{"created": _EMPTY_TIME} for _ in layer_digests],
         "os": "",
         "rootfs": {"type": "layers", "diff_ids": list(layer_digests)},
         "config": {},
@@ -170,7 +170,7 @@ def _config(layer_digests: list[str]) -> bytes:
 
 def artefact_image(layers: list[Blob | LayerRef]) -> ArtefactImage:
     """The OCI image cosign writes for a .sig or .att tag."""
-    config = Blob(_config([layer.digest for layer in layers]), OCI_CONFIG)
+    config = Blob(_config([layer.digest for layer in layers]), _OCI_CONFIG)
     manifest = compact({
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
@@ -212,7 +212,7 @@ def parse_artefact_manifest(body: bytes, what: str) -> list[LayerRef]:
         annotations = desc.get("annotations") or {}
         if not isinstance(media_type, str):
             raise SignatureMalformed(f"{where} has no mediaType")
-        digest = check_digest(digest, f"{where} digest")
+        digest = _check_digest(digest, f"{where} digest")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise SignatureMalformed(f"{where} has no valid size")
         if not isinstance(annotations, dict) or not all(isinstance(k, str) and isinstance(v, str)
@@ -229,8 +229,8 @@ def simple_signing_payload(docker_reference: str, manifest_digest: str, optional
     return compact({
         "critical": {
             "identity": {"docker-reference": docker_reference},
-            "image": {"docker-manifest-digest": check_digest(manifest_digest)},
-            "type": SIGNATURE_TYPE,
+            "image": {"docker-manifest-digest": _check_digest(manifest_digest)},
+            "type": _SIGNATURE_TYPE,
         },
         "optional": optional or None,
     })
@@ -259,12 +259,12 @@ def parse_simple_signing(payload: bytes, what: str) -> SimpleSigning:
     critical = _mapping(doc["critical"], f"{what} critical")
     if set(critical) != {"identity", "image", "type"}:
         raise SignatureMalformed(f"{what} critical has fields {sorted(critical)}, expected identity, image, type")
-    if critical["type"] != SIGNATURE_TYPE:
+    if critical["type"] != _SIGNATURE_TYPE:
         raise SignatureMalformed(f"{what} is of type {one_line(repr(critical['type']))[:80]}, "
-                                 f"not {SIGNATURE_TYPE!r}")
+                                 f"not {_SIGNATURE_TYPE!r}")
     image = _mapping(critical["image"], f"{what} critical.image")
     identity = _mapping(critical["identity"], f"{what} critical.identity")
-    digest = check_digest(image.get("docker-manifest-digest"), f"{what} docker-manifest-digest")
+    digest = _check_digest(image.get("docker-manifest-digest"), f"{what} docker-manifest-digest")
     reference = identity.get("docker-reference")
     if not isinstance(reference, str):
         raise SignatureMalformed(f"{what} has no critical.identity.docker-reference")
@@ -297,13 +297,13 @@ def pae(payload_type: str, body: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(kind), kind, len(body), body)
 
 
-class StatementDigest(TypedDict):
+class _StatementDigest(TypedDict):
     sha256: str
 
 
 class StatementSubject(TypedDict):
     name: str
-    digest: StatementDigest
+    digest: _StatementDigest
 
 
 class InTotoStatement(TypedDict):
@@ -321,8 +321,8 @@ def statement(predicate_type: str, predicate: Mapping[str, object],
     fields of the in-toto v1 protobuf, since cosign parses statements with protojson,
     which refuses unknown fields (pkg/cosign/attestation/attestation.go UnmarshalJSON)."""
     return {
-        "_type": STATEMENT_V1,
-        "subject": [{"name": name, "digest": {"sha256": check_digest(digest).removeprefix("sha256:")}}
+        "_type": _STATEMENT_V1,
+        "subject": [{"name": name, "digest": {"sha256": _check_digest(digest).removeprefix("sha256:")}}
                     for name, digest in subjects],
         "predicateType": predicate_type,
         "predicate": predicate,
@@ -385,7 +385,7 @@ class Statement:
 def parse_statement(body: bytes, what: str) -> Statement:
     doc = _mapping(_load_json(body, what), what)
     kind, predicate_type, subjects = doc.get("_type"), doc.get("predicateType"), doc.get("subject")
-    if kind not in STATEMENT_TYPES:
+    if kind not in _STATEMENT_TYPES:
         raise SignatureMalformed(f"{what} is not an in-toto statement (_type {one_line(repr(kind))[:80]})")
     if not isinstance(predicate_type, str) or not predicate_type:
         raise SignatureMalformed(f"{what} has no predicateType")

@@ -41,17 +41,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from kiln.basics.errors import SigningKeyInvalid, SigningPasswordInvalid, one_line
 
-PRIVATE_PEM_TYPES = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
-PRIVATE_PEM_TYPE = PRIVATE_PEM_TYPES[0]  # what cosign writes since it renamed COSIGN -> SIGSTORE
-PUBLIC_PEM_TYPE = "PUBLIC KEY"
+_PRIVATE_PEM_TYPES = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
+_PRIVATE_PEM_TYPE = _PRIVATE_PEM_TYPES[0]  # what cosign writes since it renamed COSIGN -> SIGSTORE
+_PUBLIC_PEM_TYPE = "PUBLIC KEY"
 # go-securesystemslib encrypted.go: legacyParams, standardParams, owaspParams (N, r, p)
-SCRYPT_PARAMS = ((32768, 8, 1), (65536, 8, 1), (131072, 8, 1))
-WRITE_SCRYPT = SCRYPT_PARAMS[1]  # `Standard`, encrypted.Encrypt's default
-SALT_BYTES = 32  # encrypted.go saltSize
-KEY_BYTES = nacl.secret.SecretBox.KEY_SIZE  # 32: boxKeySize
-NONCE_BYTES = nacl.secret.SecretBox.NONCE_SIZE  # 24: boxNonceSize
-SCRYPT_MAXMEM = 256 * 1024 * 1024  # 2^17 * 8 * 128 bytes = 128 MiB, OpenSSL needs headroom above it
-MAX_KEY_FILE = 64 * 1024  # a key file is a few hundred bytes; refuse to read a huge one
+_SCRYPT_PARAMS = ((32768, 8, 1), (65536, 8, 1), (131072, 8, 1))
+_WRITE_SCRYPT = _SCRYPT_PARAMS[1]  # `Standard`, encrypted.Encrypt's default
+_SALT_BYTES = 32  # encrypted.go saltSize
+_KEY_BYTES = nacl.secret.SecretBox.KEY_SIZE  # 32: boxKeySize
+_NONCE_BYTES = nacl.secret.SecretBox.NONCE_SIZE  # 24: boxNonceSize
+_SCRYPT_MAXMEM = 256 * 1024 * 1024  # 2^17 * 8 * 128 bytes = 128 MiB, OpenSSL needs headroom above it
+_MAX_KEY_FILE = 64 * 1024  # a key file is a few hundred bytes; refuse to read a huge one
 _PEM = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)\r?\n-----END \1-----", re.S)
 
 
@@ -130,23 +130,23 @@ def _b64(data: bytes) -> str:
 
 def _scrypt(password: bytes, salt: bytes, params: tuple[int, int, int]) -> bytes:
     n, r, p = params
-    return hashlib.scrypt(password, salt=salt, n=n, r=r, p=p, dklen=KEY_BYTES, maxmem=SCRYPT_MAXMEM)
+    return hashlib.scrypt(password, salt=salt, n=n, r=r, p=p, dklen=_KEY_BYTES, maxmem=_SCRYPT_MAXMEM)
 
 
-def encrypt(key: PrivateKey, password: bytes) -> bytes:
+def _encrypt(key: PrivateKey, password: bytes) -> bytes:
     """The private key as cosign writes it (encrypted.Encrypt, then pem.EncodeToMemory).
     Field order follows Go's struct order (kdf, cipher, ciphertext) so the file reads the
     same as cosign's; any order is read back."""
-    salt, nonce = secrets.token_bytes(SALT_BYTES), secrets.token_bytes(NONCE_BYTES)
-    box = nacl.secret.SecretBox(_scrypt(password, salt, WRITE_SCRYPT))
+    salt, nonce = secrets.token_bytes(_SALT_BYTES), secrets.token_bytes(_NONCE_BYTES)
+    box = nacl.secret.SecretBox(_scrypt(password, salt, _WRITE_SCRYPT))
     ciphertext = box.encrypt(key.pkcs8(), nonce).ciphertext  # tag + message, as secretbox.Seal
-    n, r, p = WRITE_SCRYPT
+    n, r, p = _WRITE_SCRYPT
     doc = {
         "kdf": {"name": "scrypt", "params": {"N": n, "r": r, "p": p}, "salt": _b64(salt)},
         "cipher": {"name": "nacl/secretbox", "nonce": _b64(nonce)},
         "ciphertext": _b64(ciphertext),
     }
-    return _pem(PRIVATE_PEM_TYPE, json.dumps(doc, separators=(",", ":")).encode())
+    return _pem(_PRIVATE_PEM_TYPE, json.dumps(doc, separators=(",", ":")).encode())
 
 
 def _pem_block(data: bytes, source: str, kinds: tuple[str, ...]) -> tuple[str, bytes]:
@@ -186,7 +186,7 @@ def _bytes_field(doc: object, path: str, source: str, size: int | None = None) -
 def _decrypt(data: bytes, password: bytes, source: str) -> PrivateKey:
     """A private key from cosign's encrypted PEM (either PEM type), as cosign's
     LoadPrivateKey reads it: decrypt, then PKCS#8."""
-    _, body = _pem_block(data, source, PRIVATE_PEM_TYPES)
+    _, body = _pem_block(data, source, _PRIVATE_PEM_TYPES)
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -197,12 +197,12 @@ def _decrypt(data: bytes, password: bytes, source: str) -> PrivateKey:
     if cipher != "nacl/secretbox":
         raise SigningKeyInvalid(f"{source}: unknown cipher {one_line(str(cipher))!r} (cosign writes nacl/secretbox)")
     params = tuple(_field(doc, f"kdf.params.{k}", source) for k in ("N", "r", "p"))
-    if params not in SCRYPT_PARAMS:
+    if params not in _SCRYPT_PARAMS:
         # go-securesystemslib refuses other parameters too: a tampered N would cost unbounded memory
         raise SigningKeyInvalid(f"{source}: unsupported scrypt parameters N={params[0]}, r={params[1]}, "
                                 f"p={params[2]} (cosign writes N=32768 or 65536 with r=8, p=1)")
     salt = _bytes_field(doc, "kdf.salt", source)
-    nonce = _bytes_field(doc, "cipher.nonce", source, NONCE_BYTES)
+    nonce = _bytes_field(doc, "cipher.nonce", source, _NONCE_BYTES)
     ciphertext = _bytes_field(doc, "ciphertext", source)
     box = nacl.secret.SecretBox(_scrypt(password, salt, params))
     try:
@@ -244,8 +244,8 @@ def _describe(key: object) -> str:
     return type(key).__name__.removeprefix("_").replace("PrivateKey", "").replace("PublicKey", "") or "non-ECDSA"
 
 
-def public_key_from_pem(data: bytes, source: str) -> PublicKey:
-    _, der = _pem_block(data, source, (PUBLIC_PEM_TYPE,))
+def _public_key_from_pem(data: bytes, source: str) -> PublicKey:
+    _, der = _pem_block(data, source, (_PUBLIC_PEM_TYPE,))
     try:
         key = serialization.load_der_public_key(der)
     except (ValueError, UnsupportedAlgorithm):
@@ -259,18 +259,18 @@ def public_key_from_pem(data: bytes, source: str) -> PublicKey:
 def _read(path: Path) -> bytes:
     try:
         with path.open("rb") as fh:
-            data = fh.read(MAX_KEY_FILE + 1)
+            data = fh.read(_MAX_KEY_FILE + 1)
     except FileNotFoundError:
         raise SigningKeyInvalid(f"{path}: no such key file") from None
     except OSError as exc:
         raise SigningKeyInvalid(f"{path}: cannot read ({exc.strerror})") from None
-    if len(data) > MAX_KEY_FILE:
+    if len(data) > _MAX_KEY_FILE:
         raise SigningKeyInvalid(f"{path}: {len(data)}+ bytes is not a key file")
     return data
 
 
 def load_public_key(path: Path) -> PublicKey:
-    return public_key_from_pem(_read(path), str(path))
+    return _public_key_from_pem(_read(path), str(path))
 
 
 def load_private_key(path: Path, password: bytes) -> PrivateKey:
@@ -294,7 +294,7 @@ def write_key_pair(prefix: Path, password: bytes) -> KeyPairFiles:
             raise SigningKeyInvalid(f"{path} exists; kiln does not overwrite keys",
                                     hint="move it away, or choose another --output-key-prefix")
     key = generate()
-    pem = encrypt(key, password)
+    pem = _encrypt(key, password)
     try:
         _write_new(private, pem, 0o600)
         try:

@@ -47,17 +47,17 @@ from kiln.domain.signing.keys import PrivateKey, PublicKey
 from kiln.infra.manifests import index_children
 from kiln.infra.registry import TAG, BlobTooLarge, RegistryClient, Target
 
-MAX_PAYLOAD_BYTES = 64 * 1024  # a simple-signing payload is ~300 bytes
-MAX_ENVELOPE_BYTES = 64 * 1024 * 1024  # an SBOM of a large image is a few MB; cosign's own cap is 128 MiB
+_MAX_PAYLOAD_BYTES = 64 * 1024  # a simple-signing payload is ~300 bytes
+_MAX_ENVELOPE_BYTES = 64 * 1024 * 1024  # an SBOM of a large image is a few MB; cosign's own cap is 128 MiB
 KILN_PREDICATES = (cosign.CYCLONEDX_PREDICATE, cosign.SLSA_PROVENANCE_V1)
 
 # the failures a layer can have, least telling first (the last one seen of the highest
 # rank is what a verification that found no good layer reports)
 _RANK: tuple[type[KilnError], ...] = (SignatureMalformed, SignatureInvalid, SignedByOtherKey,
                                       SignedIdentityMismatch, AttestationSubjectMismatch, SignedDigestMismatch)
-LayerFailure = (SignatureMalformed, SignatureInvalid, SignedByOtherKey, SignedIdentityMismatch,
+_LayerFailure = (SignatureMalformed, SignatureInvalid, SignedByOtherKey, SignedIdentityMismatch,
                 AttestationSubjectMismatch, SignedDigestMismatch)
-Fetch = Callable[[cosign.LayerRef, int], bytes]
+_Fetch = Callable[[cosign.LayerRef, int], bytes]
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def _same_identity(signed: str, expected: str) -> bool:
 
 
 @dataclass(frozen=True)
-class ImageRef:
+class _ImageRef:
     """What `kiln verify` was asked about: a repository and a tag, a digest, or both
     (`REPO:TAG@sha256:...`: the tag must still point at that digest)."""
 
@@ -101,7 +101,7 @@ class ImageRef:
         return f"{self.target.host}/{self.target.path}{tag}{digest}"
 
 
-def parse_reference(ref: str, *, plain_http: bool = False) -> ImageRef:
+def parse_reference(ref: str, *, plain_http: bool = False) -> _ImageRef:
     """`[http://|https://]HOST[:PORT]/PATH[:TAG][@sha256:HEX]`."""
     text = ref.strip()
     scheme, sep, rest = text.partition("://")
@@ -119,7 +119,7 @@ def parse_reference(ref: str, *, plain_http: bool = False) -> ImageRef:
         raise RegistryInvalid(f"{one_line(ref)} names neither a tag nor a digest",
                               hint="append :TAG or @sha256:DIGEST (kiln does not assume :latest)")
     target = Target.parse(prefix + parts.host, parts.path, plain_http=plain_http)
-    return ImageRef(target, parts.tag, parts.digest)
+    return _ImageRef(target, parts.tag, parts.digest)
 
 
 # -- checking one layer ---------------------------------------------------------------------------
@@ -182,41 +182,41 @@ def _most_telling(failures: list[KilnError]) -> KilnError:
 
 # -- checking a .sig / .att image ----------------------------------------------------------------------
 @dataclass(frozen=True)
-class AttestationCheck:
+class _AttestationCheck:
     predicate_type: str
     layer_digest: str
     verified: bool
     problem: str | None = None
 
 
-class VerifiedSignature(NamedTuple):
+class _VerifiedSignature(NamedTuple):
     """The layer of a .sig manifest that verified, and what its payload claims."""
 
     layer: cosign.LayerRef
     claims: cosign.SimpleSigning
 
 
-def _verify_signature_image(body: bytes, fetch: Fetch, key: PublicKey, digest: str, repository: str,
-                           where: str) -> VerifiedSignature:
+def _verify_signature_image(body: bytes, fetch: _Fetch, key: PublicKey, digest: str, repository: str,
+                           where: str) -> _VerifiedSignature:
     """The first layer of a .sig manifest that verifies, or the most telling failure."""
     layers = cosign.parse_artefact_manifest(body, where)
     failures: list[KilnError] = []
     for i, layer in enumerate(layers):
         at = f"{where} layer {i}" if len(layers) > 1 else where
         try:
-            payload = fetch(layer, MAX_PAYLOAD_BYTES)
-            return VerifiedSignature(layer, _check_signature_layer(layer, payload, key, digest, repository, at))
-        except LayerFailure as exc:
+            payload = fetch(layer, _MAX_PAYLOAD_BYTES)
+            return _VerifiedSignature(layer, _check_signature_layer(layer, payload, key, digest, repository, at))
+        except _LayerFailure as exc:
             failures.append(exc)
     raise _most_telling(failures)
 
 
-def _verify_attestation_image(body: bytes, fetch: Fetch, key: PublicKey, digest: str, required: Sequence[str],
-                             where: str) -> list[AttestationCheck]:
+def _verify_attestation_image(body: bytes, fetch: _Fetch, key: PublicKey, digest: str, required: Sequence[str],
+                             where: str) -> list[_AttestationCheck]:
     """Every layer of a .att manifest checked; each required predicate type needs one good
     layer (cosign's rule for verify-attestation --type)."""
     layers = cosign.parse_artefact_manifest(body, where)
-    checks: list[AttestationCheck] = []
+    checks: list[_AttestationCheck] = []
     failures: dict[str, list[KilnError]] = {}
     for i, layer in enumerate(layers):
         at = f"{where} layer {i}"
@@ -224,12 +224,12 @@ def _verify_attestation_image(body: bytes, fetch: Fetch, key: PublicKey, digest:
         # is its signed statement's
         label = layer.annotations.get(cosign.PREDICATE_TYPE_ANNOTATION, "(no predicateType)")
         try:
-            statement = _check_attestation_layer(layer, fetch(layer, MAX_ENVELOPE_BYTES), key, digest, at)
-        except LayerFailure as exc:
+            statement = _check_attestation_layer(layer, fetch(layer, _MAX_ENVELOPE_BYTES), key, digest, at)
+        except _LayerFailure as exc:
             failures.setdefault(label, []).append(exc)
-            checks.append(AttestationCheck(label, layer.digest, False, exc.message))
+            checks.append(_AttestationCheck(label, layer.digest, False, exc.message))
             continue
-        checks.append(AttestationCheck(statement.predicate_type, layer.digest, True))
+        checks.append(_AttestationCheck(statement.predicate_type, layer.digest, True))
     for kind in required:
         if any(c.verified and c.predicate_type == kind for c in checks):
             continue
@@ -244,7 +244,7 @@ def _verify_attestation_image(body: bytes, fetch: Fetch, key: PublicKey, digest:
 
 
 # -- against a registry -------------------------------------------------------------------------------
-def _fetcher(client: RegistryClient, where: str) -> Fetch:
+def _fetcher(client: RegistryClient, where: str) -> _Fetch:
     def fetch(layer: cosign.LayerRef, limit: int) -> bytes:
         if layer.size > limit:
             raise SignatureMalformed(f"{where}: layer {layer.digest} claims {layer.size} bytes, more than "
@@ -262,8 +262,8 @@ def _fetcher(client: RegistryClient, where: str) -> Fetch:
 
 
 # cosign's tags of a digest's signature and attestations (cosign.signature_tag, attestation_tag)
-SignatureTag = Annotated[str, StringConstraints(pattern=r"^sha256-[0-9a-f]{64}\.sig$")]
-AttestationTag = Annotated[str, StringConstraints(pattern=r"^sha256-[0-9a-f]{64}\.att$")]
+_SignatureTag = Annotated[str, StringConstraints(pattern=r"^sha256-[0-9a-f]{64}\.sig$")]
+_AttestationTag = Annotated[str, StringConstraints(pattern=r"^sha256-[0-9a-f]{64}\.att$")]
 
 
 @with_config(CLOSED)
@@ -284,11 +284,11 @@ class VerificationJson(TypedDict):
     repository: str
     digest: Sha256
     key_fingerprint: Sha256
-    signature_tag: SignatureTag
+    signature_tag: _SignatureTag
     signature_manifest: Sha256
     signature_layer: Sha256
     signed_identity: str
-    attestation_tag: AttestationTag | None
+    attestation_tag: _AttestationTag | None
     attestation_manifest: Sha256 | None
     attestations: list[AttestationCheckJson]
     verified: Literal[True]
@@ -310,7 +310,7 @@ class Verification:
     signed_identity: str
     attestation_tag: str | None = None
     attestation_manifest: str | None = None
-    attestations: list[AttestationCheck] = field(default_factory=list)
+    attestations: list[_AttestationCheck] = field(default_factory=list)
     verified: bool = True
     platforms: dict[str, Verification] = field(default_factory=dict)
 
@@ -318,7 +318,7 @@ class Verification:
         return cast(VerificationJson, asdict(self))  # asdict of exactly these fields
 
 
-def resolve(client: RegistryClient, ref: ImageRef) -> str:
+def resolve(client: RegistryClient, ref: _ImageRef) -> str:
     """The manifest digest `ref` names now; a pinned digest its tag no longer points at fails."""
     where = f"{ref.target.host}/{ref.target.path}"
     if ref.tag:
@@ -391,7 +391,7 @@ def _verify_platforms(client: RegistryClient, digest: str, key: PublicKey, requi
 
 # -- signing --------------------------------------------------------------------------------------------
 @dataclass
-class SigningResult:
+class _SigningResult:
     key_fingerprint: str
     signature_tag: str
     signature_manifest: str
@@ -420,7 +420,7 @@ def _push(client: RegistryClient, tag: str, image: cosign.ArtefactImage) -> str:
 
 
 def sign_image(client: RegistryClient, digest: str, key: PrivateKey, attestations: Sequence[Attestation], *,
-               creator: str) -> SigningResult:
+               creator: str) -> _SigningResult:
     """Sign `digest` and attach `attestations` in the client's repository (see module doc).
     The payload's optional claims carry the creator, the time and the signing key's
     fingerprint (public; it lets a verifier name the key that signed)."""
@@ -433,14 +433,14 @@ def sign_image(client: RegistryClient, digest: str, key: PrivateKey, attestation
     fetch = _fetcher(client, target.ref(sig_tag))
     for layer in _existing_layers(client, sig_tag):
         try:
-            payload = fetch(layer, MAX_PAYLOAD_BYTES)
+            payload = fetch(layer, _MAX_PAYLOAD_BYTES)
         except SignatureMalformed as exc:  # a damaged layer is dropped, not carried along
             log.warn(f"{exc.message}; dropping that layer")
             continue
         try:
             _check_signature_layer(layer, payload, key.public, digest, repository, sig_tag)
             reused = True
-        except LayerFailure:
+        except _LayerFailure:
             pass
         kept.append(layer)  # other signers' signatures stay, as `cosign sign` appends
     present = client.manifest(sig_tag) if reused else None  # None too when it went meanwhile
@@ -465,4 +465,4 @@ def sign_image(client: RegistryClient, digest: str, key: PrivateKey, attestation
             env = cosign.envelope(body, key.sign(cosign.pae(cosign.IN_TOTO, body)))
             layers.append(cosign.attestation_layer(env, att.predicate_type))
         att_manifest = _push(client, att_tag, cosign.artefact_image(layers))
-    return SigningResult(fingerprint, sig_tag, signature_manifest, att_tag, att_manifest, types, reused)
+    return _SigningResult(fingerprint, sig_tag, signature_manifest, att_tag, att_manifest, types, reused)

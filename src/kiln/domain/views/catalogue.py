@@ -42,13 +42,13 @@ class InvalidRow(TypedDict):
     problem: str
 
 
-RecipeRow = ValidRow | InvalidRow
+_RecipeRow = ValidRow | InvalidRow
 
 
 class ListDocument(TypedDict):
     """`kiln list --json` (src/kiln/schemas/list.json): every recipe, valid or not."""
 
-    recipes: list[RecipeRow]
+    recipes: list[_RecipeRow]
 
 
 class ImageEntry(TypedDict):
@@ -82,10 +82,10 @@ class ShowDocument(TypedDict):
     launch: LaunchDocument
 
 
-def recipe_rows() -> list[RecipeRow]:
+def recipe_rows() -> list[_RecipeRow]:
     """One row per recipe folder; an invalid recipe is a row too (with its first problem),
     so one broken recipe does not hide the others."""
-    rows: list[RecipeRow] = []
+    rows: list[_RecipeRow] = []
     for name in recipe_names():
         try:
             r = load_recipe(recipes_dir() / name).recipe

@@ -53,7 +53,7 @@ def index_name(name: str) -> str:
     return str(docker.auth.resolve_index_name(name))
 
 
-STORED_AUTH = Shape(StoredAuth)
+_STORED_AUTH = Shape(StoredAuth)
 
 
 def config_auth(config: dict[str, object], host: str) -> StoredAuth:
@@ -65,4 +65,4 @@ def config_auth(config: dict[str, object], host: str) -> StoredAuth:
     except docker.errors.DockerException as exc:
         raise DockerError(" ".join(str(exc).split())[:200]) from None
     # the SDK's dict of what the config (or a credential helper) holds: checked, never trusted
-    return STORED_AUTH.check(found or {}, source="its entry", error=DockerError)
+    return _STORED_AUTH.check(found or {}, source="its entry", error=DockerError)

@@ -25,7 +25,7 @@ from kiln.infra.docker.containers import Container, ExecResult
 from kiln.infra.docker.faults import _daemon, fault_text, one_line, short
 from kiln.infra.docker.streams import BuildResult, PullStream, PushResult, StreamError
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 class DockerDaemon:
@@ -332,13 +332,13 @@ class DockerDaemon:
         script: str,
         *,
         marker: str,
-        answer: Shape[T],
+        answer: Shape[_T],
         what: str,
         timeout_s: float,
         env: dict[str, str] | None = None,
         cause: str = "",
         user: str | None = None,
-    ) -> T:
+    ) -> _T:
         """`throwaway.run_script` on this daemon (its docstring is the contract)."""
         return throwaway.run_script(
             self.client,

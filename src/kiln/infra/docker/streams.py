@@ -24,10 +24,10 @@ _BOOKKEEPING = re.compile(r"^ ---> |^Removing intermediate container ")
 _RUN_STATUS = re.compile(r"returned a non-zero code: (\d+)")
 
 # one decoded JSON object of a daemon stream
-Chunk = dict[str, Any]
+_Chunk = dict[str, Any]
 
 
-class BuildEvents(Protocol):
+class _BuildEvents(Protocol):
     """What a build reports while the daemon streams it (`progress.BuildDisplay` shows it)."""
 
     def step_started(self, number: str, total: str, line: str) -> None: ...
@@ -39,7 +39,7 @@ class BuildEvents(Protocol):
     def output(self, line: str, *, chatter: bool) -> None: ...
 
 
-class PushEvents(Protocol):
+class _PushEvents(Protocol):
     """What a push reports while the daemon streams it (`progress.PushDisplay` shows it)."""
 
     def sending(self, layers: int, done: int, total: int) -> None: ...
@@ -51,7 +51,7 @@ class PushEvents(Protocol):
     def layer_retrying(self, layer: str, status: str) -> None: ...
 
 
-class PullEvents(Protocol):
+class _PullEvents(Protocol):
     """What a pull reports while the daemon streams it (`progress.PullDisplay` shows it)."""
 
     def layer(self, layer: str, status: str, progress: str, *, done: int, total: int) -> None: ...
@@ -89,7 +89,7 @@ class BuildStream:
     each step's timing and the output kept for a failure's report); what happens is
     reported to `events`."""
 
-    def __init__(self, label: str, events: BuildEvents):
+    def __init__(self, label: str, events: _BuildEvents):
         self.label = label
         self.events = events
         self.tail: deque[str] = deque(maxlen=40)
@@ -106,7 +106,7 @@ class BuildStream:
         self.result.step_times.append(BuildStep(self.current, dt, self.current_cached))
         self.events.step_finished(dt, self.current_cached)
 
-    def feed(self, chunk: Chunk) -> None:
+    def feed(self, chunk: _Chunk) -> None:
         if "error" in chunk or "errorDetail" in chunk:
             detail = chunk.get("errorDetail") or {}
             message = str(detail.get("message") or chunk.get("error", "")).strip()
@@ -158,7 +158,7 @@ def _run_status(code: object, message: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def guarded(stream: Iterator[Chunk]) -> Iterator[Chunk]:
+def guarded(stream: Iterator[_Chunk]) -> Iterator[_Chunk]:
     """The build stream, with a broken connection (daemon stopped or restarted mid-build,
     or a stream cut short) raised as one exception type instead of whatever layer
     noticed it. An APIError stays one: the SDK raises the daemon's refusal of the build
@@ -186,12 +186,12 @@ class PushStream:
     """The daemon's push stream, read into a `PushResult`: one event per finished layer
     and the bytes sent so far, so a multi-GB push is visibly alive without a line per chunk."""
 
-    def __init__(self, events: PushEvents):
+    def __init__(self, events: _PushEvents):
         self.events = events
         self.sent: dict[str, tuple[int, int]] = {}  # layer id -> (current, total)
         self.result = PushResult()
 
-    def feed(self, chunk: Chunk) -> None:
+    def feed(self, chunk: _Chunk) -> None:
         if "error" in chunk or "errorDetail" in chunk:
             detail = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error", "")
             raise StreamError(str(detail).strip())
@@ -223,11 +223,11 @@ class PullStream:
     """The daemon's pull stream: each layer's bytes, summed into one progress event; an
     error in the stream (the registry's refusal) is a StreamError."""
 
-    def __init__(self, events: PullEvents):
+    def __init__(self, events: _PullEvents):
         self.events = events
         self.layers: dict[str, tuple[int, int]] = {}  # layer id -> (bytes done, bytes total)
 
-    def feed(self, chunk: Chunk) -> None:
+    def feed(self, chunk: _Chunk) -> None:
         if "error" in chunk or "errorDetail" in chunk:
             said = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error", "")
             raise StreamError(one_line(str(said)))

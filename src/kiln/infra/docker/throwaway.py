@@ -17,7 +17,7 @@ from kiln.basics.errors import BuildFailed
 from kiln.infra.docker.containers import ExecResult
 from kiln.infra.docker.faults import _FAULTS, DockerError, _daemon, fault_text, timed_out
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 def run_script(
@@ -26,13 +26,13 @@ def run_script(
     script: str,
     *,
     marker: str,
-    answer: Shape[T],
+    answer: Shape[_T],
     what: str,
     timeout_s: float,
     env: dict[str, str] | None = None,
     cause: str = "",
     user: str | None = None,
-) -> T:
+) -> _T:
     """Run `python -c script` in a throwaway, network-less container of `image_id` and
     return the JSON the script printed after `marker ` on one line of its output, checked
     against `answer`, the type the script writes (as `user` when given, else the image's
