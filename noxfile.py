@@ -173,7 +173,7 @@ def arm64(session):
 def schemas(session):
     """Opt-in: regenerate src/kiln/schemas/*.json, the `--json` documents' JSON Schemas,
     from their TypedDicts (the unit tier fails while a file is stale)."""
-    session.run("python", "-m", "kiln.commands.jsonschemas")
+    session.run("python", "-m", "kiln.commands.json_schemas")
 
 
 @nox.session

@@ -75,7 +75,7 @@ def serve_moe(docker, loaded, image_id: str, args: list[str]) -> dict:
 def moe_numbers(docker, image_id: str) -> dict:
     """tiny-moe with its draft model and with speculation turned off the way an operator
     does (`--speculative-config None`, vLLM's own spelling, replaces the baked flag)."""
-    from kiln.domain.images.specs import resolve
+    from kiln.domain.images.definitions import resolve
 
     loaded = resolve(NAME).loaded
     return {"spec": serve_moe(docker, loaded, image_id, []),
@@ -100,9 +100,9 @@ def twin_numbers(docker) -> dict:
     from kiln_testkit.twinserve import counters, prompts, serving
 
     from kiln.commands.images.build import build_recipe
-    from kiln.commands.serving.smokechecks import feature_ratio
-    from kiln.domain.images.specs import require_built
-    from kiln.domain.recipes.engine_features import engine_features
+    from kiln.commands.serving.smoke_checks import feature_ratio
+    from kiln.domain.images.definitions import require_built
+    from kiln.domain.recipes.feature_registry import engine_features
 
     build_recipe(TWIN, docker=docker, quiet_summary=True)
     built = require_built(docker, TWIN)
@@ -154,7 +154,7 @@ def main() -> None:
         return
     from kiln.basics import paths
     from kiln.commands.images.build import build_engine, build_recipe
-    from kiln.domain.images.specs import resolve
+    from kiln.domain.images.definitions import resolve
     from kiln.infra.docker import DockerDaemon
 
     reuse = "--reuse" in sys.argv

@@ -36,12 +36,12 @@ from kiln_testkit.tree import REPO
 from kiln.basics import log
 from kiln.basics.errors import KilnError
 from kiln.commands.images.build import build_engine, build_recipe
-from kiln.domain.imagecheck import engineverify, launchargs
+from kiln.domain.imagecheck import declared_engine, launch_arg_check
 from kiln.domain.images import wheelhouse
-from kiln.domain.images.buildcontext import BuildContext
-from kiln.domain.images.cabundle import add_to_context
-from kiln.domain.images.specs import LOCK_ARC, platform_suffix, resolve
-from kiln.domain.locks import enginelock
+from kiln.domain.images.build_context import BuildContext
+from kiln.domain.images.ca_bundle import add_to_context
+from kiln.domain.images.definitions import LOCK_ARC, platform_suffix, resolve
+from kiln.domain.locks import engine_lock
 from kiln.infra.docker import DockerDaemon
 
 NAME = "glm53-kindling"
@@ -137,7 +137,7 @@ def _plain_context(engine_image) -> BuildContext:
     lock = engine_image.lock
     # the target's own lock files: a cross-placed engine's context also carries the
     # host's pins and uv for its builder stages; the anchor runs every step on the target
-    for name, data in enginelock.context_files(lock, engine_image.platform).items():
+    for name, data in engine_lock.context_files(lock, engine_image.platform).items():
         ctx.add_bytes(f"_kiln/lock/{name}", data)
     ctx.add_file(LOCK_ARC, engine_image.lock_file)
     wheels = wheelhouse.fetch_locked(lock, engine_image.platform, lock_file=engine_image.lock_file,
@@ -231,7 +231,7 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None, platform: 
 
     image = recipe_id or engine_id
     code, out = in_image(docker, image, "-c", MACHINE_CHECK)
-    machine = enginelock.platform(platform).machine
+    machine = engine_lock.platform(platform).machine
     check(f"import torch and vllm on {machine}: machine, torch.version.cuda", code == 0 and f"machine {machine} " in out,
           out)
     code, out = in_image(docker, image, "-c", "import vllm, kiln_engine; print('vllm', vllm.__version__)")
@@ -247,12 +247,12 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None, platform: 
         code, out = in_image(docker, recipe_id, "-c", RUNNER_CHECK)
         check("import of the patched GPU runner (recipe image)", code == 0, out)
     try:
-        found = launchargs.check_engine_image(docker, loaded, engine_id)  # names, values, knobs
+        found = launch_arg_check.check_engine_image(docker, loaded, engine_id)  # names, values, knobs
         check("launch command against the engine's own vLLM parser", not found, "\n".join(found) or "all accepted")
     except KilnError as exc:
         check("launch command against the engine's own vLLM parser", False, exc.message)
     try:
-        bogus = launchargs.problems(_with_bogus_flag(loaded), launchargs.engine_args(docker, engine_id))
+        bogus = launch_arg_check.problems(_with_bogus_flag(loaded), launch_arg_check.engine_args(docker, engine_id))
         check("a bogus flag is rejected (negative control)", len(bogus) == 1, "\n".join(bogus))
     except KilnError as exc:
         check("a bogus flag is rejected (negative control)", False, exc.message)
@@ -262,7 +262,7 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None, platform: 
     check(f"kiln check {NAME} --platform {platform} (exit {done.returncode})",
           done.returncode == 0 and "launch args not checked" not in said, said)
     try:
-        engineverify.verify_labels(loaded, docker.client.images.get(image))
+        declared_engine.verify_labels(loaded, docker.client.images.get(image))
         check("torch/CUDA/NCCL labels match the recipe", True, json.dumps(_labels(docker, image)))
     except KilnError as exc:
         check("torch/CUDA/NCCL labels match the recipe", False, exc.message)
@@ -306,7 +306,7 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true", help="rebuild without the layer cache (downloads again)")
     ap.add_argument("--no-proofs", action="store_true", help="skip the in-image proofs (minutes)")
     ap.add_argument("--render-only", action="store_true", help=f"re-render {DOC.name} from {DATA.name}")
-    ap.add_argument("--platform", choices=sorted(enginelock.PLATFORMS), default="linux/amd64",
+    ap.add_argument("--platform", choices=sorted(engine_lock.PLATFORMS), default="linux/amd64",
                     help="build and check this platform's images (linux/arm64 on x86-64: under qemu where "
                          "it must run; scripts/setup.sh --arm64 and kiln base build --platform linux/arm64 first)")
     args = ap.parse_args()

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 
-from kiln.domain.reproducible import imagediff
+from kiln.domain.reproducible import image_diff
 from kiln.infra import records
 from kiln.infra.docker import DockerDaemon
 
@@ -41,7 +41,7 @@ def kiln(*args: str) -> float:
 
 
 def refs(ns: str, cuda: bool = False) -> dict[str, str]:
-    from kiln.domain.images.specs import resolve
+    from kiln.domain.images.definitions import resolve
 
     if cuda:
         kindling = resolve(CUDA_RECIPE)
@@ -153,7 +153,7 @@ def main() -> int:
         if len(a["layers"]) != len(b["layers"]):
             print(f"  layer count {len(a['layers'])} vs {len(b['layers'])}: DIFFERENT")
         if not same:
-            diff = imagediff.compare(a["layers"], b["layers"],
+            diff = image_diff.compare(a["layers"], b["layers"],
                                      _comparable(docker.require_image(a["id"]).attrs),
                                      _comparable(docker.require_image(b["id"]).attrs),
                                      lambda i=a["id"]: docker.save(i), lambda i=b["id"]: docker.save(i))

@@ -25,8 +25,8 @@ from pathlib import Path
 def main(argv=None) -> None:
     from kiln_testkit.twinserve import counters, prompts, run_set, serving, spec_decode_stats
 
-    from kiln.domain.images.specs import require_built, resolve
-    from kiln.domain.recipes.engine_features import engine_features
+    from kiln.domain.images.definitions import require_built, resolve
+    from kiln.domain.recipes.feature_registry import engine_features
     from kiln.infra.docker import DockerDaemon
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -98,7 +98,7 @@ def _delta(after: dict, before: dict) -> dict:
 
 
 def feature_summary(feature, values: dict) -> str:
-    from kiln.commands.serving.smokechecks import feature_ratio
+    from kiln.commands.serving.smoke_checks import feature_ratio
 
     parts = []
     for name in ("dead_fraction", "acceptance"):

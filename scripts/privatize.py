@@ -23,7 +23,7 @@ annotated assignment; also inside a top-level `if`/`try`/`with`):
   tests follow the rename (`from m import name` and every use of that binding in its
   scope; `m.name`; `monkeypatch.setattr(m, "name", ...)`, `getattr(m, "name")`,
   `mock.patch.object(m, "name")`; `"kiln.a.b.name"`), as tests already reach other
-  private names through their module (`signverify._fetcher`). In its module, the rename
+  private names through their module (`signatures._fetcher`). In its module, the rename
   covers every use, scope by scope (a parameter or local of the same name is left
   alone), string annotations, the string a TypeVar/NewType is named by, `name` in
   backticks in the module's comments and in its module and function docstrings; in every
@@ -84,11 +84,11 @@ IMAGE_SCRIPTS = ROOT / "docker-images"  # Python scripts shipped into images (no
 TEXT_FILES = ("pyproject.toml", "Makefile", "scripts/*.sh", ".ci/*", "docker-images/**/Dockerfile")
 TEST_DIRS = ("tests",)
 DOCS = ("docs", "README.md")
-# the in-image modules by the file names they are shipped under (kiln.domain.images.specs)
+# the in-image modules by the file names they are shipped under (kiln.domain.images.definitions)
 SHIPPED_AS = {
     "kiln_patching": "kiln.inimage.patch_applier",
-    "kiln_patchformat": "kiln.inimage.patchformat",
-    "kiln_hfcache": "kiln.inimage.hfcache",
+    "kiln_patchformat": "kiln.inimage.patch_format",
+    "kiln_hfcache": "kiln.inimage.hf_cache",
 }
 INIMAGE = "kiln.inimage"
 # Names that stay public though no other module uses them: "module:name" -> why.
@@ -849,7 +849,7 @@ def _prose(src: Source) -> list[tuple[int, int, bytes]]:
 
 def _qualified_prose_edits(scans: list[FileScan], renames: dict[tuple[str, str], str]) -> list[Edit]:
     """`module.name` (or `kiln.a.module.name`) in other files' comments and docstrings, for
-    each renamed name: `launchprobe.PROBE_ENV` -> `launchprobe._PROBE_ENV`."""
+    each renamed name: `launch_arg_probe.PROBE_ENV` -> `launch_arg_probe._PROBE_ENV`."""
     by_name: dict[str, list[str]] = defaultdict(list)
     for module, name in renames:
         by_name[name].append(module)

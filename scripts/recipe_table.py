@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from kiln.domain.views.readme_table import replace_in
+from kiln.domain.catalogue.readme_table import replace_in
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

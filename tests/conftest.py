@@ -36,7 +36,7 @@ def docker_daemon(request):
 
 @pytest.fixture(scope="session")
 def base_image(docker_daemon) -> str:
-    from kiln.commands.images.baseimage import _build_base
+    from kiln.commands.images.base_image import _build_base
 
     tag = "kiln/base:bookworm"
     if docker_daemon.image(tag) is None:
@@ -48,7 +48,7 @@ def base_image(docker_daemon) -> str:
 def tiny_moe(docker_daemon, base_image):
     """(loaded recipe, RecipeImage, docker Image) of tiny-moe, built by the real CLI (a
     no-op when the daemon already has an image for these inputs)."""
-    from kiln.domain.images.specs import require_built
+    from kiln.domain.images.definitions import require_built
 
     result = run_kiln("build", "tiny-moe")
     assert result.returncode == 0, result.stderr[-4000:]
@@ -59,7 +59,7 @@ def tiny_moe(docker_daemon, base_image):
 def tiny_kindling(docker_daemon, base_image):
     """BuiltRecipe (loaded recipe, RecipeImage, docker Image) of tiny-kindling (the CPU twin of
     glm53-kindling), built by the real CLI; shares engine-cpu with tiny-moe."""
-    from kiln.domain.images.specs import require_built
+    from kiln.domain.images.definitions import require_built
 
     result = run_kiln("build", "tiny-kindling")
     assert result.returncode == 0, result.stderr[-4000:]

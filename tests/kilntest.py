@@ -75,7 +75,7 @@ def machine_share(lock_dir: Path, *, alone: bool) -> Iterator[None]:
 def kiln_containers_on(engine, port: int) -> list:
     """Containers kiln started (any state) whose run URL names host port `port`: what one
     test's `kiln run --port PORT` made, whatever else runs beside it."""
-    from kiln.domain.serving.launch import LABEL_RECIPE, LABEL_URL
+    from kiln.domain.serving.launch_command import LABEL_RECIPE, LABEL_URL
 
     return [c for c in engine.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
             if c.labels.get(LABEL_URL, "").endswith(f":{port}")]

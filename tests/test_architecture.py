@@ -136,4 +136,4 @@ def test_the_checks_can_fail():
     assert "kiln/domain/k9s.py" in named and not (SRC / "kiln/domain/k9s.py").exists()
     assert not _covered("kiln/domain/serving/k8s.py", named)
     assert _covered("kiln/domain/patching/series.py", named)
-    assert not _covered("kiln/domain/images/specs.py", {"kiln/domain/"})
+    assert not _covered("kiln/domain/images/definitions.py", {"kiln/domain/"})

@@ -11,12 +11,12 @@ import pytest
 from kilntest import REPO
 
 from kiln.basics.errors import LaunchArgInvalid
-from kiln.domain.imagecheck import launchargs
-from kiln.domain.imagecheck.launchargs import Job, _ProbeAnswer, _Refusal
+from kiln.domain.imagecheck import launch_arg_check
+from kiln.domain.imagecheck.launch_arg_check import Job, _ProbeAnswer, _Refusal
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import load_recipe
-from kiln.domain.serving.launch import _vllm_argv
-from kiln.inimage import launchprobe
+from kiln.domain.serving.launch_command import _vllm_argv
+from kiln.inimage import launch_arg_probe
 
 ALL_STAGES = ("parse", "serve", "engine-args", "config", "speculative", "env")
 
@@ -43,10 +43,10 @@ def _answer(*refusals: _Refusal, version: str | None = "0.32.0") -> _ProbeAnswer
     return _ProbeAnswer(version=version, kiln_engine="0.1.0", refusals=refusals, stages=ALL_STAGES)
 
 
-def _accepted(loaded) -> launchargs._EngineArgs:
+def _accepted(loaded) -> launch_arg_check._EngineArgs:
     """A flag set that knows every flag the recipe uses (so only values are judged)."""
     flags = {flag: {"takes_value": value is not True, "default_on": False} for flag, value in loaded.recipe.launch.args.items()}
-    return launchargs._EngineArgs({"version": "0.32.0", "flags": flags,
+    return launch_arg_check._EngineArgs({"version": "0.32.0", "flags": flags,
                                 "speculative_keys": sorted(loaded.recipe.launch.speculative_config or {}),
                                 "speculative_methods": ["draft_model"]})
 
@@ -72,7 +72,7 @@ def test_a_flag_refusal_names_its_recipe_line_flag_value_and_complaint(tmp_path)
     complaint = "argument --max-model-len: invalid human_readable_int_or_auto value: '512; touch /tmp/pwned'"
     answer = _answer(_Refusal("parse", complaint, group=_group_of(job, "launch.args.max-model-len")))
     line = loaded.line_of("launch", "args", "max-model-len")
-    assert launchargs._launch_problems(loaded, _accepted(loaded), job, answer) == [
+    assert launch_arg_check._launch_problems(loaded, _accepted(loaded), job, answer) == [
         f"recipes/tiny-moe/recipe.yaml:{line}: launch.args.max-model-len: vLLM 0.32.0 refuses "
         f"--max-model-len '512; touch /tmp/pwned': {complaint}"]
 
@@ -81,7 +81,7 @@ def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
     job = Job.of(loaded)
     group = _group_of(job, "launch.speculative_config")
-    found = [p.line for p in launchargs._value_problems(loaded, job, _answer(
+    found = [p.line for p in launch_arg_check._value_problems(loaded, job, _answer(
         _Refusal("speculative", "SpeculativeConfig.num_speculative_tokens: Input should be greater than 0",
                 group=group, key="num_speculative_tokens"),
         _Refusal("speculative", "SpeculativeConfig.model: Input should be a valid string", group=group, key="model")))]
@@ -99,7 +99,7 @@ def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
 def test_env_refusals_name_the_recipe_env_line_or_the_override_line(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-kindling", {}))
     job = Job.of(loaded)
-    found = [p.line for p in launchargs._value_problems(loaded, job, _answer(
+    found = [p.line for p in launch_arg_check._value_problems(loaded, job, _answer(
         _Refusal("env", "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8,75497472': nonsense",
                 var="KILN_DRAFT_TRUNC_MOE_LAYER"),
         # set by the draft-trunc override tiny-kindling takes from glm53-kindling
@@ -120,8 +120,8 @@ def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 3\n" + schedule}))
     job = Job.of(loaded)
     complaint = "dynamic speculation schedule: Batch-size range (0, 4) must be positive."
-    (line,) = [p.line for p in launchargs._value_problems(loaded, job, _answer(_Refusal(
-        "speculative", complaint, group=_group_of(job, "launch.speculative_config"), key=launchprobe._SCHEDULE_KEY)))]
+    (line,) = [p.line for p in launch_arg_check._value_problems(loaded, job, _answer(_Refusal(
+        "speculative", complaint, group=_group_of(job, "launch.speculative_config"), key=launch_arg_probe._SCHEDULE_KEY)))]
     at = loaded.line_of("launch", "speculative_config", "num_speculative_tokens_per_batch_size")
     assert line == (f"recipes/tiny-moe/recipe.yaml:{at}: launch.speculative_config.num_speculative_tokens_per_batch_size: "
                     "vLLM 0.32.0 refuses 'num_speculative_tokens_per_batch_size=[[0, 4, 3]]' in --speculative-config: "
@@ -131,7 +131,7 @@ def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
 def test_a_refusal_of_the_whole_line_names_the_launch_block(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
     job = Job.of(loaded)
-    found = [p.line for p in launchargs._value_problems(loaded, job, _answer(_Refusal("engine-args", "ValueError: no"),
+    found = [p.line for p in launch_arg_check._value_problems(loaded, job, _answer(_Refusal("engine-args", "ValueError: no"),
                                                                           _Refusal("parse", "stale", group=99)))]
     line = loaded.line_of("launch")
     assert found == [f"recipes/tiny-moe/recipe.yaml:{line}: launch: vLLM 0.32.0 refuses the launch command: ValueError: no",
@@ -147,7 +147,7 @@ def test_a_wrong_flag_name_is_said_once(tmp_path):
     del accepted.flags["max-model-lenght"]
     answer = _answer(_Refusal("parse", "unrecognized arguments: --max-model-lenght 5",
                              group=_group_of(job, "launch.args.max-model-lenght")))
-    found = launchargs._launch_problems(loaded, accepted, job, answer)
+    found = launch_arg_check._launch_problems(loaded, accepted, job, answer)
     assert len(found) == 1 and found[0].endswith("launch.args.max-model-lenght: vLLM 0.32.0 does not accept --max-model-lenght")
 
 
@@ -156,7 +156,7 @@ def test_a_long_value_is_shortened_in_the_line(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    dtype: bfloat16\n": f"    dtype: {long}\n"}))
     job = Job.of(loaded)
     answer = _answer(_Refusal("parse", "argument --dtype: invalid choice", group=_group_of(job, "launch.args.dtype")))
-    (line,) = launchargs._launch_problems(loaded, _accepted(loaded), job, answer)
+    (line,) = launch_arg_check._launch_problems(loaded, _accepted(loaded), job, answer)
     assert len(line) < 400 and "..." in line
 
 
@@ -184,7 +184,7 @@ def clean_env(monkeypatch):
 
 
 def test_probe_names_every_bad_knob(clean_env):
-    problems, version = launchprobe._check_env({"KILN_DRAFT_TRUNC_TAU": "2", "KILN_DRAFT_TRUNC_MOE_LAYER": "256,8"})
+    problems, version = launch_arg_probe._check_env({"KILN_DRAFT_TRUNC_TAU": "2", "KILN_DRAFT_TRUNC_MOE_LAYER": "256,8"})
     assert version is not None
     assert [(p["var"], p["message"]) for p in problems] == [
         ("KILN_DRAFT_TRUNC_TAU", "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_TAU='2': must lie in [0, 1]"),
@@ -193,10 +193,10 @@ def test_probe_names_every_bad_knob(clean_env):
 
 
 def test_probe_runs_check_environment_for_combinations(clean_env):
-    problems, _ = launchprobe._check_env({"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "0"})
+    problems, _ = launch_arg_probe._check_env({"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "0"})
     assert len(problems) == 1 and problems[0]["var"] == "KILN_DRAFT_TRUNC", problems
     assert "needs VLLM_MOE_SKIP_PADDING=1" in problems[0]["message"]
-    assert launchprobe._check_env({"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "1"})[0] == []
+    assert launch_arg_probe._check_env({"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "1"})[0] == []
 
 
 def _stand_in_speculative_config():
@@ -250,30 +250,30 @@ def _stand_in_speculative_config():
 ])
 def test_probe_runs_the_model_free_whole_config_checks(spec, expected):
     cls = _stand_in_speculative_config()
-    inst = launchprobe._FieldCheck().instance(cls, dict(spec))
-    assert launchprobe._speculative_whole(cls, inst, spec) == expected
+    inst = launch_arg_probe._FieldCheck().instance(cls, dict(spec))
+    assert launch_arg_probe._speculative_whole(cls, inst, spec) == expected
 
 
 def test_probe_names_the_key_a_complaint_names_first():
     spec = {"method": "x", "num_speculative_tokens": 3, "synthetic_acceptance_rates": [1.0]}
-    assert launchprobe._named_key("synthetic_acceptance_rates must have length 3 (num_speculative_tokens)", spec) == \
+    assert launch_arg_probe._named_key("synthetic_acceptance_rates must have length 3 (num_speculative_tokens)", spec) == \
         "synthetic_acceptance_rates"
     # a key inside a longer name is not named: rejection_sample_method is not `method`
-    assert launchprobe._named_key("rejection_sample_method='synthetic' needs a rate", spec) is None
+    assert launch_arg_probe._named_key("rejection_sample_method='synthetic' needs a rate", spec) is None
 
 
 def test_probe_tidies_pydantic_reports_into_one_line():
     text = ("1 validation error for CompilationConfig\nlevle\n  Unexpected keyword argument [type=x]\n"
             "    For further information visit https://errors.pydantic.dev/2.14/v/x")
-    assert launchprobe._tidy(text) == "1 validation error for CompilationConfig levle Unexpected keyword argument [type=x]"
-    assert len(launchprobe._tidy("y" * 5000)) == launchprobe._MAX_MESSAGE + 3
+    assert launch_arg_probe._tidy(text) == "1 validation error for CompilationConfig levle Unexpected keyword argument [type=x]"
+    assert len(launch_arg_probe._tidy("y" * 5000)) == launch_arg_probe._MAX_MESSAGE + 3
 
 
 def test_probe_imports_nothing_of_kiln():
     """argprobe runs alone inside engine images, where kiln is not installed."""
     import ast
 
-    tree = ast.parse(Path(launchprobe.__file__).read_text())
+    tree = ast.parse(Path(launch_arg_probe.__file__).read_text())
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     assert names and not [n for n in names if n == "kiln" or n.startswith("kiln.")], names

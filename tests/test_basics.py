@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from kiln.basics import clock, imageref
+from kiln.basics import clock, image_ref
 from kiln.basics.files import sha256_file, write_atomic
 
 
@@ -23,13 +23,13 @@ from kiln.basics.files import sha256_file, write_atomic
     ("library/debian", "library/debian", None, None, None, "library/debian"),  # no dot, no port: a path
 ])
 def test_a_reference_splits_as_docker_reads_it(ref, name, tag, digest, host, path):
-    parts = imageref.parse(ref)
+    parts = image_ref.parse(ref)
     assert (parts.name, parts.tag, parts.digest, parts.host, parts.path) == (name, tag, digest, host, path)
     assert str(parts) == ref
 
 
 def test_pinning_drops_the_tag_and_keeps_the_registry_port():
-    assert imageref.parse("localhost:5000/kiln/base:bookworm").pinned("sha256:" + "c" * 64) == \
+    assert image_ref.parse("localhost:5000/kiln/base:bookworm").pinned("sha256:" + "c" * 64) == \
         "localhost:5000/kiln/base@sha256:" + "c" * 64
 
 

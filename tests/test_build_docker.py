@@ -29,7 +29,7 @@ def built(kiln_tree, base_image, docker_daemon):
 
 
 def resolve(name=NAME):
-    from kiln.domain.images.specs import resolve as _resolve
+    from kiln.domain.images.definitions import resolve as _resolve
 
     return _resolve(name)
 

@@ -1,4 +1,4 @@
-"""domain/images/buildspace.py: what an engine build is counted at, and the one line a
+"""domain/images/disk_space.py: what an engine build is counted at, and the one line a
 build that would not fit stops with (the real daemon's side: tests/test_build_docker.py)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kiln.basics.errors import DiskSpaceShort, UsageError
-from kiln.domain.images.buildspace import _GB, EngineBuild, _needed_gb, require_space
+from kiln.domain.images.disk_space import _GB, EngineBuild, _needed_gb, require_space
 
 CUDA_AMD, CUDA_ARM = EngineBuild("cuda", "linux/amd64"), EngineBuild("cuda", "linux/arm64")
 

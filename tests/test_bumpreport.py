@@ -11,12 +11,19 @@ from pathlib import Path
 import pytest
 
 from kiln.cli import main
-from kiln.domain.patching import bumpreport as R
-from kiln.domain.patching import diff as D
+from kiln.domain.patching import bump_report as R
+from kiln.domain.patching import text_diff as D
+from kiln.domain.patching.arg_surface import (
+    _SPEC,
+    FLAG,
+    Change,
+    compare,
+    read_surface,
+    used_changes,
+)
 from kiln.domain.patching.bump import PortedEngine, Row, port_series
-from kiln.domain.patching.engineargs import _SPEC, FLAG, Change, compare, read_surface, used_changes
 from kiln.inimage import patch_applier as applier
-from kiln.inimage import patchformat
+from kiln.inimage import patch_format
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bumpreport"
 HEADER = b"Test\n\nWhy: test\nUpstream: no, test\n\n"
@@ -98,12 +105,12 @@ def test_a_feature_series_gets_one_row_per_state(tmp_path):
            "vllm/d.py": _lines(*body[:10], "line 10 kiln", *body[11:]),  # the change is there: moot
            "vllm/e.py": _lines(*body[:10], "line 10 upstream", *body[11:])}  # the same line changed: conflict
 
-    def patch(name: str, rel: str, before: str, after: str) -> patchformat.Patch:
+    def patch(name: str, rel: str, before: str, after: str) -> patch_format.Patch:
         data = old[rel]
         diff = D.file_diff(rel, data, data.replace(f"{before}\n".encode(), f"{after}\n".encode(), 1))
-        return patchformat.parse_patch(HEADER + diff, name, name)
+        return patch_format.parse_patch(HEADER + diff, name, name)
 
-    series = patchformat.Series("series", [
+    series = patch_format.Series("series", [
         patch("1.patch", "vllm/a.py", "line 10", "line 10 kiln"),
         patch("2.patch", "vllm/b.py", "line 10", "line 10 kiln"),
         patch("3.patch", "vllm/c.py", "line 6", "line 6 kiln"),

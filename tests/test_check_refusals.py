@@ -71,7 +71,7 @@ def test_a_name_far_from_every_knob_lists_the_knobs(checkout):
 def test_every_registered_knob_and_other_kiln_names_pass(checkout):
     from kiln_engine.features import FEATURES
 
-    from kiln.domain.recipes.engine_features import unknown_knob_problems
+    from kiln.domain.recipes.feature_registry import unknown_knob_problems
 
     env = {k.env: "" for f in FEATURES for k in (f.switch, *f.knobs)}
     env |= {"KILN_FEATURES": "x", "KILN_DRAFT_TRUNCATE": "1"}  # no `KILN_DRAFT_TRUNC_` prefix

@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from kiln.domain.images.buildcontext import BuildContext
+from kiln.domain.images.build_context import BuildContext
 
 
 def make_files(root):

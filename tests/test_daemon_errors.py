@@ -222,8 +222,8 @@ def test_a_throwaway_container_the_daemon_cannot_create_fails_the_job_and_one_it
 
 # -- who reports a fault that happens during cleanup -------------------------------------
 def test_a_cleanup_fault_while_another_error_is_on_its_way_out_is_a_warning(capsys):
-    from kiln.domain.serving.container import ServingContainer
-    from kiln.domain.serving.launch import RunSpec
+    from kiln.domain.serving.launch_command import RunSpec
+    from kiln.domain.serving.serving_container import ServingContainer
 
     class Daemon:
         def remove_container(self, name):
@@ -239,7 +239,7 @@ def test_a_cleanup_fault_while_another_error_is_on_its_way_out_is_a_warning(caps
 
 
 def test_a_daemon_fault_during_a_smoke_check_stops_the_smoke_instead_of_failing_the_image():
-    from kiln.commands.serving.smokechecks import SmokeRun
+    from kiln.commands.serving.smoke_checks import SmokeRun
 
     run = SmokeRun()
     run.check("models", raising(AssertionError("served model 'x' not in []")))

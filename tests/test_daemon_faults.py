@@ -192,7 +192,7 @@ def _resident(world: World, docker_daemon) -> str:
     running = docker_daemon.client.containers.list(filters={"label": f"ai.kiln.run.recipe={NAME}"})
     if running:
         return running[0].name
-    from kiln.domain.serving.container import free_port
+    from kiln.domain.serving.serving_container import free_port
 
     started = world.kiln("run", NAME, "--detach", "--port", str(free_port()), through_proxy=False)
     assert started.returncode == 0, started.stderr[-3000:]
@@ -244,7 +244,7 @@ def _build_engine(world: World, case: Case, docker_daemon) -> subprocess.Complet
 
 
 def _run(world: World, case: Case, docker_daemon) -> subprocess.CompletedProcess[str]:
-    from kiln.domain.serving.container import free_port
+    from kiln.domain.serving.serving_container import free_port
 
     port = free_port()
     result = world.kiln("run", NAME, "--detach", "--port", str(port))
@@ -261,7 +261,7 @@ def _run(world: World, case: Case, docker_daemon) -> subprocess.CompletedProcess
 
 def _serve(world: World, case: Case, docker_daemon) -> subprocess.CompletedProcess[str]:
     """A foreground `kiln run`; Ctrl-C once it serves (unless the fault ends it first)."""
-    from kiln.domain.serving.container import free_port, health_ok
+    from kiln.domain.serving.serving_container import free_port, health_ok
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "kiln", "run", NAME, "--port", str(port)], cwd=world.root,

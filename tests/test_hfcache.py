@@ -19,9 +19,9 @@ import yaml
 from kilntest import REPO, run_kiln
 
 from kiln.basics.errors import FetchFailed, HfSnapshotMissing
-from kiln.domain.serving.hffetch import fetch
-from kiln.inimage import hfcache
-from kiln.inimage.hfcache import HfModel, _repo_folder, check, seed, snapshot_dir
+from kiln.domain.serving.hf_fetch import fetch
+from kiln.inimage import hf_cache
+from kiln.inimage.hf_cache import HfModel, _repo_folder, check, seed, snapshot_dir
 
 # `kiln check`, `run --print` and `render k8s` ask a daemon when there is one: not here
 pytestmark = pytest.mark.usefixtures("no_docker")
@@ -115,7 +115,7 @@ def test_in_image_check_runs_alone_and_exits_93_with_one_line(tmp_path):
     """The copy in every engine image (/opt/kiln/lib/kiln_hfcache.py) runs without kiln."""
     cache = tmp_path / "cache"
     seed(_model_dir(tmp_path / "src"), cache, REPO_ID, REV)
-    script = Path(hfcache.__file__)
+    script = Path(hf_cache.__file__)
     models = json.dumps([TARGET.to_json()])
     ok = subprocess.run([sys.executable, "-I", str(script), str(cache), models], capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
@@ -178,7 +178,7 @@ def test_hf_source_fields_are_checked(tmp_path, model, message):
 
 def test_launch_names_the_repo_and_revision_and_runs_offline():
     from kiln.domain.recipes.recipe import load_recipe
-    from kiln.domain.serving.launch import launch_document
+    from kiln.domain.serving.launch_command import launch_document
 
     doc = launch_document(load_recipe(REPO / "recipes" / "tiny-moe-hf"))
     argv = doc["argv"]

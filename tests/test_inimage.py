@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from kiln import inimage
-from kiln.domain.imagecheck import launchargs
+from kiln.domain.imagecheck import launch_arg_check
 from kiln.domain.supplychain import sbom
 
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
@@ -45,7 +45,7 @@ def _imports(path) -> tuple[set[str], set[str]]:
 
 
 def _files():
-    return sorted(inimage.source("hfcache").parent.glob("*.py"))
+    return sorted(inimage.source("hf_cache").parent.glob("*.py"))
 
 
 @pytest.mark.parametrize("path", _files(), ids=lambda p: p.name)
@@ -66,8 +66,8 @@ def test_the_check_sees_a_third_party_import(tmp_path):
 
 
 def test_source_names_the_shipped_files():
-    assert {p.stem for p in _files()} >= {"patch_applier", "patchformat", "hfcache", "launchprobe", "sbomreader"}
-    assert launchargs._PROBE == inimage.source("launchprobe").read_text()
-    assert sbom._inimage_script() == inimage.source("sbomreader").read_text(encoding="utf-8")
+    assert {p.stem for p in _files()} >= {"patch_applier", "patch_format", "hf_cache", "launch_arg_probe", "sbom_reader"}
+    assert launch_arg_check._PROBE == inimage.source("launch_arg_probe").read_text()
+    assert sbom._inimage_script() == inimage.source("sbom_reader").read_text(encoding="utf-8")
     with pytest.raises(FileNotFoundError, match="kiln.inimage has no module 'nope'"):
         inimage.source("nope")

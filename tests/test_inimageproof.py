@@ -1,6 +1,6 @@
 """`kiln smoke --in-image`: the facts a GPU image reports about itself without a GPU
-(kiln.inimage.engineproof, run here by the dev venv's own Python) and how they are judged
-against the recipe (domain.imagecheck.inimageproof)."""
+(kiln.inimage.engine_facts, run here by the dev venv's own Python) and how they are judged
+against the recipe (domain.imagecheck.in_image_smoke)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from kiln.domain.imagecheck import inimageproof
-from kiln.domain.imagecheck.inimageproof import Expected, judge
+from kiln.domain.imagecheck import in_image_smoke
+from kiln.domain.imagecheck.in_image_smoke import Expected, judge
 
 MODULES = ["triton", "vllm", "kiln_engine"]
 GOOD = {
     "machine": "aarch64", "torch": "2.14.0+cu130", "cuda": "13.0", "vllm": "0.33.0",
     "imports": dict.fromkeys(MODULES, "ok"),
-    "plugins": [inimageproof._PLUGIN], "draft_trunc": "vllm.v1.worker.gpu.spec_decode.draft_trunc",
+    "plugins": [in_image_smoke._PLUGIN], "draft_trunc": "vllm.v1.worker.gpu.spec_decode.draft_trunc",
 }
 WANT = Expected(machine="aarch64", cuda="13.0", modules=MODULES, draft_trunc=True)
 
@@ -54,10 +54,10 @@ def test_the_script_as_sent_runs_alone_and_reports_what_it_found():
     and vLLM is absent, so the facts are real and some proofs must fail."""
     from kiln import inimage
 
-    script = inimage.source("engineproof").read_text() + "\nreport(['json', 'kiln_no_such_module'])\n"
+    script = inimage.source("engine_facts").read_text() + "\nreport(['json', 'kiln_no_such_module'])\n"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith(inimageproof._MARKER + " ")]
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith(in_image_smoke._MARKER + " ")]
     facts = json.loads(line.split(" ", 1)[1])
     import platform
 
@@ -72,7 +72,7 @@ def test_the_script_as_sent_runs_alone_and_reports_what_it_found():
 
 
 def _published(smoke: dict, platforms: dict) -> object:
-    from kiln.domain.publishing import PublishResult
+    from kiln.domain.publishing.rules import PublishResult
 
     return PublishResult(recipe="glm53-kindling", image_id="sha256:" + "a" * 64, input_digest="sha256:" + "b" * 64,
                          manifest_digest="sha256:" + "c" * 64, registry="127.0.0.1:5000", repository="kiln/glm",

@@ -1,5 +1,5 @@
 """src/kiln/schemas/*.json are generated from the `--json` documents' TypedDicts
-(kiln.commands.jsonschemas): each file is what its type generates now, and documents the
+(kiln.commands.json_schemas): each file is what its type generates now, and documents the
 code builds validate against them (the commands the unit tier cannot run: build, smoke,
 publish, promote, verify; tests/test_cli.py validates the others' real output)."""
 
@@ -15,11 +15,11 @@ import pytest
 from typing_extensions import TypedDict
 
 from kiln.basics.errors import RecipeInvalid, SmokeFailed
-from kiln.commands import jsonschemas
+from kiln.commands import json_schemas
 from kiln.commands.doctor import DoctorCheck
 from kiln.commands.images.build import BuildDocument, _BuildOutcome
 from kiln.commands.serving.smoke import SmokeDocument, SmokeSkipped
-from kiln.domain.publishing import (
+from kiln.domain.publishing.rules import (
     PlatformEntry,
     PromoteResult,
     PublishResult,
@@ -28,22 +28,22 @@ from kiln.domain.publishing import (
     promote_document,
     publish_document,
 )
-from kiln.domain.signing.signverify import Verification, _AttestationCheck
+from kiln.domain.signing.signatures import Verification, _AttestationCheck
 from kiln.infra.records import CheckEntry, Timings
 
 D = [f"sha256:{c * 64}" for c in "abcdef"]  # six digests
 
 
 def _validate(name: str, doc: Any) -> None:
-    schema = json.loads((jsonschemas._SCHEMAS / f"{name}.json").read_text())
+    schema = json.loads((json_schemas._SCHEMAS / f"{name}.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     jsonschema.validate(json.loads(json.dumps(doc)), schema, cls=jsonschema.Draft202012Validator)
 
 
 def test_every_schema_file_is_what_its_type_generates():
-    assert jsonschemas._stale() == [], (
-        "src/kiln/schemas/ differs from the --json documents' types: run `python -m kiln.commands.jsonschemas`")
-    assert sorted(p.stem for p in jsonschemas._SCHEMAS.glob("*.json")) == sorted(jsonschemas.DOCUMENTS)
+    assert json_schemas._stale() == [], (
+        "src/kiln/schemas/ differs from the --json documents' types: run `python -m kiln.commands.json_schemas`")
+    assert sorted(p.stem for p in json_schemas._SCHEMAS.glob("*.json")) == sorted(json_schemas.DOCUMENTS)
 
 
 class _DoctorDocumentPlus(TypedDict):
@@ -57,22 +57,22 @@ class _DoctorDocumentPlus(TypedDict):
 def test_a_changed_type_or_file_is_stale_and_regenerating_mends_it(tmp_path: Path):
     """The comparison can fail: a type with another key renders another file; an edited,
     a missing and an extra file are each named, and `write` puts the folder right."""
-    doctor = (jsonschemas._SCHEMAS / "doctor.json").read_text()
-    assert jsonschemas._rendered("doctor") == doctor
-    assert '"machine"' in jsonschemas._rendered("doctor", _DoctorDocumentPlus) != doctor
+    doctor = (json_schemas._SCHEMAS / "doctor.json").read_text()
+    assert json_schemas._rendered("doctor") == doctor
+    assert '"machine"' in json_schemas._rendered("doctor", _DoctorDocumentPlus) != doctor
     folder = tmp_path / "schemas"
-    shutil.copytree(jsonschemas._SCHEMAS, folder)
+    shutil.copytree(json_schemas._SCHEMAS, folder)
     (folder / "build.json").write_text(doctor)
     (folder / "list.json").unlink()
     (folder / "old.json").write_text("{}\n")
-    assert jsonschemas._stale(folder) == ["build.json", "list.json", "old.json"]
-    assert jsonschemas._write(folder) == ["build.json", "list.json", "old.json"]
-    assert jsonschemas._stale(folder) == [] and not (folder / "old.json").exists()
+    assert json_schemas._stale(folder) == ["build.json", "list.json", "old.json"]
+    assert json_schemas._write(folder) == ["build.json", "list.json", "old.json"]
+    assert json_schemas._stale(folder) == [] and not (folder / "old.json").exists()
 
 
 def test_what_the_types_say_beyond_python_reaches_the_schemas():
     """Patterns, minimums, closed objects and descriptions come from the types
-    (kiln.basics.jsontypes), so a document that breaks them is refused."""
+    (kiln.basics.json_types), so a document that breaks them is refused."""
     good = _BuildOutcome(tag="kiln/x:1", image_id=D[0], digest=D[1], size=1, seconds=2.0, skipped=False).document("x")
     _validate("build", good)
     for bad in ({"image_id": "sha256:short"}, {"size_bytes": -1}, {"seconds": -0.5}):
@@ -84,7 +84,7 @@ def test_what_the_types_say_beyond_python_reaches_the_schemas():
     _validate("verify", verify)
     with pytest.raises(jsonschema.ValidationError, match="Additional properties"):
         _validate("verify", {**verify, "private_key": "x"})
-    outdated = json.loads((jsonschemas._SCHEMAS / "outdated.json").read_text())
+    outdated = json.loads((json_schemas._SCHEMAS / "outdated.json").read_text())
     assert outdated["properties"]["index"]["description"].startswith("The simple index asked")
 
 
@@ -168,6 +168,6 @@ def test_no_schema_falls_back_to_anything():
             for item in node:
                 walk(item, where)
 
-    for name in jsonschemas.DOCUMENTS:
-        walk(jsonschemas._json_schema(name), name)
+    for name in json_schemas.DOCUMENTS:
+        walk(json_schemas._json_schema(name), name)
     assert loose == []

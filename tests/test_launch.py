@@ -10,7 +10,7 @@ import pytest
 from kilntest import REPO, run_kiln
 
 from kiln.domain.recipes.recipe import load_recipe
-from kiln.domain.serving.launch import RunSpec, _vllm_argv, launch_document
+from kiln.domain.serving.launch_command import RunSpec, _vllm_argv, launch_document
 
 # daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
 pytestmark = pytest.mark.usefixtures("no_docker")

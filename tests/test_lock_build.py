@@ -47,7 +47,7 @@ ENTRYPOINT ["/bin/true"]
 
 
 def _lock_doc(wheels: list[dict], debian: list[dict], requirements: list[str]) -> dict:
-    from kiln.domain.locks import lockrecords as LR
+    from kiln.domain.locks import lock_records as LR
 
     return {
         "kiln_lock": 1, "image": "engine-cpu",
@@ -61,10 +61,10 @@ def _lock_doc(wheels: list[dict], debian: list[dict], requirements: list[str]) -
 
 
 def _six_entry() -> dict:
-    from kiln.domain.images.cabundle import resolve_ca
-    from kiln.infra import pyindex
+    from kiln.domain.images.ca_bundle import resolve_ca
+    from kiln.infra import package_index
 
-    page = pyindex.project("six", cafile=resolve_ca(None).path)
+    page = package_index.project("six", cafile=resolve_ca(None).path)
     f = next(f for f in page.files if f.filename == SIX)
     return {"name": "six", "version": "1.17.0",
             "wheels": {"linux/amd64": {"file": f.filename, "sha256": f.sha256, "sha256_from": "index", "url": f.url}}}
@@ -81,9 +81,9 @@ def _locked_tree(tree: Path, lock: dict) -> Path:
 
 def _debian_closure(docker_daemon) -> list[dict]:
     """What apt installs for python3 and tini on the base today (the mirror's versions)."""
-    from kiln.domain.locks import relock
+    from kiln.domain.locks import lock_resolver
 
-    return [d.to_json() for d in relock._debian_closure(docker_daemon, "kiln/base:bookworm", ["python3", "tini"])]
+    return [d.to_json() for d in lock_resolver._debian_closure(docker_daemon, "kiln/base:bookworm", ["python3", "tini"])]
 
 
 @pytest.mark.docker
@@ -94,11 +94,11 @@ def test_a_tampered_wheel_in_the_wheelhouse_is_refused(kiln_tree, base_image, do
     cache = tmp_path / "cache"
     env = {"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(cache)}
     # the real wheel, downloaded and verified by the locked wheelhouse
-    from kiln.infra import pyindex
+    from kiln.infra import package_index
 
     real = tmp_path / SIX
-    assert pyindex.download(six["wheels"]["linux/amd64"]["url"], real, six["wheels"]["linux/amd64"]["sha256"],
-                            cafile=None if not (p := pyindex._pip_setting("cert")) else Path(p)) == \
+    assert package_index.download(six["wheels"]["linux/amd64"]["url"], real, six["wheels"]["linux/amd64"]["sha256"],
+                            cafile=None if not (p := package_index._pip_setting("cert")) else Path(p)) == \
         six["wheels"]["linux/amd64"]["sha256"]
     data = bytearray(real.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one byte changed: still the same size and name
@@ -206,11 +206,11 @@ def test_arm64_debian_closure_resolves_without_emulation(base_image, docker_daem
     (or arch-independent), none of the base's own packages is listed again at the version
     it already has, and the names are amd64's, the toolchain's per-architecture binutils
     aside (the lock's linux/arm64 half on a machine with no qemu: a fresh CI machine)."""
-    from kiln.domain.locks import relock
+    from kiln.domain.locks import lock_resolver
 
     wanted = ["python3", "tini", "binutils"]
-    native = relock._debian_closure(docker_daemon, base_image, wanted)
-    arm64 = relock._debian_closure(docker_daemon, base_image, wanted, foreign="arm64")
+    native = lock_resolver._debian_closure(docker_daemon, base_image, wanted)
+    arm64 = lock_resolver._debian_closure(docker_daemon, base_image, wanted, foreign="arm64")
     assert {d.architecture for d in native} <= {"amd64", "all"}
     assert {d.architecture for d in arm64} <= {"arm64", "all"}, arm64
     assert "libc6" not in {d.name for d in arm64}  # in the base already, at the mirror's version

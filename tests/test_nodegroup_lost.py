@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from kiln.domain.serving import multinode
-from kiln.domain.serving.multinode import NodeGroup
+from kiln.domain.serving import multi_node
+from kiln.domain.serving.multi_node import NodeGroup
 
 
 class Box:
@@ -27,14 +27,14 @@ def group(*boxes: Box) -> NodeGroup:
 
 
 def test_a_leader_seen_exited_before_its_killed_worker_blames_the_worker(monkeypatch):
-    monkeypatch.setattr(multinode, "_WORKER_SETTLE_S", 3.0)
+    monkeypatch.setattr(multi_node, "_WORKER_SETTLE_S", 3.0)
     now = time.monotonic()
     lost = group(Box(now - 1), Box(now + 1.0)).lost_node()  # the worker's exit shows 1 s later
     assert lost is not None and lost.rank == 1
 
 
 def test_a_leader_that_exits_alone_is_the_lost_node_and_nothing_lost_is_none(monkeypatch):
-    monkeypatch.setattr(multinode, "_WORKER_SETTLE_S", 0.6)
+    monkeypatch.setattr(multi_node, "_WORKER_SETTLE_S", 0.6)
     now = time.monotonic()
     lost = group(Box(now - 1), Box(None), Box(None)).lost_node()
     assert lost is not None and lost.rank == 0

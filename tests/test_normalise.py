@@ -1,4 +1,4 @@
-"""Layer and config normalisation (domain/reproducible/savearchive.py): the same content in gives the
+"""Layer and config normalisation (domain/reproducible/save_archive.py): the same content in gives the
 same bytes out whatever the build's times, owners' names and entry order; a changed byte
 of content gives another digest."""
 
@@ -10,7 +10,7 @@ import json
 import random
 import tarfile
 
-from kiln.domain.reproducible import savearchive as normalise
+from kiln.domain.reproducible import save_archive as normalise
 
 EPOCH = 1_700_000_000
 

@@ -11,7 +11,7 @@ import pytest
 from kilntest import REPO, run_kiln
 
 from kiln.basics.errors import ModelShapeUnknown
-from kiln.domain.planning.modelconfig import parse_config, total_params
+from kiln.domain.planning.model_config import parse_config, total_params
 from kiln.domain.planning.plan import Layout, PlanInput, compute
 from kiln.domain.recipes.accelerators import ACCELERATORS
 from kiln.domain.recipes.recipe import load_recipe

@@ -13,15 +13,15 @@ from kilntest import REPO, run_kiln, write_recipe
 
 from kiln.basics.errors import PlatformUnsupported, RecipeInvalid
 from kiln.commands.recipes.check import _platforms
-from kiln.domain.images import specs
-from kiln.domain.images.specs import (
+from kiln.domain.images import definitions
+from kiln.domain.images.definitions import (
     EngineImage,
     RecipeImage,
     _LazyCA,
     _platform_labels,
     platform_suffix,
 )
-from kiln.domain.locks import enginelock
+from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.recipe import load_recipe, recipe_dir
 
 pytestmark = pytest.mark.usefixtures("no_docker")
@@ -114,14 +114,14 @@ def test_kiln_check_exits_100_with_one_line(tmp_path):
 
 
 def test_platform_gaps_when_the_lock_has_the_platform():
-    lock = enginelock.load(
+    lock = engine_lock.load(
         REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.34.0.lock.json"
     )
-    assert enginelock.platform_gaps(lock, "linux/arm64", "2.14.0") == []
-    assert enginelock.platform_gaps(lock, "linux/amd64", "2.14.0") == []
-    cpu = enginelock.load(REPO / "docker-images" / "engine-cpu" / "locks" / "vllm-0.32.0.lock.json")
-    assert enginelock.platform_gaps(cpu, "linux/amd64", None) == []
-    assert len(enginelock.platform_gaps(cpu, "linux/arm64", None)) == 2
+    assert engine_lock.platform_gaps(lock, "linux/arm64", "2.14.0") == []
+    assert engine_lock.platform_gaps(lock, "linux/amd64", "2.14.0") == []
+    cpu = engine_lock.load(REPO / "docker-images" / "engine-cpu" / "locks" / "vllm-0.32.0.lock.json")
+    assert engine_lock.platform_gaps(cpu, "linux/amd64", None) == []
+    assert len(engine_lock.platform_gaps(cpu, "linux/arm64", None)) == 2
 
 
 def test_input_digest_is_per_platform_and_amd64s_is_unchanged():
@@ -130,7 +130,7 @@ def test_input_digest_is_per_platform_and_amd64s_is_unchanged():
     loaded = load_recipe(recipe_dir("glm53-kindling"))
     engine = loaded.recipe.engine
     default, amd64, arm64 = (EngineImage(engine, _LazyCA(None), p) for p in (None, "linux/amd64", "linux/arm64"))
-    assert enginelock.host_platform() == "linux/amd64"  # this suite's machines; the default is the host's
+    assert engine_lock.host_platform() == "linux/amd64"  # this suite's machines; the default is the host's
     assert default.digest == amd64.digest != arm64.digest
     assert amd64.alias_tag == "kiln/engine-cuda:vllm-0.34.0"
     assert arm64.alias_tag == "kiln/engine-cuda:vllm-0.34.0-arm64"
@@ -333,7 +333,7 @@ def test_emulated_smoke_limits_are_scaled_and_capped():
 
 
 def test_base_tags_per_platform():
-    from kiln.commands.images.baseimage import _base_tag
+    from kiln.commands.images.base_image import _base_tag
 
     assert (
         _base_tag("kiln/base:bookworm", None)
@@ -350,7 +350,7 @@ def test_base_tags_per_platform():
 def test_a_platform_without_debian_pins_is_a_gap():
     """engine-cuda installs Debian packages from the lock's pins: an arm64 half with wheels
     but no pins could not build (its apt step would have nothing to install from)."""
-    lock = enginelock.load(
+    lock = engine_lock.load(
         REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.34.0.lock.json"
     )
     assert (
@@ -358,7 +358,7 @@ def test_a_platform_without_debian_pins_is_a_gap():
     )  # resolved under qemu on kiln/base:bookworm-arm64
     assert {d.architecture for d in lock.debian_packages["linux/arm64"]} <= {"arm64", "all"}
     lock.debian_packages = {"linux/amd64": lock.debian_packages["linux/amd64"]}
-    [gap] = enginelock.platform_gaps(lock, "linux/arm64", None)
+    [gap] = engine_lock.platform_gaps(lock, "linux/arm64", None)
     assert gap.startswith("Debian package pins (binutils binutils-aarch64-linux-gnu g++ gcc") and "for arm64" in gap
 
 
@@ -366,7 +366,7 @@ def test_arm64_engine_cuda_is_cross_placed_on_an_x86_64_host_and_amd64_is_not():
     """engine-cuda for linux/arm64 built on x86-64: uv places the aarch64 wheels on the
     host's own machine (builder stages FROM the host base marked arm64), so its context
     carries the host's Debian pins and uv beside the target's; amd64 builds as before."""
-    assert enginelock.host_platform() == "linux/amd64"
+    assert engine_lock.host_platform() == "linux/amd64"
     engine = load_recipe(recipe_dir("glm53-kindling")).recipe.engine
     amd, arm = (EngineImage(engine, _LazyCA(None), p) for p in ("linux/amd64", "linux/arm64"))
     assert not amd.cross_placed and amd.buildargs() == {"BASE_IMAGE": "kiln/base:bookworm", "ENGINE_VERSION": "0.34.0"}
@@ -395,9 +395,9 @@ def test_an_engine_dockerfile_without_the_wheel_platform_arg_is_not_cross_placed
     assert "\nARG WHEEL_PLATFORM=\n" in text
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(text.replace("ARG WHEEL_PLATFORM", "ARG OTHER_NAME"))
-    assert specs._declares_arg(arm.dir / "Dockerfile", "WHEEL_PLATFORM")
-    assert not specs._declares_arg(dockerfile, "WHEEL_PLATFORM")
-    monkeypatch.setattr(specs, "_declares_arg", lambda path, name: False)
+    assert definitions._declares_arg(arm.dir / "Dockerfile", "WHEEL_PLATFORM")
+    assert not definitions._declares_arg(dockerfile, "WHEEL_PLATFORM")
+    monkeypatch.setattr(definitions, "_declares_arg", lambda path, name: False)
     assert not arm.cross_placed and arm.builder_image == arm.base_ref == "kiln/base:bookworm-arm64"
     assert "BUILDER_IMAGE" not in arm.buildargs()
 

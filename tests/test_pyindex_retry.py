@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from kiln.basics.errors import EngineFetchFailed
-from kiln.infra import pyindex
+from kiln.infra import package_index
 
 PAGE = {"name": "six", "versions": ["1.17.0"],
         "files": [{"filename": "six-1.17.0-py2.py3-none-any.whl", "url": "https://files.example/six.whl",
@@ -26,7 +26,7 @@ PAGE = {"name": "six", "versions": ["1.17.0"],
 
 @pytest.fixture(autouse=True)
 def no_waiting(monkeypatch):
-    monkeypatch.setattr(pyindex, "_RETRY_WAITS_S", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(package_index, "_RETRY_WAITS_S", (0.0, 0.0, 0.0))
 
 
 @contextmanager
@@ -44,7 +44,7 @@ def _index(statuses: list[int]):
             code = statuses[min(len(seen), len(statuses)) - 1]
             body = json.dumps(PAGE).encode() if code == 200 else b"no"
             self.send_response(code)
-            self.send_header("Content-Type", pyindex._ACCEPT if code == 200 else "text/plain")
+            self.send_header("Content-Type", package_index._ACCEPT if code == 200 else "text/plain")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
@@ -61,7 +61,7 @@ def _index(statuses: list[int]):
 @pytest.mark.parametrize("blip", [503, 502, 429])
 def test_a_passing_server_error_is_tried_again_until_the_page_comes(blip):
     with _index([blip, blip, 200]) as (index, seen):
-        page = pyindex.project("Six", cafile=None, index=index)
+        page = package_index.project("Six", cafile=None, index=index)
     assert [f.filename for f in page.files] == ["six-1.17.0-py2.py3-none-any.whl"]
     assert seen == ["/simple/six/"] * 3
 
@@ -70,15 +70,15 @@ def test_a_passing_server_error_is_tried_again_until_the_page_comes(blip):
 def test_a_missing_page_fails_on_the_first_answer():
     with _index([404]) as (index, seen), \
             pytest.raises(EngineFetchFailed, match=r"package index: .*/simple/six/: HTTP 404$"):
-        pyindex.project("six", cafile=None, index=index)
+        package_index.project("six", cafile=None, index=index)
     assert len(seen) == 1
 
 
 @pytest.mark.registry  # HTTP on 127.0.0.1
 def test_a_server_error_that_persists_fails_after_the_last_wait():
     with _index([503]) as (index, seen), pytest.raises(EngineFetchFailed, match=r"HTTP 503$"):
-        pyindex.project("six", cafile=None, index=index)
-    assert len(seen) == len(pyindex._RETRY_WAITS_S) + 1
+        package_index.project("six", cafile=None, index=index)
+    assert len(seen) == len(package_index._RETRY_WAITS_S) + 1
 
 
 def _urlopen_failing(errors: list[BaseException]):
@@ -96,8 +96,8 @@ def _urlopen_failing(errors: list[BaseException]):
 def test_a_resolver_that_says_try_again_is_tried_again(monkeypatch):
     again = urllib.error.URLError(socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"))
     urlopen, calls = _urlopen_failing([again, TimeoutError("timed out")])
-    monkeypatch.setattr(pyindex.urllib.request, "urlopen", urlopen)
-    page = pyindex.project("six", cafile=None, index="https://pypi.example/simple")
+    monkeypatch.setattr(package_index.urllib.request, "urlopen", urlopen)
+    page = package_index.project("six", cafile=None, index="https://pypi.example/simple")
     assert page.versions == ["1.17.0"]
     assert len(calls) == 3
 
@@ -105,7 +105,7 @@ def test_a_resolver_that_says_try_again_is_tried_again(monkeypatch):
 def test_a_name_that_does_not_exist_fails_at_once(monkeypatch):
     noname = urllib.error.URLError(socket.gaierror(socket.EAI_NONAME, "Name or service not known"))
     urlopen, calls = _urlopen_failing([noname])
-    monkeypatch.setattr(pyindex.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(package_index.urllib.request, "urlopen", urlopen)
     with pytest.raises(EngineFetchFailed, match=r"pypi\.example/simple/six/: .*Name or service not known"):
-        pyindex.project("six", cafile=None, index="https://pypi.example/simple")
+        package_index.project("six", cafile=None, index="https://pypi.example/simple")
     assert len(calls) == 1

@@ -9,8 +9,8 @@ import pytest
 
 from kiln.basics.errors import BaseLockMismatch, RebuildSourceMissing
 from kiln.commands.images import rebuild
-from kiln.domain.locks import baselock
-from kiln.domain.reproducible import imagediff
+from kiln.domain.locks import base_lock
+from kiln.domain.reproducible import image_diff
 
 
 def _img(**labels):
@@ -36,18 +36,18 @@ def test_images_that_cannot_be_rebuilt_say_why(labels, why):
 def test_first_file_difference_names_path_and_fact():
     a = {"opt": ("5", 0o755, 0, 0, 0, "", 0, ""), "opt/p.txt": ("0", 0o644, 0, 0, 3, "", 0, "aa")}
     b = {**a, "opt/p.txt": ("0", 0o644, 0, 0, 3, "", 0, "bb")}
-    assert imagediff._first_file_difference(a, b) == ("opt/p.txt", "content (sha256) differs: aa vs bb")
-    assert imagediff._first_file_difference(a, a) is None
-    assert imagediff._first_file_difference(a, {"opt": a["opt"]}) == ("opt/p.txt", "only in the first image")
+    assert image_diff._first_file_difference(a, b) == ("opt/p.txt", "content (sha256) differs: aa vs bb")
+    assert image_diff._first_file_difference(a, a) is None
+    assert image_diff._first_file_difference(a, {"opt": a["opt"]}) == ("opt/p.txt", "only in the first image")
 
 
 def test_base_lock_mismatch_is_one_line_naming_the_package(tmp_path):
-    spec = baselock.BaseSpec("bookworm", "minbase", "http://m", "http://s", (), (), "kiln/base:bookworm")
+    spec = base_lock.BaseSpec("bookworm", "minbase", "http://m", "http://s", (), (), "kiln/base:bookworm")
     lock = tmp_path / "bookworm.lock.json"
-    lock.write_text(baselock.lock_document(spec, {"libc6:amd64": "2.36-9+deb12u9", "zlib1g:amd64": "1:1.2.13"}))
-    baselock.check_lock(spec, json.loads(lock.read_text())["packages"], lock)  # the same set: fine
+    lock.write_text(base_lock.lock_document(spec, {"libc6:amd64": "2.36-9+deb12u9", "zlib1g:amd64": "1:1.2.13"}))
+    base_lock.check_lock(spec, json.loads(lock.read_text())["packages"], lock)  # the same set: fine
     with pytest.raises(BaseLockMismatch) as exc:
-        baselock.check_lock(spec, {"libc6:amd64": "2.36-9+deb12u10", "zlib1g:amd64": "1:1.2.13",
+        base_lock.check_lock(spec, {"libc6:amd64": "2.36-9+deb12u10", "zlib1g:amd64": "1:1.2.13",
                                "new:amd64": "1"}, lock)
     msg = exc.value.message
     assert "libc6:amd64 2.36-9+deb12u9 -> 2.36-9+deb12u10" in msg and "(and 1 more)" in msg and "\n" not in msg

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from kilntest import REPO
 
-from kiln.domain.views import readme_table as catalogue
+from kiln.domain.catalogue import readme_table as catalogue
 
 
 def test_readme_table_is_in_sync_with_the_recipes():

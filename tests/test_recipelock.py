@@ -16,9 +16,9 @@ import yaml
 from kilntest import REPO
 
 from kiln.basics.errors import LockInvalid, LockMissing, RecipeInvalid, WheelHashMismatch
-from kiln.domain.images.specs import EngineImage, RecipeImage
-from kiln.domain.locks import enginelock as L
-from kiln.domain.locks import recipelock
+from kiln.domain.images.definitions import EngineImage, RecipeImage
+from kiln.domain.locks import engine_lock as L
+from kiln.domain.locks import recipe_lock
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe
 
 AMD64 = "linux/amd64"
@@ -40,8 +40,8 @@ def _context(loaded: LoadedRecipe):
 def test_tiny_kindling_locks_the_triton_wheel_the_dockerfile_used_to_fetch():
     loaded = load_recipe(REPO / "recipes" / NAME)
     assert loaded.recipe.build.python_packages == ["triton==3.9.0"]
-    path = recipelock.lock_path(loaded.dir)
-    lock = recipelock.for_recipe(loaded)
+    path = recipe_lock.lock_path(loaded.dir)
+    lock = recipe_lock.for_recipe(loaded)
     assert lock is not None and path.read_text() == lock.dumps(), "canonical form (re-lock)"
     (triton,) = lock.python_packages
     assert (triton.name, triton.version) == ("triton", "3.9.0")
@@ -51,13 +51,13 @@ def test_tiny_kindling_locks_the_triton_wheel_the_dockerfile_used_to_fetch():
     assert lock.tools["uv"] == engine.tools["uv"]
     assert (lock.engine_name, lock.engine_version) == (engine.engine_name, engine.engine_version)
     assert "triton" in engine.excluded and engine.package("triton") is None
-    assert recipelock.problems(loaded) == []
+    assert recipe_lock.problems(loaded) == []
 
 
 def test_the_context_carries_the_lock_and_its_requirement_files_in_the_digest():
     loaded = load_recipe(REPO / "recipes" / NAME)
     files = {name: sha for name, _, sha in _context(loaded).manifest()}
-    assert files["recipe.lock.json"] == hashlib.sha256(recipelock.lock_path(loaded.dir).read_bytes()).hexdigest()
+    assert files["recipe.lock.json"] == hashlib.sha256(recipe_lock.lock_path(loaded.dir).read_bytes()).hexdigest()
     entries = {e.arcname: e for e in _context(loaded).entries}
     assert entries["_kiln/lock/python.txt"].content().decode() == f"triton==3.9.0 --hash=sha256:{TRITON[1]}\n"
     wheels = entries["_kiln/lock/wheels.txt"].content().decode().splitlines()
@@ -69,7 +69,7 @@ def test_the_context_carries_the_lock_and_its_requirement_files_in_the_digest():
 def test_a_recipe_without_packages_gets_nothing_of_it():
     """tiny-moe's context (and so its input digest and the README's image id) stays as it was."""
     loaded = load_recipe(REPO / "recipes" / "tiny-moe")
-    assert recipelock.for_recipe(loaded) is None and recipelock.problems(loaded) == []
+    assert recipe_lock.for_recipe(loaded) is None and recipe_lock.problems(loaded) == []
     assert not [e.arcname for e in _context(loaded).entries if e.arcname.startswith(("_kiln/lock", "_kiln/wheels"))]
     image = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None))
     assert image.add_wheels() == [] and "ai.kiln.recipe-lock" not in image.labels()
@@ -89,9 +89,9 @@ def twin(tmp_path) -> Path:
 def _edit_lock(folder: Path, change) -> None:
     """The lock with one change, its requirements' digest recomputed as a re-lock would
     write it (the reader refuses a digest that does not match)."""
-    from kiln.domain.locks.lockrecords import Resolved
+    from kiln.domain.locks.lock_records import Resolved
 
-    path = folder / recipelock._FILE
+    path = folder / recipe_lock._FILE
     doc = json.loads(path.read_text())
     change(doc)
     doc["resolved_from"]["sha256"] = Resolved(doc["resolved_from"]["requirements"]).sha256
@@ -109,10 +109,10 @@ def _edit_recipe(folder: Path, packages) -> None:
 
 
 def test_a_missing_lock_is_named_by_check_and_stops_the_build_before_docker(twin):
-    (twin / recipelock._FILE).unlink()
+    (twin / recipe_lock._FILE).unlink()
     loaded = load_recipe(twin)
-    (problem,) = recipelock.problems(loaded)
-    assert problem.startswith(f"{L.shown(twin / recipelock._FILE)}: no lock for build.python_packages")
+    (problem,) = recipe_lock.problems(loaded)
+    assert problem.startswith(f"{L.shown(twin / recipe_lock._FILE)}: no lock for build.python_packages")
     assert problem.endswith("(kiln engine lock tiny-kindling --recipe-only)")
     with pytest.raises(LockMissing) as err:
         _context(loaded)
@@ -124,7 +124,7 @@ def test_a_missing_lock_is_named_by_check_and_stops_the_build_before_docker(twin
 def test_a_package_named_since_the_lock_was_made_is_named(twin):
     _edit_recipe(twin, ["triton==3.8.0"])
     loaded = load_recipe(twin)
-    (problem,) = recipelock.problems(loaded)
+    (problem,) = recipe_lock.problems(loaded)
     assert "resolved_from: build.python_packages changed since the lock was made: now names triton==3.8.0; " \
            "no longer names triton==3.9.0" in problem
     with pytest.raises(LockInvalid) as err:
@@ -136,9 +136,9 @@ def test_a_package_named_since_the_lock_was_made_is_named(twin):
 def test_a_lock_left_behind_by_a_recipe_that_names_no_packages_is_named(twin):
     _edit_recipe(twin, None)
     loaded = load_recipe(twin)
-    assert recipelock.problems(loaded) == [f"{L.shown(twin / recipelock._FILE)}: the recipe names no "
+    assert recipe_lock.problems(loaded) == [f"{L.shown(twin / recipe_lock._FILE)}: the recipe names no "
                                            "build.python_packages; remove the lock or name them"]
-    assert recipelock.for_recipe(loaded) is None
+    assert recipe_lock.for_recipe(loaded) is None
 
 
 @pytest.mark.parametrize("change,expected", [
@@ -155,8 +155,8 @@ def test_a_lock_left_behind_by_a_recipe_that_names_no_packages_is_named(twin):
 ])
 def test_a_stale_or_hand_edited_lock_is_one_line_naming_file_and_field(twin, change, expected):
     _edit_lock(twin, change)
-    problems = recipelock.problems(load_recipe(twin))
-    assert any(p.startswith(f"{L.shown(twin / recipelock._FILE)}: {expected}") for p in problems), problems
+    problems = recipe_lock.problems(load_recipe(twin))
+    assert any(p.startswith(f"{L.shown(twin / recipe_lock._FILE)}: {expected}") for p in problems), problems
     assert all("\n" not in p for p in problems)
 
 
@@ -166,15 +166,15 @@ def test_a_package_the_engine_lock_installs_already_is_refused(twin):
     _edit_recipe(twin, ["triton==3.9.0", "numpy"])
     _edit_lock(twin, lambda d: (d["resolved_from"].update(requirements=["numpy", "triton==3.9.0"]),
                                 d["python_packages"].insert(0, numpy.to_json())))
-    problems = recipelock.problems(load_recipe(twin))
-    assert problems == [f"{L.shown(twin / recipelock._FILE)}: python_packages: numpy {numpy.version}: the engine "
+    problems = recipe_lock.problems(load_recipe(twin))
+    assert problems == [f"{L.shown(twin / recipe_lock._FILE)}: python_packages: numpy {numpy.version}: the engine "
                         f"lock installs numpy {numpy.version} already (kiln engine lock tiny-kindling --recipe-only)"]
 
 
 def test_an_unreadable_lock_is_the_reader_s_one_line(twin):
-    (twin / recipelock._FILE).write_text("{not json")
-    (problem,) = recipelock.problems(load_recipe(twin))
-    assert problem.startswith(f"{L.shown(twin / recipelock._FILE)}: not JSON")
+    (twin / recipe_lock._FILE).write_text("{not json")
+    (problem,) = recipe_lock.problems(load_recipe(twin))
+    assert problem.startswith(f"{L.shown(twin / recipe_lock._FILE)}: not JSON")
 
 
 # -- the wheels on the host ----------------------------------------------------------------
@@ -183,7 +183,7 @@ def test_a_tampered_cached_wheel_is_refused_naming_the_package_and_the_recipe_lo
     the recipe lock (files already cached: nothing is downloaded)."""
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     loaded = load_recipe(REPO / "recipes" / NAME)
-    lock = recipelock.for_recipe(loaded)
+    lock = recipe_lock.for_recipe(loaded)
     assert lock is not None
     cache = tmp_path / "cache" / "wheels" / "locked"
     cache.mkdir(parents=True)
@@ -216,20 +216,20 @@ def test_bad_python_packages_are_recipe_lines(twin, packages, message):
 def test_re_locking_tiny_kindling_from_the_index_gives_the_committed_lock():
     """uv and the index's JSON API, with the engine lock's versions as constraints: the
     same bytes as committed (nothing written here)."""
-    from kiln.domain.images.cabundle import resolve_ca
-    from kiln.domain.locks import relock
+    from kiln.domain.images.ca_bundle import resolve_ca
+    from kiln.domain.locks import lock_resolver
 
     loaded = load_recipe(REPO / "recipes" / NAME)
-    lock = relock.make_recipe_lock(NAME, list(loaded.recipe.build.python_packages), _engine_lock(),
+    lock = lock_resolver.make_recipe_lock(NAME, list(loaded.recipe.build.python_packages), _engine_lock(),
                                    list(loaded.recipe.engine.platforms), cafile=resolve_ca(None).path)
-    assert lock.dumps() == recipelock.lock_path(loaded.dir).read_text()
+    assert lock.dumps() == recipe_lock.lock_path(loaded.dir).read_text()
 
 
 @pytest.mark.network
 def test_recipe_only_check_asks_the_index_about_the_recipe_lock_alone_and_changes_nothing():
     from kilntest import run_kiln
 
-    path = REPO / "recipes" / NAME / recipelock._FILE
+    path = REPO / "recipes" / NAME / recipe_lock._FILE
     engine = L.lock_path(L.engine_image_dir("cpu"), "vllm", "0.32.0")
     before = path.read_bytes(), engine.read_bytes()
     result = run_kiln("engine", "lock", NAME, "--recipe-only", "--check")
@@ -255,8 +255,8 @@ def test_the_sbom_cites_the_recipe_lock_only_when_the_image_was_built_from_it():
     loaded = load_recipe(REPO / "recipes" / NAME)
     labels = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None)).labels()
     label = labels["ai.kiln.recipe-lock"]
-    committed = recipelock.committed(loaded)
-    assert committed is not None and label == f"recipes/{NAME}/{recipelock._FILE}@sha256:{committed.sha256}"
+    committed = recipe_lock.committed(loaded)
+    assert committed is not None and label == f"recipes/{NAME}/{recipe_lock._FILE}@sha256:{committed.sha256}"
     assert sbom._recipe_lock(loaded, labels) == committed
     assert sbom._recipe_lock(loaded, {**labels, "ai.kiln.recipe-lock": label[:-64] + "0" * 64}) is None
     assert sbom._recipe_lock(loaded, {k: v for k, v in labels.items() if k != "ai.kiln.recipe-lock"}) is None
@@ -268,13 +268,13 @@ def test_the_provenance_lists_the_recipe_lock_and_its_wheels():
     loaded = load_recipe(REPO / "recipes" / NAME)
     image = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None))
     deps = provenance._lock_dependencies(None, image, AMD64, loaded.recipe.engine.base_image.ref)
-    committed = recipelock.committed(loaded)
+    committed = recipe_lock.committed(loaded)
     assert committed is not None
     lock_entry, triton = deps[0], deps[1]
-    assert lock_entry == {"name": f"recipes/{NAME}/{recipelock._FILE}", "digest": {"sha256": committed.sha256},
+    assert lock_entry == {"name": f"recipes/{NAME}/{recipe_lock._FILE}", "digest": {"sha256": committed.sha256},
                           "annotations": {"kiln_role": "recipe-lock"}}
     assert (triton["name"], triton["uri"], triton["digest"]) == (TRITON[0], "pkg:pypi/triton@3.9.0", {"sha256": TRITON[1]})
-    assert triton["annotations"] == {"kiln_role": "locked-python", "kiln_lock": f"recipes/{NAME}/{recipelock._FILE}"}
+    assert triton["annotations"] == {"kiln_role": "locked-python", "kiln_lock": f"recipes/{NAME}/{recipe_lock._FILE}"}
     # tiny-moe's provenance has no such entry
     moe = load_recipe(REPO / "recipes" / "tiny-moe")
     plain = provenance._lock_dependencies(None, RecipeImage(moe, EngineImage(moe.recipe.engine, None)), AMD64,

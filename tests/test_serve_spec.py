@@ -12,8 +12,8 @@ from kiln.basics.errors import UsageError
 from kiln.cli import _build_parser
 from kiln.commands.serving.serve import _parse_env, _vllm_extra
 from kiln.domain.recipes.recipe import load_recipe
-from kiln.domain.serving.container import run_spec
-from kiln.domain.serving.launch import LABEL_RECIPE, RunSpec
+from kiln.domain.serving.launch_command import LABEL_RECIPE, RunSpec
+from kiln.domain.serving.serving_container import run_spec
 
 # daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
 pytestmark = pytest.mark.usefixtures("no_docker")
@@ -121,7 +121,7 @@ class _Client:
 
 
 def test_port_in_use_names_the_kiln_container_holding_it():
-    from kiln.domain.serving.container import _port_in_use as port_in_use
+    from kiln.domain.serving.serving_container import _port_in_use as port_in_use
 
     client = _Client([_Box("kiln-tiny-moe-aaaaaa", 8001), _Box("kiln-tiny-moe-bbbbbb", 8002)])
     err = port_in_use("", 8002, client)

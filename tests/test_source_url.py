@@ -3,25 +3,25 @@ that two clones of one commit (another remote, a local path, a fork) get one ima
 
 from __future__ import annotations
 
-from kiln.domain.images import specs
+from kiln.domain.images import definitions
 
 
 def test_no_committed_url_no_label(tmp_path, monkeypatch):
-    monkeypatch.setattr(specs, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(definitions, "repo_root", lambda: tmp_path)
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
-    assert specs._source_url() == ""
-    labels = specs._oci_labels("kiln/x", "1", specs.sourcedate.SourceDate(0, "unknown"))
+    assert definitions._source_url() == ""
+    labels = definitions._oci_labels("kiln/x", "1", definitions.sourcedate.SourceDate(0, "unknown"))
     assert "org.opencontainers.image.source" not in labels
 
 
 def test_committed_url_is_the_label(tmp_path, monkeypatch):
-    monkeypatch.setattr(specs, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(definitions, "repo_root", lambda: tmp_path)
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[project.urls]\nSource = "https://example.org/kiln.git"\n')
-    labels = specs._oci_labels("kiln/x", "1", specs.sourcedate.SourceDate(0, "unknown"))
+    labels = definitions._oci_labels("kiln/x", "1", definitions.sourcedate.SourceDate(0, "unknown"))
     assert labels["org.opencontainers.image.source"] == "https://example.org/kiln.git"
 
 
 def test_unreadable_pyproject_no_label(tmp_path, monkeypatch):
-    monkeypatch.setattr(specs, "repo_root", lambda: tmp_path)
+    monkeypatch.setattr(definitions, "repo_root", lambda: tmp_path)
     (tmp_path / "pyproject.toml").write_text("[project\n")
-    assert specs._source_url() == ""
+    assert definitions._source_url() == ""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from kiln.domain.reproducible import sourcedate
+from kiln.domain.reproducible import source_date
 
 
 def _git(root, *args, when: int | None = None):
@@ -31,17 +31,17 @@ def test_newest_commit_touching_the_inputs_not_head(tmp_path):
     inputs_commit = _git(root, "rev-parse", "HEAD")
     sources = {root / "inputs": ("tests",)}
 
-    assert sourcedate.of(sources, root) == sourcedate.SourceDate(1_000_000, inputs_commit)
+    assert source_date.of(sources, root) == source_date.SourceDate(1_000_000, inputs_commit)
     (root / "README.md").write_text("readme, edited\n")
     (root / "inputs" / "tests" / "t.txt").write_text("an excluded path\n")
     _git(root, "commit", "-qam", "readme and an excluded file", when=2_000_000)
-    assert sourcedate.of(sources, root) == sourcedate.SourceDate(1_000_000, inputs_commit)
+    assert source_date.of(sources, root) == source_date.SourceDate(1_000_000, inputs_commit)
 
     (root / "inputs" / "a.txt").write_text("b\n")
-    dirty = sourcedate.of(sources, root)
-    assert dirty == sourcedate.SourceDate(1_000_000, inputs_commit + "-dirty") and dirty.commit == inputs_commit
+    dirty = source_date.of(sources, root)
+    assert dirty == source_date.SourceDate(1_000_000, inputs_commit + "-dirty") and dirty.commit == inputs_commit
     _git(root, "commit", "-qam", "input", when=3_000_000)
-    assert sourcedate.of(sources, root) == sourcedate.SourceDate(3_000_000, _git(root, "rev-parse", "HEAD"))
+    assert source_date.of(sources, root) == source_date.SourceDate(3_000_000, _git(root, "rev-parse", "HEAD"))
 
 
 def test_outside_git_the_date_is_source_date_epoch_or_zero(tmp_path, monkeypatch):
@@ -49,15 +49,15 @@ def test_outside_git_the_date_is_source_date_epoch_or_zero(tmp_path, monkeypatch
     sources = {tmp_path / "inputs": ()}
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
-    assert sourcedate.of(sources, tmp_path) == sourcedate.SourceDate(0, "unknown")
+    assert source_date.of(sources, tmp_path) == source_date.SourceDate(0, "unknown")
     monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
-    assert sourcedate.of(sources, tmp_path) == sourcedate.SourceDate(1_700_000_000, "unknown")
+    assert source_date.of(sources, tmp_path) == source_date.SourceDate(1_700_000_000, "unknown")
 
 
 def test_a_recipe_image_dates_from_its_dockerfile_too():
     """The recipe Dockerfile enters the context as bytes kiln made (with the harness's
     tail), so it is named as a source on its own."""
-    from kiln.domain.images.specs import resolve
+    from kiln.domain.images.definitions import resolve
 
     recipe_image = resolve("tiny-kindling").recipe_image
     sources = recipe_image.input_sources()
@@ -68,7 +68,7 @@ def test_a_recipe_image_dates_from_its_dockerfile_too():
 
 def test_an_exclude_never_hides_another_input(tmp_path):
     recipe = tmp_path / "recipes" / "r"
-    specs = sourcedate._pathspecs({recipe: ("Dockerfile", "experimental", "README.md"),
+    specs = source_date._pathspecs({recipe: ("Dockerfile", "experimental", "README.md"),
                                   recipe / "Dockerfile": (), recipe / "experimental" / "f": ()}, tmp_path)
     assert ":(top,exclude)recipes/r/README.md" in specs
     assert not any("exclude)recipes/r/Dockerfile" in s or "exclude)recipes/r/experimental" in s for s in specs)

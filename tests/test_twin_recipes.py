@@ -23,7 +23,7 @@ GENERATOR_SHA256 = "f562dbe70da7d2f059129554924e6a0fa537785e300975fe9100a8a14cd2
 
 @pytest.mark.parametrize("name", ["tiny-moe", "tiny-kindling"])
 def test_each_tiny_recipe_gets_the_one_shared_generator_in_its_context(name):
-    from kiln.domain.images.specs import EngineImage, RecipeImage
+    from kiln.domain.images.definitions import EngineImage, RecipeImage
 
     loaded = load_recipe(REPO / "recipes" / name)
     assert loaded.recipe.build.shared == ["make_models.py"]
@@ -88,7 +88,7 @@ def test_tiny_kindling_is_glm53_kindlings_twin():
     assert not (twin.dir / "experimental").exists(), "the override is shared, not copied"
     spec = twin.recipe.launch.speculative_config
     assert spec["num_speculative_tokens"] == glm.recipe.launch.speculative_config["num_speculative_tokens"]
-    from kiln.domain.serving.launch import launch_document
+    from kiln.domain.serving.launch_command import launch_document
 
     def knobs(loaded):
         env = launch_document(loaded)["env"]

@@ -122,7 +122,7 @@ def main() -> None:
     args = p.parse_args()
     global MODELS
     MODELS = args.models.resolve() if args.models else None
-    from kiln.domain.images.specs import require_built
+    from kiln.domain.images.definitions import require_built
     from kiln.infra.docker import DockerDaemon
 
     docker = DockerDaemon()
@@ -138,7 +138,7 @@ def main() -> None:
 
 def _any_built(docker):
     """--dev: the newest kiln/tiny-kindling image, whatever inputs it was built from."""
-    from kiln.domain.images.specs import BuiltRecipe, resolve
+    from kiln.domain.images.definitions import BuiltRecipe, resolve
 
     resolved = resolve("tiny-kindling")
     image = docker.client.images.get("kiln/tiny-kindling:latest")

@@ -36,8 +36,8 @@ from kiln.domain.patching.series import (
     load_series,
     series_for,
 )
-from kiln.domain.serving.launch import launch_document
-from kiln.infra import wheelcache
+from kiln.domain.serving.launch_command import launch_document
+from kiln.infra import wheel_cache
 from kiln.inimage import patch_applier as applier
 
 HERE = Path(__file__).resolve().parent
@@ -72,7 +72,7 @@ def _patched_sources(recipe: str, version: str, work: Path) -> Path:
     loaded = load_recipe(recipe)
     root, _ = engine_root(version, "cuda")
     tree_dir = work / "site"
-    shutil.copytree(root, tree_dir, ignore=shutil.ignore_patterns(wheelcache.MARKER))
+    shutil.copytree(root, tree_dir, ignore=shutil.ignore_patterns(wheel_cache.MARKER))
     feature_series, replacements = feature_overlays(loaded, version)
     twin = HERE / "patches" / version / "series"
     if not twin.is_file():
@@ -84,7 +84,7 @@ def _patched_sources(recipe: str, version: str, work: Path) -> Path:
     tree.commit()
     _log(f"sources: {sum(len(s.patches) for s in series)} patches applied by kiln's applier "
          f"({sum(1 for r in results if r.offsets)} with offsets)")
-    wheel = wheelcache.engine_wheel(version, "cuda")
+    wheel = wheel_cache.engine_wheel(version, "cuda")
     dist_info = f"vllm-{version}.dist-info"
     with zipfile.ZipFile(wheel) as zf:
         for name in ("METADATA", "entry_points.txt", "top_level.txt", "WHEEL"):
@@ -102,7 +102,7 @@ def _patched_sources(recipe: str, version: str, work: Path) -> Path:
 
 def _op_libraries(version: str) -> list[Path]:
     """The wheel's op libraries, each xz-compressed once per wheel (about 3 min on 2 cores)."""
-    wheel = wheelcache.engine_wheel(version, "cuda")
+    wheel = wheel_cache.engine_wheel(version, "cuda")
     folder = cache_dir() / "gpu-twin" / f"ops-{_sha256(wheel)[:16]}"
     folder.mkdir(parents=True, exist_ok=True)
     out = []

@@ -16,7 +16,7 @@ from kiln import __version__
 from kiln.basics import log
 from kiln.basics.errors import KilnError, UsageError
 from kiln.commands import completion, doctor
-from kiln.commands.images import baseimage, build, prune, rebuild, sbom
+from kiln.commands.images import base_image, build, prune, rebuild, sbom
 from kiln.commands.publishing import keys, publish, verify
 from kiln.commands.recipes import check, listing, patches, plan, schema, show
 from kiln.commands.serving import fetch, render, serve, smoke
@@ -24,7 +24,7 @@ from kiln.infra.docker import daemon_fault
 
 # every command module, in the order `kiln --help` lists their commands; each one's
 # register(sub) adds its parser(s) with set_defaults(func=...), func(args) -> exit code
-COMMANDS = (listing, show, check, schema, build, baseimage, prune, doctor, serve, smoke, patches, publish, keys, verify,
+COMMANDS = (listing, show, check, schema, build, base_image, prune, doctor, serve, smoke, patches, publish, keys, verify,
             render, plan, fetch, sbom, rebuild, completion)
 
 

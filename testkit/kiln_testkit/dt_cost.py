@@ -4,7 +4,7 @@ use and the engine image must not carry.
 - ``fit_routed_cost``/``fit_errors``: the fit of the routed-expert time
   coefficients (``kiln_engine.draft_trunc._cost.H200_FIT``) to the H200 table;
 - ``cost_aware_tau``/``candidate_prices`` and the calibration helpers: the device
-  policy of ``_kernels.device.cost_aware_tau`` restated in numpy (same grid, bins, prices
+  policy of ``_kernels.device_functions.cost_aware_tau`` restated in numpy (same grid, bins, prices
   and tie rule), so that ``benchmarks/draft_trunc/sim_trunc.py`` replays exactly
   what the kernel would choose, and the tests check the kernel against it.
 """

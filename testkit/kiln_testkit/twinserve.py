@@ -15,9 +15,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kiln.commands.serving.smokechecks import feature_metrics_text, metric_sum
-from kiln.domain.serving.container import ServingContainer, free_port, run_spec
-from kiln.domain.serving.launch import Mount
+from kiln.commands.serving.smoke_checks import feature_metrics_text, metric_sum
+from kiln.domain.serving.launch_command import Mount
+from kiln.domain.serving.serving_container import ServingContainer, free_port, run_spec
 
 # the client half lives apart so that the GPU twin's runner can use it without kiln
 from kiln_testkit.requestsets import prompts as prompts

@@ -16,7 +16,7 @@ from kilntest import REPO, remove_images, run_kiln
 from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed
 from kiln.commands.images import build
-from kiln.domain.imagecheck import launchargs
+from kiln.domain.imagecheck import launch_arg_check
 
 # beside the serial daemon group (tests/kilntest.py assign_xdist_groups): this module's images are its own
 # recipe's (kiln-test-argcheck) and the real engine-cpu, which no integration test removes
@@ -36,8 +36,8 @@ def cpu_engine_id(docker_daemon, base_image) -> str:
 
 
 @pytest.fixture(scope="module")
-def accepted(docker_daemon, cpu_engine_id) -> launchargs._EngineArgs:
-    return launchargs.engine_args(docker_daemon, cpu_engine_id)
+def accepted(docker_daemon, cpu_engine_id) -> launch_arg_check._EngineArgs:
+    return launch_arg_check.engine_args(docker_daemon, cpu_engine_id)
 
 
 def _recipe(tmp_path: Path, extra_args: str = "", spec_extra: str = "", *, env_extra: str = "",
@@ -71,19 +71,19 @@ def test_engine_parser_is_read_from_the_image_and_cached(accepted, cpu_engine_id
         assert flag in accepted.flags, flag
     assert "num_speculative_tokens" in accepted.speculative_keys
     assert "draft_model" in accepted.speculative_methods
-    assert launchargs._cache_file(cpu_engine_id).is_file()
+    assert launch_arg_check._cache_file(cpu_engine_id).is_file()
 
 
 def test_good_recipe_passes(accepted):
     from kiln.basics.paths import recipes_dir
 
-    assert launchargs.problems(_load(recipes_dir() / "tiny-moe"), accepted) == []
+    assert launch_arg_check.problems(_load(recipes_dir() / "tiny-moe"), accepted) == []
 
 
 def test_unknown_flag_names_the_recipe_line(tmp_path, accepted):
     loaded = _load(_recipe(tmp_path, "    max-model-lenght: 512\n"))
     line = loaded.line_of("launch", "args", "max-model-lenght")
-    found = launchargs.problems(loaded, accepted)
+    found = launch_arg_check.problems(loaded, accepted)
     assert len(found) == 1, found
     assert found[0].endswith(f"recipe.yaml:{line}: launch.args.max-model-lenght: "
                              f"vLLM {accepted.version} does not accept --max-model-lenght")
@@ -91,14 +91,14 @@ def test_unknown_flag_names_the_recipe_line(tmp_path, accepted):
 
 def test_value_and_switch_mistakes_are_caught(tmp_path, accepted):
     loaded = _load(_recipe(tmp_path, "    max-num-batched-tokens: true\n    use-tqdm-on-load: false\n"))
-    found = "\n".join(launchargs.problems(loaded, accepted))
+    found = "\n".join(launch_arg_check.problems(loaded, accepted))
     assert "launch.args.max-num-batched-tokens: --max-num-batched-tokens takes a value" in found
     assert "launch.args.use-tqdm-on-load: false has no effect" in found
 
 
 def test_unknown_speculative_key_is_caught(tmp_path, accepted):
     loaded = _load(_recipe(tmp_path, spec_extra="    num_speculative_tokenz: 2\n"))
-    found = launchargs.problems(loaded, accepted)
+    found = launch_arg_check.problems(loaded, accepted)
     assert len(found) == 1 and "launch.speculative_config.num_speculative_tokenz" in found[0], found
 
 
@@ -207,20 +207,20 @@ def test_a_valid_dynamic_schedule_passes_the_engine(tmp_path, accepted):
 
 def test_the_engine_leaves_the_draft_count_open_so_kiln_bounds_it(tmp_path, docker_daemon, cpu_engine_id, monkeypatch):
     """vLLM 0.32.0's SpeculativeConfig takes num_speculative_tokens: 100000 (it is only
-    `gt=0` without a model), which is why kiln's own bound (specbounds.py) exists: `kiln
+    `gt=0` without a model), which is why kiln's own bound (draft_bounds.py) exists: `kiln
     check` refuses it at its line with exit 2, before any engine is asked. Should a vLLM
     refuse it itself, this test fails: the engine's refusal could then replace kiln's."""
     import dataclasses
     import json
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    job = launchargs.Job.of(_load(_recipe(tmp_path)))
+    job = launch_arg_check.Job.of(_load(_recipe(tmp_path)))
     parts = tuple(dataclasses.replace(p, tokens=(p.tokens[0], p.tokens[1].replace('"num_speculative_tokens":3',
                                                                                 '"num_speculative_tokens":100000')))
                   if p.field == "launch.speculative_config" else p for p in job.parts)
     big = dataclasses.replace(job, parts=parts)
     assert json.loads(parts[-1].tokens[1])["num_speculative_tokens"] == 100000
-    answer = launchargs._ask(docker_daemon, cpu_engine_id, big).answer
+    answer = launch_arg_check._ask(docker_daemon, cpu_engine_id, big).answer
     assert "speculative" in answer.stages and answer.refusals == (), answer
     tree = _tree(tmp_path / "t", replace={"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 100000\n"})
     line = (tree / "recipes" / TEST_RECIPE / "recipe.yaml").read_text().splitlines().index(
@@ -256,13 +256,13 @@ def test_shipped_cpu_recipes_pass_the_value_check(docker_daemon, cpu_engine_id):
 
     for name in ("tiny-moe", "tiny-kindling"):
         loaded = _load(recipes_dir() / name)
-        job = launchargs.Job.of(loaded)
-        accepted, answer = launchargs._ask(docker_daemon, cpu_engine_id, job)
+        job = launch_arg_check.Job.of(loaded)
+        accepted, answer = launch_arg_check._ask(docker_daemon, cpu_engine_id, job)
         assert answer.version.startswith("0.32.0") and answer.kiln_engine, answer
         # every stage ran: the parser, serve's checks, EngineArgs, the config fields, the
         # speculative config and kiln-engine's knobs (tiny-kindling switches draft-trunc on)
         assert answer.stages == ("parse", "serve", "engine-args", "config", "speculative", "env"), answer
-        assert launchargs._launch_problems(loaded, accepted, job, answer) == [], name
+        assert launch_arg_check._launch_problems(loaded, accepted, job, answer) == [], name
 
 
 def test_answer_is_cached_per_command_line(tmp_path, docker_daemon, cpu_engine_id, monkeypatch):
@@ -272,14 +272,14 @@ def test_answer_is_cached_per_command_line(tmp_path, docker_daemon, cpu_engine_i
     runs = []
     real = docker_daemon.run_script
     monkeypatch.setattr(docker_daemon, "run_script", lambda *a, **kw: runs.append(1) or real(*a, **kw))
-    first = launchargs.check_engine_image(docker_daemon, loaded, cpu_engine_id)
+    first = launch_arg_check.check_engine_image(docker_daemon, loaded, cpu_engine_id)
     assert len(runs) == 1 and len(first) == 1 and "SchedulerConfig.max_num_seqs" in first[0], first
-    assert launchargs.check_engine_image(docker_daemon, loaded, cpu_engine_id) == first
+    assert launch_arg_check.check_engine_image(docker_daemon, loaded, cpu_engine_id) == first
     assert len(runs) == 1
     other = _load(_recipe(tmp_path / "b", replace={"    max-num-seqs: 8\n": "    max-num-seqs: 4\n"}))
-    assert launchargs.check_engine_image(docker_daemon, other, cpu_engine_id) == []
+    assert launch_arg_check.check_engine_image(docker_daemon, other, cpu_engine_id) == []
     assert len(runs) == 2
-    assert re.fullmatch(r"[0-9a-f]{24}-[0-9a-f]{32}\.json", launchargs._answer_file(cpu_engine_id, launchargs.Job.of(other)).name)
+    assert re.fullmatch(r"[0-9a-f]{24}-[0-9a-f]{32}\.json", launch_arg_check._answer_file(cpu_engine_id, launch_arg_check.Job.of(other)).name)
 
 
 def test_build_with_bad_flag_fails_with_17_and_leaves_no_tag(tmp_path, accepted, docker_daemon):

@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 @pytest.fixture(scope="module")
 def built(cuda_build_enabled, docker_daemon, base_image):
     from kiln.commands.images.build import build_recipe
-    from kiln.domain.images.specs import resolve
+    from kiln.domain.images.definitions import resolve
 
     outcome = build_recipe("glm53-kindling", docker=docker_daemon, quiet_summary=True)
     resolved = resolve("glm53-kindling")
@@ -39,10 +39,10 @@ def test_patched_runner_and_kiln_engine_import_on_cpu(built, docker_daemon):
 
 
 def test_launch_args_accepted_by_the_built_engine(built):
-    from kiln.domain.imagecheck import launchargs
+    from kiln.domain.imagecheck import launch_arg_check
 
     loaded, _, _ = built
-    assert launchargs.check_against_engine(loaded) == []
+    assert launch_arg_check.check_against_engine(loaded) == []
 
 
 def test_image_runs_as_non_root_without_ca_or_pip(built, docker_daemon):

@@ -42,7 +42,7 @@ def engine_id(cuda_build_enabled, docker_daemon) -> str:
     if given:
         return docker_daemon.client.images.get(given).id
     from kiln.commands.images.build import build_engine
-    from kiln.domain.images.specs import resolve
+    from kiln.domain.images.definitions import resolve
 
     engine_image = resolve("glm53-kindling").engine_image
     return build_engine(docker_daemon, engine_image).image_id
@@ -52,7 +52,7 @@ def engine_id(cuda_build_enabled, docker_daemon) -> str:
 def plain_id(cuda_build_enabled, docker_daemon, engine_id) -> str:
     ref = os.environ.get("KILN_CUDA_PLAIN_IMAGE")
     if not ref:
-        from kiln.domain.images.specs import resolve
+        from kiln.domain.images.definitions import resolve
 
         ref = f"kiln/vllm-plain:{resolve('glm53-kindling').loaded.recipe.engine.version}"
     image = docker_daemon.image(ref)

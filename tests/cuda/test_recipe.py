@@ -21,7 +21,7 @@ def test_recipe_is_a_cuda_recipe_on_one_8_gpu_node(glm):
 
 
 def test_weights_are_read_only_host_mounts_not_baked(glm):
-    from kiln.domain.serving.launch import model_mounts
+    from kiln.domain.serving.launch_command import model_mounts
 
     mounts = dict(model_mounts(glm.recipe))
     assert mounts == {"/data/models/GLM-5.3": "/models/glm-5.3",
@@ -29,7 +29,7 @@ def test_weights_are_read_only_host_mounts_not_baked(glm):
 
 
 def test_speculative_decoding_uses_the_draft_model(glm):
-    from kiln.domain.serving.launch import _vllm_argv
+    from kiln.domain.serving.launch_command import _vllm_argv
 
     argv = _vllm_argv(glm.recipe)
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
@@ -46,7 +46,7 @@ def test_speculative_decoding_uses_the_draft_model(glm):
 
 
 def test_launch_env_is_offline_with_moe_padding_skip_and_draft_trunc_on(glm):
-    from kiln.domain.serving.launch import launch_document
+    from kiln.domain.serving.launch_command import launch_document
 
     env = launch_document(glm)["env"]
     assert env["HF_HUB_OFFLINE"] == "1"

@@ -102,16 +102,16 @@ def vllm_src(vllm_version) -> Path:
     if given is not None:
         return given
     from kiln.basics.errors import EngineFetchFailed
-    from kiln.infra import wheelcache
+    from kiln.infra import wheel_cache
 
     flavour = VLLM_VERSIONS[vllm_version]
     try:
-        return wheelcache.engine_sources(vllm_version, flavour)
+        return wheel_cache.engine_sources(vllm_version, flavour)
     except EngineFetchFailed as exc:
         others = ",".join(v for v in tested_versions() if v != vllm_version)
         opt_out = (f"or leave this version out on purpose with KILN_DT_VLLM_VERSIONS={others}" if others
                    else "or deselect these tests on purpose")
-        pytest.fail(f"vLLM {vllm_version} sources ({wheelcache.distribution(flavour)} wheel) are unavailable: "
+        pytest.fail(f"vLLM {vllm_version} sources ({wheel_cache.distribution(flavour)} wheel) are unavailable: "
                     f"{exc.message}. Fill the wheel cache (~/.cache/kiln/wheels), point "
                     f"KILN_VLLM_SRC_{vllm_version.replace('.', '_')} at a vllm/ source tree, {opt_out}",
                     pytrace=False)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
-from kiln_engine.draft_trunc._kernels import device as kernel
+from kiln_engine.draft_trunc._kernels import device_functions as kernel
 
 _M32 = kernel.MASK32.value
 _STEP_MUL = kernel.STEP_MUL.value

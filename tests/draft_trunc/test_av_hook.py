@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from kiln_engine.draft_trunc import _av, _avstats, _cost, _metrics
+from kiln_engine.draft_trunc import _av, _av_stats, _cost, _metrics
 from kiln_engine.draft_trunc._env import read_knobs
 from kiln_engine.draft_trunc._kernels.av import launch_av
 
@@ -148,7 +148,7 @@ def test_a_flush_reports_what_the_hook_did(draft_trunc, monkeypatch, timing):
     assert got["kiln_draft_trunc_proposed_total"] == 0
     summary = _av.last_summary()
     assert summary is not None and summary["av_steps"] == 3
-    line = _avstats.line(summary, timed=bool(timing))
+    line = _av_stats.line(summary, timed=bool(timing))
     assert line.startswith("draft_trunc av: steps=3 stepped_aside=2 drafts=48 ")
     assert ("hook_us_per_step" in line) == bool(timing)
 

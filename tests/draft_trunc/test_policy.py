@@ -234,7 +234,7 @@ def test_graded_files_verified_drafts_under_their_cells(draft_trunc, seed, k):
     cut, prefill chunks and placeholder drafts are not graded, nor drafts past
     the 12th (their bins do not fit the packed int64)."""
     from dt_reference import _request
-    from kiln_engine.draft_trunc._kernels.device import CAL_DEPTH
+    from kiln_engine.draft_trunc._kernels.device_functions import CAL_DEPTH
 
     rng = np.random.default_rng(seed)
     dt = draft_trunc(policy="cost", explore=0.3, min_keep=1)

@@ -15,7 +15,7 @@ import tarfile
 import pytest
 from kilntest import run_kiln
 
-from kiln.inimage.hfcache import seed, snapshot_dir
+from kiln.inimage.hf_cache import seed, snapshot_dir
 
 # its own image and containers (tiny-moe's image only read): beside the daemon group (tests/kilntest.py)
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.xdist_group("tiny-moe-hf")]
@@ -41,7 +41,7 @@ def models(tiny_moe, docker_daemon, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hf_image(docker_daemon, base_image):
-    from kiln.domain.images.specs import require_built
+    from kiln.domain.images.definitions import require_built
 
     result = run_kiln("build", "tiny-moe-hf")
     assert result.returncode == 0, result.stderr[-4000:]

@@ -10,11 +10,11 @@ import re
 import pytest
 from kilntest import REPO
 
-from kiln.domain.images.imagefiles import recipe_image_reader
-from kiln.domain.planning.modelshape import plan_input
+from kiln.domain.images.image_files import recipe_image_reader
+from kiln.domain.planning.model_shape import plan_input
 from kiln.domain.planning.plan import Layout, compute
 from kiln.domain.recipes.recipe import load_recipe
-from kiln.domain.serving.container import ServingContainer, free_port, run_spec
+from kiln.domain.serving.serving_container import ServingContainer, free_port, run_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 

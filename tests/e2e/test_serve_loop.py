@@ -15,8 +15,8 @@ import urllib.request
 import pytest
 from kilntest import REPO, kiln_containers_on, run_kiln
 
-from kiln.domain.serving.container import _wait_for_health as wait_for_health
-from kiln.domain.serving.container import free_port
+from kiln.domain.serving.serving_container import _wait_for_health as wait_for_health
+from kiln.domain.serving.serving_container import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 

@@ -173,8 +173,8 @@ def runs(request, tiny_kindling, docker_daemon, tmp_path_factory):
     The servers boot together and answer their request sets concurrently (one client
     thread per server): on 2 cores that takes a little over the slowest server's time
     alone, instead of the sum of all three."""
-    from kiln.domain.recipes.engine_features import engine_features
-    from kiln.domain.serving.launch import speculative_config
+    from kiln.domain.recipes.feature_registry import engine_features
+    from kiln.domain.serving.launch_command import speculative_config
 
     size = SIZES[request.param]
     loaded, img = tiny_kindling.loaded, tiny_kindling.image

@@ -42,11 +42,11 @@ def test_triton_3_9_0_is_in_the_engine_venv_and_nothing_of_its_install_is_left(t
 
 
 def test_the_sbom_hashes_triton_from_the_recipe_lock(tiny_kindling, docker_daemon):
-    from kiln.domain.locks import recipelock
+    from kiln.domain.locks import recipe_lock
     from kiln.domain.supplychain import sbom
 
     loaded = tiny_kindling.loaded
-    lock = recipelock.committed(loaded)
+    lock = recipe_lock.committed(loaded)
     assert lock is not None
     wheel = lock.lock.locked_wheel("linux/amd64", "triton", "3.9.0")
     assert wheel is not None
@@ -65,7 +65,7 @@ def test_the_triton_stage_builds_with_no_network_at_all(tiny_kindling, tmp_path)
     """Air-gapped: tiny-kindling's build context as kiln makes it (the locked wheels
     fetched and hash-checked on the host), its triton stage built by the legacy builder
     with networking off and no layer cache: every wheel comes from the context."""
-    from kiln.domain.images.specs import resolve
+    from kiln.domain.images.definitions import resolve
 
     recipe_image = resolve("tiny-kindling").recipe_image
     assert [w.name for w in recipe_image.add_wheels()][0].startswith("triton-3.9.0-")

@@ -13,8 +13,8 @@ import time
 import pytest
 from kilntest import REPO, kiln_containers_on, make_tree, run_kiln, saved_image
 
-from kiln.domain.serving.container import _wait_for_health as wait_for_health
-from kiln.domain.serving.container import free_port
+from kiln.domain.serving.serving_container import _wait_for_health as wait_for_health
+from kiln.domain.serving.serving_container import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -183,7 +183,7 @@ def test_missing_model_host_path_is_refused_before_docker(tmp_path):
 
 def test_engine_image_has_no_ca_or_wheels_in_any_layer(image, docker_daemon):
     """The CA bundle the build used and the wheelhouse never reach a layer of the image."""
-    from kiln.domain.images.cabundle import resolve_ca
+    from kiln.domain.images.ca_bundle import resolve_ca
 
     img = image.image
     ca = resolve_ca()

@@ -20,8 +20,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.xdist_group("tiny
 @pytest.fixture(scope="module")
 def fresh(tiny_kindling, docker_daemon):
     """A fresh tiny-kindling server: its first /metrics, then what a short run leaves."""
-    from kiln.domain.recipes.engine_features import engine_features
-    from kiln.domain.serving.launch import launch_document
+    from kiln.domain.recipes.feature_registry import engine_features
+    from kiln.domain.serving.launch_command import launch_document
 
     loaded, img = tiny_kindling.loaded, tiny_kindling.image
     (feature,) = engine_features(loaded.recipe.features)

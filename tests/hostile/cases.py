@@ -324,7 +324,7 @@ CASES: list[Case] = [
     Case("experimental-dotdot", sub("experimental: [draft-trunc]", "experimental: [../../x]", GLM),
          r"experimental\[0\]: must match", argv=("check", GLM)),
     # env a recipe or override hands the server: one-line values; variables that make the
-    # image's programs load code from elsewhere only with a stated reason (envpolicy.py)
+    # image's programs load code from elsewhere only with a stated reason (env_policy.py)
     Case("env-newline-in-value", add_env('X: "x\\nRUN touch /pwned"'),
          r"launch.env.X: control character U\+000A at offset 1: an env value is one line of text\n", line=ENV_LINE + 1),
     Case("env-carriage-return-in-value", add_env('X: "1\\r"'), r"launch.env.X: control character U\+000D at offset 1",
@@ -377,7 +377,7 @@ CASES: list[Case] = [
              append("allow_unsafe_env:\n  LD_PRELOAD: the feature's own allocator\n", GLM, OVERRIDE)),
          code=0, argv=("check", GLM)),
     # speculative decoding's draft count: vLLM's config classes bound it only with a model
-    # (specbounds.py); vLLM's own checks of the other numbers run in the engine image
+    # (draft_bounds.py); vLLM's own checks of the other numbers run in the engine image
     Case("num-speculative-tokens-100000", sub("    num_speculative_tokens: 3\n", "    num_speculative_tokens: 100000\n"),
          r"launch.speculative_config.num_speculative_tokens: 100000 draft tokens per step: vLLM's rejection sampler "
          r"takes at most 128 \(MAX_SPEC_LEN", line=line_of("    num_speculative_tokens")),

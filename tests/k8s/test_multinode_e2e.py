@@ -17,10 +17,10 @@ import pytest
 from kilntest import REPO
 
 from kiln.domain.recipes.topology import split_over_nodes
-from kiln.domain.serving.container import ServingContainer, free_port, run_spec
-from kiln.domain.serving.container import _wait_for_health as wait_for_health
-from kiln.domain.serving.launch import LABEL_RECIPE
-from kiln.domain.serving.multinode import NodeGroup, node_specs
+from kiln.domain.serving.launch_command import LABEL_RECIPE
+from kiln.domain.serving.multi_node import NodeGroup, node_specs
+from kiln.domain.serving.serving_container import ServingContainer, free_port, run_spec
+from kiln.domain.serving.serving_container import _wait_for_health as wait_for_health
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
@@ -145,7 +145,7 @@ def test_image_prints_each_nodes_command(tiny_moe, docker_daemon, tmp_path):
     entrypoint prints one command per node, with the flags kiln renders."""
     from kiln.domain.recipes.recipe import load_recipe
     from kiln.domain.recipes.topology import node_args
-    from kiln.domain.serving.launch import launch_document
+    from kiln.domain.serving.launch_command import launch_document
 
     image = tiny_moe.image
     loaded = load_recipe(REPO / "recipes" / "glm53-kindling-2node")

@@ -174,7 +174,7 @@ def test_one_node_recipe_renders_a_deployment(tmp_path):
 def _publish_record(input_digest: str, manifest_digest: str):
     """A publish record's document as `kiln publish` writes it (kiln reads it back through
     that TypedDict, PublishDocument)."""
-    from kiln.domain.publishing import PublishResult, publish_document
+    from kiln.domain.publishing.rules import PublishResult, publish_document
 
     return publish_document(PublishResult(
         recipe="tiny-moe", image_id="sha256:" + "2" * 64, input_digest=input_digest, manifest_digest=manifest_digest,
@@ -184,7 +184,7 @@ def _publish_record(input_digest: str, manifest_digest: str):
 
 def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
     from kiln.commands.publishing.publish import _write_record
-    from kiln.domain.images.specs import resolve
+    from kiln.domain.images.definitions import resolve
 
     env = {"KILN_RESULTS_DIR": str(tmp_path / "state")}
     never = _render("tiny-moe", env=env)

@@ -15,7 +15,7 @@ from kilntest import REPO, run_kiln
 
 from kiln.domain.recipes.recipe import load_recipe
 from kiln.domain.recipes.topology import Topology, _feature_refusals, _layout_problems, node_args
-from kiln.domain.serving.launch import _vllm_argv, launch_document
+from kiln.domain.serving.launch_command import _vllm_argv, launch_document
 
 # daemon-optional commands run with no daemon, on purpose (conftest no_docker): unit tests
 pytestmark = pytest.mark.usefixtures("no_docker")

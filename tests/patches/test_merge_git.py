@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kiln.basics.errors import UsageError
-from kiln.domain.patching import diff as D
+from kiln.domain.patching import text_diff as D
 from kiln.infra import git
 
 LABELS = ("override", "vllm 0.31.0", "vllm 0.32.0")

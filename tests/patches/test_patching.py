@@ -1,4 +1,4 @@
-"""The patch engine (kiln/inimage/patch_applier.py, diff.py) against the real vLLM 0.32.0 sources."""
+"""The patch engine (kiln/inimage/patch_applier.py, text_diff.py) against the real vLLM 0.32.0 sources."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from kiln import inimage
-from kiln.domain.patching import diff as D
+from kiln.domain.patching import text_diff as D
 from kiln.inimage import patch_applier as P
-from kiln.inimage import patchformat
+from kiln.inimage import patch_format
 
 pytestmark = pytest.mark.network  # the fixtures download the engine wheel once
 
@@ -24,16 +24,16 @@ RUN_BATCH = "vllm/entrypoints/cli/run_batch.py"
 
 
 def shipped_patcher(where: Path) -> Path:
-    """The applier as an engine build ships it (kiln.domain.images.specs): kiln_patching.py
+    """The applier as an engine build ships it (kiln.domain.images.definitions): kiln_patching.py
     with its parser beside it as kiln_patchformat.py, run as a script by the image's python."""
     where.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(inimage.source("patch_applier"), where / "kiln_patching.py")
-    shutil.copyfile(inimage.source("patchformat"), where / "kiln_patchformat.py")
+    shutil.copyfile(inimage.source("patch_format"), where / "kiln_patchformat.py")
     return where / "kiln_patching.py"
 
 
-def real_series() -> patchformat.Series:
-    return patchformat.load_series(SERIES, "patches/vllm/0.32.0/series")
+def real_series() -> patch_format.Series:
+    return patch_format.load_series(SERIES, "patches/vllm/0.32.0/series")
 
 
 def make_patch(root: Path, edits: dict[str, tuple[bytes, bytes]], name="0001-test.patch",
@@ -84,8 +84,8 @@ def test_broken_hunk_reports_patch_file_hunk_and_context(src032, tmp_path):
     assert broken != good
     (tmp_path / "series").write_text("0001-broken.patch\n")
     (tmp_path / "0001-broken.patch").write_bytes(broken)
-    series = patchformat.load_series(tmp_path / "series", "p/series")
-    with pytest.raises(patchformat.ApplyFailed) as exc:
+    series = patch_format.load_series(tmp_path / "series", "p/series")
+    with pytest.raises(patch_format.ApplyFailed) as exc:
         P.apply_series(P.Tree(src032), [series])
     assert exc.value.exit_code == 6
     assert exc.value.lines == [
@@ -99,15 +99,15 @@ def test_offsets_are_found_and_reported(src032):
     # state the hunk 7 lines too low, as if made against an older file
     data = re.sub(rb"@@ -(\d+),7 \+(\d+),7 @@",
                   lambda m: b"@@ -%d,7 +%d,7 @@" % (int(m[1]) + 7, int(m[2]) + 7), data)
-    res = P.apply_patch(P.Tree(src032), patchformat.parse_patch(data, "x.patch"))
+    res = P.apply_patch(P.Tree(src032), patch_format.parse_patch(data, "x.patch"))
     assert res.ok and res.offsets == [(MAIN, 1, -7)]
 
 
 def test_hunk_with_less_leading_context_is_anchored_to_file_start(src032):
     # like GNU patch at fuzz 0: a hunk at line 1 cannot float down the file
-    hunk = patchformat.Hunk(1, 3, 1, 4, b"", [(b"+", b"# new first line\n"), (b" ", b"import argparse\n"),
+    hunk = patch_format.Hunk(1, 3, 1, 4, b"", [(b"+", b"# new first line\n"), (b" ", b"import argparse\n"),
                                     (b" ", b"import asyncio\n"), (b" ", b"import importlib.metadata\n")])
-    lines = patchformat.split_lines((src032 / RUN_BATCH).read_bytes())
+    lines = patch_format.split_lines((src032 / RUN_BATCH).read_bytes())
     assert P.locate_hunk(lines, hunk, 0, 0) is None
     assert P.locate_hunk(lines[3:], hunk, 0, 0) == 0
 
@@ -115,9 +115,9 @@ def test_hunk_with_less_leading_context_is_anchored_to_file_start(src032):
 def test_new_and_deleted_files_and_missing_newline(src032, tmp_path):
     text = (src032 / "vllm/version.py").read_bytes()
     new_file = D.file_diff("vllm/kiln_extra.py", None, text.rstrip(b"\n"))  # no final newline
-    assert patchformat._NO_NEWLINE in new_file
+    assert patch_format._NO_NEWLINE in new_file
     delete = D.file_diff("vllm/version.py", text, None)
-    patch = patchformat.parse_patch(b"Why: t\nUpstream: no\n" + new_file + delete, "nd.patch")
+    patch = patch_format.parse_patch(b"Why: t\nUpstream: no\n" + new_file + delete, "nd.patch")
     assert [f.creates for f in patch.files] == [True, False] and patch.files[1].deletes
     tree = P.Tree(src032)
     assert P.apply_patch(tree, patch).ok
@@ -125,17 +125,17 @@ def test_new_and_deleted_files_and_missing_newline(src032, tmp_path):
     assert P.apply_patch(tree, patch, reverse=True).ok
     assert tree.read("vllm/kiln_extra.py") is None and tree.read("vllm/version.py") == text
     # creating a file that exists is a file-level failure, not a silent overwrite
-    res = P.apply_patch(P.Tree(src032), patchformat.parse_patch(D.file_diff("vllm/version.py", None, b"x\n"), "c.patch"))
+    res = P.apply_patch(P.Tree(src032), patch_format.parse_patch(D.file_diff("vllm/version.py", None, b"x\n"), "c.patch"))
     assert res.failure_lines() == ["c.patch: vllm/version.py: already exists, but the patch creates it"]
 
 
 def test_header_is_required_and_parse_errors_name_the_line(src032):
     data = make_patch(src032, {MAIN: (b'action="version",', b'action="version",  # x')}, header=b"just text\n")
-    problems = patchformat.parse_patch(data, "p/x.patch").header_problems()
+    problems = patch_format.parse_patch(data, "p/x.patch").header_problems()
     assert problems[0].startswith("p/x.patch: header has no `Why:` line")
     assert problems[1].startswith("p/x.patch: header has no `Upstream:` line")
-    with pytest.raises(patchformat.PatchFormatError) as exc:
-        patchformat.parse_patch(re.sub(rb"@@ -(\d+),7", rb"@@ -\1,9", data), "p/x.patch")
+    with pytest.raises(patch_format.PatchFormatError) as exc:
+        patch_format.parse_patch(re.sub(rb"@@ -(\d+),7", rb"@@ -\1,9", data), "p/x.patch")
     assert exc.value.exit_code == 30 and exc.value.lines[0].startswith("p/x.patch:")
 
 
@@ -166,7 +166,7 @@ def test_all_or_nothing_in_image_cli(src032, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "m.json").read_text())
-    assert manifest["patches"] == [{"name": "0001-good.patch", "sha256": patchformat.sha256_bytes(good),
+    assert manifest["patches"] == [{"name": "0001-good.patch", "sha256": patch_format.sha256_bytes(good),
                                     "source": "series", "files": [MAIN, RUN_BATCH]}]
     assert b"version=vllm.__version__" in (root / MAIN).read_bytes()
 
@@ -184,7 +184,7 @@ def test_apply_overlays_and_drift(src032, tmp_path):
     (feat / "files").mkdir()
     (feat / "files" / "run_batch.py").write_bytes(upstream + b"# replaced\n")
     spec = {"name": "feat", "series": "patches/series",
-            "replacements": [{"target": RUN_BATCH, "file": "files/run_batch.py", "upstream_sha256": patchformat.sha256_bytes(upstream)}]}
+            "replacements": [{"target": RUN_BATCH, "file": "files/run_batch.py", "upstream_sha256": patch_format.sha256_bytes(upstream)}]}
     (feat / "overlay.json").write_text(json.dumps(spec))
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"patches": [{"name": "0001-engine.patch"}], "replacements": []}))
@@ -195,10 +195,10 @@ def test_apply_overlays_and_drift(src032, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 7
     assert f"feature feat: {RUN_BATCH}: forked from a different upstream file (expected sha256 {'0' * 64}, " \
-           f"the engine has {patchformat.sha256_bytes(upstream)})" in proc.stderr
+           f"the engine has {patch_format.sha256_bytes(upstream)})" in proc.stderr
     assert (root / MAIN).read_bytes() == (src032 / MAIN).read_bytes()
 
-    spec["replacements"][0]["upstream_sha256"] = patchformat.sha256_bytes(upstream)
+    spec["replacements"][0]["upstream_sha256"] = patch_format.sha256_bytes(upstream)
     (feat / "overlay.json").write_text(json.dumps(spec))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -211,8 +211,8 @@ def test_apply_overlays_and_drift(src032, tmp_path):
 
 def test_patch_that_breaks_syntax_is_a_failure(src032):
     data = make_patch(src032, {MAIN: (b"def main():\n", b"def main(:\n")})
-    with pytest.raises(patchformat.ApplyFailed) as exc:
-        P.apply_series(P.Tree(src032), [patchformat.Series("s", [patchformat.parse_patch(data, "s.patch", "s.patch")])])
+    with pytest.raises(patch_format.ApplyFailed) as exc:
+        P.apply_series(P.Tree(src032), [patch_format.Series("s", [patch_format.parse_patch(data, "s.patch", "s.patch")])])
     assert exc.value.lines[0].startswith(f"{MAIN}: does not compile after patching (s.patch):")
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from kiln.cli import main
-from kiln.domain.patching import diff as D
-from kiln.infra import wheelcache
+from kiln.domain.patching import text_diff as D
+from kiln.infra import wheel_cache
 from kiln.inimage import patch_applier as P
-from kiln.inimage import patchformat
+from kiln.inimage import patch_format
 
 HEADER = b"Test\n\nWhy: test\nUpstream: no, test\n\n"
 A = "vllm/a.py"
@@ -42,7 +42,7 @@ def engine(tmp_path, monkeypatch) -> Path:
         (src / "vllm").mkdir(parents=True)
         (src / A).write_bytes(a)
         (src / B).write_bytes(b"b = 1\n")
-        (src / wheelcache.MARKER).write_text("made up\n")
+        (src / wheel_cache.MARKER).write_text("made up\n")
     monkeypatch.setenv("KILN_ROOT", str(root))
     monkeypatch.setenv("KILN_CACHE_DIR", str(cache))
     paths.repo_root.cache_clear()
@@ -79,7 +79,7 @@ def test_checkout_series_from_ports_a_changed_context_by_3way_merge(engine, caps
     patch = HEADER + D.file_diff(A, OLD, edited(OLD, b"v4 = 4\n", b"v4 = 4\nkiln = 1\n"))
     series(engine, "1.0.0", {"0001-x.patch": patch})
     # as written, the hunk no longer applies on 2.0.0 (its context line v2 changed)
-    res = P.apply_patch(P.Tree(wheelcache.cached_sources("2.0.0", "cpu")), patchformat.parse_patch(patch, "x", "x"))
+    res = P.apply_patch(P.Tree(wheel_cache.cached_sources("2.0.0", "cpu")), patch_format.parse_patch(patch, "x", "x"))
     assert not res.ok
     code, err = kiln(capsys, "patches", "checkout", "--engine", "vllm==2.0.0", "--series-from", "1.0.0")
     assert code == 0, err
@@ -88,8 +88,8 @@ def test_checkout_series_from_ports_a_changed_context_by_3way_merge(engine, caps
     assert code == 0, err
     ported = (engine / "patches/vllm/2.0.0/0001-x.patch").read_bytes()
     assert ported.startswith(HEADER) and b"+kiln = 1\n" in ported and b" v2 = 22\n" in ported
-    tree = P.Tree(wheelcache.cached_sources("2.0.0", "cpu"))
-    [res] = P.apply_series(tree, [patchformat.load_series(engine / "patches/vllm/2.0.0/series")])
+    tree = P.Tree(wheel_cache.cached_sources("2.0.0", "cpu"))
+    [res] = P.apply_series(tree, [patch_format.load_series(engine / "patches/vllm/2.0.0/series")])
     assert res.ok and not res.offsets
     assert tree.read(A) == edited(NEW, b"v4 = 4\n", b"v4 = 4\nkiln = 1\n")
 
@@ -123,8 +123,8 @@ def test_refresh_patch_puts_the_edit_into_the_named_patch(engine, capsys):
     assert b"+ported = 1\n" in p1 and b"+first = 1\n" in p1
     assert b"--- a/vllm/b.py\n+++ b/vllm/b.py\n" in p1 and b"+also_first = 1\n" in p1
     assert b"ported" not in p2.replace(b" ported = 1\n", b"") and b"+second = 1\n" in p2
-    tree = P.Tree(wheelcache.cached_sources("2.0.0", "cpu"))
-    results = P.apply_series(tree, [patchformat.load_series(d / "series")])
+    tree = P.Tree(wheel_cache.cached_sources("2.0.0", "cpu"))
+    results = P.apply_series(tree, [patch_format.load_series(d / "series")])
     assert all(r.ok and not r.offsets for r in results)
     assert tree.read(A) == (scratch / A).read_bytes() and tree.read(B) == b"b = 1\nalso_first = 1\n"
     # the tree is the new baseline: refreshing again changes nothing

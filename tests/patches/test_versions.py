@@ -127,7 +127,7 @@ def test_check_says_which_series_each_recipe_uses(groot, capsys):
     code, out, err = kiln(capsys, "check", "--all", "--json")
     assert code == 0, err
     recipes = {r["name"]: r for r in json.loads(out)["recipes"]}
-    from kiln.inimage.patchformat import read_series_names
+    from kiln.inimage.patch_format import read_series_names
 
     feature = len(read_series_names(groot / DT / "patches" / "0.33.0" / "series"))
     assert feature >= 9  # 0001-0008 hooks, 0009 dead rows for any router (qwen3-30b-a3b)
@@ -154,9 +154,9 @@ def test_engine_bump_moves_a_recipe(groot, capsys):
     assert recipe.read_text() == text  # comments, quotes ("13.0") and order as written
     assert "engine.torch 2.13.0 -> 2.14.0 (what vllm 0.33.0 pins)" in err
     # the bump re-locked the recipe's engine image for the new version
-    from kiln.domain.locks import enginelock
+    from kiln.domain.locks import engine_lock
 
-    lock = enginelock.load(groot / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json")
+    lock = engine_lock.load(groot / "docker-images" / "engine-cuda" / "locks" / "vllm-0.33.0.lock.json")
     assert lock.engine_version == "0.33.0" and lock.package("vllm").version == "0.33.0"
     assert lock.package("torch").version == "2.14.0"
 

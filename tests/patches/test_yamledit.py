@@ -1,4 +1,4 @@
-"""yamledit.set_value: one scalar changes and no other byte of the file moves."""
+"""yaml_edits.set_value: one scalar changes and no other byte of the file moves."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from ruamel.yaml import YAML
 
-from kiln.domain.patching.yamledit import set_value
+from kiln.domain.patching.yaml_edits import set_value
 
 RECIPE = """\
 # a comment that stays

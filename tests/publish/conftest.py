@@ -46,8 +46,8 @@ def mini(tmp_path_factory, base_image, docker_daemon):
         paths.repo_root.cache_clear()
         built = run_kiln("build", NAME, env={"KILN_ROOT": str(root)}, cwd=root)
         assert built.returncode == 0, built.stderr[-3000:]
-        from kiln.domain.images.specs import resolve
-        from kiln.domain.publishing import _engine_tag
+        from kiln.domain.images.definitions import resolve
+        from kiln.domain.publishing.rules import _engine_tag
 
         resolved = resolve(NAME)
         loaded, recipe_image = resolved.loaded, resolved.recipe_image

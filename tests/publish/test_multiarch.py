@@ -31,10 +31,10 @@ INDEX = "application/vnd.oci.image.index.v1+json"
 def tree(tmp_path_factory, docker_daemon):
     """A kiln tree whose recipe declares both platforms, and an image 'built' for each."""
     from kiln.basics import paths
-    from kiln.domain.images.buildcontext import BuildContext
-    from kiln.domain.images.specs import LABEL_NS, _platform_labels, resolve
+    from kiln.domain.images.build_context import BuildContext
+    from kiln.domain.images.definitions import LABEL_NS, _platform_labels, resolve
     from kiln.domain.reproducible.normalise_image import make_reproducible
-    from kiln.domain.reproducible.savearchive import rfc3339
+    from kiln.domain.reproducible.save_archive import rfc3339
 
     tmp = tmp_path_factory.mktemp("multiarch")
     root = renamed_mini(tmp / "tree", NAME, PUBLISH_SECTION.replace("kiln-test/mini", REPOSITORY),
@@ -248,7 +248,7 @@ def test_a_signed_index_whose_platform_image_is_unsigned_fails_verify_naming_it(
     not verified: each platform's image must carry a signature of its own."""
     from kiln.basics import paths
     from kiln.commands.publishing import publish
-    from kiln.domain.signing import keys, signverify
+    from kiln.domain.signing import keys, signatures
     from kiln.infra.credentials import Credentials
     from kiln.infra.docker import DockerDaemon
     from kiln.infra.registry import RegistryClient, Target
@@ -266,7 +266,7 @@ def test_a_signed_index_whose_platform_image_is_unsigned_fails_verify_naming_it(
     finally:
         paths.repo_root.cache_clear()
     client = RegistryClient(Target(registry.host, f"indexonly/{REPOSITORY}", plain_http=True), creds)
-    signverify.sign_image(client, result.manifest_digest, keys.load_private_key(pair.private, b"team-pw"), [],
+    signatures.sign_image(client, result.manifest_digest, keys.load_private_key(pair.private, b"team-pw"), [],
                           creator="the test")
     verified = run_kiln("verify", f"{ns}/{REPOSITORY}:experimental", "--key", str(pair.public), "--signature-only",
                         env={**_env(tree, registry)}, cwd=tree["root"])

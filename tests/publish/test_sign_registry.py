@@ -197,7 +197,7 @@ def test_a_moved_tag_fails(mini, reg, signed, signing_keys):
 
 
 def test_a_repushed_image_with_one_changed_layer_fails(mini, reg, signing_keys):
-    from kiln.domain.signing import keys, signverify
+    from kiln.domain.signing import keys, signatures
     from kiln.infra.credentials import Credentials
     from kiln.infra.registry import RegistryClient, Target
 
@@ -224,7 +224,7 @@ def test_a_repushed_image_with_one_changed_layer_fails(mini, reg, signing_keys):
     # describing the original: their subject does not match
     client = RegistryClient(Target.parse(reg.host, ns), Credentials(reg.user, reg.password, None, "test"))
     key = keys.load_private_key(ours.private, SIGNING_PASSWORD.encode())
-    signverify.sign_image(client, changed, key, [], creator="attacker with the key, but no SBOM")
+    signatures.sign_image(client, changed, key, [], creator="attacker with the key, but no SBOM")
     mixed = _verify(mini, reg, f"{reg.host}/{ns}:experimental", ours.public)
     assert mixed.returncode == 88 and f"not about {changed}" in mixed.stderr, mixed.stderr
 
@@ -270,12 +270,12 @@ def test_garbage_signature_manifests_are_one_line_errors(mini, reg, signing_keys
 
 
 def _sign_only(reg, ns: str, digest: str, key_files) -> None:
-    from kiln.domain.signing import keys, signverify
+    from kiln.domain.signing import keys, signatures
     from kiln.infra.credentials import Credentials
     from kiln.infra.registry import RegistryClient, Target
 
     client = RegistryClient(Target.parse(reg.host, ns), Credentials(reg.user, reg.password, None, "test"))
-    signverify.sign_image(client, digest, keys.load_private_key(key_files.private, SIGNING_PASSWORD.encode()), [],
+    signatures.sign_image(client, digest, keys.load_private_key(key_files.private, SIGNING_PASSWORD.encode()), [],
                        creator="test")
 
 
@@ -285,7 +285,7 @@ def test_real_cosign_artefacts_verify_from_the_registry(reg):
     from kilntest import FIXTURES
 
     from kiln.basics.errors import SignedIdentityMismatch
-    from kiln.domain.signing import cosign, keys, signverify
+    from kiln.domain.signing import cosign, keys, signatures
     from kiln.infra.credentials import Credentials
     from kiln.infra.registry import RegistryClient, Target
 
@@ -298,10 +298,10 @@ def test_real_cosign_artefacts_verify_from_the_registry(reg):
     assert _put(reg, ns, _sig_tag(subject), (d / "sig-manifest.json").read_bytes()).status_code == 201
     client = RegistryClient(Target.parse(reg.host, ns), Credentials(reg.user, reg.password, None, "test"))
     key = keys.load_public_key(d / "cosign.pub")
-    done = signverify.verify_image(client, subject, key, required=(), signed_repository="localhost:15381/tobby/fixture")
+    done = signatures.verify_image(client, subject, key, required=(), signed_repository="localhost:15381/tobby/fixture")
     assert done.signed_identity == "localhost:15381/tobby/fixture" and done.key_fingerprint == key.fingerprint
     with pytest.raises(SignedIdentityMismatch):  # kiln checks the identity cosign ignores
-        signverify.verify_image(client, subject, key, required=())
+        signatures.verify_image(client, subject, key, required=())
 
 
 # -- recipes that require signatures ---------------------------------------------------------------
@@ -327,7 +327,7 @@ def strict(mini, signing_keys, tmp_path_factory, docker_daemon):
     import dataclasses
 
     from kiln.basics import paths
-    from kiln.domain.images.specs import resolve
+    from kiln.domain.images.definitions import resolve
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KILN_ROOT", str(root))

@@ -81,7 +81,7 @@ def _pass_smoke(monkeypatch, tree, results) -> None:
     import datetime as dt
 
     from kiln.basics import paths
-    from kiln.domain.images.specs import resolve
+    from kiln.domain.images.definitions import resolve
     from kiln.infra.records import write_smoke_record
 
     monkeypatch.setenv("KILN_ROOT", str(tree))

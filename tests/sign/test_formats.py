@@ -9,7 +9,7 @@ import json
 
 from signtest import FakeRepository, containers_image_signature, fixture, sha256
 
-from kiln.domain.signing import cosign, keys, signverify
+from kiln.domain.signing import cosign, keys, signatures
 
 V3_SUBJECT = "sha256:f20c43161d73848408ef247f0ec7111b19fe58ffebc0cbcaa0d2c8bda4967268"
 
@@ -76,7 +76,7 @@ def test_att_layer_and_envelope_have_cosigns_fields():
     assert set(statement["subject"][0]["digest"]) == set(v3_statement["subject"][0]["digest"]) == {"sha256"}
     assert statement["subject"][0]["digest"]["sha256"] == V3_SUBJECT.removeprefix("sha256:")
     # and it verifies as any cosign attestation does
-    assert signverify._dsse_verifies(cosign.parse_envelope(envelope, "ours"), key.public)
+    assert signatures._dsse_verifies(cosign.parse_envelope(envelope, "ours"), key.public)
 
 
 def test_signing_writes_cosigns_layout_and_keeps_other_signers():
@@ -91,7 +91,7 @@ def test_signing_writes_cosigns_layout_and_keeps_other_signers():
     key = keys.generate()
     statement = cosign.statement(cosign.CYCLONEDX_PREDICATE, {"bomFormat": "CycloneDX"},
                                  [("registry.example.com/kiln/demo", image)])
-    result = signverify.sign_image(repo, image, key, [signverify.Attestation(cosign.CYCLONEDX_PREDICATE, statement)],
+    result = signatures.sign_image(repo, image, key, [signatures.Attestation(cosign.CYCLONEDX_PREDICATE, statement)],
                                 creator="kiln test")
     assert result.signature_tag == "sha256-" + image.removeprefix("sha256:") + ".sig"
     assert result.attestation_tag == "sha256-" + image.removeprefix("sha256:") + ".att"
@@ -100,11 +100,11 @@ def test_signing_writes_cosigns_layout_and_keeps_other_signers():
     assert sig["layers"][0]["digest"] == sha256(theirs.payload)
     config = json.loads(repo.blobs[sig["config"]["digest"]])
     assert config["rootfs"]["diff_ids"] == [layer["digest"] for layer in sig["layers"]]
-    verified = signverify.verify_image(repo, image, key.public, required=[cosign.CYCLONEDX_PREDICATE])  # type: ignore[arg-type]
+    verified = signatures.verify_image(repo, image, key.public, required=[cosign.CYCLONEDX_PREDICATE])  # type: ignore[arg-type]
     assert verified.signature_layer == sig["layers"][1]["digest"]
     assert verified.signed_identity == "registry.example.com/kiln/demo"
     # signing again reuses the good signature, and replaces kiln's own attestation type only
-    again = signverify.sign_image(repo, image, key, [signverify.Attestation(cosign.CYCLONEDX_PREDICATE, statement)],
+    again = signatures.sign_image(repo, image, key, [signatures.Attestation(cosign.CYCLONEDX_PREDICATE, statement)],
                                creator="kiln test")
     assert again.signature_reused and again.signature_manifest == result.signature_manifest
     att = json.loads(repo.manifest(result.attestation_tag).body)
@@ -114,6 +114,6 @@ def test_signing_writes_cosigns_layout_and_keeps_other_signers():
 def test_docker_hub_identity_is_spelled_as_cosign_spells_it():
     from kiln.infra.registry import Target
 
-    assert signverify.identity(Target.parse("docker.io", "kiln/x")) == "index.docker.io/kiln/x"
-    assert signverify._same_identity("index.docker.io/kiln/x", "docker.io/kiln/x")
-    assert not signverify._same_identity("index.docker.io/kiln/x", "ghcr.io/kiln/x")
+    assert signatures.identity(Target.parse("docker.io", "kiln/x")) == "index.docker.io/kiln/x"
+    assert signatures._same_identity("index.docker.io/kiln/x", "docker.io/kiln/x")
+    assert not signatures._same_identity("index.docker.io/kiln/x", "ghcr.io/kiln/x")

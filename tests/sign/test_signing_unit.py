@@ -14,14 +14,14 @@ from kiln.basics.errors import (
     SignedByOtherKey,
     SignedIdentityMismatch,
 )
-from kiln.domain.signing import cosign, keys, signverify
+from kiln.domain.signing import cosign, keys, signatures
 
 
 def signed_repo(key: keys.PrivateKey) -> tuple[FakeRepository, str]:
     repo = FakeRepository("registry.example.com", "kiln/demo")
     image = repo.put("stable", b'{"schemaVersion":2,"layers":[]}')
     statement = cosign.statement(cosign.CYCLONEDX_PREDICATE, {}, [("registry.example.com/kiln/demo", image)])
-    signverify.sign_image(repo, image, key, [signverify.Attestation(cosign.CYCLONEDX_PREDICATE, statement)],  # type: ignore[arg-type]
+    signatures.sign_image(repo, image, key, [signatures.Attestation(cosign.CYCLONEDX_PREDICATE, statement)],  # type: ignore[arg-type]
                        creator="kiln test")
     return repo, image
 
@@ -30,7 +30,7 @@ def test_a_kiln_signature_names_its_key_so_another_key_is_reported_as_such():
     signer, other = keys.generate(), keys.generate()
     repo, image = signed_repo(signer)
     with pytest.raises(SignedByOtherKey) as exc:
-        signverify.verify_image(repo, image, other.public, required=())  # type: ignore[arg-type]
+        signatures.verify_image(repo, image, other.public, required=())  # type: ignore[arg-type]
     assert signer.public.fingerprint in exc.value.message and other.public.fingerprint in exc.value.message
     assert exc.value.exit_code == 84
 
@@ -40,15 +40,15 @@ def test_missing_signature_and_attestation_and_mirrored_identity():
     repo, image = signed_repo(key)
     unsigned = repo.put("other", b'{"schemaVersion":2,"layers":[{}]}')
     with pytest.raises(SignatureMissing, match="is not signed"):
-        signverify.verify_image(repo, unsigned, key.public)  # type: ignore[arg-type]
+        signatures.verify_image(repo, unsigned, key.public)  # type: ignore[arg-type]
     with pytest.raises(SignatureMissing, match="no https://slsa.dev/provenance/v1 attestation"):
-        signverify.verify_image(repo, image, key.public)  # type: ignore[arg-type]
+        signatures.verify_image(repo, image, key.public)  # type: ignore[arg-type]
     # copied to a mirror: the identity is the origin's unless told otherwise
     mirror = FakeRepository("mirror.local", "kiln/demo")
     mirror.blobs, mirror.manifests = repo.blobs, repo.manifests
     with pytest.raises(SignedIdentityMismatch):
-        signverify.verify_image(mirror, image, key.public, required=())  # type: ignore[arg-type]
-    done = signverify.verify_image(mirror, image, key.public, required=(cosign.CYCLONEDX_PREDICATE,),  # type: ignore[arg-type]
+        signatures.verify_image(mirror, image, key.public, required=())  # type: ignore[arg-type]
+    done = signatures.verify_image(mirror, image, key.public, required=(cosign.CYCLONEDX_PREDICATE,),  # type: ignore[arg-type]
                                 signed_repository="registry.example.com/kiln/demo")
     assert done.verified and json.loads(json.dumps(done.as_dict()))["key_fingerprint"] == key.public.fingerprint
 
@@ -59,7 +59,7 @@ def test_missing_signature_and_attestation_and_mirrored_identity():
     ("http://localhost:5000/a/b/c:v1@sha256:" + "b" * 64, "v1", "sha256:" + "b" * 64),
 ])
 def test_references(ref, tag, digest):
-    parsed = signverify.parse_reference(ref)
+    parsed = signatures.parse_reference(ref)
     assert (parsed.tag, parsed.digest) == (tag, digest)
     assert str(parsed).endswith(ref.split("://")[-1].split("/", 1)[1])
 
@@ -68,7 +68,7 @@ def test_references(ref, tag, digest):
                                  "registry.example.com/kiln/demo@sha256:12", "r.example/x:bad tag"])
 def test_bad_references_are_one_line(ref):
     with pytest.raises(RegistryInvalid) as exc:
-        signverify.parse_reference(ref)
+        signatures.parse_reference(ref)
     assert exc.value.exit_code == 40 and "\n" not in exc.value.message
 
 

@@ -15,7 +15,7 @@ import pytest
 from kilntest import FIXTURES
 from sctest import validate_statement
 
-from kiln.domain.images.specs import resolve
+from kiln.domain.images.definitions import resolve
 from kiln.domain.supplychain import provenance
 
 MANIFEST = "sha256:" + "cd" * 32

@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 from sctest import validate_cyclonedx, validate_spdx, validate_statement
 
 from kiln.basics.errors import SbomReadFailed
-from kiln.domain.images.specs import existing, resolve
+from kiln.domain.images.definitions import existing, resolve
 from kiln.domain.supplychain import provenance, sbom
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]

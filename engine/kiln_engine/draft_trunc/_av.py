@@ -26,7 +26,7 @@ against. Below ``KILN_DRAFT_TRUNC_AV_MIN_BATCH`` requests the hook steps aside (
 the confidences as they are): there even the fused hook's price outweighs what the
 correction wins in the trace model (docs/draft-trunc-policy.md section 4). With
 statistics on (``KILN_DRAFT_TRUNC_LOG_INTERVAL``) it counts what it did
-(``_avstats``), and with ``KILN_DRAFT_TRUNC_AV_TIMING`` what it cost.
+(``_av_stats``), and with ``KILN_DRAFT_TRUNC_AV_TIMING`` what it cost.
 
 Pure Python at import; torch loads when the hook has work.
 """
@@ -41,7 +41,7 @@ from . import _state
 if TYPE_CHECKING:
     import torch
 
-    from ._avstats import AvStats
+    from ._av_stats import AvStats
     from ._kernels.buffers import Calibration
 
 # Pseudo-drafts per cell that vouch for the estimator itself: a cell needs a few
@@ -92,7 +92,7 @@ def _hook_for(state: _state.State, device: torch.device) -> _Hook:
     if _hook is None or _hook.state is not state:
         stats = None
         if state.lead and state.knobs.log_interval > 0:
-            from ._avstats import AvStats
+            from ._av_stats import AvStats
             from ._metrics import FeatureCounters
 
             stats = AvStats(
@@ -135,7 +135,7 @@ def _corrected(
 
 def last_summary() -> dict[str, float] | None:
     """The last flush of kiln-av's statistics this process reported, if any (tests,
-    benchmarks): ``_avstats.FIELDS``' totals."""
+    benchmarks): ``_av_stats.FIELDS``' totals."""
     if _hook is None or _hook.state is not _state.current or _hook.stats is None:
         return None
     return _hook.stats.last

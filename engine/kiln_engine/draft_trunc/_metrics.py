@@ -37,7 +37,7 @@ HELP: Mapping[str, str] = {
     "wasted": "kept drafts that were rejected",
     "boundary": "requests that accepted every kept draft of a truncated window",
     "tokens": "tokens scheduled in truncating steps",
-    # kiln-av (KILN_DRAFT_TRUNC_AV_CALIBRATE; _avstats): counted per hook call
+    # kiln-av (KILN_DRAFT_TRUNC_AV_CALIBRATE; _av_stats): counted per hook call
     "av_steps": "steps whose adaptive-verification confidences kiln-av corrected",
     "av_stepped_aside": "steps kiln-av left alone (fewer requests than KILN_DRAFT_TRUNC_AV_MIN_BATCH)",
     "av_drafts": "draft slots kiln-av corrected",

@@ -245,7 +245,7 @@ def _calibrate(
     import torch
 
     from ._cost import CAL_CAP, TAU_GRID
-    from ._kernels.device import BIN_BITS, CAL_DEPTH
+    from ._kernels.device_functions import BIN_BITS, CAL_DEPTH
 
     sink = cal.hits.shape[0] - 1
     depth = min(sink // TAU_GRID, CAL_DEPTH.value)

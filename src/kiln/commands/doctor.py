@@ -13,7 +13,7 @@ from kiln.basics import log
 from kiln.basics.errors import KilnError
 from kiln.basics.paths import cache_dir, repo_root, shown_home, state_dir
 from kiln.commands.options import Subparsers, reports
-from kiln.domain.images.cabundle import resolve_ca
+from kiln.domain.images.ca_bundle import resolve_ca
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon
 

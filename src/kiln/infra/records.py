@@ -21,7 +21,7 @@ from kiln.basics import log
 from kiln.basics.documents import Shape, read_document
 from kiln.basics.errors import RecordInvalid
 from kiln.basics.files import write_atomic
-from kiln.basics.jsontypes import DESCRIBED, Seconds, Sha256
+from kiln.basics.json_types import DESCRIBED, Seconds, Sha256
 from kiln.basics.paths import results_dir, shown_home
 
 # served: the image served the recipe's checks; in-image: proved inside the image without serving
@@ -77,7 +77,7 @@ class BuildRecord(TypedDict):
     tags: list[str]
     input_digest: str
     source_date: int
-    revision: str  # the commit, "<commit>-dirty" or "unknown" (sourcedate.SourceDate)
+    revision: str  # the commit, "<commit>-dirty" or "unknown" (source_date.SourceDate)
     layers: list[str]
     started: str
     finished: str

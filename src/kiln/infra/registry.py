@@ -38,7 +38,7 @@ from kiln.basics.errors import (
 )
 from kiln.infra.credentials import Credentials
 from kiln.infra.manifests import MANIFEST_TYPES, Manifest, manifest_head, sha256_digest
-from kiln.infra.registryauth import authorization, is_loopback, reason, who
+from kiln.infra.registry_auth import authorization, is_loopback, reason, who
 
 _ATTEMPTS = 4  # first try + 3 retries: 0.5 s, 1 s, 2 s apart
 _BACKOFF_S = 0.5

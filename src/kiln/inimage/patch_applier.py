@@ -2,7 +2,7 @@
 installed engine, swap in whole-file replacements, write the manifest.
 
 Standard library only, on purpose: the harness copies this module and its one sibling,
-the parser (kiln.inimage.patchformat), and no other patch code into engine build contexts
+the parser (kiln.inimage.patch_format), and no other patch code into engine build contexts
 as ``kiln_patching.py`` and ``kiln_patchformat.py``, and runs the first with the image's
 python3 (``main()`` below). The host-side commands (`kiln patches ...`, in
 kiln.domain.patching) apply series with the very same code, so "it applies on my machine"
@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 # One import per place this runs: relative on the host (kiln.inimage.patch_applier, and
 # not `kiln.` by name: inimage imports no kiln), by its shipped name in the image build,
-# where this runs as a script with kiln_patchformat.py next to it (kiln.domain.images.specs).
+# where this runs as a script with kiln_patchformat.py next to it (kiln.domain.images.definitions).
 if TYPE_CHECKING or __package__:
-    from . import patchformat  # noqa: TID252  (see above)
+    from . import patch_format  # noqa: TID252  (see above)
 else:  # next to it whatever sys.path holds (python -I or PYTHONSAFEPATH leave this folder out)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import kiln_patchformat as patchformat
+    import kiln_patchformat as patch_format
 
 # The applier's last stderr line on failure starts with this; kiln replaces it with the
 # typed error's own hint.
@@ -110,7 +110,7 @@ class Tree:
 @dataclass
 class _HunkResult:
     number: int  # 1-based, as in GNU patch's messages
-    hunk: patchformat.Hunk
+    hunk: patch_format.Hunk
     offset: int | None  # None: failed; 0: at the stated line; else lines off
 
 
@@ -127,7 +127,7 @@ class _FileResult:
 
 @dataclass
 class PatchResult:
-    patch: patchformat.Patch
+    patch: patch_format.Patch
     files: list[_FileResult]
     reverse: bool = False
 
@@ -167,7 +167,7 @@ def _candidates(guess: int, lo: int, hi: int) -> Iterator[int]:
             yield guess - d
 
 
-def locate_hunk(lines: list[bytes], hunk: patchformat.Hunk, guess: int, lo: int) -> int | None:
+def locate_hunk(lines: list[bytes], hunk: patch_format.Hunk, guess: int, lo: int) -> int | None:
     """Index where `hunk`'s old lines match exactly, searching outward from `guess` but
     never before `lo` (the end of the previous hunk)."""
     old = hunk.old_lines
@@ -189,21 +189,21 @@ def locate_hunk(lines: list[bytes], hunk: patchformat.Hunk, guess: int, lo: int)
     return None
 
 
-def stated_index(hunk: patchformat.Hunk) -> int:
+def stated_index(hunk: patch_format.Hunk) -> int:
     # For a pure insertion (-a,0) GNU diff names the line *after which* it inserts.
     return hunk.old_start - 1 if hunk.old_len else hunk.old_start
 
 
-def _apply_file(content: bytes | None, fd: patchformat.FileDiff, partial: bool = False) -> tuple[_FileResult, bytes | None]:
+def _apply_file(content: bytes | None, fd: patch_format.FileDiff, partial: bool = False) -> tuple[_FileResult, bytes | None]:
     """Apply one file's hunks to `content` (None: the file does not exist). With
     `partial`, hunks that apply are applied even if others fail (`quilt push -f`)."""
     if fd.creates and content is not None:
         return _FileResult(fd.target, [], "already exists, but the patch creates it"), content
     if not fd.creates and content is None:
         return _FileResult(fd.target, [], "no such file"), None
-    lines = patchformat.split_lines(content or b"")
+    lines = patch_format.split_lines(content or b"")
     results: list[_HunkResult] = []
-    placed: list[tuple[int, patchformat.Hunk]] = []
+    placed: list[tuple[int, patch_format.Hunk]] = []
     lo, carried = 0, 0
     for number, hunk in enumerate(fd.hunks, 1):
         stated = stated_index(hunk)
@@ -233,7 +233,7 @@ def _apply_file(content: bytes | None, fd: patchformat.FileDiff, partial: bool =
     return result, b"".join(out)
 
 
-def apply_patch(tree: Tree, patch: patchformat.Patch, reverse: bool = False, partial: bool = False) -> PatchResult:
+def apply_patch(tree: Tree, patch: patch_format.Patch, reverse: bool = False, partial: bool = False) -> PatchResult:
     """Apply one patch to the tree's in-memory state; changes land only if all hunks
     apply, unless `partial` (then whatever applies lands, like `quilt push -f`)."""
     results: list[_FileResult] = []
@@ -278,7 +278,7 @@ def compile_problems(tree: Tree, owners: dict[str, list[str]]) -> list[str]:
     return out
 
 
-def apply_series(tree: Tree, series_list: list[patchformat.Series]) -> list[PatchResult]:
+def apply_series(tree: Tree, series_list: list[patch_format.Series]) -> list[PatchResult]:
     """Apply every patch of every series in order, in memory. Keeps going after a failed
     patch so that one run reports every failing hunk; raises ApplyFailed if any failed.
     The caller commits the tree only after this returns."""
@@ -293,7 +293,7 @@ def apply_series(tree: Tree, series_list: list[patchformat.Series]) -> list[Patc
                 owners.setdefault(target, []).append(patch.name)
     failures.extend(compile_problems(tree, owners))
     if failures:
-        raise patchformat.ApplyFailed(failures)
+        raise patch_format.ApplyFailed(failures)
     return results
 
 
@@ -333,20 +333,20 @@ def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[_Replacement
     entries: list[_ReplacementEntry] = []
     for rep in reps:
         current = tree.read(rep.target)
-        actual = patchformat.sha256_bytes(current) if current is not None else "(file missing)"
+        actual = patch_format.sha256_bytes(current) if current is not None else "(file missing)"
         if actual != rep.upstream_sha256:
             drift.append(f"feature {rep.feature}: {rep.target}: forked from a different upstream file "
                          f"(expected sha256 {rep.upstream_sha256}, the engine has {actual})")
             continue
         data = rep.file.read_bytes()
-        if any(line.startswith(patchformat.CONFLICT_MARKERS) for line in patchformat.split_lines(data)):
+        if any(line.startswith(patch_format.CONFLICT_MARKERS) for line in patch_format.split_lines(data)):
             drift.append(f"feature {rep.feature}: {rep.file}: unresolved conflict markers from `kiln override rebase`")
             continue
         tree.write(rep.target, data)
-        entries.append({"feature": rep.feature, "target": rep.target, "sha256": patchformat.sha256_bytes(data),
+        entries.append({"feature": rep.feature, "target": rep.target, "sha256": patch_format.sha256_bytes(data),
                         "upstream_sha256": rep.upstream_sha256})
     if drift:
-        raise patchformat.DriftError(drift)
+        raise patch_format.DriftError(drift)
     return entries
 
 
@@ -363,15 +363,15 @@ def _json_object(path: Path, lists: tuple[str, ...] = (), strings: tuple[str, ..
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise patchformat.PatchFormatError([f"{path}: not JSON ({exc})"]) from None
+        raise patch_format.PatchFormatError([f"{path}: not JSON ({exc})"]) from None
     if not isinstance(doc, dict):
-        raise patchformat.PatchFormatError([f"{path}: not a JSON object"])
+        raise patch_format.PatchFormatError([f"{path}: not a JSON object"])
     for key in lists:
         if not isinstance(doc.get(key, []), list):
-            raise patchformat.PatchFormatError([f"{path}: {key}: must be a list"])
+            raise patch_format.PatchFormatError([f"{path}: {key}: must be a list"])
     for key in strings:
         if not isinstance(doc.get(key), str):
-            raise patchformat.PatchFormatError([f"{path}: {key}: must be a string"])
+            raise patch_format.PatchFormatError([f"{path}: {key}: must be a string"])
     return doc
 
 
@@ -386,7 +386,7 @@ def _write_manifest(path: Path, patches: list[_PatchEntry], replacements: list[_
     path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 
-def _load_overlays(overlays: Path) -> tuple[list[patchformat.Series], list[Replacement]]:
+def _load_overlays(overlays: Path) -> tuple[list[patch_format.Series], list[Replacement]]:
     """Every `<overlays>/<feature>/overlay.json`, in feature-name order."""
     series_list, reps = [], []
     for fdir in sorted(p for p in overlays.iterdir() if (p / "overlay.json").is_file()):
@@ -394,20 +394,20 @@ def _load_overlays(overlays: Path) -> tuple[list[patchformat.Series], list[Repla
         spec = _json_object(path, lists=("replacements",), strings=("name",))
         name, series = spec["name"], spec.get("series")
         if series is not None and not isinstance(series, str):
-            raise patchformat.PatchFormatError([f"{path}: series: must be a string or null"])
+            raise patch_format.PatchFormatError([f"{path}: series: must be a string or null"])
         if series:
-            series_list.append(patchformat.load_series(fdir / series, f"{fdir}/{series}", f"feature:{name}"))
+            series_list.append(patch_format.load_series(fdir / series, f"{fdir}/{series}", f"feature:{name}"))
         for i, rep in enumerate(spec.get("replacements", [])):
             if not isinstance(rep, dict) or not all(isinstance(rep.get(k), str)
                                                     for k in ("target", "file", "upstream_sha256")):
-                raise patchformat.PatchFormatError(
+                raise patch_format.PatchFormatError(
                     [f"{path}: replacements[{i}]: must hold the strings target, file and upstream_sha256"])
             reps.append(Replacement(name, rep["target"], fdir / rep["file"], rep["upstream_sha256"]))
     return series_list, reps
 
 
 def _run_apply(root: Path, series_files: list[str], manifest: Path) -> None:
-    series_list = [patchformat.load_series(Path(s), s) for s in series_files]
+    series_list = [patch_format.load_series(Path(s), s) for s in series_files]
     tree = Tree(root)
     results = apply_series(tree, series_list)
     tree.commit()
@@ -449,10 +449,10 @@ def main(argv: list[str] | None = None) -> int:
             _run_apply(args.root, args.series, args.manifest)
         else:
             _run_apply_overlays(args.root, args.overlays, args.manifest_append)
-    except patchformat.PatchError as exc:
+    except patch_format.PatchError as exc:
         for line in exc.lines:
             print(line, file=sys.stderr)
-        hint = _HINT_DRIFT if isinstance(exc, patchformat.DriftError) else _HINT_OVERLAY if args.cmd == "apply-overlays" else _HINT_PATCH
+        hint = _HINT_DRIFT if isinstance(exc, patch_format.DriftError) else _HINT_OVERLAY if args.cmd == "apply-overlays" else _HINT_PATCH
         print(hint, file=sys.stderr)
         return exc.exit_code
     return 0

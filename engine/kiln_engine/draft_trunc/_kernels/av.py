@@ -23,7 +23,7 @@ import torch
 import triton.language as tl
 
 from .. import _cost
-from .device import TAU_GRID
+from .device_functions import TAU_GRID
 from .jit import jit
 
 # The device accumulator's columns (float64): sums over the corrected draft slots.

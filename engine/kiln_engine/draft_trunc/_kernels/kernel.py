@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from .buffers import Buffers, Calibration, CostInputs, MarkInputs
-from .device import DEPTH_KEY, cost_aware_tau, explore_uniform, request_block, survivals
+from .device_functions import DEPTH_KEY, cost_aware_tau, explore_uniform, request_block, survivals
 from .jit import jit
 
 

@@ -11,7 +11,7 @@ from typing import Annotated
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from kiln.basics.jsontypes import Strings1
+from kiln.basics.json_types import Strings1
 
 
 class ErrorBody(TypedDict):

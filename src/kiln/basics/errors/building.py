@@ -100,7 +100,7 @@ class BaseLockMismatch(KilnError):
 
 class DiskSpaceShort(KilnError):
     """The engine builds a command is about to start need more disk than the Docker
-    daemon's data root has free (domain/images/buildspace.py says how much each needs)."""
+    daemon's data root has free (domain/images/disk_space.py says how much each needs)."""
 
     exit_code = 35
     hint = (

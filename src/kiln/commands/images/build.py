@@ -33,15 +33,15 @@ from kiln.basics.errors import (
     PlatformNotDeclared,
     PlatformUnsupported,
 )
-from kiln.basics.jsontypes import DESCRIBED, Count, Seconds, Sha256
+from kiln.basics.json_types import DESCRIBED, Count, Seconds, Sha256
 from kiln.basics.paths import local_ref
-from kiln.commands.images.baseimage import builder_base
+from kiln.commands.images.base_image import builder_base
 from kiln.commands.options import Subparsers, reports
-from kiln.domain.imagecheck import enginestamp, engineverify
-from kiln.domain.images import buildspace
-from kiln.domain.images.buildcontext import BuildContext
-from kiln.domain.images.cabundle import CABundle, add_to_context
-from kiln.domain.images.specs import (
+from kiln.domain.imagecheck import declared_engine, engine_stamp
+from kiln.domain.images import disk_space
+from kiln.domain.images.build_context import BuildContext
+from kiln.domain.images.ca_bundle import CABundle, add_to_context
+from kiln.domain.images.definitions import (
     PATCHER_ARC,
     EngineImage,
     RecipeImage,
@@ -50,15 +50,15 @@ from kiln.domain.images.specs import (
     platform_suffix,
     resolve,
 )
-from kiln.domain.locks import enginelock, lockfailure, recipelock
+from kiln.domain.locks import engine_lock, lock_failure, recipe_lock
 from kiln.domain.patching import series
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
 from kiln.domain.reproducible import normalise_image
-from kiln.domain.reproducible.savearchive import rfc3339
-from kiln.domain.reproducible.sourcedate import SourceDate
+from kiln.domain.reproducible.save_archive import rfc3339
+from kiln.domain.reproducible.source_date import SourceDate
 from kiln.infra import binfmt, credentials, records
 from kiln.infra.docker import DockerDaemon, Image, id_of
-from kiln.inimage import patch_applier, patchformat
+from kiln.inimage import patch_applier, patch_format
 
 _STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
 
@@ -154,7 +154,7 @@ def _run_build(docker: DockerDaemon, job: _ImageBuild, ca: CABundle, *, nocache:
         result = docker.build(context, label=job.label, buildargs=job.buildargs, nocache=nocache,
                               platform=job.platform)
     except BuildFailed as exc:
-        raise _as_patch_failure(exc) or lockfailure.typed(exc, job.lock_file, job.relock) or exc from None
+        raise _as_patch_failure(exc) or lock_failure.typed(exc, job.lock_file, job.relock) or exc from None
     image = docker.require_image(result.image_id)
     size = image.attrs.get("Size", 0)
     # check before tagging: a failed check must leave no tag behind
@@ -187,9 +187,9 @@ def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
     if exc.status is None or not _runs_applier(exc.step):
         return None
     typed = {
-        patchformat.ApplyFailed.exit_code: PatchFailed,
-        patchformat.DriftError.exit_code: OverrideDrift,
-        patchformat.PatchFormatError.exit_code: PatchInvalid,
+        patch_format.ApplyFailed.exit_code: PatchFailed,
+        patch_format.DriftError.exit_code: OverrideDrift,
+        patch_format.PatchFormatError.exit_code: PatchInvalid,
     }.get(exc.status)
     if typed is None:
         return None
@@ -224,7 +224,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         docker.ensure_base(local_ref(host_base), pull=False)
         builder_base(docker, local_ref(host_base), engine_image.platform, local_ref(engine_image.builder_image))
         modules = engine_modules(engine_image.engine.flavour)
-        check = lambda image: enginestamp.import_check(docker, image.id, modules)  # noqa: E731
+        check = lambda image: engine_stamp.import_check(docker, image.id, modules)  # noqa: E731
     engine_image.add_wheels()
     job = _ImageBuild(
         label=f"engine-{engine_image.engine.flavour}",
@@ -235,7 +235,7 @@ def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool
         buildargs=engine_image.buildargs(),
         check=check,
         # torch/CUDA/NCCL labels read from the built image before anything is tagged
-        finalize=lambda image: enginestamp.labelled(docker, image),
+        finalize=lambda image: engine_stamp.labelled(docker, image),
         source_date=engine_image.source_date,
         lock_file=engine_image.lock_file if engine_image.lock is not None else None,
         relock=f"kiln engine lock {recipe}",
@@ -251,10 +251,10 @@ def stamp(docker: DockerDaemon, tags: list[str], outcome: _BuildOutcome, epoch: 
     tags are removed, so a failed check never leaves a tag that a later build would trust.
     Fresh builds are labelled before they are tagged (`_ImageBuild.finalize`)."""
     image = docker.require_image(outcome.image_id)
-    if enginestamp.is_stamped(image):
+    if engine_stamp.is_stamped(image):
         return outcome
     try:
-        image_id = enginestamp.labelled(docker, image)
+        image_id = engine_stamp.labelled(docker, image)
         image_id = normalise_image.make_reproducible(docker, image_id, epoch, label="engine").image_id
     except BaseException:
         _untag(docker, tags)
@@ -309,7 +309,7 @@ def build_recipe(
         log.ok(f"engine {engine_image.tag} up to date")
     else:
         _summary("engine image built", engine_outcome, engine_outcome.seconds)
-    engineverify.preflight_launch_args(loaded, engine_outcome.image_id, docker)
+    declared_engine.preflight_launch_args(loaded, engine_outcome.image_id, docker)
     outcome = _run_build(docker, _recipe_build(docker, loaded, recipe_image), engine_image.ca.get(), nocache=nocache)
     if not quiet_summary:
         _summary(f"built {recipe_image.repository}", outcome, time.monotonic() - t0,
@@ -321,17 +321,17 @@ def check_build_space(docker: DockerDaemon, name: str, platforms: list[str | Non
                       force_engine: bool = False, ca_flag: str | None = None) -> None:
     """Before anything builds: the engine builds ahead (one per platform whose recipe and
     engine images are missing, or forced) fit on the daemon's disk, or DiskSpaceShort
-    says so in one line (domain/images/buildspace.py has the figures)."""
+    says so in one line (domain/images/disk_space.py has the figures)."""
     builds = [b for p in platforms if (b := _engine_build_ahead(docker, name, p, force, force_engine, ca_flag))]
     if not builds:
         return
     root = _local_root(docker)
     if root is not None:
-        buildspace.require_space(name, builds, shutil.disk_usage(root).free, root)
+        disk_space.require_space(name, builds, shutil.disk_usage(root).free, root)
 
 
 def _engine_build_ahead(docker: DockerDaemon, name: str, platform: str | None, force: bool, force_engine: bool,
-                        ca_flag: str | None) -> buildspace.EngineBuild | None:
+                        ca_flag: str | None) -> disk_space.EngineBuild | None:
     if platform is not None:
         check_platform(load_recipe(recipe_dir(name)), platform)
     resolved = resolve(name, ca_flag, platform)
@@ -340,7 +340,7 @@ def _engine_build_ahead(docker: DockerDaemon, name: str, platform: str | None, f
         return None  # build_recipe reuses it, and builds no engine
     if not force_engine and existing(docker, engine_image.tag, engine_image.digest) is not None:
         return None
-    return buildspace.EngineBuild(engine_image.engine.flavour, engine_image.platform)
+    return disk_space.EngineBuild(engine_image.engine.flavour, engine_image.platform)
 
 
 def _local_root(docker: DockerDaemon) -> str | None:
@@ -365,8 +365,8 @@ def check_platform(loaded: LoadedRecipe, platform: str) -> None:
     if platform not in engine.platforms:
         raise PlatformNotDeclared(f"{loaded.where('engine')}: engine.platforms: {loaded.name} is declared for "
                                   f"{', '.join(engine.platforms)}, not {platform}")
-    lock = enginelock.for_image(enginelock.engine_image_dir(engine.flavour), engine.name, engine.version, loaded.name)
-    gaps = enginelock.platform_gaps(lock, platform, engine.torch) if lock is not None else []
+    lock = engine_lock.for_image(engine_lock.engine_image_dir(engine.flavour), engine.name, engine.version, loaded.name)
+    gaps = engine_lock.platform_gaps(lock, platform, engine.torch) if lock is not None else []
     if gaps:
         i = list[str](engine.platforms).index(platform)
         raise PlatformUnsupported([f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {platform}: "
@@ -384,7 +384,7 @@ def _platforms_of(name: str, flag: str | None) -> list[str | None]:
 
 
 def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage) -> _ImageBuild:
-    recipe_image.add_wheels()  # its own locked packages, if it names any (recipelock)
+    recipe_image.add_wheels()  # its own locked packages, if it names any (recipe_lock)
     return _ImageBuild(
         label=loaded.name,
         context=recipe_image.context,
@@ -395,11 +395,11 @@ def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: Reci
         max_size_gb=loaded.recipe.budgets.max_image_size_gb,
         source_date=recipe_image.source_date,
         # the engine really is the declared one and accepts the launch args (enginecheck)
-        check=lambda image: engineverify.verify(loaded, image, docker),
+        check=lambda image: declared_engine.verify(loaded, image, docker),
         platform=recipe_image.platform,
         parent=recipe_image.buildargs()["KILN_ENGINE_IMAGE"],
         lock_file=recipe_image.lock_file if recipe_image.lock is not None else None,
-        relock=recipelock.relock_command(loaded.name),
+        relock=recipe_lock.relock_command(loaded.name),
     )
 
 
@@ -456,7 +456,7 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--no-cache", action="store_true",
                    help="ignore the daemon's layer cache (with --force-engine: for the engine too)")
     s.add_argument("--ca-bundle", help="PEM bundle builds trust (default: $KILN_CA_BUNDLE, else pip's cert)")
-    s.add_argument("--platform", choices=[*sorted(enginelock.PLATFORMS), "all"], default=None,
+    s.add_argument("--platform", choices=[*sorted(engine_lock.PLATFORMS), "all"], default=None,
                    help="build for this platform of engine.platforms, or all of them (default: the host's; "
                         "another architecture runs under qemu: scripts/setup.sh --arm64)")
     s.add_argument("--skip-disk-check", action="store_true",

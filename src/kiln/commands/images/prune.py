@@ -15,7 +15,7 @@ import argparse
 from kiln.basics import log
 from kiln.basics.errors import KilnError
 from kiln.commands.options import Subparsers
-from kiln.domain.images.specs import LABEL_NS, resolve
+from kiln.domain.images.definitions import LABEL_NS, resolve
 from kiln.domain.recipes.recipe import recipe_names
 from kiln.infra.docker import DockerDaemon, Image, id_of
 

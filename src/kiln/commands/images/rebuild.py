@@ -26,8 +26,8 @@ from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed, ImageNotBuilt, RebuildDiffers, RebuildSourceMissing
 from kiln.basics.paths import repo_root
 from kiln.commands.options import Subparsers
-from kiln.domain.images.specs import LABEL_NS
-from kiln.domain.reproducible import imagediff
+from kiln.domain.images.definitions import LABEL_NS
+from kiln.domain.reproducible import image_diff
 from kiln.infra import credentials, git
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
@@ -107,7 +107,7 @@ def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:
 
 
 def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
-            docker: DockerDaemon | None = None) -> tuple[str, str, imagediff.Difference | None]:
+            docker: DockerDaemon | None = None) -> tuple[str, str, image_diff.Difference | None]:
     """(image id given, image id rebuilt, the first difference or None)."""
     docker = docker or DockerDaemon()
     img = _image(docker, ref)
@@ -142,7 +142,7 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
     old_id = id_of(img)
     diff = None
     if new_id != old_id:
-        diff = imagediff.compare(img.attrs["RootFS"]["Layers"], new.attrs["RootFS"]["Layers"],
+        diff = image_diff.compare(img.attrs["RootFS"]["Layers"], new.attrs["RootFS"]["Layers"],
                                  dict(_comparable(img.attrs)), dict(_comparable(new.attrs)),
                                  lambda: docker.save(old_id), lambda: docker.save(new_id))
     if not keep:  # every kiln-verify/ tag (the rebuild's, and what --reuse-engine lent it)

@@ -19,7 +19,7 @@ from kiln.basics import log
 from kiln.basics.errors import ImageNotBuilt, SbomWriteFailed, UsageError
 from kiln.basics.files import write_atomic
 from kiln.commands.options import Subparsers
-from kiln.domain.images.specs import existing, require_built, resolve
+from kiln.domain.images.definitions import existing, require_built, resolve
 from kiln.domain.supplychain import sbom as sbomdoc
 from kiln.domain.supplychain import spdx
 from kiln.domain.supplychain.cyclonedx import CycloneDxDocument

@@ -18,7 +18,7 @@ from kiln.basics import log
 from kiln.basics.errors import SigningPasswordInvalid
 from kiln.commands.options import Subparsers
 from kiln.domain.signing import keys
-from kiln.infra import keypassword
+from kiln.infra import key_password
 
 
 class _KeyPairDocument(TypedDict):
@@ -39,7 +39,7 @@ class _FingerprintDocument(TypedDict):
 
 def _generate(prefix: Path, *, as_json: bool = False) -> keys.KeyPairFiles:
     target = prefix.with_name(prefix.name + ".key")
-    password = keypassword.read(what=f"the new key {target}", confirm=True)
+    password = key_password.read(what=f"the new key {target}", confirm=True)
     if not password:
         raise SigningPasswordInvalid(f"refusing to write {target} with an empty password",
                                      hint="anyone who copies an unencrypted key can sign as you; set "

@@ -18,7 +18,7 @@ published" is checked against.
 With `--sign KEY` (required when the recipe sets publish.require_signature) the daemon
 pushes under `<input digest, 12 hex>-staging` instead, a tag no consumer follows; the
 signature (`sha256-<hex>.sig`) and the SBOM and provenance attestations
-(`sha256-<hex>.att`) go up and are verified from the registry (commands/publishing/signstep.py);
+(`sha256-<hex>.att`) go up and are verified from the registry (commands/publishing/publish_signing.py);
 only then are the three tags above written. So no consumer tag ever points at an image
 whose signature is not up and verified.
 
@@ -35,7 +35,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 
-from kiln.basics import clock, imageref, log
+from kiln.basics import clock, image_ref, log
 from kiln.basics.errors import (
     ChannelEmpty,
     ChannelInvalid,
@@ -48,11 +48,11 @@ from kiln.basics.errors import (
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import results_dir, shown_home
 from kiln.commands.options import Subparsers
-from kiln.commands.publishing import signstep
-from kiln.domain.images.buildcontext import BuildContext
-from kiln.domain.images.specs import require_built
-from kiln.domain.locks import enginelock
-from kiln.domain.publishing import (
+from kiln.commands.publishing import publish_signing
+from kiln.domain.images.build_context import BuildContext
+from kiln.domain.images.definitions import require_built
+from kiln.domain.locks import engine_lock
+from kiln.domain.publishing.rules import (
     SMOKE_LABEL,
     UNSMOKED_SUFFIX,
     PlatformEntry,
@@ -155,18 +155,18 @@ def publish(
         refuse_unsmoked_channel(name, recipe_image.short, explicit_channel)
         channel, tags = None, [unsmoked_tag(recipe_image.short)]
     # the key (and its password) before anything moves: a wrong one fails with nothing pushed
-    signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
+    signer = publish_signing.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
     client = _client(target, password_stdin, creds)
     if smoke["status"] == "skipped":
         image_id = _unsmoked_image(docker, loaded, recipe_image.short, built_id)
     log.step(f"publishing {name} ({image_id[:19]}) to {target.host}/{target.path}")
     signing = signer is not None and channel is not None  # unsmoked: its one tag is no consumer tag
-    push_tag = f"{recipe_image.short}{signstep.STAGING_SUFFIX}" if signing else tags[0]
+    push_tag = f"{recipe_image.short}{publish_signing.STAGING_SUFFIX}" if signing else tags[0]
     manifest, pushed = _upload(docker, client, tags[-1], image_id, push_tag)
     signature = None
     if signer is not None:
         pushed_image = img if image_id == built_id else docker.require_image(image_id)
-        signature = signstep.sign_and_verify(docker, client, signer, loaded, recipe_image, pushed_image,
+        signature = publish_signing.sign_and_verify(docker, client, signer, loaded, recipe_image, pushed_image,
                                              manifest.digest)
     _write_tags(client, manifest, tags)
     _verify(client, manifest, tags)
@@ -204,7 +204,7 @@ def _publish_index(
     input_digest = index_input_digest(members)
     short = input_digest.split(":")[1][:12]
     tags = consumer_tags(loaded, short, channel)
-    signer = signstep.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
+    signer = publish_signing.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
     client = _client(target, password_stdin, creds)
     log.step(f"publishing {name} ({', '.join(p for p, _ in members)}) to {target.host}/{target.path} as one index")
     children: list[tuple[str, Manifest]] = []
@@ -217,15 +217,15 @@ def _publish_index(
     signature = None
     signed: dict[str, SignatureEvidence] = {}
     if signer is not None:
-        client.put_manifest(f"{short}{signstep.STAGING_SUFFIX}", index)
+        client.put_manifest(f"{short}{publish_signing.STAGING_SUFFIX}", index)
         # each platform's image with its own SBOM and provenance (cosign sign --recursive
         # signs an index's images too); `kiln verify` of the index checks every one
         for (plat, built), (_, manifest) in zip(members, children, strict=True):
-            signed[plat] = signstep.sign_and_verify(docker, client, signer, loaded, built.recipe_image, built.image,
+            signed[plat] = publish_signing.sign_and_verify(docker, client, signer, loaded, built.recipe_image, built.image,
                                                     manifest.digest)
-        host = enginelock.host_platform()
+        host = engine_lock.host_platform()
         plat, built = next(((p, b) for p, b in members if p == host), members[0])  # its SBOM is read natively
-        signature = signstep.sign_and_verify(docker, client, signer, loaded, built.recipe_image, built.image,
+        signature = publish_signing.sign_and_verify(docker, client, signer, loaded, built.recipe_image, built.image,
                                              index.digest)
     present = client.manifest(short)
     already = present is not None and present.digest == index.digest
@@ -322,7 +322,7 @@ def _report_publish(r: PublishResult) -> None:
         "manifest digest": r.manifest_digest,
         "image id": r.image_id,
         "input digest": r.input_digest,
-        "tags": ", ".join(str(imageref.parse(t).tag) for t in r.tags),
+        "tags": ", ".join(str(image_ref.parse(t).tag) for t in r.tags),
         **({"platforms": ", ".join(f"{p} ({d['manifest_digest'][:19]})" for p, d in r.platforms.items())}
            if r.platforms else {}),
         "channel": r.channel or "none (not smoke-tested)",
@@ -370,7 +370,7 @@ def promote(
     if manifest is None:
         raise ChannelEmpty(f"{target.ref(source)} does not exist; nothing to promote")
     image_id = promotable_image_id(name, client, target.ref(source), source, manifest)
-    signature = signstep.verify_for_promote(loaded, client, manifest.digest, key)
+    signature = publish_signing.verify_for_promote(loaded, client, manifest.digest, key)
     current = client.manifest(dest)
     moved = current is None or current.digest != manifest.digest
     if moved:

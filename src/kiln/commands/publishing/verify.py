@@ -18,23 +18,23 @@ from pathlib import Path
 
 from kiln.basics import log
 from kiln.commands.options import Subparsers
-from kiln.domain.signing import keys, signverify
+from kiln.domain.signing import keys, signatures
 from kiln.infra import credentials
 from kiln.infra.registry import RegistryClient
 
 
 def verify(ref: str, key_path: Path, *, plain_http: bool = False, password_stdin: bool = False,
            signature_only: bool = False, signed_repository: str | None = None,
-           creds: credentials.Credentials | None = None) -> signverify.Verification:
+           creds: credentials.Credentials | None = None) -> signatures.Verification:
     public = keys.load_public_key(key_path)  # a bad key fails before any network
-    image = signverify.parse_reference(ref, plain_http=plain_http)
+    image = signatures.parse_reference(ref, plain_http=plain_http)
     if creds is None:
         creds = credentials.resolve(image.target.host, password_stdin=password_stdin)
     client = RegistryClient(image.target, creds)
     client.check_access()
-    digest = signverify.resolve(client, image)
-    required = () if signature_only else signverify.KILN_PREDICATES
-    return signverify.verify_image(client, digest, public, required=required, reference=str(image),
+    digest = signatures.resolve(client, image)
+    required = () if signature_only else signatures.KILN_PREDICATES
+    return signatures.verify_image(client, digest, public, required=required, reference=str(image),
                                 signed_repository=signed_repository)
 
 

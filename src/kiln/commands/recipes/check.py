@@ -18,19 +18,19 @@ from kiln.basics.errors import (
     RecipeInvalid,
     UsageError,
 )
-from kiln.basics.jsontypes import DESCRIBED, Count
+from kiln.basics.json_types import DESCRIBED, Count
 from kiln.basics.paths import repo_root
 from kiln.commands.images.build import check_platform
 from kiln.commands.options import Subparsers, reports
 from kiln.commands.recipes.plan import plan_recipe
-from kiln.domain.imagecheck.launchargs import check_against_engine
-from kiln.domain.locks import enginelock, lockpolicy, recipelock
+from kiln.domain.imagecheck.launch_arg_check import check_against_engine
+from kiln.domain.locks import engine_lock, lock_policy, recipe_lock
 from kiln.domain.patching.series import recipe_series
 from kiln.domain.planning.plan import verdict
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir, recipe_names
 from kiln.domain.recipes.topology import feature_problems
-from kiln.infra import wheelcache
+from kiln.infra import wheel_cache
 
 
 @with_config(DESCRIBED)
@@ -87,15 +87,15 @@ def _platforms(loaded: LoadedRecipe) -> list[str]:
     one line per platform that has not, naming the wheel looked for."""
     e = loaded.recipe.engine
     try:
-        lock = enginelock.for_image(enginelock.engine_image_dir(e.flavour), e.name, e.version, loaded.name)
+        lock = engine_lock.for_image(engine_lock.engine_image_dir(e.flavour), e.name, e.version, loaded.name)
     except KilnError:
         return []  # a missing or unreadable lock is _lock's line already
     if lock is None:  # a stand-in engine without locks/: nothing to look in
         return []
-    shown = enginelock.shown(enginelock.lock_path(enginelock.engine_image_dir(e.flavour), e.name, e.version))
+    shown = engine_lock.shown(engine_lock.lock_path(engine_lock.engine_image_dir(e.flavour), e.name, e.version))
     problems = []
     for i, plat in enumerate(e.platforms):
-        gaps = enginelock.platform_gaps(lock, plat, e.torch)
+        gaps = engine_lock.platform_gaps(lock, plat, e.torch)
         if gaps:
             problems.append(f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {plat}: {shown} "
                             f"has no {plat} {', '.join(gaps)}")
@@ -164,9 +164,9 @@ def _lock(loaded: LoadedRecipe) -> list[str]:
     """The engine lock still matches the engine wheel (read from the cache, no download),
     and the recipe's own lock its build.python_packages and engine."""
     e = loaded.recipe.engine
-    return [*lockpolicy.lock_problems(enginelock.engine_image_dir(e.flavour), e.name, e.version,
-                                      e.flavour, wheelcache.cached_engine_wheel(e.version, e.flavour), loaded.name),
-            *recipelock.problems(loaded)]
+    return [*lock_policy.lock_problems(engine_lock.engine_image_dir(e.flavour), e.name, e.version,
+                                      e.flavour, wheel_cache.cached_engine_wheel(e.version, e.flavour), loaded.name),
+            *recipe_lock.problems(loaded)]
 
 
 def _rel(path: Path) -> str:
@@ -241,7 +241,7 @@ def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("check", help="validate recipes without building"))
     s.add_argument("name", nargs="?")
     s.add_argument("--all", action="store_true")
-    s.add_argument("--platform", choices=sorted(enginelock.PLATFORMS), default=None,
+    s.add_argument("--platform", choices=sorted(engine_lock.PLATFORMS), default=None,
                    help="ask this platform's engine image (of engine.platforms) for the launch check "
                         "(default: the host's; another architecture's runs under qemu)")
     s.set_defaults(func=_cmd_check)

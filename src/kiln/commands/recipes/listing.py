@@ -6,7 +6,7 @@ import argparse
 
 from kiln.basics import log
 from kiln.commands.options import Subparsers, reports
-from kiln.domain.views.catalogue import ListDocument, recipe_rows
+from kiln.domain.catalogue.entries import ListDocument, recipe_rows
 
 
 def _cmd_list(args: argparse.Namespace) -> int:

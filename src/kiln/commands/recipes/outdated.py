@@ -12,7 +12,7 @@ from kiln.basics import log
 from kiln.basics.errors import EngineOutdated
 from kiln.commands.options import Subparsers, reports
 from kiln.domain.patching import outdated as O
-from kiln.infra import pyindex
+from kiln.infra import package_index
 
 _HEADER = ("recipe", "distribution", "pinned", "newest on index", "newest with a kiln series", "status")
 
@@ -45,9 +45,9 @@ def _summary(doc: O.OutdatedDocument, behind: list[O.OutdatedRow]) -> str:
 
 
 def _cmd_engine_outdated(args: argparse.Namespace) -> int:
-    index = (args.index_url or pyindex.index_url()).rstrip("/")
-    cafile = pyindex.index_cafile()
-    doc = O.outdated(index, lambda dist: pyindex.wheel_releases(dist, index=index, cafile=cafile))
+    index = (args.index_url or package_index.index_url()).rstrip("/")
+    cafile = package_index.index_cafile()
+    doc = O.outdated(index, lambda dist: package_index.wheel_releases(dist, index=index, cafile=cafile))
     behind = O.lagging(doc)
     if args.json:
         log.emit_json(doc)

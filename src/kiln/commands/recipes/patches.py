@@ -9,12 +9,13 @@ from kiln.basics import log
 from kiln.basics.errors import UsageError
 from kiln.basics.paths import repo_root
 from kiln.commands.options import Subparsers
-from kiln.commands.recipes import bumpreport, lock, outdated
+from kiln.commands.recipes import bump_report, outdated
+from kiln.commands.recipes import engine as lock
 from kiln.domain.patching import series as S
 from kiln.domain.patching.bump import PortedEngine, bump, default_from, move_recipe
 from kiln.domain.patching.quilt import Target, checkout, refresh
 from kiln.domain.patching.rebase import rebase, to_patch
-from kiln.infra import wheelcache
+from kiln.infra import wheel_cache
 
 _ENGINE = S.ENGINE
 
@@ -95,10 +96,10 @@ def _cmd_engine_bump(args: argparse.Namespace) -> int:
         from_version = S.parse_engine(args.from_version) if args.from_version else default_from(to_version)
         then = None
         if args.report is not None:
-            command = bumpreport.command_line(to_version, args.from_version and from_version, args.flavour, args.report)
+            command = bump_report.command_line(to_version, args.from_version and from_version, args.flavour, args.report)
 
             def then(engine: PortedEngine) -> None:
-                bumpreport.report_bump((from_version, to_version), args.flavour, engine, args.report, command)
+                bump_report.report_bump((from_version, to_version), args.flavour, engine, args.report, command)
         bump(from_version, to_version, args.flavour, args.dry_run, then)
     if args.recipe and not args.dry_run:
         move_recipe(args.recipe, to_version)
@@ -139,14 +140,14 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--recipe", help="also apply this recipe's switched-on experimental features")
     s.add_argument("--feature", metavar="RECIPE/FEATURE",
                    help="check a feature's series for every engine version it has one for (or --engine's)")
-    s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
+    s.add_argument("--flavour", choices=sorted(wheel_cache.DISTRIBUTIONS), help=flavour_help)
     s.set_defaults(func=_cmd_patches_check)
 
     s = ps.add_parser("checkout", help="scratch tree with the series applied, for editing patches")
     s.add_argument("--engine", help=engine_help)
     s.add_argument("--feature", metavar="RECIPE/FEATURE", help=feature_help)
     s.add_argument("--series-from", help="apply this version's series instead (porting to a new engine)")
-    s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
+    s.add_argument("--flavour", choices=sorted(wheel_cache.DISTRIBUTIONS), help=flavour_help)
     s.add_argument("--force", action="store_true", help="discard unrefreshed edits in an existing scratch tree")
     s.add_argument("--force-apply", action="store_true", help="apply what applies, write .rej files for the rest")
     s.set_defaults(func=_cmd_patches_checkout)
@@ -154,7 +155,7 @@ def register(sub: Subparsers) -> None:
     s = ps.add_parser("refresh", help="regenerate the patch files from the edited scratch tree")
     s.add_argument("--engine", help=engine_help)
     s.add_argument("--feature", metavar="RECIPE/FEATURE", help=feature_help)
-    s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
+    s.add_argument("--flavour", choices=sorted(wheel_cache.DISTRIBUTIONS), help=flavour_help)
     s.add_argument("--patch", metavar="NAME",
                    help="edits go into this patch, not the last one touching the file (the later "
                         "patches are rebased over them); edited files no patch touches are added to it")
@@ -166,7 +167,7 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--to", required=True, help=f"{_ENGINE}==Y or Y")
     s.add_argument("--from", dest="from_version", help="series to bump (default: the newest one older than --to)")
     s.add_argument("--dry-run", action="store_true", help="report per patch; change nothing")
-    s.add_argument("--flavour", choices=sorted(wheelcache.DISTRIBUTIONS), help=flavour_help)
+    s.add_argument("--flavour", choices=sorted(wheel_cache.DISTRIBUTIONS), help=flavour_help)
     s.add_argument("--recipe", metavar="NAME", help="then pin this recipe to the new version (its features' series "
                                                     "for that version must apply)")
     s.add_argument("--report", nargs="?", const="", metavar="FILE.md",

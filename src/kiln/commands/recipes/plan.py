@@ -9,8 +9,8 @@ import argparse
 from kiln.basics import log
 from kiln.basics.errors import PlanDoesNotFit, UsageError
 from kiln.commands.options import Subparsers, count
-from kiln.domain.images.imagefiles import recipe_image_reader
-from kiln.domain.planning.modelshape import plan_input
+from kiln.domain.images.image_files import recipe_image_reader
+from kiln.domain.planning.model_shape import plan_input
 from kiln.domain.planning.plan import Layout, Plan, compute, gib, verdict
 from kiln.domain.recipes.accelerators import ACCELERATORS, NAMES, Accelerator
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir

@@ -9,10 +9,10 @@ from typing import Any
 
 from kiln.basics import log
 from kiln.commands.options import Subparsers, reports
-from kiln.domain.recipes.engine_features import flag_on
+from kiln.domain.catalogue.entries import show_document
+from kiln.domain.recipes.feature_registry import flag_on
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import recipe_dir
-from kiln.domain.views.catalogue import show_document
 
 
 def _cmd_show(args: argparse.Namespace) -> int:

@@ -11,8 +11,8 @@ from kiln.basics import log
 from kiln.basics.paths import host_hf_cache
 from kiln.commands.options import Subparsers
 from kiln.domain.recipes.recipe import load_recipe, recipe_dir
-from kiln.domain.serving.hffetch import fetch
-from kiln.domain.serving.launch import hf_models
+from kiln.domain.serving.hf_fetch import fetch
+from kiln.domain.serving.launch_command import hf_models
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:

@@ -19,12 +19,17 @@ from kiln.basics.errors import (
     UsageError,
 )
 from kiln.commands.options import Subparsers
-from kiln.domain.images.specs import RecipeImage, existing, resolve
+from kiln.domain.images.definitions import RecipeImage, existing, resolve
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.topology import Topology, effective
-from kiln.domain.serving.container import ServingContainer, kiln_containers, preflight, run_spec
-from kiln.domain.serving.launch import LABEL_RECIPE, LABEL_URL
-from kiln.domain.serving.multinode import node_specs, print_commands
+from kiln.domain.serving.launch_command import LABEL_RECIPE, LABEL_URL
+from kiln.domain.serving.multi_node import node_specs, print_commands
+from kiln.domain.serving.serving_container import (
+    ServingContainer,
+    kiln_containers,
+    preflight,
+    run_spec,
+)
 from kiln.infra.docker import Container, DockerDaemon, LogTail, id_of
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -18,27 +18,27 @@ from typing_extensions import TypedDict
 
 from kiln.basics import clock, log
 from kiln.basics.errors import ContainerStartFailed, SmokeFailed
-from kiln.basics.jsontypes import DESCRIBED
+from kiln.basics.json_types import DESCRIBED
 from kiln.basics.paths import shown_home
 from kiln.commands.images.build import build_recipe, check_build_space, check_platform
 from kiln.commands.options import Subparsers, count, reports
-from kiln.commands.serving.smokechecks import CHECKS, Check, ServedChecks, SmokeRun, require
-from kiln.domain.imagecheck import inimageproof, launchargs
-from kiln.domain.images.specs import RecipeImage, engine_modules, require_built
-from kiln.domain.locks import enginelock
-from kiln.domain.recipes.engine_features import engine_features
+from kiln.commands.serving.smoke_checks import CHECKS, Check, ServedChecks, SmokeRun, require
+from kiln.domain.imagecheck import in_image_smoke, launch_arg_check
+from kiln.domain.images.definitions import RecipeImage, engine_modules, require_built
+from kiln.domain.locks import engine_lock
+from kiln.domain.recipes.feature_registry import engine_features
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
-from kiln.domain.recipes.sections import Smoke
+from kiln.domain.recipes.recipe_sections import Smoke
 from kiln.domain.recipes.topology import Topology, effective, split_over_nodes
-from kiln.domain.serving.container import (
+from kiln.domain.serving.launch_command import RunSpec
+from kiln.domain.serving.multi_node import NodeGroup, node_specs
+from kiln.domain.serving.serving_container import (
     ServingContainer,
     free_port,
     gpu_visible,
     preflight,
     run_spec,
 )
-from kiln.domain.serving.launch import RunSpec
-from kiln.domain.serving.multinode import NodeGroup, node_specs
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.records import CheckEntry, SmokeRecord, Timings, write_smoke_record
@@ -202,20 +202,20 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
 def _in_image_smoke(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage, image_id: str,
                     emulated: bool) -> SmokeDocument:
     """The in-image proofs as a smoke run: each proof one check, then vLLM's own parser
-    on the launch command (launchargs, the answer the build cached). Writes a record of
+    on the launch command (launch_arg_check, the answer the build cached). Writes a record of
     level "in-image": publishing shows the level; it is not a served smoke."""
     recipe = loaded.recipe
     started = clock.now().isoformat(timespec="seconds")
     log.step(f"smoke {loaded.name}: in-image proofs in {recipe_image.tag} ({image_id[:19]}), no GPU on this host"
              + (", under qemu" if emulated else ""))
     t0 = time.monotonic()
-    want = inimageproof.Expected(
-        machine=enginelock.platform(recipe_image.platform).machine, cuda=recipe.engine.cuda,
+    want = in_image_smoke.Expected(
+        machine=engine_lock.platform(recipe_image.platform).machine, cuda=recipe.engine.cuda,
         modules=engine_modules(recipe.engine.flavour), draft_trunc="draft-trunc" in recipe.features)
-    facts = inimageproof.gather(docker, image_id, want.modules)
+    facts = in_image_smoke.gather(docker, image_id, want.modules)
     log.info(f"  facts gathered in the image in {log.human_secs(time.monotonic() - t0)}")
     run = SmokeRun()
-    for check_name, ok, detail in inimageproof.judge(facts, want):
+    for check_name, ok, detail in in_image_smoke.judge(facts, want):
         run.check(check_name, partial(_fact, ok, detail))
     run.check("launch_args", lambda: _launch_accepted(docker, loaded, image_id))
     evidence = SmokeRecord(
@@ -247,7 +247,7 @@ def _fact(ok: bool, detail: str) -> tuple[None, str]:
 
 
 def _launch_accepted(docker: DockerDaemon, loaded: LoadedRecipe, image_id: str) -> tuple[None, str]:
-    problems = launchargs.check_image(docker, loaded, docker.require_image(image_id))
+    problems = launch_arg_check.check_image(docker, loaded, docker.require_image(image_id))
     require(not problems, "; ".join(problems))
     return None, "the engine's own vLLM parser accepts the launch command"
 
@@ -281,7 +281,7 @@ def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client"))
     s.add_argument("name")
     s.add_argument("--build", action="store_true", help="build first if needed")
-    s.add_argument("--platform", choices=sorted(enginelock.PLATFORMS), default=None,
+    s.add_argument("--platform", choices=sorted(engine_lock.PLATFORMS), default=None,
                    help="smoke the image built for this platform (default the host's); another architecture "
                         f"serves under qemu, with time limits x{EMULATION_FACTOR}")
     s.add_argument("--in-image", action="store_true",

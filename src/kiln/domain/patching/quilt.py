@@ -24,7 +24,6 @@ from kiln.basics import log
 from kiln.basics.documents import Shape, read_document
 from kiln.basics.errors import PatchFailed, PatchInvalid, UsageError
 from kiln.basics.paths import cache_dir
-from kiln.domain.patching.diff import file_diff, merge3
 from kiln.domain.patching.series import (
     ENGINE,
     FeatureRef,
@@ -36,9 +35,10 @@ from kiln.domain.patching.series import (
     shown,
     translate,
 )
-from kiln.infra import wheelcache
+from kiln.domain.patching.text_diff import file_diff, merge3
+from kiln.infra import wheel_cache
 from kiln.inimage import patch_applier as applier
-from kiln.inimage import patchformat
+from kiln.inimage import patch_format
 
 _STATE = "kiln.json"
 
@@ -90,11 +90,11 @@ class Target:
                                   f"patches/{ov.override.engine.version}/series and set `patches: patches`")
         return folder
 
-    def series(self, version: str) -> patchformat.Series:
+    def series(self, version: str) -> patch_format.Series:
         source = "series" if self.feature is None else f"feature:{self.feature.feature}"
         return load_series(self.series_folder(version) / "series", source)
 
-    def base(self) -> list[patchformat.Series]:
+    def base(self) -> list[patch_format.Series]:
         """What the tree carries underneath, untracked: the engine series, for a feature.
         A feature is never ported ahead of the engine: its patches are diffs against the
         engine as that version's image installs it."""
@@ -128,7 +128,7 @@ def _read_state(scratch: Path) -> _QuiltState:
 
 
 def _file_sha(path: Path) -> str | None:
-    return patchformat.sha256_bytes(path.read_bytes()) if path.is_file() else None
+    return patch_format.sha256_bytes(path.read_bytes()) if path.is_file() else None
 
 
 def _dirty(scratch: Path, state: _QuiltState) -> list[str]:
@@ -137,7 +137,7 @@ def _dirty(scratch: Path, state: _QuiltState) -> list[str]:
 
 
 def _sha_or_none(data: bytes | None) -> str | None:
-    return patchformat.sha256_bytes(data) if data is not None else None
+    return patch_format.sha256_bytes(data) if data is not None else None
 
 
 def checkout(target: Target, flavour: str | None = None, force: bool = False, force_apply: bool = False) -> Path:
@@ -153,7 +153,7 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
                              hint="run `kiln patches refresh` first, or pass --force to discard them")
     if scratch.exists():
         shutil.rmtree(scratch)
-    shutil.copytree(root, scratch, ignore=shutil.ignore_patterns(wheelcache.MARKER))
+    shutil.copytree(root, scratch, ignore=shutil.ignore_patterns(wheel_cache.MARKER))
     tree = applier.Tree(scratch)
     _apply_base(tree, target)
     pc = scratch / ".pc"
@@ -231,12 +231,12 @@ def _old_engine(target: Target, flavour: str) -> applier.Tree | None:
     if target.feature is not None and (series_dir(target.from_version) / "series").is_file():
         try:
             applier.apply_series(old, [series_for(target.from_version)])
-        except patchformat.PatchError as exc:
+        except patch_format.PatchError as exc:
             raise translate(exc) from None
     return old
 
 
-def _merge_port(old: applier.Tree, tree: applier.Tree, patch: patchformat.Patch, res: applier.PatchResult,
+def _merge_port(old: applier.Tree, tree: applier.Tree, patch: patch_format.Patch, res: applier.PatchResult,
                 before: dict[str, bytes | None]) -> set[str]:
     """Port the files of `patch` whose hunks did not all apply by merging (old file ->
     patched old file) into the new file, as `git merge-file` does (`kiln engine bump`
@@ -280,7 +280,7 @@ def _apply_base(tree: applier.Tree, target: Target) -> None:
         return
     try:
         applier.apply_series(tree, base)
-    except patchformat.PatchError as exc:
+    except patch_format.PatchError as exc:
         raise translate(exc, hint=f"port the engine series first: `kiln engine bump --to {target.version}`") from None
     tree.commit()
 
@@ -323,7 +323,7 @@ def refresh(target: Target, flavour: str | None = None, into: str | None = None)
     _warn_untracked_edits(scratch, state, target)
     # The refreshed patches are the new baseline: a second refresh is a no-op.
     new_state: _QuiltState = {**state, "series_from": target.version, "patches": [
-        {**e, "sha256": patchformat.sha256_bytes((dest / e["name"]).read_bytes()), "exact": True, "after": after}
+        {**e, "sha256": patch_format.sha256_bytes((dest / e["name"]).read_bytes()), "exact": True, "after": after}
         for e, after in zip(state["patches"], afters, strict=True)]}
     new_state["final"] = {rel: _file_sha(scratch / rel) for rel in state["final"]}
     (scratch / ".pc" / _STATE).write_text(json.dumps(new_state, indent=2) + "\n")
@@ -367,7 +367,7 @@ def _move_edits(scratch: Path, state: _QuiltState, name: str, target: Target) ->
                                  f"(lines {', '.join(f'{a}-{b}' for a, b in merged.conflicts)})",
                                  hint=f"refresh without --patch, or edit {e['name']} by hand")
             snap.write_bytes(merged.data)
-            e["before"][rel] = patchformat.sha256_bytes(merged.data)
+            e["before"][rel] = patch_format.sha256_bytes(merged.data)
         log.info(f"{rel}: the edit goes into {name}, under {', '.join(e['name'] for e in later)}")
     for rel in _untracked_edits(scratch, state, target):
         pristine = _pristine(state, target).read(rel)
@@ -381,13 +381,13 @@ def _move_edits(scratch: Path, state: _QuiltState, name: str, target: Target) ->
         log.info(f"{rel}: not in any patch; added to {name}")
 
 
-def _regenerate(scratch: Path, state: _QuiltState, i: int, patch: patchformat.Patch,
+def _regenerate(scratch: Path, state: _QuiltState, i: int, patch: patch_format.Patch,
                 exact: bool) -> tuple[bytes, dict[str, str | None]]:
     """Patch i's new bytes, and the sha256 of each of its files' post-images."""
     entries = state["patches"]
     parts = [patch.header]
     after_shas: dict[str, str | None] = {}
-    sections: list[tuple[str, patchformat.FileDiff | None]] = [(fd.target, fd) for fd in patch.files]
+    sections: list[tuple[str, patch_format.FileDiff | None]] = [(fd.target, fd) for fd in patch.files]
     # files `refresh --patch` added to this patch: a new section each
     sections += [(t, None) for t in entries[i]["before"] if t not in patch.targets]
     for t, fd in sections:

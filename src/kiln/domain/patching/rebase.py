@@ -9,7 +9,6 @@ from ruamel.yaml.comments import CommentedMap
 
 from kiln.basics import log
 from kiln.basics.errors import OverrideDrift, RebaseConflict, UsageError
-from kiln.domain.patching.diff import file_diff, merge3
 from kiln.domain.patching.series import (
     ENGINE,
     engine_tree,
@@ -19,10 +18,11 @@ from kiln.domain.patching.series import (
     shown,
     translate,
 )
-from kiln.domain.patching.yamledit import edit_yaml, set_value
+from kiln.domain.patching.text_diff import file_diff, merge3
+from kiln.domain.patching.yaml_edits import edit_yaml, set_value
 from kiln.domain.recipes.overrides import LoadedOverride, load_override
 from kiln.inimage import patch_applier as applier
-from kiln.inimage import patchformat
+from kiln.inimage import patch_format
 
 
 def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:
@@ -53,7 +53,7 @@ def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:
 def _check_feature_series(tree: applier.Tree, ov: LoadedOverride, series_file: Path, recipe_name: str, pinned: str) -> None:
     try:
         results = applier.apply_series(tree.fork(), [load_series(series_file, f"feature:{ov.name}")])
-    except patchformat.PatchError as exc:
+    except patch_format.PatchError as exc:
         raise translate(exc, hint=f"port the feature's patches to {ENGINE} {pinned} by hand, then check with "
                                   f"`kiln patches check --recipe {recipe_name}`") from None
     log.ok(f"feature {ov.name}: {len(results)} patch(es) apply to {ENGINE} {pinned}")
@@ -69,13 +69,13 @@ def _rebase_replacements(ov: LoadedOverride, feature: str, from_version: str, pi
         theirs = theirs_tree.read(rep.target)
         if theirs is None:
             raise OverrideDrift([f"feature {feature}: {rep.target}: no longer exists in {ENGINE} {pinned}"])
-        if patchformat.sha256_bytes(theirs) == rep.upstream_sha256:
+        if patch_format.sha256_bytes(theirs) == rep.upstream_sha256:
             log.ok(f"{rep.target}: already forked from {ENGINE} {pinned}'s file")
             continue
         if base_tree is None:  # only download the old engine when something needs merging
             base_tree, _ = engine_tree(from_version, flavour)
         base = base_tree.read(rep.target)
-        base_sha = patchformat.sha256_bytes(base) if base is not None else "(file missing)"
+        base_sha = patch_format.sha256_bytes(base) if base is not None else "(file missing)"
         if base is None or base_sha != rep.upstream_sha256:
             raise OverrideDrift([f"{shown(yaml_file)}: replacements[{idx}]: {rep.target} in {ENGINE} {from_version} has "
                                  f"sha256 {base_sha}, not the declared {rep.upstream_sha256}"],
@@ -84,7 +84,7 @@ def _rebase_replacements(ov: LoadedOverride, feature: str, from_version: str, pi
         merged = merge3(base, ours_file.read_bytes(), theirs,
                         ("override", f"{ENGINE} {from_version}", f"{ENGINE} {pinned}"))
         ours_file.write_bytes(merged.data)
-        new_shas[idx] = patchformat.sha256_bytes(theirs)
+        new_shas[idx] = patch_format.sha256_bytes(theirs)
         rewritten.append(rep.file)
         conflicts += [f"{shown(ours_file)}:{a}-{b}: conflict: the override and {ENGINE} {pinned} both changed "
                       f"these lines of {rep.target}" for a, b in merged.conflicts]
@@ -121,7 +121,7 @@ def to_patch(recipe_name: str, feature: str) -> Path:
     sections = []
     for rep in reps:
         upstream = tree.read(rep.target)
-        if upstream is None or patchformat.sha256_bytes(upstream) != rep.upstream_sha256:
+        if upstream is None or patch_format.sha256_bytes(upstream) != rep.upstream_sha256:
             raise OverrideDrift([f"feature {feature}: {rep.target}: forked from a different upstream file than "
                                  f"{ENGINE} {pinned}'s"],
                                 hint=f"rebase it first: kiln override rebase {recipe_name} {feature} --from OLD_VERSION")
@@ -132,16 +132,16 @@ def to_patch(recipe_name: str, feature: str) -> Path:
     folder = ov.series_dir_for(pinned) if ov.versioned else None  # versioned: a folder per version
     series_file = ov.series_file_for(pinned) or (folder / "series" if folder is not None
                                                  else ov.dir / "patches" / "series")
-    existing = patchformat.read_series_names(series_file) if series_file.is_file() else []
+    existing = patch_format.read_series_names(series_file) if series_file.is_file() else []
     name = f"{len(existing) + 1:04d}-{feature}.patch"
     data = header + b"".join(sections)
-    patch = patchformat.parse_patch(data, name)
+    patch = patch_format.parse_patch(data, name)
     # It must apply on top of the feature's existing patches, or nothing is changed.
     probe = tree.fork()
     try:
         applier.apply_series(probe, [load_series(series_file)] if existing else [])
-        applier.apply_series(probe, [patchformat.Series(name, [patch])])
-    except patchformat.PatchError as exc:
+        applier.apply_series(probe, [patch_format.Series(name, [patch])])
+    except patch_format.PatchError as exc:
         raise translate(exc) from None
     series_file.parent.mkdir(parents=True, exist_ok=True)
     (series_file.parent / name).write_bytes(data)

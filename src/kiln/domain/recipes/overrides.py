@@ -22,12 +22,12 @@ from packaging.version import Version as PEP440
 from pydantic import Field
 
 from kiln.basics.errors import RecipeInvalid
-from kiln.basics.yamlsrc import SourcedYaml
-from kiln.domain.recipes import envpolicy
-from kiln.domain.recipes.engine_features import unknown_knob_problems
-from kiln.domain.recipes.envpolicy import EnvValue, Reason
-from kiln.domain.recipes.sections import EnvName, Version
-from kiln.domain.recipes.yamlfile import Strict, display_path, load_validated
+from kiln.basics.sourced_yaml import SourcedYaml
+from kiln.domain.recipes import env_policy
+from kiln.domain.recipes.env_policy import EnvValue, Reason
+from kiln.domain.recipes.feature_registry import unknown_knob_problems
+from kiln.domain.recipes.recipe_sections import EnvName, Version
+from kiln.domain.recipes.validated_yaml import Strict, display_path, load_validated
 
 _OVERRIDE_FILE = "override.yaml"
 
@@ -55,7 +55,7 @@ class Override(Strict):
     engine: OverrideEngine
     env: dict[EnvName, EnvValue] = Field(
         default_factory=dict, description="env the feature sets at launch; each value one line of text")
-    allow_unsafe_env: dict[EnvName, Reason] = Field(default_factory=dict, description=envpolicy.ALLOW_DESCRIPTION)
+    allow_unsafe_env: dict[EnvName, Reason] = Field(default_factory=dict, description=env_policy.ALLOW_DESCRIPTION)
     patches: str | None = Field(None, description="series file (relative) listing the patches in order, or a "
                                 "folder holding one <engine version>/series per engine version")
     replacements: list[Replacement] = Field(default_factory=list)
@@ -189,7 +189,7 @@ def load_override(directory: Path) -> LoadedOverride:
             problems.append(f"{where}: {rep.file!r} {why}")
         elif not (directory / rep.file).is_file():
             problems.append(f"{where}: not found")
-    problems += envpolicy.problems(override.env, override.allow_unsafe_env,
+    problems += env_policy.problems(override.env, override.allow_unsafe_env,
                                    lambda *loc: f"{shown}:{src.line_of(loc)}", ("env",), ("allow_unsafe_env",))
     problems += unknown_knob_problems(override.env, lambda *loc: f"{shown}:{src.line_of(loc)}", ("env",))
     if problems:

@@ -1,4 +1,4 @@
-"""The recipe schema (`recipes/<name>/recipe.yaml`: its sections are in sections.py) and its loader.
+"""The recipe schema (`recipes/<name>/recipe.yaml`: its sections are in recipe_sections.py) and its loader.
 
 Strict on purpose: unknown keys are rejected (a typo such as ``serverd_model_name``
 would otherwise be silently ignored and the image built wrong), and values are not
@@ -19,10 +19,10 @@ from pydantic import (
 
 from kiln.basics.errors import RecipeInvalid
 from kiln.basics.paths import recipes_dir
-from kiln.basics.yamlsrc import SourcedYaml
-from kiln.domain.recipes import adaptive_verification, envpolicy, specbounds
-from kiln.domain.recipes.engine_features import declared_ratio, flag_on, unknown_knob_problems
-from kiln.domain.recipes.sections import (
+from kiln.basics.sourced_yaml import SourcedYaml
+from kiln.domain.recipes import adaptive_verification, draft_bounds, env_policy
+from kiln.domain.recipes.feature_registry import declared_ratio, flag_on, unknown_knob_problems
+from kiln.domain.recipes.recipe_sections import (
     NAME_PATTERN,
     SHARED_DIR,
     Budgets,
@@ -38,7 +38,7 @@ from kiln.domain.recipes.sections import (
 )
 from kiln.domain.recipes.topology import Topology
 from kiln.domain.recipes.topology import problems as topology_problems
-from kiln.domain.recipes.yamlfile import Strict, display_path, load_validated
+from kiln.domain.recipes.validated_yaml import Strict, display_path, load_validated
 
 _RECIPE_FILE = "recipe.yaml"
 DOCKERFILE = "Dockerfile"
@@ -141,9 +141,9 @@ def _cross_checks(loaded: LoadedRecipe) -> list[str]:
     problems += adaptive_verification.problems(loaded)
     problems += unknown_knob_problems(rec.launch.env, loaded.where, ("launch", "env"))
     problems += _smoke_bound_problems(loaded)
-    problems += envpolicy.problems(rec.launch.env, rec.launch.allow_unsafe_env, loaded.where,
+    problems += env_policy.problems(rec.launch.env, rec.launch.allow_unsafe_env, loaded.where,
                                    ("launch", "env"), ("launch", "allow_unsafe_env"))
-    problems += specbounds.problems(rec.launch.speculative_config or {}, rec.launch.args, loaded.where)
+    problems += draft_bounds.problems(rec.launch.speculative_config or {}, rec.launch.args, loaded.where)
     return problems + topology_problems(loaded)
 
 

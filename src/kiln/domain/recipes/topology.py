@@ -17,7 +17,7 @@ from pydantic import Field, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from kiln.domain.recipes.accelerators import NAMES as ACCELERATOR_NAMES
-from kiln.domain.recipes.yamlfile import Strict
+from kiln.domain.recipes.validated_yaml import Strict
 
 _DEFAULT_MASTER_PORT = 29501  # vLLM's ParallelConfig.master_port
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from kiln.basics import log
 from kiln.basics.errors import BuildFailed
 from kiln.basics.paths import cache_dir
-from kiln.domain.reproducible import savearchive
+from kiln.domain.reproducible import save_archive
 from kiln.infra.docker import DockerDaemon
 
 _SAVE_ATTEMPTS = 3
@@ -46,7 +46,7 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
         saved = Path(tmp) / "saved"
         for attempt in range(1, _SAVE_ATTEMPTS + 1):
             try:
-                savearchive.extract_saved(docker.save(image_id), saved)
+                save_archive.extract_saved(docker.save(image_id), saved)
                 break
             except BuildFailed as exc:
                 # seen once on dockerd 20.10 (overlay2) right after the probe container of the
@@ -56,7 +56,7 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
                 log.warn(f"{label}: {exc.message}; saving again ({attempt + 1}/{_SAVE_ATTEMPTS})")
                 shutil.rmtree(saved, ignore_errors=True)
         try:
-            result = savearchive.normalise_saved(saved, epoch, keep)
+            result = save_archive.normalise_saved(saved, epoch, keep)
         except (ValueError, KeyError, OSError, BuildFailed) as exc:  # BuildFailed: the archive's JSON
             raise BuildFailed(f"{label}: could not normalise the image {image_id[:19]}: {exc}") from None
         loaded = docker.load(result.archive())
@@ -67,5 +67,5 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
     kept = result.kept
     how = f"; {len(result.diff_ids) - kept} new layer(s) rewritten, {kept} kept from {parent}" if kept else ""
     log.info(f"{label}: normalised {image_id[:19]} -> {loaded[:19]} "
-             f"(source date {savearchive.rfc3339(epoch)}{how}) in {log.human_secs(seconds)}")
+             f"(source date {save_archive.rfc3339(epoch)}{how}) in {log.human_secs(seconds)}")
     return _Outcome(loaded, image_id, result.diff_ids, seconds)

@@ -27,9 +27,16 @@ import yaml
 
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.topology import Topology, effective, node_args
-from kiln.domain.serving.container import _explicit_env
-from kiln.domain.serving.launch import CPU_CAPS, CPU_SHM, CUDA_SHM, CUDA_TMPFS, TMPFS, hf_models
-from kiln.inimage.hfcache import CONTAINER_CACHE
+from kiln.domain.serving.launch_command import (
+    CPU_CAPS,
+    CPU_SHM,
+    CUDA_SHM,
+    CUDA_TMPFS,
+    TMPFS,
+    hf_models,
+)
+from kiln.domain.serving.serving_container import _explicit_env
+from kiln.inimage.hf_cache import CONTAINER_CACHE
 
 _LWS_API = "leaderworkerset.x-k8s.io/v1"
 _LEADER_ADDRESS = "$(LWS_LEADER_ADDRESS)"

@@ -1,7 +1,7 @@
 """The attestations a signed publish attaches: the image's SBOM and its SLSA provenance.
 
 Both are in-toto Statements about the pushed manifest digest, signed into DSSE envelopes
-by domain/signing/signverify.py. The SBOM (CycloneDX 1.6, read from the image's filesystem by
+by domain/signing/signatures.py. The SBOM (CycloneDX 1.6, read from the image's filesystem by
 domain/supplychain/sbom.py) becomes the predicate of a Statement of predicate type
 `https://cyclonedx.org/bom`, the type `cosign attest --type cyclonedx` uses (so `cosign
 verify-attestation --type cyclonedx`, Kyverno's `type:` and policy-controller's
@@ -11,10 +11,10 @@ verify-attestation --type cyclonedx`, Kyverno's `type:` and policy-controller's
 
 from __future__ import annotations
 
-from kiln.domain.images.specs import RecipeImage
+from kiln.domain.images.definitions import RecipeImage
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.signing import cosign
-from kiln.domain.signing.signverify import Attestation
+from kiln.domain.signing.signatures import Attestation
 from kiln.domain.supplychain.provenance import build_provenance
 from kiln.domain.supplychain.sbom import build_sbom
 from kiln.infra.docker import DockerDaemon, Image

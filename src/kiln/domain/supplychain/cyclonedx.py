@@ -1,4 +1,4 @@
-"""The CycloneDX 1.6 document of an image, made from what `kiln.inimage.sbomreader` found in
+"""The CycloneDX 1.6 document of an image, made from what `kiln.inimage.sbom_reader` found in
 it (see kiln.domain.supplychain.sbom for the choices a reader of the SBOM needs to know)."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from packaging.utils import canonicalize_name
 from kiln.basics import clock
 from kiln.basics.documents import Shape
 from kiln.basics.errors import SbomReadFailed
-from kiln.domain.images.specs import LABEL_NS
-from kiln.domain.locks.enginelock import LockFile, shown
-from kiln.domain.locks.lockrecords import Wheel
+from kiln.domain.images.definitions import LABEL_NS
+from kiln.domain.locks.engine_lock import LockFile, shown
+from kiln.domain.locks.lock_records import Wheel
 from kiln.domain.supplychain import purl
+from kiln.domain.supplychain.image_subject import ImageSubject, kiln_version
 from kiln.domain.supplychain.inventory import (
     DebianPackage,
     Inventory,
@@ -27,7 +28,6 @@ from kiln.domain.supplychain.inventory import (
     PythonDistribution,
 )
 from kiln.domain.supplychain.licences import NAME_MAX, DeclaredLicences, declared_licences
-from kiln.domain.supplychain.subject import ImageSubject, kiln_version
 
 _SPEC_VERSION = "1.6"
 PROP = "kiln"  # property namespace (CycloneDX reserves `cdx:`)
@@ -373,7 +373,7 @@ def _subject_component(subject: ImageSubject) -> Component:
 def cyclonedx_document(inventory: Inventory, subject: ImageSubject, *, lock: LockFile | None = None,
                        recipe_lock: LockFile | None = None, model_dirs: Iterable[str] = (),
                        timestamp: str | None = None, serial: str | None = None) -> CycloneDxDocument:
-    """The CycloneDX 1.6 document for an inventory `sbomreader` read from `subject`;
+    """The CycloneDX 1.6 document for an inventory `sbom_reader` read from `subject`;
     wheel hashes from the engine `lock` and the recipe's own `recipe_lock`."""
     os_release = inventory.get("os_release") or {}
     distro = _distro(os_release)

@@ -1,4 +1,4 @@
-"""What `kiln.inimage.sbomreader` reports from inside an image (its JSON, read back by
+"""What `kiln.inimage.sbom_reader` reports from inside an image (its JSON, read back by
 `kiln.domain.supplychain.sbom._read_inventory`): the shape the SBOM writers rely on.
 
 Keys the reader always writes are required; the reader's older or partial outputs (and

@@ -28,19 +28,27 @@ from typing import TypedDict, cast
 
 from packaging.utils import canonicalize_name
 
-from kiln.basics import imageref
+from kiln.basics import image_ref
 from kiln.basics.errors import KilnError
 from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, repo_root
-from kiln.domain.images.buildcontext import BuildContext
-from kiln.domain.images.specs import LABEL_NS, EngineImage, RecipeImage, existing, series_entries
-from kiln.domain.locks import baselock, enginelock, recipelock
-from kiln.domain.locks.enginelock import LockFile
+from kiln.domain.images.build_context import BuildContext
+from kiln.domain.images.definitions import (
+    LABEL_NS,
+    EngineImage,
+    RecipeImage,
+    existing,
+    series_entries,
+)
+from kiln.domain.locks import base_lock as baselock
+from kiln.domain.locks import engine_lock
+from kiln.domain.locks import recipe_lock as recipelock
+from kiln.domain.locks.engine_lock import LockFile
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.signing.cosign import InTotoStatement, StatementSubject
 from kiln.domain.supplychain import purl
-from kiln.domain.supplychain.subject import kiln_version, subject_of
+from kiln.domain.supplychain.image_subject import kiln_version, subject_of
 from kiln.infra import records
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
@@ -137,7 +145,7 @@ def _base_lock(base_ref: str) -> Path | None:
     """The package lock kiln's own base image (kiln/base:<suite>) was made from, when one
     is committed (docker-images/base/locks/<suite>.lock.json); cited by its bytes only:
     what it holds is the base image's business, not the engine's."""
-    ref = imageref.parse(base_ref)
+    ref = image_ref.parse(base_ref)
     if ref.name != "kiln/base" or not ref.tag:
         return None
     path = baselock.lock_path_for_tag(ref.tag)
@@ -338,7 +346,7 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
                      started_on: str | None = None, finished_on: str | None = None,
                      invocation_id: str | None = None) -> InTotoStatement:
     """The in-toto Statement (SLSA v1.0 provenance) for `image`, the built image of
-    `recipe_image` (see kiln.domain.images.specs.require_built), about `subjects`:
+    `recipe_image` (see kiln.domain.images.definitions.require_built), about `subjects`:
     (name, "sha256:<hex>") pairs, e.g. ("registry/ns/repo", manifest digest).
 
     `docker` looks up the base and engine images' digests (default: the daemon `image`
@@ -352,7 +360,7 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     engine_image = recipe_image.engine_image
     engine = loaded.recipe.engine
     platform = subject.platform
-    lock = enginelock.committed(engine.flavour, engine.name, engine.version)
+    lock = engine_lock.committed(engine.flavour, engine.name, engine.version)
 
     revision = labels.get("org.opencontainers.image.revision", "unknown")
     source = labels.get("org.opencontainers.image.source", "")

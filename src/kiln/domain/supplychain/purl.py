@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from urllib.parse import quote
 
-from kiln.basics import imageref
+from kiln.basics import image_ref
 
 
 def _enc(text: str, safe: str = ":") -> str:
@@ -54,6 +54,6 @@ def oci(repository: str, manifest_digest: str, *, arch: str | None = None) -> st
 def docker(ref: str) -> str:
     """`pkg:docker/NAMESPACE/NAME@VERSION` for an image reference: the version is its
     digest when pinned (`repo@sha256:...`), else its tag."""
-    parts = imageref.parse(ref)
+    parts = image_ref.parse(ref)
     namespace, _, last = parts.name.rpartition("/")
     return _purl("docker", last, parts.digest or parts.tag or None, namespace=namespace or None)

@@ -1,7 +1,7 @@
 """The SBOM of a built image, read from the image itself: CycloneDX 1.6 JSON (and SPDX
 2.3 JSON made from the same inventory).
 
-`kiln.inimage.sbomreader` runs inside a network-less container of the image and lists what is
+`kiln.inimage.sbom_reader` runs inside a network-less container of the image and lists what is
 really there (dpkg's database, every Python distribution's metadata, kiln's patch
 manifest, the baked model files with their sha256); this module turns that inventory
 into the documents. Nothing comes from the recipe except where to look for models and
@@ -30,27 +30,27 @@ from collections.abc import Iterable
 from kiln import inimage
 from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed, SbomReadFailed
-from kiln.domain.images.specs import LABEL_NS
-from kiln.domain.locks import enginelock, recipelock
-from kiln.domain.locks.enginelock import LockFile
+from kiln.domain.images.definitions import LABEL_NS
+from kiln.domain.locks import engine_lock, recipe_lock
+from kiln.domain.locks.engine_lock import LockFile
 from kiln.domain.recipes.recipe import LoadedRecipe
-from kiln.domain.recipes.sections import Engine
+from kiln.domain.recipes.recipe_sections import Engine
 from kiln.domain.supplychain.cyclonedx import PROP, CycloneDxDocument, cyclonedx_document
+from kiln.domain.supplychain.image_subject import subject_of
 from kiln.domain.supplychain.inventory import Inventory
 from kiln.domain.supplychain.spdx import SpdxDocument, spdx_document
-from kiln.domain.supplychain.subject import subject_of
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, Image
 
 _READ_TIMEOUT_S = 600  # hashing baked weights is the slow part: ~1 GB/s on one core
 _MARKER = "KILN-SBOM"
 _DEFAULT_MODEL_ROOT = "/models"
-_INVENTORY = Shape(Inventory)  # the reader's JSON, as kiln.inimage.sbomreader.inventory writes it
+_INVENTORY = Shape(Inventory)  # the reader's JSON, as kiln.inimage.sbom_reader.inventory writes it
 
 
 # -- reading the image ------------------------------------------------------------------
 def _inimage_script() -> str:
-    return inimage.source("sbomreader").read_text(encoding="utf-8")
+    return inimage.source("sbom_reader").read_text(encoding="utf-8")
 
 
 def _require_runnable(image: Image) -> None:
@@ -62,7 +62,7 @@ def _require_runnable(image: Image) -> None:
 
 
 def _read_inventory(docker: DockerDaemon, image_id: str, model_roots: Iterable[str] = ()) -> Inventory:
-    """What the image holds (see kiln.inimage.sbomreader), read in a network-less container of it,
+    """What the image holds (see kiln.inimage.sbom_reader), read in a network-less container of it,
     as root: a model file only its owner may read must be hashed, not skipped."""
     env = {"KILN_SBOM_MODEL_ROOTS": json.dumps(sorted(set(model_roots)))}
     try:
@@ -90,21 +90,21 @@ def _matching_lock(engine: Engine, labels: dict[str, str]) -> LockFile | None:
     """The engine lock of the engine this image carries (by its labels), if committed."""
     if labels.get(f"{LABEL_NS}.engine.version", engine.version) != engine.version:
         return None
-    return enginelock.committed(engine.flavour, engine.name, engine.version)
+    return engine_lock.committed(engine.flavour, engine.name, engine.version)
 
 
 def _recipe_lock(loaded: LoadedRecipe, labels: dict[str, str]) -> LockFile | None:
     """The recipe's own lock (build.python_packages) when it is the one the image was built
     from: the `ai.kiln.recipe-lock` label cites the file's sha256 at build time."""
     built_from = labels.get(f"{LABEL_NS}.recipe-lock", "")
-    lock = recipelock.committed(loaded) if built_from else None
+    lock = recipe_lock.committed(loaded) if built_from else None
     return lock if lock is not None and built_from.endswith(f"@sha256:{lock.sha256}") else None
 
 
 def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
                manifest_digest: str | None = None, repository: str | None = None,
                spec: str = "cyclonedx") -> CycloneDxDocument | SpdxDocument:
-    """The SBOM of a recipe's built `image` (see kiln.domain.images.specs.require_built).
+    """The SBOM of a recipe's built `image` (see kiln.domain.images.definitions.require_built).
 
     `manifest_digest` (sha256:...) and `repository` (HOST/PATH) name the image as pushed:
     pass them after a push so the SBOM's subject carries the digest consumers pull by.

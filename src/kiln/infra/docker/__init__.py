@@ -10,7 +10,7 @@ This module is the package's public surface; its parts:
 - `streams`: the build, push and pull streams read into results and events (a display
   from `kiln.basics.progress` shows them)
 - `containers`: `Container` and `ExecResult`
-- `throwaway`: scripts and commands run in a throwaway container of an image
+- `throwaway_runs`: scripts and commands run in a throwaway container of an image
 - `config`: registry names and the docker config's credentials, as the SDK resolves them
 """
 

@@ -11,7 +11,7 @@ from typing import IO, NoReturn, Protocol
 import docker
 import docker.errors
 
-from kiln.basics import imageref
+from kiln.basics import image_ref
 from kiln.basics.errors import BuildFailed, DockerUnavailable, PushFailed
 from kiln.basics.progress import BuildDisplay, PushDisplay
 from kiln.infra.docker.config import AuthConfig, sdk_auth
@@ -173,7 +173,7 @@ def push(
 def name_and_tag(ref: str) -> tuple[str, str]:
     """The repository and tag of `REPO:TAG`, for the SDK calls that take them apart (a
     push without a tag would push every tag of the repository)."""
-    parts = imageref.parse(ref)
+    parts = image_ref.parse(ref)
     if parts.tag is None or parts.digest is not None:
         raise DockerError(f"{ref[:200]} is no REPOSITORY:TAG")
     return parts.name, parts.tag

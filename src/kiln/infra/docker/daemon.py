@@ -14,11 +14,11 @@ import docker
 import docker.errors
 from docker.models.images import Image
 
-from kiln.basics import imageref, log
+from kiln.basics import image_ref, log
 from kiln.basics.documents import Shape
 from kiln.basics.errors import BaseImageMissing, BuildFailed, DockerUnavailable
 from kiln.basics.progress import PullDisplay
-from kiln.infra.docker import building, throwaway
+from kiln.infra.docker import building, throwaway_runs
 from kiln.infra.docker.building import TarContext, name_and_tag
 from kiln.infra.docker.config import AuthConfig, registry_of, sdk_auth
 from kiln.infra.docker.containers import Container, ExecResult
@@ -78,7 +78,7 @@ class DockerDaemon:
             raise BaseImageMissing(f"base image {ref} is not present locally")
         display = PullDisplay(ref)
         display.announce()
-        parts = imageref.parse(ref)
+        parts = image_ref.parse(ref)
         # by digest: the whole reference is the name, and no tag may be passed beside it
         repo, tag = (ref, None) if parts.digest else (parts.name, parts.tag)
         auth_config = auth(registry_of(parts.name)) if auth else None
@@ -339,8 +339,8 @@ class DockerDaemon:
         cause: str = "",
         user: str | None = None,
     ) -> _T:
-        """`throwaway.run_script` on this daemon (its docstring is the contract)."""
-        return throwaway.run_script(
+        """`throwaway_runs.run_script` on this daemon (its docstring is the contract)."""
+        return throwaway_runs.run_script(
             self.client,
             image_id,
             script,
@@ -358,6 +358,6 @@ class DockerDaemon:
     ) -> ExecResult:
         """Run `argv` in a throwaway container of `image` (with network: e.g. apt's
         package lists) and return its exit status and output; the container is removed."""
-        return throwaway.run_command(
+        return throwaway_runs.run_command(
             self.client, image, argv, timeout_s=timeout_s, name_prefix=name_prefix
         )
