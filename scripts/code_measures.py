@@ -1,4 +1,4 @@
-"""Print issue 34's code measures for this checkout (a maintainer's gauge, not a test).
+"""Print this checkout's code measures (a maintainer's gauge, not a test).
 
     python scripts/code_measures.py [--json]
 

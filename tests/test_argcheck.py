@@ -1,4 +1,4 @@
-"""argcheck's mapping of the engine image's answer to recipe lines, and argprobe's env
+"""launch_arg_check's mapping of the engine image's answer to recipe lines, and launch_arg_probe's env
 stage run against this checkout's kiln-engine (no Docker: the in-image half is tested
 against the real engine image in tests/cuda/test_argcheck_docker.py)."""
 
@@ -173,7 +173,7 @@ def test_the_cache_key_follows_the_command_line_and_env(tmp_path):
     assert Job.of(loaded).digest == Job.of(same).digest != Job.of(other).digest
 
 
-# -- argprobe's env stage, with this checkout's kiln-engine --------------------------
+# -- launch_arg_probe's env stage, with this checkout's kiln-engine --------------------------
 @pytest.fixture
 def clean_env(monkeypatch):
     import os
@@ -270,7 +270,7 @@ def test_probe_tidies_pydantic_reports_into_one_line():
 
 
 def test_probe_imports_nothing_of_kiln():
-    """argprobe runs alone inside engine images, where kiln is not installed."""
+    """launch_arg_probe runs alone inside engine images, where kiln is not installed."""
     import ast
 
     tree = ast.parse(Path(launch_arg_probe.__file__).read_text())

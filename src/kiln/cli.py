@@ -1,6 +1,8 @@
-"""`kiln` command line: the parser root (global flags, the `--` passthrough to vLLM, the
-command modules of kiln.commands and its sub-packages, each of which registers its own parsers) and the one
-place where a KilnError becomes a one-line message and its exit code."""
+"""The `kiln` command line: the parser root, and the one place where a KilnError becomes
+a one-line message and its exit code.
+
+The root holds the global flags, the `--` passthrough to vLLM and the command modules
+of kiln.commands and its sub-packages, each of which registers its own parsers."""
 
 from __future__ import annotations
 

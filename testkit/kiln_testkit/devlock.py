@@ -2,8 +2,8 @@
 
 `make setup` installs exactly this file (hashes required) into the project's own
 virtualenv, `.venv`, so that lint, types and tests see the same versions on every
-machine, whatever the index serves that day (issue 36: pydantic 2.14.4 appeared on the
-index and turned a passing mypy run red on fresh machines only).
+machine, whatever the index serves that day (a new pydantic release on the index once
+turned a passing mypy run red on fresh machines only).
 
 The lock is resolved by `uv pip compile` for one target, the one CI and `make setup`
 use: CPython 3.11 on x86-64 Linux (manylinux_2_28). Its inputs are the requirements the

@@ -217,7 +217,7 @@ def candidate_prices(
     grid, bins, prices and tie rule (smallest tau) as the kernel: candidate g
     keeps the optional drafts of bins >= g. ``draft_us`` (scalar or [...]): the
     step's drafting time per layer, the same for every candidate (0: drafting
-    unpriced, the policy before issue 37); ``undrafted`` (scalar or [...]):
+    unpriced); ``undrafted`` (scalar or [...]):
     scheduled draft tokens that were never drafted (an early exit of drafting),
     dead whatever tau is (their ``surv`` must be 0). Returns two arrays
     [..., TAU_GRID].

@@ -1,4 +1,4 @@
-"""enginecheck's label rules and engineprobe's label mapping (no Docker)."""
+"""declared_engine's label rules and engine_stamp's label mapping (no Docker)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ models laid out as hub snapshots (blobs + relative links, refs/main) in a host f
 mounted read-only into tiny-moe-hf (an image that bakes no model), served offline by
 vLLM through the hub client; a missing or partial snapshot stops with one line.
 
-The hub itself is not reachable here: the cache is seeded by kiln (domain/hfcache.seed),
+The hub itself is not reachable here: the cache is seeded by kiln (kiln.inimage.hf_cache.seed),
 and the engine image's own huggingface_hub proves it reads that layout offline."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ APPLY_STEP = ("Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site
 
 
 def test_applier_codes_equal_the_typed_errors():
-    # applier.py runs inside images with the standard library only, so it mirrors the codes
+    # patch_applier.py runs inside images with the standard library only, so it mirrors the codes
     assert patch_format._EXIT_PATCH_FAILED == patch_format.ApplyFailed.exit_code == errors.PatchFailed.exit_code
     assert patch_format._EXIT_DRIFT == patch_format.DriftError.exit_code == errors.OverrideDrift.exit_code
     assert patch_format._EXIT_INVALID == patch_format.PatchFormatError.exit_code == errors.PatchInvalid.exit_code

@@ -24,11 +24,11 @@ Lifecycle of one step, as the runner patches call it:
    (``KILN_DRAFT_TRUNC_TRACE``).
 5. ``av_confidences`` (before adaptive verification records this step's
    confidences, with ``KILN_DRAFT_TRUNC_AV_CALIBRATE``): the survivals it sizes its
-   budget from, corrected by the cost policy's calibration (issue 37).
+   budget from, corrected by the cost policy's calibration.
 6. ``begin_drafting`` / ``stop_drafting`` (the draft_model drafter's propose and
    its loop over positions): stop where vLLM's dynamic schedule stops verifying,
-   and with ``KILN_DRAFT_TRUNC_DEPTH`` where one more position does not pay
-   (issue 37); the positions not drafted are dead in the next ``mark_dead``.
+   and with ``KILN_DRAFT_TRUNC_DEPTH`` where one more position does not pay;
+   the positions not drafted are dead in the next ``mark_dead``.
 
 State: one ``State`` object per process (``_state.current``), read by the hooks
 through ``ENABLED``, ``LOG`` and ``KNOBS``; tests and benchmarks read it through

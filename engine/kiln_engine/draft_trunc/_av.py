@@ -1,5 +1,4 @@
-"""Adaptive verification fed draft-trunc's calibration (issue 37,
-``KILN_DRAFT_TRUNC_AV_CALIBRATE``).
+"""Adaptive verification fed draft-trunc's calibration (``KILN_DRAFT_TRUNC_AV_CALIBRATE``).
 
 vLLM 0.32.0-0.34.0's adaptive verification (``speculative_config.
 enable_adaptive_verification``) sizes each step's draft budget and admits the best
@@ -19,7 +18,7 @@ through), shrunk toward no correction with ``AV_PRIOR`` pseudo-drafts. The resul
 back as conditional confidences, the form vLLM reads. Lossless by construction: it
 only changes which drafts are verified, never how.
 
-The hook runs as one Triton kernel (``_kernels.av``, issue 47: eagerly the ~30 torch
+The hook runs as one Triton kernel (``_kernels.av``: eagerly the ~30 torch
 operations cost up to 1.7% of a TP-8 verify step at 1 request, as much as kiln-av's
 modelled gain there); ``corrected_confidences`` is the eager reference it is tested
 against. Below ``KILN_DRAFT_TRUNC_AV_MIN_BATCH`` requests the hook steps aside (returns

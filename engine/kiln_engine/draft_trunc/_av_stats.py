@@ -1,4 +1,4 @@
-"""kiln-av's statistics (issue 47): what its hook did, and with
+"""kiln-av's statistics: what its hook did, and with
 ``KILN_DRAFT_TRUNC_AV_TIMING`` what it cost, in a served engine.
 
 Every ``KILN_DRAFT_TRUNC_LOG_INTERVAL`` hook calls the totals go to one log line and

@@ -116,7 +116,7 @@ def other_ratio(other_share: float) -> float:
 @dataclass(frozen=True)
 class DraftCost:
     """What drafting costs, as shares of a fully verified step at the same batch
-    (issue 37; ``KILN_DRAFT_TRUNC_DRAFT_COST``).
+    (``KILN_DRAFT_TRUNC_DRAFT_COST``).
 
     ``points``: (verifying requests, share of one further drafting position,
     first pass in units of that share), sorted by requests; between them the
@@ -124,7 +124,7 @@ class DraftCost:
     they stay at the end's value. Drafting D >= 1 positions costs
     share x (first + D - 1) of the full step; D = 0 pays the first pass too
     (vLLM runs it to keep the draft's KV cache in step). No points: drafting is
-    not priced (the policy before issue 37)."""
+    not priced."""
 
     points: tuple[tuple[int, float, float], ...] = ()
 

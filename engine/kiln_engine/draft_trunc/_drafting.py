@@ -1,6 +1,6 @@
-"""The drafting hooks (issue 37): stop the draft_model drafter where vLLM's dynamic
-schedule stops verifying, and with ``KILN_DRAFT_TRUNC_DEPTH`` where one more
-position does not pay; and what drafting costs, in the cost table's units.
+"""The drafting hooks: stop the draft_model drafter where vLLM's dynamic schedule stops
+verifying, and with ``KILN_DRAFT_TRUNC_DEPTH`` where one more position does not pay;
+and what drafting costs, in the cost table's units.
 
 Pure Python at import: torch and the kernels load only when a hook has work.
 """

@@ -1,5 +1,6 @@
-"""The verify step's hooks, in the order the patched runner calls them: ``mark_dead``
-(the marks and ``j``), ``zero_dead_rows`` (the MoE output of the rows marked),
+"""The verify step's hooks, in the order the patched runner calls them.
+
+``mark_dead`` (the marks and ``j``), ``zero_dead_rows`` (the MoE output of the rows marked),
 ``verify_mask`` (0.32.0/0.33.0) or ``verify_drafts`` (0.34.0's rejection sampler):
 rows past ``j`` become invalid drafts; and ``graded`` (censored
 rejection counts, and the calibration of the estimator, without the drafts of

@@ -1,6 +1,8 @@
 """The field types of the `--json` documents that say more than their Python type: a
 sha256 digest's spelling, a count or a duration that is never negative, a list that is
-never empty. To mypy each is its plain type; pydantic reads the rest when it writes the
+never empty.
+
+To mypy each is its plain type; pydantic reads the rest when it writes the
 documents' JSON Schemas (src/kiln/schemas/, by `kiln.commands.json_schemas`).
 
 The documents are `typing_extensions.TypedDict`s, not `typing.TypedDict`s: pydantic reads

@@ -1,6 +1,8 @@
 """Emulation of other architectures: the kernel's binfmt_misc table, where qemu-user
 registers itself (qemu-user + qemu-user-binfmt, 10 or newer: `scripts/setup.sh
---arm64`). A RUN step of a linux/arm64 build, or an arm64 container, on an x86-64 host
+--arm64`).
+
+A RUN step of a linux/arm64 build, or an arm64 container, on an x86-64 host
 runs only when `qemu-aarch64` is registered and enabled there; with flag F (fix binary)
 the kernel opens the interpreter at registration, so it works inside containers whose
 filesystem has no qemu.

@@ -1,7 +1,9 @@
-"""How kiln proves who it is to a registry: the `WWW-Authenticate` challenge answered
-with Basic credentials, or with a Bearer token from the registry's token service (which
-gets the credentials only over TLS, unless it is this machine), and how a failed request
-is named in a message without any secret in it."""
+"""Registry authentication: the `WWW-Authenticate` challenge answered, and failed
+requests named without secrets.
+
+A challenge is answered with Basic credentials, or with a Bearer token from the
+registry's token service (which gets the credentials only over TLS, unless it is this
+machine); a failed request is named in a message without any secret in it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The in-image half of `argcheck`: runs INSIDE an engine image, with that image's own
+"""The in-image half of `launch_arg_check`: runs INSIDE an engine image, with that image's own
 python, vLLM and kiln-engine, in a network-less container (`python -c <this file>`).
 kiln never imports it: it imports nothing of kiln, and vLLM only inside functions.
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # types only: this file is sent alone (`python -c`), see laun
 
 MARKER = "KILN-ARGPROBE"
 REQUEST_ENV = "KILN_ARGPROBE"
-# set by argcheck for this container only; the server never sees them
+# set by launch_arg_check for this container only; the server never sees them
 _PROBE_ENV = (REQUEST_ENV, "VLLM_PLUGINS", "HF_HUB_OFFLINE", "VLLM_LOGGING_LEVEL", "VLLM_NO_USAGE_STATS")
 _MAX_MESSAGE = 600
 

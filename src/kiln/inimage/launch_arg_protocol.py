@@ -1,6 +1,8 @@
 """The request and the answer of the launch-argument probe (launch_arg_probe.py, which runs
 inside an engine image; kiln.domain.imagecheck.launch_arg_check sends the one and reads the
-other). The probe names these types for the type checker only: it is sent alone, as
+other).
+
+The probe names these types for the type checker only: it is sent alone, as
 `python -c <its text>`, so nothing here is imported where it runs.
 
 The request is JSON in $KILN_ARGPROBE. A job's groups, concatenated, are the exact `vllm`

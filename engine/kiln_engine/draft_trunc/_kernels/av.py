@@ -1,4 +1,4 @@
-"""kiln-av's hook in one Triton kernel (``_av.av_confidences``, issue 47).
+"""kiln-av's hook in one Triton kernel (``_av.av_confidences``).
 
 The eager arithmetic (``_av.corrected_confidences``, the reference) is some 30 small
 torch operations: on an H100 they took 270-680 us a step, mostly launch gaps, as much

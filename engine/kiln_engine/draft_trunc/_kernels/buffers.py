@@ -63,7 +63,7 @@ class CostInputs(NamedTuple):
     t_fixed: float
     t_token: float
     other_ratio: float
-    t_draft: float = 0.0  # this step's drafting time, in the table's units (issue 37)
+    t_draft: float = 0.0  # this step's drafting time, in the table's units
 
 
 class Calibration(NamedTuple):

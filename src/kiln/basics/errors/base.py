@@ -1,6 +1,7 @@
 """The base of every typed error (`KilnError`), the several-problems mixin, `one_line`,
-and the error document a `--json` command writes instead of its own. The errors
-themselves live in one module per family (usage, recipes, daemon, ...): this package's
+and the error document a `--json` command writes instead of its own.
+
+The errors themselves live in one module per family (usage, recipes, daemon, ...): this package's
 docstring lists them."""
 
 from __future__ import annotations

@@ -394,7 +394,7 @@ def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: Reci
         buildargs=recipe_image.buildargs(),
         max_size_gb=loaded.recipe.budgets.max_image_size_gb,
         source_date=recipe_image.source_date,
-        # the engine really is the declared one and accepts the launch args (enginecheck)
+        # the engine really is the declared one and accepts the launch args (declared_engine)
         check=lambda image: declared_engine.verify(loaded, image, docker),
         platform=recipe_image.platform,
         parent=recipe_image.buildargs()["KILN_ENGINE_IMAGE"],

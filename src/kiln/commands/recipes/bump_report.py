@@ -1,7 +1,9 @@
-"""`kiln engine bump --dry-run --report [FILE.md]`: gathers what the report needs from
-the recipes (serving's command line), the engine wheels (their sources and METADATA)
-and the measured build records, then prints it and writes the Markdown file.
-(Wired into `recipes/patches.py`'s `kiln engine bump`.)"""
+"""`kiln engine bump --dry-run --report [FILE.md]`: the report's inputs, gathered.
+
+It gathers what the report needs from the recipes (serving's command line), the engine
+wheels (their sources and METADATA) and the measured build records, then prints it and
+writes the Markdown file.
+(`kiln engine bump`, in commands/recipes/patches.py, calls it.)"""
 
 from __future__ import annotations
 

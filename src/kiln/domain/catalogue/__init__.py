@@ -1,3 +1,4 @@
-"""Views over every recipe: the catalogue behind `kiln list` and `kiln show`, and the
-README's recipe table. May use every other domain package; none uses it.
+"""The recipe catalogue: each recipe's entry behind `kiln list` and `kiln show`
+(`entries`), and the README's recipe table (`readme_table`). May use every other domain
+package; none uses it.
 """

@@ -1,5 +1,7 @@
 """The README's recipe table, made from the recipes themselves: engine, flavour, platforms,
-GPUs and the GPUs `kiln plan` says each fits on (at its own GPU count). README.md holds it
+GPUs and the GPUs `kiln plan` says each fits on (at its own GPU count).
+
+README.md holds it
 between two markers; `scripts/recipe_table.py --write` regenerates it and a test keeps
 it in sync."""
 

@@ -1,8 +1,8 @@
-"""Checks that a built image really carries the engine its recipe declares, and that
-the engine accepts the recipe's launch args.
+"""The engine a recipe declares, checked in its built image: the versions it really
+carries, and its own parser accepting the recipe's launch args.
 
-Facts come from the image (labels stamped by `engineprobe` from the built engine, and
-the engine's own argument parser via `argcheck`), never from what we assumed when
+Facts come from the image (labels stamped by `engine_stamp` from the built engine, and
+the engine's own argument parser via `launch_arg_check`), never from what we assumed when
 writing the Dockerfile. `build.py` runs `verify` before tagging: a failure leaves no tag.
 """
 

@@ -7,13 +7,13 @@ loading; a bad feature knob in the launch env (`KILN_DRAFT_TRUNC_TAU=2`) only wh
 kiln-engine's plugin loads. So a network-less container of the engine image runs
 `kiln.inimage.launch_arg_probe` (vLLM's own `serve` parser and config validators, kiln-engine's own knob
 checks; launch_arg_probe.py says how deep) over the exact argv and env the recipe image bakes
-(launch.launch_document), and each complaint is mapped back to the recipe line it comes
+(launch_command.launch_document), and each complaint is mapped back to the recipe line it comes
 from.
 
 Two caches: the flags `vllm serve` accepts, per engine image id (the id changes whenever
 the engine does); the answer for one command line, per engine image id and digest of
 that argv, env and probe. `kiln build` runs this before tagging a recipe image (via
-enginecheck), `kiln check` when the engine image exists. This module only checks:
+declared_engine), `kiln check` when the engine image exists. This module only checks:
 building a missing engine image is the caller's decision.
 """
 
@@ -335,7 +335,7 @@ def _speculative_value(part: ArgvPart, key: str) -> Any:
 def _env_where(loaded: LoadedRecipe, var: str) -> tuple[str, str]:
     """Where the launch env's `var` is set: the recipe's launch.env wins over the
     switched-on features' override.yaml env, the later feature over the earlier, as in
-    launch.launch_document."""
+    launch_command.launch_document."""
     if var in loaded.recipe.launch.env:
         return loaded.where("launch", "env", var), f"launch.env.{var}"
     for feature in reversed(loaded.recipe.features):

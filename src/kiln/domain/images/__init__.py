@@ -1,4 +1,4 @@
-"""Images: what goes into each image (specs, labels), deterministic build contexts, CA
+"""Images: what goes into each image (definitions, labels), deterministic build contexts, CA
 bundles, the wheelhouse, and JSON read back out of a built recipe image.
 
 May use: recipes, patching, locks, reproducible, serving (launch.json); infra, basics,

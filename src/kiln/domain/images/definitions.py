@@ -1,5 +1,7 @@
-"""What goes into each image kiln builds: EngineImage (shared per flavour and engine
-pin) and RecipeImage (one per recipe, FROM its engine image). Each knows its build
+"""The images kiln builds, defined by their inputs: EngineImage (shared per flavour and
+engine pin) and RecipeImage (one per recipe, FROM its engine image).
+
+Each knows its build
 context, input digest, tags and labels; `resolve` makes both from a recipe name and
 `existing` finds the image the current inputs already built. `build.py` builds them."""
 

@@ -1,4 +1,4 @@
-"""The disk an engine build needs, checked before the build starts (issue 35).
+"""The disk an engine build needs, checked before the build starts.
 
 An engine is built because a recipe image needs it, and at the peak of the two builds
 the daemon's data root holds:

@@ -1,5 +1,7 @@
 """`kiln engine bump --dry-run --report`: what moving recipes from one engine version to
-another would change, for the recipe's owner and a pull request: the flags and
+another would change, for the recipe's owner and a pull request.
+
+The flags and
 speculative-config keys that changed (arg_surface, read from each version's own sources),
 each one a recipe uses marked; every patch of the engine series and of each moving
 recipe's features, classified as bump classifies; the engine's requirements; the engine

@@ -3,7 +3,7 @@
 engine's unpacked wheel sources, and `kiln patches check`.
 
 The engine's Python sources come from the pinned wheel (wheel_cache); patches are applied
-by the in-image applier's own code (applier.py), so a clean check means the image
+by the in-image applier's own code (inimage/patch_applier.py), so a clean check means the image
 build's patch step will pass.
 """
 

@@ -1,6 +1,8 @@
-"""Where `kiln plan` gets a model's shape: its config.json when the weights are at hand
-(a host_path folder, the Hugging Face cache snapshot, the built image of a baked model,
-read by the caller's `_ImageJson`), else the recipe's `shape:` block with its sources."""
+"""Where `kiln plan` gets a model's shape.
+
+Its config.json when the weights are at hand (a host_path folder, the Hugging Face
+cache snapshot, the built image of a baked model, read by the caller's `_ImageJson`),
+else the recipe's `shape:` block with its sources."""
 
 from __future__ import annotations
 

@@ -1,8 +1,10 @@
-"""The rules of publishing, apart from the pushing: which registry and repository, which
-channels a recipe has, the tags a publish writes and their order, the smoke evidence an
-image needs first (per platform for an index), the input digest of a multi-platform
-set, and the image a publish record pins (what `kiln render k8s` deploys). `kiln publish` /
-`kiln promote` (commands/publishing/publish.py) do the pushing.
+"""The rules of publishing, apart from the pushing.
+
+Which registry and repository, which channels a recipe has, the tags a publish writes
+and their order, the smoke evidence an image needs first (per platform for an index),
+the input digest of a multi-platform set, and the image a publish record pins (what
+`kiln render k8s` deploys). `kiln publish` / `kiln promote`
+(commands/publishing/publish.py) do the pushing.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Where vLLM can judge a speculative number, it does: `kiln check` and `kiln build` run
 every `launch.speculative_config` key through vLLM's `SpeculativeConfig` in the engine
-image (argprobe: field validators, its model-free whole-config checks, its
+image (launch_arg_probe: field validators, its model-free whole-config checks, its
 dynamic-speculation schedule check; exit 17). But vLLM declares `num_speculative_tokens`
 only as `int, gt=0` (vllm/config/speculative.py of the 0.32.0 wheel, and of upstream vLLM
 at commit 002e77c1 when this was written); every other limit on it is checked against the
@@ -63,7 +63,7 @@ def problems(spec: Mapping[str, Any], args: Mapping[str, Any], where: Callable[.
         k = None  # past its own bound: the entries are held to the bounds, not to it
     schedule = spec.get(_SCHEDULE)
     # vLLM's form: [[first batch size, last batch size, drafts], ...]; other shapes are
-    # left to vLLM's own schedule check (argprobe), which names what is wrong
+    # left to vLLM's own schedule check (launch_arg_probe), which names what is wrong
     for i, entry in enumerate(schedule if isinstance(schedule, list) else []):
         drafts = _count(entry[2]) if isinstance(entry, list) and len(entry) == 3 else None
         if drafts is None:

@@ -1,6 +1,9 @@
-"""Where two images differ: the first layer whose digest differs, and in it the first
-file (in the layers' sorted order) whose type, mode, owner, size, link target, mtime or
-bytes differ; or, when every layer is equal, the first config field that differs.
+"""Where two images differ: the first layer and file, or config field, that differ.
+
+The first layer whose digest differs, and in it the first file (in the layers' sorted
+order) whose type, mode, owner, size, link target, mtime or bytes differ; or, when every
+layer is equal, the first config field that differs.
+
 Layers are read by streaming `docker save`: nothing is held in memory but the index."""
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """Make a freshly built image reproducible before it is tagged: `docker save` it,
-rewrite its layers and config (`normalise`), `docker load` the result. The id the
+rewrite its layers and config (`normalise`), `docker load` the result.
+
+The id the
 daemon reports must be the sha256 of the config kiln wrote, or nothing is tagged."""
 
 from __future__ import annotations

@@ -104,7 +104,7 @@ def hf_models(recipe: Recipe) -> list[HfModel]:
 @dataclass(frozen=True)
 class ArgvPart:
     """Tokens of the vLLM command line and the recipe field they come from, so a check of
-    the command line can name the recipe line of each flag (argcheck)."""
+    the command line can name the recipe line of each flag (launch_arg_check)."""
 
     field: str  # as errors name it: "launch.args.max-model-len"
     loc: tuple[str | int, ...]  # its path in recipe.yaml, for LoadedRecipe.where

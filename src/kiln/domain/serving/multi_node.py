@@ -1,6 +1,8 @@
-"""A multi-node topology on one Docker host: one container per node on a private
-user-defined network, the leader (API server + rank 0) publishing the API port, the
-workers running headless ranks that join it by container name. The wiring is exactly
+"""A multi-node topology on one Docker host: one container per node.
+
+The containers share a private user-defined network; the leader (API server + rank 0)
+publishes the API port, the workers run headless ranks that join it by container name.
+The wiring is exactly
 the per-node commands `kiln run --print` shows and `kiln render k8s` deploys; only the
 leader's address differs (a container name here, LWS_LEADER_ADDRESS on Kubernetes)."""
 
