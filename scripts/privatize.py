@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Private by default (issue 49; docs/architecture.md, "Private names"): a module-level name
+"""Private by default (docs/architecture.md, "Private names"): a module-level name
 of src/kiln that no other module uses is `_private`, and a `_private` name is not used
 from another package.
 
     python scripts/privatize.py            the report, exit 0
     python scripts/privatize.py --check    the report; exit 1 when there is anything to change (CI)
     python scripts/privatize.py --write    make the changes (to a fixed point), then report
-    python scripts/privatize.py --stats    the counts issue 49 measures (-v: the names)
+    python scripts/privatize.py --stats    the counts of module-local public names (-v: the names)
 
 A codemod, meant to be re-run on any checkout rather than merged: a second --write
 changes nothing. Standard library only (ast, tokenize); each edit is one identifier at a
@@ -1200,7 +1200,7 @@ def _package(module: str, src: Path) -> str:
     return module if (src / module.replace(".", "/") / "__init__.py").is_file() else module.rpartition(".")[0]
 
 
-# -- counts (issue 49) -----------------------------------------------------------------------
+# -- counts --------------------------------------------------------------------------------
 def stats(modules: dict[str, Module]) -> tuple[dict[str, int], list[str]]:
     """Public module-level names of src/kiln (and of src/kiln/domain) whose word appears in
     no other file (.py under src/ engine/ testkit/ tests/ benchmarks/ scripts/, noxfile.py,
@@ -1272,7 +1272,7 @@ def main(argv: list[str]) -> int:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true", help="exit 1 when a name is to rename, delete or publicise")
     mode.add_argument("--write", action="store_true", help="make the changes (to a fixed point), then report")
-    mode.add_argument("--stats", action="store_true", help="print the counts issue 49 measures")
+    mode.add_argument("--stats", action="store_true", help="print the counts of module-local public names")
     parser.add_argument("-v", "--verbose", action="store_true", help="also the names kept public, and why")
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
                         help="the checkout (default: this script's)")

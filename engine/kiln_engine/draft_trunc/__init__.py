@@ -10,7 +10,7 @@ output of a batch truly truncated to ``j`` drafts.
 
 Before a request's first step, ``note_request`` (the runner's ``add_requests``) flags
 it when its sampling settings act on the target only; ``graded`` keeps its drafts out
-of the calibration (issue 47, ``_tenant``).
+of the calibration (``_tenant``).
 
 Lifecycle of one step, as the runner patches call it:
 1. ``mark_dead`` (``prepare_inputs``): one kernel chooses ``tau`` (cost-aware

@@ -1,5 +1,5 @@
 """Keep requests whose sampling settings act on the target only out of the calibration
-(issue 47, point 6; vllm-project/vllm#57533 asks the same of vLLM's own estimator).
+(vllm-project/vllm#57533 asks the same of vLLM's own estimator).
 
 vLLM's drafters sample with the request's temperature and seed and nothing else
 (``_copy_request_inputs`` in ``spec_decode/speculator.py``, 0.32.0-0.34.0), while the
