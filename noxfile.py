@@ -39,8 +39,10 @@ nox.options.error_on_missing_interpreters = True
 
 PYTEST = ["python", "-m", "pytest", "-p", "no:cacheprovider"]
 # in-image Python under docker-images/common (most have no .py suffix, so ruff and mypy are told)
-IMAGE_SCRIPTS = [f"docker-images/common/{name}" for name in
-                 ("engine-deps.py", "kiln-health", "kiln-lock-tool", "kiln-prewarm", "kiln-serve")]
+IMAGE_SCRIPTS = [
+    f"docker-images/common/{name}"
+    for name in ("engine-deps.py", "kiln-health", "kiln-lock-tool", "kiln-prewarm", "kiln-serve")
+]
 # what only opt-in sessions run
 NEVER_BY_DEFAULT = "gpu or disruptive or full or emulation"
 # the kernels tier: tests/draft_trunc's `kernels` tests (vLLM's sources, the slow seeds)
@@ -66,6 +68,20 @@ def lint(session):
     """ruff and mypy over the harness, the engine package, the tests and the in-image scripts;
     the import contract."""
     session.run("ruff", "check", "src", "engine", "tests", "noxfile.py", "benchmarks")
+    # one layout everywhere (pyproject.toml's line-length 120): a diff here is a formatting fix
+    session.run(
+        "ruff",
+        "format",
+        "--check",
+        "src",
+        "engine",
+        "tests",
+        "noxfile.py",
+        "benchmarks",
+        "scripts",
+        "testkit",
+        *IMAGE_SCRIPTS,
+    )
     session.run("lint-imports")  # the layers of docs/architecture.md
     session.run("mypy")  # src/, engine/, testkit/ as [tool.mypy] in pyproject.toml says, 0 errors
     # the Python scripts docker-images/ ships into images, read by the same tools; their
@@ -89,8 +105,19 @@ def unit(session):
     try:
         session.run(*PYTEST, "--unit", "-q", "tests/test_unitguard.py")
         # -n: pytest-xdist, one worker per core (pytest-benchmark, unused here, would warn about it)
-        session.run(*PYTEST, "--unit", "-n", "auto", "-p", "no:benchmark", "-q", "--durations=15",
-                    "--deselect", "tests/test_unitguard.py", *session.posargs)
+        session.run(
+            *PYTEST,
+            "--unit",
+            "-n",
+            "auto",
+            "-p",
+            "no:benchmark",
+            "-q",
+            "--durations=15",
+            "--deselect",
+            "tests/test_unitguard.py",
+            *session.posargs,
+        )
     finally:
         session.log(f"unit: wall time {time.monotonic() - t0:.0f} s")
 
@@ -106,9 +133,19 @@ def integration(session):
     # two or more xdist workers, whole groups each (tests/kilntest.py assign_xdist_groups): the daemon tests in
     # one serial group, the engine-parser checks, patches and docs beside it; these tests
     # mostly wait on the daemon, registries and downloads, so 2 cores run two at once
-    _pytest(session, "-m", f"(docker or registry or network) and not (e2e or kernels or {NEVER_BY_DEFAULT})",
-            "--ignore=tests/draft_trunc", "-n", "auto", "--dist", "loadgroup", "-p", "no:benchmark",
-            "--durations=15")
+    _pytest(
+        session,
+        "-m",
+        f"(docker or registry or network) and not (e2e or kernels or {NEVER_BY_DEFAULT})",
+        "--ignore=tests/draft_trunc",
+        "-n",
+        "auto",
+        "--dist",
+        "loadgroup",
+        "-p",
+        "no:benchmark",
+        "--durations=15",
+    )
 
 
 @nox.session
@@ -140,8 +177,19 @@ def e2e(session):
     # hub-cache module, then the kernels tier's modules on the other. Most of the daemon
     # group is one busy process (a build, a vLLM start), so the second core is free for them;
     # tiny-kindling's four busy servers are not, so they run alone (tests/e2e/conftest.py)
-    _pytest(session, "-m", f"(e2e and not ({NEVER_BY_DEFAULT})) or ({KERNELS})", "-n", "2", "--dist", "loadgroup",
-            "--no-loadscope-reorder", "-p", "no:benchmark", "--durations=15")
+    _pytest(
+        session,
+        "-m",
+        f"(e2e and not ({NEVER_BY_DEFAULT})) or ({KERNELS})",
+        "-n",
+        "2",
+        "--dist",
+        "loadgroup",
+        "--no-loadscope-reorder",
+        "-p",
+        "no:benchmark",
+        "--durations=15",
+    )
 
 
 @nox.session
@@ -223,8 +271,14 @@ def build_cuda_arm64(session):
     Needs `scripts/setup.sh --arm64` (docs/multiarch.md)."""
     session.run("kiln", "base", "build")
     session.run("kiln", "base", "build", "--platform", "linux/arm64")
-    session.run("python", "benchmarks/build_cuda.py", "--platform", "linux/arm64", *session.posargs,
-                env={"PYTHONUNBUFFERED": "1"})
+    session.run(
+        "python",
+        "benchmarks/build_cuda.py",
+        "--platform",
+        "linux/arm64",
+        *session.posargs,
+        env={"PYTHONUNBUFFERED": "1"},
+    )
 
 
 if os.environ.get("KILN_NOX_DEBUG"):
@@ -246,7 +300,9 @@ def gpu(session):
 def bench_gpu(session):
     """draft_trunc's MoE-layer and mark_dead benchmark on the local GPU (JSON out)."""
     session.run(
-        "python", "benchmarks/draft_trunc/bench_moe.py", *session.posargs,
+        "python",
+        "benchmarks/draft_trunc/bench_moe.py",
+        *session.posargs,
         env={"PYTHONUNBUFFERED": "1"},
     )
 
@@ -257,7 +313,9 @@ def sim_trunc(session):
     tokens/s and accepted tokens per step at 1-512 requests; JSON + PNG in
     benchmarks/draft_trunc/results/, ratios printed. CPU only, ~45 s."""
     session.run(
-        "python", "benchmarks/draft_trunc/sim_trunc.py", *session.posargs,
+        "python",
+        "benchmarks/draft_trunc/sim_trunc.py",
+        *session.posargs,
         env={"PYTHONUNBUFFERED": "1"},
     )
 
@@ -272,7 +330,9 @@ def sim_adaptive(session):
     (results-draft-fit.json); ratios printed, JSON + PNG in
     benchmarks/draft_trunc/results/. CPU only, ~5 min per drafter."""
     session.run(
-        "python", "benchmarks/draft_trunc/sim_adaptive.py", *session.posargs,
+        "python",
+        "benchmarks/draft_trunc/sim_adaptive.py",
+        *session.posargs,
         env={"PYTHONUNBUFFERED": "1"},
     )
 
@@ -301,4 +361,6 @@ def gpu_twin_model(session):
     what it verified, compared with what it served; JSON, Markdown and PNG (`-model`) in
     benchmarks/gpu_twin/results/. `-- RESULTS.json[.xz]`; CPU only, seconds."""
     session.run("python", "benchmarks/gpu_twin/model_check.py", *session.posargs)
+
+
 # --- end draft_trunc sessions ---

@@ -23,8 +23,13 @@ NAME = "kiln-test-mini"
 
 def kiln(tree: Path, *args: str) -> float:
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "kiln", *args], env={**os.environ, "KILN_ROOT": str(tree)},
-                          cwd=tree, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kiln", *args],
+        env={**os.environ, "KILN_ROOT": str(tree)},
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
     elapsed = time.monotonic() - t0
     if proc.returncode != 0:
         sys.exit(f"kiln {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -48,7 +53,9 @@ def main() -> None:
     for label, secs, goal in rows:
         print(f"  {label:34} {secs:7.2f} s   {goal or ''}")
     print(f"  ratio no-op / cold                 {noop / cold:7.3f}   ({'meets' if noop <= 1.0 else 'misses'} <= 1 s)")
-    print(f"  ratio warm / cold                  {warm / cold:7.3f}   ({'meets' if warm <= 0.05 * cold else 'misses'} <= 0.05)")
+    print(
+        f"  ratio warm / cold                  {warm / cold:7.3f}   ({'meets' if warm <= 0.05 * cold else 'misses'} <= 0.05)"
+    )
 
 
 if __name__ == "__main__":

@@ -40,13 +40,11 @@ def throughput(url: str, model: str) -> dict:
 
     # first request without logprobs: tiny-moe's worker (V1 runner, bf16, draft model)
     # dies on a fresh server's first request when it asks for logprobs (seen 2026-12-01)
-    body = json.dumps({"model": model, "prompt": "def fibonacci(n):", "max_tokens": 16,
-                       "temperature": 0}).encode()
+    body = json.dumps({"model": model, "prompt": "def fibonacci(n):", "max_tokens": 16, "temperature": 0}).encode()
     req = urllib.request.Request(f"{url}/v1/completions", data=body, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as resp:
         resp.read()
-    return {f"tps_c{conc}": tokens_per_s(url, model, prompts(n, seed=3), 128, conc)
-            for conc, n in ((1, 8), (8, 16))}
+    return {f"tps_c{conc}": tokens_per_s(url, model, prompts(n, seed=3), 128, conc) for conc, n in ((1, 8), (8, 16))}
 
 
 def tokens_per_s(url: str, model: str, texts: list[str], max_tokens: int, concurrency: int) -> float:
@@ -67,8 +65,11 @@ def serve_moe(docker, loaded, image_id: str, args: list[str]) -> dict:
         row = {"healthy_s": box.startup_s, **throughput(box.url, loaded.recipe.launch.served_model_name)}
         row["spec"] = spec_decode_stats(box.url)
     spec = "no speculation" if row["spec"] is None else f"vLLM {row['spec'].summary()}"
-    print(f"  {NAME} {' '.join(args) or '(as baked)'}: healthy {row['healthy_s']:.1f} s, "
-          f"{row['tps_c1']:.1f} tok/s at c1, {row['tps_c8']:.1f} at c8; {spec}", flush=True)
+    print(
+        f"  {NAME} {' '.join(args) or '(as baked)'}: healthy {row['healthy_s']:.1f} s, "
+        f"{row['tps_c1']:.1f} tok/s at c1, {row['tps_c8']:.1f} at c8; {spec}",
+        flush=True,
+    )
     return row
 
 
@@ -78,21 +79,29 @@ def moe_numbers(docker, image_id: str) -> dict:
     from kiln.domain.images.definitions import resolve
 
     loaded = resolve(NAME).loaded
-    return {"spec": serve_moe(docker, loaded, image_id, []),
-            "plain": serve_moe(docker, loaded, image_id, ["--speculative-config", "None"])}
+    return {
+        "spec": serve_moe(docker, loaded, image_id, []),
+        "plain": serve_moe(docker, loaded, image_id, ["--speculative-config", "None"]),
+    }
 
 
 def print_moe(m: dict) -> None:
     spec, plain = m["spec"], m["plain"]
-    print(f"  {NAME} docker run -> healthy  {spec['healthy_s']:8.1f} s   ratio to 30 s goal {spec['healthy_s'] / 30:.3f}")
+    print(
+        f"  {NAME} docker run -> healthy  {spec['healthy_s']:8.1f} s   ratio to 30 s goal {spec['healthy_s'] / 30:.3f}"
+    )
     acc = spec["spec"]
     if acc is not None:
-        print(f"  {NAME} draft acceptance       {acc.acceptance:8.3f}     per position "
-              f"{' '.join(f'{x:.2f}' for x in acc.per_position)}")
+        print(
+            f"  {NAME} draft acceptance       {acc.acceptance:8.3f}     per position "
+            f"{' '.join(f'{x:.2f}' for x in acc.per_position)}"
+        )
     for conc in (1, 8):
         key = f"tps_c{conc}"
-        print(f"  {NAME} c{conc} greedy, spec decode {spec[key]:8.1f} tok/s  no spec {plain[key]:.1f} tok/s  "
-              f"ratio spec/plain {spec[key] / plain[key]:.2f}")
+        print(
+            f"  {NAME} c{conc} greedy, spec decode {spec[key]:8.1f} tok/s  no spec {plain[key]:.1f} tok/s  "
+            f"ratio spec/plain {spec[key] / plain[key]:.2f}"
+        )
 
 
 def twin_numbers(docker) -> dict:
@@ -120,8 +129,11 @@ def twin_numbers(docker) -> dict:
             for name in ("dead_fraction", "acceptance"):
                 row[name] = feature_ratio(values, feature.ratio(name))
             out[mode] = row
-        print(f"  {TWIN} feature {mode}: healthy {row['healthy_s']:.1f} s, "
-              f"{row['tps_c1']:.1f} tok/s at c1, {row['tps_c8']:.1f} tok/s at c8", flush=True)
+        print(
+            f"  {TWIN} feature {mode}: healthy {row['healthy_s']:.1f} s, "
+            f"{row['tps_c1']:.1f} tok/s at c1, {row['tps_c8']:.1f} tok/s at c8",
+            flush=True,
+        )
     return out
 
 
@@ -130,8 +142,10 @@ def print_twin(t: dict) -> None:
     print(f"  {TWIN} docker run -> healthy {on['healthy_s']:8.1f} s   (feature off {off['healthy_s']:.1f} s)")
     for conc in (1, 8):
         key = f"tps_c{conc}"
-        print(f"  {TWIN} c{conc}, draft-trunc on {on[key]:8.1f} tok/s  off {off[key]:.1f} tok/s  "
-              f"ratio on/off {on[key] / off[key]:.2f}")
+        print(
+            f"  {TWIN} c{conc}, draft-trunc on {on[key]:8.1f} tok/s  off {off[key]:.1f} tok/s  "
+            f"ratio on/off {on[key] / off[key]:.2f}"
+        )
     dead = "n/a" if on["dead_fraction"] is None else f"{on['dead_fraction']:.3f}"
     acc = "n/a" if on["acceptance"] is None else f"{on['acceptance']:.3f}"
     print(f"  {TWIN} dead fraction {dead}   acceptance of kept drafts {acc}")
@@ -194,7 +208,9 @@ def main() -> None:
 
     print(f"  engine-cpu cold build         {engine_cold:8.1f} s{'  (cache reused)' if eng.skipped or reuse else ''}")
     print(f"  tiny-moe cold build           {recipe_cold:8.1f} s")
-    print(f"  tiny-moe warm rebuild         {warm:8.1f} s   ratio to engine cold {warm / engine_cold:.3f} (goal <= 0.05)")
+    print(
+        f"  tiny-moe warm rebuild         {warm:8.1f} s   ratio to engine cold {warm / engine_cold:.3f} (goal <= 0.05)"
+    )
     print(f"  image size                    {size_gb:8.2f} GB  ratio to 2.8 GB goal {size_gb / 2.8:.3f}")
     print_moe(moe)
     print_twin(twin)

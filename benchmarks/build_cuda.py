@@ -61,8 +61,11 @@ def markers(platform: str) -> tuple[str, str]:
     if platform == "linux/amd64":
         return "<!-- build_cuda: begin (generated from docs/build-cuda.json) -->", "<!-- build_cuda: end -->"
     arch = platform.split("/")[1]
-    return (f"<!-- build_cuda {arch}: begin (generated from docs/{data_file(platform).name}) -->",
-            f"<!-- build_cuda {arch}: end -->")
+    return (
+        f"<!-- build_cuda {arch}: begin (generated from docs/{data_file(platform).name}) -->",
+        f"<!-- build_cuda {arch}: end -->",
+    )
+
 
 TRITON_CHECK = (
     "import triton, torch.utils._triton as t; "
@@ -101,7 +104,7 @@ PLUGIN_CHECK = (
 DU = (
     "sp=$(python -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'); "
     "venv=$(dirname $(dirname $(dirname $sp))); "
-    "du -sm $sp/* 2>/dev/null | sed \"s|$sp/||\"; "
+    'du -sm $sp/* 2>/dev/null | sed "s|$sp/||"; '
     "du -sm --exclude=/proc --exclude=/sys --exclude=\"$venv\" / 2>/dev/null | sed 's|\t/$|\toutside the venv|'; "
     "du -sm /usr/lib/gcc /usr/libexec/gcc /usr/include /var/cache/apt /var/lib/apt 2>/dev/null"
 )
@@ -110,7 +113,9 @@ DU = (
 def in_image(docker: DockerDaemon, image_id: str, *argv: str, entrypoint: str = "python") -> tuple[int, str]:
     """Run ARGV in the image on CPU: no GPU, no network, output captured."""
     container = docker.client.containers.create(
-        image_id, entrypoint=[entrypoint, *argv], network_disabled=True,
+        image_id,
+        entrypoint=[entrypoint, *argv],
+        network_disabled=True,
         environment={"VLLM_LOGGING_LEVEL": "WARNING"},
     )
     try:
@@ -140,24 +145,35 @@ def _plain_context(engine_image) -> BuildContext:
     for name, data in engine_lock.context_files(lock, engine_image.platform).items():
         ctx.add_bytes(f"_kiln/lock/{name}", data)
     ctx.add_file(LOCK_ARC, engine_image.lock_file)
-    wheels = wheelhouse.fetch_locked(lock, engine_image.platform, lock_file=engine_image.lock_file,
-                                     cafile=engine_image.ca.get().path, plain=True)
+    wheels = wheelhouse.fetch_locked(
+        lock, engine_image.platform, lock_file=engine_image.lock_file, cafile=engine_image.ca.get().path, plain=True
+    )
     for whl in wheels:
         ctx.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
     add_to_context(ctx, engine_image.ca.get())
     return ctx
 
 
-def _build_wheels_stage(docker: DockerDaemon, ctx: BuildContext, buildargs: dict, nocache: bool,
-                        platform: str | None = None) -> str:
+def _build_wheels_stage(
+    docker: DockerDaemon, ctx: BuildContext, buildargs: dict, nocache: bool, platform: str | None = None
+) -> str:
     """The id of the shared `wheels` stage (a layer-cache hit after the engine build)."""
     image_id = None
     with tempfile.TemporaryFile() as tar:
         ctx.write_tar(tar)
         tar.seek(0)
-        for chunk in docker.client.api.build(fileobj=tar, custom_context=True, buildargs=buildargs,
-                                             target="wheels", rm=True, forcerm=True, decode=True,
-                                             nocache=nocache, pull=False, platform=platform):
+        for chunk in docker.client.api.build(
+            fileobj=tar,
+            custom_context=True,
+            buildargs=buildargs,
+            target="wheels",
+            rm=True,
+            forcerm=True,
+            decode=True,
+            nocache=nocache,
+            pull=False,
+            platform=platform,
+        ):
             if "error" in chunk:
                 raise SystemExit(f"build_cuda: the wheels stage failed: {chunk['error'].strip()}")
             text = chunk.get("stream", "")
@@ -183,14 +199,25 @@ def build_plain(docker: DockerDaemon, engine_image, nocache: bool, force: bool):
         log.ok(f"{tag} is up to date (built from wheels {wheels_id[:19]})")
         return old.id, tag, 0.0, "skipped (up to date)"
     server = docker.client.containers.run(
-        wheels_id, entrypoint=["python3", "-m", "http.server", "8765", "--directory", "/wheels"],
-        detach=True, name=f"kiln-cuda-wheels-{os.getpid()}")
+        wheels_id,
+        entrypoint=["python3", "-m", "http.server", "8765", "--directory", "/wheels"],
+        detach=True,
+        name=f"kiln-cuda-wheels-{os.getpid()}",
+    )
     try:
         url = f"http://{_ip_when_serving(server)}:8765/"
-        log.step(f"building the plain anchor: pip install vllm=={engine_image.engine.version} on "
-                 f"{engine_image.engine.base_image.pinned} (wheels from {url})")
-        result = docker.build(ctx, label="vllm-plain", buildargs={**buildargs, "WHEELS_URL": url},
-                              labels={PLAIN_LABEL: wheels_id}, nocache=nocache, platform=plat)
+        log.step(
+            f"building the plain anchor: pip install vllm=={engine_image.engine.version} on "
+            f"{engine_image.engine.base_image.pinned} (wheels from {url})"
+        )
+        result = docker.build(
+            ctx,
+            label="vllm-plain",
+            buildargs={**buildargs, "WHEELS_URL": url},
+            labels={PLAIN_LABEL: wheels_id},
+            nocache=nocache,
+            platform=plat,
+        )
     finally:
         server.remove(force=True)
     docker.tag(result.image_id, tag)
@@ -232,8 +259,11 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None, platform: 
     image = recipe_id or engine_id
     code, out = in_image(docker, image, "-c", MACHINE_CHECK)
     machine = engine_lock.platform(platform).machine
-    check(f"import torch and vllm on {machine}: machine, torch.version.cuda", code == 0 and f"machine {machine} " in out,
-          out)
+    check(
+        f"import torch and vllm on {machine}: machine, torch.version.cuda",
+        code == 0 and f"machine {machine} " in out,
+        out,
+    )
     code, out = in_image(docker, image, "-c", "import vllm, kiln_engine; print('vllm', vllm.__version__)")
     check("import vllm, kiln_engine", code == 0, out)
     code, out = in_image(docker, image, "-c", PLUGIN_CHECK)
@@ -256,11 +286,13 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None, platform: 
         check("a bogus flag is rejected (negative control)", len(bogus) == 1, "\n".join(bogus))
     except KilnError as exc:
         check("a bogus flag is rejected (negative control)", False, exc.message)
-    done = subprocess.run(["kiln", "check", NAME, "--platform", platform], capture_output=True, text=True,
-                          timeout=3600)
+    done = subprocess.run(["kiln", "check", NAME, "--platform", platform], capture_output=True, text=True, timeout=3600)
     said = (done.stdout + done.stderr).strip()
-    check(f"kiln check {NAME} --platform {platform} (exit {done.returncode})",
-          done.returncode == 0 and "launch args not checked" not in said, said)
+    check(
+        f"kiln check {NAME} --platform {platform} (exit {done.returncode})",
+        done.returncode == 0 and "launch args not checked" not in said,
+        said,
+    )
     try:
         declared_engine.verify_labels(loaded, docker.client.images.get(image))
         check("torch/CUDA/NCCL labels match the recipe", True, json.dumps(_labels(docker, image)))
@@ -271,16 +303,17 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None, platform: 
 
 def _labels(docker, image_id: str) -> dict:
     labels = docker.client.images.get(image_id).labels or {}
-    return {k.rsplit(".", 1)[1]: labels.get(k) for k in
-            ("ai.kiln.engine.torch", "ai.kiln.engine.cuda", "ai.kiln.engine.nccl")}
+    return {
+        k.rsplit(".", 1)[1]: labels.get(k)
+        for k in ("ai.kiln.engine.torch", "ai.kiln.engine.cuda", "ai.kiln.engine.nccl")
+    }
 
 
 def _with_bogus_flag(loaded):
     """The same recipe with one flag no vLLM has, at a real line of the real file."""
     from kiln.domain.recipes.recipe import LoadedRecipe
 
-    launch = loaded.recipe.launch.model_copy(
-        update={"args": {**loaded.recipe.launch.args, "kiln-bogus-flag": 1}})
+    launch = loaded.recipe.launch.model_copy(update={"args": {**loaded.recipe.launch.args, "kiln-bogus-flag": 1}})
     return LoadedRecipe(loaded.recipe.model_copy(update={"launch": launch}), loaded.dir, loaded.source)
 
 
@@ -289,13 +322,36 @@ def run_proofs(engine_id: str) -> tuple[bool, dict]:
     through KILN_CUDA_PROOFS_JSON."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "proofs.json"
-        env = {**os.environ, "KILN_CUDA_TESTS": "1", "KILN_CUDA_ENGINE_IMAGE": engine_id,
-               "KILN_CUDA_PROOFS_JSON": str(out),
-               "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), str(REPO / "testkit"),
-                                              str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            "KILN_CUDA_TESTS": "1",
+            "KILN_CUDA_ENGINE_IMAGE": engine_id,
+            "KILN_CUDA_PROOFS_JSON": str(out),
+            "PYTHONPATH": os.pathsep.join(
+                [
+                    str(REPO / "src"),
+                    str(REPO / "engine"),
+                    str(REPO / "testkit"),
+                    str(REPO / "tests"),
+                    os.environ.get("PYTHONPATH", ""),
+                ]
+            ),
+        }
         log.step("proofs inside the image: pytest tests/cuda/test_image_proofs.py (minutes: every module imports)")
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rA",
-                               str(REPO / "tests" / "cuda" / "test_image_proofs.py")], env=env, cwd=REPO)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-p",
+                "no:cacheprovider",
+                "-q",
+                "-rA",
+                str(REPO / "tests" / "cuda" / "test_image_proofs.py"),
+            ],
+            env=env,
+            cwd=REPO,
+        )
         data = json.loads(out.read_text()) if out.is_file() else {}
     return proc.returncode == 0, data
 
@@ -306,9 +362,13 @@ def main() -> int:
     ap.add_argument("--cold", action="store_true", help="rebuild without the layer cache (downloads again)")
     ap.add_argument("--no-proofs", action="store_true", help="skip the in-image proofs (minutes)")
     ap.add_argument("--render-only", action="store_true", help=f"re-render {DOC.name} from {DATA.name}")
-    ap.add_argument("--platform", choices=sorted(engine_lock.PLATFORMS), default="linux/amd64",
-                    help="build and check this platform's images (linux/arm64 on x86-64: under qemu where "
-                         "it must run; scripts/setup.sh --arm64 and kiln base build --platform linux/arm64 first)")
+    ap.add_argument(
+        "--platform",
+        choices=sorted(engine_lock.PLATFORMS),
+        default="linux/amd64",
+        help="build and check this platform's images (linux/arm64 on x86-64: under qemu where "
+        "it must run; scripts/setup.sh --arm64 and kiln base build --platform linux/arm64 first)",
+    )
     args = ap.parse_args()
     if args.render_only:
         render(json.loads(data_file(args.platform).read_text()), args.platform)
@@ -317,29 +377,44 @@ def main() -> int:
     docker = DockerDaemon()
     resolved = resolve(NAME, platform=args.platform)
     loaded, engine_image = resolved.loaded, resolved.engine_image
-    run: dict = {"date": dt.date.today().isoformat(), "engine": loaded.recipe.engine.version,
-                 "base_image": engine_image.base_ref, "cold": args.cold,
-                 "cpus": os.cpu_count(), "platform": args.platform,
-                 "builder_platform": engine_image.builder_platform}
+    run: dict = {
+        "date": dt.date.today().isoformat(),
+        "engine": loaded.recipe.engine.version,
+        "base_image": engine_image.base_ref,
+        "cold": args.cold,
+        "cpus": os.cpu_count(),
+        "platform": args.platform,
+        "builder_platform": engine_image.builder_platform,
+    }
 
     t0 = time.monotonic()
     engine = build_engine(docker, engine_image, force=args.force, nocache=args.cold)
-    run["engine_build"] = {"tag": engine.tag, "image_id": engine.image_id, "size": engine.size,
-                           "seconds": round(time.monotonic() - t0), "skipped": engine.skipped,
-                           "cached_steps": f"{engine.cached_steps}/{engine.steps}"}
+    run["engine_build"] = {
+        "tag": engine.tag,
+        "image_id": engine.image_id,
+        "size": engine.size,
+        "seconds": round(time.monotonic() - t0),
+        "skipped": engine.skipped,
+        "cached_steps": f"{engine.cached_steps}/{engine.steps}",
+    }
     log.ok(f"engine {engine.tag}: {gb(engine.size):.2f} GB")
 
-    plain_id, plain_tag, plain_s, plain_cache = build_plain(docker, engine_image, nocache=args.cold,
-                                                            force=args.force)
+    plain_id, plain_tag, plain_s, plain_cache = build_plain(docker, engine_image, nocache=args.cold, force=args.force)
     plain_size = docker.client.images.get(plain_id).attrs.get("Size", 0)
-    run["plain_build"] = {"tag": plain_tag, "image_id": plain_id, "size": plain_size,
-                          "seconds": round(plain_s), "cached_steps": plain_cache}
+    run["plain_build"] = {
+        "tag": plain_tag,
+        "image_id": plain_id,
+        "size": plain_size,
+        "seconds": round(plain_s),
+        "cached_steps": plain_cache,
+    }
     log.ok(f"plain {plain_tag}: {gb(plain_size):.2f} GB")
 
     recipe_id = None
     try:
-        recipe = build_recipe(NAME, docker=docker, force=args.force, quiet_summary=True, nocache=args.cold,
-                              platform=args.platform)
+        recipe = build_recipe(
+            NAME, docker=docker, force=args.force, quiet_summary=True, nocache=args.cold, platform=args.platform
+        )
         recipe_id = recipe.image_id
         run["recipe_build"] = {"tag": recipe.tag, "size": recipe.size, "skipped": recipe.skipped}
     except KilnError as exc:  # the engine and the anchor are still measured
@@ -350,7 +425,8 @@ def main() -> int:
     run["ratio"] = round(ratio, 3)
     run["goal_met"] = ratio <= GOAL_RATIO
     (log.ok if run["goal_met"] else log.warn)(
-        f"engine-cuda {gb(engine.size):.2f} GB / plain {gb(plain_size):.2f} GB = {ratio:.3f} x (goal <= {GOAL_RATIO})")
+        f"engine-cuda {gb(engine.size):.2f} GB / plain {gb(plain_size):.2f} GB = {ratio:.3f} x (goal <= {GOAL_RATIO})"
+    )
     run["du_mb"] = {"kiln": du(docker, engine.image_id), "plain": du(docker, plain_id)}
     run["checks"] = run_checks(docker, loaded, engine.image_id, recipe_id, args.platform)
     if not args.no_proofs:
@@ -360,11 +436,17 @@ def main() -> int:
     data = data_file(args.platform)
     data.write_text(json.dumps(run, indent=1, sort_keys=True) + "\n")
     render(run, args.platform)
-    log.summary("build_cuda", {"engine-cuda": f"{gb(engine.size):.2f} GB", "plain": f"{gb(plain_size):.2f} GB",
-                               "ratio": f"{ratio:.3f} x (goal <= {GOAL_RATIO}: {'met' if run['goal_met'] else 'NOT met'})",
-                               "checks": f"{sum(c['ok'] for c in run['checks'])}/{len(run['checks'])} ok",
-                               "proofs": "skipped" if args.no_proofs else ("ok" if run.get("proofs_ok") else "FAILED"),
-                               "written": f"{data.relative_to(REPO)}, {DOC.relative_to(REPO)}"})
+    log.summary(
+        "build_cuda",
+        {
+            "engine-cuda": f"{gb(engine.size):.2f} GB",
+            "plain": f"{gb(plain_size):.2f} GB",
+            "ratio": f"{ratio:.3f} x (goal <= {GOAL_RATIO}: {'met' if run['goal_met'] else 'NOT met'})",
+            "checks": f"{sum(c['ok'] for c in run['checks'])}/{len(run['checks'])} ok",
+            "proofs": "skipped" if args.no_proofs else ("ok" if run.get("proofs_ok") else "FAILED"),
+            "written": f"{data.relative_to(REPO)}, {DOC.relative_to(REPO)}",
+        },
+    )
     failed = not all(c["ok"] for c in run["checks"]) or (not args.no_proofs and not run.get("proofs_ok"))
     return 1 if failed else 0
 
@@ -401,8 +483,12 @@ def generated(run: dict) -> list[str]:
         lines.append(f"| `{r['tag']}`: glm53-kindling (engine + recipe tail) | {gb(r['size']):.2f} GB | | |")
     else:
         lines.append(f"| glm53-kindling | not built: {r.get('error', '?')[:160]} | | |")
-    lines += ["", f"**engine-cuda / plain = {run['ratio']:.3f} x** (goal <= {GOAL_RATIO}: "
-              f"{'met' if run['goal_met'] else 'NOT met'}).", ""]
+    lines += [
+        "",
+        f"**engine-cuda / plain = {run['ratio']:.3f} x** (goal <= {GOAL_RATIO}: "
+        f"{'met' if run['goal_met'] else 'NOT met'}).",
+        "",
+    ]
     lines += _du_table(run["du_mb"])
     lines += ["", "Checks in the image (CPU, no network):", "", "| check | result |", "|---|---|"]
     for c in run["checks"]:
@@ -422,8 +508,10 @@ def _where(run: dict) -> str:
     plat, builder = run.get("platform", "linux/amd64"), run.get("builder_platform", "linux/amd64")
     if plat == builder:
         return ""
-    return (f"; image for {plat}, its wheels placed, stripped and byte-compiled on {builder} (cross placement), "
-            "the runtime OS's apt, the plain anchor and every check under qemu")
+    return (
+        f"; image for {plat}, its wheels placed, stripped and byte-compiled on {builder} (cross placement), "
+        "the runtime OS's apt, the plain anchor and every check under qemu"
+    )
 
 
 def _kinds(upstream: dict[str, int]) -> str:
@@ -432,16 +520,22 @@ def _kinds(upstream: dict[str, int]) -> str:
     optional = {k.rsplit(": ", 1)[1]: n for k, n in upstream.items() if k.startswith("optional dependency")}
     other = sum(upstream.values()) - driver - sum(optional.values())
     names = ", ".join(sorted(optional, key=lambda k: -optional[k])[:8])
-    return (f"needs the GPU driver: {driver}; optional dependencies not installed: {sum(optional.values())}"
-            f"{f' ({names}, ...)' if names else ''}; other upstream errors: {other}")
+    return (
+        f"needs the GPU driver: {driver}; optional dependencies not installed: {sum(optional.values())}"
+        f"{f' ({names}, ...)' if names else ''}; other upstream errors: {other}"
+    )
 
 
 def _du_table(du_mb: dict) -> list[str]:
     kiln, plain = du_mb["kiln"], du_mb["plain"]
     # ties by name: set order differs between runs, and the generated block must not churn
     names = sorted(set(kiln) | set(plain), key=lambda n: (-max(kiln.get(n, 0), plain.get(n, 0)), n))
-    rows = ["Where the bytes are (`du -sm`, MB; site-packages entries, then the OS):", "",
-            "| path | plain | kiln | kiln - plain |", "|---|---:|---:|---:|"]
+    rows = [
+        "Where the bytes are (`du -sm`, MB; site-packages entries, then the OS):",
+        "",
+        "| path | plain | kiln | kiln - plain |",
+        "|---|---:|---:|---:|",
+    ]
     for name in names:
         a, b = plain.get(name, 0), kiln.get(name, 0)
         if max(a, b) >= 20 or (a and not b):
@@ -455,33 +549,45 @@ def _proof_lines(run: dict) -> list[str]:
     if "proofs" not in run:
         return ["", "Proofs: not run (--no-proofs)."]
     p = run["proofs"]
-    lines = ["", f"Proofs inside the image (`tests/cuda/test_image_proofs.py`): "
-             f"**{'all passed' if run['proofs_ok'] else 'FAILED'}**.", ""]
+    lines = [
+        "",
+        f"Proofs inside the image (`tests/cuda/test_image_proofs.py`): "
+        f"**{'all passed' if run['proofs_ok'] else 'FAILED'}**.",
+        "",
+    ]
     if "elf" in p:
         c = p["elf"]["counts"]
-        lines.append(f"- ELF: {c['elf_files']} files, {c['needed_entries']} DT_NEEDED entries: "
-                     f"{c['by_search_path']} by the loader's search path, {c['by_soname_preloaded']} by a "
-                     f"library loaded first (by soname), {c['driver']} driver libraries "
-                     f"({', '.join(p['elf']['driver']) or 'none'}), **{c['unresolved']} unresolved**.")
+        lines.append(
+            f"- ELF: {c['elf_files']} files, {c['needed_entries']} DT_NEEDED entries: "
+            f"{c['by_search_path']} by the loader's search path, {c['by_soname_preloaded']} by a "
+            f"library loaded first (by soname), {c['driver']} driver libraries "
+            f"({', '.join(p['elf']['driver']) or 'none'}), **{c['unresolved']} unresolved**."
+        )
     for package, r in p.get("imports", {}).items():
         upstream = {w.split(": ", 1)[1]: n for w, n in r["allowed"].items() if w.startswith(UPSTREAM)}
         ours = {w: n for w, n in r["allowed"].items() if not w.startswith(UPSTREAM)}
-        lines.append(f"- `import` every module of {package}: {r['imported']}/{r['modules']} imported; "
-                     f"{sum(upstream.values())} fail exactly as in the plain image ({_kinds(upstream)}); "
-                     f"{sum(ours.values())} fail only here, as intended "
-                     f"({'; '.join(f'{n}: {w}' for w, n in ours.items()) or 'none'}); "
-                     f"**{len(r['unexpected'])} unexpected**; {r['programs']} `__main__` not run.")
+        lines.append(
+            f"- `import` every module of {package}: {r['imported']}/{r['modules']} imported; "
+            f"{sum(upstream.values())} fail exactly as in the plain image ({_kinds(upstream)}); "
+            f"{sum(ours.values())} fail only here, as intended "
+            f"({'; '.join(f'{n}: {w}' for w, n in ours.items()) or 'none'}); "
+            f"**{len(r['unexpected'])} unexpected**; {r['programs']} `__main__` not run."
+        )
     if "dlopen" in p:
         d = p["dlopen"]
-        lines.append(f"- dlopen: {d['loaded_count']} libraries of torch/lib and nvidia/ loaded without a GPU "
-                     f"(torch {d['torch']}, CUDA {d['cuda']}; {', '.join(f'{k} {v}' for k, v in d.get('calls', {}).items())}), "
-                     f"{len(d['driver_only'])} need only the driver, **{len(d['failed'])} failed**.")
+        lines.append(
+            f"- dlopen: {d['loaded_count']} libraries of torch/lib and nvidia/ loaded without a GPU "
+            f"(torch {d['torch']}, CUDA {d['cuda']}; {', '.join(f'{k} {v}' for k, v in d.get('calls', {}).items())}), "
+            f"{len(d['driver_only'])} need only the driver, **{len(d['failed'])} failed**."
+        )
     if "removed_symbols" in p:
         r = p["removed_symbols"]
         control = ", ".join(u.split("site-packages/")[-1] for u in r["control_users"]) or "none"
-        lines.append(f"- removed cuDNN sub-libraries ({', '.join(x.rsplit('/', 1)[-1] for x in r['libraries'])}): "
-                     f"their {r['entry_points']} exported symbols (read in the plain image) are imported by "
-                     f"**{len(r['users'])} ELF files** here (control: `cudnnGetVersion` is imported by {control})")
+        lines.append(
+            f"- removed cuDNN sub-libraries ({', '.join(x.rsplit('/', 1)[-1] for x in r['libraries'])}): "
+            f"their {r['entry_points']} exported symbols (read in the plain image) are imported by "
+            f"**{len(r['users'])} ELF files** here (control: `cudnnGetVersion` is imported by {control})"
+        )
     if "compilers" in p:
         for name, detail in p["compilers"]["ok"].items():
             lines.append(f"- compiler `{name}`: {detail}")

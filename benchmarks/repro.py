@@ -45,8 +45,11 @@ def refs(ns: str, cuda: bool = False) -> dict[str, str]:
 
     if cuda:
         kindling = resolve(CUDA_RECIPE)
-        return {"base": f"{ns}/base:bookworm", "engine-cuda": kindling.engine_image.tag,
-                CUDA_RECIPE: kindling.recipe_image.tag}
+        return {
+            "base": f"{ns}/base:bookworm",
+            "engine-cuda": kindling.engine_image.tag,
+            CUDA_RECIPE: kindling.recipe_image.tag,
+        }
     moe = resolve("tiny-moe")
     out = {"base": f"{ns}/base:bookworm", "engine-cpu": moe.engine_image.tag}
     for name in RECIPES:
@@ -65,8 +68,9 @@ def one_round(docker: DockerDaemon, ns: str, cuda: bool = False) -> dict:
     remove_namespace(docker, ns)
     times = {"base": kiln("base", "build", "--force")}
     if cuda:
-        times[f"engine-cuda+{CUDA_RECIPE}"] = kiln("build", CUDA_RECIPE, "--platform", "linux/amd64", "--force",
-                                                   "--force-engine", "--no-cache")
+        times[f"engine-cuda+{CUDA_RECIPE}"] = kiln(
+            "build", CUDA_RECIPE, "--platform", "linux/amd64", "--force", "--force-engine", "--no-cache"
+        )
     else:
         times["engine-cpu+tiny-moe"] = kiln("build", "tiny-moe", "--force", "--force-engine", "--no-cache")
         times["tiny-kindling"] = kiln("build", "tiny-kindling", "--force", "--no-cache")
@@ -74,9 +78,12 @@ def one_round(docker: DockerDaemon, ns: str, cuda: bool = False) -> dict:
     for what, ref in refs(ns, cuda).items():
         img = docker.require_image(ref)
         recs = records.build_records(img.id)
-        out[what] = {"id": img.id, "layers": img.attrs["RootFS"]["Layers"],
-                     "normalise_s": recs[-1]["normalise_seconds"] if recs else None,
-                     "build_s": recs[-1]["build_seconds"] if recs else None}
+        out[what] = {
+            "id": img.id,
+            "layers": img.attrs["RootFS"]["Layers"],
+            "normalise_s": recs[-1]["normalise_seconds"] if recs else None,
+            "build_s": recs[-1]["build_seconds"] if recs else None,
+        }
     out["times"] = times
     # what the builder made before normalising (ours: their ids are in the build records)
     # goes now: the disk holds both rounds' images, the builds' own copies need not stay
@@ -105,12 +112,18 @@ def _comparable(attrs: dict) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", help="also write the figures to this file")
-    ap.add_argument("--first-from-tags", action="store_true",
-                    help="take the first round's ids from <ns>-round1/<what>:round1 tags (an earlier run's); "
-                         "an image without one is built a second time after the round instead")
-    ap.add_argument("--cuda", action="store_true",
-                    help=f"base, engine-cuda and {CUDA_RECIPE} (amd64) instead of the CPU images (~4 GB download "
-                         "per round, ~30 GB of disk)")
+    ap.add_argument(
+        "--first-from-tags",
+        action="store_true",
+        help="take the first round's ids from <ns>-round1/<what>:round1 tags (an earlier run's); "
+        "an image without one is built a second time after the round instead",
+    )
+    ap.add_argument(
+        "--cuda",
+        action="store_true",
+        help=f"base, engine-cuda and {CUDA_RECIPE} (amd64) instead of the CPU images (~4 GB download "
+        "per round, ~30 GB of disk)",
+    )
     args = ap.parse_args()
     cuda = args.cuda
     ns = os.environ.setdefault("KILN_IMAGE_NAMESPACE", "kilnrepro")
@@ -122,8 +135,12 @@ def main() -> int:
         for what in refs(ns, cuda):
             img = docker.image(f"{keep}/{what}:round1")
             if img is not None:
-                first[what] = {"id": img.id, "layers": img.attrs["RootFS"]["Layers"], "normalise_s": None,
-                               "build_s": None}
+                first[what] = {
+                    "id": img.id,
+                    "layers": img.attrs["RootFS"]["Layers"],
+                    "normalise_s": None,
+                    "build_s": None,
+                }
     else:
         first = one_round(docker, ns, cuda)
         for what in refs(ns, cuda):
@@ -137,26 +154,35 @@ def main() -> int:
             t = kiln("build", what, "--force", "--no-cache")
             img = docker.require_image(refs(ns)[what])
             recs = records.build_records(img.id)
-            second[what] = {"id": img.id, "layers": img.attrs["RootFS"]["Layers"],
-                            "normalise_s": recs[-1]["normalise_seconds"] if recs else None,
-                            "build_s": recs[-1]["build_seconds"] if recs else None}
+            second[what] = {
+                "id": img.id,
+                "layers": img.attrs["RootFS"]["Layers"],
+                "normalise_s": recs[-1]["normalise_seconds"] if recs else None,
+                "build_s": recs[-1]["build_seconds"] if recs else None,
+            }
             second["times"] = {**second["times"], f"{what} again": t}
     ok = True
     for what in refs(ns, cuda):
         a, b = first[what], second[what]
         same = a["id"] == b["id"]
         ok &= same
-        print(f"{what}: {a['id']}  {b['id']}  {'SAME' if same else 'DIFFERENT'}"
-              f"  (normalise {a['normalise_s']} s / {b['normalise_s']} s)")
+        print(
+            f"{what}: {a['id']}  {b['id']}  {'SAME' if same else 'DIFFERENT'}"
+            f"  (normalise {a['normalise_s']} s / {b['normalise_s']} s)"
+        )
         for i, (la, lb) in enumerate(zip(a["layers"], b["layers"], strict=False)):
             print(f"  layer {i + 1:2d} {la[:19]} {lb[:19]} {'same' if la == lb else 'DIFFERENT'}")
         if len(a["layers"]) != len(b["layers"]):
             print(f"  layer count {len(a['layers'])} vs {len(b['layers'])}: DIFFERENT")
         if not same:
-            diff = image_diff.compare(a["layers"], b["layers"],
-                                     _comparable(docker.require_image(a["id"]).attrs),
-                                     _comparable(docker.require_image(b["id"]).attrs),
-                                     lambda i=a["id"]: docker.save(i), lambda i=b["id"]: docker.save(i))
+            diff = image_diff.compare(
+                a["layers"],
+                b["layers"],
+                _comparable(docker.require_image(a["id"]).attrs),
+                _comparable(docker.require_image(b["id"]).attrs),
+                lambda i=a["id"]: docker.save(i),
+                lambda i=b["id"]: docker.save(i),
+            )
             print(f"  first difference: {diff.line() if diff else 'none found'}")
     print(f"round times: {json.dumps(first['times'])} / {json.dumps(second['times'])}")
     print(f"repro: {'all ids equal' if ok else 'ids differ'} ({time.monotonic() - t0:.0f} s)")

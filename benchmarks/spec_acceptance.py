@@ -36,8 +36,10 @@ def main(argv=None) -> None:
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--feature-on", action="store_true")
     p.add_argument("--models", type=Path)
-    p.add_argument("--image", help="serve this image (e.g. kiln/tiny-kindling:latest) instead of the "
-                   "one the recipe's current inputs make")
+    p.add_argument(
+        "--image",
+        help="serve this image (e.g. kiln/tiny-kindling:latest) instead of the one the recipe's current inputs make",
+    )
     p.add_argument("-e", "--env", action="append", default=[], metavar="VAR=VALUE")
     args = p.parse_args(argv)
     docker = DockerDaemon()
@@ -53,24 +55,34 @@ def main(argv=None) -> None:
     env.update(kv.split("=", 1) for kv in args.env)
     model = loaded.recipe.launch.served_model_name
     print(f"{args.recipe}: serving {image.id[:19]} with {env or 'the recipe env'}", flush=True)
-    mounts = [(str(args.models.resolve() / m), f"/models/{m}") for m in ("tiny-qwen3moe", "tiny-qwen3-draft")
-              ] if args.models else []
+    mounts = (
+        [(str(args.models.resolve() / m), f"/models/{m}") for m in ("tiny-qwen3moe", "tiny-qwen3-draft")]
+        if args.models
+        else []
+    )
     with serving(docker, loaded, image.id, env, mounts=mounts) as box:
-        print(f"  healthy in {box.startup_s:.1f} s; {args.prompts} greedy requests x {args.tokens} tokens "
-              f"at concurrency {args.concurrency}", flush=True)
+        print(
+            f"  healthy in {box.startup_s:.1f} s; {args.prompts} greedy requests x {args.tokens} tokens "
+            f"at concurrency {args.concurrency}",
+            flush=True,
+        )
         if args.feature_on:
             warm_up(box, model, features)
         before = spec_decode_stats(box.url)
         own_before = {f.name: counters(box.url, f.metrics) for f in features}
         t0 = time.monotonic()
-        res = run_set(box.url, model, prompts(args.prompts, seed=7), max_tokens=args.tokens,
-                      concurrency=args.concurrency)
+        res = run_set(
+            box.url, model, prompts(args.prompts, seed=7), max_tokens=args.tokens, concurrency=args.concurrency
+        )
         seconds = time.monotonic() - t0
         stats = spec_decode_stats(box.url)
         if stats and before:
             stats = stats - before
-        own = {f.name: _delta(counters(box.url, f.metrics), own_before[f.name]) for f in features
-               } if args.feature_on else {}
+        own = (
+            {f.name: _delta(counters(box.url, f.metrics), own_before[f.name]) for f in features}
+            if args.feature_on
+            else {}
+        )
     tokens = sum(len(r.token_ids) for r in res)
     print(f"  {tokens} tokens in {seconds:.1f} s ({tokens / seconds:.1f} tok/s)")
     print(f"  vLLM: {stats.summary() if stats else 'no spec-decode counters on /metrics'}")
@@ -104,8 +116,11 @@ def feature_summary(feature, values: dict) -> str:
     for name in ("dead_fraction", "acceptance"):
         ratio = feature_ratio(values, feature.ratio(name))
         parts.append(f"{name} {'n/a' if ratio is None else f'{ratio:.3f}'}")
-    parts += [f"{k.removeprefix('kiln_draft_trunc_').removesuffix('_total')} {v:.0f}"
-              for k, v in values.items() if v is not None]
+    parts += [
+        f"{k.removeprefix('kiln_draft_trunc_').removesuffix('_total')} {v:.0f}"
+        for k, v in values.items()
+        if v is not None
+    ]
     return ", ".join(parts)
 
 

@@ -33,8 +33,7 @@ def _modules(*dirs: str) -> list[Path]:
 
 def largest_module() -> tuple[int, str]:
     return max(
-        (len(p.read_text().splitlines()), str(p.relative_to(ROOT)))
-        for p in _modules(*CODE_DIRS, "docker-images")
+        (len(p.read_text().splitlines()), str(p.relative_to(ROOT))) for p in _modules(*CODE_DIRS, "docker-images")
     )
 
 
@@ -97,8 +96,11 @@ def domain_names_only_tests_use() -> list[str]:
     sources.update({p: p.read_text() for p in sorted((ROOT / "docs").rglob("*.md"))})
     tests = _identifiers(_modules("tests"))  # names in code, not words in docstrings or data
     found = []
-    for path in sorted(p for p in sources if p.suffix == ".py" and "domain" in p.relative_to(ROOT).parts
-                       and p.is_relative_to(ROOT / "src")):
+    for path in sorted(
+        p
+        for p in sources
+        if p.suffix == ".py" and "domain" in p.relative_to(ROOT).parts and p.is_relative_to(ROOT / "src")
+    ):
         tree = ast.parse(sources[path])
         signatures = _public_signatures(tree)
         for name in sorted(_public_names(tree)):
@@ -111,9 +113,7 @@ def domain_names_only_tests_use() -> list[str]:
 
 
 def not_strict() -> list[str]:
-    out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict"], cwd=ROOT, capture_output=True, text=True
-    ).stdout
+    out = subprocess.run([sys.executable, "-m", "mypy", "--strict"], cwd=ROOT, capture_output=True, text=True).stdout
     return sorted({line.split(":")[0] for line in out.splitlines() if ": error:" in line})
 
 

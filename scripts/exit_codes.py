@@ -46,8 +46,7 @@ def _meaning(cls: type) -> str:
     paragraph = " ".join(doc.strip().split("\n\n")[0].split())
     if not paragraph:  # no docstring: "RegistryAuthFailed" -> "registry auth failed"
         return " ".join(
-            w.lower() if not w.isupper() else w
-            for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z]*|[a-z]+", cls.__name__)
+            w.lower() if not w.isupper() else w for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z][a-z]*|[a-z]+", cls.__name__)
         )
     first = SENTENCE_END.split(paragraph, maxsplit=1)[0]
     return first.replace("``", "`").replace("|", "\\|")
@@ -80,8 +79,7 @@ def table(errors: ModuleType | None = None) -> str:
     """The markdown table, markers included."""
     lines = [BEGIN, "| family | exit | error | meaning |", "|---|---|---|---|"]
     lines += [
-        f"| {fam} | {code} | `{name}` | {meaning} |"
-        for fam, code, name, meaning in rows(errors or _load_errors())
+        f"| {fam} | {code} | `{name}` | {meaning} |" for fam, code, name, meaning in rows(errors or _load_errors())
     ]
     return "\n".join([*lines, END])
 
@@ -91,8 +89,7 @@ def updated(doc: str, errors: ModuleType | None = None) -> str:
     start, end = doc.find(BEGIN), doc.find(END)
     if start < 0 or end < start:
         raise SystemExit(
-            f"{DOC.name}: the markers are missing; put these two lines where the table goes:\n"
-            f"{BEGIN}\n{END}"
+            f"{DOC.name}: the markers are missing; put these two lines where the table goes:\n{BEGIN}\n{END}"
         )
     return doc[:start] + table(errors) + doc[end + len(END) :]
 

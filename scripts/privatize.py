@@ -92,8 +92,7 @@ SHIPPED_AS = {
 }
 INIMAGE = "kiln.inimage"
 # Names that stay public though no other module uses them: "module:name" -> why.
-EXEMPT: dict[str, str] = {
-}
+EXEMPT: dict[str, str] = {}
 # classes whose names are data (see the docstring): their bases, by the last dotted part
 DATA_BASES = ("TypedDict", "BaseModel", "RootModel", "Enum", "StrEnum", "IntEnum", "Flag", "IntFlag")
 EXCEPTION_BASE = re.compile(r"(Error|Exception|Warning|Exit|Interrupt)$")
@@ -186,13 +185,13 @@ class Source:
         return cls(path, text, tree, text.encode("utf-8").splitlines(keepends=True))
 
     def at(self, line: int, col: int, length: int) -> str:
-        return self.lines[line - 1][col:col + length].decode("utf-8", "replace")
+        return self.lines[line - 1][col : col + length].decode("utf-8", "replace")
 
     def segment(self, node: ast.expr) -> bytes | None:
         """The node's source bytes when it lies on one line."""
         if node.end_lineno != node.lineno or node.end_col_offset is None:
             return None
-        return self.lines[node.lineno - 1][node.col_offset:node.end_col_offset]
+        return self.lines[node.lineno - 1][node.col_offset : node.end_col_offset]
 
 
 def apply_edits(edits: Iterable[Edit]) -> list[Path]:
@@ -204,10 +203,12 @@ def apply_edits(edits: Iterable[Edit]) -> list[Path]:
         for e in sorted(file_edits, reverse=True):
             line = lines[e.line - 1]
             old = e.old.encode()
-            if line[e.col:e.col + len(old)] != old:
-                raise SystemExit(f"privatize: {_rel(path)}:{e.line}:{e.col}: expected {e.old!r}, "
-                                 f"found {line[e.col:e.col + len(old)]!r} (nothing written to it)")
-            lines[e.line - 1] = line[:e.col] + e.new.encode() + line[e.col + len(old):]
+            if line[e.col : e.col + len(old)] != old:
+                raise SystemExit(
+                    f"privatize: {_rel(path)}:{e.line}:{e.col}: expected {e.old!r}, "
+                    f"found {line[e.col : e.col + len(old)]!r} (nothing written to it)"
+                )
+            lines[e.line - 1] = line[: e.col] + e.new.encode() + line[e.col + len(old) :]
         path.write_bytes(b"".join(lines))
     return sorted(by_file)
 
@@ -445,8 +446,13 @@ def _definitions(module: str, tree: ast.Module) -> dict[str, Definition]:
 
 def _all_names(tree: ast.Module) -> set[str]:
     for stmt in tree.body:
-        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target] if isinstance(
-            stmt, ast.AnnAssign | ast.AugAssign) else []
+        targets = (
+            stmt.targets
+            if isinstance(stmt, ast.Assign)
+            else [stmt.target]
+            if isinstance(stmt, ast.AnnAssign | ast.AugAssign)
+            else []
+        )
         if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
             value = getattr(stmt, "value", None)
             if isinstance(value, ast.List | ast.Tuple):
@@ -479,9 +485,15 @@ def load_modules() -> dict[str, Module]:
         if source is None:
             continue
         name = _module_name(path)
-        modules[name] = Module(name, _package_of(name, path), source, ScopeWalker(source.tree),
-                               _definitions(name, source.tree), _all_names(source.tree),
-                               _identifiers(source.tree))
+        modules[name] = Module(
+            name,
+            _package_of(name, path),
+            source,
+            ScopeWalker(source.tree),
+            _definitions(name, source.tree),
+            _all_names(source.tree),
+            _identifiers(source.tree),
+        )
     _mark_data_classes(modules)
     return modules
 
@@ -634,8 +646,11 @@ class Scanner:
                         scan.refs.append(Ref(base, node.attr, scan.path, edits, "attribute"))
                 else:
                     scan.unknown_attrs.add(node.attr)
-                    if node.attr.startswith("_") and not node.attr.startswith("__") and not (
-                            isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                    if (
+                        node.attr.startswith("_")
+                        and not node.attr.startswith("__")
+                        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+                    ):
                         scan.private_attrs.append((node.attr, node.lineno))
             elif isinstance(node, ast.Subscript):
                 seen.add(id(node.slice))  # a key: `doc["name"]`
@@ -657,8 +672,9 @@ class Scanner:
         if scan.path.is_relative_to(IMAGE_SCRIPTS):  # a script beside the in-image modules: every word
             scan.string_words |= set(IDENT.findall(src.text))
 
-    def _attr_call(self, scan: FileScan, node: ast.Call, aliases: dict[str, str], module_values: set[int],
-                   seen: set[int]) -> None:
+    def _attr_call(
+        self, scan: FileScan, node: ast.Call, aliases: dict[str, str], module_values: set[int], seen: set[int]
+    ) -> None:
         """setattr(m, "name", ...), monkeypatch.setattr(m, "name", ...), mock.patch.object(m, "name")."""
         func = _last(node.func)
         patch_object = func == "object" and isinstance(node.func, ast.Attribute) and _last(node.func.value) == "patch"
@@ -742,10 +758,12 @@ class Finding:
 
     def line(self) -> str:
         where = f"{self.module}:{self.name}"
-        return {"rename": f"{where} -> _{self.name}: {self.why}",
-                "delete": f"{where}: {self.why}; delete it",
-                "publicise": f"{where} -> {self.name.lstrip('_')}: {self.why}",
-                "keep": f"{where} stays public: {self.why}"}[self.action]
+        return {
+            "rename": f"{where} -> _{self.name}: {self.why}",
+            "delete": f"{where}: {self.why}; delete it",
+            "publicise": f"{where} -> {self.name.lstrip('_')}: {self.why}",
+            "keep": f"{where} stays public: {self.why}",
+        }[self.action]
 
 
 @dataclass
@@ -788,7 +806,7 @@ def _own_uses(module: Module, name: str) -> tuple[list[Edit], int, bool]:
     for stmt, _scope in walker.globals_stmts:
         if name in stmt.names:
             line = src.lines[stmt.lineno - 1]
-            for m in re.finditer(rb"(?<![\w.])" + re.escape(name.encode()) + rb"\b", line[stmt.col_offset:]):
+            for m in re.finditer(rb"(?<![\w.])" + re.escape(name.encode()) + rb"\b", line[stmt.col_offset :]):
                 edits.append(Edit(src.path, stmt.lineno, stmt.col_offset + m.start(), name, new))
             uses += 1
     for const, _scope in walker.annotations:
@@ -800,9 +818,18 @@ def _own_uses(module: Module, name: str) -> tuple[list[Edit], int, bool]:
             uses += 1
     # `T = TypeVar("T")`: the string names the binding
     definition = module.definitions.get(name)
-    if definition is not None and isinstance(definition.stmt, ast.Assign) and isinstance(definition.stmt.value, ast.Call):
+    if (
+        definition is not None
+        and isinstance(definition.stmt, ast.Assign)
+        and isinstance(definition.stmt.value, ast.Call)
+    ):
         call = definition.stmt.value
-        if _last(call.func) in SELF_NAMING and call.args and isinstance(call.args[0], ast.Constant) and call.args[0].value == name:
+        if (
+            _last(call.func) in SELF_NAMING
+            and call.args
+            and isinstance(call.args[0], ast.Constant)
+            and call.args[0].value == name
+        ):
             raw = src.segment(call.args[0])
             if raw is not None and raw[1:-1] == name.encode():
                 edits.append(Edit(src.path, call.args[0].lineno, call.args[0].col_offset + 1, name, new))
@@ -814,8 +841,11 @@ def _prose_edits(module: Module, name: str) -> list[Edit]:
     """`name` in backticks (`name`, `name(...)`, `name.attr`, `name[...]`) in the module's
     comments and in the docstrings of the module and its functions."""
     pattern = re.compile(rb"(?<=`)" + re.escape(name.encode()) + rb"(?=[`(\[.])")
-    return [Edit(module.path, line, col + m.start(), name, "_" + name)
-            for line, col, chunk in _prose(module.source) for m in pattern.finditer(chunk)]
+    return [
+        Edit(module.path, line, col + m.start(), name, "_" + name)
+        for line, col, chunk in _prose(module.source)
+        for m in pattern.finditer(chunk)
+    ]
 
 
 _PROSE: dict[Path, list[tuple[int, int, bytes]]] = {}
@@ -831,9 +861,13 @@ def _prose(src: Source) -> list[tuple[int, int, bytes]]:
     for node in ast.walk(src.tree):
         if isinstance(node, ast.Module | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
             first = node.body[0]
-            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 line = first.value.lineno
-                docstrings.add((line, len(src.lines[line - 1][:first.value.col_offset].decode("utf-8"))))
+                docstrings.add((line, len(src.lines[line - 1][: first.value.col_offset].decode("utf-8"))))
     out = []
     for tok in tokenize.tokenize(io.BytesIO(src.text.encode("utf-8")).readline):
         if tok.type == tokenize.COMMENT or (tok.type == tokenize.STRING and tok.start in docstrings):
@@ -866,7 +900,7 @@ def _qualified_prose_edits(scans: list[FileScan], renames: dict[tuple[str, str],
                     if i and part in by_name:
                         prefix = parts[:i]
                         for module in by_name[part]:
-                            if module.split(".")[-len(prefix):] == prefix:
+                            if module.split(".")[-len(prefix) :] == prefix:
                                 edits.append(Edit(scan.path, line, col + offset, part, renames[(module, part)]))
                     offset += len(part.encode()) + 1
     return edits
@@ -876,9 +910,25 @@ def _inert(value: ast.expr | None) -> bool:
     """A value whose making does nothing else: literals, names, `a.b`, `x[int]`, `X | None`."""
     if value is None:
         return True
-    return all(isinstance(n, ast.Constant | ast.Name | ast.Attribute | ast.Subscript | ast.Tuple | ast.List
-                          | ast.Set | ast.Dict | ast.BinOp | ast.UnaryOp | ast.Load | ast.operator | ast.unaryop)
-               for n in ast.walk(value))
+    return all(
+        isinstance(
+            n,
+            ast.Constant
+            | ast.Name
+            | ast.Attribute
+            | ast.Subscript
+            | ast.Tuple
+            | ast.List
+            | ast.Set
+            | ast.Dict
+            | ast.BinOp
+            | ast.UnaryOp
+            | ast.Load
+            | ast.operator
+            | ast.unaryop,
+        )
+        for n in ast.walk(value)
+    )
 
 
 def _deletion(module: Module, definition: Definition) -> tuple[Path, int, int] | None:
@@ -924,7 +974,7 @@ def analyse() -> Analysis:
     docs: list[tuple[str, ...]] = []
     for doc in DOCS:
         base = ROOT / doc
-        for md in ([base] if base.is_file() else sorted(base.rglob("*.md")) if base.is_dir() else []):
+        for md in [base] if base.is_file() else sorted(base.rglob("*.md")) if base.is_dir() else []:
             docs += _markdown_code(md.read_text(encoding="utf-8"))
     text_refs = _text_references()
 
@@ -975,7 +1025,7 @@ def analyse() -> Analysis:
                 keep(f"named in {', '.join(TEXT_FILES)}")
                 continue
             if name in _main_block_names(module.source.tree):
-                keep("what the module runs as a script (`if __name__ == \"__main__\":`)")
+                keep('what the module runs as a script (`if __name__ == "__main__":`)')
                 continue
             loose = _loose_reasons(module, name, scans, own_of, escaped, docs, inimage)
             unrewritable = [r for r in found if not r.edits]
@@ -1005,7 +1055,9 @@ def analyse() -> Analysis:
                 if deletion is None:
                     problems.append(f"{key}: used nowhere, but is not a whole statement of its own: delete it by hand")
                     continue
-                findings.append(Finding(module.name, name, "delete", "used nowhere", deletion=deletion, inimage=inimage))
+                findings.append(
+                    Finding(module.name, name, "delete", "used nowhere", deletion=deletion, inimage=inimage)
+                )
                 continue
             for ref in found:
                 edits += [Edit(e.path, e.line, e.col, e.old, new) for e in ref.edits]
@@ -1025,8 +1077,12 @@ def analyse() -> Analysis:
 def _main_block_names(tree: ast.Module) -> set[str]:
     """The names `if __name__ == "__main__":` reads (a script's entry point)."""
     for stmt in tree.body:
-        if isinstance(stmt, ast.If) and isinstance(stmt.test, ast.Compare) and \
-                isinstance(stmt.test.left, ast.Name) and stmt.test.left.id == "__name__":
+        if (
+            isinstance(stmt, ast.If)
+            and isinstance(stmt.test, ast.Compare)
+            and isinstance(stmt.test.left, ast.Name)
+            and stmt.test.left.id == "__name__"
+        ):
             return {n.id for s in stmt.body for n in ast.walk(s) if isinstance(n, ast.Name)}
     return set()
 
@@ -1045,15 +1101,22 @@ def _binds(path: Path, name: str, modules: dict[str, Module], scans: list[FileSc
     return False
 
 
-def _loose_reasons(module: Module, name: str, scans: list[FileScan], own_of: dict[Path, str],
-                   escaped: dict[str, set[Path]], docs: list[tuple[str, ...]], inimage: bool) -> list[str]:
+def _loose_reasons(
+    module: Module,
+    name: str,
+    scans: list[FileScan],
+    own_of: dict[Path, str],
+    escaped: dict[str, set[Path]],
+    docs: list[tuple[str, ...]],
+    inimage: bool,
+) -> list[str]:
     """Why `name` may be used where no reference shows it (see the docstring)."""
     why: list[str] = []
     dotted = module.name.split(".")
     for chain in docs:
         for i, part in enumerate(chain):
             prefix = list(chain[:i])
-            if part == name and (not prefix or dotted[-len(prefix):] == prefix):
+            if part == name and (not prefix or dotted[-len(prefix) :] == prefix):
                 why.append(f"`{'.'.join(chain)}` in a Markdown document")
     for scan in scans:
         if own_of.get(scan.path) == module.name:
@@ -1061,12 +1124,17 @@ def _loose_reasons(module: Module, name: str, scans: list[FileScan], own_of: dic
         if name in scan.strings and (module.name in scan.imported or scan.dynamic):
             why.append(f"{_rel(scan.path)} (a string)")
         if (dotted[-1], name) in scan.dotted_strings or any(
-                (alias, name) in scan.dotted_strings for alias, m in scan.aliases.items() if m == module.name):
+            (alias, name) in scan.dotted_strings for alias, m in scan.aliases.items() if m == module.name
+        ):
             why.append(f"{_rel(scan.path)} (`.{name}` in a string)")
         if scan.path in escaped.get(module.name, ()) and name in scan.unknown_attrs:
             why.append(f"{_rel(scan.path)} (.{name}: the module is passed around there)")
-        if inimage and name in scan.string_words and (scan.imported & {INIMAGE, module.name}
-                                                      or scan.path.is_relative_to(IMAGE_SCRIPTS)) and not scan.is_test:
+        if (
+            inimage
+            and name in scan.string_words
+            and (scan.imported & {INIMAGE, module.name} or scan.path.is_relative_to(IMAGE_SCRIPTS))
+            and not scan.is_test
+        ):
             why.append(f"{_rel(scan.path)} (a word in its strings; in-image module)")
     return why
 
@@ -1081,8 +1149,11 @@ def _test_binding_edits(ref: Ref, scans: list[FileScan], name: str, new: str) ->
         return []
     walker = ScopeWalker(scan.source.tree)
     edit = ref.edits[0]
-    where = [scope for alias, scope in walker.imports
-             if (alias.lineno, alias.col_offset) == (edit.line, edit.col) and alias.asname is None]
+    where = [
+        scope
+        for alias, scope in walker.imports
+        if (alias.lineno, alias.col_offset) == (edit.line, edit.col) and alias.asname is None
+    ]
     if not where:
         return []
     out = []
@@ -1095,22 +1166,37 @@ def _test_binding_edits(ref: Ref, scans: list[FileScan], name: str, new: str) ->
     return out
 
 
-def _publicise(module: Module, name: str, found: list[Ref], modules: dict[str, Module],
-               scans: list[FileScan], own_of: dict[Path, str]) -> list[Finding]:
+def _publicise(
+    module: Module,
+    name: str,
+    found: list[Ref],
+    modules: dict[str, Module],
+    scans: list[FileScan],
+    own_of: dict[Path, str],
+) -> list[Finding]:
     """A `_name` that a module of another package uses: made public."""
-    outside = [r for r in found if not _is_test(r.path)
-               and (r.path not in own_of or modules[own_of[r.path]].package != module.package)]
+    outside = [
+        r
+        for r in found
+        if not _is_test(r.path) and (r.path not in own_of or modules[own_of[r.path]].package != module.package)
+    ]
     if not outside:
         return []
     public = name.lstrip("_")
     users = sorted({_rel(r.path) for r in outside})
     if public in module.definitions or any(_binds(r.path, public, modules, scans) for r in found):
-        return [Finding(module.name, name, "keep", f"used from {', '.join(users)}, but {public} exists: move it by hand")]
+        return [
+            Finding(module.name, name, "keep", f"used from {', '.join(users)}, but {public} exists: move it by hand")
+        ]
     edits = [Edit(e.path, e.line, e.col, name, public) for e, _ in ((e, 0) for e in _own_uses(module, name)[0])]
     for ref in found:
         edits += [Edit(e.path, e.line, e.col, e.old, public) for e in ref.edits]
         edits += _test_binding_edits(ref, scans, name, public)
-    return [Finding(module.name, name, "publicise", f"private, but used from another package ({', '.join(users)})", edits=edits)]
+    return [
+        Finding(
+            module.name, name, "publicise", f"private, but used from another package ({', '.join(users)})", edits=edits
+        )
+    ]
 
 
 def _private_attributes(modules: dict[str, Module], scans: list[FileScan], own_of: dict[Path, str]) -> list[Finding]:
@@ -1121,13 +1207,23 @@ def _private_attributes(modules: dict[str, Module], scans: list[FileScan], own_o
         for node in ast.walk(module.source.tree):
             if isinstance(node, ast.ClassDef):
                 for item in node.body:
-                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name.startswith("_") \
-                            and not item.name.startswith("__"):
+                    if (
+                        isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                        and item.name.startswith("_")
+                        and not item.name.startswith("__")
+                    ):
                         defined[item.name].add(module.package)
     findings = []
     for attr, packages in sorted(defined.items()):
-        readers = sorted({(modules[own_of[s.path]].package, _rel(s.path)) for s in scans if s.path in own_of
-                          for a, _ in s.private_attrs if a == attr})
+        readers = sorted(
+            {
+                (modules[own_of[s.path]].package, _rel(s.path))
+                for s in scans
+                if s.path in own_of
+                for a, _ in s.private_attrs
+                if a == attr
+            }
+        )
         foreign = [path for package, path in readers if package not in packages]
         if not foreign:
             continue
@@ -1145,12 +1241,15 @@ def _private_attributes(modules: dict[str, Module], scans: list[FileScan], own_o
                     edits.append(Edit(scan.path, node.end_lineno or node.lineno, col, attr, public))
                 elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == attr:
                     m = re.compile(rb"(?:async\s+)?def\s+(" + re.escape(attr.encode()) + rb")\b").match(
-                        scan.source.lines[node.lineno - 1], node.col_offset)
+                        scan.source.lines[node.lineno - 1], node.col_offset
+                    )
                     if m:
                         edits.append(Edit(scan.path, node.lineno, m.start(1), attr, public))
         why = f"a private method read from another package ({', '.join(foreign)})"
         if clash:
-            findings.append(Finding("(attribute)", attr, "keep", f"{why}, but {public} exists in {', '.join(clash)}: by hand"))
+            findings.append(
+                Finding("(attribute)", attr, "keep", f"{why}, but {public} exists in {', '.join(clash)}: by hand")
+            )
         else:
             findings.append(Finding("(attribute)", attr, "publicise", why, edits=edits))
     return findings
@@ -1206,11 +1305,19 @@ def stats(modules: dict[str, Module]) -> tuple[dict[str, int], list[str]]:
     no other file (.py under src/ engine/ testkit/ tests/ benchmarks/ scripts/, noxfile.py,
     docs/*.md, README.md): "used only in their own module", counted the way the issue did
     (grep); and those also used nowhere in their own module ("dead")."""
-    texts = {p: p.read_text(encoding="utf-8") for p in _py_files(*USER_DIRS, *USER_FILES, *TEST_DIRS) + _image_scripts()}
+    texts = {
+        p: p.read_text(encoding="utf-8") for p in _py_files(*USER_DIRS, *USER_FILES, *TEST_DIRS) + _image_scripts()
+    }
     texts.update({p: p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").rglob("*.md"))})
     words_by_file = {p: set(IDENT.findall(t)) for p, t in texts.items()}
-    counts = {"public": 0, "public_local": 0, "domain_public": 0, "domain_public_local": 0, "dead": 0,
-              "public_local_inimage": 0}
+    counts = {
+        "public": 0,
+        "public_local": 0,
+        "domain_public": 0,
+        "domain_public_local": 0,
+        "dead": 0,
+        "public_local_inimage": 0,
+    }
     local = []
     for module in modules.values():
         domain = module.name.startswith("kiln.domain")
@@ -1254,7 +1361,7 @@ def write(analysis: Analysis) -> list[Path]:
     for path, spans in deletions.items():
         lines = path.read_bytes().splitlines(keepends=True)
         for first, last in sorted(spans, reverse=True):
-            del lines[first - 1:last]
+            del lines[first - 1 : last]
             # the blank lines around where it was: two at most (none at the end)
             start = end = first - 1
             while start > 0 and not lines[start - 1].strip():
@@ -1274,8 +1381,12 @@ def main(argv: list[str]) -> int:
     mode.add_argument("--write", action="store_true", help="make the changes (to a fixed point), then report")
     mode.add_argument("--stats", action="store_true", help="print the counts of module-local public names")
     parser.add_argument("-v", "--verbose", action="store_true", help="also the names kept public, and why")
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
-                        help="the checkout (default: this script's)")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=Path(__file__).resolve().parent.parent,
+        help="the checkout (default: this script's)",
+    )
     args = parser.parse_args(argv)
     _set_root(args.root)
     if args.stats:
@@ -1304,10 +1415,15 @@ def main(argv: list[str]) -> int:
         analysis = analyse()
     ruff = shutil.which("ruff")
     if changed and ruff:  # import lists re-sorted, imports only a deleted name used removed
-        subprocess.run([ruff, "check", "--quiet", "--fix", "--select", "I001,F401", *map(str, sorted(changed))],
-                       cwd=ROOT, check=False)
-    print(f"privatize: changed {len(changed)} files" + ("" if ruff or not changed else
-          " (ruff is not on PATH: run `ruff check --fix --select I001,F401` on them)"))
+        subprocess.run(
+            [ruff, "check", "--quiet", "--fix", "--select", "I001,F401", *map(str, sorted(changed))],
+            cwd=ROOT,
+            check=False,
+        )
+    print(
+        f"privatize: changed {len(changed)} files"
+        + ("" if ruff or not changed else " (ruff is not on PATH: run `ruff check --fix --select I001,F401` on them)")
+    )
     left = _report(analysis, False)
     for line in left:
         print(f"privatize: left: {line}")

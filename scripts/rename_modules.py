@@ -196,7 +196,7 @@ def mapped(dotted: str) -> str | None:
                 best = r
     if best is None:
         return None
-    new = best.new + dotted[len(best.old):]
+    new = best.new + dotted[len(best.old) :]
     return new if new != dotted else None
 
 
@@ -225,7 +225,7 @@ def moves(tracked: Iterable[str]) -> list[tuple[str, str]]:
             inside = [r for r in packages if dotted == r.old or dotted.startswith(r.old + ".")]
             if inside:
                 r = max(inside, key=lambda r: len(r.old))
-                new = _dir_of(r.new + dotted[len(r.old):])
+                new = _dir_of(r.new + dotted[len(r.old) :])
                 target = new / "__init__.py" if init else new.with_suffix(".py")
         if target is not None and target.as_posix() != path:
             out[path] = target.as_posix()
@@ -281,7 +281,7 @@ def build_rules(tracked: list[str]) -> Rules:
             new_tail = ".".join(new_parts[keep:])
             dotted[old_tail] = new_tail
             if new_tail.startswith(old_tail + "."):  # a module moved into a package of its name
-                inner = re.escape(new_tail[len(old_tail) + 1:])
+                inner = re.escape(new_tail[len(old_tail) + 1 :])
                 dotted_guard[old_tail] = rf"(?!\.{inner}\b)(?!\s+import\s+\(?\s*{inner}\b)"
         # paths: src/kiln/x/y.py, kiln/x/y.py, x/y.py; a package's folder with its slash
         package = _is_package(r)
@@ -409,8 +409,8 @@ def _imports(path: str, text: str, tree: ast.Module, warnings: list[str]) -> str
             if not new_module.startswith(base + "."):
                 warnings.append(f"{path}:{node.lineno}: relative import of {module} leaves its package; fix by hand")
                 continue
-            new_head = f"from {head.group(1)}{new_module[len(base) + 1:]} import "
-        body = stmt[head.end():]
+            new_head = f"from {head.group(1)}{new_module[len(base) + 1 :]} import "
+        body = stmt[head.end() :]
         moved_out: list[str] = []
         for alias in node.names:
             new_full = mapped(f"{module}.{alias.name}")
@@ -422,15 +422,20 @@ def _imports(path: str, text: str, tree: ast.Module, warnings: list[str]) -> str
             elif new_name == alias.name:
                 bound_as = new_name
             elif _binders(tree, alias.name)[0] or _binders(tree, new_name)[1]:
-                warnings.append(f"{path}:{node.lineno}: `{alias.name}` is bound otherwise here (or `{new_name}` is "
-                                f"used): imported as `{new_name} as {alias.name}`; rename by hand")
+                warnings.append(
+                    f"{path}:{node.lineno}: `{alias.name}` is bound otherwise here (or `{new_name}` is "
+                    f"used): imported as `{new_name} as {alias.name}`; rename by hand"
+                )
                 bound_as = f"{new_name} as {alias.name}"
             else:
                 renamed[alias.name] = new_name
                 bound_as = new_name
             name = re.escape(alias.name)
-            pattern = (re.compile(rf"(?<![\w.]){name}\s+as\s+{re.escape(alias.asname)}(?!\w)") if alias.asname
-                       else re.compile(rf"(?<![\w.]){name}(?!\w)(?!\s+as\b)"))
+            pattern = (
+                re.compile(rf"(?<![\w.]){name}\s+as\s+{re.escape(alias.asname)}(?!\w)")
+                if alias.asname
+                else re.compile(rf"(?<![\w.]){name}(?!\w)(?!\s+as\b)")
+            )
             if new_parent == new_module:
                 body = pattern.sub(bound_as, body, count=1)
             elif node.level:
@@ -506,8 +511,11 @@ def _listed_children(path: str) -> tuple[re.Pattern[str], dict[str, str]] | None
     where = _module_of(path)
     if where is None or not where[1]:
         return None
-    names = {r.old.rsplit(".", 1)[1]: r.new.rsplit(".", 1)[1] for r in RENAMES
-             if r.old.rsplit(".", 1)[0] == where[0] and r.new.rsplit(".", 1)[0] == where[0]}
+    names = {
+        r.old.rsplit(".", 1)[1]: r.new.rsplit(".", 1)[1]
+        for r in RENAMES
+        if r.old.rsplit(".", 1)[0] == where[0] and r.new.rsplit(".", 1)[0] == where[0]
+    }
     if not names:
         return None
     alternation = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
@@ -516,8 +524,9 @@ def _listed_children(path: str) -> tuple[re.Pattern[str], dict[str, str]] | None
 
 # -- the run -------------------------------------------------------------------------------
 def _text_files(tracked: list[str], source: dict[str, str]) -> list[str]:
-    return [p for p in tracked
-            if not p.startswith(IMAGE_INPUTS) and p not in SELF and (REPO / source.get(p, p)).is_file()]
+    return [
+        p for p in tracked if not p.startswith(IMAGE_INPUTS) and p not in SELF and (REPO / source.get(p, p)).is_file()
+    ]
 
 
 def run(check: bool) -> int:
@@ -572,8 +581,9 @@ def run(check: bool) -> int:
                 if path.endswith(".py"):
                     python_changed.append(path)
     if python_changed:  # the renamed imports, sorted as the project's isort rules want
-        subprocess.run(["ruff", "check", "--quiet", "--fix", "--select", "I", "--exit-zero", *python_changed],
-                       cwd=REPO, check=True)
+        subprocess.run(
+            ["ruff", "check", "--quiet", "--fix", "--select", "I", "--exit-zero", *python_changed], cwd=REPO, check=True
+        )
     for line in changed:
         print(line)
     for line in warnings:

@@ -19,8 +19,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def docker_daemon(request):
     if request.config.getoption("unit"):  # tests/unitguard.py
-        pytest.fail("the unit tier has no Docker daemon: this test uses docker_daemon, so it needs "
-                    "pytestmark = pytest.mark.docker", pytrace=False)
+        pytest.fail(
+            "the unit tier has no Docker daemon: this test uses docker_daemon, so it needs "
+            "pytestmark = pytest.mark.docker",
+            pytrace=False,
+        )
     from kiln.basics.errors import KilnError
     from kiln.infra.docker import DockerDaemon
 
@@ -90,4 +93,3 @@ def no_docker(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DOCKER_HOST", f"unix://{sock}")
         yield sock
-

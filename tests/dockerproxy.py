@@ -30,8 +30,13 @@ from pathlib import Path
 DAEMON_SOCKET = "/var/run/docker.sock"
 _VERSION = re.compile(r"^/v\d+\.\d+(?=/)")
 _HEAD_END = b"\r\n\r\n"
-_REASONS = {400: "Bad Request", 404: "Not Found", 409: "Conflict", 500: "Internal Server Error",
-            503: "Service Unavailable"}
+_REASONS = {
+    400: "Bad Request",
+    404: "Not Found",
+    409: "Conflict",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 # The daemon's endpoints by name (method, path pattern): what the tests arm and what the
 # log of requests is grouped by. Names and ids may hold slashes (image references).
@@ -161,7 +166,9 @@ class DockerFaultProxy:
                 return
             with self._lock:
                 self.seen.append((request.method, request.path))
-                fault = self.fault if self.fault is not None and self.fault.matches(request.method, request.path) else None
+                fault = (
+                    self.fault if self.fault is not None and self.fault.matches(request.method, request.path) else None
+                )
                 if fault is not None and not fault.take():
                     fault = None
             if fault is not None and fault.mode == "status":
@@ -169,8 +176,9 @@ class DockerFaultProxy:
                 body = json.dumps({"message": fault.message}).encode()
                 client.sendall(
                     f"HTTP/1.1 {fault.status} {_REASONS.get(fault.status, 'Error')}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-                    .encode() + body)
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                    + body
+                )
                 with self._lock:
                     fault.hits += 1
                 return
@@ -210,8 +218,8 @@ class DockerFaultProxy:
                 end = head.find(_HEAD_END)
                 if end < 0:
                     continue
-                client.sendall(head[:end + len(_HEAD_END)])
-                data, body_sent = head[end + len(_HEAD_END):], 0
+                client.sendall(head[: end + len(_HEAD_END)])
+                data, body_sent = head[end + len(_HEAD_END) :], 0
             room = cut_after - body_sent
             client.sendall(data[:room])
             body_sent += min(len(data), room)
@@ -252,8 +260,7 @@ def _closing(request: _Request) -> bytes:
     connection); an upgrade (a hijacked exec stream) keeps its own Connection header."""
     if "upgrade" in request.headers:
         return request.head
-    lines = [ln for ln in request.head[:-len(_HEAD_END)].split(b"\r\n")
-             if not ln.lower().startswith(b"connection:")]
+    lines = [ln for ln in request.head[: -len(_HEAD_END)].split(b"\r\n") if not ln.lower().startswith(b"connection:")]
     return b"\r\n".join([*lines, b"Connection: close"]) + _HEAD_END
 
 

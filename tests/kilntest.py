@@ -14,9 +14,23 @@ from pathlib import Path
 import pytest
 from kiln_testkit.tree import FIXTURES, REPO, make_tree, renamed_mini, run_kiln, write_recipe
 
-__all__ = ["DAEMON_GROUP", "FIRST_GROUPS", "FIXTURES", "REPO", "SavedImage", "assign_xdist_groups", "kiln_containers_on", "machine_share",
-           "make_tree", "passing_smoke_record", "remove_images",
-           "renamed_mini", "run_kiln", "saved_image", "write_recipe"]
+__all__ = [
+    "DAEMON_GROUP",
+    "FIRST_GROUPS",
+    "FIXTURES",
+    "REPO",
+    "SavedImage",
+    "assign_xdist_groups",
+    "kiln_containers_on",
+    "machine_share",
+    "make_tree",
+    "passing_smoke_record",
+    "remove_images",
+    "renamed_mini",
+    "run_kiln",
+    "saved_image",
+    "write_recipe",
+]
 
 
 # Under pytest-xdist's `--dist loadgroup` (nox -s integration and e2e) a group runs whole, in
@@ -77,8 +91,11 @@ def kiln_containers_on(engine, port: int) -> list:
     test's `kiln run --port PORT` made, whatever else runs beside it."""
     from kiln.domain.serving.launch_command import LABEL_RECIPE, LABEL_URL
 
-    return [c for c in engine.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
-            if c.labels.get(LABEL_URL, "").endswith(f":{port}")]
+    return [
+        c
+        for c in engine.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
+        if c.labels.get(LABEL_URL, "").endswith(f":{port}")
+    ]
 
 
 def remove_images(engine, repository: str) -> None:
@@ -127,8 +144,17 @@ def passing_smoke_record(image_id: str, recipe: str, *, platform: str = "linux/a
     test writes one instead of running `kiln smoke`: publish reads records through that
     TypedDict and refuses one with a field missing (RecordInvalid). `extra`: keys of the
     test's own (a note), which kiln ignores."""
-    return {"recipe": recipe, "image_id": image_id, "tag": f"kiln/{recipe}:test", "input_digest": "sha256:" + "0" * 64,
-            "platform": platform, "emulation_factor": None, "level": "served", "passed": True,
-            "started_at": "2026-01-01T00:00:00+00:00",
-            "checks": [{"name": "written-by-a-test", "ok": True, "detail": "", "seconds": 0.0}],
-            "timings": {"startup_s": None, "total_s": 0.0}, **extra}
+    return {
+        "recipe": recipe,
+        "image_id": image_id,
+        "tag": f"kiln/{recipe}:test",
+        "input_digest": "sha256:" + "0" * 64,
+        "platform": platform,
+        "emulation_factor": None,
+        "level": "served",
+        "passed": True,
+        "started_at": "2026-01-01T00:00:00+00:00",
+        "checks": [{"name": "written-by-a-test", "ok": True, "detail": "", "seconds": 0.0}],
+        "timings": {"startup_s": None, "total_s": 0.0},
+        **extra,
+    }

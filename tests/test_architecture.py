@@ -75,16 +75,22 @@ def test_every_module_is_named_in_the_document():
 def _command_modules() -> list[str]:
     """Command modules as dotted names below kiln.commands (`images.build`), sub-packages included."""
     commands = KILN / "commands"
-    return sorted(".".join(p.relative_to(commands).with_suffix("").parts)
-                  for p in commands.rglob("*.py") if p.name != "__init__.py")
+    return sorted(
+        ".".join(p.relative_to(commands).with_suffix("").parts)
+        for p in commands.rglob("*.py")
+        if p.name != "__init__.py"
+    )
 
 
 def test_every_command_module_is_in_cli_commands_and_nothing_else_is():
-    registering = {name for name in _command_modules()
-                   if hasattr(importlib.import_module(f"kiln.commands.{name}"), "register")}
+    registering = {
+        name for name in _command_modules() if hasattr(importlib.import_module(f"kiln.commands.{name}"), "register")
+    }
     wired = {m.__name__.removeprefix("kiln.commands.") for m in cli.COMMANDS}
-    assert registering == wired, (f"modules with register() but not in cli.COMMANDS: {sorted(registering - wired)}; "
-                                  f"in COMMANDS without register(): {sorted(wired - registering)}")
+    assert registering == wired, (
+        f"modules with register() but not in cli.COMMANDS: {sorted(registering - wired)}; "
+        f"in COMMANDS without register(): {sorted(wired - registering)}"
+    )
     assert len(cli.COMMANDS) == len(set(cli.COMMANDS)), "a module is listed twice in cli.COMMANDS"
 
 
@@ -110,19 +116,24 @@ def _registered() -> dict[str, set[str]]:
             func = leaf.get_default("func")
             assert callable(func), f"`kiln {path}` sets no func"
             module = func.__module__
-            assert module.startswith("kiln.commands."), f"`kiln {path}` runs {module}.{func.__name__}, not a command module"
+            assert module.startswith("kiln.commands."), (
+                f"`kiln {path}` runs {module}.{func.__name__}, not a command module"
+            )
             by_module.setdefault(module.removeprefix("kiln.commands.").replace(".", "/"), set()).add(top)
     return by_module
 
 
 def test_every_registered_command_has_its_module_and_its_row():
-    documented = {module: {c.strip().strip("`") for c in cell.split(",") if c.strip()}
-                  for module, cell in COMMAND_ROW.findall(_doc())}
+    documented = {
+        module: {c.strip().strip("`") for c in cell.split(",") if c.strip()}
+        for module, cell in COMMAND_ROW.findall(_doc())
+    }
     registered = _registered()
     for module, commands in registered.items():
         assert documented.get(module) == commands, (
             f"docs/architecture.md's row for kiln/commands/{module}.py lists {sorted(documented.get(module, ()))}, "
-            f"the module registers {sorted(commands)}")
+            f"the module registers {sorted(commands)}"
+        )
     extra = {m: c for m, c in documented.items() if c and m not in registered}
     assert not extra, f"rows list commands their modules do not register: {extra}"
 

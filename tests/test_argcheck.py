@@ -45,10 +45,18 @@ def _answer(*refusals: _Refusal, version: str | None = "0.32.0") -> _ProbeAnswer
 
 def _accepted(loaded) -> launch_arg_check._EngineArgs:
     """A flag set that knows every flag the recipe uses (so only values are judged)."""
-    flags = {flag: {"takes_value": value is not True, "default_on": False} for flag, value in loaded.recipe.launch.args.items()}
-    return launch_arg_check._EngineArgs({"version": "0.32.0", "flags": flags,
-                                "speculative_keys": sorted(loaded.recipe.launch.speculative_config or {}),
-                                "speculative_methods": ["draft_model"]})
+    flags = {
+        flag: {"takes_value": value is not True, "default_on": False}
+        for flag, value in loaded.recipe.launch.args.items()
+    }
+    return launch_arg_check._EngineArgs(
+        {
+            "version": "0.32.0",
+            "flags": flags,
+            "speculative_keys": sorted(loaded.recipe.launch.speculative_config or {}),
+            "speculative_methods": ["draft_model"],
+        }
+    )
 
 
 def _group_of(job: Job, field: str) -> int:
@@ -67,24 +75,41 @@ def test_parts_add_up_to_the_exact_argv_of_every_recipe():
 
 
 def test_a_flag_refusal_names_its_recipe_line_flag_value_and_complaint(tmp_path):
-    loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    max-model-len: 512\n": '    max-model-len: "512; touch /tmp/pwned"\n'}))
+    loaded = load_recipe(
+        _copy(tmp_path, "tiny-moe", {"    max-model-len: 512\n": '    max-model-len: "512; touch /tmp/pwned"\n'})
+    )
     job = Job.of(loaded)
     complaint = "argument --max-model-len: invalid human_readable_int_or_auto value: '512; touch /tmp/pwned'"
     answer = _answer(_Refusal("parse", complaint, group=_group_of(job, "launch.args.max-model-len")))
     line = loaded.line_of("launch", "args", "max-model-len")
     assert launch_arg_check._launch_problems(loaded, _accepted(loaded), job, answer) == [
         f"recipes/tiny-moe/recipe.yaml:{line}: launch.args.max-model-len: vLLM 0.32.0 refuses "
-        f"--max-model-len '512; touch /tmp/pwned': {complaint}"]
+        f"--max-model-len '512; touch /tmp/pwned': {complaint}"
+    ]
 
 
 def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
     job = Job.of(loaded)
     group = _group_of(job, "launch.speculative_config")
-    found = [p.line for p in launch_arg_check._value_problems(loaded, job, _answer(
-        _Refusal("speculative", "SpeculativeConfig.num_speculative_tokens: Input should be greater than 0",
-                group=group, key="num_speculative_tokens"),
-        _Refusal("speculative", "SpeculativeConfig.model: Input should be a valid string", group=group, key="model")))]
+    found = [
+        p.line
+        for p in launch_arg_check._value_problems(
+            loaded,
+            job,
+            _answer(
+                _Refusal(
+                    "speculative",
+                    "SpeculativeConfig.num_speculative_tokens: Input should be greater than 0",
+                    group=group,
+                    key="num_speculative_tokens",
+                ),
+                _Refusal(
+                    "speculative", "SpeculativeConfig.model: Input should be a valid string", group=group, key="model"
+                ),
+            ),
+        )
+    ]
     spec_line = loaded.line_of("launch", "speculative_config", "num_speculative_tokens")
     draft_line = loaded.line_of("model", "draft", "path")
     assert found == [
@@ -93,17 +118,29 @@ def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
         "Input should be greater than 0",
         # model is not written in the recipe: kiln fills it in from model.draft.path
         f"recipes/tiny-moe/recipe.yaml:{draft_line}: model.draft.path: vLLM 0.32.0 refuses "
-        "'model=\"/models/tiny-qwen3-draft\"' in --speculative-config: SpeculativeConfig.model: Input should be a valid string"]
+        "'model=\"/models/tiny-qwen3-draft\"' in --speculative-config: SpeculativeConfig.model: Input should be a valid string",
+    ]
 
 
 def test_env_refusals_name_the_recipe_env_line_or_the_override_line(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-kindling", {}))
     job = Job.of(loaded)
-    found = [p.line for p in launch_arg_check._value_problems(loaded, job, _answer(
-        _Refusal("env", "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8,75497472': nonsense",
-                var="KILN_DRAFT_TRUNC_MOE_LAYER"),
-        # set by the draft-trunc override tiny-kindling takes from glm53-kindling
-        _Refusal("env", "kiln-engine: draft-trunc: bad min keep", var="KILN_DRAFT_TRUNC_MIN_KEEP")))]
+    found = [
+        p.line
+        for p in launch_arg_check._value_problems(
+            loaded,
+            job,
+            _answer(
+                _Refusal(
+                    "env",
+                    "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8,75497472': nonsense",
+                    var="KILN_DRAFT_TRUNC_MOE_LAYER",
+                ),
+                # set by the draft-trunc override tiny-kindling takes from glm53-kindling
+                _Refusal("env", "kiln-engine: draft-trunc: bad min keep", var="KILN_DRAFT_TRUNC_MIN_KEEP"),
+            ),
+        )
+    ]
     ov = load_override(tmp_path / "recipes" / "glm53-kindling" / "experimental" / "draft-trunc")
     assert found == [
         f"recipes/tiny-kindling/recipe.yaml:{loaded.line_of('launch', 'env', 'KILN_DRAFT_TRUNC_MOE_LAYER')}: "
@@ -112,43 +149,76 @@ def test_env_refusals_name_the_recipe_env_line_or_the_override_line(tmp_path):
         # the complaint did not say the value: the line does
         f"recipes/glm53-kindling/experimental/draft-trunc/override.yaml:{ov.source.line_of(('env', 'KILN_DRAFT_TRUNC_MIN_KEEP'))}: "
         "env.KILN_DRAFT_TRUNC_MIN_KEEP: kiln-engine 0.1.0 (the engine image's) refuses it: "
-        "KILN_DRAFT_TRUNC_MIN_KEEP='1': draft-trunc: bad min keep"]
+        "KILN_DRAFT_TRUNC_MIN_KEEP='1': draft-trunc: bad min keep",
+    ]
 
 
 def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
     schedule = "    num_speculative_tokens_per_batch_size: [[0, 4, 3]]\n"
-    loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 3\n" + schedule}))
+    loaded = load_recipe(
+        _copy(tmp_path, "tiny-moe", {"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 3\n" + schedule})
+    )
     job = Job.of(loaded)
     complaint = "dynamic speculation schedule: Batch-size range (0, 4) must be positive."
-    (line,) = [p.line for p in launch_arg_check._value_problems(loaded, job, _answer(_Refusal(
-        "speculative", complaint, group=_group_of(job, "launch.speculative_config"), key=launch_arg_probe._SCHEDULE_KEY)))]
+    (line,) = [
+        p.line
+        for p in launch_arg_check._value_problems(
+            loaded,
+            job,
+            _answer(
+                _Refusal(
+                    "speculative",
+                    complaint,
+                    group=_group_of(job, "launch.speculative_config"),
+                    key=launch_arg_probe._SCHEDULE_KEY,
+                )
+            ),
+        )
+    ]
     at = loaded.line_of("launch", "speculative_config", "num_speculative_tokens_per_batch_size")
-    assert line == (f"recipes/tiny-moe/recipe.yaml:{at}: launch.speculative_config.num_speculative_tokens_per_batch_size: "
-                    "vLLM 0.32.0 refuses 'num_speculative_tokens_per_batch_size=[[0, 4, 3]]' in --speculative-config: "
-                    f"{complaint}")
+    assert line == (
+        f"recipes/tiny-moe/recipe.yaml:{at}: launch.speculative_config.num_speculative_tokens_per_batch_size: "
+        "vLLM 0.32.0 refuses 'num_speculative_tokens_per_batch_size=[[0, 4, 3]]' in --speculative-config: "
+        f"{complaint}"
+    )
 
 
 def test_a_refusal_of_the_whole_line_names_the_launch_block(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
     job = Job.of(loaded)
-    found = [p.line for p in launch_arg_check._value_problems(loaded, job, _answer(_Refusal("engine-args", "ValueError: no"),
-                                                                          _Refusal("parse", "stale", group=99)))]
+    found = [
+        p.line
+        for p in launch_arg_check._value_problems(
+            loaded, job, _answer(_Refusal("engine-args", "ValueError: no"), _Refusal("parse", "stale", group=99))
+        )
+    ]
     line = loaded.line_of("launch")
-    assert found == [f"recipes/tiny-moe/recipe.yaml:{line}: launch: vLLM 0.32.0 refuses the launch command: ValueError: no",
-                     f"recipes/tiny-moe/recipe.yaml:{line}: launch: vLLM 0.32.0 refuses the launch command: stale"]
+    assert found == [
+        f"recipes/tiny-moe/recipe.yaml:{line}: launch: vLLM 0.32.0 refuses the launch command: ValueError: no",
+        f"recipes/tiny-moe/recipe.yaml:{line}: launch: vLLM 0.32.0 refuses the launch command: stale",
+    ]
 
 
 def test_a_wrong_flag_name_is_said_once(tmp_path):
     """The name check (from the cached flag set) and argparse both refuse an unknown
     flag: the line says it once, the name check's way."""
-    loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    dtype: bfloat16\n": "    dtype: bfloat16\n    max-model-lenght: 5\n"}))
+    loaded = load_recipe(
+        _copy(tmp_path, "tiny-moe", {"    dtype: bfloat16\n": "    dtype: bfloat16\n    max-model-lenght: 5\n"})
+    )
     job = Job.of(loaded)
     accepted = _accepted(loaded)
     del accepted.flags["max-model-lenght"]
-    answer = _answer(_Refusal("parse", "unrecognized arguments: --max-model-lenght 5",
-                             group=_group_of(job, "launch.args.max-model-lenght")))
+    answer = _answer(
+        _Refusal(
+            "parse",
+            "unrecognized arguments: --max-model-lenght 5",
+            group=_group_of(job, "launch.args.max-model-lenght"),
+        )
+    )
     found = launch_arg_check._launch_problems(loaded, accepted, job, answer)
-    assert len(found) == 1 and found[0].endswith("launch.args.max-model-lenght: vLLM 0.32.0 does not accept --max-model-lenght")
+    assert len(found) == 1 and found[0].endswith(
+        "launch.args.max-model-lenght: vLLM 0.32.0 does not accept --max-model-lenght"
+    )
 
 
 def test_a_long_value_is_shortened_in_the_line(tmp_path):
@@ -168,8 +238,12 @@ def test_many_problems_are_one_error_line_each():
 
 def test_the_cache_key_follows_the_command_line_and_env(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
-    other = load_recipe(_copy(tmp_path / "b", "tiny-moe", {'    VLLM_CPU_KVCACHE_SPACE: "1"\n': '    VLLM_CPU_KVCACHE_SPACE: "2"\n'}))
-    same = load_recipe(_copy(tmp_path / "c", "tiny-moe", {"launch:\n": "# a comment moves the lines, not the argv\nlaunch:\n"}))
+    other = load_recipe(
+        _copy(tmp_path / "b", "tiny-moe", {'    VLLM_CPU_KVCACHE_SPACE: "1"\n': '    VLLM_CPU_KVCACHE_SPACE: "2"\n'})
+    )
+    same = load_recipe(
+        _copy(tmp_path / "c", "tiny-moe", {"launch:\n": "# a comment moves the lines, not the argv\nlaunch:\n"})
+    )
     assert Job.of(loaded).digest == Job.of(same).digest != Job.of(other).digest
 
 
@@ -184,12 +258,18 @@ def clean_env(monkeypatch):
 
 
 def test_probe_names_every_bad_knob(clean_env):
-    problems, version = launch_arg_probe._check_env({"KILN_DRAFT_TRUNC_TAU": "2", "KILN_DRAFT_TRUNC_MOE_LAYER": "256,8"})
+    problems, version = launch_arg_probe._check_env(
+        {"KILN_DRAFT_TRUNC_TAU": "2", "KILN_DRAFT_TRUNC_MOE_LAYER": "256,8"}
+    )
     assert version is not None
     assert [(p["var"], p["message"]) for p in problems] == [
         ("KILN_DRAFT_TRUNC_TAU", "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_TAU='2': must lie in [0, 1]"),
-        ("KILN_DRAFT_TRUNC_MOE_LAYER", "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8': "
-                                       "expected EXPERTS,TOP_K,EXPERT_BYTES (e.g. 256,8,75497472)")]
+        (
+            "KILN_DRAFT_TRUNC_MOE_LAYER",
+            "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8': "
+            "expected EXPERTS,TOP_K,EXPERT_BYTES (e.g. 256,8,75497472)",
+        ),
+    ]
 
 
 def test_probe_runs_check_environment_for_combinations(clean_env):
@@ -226,8 +306,9 @@ def _stand_in_speculative_config():
                 raise ValueError("num_speculative_tokens must be provided")
             length = self.synthetic_acceptance_length
             if length is not None and not 1 <= length <= self.num_speculative_tokens + 1:
-                raise ValueError(f"synthetic_acceptance_length must be in [1, {self.num_speculative_tokens + 1}], "
-                                 f"got {length}.")
+                raise ValueError(
+                    f"synthetic_acceptance_length must be in [1, {self.num_speculative_tokens + 1}], got {length}."
+                )
             if self.model == "needs-the-model":
                 self.target_model_config.get_vocab_size()  # AttributeError on the half-made instance
             return self
@@ -235,19 +316,31 @@ def _stand_in_speculative_config():
     return SpeculativeConfig
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ({"method": "draft_model", "num_speculative_tokens": 3, "synthetic_acceptance_length": 9},
-     [("synthetic_acceptance_length", "SpeculativeConfig: synthetic_acceptance_length must be in [1, 4], got 9.")]),
-    ({"method": "draft_model", "num_speculative_tokens": 3, "synthetic_acceptance_length": 2}, []),
-    # no count: vLLM reads it from the draft model, which the probe has not got
-    ({"method": "mtp", "synthetic_acceptance_length": 9}, []),
-    # a check that needs the model (target_model_config) is no refusal
-    ({"method": "draft_model", "model": "needs-the-model", "num_speculative_tokens": 3}, []),
-    # __post_init__ runs for model-free methods only
-    ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 9},
-     [("prompt_lookup_min", "SpeculativeConfig: prompt_lookup_min=9 must be <= prompt_lookup_max=5")]),
-    ({"method": "draft_model", "num_speculative_tokens": 3, "prompt_lookup_min": 9}, []),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        (
+            {"method": "draft_model", "num_speculative_tokens": 3, "synthetic_acceptance_length": 9},
+            [
+                (
+                    "synthetic_acceptance_length",
+                    "SpeculativeConfig: synthetic_acceptance_length must be in [1, 4], got 9.",
+                )
+            ],
+        ),
+        ({"method": "draft_model", "num_speculative_tokens": 3, "synthetic_acceptance_length": 2}, []),
+        # no count: vLLM reads it from the draft model, which the probe has not got
+        ({"method": "mtp", "synthetic_acceptance_length": 9}, []),
+        # a check that needs the model (target_model_config) is no refusal
+        ({"method": "draft_model", "model": "needs-the-model", "num_speculative_tokens": 3}, []),
+        # __post_init__ runs for model-free methods only
+        (
+            {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 9},
+            [("prompt_lookup_min", "SpeculativeConfig: prompt_lookup_min=9 must be <= prompt_lookup_max=5")],
+        ),
+        ({"method": "draft_model", "num_speculative_tokens": 3, "prompt_lookup_min": 9}, []),
+    ],
+)
 def test_probe_runs_the_model_free_whole_config_checks(spec, expected):
     cls = _stand_in_speculative_config()
     inst = launch_arg_probe._FieldCheck().instance(cls, dict(spec))
@@ -256,16 +349,23 @@ def test_probe_runs_the_model_free_whole_config_checks(spec, expected):
 
 def test_probe_names_the_key_a_complaint_names_first():
     spec = {"method": "x", "num_speculative_tokens": 3, "synthetic_acceptance_rates": [1.0]}
-    assert launch_arg_probe._named_key("synthetic_acceptance_rates must have length 3 (num_speculative_tokens)", spec) == \
-        "synthetic_acceptance_rates"
+    assert (
+        launch_arg_probe._named_key("synthetic_acceptance_rates must have length 3 (num_speculative_tokens)", spec)
+        == "synthetic_acceptance_rates"
+    )
     # a key inside a longer name is not named: rejection_sample_method is not `method`
     assert launch_arg_probe._named_key("rejection_sample_method='synthetic' needs a rate", spec) is None
 
 
 def test_probe_tidies_pydantic_reports_into_one_line():
-    text = ("1 validation error for CompilationConfig\nlevle\n  Unexpected keyword argument [type=x]\n"
-            "    For further information visit https://errors.pydantic.dev/2.14/v/x")
-    assert launch_arg_probe._tidy(text) == "1 validation error for CompilationConfig levle Unexpected keyword argument [type=x]"
+    text = (
+        "1 validation error for CompilationConfig\nlevle\n  Unexpected keyword argument [type=x]\n"
+        "    For further information visit https://errors.pydantic.dev/2.14/v/x"
+    )
+    assert (
+        launch_arg_probe._tidy(text)
+        == "1 validation error for CompilationConfig levle Unexpected keyword argument [type=x]"
+    )
     assert len(launch_arg_probe._tidy("y" * 5000)) == launch_arg_probe._MAX_MESSAGE + 3
 
 

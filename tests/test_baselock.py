@@ -5,14 +5,17 @@ import pytest
 from kiln.domain.locks import base_lock
 
 
-@pytest.mark.parametrize(("ref", "distro"), [
-    ("kiln/base:bookworm", "debian-12"),
-    ("kiln/base:bookworm-arm64", "debian-12"),
-    ("debian:trixie-slim@sha256:" + "a" * 64, "debian-13"),
-    ("ubuntu:24.04", None),
-    ("kiln/base", None),
-    ("bookworm/base:latest", None),  # the suite is read from the tag, not found anywhere in the name
-])
+@pytest.mark.parametrize(
+    ("ref", "distro"),
+    [
+        ("kiln/base:bookworm", "debian-12"),
+        ("kiln/base:bookworm-arm64", "debian-12"),
+        ("debian:trixie-slim@sha256:" + "a" * 64, "debian-13"),
+        ("ubuntu:24.04", None),
+        ("kiln/base", None),
+        ("bookworm/base:latest", None),  # the suite is read from the tag, not found anywhere in the name
+    ],
+)
 def test_debian_distro(ref, distro):
     assert base_lock.debian_distro(ref) == distro
 

@@ -12,16 +12,25 @@ from kiln.basics import clock, image_ref
 from kiln.basics.files import sha256_file, write_atomic
 
 
-@pytest.mark.parametrize("ref,name,tag,digest,host,path", [
-    ("kiln/base:bookworm", "kiln/base", "bookworm", None, None, "kiln/base"),
-    ("localhost:5000/kiln/x", "localhost:5000/kiln/x", None, None, "localhost:5000", "kiln/x"),
-    ("localhost:5000/kiln/x:stable", "localhost:5000/kiln/x", "stable", None, "localhost:5000", "kiln/x"),
-    ("nvcr.io/nvidia/cuda:12.8.1-runtime@sha256:" + "a" * 64, "nvcr.io/nvidia/cuda", "12.8.1-runtime",
-     "sha256:" + "a" * 64, "nvcr.io", "nvidia/cuda"),
-    ("debian@sha256:" + "b" * 64, "debian", None, "sha256:" + "b" * 64, None, "debian"),
-    ("[::1]:5000/x:1", "[::1]:5000/x", "1", None, "[::1]:5000", "x"),
-    ("library/debian", "library/debian", None, None, None, "library/debian"),  # no dot, no port: a path
-])
+@pytest.mark.parametrize(
+    "ref,name,tag,digest,host,path",
+    [
+        ("kiln/base:bookworm", "kiln/base", "bookworm", None, None, "kiln/base"),
+        ("localhost:5000/kiln/x", "localhost:5000/kiln/x", None, None, "localhost:5000", "kiln/x"),
+        ("localhost:5000/kiln/x:stable", "localhost:5000/kiln/x", "stable", None, "localhost:5000", "kiln/x"),
+        (
+            "nvcr.io/nvidia/cuda:12.8.1-runtime@sha256:" + "a" * 64,
+            "nvcr.io/nvidia/cuda",
+            "12.8.1-runtime",
+            "sha256:" + "a" * 64,
+            "nvcr.io",
+            "nvidia/cuda",
+        ),
+        ("debian@sha256:" + "b" * 64, "debian", None, "sha256:" + "b" * 64, None, "debian"),
+        ("[::1]:5000/x:1", "[::1]:5000/x", "1", None, "[::1]:5000", "x"),
+        ("library/debian", "library/debian", None, None, None, "library/debian"),  # no dot, no port: a path
+    ],
+)
 def test_a_reference_splits_as_docker_reads_it(ref, name, tag, digest, host, path):
     parts = image_ref.parse(ref)
     assert (parts.name, parts.tag, parts.digest, parts.host, parts.path) == (name, tag, digest, host, path)
@@ -29,8 +38,10 @@ def test_a_reference_splits_as_docker_reads_it(ref, name, tag, digest, host, pat
 
 
 def test_pinning_drops_the_tag_and_keeps_the_registry_port():
-    assert image_ref.parse("localhost:5000/kiln/base:bookworm").pinned("sha256:" + "c" * 64) == \
-        "localhost:5000/kiln/base@sha256:" + "c" * 64
+    assert (
+        image_ref.parse("localhost:5000/kiln/base:bookworm").pinned("sha256:" + "c" * 64)
+        == "localhost:5000/kiln/base@sha256:" + "c" * 64
+    )
 
 
 def test_timestamps_are_utc_with_a_z():

@@ -85,7 +85,8 @@ def test_patch_labels_carry_name_and_sha256(kiln_tree, base_image, docker_daemon
         for tag in (recipe_image.tag, engine_image.tag):
             assert json.loads(docker_daemon.image(tag).labels["ai.kiln.patches"]) == {"0001-note.patch": sha}
         out = docker_daemon.client.containers.run(
-            recipe_image.tag, entrypoint=["cat", "/opt/kiln/site-packages/kiln_note.txt"], remove=True)
+            recipe_image.tag, entrypoint=["cat", "/opt/kiln/site-packages/kiln_note.txt"], remove=True
+        )
         assert out.decode().strip() == "patched"
     finally:
         remove_images(docker_daemon, f"kiln/{NAME}")
@@ -165,22 +166,35 @@ def test_an_engine_build_that_would_not_fit_stops_before_it_starts(kiln_tree, ba
 
     engine_tags = {t for img in docker_daemon.client.images.list(name="kiln/engine-cpu") for t in img.tags}
     remove_images(docker_daemon, f"kiln/{NAME}")
-    result = run_kiln("build", NAME, "--force-engine", cwd=kiln_tree,
-                      env={"KILN_ROOT": str(kiln_tree), "KILN_DISK_RESERVE_GB": "1000000"})
+    result = run_kiln(
+        "build",
+        NAME,
+        "--force-engine",
+        cwd=kiln_tree,
+        env={"KILN_ROOT": str(kiln_tree), "KILN_DISK_RESERVE_GB": "1000000"},
+    )
     assert result.returncode == 35, result.stderr[-2000:]
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
     root = docker_daemon.client.info()["DockerRootDir"]
     free = shutil.disk_usage(root).free / 1e9
     assert len(errors) == 1, result.stderr[-2000:]
-    assert f"build {NAME}: 1 engine build (engine-cpu linux/amd64) need about 13.2 GB + 1000000.0 GB kept free" in errors[0]
+    assert (
+        f"build {NAME}: 1 engine build (engine-cpu linux/amd64) need about 13.2 GB + 1000000.0 GB kept free"
+        in errors[0]
+    )
     said_free = float(errors[0].split(f"{root} has ")[1].split(" GB free")[0])
     assert abs(said_free - free) < 1.0, (said_free, free)
     assert "Step 1/" not in result.stderr  # no build started
     assert docker_daemon.client.images.list(name=f"kiln/{NAME}") == []
     assert {t for img in docker_daemon.client.images.list(name="kiln/engine-cpu") for t in img.tags} == engine_tags
     # the escape hatch: the same build with the check skipped goes ahead (engine from the layer cache)
-    skipped = run_kiln("build", NAME, "--skip-disk-check", cwd=kiln_tree,
-                       env={"KILN_ROOT": str(kiln_tree), "KILN_DISK_RESERVE_GB": "1000000"})
+    skipped = run_kiln(
+        "build",
+        NAME,
+        "--skip-disk-check",
+        cwd=kiln_tree,
+        env={"KILN_ROOT": str(kiln_tree), "KILN_DISK_RESERVE_GB": "1000000"},
+    )
     assert skipped.returncode == 0, skipped.stderr[-2000:]
     remove_images(docker_daemon, f"kiln/{NAME}")
 
@@ -195,8 +209,9 @@ def test_missing_base_image_is_a_clear_error(kiln_tree, docker_daemon):
 
 
 def test_unreachable_daemon_is_a_clear_error(kiln_tree):
-    result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree), "DOCKER_HOST": "unix:///nonexistent.sock"},
-                      cwd=kiln_tree)
+    result = run_kiln(
+        "build", NAME, env={"KILN_ROOT": str(kiln_tree), "DOCKER_HOST": "unix:///nonexistent.sock"}, cwd=kiln_tree
+    )
     assert result.returncode == 3, result.stderr
     assert "cannot reach the Docker daemon" in result.stderr and "Traceback" not in result.stderr
 
@@ -204,9 +219,26 @@ def test_unreachable_daemon_is_a_clear_error(kiln_tree):
 def _make_ca(tmp_path):
     """A throwaway CA whose PEM must never appear in an image layer."""
     key, crt = tmp_path / "ca.key", tmp_path / "ca.crt"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=kiln-test-proxy-ca", "-keyout", str(key), "-out", str(crt)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=kiln-test-proxy-ca",
+            "-keyout",
+            str(key),
+            "-out",
+            str(crt),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return crt
 
 
@@ -221,8 +253,12 @@ def _layer_blobs(docker_daemon, ref: str):
 
 def test_custom_ca_is_trusted_in_builds_and_absent_from_every_layer(kiln_tree, base_image, docker_daemon, tmp_path):
     ca = _make_ca(tmp_path)
-    system = subprocess.run(["python3", "-m", "pip", "config", "get", "global.cert"],
-                            capture_output=True, text=True).stdout.strip() or "/etc/ssl/certs/ca-certificates.crt"
+    system = (
+        subprocess.run(
+            ["python3", "-m", "pip", "config", "get", "global.cert"], capture_output=True, text=True
+        ).stdout.strip()
+        or "/etc/ssl/certs/ca-certificates.crt"
+    )
     bundle = tmp_path / "bundle.pem"
     bundle.write_bytes(ca.read_bytes() + open(system, "rb").read())
     pem_body = b"".join(ca.read_bytes().splitlines()[1:-1])[:120]
@@ -246,8 +282,9 @@ def test_custom_ca_is_trusted_in_builds_and_absent_from_every_layer(kiln_tree, b
 def test_bad_ca_bundle_is_refused(kiln_tree, tmp_path):
     bad = tmp_path / "not-a-cert.pem"
     bad.write_text("hello\n")
-    result = run_kiln("build", NAME, "--force", "--ca-bundle", str(bad), env={"KILN_ROOT": str(kiln_tree)},
-                      cwd=kiln_tree)
+    result = run_kiln(
+        "build", NAME, "--force", "--ca-bundle", str(bad), env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree
+    )
     assert result.returncode == 19, result.stderr
     assert "not a PEM certificate bundle" in result.stderr
 
@@ -262,7 +299,9 @@ BROKEN = (
     "Why: a hunk that cannot apply\nUpstream: no - test only\n\n"
     "--- a/kiln_note.txt\n+++ b/kiln_note.txt\n@@ -1,3 +1,3 @@\n context that is not there\n-old\n+new\n more\n"
 )
-CREATES_NOTE = "Why: creates the file\nUpstream: no\n\n--- /dev/null\n+++ b/kiln_note.txt\n@@ -0,0 +1,3 @@\n+a\n+b\n+c\n"
+CREATES_NOTE = (
+    "Why: creates the file\nUpstream: no\n\n--- /dev/null\n+++ b/kiln_note.txt\n@@ -0,0 +1,3 @@\n+a\n+b\n+c\n"
+)
 
 
 def _break_series(tree, patches: dict[str, str]) -> None:
@@ -286,8 +325,10 @@ def _assert_failed_patch_step(result, docker_daemon, code: int, *wanted: str) ->
     assert docker_daemon.client.images.list(name=f"kiln/{NAME}") == []
     engine_image = resolve().engine_image  # the engine's input digest includes the broken series
     assert docker_daemon.image(engine_image.tag) is None, "a failed patch step tagged the engine"
-    assert docker_daemon.image(engine_image.alias_tag) is None or \
-        docker_daemon.image(engine_image.alias_tag).labels.get("ai.kiln.input-digest") != engine_image.digest
+    assert (
+        docker_daemon.image(engine_image.alias_tag) is None
+        or docker_daemon.image(engine_image.alias_tag).labels.get("ai.kiln.input-digest") != engine_image.digest
+    )
 
 
 def test_patch_that_does_not_apply_in_the_image_fails_with_its_hunk(kiln_tree, base_image, docker_daemon):
@@ -297,21 +338,32 @@ def test_patch_that_does_not_apply_in_the_image_fails_with_its_hunk(kiln_tree, b
     _break_series(kiln_tree, {"0001-broken.patch": CREATES_NOTE, "0002-broken.patch": BROKEN})
     remove_images(docker_daemon, f"kiln/{NAME}")
     result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
-    _assert_failed_patch_step(result, docker_daemon, 6,
-                              "0002-broken.patch: kiln_note.txt: hunk #1 @@ -1,3 +1,3 @@",
-                              '(first context line: "context that is not there") does not apply')
+    _assert_failed_patch_step(
+        result,
+        docker_daemon,
+        6,
+        "0002-broken.patch: kiln_note.txt: hunk #1 @@ -1,3 +1,3 @@",
+        '(first context line: "context that is not there") does not apply',
+    )
 
 
 def test_patch_that_breaks_syntax_in_the_image_is_a_patch_failure(kiln_tree, base_image, docker_daemon):
     """Not a hunk failure, so no phrase to grep for: only the applier's exit status says
     it is a patch problem (this exited 5 when build.py matched output text)."""
-    _break_series(kiln_tree, {"0001-syntax.patch": (
-        "Why: a patch that applies but leaves Python that does not compile\nUpstream: no\n\n"
-        "--- /dev/null\n+++ b/kiln_broken.py\n@@ -0,0 +1,2 @@\n+def f(:\n+    pass\n")})
+    _break_series(
+        kiln_tree,
+        {
+            "0001-syntax.patch": (
+                "Why: a patch that applies but leaves Python that does not compile\nUpstream: no\n\n"
+                "--- /dev/null\n+++ b/kiln_broken.py\n@@ -0,0 +1,2 @@\n+def f(:\n+    pass\n"
+            )
+        },
+    )
     remove_images(docker_daemon, f"kiln/{NAME}")
     result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
-    _assert_failed_patch_step(result, docker_daemon, 6,
-                              "kiln_broken.py: does not compile after patching (0001-syntax.patch)")
+    _assert_failed_patch_step(
+        result, docker_daemon, 6, "kiln_broken.py: does not compile after patching (0001-syntax.patch)"
+    )
 
 
 def test_override_with_conflict_markers_is_drift_in_the_image(kiln_tree, base_image, docker_daemon):
@@ -322,18 +374,26 @@ def test_override_with_conflict_markers_is_drift_in_the_image(kiln_tree, base_im
     from kiln.basics.errors import BuildFailed, OverrideDrift
 
     upstream = "def f():\n    return 1\n"
-    _break_series(kiln_tree, {"0001-module.patch": (
-        "Why: a module for the override to fork\nUpstream: no\n\n--- /dev/null\n+++ b/vllm/kiln_mod.py\n"
-        "@@ -0,0 +1,2 @@\n" + "".join(f"+{ln}\n" for ln in upstream.splitlines()))})
+    _break_series(
+        kiln_tree,
+        {
+            "0001-module.patch": (
+                "Why: a module for the override to fork\nUpstream: no\n\n--- /dev/null\n+++ b/vllm/kiln_mod.py\n"
+                "@@ -0,0 +1,2 @@\n" + "".join(f"+{ln}\n" for ln in upstream.splitlines())
+            )
+        },
+    )
     recipe = kiln_tree / "recipes" / NAME
     feature = recipe / "experimental" / "forked"
     (feature / "files").mkdir(parents=True)
     (feature / "files" / "kiln_mod.py").write_text(
-        "def f():\n<<<<<<< ours\n    return 2\n||||||| base\n    return 1\n=======\n    return 3\n>>>>>>> theirs\n")
+        "def f():\n<<<<<<< ours\n    return 2\n||||||| base\n    return 1\n=======\n    return 3\n>>>>>>> theirs\n"
+    )
     (feature / "override.yaml").write_text(
         "name: forked\ndescription: a fork left mid-rebase\nengine:\n  name: vllm\n  version: 0.0.1.dev0\n"
         "replacements:\n  - target: vllm/kiln_mod.py\n    file: files/kiln_mod.py\n"
-        f"    upstream_sha256: {hashlib.sha256(upstream.encode()).hexdigest()}\n")
+        f"    upstream_sha256: {hashlib.sha256(upstream.encode()).hexdigest()}\n"
+    )
     (recipe / "recipe.yaml").write_text((recipe / "recipe.yaml").read_text() + "experimental: [forked]\n")
     remove_images(docker_daemon, f"kiln/{NAME}")
     result = run_kiln("build", NAME, env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
@@ -371,7 +431,7 @@ def test_real_series_broken_fails_before_docker(tmp_path, docker_daemon):
     series = tree / "patches" / "vllm" / "0.32.0"
     patch = sorted(series.glob("*.patch"))[0]
     text = patch.read_text()
-    body = text[text.index("\n@@ "):]  # header lines may be indented too: look past the first hunk header
+    body = text[text.index("\n@@ ") :]  # header lines may be indented too: look past the first hunk header
     first_context = next(ln for ln in body.splitlines() if ln.startswith(" ") and ln.strip())
     patch.write_text(text.replace(first_context, " this line is not in vLLM 0.32.0", 1))
     result = run_kiln("build", "tiny-moe", env={"KILN_ROOT": str(tree)}, cwd=tree)
@@ -394,8 +454,11 @@ def test_prune_removes_superseded_images_only(kiln_tree, base_image, docker_daem
     assert docker_daemon.image(old_tag) is not None
     # engines and shipped recipes' images: other kiln-test-* recipes' images may come and
     # go meanwhile, removed by their own tests in another xdist worker (tests/kilntest.py)
-    others = {i.id for i in docker_daemon.client.images.list(filters={"label": "ai.kiln.input-digest"})
-              if not i.labels.get("ai.kiln.recipe", "").startswith("kiln-test-")}
+    others = {
+        i.id
+        for i in docker_daemon.client.images.list(filters={"label": "ai.kiln.input-digest"})
+        if not i.labels.get("ai.kiln.recipe", "").startswith("kiln-test-")
+    }
     assert others, "no engine image to prove that prune leaves it alone"
     done = run_kiln("prune", NAME, env=env, cwd=kiln_tree)
     assert done.returncode == 0, done.stderr
@@ -477,9 +540,14 @@ def test_daemon_restart_during_a_build_leaves_no_tag_and_a_clean_error(kiln_tree
     # exits on the daemon's SIGTERM at once, so the restart window stays short for others
     dockerfile.write_text(dockerfile.read_text() + f"RUN trap 'exit 143' TERM; echo {marker}; sleep 120 & wait\n")
     remove_images(docker_daemon, f"kiln/{NAME}")
-    proc = subprocess.Popen([sys.executable, "-m", "kiln", "build", NAME], cwd=kiln_tree, text=True,
-                            env={**os.environ, "KILN_ROOT": str(kiln_tree), "COLUMNS": "300"},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kiln", "build", NAME],
+        cwd=kiln_tree,
+        text=True,
+        env={**os.environ, "KILN_ROOT": str(kiln_tree), "COLUMNS": "300"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     restarted = False
     try:
         deadline = time.monotonic() + 600

@@ -24,10 +24,12 @@ def test_two_cuda_platforms_on_64_gb_stop_in_one_line_naming_both(monkeypatch):
         require_space("glm53-kindling", [CUDA_AMD, CUDA_ARM], 64 * _GB, "/var/lib/docker")
     message = caught.value.message
     assert "\n" not in message and caught.value.exit_code == 35
-    assert message == ("build glm53-kindling: 2 engine builds (engine-cuda linux/amd64, engine-cuda linux/arm64) "
-                       "need about 84.0 GB, and /var/lib/docker has 64.0 GB free (engine-cuda and its recipe: 42 GB "
-                       "at the peak, measured (builder stage 16.4 GB, image 7.83 GB and the copies normalisation "
-                       "makes)); nothing was built")
+    assert message == (
+        "build glm53-kindling: 2 engine builds (engine-cuda linux/amd64, engine-cuda linux/arm64) "
+        "need about 84.0 GB, and /var/lib/docker has 64.0 GB free (engine-cuda and its recipe: 42 GB "
+        "at the peak, measured (builder stage 16.4 GB, image 7.83 GB and the copies normalisation "
+        "makes)); nothing was built"
+    )
     require_space("glm53-kindling", [CUDA_AMD], 64 * _GB, "/var/lib/docker")  # one platform fits
 
 

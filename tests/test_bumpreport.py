@@ -39,10 +39,13 @@ def changes() -> dict[tuple[str, str], Change]:
 def test_removed_added_and_default_changed_flags(changes):
     assert changes[FLAG, "old-switch"].change == "removed"
     # the new sources' own deprecation line is quoted; nothing is guessed
-    assert changes[FLAG, "old-switch"].note == "new sources: --old-switch was deprecated and is removed: use --new-switch."
+    assert (
+        changes[FLAG, "old-switch"].note == "new sources: --old-switch was deprecated and is removed: use --new-switch."
+    )
     assert changes[FLAG, "legacy-mode"].change == "removed"
-    assert changes[FLAG, "legacy-mode"].note == ("deprecated before: --legacy-mode is deprecated and will be "
-                                                 "removed in v0.2.0.")
+    assert changes[FLAG, "legacy-mode"].note == (
+        "deprecated before: --legacy-mode is deprecated and will be removed in v0.2.0."
+    )
     assert changes[FLAG, "old-extra"].change == changes[FLAG, "old-extra-alias"].change == "removed"
     assert changes[FLAG, "old-extra"].note is None
     assert changes[FLAG, "new-switch"].change == changes[FLAG, "new-extra"].change == "added"
@@ -77,8 +80,11 @@ def test_speculative_config_keys(changes):
 def test_used_by_the_recipe_mark(changes):
     every = list(changes.values())
     used = used_changes(every, {"gpu-memory-utilization", "old-switch", "port"}, {"padded_batch", "method"})
-    assert {(c.kind, c.name) for c in used} == {(FLAG, "gpu-memory-utilization"), (FLAG, "old-switch"),
-                                                 (_SPEC, "padded_batch")}
+    assert {(c.kind, c.name) for c in used} == {
+        (FLAG, "gpu-memory-utilization"),
+        (FLAG, "old-switch"),
+        (_SPEC, "padded_batch"),
+    }
     # a flag and a key of the same name are told apart
     assert not used_changes(every, {"padded-batch"}, {"old_switch"})
 
@@ -97,26 +103,36 @@ def _lines(*items: str) -> bytes:
 
 def test_a_feature_series_gets_one_row_per_state(tmp_path):
     body = [f"line {i}" for i in range(20)]
-    old = {"vllm/a.py": _lines(*body), "vllm/b.py": _lines(*body), "vllm/c.py": _lines(*body),
-           "vllm/d.py": _lines(*body), "vllm/e.py": _lines(*body)}
-    new = {"vllm/a.py": _lines(*body),  # unchanged: clean
-           "vllm/b.py": _lines("new 1", "new 2", *body),  # moved down: offset
-           "vllm/c.py": _lines(*body[:4], "line 4 upstream", *body[5:]),  # context changed: 3-way
-           "vllm/d.py": _lines(*body[:10], "line 10 kiln", *body[11:]),  # the change is there: moot
-           "vllm/e.py": _lines(*body[:10], "line 10 upstream", *body[11:])}  # the same line changed: conflict
+    old = {
+        "vllm/a.py": _lines(*body),
+        "vllm/b.py": _lines(*body),
+        "vllm/c.py": _lines(*body),
+        "vllm/d.py": _lines(*body),
+        "vllm/e.py": _lines(*body),
+    }
+    new = {
+        "vllm/a.py": _lines(*body),  # unchanged: clean
+        "vllm/b.py": _lines("new 1", "new 2", *body),  # moved down: offset
+        "vllm/c.py": _lines(*body[:4], "line 4 upstream", *body[5:]),  # context changed: 3-way
+        "vllm/d.py": _lines(*body[:10], "line 10 kiln", *body[11:]),  # the change is there: moot
+        "vllm/e.py": _lines(*body[:10], "line 10 upstream", *body[11:]),
+    }  # the same line changed: conflict
 
     def patch(name: str, rel: str, before: str, after: str) -> patch_format.Patch:
         data = old[rel]
         diff = D.file_diff(rel, data, data.replace(f"{before}\n".encode(), f"{after}\n".encode(), 1))
         return patch_format.parse_patch(HEADER + diff, name, name)
 
-    series = patch_format.Series("series", [
-        patch("1.patch", "vllm/a.py", "line 10", "line 10 kiln"),
-        patch("2.patch", "vllm/b.py", "line 10", "line 10 kiln"),
-        patch("3.patch", "vllm/c.py", "line 6", "line 6 kiln"),
-        patch("4.patch", "vllm/d.py", "line 10", "line 10 kiln"),
-        patch("5.patch", "vllm/e.py", "line 10", "line 10 kiln"),
-    ])
+    series = patch_format.Series(
+        "series",
+        [
+            patch("1.patch", "vllm/a.py", "line 10", "line 10 kiln"),
+            patch("2.patch", "vllm/b.py", "line 10", "line 10 kiln"),
+            patch("3.patch", "vllm/c.py", "line 6", "line 6 kiln"),
+            patch("4.patch", "vllm/d.py", "line 10", "line 10 kiln"),
+            patch("5.patch", "vllm/e.py", "line 10", "line 10 kiln"),
+        ],
+    )
     engine = PortedEngine([], _tree(tmp_path, "new", new), _tree(tmp_path, "old", old))
     rows = port_series(engine, series)
     assert [R.state(r) for r in rows] == ["clean", "offset", "3-way", "made moot upstream", "conflict"]
@@ -127,8 +143,14 @@ def test_a_feature_series_gets_one_row_per_state(tmp_path):
 
 # -- requirements, sizes, rendering --------------------------------------------------------------
 def test_requirements_compared_with_torch_cuda_and_flashinfer_first():
-    old = ["torch==2.14.0", "nvidia-cutlass-dsl==4.8.0", "flashinfer-python==0.7.2.post1", "aiohttp>=3",
-           "gone>=1", 'numba==0.61 ; python_version == "3.11"']
+    old = [
+        "torch==2.14.0",
+        "nvidia-cutlass-dsl==4.8.0",
+        "flashinfer-python==0.7.2.post1",
+        "aiohttp>=3",
+        "gone>=1",
+        'numba==0.61 ; python_version == "3.11"',
+    ]
     new = ["torch==2.15.0", "nvidia-cutlass-dsl==4.8.0", "flashinfer-python==0.7.3", "aiohttp>=3", "fresh"]
     got = [(c.name, c.change, c.old, c.new) for c in R.requirement_changes(old, new)]
     assert got == [
@@ -142,35 +164,57 @@ def test_requirements_compared_with_torch_cuda_and_flashinfer_first():
 
 
 def test_measured_sizes_say_not_built_for_the_new_version(tmp_path):
-    for name, doc in {"a.json": {"engine": "0.33.0", "engine_build": {"size": 7 * 2**30}},
-                      "b.json": {"engine": "0.33.0", "platform": "linux/arm64", "engine_build": {"size": 2**30}},
-                      "c.json": {"engine": "0.31.0", "engine_build": {"size": 1}}}.items():
+    for name, doc in {
+        "a.json": {"engine": "0.33.0", "engine_build": {"size": 7 * 2**30}},
+        "b.json": {"engine": "0.33.0", "platform": "linux/arm64", "engine_build": {"size": 2**30}},
+        "c.json": {"engine": "0.31.0", "engine_build": {"size": 1}},
+    }.items():
         (tmp_path / name).write_text(json.dumps(doc))
     sizes = R.measured_sizes(sorted(tmp_path.glob("*.json")), "0.33.0", "0.34.0")
     assert sizes == [R._ImageSize("linux/amd64", 7 * 2**30, None), R._ImageSize("linux/arm64", 2**30, None)]
 
 
 def _report() -> R.BumpReport:
-    changes = [Change(FLAG, "gpu-memory-utilization", "default", "0.92", "None"),
-               Change(FLAG, "old-switch", "removed", "False", None, "new sources: --old-switch is deprecated"),
-               Change(FLAG, "new-extra", "added", None, "False"),
-               Change(_SPEC, "padded_batch", "removed", "False", None)]
-    recipes = [R.RecipeUse("big", frozenset({"gpu-memory-utilization", "port"}), frozenset({"padded_batch"}), ("f",)),
-               R.RecipeUse("small", frozenset({"port"}), frozenset())]
-    series = [R.SeriesReport("engine series patches/vllm/0.33.0", [Row("0001-a.patch", "clean", "applies cleanly")]),
-              R.SeriesReport("feature big/f", [Row("0001-b.patch", "fails", "fails: vllm/x.py hunk #1 | y")],
-                             "on vllm 0.34.0")]
+    changes = [
+        Change(FLAG, "gpu-memory-utilization", "default", "0.92", "None"),
+        Change(FLAG, "old-switch", "removed", "False", None, "new sources: --old-switch is deprecated"),
+        Change(FLAG, "new-extra", "added", None, "False"),
+        Change(_SPEC, "padded_batch", "removed", "False", None),
+    ]
+    recipes = [
+        R.RecipeUse("big", frozenset({"gpu-memory-utilization", "port"}), frozenset({"padded_batch"}), ("f",)),
+        R.RecipeUse("small", frozenset({"port"}), frozenset()),
+    ]
+    series = [
+        R.SeriesReport("engine series patches/vllm/0.33.0", [Row("0001-a.patch", "clean", "applies cleanly")]),
+        R.SeriesReport(
+            "feature big/f", [Row("0001-b.patch", "fails", "fails: vllm/x.py hunk #1 | y")], "on vllm 0.34.0"
+        ),
+    ]
     reqs = [R._RequirementChange("torch", "moved", "==2.14.0", "==2.15.0")]
-    return R.BumpReport("0.33.0", "0.34.0", "cuda", "kiln engine bump --to 0.34.0 --dry-run --report x.md",
-                        "2026-12-07", changes, recipes, series, reqs,
-                        [R._ImageSize("linux/amd64", 7833645385, None)], ["vllm/engine/arg_utils.py"])
+    return R.BumpReport(
+        "0.33.0",
+        "0.34.0",
+        "cuda",
+        "kiln engine bump --to 0.34.0 --dry-run --report x.md",
+        "2026-12-07",
+        changes,
+        recipes,
+        series,
+        reqs,
+        [R._ImageSize("linux/amd64", 7833645385, None)],
+        ["vllm/engine/arg_utils.py"],
+    )
 
 
 def test_markdown_rendering():
     md = R.render_markdown(_report())
     assert md.startswith("# vllm 0.33.0 -> 0.34.0 (cuda): bump report\n")
     assert "Generated by `kiln engine bump --to 0.34.0 --dry-run --report x.md` on 2026-12-07" in md
-    assert "- Used and changed: --gpu-memory-utilization default 0.92 -> None [big] (each sets it: its own value stays)" in md
+    assert (
+        "- Used and changed: --gpu-memory-utilization default 0.92 -> None [big] (each sets it: its own value stays)"
+        in md
+    )
     assert "- Used and changed: padded_batch removed (no deprecation note in the new sources) [big]" in md
     assert "- New defaults for the recipes that do not set them: --gpu-memory-utilization 0.92 -> None" in md
     assert "- torch: ==2.14.0 -> ==2.15.0" in md

@@ -81,11 +81,15 @@ def test_every_registered_knob_and_other_kiln_names_pass(checkout):
 # -- 4. smoke bounds that cannot hold ---------------------------------------------------
 def test_a_smoke_min_above_its_max_is_refused(checkout):
     rfile = checkout / "recipes" / "glm53-kindling" / "recipe.yaml"
-    text = _edit(rfile, "      dead_fraction: {max: 0.9}\n", "      dead_fraction:\n        min: 0.95\n        max: 0.9\n")
+    text = _edit(
+        rfile, "      dead_fraction: {max: 0.9}\n", "      dead_fraction:\n        min: 0.95\n        max: 0.9\n"
+    )
     line = _refused(checkout, "glm53-kindling", "min 0.95 is above max 0.9")
     at = _line_of(text, "        min: 0.95")
-    assert line.endswith(f"recipes/glm53-kindling/recipe.yaml:{at}: smoke.features.draft-trunc.dead_fraction: "
-                         "min 0.95 is above max 0.9, so no run can pass: swap them or fix one")
+    assert line.endswith(
+        f"recipes/glm53-kindling/recipe.yaml:{at}: smoke.features.draft-trunc.dead_fraction: "
+        "min 0.95 is above max 0.9, so no run can pass: swap them or fix one"
+    )
 
 
 @pytest.mark.parametrize("bound", ["{max: 1.5}", "{min: -0.1}", "{max: .nan}"])
@@ -113,20 +117,53 @@ _AV_ON = ("    method: draft_model\n", "    method: draft_model\n    enable_adap
 _ARGS = "    max-model-len: 131072\n"
 
 
-@pytest.mark.parametrize(("old", "new", "at", "field", "says"), [
-    (_ARGS, _ARGS + "    enforce-eager: true\n", "    enforce-eager", "launch.args.enforce-eager",
-     "vLLM refuses adaptive verification without full CUDA graphs, and enforce-eager captures none"),
-    (_ARGS, _ARGS + "    compilation-config: {cudagraph_mode: piecewise}\n", "    compilation-config",
-     "launch.args.compilation-config.cudagraph_mode", "piecewise has no full CUDA graphs"),
-    ("  tensor_parallel: 8\n", "  tensor_parallel: 4\n  pipeline_parallel: 2\n", "  pipeline_parallel",
-     "topology.pipeline_parallel", "vLLM refuses adaptive verification with pipeline parallelism"),
-    (_ARGS, _ARGS + "    enable-lora: true\n", "    enable-lora", "launch.args.enable-lora",
-     "vLLM refuses adaptive verification with LoRA"),
-    ('    VLLM_MOE_SKIP_PADDING: "1"\n', '    VLLM_MOE_SKIP_PADDING: "1"\n    VLLM_USE_V2_MODEL_RUNNER: "0"\n',
-     "    VLLM_USE_V2_MODEL_RUNNER", "launch.env.VLLM_USE_V2_MODEL_RUNNER", "0 selects the V1 model runner"),
-    ("  version: 0.34.0\n", "  version: 0.31.0\n", "  version: 0.31.0", "engine.version",
-     "vLLM 0.31.0 has no adaptive verification (first in 0.32.0)"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "at", "field", "says"),
+    [
+        (
+            _ARGS,
+            _ARGS + "    enforce-eager: true\n",
+            "    enforce-eager",
+            "launch.args.enforce-eager",
+            "vLLM refuses adaptive verification without full CUDA graphs, and enforce-eager captures none",
+        ),
+        (
+            _ARGS,
+            _ARGS + "    compilation-config: {cudagraph_mode: piecewise}\n",
+            "    compilation-config",
+            "launch.args.compilation-config.cudagraph_mode",
+            "piecewise has no full CUDA graphs",
+        ),
+        (
+            "  tensor_parallel: 8\n",
+            "  tensor_parallel: 4\n  pipeline_parallel: 2\n",
+            "  pipeline_parallel",
+            "topology.pipeline_parallel",
+            "vLLM refuses adaptive verification with pipeline parallelism",
+        ),
+        (
+            _ARGS,
+            _ARGS + "    enable-lora: true\n",
+            "    enable-lora",
+            "launch.args.enable-lora",
+            "vLLM refuses adaptive verification with LoRA",
+        ),
+        (
+            '    VLLM_MOE_SKIP_PADDING: "1"\n',
+            '    VLLM_MOE_SKIP_PADDING: "1"\n    VLLM_USE_V2_MODEL_RUNNER: "0"\n',
+            "    VLLM_USE_V2_MODEL_RUNNER",
+            "launch.env.VLLM_USE_V2_MODEL_RUNNER",
+            "0 selects the V1 model runner",
+        ),
+        (
+            "  version: 0.34.0\n",
+            "  version: 0.31.0\n",
+            "  version: 0.31.0",
+            "engine.version",
+            "vLLM 0.31.0 has no adaptive verification (first in 0.32.0)",
+        ),
+    ],
+)
 def test_adaptive_verification_with_what_vllm_refuses_it_with(checkout, old, new, at, field, says):
     rfile = checkout / "recipes" / "glm53-kindling" / "recipe.yaml"
     _edit(rfile, *_AV_ON)

@@ -22,11 +22,14 @@ def test_version():
     assert r.returncode == 0 and r.stdout.strip() == f"kiln {kiln.__version__}"
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["bogus"], "invalid choice: 'bogus'"),
-    (["build"], "the following arguments are required: name"),
-    (["list", "--nope"], "unrecognized arguments: --nope"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["bogus"], "invalid choice: 'bogus'"),
+        (["build"], "the following arguments are required: name"),
+        (["list", "--nope"], "unrecognized arguments: --nope"),
+    ],
+)
 def test_usage_errors_exit_64_with_one_prefix(argv, needle):
     r = run_kiln(*argv)
     assert r.returncode == 64, r.stderr
@@ -104,8 +107,7 @@ def test_completion_scripts(shell, tmp_path):
         script = tmp_path / "kiln.bash"
         script.write_text(r.stdout)
         # the script loads, and registers a completion function for `kiln`
-        out = subprocess.run(["bash", "-c", f"source {script} && complete -p kiln"],
-                             capture_output=True, text=True)
+        out = subprocess.run(["bash", "-c", f"source {script} && complete -p kiln"], capture_output=True, text=True)
         assert out.returncode == 0 and "kiln" in out.stdout, out.stderr
 
 
@@ -113,8 +115,9 @@ def test_every_schema_is_valid_json_schema():
     import jsonschema
 
     names = sorted(p.stem for p in SCHEMAS.glob("*.json"))
-    assert names == sorted(["build", "check", "doctor", "error", "list", "outdated", "promote", "publish", "show", "smoke",
-                            "verify"])
+    assert names == sorted(
+        ["build", "check", "doctor", "error", "list", "outdated", "promote", "publish", "show", "smoke", "verify"]
+    )
     for name in names:
         jsonschema.Draft202012Validator.check_schema(json.loads((SCHEMAS / f"{name}.json").read_text()))
 

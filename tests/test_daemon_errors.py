@@ -20,8 +20,9 @@ from kiln.infra import docker as kdocker
 from kiln.infra.docker import Container, DockerDaemon, DockerError, fault_text
 
 
-def api_error(status: int, message: str, url: str = "http+docker://localhost/v1.41/containers/x/stop?t=30",
-              method: str = "POST"):
+def api_error(
+    status: int, message: str, url: str = "http+docker://localhost/v1.41/containers/x/stop?t=30", method: str = "POST"
+):
     """What the SDK raises for an error status: the daemon's JSON `message` is the explanation."""
     response = requests.Response()
     response.status_code = status
@@ -34,7 +35,8 @@ def broken() -> requests.exceptions.ChunkedEncodingError:
     """What requests raises when the daemon's chunked answer stops midway."""
     inner = http.client.IncompleteRead(b"abc", 20)
     return requests.exceptions.ChunkedEncodingError(
-        urllib3.exceptions.ProtocolError(f"Connection broken: {inner!r}", inner))
+        urllib3.exceptions.ProtocolError(f"Connection broken: {inner!r}", inner)
+    )
 
 
 class Obj:
@@ -45,6 +47,7 @@ class Obj:
 def raising(exc):
     def fn(*args, **kwargs):
         raise exc
+
     return fn
 
 
@@ -73,10 +76,14 @@ class FakeContainer:
 
 # -- the words ---------------------------------------------------------------------------
 def test_fault_text_quotes_the_daemon_or_names_what_broke():
-    assert fault_text(api_error(500, "cannot stop container: did not receive an exit event")) == \
-        "the Docker daemon answered 500: cannot stop container: did not receive an exit event"
-    assert fault_text(broken()) == \
-        "the connection to the Docker daemon broke (Connection broken: IncompleteRead(3 bytes read, 20 more expected))"
+    assert (
+        fault_text(api_error(500, "cannot stop container: did not receive an exit event"))
+        == "the Docker daemon answered 500: cannot stop container: did not receive an exit event"
+    )
+    assert (
+        fault_text(broken())
+        == "the connection to the Docker daemon broke (Connection broken: IncompleteRead(3 bytes read, 20 more expected))"
+    )
     assert fault_text(requests.exceptions.ReadTimeout("read timed out")) == "the Docker daemon did not answer in time"
     cut = fault_text(docker.errors.StreamParseError(ValueError("Expecting ',' delimiter")))
     assert cut.startswith("the Docker daemon's answer was cut short (")
@@ -85,15 +92,18 @@ def test_fault_text_quotes_the_daemon_or_names_what_broke():
 
 # -- stop, and what is left after it -----------------------------------------------------
 def test_a_failed_stop_removes_the_container_with_force_and_says_so():
-    sdk = FakeContainer(stop=api_error(500, "cannot stop container: tried to kill container, but did not "
-                                            "receive an exit event"))
+    sdk = FakeContainer(
+        stop=api_error(500, "cannot stop container: tried to kill container, but did not receive an exit event")
+    )
     with pytest.raises(DockerError) as err:
         Container(sdk).stop(timeout=30)
     assert sdk.removed
     assert err.value.exit_code == 34 and isinstance(err.value, DockerDaemonError)
-    assert err.value.message == ("stopping container kiln-tiny-moe-abc123: the Docker daemon answered 500: cannot stop "
-                                 "container: tried to kill container, but did not receive an exit event; kiln removed "
-                                 "the container with force instead")
+    assert err.value.message == (
+        "stopping container kiln-tiny-moe-abc123: the Docker daemon answered 500: cannot stop "
+        "container: tried to kill container, but did not receive an exit event; kiln removed "
+        "the container with force instead"
+    )
     assert "\n" not in err.value.message
 
 
@@ -110,10 +120,15 @@ def test_a_stop_of_a_container_already_gone_is_no_error():
 
 
 def test_logs_of_a_container_being_removed_are_none_and_a_daemon_fault_is_an_error():
-    assert Container(FakeContainer(logs=api_error(409, "can not get logs from container which is dead or marked "
-                                                       "for removal"))).logs() is None
-    with pytest.raises(DockerError, match="reading the log of container kiln-tiny-moe-abc123: the Docker daemon "
-                                          "answered 500"):
+    assert (
+        Container(
+            FakeContainer(logs=api_error(409, "can not get logs from container which is dead or marked for removal"))
+        ).logs()
+        is None
+    )
+    with pytest.raises(
+        DockerError, match="reading the log of container kiln-tiny-moe-abc123: the Docker daemon answered 500"
+    ):
         Container(FakeContainer(logs=api_error(500, "boom"))).logs()
     with pytest.raises(DockerError, match="the connection to the Docker daemon broke"):
         Container(FakeContainer(logs=broken())).logs()
@@ -183,14 +198,20 @@ def test_an_import_the_daemon_fails_names_the_tarball(tmp_path):
     tarball = tmp_path / "rootfs.tar"
     tarball.write_bytes(b"")
     daemon = DockerDaemon(Obj(api=Obj(import_image=raising(api_error(500, "no space left on device")))))
-    with pytest.raises(DockerError, match="^importing rootfs.tar as kiln/base:bookworm: the Docker daemon answered "
-                                          "500: no space left on device$"):
+    with pytest.raises(
+        DockerError,
+        match="^importing rootfs.tar as kiln/base:bookworm: the Docker daemon answered 500: no space left on device$",
+    ):
         daemon.import_rootfs(tarball, "kiln/base:bookworm", [])
 
 
 def test_network_faults_name_the_network():
-    daemon = DockerDaemon(Obj(networks=Obj(create=raising(api_error(500, "pool overlaps"))),
-                              api=Obj(remove_network=raising(api_error(500, "has active endpoints")))))
+    daemon = DockerDaemon(
+        Obj(
+            networks=Obj(create=raising(api_error(500, "pool overlaps"))),
+            api=Obj(remove_network=raising(api_error(500, "has active endpoints"))),
+        )
+    )
     with pytest.raises(DockerError, match="^creating network kiln-net-1: the Docker daemon answered 500: pool "):
         daemon.create_network("kiln-net-1", labels={})
     with pytest.raises(DockerError) as err:
@@ -211,13 +232,22 @@ def test_a_throwaway_container_the_daemon_cannot_create_fails_the_job_and_one_it
     with pytest.raises(BuildFailed, match="^engine probe: creating its container: the Docker daemon answered 500"):
         failing.run_script("sha256:" + "b" * 64, "print(1)", marker="M", answer=OK, what="engine probe", timeout_s=5)
 
-    box = Obj(name="probe-1", short_id="abc", start=lambda: None, wait=lambda timeout: {"StatusCode": 0},
-              logs=lambda: b'M {"ok": true}\n', remove=raising(api_error(500, "cannot remove")))
+    box = Obj(
+        name="probe-1",
+        short_id="abc",
+        start=lambda: None,
+        wait=lambda timeout: {"StatusCode": 0},
+        logs=lambda: b'M {"ok": true}\n',
+        remove=raising(api_error(500, "cannot remove")),
+    )
     daemon = DockerDaemon(Obj(containers=Obj(create=lambda **kw: box)))
-    assert daemon.run_script("sha256:" + "b" * 64, "print(1)", marker="M", answer=OK, what="engine probe",
-                             timeout_s=5) == {"ok": True}
-    assert "removing container probe-1: the Docker daemon answered 500: cannot remove; it is left behind: " \
-           "`docker rm -f probe-1`" in " ".join(capsys.readouterr().err.split())
+    assert daemon.run_script(
+        "sha256:" + "b" * 64, "print(1)", marker="M", answer=OK, what="engine probe", timeout_s=5
+    ) == {"ok": True}
+    assert (
+        "removing container probe-1: the Docker daemon answered 500: cannot remove; it is left behind: "
+        "`docker rm -f probe-1`" in " ".join(capsys.readouterr().err.split())
+    )
 
 
 # -- who reports a fault that happens during cleanup -------------------------------------
@@ -227,13 +257,17 @@ def test_a_cleanup_fault_while_another_error_is_on_its_way_out_is_a_warning(caps
 
     class Daemon:
         def remove_container(self, name):
-            raise DockerError(f"removing container {name}: the Docker daemon answered 500: boom", hint="`docker rm -f x`")
+            raise DockerError(
+                f"removing container {name}: the Docker daemon answered 500: boom", hint="`docker rm -f x`"
+            )
 
-    box = ServingContainer(Daemon(), RunSpec(image="img", name="kiln-x-1", host_port=None, container_port=8000,
-                                             host_ip="", flavour="cpu"))
+    box = ServingContainer(
+        Daemon(), RunSpec(image="img", name="kiln-x-1", host_port=None, container_port=8000, host_ip="", flavour="cpu")
+    )
     box.close(failing=True)
-    assert "warning: removing container kiln-x-1: the Docker daemon answered 500: boom" in \
-        " ".join(capsys.readouterr().err.split())
+    assert "warning: removing container kiln-x-1: the Docker daemon answered 500: boom" in " ".join(
+        capsys.readouterr().err.split()
+    )
     with pytest.raises(DockerError):
         box.close()
 
@@ -266,6 +300,7 @@ class ExecContainer(FakeContainer):
 
 def test_an_exec_cut_short_in_a_running_container_is_the_daemons_fault(monkeypatch):
     from kiln.infra.docker import containers
+
     monkeypatch.setattr(containers, "_EXEC_GRACE_S", 0.3)
     with pytest.raises(DockerError, match="ended its output before the command's end"):
         Container(ExecContainer(b"half of the out", ["running"])).exec(["python", "-c", "1"])
@@ -275,11 +310,14 @@ def test_an_exec_cut_short_in_a_running_container_is_the_daemons_fault(monkeypat
 
 def test_an_exec_cut_short_because_its_container_stopped_is_the_containers_exit_not_the_daemons():
     from kiln.basics.errors import ServerExited
+
     with pytest.raises(ServerExited) as err:
         Container(ExecContainer(b"half of the out", ["exited"])).exec(["python", "-c", "1"])
     assert not isinstance(err.value, DockerDaemonError) and err.value.exit_code == 51
-    assert err.value.message == ("running `python -c 1` in container kiln-tiny-moe-abc123: the container stopped "
-                                 "before the command's end (now exited)")
+    assert err.value.message == (
+        "running `python -c 1` in container kiln-tiny-moe-abc123: the container stopped "
+        "before the command's end (now exited)"
+    )
     refused = FakeContainer()
     refused.exec_run = raising(api_error(409, "container f is not running"))
     refused.reload = lambda: setattr(refused, "status", "exited")
@@ -291,10 +329,14 @@ def test_an_exec_cut_short_because_its_container_stopped_is_the_containers_exit_
 def test_an_unnamed_daemon_fault_is_still_a_daemon_error_and_a_registry_fault_stays_a_bug(monkeypatch, capsys):
     from kiln.commands.serving import serve
 
-    monkeypatch.setattr(serve, "ps", raising(api_error(500, "boom", "http+docker://localhost/v1.41/containers/json?all=0", "GET")))
+    monkeypatch.setattr(
+        serve, "ps", raising(api_error(500, "boom", "http+docker://localhost/v1.41/containers/json?all=0", "GET"))
+    )
     assert cli.main(["ps"]) == 34
     err = " ".join(capsys.readouterr().err.split())
-    assert "kiln: error: a Docker daemon request (GET /v1.41/containers/json): the Docker daemon answered 500: boom" in err
+    assert (
+        "kiln: error: a Docker daemon request (GET /v1.41/containers/json): the Docker daemon answered 500: boom" in err
+    )
     assert "internal error" not in err
 
     request = requests.Request("GET", "http://127.0.0.1:5000/v2/").prepare()
@@ -304,4 +346,5 @@ def test_an_unnamed_daemon_fault_is_still_a_daemon_error_and_a_registry_fault_st
     assert kdocker.daemon_fault(ValueError("x")) is None
     assert kdocker.daemon_fault(docker.errors.InvalidArgument("bad port spec")) is None  # kiln's own mistake
     assert kdocker.daemon_fault(docker.errors.StreamParseError(ValueError("x"))).message.startswith(
-        "a Docker daemon request: the Docker daemon's answer was cut short")
+        "a Docker daemon request: the Docker daemon's answer was cut short"
+    )

@@ -116,6 +116,8 @@ CASES = [
 
 # -- the documentation's table is these cases -----------------------------------------
 DOCS_COMMAND = {"serve": "run", "build-engine": "build"}  # scenarios the table lists under another command
+
+
 def test_cases_cover_every_endpoint_and_match_the_docs_table():
     """Unit level (no daemon): every endpoint of the proxy's table has a case or a reason
     it has none, and docs/reliability.md lists exactly these cases with these codes."""
@@ -124,12 +126,14 @@ def test_cases_cover_every_endpoint_and_match_the_docs_table():
     assert not covered & set(NOT_REACHED)
     rows = set()
     for line in DOCS.read_text().splitlines():
-        m = re.match(r"^\| `kiln (\w+)[^|]*\| (\w+ /[\w{}./-]*) \((\w[\w ]*)\) \| (500|cut) \| .* \| (\d+) \| .* \|$",
-                     line)
+        m = re.match(
+            r"^\| `kiln (\w+)[^|]*\| (\w+ /[\w{}./-]*) \((\w[\w ]*)\) \| (500|cut) \| .* \| (\d+) \| .* \|$", line
+        )
         if m:
             rows.add((m.group(1), m.group(3), "status" if m.group(4) == "500" else "cut", int(m.group(5))))
-    assert rows == {(DOCS_COMMAND.get(c.command, c.command), c.endpoint, c.mode, c.exit) for c in CASES}, \
+    assert rows == {(DOCS_COMMAND.get(c.command, c.command), c.endpoint, c.mode, c.exit) for c in CASES}, (
         "docs/reliability.md's daemon-fault table and CASES differ"
+    )
 
 
 # -- the world the cases run in ----------------------------------------------------------
@@ -142,8 +146,13 @@ class World:
     image_id: str  # kiln/kiln-test-faults:latest, built from the current inputs
 
     def env(self, through_proxy: bool = True, **extra: str) -> dict[str, str]:
-        env = {"KILN_ROOT": str(self.root), "KILN_RESULTS_DIR": str(self.results),
-               "DOCKER_CONFIG": str(self.docker_config), "KILN_REGISTRY_USER": "", "KILN_REGISTRY_PASSWORD": ""}
+        env = {
+            "KILN_ROOT": str(self.root),
+            "KILN_RESULTS_DIR": str(self.results),
+            "DOCKER_CONFIG": str(self.docker_config),
+            "KILN_REGISTRY_USER": "",
+            "KILN_REGISTRY_PASSWORD": "",
+        }
         if through_proxy:
             env["DOCKER_HOST"] = self.proxy.docker_host
         return {**env, **extra}
@@ -201,7 +210,9 @@ def _resident(world: World, docker_daemon) -> str:
 
 def _ours(docker_daemon) -> set[str]:
     """Names of the kiln containers of the recipe, in any state."""
-    return {c.name for c in docker_daemon.client.containers.list(all=True, filters={"label": f"ai.kiln.run.recipe={NAME}"})}
+    return {
+        c.name for c in docker_daemon.client.containers.list(all=True, filters={"label": f"ai.kiln.run.recipe={NAME}"})
+    }
 
 
 def _settled(check, timeout_s: float = 15.0):
@@ -229,8 +240,12 @@ def _build(world: World, case: Case, docker_daemon, *flags: str) -> subprocess.C
     assert after == before, f"tags moved by a failed build: {sorted(after ^ before)}"
     assert docker_daemon.image(f"kiln/{NAME}:latest").id == world.image_id
     # the build's own containers (intermediate ones, a probe) are gone too
-    assert _settled(lambda: not {c.id for c in docker_daemon.client.containers.list(
-        all=True, filters={"ancestor": STAND_IN_ENGINE})} - boxes), "a container of the failed build is left"
+    assert _settled(
+        lambda: (
+            not {c.id for c in docker_daemon.client.containers.list(all=True, filters={"ancestor": STAND_IN_ENGINE})}
+            - boxes
+        )
+    ), "a container of the failed build is left"
     return result
 
 
@@ -254,8 +269,9 @@ def _run(world: World, case: Case, docker_daemon) -> subprocess.CompletedProcess
         for box in left:
             box.remove(force=True)
     else:
-        assert _settled(lambda: not kiln_containers_on(docker_daemon, port)), \
+        assert _settled(lambda: not kiln_containers_on(docker_daemon, port)), (
             f"a failed run left {[c.name for c in kiln_containers_on(docker_daemon, port)]}"
+        )
     return result
 
 
@@ -264,10 +280,15 @@ def _serve(world: World, case: Case, docker_daemon) -> subprocess.CompletedProce
     from kiln.domain.serving.serving_container import free_port, health_ok
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "kiln", "run", NAME, "--port", str(port)], cwd=world.root,
-                            env={**os.environ, "COLUMNS": "300", **world.env()}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kiln", "run", NAME, "--port", str(port)],
+        cwd=world.root,
+        env={**os.environ, "COLUMNS": "300", **world.env()},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 60
         while proc.poll() is None and not health_ok(f"http://127.0.0.1:{port}") and time.monotonic() < deadline:
@@ -344,8 +365,10 @@ def _prune(world: World, case: Case, docker_daemon) -> subprocess.CompletedProce
     """`kiln prune NAME` with one stale image of the recipe (other input digest)."""
     stale = f"kiln/{NAME}:stale"
     image, _ = docker_daemon.client.images.build(
-        fileobj=io.BytesIO(f"FROM kiln/{NAME}:latest\nLABEL ai.kiln.input-digest=sha256:{'0' * 64}\n"
-                                          .encode()), tag=stale, rm=True)
+        fileobj=io.BytesIO(f"FROM kiln/{NAME}:latest\nLABEL ai.kiln.input-digest=sha256:{'0' * 64}\n".encode()),
+        tag=stale,
+        rm=True,
+    )
     try:
         result = world.kiln("prune", NAME)
         if result.returncode != 0:  # nothing removed that was not named
@@ -355,16 +378,31 @@ def _prune(world: World, case: Case, docker_daemon) -> subprocess.CompletedProce
     return result
 
 
-SCENARIOS = {"build": _build, "build-engine": _build_engine, "run": _run, "serve": _serve, "stop": _stop, "ps": _ps, "logs": _logs,
-             "smoke": _smoke, "prune": _prune}
+SCENARIOS = {
+    "build": _build,
+    "build-engine": _build_engine,
+    "run": _run,
+    "serve": _serve,
+    "stop": _stop,
+    "ps": _ps,
+    "logs": _logs,
+    "smoke": _smoke,
+    "prune": _prune,
+}
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=[pytest.mark.registry] if c.command == "publish" else [])
-                                  for c in CASES])
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c.id, marks=[pytest.mark.registry] if c.command == "publish" else []) for c in CASES]
+)
 def test_daemon_fault(case: Case, world: World, docker_daemon, request):
-    fault = world.proxy.arm(case.endpoint, case.mode, after=case.after, skip=case.skip,
-                            message=f"injected by the test: {case.endpoint} failed")
+    fault = world.proxy.arm(
+        case.endpoint,
+        case.mode,
+        after=case.after,
+        skip=case.skip,
+        message=f"injected by the test: {case.endpoint} failed",
+    )
     try:
         if case.command == "publish":
             result = _publish(world, case, docker_daemon, request.getfixturevalue("registry"))

@@ -15,8 +15,8 @@ LOCK_TEXT = (ROOT / devlock.LOCK).read_text()
 
 def test_lock_was_resolved_from_the_current_pyprojects():
     assert devlock.recorded_digest(LOCK_TEXT) == devlock.inputs_digest(ROOT), (
-        "a pyproject.toml's requirements changed since requirements/dev.lock was resolved: "
-        "run `make lock-dev`")
+        "a pyproject.toml's requirements changed since requirements/dev.lock was resolved: run `make lock-dev`"
+    )
 
 
 def test_every_declared_requirement_is_met_by_a_pin():
@@ -50,7 +50,8 @@ def test_a_raised_bound_is_caught(tmp_path):
     tree = _tree_with(tmp_path, lambda t: t.replace('"pydantic>=2.6,<3"', '"pydantic>=2.6,<2.7"', 1))
     pinned = devlock.pins(LOCK_TEXT)["pydantic"][0]
     assert devlock.unmet(tree, LOCK_TEXT) == [
-        f"kiln: pydantic<2.7,>=2.6 is not met by pydantic=={pinned} in {devlock.LOCK}"]
+        f"kiln: pydantic<2.7,>=2.6 is not met by pydantic=={pinned} in {devlock.LOCK}"
+    ]
 
 
 def test_layout_alone_does_not_change_the_inputs(tmp_path):
@@ -58,8 +59,10 @@ def test_layout_alone_does_not_change_the_inputs(tmp_path):
     assert devlock.inputs_digest(tree) == devlock.recorded_digest(LOCK_TEXT)
 
 
-@pytest.mark.skipif(Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(),
-                    reason="runs in this checkout's .venv (make setup; make test)")
+@pytest.mark.skipif(
+    Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(),
+    reason="runs in this checkout's .venv (make setup; make test)",
+)
 def test_this_process_runs_on_the_lock():
     differ = {}
     for name, (version, _) in devlock.pins(LOCK_TEXT).items():

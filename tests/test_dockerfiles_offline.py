@@ -33,19 +33,28 @@ class Finding:
 
 # Patterns that fetch whatever the command around them is (the command's text, quotes kept)
 _FETCHES = [
-    (re.compile(r"\b(urllib|urlopen|http\.client|httpx|requests\.(get|post|Session))\b"),
-        "opens a URL from Python"),
+    (re.compile(r"\b(urllib|urlopen|http\.client|httpx|requests\.(get|post|Session))\b"), "opens a URL from Python"),
     (re.compile(r"(^|[\s;&|(`])(curl|wget|aria2c)\s"), "downloads with curl/wget"),
-    (re.compile(r"\bgit\s+(clone|fetch|pull|submodule|ls-remote)\b|\b(svn|hg)\s+(checkout|co|clone|pull)\b"),
-        "fetches a repository"),
+    (
+        re.compile(r"\bgit\s+(clone|fetch|pull|submodule|ls-remote)\b|\b(svn|hg)\s+(checkout|co|clone|pull)\b"),
+        "fetches a repository",
+    ),
     (re.compile(r"\bpip3?\s+(download|wheel)\b"), "pip download"),
     (re.compile(r"\b(https?|ftp|s3|gs|git)://"), "names a remote URL"),
-    (re.compile(r"\b(apt-get|apt|aptitude)\s+(-\S+\s+)*(install|update|upgrade|dist-upgrade|download|source)\b"),
-        "apt outside kiln-apt-install (the lock's pins)"),
-    (re.compile(r"\b(conda|mamba|micromamba|npm|yarn|pnpm|gem|cargo)\s+(install|add|create)\b|\bgo\s+(get|install)\b"),
-        "another package manager's install"),
-    (re.compile(r"\b(snapshot_download|hf_hub_download)\b|\b(huggingface-cli|hf)\s+download\b"),
-        "a Hugging Face download"),
+    (
+        re.compile(r"\b(apt-get|apt|aptitude)\s+(-\S+\s+)*(install|update|upgrade|dist-upgrade|download|source)\b"),
+        "apt outside kiln-apt-install (the lock's pins)",
+    ),
+    (
+        re.compile(
+            r"\b(conda|mamba|micromamba|npm|yarn|pnpm|gem|cargo)\s+(install|add|create)\b|\bgo\s+(get|install)\b"
+        ),
+        "another package manager's install",
+    ),
+    (
+        re.compile(r"\b(snapshot_download|hf_hub_download)\b|\b(huggingface-cli|hf)\s+download\b"),
+        "a Hugging Face download",
+    ),
 ]
 _PIP_INSTALL = re.compile(r"\bpip3?\s+install\b")
 _UV_INSTALL = re.compile(r"(^|[\s/])uv\s+(pip\s+(install|sync)|sync|add|tool\s+install)\b|(^|[\s/])uvx\s")
@@ -153,8 +162,10 @@ BAD = [
     ("RUN git clone https://github.com/triton-lang/triton /src", "fetches a repository"),
     ("ADD https://example.org/model.bin /models/", "ADD of a URL"),
     ("RUN apt-get -y install gcc", "apt outside kiln-apt-install (the lock's pins)"),
-    ('RUN ["python", "-c", "from huggingface_hub import snapshot_download; snapshot_download(\'x\')"]',
-     "a Hugging Face download"),
+    (
+        'RUN ["python", "-c", "from huggingface_hub import snapshot_download; snapshot_download(\'x\')"]',
+        "a Hugging Face download",
+    ),
     ("RUN npm install left-pad", "another package manager's install"),
 ]
 
@@ -190,8 +201,12 @@ RUN ["/opt/kiln/venv/bin/python", "/opt/kiln/lib/kiln_patching.py", "apply-overl
 # -- the repository ----------------------------------------------------------------------
 def test_every_dockerfile_is_read():
     names = {p.relative_to(REPO).as_posix() for p in dockerfiles()}
-    assert {"recipes/tiny-kindling/Dockerfile", "docker-images/engine-cpu/Dockerfile",
-            "docker-images/engine-cuda/Dockerfile", *ALLOWED} <= names, names
+    assert {
+        "recipes/tiny-kindling/Dockerfile",
+        "docker-images/engine-cpu/Dockerfile",
+        "docker-images/engine-cuda/Dockerfile",
+        *ALLOWED,
+    } <= names, names
     for path in dockerfiles():  # a file the parser reads as nothing would pass unread
         assert any(k == "FROM" for _, k, _ in instructions(path.read_text())), path
 

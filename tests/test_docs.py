@@ -36,8 +36,22 @@ TAG = re.compile(r"^<!--\s*kiln-doc:\s*(run|network|e2e|skip:\s*(?P<reason>\S.*?
 SHELL = {"", "sh", "bash", "shell", "console"}
 NOT_COMMANDS = {"text", "yaml", "json", "diff", "python", "toml", "dockerfile"}
 TIMEOUT = {"run": 300, "network": 900, "e2e": 1800}
-IGNORED = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.egg-info", ".nox", ".pytest_cache", ".ruff_cache", ".mypy_cache",
-                                 "results", "build", ".whl", ".gl", ".vllm-carry", ".kiln-cache")
+IGNORED = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "__pycache__",
+    "*.egg-info",
+    ".nox",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".mypy_cache",
+    "results",
+    "build",
+    ".whl",
+    ".gl",
+    ".vllm-carry",
+    ".kiln-cache",
+)
 
 
 @dataclass
@@ -69,7 +83,7 @@ def blocks(path: Path) -> list[Block]:
         end = next((j for j in range(i + 1, len(lines)) if lines[j].startswith("```")), len(lines))
         prev = next((lines[j].strip() for j in range(start - 1, -1, -1) if lines[j].strip()), "")
         tag = prev if TAG.match(prev) else None
-        found.append(Block(str(path.relative_to(REPO)), start + 1, info, tag, "\n".join(lines[start + 1:end])))
+        found.append(Block(str(path.relative_to(REPO)), start + 1, info, tag, "\n".join(lines[start + 1 : end])))
         i = end + 1
     return found
 
@@ -112,7 +126,7 @@ def doc_env(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     base = tmp_path_factory.mktemp("docs")
     shim = base / "bin"
     shim.mkdir()
-    (shim / "kiln").write_text(f"#!/bin/sh\nexec {sys.executable} -m kiln \"$@\"\n")
+    (shim / "kiln").write_text(f'#!/bin/sh\nexec {sys.executable} -m kiln "$@"\n')
     (shim / "kiln").chmod(0o755)
     from kiln.basics.paths import cache_dir
 
@@ -122,10 +136,16 @@ def doc_env(tmp_path_factory) -> tuple[Path, dict[str, str]]:
         (real / sub).mkdir(exist_ok=True)
         (cache / sub).symlink_to(real / sub)
     env = {k: v for k, v in os.environ.items() if k not in ("KILN_ROOT", "KILN_RESULTS_DIR")}
-    env.update(PATH=f"{shim}{os.pathsep}{env.get('PATH', '')}", KILN_STATE_DIR=str(base / "state"),
-               KILN_CACHE_DIR=str(cache), EDITOR="true", COLUMNS="200",
-               PYTHONPATH=os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), str(REPO / "testkit"),
-                                           env.get("PYTHONPATH", "")]))
+    env.update(
+        PATH=f"{shim}{os.pathsep}{env.get('PATH', '')}",
+        KILN_STATE_DIR=str(base / "state"),
+        KILN_CACHE_DIR=str(cache),
+        EDITOR="true",
+        COLUMNS="200",
+        PYTHONPATH=os.pathsep.join(
+            [str(REPO / "src"), str(REPO / "engine"), str(REPO / "testkit"), env.get("PYTHONPATH", "")]
+        ),
+    )
     return base, env
 
 
@@ -153,8 +173,16 @@ def test_doc_block_runs(block: Block, doc_env, request):
     kind = _kind(block.tag)
     if kind == "run":  # unit tests: daemon-optional commands (check, render, run --print) see no daemon
         env = {**env, "DOCKER_HOST": f"unix://{base}/no-docker.sock"}
-    proc = subprocess.run(["bash", "-eo", "pipefail", "-c", block.body], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT[kind])
+    proc = subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", block.body],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT[kind],
+    )
     expected = int(TAG.match(block.tag).group("exit") or 0)
-    assert proc.returncode == expected, (f"{block.id} exited {proc.returncode}, expected {expected}:\n{block.body}\n--- stdout ---\n"
-                                  f"{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}")
+    assert proc.returncode == expected, (
+        f"{block.id} exited {proc.returncode}, expected {expected}:\n{block.body}\n--- stdout ---\n"
+        f"{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}"
+    )

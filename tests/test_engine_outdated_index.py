@@ -29,8 +29,11 @@ def _free_port() -> int:
 
 
 def _page(dist: str, versions: list[str]) -> str:
-    links = "".join(f'<a href="{dist.replace("-", "_")}-{v}-cp38-abi3-manylinux1_x86_64.whl">'
-                    f'{dist.replace("-", "_")}-{v}-cp38-abi3-manylinux1_x86_64.whl</a><br/>\n' for v in versions)
+    links = "".join(
+        f'<a href="{dist.replace("-", "_")}-{v}-cp38-abi3-manylinux1_x86_64.whl">'
+        f"{dist.replace('-', '_')}-{v}-cp38-abi3-manylinux1_x86_64.whl</a><br/>\n"
+        for v in versions
+    )
     return f"<!DOCTYPE html>\n<html><body>\n{links}</body></html>\n"
 
 
@@ -41,8 +44,12 @@ def _local_index(root: Path, pages: dict[str, list[str]]) -> Iterator[str]:
         (root / "simple" / dist).mkdir(parents=True)
         (root / "simple" / dist / "index.html").write_text(_page(dist, versions))
     port = _free_port()
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                              cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -72,8 +79,9 @@ def test_a_local_index_with_a_newer_release_exits_36(tmp_path):
     row = next(ln for ln in human.stdout.splitlines() if ln.startswith("gpt-oss-120b "))
     # the last column is the newest series this checkout has (0.34.0 since its port)
     assert row.split()[:5] == ["gpt-oss-120b", "vllm", "0.34.0", "0.35.0", newest_version()]
-    assert _errors(human.stderr) == [f"kiln: error: 6 of 9 recipe(s) lag the package index {index}: "
-                                     "vllm 0.35.0 is out (pinned: 0.34.0)"]
+    assert _errors(human.stderr) == [
+        f"kiln: error: 6 of 9 recipe(s) lag the package index {index}: vllm 0.35.0 is out (pinned: 0.34.0)"
+    ]
     assert doc.returncode == 36, doc.stderr
     rows = {r["recipe"]: r for r in validated("outdated", doc.stdout)["recipes"]}
     assert rows["gpt-oss-120b"]["status"] == "outdated" and rows["tiny-moe"]["status"] == "current"

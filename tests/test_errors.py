@@ -14,8 +14,11 @@ from kiln.basics import errors
 
 def _classes():
     """Every KilnError subclass of the package's namespace."""
-    return [c for _, c in inspect.getmembers(errors, inspect.isclass)
-            if issubclass(c, errors.KilnError) and c is not errors.KilnError]
+    return [
+        c
+        for _, c in inspect.getmembers(errors, inspect.isclass)
+        if issubclass(c, errors.KilnError) and c is not errors.KilnError
+    ]
 
 
 def test_every_error_class_has_its_own_exit_code_and_a_hint():
@@ -76,7 +79,9 @@ def test_the_table_check_can_fail():
     """A code changed, a row doubled (two classes on one code) and a row removed are each caught."""
     doc = DOC.read_text()
     row = next(line for line in doc.splitlines() if line.startswith("| engine | 36 | `EngineOutdated` |"))
-    assert any("EngineOutdated" in p for p in _table_problems(doc.replace(row, row.replace("| 36 |", "| 39 |")), _classes()))
+    assert any(
+        "EngineOutdated" in p for p in _table_problems(doc.replace(row, row.replace("| 36 |", "| 39 |")), _classes())
+    )
     doubled = doc.replace(row, f"{row}\n{row.replace('EngineOutdated', 'EngineAhead')}")
     assert "exit 36 is on 2 rows" in _table_problems(doubled, _classes())
     assert any("EngineOutdated" in p for p in _table_problems(doc.replace(row + "\n", ""), _classes()))
@@ -114,5 +119,7 @@ def test_a_new_error_class_changes_the_table():
     table = script.table(module)
     assert "| publishing | 99 | `RegistryQuotaExceeded` | The registry refused the push: over quota. |" in table
     assert "| supplychain | 98 | `NoSBOM` | no SBOM |" in table
-    assert table.index("`ImageNotPublished`") < table.index("`RegistryQuotaExceeded`") < table.index("`SigningKeyInvalid`")
+    assert (
+        table.index("`ImageNotPublished`") < table.index("`RegistryQuotaExceeded`") < table.index("`SigningKeyInvalid`")
+    )
     assert script.updated(doc, module) != doc

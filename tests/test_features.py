@@ -71,12 +71,14 @@ def test_harness_and_engine_read_the_same_registry():
 
 
 def test_ratios_come_from_counter_sums():
-    text = "\n".join([
-        "# TYPE kiln_draft_trunc_dead_total counter",
-        "kiln_draft_trunc_dead_total 30.0",
-        "kiln_draft_trunc_tokens_total 100.0",
-        "kiln_draft_trunc_accepted_total 0.0",
-    ])
+    text = "\n".join(
+        [
+            "# TYPE kiln_draft_trunc_dead_total counter",
+            "kiln_draft_trunc_dead_total 30.0",
+            "kiln_draft_trunc_tokens_total 100.0",
+            "kiln_draft_trunc_accepted_total 0.0",
+        ]
+    )
     values = {m: metric_sum(text, m) for m in DT.metrics}
     assert feature_ratio(values, DT.ratio("dead_fraction")) == pytest.approx(0.3)
     assert feature_ratio(values, DT.ratio("acceptance")) is None  # kept never counted
@@ -106,14 +108,17 @@ def test_a_recipe_uses_another_recipes_override(tmp_path):
     assert loaded.feature_dir("draft-trunc") == tmp_path / "recipes" / "glm53-kindling" / "experimental" / "draft-trunc"
 
 
-@pytest.mark.parametrize("entry,message", [
-    ("[{name: draft-trunc, from: nope}]", "experimental[0].from: no recipe 'nope' in"),
-    ("[{name: nope, from: glm53-kindling}]", "experimental[0].from: recipe 'glm53-kindling' has no overlay at"),
-    ("[{name: draft-trunc, from: ../glm53-kindling}]", "experimental[0].from: must match"),
-    ("[{name: draft-trunc, from: tiny-kindling}]", "'tiny-kindling' is this recipe"),
-    ("[{name: draft-trunc, form: glm53-kindling}]", "experimental[0].form: unknown key"),
-    ("[draft-trunc, {name: draft-trunc, from: glm53-kindling}]", "'draft-trunc' is switched on twice"),
-])
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        ("[{name: draft-trunc, from: nope}]", "experimental[0].from: no recipe 'nope' in"),
+        ("[{name: nope, from: glm53-kindling}]", "experimental[0].from: recipe 'glm53-kindling' has no overlay at"),
+        ("[{name: draft-trunc, from: ../glm53-kindling}]", "experimental[0].from: must match"),
+        ("[{name: draft-trunc, from: tiny-kindling}]", "'tiny-kindling' is this recipe"),
+        ("[{name: draft-trunc, form: glm53-kindling}]", "experimental[0].form: unknown key"),
+        ("[draft-trunc, {name: draft-trunc, from: glm53-kindling}]", "'draft-trunc' is switched on twice"),
+    ],
+)
 def test_a_bad_from_is_one_line_naming_the_field(tmp_path, entry, message):
     with pytest.raises(RecipeInvalid) as info:
         load_recipe(_twin(tmp_path, entry))
@@ -172,6 +177,9 @@ def test_av_calibration_without_adaptive_verification_is_refused_at_load(tmp_pat
     cli = run_kiln("check", "glm53-kindling", env={"KILN_ROOT": str(tmp_path)})
     assert cli.returncode == 2, cli.stderr  # RecipeInvalid, before any image is looked at
     assert f"recipe.yaml:{line}: launch.env.KILN_DRAFT_TRUNC_AV_CALIBRATE:" in cli.stderr
-    rfile.write_text(text.replace("    method: draft_model\n",
-                                  "    method: draft_model\n    enable_adaptive_verification: true\n", 1))
+    rfile.write_text(
+        text.replace(
+            "    method: draft_model\n", "    method: draft_model\n    enable_adaptive_verification: true\n", 1
+        )
+    )
     assert load_recipe(root / "glm53-kindling").recipe.launch.env["KILN_DRAFT_TRUNC_AV_CALIBRATE"] == "1"

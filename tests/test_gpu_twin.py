@@ -45,17 +45,22 @@ def test_configurations_each_change_one_thing():
     for name in ("av", "av-dt", "kiln-av"):
         assert specs[name][prepare.AV] is True and prepare.SCHEDULE not in specs[name]
     assert configs["av"]["env"]["KILN_DRAFT_TRUNC"] == "0"
-    assert configs["kiln-av"]["env_delta"] == {"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_WITH_AV": "1",
-                                               "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1", "KILN_DRAFT_TRUNC_AV_TIMING": "1"}
+    assert configs["kiln-av"]["env_delta"] == {
+        "KILN_DRAFT_TRUNC": "1",
+        "KILN_DRAFT_TRUNC_WITH_AV": "1",
+        "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1",
+        "KILN_DRAFT_TRUNC_AV_TIMING": "1",
+    }
     # the schedule alone: the shipped speculative config, draft-trunc off
     assert specs["schedule"] == specs["shipped"] and prepare.SCHEDULE in specs["schedule"]
     assert configs["schedule"]["env_delta"] == {"KILN_DRAFT_TRUNC": "0"}
     assert configs["dt-tau"]["env"]["KILN_DRAFT_TRUNC_TAU"] == "0.25"
 
 
-@pytest.mark.parametrize(("recipe", "why"), [("tiny-kindling", "is a CPU recipe"),
-                                              ("deepseek-v32-mtp", "method is mtp"),
-                                              ("gpt-oss-120b", "method is unset")])
+@pytest.mark.parametrize(
+    ("recipe", "why"),
+    [("tiny-kindling", "is a CPU recipe"), ("deepseek-v32-mtp", "method is mtp"), ("gpt-oss-120b", "method is unset")],
+)
 def test_plan_refuses_what_the_twin_cannot_serve_in_one_line(recipe, why):
     with pytest.raises(SystemExit, match=why) as exc:
         prepare.plan(recipe, "av-cut")
@@ -118,16 +123,21 @@ def _completion(ids: list[int], margin: float = 1.0) -> dict:
 
 
 def _runs(greedy: list[int], seeded: list[list[int]], margin: float = 1.0) -> dict:
-    return {"greedy": {"completions": [_completion(greedy, margin)], "metrics_after": ""},
-            "seeded": {"runs": [[_completion(s)] for s in seeded], "metrics_after": ""}}
+    return {
+        "greedy": {"completions": [_completion(greedy, margin)], "metrics_after": ""},
+        "seeded": {"runs": [[_completion(s)] for s in seeded], "metrics_after": ""},
+    }
 
 
-@pytest.mark.parametrize(("greedy", "margin", "seeded", "lossless"), [
-    ([1, 2, 3], 1.0, [[5, 6], [5, 6]], True),
-    ([1, 2, 4], 1.0, [[5, 6], [5, 6]], False),   # greedy differs away from a tie
-    ([1, 2, 4], 1e-6, [[5, 6], [5, 6]], True),   # ... at a numeric tie
-    ([1, 2, 3], 1.0, [[5, 6], [5, 7]], False),   # the same seeds gave other tokens
-])
+@pytest.mark.parametrize(
+    ("greedy", "margin", "seeded", "lossless"),
+    [
+        ([1, 2, 3], 1.0, [[5, 6], [5, 6]], True),
+        ([1, 2, 4], 1.0, [[5, 6], [5, 6]], False),  # greedy differs away from a tie
+        ([1, 2, 4], 1e-6, [[5, 6], [5, 6]], True),  # ... at a numeric tie
+        ([1, 2, 3], 1.0, [[5, 6], [5, 7]], False),  # the same seeds gave other tokens
+    ],
+)
 def test_lossless_verdicts_follow_the_cpu_twins_rules(greedy, margin, seeded, lossless):
     reference = _runs([1, 2, 3], [[5, 6], [5, 6]], margin)
     verdict = analyse.lossless("x", _runs(greedy, seeded), reference)
@@ -135,12 +145,21 @@ def test_lossless_verdicts_follow_the_cpu_twins_rules(greedy, margin, seeded, lo
 
 
 # -- the documents prepare.py and the runner write, read back with plain checks ---------------
-@pytest.mark.parametrize(("text", "says"), [
-    ('{"bundle_sha256": "ab", "chunks": "chunk-1", "members": {}}', "manifest.json.chunks: must be a JSON array, not str"),
-    ('{"bundle_sha256": "ab", "members": {}}', "manifest.json: missing field 'chunks'"),
-    ('{"bundle_sha256": "ab", "chunks": [{"name": "chunk-1"}], "members": {}}', "chunks[0]: missing field 'sha256'"),
-    ("PK\x03\x04 not json at all", "manifest.json: not JSON (Expecting value: line 1 column 1 (char 0))"),
-])
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            '{"bundle_sha256": "ab", "chunks": "chunk-1", "members": {}}',
+            "manifest.json.chunks: must be a JSON array, not str",
+        ),
+        ('{"bundle_sha256": "ab", "members": {}}', "manifest.json: missing field 'chunks'"),
+        (
+            '{"bundle_sha256": "ab", "chunks": [{"name": "chunk-1"}], "members": {}}',
+            "chunks[0]: missing field 'sha256'",
+        ),
+        ("PK\x03\x04 not json at all", "manifest.json: not JSON (Expecting value: line 1 column 1 (char 0))"),
+    ],
+)
 def test_a_damaged_manifest_is_one_line_and_exit_3(tmp_path, stash, capsys, text, says):
     folder = tmp_path / "call-1"
     folder.mkdir()
@@ -150,11 +169,19 @@ def test_a_damaged_manifest_is_one_line_and_exit_3(tmp_path, stash, capsys, text
     assert err.startswith("gpu-twin: ") and says in err and "\n" not in err and "Traceback" not in err, err
 
 
-@pytest.mark.parametrize(("plan", "says"), [
-    ({"recipe": "r", "engine": "0.34.0", "commit": "c", "models": {"script": "s", "args": "x"}, "configs": {}},
-     "models.args: must be a JSON array, not str"),
-    ({"recipe": "r", "engine": "0.34.0", "commit": "c", "models": {"script": "s", "args": []}}, "missing field 'configs'"),
-])
+@pytest.mark.parametrize(
+    ("plan", "says"),
+    [
+        (
+            {"recipe": "r", "engine": "0.34.0", "commit": "c", "models": {"script": "s", "args": "x"}, "configs": {}},
+            "models.args: must be a JSON array, not str",
+        ),
+        (
+            {"recipe": "r", "engine": "0.34.0", "commit": "c", "models": {"script": "s", "args": []}},
+            "missing field 'configs'",
+        ),
+    ],
+)
 def test_a_damaged_plan_is_refused_naming_the_field(tmp_path, plan, says):
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
@@ -165,14 +192,21 @@ def test_a_damaged_plan_is_refused_naming_the_field(tmp_path, plan, says):
         runner.read_plan(path)
 
 
-@pytest.mark.parametrize(("doc", "says"), [
-    ({"date": "2026-01-01", "plan": {"commit": 1, "recipe": "r", "engine": "e"}, "configs": {}},
-     "plan.commit: must be a JSON string"),
-    ({"date": "2026-01-01", "plan": {"commit": "c", "recipe": "r", "engine": "e"}}, "missing field 'configs'"),
-    ({"date": "2026-01-01", "plan": {"commit": "c", "recipe": "r", "engine": "e"}, "configs": {}},
-     "configs: no 'spec-off' run to judge the others against"),
-    ("not json", "not JSON ("),
-])
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        (
+            {"date": "2026-01-01", "plan": {"commit": 1, "recipe": "r", "engine": "e"}, "configs": {}},
+            "plan.commit: must be a JSON string",
+        ),
+        ({"date": "2026-01-01", "plan": {"commit": "c", "recipe": "r", "engine": "e"}}, "missing field 'configs'"),
+        (
+            {"date": "2026-01-01", "plan": {"commit": "c", "recipe": "r", "engine": "e"}, "configs": {}},
+            "configs: no 'spec-off' run to judge the others against",
+        ),
+        ("not json", "not JSON ("),
+    ],
+)
 def test_analyse_refuses_a_damaged_results_document_in_one_line(tmp_path, doc, says):
     path = tmp_path / "gpu-twin-results.json"
     path.write_text(doc if isinstance(doc, str) else json.dumps(doc))

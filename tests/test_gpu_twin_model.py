@@ -30,11 +30,15 @@ ROUTED = 196_608 / (196_608 + 49_152 + 1_024)
 
 def _metrics(c: dict) -> str:
     lab = 'engine="0",model_name="m"'
-    lines = [f"vllm:spec_decode_num_drafts_total{{{lab}}} {c['drafts']}",
-             f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {c['draft_tokens']}",
-             f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {c['accepted']}"]
-    lines += [f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {a}'
-              for i, a in enumerate(c["per_pos"])]
+    lines = [
+        f"vllm:spec_decode_num_drafts_total{{{lab}}} {c['drafts']}",
+        f"vllm:spec_decode_num_draft_tokens_total{{{lab}}} {c['draft_tokens']}",
+        f"vllm:spec_decode_num_accepted_tokens_total{{{lab}}} {c['accepted']}",
+    ]
+    lines += [
+        f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{{lab},position="{i}"}} {a}'
+        for i, a in enumerate(c["per_pos"])
+    ]
     if c["proposed"]:
         lines += [f"kiln_draft_trunc_proposed_total {c['proposed']}", f"kiln_draft_trunc_kept_total {c['kept']}"]
     return "\n".join(lines) + "\n"
@@ -53,8 +57,14 @@ def _shape(name: str, b: int) -> dict:
         k = SCHEDULE[b]
         return {"sched": k, "n": k, "j": k, "depth": k, "pos": P[:k], "dt": True}
     n = sum(REACH)  # adaptive verification: 4 drafted, a prefix admitted
-    return {"sched": 4, "n": n, "j": n, "depth": 4, "pos": tuple(p * r for p, r in zip(P, REACH, strict=True)),
-            "dt": name != "av"}
+    return {
+        "sched": 4,
+        "n": n,
+        "j": n,
+        "depth": 4,
+        "pos": tuple(p * r for p, r in zip(P, REACH, strict=True)),
+        "dt": name != "av",
+    }
 
 
 def _step_ms(s: dict, b: int, hook: dict[int, float]) -> float:
@@ -74,16 +84,16 @@ def _plan_config(name: str) -> dict:
     return {"argv": [], "env": env, "speculative_config": spec}
 
 
-def twin_doc(hook=HOOK, slower: dict[tuple[str, int], float] | None = None,
-             silent: set[tuple[str, int]] = frozenset()) -> dict:
+def twin_doc(
+    hook=HOOK, slower: dict[tuple[str, int], float] | None = None, silent: set[tuple[str, int]] = frozenset()
+) -> dict:
     """A runner results document served at exactly the costs above; ``slower`` stretches
     a (config, load)'s step by a factor, ``silent`` leaves its draft-trunc counters still
     (published every 20 steps, a short load may not move them)."""
     names = ["spec-off", "spec", "dt-cost", "dt-tau", "shipped", "av", "av-dt", "kiln-av"]
     configs = {}
     for name in names:
-        c = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_pos": [0.0] * 4, "proposed": 0.0,
-             "kept": 0.0}
+        c = {"drafts": 0.0, "draft_tokens": 0.0, "accepted": 0.0, "per_pos": [0.0] * 4, "proposed": 0.0, "kept": 0.0}
         rows = []
         for b in LOADS:
             s = _shape(name, b)
@@ -98,14 +108,30 @@ def twin_doc(hook=HOOK, slower: dict[tuple[str, int], float] | None = None,
                 c["proposed"] += windows * s["n"]
                 c["kept"] += windows * s["j"]
             step = _step_ms(s, b, hook) * (slower or {}).get((name, b), 1.0)
-            rows.append({"load": b, "requests": 4 * b, "tokens": 256 * b, "seconds": 1.0,
-                         "tokens_per_s": 1e3 * b * (1 + accepted) / step, "metrics_before": before,
-                         "metrics_after": _metrics(c) if name != "spec-off" else ""})
+            rows.append(
+                {
+                    "load": b,
+                    "requests": 4 * b,
+                    "tokens": 256 * b,
+                    "seconds": 1.0,
+                    "tokens_per_s": 1e3 * b * (1 + accepted) / step,
+                    "metrics_before": before,
+                    "metrics_after": _metrics(c) if name != "spec-off" else "",
+                }
+            )
         configs[name] = {"timed": rows}
-    return {"date": "2026-12-08T00:00:00Z", "preflight": "torch x gpu FAKE GPU\nvllm 0.33.0",
-            "plan": {"commit": "c0ffee", "recipe": "glm53-kindling", "engine": "0.33.0", "shape": "tiny",
-                     "configs": {n: _plan_config(n) for n in names}},
-            "configs": configs}
+    return {
+        "date": "2026-12-08T00:00:00Z",
+        "preflight": "torch x gpu FAKE GPU\nvllm 0.33.0",
+        "plan": {
+            "commit": "c0ffee",
+            "recipe": "glm53-kindling",
+            "engine": "0.33.0",
+            "shape": "tiny",
+            "configs": {n: _plan_config(n) for n in names},
+        },
+        "configs": configs,
+    }
 
 
 def _row(report: dict, config: str, load: int) -> dict:
@@ -147,8 +173,9 @@ def test_each_configuration_is_priced_from_what_it_verified():
 
 
 def test_a_configuration_slower_than_its_shape_is_the_largest_disagreement():
-    report = mc.check(twin_doc(hook=dict.fromkeys(LOADS, 0.0), slower={("av", 8): 1.5, ("dt-tau", 4): 1.2}),
-                      Path("doc.json"))
+    report = mc.check(
+        twin_doc(hook=dict.fromkeys(LOADS, 0.0), slower={("av", 8): 1.5, ("dt-tau", 4): 1.2}), Path("doc.json")
+    )
     top = report["largest"]
     assert (top["config"], top["load"]) == ("av", 8)
     assert top["ratio"] == pytest.approx(1.5)
@@ -156,8 +183,11 @@ def test_a_configuration_slower_than_its_shape_is_the_largest_disagreement():
     assert (report["largest_hook"]["config"], report["largest_hook"]["load"]) == ("av", 8)
     assert _row(report, "dt-tau", 4)["ratio"] == pytest.approx(1.2)
     assert _row(report, "av", 8)["unpriced_ms"] == pytest.approx(0.5 * _row(report, "av", 8)["predicted_step_ms"])
-    assert all(r["ratio"] == pytest.approx(1.0) for r in report["rows"]
-               if (r["config"], r["load"]) not in {("av", 8), ("dt-tau", 4)})
+    assert all(
+        r["ratio"] == pytest.approx(1.0)
+        for r in report["rows"]
+        if (r["config"], r["load"]) not in {("av", 8), ("dt-tau", 4)}
+    )
     # all of spec's extra step in the verify: adaptive verification, which drafts all
     # four and verifies a few, is predicted faster still
     assert _row(report, "av", 1)["ratio_all_verify"] > 1.2
@@ -183,5 +213,4 @@ def test_a_run_without_fixed_k_is_refused_in_one_line(tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(SystemExit) as exc:
         mc.main([str(path), "--out", str(tmp_path / "out")])
-    assert str(exc.value.code) == (f"gpu-twin model: {path}: configs: no timed 'spec' run to fit the "
-                                   "step costs to")
+    assert str(exc.value.code) == (f"gpu-twin model: {path}: configs: no timed 'spec' run to fit the step costs to")

@@ -40,8 +40,9 @@ def _model_dir(root: Path, *, shards: int = 1) -> Path:
         names = [f"model-{i:05d}-of-{shards:05d}.safetensors" for i in range(1, shards + 1)]
         for name in names:
             (root / name).write_bytes(name.encode())
-        (root / "model.safetensors.index.json").write_text(json.dumps(
-            {"metadata": {}, "weight_map": {f"w{i}": n for i, n in enumerate(names)}}))
+        (root / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {}, "weight_map": {f"w{i}": n for i, n in enumerate(names)}})
+        )
     return root
 
 
@@ -82,9 +83,14 @@ def test_partial_snapshot_names_the_missing_file(tmp_path):
     assert "broken link" in problem.why and "of the 3 shards" in problem.why and "1 unfinished download" in problem.why
 
 
-@pytest.mark.parametrize("remove, named", [
-    ("config.json", "config.json"), ("tokenizer.json", "tokenizer.json"), ("model.safetensors", "model.safetensors"),
-])
+@pytest.mark.parametrize(
+    "remove, named",
+    [
+        ("config.json", "config.json"),
+        ("tokenizer.json", "tokenizer.json"),
+        ("model.safetensors", "model.safetensors"),
+    ],
+)
 def test_each_required_file_is_checked(tmp_path, remove, named):
     cache = tmp_path / "cache"
     snap = seed(_model_dir(tmp_path / "src"), cache, REPO_ID, REV)
@@ -126,7 +132,6 @@ def test_in_image_check_runs_alone_and_exits_93_with_one_line(tmp_path):
     assert REPO_ID in bad.stderr and REV in bad.stderr and "model.safetensors" in bad.stderr
 
 
-
 def test_fetch_failure_is_one_line_naming_the_model(tmp_path):
     def offline(repo, revision, into):
         raise ConnectionError("Failed to resolve 'huggingface.co'\n  (a long traceback-ish tail)")
@@ -134,8 +139,10 @@ def test_fetch_failure_is_one_line_naming_the_model(tmp_path):
     with pytest.raises(FetchFailed) as err:
         fetch([TARGET], tmp_path / "cache", download=offline)
     assert err.value.exit_code == 94
-    assert err.value.message == (f"target model {REPO_ID} at revision {REV}: download failed: "
-                                 "ConnectionError: Failed to resolve 'huggingface.co'")
+    assert err.value.message == (
+        f"target model {REPO_ID} at revision {REV}: download failed: "
+        "ConnectionError: Failed to resolve 'huggingface.co'"
+    )
 
 
 def test_a_download_that_leaves_the_snapshot_incomplete_is_refused(tmp_path):
@@ -155,21 +162,35 @@ def _recipe(tmp_path: Path, model: str) -> Path:
     folder = tmp_path / "recipes" / "tiny-moe-hf"
     folder.mkdir(parents=True)
     (folder / "Dockerfile").write_text("ARG KILN_ENGINE_IMAGE\nFROM ${KILN_ENGINE_IMAGE}\n")
-    (folder / "recipe.yaml").write_text(head + "model:\n" + model + "launch:\n" + after.replace(
-        "  speculative_config:\n    method: draft_model\n    num_speculative_tokens: 3\n", ""))
+    (folder / "recipe.yaml").write_text(
+        head
+        + "model:\n"
+        + model
+        + "launch:\n"
+        + after.replace("  speculative_config:\n    method: draft_model\n    num_speculative_tokens: 3\n", "")
+    )
     for part in ("docker-images", "engine", "patches"):
         (tmp_path / part).symlink_to(REPO / part)
     return tmp_path
 
 
-@pytest.mark.parametrize("model, message", [
-    ("  target:\n    source: hf\n    repo: org/x\n", "revision (a 40-hex commit) is required"),
-    ("  target:\n    source: hf\n    repo: org/x\n    revision: main\n", "model.target.revision: must match"),
-    ("  target:\n    source: hf\n    repo: org/x\n    revision: " + "a" * 40 + "\n    path: /models/x\n", "path is not used"),
-    ("  target:\n    source: hf\n    revision: " + "a" * 40 + "\n", "repo is required"),
-    ("  target:\n    source: baked\n    path: /m\n    repo: org/x\n", "only allowed when source is hf"),
-    ("  target:\n    source: hf\n    repo: ../x\n    revision: " + "a" * 40 + "\n", "model.target.repo: must match"),
-])
+@pytest.mark.parametrize(
+    "model, message",
+    [
+        ("  target:\n    source: hf\n    repo: org/x\n", "revision (a 40-hex commit) is required"),
+        ("  target:\n    source: hf\n    repo: org/x\n    revision: main\n", "model.target.revision: must match"),
+        (
+            "  target:\n    source: hf\n    repo: org/x\n    revision: " + "a" * 40 + "\n    path: /models/x\n",
+            "path is not used",
+        ),
+        ("  target:\n    source: hf\n    revision: " + "a" * 40 + "\n", "repo is required"),
+        ("  target:\n    source: baked\n    path: /m\n    repo: org/x\n", "only allowed when source is hf"),
+        (
+            "  target:\n    source: hf\n    repo: ../x\n    revision: " + "a" * 40 + "\n",
+            "model.target.repo: must match",
+        ),
+    ],
+)
 def test_hf_source_fields_are_checked(tmp_path, model, message):
     root = _recipe(tmp_path, model)
     result = run_kiln("check", "tiny-moe-hf", env={"KILN_ROOT": str(root)}, cwd=root)
@@ -185,7 +206,9 @@ def test_launch_names_the_repo_and_revision_and_runs_offline():
     assert argv[:3] == ["vllm", "serve", "kiln-test/tiny-qwen3moe"]
     assert argv[argv.index("--revision") + 1] == "2c5e1f0d4b8a7e6f9d3c2b1a0f9e8d7c6b5a4f3e"
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert spec["model"] == "kiln-test/tiny-qwen3-draft" and spec["revision"] == "7a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d"
+    assert (
+        spec["model"] == "kiln-test/tiny-qwen3-draft" and spec["revision"] == "7a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d"
+    )
     assert doc["env"]["HF_HUB_OFFLINE"] == "1" and doc["env"]["HF_HUB_CACHE"] == "/hf-cache"
     assert [m["role"] for m in doc["hf_models"]] == ["target", "draft"]
     assert doc["hf_models"][1]["tokenizer"] is False
@@ -215,8 +238,9 @@ def test_render_mounts_the_pvc_waits_for_the_weights_and_fetches_with_a_job(tmp_
     from test_render_k8s import validate  # the strict schemas the k8s tests validate with
 
     image = "registry.example.com/kiln/qwen3-30b-a3b@sha256:" + "ab" * 32
-    result = run_kiln("render", "k8s", "qwen3-30b-a3b", "--image", image, "-o", str(tmp_path),
-                      "--hf-cache-pvc", "shared-hf")
+    result = run_kiln(
+        "render", "k8s", "qwen3-30b-a3b", "--image", image, "-o", str(tmp_path), "--hf-cache-pvc", "shared-hf"
+    )
     assert result.returncode == 0, result.stderr
     objects = {yaml.safe_load(p.read_text())["kind"]: yaml.safe_load(p.read_text()) for p in tmp_path.glob("*.yaml")}
     assert set(objects) == {"Deployment", "Service", "Job"}

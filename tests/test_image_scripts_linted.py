@@ -24,6 +24,7 @@ def python_scripts(folder: Path) -> set[str]:
     def is_python(p: Path) -> bool:
         first = p.read_text(errors="replace").split("\n", 1)[0]
         return p.suffix == ".py" or (first.startswith("#!") and "python" in first)
+
     return {p.name for p in folder.iterdir() if p.is_file() and is_python(p)}
 
 

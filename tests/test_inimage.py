@@ -39,8 +39,13 @@ def _imports(path) -> tuple[set[str], set[str]]:
     """(module-level imports, imports inside functions)"""
     tree = ast.parse(path.read_text(), filename=str(path))
     top = {name for node in _module_level(tree) for name in _names(node)}
-    inner = {name for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
-             for node in ast.walk(fn) for name in _names(node)}
+    inner = {
+        name
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)
+        for node in ast.walk(fn)
+        for name in _names(node)
+    }
     return top, inner
 
 
@@ -59,14 +64,22 @@ def test_standard_library_only(path):
 
 def test_the_check_sees_a_third_party_import(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("import json\nimport vllm\nif json:\n    import requests\ndef f():\n    from yaml import safe_load\n    import torch\n")
+    bad.write_text(
+        "import json\nimport vllm\nif json:\n    import requests\ndef f():\n    from yaml import safe_load\n    import torch\n"
+    )
     top, inner = _imports(bad)
     assert top - STDLIB == {"vllm", "requests"}
     assert inner - STDLIB - ENGINE == {"yaml"}
 
 
 def test_source_names_the_shipped_files():
-    assert {p.stem for p in _files()} >= {"patch_applier", "patch_format", "hf_cache", "launch_arg_probe", "sbom_reader"}
+    assert {p.stem for p in _files()} >= {
+        "patch_applier",
+        "patch_format",
+        "hf_cache",
+        "launch_arg_probe",
+        "sbom_reader",
+    }
     assert launch_arg_check._PROBE == inimage.source("launch_arg_probe").read_text()
     assert sbom._inimage_script() == inimage.source("sbom_reader").read_text(encoding="utf-8")
     with pytest.raises(FileNotFoundError, match="kiln.inimage has no module 'nope'"):

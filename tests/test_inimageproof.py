@@ -15,9 +15,13 @@ from kiln.domain.imagecheck.in_image_smoke import Expected, judge
 
 MODULES = ["triton", "vllm", "kiln_engine"]
 GOOD = {
-    "machine": "aarch64", "torch": "2.14.0+cu130", "cuda": "13.0", "vllm": "0.33.0",
+    "machine": "aarch64",
+    "torch": "2.14.0+cu130",
+    "cuda": "13.0",
+    "vllm": "0.33.0",
     "imports": dict.fromkeys(MODULES, "ok"),
-    "plugins": [in_image_smoke._PLUGIN], "draft_trunc": "vllm.v1.worker.gpu.spec_decode.draft_trunc",
+    "plugins": [in_image_smoke._PLUGIN],
+    "draft_trunc": "vllm.v1.worker.gpu.spec_decode.draft_trunc",
 }
 WANT = Expected(machine="aarch64", cuda="13.0", modules=MODULES, draft_trunc=True)
 
@@ -28,8 +32,13 @@ def _failed(facts: dict, want: Expected = WANT) -> dict[str, str]:
 
 def test_an_image_with_every_fact_right_passes_every_proof():
     checks = judge(GOOD, WANT)
-    assert [name for name, _, _ in checks] == ["machine", "torch_cuda", "imports", "kiln_engine_plugin",
-                                              "draft_trunc_registered"]
+    assert [name for name, _, _ in checks] == [
+        "machine",
+        "torch_cuda",
+        "imports",
+        "kiln_engine_plugin",
+        "draft_trunc_registered",
+    ]
     assert all(ok for _, ok, _ in checks)
 
 
@@ -74,9 +83,19 @@ def test_the_script_as_sent_runs_alone_and_reports_what_it_found():
 def _published(smoke: dict, platforms: dict) -> object:
     from kiln.domain.publishing.rules import PublishResult
 
-    return PublishResult(recipe="glm53-kindling", image_id="sha256:" + "a" * 64, input_digest="sha256:" + "b" * 64,
-                         manifest_digest="sha256:" + "c" * 64, registry="127.0.0.1:5000", repository="kiln/glm",
-                         channel="experimental", tags=[], pushed=True, smoke=smoke, platforms=platforms)
+    return PublishResult(
+        recipe="glm53-kindling",
+        image_id="sha256:" + "a" * 64,
+        input_digest="sha256:" + "b" * 64,
+        manifest_digest="sha256:" + "c" * 64,
+        registry="127.0.0.1:5000",
+        repository="kiln/glm",
+        channel="experimental",
+        tags=[],
+        pushed=True,
+        smoke=smoke,
+        platforms=platforms,
+    )
 
 
 @pytest.mark.parametrize(
@@ -84,8 +103,11 @@ def _published(smoke: dict, platforms: dict) -> object:
     [
         ({"status": "passed", "level": "served"}, {}, "passed"),
         ({"status": "passed", "level": "in-image"}, {}, "passed in-image (proved inside the image, not served)"),
-        ({"status": "passed"}, {"linux/amd64": {"smoke_level": "served"}, "linux/arm64": {"smoke_level": "in-image"}},
-         "passed in-image on linux/arm64 (proved inside the image, not served)"),
+        (
+            {"status": "passed"},
+            {"linux/amd64": {"smoke_level": "served"}, "linux/arm64": {"smoke_level": "in-image"}},
+            "passed in-image on linux/arm64 (proved inside the image, not served)",
+        ),
         ({"status": "skipped"}, {}, "SKIPPED (--skip-smoke-check"),
     ],
 )

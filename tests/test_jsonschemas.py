@@ -42,7 +42,8 @@ def _validate(name: str, doc: Any) -> None:
 
 def test_every_schema_file_is_what_its_type_generates():
     assert json_schemas._stale() == [], (
-        "src/kiln/schemas/ differs from the --json documents' types: run `python -m kiln.commands.json_schemas`")
+        "src/kiln/schemas/ differs from the --json documents' types: run `python -m kiln.commands.json_schemas`"
+    )
     assert sorted(p.stem for p in json_schemas._SCHEMAS.glob("*.json")) == sorted(json_schemas.DOCUMENTS)
 
 
@@ -78,9 +79,16 @@ def test_what_the_types_say_beyond_python_reaches_the_schemas():
     for bad in ({"image_id": "sha256:short"}, {"size_bytes": -1}, {"seconds": -0.5}):
         with pytest.raises(jsonschema.ValidationError):
             _validate("build", {**good, **bad})
-    verify = Verification(reference="r/x:1", repository="r/x", digest=D[0], key_fingerprint=D[1],
-                          signature_tag=f"sha256-{'a' * 64}.sig", signature_manifest=D[2], signature_layer=D[3],
-                          signed_identity="r/x").as_dict()
+    verify = Verification(
+        reference="r/x:1",
+        repository="r/x",
+        digest=D[0],
+        key_fingerprint=D[1],
+        signature_tag=f"sha256-{'a' * 64}.sig",
+        signature_manifest=D[2],
+        signature_layer=D[3],
+        signed_identity="r/x",
+    ).as_dict()
     _validate("verify", verify)
     with pytest.raises(jsonschema.ValidationError, match="Additional properties"):
         _validate("verify", {**verify, "private_key": "x"})
@@ -89,13 +97,24 @@ def test_what_the_types_say_beyond_python_reaches_the_schemas():
 
 
 def test_build_and_smoke_documents_validate():
-    one = _BuildOutcome(tag="kiln/x:1", image_id=D[0], digest=D[1], size=10, seconds=1.5, skipped=True,
-                       steps=4, cached_steps=4).document("x")
+    one = _BuildOutcome(
+        tag="kiln/x:1", image_id=D[0], digest=D[1], size=10, seconds=1.5, skipped=True, steps=4, cached_steps=4
+    ).document("x")
     _validate("build", BuildDocument(**one, platforms={"linux/amd64": one, "linux/arm64": one}))
-    ran = SmokeDocument(recipe="x", image_id=D[0], tag="kiln/x:1", input_digest=D[1], platform="linux/amd64",
-                        emulation_factor=None, level="served", passed=True, started_at="2026-01-01T00:00:00+00:00",
-                        checks=[CheckEntry(name="health", ok=True, detail="200", seconds=0.1)],
-                        timings=Timings(startup_s=None, total_s=3.0), record=None)
+    ran = SmokeDocument(
+        recipe="x",
+        image_id=D[0],
+        tag="kiln/x:1",
+        input_digest=D[1],
+        platform="linux/amd64",
+        emulation_factor=None,
+        level="served",
+        passed=True,
+        started_at="2026-01-01T00:00:00+00:00",
+        checks=[CheckEntry(name="health", ok=True, detail="200", seconds=0.1)],
+        timings=Timings(startup_s=None, total_s=3.0),
+        record=None,
+    )
     _validate("smoke", ran)
     _validate("smoke", SmokeSkipped(recipe="x", skipped=True, reason="no GPU visible on this host", passed=None))
     with pytest.raises(jsonschema.ValidationError):
@@ -103,48 +122,109 @@ def test_build_and_smoke_documents_validate():
 
 
 def _signature(attested: bool) -> SignatureEvidence:
-    sig = SignatureEvidence(key_fingerprint=D[3], signature_tag=f"sha256-{'a' * 64}.sig", verified=True,
-                            signature_manifest=D[4], attestation_tag=None, attestation_manifest=None)
+    sig = SignatureEvidence(
+        key_fingerprint=D[3],
+        signature_tag=f"sha256-{'a' * 64}.sig",
+        verified=True,
+        signature_manifest=D[4],
+        attestation_tag=None,
+        attestation_manifest=None,
+    )
     if attested:
-        sig.update(attestation_tag=f"sha256-{'a' * 64}.att", attestation_manifest=D[5], signature_reused=False,
-                   predicate_types=["https://cyclonedx.org/bom"],
-                   attestations=[{"predicate_type": "https://cyclonedx.org/bom", "layer_digest": D[0],
-                                  "verified": True, "problem": None}])
+        sig.update(
+            attestation_tag=f"sha256-{'a' * 64}.att",
+            attestation_manifest=D[5],
+            signature_reused=False,
+            predicate_types=["https://cyclonedx.org/bom"],
+            attestations=[
+                {"predicate_type": "https://cyclonedx.org/bom", "layer_digest": D[0], "verified": True, "problem": None}
+            ],
+        )
     return sig
 
 
 @pytest.mark.parametrize("signed", [False, True])
 def test_publish_and_promote_documents_validate(signed: bool):
-    platform = PlatformEntry(image_id=D[0], input_digest=D[1], manifest_digest=D[2], tag="r/x:abc-linux-amd64",
-                             smoke_record="/state/smoke/a.json", smoke_level="in-image")
+    platform = PlatformEntry(
+        image_id=D[0],
+        input_digest=D[1],
+        manifest_digest=D[2],
+        tag="r/x:abc-linux-amd64",
+        smoke_record="/state/smoke/a.json",
+        smoke_level="in-image",
+    )
     if signed:
         platform["signature"] = _signature(True)
-    published = PublishResult(recipe="x", image_id=D[0], input_digest=D[1], manifest_digest=D[2], registry="r:5000",
-                              repository="kiln/x", channel="stable", tags=["r:5000/kiln/x:stable"], pushed=True,
-                              smoke=SmokeEvidence(status="passed", record="/state/smoke/a.json", level="served"),
-                              record="/state/publish/x.json", signature=_signature(signed) if signed else None,
-                              platforms={"linux/amd64": platform})
+    published = PublishResult(
+        recipe="x",
+        image_id=D[0],
+        input_digest=D[1],
+        manifest_digest=D[2],
+        registry="r:5000",
+        repository="kiln/x",
+        channel="stable",
+        tags=["r:5000/kiln/x:stable"],
+        pushed=True,
+        smoke=SmokeEvidence(status="passed", record="/state/smoke/a.json", level="served"),
+        record="/state/publish/x.json",
+        signature=_signature(signed) if signed else None,
+        platforms={"linux/amd64": platform},
+    )
     _validate("publish", publish_document(published))
-    unsmoked = PublishResult(recipe="x", image_id=D[0], input_digest=D[1], manifest_digest=D[2], registry="r:5000",
-                             repository="kiln/x", channel=None, tags=["r:5000/kiln/x:aaaa-unsmoked"], pushed=True,
-                             smoke=SmokeEvidence(status="skipped"))
+    unsmoked = PublishResult(
+        recipe="x",
+        image_id=D[0],
+        input_digest=D[1],
+        manifest_digest=D[2],
+        registry="r:5000",
+        repository="kiln/x",
+        channel=None,
+        tags=["r:5000/kiln/x:aaaa-unsmoked"],
+        pushed=True,
+        smoke=SmokeEvidence(status="skipped"),
+    )
     _validate("publish", publish_document(unsmoked))
-    promoted = PromoteResult(recipe="x", image_id=D[0], manifest_digest=D[2], registry="r:5000", repository="kiln/x",
-                             from_channel="experimental", to_channel="stable", moved=False,
-                             signature=_signature(signed) if signed else None)
+    promoted = PromoteResult(
+        recipe="x",
+        image_id=D[0],
+        manifest_digest=D[2],
+        registry="r:5000",
+        repository="kiln/x",
+        from_channel="experimental",
+        to_channel="stable",
+        moved=False,
+        signature=_signature(signed) if signed else None,
+    )
     _validate("promote", promote_document(promoted))
     with pytest.raises(jsonschema.ValidationError):
         _validate("publish", {**publish_document(unsmoked), "tags": []})
 
 
 def test_verify_documents_of_an_index_and_errors_validate():
-    leaf = Verification(reference="r/x@" + D[1], repository="r/x", digest=D[1], key_fingerprint=D[2],
-                        signature_tag=f"sha256-{'b' * 64}.sig", signature_manifest=D[3], signature_layer=D[4],
-                        signed_identity="r/x", attestation_tag=f"sha256-{'b' * 64}.att", attestation_manifest=D[5],
-                        attestations=[_AttestationCheck("https://slsa.dev/provenance/v1", D[0], False, "subject")])
-    index = Verification(reference="r/x:1", repository="r/x", digest=D[0], key_fingerprint=D[2],
-                         signature_tag=f"sha256-{'a' * 64}.sig", signature_manifest=D[3], signature_layer=D[4],
-                         signed_identity="r/x", platforms={"linux/amd64": leaf})
+    leaf = Verification(
+        reference="r/x@" + D[1],
+        repository="r/x",
+        digest=D[1],
+        key_fingerprint=D[2],
+        signature_tag=f"sha256-{'b' * 64}.sig",
+        signature_manifest=D[3],
+        signature_layer=D[4],
+        signed_identity="r/x",
+        attestation_tag=f"sha256-{'b' * 64}.att",
+        attestation_manifest=D[5],
+        attestations=[_AttestationCheck("https://slsa.dev/provenance/v1", D[0], False, "subject")],
+    )
+    index = Verification(
+        reference="r/x:1",
+        repository="r/x",
+        digest=D[0],
+        key_fingerprint=D[2],
+        signature_tag=f"sha256-{'a' * 64}.sig",
+        signature_manifest=D[3],
+        signature_layer=D[4],
+        signed_identity="r/x",
+        platforms={"linux/amd64": leaf},
+    )
     _validate("verify", index.as_dict())
     with pytest.raises(jsonschema.ValidationError):
         _validate("verify", {**index.as_dict(), "signature_tag": "latest"})

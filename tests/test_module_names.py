@@ -13,7 +13,8 @@ PACKAGES_WITH_UNDERSCORES = {"draft_trunc"}
 
 # The words module names are made of. A name part that is not here is either two words
 # run together (split it with `_`) or a new word (add it here).
-WORDS = frozenset("""
+WORDS = frozenset(
+    """
     accelerators adaptive applier archive arg attest auth av base binfmt bounds buffers
     build building bump bundle ca cache check checks cli clock command completion config
     container containers context cosign cost credentials cyclonedx daemon date declared
@@ -28,7 +29,8 @@ WORDS = frozenset("""
     signing smoke source sourced space spdx stamp startup state stats streams subject
     surface table tenant text throwaway topology types usage validated verification verify wheel
     wheelhouse yaml
-""".split())
+""".split()
+)
 
 
 def _packages() -> set[str]:
@@ -54,13 +56,18 @@ def _wrong(paths: list[Path], packages: set[str]) -> list[str]:
 
 def test_module_names_are_words_joined_by_underscores():
     wrong = _wrong(_modules(), _packages())
-    assert not wrong, ("module names with parts that are not words: two words run together are "
-                       "joined by `_`; a new word goes into WORDS here:\n" + "\n".join(wrong))
+    assert not wrong, (
+        "module names with parts that are not words: two words run together are "
+        "joined by `_`; a new word goes into WORDS here:\n" + "\n".join(wrong)
+    )
 
 
 def test_package_names_are_one_word():
-    wrong = sorted(name for name in _packages()
-                   if "_" in name.lstrip("_") and name not in PACKAGES_WITH_UNDERSCORES | {"kiln_engine"})
+    wrong = sorted(
+        name
+        for name in _packages()
+        if "_" in name.lstrip("_") and name not in PACKAGES_WITH_UNDERSCORES | {"kiln_engine"}
+    )
     assert not wrong, f"package names with `_` (PEP 8: one short word): {wrong}"
 
 
@@ -68,7 +75,13 @@ def test_the_check_can_fail():
     """Run-together words are caught; the same words joined by `_`, and a module named
     after a package, pass."""
     kiln = REPO / "src" / "kiln"
-    paths = [kiln / "domain/imagecheck/enginecheck.py", kiln / "domain/imagecheck/engine_check.py",
-             kiln / "basics/errors/supplychain.py", kiln / "inimage/_Probe.py"]
-    assert _wrong(paths, {"supplychain"}) == ["src/kiln/domain/imagecheck/enginecheck.py: enginecheck",
-                                              "src/kiln/inimage/_Probe.py: Probe"]
+    paths = [
+        kiln / "domain/imagecheck/enginecheck.py",
+        kiln / "domain/imagecheck/engine_check.py",
+        kiln / "basics/errors/supplychain.py",
+        kiln / "inimage/_Probe.py",
+    ]
+    assert _wrong(paths, {"supplychain"}) == [
+        "src/kiln/domain/imagecheck/enginecheck.py: enginecheck",
+        "src/kiln/inimage/_Probe.py: Probe",
+    ]

@@ -15,14 +15,22 @@ from kiln.domain.reproducible import save_archive as normalise
 EPOCH = 1_700_000_000
 
 FILES = {
-    "usr": None, "usr/bin": None, "usr/bin/tool": b"#!/bin/sh\necho hi\n", "usr/lib": None,
-    "usr/lib/a.so": b"\x7fELF" + bytes(range(200)), "etc": None, "etc/conf": b"x=1\n",
-    "etc/.wh.old": b"", "models": None, "models/w.safetensors": bytes(5000),
+    "usr": None,
+    "usr/bin": None,
+    "usr/bin/tool": b"#!/bin/sh\necho hi\n",
+    "usr/lib": None,
+    "usr/lib/a.so": b"\x7fELF" + bytes(range(200)),
+    "etc": None,
+    "etc/conf": b"x=1\n",
+    "etc/.wh.old": b"",
+    "models": None,
+    "models/w.safetensors": bytes(5000),
 }
 
 
-def _layer(order: list[str], *, mtimes: dict[str, float], uname: str = "root", content=None,
-           link: bool = True) -> bytes:
+def _layer(
+    order: list[str], *, mtimes: dict[str, float], uname: str = "root", content=None, link: bool = True
+) -> bytes:
     content = content or {}
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -113,12 +121,17 @@ def test_a_changed_mode_gives_another_digest():
 
 
 CONFIG = {
-    "architecture": "amd64", "os": "linux", "created": "2026-12-02T01:02:03.123456789Z",
-    "docker_version": "20.10.24+dfsg1", "container": "f00dfeed" * 8,
+    "architecture": "amd64",
+    "os": "linux",
+    "created": "2026-12-02T01:02:03.123456789Z",
+    "docker_version": "20.10.24+dfsg1",
+    "container": "f00dfeed" * 8,
     "container_config": {"Hostname": "f00dfeed", "Cmd": ["/bin/sh", "-c", "#(nop) LABEL a=b"]},
     "config": {"Hostname": "", "Image": "sha256:" + "ab" * 32, "Labels": {"a": "b"}, "Env": ["X=1"]},
-    "history": [{"created": "2026-12-02T01:00:00Z", "created_by": "RUN x"},
-                {"created": "2026-12-02T01:02:03Z", "created_by": "LABEL a=b", "empty_layer": True}],
+    "history": [
+        {"created": "2026-12-02T01:00:00Z", "created_by": "RUN x"},
+        {"created": "2026-12-02T01:02:03Z", "created_by": "LABEL a=b", "empty_layer": True},
+    ],
     "rootfs": {"type": "layers", "diff_ids": ["sha256:" + "00" * 32]},
 }
 
@@ -155,15 +168,22 @@ def test_a_saved_image_round_trips_through_files(tmp_path):
     layer = _layer(list(FILES), mtimes={n: 2 * EPOCH for n in FILES})
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in (("aaa/layer.tar", layer), ("bbb/layer.tar", layer),
-                           ("cfg.json", json.dumps(CONFIG).encode()),
-                           ("manifest.json", json.dumps([{"Config": "cfg.json", "RepoTags": None,
-                                                          "Layers": ["aaa/layer.tar", "bbb/layer.tar"]}]).encode())):
+        for name, data in (
+            ("aaa/layer.tar", layer),
+            ("bbb/layer.tar", layer),
+            ("cfg.json", json.dumps(CONFIG).encode()),
+            (
+                "manifest.json",
+                json.dumps(
+                    [{"Config": "cfg.json", "RepoTags": None, "Layers": ["aaa/layer.tar", "bbb/layer.tar"]}]
+                ).encode(),
+            ),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     raw = buf.getvalue()
-    chunks = [raw[i:i + 777] for i in range(0, len(raw), 777)]
+    chunks = [raw[i : i + 777] for i in range(0, len(raw), 777)]
     normalise.extract_saved(chunks, tmp_path / "s")
     result = normalise.normalise_saved(tmp_path / "s", EPOCH)
     assert result.diff_ids[0] == result.diff_ids[1] == _normalised(layer)[1]
@@ -183,9 +203,11 @@ def _saved(tmp_path, layers: list[bytes]):
     buf = io.BytesIO()
     rels = [f"l{i}/layer.tar" for i in range(len(layers))]
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, data in (*zip(rels, layers, strict=True), ("cfg.json", json.dumps(cfg).encode()),
-                           ("manifest.json", json.dumps([{"Config": "cfg.json", "RepoTags": None,
-                                                          "Layers": rels}]).encode())):
+        for name, data in (
+            *zip(rels, layers, strict=True),
+            ("cfg.json", json.dumps(cfg).encode()),
+            ("manifest.json", json.dumps([{"Config": "cfg.json", "RepoTags": None, "Layers": rels}]).encode()),
+        ):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))

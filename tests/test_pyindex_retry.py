@@ -19,9 +19,18 @@ import pytest
 from kiln.basics.errors import EngineFetchFailed
 from kiln.infra import package_index
 
-PAGE = {"name": "six", "versions": ["1.17.0"],
-        "files": [{"filename": "six-1.17.0-py2.py3-none-any.whl", "url": "https://files.example/six.whl",
-                   "hashes": {"sha256": "ab" * 32}, "requires-python": None}]}
+PAGE = {
+    "name": "six",
+    "versions": ["1.17.0"],
+    "files": [
+        {
+            "filename": "six-1.17.0-py2.py3-none-any.whl",
+            "url": "https://files.example/six.whl",
+            "hashes": {"sha256": "ab" * 32},
+            "requires-python": None,
+        }
+    ],
+}
 
 
 @pytest.fixture(autouse=True)
@@ -68,8 +77,10 @@ def test_a_passing_server_error_is_tried_again_until_the_page_comes(blip):
 
 @pytest.mark.registry  # HTTP on 127.0.0.1
 def test_a_missing_page_fails_on_the_first_answer():
-    with _index([404]) as (index, seen), \
-            pytest.raises(EngineFetchFailed, match=r"package index: .*/simple/six/: HTTP 404$"):
+    with (
+        _index([404]) as (index, seen),
+        pytest.raises(EngineFetchFailed, match=r"package index: .*/simple/six/: HTTP 404$"),
+    ):
         package_index.project("six", cafile=None, index=index)
     assert len(seen) == 1
 

@@ -33,11 +33,11 @@ def test_rebuild_verify_passes_an_honest_image_and_names_a_changed_file(kiln_tre
     try:
         honest = _build(kiln_tree)
         labels = docker_daemon.image(honest).labels
-        commit = subprocess.run(["git", "-C", str(kiln_tree), "rev-parse", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(kiln_tree), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
         assert labels["org.opencontainers.image.revision"] == commit
-        ok = run_kiln("rebuild", honest, "--verify", "--reuse-engine", env={"KILN_ROOT": str(kiln_tree)},
-                      cwd=kiln_tree)
+        ok = run_kiln("rebuild", honest, "--verify", "--reuse-engine", env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
         assert ok.returncode == 0, ok.stderr[-3000:]
         assert "the same image" in ok.stderr
 
@@ -50,8 +50,9 @@ def test_rebuild_verify_passes_an_honest_image_and_names_a_changed_file(kiln_tre
         tampered = _build(kiln_tree)
         assert tampered != honest
         assert docker_daemon.image(tampered).labels["org.opencontainers.image.revision"] == commit
-        bad = run_kiln("rebuild", tampered, "--verify", "--reuse-engine", env={"KILN_ROOT": str(kiln_tree)},
-                       cwd=kiln_tree)
+        bad = run_kiln(
+            "rebuild", tampered, "--verify", "--reuse-engine", env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree
+        )
         assert bad.returncode == 31, bad.stderr[-3000:]
         line = next(ln for ln in bad.stderr.splitlines() if ln.startswith("kiln: error:"))
         assert "first difference: layer" in line and "opt/payload.txt" in line and "content" in line, line

@@ -22,11 +22,14 @@ def test_labels_name_the_recipe_and_the_commit():
     assert rebuild._what_to_rebuild(img, "x") == ("tiny-moe", "ab" * 20)
 
 
-@pytest.mark.parametrize("labels, why", [
-    ({"org.opencontainers.image.revision": "ab" * 20}, "ai.kiln.recipe"),
-    ({"ai.kiln.recipe": "r", "org.opencontainers.image.revision": "unknown"}, "outside a git checkout"),
-    ({"ai.kiln.recipe": "r", "org.opencontainers.image.revision": "ab" * 20 + "-dirty"}, "uncommitted"),
-])
+@pytest.mark.parametrize(
+    "labels, why",
+    [
+        ({"org.opencontainers.image.revision": "ab" * 20}, "ai.kiln.recipe"),
+        ({"ai.kiln.recipe": "r", "org.opencontainers.image.revision": "unknown"}, "outside a git checkout"),
+        ({"ai.kiln.recipe": "r", "org.opencontainers.image.revision": "ab" * 20 + "-dirty"}, "uncommitted"),
+    ],
+)
 def test_images_that_cannot_be_rebuilt_say_why(labels, why):
     with pytest.raises(RebuildSourceMissing) as exc:
         rebuild._what_to_rebuild(_img(**labels), "ref")
@@ -47,8 +50,9 @@ def test_base_lock_mismatch_is_one_line_naming_the_package(tmp_path):
     lock.write_text(base_lock.lock_document(spec, {"libc6:amd64": "2.36-9+deb12u9", "zlib1g:amd64": "1:1.2.13"}))
     base_lock.check_lock(spec, json.loads(lock.read_text())["packages"], lock)  # the same set: fine
     with pytest.raises(BaseLockMismatch) as exc:
-        base_lock.check_lock(spec, {"libc6:amd64": "2.36-9+deb12u10", "zlib1g:amd64": "1:1.2.13",
-                               "new:amd64": "1"}, lock)
+        base_lock.check_lock(
+            spec, {"libc6:amd64": "2.36-9+deb12u10", "zlib1g:amd64": "1:1.2.13", "new:amd64": "1"}, lock
+        )
     msg = exc.value.message
     assert "libc6:amd64 2.36-9+deb12u9 -> 2.36-9+deb12u10" in msg and "(and 1 more)" in msg and "\n" not in msg
     assert "--relock" in exc.value.hint

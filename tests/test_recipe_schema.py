@@ -103,7 +103,9 @@ def test_field_errors_name_file_line_and_field(tmp_path, path, value, field, mes
 def test_unknown_keys_rejected_with_their_line(tmp_path):
     text = GOOD.replace("  port: 8000\n", "  port: 8000\n  serverd_model_name: typo\n")
     found = problems(tmp_path, text)
-    assert found == [f"{found[0].split(':')[0]}:{line_of(text, 'serverd_model_name')}: launch.serverd_model_name: unknown key"]
+    assert found == [
+        f"{found[0].split(':')[0]}:{line_of(text, 'serverd_model_name')}: launch.serverd_model_name: unknown key"
+    ]
 
 
 def test_unknown_top_level_key(tmp_path):
@@ -153,7 +155,9 @@ def test_name_must_match_folder(tmp_path):
 def test_smoke_served_model_name_must_be_served(tmp_path):
     text = edit(["smoke", "served_model_name"], "nope")
     found = problems(tmp_path, text)
-    assert found == [f"{found[0].split(':')[0]}:{line_of_path(text, ['smoke', 'served_model_name'])}: smoke.served_model_name: 'nope' is not served (launch.served_model_name is 'tiny-moe')"]
+    assert found == [
+        f"{found[0].split(':')[0]}:{line_of_path(text, ['smoke', 'served_model_name'])}: smoke.served_model_name: 'nope' is not served (launch.served_model_name is 'tiny-moe')"
+    ]
 
 
 def test_missing_recipe_file(tmp_path):
@@ -189,15 +193,22 @@ def test_schema_is_json_schema_for_editors():
         jsonschema.validate({**yaml.safe_load(GOOD), "bogus": 1}, schema)
 
 
-@pytest.mark.parametrize("launch_edit, kiln_refuses", [
-    ({"env": {"X": "x\nRUN touch /pwned"}}, "launch.env.X: control character U+000A at offset 1"),
-    ({"env": {"X": "a\u2028b"}}, "launch.env.X: control character U+2028 at offset 1"),
-    ({"env": {"LD_PRELOAD": "/x.so"}, "allow_unsafe_env": {"LD_PRELOAD": " "}},
-     "launch.allow_unsafe_env.LD_PRELOAD: must say why"),
-    ({"env": {"LD_PRELOAD": "/x.so"}, "allow_unsafe_env": {"LD_PRELOAD": "why\nnot"}},
-     "launch.allow_unsafe_env.LD_PRELOAD: control character U+000A"),
-    ({"allow_unsafe_env": ["LD_PRELOAD"]}, "launch.allow_unsafe_env: must be a valid dictionary"),
-])
+@pytest.mark.parametrize(
+    "launch_edit, kiln_refuses",
+    [
+        ({"env": {"X": "x\nRUN touch /pwned"}}, "launch.env.X: control character U+000A at offset 1"),
+        ({"env": {"X": "a\u2028b"}}, "launch.env.X: control character U+2028 at offset 1"),
+        (
+            {"env": {"LD_PRELOAD": "/x.so"}, "allow_unsafe_env": {"LD_PRELOAD": " "}},
+            "launch.allow_unsafe_env.LD_PRELOAD: must say why",
+        ),
+        (
+            {"env": {"LD_PRELOAD": "/x.so"}, "allow_unsafe_env": {"LD_PRELOAD": "why\nnot"}},
+            "launch.allow_unsafe_env.LD_PRELOAD: control character U+000A",
+        ),
+        ({"allow_unsafe_env": ["LD_PRELOAD"]}, "launch.allow_unsafe_env: must be a valid dictionary"),
+    ],
+)
 def test_editor_schema_and_kiln_refuse_the_same_env(tmp_path, launch_edit, kiln_refuses):
     """`kiln schema` spells the env rules as patterns, so an editor flags what kiln refuses."""
     import jsonschema
@@ -210,10 +221,16 @@ def test_editor_schema_and_kiln_refuse_the_same_env(tmp_path, launch_edit, kiln_
     found = problems(tmp_path, yaml.safe_dump(data, sort_keys=False))
     assert len(found) == 1 and kiln_refuses in found[0], found
     # a reason, and a value with spaces and non-ASCII text, are fine in both
-    data["launch"] = {**yaml.safe_load(GOOD)["launch"], "env": {"LD_PRELOAD": "/x.so", "X": "a b ñ"},
-                      "allow_unsafe_env": {"LD_PRELOAD": "jemalloc, see docs/x.md"}}
+    data["launch"] = {
+        **yaml.safe_load(GOOD)["launch"],
+        "env": {"LD_PRELOAD": "/x.so", "X": "a b ñ"},
+        "allow_unsafe_env": {"LD_PRELOAD": "jemalloc, see docs/x.md"},
+    }
     jsonschema.validate(data, schema)
-    assert load_recipe(write_recipe(tmp_path / "ok", yaml.safe_dump(data, sort_keys=False))).recipe.launch.env["X"] == "a b ñ"
+    assert (
+        load_recipe(write_recipe(tmp_path / "ok", yaml.safe_dump(data, sort_keys=False))).recipe.launch.env["X"]
+        == "a b ñ"
+    )
 
 
 def test_every_shipped_recipe_is_valid():

@@ -18,7 +18,11 @@ def test_readme_table_is_in_sync_with_the_recipes():
 
 def test_every_recipe_has_a_row_with_its_engine_and_gpus():
     table = catalogue._table()
-    rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines() if line.startswith("| ") and "---" not in line}
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line
+        for line in table.splitlines()
+        if line.startswith("| ") and "---" not in line
+    }
     for folder in sorted(p.parent.name for p in (REPO / "recipes").glob("*/recipe.yaml")):
         assert folder in rows, folder
     assert "| vLLM 0.34.0 | cuda | linux/amd64 | 2 nodes x 8 x H100 |" in rows["deepseek-v32-mtp-2node"]

@@ -24,8 +24,10 @@ from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe
 AMD64 = "linux/amd64"
 NAME = "tiny-kindling"
 # the wheel the old Dockerfile fetched by URL, with the sha256 it pinned there
-TRITON = ("triton-3.9.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl",
-          "1622118a038b0c6e16fa4a0305da62c8b3c15904ee1cc4d4e65846a25969e41e")
+TRITON = (
+    "triton-3.9.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl",
+    "1622118a038b0c6e16fa4a0305da62c8b3c15904ee1cc4d4e65846a25969e41e",
+)
 
 
 def _engine_lock():
@@ -125,34 +127,51 @@ def test_a_package_named_since_the_lock_was_made_is_named(twin):
     _edit_recipe(twin, ["triton==3.8.0"])
     loaded = load_recipe(twin)
     (problem,) = recipe_lock.problems(loaded)
-    assert "resolved_from: build.python_packages changed since the lock was made: now names triton==3.8.0; " \
-           "no longer names triton==3.9.0" in problem
+    assert (
+        "resolved_from: build.python_packages changed since the lock was made: now names triton==3.8.0; "
+        "no longer names triton==3.9.0" in problem
+    )
     with pytest.raises(LockInvalid) as err:
         _context(loaded)
     assert err.value.exit_code == 27 and err.value.message == problem.removesuffix(
-        " (kiln engine lock tiny-kindling --recipe-only)")
+        " (kiln engine lock tiny-kindling --recipe-only)"
+    )
 
 
 def test_a_lock_left_behind_by_a_recipe_that_names_no_packages_is_named(twin):
     _edit_recipe(twin, None)
     loaded = load_recipe(twin)
-    assert recipe_lock.problems(loaded) == [f"{L.shown(twin / recipe_lock._FILE)}: the recipe names no "
-                                           "build.python_packages; remove the lock or name them"]
+    assert recipe_lock.problems(loaded) == [
+        f"{L.shown(twin / recipe_lock._FILE)}: the recipe names no build.python_packages; remove the lock or name them"
+    ]
     assert recipe_lock.for_recipe(loaded) is None
 
 
-@pytest.mark.parametrize("change,expected", [
-    (lambda d: d["engine"].update(version="0.31.0"),
-     "engine: resolved against vllm 0.31.0's lock, the recipe pins vllm 0.32.0"),
-    (lambda d: d.update(image="tiny-moe"), "image: locks 'tiny-moe''s packages, not 'tiny-kindling''s"),
-    (lambda d: d["python_packages"][0].update(version="3.8.0") or d["python_packages"][0]["wheels"][AMD64].update(
-        file="triton-3.8.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"),
-     "python_packages: triton 3.8.0 (linux/amd64) violates triton==3.9.0"),
-    (lambda d: d.update(python_packages=[]), "python_packages: triton is not locked for linux/amd64"),
-    (lambda d: d.update(tools={}), "tools: no uv wheel for linux/amd64"),
-    (lambda d: d.update(platforms=["linux/arm64"], python_packages=[], tools={}),
-     "platforms: no linux/amd64 entries"),
-])
+@pytest.mark.parametrize(
+    "change,expected",
+    [
+        (
+            lambda d: d["engine"].update(version="0.31.0"),
+            "engine: resolved against vllm 0.31.0's lock, the recipe pins vllm 0.32.0",
+        ),
+        (lambda d: d.update(image="tiny-moe"), "image: locks 'tiny-moe''s packages, not 'tiny-kindling''s"),
+        (
+            lambda d: (
+                d["python_packages"][0].update(version="3.8.0")
+                or d["python_packages"][0]["wheels"][AMD64].update(
+                    file="triton-3.8.0-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+                )
+            ),
+            "python_packages: triton 3.8.0 (linux/amd64) violates triton==3.9.0",
+        ),
+        (lambda d: d.update(python_packages=[]), "python_packages: triton is not locked for linux/amd64"),
+        (lambda d: d.update(tools={}), "tools: no uv wheel for linux/amd64"),
+        (
+            lambda d: d.update(platforms=["linux/arm64"], python_packages=[], tools={}),
+            "platforms: no linux/amd64 entries",
+        ),
+    ],
+)
 def test_a_stale_or_hand_edited_lock_is_one_line_naming_file_and_field(twin, change, expected):
     _edit_lock(twin, change)
     problems = recipe_lock.problems(load_recipe(twin))
@@ -164,11 +183,18 @@ def test_a_package_the_engine_lock_installs_already_is_refused(twin):
     numpy = _engine_lock().package("numpy")
     assert numpy is not None
     _edit_recipe(twin, ["triton==3.9.0", "numpy"])
-    _edit_lock(twin, lambda d: (d["resolved_from"].update(requirements=["numpy", "triton==3.9.0"]),
-                                d["python_packages"].insert(0, numpy.to_json())))
+    _edit_lock(
+        twin,
+        lambda d: (
+            d["resolved_from"].update(requirements=["numpy", "triton==3.9.0"]),
+            d["python_packages"].insert(0, numpy.to_json()),
+        ),
+    )
     problems = recipe_lock.problems(load_recipe(twin))
-    assert problems == [f"{L.shown(twin / recipe_lock._FILE)}: python_packages: numpy {numpy.version}: the engine "
-                        f"lock installs numpy {numpy.version} already (kiln engine lock tiny-kindling --recipe-only)"]
+    assert problems == [
+        f"{L.shown(twin / recipe_lock._FILE)}: python_packages: numpy {numpy.version}: the engine "
+        f"lock installs numpy {numpy.version} already (kiln engine lock tiny-kindling --recipe-only)"
+    ]
 
 
 def test_an_unreadable_lock_is_the_reader_s_one_line(twin):
@@ -193,16 +219,20 @@ def test_a_tampered_cached_wheel_is_refused_naming_the_package_and_the_recipe_lo
         RecipeImage(loaded, EngineImage(loaded.recipe.engine, None)).add_wheels()
     got = hashlib.sha256(b"PK\x03\x04 not the locked file").hexdigest()
     assert err.value.exit_code == 26 and "\n" not in err.value.message
-    assert err.value.message.startswith(f"triton 3.9.0: {TRITON[0]} has sha256 {got}, "
-                                        f"recipes/{NAME}/recipe.lock.json locks {TRITON[1]}")
+    assert err.value.message.startswith(
+        f"triton 3.9.0: {TRITON[0]} has sha256 {got}, recipes/{NAME}/recipe.lock.json locks {TRITON[1]}"
+    )
 
 
 # -- the recipe field ------------------------------------------------------------------------
-@pytest.mark.parametrize("packages,message", [
-    (["triton @ https://example.org/triton.whl"], "names a URL"),
-    (["triton==="], "is not a requirement"),
-    (["triton==3.9.0", "Triton>=3"], "triton is named twice"),
-])
+@pytest.mark.parametrize(
+    "packages,message",
+    [
+        (["triton @ https://example.org/triton.whl"], "names a URL"),
+        (["triton==="], "is not a requirement"),
+        (["triton==3.9.0", "Triton>=3"], "triton is named twice"),
+    ],
+)
 def test_bad_python_packages_are_recipe_lines(twin, packages, message):
     _edit_recipe(twin, packages)
     with pytest.raises(RecipeInvalid) as err:
@@ -220,8 +250,13 @@ def test_re_locking_tiny_kindling_from_the_index_gives_the_committed_lock():
     from kiln.domain.locks import lock_resolver
 
     loaded = load_recipe(REPO / "recipes" / NAME)
-    lock = lock_resolver.make_recipe_lock(NAME, list(loaded.recipe.build.python_packages), _engine_lock(),
-                                   list(loaded.recipe.engine.platforms), cafile=resolve_ca(None).path)
+    lock = lock_resolver.make_recipe_lock(
+        NAME,
+        list(loaded.recipe.build.python_packages),
+        _engine_lock(),
+        list(loaded.recipe.engine.platforms),
+        cafile=resolve_ca(None).path,
+    )
     assert lock.dumps() == recipe_lock.lock_path(loaded.dir).read_text()
 
 
@@ -271,12 +306,20 @@ def test_the_provenance_lists_the_recipe_lock_and_its_wheels():
     committed = recipe_lock.committed(loaded)
     assert committed is not None
     lock_entry, triton = deps[0], deps[1]
-    assert lock_entry == {"name": f"recipes/{NAME}/{recipe_lock._FILE}", "digest": {"sha256": committed.sha256},
-                          "annotations": {"kiln_role": "recipe-lock"}}
-    assert (triton["name"], triton["uri"], triton["digest"]) == (TRITON[0], "pkg:pypi/triton@3.9.0", {"sha256": TRITON[1]})
+    assert lock_entry == {
+        "name": f"recipes/{NAME}/{recipe_lock._FILE}",
+        "digest": {"sha256": committed.sha256},
+        "annotations": {"kiln_role": "recipe-lock"},
+    }
+    assert (triton["name"], triton["uri"], triton["digest"]) == (
+        TRITON[0],
+        "pkg:pypi/triton@3.9.0",
+        {"sha256": TRITON[1]},
+    )
     assert triton["annotations"] == {"kiln_role": "locked-python", "kiln_lock": f"recipes/{NAME}/{recipe_lock._FILE}"}
     # tiny-moe's provenance has no such entry
     moe = load_recipe(REPO / "recipes" / "tiny-moe")
-    plain = provenance._lock_dependencies(None, RecipeImage(moe, EngineImage(moe.recipe.engine, None)), AMD64,
-                                          moe.recipe.engine.base_image.ref)
+    plain = provenance._lock_dependencies(
+        None, RecipeImage(moe, EngineImage(moe.recipe.engine, None)), AMD64, moe.recipe.engine.base_image.ref
+    )
     assert not [d for d in plain if d["annotations"]["kiln_role"] == "recipe-lock"]

@@ -30,8 +30,9 @@ def test_two_builds_of_the_same_inputs_give_the_same_image_id(kiln_tree, base_im
     recipe = kiln_tree / "recipes" / NAME
     dockerfile = recipe / "Dockerfile"
     # files made at build time, with the build's clock in their mtimes and in history
-    dockerfile.write_text(dockerfile.read_text()
-                          + "RUN mkdir -p /opt/gen && date +%s%N > /dev/null && echo made > /opt/gen/file\n")
+    dockerfile.write_text(
+        dockerfile.read_text() + "RUN mkdir -p /opt/gen && date +%s%N > /dev/null && echo made > /opt/gen/file\n"
+    )
     remove_images(docker_daemon, f"kiln/{NAME}")
     try:
         first = _build(kiln_tree)

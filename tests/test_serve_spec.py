@@ -82,8 +82,19 @@ def test_run_usage_shows_vllm_args_and_env():
 
 
 def test_run_print_shows_env_option_and_hardening():
-    result = run_kiln("run", "tiny-moe", "--print", "--port", "8124", "-e", "KILN_FEATURES=", "--detach",
-                      "--", "--max-model-len", "256")
+    result = run_kiln(
+        "run",
+        "tiny-moe",
+        "--print",
+        "--port",
+        "8124",
+        "-e",
+        "KILN_FEATURES=",
+        "--detach",
+        "--",
+        "--max-model-len",
+        "256",
+    )
     assert result.returncode == 0, result.stderr
     cmd = shlex.split(result.stdout.strip().splitlines()[-1])
     assert cmd[:4] == ["docker", "run", "--rm", "-d"]

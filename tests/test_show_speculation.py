@@ -16,12 +16,16 @@ def test_fixed_k_without_draft_trunc():
 
 
 def test_schedule_and_draft_trunc_with_depth():
-    spec = {"method": "draft_model", "num_speculative_tokens": 4,
-            "num_speculative_tokens_per_batch_size": [[1, 1, 4], [2, 4, 3], [5, 1024, 2]]}
+    spec = {
+        "method": "draft_model",
+        "num_speculative_tokens": 4,
+        "num_speculative_tokens_per_batch_size": [[1, 1, 4], [2, 4, 3], [5, 1024, 2]],
+    }
     env = {**DT, "KILN_DRAFT_TRUNC_DRAFT_COST": "1:0.1", "KILN_DRAFT_TRUNC_DEPTH": "1"}
     assert _speculation(spec, env) == (
         "draft_model, drafts by batch size 1: 4, 2-4: 3, 5-1024: 2 (at most 4); "
-        "draft-trunc: cost-aware, drafting priced, decides how far to draft")
+        "draft-trunc: cost-aware, drafting priced, decides how far to draft"
+    )
 
 
 def test_draft_trunc_switched_off_or_fixed_tau():
@@ -35,15 +39,18 @@ def test_adaptive_verification_and_its_calibration():
     spec = {"method": "draft_model", "num_speculative_tokens": 4, "enable_adaptive_verification": True}
     env = {**DT, "KILN_DRAFT_TRUNC_WITH_AV": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1"}
     assert _speculation(spec, env) == (
-        "draft_model, 4 drafts; vLLM adaptive verification; "
-        "draft-trunc: cost-aware, calibrates adaptive verification")
+        "draft_model, 4 drafts; vLLM adaptive verification; draft-trunc: cost-aware, calibrates adaptive verification"
+    )
 
 
 def test_a_flag_the_knob_refuses_counts_as_off_here():
     """`kiln show` reads flags with the engine knob's own parser; a value it refuses is
     the engine check's to name, not a switch turned on."""
     spec = {"method": "draft_model", "num_speculative_tokens": 4}
-    assert _speculation(spec, {**DT, "KILN_DRAFT_TRUNC_DEPTH": "maybe"}) == "draft_model, 4 drafts; draft-trunc: cost-aware"
+    assert (
+        _speculation(spec, {**DT, "KILN_DRAFT_TRUNC_DEPTH": "maybe"})
+        == "draft_model, 4 drafts; draft-trunc: cost-aware"
+    )
     assert _speculation(spec, {**DT, "KILN_DRAFT_TRUNC_DEPTH": " On "}).endswith("decides how far to draft")
 
 
@@ -51,8 +58,10 @@ def test_served_names_each_run_newest_first_or_says_nothing_did():
     from kiln.commands.recipes.show import served
 
     assert served([]) == "nothing here has served this speculation configuration"
-    runs = [{"by": "a GPU run", "date": "2026-11-01", "device": "H200", "result": "ok", "record": "x.json"},
-            {"by": "the GPU twin", "date": "2026-12-07", "device": "H100", "result": "lossless", "record": "y.json"}]
+    runs = [
+        {"by": "a GPU run", "date": "2026-11-01", "device": "H200", "result": "ok", "record": "x.json"},
+        {"by": "the GPU twin", "date": "2026-12-07", "device": "H100", "result": "lossless", "record": "y.json"},
+    ]
     assert served(runs) == "the GPU twin, 2026-12-07, H100: lossless (y.json); a GPU run, 2026-11-01, H200: ok (x.json)"
 
 

@@ -16,7 +16,9 @@ def test_no_committed_url_no_label(tmp_path, monkeypatch):
 
 def test_committed_url_is_the_label(tmp_path, monkeypatch):
     monkeypatch.setattr(definitions, "repo_root", lambda: tmp_path)
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[project.urls]\nSource = "https://example.org/kiln.git"\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n[project.urls]\nSource = "https://example.org/kiln.git"\n'
+    )
     labels = definitions._oci_labels("kiln/x", "1", definitions.sourcedate.SourceDate(0, "unknown"))
     assert labels["org.opencontainers.image.source"] == "https://example.org/kiln.git"
 

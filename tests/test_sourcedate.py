@@ -11,12 +11,18 @@ from kiln.domain.reproducible import source_date
 
 
 def _git(root, *args, when: int | None = None):
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@e"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+    }
     if when is not None:
         env["GIT_COMMITTER_DATE"] = env["GIT_AUTHOR_DATE"] = f"@{when} +0000"
-    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True,
-                          env=env).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(root), *args], check=True, capture_output=True, text=True, env=env
+    ).stdout.strip()
 
 
 def test_newest_commit_touching_the_inputs_not_head(tmp_path):
@@ -68,8 +74,14 @@ def test_a_recipe_image_dates_from_its_dockerfile_too():
 
 def test_an_exclude_never_hides_another_input(tmp_path):
     recipe = tmp_path / "recipes" / "r"
-    specs = source_date._pathspecs({recipe: ("Dockerfile", "experimental", "README.md"),
-                                  recipe / "Dockerfile": (), recipe / "experimental" / "f": ()}, tmp_path)
+    specs = source_date._pathspecs(
+        {
+            recipe: ("Dockerfile", "experimental", "README.md"),
+            recipe / "Dockerfile": (),
+            recipe / "experimental" / "f": (),
+        },
+        tmp_path,
+    )
     assert ":(top,exclude)recipes/r/README.md" in specs
     assert not any("exclude)recipes/r/Dockerfile" in s or "exclude)recipes/r/experimental" in s for s in specs)
     assert ":(top,literal)recipes/r/Dockerfile" in specs

@@ -56,8 +56,9 @@ def test_a_shared_file_that_is_missing_is_named_with_its_line(tmp_path):
     folder = _copy(tmp_path)
     (folder.parent / "_shared" / "make_models.py").unlink()
     (problem,) = _problems(folder)
-    line = next(i for i, ln in enumerate((folder / "recipe.yaml").read_text().splitlines(), 1)
-                if ln.startswith("  shared:"))
+    line = next(
+        i for i, ln in enumerate((folder / "recipe.yaml").read_text().splitlines(), 1) if ln.startswith("  shared:")
+    )
     shown = display_path(folder / "recipe.yaml"), display_path(folder.parent / "_shared" / "make_models.py")
     assert problem == f"{shown[0]}:{line}: build.shared[0]: no file {shown[1]}"
 
@@ -69,11 +70,14 @@ def test_a_shared_file_next_to_its_own_copy_is_refused(tmp_path):
     assert "build.shared[0]" in problem and "make_models.py exists too" in problem
 
 
-@pytest.mark.parametrize("entry,message", [
-    ("[make_models.py, make_models.py]", "'make_models.py' is named twice"),
-    ("[../tiny-kindling/Dockerfile]", "build.shared[0]: must match"),
-    ("[.hidden]", "build.shared[0]: must match"),
-])
+@pytest.mark.parametrize(
+    "entry,message",
+    [
+        ("[make_models.py, make_models.py]", "'make_models.py' is named twice"),
+        ("[../tiny-kindling/Dockerfile]", "build.shared[0]: must match"),
+        ("[.hidden]", "build.shared[0]: must match"),
+    ],
+)
 def test_bad_shared_entries(tmp_path, entry, message):
     folder = _copy(tmp_path)
     text = (folder / "recipe.yaml").read_text().replace("shared: [make_models.py]", f"shared: {entry}")

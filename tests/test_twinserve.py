@@ -30,13 +30,13 @@ def test_per_position_counters_are_summed_and_ordered():
 
 
 def test_the_difference_of_two_snapshots_is_what_happened_between():
-    later = parse_spec_decode(METRICS.replace("200.0", "260.0").replace(' 30.0', ' 50.0'))
+    later = parse_spec_decode(METRICS.replace("200.0", "260.0").replace(" 30.0", " 50.0"))
     delta = later - parse_spec_decode(METRICS)
     assert delta.accepted == 60 and delta.accepted_per_pos == [0, 0, 0, 20] and delta.drafts == 0
 
 
 def test_no_speculation_no_stats():
-    assert parse_spec_decode("vllm:num_requests_running{engine=\"0\"} 0.0\n") is None
+    assert parse_spec_decode('vllm:num_requests_running{engine="0"} 0.0\n') is None
 
 
 class _GoneBox:

@@ -44,10 +44,12 @@ def test_greedy_divergence_is_reported_with_its_top2_margin():
     top_tie = [[(5, -0.70000), (6, -0.70004)]]
     top_clear = [[(5, -0.1), (6, -3.0)]]
     same = Completion(0, [1, 2, 3], [[(1, -0.1), (9, -2.0)]] * 3)
-    on = [same, Completion(1, [4, 5, 7], [[(4, -0.1), (8, -2.0)]] * 2 + top_tie),
-          Completion(2, [4, 6], [])]
-    off = [same, Completion(1, [4, 5, 6], [[(4, -0.1), (8, -2.0)]] * 2 + top_tie),
-           Completion(2, [4, 5], [[(4, -0.1), (8, -2.0)]] + top_clear)]
+    on = [same, Completion(1, [4, 5, 7], [[(4, -0.1), (8, -2.0)]] * 2 + top_tie), Completion(2, [4, 6], [])]
+    off = [
+        same,
+        Completion(1, [4, 5, 6], [[(4, -0.1), (8, -2.0)]] * 2 + top_tie),
+        Completion(2, [4, 5], [[(4, -0.1), (8, -2.0)]] + top_clear),
+    ]
     found = greedy_divergences(on, off)
     assert [(d.prompt, d.position) for d in found] == [(1, 2), (2, 1)]
     assert found[0].margin < 1e-4 and abs(found[1].margin - 2.9) < 1e-9

@@ -145,12 +145,34 @@ def _run_under_unit_tier(tmp_path: Path, source: str, *args: str) -> subprocess.
     tests = tmp_path / "inner"
     tests.mkdir()
     (tests / "test_cases.py").write_text(source)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "engine"),
-                                                        os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO / "engine"), os.environ.get("PYTHONPATH", "")]),
+    }
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-c", str(REPO / "pyproject.toml"),
-         "--rootdir", str(tests), "-p", "unitguard", "--unit", *args, str(tests)],
-        cwd=tests, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            str(REPO / "pyproject.toml"),
+            "--rootdir",
+            str(tests),
+            "-p",
+            "unitguard",
+            "--unit",
+            *args,
+            str(tests),
+        ],
+        cwd=tests,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _outcomes(junit: Path) -> dict[str, tuple[str, str]]:
@@ -170,21 +192,29 @@ def _outcomes(junit: Path) -> dict[str, tuple[str, str]]:
 def outcomes(tmp_path_factory) -> dict[str, tuple[str, str]]:
     tmp = tmp_path_factory.mktemp("unitguard")
     junit = tmp / "junit.xml"
-    proc = _run_under_unit_tier(tmp, CASES.format(conftest=str(REPO / "tests" / "conftest.py")),
-                                f"--junitxml={junit}")
+    proc = _run_under_unit_tier(tmp, CASES.format(conftest=str(REPO / "tests" / "conftest.py")), f"--junitxml={junit}")
     assert junit.is_file(), proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "1 deselected" in proc.stdout, proc.stdout[-3000:]
     return _outcomes(junit)
 
 
 EXPECTED_KIND = {
-    "docker_sdk": "Docker daemon connection", "kiln_daemon": "Docker daemon connection",
-    "docker_socket": "Docker daemon connection", "tcp_loopback": "TCP connection",
-    "http_to_a_local_server": "TCP connection", "udp_sendto": "UDP connection",
-    "udp_connect": "UDP connection", "dns_lookup": "DNS lookup", "program": "program",
-    "program_in_a_shell_string": "program", "program_in_sh_c": "program", "os_system": "program",
-    "os_exec": "program", "in_a_python_child_with_an_empty_env": "TCP connection",
-    "in_a_python_grandchild": "program", "kiln_cli_reaching_for_the_daemon": "Docker daemon connection",
+    "docker_sdk": "Docker daemon connection",
+    "kiln_daemon": "Docker daemon connection",
+    "docker_socket": "Docker daemon connection",
+    "tcp_loopback": "TCP connection",
+    "http_to_a_local_server": "TCP connection",
+    "udp_sendto": "UDP connection",
+    "udp_connect": "UDP connection",
+    "dns_lookup": "DNS lookup",
+    "program": "program",
+    "program_in_a_shell_string": "program",
+    "program_in_sh_c": "program",
+    "os_system": "program",
+    "os_exec": "program",
+    "in_a_python_child_with_an_empty_env": "TCP connection",
+    "in_a_python_grandchild": "program",
+    "kiln_cli_reaching_for_the_daemon": "Docker daemon connection",
 }
 
 

@@ -27,30 +27,40 @@ class _Item:
 
 
 def test_daemon_tests_share_one_group_and_a_module_never_splits_or_loses_its_own():
-    items = [_Item("tests/test_build_docker.py", pytest.mark.docker),
-             _Item("tests/publish/test_publish.py", pytest.mark.docker, pytest.mark.registry),
-             _Item("tests/publish/test_registry_faults.py", pytest.mark.registry),
-             _Item("tests/test_docs.py", pytest.mark.network),
-             _Item("tests/test_docs.py", pytest.mark.network),
-             _Item("tests/cuda/test_argcheck_docker.py", pytest.mark.docker, pytest.mark.xdist_group("argcheck"))]
+    items = [
+        _Item("tests/test_build_docker.py", pytest.mark.docker),
+        _Item("tests/publish/test_publish.py", pytest.mark.docker, pytest.mark.registry),
+        _Item("tests/publish/test_registry_faults.py", pytest.mark.registry),
+        _Item("tests/test_docs.py", pytest.mark.network),
+        _Item("tests/test_docs.py", pytest.mark.network),
+        _Item("tests/cuda/test_argcheck_docker.py", pytest.mark.docker, pytest.mark.xdist_group("argcheck")),
+    ]
     assign_xdist_groups(Path("/repo"), items)
     assert [i.group for i in items] == [DAEMON_GROUP] * 3 + ["tests/test_docs.py"] * 2 + ["argcheck"]
 
 
 def test_groups_start_daemon_first_then_tiny_kindling_then_the_hub_cache_then_the_rest_each_in_its_own_order():
-    items = [_Item("tests/cuda/test_build_cuda_e2e.py", pytest.mark.docker),
-             _Item("tests/draft_trunc/test_any_router.py", pytest.mark.kernels),
-             _Item("tests/draft_trunc/test_dead_rows.py", pytest.mark.kernels),
-             _Item("tests/e2e/test_hf_cache.py", pytest.mark.docker, pytest.mark.xdist_group("tiny-moe-hf")),
-             _Item("tests/e2e/test_plan_cpu.py", pytest.mark.docker),
-             _Item("tests/e2e/test_tiny_kindling.py", pytest.mark.docker, pytest.mark.xdist_group("tiny-kindling")),
-             _Item("tests/e2e/test_twin_metrics.py", pytest.mark.docker, pytest.mark.xdist_group("tiny-kindling")),
-             _Item("tests/test_docs.py", pytest.mark.docker)]
+    items = [
+        _Item("tests/cuda/test_build_cuda_e2e.py", pytest.mark.docker),
+        _Item("tests/draft_trunc/test_any_router.py", pytest.mark.kernels),
+        _Item("tests/draft_trunc/test_dead_rows.py", pytest.mark.kernels),
+        _Item("tests/e2e/test_hf_cache.py", pytest.mark.docker, pytest.mark.xdist_group("tiny-moe-hf")),
+        _Item("tests/e2e/test_plan_cpu.py", pytest.mark.docker),
+        _Item("tests/e2e/test_tiny_kindling.py", pytest.mark.docker, pytest.mark.xdist_group("tiny-kindling")),
+        _Item("tests/e2e/test_twin_metrics.py", pytest.mark.docker, pytest.mark.xdist_group("tiny-kindling")),
+        _Item("tests/test_docs.py", pytest.mark.docker),
+    ]
     assign_xdist_groups(Path("/repo"), items)
     assert [str(i.path.relative_to("/repo")) for i in items] == [
-        "tests/cuda/test_build_cuda_e2e.py", "tests/e2e/test_plan_cpu.py", "tests/test_docs.py",
-        "tests/e2e/test_tiny_kindling.py", "tests/e2e/test_twin_metrics.py", "tests/e2e/test_hf_cache.py",
-        "tests/draft_trunc/test_any_router.py", "tests/draft_trunc/test_dead_rows.py"]
+        "tests/cuda/test_build_cuda_e2e.py",
+        "tests/e2e/test_plan_cpu.py",
+        "tests/test_docs.py",
+        "tests/e2e/test_tiny_kindling.py",
+        "tests/e2e/test_twin_metrics.py",
+        "tests/e2e/test_hf_cache.py",
+        "tests/draft_trunc/test_any_router.py",
+        "tests/draft_trunc/test_dead_rows.py",
+    ]
     assert [i.group for i in items][:3] == [DAEMON_GROUP] * 3
 
 
@@ -69,19 +79,23 @@ def test_every_tiered_test_has_a_session_that_selects_it():
     `kernels` tests, integration ignores tests/draft_trunc."""
     from unitguard import _has_a_session
 
-    runs = {"tests/draft_trunc/test_exactness.py::t": ("network", "kernels"),
-            "tests/draft_trunc/test_policy.py::t": ("kernels",),
-            "tests/draft_trunc/test_cost.py::t": (),
-            "tests/test_docs.py::t": ("network",),
-            "tests/e2e/test_tiny_moe.py::t": ("e2e", "docker")}
-    strays = {"tests/draft_trunc/test_new.py::t": ("network",),  # kernels would not select it
-              "tests/draft_trunc/test_daemon.py::t": ("docker",),
-              "tests/test_build_docker.py::t": ("kernels",)}
+    runs = {
+        "tests/draft_trunc/test_exactness.py::t": ("network", "kernels"),
+        "tests/draft_trunc/test_policy.py::t": ("kernels",),
+        "tests/draft_trunc/test_cost.py::t": (),
+        "tests/test_docs.py::t": ("network",),
+        "tests/e2e/test_tiny_moe.py::t": ("e2e", "docker"),
+    }
+    strays = {
+        "tests/draft_trunc/test_new.py::t": ("network",),  # kernels would not select it
+        "tests/draft_trunc/test_daemon.py::t": ("docker",),
+        "tests/test_build_docker.py::t": ("kernels",),
+    }
     assert all(_has_a_session(_Marked(n, *m)) for n, m in runs.items())
     assert not any(_has_a_session(_Marked(n, *m)) for n, m in strays.items())
 
 
-_PROBE_CONFTEST = '''
+_PROBE_CONFTEST = """
 import pytest
 from kilntest import assign_xdist_groups
 
@@ -89,9 +103,9 @@ from kilntest import assign_xdist_groups
 @pytest.hookimpl(tryfirst=True)  # as tests/conftest.py registers it
 def pytest_collection_modifyitems(config, items):
     assign_xdist_groups(config.rootpath, items)
-'''
+"""
 
-_PROBE_TESTS = '''
+_PROBE_TESTS = """
 import os
 from pathlib import Path
 
@@ -103,7 +117,7 @@ pytestmark = pytest.mark.docker
 @pytest.mark.parametrize("n", range(8))
 def test_where(n):
     Path(os.environ["PROBE_OUT"], f"{n}.worker").write_text(os.environ["PYTEST_XDIST_WORKER"])
-'''
+"""
 
 
 def test_the_installed_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path):
@@ -120,12 +134,35 @@ def test_the_installed_pytest_and_xdist_keep_a_group_on_one_worker(tmp_path):
     out.mkdir()
     (probe / "conftest.py").write_text(_PROBE_CONFTEST)
     (probe / "test_probe.py").write_text(_PROBE_TESTS)
-    env = {**os.environ, "PROBE_OUT": str(out),
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PROBE_OUT": str(out),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+    }
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
-         "-W", "ignore::pytest.PytestUnknownMarkWarning", "--rootdir", str(probe), str(probe)],
-        cwd=probe, env=env, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-W",
+            "ignore::pytest.PytestUnknownMarkWarning",
+            "--rootdir",
+            str(probe),
+            str(probe),
+        ],
+        cwd=probe,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     workers = {p.read_text() for p in out.glob("*.worker")}
     assert len(list(out.glob("*.worker"))) == 8

@@ -41,8 +41,11 @@ _SEEN = pytest.StashKey[int]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--unit", action="store_true", default=False,
-        help="the unit tier: deselect tests marked " + "/".join(TIER_MARKERS)
+        "--unit",
+        action="store_true",
+        default=False,
+        help="the unit tier: deselect tests marked "
+        + "/".join(TIER_MARKERS)
         + ", and fail any test that reaches Docker, the network or a registry (tests/unitguard.py)",
     )
 
@@ -77,8 +80,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     found = guard.read_log(str(config.stash[_LOGS] / "collection.jsonl"))
     if found:
-        raise pytest.UsageError("unit tier: importing the tests touched what the unit tier may not:\n"
-                                + "\n".join(_describe(v) for v in found))
+        raise pytest.UsageError(
+            "unit tier: importing the tests touched what the unit tier may not:\n"
+            + "\n".join(_describe(v) for v in found)
+        )
     strays = [item.nodeid for item in items if not _has_a_session(item)]
     if strays:
         raise pytest.UsageError("unit tier: no nox session runs these tests (noxfile.py): " + ", ".join(strays[:10]))
@@ -121,7 +126,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]):  #
         return
     report: pytest.TestReport = outcome.get_result()
     found = guard.read_log(str(item.config.stash[_LOGS] / f"test-{id(item)}.jsonl"))
-    new = found[item.stash.get(_SEEN, 0):]
+    new = found[item.stash.get(_SEEN, 0) :]
     item.stash[_SEEN] = len(found)
     if not new:
         return
@@ -133,7 +138,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]):  #
 
 
 def _describe(violation: dict[str, Any]) -> str:
-    where = "this process" if violation.get("pid") == os.getpid() else f"child pid {violation.get('pid')} {violation.get('argv')}"
+    where = (
+        "this process"
+        if violation.get("pid") == os.getpid()
+        else f"child pid {violation.get('pid')} {violation.get('argv')}"
+    )
     hint = HINTS.get(violation.get("kind", ""), "?")
     return f"  - {violation.get('kind')}: {violation.get('detail')}  [{where}; marker: {hint}]"
 

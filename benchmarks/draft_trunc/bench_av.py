@@ -52,8 +52,7 @@ def verify_step_us() -> dict[int, float]:
     measured = json.loads((HERE / "results-2026-12-05-h200-draft-cost.json").read_text())
     fit = json.loads((HERE / "results-draft-fit.json").read_text())
     points = fit["drafters"]["kindling-0.6b-eager-tp8"]["points"]
-    eager = {row["requests"]: row["decode_eager_us"] for row in measured["draft"]
-             if row["model"] == "kindling-0.6b"}
+    eager = {row["requests"]: row["decode_eager_us"] for row in measured["draft"] if row["model"] == "kindling-0.6b"}
     return {r: eager[r] / points[str(r)][0] for r in SIZES if r in eager and str(r) in points}
 
 
@@ -87,9 +86,14 @@ def host_us(fn: Callable[[], object], calls: int = 2000) -> float:
 def engine_hook(hits: torch.Tensor, counts: torch.Tensor, timing: bool) -> Callable[..., torch.Tensor]:
     """``av_confidences`` with the engine's state as a served kiln-av leaves it: on, its
     statistics flushing every 1000 steps, never stepping aside, this calibration."""
-    env = {"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_WITH_AV": "1",
-           "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1", "KILN_DRAFT_TRUNC_AV_MIN_BATCH": "0",
-           "KILN_DRAFT_TRUNC_LOG_INTERVAL": "1000", "KILN_DRAFT_TRUNC_AV_TIMING": str(int(timing))}
+    env = {
+        "KILN_DRAFT_TRUNC": "1",
+        "KILN_DRAFT_TRUNC_WITH_AV": "1",
+        "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1",
+        "KILN_DRAFT_TRUNC_AV_MIN_BATCH": "0",
+        "KILN_DRAFT_TRUNC_LOG_INTERVAL": "1000",
+        "KILN_DRAFT_TRUNC_AV_TIMING": str(int(timing)),
+    }
     draft_trunc.reload(env)
     draft_trunc.prepare(ROWS, "cuda", max_num_tokens=ROWS * (1 + K), num_spec=K)
     cal = draft_trunc.snapshot().calibration
@@ -98,8 +102,14 @@ def engine_hook(hits: torch.Tensor, counts: torch.Tensor, timing: bool) -> Calla
     return draft_trunc.av_confidences
 
 
-def measure(r: int, conf: torch.Tensor, hits: torch.Tensor, counts: torch.Tensor,
-            compiled: Callable[..., torch.Tensor], step: dict[int, float]) -> dict[str, float | int | None]:
+def measure(
+    r: int,
+    conf: torch.Tensor,
+    hits: torch.Tensor,
+    counts: torch.Tensor,
+    compiled: Callable[..., torch.Tensor],
+    step: dict[int, float],
+) -> dict[str, float | int | None]:
     """Every variant at R = r requests, and the fused kernel's output against the eager one."""
     out = torch.empty_like(conf)
     fns: dict[str, Callable[[], torch.Tensor]] = {
@@ -128,17 +138,22 @@ def measure(r: int, conf: torch.Tensor, hits: torch.Tensor, counts: torch.Tensor
 def report(rows: list[dict]) -> None:
     for row in rows:
         cost = {v: max(row[f"{v}_gpu_us"], row[f"{v}_host_us"]) for v in VARIANTS}
-        print(f"R={row['requests']:<4} " + " ".join(f"{v} {cost[v]:6.1f}" for v in VARIANTS)
-              + f" us | eager/fused {cost['eager'] / cost['fused']:5.1f}x compiled/fused "
-              f"{cost['compiled'] / cost['fused']:4.1f}x hook/fused {cost['hook'] / cost['fused']:4.2f}x "
-              f"timed/hook {cost['hook_timed'] / cost['hook']:4.2f}x | hook/step "
-              + " ".join(f"{v} {row[f'{v}_share_of_step']:.4f}" for v in VARIANTS)
-              + f" | fused vs eager: {row['fused_unequal']} unequal, max diff {row['fused_max_abs_diff']:.2e}",
-              flush=True)
+        print(
+            f"R={row['requests']:<4} "
+            + " ".join(f"{v} {cost[v]:6.1f}" for v in VARIANTS)
+            + f" us | eager/fused {cost['eager'] / cost['fused']:5.1f}x compiled/fused "
+            f"{cost['compiled'] / cost['fused']:4.1f}x hook/fused {cost['hook'] / cost['fused']:4.2f}x "
+            f"timed/hook {cost['hook_timed'] / cost['hook']:4.2f}x | hook/step "
+            + " ".join(f"{v} {row[f'{v}_share_of_step']:.4f}" for v in VARIANTS)
+            + f" | fused vs eager: {row['fused_unequal']} unequal, max diff {row['fused_max_abs_diff']:.2e}",
+            flush=True,
+        )
     for name in VARIANTS:
         worst = max(rows, key=lambda row: row[f"{name}_share_of_step"])
-        print(f"summary ({name}): at most {worst[f'{name}_share_of_step']:.2%} of a TP-8 verify step "
-              f"(R={worst['requests']})")
+        print(
+            f"summary ({name}): at most {worst[f'{name}_share_of_step']:.2%} of a TP-8 verify step "
+            f"(R={worst['requests']})"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,11 +175,20 @@ def main(argv: list[str] | None = None) -> int:
     report(rows)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out = args.out_dir / "results-av-hook.json"
-    out.write_text(json.dumps({
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-        "triton": triton.__version__, "drafts_k": K, "variants": list(VARIANTS), "rows": rows,
-    }, indent=1))
+    out.write_text(
+        json.dumps(
+            {
+                "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                "device": torch.cuda.get_device_name(),
+                "torch": torch.__version__,
+                "triton": triton.__version__,
+                "drafts_k": K,
+                "variants": list(VARIANTS),
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {out}")
     return 0
 

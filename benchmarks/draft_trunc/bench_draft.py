@@ -85,8 +85,7 @@ class DenseDraft:
         self.hidden, self.heads, self.kv, self.hd = hidden, heads, kv_heads, head_dim
         qkv = (heads + 2 * kv_heads) * head_dim
         self.layers = [
-            (rand(qkv, hidden), rand(hidden, heads * head_dim), rand(2 * inter, hidden),
-             rand(hidden, inter))
+            (rand(qkv, hidden), rand(hidden, heads * head_dim), rand(2 * inter, hidden), rand(hidden, inter))
             for _ in range(layers)
         ]
         self.embed = rand(VOCAB, hidden)
@@ -158,8 +157,7 @@ def bench_drafts(sizes, iters) -> list[dict]:
                 "requests": reqs,
                 "decode_graph_us": timed_graph(functools.partial(model, dec, reqs), iters=iters) * 1e6,
                 "decode_eager_us": timed_eager(functools.partial(model, dec, reqs)) * 1e6,
-                "first_step_graph_us": timed_graph(functools.partial(model, pre, reqs), iters=iters)
-                * 1e6,
+                "first_step_graph_us": timed_graph(functools.partial(model, pre, reqs), iters=iters) * 1e6,
             }
             rows.append(row)
             print(json.dumps(row), flush=True)
@@ -189,8 +187,13 @@ def bench_sync(sizes=(1, 8, 64), steps=DRAFTS - 1, reps=10) -> list[dict]:
         run(False), run(True)
         plain = sorted(run(False) for _ in range(reps))[reps // 2]
         synced = sorted(run(True) for _ in range(reps))[reps // 2]
-        row = {"requests": reqs, "steps": steps, "plain_us": plain * 1e6, "synced_us": synced * 1e6,
-               "per_sync_us": (synced - plain) * 1e6 / steps}
+        row = {
+            "requests": reqs,
+            "steps": steps,
+            "plain_us": plain * 1e6,
+            "synced_us": synced * 1e6,
+            "per_sync_us": (synced - plain) * 1e6 / steps,
+        }
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -217,9 +220,16 @@ def main() -> None:
     lm_head, eh_proj = rand(VOCAB, H), rand(H, 2 * H)
     target = bench_target(layer, mla, lm_head, eh_proj, sizes, iters)
     print(f"target done ({time.monotonic() - start:.0f} s)", flush=True)
-    write_result(args.out, context=CONTEXT, drafts_k=DRAFTS, vocab=VOCAB,
-                 draft_models={k: list(v) for k, v in DRAFT_MODELS.items()},
-                 sync=sync, draft=drafts, target=target)
+    write_result(
+        args.out,
+        context=CONTEXT,
+        drafts_k=DRAFTS,
+        vocab=VOCAB,
+        draft_models={k: list(v) for k, v in DRAFT_MODELS.items()},
+        sync=sync,
+        draft=drafts,
+        target=target,
+    )
 
 
 if __name__ == "__main__":

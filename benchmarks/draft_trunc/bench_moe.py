@@ -55,13 +55,9 @@ class Layer:
     def __init__(self):
         g = torch.Generator("cuda").manual_seed(0)
         scale = 0.02
-        self.w13 = (
-            torch.randn(E, 2 * INTER, H, generator=g, device="cuda", dtype=torch.bfloat16) * scale
-        )
+        self.w13 = torch.randn(E, 2 * INTER, H, generator=g, device="cuda", dtype=torch.bfloat16) * scale
         self.w2 = torch.randn(E, H, INTER, generator=g, device="cuda", dtype=torch.bfloat16) * scale
-        self.s13 = (
-            torch.randn(2 * INTER, H, generator=g, device="cuda", dtype=torch.bfloat16) * scale
-        )
+        self.s13 = torch.randn(2 * INTER, H, generator=g, device="cuda", dtype=torch.bfloat16) * scale
         self.s2 = torch.randn(H, INTER, generator=g, device="cuda", dtype=torch.bfloat16) * scale
         self.expert_ids = torch.arange(E, device="cuda")
         self.expert_bytes = (self.w13[0].numel() + self.w2[0].numel()) * 2
@@ -158,9 +154,7 @@ def bench_moe(layer: Layer, ceil: dict, quick: bool) -> list[dict]:
                     # Share of the ideal relative saving reached (None where the
                     # ideal saving is under 2%, i.e. there is nothing to reach).
                     "saving_ratio": (
-                        (saved / t_keep) / (ideal_saved / ideal_keep)
-                        if ideal_saved > 0.02 * ideal_keep
-                        else None
+                        (saved / t_keep) / (ideal_saved / ideal_keep) if ideal_saved > 0.02 * ideal_keep else None
                     ),
                     "saved_us": saved * 1e6,
                     "ideal_saved_us": ideal_saved * 1e6,

@@ -53,8 +53,16 @@ def time_launch_shapes(dtm, num_reqs: int, k: int) -> list[dict]:
     out = []
     for warps in (1, 2, 4, 8, 16):
         call = functools.partial(
-            launch_mark_dead, b.mark_inputs(), st.buffers, num_reqs, 0.0, 1, 0.05,
-            cost=st.cost, num_warps=warps, calibration=st.calibration,
+            launch_mark_dead,
+            b.mark_inputs(),
+            st.buffers,
+            num_reqs,
+            0.0,
+            1,
+            0.05,
+            cost=st.cost,
+            num_warps=warps,
+            calibration=st.calibration,
         )
         call()
         torch.cuda.synchronize()

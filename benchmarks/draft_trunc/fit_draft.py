@@ -76,8 +76,7 @@ def roofline(model) -> dict:
         first_routed = float(model.step_us(np.array(r * (1 + K)), np.array(r * (1 + K))))
         mtp[r] = ((routed + head) / full, (first_routed / model.moe_layers + head) / (routed + head))
     drafters["mtp-head"] = mtp
-    return {"source": "roofline (no H200 measurement of the drafters)", "other_half": 256.0,
-            "drafters": drafters}
+    return {"source": "roofline (no H200 measurement of the drafters)", "other_half": 256.0, "drafters": drafters}
 
 
 def measured(model, bench: dict) -> dict:
@@ -86,10 +85,11 @@ def measured(model, bench: dict) -> dict:
     for row in bench["draft"]:
         r, full = row["requests"], full_step_us(model, row["requests"])
         dec = row["decode_graph_us"]
-        drafters.setdefault(f"{row['model']}-graph", {})[r] = (
-            dec / full, row["first_step_graph_us"] / dec)
+        drafters.setdefault(f"{row['model']}-graph", {})[r] = (dec / full, row["first_step_graph_us"] / dec)
         drafters.setdefault(f"{row['model']}-eager-tp8", {})[r] = (
-            max(row["decode_eager_us"], dec / 8) / (full / 8), 1.0)
+            max(row["decode_eager_us"], dec / 8) / (full / 8),
+            1.0,
+        )
     halves = []
     mtp = {}
     for r in sorted({t["requests"] for t in bench["target"]}):
@@ -105,9 +105,13 @@ def measured(model, bench: dict) -> dict:
         first = five["attn_us"] + five["routed_us"] + five["shared_us"] + one["lm_head_us"] + five["eh_proj_us"]
         mtp[r] = (dec / full_step_us(model, r), first / dec)
     drafters["mtp-head"] = mtp
-    return {"source": f"{bench.get('device', 'GPU')} measurement (bench_draft.py) {bench.get('date', '')}",
-            "measured": {k: bench.get(k) for k in ("date", "device", "torch", "triton", "context", "drafts_k")},
-            "other_half": float(np.median(halves)), "other_half_per_batch": halves, "drafters": drafters}
+    return {
+        "source": f"{bench.get('device', 'GPU')} measurement (bench_draft.py) {bench.get('date', '')}",
+        "measured": {k: bench.get(k) for k in ("date", "device", "torch", "triton", "context", "drafts_k")},
+        "other_half": float(np.median(halves)),
+        "other_half_per_batch": halves,
+        "drafters": drafters,
+    }
 
 
 def main(argv=None) -> int:
@@ -123,15 +127,20 @@ def main(argv=None) -> int:
         fit = roofline(model)
     else:
         ap.error("give --bench FILE (bench_draft.py's output) or --roofline")
-    out = {"source": fit["source"], **({"measured": fit["measured"]} if "measured" in fit else {}),
-           "other_half": fit["other_half"], "drafters": {}}
+    out = {
+        "source": fit["source"],
+        **({"measured": fit["measured"]} if "measured" in fit else {}),
+        "other_half": fit["other_half"],
+        "drafters": {},
+    }
     for name, pts in fit["drafters"].items():
         knob = ",".join(f"{r}:{s:.4g}:{f:.3g}" for r, (s, f) in sorted(pts.items()))
-        out["drafters"][name] = {"points": {str(r): list(v) for r, v in sorted(pts.items())},
-                                 "knob": knob}
-        print(f"{name:<22} share per position at R=1/8/64/512: "
-              + " / ".join(f"{pts[r][0]:.4f}" for r in (1, 8, 64, 512) if r in pts)
-              + f"; first pass {pts[min(pts)][1]:.2f}..{pts[max(pts)][1]:.2f} positions")
+        out["drafters"][name] = {"points": {str(r): list(v) for r, v in sorted(pts.items())}, "knob": knob}
+        print(
+            f"{name:<22} share per position at R=1/8/64/512: "
+            + " / ".join(f"{pts[r][0]:.4f}" for r in (1, 8, 64, 512) if r in pts)
+            + f"; first pass {pts[min(pts)][1]:.2f}..{pts[max(pts)][1]:.2f} positions"
+        )
     print(f"other_half (tokens at which the non-routed time is half per-token): {out['other_half']:.0f}")
     args.out.write_text(json.dumps(out, indent=1))
     print(f"wrote {args.out}")

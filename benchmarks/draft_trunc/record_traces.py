@@ -30,15 +30,19 @@ MODELS: Path | None = None
 
 
 def dev_mounts() -> list[tuple[str, str]]:
-    mounts = [(str(REPO / "engine" / "kiln_engine"), "/opt/kiln/engine/kiln_engine"),
-              (str(REPO / "docker-images" / "common" / "kiln-serve"), "/opt/kiln/bin/kiln-serve")]
+    mounts = [
+        (str(REPO / "engine" / "kiln_engine"), "/opt/kiln/engine/kiln_engine"),
+        (str(REPO / "docker-images" / "common" / "kiln-serve"), "/opt/kiln/bin/kiln-serve"),
+    ]
     if MODELS is not None:
         mounts += [(str(MODELS / name), f"/models/{name}") for name in ("tiny-qwen3moe", "tiny-qwen3-draft")]
     return mounts
 
 
 def trace_lines(box) -> int:
-    code, out = box.exec(["sh", "-c", f"if [ -f {TRACE_IN_CONTAINER} ]; then wc -l < {TRACE_IN_CONTAINER}; else echo 0; fi"])
+    code, out = box.exec(
+        ["sh", "-c", f"if [ -f {TRACE_IN_CONTAINER} ]; then wc -l < {TRACE_IN_CONTAINER}; else echo 0; fi"]
+    )
     return int(out.strip().splitlines()[-1]) if code == 0 and out.strip() else 0
 
 
@@ -60,8 +64,14 @@ def _phase(box, model: str, concurrency: int, until_lines: int, limit_s: float) 
                 if stop.is_set():
                     break
                 greedy = i % 2 == 0
-                res = run_set(box.url, model, [p], max_tokens=64, temperature=0.0 if greedy else 0.8,
-                              seeds=None if greedy else [worker * 100_003 + batch * 7 + i])
+                res = run_set(
+                    box.url,
+                    model,
+                    [p],
+                    max_tokens=64,
+                    temperature=0.0 if greedy else 0.8,
+                    seeds=None if greedy else [worker * 100_003 + batch * 7 + i],
+                )
                 done["tokens"] += len(res[0].token_ids)
 
     workers = [threading.Thread(target=client, args=(w,), daemon=True) for w in range(concurrency)]
@@ -71,22 +81,30 @@ def _phase(box, model: str, concurrency: int, until_lines: int, limit_s: float) 
     while have < until_lines and time.monotonic() - t0 < limit_s:
         time.sleep(5)
         have = trace_lines(box)
-        print(f"  c{concurrency}: {have}/{until_lines} trace lines, {done['tokens']} tokens, "
-              f"{time.monotonic() - t0:.0f} s", flush=True)
+        print(
+            f"  c{concurrency}: {have}/{until_lines} trace lines, {done['tokens']} tokens, "
+            f"{time.monotonic() - t0:.0f} s",
+            flush=True,
+        )
     stop.set()
     for w in workers:
         w.join(timeout=300)
     return trace_lines(box)
 
 
-def record(docker, loaded, image_id, concurrencies: list[int], steps: int, out: Path, dev: bool,
-           limit_s: float) -> list[dict]:
+def record(
+    docker, loaded, image_id, concurrencies: list[int], steps: int, out: Path, dev: bool, limit_s: float
+) -> list[dict]:
     """One server, one phase per concurrency (in order); the trace is split at the phase
     boundaries, where no request is in flight."""
     from kiln_testkit.twinserve import serving
 
-    env = {"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_TAU": "0",
-           "KILN_DRAFT_TRUNC_TRACE": TRACE_IN_CONTAINER, "KILN_DRAFT_TRUNC_LOG_INTERVAL": "200"}
+    env = {
+        "KILN_DRAFT_TRUNC": "1",
+        "KILN_DRAFT_TRUNC_TAU": "0",
+        "KILN_DRAFT_TRUNC_TRACE": TRACE_IN_CONTAINER,
+        "KILN_DRAFT_TRUNC_LOG_INTERVAL": "200",
+    }
     model = loaded.recipe.launch.served_model_name
     bounds = []
     with serving(docker, loaded, image_id, env, mounts=dev_mounts() if dev else None) as box:
@@ -106,8 +124,15 @@ def record(docker, loaded, image_id, concurrencies: list[int], steps: int, out: 
         chunk = lines[first:last]
         path.write_text("\n".join(chunk) + "\n")
         shown = path.relative_to(REPO) if path.is_relative_to(REPO) else path
-        rows.append({"concurrency": conc, "steps": len(chunk), "file": str(shown),
-                     "bytes": path.stat().st_size, "seconds": round(seconds, 1)})
+        rows.append(
+            {
+                "concurrency": conc,
+                "steps": len(chunk),
+                "file": str(shown),
+                "bytes": path.stat().st_size,
+                "seconds": round(seconds, 1),
+            }
+        )
     return rows
 
 
@@ -132,8 +157,10 @@ def main() -> None:
     rows = record(docker, loaded, image.id, args.concurrency, args.steps, args.out, args.dev, args.limit_s)
     print("\nrecorded:")
     for row in rows:
-        print(f"  c{row['concurrency']}: {row['steps']} steps, {row['bytes'] / 1e3:.0f} kB, "
-              f"{row['seconds']:.0f} s -> {row['file']}")
+        print(
+            f"  c{row['concurrency']}: {row['steps']} steps, {row['bytes'] / 1e3:.0f} kB, "
+            f"{row['seconds']:.0f} s -> {row['file']}"
+        )
 
 
 def _any_built(docker):

@@ -149,8 +149,11 @@ def hook_prices(path: Path) -> dict[str, HookPrice]:
     names = dict.fromkeys(k[: -len(suffix)] for row in rows for k in row if k.endswith(suffix))
     prices = {"none": NO_HOOK_PRICE}
     for name in names:
-        points = tuple((int(row["requests"]), float(row[name + suffix])) for row in rows
-                       if row.get(name + suffix) is not None and np.isfinite(row[name + suffix]))
+        points = tuple(
+            (int(row["requests"]), float(row[name + suffix]))
+            for row in rows
+            if row.get(name + suffix) is not None and np.isfinite(row[name + suffix])
+        )
         prices[name] = HookPrice(name, points)
     return prices
 
@@ -212,8 +215,7 @@ class Result:
         return self.tokens / (self.time_us * 1e-6)
 
 
-def replay(b, plan: Plan, model, drafter: Drafter, draft_free: bool = False,
-           extra_us: float = 0.0) -> Result:
+def replay(b, plan: Plan, model, drafter: Drafter, draft_free: bool = False, extra_us: float = 0.0) -> Result:
     """``extra_us``: a price every step pays besides verifying and drafting (kiln-av's hook)."""
     acc = np.minimum(b.accepted, plan.j)
     tokens = (1 + plan.n).sum(axis=1)
@@ -260,8 +262,9 @@ def confidence(b, theta: float) -> Plan:
     return Plan(n, n, depth)
 
 
-def dt_plan(b, model, drafter, base: Plan | None = None, depth_policy=False, seed=0,
-            explore=0.05, chunk_reqs=64) -> Plan:
+def dt_plan(
+    b, model, drafter, base: Plan | None = None, depth_policy=False, seed=0, explore=0.05, chunk_reqs=64
+) -> Plan:
     """draft-trunc's cost-aware truncation (and, with ``depth_policy``, its drafting
     depth) replayed in order, calibrating as on the device (sim_trunc.cost_j)."""
     bb = b if base is None else restrict(b, base.n)
@@ -291,11 +294,13 @@ def dt_plan(b, model, drafter, base: Plan | None = None, depth_policy=False, see
         made = pos < depth[part, None, None]
         nd = np.minimum(n, depth[part, None])
         tau = dt_cost.cost_aware_tau(
-            np.where(made, surv, 0.0), opt & made, *args,
-            drafter.step_us(model, reqs, depth[part]) / layers, (n - nd).sum(axis=-1),
+            np.where(made, surv, 0.0),
+            opt & made,
+            *args,
+            drafter.step_us(model, reqs, depth[part]) / layers,
+            (n - nd).sum(axis=-1),
         )
-        kept = np.where(explored[part], nd, st.rule_j(np.where(made, surv, 0.0), nd, tau,
-                                                       model.min_keep))
+        kept = np.where(explored[part], nd, st.rule_j(np.where(made, surv, 0.0), nd, tau, model.min_keep))
         j[part] = kept
         dt_cost.calibration_update(hits, counts, surv, kept, np.minimum(bb.accepted[part], kept))
     return Plan(bb.n, j, depth)
@@ -318,8 +323,7 @@ def _budget(worth, n, reqs, model, draft_us, forced=None) -> np.ndarray:
         key = np.where(valid & forced[..., None], 2.0 + key, key)
         nf = np.where(forced, n, 0).sum(axis=1)
     order = np.argsort(-key.reshape(steps, -1), axis=1, kind="stable")
-    gain = np.concatenate([np.zeros((steps, 1)),
-                           np.cumsum(np.take_along_axis(w.reshape(steps, -1), order, 1), 1)], 1)
+    gain = np.concatenate([np.zeros((steps, 1)), np.cumsum(np.take_along_axis(w.reshape(steps, -1), order, 1), 1)], 1)
     x = np.arange(r * k + 1)[None, :]
     ok = (x <= n.sum(axis=1)[:, None]) & (x >= nf[:, None])
     t = model.step_us(r + x, r + x, reqs) + np.asarray(draft_us, dtype=np.float64)[:, None]
@@ -366,8 +370,7 @@ def calibrated_av(b, model, drafter, base: Plan, prior=AV_PRIOR, chunk_reqs=64) 
         ratio = dt_cost.calibrated_values(hits, counts, prior) / mids
         worth = np.minimum.accumulate(np.clip(surv * ratio[pos, bins], 0.0, 1.0), axis=-1)
         adm[part] = _budget(worth, n, reqs, model, drafter.step_us(model, reqs, base.depth[part]))
-        dt_cost.calibration_update(hits, counts, surv, adm[part],
-                                   np.minimum(bb.accepted[part], adm[part]))
+        dt_cost.calibration_update(hits, counts, surv, adm[part], np.minimum(bb.accepted[part], adm[part]))
     return Plan(adm, adm, base.depth.copy())
 
 
@@ -394,11 +397,10 @@ def bound(b, model, drafter, oracle: bool) -> Result:
     bound keeps drafts by their cell's true rate; the oracle keeps accepted ones."""
     steps, reqs, k = b.surv.shape
     pos = np.arange(k)
-    worth = (pos < b.accepted[..., None]).astype(float) if oracle else np.minimum.accumulate(
-        st.cell_rates(b), axis=-1)
+    worth = (pos < b.accepted[..., None]).astype(float) if oracle else np.minimum.accumulate(st.cell_rates(b), axis=-1)
     toks, times, valid = [], [], []
     for d in range(k + 1):
-        inside = (pos < np.minimum(b.n, d)[..., None])
+        inside = pos < np.minimum(b.n, d)[..., None]
         best = -np.sort(-np.where(inside, worth, -1.0).reshape(steps, -1), axis=-1)
         gain = np.concatenate([np.zeros((steps, 1)), np.cumsum(np.maximum(best, 0), -1)], -1)
         x = np.arange(gain.shape[1])[None, :]
@@ -455,8 +457,9 @@ def kiln_av_results(b, model, drafter, prices: dict[str, HookPrice], seed, explo
     return out, ks
 
 
-def run_load(records, reqs, model, drafter, table, seed, explore, steps=40_000,
-             prices=None, hook="none", min_batch=1) -> dict:
+def run_load(
+    records, reqs, model, drafter, table, seed, explore, steps=40_000, prices=None, hook="none", min_batch=1
+) -> dict:
     """Every policy on one trace at one load. kiln-av and kiln-av+dt as the engine runs
     them: the hook priced at ``prices[hook]``, adaptive verification alone below
     ``min_batch`` requests (the hook steps aside)."""
@@ -475,14 +478,16 @@ def run_load(records, reqs, model, drafter, table, seed, explore, steps=40_000,
     }
     plans["vllm-schedule+av"] = adaptive_verification(b, model, drafter, plans["vllm-schedule"])
     plans["vllm-av"], av_k = _best_over_k(
-        b, model, drafter, lambda k: adaptive_verification(b, model, drafter, fixed_k(b, k)))
+        b, model, drafter, lambda k: adaptive_verification(b, model, drafter, fixed_k(b, k))
+    )
     for name in UPSTREAM:
         plans[f"{name}+dt"] = dt_plan(b, model, drafter, plans[name], seed=seed, explore=explore)
     plans["dt"] = dt_plan(b, model, drafter, seed=seed, explore=explore)
     plans["dt-depth"] = dt_plan(b, model, drafter, depth_policy=True, seed=seed, explore=explore)
     for name in ("vllm-schedule", "vllm-best-K"):
-        plans[f"{name}+dt-depth"] = dt_plan(b, model, drafter, plans[name], depth_policy=True,
-                                            seed=seed, explore=explore)
+        plans[f"{name}+dt-depth"] = dt_plan(
+            b, model, drafter, plans[name], depth_policy=True, seed=seed, explore=explore
+        )
     out = {name: replay(b, p, model, drafter) for name, p in plans.items()}
     kav, kav_ks = kiln_av_results(b, model, drafter, prices, seed, explore)
     out.update(kav)
@@ -492,13 +497,11 @@ def run_load(records, reqs, model, drafter, table, seed, explore, steps=40_000,
     aside = reqs < min_batch
     out["kiln-av"] = out["vllm-av"] if aside else kav[f"kiln-av@{hook}"]
     out["kiln-av+dt"] = out["vllm-av+dt"] if aside else kav[f"kiln-av+dt@{hook}"]
-    out["no-spec"] = replay(b, Plan(0 * b.n, 0 * b.n, np.zeros(b.n.shape[0])), model, drafter,
-                            draft_free=True)
+    out["no-spec"] = replay(b, Plan(0 * b.n, 0 * b.n, np.zeros(b.n.shape[0])), model, drafter, draft_free=True)
     # vLLM 0.32.0/0.33.0's draft_model drafter drafts all K whatever the schedule
     for name in ("vllm-schedule", "vllm-best-K"):
         p = plans[name]
-        out[f"{name}/shipped"] = replay(b, Plan(p.n, p.j, np.full_like(p.depth, K)), model,
-                                       drafter)
+        out[f"{name}/shipped"] = replay(b, Plan(p.n, p.j, np.full_like(p.depth, K)), model, drafter)
     out["bound"] = bound(b, model, drafter, oracle=False)
     out["oracle"] = bound(b, model, drafter, oracle=True)
     tps = {name: r.tokens_per_s for name, r in out.items()}
@@ -540,8 +543,7 @@ def kiln_config(row: dict, config: str) -> dict[str, float]:
     (vllm#35301, in no released vLLM)."""
     t = row["tokens_per_s"]
     mine = t[CONFIGS[config]]
-    return {"vs_shipped": mine / max(t[n] for n in SHIPPED),
-            "vs_upstream": mine / max(t[n] for n in UPSTREAM)}
+    return {"vs_shipped": mine / max(t[n] for n in SHIPPED), "vs_upstream": mine / max(t[n] for n in UPSTREAM)}
 
 
 def recipe_config(rows: list[dict]) -> str:
@@ -554,9 +556,12 @@ def recipe_config(rows: list[dict]) -> str:
 
 def _tag(row: dict) -> str:
     best = row["best_upstream"]
-    return {"vllm-best-K": f"K{row['best_k']}", "vllm-schedule": f"S{row['schedule_k']}",
-            "vllm-av": f"AV{row['av_k']}", "vllm-schedule+av": f"SAV{row['schedule_k']}",
-            }.get(best, f"C{row['theta']:.1f}")
+    return {
+        "vllm-best-K": f"K{row['best_k']}",
+        "vllm-schedule": f"S{row['schedule_k']}",
+        "vllm-av": f"AV{row['av_k']}",
+        "vllm-schedule+av": f"SAV{row['schedule_k']}",
+    }.get(best, f"C{row['theta']:.1f}")
 
 
 def tables(rows: list[dict]) -> str:
@@ -578,21 +583,25 @@ def tables(rows: list[dict]) -> str:
 
     def more(r):
         v = r["vs_best_upstream"]
-        return (f"{v['vllm-best-K'] :.3f} / {v['confidence']:.3f} / {v['bound']:.3f} / "
-                f"{v['no-spec']:.2f}")
+        return f"{v['vllm-best-K']:.3f} / {v['confidence']:.3f} / {v['bound']:.3f} / {v['no-spec']:.2f}"
 
-    out = [f"kiln's configuration ({config}, profiled on the traffic) against the best "
-           "upstream rule (Kk: fixed k, Sk: the operator's schedule, AVk: adaptive "
-           "verification on k drafts, SAVk: on the schedule, Cθ: the confidence exit)", ""]
+    out = [
+        f"kiln's configuration ({config}, profiled on the traffic) against the best "
+        "upstream rule (Kk: fixed k, Sk: the operator's schedule, AVk: adaptive "
+        "verification on k drafts, SAVk: on the schedule, Cθ: the confidence exit)",
+        "",
+    ]
     out += table(main) + [""]
     out += [" / ".join(CONFIGS) + " against the best upstream rule", ""]
     out += table(configs) + [""]
-    out += ["best fixed K / confidence exit / informed bound / no speculation, against the "
-            "best upstream rule", ""]
+    out += ["best fixed K / confidence exit / informed bound / no speculation, against the best upstream rule", ""]
     out += table(more) + [""]
     prices = list(rows[0]["hook_share"])
-    out += ["kiln-av against vLLM's adaptive verification (each on its best K, kiln-av at every "
-            "batch), its hook priced: " + " / ".join(prices), ""]
+    out += [
+        "kiln-av against vLLM's adaptive verification (each on its best K, kiln-av at every "
+        "batch), its hook priced: " + " / ".join(prices),
+        "",
+    ]
     out += table(lambda r: " / ".join(f"{v:.3f}" for v in kiln_av_vs_av(r).values()))
     return "\n".join(out) + "\n"
 
@@ -606,8 +615,7 @@ def summary(rows: list[dict]) -> dict:
     """The goal checks of issue 37 over one run."""
     config = recipe_config(rows)
     k = [kiln_config(r, config) for r in rows]
-    real = [(r, c) for r, c in zip(rows, k, strict=True)
-            if not r["trace"].startswith("synthetic") and r["batch"] <= 4]
+    real = [(r, c) for r, c in zip(rows, k, strict=True) if not r["trace"].startswith("synthetic") and r["batch"] <= 4]
     return {
         "config": config,
         "configs_worst": {c: min(kiln_config(r, c)["vs_upstream"] for r in rows) for c in CONFIGS},
@@ -616,10 +624,10 @@ def summary(rows: list[dict]) -> dict:
         "below_1": sum(c["vs_upstream"] < 0.9995 for c in k),
         "real_small_kiln": _span(c["vs_upstream"] for _, c in real),
         "real_small_bound": _span(r["vs_best_upstream"]["bound"] for r, _ in real),
-        "av_vs_schedule": _span(r["tokens_per_s"]["vllm-av"] / r["tokens_per_s"]["vllm-best-K"]
-                                for r in rows),
-        "sched_dtd_vs_sched": _span(r["tokens_per_s"]["vllm-schedule+dt-depth"]
-                                    / r["tokens_per_s"]["vllm-schedule"] for r in rows),
+        "av_vs_schedule": _span(r["tokens_per_s"]["vllm-av"] / r["tokens_per_s"]["vllm-best-K"] for r in rows),
+        "sched_dtd_vs_sched": _span(
+            r["tokens_per_s"]["vllm-schedule+dt-depth"] / r["tokens_per_s"]["vllm-schedule"] for r in rows
+        ),
         "dt_depth_alone": _span(r["vs_best_upstream"]["dt-depth"] for r in rows),
         "av_hook": hook_summary(rows),
     }
@@ -644,8 +652,9 @@ def min_batch(rows: list[dict], price: str) -> int:
     which no threshold on the batch can tell apart. The smallest T on a tie."""
     real = [r for r in rows if not r["trace"].startswith("synthetic")]
     sizes = sorted({r["batch"] for r in real})
-    gain = [float(np.mean([np.log(kiln_av_vs_av(r, with_dt=True)[price])
-                           for r in real if r["batch"] == s])) for s in sizes]
+    gain = [
+        float(np.mean([np.log(kiln_av_vs_av(r, with_dt=True)[price]) for r in real if r["batch"] == s])) for s in sizes
+    ]
     # on from sizes[i]: the gains from i on; past every size (T above them all): 0
     totals = [sum(gain[i:]) for i in range(len(sizes))] + [0.0]
     best = int(np.argmax(totals))
@@ -657,11 +666,14 @@ def hook_summary(rows: list[dict]) -> dict:
     over the real traces at 1-2 requests) and the minimum batch the model names."""
     out = {}
     for price in rows[0]["hook_share"]:
-        real_small = [kiln_av_vs_av(r)[price] for r in rows
-                      if not r["trace"].startswith("synthetic") and r["batch"] <= 2]
-        out[price] = {"kiln_av_vs_av": _span(kiln_av_vs_av(r)[price] for r in rows),
-                      "real_small": _span(real_small),
-                      "min_batch": min_batch(rows, price)}
+        real_small = [
+            kiln_av_vs_av(r)[price] for r in rows if not r["trace"].startswith("synthetic") and r["batch"] <= 2
+        ]
+        out[price] = {
+            "kiln_av_vs_av": _span(kiln_av_vs_av(r)[price] for r in rows),
+            "real_small": _span(real_small),
+            "min_batch": min_batch(rows, price),
+        }
     return out
 
 
@@ -682,8 +694,12 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     fig, panels = st.trace_grid(rows, 4, (4.6, 3.4))
     lines = [
         ("bound", "k:", "informed bound"),
-        ("kiln-av+dt", "C3-o", "kiln: AV budget from draft-trunc's calibration + draft-trunc "
-                               "(hook priced, steps aside below the minimum batch)"),
+        (
+            "kiln-av+dt",
+            "C3-o",
+            "kiln: AV budget from draft-trunc's calibration + draft-trunc "
+            "(hook priced, steps aside below the minimum batch)",
+        ),
         ("kiln-av+dt@none", "C3:", "kiln, its hook free"),
         ("vllm-av+dt", "C1-", "adaptive verification + draft-trunc"),
         ("vllm-best-K+dt", "C2--", "best K + draft-trunc"),
@@ -712,8 +728,13 @@ def plot_hook(rows: list[dict], path: Path, title: str) -> None:
     for ax, name, rs in panels:
         x = [r["batch"] for r in rs]
         for price in rs[0]["hook_share"]:
-            ax.plot(x, [kiln_av_vs_av(r)[price] for r in rs], styles.get(price, "C7-"), ms=3,
-                    label=f"hook: {price}" if price != "none" else "hook free")
+            ax.plot(
+                x,
+                [kiln_av_vs_av(r)[price] for r in rs],
+                styles.get(price, "C7-"),
+                ms=3,
+                label=f"hook: {price}" if price != "none" else "hook free",
+            )
         ax.axhline(1.0, color="grey", lw=0.8)
         ax.set_xscale("log", base=2)
         ax.set_title(name, fontsize=8)
@@ -722,26 +743,31 @@ def plot_hook(rows: list[dict], path: Path, title: str) -> None:
     st.save_grid(fig, path, title, 9)
 
 
-def simulate(traces, model, drafter, sizes, seed, explore, log=print, steps=40_000,
-             prices=None, hook="none", min_batch=1) -> tuple[list, dict]:
+def simulate(
+    traces, model, drafter, sizes, seed, explore, log=print, steps=40_000, prices=None, hook="none", min_batch=1
+) -> tuple[list, dict]:
     prof = next(t for t in traces if t.source == PROFILE_TRACE)
     table = profile_schedule(prof, model, drafter, seed, explore, steps)
     log(f"operator's schedule (profiled on {PROFILE_TRACE}): {table}")
     rows = []
     for records in traces:
         for reqs in sizes:
-            row = {"trace": records.source, **run_load(records, reqs, model, drafter, table, seed,
-                                                       explore, steps, prices, hook, min_batch)}
+            row = {
+                "trace": records.source,
+                **run_load(records, reqs, model, drafter, table, seed, explore, steps, prices, hook, min_batch),
+            }
             rows.append(row)
             v = row["vs_best_upstream"]
             hooks = " ".join(f"{p} {r:.3f}" for p, r in kiln_av_vs_av(row).items())
-            log(f"{records.source:<20} R={reqs:<4} best upstream={row['best_upstream']:<13} "
+            log(
+                f"{records.source:<20} R={reqs:<4} best upstream={row['best_upstream']:<13} "
                 f"K*={row['best_k']} sched={row['schedule_k']} th={row['theta']:.1f} | "
                 f"AV*={row['av_k']} | kiln-av+dt {v['kiln-av+dt']:.3f} kiln-av {v['kiln-av']:.3f} av+dt {v['vllm-av+dt']:.3f} "
                 f"bestK+dt {v['vllm-best-K+dt']:.3f} bestK+dtd {v['vllm-best-K+dt-depth']:.3f} "
                 f"av {v['vllm-av']:.3f} sched+av {v['vllm-schedule+av']:.3f} "
                 f"bestK {v['vllm-best-K']:.3f} sched {v['vllm-schedule']:.3f} "
-                f"conf {v['confidence']:.3f} bound {v['bound']:.3f} | kiln-av/av by hook price: {hooks}")
+                f"conf {v['confidence']:.3f} bound {v['bound']:.3f} | kiln-av/av by hook price: {hooks}"
+            )
     return rows, table
 
 
@@ -756,27 +782,43 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=HERE / "results")
     ap.add_argument("--trace", type=Path, action="append", default=None)
-    ap.add_argument("--drafter", type=Path, default=HERE / "results-draft-fit.json",
-                    help="drafter shares fitted to the H200 (fit_draft.py)")
+    ap.add_argument(
+        "--drafter",
+        type=Path,
+        default=HERE / "results-draft-fit.json",
+        help="drafter shares fitted to the H200 (fit_draft.py)",
+    )
     ap.add_argument("--drafter-name", default="kindling-0.6b-eager-tp8")
-    ap.add_argument("--draft-share", type=float, default=None,
-                    help="a constant drafting share per position instead of the fit")
+    ap.add_argument(
+        "--draft-share", type=float, default=None, help="a constant drafting share per position instead of the fit"
+    )
     ap.add_argument("--other-share", type=float, default=0.5)
-    ap.add_argument("--other-half", type=float, default=None,
-                    help="tokens at which the non-routed time is half per-token (default: the fit)")
+    ap.add_argument(
+        "--other-half",
+        type=float,
+        default=None,
+        help="tokens at which the non-routed time is half per-token (default: the fit)",
+    )
     ap.add_argument("--explore", type=float, default=0.05)
     ap.add_argument("--sizes", type=int, nargs="*", default=list(st.BATCH_SIZES))
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--request-steps", type=int, default=40_000,
-                    help="request records drawn per trace and load")
-    ap.add_argument("--av-hook-prices", type=Path, default=HOOK_PRICES,
-                    help="bench_av.py's measurement of kiln-av's hook")
-    ap.add_argument("--av-hook", default=None,
-                    help="the hook price kiln-av pays: a variant the measurement holds (eager, "
-                         "compiled, fused) or none (default: fused, the engine's, where measured, "
-                         "else compiled, the cheapest measured before it)")
-    ap.add_argument("--av-min-batch", type=int, default=AV_MIN_BATCH,
-                    help="kiln-av steps aside below this many requests (KILN_DRAFT_TRUNC_AV_MIN_BATCH)")
+    ap.add_argument("--request-steps", type=int, default=40_000, help="request records drawn per trace and load")
+    ap.add_argument(
+        "--av-hook-prices", type=Path, default=HOOK_PRICES, help="bench_av.py's measurement of kiln-av's hook"
+    )
+    ap.add_argument(
+        "--av-hook",
+        default=None,
+        help="the hook price kiln-av pays: a variant the measurement holds (eager, "
+        "compiled, fused) or none (default: fused, the engine's, where measured, "
+        "else compiled, the cheapest measured before it)",
+    )
+    ap.add_argument(
+        "--av-min-batch",
+        type=int,
+        default=AV_MIN_BATCH,
+        help="kiln-av steps aside below this many requests (KILN_DRAFT_TRUNC_AV_MIN_BATCH)",
+    )
     args = ap.parse_args(argv)
     prices = hook_prices(args.av_hook_prices)
     if args.av_hook is None:
@@ -793,49 +835,81 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     traces = st.load_traces(paths, K, rng, 4_000 if args.quick else 100_000)
     start = time.monotonic()
-    print(f"sim_adaptive: {len(traces)} traces x {len(args.sizes)} loads; drafter {drafter.name}, "
-          f"other_share {args.other_share}; kiln-av's hook priced {args.av_hook} "
-          f"({args.av_hook_prices.name}), stepping aside below {args.av_min_batch} requests",
-          flush=True)
-    rows, table = simulate(traces, model, drafter, args.sizes, 0, args.explore,
-                           log=lambda s: print(s, flush=True), steps=args.request_steps,
-                           prices=prices, hook=args.av_hook, min_batch=args.av_min_batch)
+    print(
+        f"sim_adaptive: {len(traces)} traces x {len(args.sizes)} loads; drafter {drafter.name}, "
+        f"other_share {args.other_share}; kiln-av's hook priced {args.av_hook} "
+        f"({args.av_hook_prices.name}), stepping aside below {args.av_min_batch} requests",
+        flush=True,
+    )
+    rows, table = simulate(
+        traces,
+        model,
+        drafter,
+        args.sizes,
+        0,
+        args.explore,
+        log=lambda s: print(s, flush=True),
+        steps=args.request_steps,
+        prices=prices,
+        hook=args.av_hook,
+        min_batch=args.av_min_batch,
+    )
     args.out.mkdir(parents=True, exist_ok=True)
     tag = f"{drafter.name}-os{args.other_share:g}-half{half:g}"
-    meta = {"drafter": drafter.name,
-            "drafter_share": {r: drafter.share(r) for r in args.sizes},
-            "drafter_first": {r: drafter.first(r) for r in args.sizes},
-            "other_share": args.other_share, "other_half": half, "explore": args.explore,
-            "profile_trace": PROFILE_TRACE, "schedule": table,
-            "av_hook": args.av_hook, "av_min_batch": args.av_min_batch,
-            "av_hook_prices": str(args.av_hook_prices.relative_to(HERE.parents[1])
-                                  if args.av_hook_prices.is_relative_to(HERE.parents[1])
-                                  else args.av_hook_prices),
-            "rows": rows}
+    meta = {
+        "drafter": drafter.name,
+        "drafter_share": {r: drafter.share(r) for r in args.sizes},
+        "drafter_first": {r: drafter.first(r) for r in args.sizes},
+        "other_share": args.other_share,
+        "other_half": half,
+        "explore": args.explore,
+        "profile_trace": PROFILE_TRACE,
+        "schedule": table,
+        "av_hook": args.av_hook,
+        "av_min_batch": args.av_min_batch,
+        "av_hook_prices": str(
+            args.av_hook_prices.relative_to(HERE.parents[1])
+            if args.av_hook_prices.is_relative_to(HERE.parents[1])
+            else args.av_hook_prices
+        ),
+        "rows": rows,
+    }
     meta["summary"] = summary(rows)
     (args.out / f"sim-adaptive-{tag}.json").write_text(json.dumps(meta, indent=1))
     (args.out / f"sim-adaptive-{tag}.md").write_text(tables(rows))
-    plot(rows, args.out / f"sim-adaptive-{tag}.png",
-         f"tokens/s vs the best upstream adaptive rule (drafter {drafter.name}; kiln-av's hook "
-         f"priced {args.av_hook}, stepping aside below {args.av_min_batch} requests)")
-    plot_hook(rows, args.out / f"sim-adaptive-{tag}-avhook.png",
-              f"kiln-av vs vLLM's adaptive verification by the price of its hook (drafter {drafter.name})")
+    plot(
+        rows,
+        args.out / f"sim-adaptive-{tag}.png",
+        f"tokens/s vs the best upstream adaptive rule (drafter {drafter.name}; kiln-av's hook "
+        f"priced {args.av_hook}, stepping aside below {args.av_min_batch} requests)",
+    )
+    plot_hook(
+        rows,
+        args.out / f"sim-adaptive-{tag}-avhook.png",
+        f"kiln-av vs vLLM's adaptive verification by the price of its hook (drafter {drafter.name})",
+    )
     print(f"summary ({time.monotonic() - start:.0f} s)")
     summ = meta["summary"]
-    print("worst case against every upstream rule, per configuration: "
-          + ", ".join(f"{c} {w:.3f}" for c, w in summ["configs_worst"].items()))
-    print(f"kiln's configuration ({summ['config']}, profiled on the traffic): "
-          f"{summ['kiln_vs_upstream'][0]:.3f}-"
-          f"{summ['kiln_vs_upstream'][1]:.3f}x of the best upstream rule ({summ['below_1']} cases "
-          f"below 1.000; goal >= 1.00), {summ['kiln_vs_shipped'][0]:.3f}-{summ['kiln_vs_shipped'][1]:.3f}x "
-          f"of the best shipped one; real traces R<=4: {summ['real_small_kiln'][0]:.3f}-"
-          f"{summ['real_small_kiln'][1]:.3f}x (goal >= 1.03; informed bound "
-          f"{summ['real_small_bound'][0]:.3f}-{summ['real_small_bound'][1]:.3f}x)")
+    print(
+        "worst case against every upstream rule, per configuration: "
+        + ", ".join(f"{c} {w:.3f}" for c, w in summ["configs_worst"].items())
+    )
+    print(
+        f"kiln's configuration ({summ['config']}, profiled on the traffic): "
+        f"{summ['kiln_vs_upstream'][0]:.3f}-"
+        f"{summ['kiln_vs_upstream'][1]:.3f}x of the best upstream rule ({summ['below_1']} cases "
+        f"below 1.000; goal >= 1.00), {summ['kiln_vs_shipped'][0]:.3f}-{summ['kiln_vs_shipped'][1]:.3f}x "
+        f"of the best shipped one; real traces R<=4: {summ['real_small_kiln'][0]:.3f}-"
+        f"{summ['real_small_kiln'][1]:.3f}x (goal >= 1.03; informed bound "
+        f"{summ['real_small_bound'][0]:.3f}-{summ['real_small_bound'][1]:.3f}x)"
+    )
     for price, h in summ["av_hook"].items():
-        print(f"kiln-av vs adaptive verification, hook {price}: {h['kiln_av_vs_av'][0]:.3f}-"
-              f"{h['kiln_av_vs_av'][1]:.3f}x (real traces, 1-2 requests: {h['real_small'][0]:.3f}-"
-              f"{h['real_small'][1]:.3f}x); on the real traces it gains most stepping aside below "
-              f"{h['min_batch']} requests (KILN_DRAFT_TRUNC_AV_MIN_BATCH)")
+        print(
+            f"kiln-av vs adaptive verification, hook {price}: {h['kiln_av_vs_av'][0]:.3f}-"
+            f"{h['kiln_av_vs_av'][1]:.3f}x (real traces, 1-2 requests: {h['real_small'][0]:.3f}-"
+            f"{h['real_small'][1]:.3f}x); on the real traces it gains most stepping aside below "
+            f"{h['min_batch']} requests (KILN_DRAFT_TRUNC_AV_MIN_BATCH)"
+        )
     print(f"wrote {args.out}/sim-adaptive-{tag}.json, .md, .png and -avhook.png")
     return 0
 

@@ -218,9 +218,7 @@ class Batches:
         return self.n.shape[1]
 
 
-def draw(
-    records: Records, batch: int, rng, target_records: int = 40_000, explore: float = 0.0
-) -> Batches:
+def draw(records: Records, batch: int, rng, target_records: int = 40_000, explore: float = 0.0) -> Batches:
     steps = max(64, target_records // batch)
     idx = rng.integers(0, len(records.n), size=(steps, batch))
     n = records.n[idx]
@@ -469,9 +467,7 @@ def goals(row: dict) -> dict[str, bool]:
     }
 
 
-def simulate(
-    traces: list[Records], model: Model, sizes=BATCH_SIZES, seed=0, log=print, explore=0.05
-) -> list[dict]:
+def simulate(traces: list[Records], model: Model, sizes=BATCH_SIZES, seed=0, log=print, explore=0.05) -> list[dict]:
     rows = []
     for records in traces:
         for size in sizes:
@@ -546,9 +542,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ax.plot(x, rel("informed_bound"), "k:", label="informed bound (same information)")
         ax.plot(x, rel("cost"), "C3-o", ms=3, label="cost-aware (calibrated)")
         ax.plot(x, rel("cost_uncalibrated"), "C4-", alpha=0.6, label="cost-aware, raw predictions")
-        best = [
-            r["tokens_per_s"][f"tau={r['best_tau']:.1f}"] / r["tokens_per_s"]["none"] for r in rs
-        ]
+        best = [r["tokens_per_s"][f"tau={r['best_tau']:.1f}"] / r["tokens_per_s"]["none"] for r in rs]
         ax.plot(x, best, "C0-.", label="fixed tau tuned per load")
         ax.plot(x, rel("tau=0.3"), "C2-", alpha=0.6, label="tau=0.3")
         ax.plot(x, rel("tau=0.6"), "C1-", alpha=0.6, label="tau=0.6")
@@ -595,9 +589,7 @@ def main(argv=None) -> int:
         default=None,
         help="skew the policy assumes (default: --skew; differ to test a mismatch)",
     )
-    ap.add_argument(
-        "--ep", type=int, default=1, help="expert-parallel ranks (1/ep of expert bytes)"
-    )
+    ap.add_argument("--ep", type=int, default=1, help="expert-parallel ranks (1/ep of expert bytes)")
     ap.add_argument("--moe-layers", type=int, default=58)
     ap.add_argument(
         "--explore",
@@ -614,9 +606,7 @@ def main(argv=None) -> int:
     believed = None
     if args.policy_skew is not None:
         believed = _cost.MoELayer(layer.experts, layer.top_k, layer.expert_bytes, args.policy_skew)
-    model = Model(
-        layer=layer, other_share=args.other_share, moe_layers=args.moe_layers, policy_layer=believed
-    )
+    model = Model(layer=layer, other_share=args.other_share, moe_layers=args.moe_layers, policy_layer=believed)
     rng = np.random.default_rng(0)
     traces = load_traces(paths, args.k, rng, 4_000 if args.quick else 100_000)
     start = time.monotonic()
@@ -625,9 +615,7 @@ def main(argv=None) -> int:
         f"other_share={args.other_share} skew={args.skew} ep={args.ep}",
         flush=True,
     )
-    rows = simulate(
-        traces, model, args.sizes, log=lambda s: print(s, flush=True), explore=args.explore
-    )
+    rows = simulate(traces, model, args.sizes, log=lambda s: print(s, flush=True), explore=args.explore)
     args.out.mkdir(parents=True, exist_ok=True)
     tag = f"os{args.other_share:g}-skew{args.skew:g}-ep{args.ep}"
     if args.policy_skew is not None:

@@ -31,8 +31,12 @@ KILN_COUNTERS = ("proposed", "kept", "dead", "accepted", "expert_slots_saved")
 
 
 def _completions(rows: list[dict]) -> list[Completion]:
-    return [Completion(r["prompt"], r["token_ids"], [[(int(t), float(lp)) for t, lp in pos] for pos in r["top"]],
-                       r["seconds"]) for r in rows]
+    return [
+        Completion(
+            r["prompt"], r["token_ids"], [[(int(t), float(lp)) for t, lp in pos] for pos in r["top"]], r["seconds"]
+        )
+        for r in rows
+    ]
 
 
 def _kiln(text: str) -> dict[str, float]:
@@ -40,31 +44,44 @@ def _kiln(text: str) -> dict[str, float]:
     for line in text.splitlines():
         name, _, value = line.partition(" ")
         if name.startswith("kiln_draft_trunc_") and name.endswith("_total"):
-            out[name[len("kiln_draft_trunc_"):-len("_total")]] = float(value)
+            out[name[len("kiln_draft_trunc_") : -len("_total")]] = float(value)
     return out
 
 
 def lossless(name: str, runs: dict, reference: dict) -> dict:
     """This configuration's greedy and seeded verdicts against the reference's."""
-    greedy = greedy_divergences(_completions(runs["greedy"]["completions"]),
-                                _completions(reference["greedy"]["completions"]))
+    greedy = greedy_divergences(
+        _completions(runs["greedy"]["completions"]), _completions(reference["greedy"]["completions"])
+    )
     not_ties = [d for d in greedy if not d.margin < TIE]
     first, second = (_completions(r) for r in runs["seeded"]["runs"])
     reproducible = all(a.token_ids == b.token_ids for a, b in zip(first, second, strict=True))
-    tvd, p = permutation_test([c.token_ids for c in first],
-                              [c.token_ids for c in _completions(reference["seeded"]["runs"][0])], VOCAB)
-    return {"config": name, "greedy_divergences": len(greedy), "greedy_not_ties": len(not_ties),
-            "greedy_equal": not not_ties, "seeded_reproducible": reproducible, "tvd": tvd, "p": p,
-            "seeded_equal_in_distribution": p >= P_MIN,
-            "lossless": not not_ties and reproducible and p >= P_MIN}
+    tvd, p = permutation_test(
+        [c.token_ids for c in first], [c.token_ids for c in _completions(reference["seeded"]["runs"][0])], VOCAB
+    )
+    return {
+        "config": name,
+        "greedy_divergences": len(greedy),
+        "greedy_not_ties": len(not_ties),
+        "greedy_equal": not not_ties,
+        "seeded_reproducible": reproducible,
+        "tvd": tvd,
+        "p": p,
+        "seeded_equal_in_distribution": p >= P_MIN,
+        "lossless": not not_ties and reproducible and p >= P_MIN,
+    }
 
 
 def counters(text: str) -> dict:
     spec = parse_spec_decode(text)
     out: dict = {"kiln": _kiln(text)}
     if spec is not None:
-        out.update(drafts=spec.drafts, draft_tokens=spec.draft_tokens, accepted=spec.accepted,
-                   accepted_per_pos=spec.accepted_per_pos)
+        out.update(
+            drafts=spec.drafts,
+            draft_tokens=spec.draft_tokens,
+            accepted=spec.accepted,
+            accepted_per_pos=spec.accepted_per_pos,
+        )
     return out
 
 
@@ -94,9 +111,14 @@ def loads(rows: list[dict]) -> list[dict]:
 def summarise(doc: dict) -> dict:
     configs = doc["configs"]
     reference = configs[REFERENCE]
-    summary: dict = {"date": doc["date"], "commit": doc["plan"]["commit"], "recipe": doc["plan"]["recipe"],
-                     "engine": doc["plan"]["engine"], "preflight": doc.get("preflight", ""),
-                     "configs": {}}
+    summary: dict = {
+        "date": doc["date"],
+        "commit": doc["plan"]["commit"],
+        "recipe": doc["plan"]["recipe"],
+        "engine": doc["plan"]["engine"],
+        "preflight": doc.get("preflight", ""),
+        "configs": {},
+    }
     for name, runs in configs.items():
         entry: dict = {"startup_s": runs.get("startup_s"), "errors": runs.get("errors", [])}
         if "greedy" in runs and "seeded" in runs:
@@ -110,8 +132,11 @@ def summarise(doc: dict) -> dict:
 
 
 def markdown(summary: dict) -> str:
-    lines = ["| configuration | greedy (divergences / not ties) | seeded reproducible | TVD, p vs off | "
-             "accepted / draft tokens | tok/s at 1 / 4 / 8 / 32 |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| configuration | greedy (divergences / not ties) | seeded reproducible | TVD, p vs off | "
+        "accepted / draft tokens | tok/s at 1 / 4 / 8 / 32 |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, e in summary["configs"].items():
         ll = e.get("lossless")
         greedy = f"{ll['greedy_divergences']} / {ll['greedy_not_ties']}" if ll else "reference"
@@ -155,8 +180,14 @@ def read_results(path: Path) -> dict:
         doc = json.loads(text)
     except (OSError, ValueError, lzma.LZMAError) as exc:
         sys.exit(f"gpu-twin: {path}: not JSON ({' '.join(str(exc).split())})")
-    checks = [((), "date", str), ((), "plan", dict), ((), "configs", dict),
-              (("plan",), "commit", str), (("plan",), "recipe", str), (("plan",), "engine", str)]
+    checks = [
+        ((), "date", str),
+        ((), "plan", dict),
+        ((), "configs", dict),
+        (("plan",), "commit", str),
+        (("plan",), "recipe", str),
+        (("plan",), "engine", str),
+    ]
     for parent, key, kind in checks:
         node = doc
         for step in parent:
@@ -187,9 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / f"{stem}.md").write_text(markdown(summary))
     plot(summary, args.out / f"{stem}.png")
     print(markdown(summary))
-    failed = [n for n, e in summary["configs"].items() if e.get("errors") or not e.get("lossless", {"lossless": True})["lossless"]]
-    print(f"lossless: {len(summary['configs']) - 1 - len(failed)} of {len(summary['configs']) - 1} configurations"
-          + (f"; not: {', '.join(failed)}" if failed else ""))
+    failed = [
+        n
+        for n, e in summary["configs"].items()
+        if e.get("errors") or not e.get("lossless", {"lossless": True})["lossless"]
+    ]
+    print(
+        f"lossless: {len(summary['configs']) - 1 - len(failed)} of {len(summary['configs']) - 1} configurations"
+        + (f"; not: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

@@ -87,8 +87,12 @@ class Traits:
 
 def traits(plan_config: dict) -> Traits:
     spec = plan_config.get("speculative_config") or {}
-    return Traits(int(spec.get("num_speculative_tokens", 0)), bool(spec.get(AV)),
-                  bool(spec.get(SCHEDULE)), plan_config.get("env", {}).get("KILN_DRAFT_TRUNC") == "1")
+    return Traits(
+        int(spec.get("num_speculative_tokens", 0)),
+        bool(spec.get(AV)),
+        bool(spec.get(SCHEDULE)),
+        plan_config.get("env", {}).get("KILN_DRAFT_TRUNC") == "1",
+    )
 
 
 @dataclass(frozen=True)
@@ -129,11 +133,18 @@ def served(name: str, rows: list[dict]) -> list[Served]:
         kept = ka.get("kept", 0.0) - kb.get("kept", 0.0)
         # draft-trunc publishes its counters every KILN_DRAFT_TRUNC_LOG_INTERVAL steps, so a
         # short load can show no delta at all: None, and the caller falls back
-        out.append(Served(name, int(r["load"]), float(r["tokens_per_s"]), spec.accepted / spec.drafts,
-                          spec.draft_tokens / spec.drafts,
-                          tuple(a / spec.drafts for a in spec.accepted_per_pos),
-                          prop / spec.drafts if prop > 0 else None,
-                          kept / prop if prop > 0 else None))
+        out.append(
+            Served(
+                name,
+                int(r["load"]),
+                float(r["tokens_per_s"]),
+                spec.accepted / spec.drafts,
+                spec.draft_tokens / spec.drafts,
+                tuple(a / spec.drafts for a in spec.accepted_per_pos),
+                prop / spec.drafts if prop > 0 else None,
+                kept / prop if prop > 0 else None,
+            )
+        )
     return out
 
 
@@ -165,8 +176,7 @@ def routed_share(shape: str | None) -> float:
     return routed / (routed + attention + hidden * experts)
 
 
-def fit(off: dict[int, Served], spec: dict[int, Served], depth: dict[int, float], split: str,
-        routed: float) -> Costs:
+def fit(off: dict[int, Served], spec: dict[int, Served], depth: dict[int, float], split: str, routed: float) -> Costs:
     """The costs that price spec-off and spec (per load, exactly where c >= 0 allows);
     ``depth``: positions spec drafted at each load."""
     loads = sorted(set(off) & set(spec) & set(depth))
@@ -284,14 +294,17 @@ def _largest(rows: list[dict], key: str) -> dict | None:
     if not rated:
         return None
     top = max(rated, key=lambda r: abs(math.log(r[key])))
-    return {"config": top["config"], "load": top["load"], "ratio": top[key],
-            "predicted_tokens_per_s": top["served_tokens_per_s"] * top[key],
-            "served_tokens_per_s": top["served_tokens_per_s"]}
+    return {
+        "config": top["config"],
+        "load": top["load"],
+        "ratio": top[key],
+        "predicted_tokens_per_s": top["served_tokens_per_s"] * top[key],
+        "served_tokens_per_s": top["served_tokens_per_s"],
+    }
 
 
 def _runs(doc: dict, path: Path) -> dict[str, dict[int, Served]]:
-    runs = {n: {s.load: s for s in served(n, r["timed"])}
-            for n, r in doc["configs"].items() if r.get("timed")}
+    runs = {n: {s.load: s for s in served(n, r["timed"])} for n, r in doc["configs"].items() if r.get("timed")}
     for need in (REFERENCE, FIT):
         if need not in runs:
             sys.exit(f"gpu-twin model: {path}: configs: no timed {need!r} run to fit the step costs to")
@@ -306,8 +319,11 @@ def check(doc: dict, path: Path) -> dict:
     fixed = runs[FIT]
     kept_fb = {n: timed_kept_share(doc["configs"][n]["timed"]) for n in runs}
     # in the plan's order (prepare.py's: each configuration one change from the last)
-    shapes = {n: {b: shape(row, tr[n], engine, fixed.get(b), kept_fb[n]) for b, row in runs[n].items()}
-              for n in tr if n in runs and tr[n].k > 0}
+    shapes = {
+        n: {b: shape(row, tr[n], engine, fixed.get(b), kept_fb[n]) for b, row in runs[n].items()}
+        for n in tr
+        if n in runs and tr[n].k > 0
+    }
     routed = routed_share(plan.get("shape"))
     depth = {b: s.depth for b, s in shapes[FIT].items()}
     costs = {split: fit(runs[REFERENCE], fixed, depth, split, routed) for split in SPLITS}
@@ -325,13 +341,24 @@ def check(doc: dict, path: Path) -> dict:
             row = runs[name][b]
             pred, step = predict(main_costs, row, s)
             alt, _ = predict(costs["all-verify"], row, s)
-            out = {"config": name, "load": b, "role": "fit" if name == FIT else "predicted",
-                   "served_tokens_per_s": row.tokens_per_s, "predicted_tokens_per_s": pred,
-                   "ratio": pred / row.tokens_per_s, "ratio_all_verify": alt / row.tokens_per_s,
-                   "served_step_ms": row.step_ms, "predicted_step_ms": step,
-                   "unpriced_ms": row.step_ms - step, "accepted_per_window": row.accepted,
-                   "scheduled_per_window": row.scheduled, "verified_per_window": s.verified,
-                   "kept_per_window": s.kept, "drafted": s.depth, "verified_from": s.verified_from}
+            out = {
+                "config": name,
+                "load": b,
+                "role": "fit" if name == FIT else "predicted",
+                "served_tokens_per_s": row.tokens_per_s,
+                "predicted_tokens_per_s": pred,
+                "ratio": pred / row.tokens_per_s,
+                "ratio_all_verify": alt / row.tokens_per_s,
+                "served_step_ms": row.step_ms,
+                "predicted_step_ms": step,
+                "unpriced_ms": row.step_ms - step,
+                "accepted_per_window": row.accepted,
+                "scheduled_per_window": row.scheduled,
+                "verified_per_window": s.verified,
+                "kept_per_window": s.kept,
+                "drafted": s.depth,
+                "verified_from": s.verified_from,
+            }
             if tr[name].av and b in fixed:  # the estimate beside a count, to judge it by
                 out["admitted_estimate"] = admitted_estimate(row, fixed[b])
             # the hook variant prices draft-trunc's hook where it runs and is the model
@@ -340,11 +367,19 @@ def check(doc: dict, path: Path) -> dict:
                 priced = hook[b] if tr[name].dt else 0.0
                 out["ratio_hook"] = predict(main_costs, row, s, priced)[0] / row.tokens_per_s
             rows.append(out)
-    return {"source": path.name, "date": doc["date"], "engine": engine, "recipe": plan["recipe"],
-            "commit": plan["commit"], "device": doc.get("preflight", "").split(" gpu ")[-1].split("\n")[0],
-            "costs": _costs_report(costs, runs, hook, shapes[FIT]), "rows": rows,
-            "largest": _largest(rows, "ratio"), "largest_all_verify": _largest(rows, "ratio_all_verify"),
-            "largest_hook": _largest(rows, "ratio_hook")}
+    return {
+        "source": path.name,
+        "date": doc["date"],
+        "engine": engine,
+        "recipe": plan["recipe"],
+        "commit": plan["commit"],
+        "device": doc.get("preflight", "").split(" gpu ")[-1].split("\n")[0],
+        "costs": _costs_report(costs, runs, hook, shapes[FIT]),
+        "rows": rows,
+        "largest": _largest(rows, "ratio"),
+        "largest_all_verify": _largest(rows, "ratio_all_verify"),
+        "largest_hook": _largest(rows, "ratio_hook"),
+    }
 
 
 def _costs_report(costs: dict[str, Costs], runs: dict, hook: dict[int, float], fit_shapes: dict) -> dict:
@@ -353,12 +388,22 @@ def _costs_report(costs: dict[str, Costs], runs: dict, hook: dict[int, float], f
     dr = drafter(main, model)
     loads = {}
     for b in sorted(main.t1):
-        loads[str(b)] = {"t1_ms": main.t1[b], "spec_step_ms": runs[FIT][b].step_ms,
-                         "spec_drafted": fit_shapes[b].depth, "spec_verified": fit_shapes[b].verified,
-                         **{f"c_ms_{s}": costs[s].c[b] for s in SPLITS},
-                         "draft_share": dr.share(b), "dt_hook_ms": hook.get(b)}
-    return {"draft_position_ms": {s: costs[s].d for s in SPLITS}, "pinned_at": main.pinned_at,
-            "routed_share": main.routed, "knob": dr.knob, "loads": loads}
+        loads[str(b)] = {
+            "t1_ms": main.t1[b],
+            "spec_step_ms": runs[FIT][b].step_ms,
+            "spec_drafted": fit_shapes[b].depth,
+            "spec_verified": fit_shapes[b].verified,
+            **{f"c_ms_{s}": costs[s].c[b] for s in SPLITS},
+            "draft_share": dr.share(b),
+            "dt_hook_ms": hook.get(b),
+        }
+    return {
+        "draft_position_ms": {s: costs[s].d for s in SPLITS},
+        "pinned_at": main.pinned_at,
+        "routed_share": main.routed,
+        "knob": dr.knob,
+        "loads": loads,
+    }
 
 
 # ----------------------------------------------------------------------------- output
@@ -367,11 +412,9 @@ def _costs_report(costs: dict[str, Costs], runs: dict, hook: dict[int, float], f
 def _grid(rows: list[dict], cell) -> list[str]:
     loads = sorted({r["load"] for r in rows})
     at = {(r["config"], r["load"]): r for r in rows}
-    out = ["| configuration | " + " | ".join(f"R={b}" for b in loads) + " |",
-           "|---|" + "---|" * len(loads)]
+    out = ["| configuration | " + " | ".join(f"R={b}" for b in loads) + " |", "|---|" + "---|" * len(loads)]
     for name in dict.fromkeys(r["config"] for r in rows):
-        out.append(f"| {name} | " + " | ".join(cell(at[name, b]) if (name, b) in at else "-"
-                                                for b in loads) + " |")
+        out.append(f"| {name} | " + " | ".join(cell(at[name, b]) if (name, b) in at else "-" for b in loads) + " |")
     return out
 
 
@@ -379,40 +422,64 @@ def _said(top: dict | None) -> str:
     if top is None:
         return "none"
     reqs = f"{top['load']} request" + ("s" if top["load"] != 1 else "")
-    return (f"{top['config']} at {reqs}: predicted {top['predicted_tokens_per_s']:.0f}, "
-            f"served {top['served_tokens_per_s']:.0f} tokens/s (x{top['ratio']:.2f})")
+    return (
+        f"{top['config']} at {reqs}: predicted {top['predicted_tokens_per_s']:.0f}, "
+        f"served {top['served_tokens_per_s']:.0f} tokens/s (x{top['ratio']:.2f})"
+    )
 
 
 def markdown(report: dict) -> str:
     c = report["costs"]
     d = c["draft_position_ms"]
-    lines = [f"Model against the GPU twin: `{report['source']}` (vLLM {report['engine']}, "
-             f"{report['device'] or 'device not recorded'}, {report['date'][:10]})", "",
-             f"Fitted to spec-off and spec: drafting {d['launch-bound']:.2f} ms a position "
-             f"(launch-bound split, c = 0 at R={c['pinned_at']}; all-verify split: "
-             f"{d['all-verify']:.2f}); dead tokens save {c['routed_share']:.3f} of a verified "
-             f"token's price; as KILN_DRAFT_TRUNC_DRAFT_COST: `{c['knob']}`", "",
-             "| R (requests) | t1 (spec-off step, ms) | spec step (ms) | verify per draft token, ms "
-             "(launch-bound / all-verify) | drafting share of a K=4 step | draft-trunc hook (ms, "
-             "dt-cost less its prediction) |", "|---|---|---|---|---|---|"]
+    lines = [
+        f"Model against the GPU twin: `{report['source']}` (vLLM {report['engine']}, "
+        f"{report['device'] or 'device not recorded'}, {report['date'][:10]})",
+        "",
+        f"Fitted to spec-off and spec: drafting {d['launch-bound']:.2f} ms a position "
+        f"(launch-bound split, c = 0 at R={c['pinned_at']}; all-verify split: "
+        f"{d['all-verify']:.2f}); dead tokens save {c['routed_share']:.3f} of a verified "
+        f"token's price; as KILN_DRAFT_TRUNC_DRAFT_COST: `{c['knob']}`",
+        "",
+        "| R (requests) | t1 (spec-off step, ms) | spec step (ms) | verify per draft token, ms "
+        "(launch-bound / all-verify) | drafting share of a K=4 step | draft-trunc hook (ms, "
+        "dt-cost less its prediction) |",
+        "|---|---|---|---|---|---|",
+    ]
     for b, e in c["loads"].items():
         hook = "-" if e["dt_hook_ms"] is None else f"{e['dt_hook_ms']:.2f}"
-        lines.append(f"| {b} | {e['t1_ms']:.2f} | {e['spec_step_ms']:.2f} | {e['c_ms_launch-bound']:.3f} / "
-                     f"{e['c_ms_all-verify']:.3f} | {e['draft_share']:.3f} | {hook} |")
+        lines.append(
+            f"| {b} | {e['t1_ms']:.2f} | {e['spec_step_ms']:.2f} | {e['c_ms_launch-bound']:.3f} / "
+            f"{e['c_ms_all-verify']:.3f} | {e['draft_share']:.3f} | {hook} |"
+        )
     lines += ["", "Predicted / served tokens/s (their ratio), launch-bound split; spec is the fit", ""]
-    lines += _grid(report["rows"], lambda r: f"{r['predicted_tokens_per_s']:.0f} / "
-                   f"{r['served_tokens_per_s']:.0f} ({r['ratio']:.2f})")
-    lines += ["", "Served step less predicted (ms a step: what the model does not price); drafts "
-              "verified per window (c: counted by draft-trunc, e: estimated from acceptance)", ""]
-    lines += _grid(report["rows"], lambda r: f"{r['unpriced_ms']:+.2f}; {r['verified_per_window']:.2f}"
-                   + {"counted": "c", "estimated": "e"}.get(r["verified_from"], ""))
-    lines += ["", "Predicted / served with the all-verify split, and with draft-trunc's hook priced "
-              "(from dt-cost)", ""]
-    lines += _grid(report["rows"], lambda r: f"{r['ratio_all_verify']:.2f} / "
-                   + (f"{r['ratio_hook']:.2f}" if "ratio_hook" in r else "-"))
-    lines += ["", f"Largest disagreement: {_said(report['largest'])}.",
-              f"With the all-verify split: {_said(report['largest_all_verify'])}.",
-              f"With draft-trunc's hook priced: {_said(report['largest_hook'])}."]
+    lines += _grid(
+        report["rows"],
+        lambda r: f"{r['predicted_tokens_per_s']:.0f} / {r['served_tokens_per_s']:.0f} ({r['ratio']:.2f})",
+    )
+    lines += [
+        "",
+        "Served step less predicted (ms a step: what the model does not price); drafts "
+        "verified per window (c: counted by draft-trunc, e: estimated from acceptance)",
+        "",
+    ]
+    lines += _grid(
+        report["rows"],
+        lambda r: (
+            f"{r['unpriced_ms']:+.2f}; {r['verified_per_window']:.2f}"
+            + {"counted": "c", "estimated": "e"}.get(r["verified_from"], "")
+        ),
+    )
+    lines += ["", "Predicted / served with the all-verify split, and with draft-trunc's hook priced (from dt-cost)", ""]
+    lines += _grid(
+        report["rows"],
+        lambda r: f"{r['ratio_all_verify']:.2f} / " + (f"{r['ratio_hook']:.2f}" if "ratio_hook" in r else "-"),
+    )
+    lines += [
+        "",
+        f"Largest disagreement: {_said(report['largest'])}.",
+        f"With the all-verify split: {_said(report['largest_all_verify'])}.",
+        f"With draft-trunc's hook priced: {_said(report['largest_hook'])}.",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -435,8 +502,12 @@ def plot(report: dict, path: Path) -> None:
         ax.fill_between(x, pred, alt, color="C0", alpha=0.15, label="any split of spec's step")
         ax.plot(x, pred, "C0-", label="predicted (launch-bound split)")
         if any("ratio_hook" in r for r in rs):
-            ax.plot(x, [r["served_tokens_per_s"] * r.get("ratio_hook", r["ratio"]) for r in rs], "C2--",
-                    label="predicted, draft-trunc's hook priced")
+            ax.plot(
+                x,
+                [r["served_tokens_per_s"] * r.get("ratio_hook", r["ratio"]) for r in rs],
+                "C2--",
+                label="predicted, draft-trunc's hook priced",
+            )
         ax.plot(x, [r["served_tokens_per_s"] for r in rs], "C3o", label="served")
         ax.set_title(name + (" (the fit)" if rs[0]["role"] == "fit" else ""), fontsize=9)
     ratio_ax = flat[len(names)]
@@ -446,7 +517,7 @@ def plot(report: dict, path: Path) -> None:
     ratio_ax.axhline(1.0, color="grey", lw=0.8)
     ratio_ax.set_title("predicted / served (launch-bound split)", fontsize=9)
     ratio_ax.legend(fontsize=6)
-    for ax in flat[:len(names) + 1]:
+    for ax in flat[: len(names) + 1]:
         # log y: a ratio reads the same at 100 and at 3000 tokens/s
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
@@ -458,16 +529,19 @@ def plot(report: dict, path: Path) -> None:
         ax.set_xlabel("concurrent requests", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.grid(alpha=0.3, which="both")
-    for ax in flat[len(names) + 1:]:
+    for ax in flat[len(names) + 1 :]:
         ax.axis("off")
     flat[0].set_ylabel("tokens/s")
     handles = {}
-    for ax in flat[:len(names)]:
+    for ax in flat[: len(names)]:
         for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
             handles.setdefault(label, h)
     fig.legend(handles.values(), handles.keys(), loc="lower center", ncol=len(handles), fontsize=8)
-    fig.suptitle(f"sim_adaptive's step model with the twin's own costs against what it served "
-                 f"({report['source']}, vLLM {report['engine']})", fontsize=10)
+    fig.suptitle(
+        f"sim_adaptive's step model with the twin's own costs against what it served "
+        f"({report['source']}, vLLM {report['engine']})",
+        fontsize=10,
+    )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)

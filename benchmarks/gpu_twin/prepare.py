@@ -48,8 +48,13 @@ DEVICE_HAS = HERE / "device-packages.txt"
 CALL_LIMIT = 64 * 2**20  # what one device call carries: the checkout plus the carried paths
 MARGIN = 2 * 2**20  # files written between prepare and the call (results, notes)
 # the op libraries the twin loads (stable ABI); FlashAttention's and the rest stay behind
-OP_LIBRARIES = ("_C_stable_libtorch.abi3.so", "_moe_C_stable_libtorch.abi3.so", "cumem_allocator.abi3.so",
-                "fs_io_C.abi3.so", "spinloop.abi3.so")
+OP_LIBRARIES = (
+    "_C_stable_libtorch.abi3.so",
+    "_moe_C_stable_libtorch.abi3.so",
+    "cumem_allocator.abi3.so",
+    "fs_io_C.abi3.so",
+    "spinloop.abi3.so",
+)
 # deep_gemm's and fmha_sm100's sources (2,000 files) that Triton attention never imports;
 # the rest of third_party stays (vLLM finds the GPU through third_party/pynvml.py)
 SKIPPED_SOURCES = ("vllm/third_party/deep_gemm/", "vllm/third_party/fmha_sm100/")
@@ -82,8 +87,10 @@ def _patched_sources(recipe: str, version: str, work: Path) -> Path:
     results = applier.apply_series(tree, series)
     applier.apply_replacements(tree, replacements)
     tree.commit()
-    _log(f"sources: {sum(len(s.patches) for s in series)} patches applied by kiln's applier "
-         f"({sum(1 for r in results if r.offsets)} with offsets)")
+    _log(
+        f"sources: {sum(len(s.patches) for s in series)} patches applied by kiln's applier "
+        f"({sum(1 for r in results if r.offsets)} with offsets)"
+    )
     wheel = wheel_cache.engine_wheel(version, "cuda")
     dist_info = f"vllm-{version}.dist-info"
     with zipfile.ZipFile(wheel) as zf:
@@ -122,24 +129,65 @@ def _device_wheels(work: Path) -> list[Path]:
     """requirements/gpu-twin.lock's wheels for the device's CPython 3.12, hash-checked."""
     folder = cache_dir() / "gpu-twin" / "wheels"
     folder.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
-           "--require-hashes", "--only-binary=:all:", "--python-version", "3.12", "--implementation", "cp",
-           "--abi", "cp312", "--abi", "abi3", "--abi", "none", "--platform", "any",
-           *[arg for p in PLATFORMS for arg in ("--platform", p)], "-d", str(folder), "-r", str(LOCK)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--require-hashes",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        "--abi",
+        "cp312",
+        "--abi",
+        "abi3",
+        "--abi",
+        "none",
+        "--platform",
+        "any",
+        *[arg for p in PLATFORMS for arg in ("--platform", p)],
+        "-d",
+        str(folder),
+        "-r",
+        str(LOCK),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         sys.exit(f"gpu-twin: {LOCK.relative_to(ROOT)}: pip download failed: {tail}")
-    locked = {line.split("==")[0].strip().lower().replace("_", "-")
-              for line in LOCK.read_text().splitlines() if "==" in line and not line.startswith("#")}
+    locked = {
+        line.split("==")[0].strip().lower().replace("_", "-")
+        for line in LOCK.read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
     wheels = [w for w in sorted(folder.glob("*.whl")) if w.name.split("-")[0].lower().replace("_", "-") in locked]
     if len(wheels) != len(locked):
         sys.exit(f"gpu-twin: {len(wheels)} wheels for {len(locked)} locked packages in {folder}")
     engine = work / "engine-wheel"
     source = work / "engine-source"  # a copy: the build leaves build/ beside the sources
     shutil.copytree(ROOT / "engine", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-                    "-w", str(engine), str(source)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(engine),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return [*wheels, *sorted(engine.glob("*.whl"))]
 
 
@@ -157,10 +205,27 @@ def relock() -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".txt") as constraints:
         constraints.write("\n".join(pins) + "\n")
         constraints.flush()
-        subprocess.run(["uv", "pip", "compile", str(LOCK.with_suffix(".in")), "-c", constraints.name,
-                        "--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_28",
-                        "--generate-hashes", "--no-header", "--no-annotate",
-                        *[arg for n in names for arg in ("--no-emit-package", n)], "-o", str(LOCK)], check=True)
+        subprocess.run(
+            [
+                "uv",
+                "pip",
+                "compile",
+                str(LOCK.with_suffix(".in")),
+                "-c",
+                constraints.name,
+                "--python-version",
+                "3.12",
+                "--python-platform",
+                "x86_64-manylinux_2_28",
+                "--generate-hashes",
+                "--no-header",
+                "--no-annotate",
+                *[arg for n in names for arg in ("--no-emit-package", n)],
+                "-o",
+                str(LOCK),
+            ],
+            check=True,
+        )
 
 
 # -- the plan: the recipe's own command, adapted, per configuration -------------------------
@@ -184,12 +249,16 @@ FLAG_CHANGES: dict[str, tuple[str | None, str]] = {
 FLAGS_ADDED: dict[str, tuple[str, str]] = {
     "--attention-backend": ("TRITON_ATTN", "FlashAttention's libraries do not travel (the twin's patch 0001)"),
     "--dtype": ("float32", "the CPU twin's dtype, so its numeric-tie rule (top-2 margin < 1e-4) applies"),
-    "--kv-cache-memory-bytes": (str(2**30), "a fixed KV cache skips memory profiling, which servers "
-                                             "starting beside it would upset"),
+    "--kv-cache-memory-bytes": (
+        str(2**30),
+        "a fixed KV cache skips memory profiling, which servers starting beside it would upset",
+    ),
     "--max-num-seqs": ("32", "the largest load measured"),
-    "--compilation-config": ('{"mode":0,"cudagraph_mode":"FULL_DECODE_ONLY"}',
-                             "no torch.compile on the device's torch 2.11 (vLLM pins 2.14); full decode "
-                             "graphs, which adaptive verification needs"),
+    "--compilation-config": (
+        '{"mode":0,"cudagraph_mode":"FULL_DECODE_ONLY"}',
+        "no torch.compile on the device's torch 2.11 (vLLM pins 2.14); full decode "
+        "graphs, which adaptive verification needs",
+    ),
 }
 ENV_CHANGES: dict[str, tuple[str, str]] = {
     "VLLM_USE_V2_MODEL_RUNNER": ("1", "the runner draft-trunc's hooks live in (the image's vLLM picks it too)"),
@@ -213,8 +282,14 @@ def _adapted(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str,
         i += 2 if has_value else 1
         if flag == "--speculative-config":
             spec = json.loads(value)
-            changes.append({"what": "speculative_config.model", "from": spec.get("model", ""), "to": DRAFT,
-                            "why": "the twin's draft"})
+            changes.append(
+                {
+                    "what": "speculative_config.model",
+                    "from": spec.get("model", ""),
+                    "to": DRAFT,
+                    "why": "the twin's draft",
+                }
+            )
             out += [flag, json.dumps({**spec, "model": DRAFT}, separators=(",", ":"))]
         elif flag in FLAG_CHANGES:
             new, why = FLAG_CHANGES[flag]
@@ -263,40 +338,67 @@ def configurations(argv: list[str], env: dict[str, str]) -> dict[str, dict[str, 
         "av": (av, {"KILN_DRAFT_TRUNC": "0"}),
         "av-dt": (av, {**dt_on, "KILN_DRAFT_TRUNC_WITH_AV": "1"}),
         # AV_TIMING: the hook's own time in the engine, on /metrics (off in the recipes)
-        "kiln-av": (av, {**dt_on, "KILN_DRAFT_TRUNC_WITH_AV": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1",
-                         "KILN_DRAFT_TRUNC_AV_TIMING": "1"}),
+        "kiln-av": (
+            av,
+            {
+                **dt_on,
+                "KILN_DRAFT_TRUNC_WITH_AV": "1",
+                "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1",
+                "KILN_DRAFT_TRUNC_AV_TIMING": "1",
+            },
+        ),
     }
-    return {name: {"argv": _with_spec(argv, spec), "env": {**env, **extra}, "env_delta": extra,
-                   "speculative_config": spec}
-            for name, (spec, extra) in table.items()}
+    return {
+        name: {"argv": _with_spec(argv, spec), "env": {**env, **extra}, "env_delta": extra, "speculative_config": spec}
+        for name, (spec, extra) in table.items()
+    }
 
 
 def plan(recipe: str, shape: str, engine: str | None = None) -> dict[str, object]:
     """The runner's plan for `recipe`; one line (SystemExit) for a recipe the twin cannot serve."""
     loaded = load_recipe(recipe)
     if loaded.recipe.engine.flavour != "cuda":
-        sys.exit(f"gpu-twin: {recipe} is a CPU recipe (engine.flavour {loaded.recipe.engine.flavour}); "
-                 "the twin serves CUDA recipes")
+        sys.exit(
+            f"gpu-twin: {recipe} is a CPU recipe (engine.flavour {loaded.recipe.engine.flavour}); "
+            "the twin serves CUDA recipes"
+        )
     doc = launch_document(loaded)
-    spec = json.loads(doc["argv"][doc["argv"].index("--speculative-config") + 1]) \
-        if "--speculative-config" in doc["argv"] else None
+    spec = (
+        json.loads(doc["argv"][doc["argv"].index("--speculative-config") + 1])
+        if "--speculative-config" in doc["argv"]
+        else None
+    )
     if spec is None or spec.get("method") != "draft_model":
-        sys.exit(f"gpu-twin: {recipe}: launch.speculative_config.method is "
-                 f"{spec.get('method') if spec else 'unset'}; the twin's models are a target and a "
-                 "draft model (method draft_model), with no MTP head")
+        sys.exit(
+            f"gpu-twin: {recipe}: launch.speculative_config.method is "
+            f"{spec.get('method') if spec else 'unset'}; the twin's models are a target and a "
+            "draft model (method draft_model), with no MTP head"
+        )
     argv, env, changes = _adapted(list(doc["argv"][1:]), dict(doc["env"]))
-    commit = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip()
-    return {"recipe": recipe, "engine": engine or loaded.recipe.engine.version, "commit": commit, "shape": shape,
-            "models": {"script": "benchmarks/gpu_twin/twin_models.py", "args": [MODELS, "--shape", shape]},
-            "recipe_argv": doc["argv"], "changes": changes, "configs": configurations(argv, env)}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "recipe": recipe,
+        "engine": engine or loaded.recipe.engine.version,
+        "commit": commit,
+        "shape": shape,
+        "models": {"script": "benchmarks/gpu_twin/twin_models.py", "args": [MODELS, "--shape", shape]},
+        "recipe_argv": doc["argv"],
+        "changes": changes,
+        "configs": configurations(argv, env),
+    }
 
 
 # -- packing: one bundle, split to fit the calls ---------------------------------------------
 def _travelling_bytes() -> int:
     """What every call carries anyway: tracked and untracked-not-ignored files."""
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                         capture_output=True, check=True).stdout
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
     return sum((ROOT / n).stat().st_size for n in out.decode().split("\0") if n and (ROOT / n).is_file())
 
 
@@ -322,8 +424,12 @@ def pack(members: dict[str, Path], out: Path) -> dict[str, object]:
             (folder / f"chunk-{n}").write_bytes(block)
             chunks.append({"name": f"chunk-{n}", "bytes": len(block), "sha256": hashlib.sha256(block).hexdigest()})
     bundle.unlink()
-    manifest = {"bundle_sha256": data_sha, "bundle_bytes": size, "chunks": chunks,
-                "members": {name: _sha256(path) for name, path in members.items()}}
+    manifest = {
+        "bundle_sha256": data_sha,
+        "bundle_bytes": size,
+        "chunks": chunks,
+        "members": {name: _sha256(path) for name, path in members.items()},
+    }
     for n in range(1, len(chunks) + 1):
         (out / f"call-{n}" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
@@ -334,8 +440,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("recipe", nargs="?", default="glm53-kindling")
     p.add_argument("--shape", default="av-cut", help="twin_models.py's shape")
     p.add_argument("--relock", action="store_true", help="re-resolve requirements/gpu-twin.lock first")
-    p.add_argument("--engine", metavar="VERSION",
-                   help="serve another vLLM version than the recipe pins, with that version's series (a bump)")
+    p.add_argument(
+        "--engine",
+        metavar="VERSION",
+        help="serve another vLLM version than the recipe pins, with that version's series (a bump)",
+    )
     args = p.parse_args(argv)
     t0 = time.monotonic()
     if args.relock:
@@ -354,8 +463,10 @@ def main(argv: list[str] | None = None) -> int:
         manifest = pack(members, OUT)
     chunks = manifest["chunks"]
     assert isinstance(chunks, list)
-    _log(f"{args.recipe} (vllm {version}): {len(members)} parts, {manifest['bundle_bytes'] / 2**20:.1f} MiB in "
-         f"{len(chunks)} calls, made in {time.monotonic() - t0:.0f} s")
+    _log(
+        f"{args.recipe} (vllm {version}): {len(members)} parts, {manifest['bundle_bytes'] / 2**20:.1f} MiB in "
+        f"{len(chunks)} calls, made in {time.monotonic() - t0:.0f} s"
+    )
     for n in range(1, len(chunks) + 1):
         run = f"python3 benchmarks/gpu_twin/runner.py stash .gpu-twin/call-{n}"
         if n == len(chunks):

@@ -126,8 +126,10 @@ def _bundle_members(manifest: dict) -> None:
     for n, chunk in enumerate(manifest["chunks"], 1):
         path = CHUNKS / chunk["name"]
         if not path.is_file():
-            raise PartProblem(f"{chunk['name']} of {len(manifest['chunks'])} is not here: carry .gpu-twin/call-{n} "
-                              "first (stashed chunks last while the machine stays warm)")
+            raise PartProblem(
+                f"{chunk['name']} of {len(manifest['chunks'])} is not here: carry .gpu-twin/call-{n} "
+                "first (stashed chunks last while the machine stays warm)"
+            )
         if _sha256(path) != chunk["sha256"]:
             raise PartProblem(f"{path}: sha256 differs from the manifest: carry .gpu-twin/call-{n} again")
     bundle = STASH / "bundle.tar"
@@ -171,15 +173,32 @@ def assemble() -> dict:
         target.write_bytes(lzma.decompress(packed.read_bytes()))
         target.chmod(0o755)
     wheels = sorted(str(w) for w in (PARTS / "wheels").glob("*.whl"))
-    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-                           "--no-compile", "--disable-pip-version-check", "--target", str(SITE), *wheels],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-index",
+            "--no-deps",
+            "--no-compile",
+            "--disable-pip-version-check",
+            "--target",
+            str(SITE),
+            *wheels,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
-        raise PartProblem(f"pip install of the {len(wheels)} locked wheels failed: "
-                          f"{(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        raise PartProblem(
+            f"pip install of the {len(wheels)} locked wheels failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}"
+        )
     marker.write_text(manifest["bundle_sha256"])
-    _say(f"assembled {SITE}: vLLM sources, {len(list((PARTS / 'ops').glob('*.xz')))} op libraries, "
-         f"{len(wheels)} wheels")
+    _say(
+        f"assembled {SITE}: vLLM sources, {len(list((PARTS / 'ops').glob('*.xz')))} op libraries, {len(wheels)} wheels"
+    )
     return read_plan(PARTS / "plan.json")
 
 
@@ -202,9 +221,13 @@ import vllm.entrypoints.openai.api_server, kiln_engine.plugin  # noqa: the serve
 def preflight() -> str:
     """Torch, the op libraries and the server's imports, in a child with PYTHONPATH=SITE:
     one line naming the piece that is missing or does not fit."""
-    proc = subprocess.run([sys.executable, "-c", _PREFLIGHT], env={**os.environ, "PYTHONPATH": str(SITE),
-                                                                   "KILN_GPU_TWIN": "1"},
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PREFLIGHT],
+        env={**os.environ, "PYTHONPATH": str(SITE), "KILN_GPU_TWIN": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()] or ["(no output)"]
         raise PartProblem(f"preflight: {lines[-1]}")
@@ -216,13 +239,17 @@ def start_models(plan: dict) -> subprocess.Popen[bytes] | None:
     """twin_models.py in the background (CPU, about a minute) while the parts assemble."""
     models = plan["models"]
     target = Path(models["args"][0])
-    if (target / "tiny-qwen3moe" / "config.json").is_file() and (target / ".shape").is_file() \
-            and (target / ".shape").read_text() == json.dumps(models["args"]):
+    if (
+        (target / "tiny-qwen3moe" / "config.json").is_file()
+        and (target / ".shape").is_file()
+        and (target / ".shape").read_text() == json.dumps(models["args"])
+    ):
         return None
     STASH.mkdir(parents=True, exist_ok=True)
     log = MODEL_LOG.open("wb")
-    return subprocess.Popen([sys.executable, str(ROOT / models["script"]), *models["args"]],
-                            stdout=log, stderr=subprocess.STDOUT)
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / models["script"]), *models["args"]], stdout=log, stderr=subprocess.STDOUT
+    )
 
 
 def finish_models(proc: subprocess.Popen[bytes] | None, plan: dict) -> None:
@@ -255,13 +282,22 @@ class Server:
         self.log_path = logs / f"{name}.log"
         argv = [str(self.port) if a == "PORT" else a for a in config["argv"]]
         self.model = argv[argv.index("--served-model-name") + 1] if "--served-model-name" in argv else argv[1]
-        env = {**os.environ, **config["env"], "PYTHONPATH": str(SITE), "CUDA_VISIBLE_DEVICES": "0",
-               "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix=f"kiln-prom-{name}-")}
+        env = {
+            **os.environ,
+            **config["env"],
+            "PYTHONPATH": str(SITE),
+            "CUDA_VISIBLE_DEVICES": "0",
+            "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix=f"kiln-prom-{name}-"),
+        }
         self.started = time.monotonic()
         self.startup_s: float | None = None
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from vllm.entrypoints.cli.main import main; main()", *argv],
-            env=env, stdout=self.log_path.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+            env=env,
+            stdout=self.log_path.open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def log_tail(self, lines: int = 40) -> list[str]:
         return self.log_path.read_text(errors="replace").splitlines()[-lines:]
@@ -283,8 +319,9 @@ class Server:
     def metrics(self) -> str:
         with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as resp:
             text = resp.read().decode()
-        return "\n".join(ln for ln in text.splitlines()
-                         if ln.startswith(("vllm:spec_decode", "kiln_")) and not ln.startswith("#"))
+        return "\n".join(
+            ln for ln in text.splitlines() if ln.startswith(("vllm:spec_decode", "kiln_")) and not ln.startswith("#")
+        )
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -314,8 +351,7 @@ def seeded_sets(server: Server) -> dict:
     from kiln_testkit.requestsets import prompts, run_set
 
     sampled, seeds = prompts(48, seed=1), list(range(1000, 1048))
-    runs = [run_set(server.url, server.model, sampled, max_tokens=24, temperature=1.0, seeds=seeds)
-            for _ in range(2)]
+    runs = [run_set(server.url, server.model, sampled, max_tokens=24, temperature=1.0, seeds=seeds) for _ in range(2)]
     return {"runs": [_completions(r) for r in runs], "metrics_after": server.metrics()}
 
 
@@ -328,15 +364,22 @@ def timed_loads(server: Server) -> list[dict]:
         n = max(16, 4 * load)
         # once untimed: Triton compiles each new shape on its first use (vLLM's JIT monitor
         # warns of it), which is start-up cost, not this load's
-        run_set(server.url, server.model, prompts(load, seed=200 + load), max_tokens=TIMED_TOKENS,
-                concurrency=load)
+        run_set(server.url, server.model, prompts(load, seed=200 + load), max_tokens=TIMED_TOKENS, concurrency=load)
         before = server.metrics()
         t0 = time.monotonic()
         run_set(server.url, server.model, prompts(n, seed=100 + load), max_tokens=TIMED_TOKENS, concurrency=load)
         wall = time.monotonic() - t0
-        rows.append({"load": load, "requests": n, "tokens": n * TIMED_TOKENS, "seconds": wall,
-                     "tokens_per_s": n * TIMED_TOKENS / wall, "metrics_before": before,
-                     "metrics_after": server.metrics()})
+        rows.append(
+            {
+                "load": load,
+                "requests": n,
+                "tokens": n * TIMED_TOKENS,
+                "seconds": wall,
+                "tokens_per_s": n * TIMED_TOKENS / wall,
+                "metrics_before": before,
+                "metrics_after": server.metrics(),
+            }
+        )
     return rows
 
 
@@ -347,8 +390,12 @@ class Results:
 
     def __init__(self, out: Path, plan: dict):
         self.path = out / "gpu-twin-results.json"
-        self.doc: dict = {"plan": plan, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                          "configs": {}, "phases": {}}
+        self.doc: dict = {
+            "plan": plan,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "configs": {},
+            "phases": {},
+        }
         out.mkdir(parents=True, exist_ok=True)
 
     def config(self, name: str) -> dict:
@@ -364,6 +411,7 @@ class Results:
 
 def _each(servers: list[Server], work, results: Results, key: str) -> None:
     """work(server) for every server at once (threads); an error is recorded, not raised."""
+
     def one(server: Server) -> None:
         try:
             results.config(server.name)[key] = work(server)
@@ -393,8 +441,12 @@ def serve_and_measure(plan: dict, results: Results, logs: Path, only: list[str] 
         _say("greedy sets done")
         for server in up:  # one at a time: the others idle, so tokens/s is this one's
             _each([server], timed_loads, results, "timed")
-            _say(f"timed {server.name}: " + ", ".join(
-                f"{r['load']}: {r['tokens_per_s']:.0f} tok/s" for r in results.config(server.name).get("timed", [])))
+            _say(
+                f"timed {server.name}: "
+                + ", ".join(
+                    f"{r['load']}: {r['tokens_per_s']:.0f} tok/s" for r in results.config(server.name).get("timed", [])
+                )
+            )
             results.save()
         results.phase("timed")
         _each(up, seeded_sets, results, "seeded")

@@ -62,19 +62,31 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(mm.SEED)
     gen = torch.Generator().manual_seed(mm.SEED)
-    target = transformers.AutoModelForCausalLM.from_config(mm.Qwen3MoeConfig(
-        intermediate_size=2 * expert_dim, num_hidden_layers=layers, moe_intermediate_size=expert_dim,
-        num_experts=experts, num_experts_per_tok=top_k, decoder_sparse_step=1, norm_topk_prob=True,
-        mlp_only_layers=[], **base))
-    draft = transformers.AutoModelForCausalLM.from_config(mm.Qwen3Config(
-        intermediate_size=expert_dim, num_hidden_layers=1, **base))
+    target = transformers.AutoModelForCausalLM.from_config(
+        mm.Qwen3MoeConfig(
+            intermediate_size=2 * expert_dim,
+            num_hidden_layers=layers,
+            moe_intermediate_size=expert_dim,
+            num_experts=experts,
+            num_experts_per_tok=top_k,
+            decoder_sparse_step=1,
+            norm_topk_prob=True,
+            mlp_only_layers=[],
+            **base,
+        )
+    )
+    draft = transformers.AutoModelForCausalLM.from_config(
+        mm.Qwen3Config(intermediate_size=expert_dim, num_hidden_layers=1, **base)
+    )
     mm.shape_target(target, args.expert_spread, args.damp, gen)
     mm.draft_from(target, draft, args.draft_noise, gen)
     dtype = getattr(torch, args.dtype)
     mm.save(target.to(dtype), tok, f"{args.out}/tiny-qwen3moe", dtype)
     mm.save(draft.to(dtype), tok, f"{args.out}/tiny-qwen3-draft", dtype)
-    print(f"twin_models: shape {args.shape} (hidden {hidden}, {layers} layers, {experts} experts top-{top_k} "
-          f"of {expert_dim}), draft noise {args.draft_noise}, damp {args.damp}")
+    print(
+        f"twin_models: shape {args.shape} (hidden {hidden}, {layers} layers, {experts} experts top-{top_k} "
+        f"of {expert_dim}), draft noise {args.draft_noise}, damp {args.damp}"
+    )
 
 
 if __name__ == "__main__":

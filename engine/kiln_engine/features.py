@@ -171,65 +171,165 @@ DRAFT_TRUNC = Feature(
     vllm_module="vllm.v1.worker.gpu.spec_decode.draft_trunc",
     switch=Knob("enabled", _DT, "flag", False, doc="turn draft truncation on"),
     knobs=(
-        Knob("tau", f"{_DT}_TAU", "float", 0.25, 0.0, 1.0,
-             "keep draft m while its predicted survival p_1*...*p_m >= tau"),
+        Knob(
+            "tau", f"{_DT}_TAU", "float", 0.25, 0.0, 1.0, "keep draft m while its predicted survival p_1*...*p_m >= tau"
+        ),
         Knob("min_keep", f"{_DT}_MIN_KEEP", "int", 1, 0, 1 << 16, "never keep fewer drafts"),
-        Knob("warmup", f"{_DT}_WARMUP", "int", 1, 0, 1 << 30,
-             "acceptance-estimator refits before the first truncation"),
-        Knob("explore", f"{_DT}_EXPLORE", "float", 0.05, 0.0, 1.0,
-             "share of (step, request) pairs that verify every draft"),
-        Knob("log_interval", f"{_DT}_LOG_INTERVAL", "int", 0, 0, 1 << 30,
-             "log a summary and publish the counters every N steps (0: off)"),
-        Knob("with_av", f"{_DT}_WITH_AV", "flag", False,
-             doc="also truncate when adaptive verification is on"),
-        Knob("av_calibrate", f"{_DT}_AV_CALIBRATE", "flag", False,
-             doc="with adaptive verification and KILN_DRAFT_TRUNC_WITH_AV=1 (cost policy): size "
-                 "its draft budget and admit its drafts from survivals corrected by "
-                 "draft-trunc's calibration"),
-        Knob("av_min_batch", f"{_DT}_AV_MIN_BATCH", "int", 1, 0, 1 << 20,
-             "with AV_CALIBRATE: leave adaptive verification's confidences as they are below this "
-             "many requests (where the hook costs more than the correction wins)"),
-        Knob("av_timing", f"{_DT}_AV_TIMING", "flag", False,
-             doc="with AV_CALIBRATE and LOG_INTERVAL: time the AV_CALIBRATE hook in the engine "
-                 "(CUDA events and the host clock, read without waiting) into the statistics"),
-        Knob("policy", f"{_DT}_POLICY", "choice", "auto",
-             doc="cost: choose tau on the device each step from the verify-cost model; tau: the fixed "
-                 "tau; auto: tau when KILN_DRAFT_TRUNC_TAU is set, else cost",
-             choices=("auto", "cost", "tau")),
-        Knob("other_share", f"{_DT}_OTHER_SHARE", "float", 0.5, 0.0, 0.95,
-             "share of a full verify step's time outside the routed experts (cost policy; an assumption)"),
-        Knob("moe_layer", f"{_DT}_MOE_LAYER", "moe_layer", None,
-             doc="price routed experts as this layer (EXPERTS,TOP_K,EXPERT_BYTES) instead of the "
-                 "served model's config (cost policy): e.g. a CPU twin priced as its GPU sibling"),
-        Knob("draft_cost", f"{_DT}_DRAFT_COST", "draft_cost", (),
-             doc="cost policy: what one drafting position costs, as a share of a fully verified "
-                 "step, at some batch sizes (REQS:SHARE[:FIRST],...; FIRST: the drafter's first "
-                 "pass in such shares); unset: drafting is not priced"),
-        Knob("depth", f"{_DT}_DEPTH", "flag", False,
-             doc="cost policy: also decide how far to draft, after each drafted position "
-                 "(needs KILN_DRAFT_TRUNC_DRAFT_COST; a host sync per drafting step)"),
-        Knob("trace", f"{_DT}_TRACE", "path", "",
-             doc="append one JSON line per verify step to this file (predictions and outcomes)"),
+        Knob(
+            "warmup", f"{_DT}_WARMUP", "int", 1, 0, 1 << 30, "acceptance-estimator refits before the first truncation"
+        ),
+        Knob(
+            "explore",
+            f"{_DT}_EXPLORE",
+            "float",
+            0.05,
+            0.0,
+            1.0,
+            "share of (step, request) pairs that verify every draft",
+        ),
+        Knob(
+            "log_interval",
+            f"{_DT}_LOG_INTERVAL",
+            "int",
+            0,
+            0,
+            1 << 30,
+            "log a summary and publish the counters every N steps (0: off)",
+        ),
+        Knob("with_av", f"{_DT}_WITH_AV", "flag", False, doc="also truncate when adaptive verification is on"),
+        Knob(
+            "av_calibrate",
+            f"{_DT}_AV_CALIBRATE",
+            "flag",
+            False,
+            doc="with adaptive verification and KILN_DRAFT_TRUNC_WITH_AV=1 (cost policy): size "
+            "its draft budget and admit its drafts from survivals corrected by "
+            "draft-trunc's calibration",
+        ),
+        Knob(
+            "av_min_batch",
+            f"{_DT}_AV_MIN_BATCH",
+            "int",
+            1,
+            0,
+            1 << 20,
+            "with AV_CALIBRATE: leave adaptive verification's confidences as they are below this "
+            "many requests (where the hook costs more than the correction wins)",
+        ),
+        Knob(
+            "av_timing",
+            f"{_DT}_AV_TIMING",
+            "flag",
+            False,
+            doc="with AV_CALIBRATE and LOG_INTERVAL: time the AV_CALIBRATE hook in the engine "
+            "(CUDA events and the host clock, read without waiting) into the statistics",
+        ),
+        Knob(
+            "policy",
+            f"{_DT}_POLICY",
+            "choice",
+            "auto",
+            doc="cost: choose tau on the device each step from the verify-cost model; tau: the fixed "
+            "tau; auto: tau when KILN_DRAFT_TRUNC_TAU is set, else cost",
+            choices=("auto", "cost", "tau"),
+        ),
+        Knob(
+            "other_share",
+            f"{_DT}_OTHER_SHARE",
+            "float",
+            0.5,
+            0.0,
+            0.95,
+            "share of a full verify step's time outside the routed experts (cost policy; an assumption)",
+        ),
+        Knob(
+            "moe_layer",
+            f"{_DT}_MOE_LAYER",
+            "moe_layer",
+            None,
+            doc="price routed experts as this layer (EXPERTS,TOP_K,EXPERT_BYTES) instead of the "
+            "served model's config (cost policy): e.g. a CPU twin priced as its GPU sibling",
+        ),
+        Knob(
+            "draft_cost",
+            f"{_DT}_DRAFT_COST",
+            "draft_cost",
+            (),
+            doc="cost policy: what one drafting position costs, as a share of a fully verified "
+            "step, at some batch sizes (REQS:SHARE[:FIRST],...; FIRST: the drafter's first "
+            "pass in such shares); unset: drafting is not priced",
+        ),
+        Knob(
+            "depth",
+            f"{_DT}_DEPTH",
+            "flag",
+            False,
+            doc="cost policy: also decide how far to draft, after each drafted position "
+            "(needs KILN_DRAFT_TRUNC_DRAFT_COST; a host sync per drafting step)",
+        ),
+        Knob(
+            "trace",
+            f"{_DT}_TRACE",
+            "path",
+            "",
+            doc="append one JSON line per verify step to this file (predictions and outcomes)",
+        ),
     ),
-    metrics=tuple(_DT_METRIC.format(k) for k in (
-        "proposed", "kept", "accepted", "dead", "expert_slots_saved", "wasted", "boundary", "tokens",
-        "av_steps", "av_stepped_aside", "av_drafts", "av_survival_raw", "av_survival_corrected",
-        "av_survival_shift", "av_hook_timed", "av_hook_seconds", "av_hook_host_seconds",
-        "graded", "excluded",
-    )),
+    metrics=tuple(
+        _DT_METRIC.format(k)
+        for k in (
+            "proposed",
+            "kept",
+            "accepted",
+            "dead",
+            "expert_slots_saved",
+            "wasted",
+            "boundary",
+            "tokens",
+            "av_steps",
+            "av_stepped_aside",
+            "av_drafts",
+            "av_survival_raw",
+            "av_survival_corrected",
+            "av_survival_shift",
+            "av_hook_timed",
+            "av_hook_seconds",
+            "av_hook_host_seconds",
+            "graded",
+            "excluded",
+        )
+    ),
     ratios=(
-        Ratio("dead_fraction", _DT_METRIC.format("dead"), _DT_METRIC.format("tokens"),
-              "share of scheduled tokens whose routed experts were skipped"),
-        Ratio("acceptance", _DT_METRIC.format("accepted"), _DT_METRIC.format("kept"),
-              "accepted share of the drafts kept for verification"),
-        Ratio("kept_fraction", _DT_METRIC.format("kept"), _DT_METRIC.format("proposed"),
-              "share of proposed drafts that were verified"),
-        Ratio("av_correction", _DT_METRIC.format("av_survival_corrected"),
-              _DT_METRIC.format("av_survival_raw"),
-              "kiln-av: corrected / estimated survival of the drafts it corrected (1: no net change)"),
-        Ratio("av_hook_seconds_per_step", _DT_METRIC.format("av_hook_seconds"),
-              _DT_METRIC.format("av_hook_timed"),
-              "kiln-av: GPU seconds of its hook per timed step (KILN_DRAFT_TRUNC_AV_TIMING=1)"),
+        Ratio(
+            "dead_fraction",
+            _DT_METRIC.format("dead"),
+            _DT_METRIC.format("tokens"),
+            "share of scheduled tokens whose routed experts were skipped",
+        ),
+        Ratio(
+            "acceptance",
+            _DT_METRIC.format("accepted"),
+            _DT_METRIC.format("kept"),
+            "accepted share of the drafts kept for verification",
+        ),
+        Ratio(
+            "kept_fraction",
+            _DT_METRIC.format("kept"),
+            _DT_METRIC.format("proposed"),
+            "share of proposed drafts that were verified",
+        ),
+        Ratio(
+            "av_correction",
+            _DT_METRIC.format("av_survival_corrected"),
+            _DT_METRIC.format("av_survival_raw"),
+            "kiln-av: corrected / estimated survival of the drafts it corrected (1: no net change)",
+        ),
+        Ratio(
+            "av_hook_seconds_per_step",
+            _DT_METRIC.format("av_hook_seconds"),
+            _DT_METRIC.format("av_hook_timed"),
+            "kiln-av: GPU seconds of its hook per timed step (KILN_DRAFT_TRUNC_AV_TIMING=1)",
+        ),
     ),
     # start, statistics interval, periodic summary (last: what smoke waits for)
     log_lines=("draft_trunc on:", "draft_trunc statistics:", "draft_trunc: steps="),

@@ -26,8 +26,28 @@ from kiln.infra.docker import daemon_fault
 
 # every command module, in the order `kiln --help` lists their commands; each one's
 # register(sub) adds its parser(s) with set_defaults(func=...), func(args) -> exit code
-COMMANDS = (listing, show, check, schema, build, base_image, prune, doctor, serve, smoke, patches, publish, keys, verify,
-            render, plan, fetch, sbom, rebuild, completion)
+COMMANDS = (
+    listing,
+    show,
+    check,
+    schema,
+    build,
+    base_image,
+    prune,
+    doctor,
+    serve,
+    smoke,
+    patches,
+    publish,
+    keys,
+    verify,
+    render,
+    plan,
+    fetch,
+    sbom,
+    rebuild,
+    completion,
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -47,8 +67,13 @@ def _global_flags(p: argparse.ArgumentParser, default: Any) -> None:
     # on every (sub)parser, so `kiln build x -q` works as well as `kiln -q build x`;
     # SUPPRESS in subparsers keeps them from resetting a flag given before the command
     p.add_argument("--debug", action="store_true", default=default, help="show tracebacks and build output")
-    p.add_argument("-q", "--quiet", action="store_true", default=default,
-                   help="no progress or summaries on stderr (errors and warnings still print)")
+    p.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help="no progress or summaries on stderr (errors and warnings still print)",
+    )
 
 
 class _SubParser(_Parser):
@@ -73,13 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # before parsing, so a usage error or a crash in parsing honours them too
     log.set_debug("--debug" in argv or log.DEBUG)
-    as_json = "--json" in (argv[:argv.index("--")] if "--" in argv else argv)
+    as_json = "--json" in (argv[: argv.index("--")] if "--" in argv else argv)
     try:
         # everything after a bare `--` goes to vLLM untouched (argparse mangles it in subparsers)
         passthrough: list[str] = []
         if "--" in argv:
             cut = argv.index("--")
-            argv, passthrough = argv[:cut], argv[cut + 1:]
+            argv, passthrough = argv[:cut], argv[cut + 1 :]
         args = _build_parser().parse_args(argv)
         args.vllm_args = passthrough
         args.json = getattr(args, "json", False)

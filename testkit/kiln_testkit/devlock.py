@@ -30,15 +30,25 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 LOCK = Path("requirements/dev.lock")
-PYPROJECTS = {"kiln": Path("pyproject.toml"), "kiln-testkit": Path("testkit/pyproject.toml"),
-              "kiln-engine": Path("engine/pyproject.toml")}
+PYPROJECTS = {
+    "kiln": Path("pyproject.toml"),
+    "kiln-testkit": Path("testkit/pyproject.toml"),
+    "kiln-engine": Path("engine/pyproject.toml"),
+}
 PYTHON_VERSION = "3.11"
 PYTHON_PLATFORM = "x86_64-manylinux_2_28"
 # the marker environment the lock is resolved for (what PYTHON_* above mean to a marker)
-MARKERS = {"python_version": PYTHON_VERSION, "python_full_version": f"{PYTHON_VERSION}.0",
-           "sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64",
-           "os_name": "posix", "implementation_name": "cpython",
-           "platform_python_implementation": "CPython", "extra": ""}
+MARKERS = {
+    "python_version": PYTHON_VERSION,
+    "python_full_version": f"{PYTHON_VERSION}.0",
+    "sys_platform": "linux",
+    "platform_system": "Linux",
+    "platform_machine": "x86_64",
+    "os_name": "posix",
+    "implementation_name": "cpython",
+    "platform_python_implementation": "CPython",
+    "extra": "",
+}
 INPUTS_PREFIX = "# kiln-dev-inputs: sha256:"
 
 
@@ -56,15 +66,18 @@ def declared(root: Path) -> dict[str, list[str]]:
 
 def inputs_digest(root: Path) -> str:
     """sha256 over the declared requirements and the resolution target."""
-    doc = {"requirements": {k: sorted(v) for k, v in declared(root).items()},
-           "python": PYTHON_VERSION, "platform": PYTHON_PLATFORM}
+    doc = {
+        "requirements": {k: sorted(v) for k, v in declared(root).items()},
+        "python": PYTHON_VERSION,
+        "platform": PYTHON_PLATFORM,
+    }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
 def recorded_digest(lock_text: str) -> str | None:
     for line in lock_text.splitlines():
         if line.startswith(INPUTS_PREFIX):
-            return line[len(INPUTS_PREFIX):].strip()
+            return line[len(INPUTS_PREFIX) :].strip()
     return None
 
 
@@ -104,9 +117,15 @@ def unmet(root: Path, lock_text: str) -> list[str]:
 
 def _find_links() -> list[str]:
     """pip's local find-links folders (torch's CPU wheel is served from one here)."""
-    raw = os.environ.get("PIP_FIND_LINKS") or subprocess.run(
-        [sys.executable, "-m", "pip", "config", "get", "global.find-links"],
-        capture_output=True, text=True, check=False).stdout
+    raw = (
+        os.environ.get("PIP_FIND_LINKS")
+        or subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    )
     return [p for p in raw.split() if Path(p).is_dir()]
 
 
@@ -118,16 +137,33 @@ def compile_lock(root: Path) -> None:
         out = Path(tmp) / "dev.lock"
         if (root / LOCK).is_file():  # uv keeps the output file's pins where the inputs allow:
             out.write_text((root / LOCK).read_text())  # a refresh moves only what it must
-        cmd = [find_uv_bin(), "pip", "compile", *map(str, PYPROJECTS.values()), "--extra", "dev",
-               "--generate-hashes", "--python-version", PYTHON_VERSION,
-               "--python-platform", PYTHON_PLATFORM, "--custom-compile-command", "make lock-dev",
-               "--no-config", "-q", "-o", str(out)]
+        cmd = [
+            find_uv_bin(),
+            "pip",
+            "compile",
+            *map(str, PYPROJECTS.values()),
+            "--extra",
+            "dev",
+            "--generate-hashes",
+            "--python-version",
+            PYTHON_VERSION,
+            "--python-platform",
+            PYTHON_PLATFORM,
+            "--custom-compile-command",
+            "make lock-dev",
+            "--no-config",
+            "-q",
+            "-o",
+            str(out),
+        ]
         for link in _find_links():
             cmd += ["--find-links", link]
         subprocess.run(cmd, cwd=root, check=True)
         body = out.read_text()
-    header = (f"# the dev and test toolchain, installed by `make setup` into .venv "
-              f"(testkit/kiln_testkit/devlock.py)\n{INPUTS_PREFIX}{inputs_digest(root)}\n")
+    header = (
+        f"# the dev and test toolchain, installed by `make setup` into .venv "
+        f"(testkit/kiln_testkit/devlock.py)\n{INPUTS_PREFIX}{inputs_digest(root)}\n"
+    )
     (root / LOCK).parent.mkdir(exist_ok=True)
     (root / LOCK).write_text(header + body)
     print(f"{LOCK}: {len(pins(body))} pins, inputs sha256:{inputs_digest(root)[:12]}")

@@ -29,26 +29,40 @@ class Batch:
     num_drafts: np.ndarray  # [num_reqs]
 
     def to(self, device: torch.device | str) -> Batch:
-        moved: dict[str, Any] = {
-            k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)
-        }
+        moved: dict[str, Any] = {k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
         return dataclasses.replace(self, **moved)
 
     def mark_dead(self, dt: ModuleType, **kwargs: Any) -> bool:
         """``dt.mark_dead`` (``kiln_engine.draft_trunc``) on this batch, with the
         arguments patch 0002 passes; ``kwargs``: ``num_draft_tokens``, ``refits``."""
-        return bool(dt.mark_dead(
-            self.is_padding, self.query_start_loc, self.cu_num_logits, self.num_reqs,
-            self.predictions.shape[1], self.predictions, self.idx_mapping,
-            seq_lens=self.seq_lens, prefill_len=self.prefill_len, **kwargs,
-        ))
+        return bool(
+            dt.mark_dead(
+                self.is_padding,
+                self.query_start_loc,
+                self.cu_num_logits,
+                self.num_reqs,
+                self.predictions.shape[1],
+                self.predictions,
+                self.idx_mapping,
+                seq_lens=self.seq_lens,
+                prefill_len=self.prefill_len,
+                **kwargs,
+            )
+        )
 
     def mark_inputs(self) -> MarkInputs:
         """What ``_kernels.kernel.launch_mark_dead`` reads of this batch."""
         from kiln_engine.draft_trunc._kernels.buffers import MarkInputs
 
-        return MarkInputs(self.is_padding, self.query_start_loc, self.cu_num_logits,
-                          self.idx_mapping, self.seq_lens, self.prefill_len, self.predictions)
+        return MarkInputs(
+            self.is_padding,
+            self.query_start_loc,
+            self.cu_num_logits,
+            self.idx_mapping,
+            self.seq_lens,
+            self.prefill_len,
+            self.predictions,
+        )
 
     @property
     def expanded(self) -> tuple[torch.Tensor, torch.Tensor]:

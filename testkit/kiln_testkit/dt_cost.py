@@ -41,17 +41,12 @@ class MoERow(TypedDict):
     routed_skip_us: float
 
 
-def routed_us(
-    layer: MoELayer, cost: RoutedCost, live: float, tokens: float, touched: float | None = None
-) -> float:
+def routed_us(layer: MoELayer, cost: RoutedCost, live: float, tokens: float, touched: float | None = None) -> float:
     """Routed-expert time of one layer (us), t_routed(L, N) of ``_cost``'s
     docstring; ``touched`` overrides U(live)."""
     u = experts_touched(layer, live) if touched is None else touched
     return (
-        cost.t_fixed
-        + cost.t_byte * u * layer.expert_bytes
-        + cost.t_token * tokens
-        + cost.t_route * live * layer.top_k
+        cost.t_fixed + cost.t_byte * u * layer.expert_bytes + cost.t_token * tokens + cost.t_route * live * layer.top_k
     )
 
 
@@ -294,8 +289,16 @@ def depth_continue(
     def best(depth: int) -> npt.NDArray[np.float64]:
         inside = (k < depth) & (k < sched[..., None])
         tokens, time_us = candidate_prices(
-            np.where(inside, guess, 0.0), opt & inside, num_tokens, num_reqs, table, cost,
-            ratio_other, values, draft_us[depth], np.maximum(sched - depth, 0).sum(axis=-1),
+            np.where(inside, guess, 0.0),
+            opt & inside,
+            num_tokens,
+            num_reqs,
+            table,
+            cost,
+            ratio_other,
+            values,
+            draft_us[depth],
+            np.maximum(sched - depth, 0).sum(axis=-1),
         )
         ratio: npt.NDArray[np.float64] = (tokens / time_us).max(axis=-1)
         return ratio

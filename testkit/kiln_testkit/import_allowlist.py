@@ -46,7 +46,8 @@ class Allow:
         if self.missing:
             name = failure.get("missing") or ""
             return failure.get("type") == "ModuleNotFoundError" and any(
-                name == m or name.startswith(m + ".") for m in self.missing)
+                name == m or name.startswith(m + ".") for m in self.missing
+            )
         if self.error:
             kind, _, pattern = self.error.partition(": ")
             return failure.get("type") == kind and re.search(pattern, failure.get("message", "")) is not None
@@ -55,10 +56,14 @@ class Allow:
 
 # Failures kiln causes on purpose (they do not happen in the plain image).
 ALLOWED: list[Allow] = [
-    Allow(modules=("vllm.*",), missing=("cv2", "torchaudio", "torchcodec", "PyNvVideoCodec"),
-          why="decodes audio or video inputs, whose packages (OpenCV, torchaudio, torchcodec, "
-              "PyNvVideoCodec) this engine leaves out",
-          example="vllm.multimodal.video", example_missing="cv2"),
+    Allow(
+        modules=("vllm.*",),
+        missing=("cv2", "torchaudio", "torchcodec", "PyNvVideoCodec"),
+        why="decodes audio or video inputs, whose packages (OpenCV, torchaudio, torchcodec, "
+        "PyNvVideoCodec) this engine leaves out",
+        example="vllm.multimodal.video",
+        example_missing="cv2",
+    ),
 ]
 
 UPSTREAM = "fails the same way in the plain `pip install vllm` image"

@@ -37,13 +37,27 @@ def _ids(tokens: list[str]) -> list[int]:
     return [_token_id(tok) for tok in tokens]
 
 
-def complete(client: OpenAI, model: str, i: int, prompt: str, *, max_tokens: int, temperature: float,
-             seed: int | None = None, logprobs: int | None = None) -> Completion:
+def complete(
+    client: OpenAI,
+    model: str,
+    i: int,
+    prompt: str,
+    *,
+    max_tokens: int,
+    temperature: float,
+    seed: int | None = None,
+    logprobs: int | None = None,
+) -> Completion:
     t0 = time.monotonic()
     resp = client.completions.create(
-        model=model, prompt=prompt, max_tokens=max_tokens, temperature=temperature, seed=seed,
+        model=model,
+        prompt=prompt,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        seed=seed,
         logprobs=logprobs if logprobs is not None else 1,
-        extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True})
+        extra_body={"ignore_eos": True, "return_tokens_as_token_ids": True},
+    )
     lp = resp.choices[0].logprobs
     if lp is None or lp.tokens is None:
         raise AssertionError("the completion carries no logprobs (asked with logprobs >= 1)")
@@ -55,17 +69,34 @@ def complete(client: OpenAI, model: str, i: int, prompt: str, *, max_tokens: int
     return Completion(i, _ids(lp.tokens), top, time.monotonic() - t0)
 
 
-def run_set(url: str, model: str, prompts: list[str], *, max_tokens: int, concurrency: int = 1,
-            temperature: float = 0.0, seeds: list[int] | None = None,
-            logprobs: int | None = None, timeout_s: float = 600) -> list[Completion]:
+def run_set(
+    url: str,
+    model: str,
+    prompts: list[str],
+    *,
+    max_tokens: int,
+    concurrency: int = 1,
+    temperature: float = 0.0,
+    seeds: list[int] | None = None,
+    logprobs: int | None = None,
+    timeout_s: float = 600,
+) -> list[Completion]:
     """Every prompt once, `concurrency` requests in flight; results in prompt order."""
     from openai import OpenAI
 
     client = OpenAI(base_url=f"{url}/v1", api_key="kiln-test", timeout=timeout_s, max_retries=0)
 
     def one(i: int) -> Completion:
-        return complete(client, model, i, prompts[i], max_tokens=max_tokens, temperature=temperature,
-                        seed=None if seeds is None else seeds[i], logprobs=logprobs)
+        return complete(
+            client,
+            model,
+            i,
+            prompts[i],
+            max_tokens=max_tokens,
+            temperature=temperature,
+            seed=None if seeds is None else seeds[i],
+            logprobs=logprobs,
+        )
 
     if concurrency <= 1:
         return [one(i) for i in range(len(prompts))]
@@ -80,9 +111,34 @@ def prompts(n: int, seed: int = 0) -> list[str]:
 
     rng = random.Random(seed)
     heads = ["def ", "class ", "import ", "for ", "while ", "return ", "if ", "with ", "# ", "print("]
-    words = ["fibonacci", "parse", "buffer", "socket", "path", "value", "result", "config", "token",
-             "stream", "header", "count", "index", "items", "error", "module", "object", "string",
-             "the quick brown fox", "lazy dog", "self", "args", "kwargs", "data", "name", "file"]
+    words = [
+        "fibonacci",
+        "parse",
+        "buffer",
+        "socket",
+        "path",
+        "value",
+        "result",
+        "config",
+        "token",
+        "stream",
+        "header",
+        "count",
+        "index",
+        "items",
+        "error",
+        "module",
+        "object",
+        "string",
+        "the quick brown fox",
+        "lazy dog",
+        "self",
+        "args",
+        "kwargs",
+        "data",
+        "name",
+        "file",
+    ]
     out: list[str] = []
     seen = set()
     while len(out) < n:

@@ -19,8 +19,13 @@ def run_kiln(
     """Run the real CLI in a subprocess (exit codes and output exactly as a user sees them)."""
     full_env = {**os.environ, "COLUMNS": "300", **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "kiln", *args], capture_output=True, text=True,
-        env=full_env, cwd=cwd or REPO, input=input, timeout=1800,
+        [sys.executable, "-m", "kiln", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        cwd=cwd or REPO,
+        input=input,
+        timeout=1800,
     )
 
 
@@ -30,8 +35,9 @@ def make_tree(dest: Path) -> Path:
     shutil.copytree(REPO / "docker-images" / "common", dest / "docker-images" / "common")
     # what recipes copied into the tree name in build.shared
     shutil.copytree(REPO / "recipes" / "_shared", dest / "recipes" / "_shared")
-    shutil.copytree(REPO / "engine", dest / "engine",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "tests"))
+    shutil.copytree(
+        REPO / "engine", dest / "engine", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "tests")
+    )
     return dest
 
 

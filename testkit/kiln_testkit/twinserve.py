@@ -34,10 +34,15 @@ MULTIPROC = "VLLM_ENABLE_V1_MULTIPROCESSING"
 
 
 @contextmanager
-def serving(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str,
-            env: dict[str, str] | None = None, startup_timeout_s: float = 600,
-            mounts: list[tuple[str, str]] | None = None,
-            args: list[str] | None = None) -> Iterator[ServingContainer]:
+def serving(
+    docker_daemon: DockerDaemon,
+    loaded: LoadedRecipe,
+    image_id: str,
+    env: dict[str, str] | None = None,
+    startup_timeout_s: float = 600,
+    mounts: list[tuple[str, str]] | None = None,
+    args: list[str] | None = None,
+) -> Iterator[ServingContainer]:
     """A healthy server of `image_id`; `env` wins over the recipe's launch env (as with
     `docker run -e`), `args` over its baked vLLM flags of the same name (as with `kiln
     run NAME -- ARGS`). Yields the ServingContainer; stops and removes it afterwards."""
@@ -51,9 +56,14 @@ def serving(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str,
 
 
 @contextmanager
-def serving_all(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str, envs: dict[str, dict[str, str]],
-                startup_timeout_s: float = 600,
-                args: dict[str, list[str]] | None = None) -> Iterator[dict[str, ServingContainer]]:
+def serving_all(
+    docker_daemon: DockerDaemon,
+    loaded: LoadedRecipe,
+    image_id: str,
+    envs: dict[str, dict[str, str]],
+    startup_timeout_s: float = 600,
+    args: dict[str, list[str]] | None = None,
+) -> Iterator[dict[str, ServingContainer]]:
     """One healthy server of `image_id` per entry of `envs` (name -> extra env), started
     together so that they boot in parallel (a tiny-kindling start is mostly one busy
     Python process; on 2 cores two boot in about the time of one). `args` (name -> vLLM
@@ -83,8 +93,9 @@ def serving_all(docker_daemon: DockerDaemon, loaded: LoadedRecipe, image_id: str
         t0 = time.monotonic()
         for name, extra in envs.items():
             env = {OMP_BIND: "nobind", MULTIPROC: "0", **extra}
-            spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env,
-                            extra_args=(args or {}).get(name))
+            spec = run_spec(
+                loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env=env, extra_args=(args or {}).get(name)
+            )
             box = stack.enter_context(ServingContainer(docker_daemon, spec))
             box.start()
             boxes[name] = box
@@ -119,7 +130,8 @@ def counters(url: str, names: Iterable[str]) -> dict[str, float | None]:
 
 
 _PER_POS = re.compile(
-    r'^vllm:spec_decode_num_accepted_tokens_per_pos(?:_total)?\{[^}]*position="(\d+)"[^}]*\}\s+([0-9.eE+-]+)\s*$')
+    r'^vllm:spec_decode_num_accepted_tokens_per_pos(?:_total)?\{[^}]*position="(\d+)"[^}]*\}\s+([0-9.eE+-]+)\s*$'
+)
 
 
 @dataclass
@@ -155,14 +167,20 @@ class SpecDecodeStats:
     def __sub__(self, earlier: SpecDecodeStats) -> SpecDecodeStats:
         """What was counted since `earlier` (a snapshot of the same server)."""
         pos = [a - b for a, b in zip(self.accepted_per_pos, earlier.accepted_per_pos, strict=True)]
-        return SpecDecodeStats(self.drafts - earlier.drafts, self.draft_tokens - earlier.draft_tokens,
-                               self.accepted - earlier.accepted, pos)
+        return SpecDecodeStats(
+            self.drafts - earlier.drafts,
+            self.draft_tokens - earlier.draft_tokens,
+            self.accepted - earlier.accepted,
+            pos,
+        )
 
     def summary(self) -> str:
-        return (f"acceptance {self.acceptance:.3f} ({self.accepted:.0f}/{self.draft_tokens:.0f} draft tokens, "
-                f"{self.drafts:.0f} windows); per position "
-                f"{' '.join(f'{x:.3f}' for x in self.per_position)}; conditional "
-                f"{' '.join(f'{x:.3f}' for x in self.conditional)}")
+        return (
+            f"acceptance {self.acceptance:.3f} ({self.accepted:.0f}/{self.draft_tokens:.0f} draft tokens, "
+            f"{self.drafts:.0f} windows); per position "
+            f"{' '.join(f'{x:.3f}' for x in self.per_position)}; conditional "
+            f"{' '.join(f'{x:.3f}' for x in self.conditional)}"
+        )
 
 
 def spec_decode_stats(url: str) -> SpecDecodeStats | None:

@@ -53,8 +53,9 @@ def _tvd(a: np.ndarray, b: np.ndarray) -> float:
     return 0.5 * float(np.abs(a / max(a.sum(), 1) - b / max(b.sum(), 1)).sum())
 
 
-def permutation_test(on: list[list[int]], off: list[list[int]], vocab: int,
-                     permutations: int = 4000, seed: int = 0) -> tuple[float, float]:
+def permutation_test(
+    on: list[list[int]], off: list[list[int]], vocab: int, permutations: int = 4000, seed: int = 0
+) -> tuple[float, float]:
     """(total-variation distance of the pooled token distributions, p-value).
 
     `on[i]` and `off[i]` answer the same prompt (with independent seeds), so under the

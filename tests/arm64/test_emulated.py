@@ -36,8 +36,12 @@ def _inspect(ref: str) -> dict:
 
 
 def _machine(ref: str, *cmd: str) -> str:
-    out = subprocess.run(["docker", "run", "--rm", "--platform", "linux/arm64", "--entrypoint", cmd[0], ref,
-                          *cmd[1:]], capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        ["docker", "run", "--rm", "--platform", "linux/arm64", "--entrypoint", cmd[0], ref, *cmd[1:]],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
@@ -57,8 +61,9 @@ def test_base_build_for_arm64_is_an_arm64_debian(base_arm64):
     assert _machine(base_arm64, "dpkg", "--print-architecture") == "arm64"
 
 
-def test_build_platform_all_builds_both_and_each_names_its_architecture(base_arm64, base_image, tmp_path,
-                                                                         docker_daemon):
+def test_build_platform_all_builds_both_and_each_names_its_architecture(
+    base_arm64, base_image, tmp_path, docker_daemon
+):
     root = make_tree(tmp_path / "tree")
     recipe_dir = root / "recipes" / NAME
     (root / "recipes" / "kiln-test-mini").rename(recipe_dir)
@@ -97,8 +102,9 @@ def test_tiny_moe_on_arm64_is_refused_naming_the_missing_wheels(tmp_path):
     for name in ("tiny-moe", "_shared"):
         shutil.copytree(REPO / "recipes" / name, root / "recipes" / name)
     recipe = root / "recipes" / "tiny-moe" / "recipe.yaml"
-    recipe.write_text(recipe.read_text().replace("  flavour: cpu\n",
-                                                 "  flavour: cpu\n  platforms: [linux/amd64, linux/arm64]\n", 1))
+    recipe.write_text(
+        recipe.read_text().replace("  flavour: cpu\n", "  flavour: cpu\n  platforms: [linux/amd64, linux/arm64]\n", 1)
+    )
     result = run_kiln("check", "tiny-moe", env={"KILN_ROOT": str(root)}, cwd=root)
     assert result.returncode == 100, result.stderr
     assert "torch-2.13.0+cpu-*-manylinux_*_aarch64.whl" in result.stderr

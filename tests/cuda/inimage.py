@@ -41,13 +41,18 @@ def _archive() -> bytes:
     return buf.getvalue()
 
 
-def run_proof(docker, image_id: str, script: str, *args: str, user: str | None = None,
-              timeout: int = 1800) -> ProofRun:
+def run_proof(docker, image_id: str, script: str, *args: str, user: str | None = None, timeout: int = 1800) -> ProofRun:
     container = docker.client.containers.create(
-        image_id, entrypoint=["python", f"{IN_IMAGE}/{script}", "--json", *args],
-        network_disabled=True, user=user or "",
-        environment={"VLLM_LOGGING_LEVEL": "ERROR", "VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1",
-                     "PYTHONDONTWRITEBYTECODE": "1"},
+        image_id,
+        entrypoint=["python", f"{IN_IMAGE}/{script}", "--json", *args],
+        network_disabled=True,
+        user=user or "",
+        environment={
+            "VLLM_LOGGING_LEVEL": "ERROR",
+            "VLLM_NO_USAGE_STATS": "1",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        },
     )
     try:
         container.put_archive("/tmp", _archive())

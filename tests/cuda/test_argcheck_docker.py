@@ -40,8 +40,14 @@ def accepted(docker_daemon, cpu_engine_id) -> launch_arg_check._EngineArgs:
     return launch_arg_check.engine_args(docker_daemon, cpu_engine_id)
 
 
-def _recipe(tmp_path: Path, extra_args: str = "", spec_extra: str = "", *, env_extra: str = "",
-            replace: dict[str, str] | None = None) -> Path:
+def _recipe(
+    tmp_path: Path,
+    extra_args: str = "",
+    spec_extra: str = "",
+    *,
+    env_extra: str = "",
+    replace: dict[str, str] | None = None,
+) -> Path:
     """A copy of tiny-moe named kiln-test-argcheck, with lines added under launch.args,
     launch.speculative_config and launch.env, and lines of it replaced."""
     src = REPO / "recipes" / "tiny-moe"
@@ -85,8 +91,9 @@ def test_unknown_flag_names_the_recipe_line(tmp_path, accepted):
     line = loaded.line_of("launch", "args", "max-model-lenght")
     found = launch_arg_check.problems(loaded, accepted)
     assert len(found) == 1, found
-    assert found[0].endswith(f"recipe.yaml:{line}: launch.args.max-model-lenght: "
-                             f"vLLM {accepted.version} does not accept --max-model-lenght")
+    assert found[0].endswith(
+        f"recipe.yaml:{line}: launch.args.max-model-lenght: vLLM {accepted.version} does not accept --max-model-lenght"
+    )
 
 
 def test_value_and_switch_mistakes_are_caught(tmp_path, accepted):
@@ -134,8 +141,9 @@ def _check_fails_with_one_line(tmp_path: Path, loc: tuple, field: str, message: 
     complaint). A fresh cache: the engine image really answers."""
     tree = _tree(tmp_path, **edits)
     line = _load(tree / "recipes" / TEST_RECIPE).line_of(*loc)
-    result = run_kiln("check", TEST_RECIPE, cwd=tree,
-                      env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "cache")})
+    result = run_kiln(
+        "check", TEST_RECIPE, cwd=tree, env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "cache")}
+    )
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
     assert result.returncode == 17, result.stderr[-3000:]
     assert errors == [f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: {field}: {message}"], result.stderr
@@ -143,64 +151,82 @@ def _check_fails_with_one_line(tmp_path: Path, loc: tuple, field: str, message: 
 
 def test_check_refuses_a_shell_command_in_a_value(tmp_path, accepted):
     _check_fails_with_one_line(
-        tmp_path, ("launch", "args", "max-model-len"), "launch.args.max-model-len",
+        tmp_path,
+        ("launch", "args", "max-model-len"),
+        "launch.args.max-model-len",
         "vLLM 0.32.0 refuses --max-model-len '512; touch /tmp/pwned': argument --max-model-len: "
         "invalid human_readable_int_or_auto value: '512; touch /tmp/pwned'",
-        replace={"    max-model-len: 512\n": '    max-model-len: "512; touch /tmp/pwned"\n'})
+        replace={"    max-model-len: 512\n": '    max-model-len: "512; touch /tmp/pwned"\n'},
+    )
 
 
 def test_check_refuses_an_infinite_count(tmp_path, accepted):
     _check_fails_with_one_line(
-        tmp_path, ("launch", "args", "max-num-seqs"), "launch.args.max-num-seqs",
+        tmp_path,
+        ("launch", "args", "max-num-seqs"),
+        "launch.args.max-num-seqs",
         "vLLM 0.32.0 refuses --max-num-seqs inf: argument --max-num-seqs: invalid int value: 'inf'",
-        replace={"    max-num-seqs: 8\n": "    max-num-seqs: .inf\n"})
+        replace={"    max-num-seqs: 8\n": "    max-num-seqs: .inf\n"},
+    )
 
 
 def test_check_refuses_a_value_the_config_class_refuses(tmp_path, accepted):
     """argparse takes 0 (an int); vLLM's SchedulerConfig does not (max_num_seqs >= 1)."""
     _check_fails_with_one_line(
-        tmp_path, ("launch", "args", "max-num-seqs"), "launch.args.max-num-seqs",
+        tmp_path,
+        ("launch", "args", "max-num-seqs"),
+        "launch.args.max-num-seqs",
         "vLLM 0.32.0 refuses --max-num-seqs 0: SchedulerConfig.max_num_seqs: Input should be greater than or equal to 1",
-        replace={"    max-num-seqs: 8\n": "    max-num-seqs: 0\n"})
+        replace={"    max-num-seqs: 8\n": "    max-num-seqs: 0\n"},
+    )
 
 
 def test_check_refuses_a_speculative_value(tmp_path, accepted):
     _check_fails_with_one_line(
-        tmp_path, ("launch", "speculative_config", "num_speculative_tokens"),
+        tmp_path,
+        ("launch", "speculative_config", "num_speculative_tokens"),
         "launch.speculative_config.num_speculative_tokens",
         "vLLM 0.32.0 refuses num_speculative_tokens=0 in --speculative-config: "
         "SpeculativeConfig.num_speculative_tokens: Input should be greater than 0",
-        replace={"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 0\n"})
+        replace={"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 0\n"},
+    )
 
 
 def test_check_refuses_a_bad_dynamic_schedule(tmp_path, accepted):
     """vLLM's own schedule check (what its scheduler runs at start) refuses a batch-size
     range that does not start at a batch size of 1 or more."""
     _check_fails_with_one_line(
-        tmp_path, ("launch", "speculative_config", "num_speculative_tokens_per_batch_size"),
+        tmp_path,
+        ("launch", "speculative_config", "num_speculative_tokens_per_batch_size"),
         "launch.speculative_config.num_speculative_tokens_per_batch_size",
         "vLLM 0.32.0 refuses 'num_speculative_tokens_per_batch_size=[[0, 4, 3]]' in --speculative-config: "
         "dynamic speculation schedule: Batch-size range (0, 4) must be positive.",
-        spec_extra="    num_speculative_tokens_per_batch_size: [[0, 4, 3]]\n")
+        spec_extra="    num_speculative_tokens_per_batch_size: [[0, 4, 3]]\n",
+    )
 
 
 def test_check_refuses_a_speculative_number_the_whole_config_check_refuses(tmp_path, accepted):
     """SpeculativeConfig's own after-validator holds the synthetic acceptance length to
     [1, num_speculative_tokens + 1]; no field validator does."""
     _check_fails_with_one_line(
-        tmp_path, ("launch", "speculative_config", "synthetic_acceptance_length"),
+        tmp_path,
+        ("launch", "speculative_config", "synthetic_acceptance_length"),
         "launch.speculative_config.synthetic_acceptance_length",
         "vLLM 0.32.0 refuses synthetic_acceptance_length=9 in --speculative-config: "
         "SpeculativeConfig: synthetic_acceptance_length must be in [1, 4], got 9.0.",
-        spec_extra="    rejection_sample_method: synthetic\n    synthetic_acceptance_length: 9\n")
+        spec_extra="    rejection_sample_method: synthetic\n    synthetic_acceptance_length: 9\n",
+    )
 
 
 def test_a_valid_dynamic_schedule_passes_the_engine(tmp_path, accepted):
     """vLLM's form of num_speculative_tokens_per_batch_size, [[first, last, drafts], ...],
     passes kiln's bounds and the engine's own checks."""
-    tree = _tree(tmp_path, spec_extra="    num_speculative_tokens_per_batch_size: [[1, 4, 3], [5, 8, 2], [9, 256, 0]]\n")
-    result = run_kiln("check", TEST_RECIPE, cwd=tree,
-                      env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "cache")})
+    tree = _tree(
+        tmp_path, spec_extra="    num_speculative_tokens_per_batch_size: [[1, 4, 3], [5, 8, 2], [9, 256, 0]]\n"
+    )
+    result = run_kiln(
+        "check", TEST_RECIPE, cwd=tree, env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "cache")}
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert list((tmp_path / "cache" / "argcheck" / "argv").glob("*.json")), "the engine image was not asked"
 
@@ -215,40 +241,56 @@ def test_the_engine_leaves_the_draft_count_open_so_kiln_bounds_it(tmp_path, dock
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
     job = launch_arg_check.Job.of(_load(_recipe(tmp_path)))
-    parts = tuple(dataclasses.replace(p, tokens=(p.tokens[0], p.tokens[1].replace('"num_speculative_tokens":3',
-                                                                                '"num_speculative_tokens":100000')))
-                  if p.field == "launch.speculative_config" else p for p in job.parts)
+    parts = tuple(
+        dataclasses.replace(
+            p,
+            tokens=(p.tokens[0], p.tokens[1].replace('"num_speculative_tokens":3', '"num_speculative_tokens":100000')),
+        )
+        if p.field == "launch.speculative_config"
+        else p
+        for p in job.parts
+    )
     big = dataclasses.replace(job, parts=parts)
     assert json.loads(parts[-1].tokens[1])["num_speculative_tokens"] == 100000
     answer = launch_arg_check._ask(docker_daemon, cpu_engine_id, big).answer
     assert "speculative" in answer.stages and answer.refusals == (), answer
     tree = _tree(tmp_path / "t", replace={"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 100000\n"})
     line = (tree / "recipes" / TEST_RECIPE / "recipe.yaml").read_text().splitlines().index(
-        "    num_speculative_tokens: 100000") + 1
-    result = run_kiln("check", TEST_RECIPE, cwd=tree,
-                      env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "t-cache")})
+        "    num_speculative_tokens: 100000"
+    ) + 1
+    result = run_kiln(
+        "check", TEST_RECIPE, cwd=tree, env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "t-cache")}
+    )
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
     assert result.returncode == 2, result.stderr[-3000:]
-    assert errors == [f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: launch.speculative_config."
-                      "num_speculative_tokens: 100000 draft tokens per step: vLLM's rejection sampler takes at most "
-                      "128 (MAX_SPEC_LEN in vllm/v1/sample/rejection_sampler.py, asserted at every verification step)"]
+    assert errors == [
+        f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: launch.speculative_config."
+        "num_speculative_tokens: 100000 draft tokens per step: vLLM's rejection sampler takes at most "
+        "128 (MAX_SPEC_LEN in vllm/v1/sample/rejection_sampler.py, asserted at every verification step)"
+    ]
     assert not (tmp_path / "t-cache" / "argcheck").exists(), "kiln asked the engine about a recipe it refuses"
 
 
 def test_check_refuses_a_bad_feature_knob(tmp_path, accepted):
     _check_fails_with_one_line(
-        tmp_path, ("launch", "env", "KILN_DRAFT_TRUNC_TAU"), "launch.env.KILN_DRAFT_TRUNC_TAU",
+        tmp_path,
+        ("launch", "env", "KILN_DRAFT_TRUNC_TAU"),
+        "launch.env.KILN_DRAFT_TRUNC_TAU",
         "kiln-engine 0.1.0 (the engine image's) refuses it: draft-trunc: KILN_DRAFT_TRUNC_TAU='2': must lie in [0, 1]",
-        env_extra='    KILN_DRAFT_TRUNC_TAU: "2"\n')
+        env_extra='    KILN_DRAFT_TRUNC_TAU: "2"\n',
+    )
 
 
 def test_check_refuses_a_bad_moe_layer(tmp_path, accepted):
     _check_fails_with_one_line(
-        tmp_path, ("launch", "env", "KILN_DRAFT_TRUNC_MOE_LAYER"), "launch.env.KILN_DRAFT_TRUNC_MOE_LAYER",
+        tmp_path,
+        ("launch", "env", "KILN_DRAFT_TRUNC_MOE_LAYER"),
+        "launch.env.KILN_DRAFT_TRUNC_MOE_LAYER",
         "kiln-engine 0.1.0 (the engine image's) refuses it: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='8,16,1e6': "
         "expected EXPERTS,TOP_K,EXPERT_BYTES (e.g. 256,8,75497472); need 0 < TOP_K <= EXPERTS <= 1048576 "
         "and 0 < EXPERT_BYTES < 1e15",
-        env_extra='    KILN_DRAFT_TRUNC_MOE_LAYER: "8,16,1e6"\n')
+        env_extra='    KILN_DRAFT_TRUNC_MOE_LAYER: "8,16,1e6"\n',
+    )
 
 
 def test_shipped_cpu_recipes_pass_the_value_check(docker_daemon, cpu_engine_id):
@@ -279,7 +321,10 @@ def test_answer_is_cached_per_command_line(tmp_path, docker_daemon, cpu_engine_i
     other = _load(_recipe(tmp_path / "b", replace={"    max-num-seqs: 8\n": "    max-num-seqs: 4\n"}))
     assert launch_arg_check.check_engine_image(docker_daemon, other, cpu_engine_id) == []
     assert len(runs) == 2
-    assert re.fullmatch(r"[0-9a-f]{24}-[0-9a-f]{32}\.json", launch_arg_check._answer_file(cpu_engine_id, launch_arg_check.Job.of(other)).name)
+    assert re.fullmatch(
+        r"[0-9a-f]{24}-[0-9a-f]{32}\.json",
+        launch_arg_check._answer_file(cpu_engine_id, launch_arg_check.Job.of(other)).name,
+    )
 
 
 def test_build_with_bad_flag_fails_with_17_and_leaves_no_tag(tmp_path, accepted, docker_daemon):
@@ -298,13 +343,16 @@ def test_build_with_bad_value_fails_with_17_and_leaves_no_tag(tmp_path, accepted
     tree = _tree(tmp_path, replace={"    max-num-seqs: 8\n": "    max-num-seqs: .inf\n"})
     line = _load(tree / "recipes" / TEST_RECIPE).line_of("launch", "args", "max-num-seqs")
     remove_images(docker_daemon, f"kiln/{TEST_RECIPE}")
-    result = run_kiln("build", TEST_RECIPE, cwd=tree,
-                      env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "cache")})
+    result = run_kiln(
+        "build", TEST_RECIPE, cwd=tree, env={"KILN_ROOT": str(tree), "KILN_CACHE_DIR": str(tmp_path / "cache")}
+    )
     try:
         assert result.returncode == 17, result.stderr[-3000:]
         errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
-        assert errors == [f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: launch.args.max-num-seqs: "
-                          "vLLM 0.32.0 refuses --max-num-seqs inf: argument --max-num-seqs: invalid int value: 'inf'"]
+        assert errors == [
+            f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: launch.args.max-num-seqs: "
+            "vLLM 0.32.0 refuses --max-num-seqs inf: argument --max-num-seqs: invalid int value: 'inf'"
+        ]
         assert docker_daemon.client.images.list(name=f"kiln/{TEST_RECIPE}") == []
     finally:
         remove_images(docker_daemon, f"kiln/{TEST_RECIPE}")
@@ -315,10 +363,19 @@ def test_a_probe_past_its_wait_says_how_long_it_waited_and_leaves_no_container(d
     urllib3 read timeout, and the throwaway container is gone."""
     script = "import time; time.sleep(60)  # kiln-test: probe past its wait"
     with pytest.raises(BuildFailed) as err:
-        docker_daemon.run_script(cpu_engine_id, script, marker="KILN-TEST", answer=Shape(dict[str, object]),
-                                 what="a sleeping probe", timeout_s=3)
+        docker_daemon.run_script(
+            cpu_engine_id,
+            script,
+            marker="KILN-TEST",
+            answer=Shape(dict[str, object]),
+            what="a sleeping probe",
+            timeout_s=3,
+        )
     assert err.value.message == "a sleeping probe did not finish within 3 s"
     assert "loaded" in err.value.hint
-    left = [c for c in docker_daemon.client.containers.list(all=True, filters={"ancestor": cpu_engine_id})
-            if script in (c.attrs["Config"].get("Entrypoint") or [])]
+    left = [
+        c
+        for c in docker_daemon.client.containers.list(all=True, filters={"ancestor": cpu_engine_id})
+        if script in (c.attrs["Config"].get("Entrypoint") or [])
+    ]
     assert left == []

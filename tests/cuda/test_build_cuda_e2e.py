@@ -29,12 +29,18 @@ def test_labels_are_read_from_the_image_and_match_the_recipe(built):
 def test_patched_runner_and_kiln_engine_import_on_cpu(built, docker_daemon):
     _, _, image = built
     out = docker_daemon.client.containers.run(
-        image.id, entrypoint=["python", "-c",
-                              # workers load kiln-engine's plugin (it registers draft_trunc) first
-                              "from vllm.plugins import load_general_plugins; load_general_plugins(); "
-                              "import vllm, kiln_engine, vllm.v1.worker.gpu.model_runner as m, inspect; "
-                              "assert 'draft_trunc' in inspect.getsource(m); print('ok')"],
-        remove=True, network_disabled=True)
+        image.id,
+        entrypoint=[
+            "python",
+            "-c",
+            # workers load kiln-engine's plugin (it registers draft_trunc) first
+            "from vllm.plugins import load_general_plugins; load_general_plugins(); "
+            "import vllm, kiln_engine, vllm.v1.worker.gpu.model_runner as m, inspect; "
+            "assert 'draft_trunc' in inspect.getsource(m); print('ok')",
+        ],
+        remove=True,
+        network_disabled=True,
+    )
     assert out.decode().strip().endswith("ok")
 
 
@@ -49,8 +55,16 @@ def test_image_runs_as_non_root_without_ca_or_pip(built, docker_daemon):
     _, _, image = built
     assert image.attrs["Config"]["User"] == "kiln"
     out = docker_daemon.client.containers.run(
-        image.id, entrypoint=["sh", "-c", "ls -d /tmp/kiln-ca.crt /tmp/wheels /root/.cache/pip "
-                                          "/home/kiln/.cache/pip 2>&1; python -c 'import pip' 2>&1 | tail -1; true"],
-        remove=True, network_disabled=True, user="root").decode()  # root: /root is not kiln's to read
+        image.id,
+        entrypoint=[
+            "sh",
+            "-c",
+            "ls -d /tmp/kiln-ca.crt /tmp/wheels /root/.cache/pip "
+            "/home/kiln/.cache/pip 2>&1; python -c 'import pip' 2>&1 | tail -1; true",
+        ],
+        remove=True,
+        network_disabled=True,
+        user="root",
+    ).decode()  # root: /root is not kiln's to read
     assert out.count("No such file") == 4, out
     assert "No module named 'pip'" in out

@@ -11,8 +11,12 @@ from kiln.domain.imagecheck import declared_engine, engine_stamp
 
 
 def _image(version="0.33.0", **found):
-    return SimpleNamespace(labels={"ai.kiln.engine.version": version,
-                                   **engine_stamp._labels_for({"torch": None, "cuda": None, "nccl": None, **found})})
+    return SimpleNamespace(
+        labels={
+            "ai.kiln.engine.version": version,
+            **engine_stamp._labels_for({"torch": None, "cuda": None, "nccl": None, **found}),
+        }
+    )
 
 
 def test_probe_labels_keep_cuda_major_minor_and_skip_what_is_absent():

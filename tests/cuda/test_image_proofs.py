@@ -89,18 +89,21 @@ def test_every_module_of_vllm_torch_triton_imports_on_cpu(docker_daemon, engine_
     assert run.result is not None, run.tail()
     failed = sorted(m for p in PACKAGES for m in run.result[p]["failed"])
     # the same modules in the plain image: what fails there too is upstream's state
-    ref = run_proof(docker_daemon, plain_id, "import_walk.py", "--only", ",".join(failed), *PACKAGES,
-                    timeout=3000)
+    ref = run_proof(docker_daemon, plain_id, "import_walk.py", "--only", ",".join(failed), *PACKAGES, timeout=3000)
     assert ref.result is not None, ref.tail()
     report, unexpected = {}, []
     for package in PACKAGES:
         walk = run.result[package]
         v = verdict(package, walk, ref.result[package]["failed"])
-        report[package] = {"modules": walk["modules"], "imported": walk["imported"],
-                           "programs": len(walk["programs"]), "seconds": walk["seconds"],
-                           "allowed": {why: len(mods) for why, mods in v.allowed.items()},
-                           "allowed_modules": v.allowed,
-                           "unexpected": {m: walk["failed"][m] for m in v.unexpected}}
+        report[package] = {
+            "modules": walk["modules"],
+            "imported": walk["imported"],
+            "programs": len(walk["programs"]),
+            "seconds": walk["seconds"],
+            "allowed": {why: len(mods) for why, mods in v.allowed.items()},
+            "allowed_modules": v.allowed,
+            "unexpected": {m: walk["failed"][m] for m in v.unexpected},
+        }
         unexpected += [f"{m}: {walk['failed'][m]['type']}: {walk['failed'][m]['message']}" for m in v.unexpected]
     _RECORD["imports"] = report
     assert unexpected == [], "\n".join(unexpected[:60])
@@ -112,7 +115,8 @@ def test_torch_cuda_libraries_dlopen_without_a_gpu(docker_daemon, engine_id):
     run = run_proof(docker_daemon, engine_id, "dlopen_cuda.py")
     assert run.result is not None, run.tail()
     _RECORD["dlopen"] = {k: v for k, v in run.result.items() if k != "loaded"} | {
-        "loaded_count": len(run.result["loaded"])}
+        "loaded_count": len(run.result["loaded"])
+    }
     # libcudnn.so.9 must load and answer (torch links it), whatever else of cuDNN is gone
     assert "nvidia/cudnn/lib/libcudnn.so.9" in run.result["loaded"]
     assert run.result["failed"] == {}, run.result["failed"]
@@ -144,9 +148,12 @@ def test_no_file_calls_into_a_removed_cudnn_sub_library(docker_daemon, engine_id
     ours = run_proof(docker_daemon, engine_id, "removed_symbols.py", "users", *absent, *names, user="root")
     control = run_proof(docker_daemon, engine_id, "removed_symbols.py", "users", CONTROL_IMPORT, user="root")
     assert ours.result is not None and control.result is not None, ours.tail() + control.tail()
-    _RECORD["removed_symbols"] = {"libraries": list(REMOVED_BY_SYMBOL), "entry_points": len(names),
-                                  "users": ours.result["users"],
-                                  "control_users": sorted(control.result["users"])}
+    _RECORD["removed_symbols"] = {
+        "libraries": list(REMOVED_BY_SYMBOL),
+        "entry_points": len(names),
+        "users": ours.result["users"],
+        "control_users": sorted(control.result["users"]),
+    }
     assert ours.result["present"] == [], "kiln's image still has them: nothing was removed"
     assert ours.result["users"] == {}, ours.result["users"]
     assert any(p.endswith("torch/lib/libtorch_cuda.so") for p in control.result["users"]), control.result

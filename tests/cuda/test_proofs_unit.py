@@ -39,8 +39,14 @@ def tree(tmp_path: Path) -> Path:
     (root / "opt/app/lib").mkdir(parents=True)
     (root / "opt/app/bin").mkdir(parents=True)
     _gcc("-shared", "-fPIC", "-Wl,-soname,libfoo.so", "-o", str(root / "opt/app/lib/libfoo.so"), str(src / "foo.c"))
-    _gcc("-o", str(root / "opt/app/bin/prog"), str(src / "prog.c"), f"-L{root}/opt/app/lib", "-lfoo",
-         "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../lib")
+    _gcc(
+        "-o",
+        str(root / "opt/app/bin/prog"),
+        str(src / "prog.c"),
+        f"-L{root}/opt/app/lib",
+        "-lfoo",
+        "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../lib",
+    )
     needed = elf_needed.read_dynamic(str(root / "opt/app/bin/prog")).needed
     libdir = root / "usr/lib/x86_64-linux-gnu"
     libdir.mkdir(parents=True)
@@ -84,16 +90,32 @@ def test_only_driver_libraries_are_allowed_missing(tmp_path: Path, tree: Path):
     (stub / "c.c").write_text("int cuInit(unsigned f) { return f; }\n")
     (stub / "user.c").write_text("int cuInit(unsigned f);\nint start(void) { return cuInit(0); }\n")
     _gcc("-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(stub / "libcuda.so.1"), str(stub / "c.c"))
-    _gcc("-shared", "-fPIC", "-o", str(tree / "opt/app/lib/libuses_driver.so"), str(stub / "user.c"),
-         f"-L{stub}", "-Wl,--no-as-needed", "-l:libcuda.so.1")
+    _gcc(
+        "-shared",
+        "-fPIC",
+        "-o",
+        str(tree / "opt/app/lib/libuses_driver.so"),
+        str(stub / "user.c"),
+        f"-L{stub}",
+        "-Wl,--no-as-needed",
+        "-l:libcuda.so.1",
+    )
     result = elf_needed.prove(str(tree), ["/"])
     assert result["unresolved"] == []
     assert result["counts"]["driver"] == 1
     assert "libcuda.so.1" in result["driver"]
     # the same library under another name is no driver library: unresolved
     _gcc("-shared", "-fPIC", "-Wl,-soname,libcudb.so.1", "-o", str(stub / "libcudb.so.1"), str(stub / "c.c"))
-    _gcc("-shared", "-fPIC", "-o", str(tree / "opt/app/lib/libuses_other.so"), str(stub / "user.c"),
-         f"-L{stub}", "-Wl,--no-as-needed", "-l:libcudb.so.1")
+    _gcc(
+        "-shared",
+        "-fPIC",
+        "-o",
+        str(tree / "opt/app/lib/libuses_other.so"),
+        str(stub / "user.c"),
+        f"-L{stub}",
+        "-Wl,--no-as-needed",
+        "-l:libcudb.so.1",
+    )
     assert elf_needed.prove(str(tree), ["/"])["unresolved"] == ["/opt/app/lib/libuses_other.so: libcudb.so.1"]
 
 
@@ -113,8 +135,13 @@ def test_import_walk_reports_broken_modules_and_still_walks_their_children(tmp_p
     (pkg / "broken" / "__init__.py").write_text("raise RuntimeError('no GPU here')\n")
     (pkg / "broken" / "child.py").write_text("Y = 2\n")
     (pkg / "__main__.py").write_text("raise SystemExit('a program, not a module')\n")
-    proc = subprocess.run([sys.executable, str(HERE / "proofs" / "import_walk.py"), "--json", "fakepkg"],
-                          cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path)})
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "proofs" / "import_walk.py"), "--json", "fakepkg"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("KILN-PROOF "))
     walk = json.loads(line.removeprefix("KILN-PROOF "))["fakepkg"]
     assert walk["modules"] == 6 and walk["programs"] == ["fakepkg.__main__"]
@@ -124,9 +151,20 @@ def test_import_walk_reports_broken_modules_and_still_walks_their_children(tmp_p
     assert set(walk["failed"]) == {"fakepkg.needs_gone", "fakepkg.broken", "fakepkg.broken.child"}
     verdict = import_allowlist.verdict("fakepkg", walk)
     assert sorted(verdict.unexpected) == ["fakepkg.broken", "fakepkg.broken.child", "fakepkg.needs_gone"]
-    only = subprocess.run([sys.executable, str(HERE / "proofs" / "import_walk.py"), "--json",
-                           "--only", "fakepkg.good,fakepkg.broken", "fakepkg"],
-                          cwd=tmp_path, capture_output=True, text=True, env={"PYTHONPATH": str(tmp_path)})
+    only = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "proofs" / "import_walk.py"),
+            "--json",
+            "--only",
+            "fakepkg.good,fakepkg.broken",
+            "fakepkg",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(tmp_path)},
+    )
     line = next(ln for ln in only.stdout.splitlines() if ln.startswith("KILN-PROOF "))
     assert json.loads(line.removeprefix("KILN-PROOF "))["fakepkg"]["modules"] == 2
 
@@ -138,9 +176,12 @@ def _fail(kind: str, message: str = "", missing: str | None = None) -> dict:
 def test_the_allow_list_accepts_only_the_failure_it_names():
     rule = import_allowlist.ALLOWED[0]
     module = rule.example
-    walk = {"failed": {
-        module: _fail("ModuleNotFoundError", f"No module named '{rule.example_missing}'", rule.example_missing),
-        "vllm.other": _fail("ImportError", "boom")}}
+    walk = {
+        "failed": {
+            module: _fail("ModuleNotFoundError", f"No module named '{rule.example_missing}'", rule.example_missing),
+            "vllm.other": _fail("ImportError", "boom"),
+        }
+    }
     verdict = import_allowlist.verdict("vllm", walk)
     assert verdict.unexpected == ["vllm.other"]
     assert verdict.allowed == {rule.why: [module]}
@@ -150,17 +191,26 @@ def test_the_allow_list_accepts_only_the_failure_it_names():
 
 
 def test_a_failure_is_upstreams_only_if_the_plain_image_fails_the_same_way():
-    walk = {"failed": {"vllm.a": _fail("ModuleNotFoundError", "No module named 'lmcache'", "lmcache"),
-                       "vllm.b": _fail("ImportError", "libcuda.so.1: cannot open shared object file"),
-                       "vllm.c": _fail("ModuleNotFoundError", "No module named 'kiln_removed'", "kiln_removed"),
-                       "vllm.d": _fail("AttributeError", "no attribute 'x'")}}
-    plain = {"vllm.a": walk["failed"]["vllm.a"], "vllm.b": walk["failed"]["vllm.b"],
-             "vllm.d": _fail("ImportError", "something else")}  # c imports there; d fails otherwise
+    walk = {
+        "failed": {
+            "vllm.a": _fail("ModuleNotFoundError", "No module named 'lmcache'", "lmcache"),
+            "vllm.b": _fail("ImportError", "libcuda.so.1: cannot open shared object file"),
+            "vllm.c": _fail("ModuleNotFoundError", "No module named 'kiln_removed'", "kiln_removed"),
+            "vllm.d": _fail("AttributeError", "no attribute 'x'"),
+        }
+    }
+    plain = {
+        "vllm.a": walk["failed"]["vllm.a"],
+        "vllm.b": walk["failed"]["vllm.b"],
+        "vllm.d": _fail("ImportError", "something else"),
+    }  # c imports there; d fails otherwise
     v = import_allowlist.verdict("vllm", walk, plain)
     assert v.unexpected == ["vllm.c", "vllm.d"]
     kinds = {why.split(": ", 1)[1]: mods for why, mods in v.allowed.items()}
-    assert kinds == {"optional dependency not installed: lmcache": ["vllm.a"],
-                     "needs the GPU driver (libcuda.so.1) at import": ["vllm.b"]}
+    assert kinds == {
+        "optional dependency not installed: lmcache": ["vllm.a"],
+        "needs the GPU driver (libcuda.so.1) at import": ["vllm.b"],
+    }
 
 
 def test_the_serving_path_must_import_whatever_the_plain_image_does():
@@ -200,8 +250,16 @@ def test_optional_plugins_are_allowed_only_under_their_own_path(tmp_path: Path, 
     plugin = tree / "opt/venv/nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3"
     plugin.parent.mkdir(parents=True)
     for target in (plugin, tree / "opt/app/lib/libnot_a_plugin.so"):
-        _gcc("-shared", "-fPIC", "-o", str(target), str(stub / "user.c"), f"-L{stub}", "-Wl,--no-as-needed",
-             "-l:libmlx5.so.1")
+        _gcc(
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(target),
+            str(stub / "user.c"),
+            f"-L{stub}",
+            "-Wl,--no-as-needed",
+            "-l:libmlx5.so.1",
+        )
     result = elf_needed.prove(str(tree), ["/"])
     assert result["optional_plugins"] == ["/opt/venv/nvidia/nvshmem/lib/nvshmem_transport_ibgda.so.3: libmlx5.so.1"]
     assert result["unresolved"] == ["/opt/app/lib/libnot_a_plugin.so: libmlx5.so.1"]

@@ -24,8 +24,7 @@ def test_weights_are_read_only_host_mounts_not_baked(glm):
     from kiln.domain.serving.launch_command import model_mounts
 
     mounts = dict(model_mounts(glm.recipe))
-    assert mounts == {"/data/models/GLM-5.3": "/models/glm-5.3",
-                      "/data/models/GLM-5.3-kindling": "/models/kindling"}
+    assert mounts == {"/data/models/GLM-5.3": "/models/glm-5.3", "/data/models/GLM-5.3-kindling": "/models/kindling"}
 
 
 def test_speculative_decoding_uses_the_draft_model(glm):
@@ -40,8 +39,13 @@ def test_speculative_decoding_uses_the_draft_model(glm):
     assert schedule[0][0] == 1 and all(0 <= k <= 4 for _, _, k in schedule)
     assert all(b[0] == a[1] + 1 for a, b in zip(schedule, schedule[1:], strict=False))
     assert argv[:2] == ["serve", "/models/glm-5.3"]
-    for flag in ("--tool-call-parser", "--reasoning-parser", "--max-model-len",
-                 "--gpu-memory-utilization", "--enable-auto-tool-choice"):
+    for flag in (
+        "--tool-call-parser",
+        "--reasoning-parser",
+        "--max-model-len",
+        "--gpu-memory-utilization",
+        "--enable-auto-tool-choice",
+    ):
         assert flag in argv, flag
 
 

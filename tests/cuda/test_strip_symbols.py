@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "docker-images" / "engine-cuda" / "strip-symbols.py"
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("strip") is None,
-                                reason="needs gcc and binutils")
+pytestmark = pytest.mark.skipif(
+    shutil.which("gcc") is None or shutil.which("strip") is None, reason="needs gcc and binutils"
+)
 
 
 def _module():

@@ -68,8 +68,9 @@ def tested_versions() -> list[str]:
     versions = [v.strip() for v in chosen.split(",") if v.strip()]
     unknown = [v for v in versions if v not in VLLM_VERSIONS]
     if unknown:
-        raise pytest.UsageError(f"KILN_DT_VLLM_VERSIONS: no draft-trunc series for {unknown} "
-                                f"(known: {', '.join(VLLM_VERSIONS)})")
+        raise pytest.UsageError(
+            f"KILN_DT_VLLM_VERSIONS: no draft-trunc series for {unknown} (known: {', '.join(VLLM_VERSIONS)})"
+        )
     return versions
 
 
@@ -109,12 +110,17 @@ def vllm_src(vllm_version) -> Path:
         return wheel_cache.engine_sources(vllm_version, flavour)
     except EngineFetchFailed as exc:
         others = ",".join(v for v in tested_versions() if v != vllm_version)
-        opt_out = (f"or leave this version out on purpose with KILN_DT_VLLM_VERSIONS={others}" if others
-                   else "or deselect these tests on purpose")
-        pytest.fail(f"vLLM {vllm_version} sources ({wheel_cache.distribution(flavour)} wheel) are unavailable: "
-                    f"{exc.message}. Fill the wheel cache (~/.cache/kiln/wheels), point "
-                    f"KILN_VLLM_SRC_{vllm_version.replace('.', '_')} at a vllm/ source tree, {opt_out}",
-                    pytrace=False)
+        opt_out = (
+            f"or leave this version out on purpose with KILN_DT_VLLM_VERSIONS={others}"
+            if others
+            else "or deselect these tests on purpose"
+        )
+        pytest.fail(
+            f"vLLM {vllm_version} sources ({wheel_cache.distribution(flavour)} wheel) are unavailable: "
+            f"{exc.message}. Fill the wheel cache (~/.cache/kiln/wheels), point "
+            f"KILN_VLLM_SRC_{vllm_version.replace('.', '_')} at a vllm/ source tree, {opt_out}",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")

@@ -52,9 +52,7 @@ def kept_drafts(preds: list[float], n: int, tau: float, min_keep: int) -> tuple[
     return j, sum(survs[:j])
 
 
-def _request(
-    r, query_start_loc, cu_num_logits, idx_mapping, seq_lens, prefill_len, K, step, explore
-):
+def _request(r, query_start_loc, cu_num_logits, idx_mapping, seq_lens, prefill_len, K, step, explore):
     """slot, n, qe and whether request r may lose drafts this step."""
     slot = int(idx_mapping[r])
     n = min(max(int(cu_num_logits[r + 1] - cu_num_logits[r]) - 1, 0), K)
@@ -114,8 +112,15 @@ def cost_aware_ratios(
         tokens, dead = float(num_reqs), 0
         for r in range(num_reqs):
             slot, n, _, truncatable = _request(
-                r, query_start_loc, cu_num_logits, idx_mapping, seq_lens, prefill_len,
-                predictions.shape[1], step, explore,
+                r,
+                query_start_loc,
+                cu_num_logits,
+                idx_mapping,
+                seq_lens,
+                prefill_len,
+                predictions.shape[1],
+                step,
+                explore,
             )
             survs = survivals([float(x) for x in predictions[slot, :n]], n)
             for m, s in enumerate(survs):

@@ -22,7 +22,7 @@ def _calibration(rng, overconfident_at: int | None = None):
     mids = np.tile((np.arange(GRID) + 0.5) / GRID, K)
     rate = np.clip(mids * rng.uniform(0.5, 1.5, size=K * GRID), 0, 1)
     if overconfident_at is not None:
-        rate[overconfident_at * GRID:(overconfident_at + 1) * GRID] = 0.0
+        rate[overconfident_at * GRID : (overconfident_at + 1) * GRID] = 0.0
     hits = np.append(np.round(counts[:-1] * rate), 0).astype(np.float32)
     return torch.from_numpy(hits), torch.from_numpy(counts)
 
@@ -32,8 +32,9 @@ def _model_worth(conf: np.ndarray, hits, counts) -> np.ndarray:
     surv = np.cumprod(conf.astype(np.float64), axis=1)
     bins = dt_cost.survival_bins(surv)
     mids = (np.arange(GRID) + 0.5) / GRID
-    values = dt_cost.calibrated_values(hits.numpy()[:-1].reshape(K, GRID),
-                                       counts.numpy()[:-1].reshape(K, GRID), _av.AV_PRIOR)
+    values = dt_cost.calibrated_values(
+        hits.numpy()[:-1].reshape(K, GRID), counts.numpy()[:-1].reshape(K, GRID), _av.AV_PRIOR
+    )
     ratio = values / mids
     return np.minimum.accumulate(np.clip(surv * ratio[np.arange(K), bins], 0, 1), axis=1)
 
@@ -61,7 +62,7 @@ def test_a_cell_whose_drafts_never_survive_stops_them_being_admitted():
     two positions keep most of theirs."""
     rng = np.random.default_rng(2)
     hits, counts = _calibration(rng, overconfident_at=2)
-    counts[2 * GRID:3 * GRID] = 4096.0
+    counts[2 * GRID : 3 * GRID] = 4096.0
     conf = torch.full((3, K), 0.9)
     survival = torch.cumprod(_av.corrected_confidences(conf, 3, hits, counts), dim=1)
     assert torch.all(survival[:, 2:] < 0.02)  # 0.81 x 64 / (4096 + 64) at most
@@ -80,19 +81,30 @@ def test_the_knob_needs_adaptive_verification_combined_and_the_cost_policy():
     with pytest.raises(ValueError, match="KILN_DRAFT_TRUNC_AV_CALIBRATE=1 .* needs KILN_DRAFT_TRUNC_WITH_AV=1"):
         read_knobs({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1"})
     with pytest.raises(ValueError, match="KILN_DRAFT_TRUNC_AV_CALIBRATE"):
-        read_knobs({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1",
-                    "KILN_DRAFT_TRUNC_WITH_AV": "1", "KILN_DRAFT_TRUNC_TAU": "0.3"})
-    knobs = read_knobs({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1",
-                        "KILN_DRAFT_TRUNC_WITH_AV": "1"})
+        read_knobs(
+            {
+                "KILN_DRAFT_TRUNC": "1",
+                "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1",
+                "KILN_DRAFT_TRUNC_WITH_AV": "1",
+                "KILN_DRAFT_TRUNC_TAU": "0.3",
+            }
+        )
+    knobs = read_knobs({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1", "KILN_DRAFT_TRUNC_WITH_AV": "1"})
     assert knobs.av_calibrate and knobs.with_av and knobs.policy == "cost"
 
 
 def _config(av: bool):
-    parallel = NS(pipeline_parallel_size=1, prefill_context_parallel_size=1,
-                  data_parallel_size=1, all2all_backend="allgather_reducescatter")
-    return NS(parallel_config=parallel,
-              speculative_config=NS(method="draft_model", enable_adaptive_verification=av),
-              model_config=NS(hf_text_config=NS(num_experts_per_tok=8)))
+    parallel = NS(
+        pipeline_parallel_size=1,
+        prefill_context_parallel_size=1,
+        data_parallel_size=1,
+        all2all_backend="allgather_reducescatter",
+    )
+    return NS(
+        parallel_config=parallel,
+        speculative_config=NS(method="draft_model", enable_adaptive_verification=av),
+        model_config=NS(hf_text_config=NS(num_experts_per_tok=8)),
+    )
 
 
 def test_start_refuses_the_knob_without_adaptive_verification(draft_trunc):

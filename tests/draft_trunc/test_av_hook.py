@@ -64,8 +64,7 @@ def test_the_kernels_sums_are_the_steps_survivals():
     out = launch_av(conf, 30, hits, counts, _av.AV_PRIOR, torch.empty_like(conf), stats)
     raw = torch.nan_to_num(conf[:30].double(), nan=1.0).clamp(0, 1).cumprod(dim=1)
     fixed = out[:30].double().cumprod(dim=1)
-    want = torch.tensor([1.0 + raw.sum(), 2.0 + fixed.sum(), 3.0 + (fixed - raw).abs().sum()],
-                        dtype=torch.float64)
+    want = torch.tensor([1.0 + raw.sum(), 2.0 + fixed.sum(), 3.0 + (fixed - raw).abs().sum()], dtype=torch.float64)
     assert torch.allclose(stats, want, rtol=1e-5), (stats, want)
 
 
@@ -86,16 +85,16 @@ def test_below_the_minimum_batch_the_hook_steps_aside(draft_trunc):
     assert dt.av_confidences(conf, 3) is conf  # stepped aside: vLLM's own confidences
     out = dt.av_confidences(conf, 4)
     assert out is not conf and bool((out[:4, 0] < 0.5).all())  # corrected
-    assert torch.equal(out, _av.corrected_confidences(conf, 4, dt.snapshot().calibration.hits,
-                                                      dt.snapshot().calibration.counts))
+    assert torch.equal(
+        out, _av.corrected_confidences(conf, 4, dt.snapshot().calibration.hits, dt.snapshot().calibration.counts)
+    )
 
 
 def test_the_default_minimum_batch_is_the_registrys():
     from kiln_engine.features import DRAFT_TRUNC
 
     knob = next(k for k in DRAFT_TRUNC.knobs if k.env == "KILN_DRAFT_TRUNC_AV_MIN_BATCH")
-    knobs = read_knobs({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_WITH_AV": "1",
-                        "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1"})
+    knobs = read_knobs({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_WITH_AV": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1"})
     assert knobs.av_min_batch == knob.default
     assert read_knobs({"KILN_DRAFT_TRUNC_AV_MIN_BATCH": "16"}).av_min_batch == 16
     with pytest.raises(ValueError, match="KILN_DRAFT_TRUNC_AV_MIN_BATCH='-1'"):

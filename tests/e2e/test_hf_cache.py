@@ -58,8 +58,8 @@ def cache(models, tmp_path):
 
 def _run(docker_daemon, image_id, cache, **kw):
     return docker_daemon.client.containers.run(
-        image_id, volumes={str(cache): {"bind": "/hf-cache", "mode": "ro"}}, network_disabled=True,
-        detach=True, **kw)
+        image_id, volumes={str(cache): {"bind": "/hf-cache", "mode": "ro"}}, network_disabled=True, detach=True, **kw
+    )
 
 
 def test_the_hub_client_in_the_image_reads_the_cache_offline(hf_image, docker_daemon, cache):
@@ -68,9 +68,9 @@ def test_the_hub_client_in_the_image_reads_the_cache_offline(hf_image, docker_da
         "import json; from huggingface_hub import snapshot_download, try_to_load_from_cache\n"
         f"snap = snapshot_download({TARGET[0]!r}, revision={TARGET[1]!r}, cache_dir='/hf-cache')\n"
         f"cfg = try_to_load_from_cache({DRAFT[0]!r}, 'config.json', cache_dir='/hf-cache', revision={DRAFT[1]!r})\n"
-        "print(json.dumps([snap, cfg]))\n")
-    box = _run(docker_daemon, img.id, cache, entrypoint=["python", "-c", script],
-               environment={"HF_HUB_OFFLINE": "1"})
+        "print(json.dumps([snap, cfg]))\n"
+    )
+    box = _run(docker_daemon, img.id, cache, entrypoint=["python", "-c", script], environment={"HF_HUB_OFFLINE": "1"})
     try:
         assert box.wait(timeout=120)["StatusCode"] == 0, box.logs().decode()[-2000:]
         snap, cfg = json.loads(box.logs().decode().strip().splitlines()[-1])
@@ -81,8 +81,12 @@ def test_the_hub_client_in_the_image_reads_the_cache_offline(hf_image, docker_da
 
 
 def test_smoke_serves_the_cached_snapshots_offline(hf_image, cache, tmp_path):
-    result = run_kiln("smoke", "tiny-moe-hf", "--json",
-                      env={"KILN_HF_CACHE": str(cache), "KILN_RESULTS_DIR": str(tmp_path / "results")})
+    result = run_kiln(
+        "smoke",
+        "tiny-moe-hf",
+        "--json",
+        env={"KILN_HF_CACHE": str(cache), "KILN_RESULTS_DIR": str(tmp_path / "results")},
+    )
     assert result.returncode == 0, result.stderr[-5000:]
     record = json.loads(result.stdout)
     names = {c["name"]: c for c in record["checks"]}
@@ -102,8 +106,10 @@ def test_plain_docker_run_with_a_partial_snapshot_exits_93_with_one_line(hf_imag
     finally:
         box.remove(force=True)
     lines = [ln for ln in log.splitlines() if ln.startswith("kiln-serve: ")]
-    assert lines == [f"kiln-serve: draft model {DRAFT[0]} at revision {DRAFT[1]}: model.safetensors is a broken "
-                     "link (its blob is missing: the download did not finish) in the Hugging Face cache /hf-cache"]
+    assert lines == [
+        f"kiln-serve: draft model {DRAFT[0]} at revision {DRAFT[1]}: model.safetensors is a broken "
+        "link (its blob is missing: the download did not finish) in the Hugging Face cache /hf-cache"
+    ]
     assert "Traceback" not in log and "vllm" not in log.lower().replace("kiln-serve", "")
 
 

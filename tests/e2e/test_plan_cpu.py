@@ -22,8 +22,7 @@ KV_LINE = re.compile(r"CPU KV cache size: ([\d,]+) tokens")
 
 
 def _reported_tokens(docker_daemon, image_id: str, loaded, space: str) -> int:
-    spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1",
-                    env={"VLLM_CPU_KVCACHE_SPACE": space})
+    spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1", env={"VLLM_CPU_KVCACHE_SPACE": space})
     with ServingContainer(docker_daemon, spec) as box:
         box.start()
         box.wait_healthy(loaded.recipe.smoke.startup_timeout_s)
@@ -47,6 +46,8 @@ def test_plan_kv_tokens_equal_what_vllm_reports(tiny_moe, docker_daemon, space):
 
 def test_the_hf_variants_shape_block_plans_the_same_kv_cache(tiny_moe, docker_daemon):
     """tiny-moe-hf plans from its recipe's shape: block, tiny-moe from the image's configs."""
-    from_image = compute(plan_input(tiny_moe.loaded, image_json=recipe_image_reader(tiny_moe.loaded.name, docker_daemon)), None, Layout())
+    from_image = compute(
+        plan_input(tiny_moe.loaded, image_json=recipe_image_reader(tiny_moe.loaded.name, docker_daemon)), None, Layout()
+    )
     from_shape = compute(plan_input(load_recipe(REPO / "recipes" / "tiny-moe-hf")), None, Layout())
     assert from_shape.kv_tokens == from_image.kv_tokens and from_shape.kv_per_seq == from_image.kv_per_seq

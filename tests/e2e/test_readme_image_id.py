@@ -24,7 +24,9 @@ def test_tiny_moe_is_the_image_id_the_readme_states(tiny_moe):
     digest, image_id = stated()
     assert tiny_moe.recipe_image.digest == digest, (
         f"README.md states the image id for input digest {digest[:19]}, tiny-moe's inputs are now "
-        f"{tiny_moe.recipe_image.digest[:19]}: run `nox -s repro` and update the row")
+        f"{tiny_moe.recipe_image.digest[:19]}: run `nox -s repro` and update the row"
+    )
     assert tiny_moe.image.id == image_id, (
         f"tiny-moe built here is {tiny_moe.image.id[:19]}, README.md says {image_id[:19]}: "
-        f"`kiln rebuild --verify kiln/tiny-moe:latest` and docs/reproducibility.md say what to check")
+        f"`kiln rebuild --verify kiln/tiny-moe:latest` and docs/reproducibility.md say what to check"
+    )

@@ -33,8 +33,9 @@ def image(tiny_moe):
 
 def _complete(port: int) -> str:
     body = json.dumps({"model": NAME, "prompt": "def fibonacci(n):", "max_tokens": 8, "temperature": 0}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=60) as resp:
         return json.load(resp)["choices"][0]["text"]
 
@@ -60,8 +61,13 @@ def port(docker_daemon):
 def test_foreground_run_is_hardened_streams_logs_and_ctrl_c_removes_it(image, docker_daemon, port):
     proc = subprocess.Popen(
         [sys.executable, "-m", "kiln", "run", NAME, "--port", str(port), "-e", "KILN_E2E_MARK=on"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-        env={**os.environ, "COLUMNS": "300"}, preexec_fn=_ctrl_c_default)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "COLUMNS": "300"},
+        preexec_fn=_ctrl_c_default,
+    )
     try:
         wait_for_health(f"http://127.0.0.1:{port}", STARTUP_S)
         [box] = kiln_containers_on(docker_daemon, port)

@@ -76,25 +76,34 @@ class TwinSize:
 # `default` runs in `nox -s e2e`; `full` (marker `full`) in `nox -s e2e_full`. The same
 # checks, thresholds and three servers at both sizes; docs/benchmarks.md gives the power
 # each keeps (the permutation test's false-alarm rate is 0.01 at either size).
-SIZES = {"default": TwinSize(prompts=16, rerun=8, tau_dead=(0.06, 0.9)),
-         "full": TwinSize(prompts=64, rerun=16, tau_dead=(0.2, 0.9))}
+SIZES = {
+    "default": TwinSize(prompts=16, rerun=8, tau_dead=(0.06, 0.9)),
+    "full": TwinSize(prompts=64, rerun=16, tau_dead=(0.2, 0.9)),
+}
 MODES = {"on": "cost", "tau": "tau"}  # feature-on servers and the policy each runs
 # vLLM's dynamic speculation for the "dyn" server: (first batch size, last, K)
 DYNAMIC = [[1, 1, 4], [2, 4, 3], [5, 8, 2]]
 # drafting priced as sim_adaptive prices a kindling-class drafter (docs/draft-trunc-policy.md);
 # statistics flushed every step, so that the tenant check reads exact counters between sets
-DYN_ENV = {"KILN_DRAFT_TRUNC_DEPTH": "1", "KILN_DRAFT_TRUNC_DRAFT_COST": "1:0.08,8:0.05",
-           "KILN_DRAFT_TRUNC_LOG_INTERVAL": "1"}
+DYN_ENV = {
+    "KILN_DRAFT_TRUNC_DEPTH": "1",
+    "KILN_DRAFT_TRUNC_DRAFT_COST": "1:0.08,8:0.05",
+    "KILN_DRAFT_TRUNC_LOG_INTERVAL": "1",
+}
 # one tenant's requests (issue 47): each sets one sampling setting the drafter ignores. Not
 # sent: logit_bias and min_p, which vLLM refuses beside speculative decoding
 # (SamplingParams._validate_spec_decode), and top_k/top_p, whose Triton kernel
 # (_topk_topp_kernel) fails under Triton's interpreter, so the twin cannot serve them (seen
 # 2026-12-07: "'int' object has no attribute 'to'", the engine dies); the engine's rule for
 # them is unit-tested (tests/draft_trunc/test_tenant.py)
-TENANT = ({"extra_body": {"repetition_penalty": 1.3}}, {"frequency_penalty": 0.8},
-          {"presence_penalty": 0.8}, {"extra_body": {"bad_words": ["the"]}},
-          {"extra_body": {"allowed_token_ids": list(range(16, 272))}},
-          {"temperature": 0.8, "seed": 1, "presence_penalty": 0.5})
+TENANT = (
+    {"extra_body": {"repetition_penalty": 1.3}},
+    {"frequency_penalty": 0.8},
+    {"presence_penalty": 0.8},
+    {"extra_body": {"bad_words": ["the"]}},
+    {"extra_body": {"allowed_token_ids": list(range(16, 272))}},
+    {"temperature": 0.8, "seed": 1, "presence_penalty": 0.5},
+)
 TENANT_TOKENS = 24
 CALIBRATION = ("kiln_draft_trunc_graded_total", "kiln_draft_trunc_excluded_total")
 
@@ -113,8 +122,15 @@ def _sets(url: str, model: str, size: TwinSize, *, on: bool, rerun: bool = False
         "sampled": run_set(url, model, batch, concurrency=CONCURRENCY, temperature=0.8, seeds=seeds, **common),
     }
     if rerun:
-        out["sampled_again"] = run_set(url, model, batch[:size.rerun], concurrency=CONCURRENCY,
-                                       temperature=0.8, seeds=seeds[:size.rerun], **common)
+        out["sampled_again"] = run_set(
+            url,
+            model,
+            batch[: size.rerun],
+            concurrency=CONCURRENCY,
+            temperature=0.8,
+            seeds=seeds[: size.rerun],
+            **common,
+        )
     out["seconds"] = time.monotonic() - t0
     return out
 
@@ -142,9 +158,14 @@ def _tenant_set(url: str, model: str, batch: list[str], concurrency: int) -> Non
     def one(i: int) -> None:
         setting = dict(TENANT[i % len(TENANT)])
         extra = {"ignore_eos": True, **setting.pop("extra_body", {})}
-        client.completions.create(model=model, prompt=batch[i], max_tokens=TENANT_TOKENS,
-                                  temperature=setting.pop("temperature", 0.0), extra_body=extra,
-                                  **setting)
+        client.completions.create(
+            model=model,
+            prompt=batch[i],
+            max_tokens=TENANT_TOKENS,
+            temperature=setting.pop("temperature", 0.0),
+            extra_body=extra,
+            **setting,
+        )
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         list(pool.map(one, range(len(batch))))
@@ -159,8 +180,7 @@ def _tenant_sets(url: str, model: str) -> dict:
     out["tenant_alone"] = counters(url, CALIBRATION)
     with ThreadPoolExecutor(max_workers=2) as pool:
         tenant = pool.submit(_tenant_set, url, model, prompts(4, seed=12), concurrency=4)
-        normal = pool.submit(run_set, url, model, prompts(4, seed=13), concurrency=4,
-                             max_tokens=TENANT_TOKENS)
+        normal = pool.submit(run_set, url, model, prompts(4, seed=13), concurrency=4, max_tokens=TENANT_TOKENS)
         for done in (tenant, normal):
             done.result()
     out["tenant_beside"] = counters(url, CALIBRATION)
@@ -194,16 +214,23 @@ def runs(request, tiny_kindling, docker_daemon, tmp_path_factory):
         t0 = time.monotonic()
         with serving_all(docker_daemon, loaded, img.id, envs, args=args) as boxes:
             with ThreadPoolExecutor(max_workers=len(boxes)) as pool:
-                futures = {mode: (pool.submit(_dynamic_sets, box.url, model, size) if mode == "dyn" else
-                                  pool.submit(_sets, box.url, model, size, on=mode != "off", rerun=mode == "on"))
-                           for mode, box in boxes.items()}
+                futures = {
+                    mode: (
+                        pool.submit(_dynamic_sets, box.url, model, size)
+                        if mode == "dyn"
+                        else pool.submit(_sets, box.url, model, size, on=mode != "off", rerun=mode == "on")
+                    )
+                    for mode, box in boxes.items()
+                }
                 answers = {mode: f.result() for mode, f in futures.items()}
             for mode, box in boxes.items():
                 result[mode] = answers[mode]
                 result[f"{mode}_counters"] = counters(box.url, feature.metrics)
                 result[f"{mode}_logs"] = box.logs(tail=100000)
-                result["timing"][mode] = {"startup_s": round(box.startup_s, 1),
-                                          "requests_s": round(answers[mode]["seconds"], 1)}
+                result["timing"][mode] = {
+                    "startup_s": round(box.startup_s, 1),
+                    "requests_s": round(answers[mode]["seconds"], 1),
+                }
         result["timing"]["total_s"] = round(time.monotonic() - t0, 1)
     print(f"\ntiny-kindling on/tau/off ({request.param}: {size}) timing: {result['timing']}")
     return result
@@ -215,8 +242,10 @@ def test_greedy_outputs_equal_on_and_off_except_at_numeric_ties(runs, mode):
         on, off = runs[mode][name], runs["off"][name]
         assert sum(len(c.token_ids) for c in on) == runs["size"].prompts * MAX_TOKENS
         divergences = greedy_divergences(on, off)
-        print(f"{name}: {len(divergences)} divergence(s) of {len(on)} requests: "
-              f"{[(d.prompt, d.position, f'{d.margin:.2e}') for d in divergences]}")
+        print(
+            f"{name}: {len(divergences)} divergence(s) of {len(on)} requests: "
+            f"{[(d.prompt, d.position, f'{d.margin:.2e}') for d in divergences]}"
+        )
         not_ties = [d for d in divergences if not d.margin < TIE]
         assert not not_ties, f"{name}: outputs differ away from a numeric tie: {not_ties}"
 
@@ -234,7 +263,7 @@ def test_sampled_outputs_equal_in_distribution(runs, mode):
 
 def test_same_seed_same_tokens_in_two_feature_on_runs(runs):
     first, again = runs["on"]["sampled"], runs["on"]["sampled_again"]
-    differ = [a.prompt for a, b in zip(first[:runs["size"].rerun], again, strict=True) if a.token_ids != b.token_ids]
+    differ = [a.prompt for a, b in zip(first[: runs["size"].rerun], again, strict=True) if a.token_ids != b.token_ids]
     print(f"seeded feature-on reruns: {len(differ)} of {len(again)} requests differ: {differ}")
     assert not differ
 
@@ -250,10 +279,12 @@ def test_the_feature_really_cut_and_counted_it(runs):
         values = runs[f"{mode}_counters"]
         missing = [k for k, v in values.items() if v is None]
         assert not missing, f"{mode}: not on /metrics: {missing}"
-        print(f"feature {mode}: dead fraction {_ratio(runs, mode, 'dead_fraction'):.3f}, "
-              f"accepted {values['kiln_draft_trunc_accepted_total']:.0f}, "
-              f"rejected {values['kiln_draft_trunc_wasted_total']:.0f}, kept "
-              f"{values['kiln_draft_trunc_kept_total']:.0f} of {values['kiln_draft_trunc_proposed_total']:.0f}")
+        print(
+            f"feature {mode}: dead fraction {_ratio(runs, mode, 'dead_fraction'):.3f}, "
+            f"accepted {values['kiln_draft_trunc_accepted_total']:.0f}, "
+            f"rejected {values['kiln_draft_trunc_wasted_total']:.0f}, kept "
+            f"{values['kiln_draft_trunc_kept_total']:.0f} of {values['kiln_draft_trunc_proposed_total']:.0f}"
+        )
         # kept, verified, then accepted or rejected: both happen under either policy
         assert values["kiln_draft_trunc_accepted_total"] > 0 and values["kiln_draft_trunc_wasted_total"] > 0
     low, high = runs["size"].tau_dead
@@ -309,9 +340,11 @@ def test_vllm_dynamic_speculation_schedules_and_draft_trunc_cuts(runs):
     seq, c8 = runs["dyn"]["spec_seq"], runs["dyn"]["spec_c8"] - runs["dyn"]["spec_seq"]
     per_seq, per_c8 = seq.draft_tokens / seq.drafts, c8.draft_tokens / c8.drafts
     values = runs["dyn_counters"]
-    print(f"dyn: drafts per verify window {per_seq:.2f} alone, {per_c8:.2f} at concurrency "
-          f"{CONCURRENCY}; draft-trunc kept {values['kiln_draft_trunc_kept_total']:.0f} of "
-          f"{values['kiln_draft_trunc_proposed_total']:.0f}, dead {values['kiln_draft_trunc_dead_total']:.0f}")
+    print(
+        f"dyn: drafts per verify window {per_seq:.2f} alone, {per_c8:.2f} at concurrency "
+        f"{CONCURRENCY}; draft-trunc kept {values['kiln_draft_trunc_kept_total']:.0f} of "
+        f"{values['kiln_draft_trunc_proposed_total']:.0f}, dead {values['kiln_draft_trunc_dead_total']:.0f}"
+    )
     # alone, windows are scheduled K = 4 (draft-trunc keeps shapes: drafts it cut or never
     # drafted still count; vLLM schedules fewer only at a request's very end)
     assert per_seq > 3.6
@@ -327,8 +360,10 @@ def test_one_tenant_cannot_steer_the_calibration(runs):
     target-only sampling setting): drafts graded into the cells, and drafts kept out."""
     graded, excluded = CALIBRATION
     before, alone, beside = (runs["dyn"][f"tenant_{k}"] for k in ("before", "alone", "beside"))
-    print(f"calibration (graded, excluded): before the tenant {before}, after it alone {alone}, "
-          f"after it beside normal requests {beside}")
+    print(
+        f"calibration (graded, excluded): before the tenant {before}, after it alone {alone}, "
+        f"after it beside normal requests {beside}"
+    )
     # the greedy sets (normal requests) were graded, and none of their drafts kept out
     assert before[graded] > 0 and before[excluded] == 0
     # the tenant alone: its drafts were verified and filed for grading, and graded by no cell

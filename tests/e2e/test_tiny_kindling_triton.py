@@ -31,8 +31,12 @@ print(json.dumps({{
 
 
 def test_triton_3_9_0_is_in_the_engine_venv_and_nothing_of_its_install_is_left(tiny_kindling):
-    out = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python",
-                          tiny_kindling.image.id, "-c", PROBE], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint", "python", tiny_kindling.image.id, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     found = json.loads(out.stdout.strip().splitlines()[-1])
     assert found["version"] == "3.9.0"
@@ -76,14 +80,45 @@ def test_the_triton_stage_builds_with_no_network_at_all(tiny_kindling, tmp_path)
     try:
         with tar.open("rb") as fh:
             out = subprocess.run(
-                ["docker", "build", "--network", "none", "--no-cache", "--target", "triton", "-t", tag,
-                 "--build-arg", f"KILN_ENGINE_IMAGE={recipe_image.buildargs()['KILN_ENGINE_IMAGE']}", "-"],
-                stdin=fh, capture_output=True, text=True, timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+                [
+                    "docker",
+                    "build",
+                    "--network",
+                    "none",
+                    "--no-cache",
+                    "--target",
+                    "triton",
+                    "-t",
+                    tag,
+                    "--build-arg",
+                    f"KILN_ENGINE_IMAGE={recipe_image.buildargs()['KILN_ENGINE_IMAGE']}",
+                    "-",
+                ],
+                stdin=fh,
+                capture_output=True,
+                text=True,
+                timeout=900,
+                env={**os.environ, "DOCKER_BUILDKIT": "0"},
+            )
         assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
         assert "kiln-lock-tool: 2 wheels match the lock" in out.stdout
-        listed = subprocess.run(["docker", "run", "--rm", "--network", "none", "--entrypoint", "python", tag, "-c",
-                                 "import os; print(sorted(os.listdir('/opt/triton/lib/python3.11/site-packages')))"],
-                                capture_output=True, text=True, timeout=300)
+        listed = subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "--entrypoint",
+                "python",
+                tag,
+                "-c",
+                "import os; print(sorted(os.listdir('/opt/triton/lib/python3.11/site-packages')))",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert listed.returncode == 0, listed.stderr[-2000:]
         assert listed.stdout.strip() == "['triton', 'triton-3.9.0.dist-info']"
     finally:

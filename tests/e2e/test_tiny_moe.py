@@ -64,12 +64,24 @@ def test_smoke_passes_and_writes_a_record(image, results):
     record = json.loads((results / "smoke" / f"{img.id.split(':')[1]}.json").read_text())
     from clijson import validated
 
-    assert validated("smoke", result.stdout) == {**record, "record": str(results / "smoke" / f"{img.id.split(':')[1]}.json")}
+    assert validated("smoke", result.stdout) == {
+        **record,
+        "record": str(results / "smoke" / f"{img.id.split(':')[1]}.json"),
+    }
     assert record["passed"] is True and record["image_id"] == img.id
     assert record["input_digest"] == recipe_image.digest
     names = {c["name"]: c for c in record["checks"]}
-    for check in ("models", "completion", "chat", "greedy_determinism", "metrics", "plugin_loaded",
-                  "patched_runner_imports", "engine_info", "clean_stop"):
+    for check in (
+        "models",
+        "completion",
+        "chat",
+        "greedy_determinism",
+        "metrics",
+        "plugin_loaded",
+        "patched_runner_imports",
+        "engine_info",
+        "clean_stop",
+    ):
         assert names[check]["ok"], names[check]
     assert "spec_decode draft tokens=" in names["metrics"]["detail"]
 
@@ -77,8 +89,8 @@ def test_smoke_passes_and_writes_a_record(image, results):
 def test_print_launch_shows_resolved_command_and_overrides(image, docker_daemon):
     img = image.image
     out = docker_daemon.client.containers.run(
-        img.id, ["--print-launch", "--max-model-len", "256"], remove=True,
-        environment={"VLLM_CPU_KVCACHE_SPACE": "2"}).decode()
+        img.id, ["--print-launch", "--max-model-len", "256"], remove=True, environment={"VLLM_CPU_KVCACHE_SPACE": "2"}
+    ).decode()
     command = out.strip().splitlines()[-1]
     assert command.startswith("vllm serve /models/tiny-qwen3moe")
     assert "--max-model-len 256" in command and "--max-model-len 512" not in command
@@ -93,8 +105,7 @@ def test_speculation_turns_off_with_speculative_config_none(image, docker_daemon
     from kiln_testkit.twinserve import run_set, serving, spec_decode_stats
 
     loaded, img = image.loaded, image.image
-    with serving(docker_daemon, loaded, img.id, args=["--speculative-config", "None"],
-                 startup_timeout_s=180) as box:
+    with serving(docker_daemon, loaded, img.id, args=["--speculative-config", "None"], startup_timeout_s=180) as box:
         (done,) = run_set(box.url, NAME, ["def fibonacci(n):"], max_tokens=16)
         assert len(done.token_ids) == 16
         assert spec_decode_stats(box.url) is None
@@ -103,7 +114,9 @@ def test_speculation_turns_off_with_speculative_config_none(image, docker_daemon
 
 
 def _readme_docker_run() -> list[str]:
-    lines = [ln for ln in (REPO / "README.md").read_text().splitlines() if ln.startswith("docker run --rm -p 8000:8000")]
+    lines = [
+        ln for ln in (REPO / "README.md").read_text().splitlines() if ln.startswith("docker run --rm -p 8000:8000")
+    ]
     assert len(lines) == 1, lines
     return shlex.split(lines[0])
 
@@ -173,9 +186,12 @@ def test_container_exiting_during_start_is_a_clear_error(image, docker_daemon):
 def test_missing_model_host_path_is_refused_before_docker(tmp_path):
     tree = make_tree(tmp_path / "tree")
     recipe = tree / "recipes" / "kiln-test-mini" / "recipe.yaml"
-    recipe.write_text(recipe.read_text().replace(
-        "    source: baked\n    path: /models/none",
-        f"    source: host_path\n    host_path: {tmp_path}/no-such-weights\n    path: /models/none"))
+    recipe.write_text(
+        recipe.read_text().replace(
+            "    source: baked\n    path: /models/none",
+            f"    source: host_path\n    host_path: {tmp_path}/no-such-weights\n    path: /models/none",
+        )
+    )
     result = run_kiln("run", "kiln-test-mini", env={"KILN_ROOT": str(tree)}, cwd=tree)
     assert result.returncode == 15, result.stderr
     assert f"{tmp_path}/no-such-weights" in result.stderr and "does not exist" in result.stderr
@@ -223,8 +239,9 @@ def test_publish_the_smoked_image_and_promote(image, results, tmp_path):
         digest, manifest = reg.manifest(repo, recipe_image.short)
         assert manifest["config"]["digest"] == img.id
         assert digest in pushed.stdout + pushed.stderr
-        promoted = run_kiln("promote", NAME, "--registry", f"{reg.host}/team", "--from", "experimental",
-                            "--to", "stable", env=env)
+        promoted = run_kiln(
+            "promote", NAME, "--registry", f"{reg.host}/team", "--from", "experimental", "--to", "stable", env=env
+        )
         assert promoted.returncode == 0, promoted.stderr[-3000:]
         assert reg.manifest(repo, "stable")[0] == digest
         again = run_kiln("publish", NAME, "--registry", f"{reg.host}/team", env=env)
@@ -237,8 +254,12 @@ def test_plugin_refuses_unsafe_feature_combination_at_start(image, docker_daemon
     """In a real vLLM process: draft-trunc without MoE padding skip must not serve."""
     img = image.image
     box = docker_daemon.client.containers.run(
-        img.id, detach=True, cap_add=["SYS_NICE"], shm_size="4g",
-        environment={"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "0"})
+        img.id,
+        detach=True,
+        cap_add=["SYS_NICE"],
+        shm_size="4g",
+        environment={"KILN_DRAFT_TRUNC": "1", "VLLM_MOE_SKIP_PADDING": "0"},
+    )
     try:
         status = box.wait(timeout=180)
         logs = box.logs().decode(errors="replace")

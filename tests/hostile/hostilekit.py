@@ -36,8 +36,9 @@ def make_root(dest: Path) -> Path:
     """A kiln checkout with copies of the real recipes and engine sources, so cases can
     break recipes freely."""
     for part in ("recipes", "docker-images", "engine", "patches"):
-        shutil.copytree(REPO / part, dest / part,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "tests"), symlinks=True)
+        shutil.copytree(
+            REPO / part, dest / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "tests"), symlinks=True
+        )
     return dest
 
 

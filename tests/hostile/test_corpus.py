@@ -67,9 +67,18 @@ def test_hostile_case(case: Case, tree):
 # -- the installed console script, one process per case: wall time and peak RSS as a
 # user's CI sees them; the address-space cap turns a blowup into a quick, clear failure
 SUBPROCESS_CASES = [
-    "alias-bomb-9x9", "deep-flow-nesting-10000", "huge-file-10mb", "sparse-file-4gb", "non-utf8-byte",
-    "nul-byte", "build-unknown-name", "build-dotdot-name", "credentials-symlink", "recipe-yaml-is-fifo",
-    "overlay-patches-dotdot", "bom-is-accepted",
+    "alias-bomb-9x9",
+    "deep-flow-nesting-10000",
+    "huge-file-10mb",
+    "sparse-file-4gb",
+    "non-utf8-byte",
+    "nul-byte",
+    "build-unknown-name",
+    "build-dotdot-name",
+    "credentials-symlink",
+    "recipe-yaml-is-fifo",
+    "overlay-patches-dotdot",
+    "bom-is-accepted",
 ]
 BY_ID = {c.id: c for c in CASES}
 
@@ -103,11 +112,22 @@ def _run_console_script(argv, cwd, env) -> Outcome:
     assert kiln, "the kiln console script is not installed (pip install -e .)"
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        proc = subprocess.run([sys.executable, "-c", _LAUNCHER, str(report), kiln, *argv], cwd=cwd, env=env,
-                              capture_output=True, timeout=120)
+        proc = subprocess.run(
+            [sys.executable, "-c", _LAUNCHER, str(report), kiln, *argv],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            timeout=120,
+        )
         got = json.loads(report.read_text())
-    return Outcome(got["code"], proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"),
-                   got["seconds"], got["peak_mb"], got["cpu_s"])
+    return Outcome(
+        got["code"],
+        proc.stdout.decode(errors="replace"),
+        proc.stderr.decode(errors="replace"),
+        got["seconds"],
+        got["peak_mb"],
+        got["cpu_s"],
+    )
 
 
 @pytest.mark.parametrize("case_id", SUBPROCESS_CASES)

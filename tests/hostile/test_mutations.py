@@ -20,10 +20,49 @@ TARGETS = [
 
 # fragments that reach the loader's corners: YAML syntax, aliases, tags, encodings
 TOKENS = [
-    "&a ", "*a", "<<: ", "!!python/object:os.system ", "!!binary ", "!foo ", "? ", "- ", ": ", "[", "]", "{", "}",
-    ",", "\t", "---\n", "...\n", "%YAML 1.1\n", "|\n", ">-\n", '"', "'", "#", "~", "null", "yes", "on", "1e999",
-    "0x1F", "2024-01-01", '"\\0"', '"\\e"', '"\\ud800"', '"\\u202e"', "\ufeff", "\u2028", "\x00", "\x1b[31m",
-    "9" * 5000, "\n", "  ", "../../../etc/passwd", "/etc/passwd",
+    "&a ",
+    "*a",
+    "<<: ",
+    "!!python/object:os.system ",
+    "!!binary ",
+    "!foo ",
+    "? ",
+    "- ",
+    ": ",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    "\t",
+    "---\n",
+    "...\n",
+    "%YAML 1.1\n",
+    "|\n",
+    ">-\n",
+    '"',
+    "'",
+    "#",
+    "~",
+    "null",
+    "yes",
+    "on",
+    "1e999",
+    "0x1F",
+    "2024-01-01",
+    '"\\0"',
+    '"\\e"',
+    '"\\ud800"',
+    '"\\u202e"',
+    "\ufeff",
+    "\u2028",
+    "\x00",
+    "\x1b[31m",
+    "9" * 5000,
+    "\n",
+    "  ",
+    "../../../etc/passwd",
+    "/etc/passwd",
 ]
 RAW = [b"\xff", b"\xc3\x28", b"\xef\xbb\xbf", b"\x00", b"\r", b"\r\n"]
 
@@ -48,11 +87,11 @@ def apply(data: bytes, mut) -> bytes:
     if kind in ("insert", "raw"):
         return data[:pos] + arg + data[pos:]
     if kind == "byte":
-        return data[:pos] + arg + data[pos + 1:]
+        return data[:pos] + arg + data[pos + 1 :]
     if kind == "delete":
-        return data[:pos] + data[pos + arg:]
+        return data[:pos] + data[pos + arg :]
     if kind == "duplicate":
-        return data[:pos] + data[pos:pos + arg] + data[pos:]
+        return data[:pos] + data[pos : pos + arg] + data[pos:]
     return data[:pos]  # truncate
 
 

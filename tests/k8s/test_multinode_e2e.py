@@ -73,13 +73,22 @@ def test_greedy_outputs_across_two_containers_equal_one(tiny_moe, docker_daemon)
 
 
 def _smoke(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "kiln", "smoke", NAME, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, "COLUMNS": "300"})
+    return subprocess.Popen(
+        [sys.executable, "-m", "kiln", "smoke", NAME, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "COLUMNS": "300"},
+    )
 
 
 def _group_of(docker_daemon, since: set[str]) -> list:
-    return [c for c in docker_daemon.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
-            if c.name not in since and "-node" in c.name]
+    return [
+        c
+        for c in docker_daemon.client.containers.list(all=True, filters={"label": LABEL_RECIPE})
+        if c.name not in since and "-node" in c.name
+    ]
 
 
 def test_smoke_passes_against_the_leader_of_two_nodes(tiny_moe, docker_daemon):
@@ -95,8 +104,17 @@ def test_smoke_passes_against_the_leader_of_two_nodes(tiny_moe, docker_daemon):
 
     record = validated("smoke", out)
     checks = {c["name"]: c for c in record["checks"]}
-    for name in ("models", "completion", "chat", "greedy_determinism", "metrics", "plugin_loaded",
-                 "patched_runner_imports", "engine_info", "clean_stop"):
+    for name in (
+        "models",
+        "completion",
+        "chat",
+        "greedy_determinism",
+        "metrics",
+        "plugin_loaded",
+        "patched_runner_imports",
+        "engine_info",
+        "clean_stop",
+    ):
         assert checks[name]["ok"], checks[name]
     assert "spec_decode draft tokens=" in checks["metrics"]["detail"]
     assert record["record"] is None  # an overridden topology vouches for nothing publish trusts
@@ -152,10 +170,20 @@ def test_image_prints_each_nodes_command(tiny_moe, docker_daemon, tmp_path):
     launch = tmp_path / "launch.json"
     launch.write_text(json.dumps(launch_document(loaded)))
     launch.chmod(0o644)
-    out = docker_daemon.client.containers.run(
-        image.id, ["--print-launch"], remove=True, environment={"LWS_LEADER_ADDRESS": "glm-0.glm"},
-        volumes={str(launch): {"bind": "/opt/kiln/launch.json", "mode": "ro"}}).decode().splitlines()
+    out = (
+        docker_daemon.client.containers.run(
+            image.id,
+            ["--print-launch"],
+            remove=True,
+            environment={"LWS_LEADER_ADDRESS": "glm-0.glm"},
+            volumes={str(launch): {"bind": "/opt/kiln/launch.json", "mode": "ro"}},
+        )
+        .decode()
+        .splitlines()
+    )
     topo = loaded.recipe.topology
     assert out[-4:-3] == ["# node 0 (leader: API server + rank 0)"]
-    assert out[-3].startswith("vllm serve /models/glm-5.3") and out[-3].endswith(" ".join(node_args(topo, 0, "glm-0.glm")))
+    assert out[-3].startswith("vllm serve /models/glm-5.3") and out[-3].endswith(
+        " ".join(node_args(topo, 0, "glm-0.glm"))
+    )
     assert out[-1].endswith(" ".join(node_args(topo, 1, "glm-0.glm")))

@@ -29,8 +29,12 @@ def _strict(schema):
     if not isinstance(schema, dict):
         return schema
     out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
-    if (schema.get("type") == "object" and "properties" in schema and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")):
+    if (
+        schema.get("type") == "object"
+        and "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -49,13 +53,15 @@ def validate(obj: dict) -> None:
         assert obj["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
         errors = sorted(_lws_validator().iter_errors(obj), key=str)
         if errors:
-            raise jsonschema.ValidationError(f"{len(errors)} error(s), first: {errors[0].message} at "
-                                             f"{list(errors[0].absolute_path)}")
+            raise jsonschema.ValidationError(
+                f"{len(errors)} error(s), first: {errors[0].message} at {list(errors[0].absolute_path)}"
+            )
         # the pod templates once more against the core PodTemplate type
         lwt = obj["spec"]["leaderWorkerTemplate"]
         for key in ("leaderTemplate", "workerTemplate"):
-            validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": key.lower()},
-                      "template": lwt[key]})
+            validate(
+                {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": key.lower()}, "template": lwt[key]}
+            )
         return
     kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
@@ -90,10 +96,13 @@ def test_two_node_recipe_renders_a_valid_leader_worker_set(two_node):
 def test_validation_is_strict_unknown_fields_fail(two_node):
     import copy
 
-    for mutate in (lambda o: o["spec"]["leaderWorkerTemplate"].update(groupSize=2),
-                   lambda o: o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0].update(gpus=8),
-                   lambda o: o["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
-                   ["startupProbe"].update(httpGett={})):
+    for mutate in (
+        lambda o: o["spec"]["leaderWorkerTemplate"].update(groupSize=2),
+        lambda o: o["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0].update(gpus=8),
+        lambda o: o["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]["startupProbe"].update(
+            httpGett={}
+        ),
+    ):
         bad = copy.deepcopy(two_node["LeaderWorkerSet"])
         mutate(bad)
         with pytest.raises((jsonschema.ValidationError, kubernetes_validate.ValidationError)):
@@ -112,10 +121,27 @@ def test_group_wiring_follows_lws_and_the_per_node_flags(two_node):
     assert lwt["restartPolicy"] == "RecreateGroupOnPodRestart"
     [leader] = lwt["leaderTemplate"]["spec"]["containers"]
     [worker] = lwt["workerTemplate"]["spec"]["containers"]
-    assert leader["args"] == ["--nnodes", "2", "--node-rank", "0", "--master-addr", "$(LWS_LEADER_ADDRESS)",
-                              "--master-port", "29501"]
-    assert worker["args"] == ["--nnodes", "2", "--node-rank", "$(LWS_WORKER_INDEX)", "--master-addr",
-                              "$(LWS_LEADER_ADDRESS)", "--master-port", "29501", "--headless"]
+    assert leader["args"] == [
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "$(LWS_LEADER_ADDRESS)",
+        "--master-port",
+        "29501",
+    ]
+    assert worker["args"] == [
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "$(LWS_WORKER_INDEX)",
+        "--master-addr",
+        "$(LWS_LEADER_ADDRESS)",
+        "--master-port",
+        "29501",
+        "--headless",
+    ]
     assert leader["image"] == worker["image"] == IMAGE
 
 
@@ -165,8 +191,10 @@ def test_one_node_recipe_renders_a_deployment(tmp_path):
     assert "args" not in c  # the image's baked command, nothing per node
     assert "resources" not in c  # a CPU recipe asks for no GPU
     assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["SYS_NICE"]}
-    assert objects["Deployment"]["spec"]["selector"]["matchLabels"].items() <= \
-        objects["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+    assert (
+        objects["Deployment"]["spec"]["selector"]["matchLabels"].items()
+        <= objects["Deployment"]["spec"]["template"]["metadata"]["labels"].items()
+    )
     # tiny-moe is built for linux/amd64 only: its pods must not land on a Grace (arm64) node
     assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
 
@@ -176,10 +204,19 @@ def _publish_record(input_digest: str, manifest_digest: str):
     that TypedDict, PublishDocument)."""
     from kiln.domain.publishing.rules import PublishResult, publish_document
 
-    return publish_document(PublishResult(
-        recipe="tiny-moe", image_id="sha256:" + "2" * 64, input_digest=input_digest, manifest_digest=manifest_digest,
-        registry="registry.example.com:5000", repository="team/kiln/tiny-moe", channel="experimental",
-        tags=["experimental"], pushed=True))
+    return publish_document(
+        PublishResult(
+            recipe="tiny-moe",
+            image_id="sha256:" + "2" * 64,
+            input_digest=input_digest,
+            manifest_digest=manifest_digest,
+            registry="registry.example.com:5000",
+            repository="team/kiln/tiny-moe",
+            channel="experimental",
+            tags=["experimental"],
+            pushed=True,
+        )
+    )
 
 
 def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
@@ -213,8 +250,9 @@ def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
 def test_render_refuses_a_recipe_check_refuses(kiln_tree):
     path = kiln_tree / "recipes" / "kiln-test-mini" / "recipe.yaml"
     path.write_text(path.read_text() + "topology:\n  nodes: 2\n  accelerators_per_node: 4\n  tensor_parallel: 2\n")
-    result = run_kiln("render", "k8s", "kiln-test-mini", "--image", f"x/y@{DIGEST}",
-                      env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree)
+    result = run_kiln(
+        "render", "k8s", "kiln-test-mini", "--image", f"x/y@{DIGEST}", env={"KILN_ROOT": str(kiln_tree)}, cwd=kiln_tree
+    )
     assert result.returncode == 2, result.stderr
     assert "topology.accelerators_per_node" in result.stderr
 
@@ -243,12 +281,15 @@ def test_single_node_gpu_recipe_gets_its_gpus_and_host_paths(tmp_path):
     assert "nodeSelector" not in pod
 
 
-@pytest.mark.parametrize("name, kinds", [
-    ("qwen3-30b-a3b", {"Deployment", "Service", "Job"}),
-    ("gpt-oss-120b", {"Deployment", "Service", "Job"}),
-    ("deepseek-v32-mtp", {"Deployment", "Service", "Job"}),
-    ("deepseek-v32-mtp-2node", {"LeaderWorkerSet", "Service", "Job"}),
-])
+@pytest.mark.parametrize(
+    "name, kinds",
+    [
+        ("qwen3-30b-a3b", {"Deployment", "Service", "Job"}),
+        ("gpt-oss-120b", {"Deployment", "Service", "Job"}),
+        ("deepseek-v32-mtp", {"Deployment", "Service", "Job"}),
+        ("deepseek-v32-mtp-2node", {"LeaderWorkerSet", "Service", "Job"}),
+    ],
+)
 def test_catalogue_recipes_render_valid_manifests(tmp_path, name, kinds):
     """The recipes reading a Hugging Face cache: workload, Service and the fetch Job, all
     valid; every pod waits for the weights and mounts the claim read-only."""

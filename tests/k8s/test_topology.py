@@ -39,7 +39,10 @@ def _check(tree, name: str = MINI):
 
 
 def test_topology_drives_the_launch_flags(kiln_tree):
-    _write(kiln_tree, _mini(kiln_tree) + TOPOLOGY.replace("tensor_parallel: 2", "tensor_parallel: 2\n  expert_parallel: true"))
+    _write(
+        kiln_tree,
+        _mini(kiln_tree) + TOPOLOGY.replace("tensor_parallel: 2", "tensor_parallel: 2\n  expert_parallel: true"),
+    )
     loaded = load_recipe(kiln_tree / "recipes" / MINI)
     argv = _vllm_argv(loaded.recipe)
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2"
@@ -54,16 +57,30 @@ def test_recipe_without_topology_keeps_its_command_line():
     assert not any(a.startswith("--tensor-parallel") for a in _vllm_argv(loaded.recipe))
 
 
-@pytest.mark.parametrize(("topology", "field", "words"), [
-    ("nodes: 3\n  accelerators_per_node: 1\n  tensor_parallel: 2", "topology.nodes", "do not evenly divide the world size"),
-    ("nodes: 2\n  accelerators_per_node: 8\n  tensor_parallel: 8", "topology.accelerators_per_node", "= 4 per node"),
-    ("nodes: 3\n  accelerators_per_node: 4\n  tensor_parallel: 6\n  data_parallel: 2", "topology.data_parallel",
-     "must fill whole nodes or fit whole into one"),
-    ("nodes: 2\n  gpus: 8", "topology.gpus", "unknown key"),
-    ("nodes: \"2\"", "topology.nodes", "must be an integer"),
-    ("nodes: 0", "topology.nodes", "must be an integer in 1..4096"),
-    ("master_port: 80", "topology.master_port", "1024..65535"),
-])
+@pytest.mark.parametrize(
+    ("topology", "field", "words"),
+    [
+        (
+            "nodes: 3\n  accelerators_per_node: 1\n  tensor_parallel: 2",
+            "topology.nodes",
+            "do not evenly divide the world size",
+        ),
+        (
+            "nodes: 2\n  accelerators_per_node: 8\n  tensor_parallel: 8",
+            "topology.accelerators_per_node",
+            "= 4 per node",
+        ),
+        (
+            "nodes: 3\n  accelerators_per_node: 4\n  tensor_parallel: 6\n  data_parallel: 2",
+            "topology.data_parallel",
+            "must fill whole nodes or fit whole into one",
+        ),
+        ("nodes: 2\n  gpus: 8", "topology.gpus", "unknown key"),
+        ('nodes: "2"', "topology.nodes", "must be an integer"),
+        ("nodes: 0", "topology.nodes", "must be an integer in 1..4096"),
+        ("master_port: 80", "topology.master_port", "1024..65535"),
+    ],
+)
 def test_layouts_vllm_refuses_fail_check_with_one_line_naming_the_field(kiln_tree, topology, field, words):
     block_starts = len(_mini(kiln_tree).splitlines()) + 1
     _write(kiln_tree, _mini(kiln_tree) + f"topology:\n  {topology}\n")
@@ -76,12 +93,18 @@ def test_layouts_vllm_refuses_fail_check_with_one_line_naming_the_field(kiln_tre
     assert line >= block_starts, errors[0]  # at the topology block, not somewhere else
 
 
-@pytest.mark.parametrize(("arg", "words"), [
-    ("tensor-parallel-size: 2", "launch.args.tensor-parallel-size: the layout comes from topology.tensor_parallel"),
-    ("enable-expert-parallel: true", "launch.args.enable-expert-parallel: the layout comes from topology.expert_parallel"),
-    ("nnodes: 2", "launch.args.nnodes: set per node at launch"),
-    ("node-rank: 1", "launch.args.node-rank: set per node at launch"),
-])
+@pytest.mark.parametrize(
+    ("arg", "words"),
+    [
+        ("tensor-parallel-size: 2", "launch.args.tensor-parallel-size: the layout comes from topology.tensor_parallel"),
+        (
+            "enable-expert-parallel: true",
+            "launch.args.enable-expert-parallel: the layout comes from topology.expert_parallel",
+        ),
+        ("nnodes: 2", "launch.args.nnodes: set per node at launch"),
+        ("node-rank: 1", "launch.args.node-rank: set per node at launch"),
+    ],
+)
 def test_layout_said_twice_is_refused(kiln_tree, arg, words):
     text = _mini(kiln_tree).replace("    max-model-len: 256", f"    max-model-len: 256\n    {arg}") + TOPOLOGY
     _write(kiln_tree, text)
@@ -91,17 +114,28 @@ def test_layout_said_twice_is_refused(kiln_tree, arg, words):
 
 
 def test_vllm_rules_accept_the_layouts_vllm_serves():
-    for topo in (Topology(nodes=2, accelerators_per_node=8, tensor_parallel=8, data_parallel=2, expert_parallel=True),
-                 Topology(nodes=2, accelerators_per_node=8, tensor_parallel=16),
-                 Topology(nodes=2, accelerators_per_node=8, tensor_parallel=8, pipeline_parallel=2),
-                 Topology(nodes=4, accelerators_per_node=8, tensor_parallel=16, data_parallel=2),
-                 Topology(nodes=2, accelerators_per_node=8, tensor_parallel=4, data_parallel=4)):
+    for topo in (
+        Topology(nodes=2, accelerators_per_node=8, tensor_parallel=8, data_parallel=2, expert_parallel=True),
+        Topology(nodes=2, accelerators_per_node=8, tensor_parallel=16),
+        Topology(nodes=2, accelerators_per_node=8, tensor_parallel=8, pipeline_parallel=2),
+        Topology(nodes=4, accelerators_per_node=8, tensor_parallel=16, data_parallel=2),
+        Topology(nodes=2, accelerators_per_node=8, tensor_parallel=4, data_parallel=4),
+    ):
         assert _layout_problems(topo) == [], topo
 
 
 def test_node_args_leader_serves_workers_are_headless():
     topo = Topology(nodes=3, accelerators_per_node=1, tensor_parallel=3, master_port=29600)
-    assert node_args(topo, 0, "lead") == ["--nnodes", "3", "--node-rank", "0", "--master-addr", "lead", "--master-port", "29600"]
+    assert node_args(topo, 0, "lead") == [
+        "--nnodes",
+        "3",
+        "--node-rank",
+        "0",
+        "--master-addr",
+        "lead",
+        "--master-port",
+        "29600",
+    ]
     assert node_args(topo, 2, "lead")[-1] == "--headless"
     assert node_args(Topology(), 0, "lead") == []
 
@@ -125,12 +159,21 @@ def _glm_tree(tree, topology: str):
     return path
 
 
-@pytest.mark.parametrize(("topology", "field", "words"), [
-    ("topology:\n  nodes: 2\n  accelerators_per_node: 8\n  tensor_parallel: 8\n  pipeline_parallel: 2\n",
-     "topology.pipeline_parallel", "draft-trunc refuses pipeline parallelism"),
-    ("topology:\n  nodes: 2\n  accelerators_per_node: 8\n  tensor_parallel: 8\n  data_parallel: 2\n  expert_parallel: true\n",
-     "topology.data_parallel", "draft-trunc refuses sequence-parallel MoE"),
-])
+@pytest.mark.parametrize(
+    ("topology", "field", "words"),
+    [
+        (
+            "topology:\n  nodes: 2\n  accelerators_per_node: 8\n  tensor_parallel: 8\n  pipeline_parallel: 2\n",
+            "topology.pipeline_parallel",
+            "draft-trunc refuses pipeline parallelism",
+        ),
+        (
+            "topology:\n  nodes: 2\n  accelerators_per_node: 8\n  tensor_parallel: 8\n  data_parallel: 2\n  expert_parallel: true\n",
+            "topology.data_parallel",
+            "draft-trunc refuses sequence-parallel MoE",
+        ),
+    ],
+)
 def test_draft_trunc_refuses_layouts_it_cannot_run_at_check_time(kiln_tree, topology, field, words):
     _glm_tree(kiln_tree, topology)
     result = _check(kiln_tree, "glm53-kindling")
@@ -141,7 +184,9 @@ def test_draft_trunc_refuses_layouts_it_cannot_run_at_check_time(kiln_tree, topo
 
 
 def test_draft_trunc_runs_tensor_parallel_across_nodes(kiln_tree):
-    _glm_tree(kiln_tree, "topology:\n  nodes: 2\n  accelerators_per_node: 8\n  tensor_parallel: 16\n  expert_parallel: true\n")
+    _glm_tree(
+        kiln_tree, "topology:\n  nodes: 2\n  accelerators_per_node: 8\n  tensor_parallel: 16\n  expert_parallel: true\n"
+    )
     result = _check(kiln_tree, "glm53-kindling")
     assert result.returncode == 0, result.stderr
 
@@ -160,15 +205,31 @@ def test_kiln_refuses_exactly_the_layouts_the_engine_refuses(monkeypatch):
 
     engine = _engine_check()
     monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: object())  # triton: not a layout rule
-    for tp, pp, dp, ep, backend in itertools.product((1, 2, 8), (1, 2), (1, 2), (False, True),
-                                                     ("allgather_reducescatter", "deepep_low_latency", "flashinfer_nvlink_two_sided")):
+    for tp, pp, dp, ep, backend in itertools.product(
+        (1, 2, 8),
+        (1, 2),
+        (1, 2),
+        (False, True),
+        ("allgather_reducescatter", "deepep_low_latency", "flashinfer_nvlink_two_sided"),
+    ):
         parallel = SimpleNamespace(
-            pipeline_parallel_size=pp, prefill_context_parallel_size=1, data_parallel_size=dp, all2all_backend=backend,
-            use_sequence_parallel_moe=backend in _SEQUENCE_PARALLEL_BACKENDS and ep and tp > 1 and dp > 1)
+            pipeline_parallel_size=pp,
+            prefill_context_parallel_size=1,
+            data_parallel_size=dp,
+            all2all_backend=backend,
+            use_sequence_parallel_moe=backend in _SEQUENCE_PARALLEL_BACKENDS and ep and tp > 1 and dp > 1,
+        )
         config = SimpleNamespace(parallel_config=parallel, speculative_config=None)
         engine_refuses = bool(engine.problems(config))
-        topo = Topology.model_construct(nodes=1, accelerators_per_node=tp * pp * dp, tensor_parallel=tp,
-                                        pipeline_parallel=pp, data_parallel=dp, expert_parallel=ep, master_port=29501)
+        topo = Topology.model_construct(
+            nodes=1,
+            accelerators_per_node=tp * pp * dp,
+            tensor_parallel=tp,
+            pipeline_parallel=pp,
+            data_parallel=dp,
+            expert_parallel=ep,
+            master_port=29501,
+        )
         kiln_refuses = bool(_feature_refusals("draft-trunc", topo, {"all2all-backend": backend}))
         assert kiln_refuses == engine_refuses, (tp, pp, dp, ep, backend)
 

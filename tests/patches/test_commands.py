@@ -66,15 +66,16 @@ def test_check_reports_a_broken_hunk_with_exit_6(kroot, capsys):
     p.write_bytes(p.read_bytes().replace(b'         action="version",\n', b'         action="versions",\n'))
     code, _, err = kiln(capsys, "patches", "check", "--engine", "vllm==0.32.0")
     assert code == 6
-    assert (f'kiln: error: {PATCH}: {MAIN}: hunk #2 @@ -96,7 +95,7 @@ (first context line: ""-v",") '
-            "does not apply") in err
+    assert (
+        f'kiln: error: {PATCH}: {MAIN}: hunk #2 @@ -96,7 +95,7 @@ (first context line: ""-v",") does not apply'
+    ) in err
     assert "hint:" in err
 
 
 def test_check_rejects_a_patch_without_header(kroot, capsys):
     p = kroot / PATCH
     data = p.read_bytes()
-    p.write_bytes(data[data.index(b"--- a/"):])
+    p.write_bytes(data[data.index(b"--- a/") :])
     code, _, err = kiln(capsys, "patches", "check")
     assert code == 30
     assert f"{PATCH}: header has no `Why:` line" in err and f"{PATCH}: header has no `Upstream:` line" in err
@@ -87,11 +88,17 @@ def test_checkout_refresh_round_trips_byte_for_byte(kroot, capsys):
         pytest.skip("git not available")
     src = kroot.parent / "cache" / "sources" / "vllm-0.32.0-cpu"
     logger = (src / "vllm/logger.py").read_bytes()
-    for side, data in (("a", logger), ("b", logger.replace(b"def init_logger(name: str)", b"def init_logger(name: str) ", 1))):
+    for side, data in (
+        ("a", logger),
+        ("b", logger.replace(b"def init_logger(name: str)", b"def init_logger(name: str) ", 1)),
+    ):
         (kroot / "g" / side / "vllm").mkdir(parents=True)
         (kroot / "g" / side / "vllm" / "logger.py").write_bytes(data)
-    diff = subprocess.run(["git", "diff", "--no-index", "--src-prefix=", "--dst-prefix=", "a/vllm/logger.py",
-                           "b/vllm/logger.py"], cwd=kroot / "g", capture_output=True).stdout
+    diff = subprocess.run(
+        ["git", "diff", "--no-index", "--src-prefix=", "--dst-prefix=", "a/vllm/logger.py", "b/vllm/logger.py"],
+        cwd=kroot / "g",
+        capture_output=True,
+    ).stdout
     gitpatch = HEADER + diff
     assert gitpatch.count(b"\nindex ") == 1 and b"diff --git a/vllm/logger.py b/vllm/logger.py" in gitpatch
     from kiln.inimage.patch_format import read_series_names
@@ -120,20 +127,34 @@ def test_checkout_refresh_round_trips_byte_for_byte(kroot, capsys):
     assert (pdir / "0002-git-style.patch").read_bytes() == originals["0002-git-style.patch"]
     f.write_bytes(f.read_bytes().replace(b"version=vllm.__version__,  # kiln", b"version=vllm.__version__,"))
     assert kiln(capsys, "patches", "refresh", *v032)[0] == 0
-    assert (pdir / "0001-cli-version-from-package.patch").read_bytes() == originals["0001-cli-version-from-package.patch"]
+    assert (pdir / "0001-cli-version-from-package.patch").read_bytes() == originals[
+        "0001-cli-version-from-package.patch"
+    ]
 
 
 def test_bump_dry_run_classifies_real_upstream_changes(kroot, capsys, src032, src033):
-    upstream_change = (b"from vllm.entrypoints.serve.utils.api_utils import VLLM_SUBCMD_PARSER_EPILOG\n",
-                       b"from vllm.entrypoints.common.startup import VLLM_SUBCMD_PARSER_EPILOG\n")
+    upstream_change = (
+        b"from vllm.entrypoints.serve.utils.api_utils import VLLM_SUBCMD_PARSER_EPILOG\n",
+        b"from vllm.entrypoints.common.startup import VLLM_SUBCMD_PARSER_EPILOG\n",
+    )
     assert upstream_change[1] in (src033 / RUN_BATCH).read_bytes()  # what 0.33.0 did
-    write_series(kroot, "0.32.0", {
-        "0001-clean.patch": HEADER + edit(src032, "vllm/logger.py", b"def init_logger(name: str)", b"def init_logger(name: str) "),
-        "0002-offset.patch": HEADER + edit(src032, MAIN, b'action="version",', b'action="version",  # kiln'),
-        "0003-upstream.patch": HEADER + edit(src032, RUN_BATCH, *upstream_change),
-        "0004-conflict.patch": HEADER + edit(src032, MAIN, b"    from vllm.entrypoints.serve.utils.api_utils import (\n",
-                                              b"    from vllm.entrypoints.serve.utils.api_utils import (  # kiln\n"),
-    })
+    write_series(
+        kroot,
+        "0.32.0",
+        {
+            "0001-clean.patch": HEADER
+            + edit(src032, "vllm/logger.py", b"def init_logger(name: str)", b"def init_logger(name: str) "),
+            "0002-offset.patch": HEADER + edit(src032, MAIN, b'action="version",', b'action="version",  # kiln'),
+            "0003-upstream.patch": HEADER + edit(src032, RUN_BATCH, *upstream_change),
+            "0004-conflict.patch": HEADER
+            + edit(
+                src032,
+                MAIN,
+                b"    from vllm.entrypoints.serve.utils.api_utils import (\n",
+                b"    from vllm.entrypoints.serve.utils.api_utils import (  # kiln\n",
+            ),
+        },
+    )
     code, out, err = kiln(capsys, "engine", "bump", "--to", "vllm==0.33.0", "--dry-run")
     rows = {line.split()[0]: line for line in out.splitlines()[1:]}
     assert "applies cleanly" in rows["0001-clean.patch"]
@@ -147,8 +168,10 @@ def test_bump_dry_run_classifies_real_upstream_changes(kroot, capsys, src032, sr
 
 
 def override_yaml(sha256: str, extra: str = "") -> str:
-    return (f"name: feat\ndescription: Log a kiln marker at CLI start.\nengine:\n  version: 0.32.0\n{extra}"
-            f"replacements:\n  - target: {MAIN}\n    file: files/main.py\n    upstream_sha256: {sha256}\n")
+    return (
+        f"name: feat\ndescription: Log a kiln marker at CLI start.\nengine:\n  version: 0.32.0\n{extra}"
+        f"replacements:\n  - target: {MAIN}\n    file: files/main.py\n    upstream_sha256: {sha256}\n"
+    )
 
 
 def pinned_main(src032: Path) -> bytes:
@@ -185,7 +208,7 @@ def test_rebase_follows_checks_advice_and_then_check_passes(kroot, capsys, src03
     fdir = add_feature(kroot, "feat", text, {"files/main.py": old + b"# feat\n"})
     code, _, err = kiln(capsys, "check", "tiny-moe")
     assert code == 2
-    advice = err[err.index("(kiln override rebase"):].split(")")[0][1:]
+    advice = err[err.index("(kiln override rebase") :].split(")")[0][1:]
     assert advice == "kiln override rebase tiny-moe feat --from 0.31.0"
     code, _, err = kiln(capsys, *advice.split()[1:])
     assert code == 0, err
@@ -210,7 +233,9 @@ def test_rebase_of_a_patch_feature_checks_its_series(kroot, capsys, src032):
 
 def test_rebase_reports_a_conflicting_change(kroot, capsys, src031):
     old = (src031 / MAIN).read_bytes()
-    ours = old.replace(b"        vllm.entrypoints.cli.collect_env,\n", b"        vllm.entrypoints.cli.collect_env,  # kiln\n")
+    ours = old.replace(
+        b"        vllm.entrypoints.cli.collect_env,\n", b"        vllm.entrypoints.cli.collect_env,  # kiln\n"
+    )
     fdir = add_feature(kroot, "feat", override_yaml(sha(old)), {"files/main.py": ours})
     code, _, err = kiln(capsys, "override", "rebase", "tiny-moe", "feat", "--from", "0.31.0")
     assert code == 23
@@ -226,8 +251,12 @@ def test_rebase_reports_a_conflicting_change(kroot, capsys, src031):
 def test_to_patch_turns_a_replacement_into_a_patch(kroot, capsys, src032):
     theirs = pinned_main(src032)
     ours = theirs.replace(b'    if "--omni" not in sys.argv:\n', b'    if "--omni" not in sys.argv:  # kiln\n')
-    fdir = add_feature(kroot, "feat", "# keep this comment\n" + override_yaml(sha(theirs), "env:\n  KILN_FEAT: '1'\n"),
-                       {"files/main.py": ours})
+    fdir = add_feature(
+        kroot,
+        "feat",
+        "# keep this comment\n" + override_yaml(sha(theirs), "env:\n  KILN_FEAT: '1'\n"),
+        {"files/main.py": ours},
+    )
     code, _, err = kiln(capsys, "override", "to-patch", "tiny-moe", "feat")
     assert code == 0, err
     text = (fdir / "override.yaml").read_text()
@@ -245,28 +274,37 @@ def test_harness_helpers(kroot, src032):
     from kiln.inimage.patch_format import read_series_names
 
     shipped = read_series_names(kroot / "patches" / "vllm" / "0.32.0" / "series")
-    assert [p.name for p in series_for("0.32.0").patches] == shipped and shipped[0] == "0001-cli-version-from-package.patch"
+    assert [p.name for p in series_for("0.32.0").patches] == shipped and shipped[
+        0
+    ] == "0001-cli-version-from-package.patch"
     assert series_for("9.9.9").patches == []
     upstream = pinned_main(src032)
     fdir = add_feature(kroot, "feat", override_yaml(sha(upstream)), {"files/main.py": upstream})
     import json
 
     assert json.loads(overlay_json(load_override(fdir), "0.32.0")) == {
-        "name": "feat", "series": None,
+        "name": "feat",
+        "series": None,
         "replacements": [{"target": MAIN, "file": "files/main.py", "upstream_sha256": sha(upstream)}],
     }
 
 
 def test_bump_writes_the_ported_series_and_drops_upstream_patches(kroot, capsys, src032, src033):
     before_the_bump(kroot)
-    upstream_change = (b"from vllm.entrypoints.serve.utils.api_utils import VLLM_SUBCMD_PARSER_EPILOG\n",
-                       b"from vllm.entrypoints.common.startup import VLLM_SUBCMD_PARSER_EPILOG\n")
+    upstream_change = (
+        b"from vllm.entrypoints.serve.utils.api_utils import VLLM_SUBCMD_PARSER_EPILOG\n",
+        b"from vllm.entrypoints.common.startup import VLLM_SUBCMD_PARSER_EPILOG\n",
+    )
     clean = HEADER + edit(src032, "vllm/logger.py", b"def init_logger(name: str)", b"def init_logger(name: str) ")
-    write_series(kroot, "0.32.0", {
-        "0001-clean.patch": clean,
-        "0002-offset.patch": HEADER + edit(src032, MAIN, b'action="version",', b'action="version",  # kiln'),
-        "0003-upstream.patch": HEADER + edit(src032, RUN_BATCH, *upstream_change),
-    })
+    write_series(
+        kroot,
+        "0.32.0",
+        {
+            "0001-clean.patch": clean,
+            "0002-offset.patch": HEADER + edit(src032, MAIN, b'action="version",', b'action="version",  # kiln'),
+            "0003-upstream.patch": HEADER + edit(src032, RUN_BATCH, *upstream_change),
+        },
+    )
     code, out, err = kiln(capsys, "engine", "bump", "--to", "vllm==0.33.0")
     assert code == 0, err
     new = kroot / "patches" / "vllm" / "0.33.0"
@@ -284,10 +322,19 @@ def test_bump_writes_the_ported_series_and_drops_upstream_patches(kroot, capsys,
 
 def test_bump_that_cannot_port_writes_nothing(kroot, capsys, src032, src033):
     before_the_bump(kroot)
-    write_series(kroot, "0.32.0", {
-        "0001-conflict.patch": HEADER + edit(src032, MAIN, b"    from vllm.entrypoints.serve.utils.api_utils import (\n",
-                                             b"    from vllm.entrypoints.serve.utils.api_utils import (  # kiln\n"),
-    })
+    write_series(
+        kroot,
+        "0.32.0",
+        {
+            "0001-conflict.patch": HEADER
+            + edit(
+                src032,
+                MAIN,
+                b"    from vllm.entrypoints.serve.utils.api_utils import (\n",
+                b"    from vllm.entrypoints.serve.utils.api_utils import (  # kiln\n",
+            ),
+        },
+    )
     code, _, err = kiln(capsys, "engine", "bump", "--to", "vllm==0.33.0")
     assert code == 6
     assert "0001-conflict.patch: vllm/entrypoints/cli/main.py: hunk #1" in err

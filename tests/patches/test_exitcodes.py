@@ -11,8 +11,10 @@ from kiln.domain.patching import series
 from kiln.inimage import patch_applier as P
 from kiln.inimage import patch_format
 
-APPLY_STEP = ("Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site-packages"
-              " && python /opt/kiln/lib/kiln_patching.py apply --root /opt/kiln/site-packages")
+APPLY_STEP = (
+    "Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site-packages"
+    " && python /opt/kiln/lib/kiln_patching.py apply --root /opt/kiln/site-packages"
+)
 
 
 def test_applier_codes_equal_the_typed_errors():
@@ -22,24 +24,31 @@ def test_applier_codes_equal_the_typed_errors():
     assert patch_format._EXIT_INVALID == patch_format.PatchFormatError.exit_code == errors.PatchInvalid.exit_code
 
 
-@pytest.mark.parametrize("status, typed", [
-    (6, errors.PatchFailed), (7, errors.OverrideDrift), (30, errors.PatchInvalid)])
+@pytest.mark.parametrize(
+    "status, typed", [(6, errors.PatchFailed), (7, errors.OverrideDrift), (30, errors.PatchInvalid)]
+)
 def test_applier_step_status_picks_the_typed_error(status, typed):
-    exc = errors.BuildFailed("x", step=APPLY_STEP, status=status,
-                             tail=["vllm/a.py: does not compile after patching (0001-x.patch): bad",
-                                   P._HINT_PATCH])
+    exc = errors.BuildFailed(
+        "x",
+        step=APPLY_STEP,
+        status=status,
+        tail=["vllm/a.py: does not compile after patching (0001-x.patch): bad", P._HINT_PATCH],
+    )
     mapped = build._as_patch_failure(exc)
     assert isinstance(mapped, typed) and mapped.exit_code == status
     assert mapped.lines()[0] == "vllm/a.py: does not compile after patching (0001-x.patch): bad"
     assert P._HINT_PATCH not in mapped.lines()  # the typed error's own hint replaces the applier's
 
 
-@pytest.mark.parametrize("step, status", [
-    (APPLY_STEP, 1),  # e.g. compileall after the applier: a build failure, not a patch one
-    (APPLY_STEP, None),  # not a RUN exit status at all
-    ("Step 3/12 : RUN exit 6", 6),  # a 6 from a step that does not run the applier
-    ("Step 2/12 : COPY _kiln/kiln_patching.py /opt/kiln/lib/kiln_patching.py", 6),
-])
+@pytest.mark.parametrize(
+    "step, status",
+    [
+        (APPLY_STEP, 1),  # e.g. compileall after the applier: a build failure, not a patch one
+        (APPLY_STEP, None),  # not a RUN exit status at all
+        ("Step 3/12 : RUN exit 6", 6),  # a 6 from a step that does not run the applier
+        ("Step 2/12 : COPY _kiln/kiln_patching.py /opt/kiln/lib/kiln_patching.py", 6),
+    ],
+)
 def test_other_failures_stay_build_failures(step, status):
     assert build._as_patch_failure(errors.BuildFailed("x", step=step, status=status)) is None
 
@@ -74,10 +83,16 @@ def test_the_applier_is_stdlib_only_and_the_only_patch_files_in_engine_images():
         tree = ast.parse(Path(module.__file__).read_text())
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
-        relative = [(n.module, [a.name for a in n.names]) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level > 0]
+        relative = [
+            (n.module, [a.name for a in n.names])
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and n.level > 0
+        ]
         assert relative == ([(None, ["patch_format"])] if sibling else []), relative
         assert imported - {"__future__"} - sibling <= set(sys.stdlib_module_names), imported
     shipped = {arc: path.resolve() for arc, path in definitions._patcher_sources().items()}
-    assert shipped == {definitions.PATCHER_ARC: Path(P.__file__).resolve(),
-                       definitions._PATCHFORMAT_ARC: Path(patch_format.__file__).resolve()}
+    assert shipped == {
+        definitions.PATCHER_ARC: Path(P.__file__).resolve(),
+        definitions._PATCHFORMAT_ARC: Path(patch_format.__file__).resolve(),
+    }
     assert Path(definitions._PATCHFORMAT_ARC).stem == "kiln_patchformat"

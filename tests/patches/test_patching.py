@@ -36,8 +36,12 @@ def real_series() -> patch_format.Series:
     return patch_format.load_series(SERIES, "patches/vllm/0.32.0/series")
 
 
-def make_patch(root: Path, edits: dict[str, tuple[bytes, bytes]], name="0001-test.patch",
-               header=b"Test\n\nWhy: test\nUpstream: no, test\n\n") -> bytes:
+def make_patch(
+    root: Path,
+    edits: dict[str, tuple[bytes, bytes]],
+    name="0001-test.patch",
+    header=b"Test\n\nWhy: test\nUpstream: no, test\n\n",
+) -> bytes:
     """A patch made of real files: each target gets one bytes.replace(old, new)."""
     parts = [header]
     for target, (old, new) in edits.items():
@@ -89,24 +93,34 @@ def test_broken_hunk_reports_patch_file_hunk_and_context(src032, tmp_path):
         P.apply_series(P.Tree(src032), [series])
     assert exc.value.exit_code == 6
     assert exc.value.lines == [
-        'p/0001-broken.patch: vllm/entrypoints/cli/main.py: hunk #2 @@ -96,7 +95,7 @@ '
-        '(first context line: "\"-v\",") does not apply'
+        "p/0001-broken.patch: vllm/entrypoints/cli/main.py: hunk #2 @@ -96,7 +95,7 @@ "
+        '(first context line: ""-v",") does not apply'
     ]
 
 
 def test_offsets_are_found_and_reported(src032):
     data = make_patch(src032, {MAIN: (b'action="version",', b'action="version",  # x')})
     # state the hunk 7 lines too low, as if made against an older file
-    data = re.sub(rb"@@ -(\d+),7 \+(\d+),7 @@",
-                  lambda m: b"@@ -%d,7 +%d,7 @@" % (int(m[1]) + 7, int(m[2]) + 7), data)
+    data = re.sub(rb"@@ -(\d+),7 \+(\d+),7 @@", lambda m: b"@@ -%d,7 +%d,7 @@" % (int(m[1]) + 7, int(m[2]) + 7), data)
     res = P.apply_patch(P.Tree(src032), patch_format.parse_patch(data, "x.patch"))
     assert res.ok and res.offsets == [(MAIN, 1, -7)]
 
 
 def test_hunk_with_less_leading_context_is_anchored_to_file_start(src032):
     # like GNU patch at fuzz 0: a hunk at line 1 cannot float down the file
-    hunk = patch_format.Hunk(1, 3, 1, 4, b"", [(b"+", b"# new first line\n"), (b" ", b"import argparse\n"),
-                                    (b" ", b"import asyncio\n"), (b" ", b"import importlib.metadata\n")])
+    hunk = patch_format.Hunk(
+        1,
+        3,
+        1,
+        4,
+        b"",
+        [
+            (b"+", b"# new first line\n"),
+            (b" ", b"import argparse\n"),
+            (b" ", b"import asyncio\n"),
+            (b" ", b"import importlib.metadata\n"),
+        ],
+    )
     lines = patch_format.split_lines((src032 / RUN_BATCH).read_bytes())
     assert P.locate_hunk(lines, hunk, 0, 0) is None
     assert P.locate_hunk(lines[3:], hunk, 0, 0) == 0
@@ -125,7 +139,9 @@ def test_new_and_deleted_files_and_missing_newline(src032, tmp_path):
     assert P.apply_patch(tree, patch, reverse=True).ok
     assert tree.read("vllm/kiln_extra.py") is None and tree.read("vllm/version.py") == text
     # creating a file that exists is a file-level failure, not a silent overwrite
-    res = P.apply_patch(P.Tree(src032), patch_format.parse_patch(D.file_diff("vllm/version.py", None, b"x\n"), "c.patch"))
+    res = P.apply_patch(
+        P.Tree(src032), patch_format.parse_patch(D.file_diff("vllm/version.py", None, b"x\n"), "c.patch")
+    )
     assert res.failure_lines() == ["c.patch: vllm/version.py: already exists, but the patch creates it"]
 
 
@@ -152,12 +168,23 @@ def test_all_or_nothing_in_image_cli(src032, tmp_path):
     (pdir / "0001-good.patch").write_bytes(good)
     (pdir / "0002-bad.patch").write_bytes(bad)
     (pdir / "series").write_text("0001-good.patch\n0002-bad.patch\n")
-    cmd = [sys.executable, str(shipped_patcher(tmp_path / "lib")), "apply", "--root", str(root), "--series", str(pdir / "series"),
-           "--manifest", str(tmp_path / "m.json")]
+    cmd = [
+        sys.executable,
+        str(shipped_patcher(tmp_path / "lib")),
+        "apply",
+        "--root",
+        str(root),
+        "--series",
+        str(pdir / "series"),
+        "--manifest",
+        str(tmp_path / "m.json"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 6
     err = proc.stderr.splitlines()
-    assert err[0] == (f"{pdir}/0002-bad.patch: {RUN_BATCH}: hunk #1 @@ -4,7 +4,7 @@ (first context line: \"import argparse\") does not apply")
+    assert err[0] == (
+        f'{pdir}/0002-bad.patch: {RUN_BATCH}: hunk #1 @@ -4,7 +4,7 @@ (first context line: "import argparse") does not apply'
+    )
     assert err[-1] == "hint: reproduce without Docker: kiln patches check / kiln engine bump --to VERSION --dry-run"
     assert (root / MAIN).read_bytes() == (src032 / MAIN).read_bytes(), "patch 1 must not be written"
     assert not (tmp_path / "m.json").exists()
@@ -166,8 +193,14 @@ def test_all_or_nothing_in_image_cli(src032, tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "m.json").read_text())
-    assert manifest["patches"] == [{"name": "0001-good.patch", "sha256": patch_format.sha256_bytes(good),
-                                    "source": "series", "files": [MAIN, RUN_BATCH]}]
+    assert manifest["patches"] == [
+        {
+            "name": "0001-good.patch",
+            "sha256": patch_format.sha256_bytes(good),
+            "source": "series",
+            "files": [MAIN, RUN_BATCH],
+        }
+    ]
     assert b"version=vllm.__version__" in (root / MAIN).read_bytes()
 
 
@@ -179,23 +212,41 @@ def test_apply_overlays_and_drift(src032, tmp_path):
     upstream = (root / RUN_BATCH).read_bytes()
     feat = tmp_path / "overlays" / "feat"
     (feat / "patches").mkdir(parents=True)
-    (feat / "patches" / "0001-f.patch").write_bytes(make_patch(src032, {MAIN: (b'action="version",', b'action="version",  # f')}))
+    (feat / "patches" / "0001-f.patch").write_bytes(
+        make_patch(src032, {MAIN: (b'action="version",', b'action="version",  # f')})
+    )
     (feat / "patches" / "series").write_text("0001-f.patch\n")
     (feat / "files").mkdir()
     (feat / "files" / "run_batch.py").write_bytes(upstream + b"# replaced\n")
-    spec = {"name": "feat", "series": "patches/series",
-            "replacements": [{"target": RUN_BATCH, "file": "files/run_batch.py", "upstream_sha256": patch_format.sha256_bytes(upstream)}]}
+    spec = {
+        "name": "feat",
+        "series": "patches/series",
+        "replacements": [
+            {"target": RUN_BATCH, "file": "files/run_batch.py", "upstream_sha256": patch_format.sha256_bytes(upstream)}
+        ],
+    }
     (feat / "overlay.json").write_text(json.dumps(spec))
     manifest = tmp_path / "m.json"
     manifest.write_text(json.dumps({"patches": [{"name": "0001-engine.patch"}], "replacements": []}))
-    cmd = [sys.executable, str(shipped_patcher(tmp_path / "lib")), "apply-overlays", "--root", str(root), "--overlays",
-           str(tmp_path / "overlays"), "--manifest-append", str(manifest)]
+    cmd = [
+        sys.executable,
+        str(shipped_patcher(tmp_path / "lib")),
+        "apply-overlays",
+        "--root",
+        str(root),
+        "--overlays",
+        str(tmp_path / "overlays"),
+        "--manifest-append",
+        str(manifest),
+    ]
     spec["replacements"][0]["upstream_sha256"] = "0" * 64
     (feat / "overlay.json").write_text(json.dumps(spec))
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 7
-    assert f"feature feat: {RUN_BATCH}: forked from a different upstream file (expected sha256 {'0' * 64}, " \
-           f"the engine has {patch_format.sha256_bytes(upstream)})" in proc.stderr
+    assert (
+        f"feature feat: {RUN_BATCH}: forked from a different upstream file (expected sha256 {'0' * 64}, "
+        f"the engine has {patch_format.sha256_bytes(upstream)})" in proc.stderr
+    )
     assert (root / MAIN).read_bytes() == (src032 / MAIN).read_bytes()
 
     spec["replacements"][0]["upstream_sha256"] = patch_format.sha256_bytes(upstream)
@@ -212,7 +263,9 @@ def test_apply_overlays_and_drift(src032, tmp_path):
 def test_patch_that_breaks_syntax_is_a_failure(src032):
     data = make_patch(src032, {MAIN: (b"def main():\n", b"def main(:\n")})
     with pytest.raises(patch_format.ApplyFailed) as exc:
-        P.apply_series(P.Tree(src032), [patch_format.Series("s", [patch_format.parse_patch(data, "s.patch", "s.patch")])])
+        P.apply_series(
+            P.Tree(src032), [patch_format.Series("s", [patch_format.parse_patch(data, "s.patch", "s.patch")])]
+        )
     assert exc.value.lines[0].startswith(f"{MAIN}: does not compile after patching (s.patch):")
 
 

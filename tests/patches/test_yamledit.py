@@ -24,10 +24,13 @@ model:
 """
 
 
-@pytest.mark.parametrize(("path", "value", "line", "want"), [
-    (("engine", "version"), "0.34.0", 3, "  version: 0.34.0   # pinned"),
-    (("engine", "cuda"), "13.1", 4, '  cuda: "13.1"'),
-])
+@pytest.mark.parametrize(
+    ("path", "value", "line", "want"),
+    [
+        (("engine", "version"), "0.34.0", 3, "  version: 0.34.0   # pinned"),
+        (("engine", "cuda"), "13.1", 4, '  cuda: "13.1"'),
+    ],
+)
 def test_one_line_scalar_changes_in_place(tmp_path: Path, path, value, line, want) -> None:
     f = tmp_path / "recipe.yaml"
     f.write_text(RECIPE)

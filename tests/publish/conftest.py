@@ -52,7 +52,15 @@ def mini(tmp_path_factory, base_image, docker_daemon):
         resolved = resolve(NAME)
         loaded, recipe_image = resolved.loaded, resolved.recipe_image
         image = docker_daemon.image(recipe_image.tag)
-        yield Mini(root, tmp / "results", tmp / "docker-config", image.id, recipe_image.short,
-                   recipe_image.digest, _engine_tag(loaded), [])
+        yield Mini(
+            root,
+            tmp / "results",
+            tmp / "docker-config",
+            image.id,
+            recipe_image.short,
+            recipe_image.digest,
+            _engine_tag(loaded),
+            [],
+        )
     paths.repo_root.cache_clear()
     remove_images(docker_daemon, f"kiln/{NAME}")

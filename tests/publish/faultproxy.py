@@ -100,8 +100,9 @@ class FaultProxy:
                         self.rfile.readline()
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
-            def _answer(self, status: int, body: bytes = b"", headers: dict | None = None,
-                        length: int | None = None) -> None:
+            def _answer(
+                self, status: int, body: bytes = b"", headers: dict | None = None, length: int | None = None
+            ) -> None:
                 proxy.log.append((self.command, self.path, status))
                 self.send_response(status)
                 for key, value in (headers or {}).items():
@@ -121,8 +122,11 @@ class FaultProxy:
                         self.close_connection = True
                         self.connection.shutdown(2)  # no answer at all: a dropped connection
                         return
-                    return self._answer(fault.status, b'{"errors":[{"code":"INJECTED"}]}',
-                                        {"Content-Type": "application/json", **fault.headers})
+                    return self._answer(
+                        fault.status,
+                        b'{"errors":[{"code":"INJECTED"}]}',
+                        {"Content-Type": "application/json", **fault.headers},
+                    )
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP}
                 if proxy._token is not None:
                     if self.path.startswith("/token"):
@@ -153,8 +157,11 @@ class FaultProxy:
                         return True
                 realm = f"http://{proxy.host}/token"
                 error = ',error="invalid_token"' if given in proxy._live else ""
-                self._answer(401, b'{"errors":[{"code":"UNAUTHORIZED"}]}',
-                             {"WWW-Authenticate": f'Bearer realm="{realm}",service="faultproxy"{error}'})
+                self._answer(
+                    401,
+                    b'{"errors":[{"code":"UNAUTHORIZED"}]}',
+                    {"WWW-Authenticate": f'Bearer realm="{realm}",service="faultproxy"{error}'},
+                )
                 return False
 
             def _forward(self, body: bytes, headers: dict) -> None:

@@ -24,10 +24,12 @@ import requests
 
 BINARY = "docker-registry"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-MANIFEST_ACCEPT = ", ".join((
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-))
+MANIFEST_ACCEPT = ", ".join(
+    (
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+    )
+)
 
 
 def free_port() -> int:
@@ -59,8 +61,9 @@ class LocalRegistry:
         self._write_config()
 
     def _write_config(self) -> None:
-        htpasswd = subprocess.run(["htpasswd", "-Bbn", self.user, self.password],
-                                  capture_output=True, text=True, check=True).stdout
+        htpasswd = subprocess.run(
+            ["htpasswd", "-Bbn", self.user, self.password], capture_output=True, text=True, check=True
+        ).stdout
         (self.dir / "htpasswd").write_text(htpasswd)
         (self.dir / "config.yml").write_text(
             "version: 0.1\n"
@@ -73,8 +76,9 @@ class LocalRegistry:
     # -- process ----------------------------------------------------------------------
     def start(self, timeout: float = 15.0) -> LocalRegistry:
         log = (self.dir / "registry.log").open("ab")
-        self.proc = subprocess.Popen([BINARY, "serve", str(self.dir / "config.yml")],
-                                     stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [BINARY, "serve", str(self.dir / "config.yml")], stdout=log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -115,8 +119,12 @@ class LocalRegistry:
         return sorted(resp.json().get("tags") or [])
 
     def manifest(self, repo: str, ref: str) -> tuple[str, dict] | None:
-        resp = requests.get(f"http://{self.host}/v2/{repo}/manifests/{ref}", auth=self.auth,
-                            headers={"Accept": MANIFEST_ACCEPT}, timeout=10)
+        resp = requests.get(
+            f"http://{self.host}/v2/{repo}/manifests/{ref}",
+            auth=self.auth,
+            headers={"Accept": MANIFEST_ACCEPT},
+            timeout=10,
+        )
         if resp.status_code == 404:
             return None
         resp.raise_for_status()
@@ -130,15 +138,26 @@ class LocalRegistry:
     def push_tiny(self, repo: str, tag: str) -> tuple[str, bytes]:
         """A one-layer image written straight through the API (no daemon): (digest, manifest bytes)."""
         layer = gzip.compress(b"kiln test layer " + secrets.token_bytes(8))
-        config = json.dumps({"architecture": "amd64", "os": "linux",
-                             "rootfs": {"type": "layers", "diff_ids": []}}).encode()
-        descs = [self._upload(repo, data, media) for data, media in (
-            (config, "application/vnd.oci.image.config.v1+json"),
-            (layer, "application/vnd.oci.image.layer.v1.tar+gzip"))]
-        body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descs[0],
-                           "layers": descs[1:]}).encode()
-        resp = requests.put(f"http://{self.host}/v2/{repo}/manifests/{tag}", data=body, auth=self.auth,
-                            headers={"Content-Type": OCI_MANIFEST}, timeout=10)
+        config = json.dumps(
+            {"architecture": "amd64", "os": "linux", "rootfs": {"type": "layers", "diff_ids": []}}
+        ).encode()
+        descs = [
+            self._upload(repo, data, media)
+            for data, media in (
+                (config, "application/vnd.oci.image.config.v1+json"),
+                (layer, "application/vnd.oci.image.layer.v1.tar+gzip"),
+            )
+        ]
+        body = json.dumps(
+            {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": descs[0], "layers": descs[1:]}
+        ).encode()
+        resp = requests.put(
+            f"http://{self.host}/v2/{repo}/manifests/{tag}",
+            data=body,
+            auth=self.auth,
+            headers={"Content-Type": OCI_MANIFEST},
+            timeout=10,
+        )
         resp.raise_for_status()
         return resp.headers["Docker-Content-Digest"], body
 
@@ -147,8 +166,14 @@ class LocalRegistry:
         start = requests.post(f"http://{self.host}/v2/{repo}/blobs/uploads/", auth=self.auth, timeout=10)
         start.raise_for_status()
         location = urljoin(f"http://{self.host}/", start.headers["Location"])
-        done = requests.put(location, params={"digest": digest}, data=data, auth=self.auth, timeout=10,
-                            headers={"Content-Type": "application/octet-stream"})
+        done = requests.put(
+            location,
+            params={"digest": digest},
+            data=data,
+            auth=self.auth,
+            timeout=10,
+            headers={"Content-Type": "application/octet-stream"},
+        )
         done.raise_for_status()
         return {"mediaType": media, "digest": digest, "size": len(data)}
 

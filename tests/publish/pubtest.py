@@ -34,10 +34,14 @@ class Mini:
     outputs: list  # every CompletedProcess, for the credential scan
 
     def env(self, registry: LocalRegistry | None = None, **extra) -> dict[str, str]:
-        env = {"KILN_ROOT": str(self.root), "KILN_RESULTS_DIR": str(self.results),
-               # an empty docker config: the tests never see the developer's logins
-               "DOCKER_CONFIG": str(self.docker_config),
-               "KILN_REGISTRY_USER": "", "KILN_REGISTRY_PASSWORD": ""}
+        env = {
+            "KILN_ROOT": str(self.root),
+            "KILN_RESULTS_DIR": str(self.results),
+            # an empty docker config: the tests never see the developer's logins
+            "DOCKER_CONFIG": str(self.docker_config),
+            "KILN_REGISTRY_USER": "",
+            "KILN_REGISTRY_PASSWORD": "",
+        }
         if registry is not None:
             env.update(registry.env())
         env.update(extra)
@@ -51,8 +55,14 @@ class Mini:
     def pass_smoke(self, image_id: str | None = None) -> Path:
         from kiln.infra.records import write_smoke_record
 
-        return write_smoke_record(passing_smoke_record(
-            image_id or self.image_id, NAME, time=dt.datetime.now(dt.UTC).isoformat(), note="written by the publish tests"))
+        return write_smoke_record(
+            passing_smoke_record(
+                image_id or self.image_id,
+                NAME,
+                time=dt.datetime.now(dt.UTC).isoformat(),
+                note="written by the publish tests",
+            )
+        )
 
     def forget_smoke(self, image_id: str | None = None) -> None:
         from kiln.infra.records import record_path

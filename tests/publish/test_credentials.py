@@ -110,8 +110,10 @@ def test_each_env_error_names_the_next_step(docker_config, monkeypatch):
 def test_credential_helper(docker_config, tmp_path, monkeypatch):
     helper = tmp_path / "bin" / "docker-credential-fake"
     helper.parent.mkdir()
-    helper.write_text('#!/bin/sh\nread host\n[ "$host" = reg.example ] || exit 1\n'
-                      'echo \'{"Username": "helped", "Secret": "fromhelper"}\'\n')
+    helper.write_text(
+        '#!/bin/sh\nread host\n[ "$host" = reg.example ] || exit 1\n'
+        'echo \'{"Username": "helped", "Secret": "fromhelper"}\'\n'
+    )
     helper.chmod(0o755)
     monkeypatch.setenv("PATH", f"{helper.parent}:/usr/bin:/bin")
     docker_config({"credHelpers": {"reg.example": "fake"}})

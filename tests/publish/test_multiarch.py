@@ -37,8 +37,12 @@ def tree(tmp_path_factory, docker_daemon):
     from kiln.domain.reproducible.save_archive import rfc3339
 
     tmp = tmp_path_factory.mktemp("multiarch")
-    root = renamed_mini(tmp / "tree", NAME, PUBLISH_SECTION.replace("kiln-test/mini", REPOSITORY),
-                        replace={"  flavour: cpu\n": "  flavour: cpu\n  platforms: [linux/amd64, linux/arm64]\n"})
+    root = renamed_mini(
+        tmp / "tree",
+        NAME,
+        PUBLISH_SECTION.replace("kiln-test/mini", REPOSITORY),
+        replace={"  flavour: cpu\n": "  flavour: cpu\n  platforms: [linux/amd64, linux/arm64]\n"},
+    )
     (tmp / "docker-config").mkdir()
     images = {}
     with pytest.MonkeyPatch.context() as mp:
@@ -51,9 +55,17 @@ def tree(tmp_path_factory, docker_daemon):
             ctx.add_bytes("Dockerfile", b"FROM scratch\nCOPY payload.txt /payload.txt\n")
             ctx.add_bytes("payload.txt", f"{NAME} for {plat}\n".encode())
             epoch = ri.source_date.epoch
-            built = docker_daemon.build(ctx, label=f"{NAME} {plat}", platform=plat, quiet=True,
-                                        labels={f"{LABEL_NS}.input-digest": ri.digest, **_platform_labels(plat),
-                                                "org.opencontainers.image.created": rfc3339(epoch)})
+            built = docker_daemon.build(
+                ctx,
+                label=f"{NAME} {plat}",
+                platform=plat,
+                quiet=True,
+                labels={
+                    f"{LABEL_NS}.input-digest": ri.digest,
+                    **_platform_labels(plat),
+                    "org.opencontainers.image.created": rfc3339(epoch),
+                },
+            )
             # normalised as kiln build leaves it: kiln trusts no other image for its inputs
             norm = make_reproducible(docker_daemon, built.image_id, epoch, label=f"{NAME} {plat}")
             docker_daemon.tag(norm.image_id, ri.tag)
@@ -64,8 +76,12 @@ def tree(tmp_path_factory, docker_daemon):
 
 
 def _env(tree, registry) -> dict[str, str]:
-    return {"KILN_ROOT": str(tree["root"]), "KILN_RESULTS_DIR": str(tree["results"]),
-            "DOCKER_CONFIG": str(tree["config"]), **registry.env()}
+    return {
+        "KILN_ROOT": str(tree["root"]),
+        "KILN_RESULTS_DIR": str(tree["results"]),
+        "DOCKER_CONFIG": str(tree["config"]),
+        **registry.env(),
+    }
 
 
 def _kiln(tree, registry, *args):
@@ -83,8 +99,14 @@ def _smoke(tree, plat, passed=True):
 
 
 def _docker(tree, *args, input=None):
-    return subprocess.run(["docker", *args], capture_output=True, text=True, input=input, timeout=300,
-                          env={"DOCKER_CONFIG": str(tree["config"]), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"})
+    return subprocess.run(
+        ["docker", *args],
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=300,
+        env={"DOCKER_CONFIG": str(tree["config"]), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+    )
 
 
 def test_an_unsmoked_platform_cannot_enter_the_index(tree, registry, monkeypatch):
@@ -148,14 +170,16 @@ def test_promote_moves_the_index(tree, registry, monkeypatch):
     monkeypatch.setenv("KILN_RESULTS_DIR", str(tree["results"]))
     got, _ = _raw_manifest(registry, "experimental")
     _smoke(tree, "linux/arm64", passed=False)
-    refused = _kiln(tree, registry, "promote", NAME, "--registry", registry.host, "--from", "experimental",
-                    "--to", "stable")
+    refused = _kiln(
+        tree, registry, "promote", NAME, "--registry", registry.host, "--from", "experimental", "--to", "stable"
+    )
     assert refused.returncode == 12, refused.stderr
     assert "linux/arm64" in refused.stderr
     assert "stable" not in registry.tags(REPOSITORY)
     _smoke(tree, "linux/arm64")
-    moved = _kiln(tree, registry, "promote", NAME, "--registry", registry.host, "--from", "experimental",
-                  "--to", "stable")
+    moved = _kiln(
+        tree, registry, "promote", NAME, "--registry", registry.host, "--from", "experimental", "--to", "stable"
+    )
     assert moved.returncode == 0, moved.stderr
     assert _raw_manifest(registry, "stable")[0] == got
 
@@ -165,15 +189,22 @@ def _raw_manifest(registry, ref: str, repository: str = REPOSITORY) -> tuple[str
 
     import requests
 
-    resp = requests.get(f"http://{registry.host}/v2/{repository}/manifests/{ref}", auth=registry.auth, timeout=10,
-                        headers={"Accept": f"{INDEX}, application/vnd.oci.image.manifest.v1+json, "
-                                           "application/vnd.docker.distribution.manifest.v2+json"})
+    resp = requests.get(
+        f"http://{registry.host}/v2/{repository}/manifests/{ref}",
+        auth=registry.auth,
+        timeout=10,
+        headers={
+            "Accept": f"{INDEX}, application/vnd.oci.image.manifest.v1+json, "
+            "application/vnd.docker.distribution.manifest.v2+json"
+        },
+    )
     resp.raise_for_status()
     return "sha256:" + hashlib.sha256(resp.content).hexdigest(), resp.json()
 
 
-def test_signed_index_publish_signs_the_index_and_each_platform_with_its_own_sbom(tree, registry, monkeypatch,
-                                                                                    tmp_path):
+def test_signed_index_publish_signs_the_index_and_each_platform_with_its_own_sbom(
+    tree, registry, monkeypatch, tmp_path
+):
     """--sign on a multi-platform publish: the index digest (what the tags point at) and
     each platform's image are signed and attested, each image with the SBOM read from
     that image, all verified from the registry before the tags; `kiln verify REPO:TAG`
@@ -192,16 +223,29 @@ def test_signed_index_publish_signs_the_index_and_each_platform_with_its_own_sbo
     monkeypatch.setenv("KILN_SIGNING_PASSWORD", "team-pw")
     monkeypatch.setenv("KILN_ROOT", str(tree["root"]))
     monkeypatch.setenv("KILN_RESULTS_DIR", str(tree["results"]))
-    monkeypatch.setattr(attest, "build_sbom", lambda docker, loaded, image: {
-        "bomFormat": "CycloneDX", "specVersion": "1.6", "version": 1, "components": [],
-        "metadata": {"component": {"type": "container", "name": image.id}}})
+    monkeypatch.setattr(
+        attest,
+        "build_sbom",
+        lambda docker, loaded, image: {
+            "bomFormat": "CycloneDX",
+            "specVersion": "1.6",
+            "version": 1,
+            "components": [],
+            "metadata": {"component": {"type": "container", "name": image.id}},
+        },
+    )
     paths.repo_root.cache_clear()
     for plat in PLATFORMS:
         _smoke(tree, plat)
     ns = f"{registry.host}/signed"
     try:
-        result = publish.publish(NAME, registry=ns, creds=Credentials(registry.user, registry.password, "test"),
-                                 docker=DockerDaemon(), sign_key=pair.private)
+        result = publish.publish(
+            NAME,
+            registry=ns,
+            creds=Credentials(registry.user, registry.password, "test"),
+            docker=DockerDaemon(),
+            sign_key=pair.private,
+        )
     finally:
         paths.repo_root.cache_clear()
     tags = registry.tags(f"signed/{REPOSITORY}")
@@ -212,13 +256,21 @@ def test_signed_index_publish_signs_the_index_and_each_platform_with_its_own_sbo
     assert {p: e["signature"]["verified"] for p, e in result.platforms.items()} == {p: True for p in PLATFORMS}
     got, index = _raw_manifest(registry, "experimental", repository=f"signed/{REPOSITORY}")
     assert got == result.manifest_digest and index["mediaType"] == INDEX
-    verified = run_kiln("verify", f"{ns}/{REPOSITORY}:experimental", "--key", str(pair.public), "--json",
-                        env={**_env(tree, registry)}, cwd=tree["root"])
+    verified = run_kiln(
+        "verify",
+        f"{ns}/{REPOSITORY}:experimental",
+        "--key",
+        str(pair.public),
+        "--json",
+        env={**_env(tree, registry)},
+        cwd=tree["root"],
+    )
     assert verified.returncode == 0, verified.stderr
     doc = validated("verify", verified.stdout)
     assert doc["digest"] == result.manifest_digest
     assert {p: v["digest"] for p, v in doc["platforms"].items()} == {
-        p: e["manifest_digest"] for p, e in result.platforms.items()}
+        p: e["manifest_digest"] for p, e in result.platforms.items()
+    }
     for plat, checked in doc["platforms"].items():
         assert [a["verified"] for a in checked["attestations"]] == [True, True], plat
         sbom = _attested_sbom(registry, f"signed/{REPOSITORY}", checked["digest"])
@@ -233,8 +285,9 @@ def _attested_sbom(registry, repository: str, digest: str) -> dict:
 
     _, att = _raw_manifest(registry, f"sha256-{digest.split(':')[1]}.att", repository=repository)
     for layer in att["layers"]:
-        blob = requests.get(f"http://{registry.host}/v2/{repository}/blobs/{layer['digest']}", auth=registry.auth,
-                            timeout=10)
+        blob = requests.get(
+            f"http://{registry.host}/v2/{repository}/blobs/{layer['digest']}", auth=registry.auth, timeout=10
+        )
         statement = json.loads(base64.b64decode(json.loads(blob.content)["payload"]))
         if statement["predicateType"] == "https://cyclonedx.org/bom":
             assert statement["subject"][0]["digest"]["sha256"] == digest.split(":")[1]
@@ -242,8 +295,7 @@ def _attested_sbom(registry, repository: str, digest: str) -> dict:
     raise AssertionError(f"no CycloneDX attestation on {digest}")
 
 
-def test_a_signed_index_whose_platform_image_is_unsigned_fails_verify_naming_it(tree, registry, monkeypatch,
-                                                                                  tmp_path):
+def test_a_signed_index_whose_platform_image_is_unsigned_fails_verify_naming_it(tree, registry, monkeypatch, tmp_path):
     """An index signed on its own (as a signer that knows nothing of its images would) is
     not verified: each platform's image must carry a signature of its own."""
     from kiln.basics import paths
@@ -266,12 +318,21 @@ def test_a_signed_index_whose_platform_image_is_unsigned_fails_verify_naming_it(
     finally:
         paths.repo_root.cache_clear()
     client = RegistryClient(Target(registry.host, f"indexonly/{REPOSITORY}", plain_http=True), creds)
-    signatures.sign_image(client, result.manifest_digest, keys.load_private_key(pair.private, b"team-pw"), [],
-                          creator="the test")
-    verified = run_kiln("verify", f"{ns}/{REPOSITORY}:experimental", "--key", str(pair.public), "--signature-only",
-                        env={**_env(tree, registry)}, cwd=tree["root"])
+    signatures.sign_image(
+        client, result.manifest_digest, keys.load_private_key(pair.private, b"team-pw"), [], creator="the test"
+    )
+    verified = run_kiln(
+        "verify",
+        f"{ns}/{REPOSITORY}:experimental",
+        "--key",
+        str(pair.public),
+        "--signature-only",
+        env={**_env(tree, registry)},
+        cwd=tree["root"],
+    )
     assert verified.returncode == 82, verified.stderr
     errors = [ln for ln in verified.stderr.splitlines() if ln.startswith("kiln: error:")]
     assert len(errors) == 1 and errors[0].startswith(
-        f"kiln: error: linux/amd64 image of index {result.manifest_digest}: sha256:"), errors
+        f"kiln: error: linux/amd64 image of index {result.manifest_digest}: sha256:"
+    ), errors
     assert "is not signed" in errors[0]

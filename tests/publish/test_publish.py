@@ -66,8 +66,16 @@ def test_push_writes_all_tags_and_reads_back(mini, registry, published):
 def test_second_publish_skips_the_push(mini, registry, published):
     _, digest = _pinned(published)
     # password on stdin this time (the other way credentials may arrive)
-    result = mini.kiln("publish", NAME, "--registry", registry.host, "--password-stdin",
-                       registry=registry, KILN_REGISTRY_PASSWORD="", input=registry.password + "\n")
+    result = mini.kiln(
+        "publish",
+        NAME,
+        "--registry",
+        registry.host,
+        "--password-stdin",
+        registry=registry,
+        KILN_REGISTRY_PASSWORD="",
+        input=registry.password + "\n",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "push skipped" in result.stderr
     assert "layers:" not in result.stderr  # the daemon was not asked to push
@@ -77,8 +85,9 @@ def test_second_publish_skips_the_push(mini, registry, published):
 def test_promote_retags_the_exact_manifest(mini, registry, published):
     _, digest = _pinned(published)
     blobs_before = registry.blob_files()
-    result = mini.kiln("promote", NAME, "--from", "experimental", "--to", "stable",
-                       "--registry", registry.host, registry=registry)
+    result = mini.kiln(
+        "promote", NAME, "--from", "experimental", "--to", "stable", "--registry", registry.host, registry=registry
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert registry.manifest(REPOSITORY, "stable")[0] == digest
     assert _pinned(result)[1] == digest
@@ -86,8 +95,17 @@ def test_promote_retags_the_exact_manifest(mini, registry, published):
 
 
 def test_promote_from_an_empty_channel_fails(mini, registry):
-    result = mini.kiln("promote", NAME, "--from", "experimental", "--to", "stable",
-                       "--registry", f"{registry.host}/empty", registry=registry)
+    result = mini.kiln(
+        "promote",
+        NAME,
+        "--from",
+        "experimental",
+        "--to",
+        "stable",
+        "--registry",
+        f"{registry.host}/empty",
+        registry=registry,
+    )
     assert result.returncode == 42, result.stderr
 
 
@@ -115,8 +133,9 @@ def test_skip_smoke_check_never_moves_a_release_tag(mini, registry, published):
     before = {tag: registry.manifest(REPOSITORY, tag)[0] for tag in release}
     mini.forget_smoke()
     try:
-        result = mini.kiln("publish", NAME, "--registry", registry.host, "--skip-smoke-check", "--json",
-                           registry=registry)
+        result = mini.kiln(
+            "publish", NAME, "--registry", registry.host, "--skip-smoke-check", "--json", registry=registry
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         doc = validated("publish", result.stdout)
         unsmoked = f"{mini.short}-unsmoked"
@@ -134,8 +153,16 @@ def test_skip_smoke_check_never_moves_a_release_tag(mini, registry, published):
         assert record["smoke"] == {"status": "skipped"} and record["channel"] is None
 
         # asking for a channel without a smoke pass is refused before anything is pushed
-        refused = mini.kiln("publish", NAME, "--registry", f"{registry.host}/unsmoked", "--skip-smoke-check",
-                            "--channel", "stable", registry=registry)
+        refused = mini.kiln(
+            "publish",
+            NAME,
+            "--registry",
+            f"{registry.host}/unsmoked",
+            "--skip-smoke-check",
+            "--channel",
+            "stable",
+            registry=registry,
+        )
         assert refused.returncode == 41, refused.stderr
         assert "never moves a channel" in refused.stderr
         assert registry.tags(f"unsmoked/{REPOSITORY}") == []
@@ -152,8 +179,9 @@ def test_publish_and_promote_json(mini, registry, published):
     assert doc["channel"] == "experimental" and doc["image_id"] == mini.image_id
     assert doc["tags"][-1] == f"{ns}/{REPOSITORY}:{mini.short}"
     assert doc["pinned"] == f"{ns}/{REPOSITORY}@{doc['manifest_digest']}"
-    pro = mini.kiln("promote", NAME, "--registry", ns, "--from", "experimental", "--to", "stable", "--json",
-                    registry=registry)
+    pro = mini.kiln(
+        "promote", NAME, "--registry", ns, "--from", "experimental", "--to", "stable", "--json", registry=registry
+    )
     assert pro.returncode == 0, pro.stderr[-3000:]
     pdoc = validated("promote", pro.stdout)
     assert pdoc["manifest_digest"] == doc["manifest_digest"] and pdoc["moved"] is True
@@ -161,8 +189,14 @@ def test_publish_and_promote_json(mini, registry, published):
 
 def test_wrong_password_fails_at_once(mini, registry, published):
     t0 = time.monotonic()
-    result = mini.kiln("publish", NAME, "--registry", f"{registry.host}/wrongpw", registry=registry,
-                       KILN_REGISTRY_PASSWORD="not-the-password")
+    result = mini.kiln(
+        "publish",
+        NAME,
+        "--registry",
+        f"{registry.host}/wrongpw",
+        registry=registry,
+        KILN_REGISTRY_PASSWORD="not-the-password",
+    )
     assert result.returncode == 11, result.stderr
     assert time.monotonic() - t0 < 20  # no backoff loop (the CLI start-up is most of it)
     assert "rejected the credentials from env" in result.stderr
@@ -180,8 +214,9 @@ def test_unreachable_registry_retries_then_fails(mini, published):
     from localregistry import free_port
 
     t0 = time.monotonic()
-    result = mini.kiln("publish", NAME, "--registry", f"127.0.0.1:{free_port()}",
-                       KILN_REGISTRY_USER="u", KILN_REGISTRY_PASSWORD="p")
+    result = mini.kiln(
+        "publish", NAME, "--registry", f"127.0.0.1:{free_port()}", KILN_REGISTRY_USER="u", KILN_REGISTRY_PASSWORD="p"
+    )
     took = time.monotonic() - t0
     assert result.returncode == 10, result.stderr
     assert "unreachable after 4 attempts" in result.stderr

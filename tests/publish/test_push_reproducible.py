@@ -24,8 +24,7 @@ def _build(tree) -> str:
 def _push(docker_daemon, reg: LocalRegistry, image_id: str) -> tuple[str, dict]:
     ref = f"{reg.host}/repro/mini"
     docker_daemon.tag(image_id, f"{ref}:v1")
-    pushed = docker_daemon.push(f"{ref}:v1", auth_config={"username": reg.user, "password": reg.password},
-                                quiet=True)
+    pushed = docker_daemon.push(f"{ref}:v1", auth_config={"username": reg.user, "password": reg.password}, quiet=True)
     assert pushed.layers_existing == 0  # every layer compressed and uploaded here
     found = reg.manifest("repro/mini", "v1")
     assert found is not None
@@ -35,7 +34,8 @@ def _push(docker_daemon, reg: LocalRegistry, image_id: str) -> tuple[str, dict]:
 
 
 def test_the_same_image_pushed_after_a_rebuild_has_the_same_manifest_digest(
-        registry_tools, kiln_tree, base_image, docker_daemon, tmp_path):
+    registry_tools, kiln_tree, base_image, docker_daemon, tmp_path
+):
     a = LocalRegistry(tmp_path / "a").start()
     b = LocalRegistry(tmp_path / "b").start()
     try:

@@ -30,15 +30,18 @@ def test_registry_base_by_digest_is_pulled_and_built_on(fresh_registry, docker_d
     image_id = _unique_base(docker_daemon, base_image, reg.password[-8:])
     ref = f"{reg.host}/mirror/debian"
     docker_daemon.tag(image_id, f"{ref}:bookworm")
-    pushed = docker_daemon.client.api.push(ref, tag="bookworm", auth_config={"username": reg.user, "password": reg.password})
+    pushed = docker_daemon.client.api.push(
+        ref, tag="bookworm", auth_config={"username": reg.user, "password": reg.password}
+    )
     assert "error" not in pushed.lower(), pushed
     digest = next(d for d in docker_daemon.client.images.get(image_id).attrs["RepoDigests"] if d.startswith(ref))
     digest = digest.split("@", 1)[1]
     docker_daemon.client.images.remove(image_id, force=True)  # gone locally: the build must pull
     tree = make_tree(tmp_path / "tree")
     recipe = tree / "recipes" / "kiln-test-mini" / "recipe.yaml"
-    recipe.write_text(recipe.read_text().replace(
-        "    ref: kiln/base:bookworm\n", f"    ref: {ref}:bookworm\n    digest: {digest}\n"))
+    recipe.write_text(
+        recipe.read_text().replace("    ref: kiln/base:bookworm\n", f"    ref: {ref}:bookworm\n    digest: {digest}\n")
+    )
     remove_images(docker_daemon, "kiln/kiln-test-mini")
     try:
         # env credentials reach a base image's registry only where KILN_REGISTRY_HOST names it
@@ -63,8 +66,11 @@ def test_unpullable_registry_base_is_a_clear_error(fresh_registry, tmp_path):
     tree = make_tree(tmp_path / "tree")
     recipe = tree / "recipes" / "kiln-test-mini" / "recipe.yaml"
     ref = f"{fresh_registry.host}/mirror/nothing-here"
-    recipe.write_text(recipe.read_text().replace(
-        "    ref: kiln/base:bookworm\n", f"    ref: {ref}:x\n    digest: sha256:{'0' * 64}\n"))
+    recipe.write_text(
+        recipe.read_text().replace(
+            "    ref: kiln/base:bookworm\n", f"    ref: {ref}:x\n    digest: sha256:{'0' * 64}\n"
+        )
+    )
     result = run_kiln("build", "kiln-test-mini", env={"KILN_ROOT": str(tree), **fresh_registry.env()}, cwd=tree)
     assert result.returncode == 4, result.stderr[-3000:]
     assert f"base image {ref}@sha256:{'0' * 64} is not local and could not be pulled" in result.stderr

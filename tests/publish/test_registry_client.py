@@ -86,9 +86,7 @@ def test_bearer_token_flow_and_retag(fake_registry):
     client = RegistryClient(target, Credentials(USER, PASSWORD, "test"))
     client.check_access()
     assert "repository%3Aacme%2Fkiln%2Fx%3Apull%2Cpush" in _Fake.scopes[0]  # scoped to this repo
-    body = json.dumps(
-        {"schemaVersion": 2, "mediaType": MEDIA, "config": {"digest": "sha256:" + "a" * 64}}
-    ).encode()
+    body = json.dumps({"schemaVersion": 2, "mediaType": MEDIA, "config": {"digest": "sha256:" + "a" * 64}}).encode()
     manifest = Manifest("sha256:" + hashlib.sha256(body).hexdigest(), MEDIA, body)
     assert client.manifest("stable") is None
     client.put_manifest("stable", manifest)
@@ -98,9 +96,7 @@ def test_bearer_token_flow_and_retag(fake_registry):
 
 @pytest.mark.registry  # HTTP on 127.0.0.1 (the in-process fake)
 def test_bearer_wrong_password(fake_registry):
-    client = RegistryClient(
-        Target.parse(fake_registry, "kiln/x"), Credentials(USER, "wrong", "env")
-    )
+    client = RegistryClient(Target.parse(fake_registry, "kiln/x"), Credentials(USER, "wrong", "env"))
     with pytest.raises(RegistryAuthFailed, match="rejected the credentials from env"):
         client.check_access()
 
@@ -146,9 +142,7 @@ def test_plain_http_only_for_loopback(host, plain):
     assert Target.parse(host, "kiln/x", plain_http=True).plain_http is True
 
 
-@pytest.mark.parametrize(
-    "realm", ["http://203.0.113.9/token", "ftp://auth.example/token", "//auth.example/token"]
-)
+@pytest.mark.parametrize("realm", ["http://203.0.113.9/token", "ftp://auth.example/token", "//auth.example/token"])
 def test_credentials_never_go_to_a_clear_text_token_service(realm):
     """A registry's challenge names the token service; a plain-HTTP one off this machine
     gets no credentials (the request is never sent)."""
@@ -156,11 +150,7 @@ def test_credentials_never_go_to_a_clear_text_token_service(realm):
     class Challenge:
         headers = {"WWW-Authenticate": f'Bearer realm="{realm}",service="x"'}
 
-    client = RegistryClient(
-        Target("registry.example", "team/app", False), Credentials(USER, PASSWORD, "test")
-    )
-    client.session.get = client.session.post = lambda *a, **k: pytest.fail(
-        f"credentials sent to {realm}"
-    )
+    client = RegistryClient(Target("registry.example", "team/app", False), Credentials(USER, PASSWORD, "test"))
+    client.session.get = client.session.post = lambda *a, **k: pytest.fail(f"credentials sent to {realm}")
     with pytest.raises(RegistryAuthFailed, match="not HTTPS"):
         client._authenticate(Challenge())

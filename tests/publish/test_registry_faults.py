@@ -43,9 +43,7 @@ def quick_backoff(monkeypatch):
 
 
 def _client(reg: LocalRegistry, proxy: FaultProxy) -> RegistryClient:
-    client = RegistryClient(
-        Target.parse(proxy.host, REPO), Credentials(reg.user, reg.password, "test")
-    )
+    client = RegistryClient(Target.parse(proxy.host, REPO), Credentials(reg.user, reg.password, "test"))
     client.check_access()
     return client
 
@@ -139,9 +137,7 @@ def test_bearer_token_with_wrong_password_is_not_retried(proxied):
 
 
 @pytest.mark.docker
-def test_publish_through_a_failing_registry_leaves_no_channel_or_digest_tag(
-    mini, registry_tools, tmp_path
-):
+def test_publish_through_a_failing_registry_leaves_no_channel_or_digest_tag(mini, registry_tools, tmp_path):
     """The daemon pushes through the proxy; then every write of the channel tag answers
     503: exit 46, and neither the channel tag nor the input-digest tag exists."""
     reg = LocalRegistry(tmp_path / "registry").start()

@@ -54,8 +54,13 @@ def _env(**extra) -> dict[str, str]:
 
 
 def _put(reg: LocalRegistry, repo: str, tag: str, body: bytes, media_type: str = OCI_MANIFEST) -> requests.Response:
-    return requests.put(f"http://{reg.host}/v2/{repo}/manifests/{tag}", data=body, auth=reg.auth, timeout=10,
-                        headers={"Content-Type": media_type})
+    return requests.put(
+        f"http://{reg.host}/v2/{repo}/manifests/{tag}",
+        data=body,
+        auth=reg.auth,
+        timeout=10,
+        headers={"Content-Type": media_type},
+    )
 
 
 def _blob(reg: LocalRegistry, repo: str, data: bytes) -> str:
@@ -81,8 +86,9 @@ def _sig_tag(digest: str, kind: str = "sig") -> str:
 
 def _publish_signed(mini, reg, ns: str, key: Path, *extra: str):
     mini.pass_smoke()
-    result = mini.kiln("publish", NAME, "--registry", f"{reg.host}/{ns}", "--sign", str(key), *extra,
-                       registry=reg, **_env())
+    result = mini.kiln(
+        "publish", NAME, "--registry", f"{reg.host}/{ns}", "--sign", str(key), *extra, registry=reg, **_env()
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
@@ -110,7 +116,10 @@ def test_signed_publish_writes_signature_and_attestations_before_any_consumer_ta
     _, doc = signed
     digest, repo = doc["manifest_digest"], f"signed/{REPOSITORY}"
     assert doc["signature"]["key_fingerprint"] == ours.fingerprint and doc["signature"]["verified"] is True
-    assert sorted(doc["signature"]["predicate_types"]) == ["https://cyclonedx.org/bom", "https://slsa.dev/provenance/v1"]
+    assert sorted(doc["signature"]["predicate_types"]) == [
+        "https://cyclonedx.org/bom",
+        "https://slsa.dev/provenance/v1",
+    ]
     tags = reg.tags(repo)
     consumer = {mini.short, mini.engine_tag, "experimental"}
     assert set(tags) == consumer | {f"{mini.short}-staging", _sig_tag(digest), _sig_tag(digest, "att")}
@@ -130,9 +139,11 @@ def test_signed_publish_writes_signature_and_attestations_before_any_consumer_ta
     [layer] = sig["layers"]
     assert layer["mediaType"] == "application/vnd.dev.cosign.simplesigning.v1+json"
     payload = json.loads(reg.blob(repo, layer["digest"]))
-    assert payload["critical"] == {"identity": {"docker-reference": f"{reg.host}/signed/{REPOSITORY}"},
-                                   "image": {"docker-manifest-digest": digest},
-                                   "type": "cosign container image signature"}
+    assert payload["critical"] == {
+        "identity": {"docker-reference": f"{reg.host}/signed/{REPOSITORY}"},
+        "image": {"docker-manifest-digest": digest},
+        "type": "cosign container image signature",
+    }
     _, att = reg.manifest(repo, _sig_tag(digest, "att"))
     assert {la["annotations"]["predicateType"] for la in att["layers"]} == set(doc["signature"]["predicate_types"])
     # the SBOM attestation's predicate is a CycloneDX document about this image
@@ -147,8 +158,11 @@ def test_signed_publish_writes_signature_and_attestations_before_any_consumer_ta
 def test_a_signed_image_verifies_by_tag_and_digest(mini, reg, signed, signing_keys):
     ours, _ = signing_keys
     _, doc = signed
-    for ref in (f"{reg.host}/signed/{REPOSITORY}:experimental", f"{reg.host}/signed/{REPOSITORY}@{doc['manifest_digest']}",
-                f"{reg.host}/signed/{REPOSITORY}:{mini.short}@{doc['manifest_digest']}"):
+    for ref in (
+        f"{reg.host}/signed/{REPOSITORY}:experimental",
+        f"{reg.host}/signed/{REPOSITORY}@{doc['manifest_digest']}",
+        f"{reg.host}/signed/{REPOSITORY}:{mini.short}@{doc['manifest_digest']}",
+    ):
         result = _verify(mini, reg, ref, ours.public, "--json")
         assert result.returncode == 0, result.stderr
         out = validated("verify", result.stdout)
@@ -181,8 +195,12 @@ def test_a_moved_tag_fails(mini, reg, signed, signing_keys):
     ns = f"moved/{REPOSITORY}"
     _publish_signed(mini, reg, "moved", ours.private)
     signed_digest, _ = reg.manifest(ns, "experimental")
-    sig_body = requests.get(f"http://{reg.host}/v2/{ns}/manifests/{_sig_tag(signed_digest)}", auth=reg.auth,
-                            headers={"Accept": OCI_MANIFEST}, timeout=10).content
+    sig_body = requests.get(
+        f"http://{reg.host}/v2/{ns}/manifests/{_sig_tag(signed_digest)}",
+        auth=reg.auth,
+        headers={"Accept": OCI_MANIFEST},
+        timeout=10,
+    ).content
     # someone pushes another image under the channel tag
     other, _ = reg.push_tiny(ns, "experimental")
     moved = _verify(mini, reg, f"{reg.host}/{ns}:experimental", ours.public)
@@ -215,8 +233,12 @@ def test_a_repushed_image_with_one_changed_layer_fails(mini, reg, signing_keys):
     assert _verify(mini, reg, f"{reg.host}/{ns}:experimental", ours.public).returncode == 82
     # with the original signature and attestations copied to the changed image
     for kind in ("sig", "att"):
-        got = requests.get(f"http://{reg.host}/v2/{ns}/manifests/{_sig_tag(original, kind)}", auth=reg.auth,
-                           headers={"Accept": OCI_MANIFEST}, timeout=10).content
+        got = requests.get(
+            f"http://{reg.host}/v2/{ns}/manifests/{_sig_tag(original, kind)}",
+            auth=reg.auth,
+            headers={"Accept": OCI_MANIFEST},
+            timeout=10,
+        ).content
         assert _put(reg, ns, _sig_tag(changed, kind), got).status_code == 201
     copied = _verify(mini, reg, f"{reg.host}/{ns}:experimental", ours.public)
     assert copied.returncode == 85, copied.stderr
@@ -239,17 +261,38 @@ def test_garbage_signature_manifests_are_one_line_errors(mini, reg, signing_keys
     tag = _sig_tag(image, kind)
     config_bytes = b'{"architecture":"","os":"","rootfs":{"type":"layers","diff_ids":[]},"config":{}}'
     config = _blob(reg, ns, config_bytes)
-    media = "application/vnd.dev.cosign.simplesigning.v1+json" if kind == "sig" else "application/vnd.dsse.envelope.v1+json"
-    truncated = b'{"critical":{"identity":{"docker-reference":"x"},"ima' if kind == "sig" else b'{"payloadType":"application/vnd.in-toto+json","payload":"eyJf'
+    media = (
+        "application/vnd.dev.cosign.simplesigning.v1+json" if kind == "sig" else "application/vnd.dsse.envelope.v1+json"
+    )
+    truncated = (
+        b'{"critical":{"identity":{"docker-reference":"x"},"ima'
+        if kind == "sig"
+        else b'{"payloadType":"application/vnd.in-toto+json","payload":"eyJf'
+    )
 
     def manifest(layers):
-        return json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST,
-                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config,
-                                      "size": len(config_bytes)}, "layers": layers}).encode()
+        return json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": {
+                    "mediaType": "application/vnd.oci.image.config.v1+json",
+                    "digest": config,
+                    "size": len(config_bytes),
+                },
+                "layers": layers,
+            }
+        ).encode()
 
     def layer(data: bytes, media_type: str = media, annotations=None):
-        return {"mediaType": media_type, "digest": _blob(reg, ns, data), "size": len(data),
-                "annotations": annotations if annotations is not None else {"dev.cosignproject.cosign/signature": "MEUCIQ=="}}
+        return {
+            "mediaType": media_type,
+            "digest": _blob(reg, ns, data),
+            "size": len(data),
+            "annotations": annotations
+            if annotations is not None
+            else {"dev.cosignproject.cosign/signature": "MEUCIQ=="},
+        }
 
     cases = {
         "truncated payload": manifest([layer(truncated)]),
@@ -260,7 +303,10 @@ def test_garbage_signature_manifests_are_one_line_errors(mini, reg, signing_keys
     }
     # a truncated or garbage manifest itself is refused by the registry (MANIFEST_INVALID),
     # so it cannot be served; tests/sign unit-tests kiln on such bytes
-    assert _put(reg, ns, tag, b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+js').status_code == 400
+    assert (
+        _put(reg, ns, tag, b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+js').status_code
+        == 400
+    )
     for what, body in cases.items():
         assert _put(reg, ns, tag, body).status_code == 201, what
         result = _verify(mini, reg, f"{reg.host}/{ns}:v1", ours.public)
@@ -275,8 +321,9 @@ def _sign_only(reg, ns: str, digest: str, key_files) -> None:
     from kiln.infra.registry import RegistryClient, Target
 
     client = RegistryClient(Target.parse(reg.host, ns), Credentials(reg.user, reg.password, None, "test"))
-    signatures.sign_image(client, digest, keys.load_private_key(key_files.private, SIGNING_PASSWORD.encode()), [],
-                       creator="test")
+    signatures.sign_image(
+        client, digest, keys.load_private_key(key_files.private, SIGNING_PASSWORD.encode()), [], creator="test"
+    )
 
 
 def test_real_cosign_artefacts_verify_from_the_registry(reg):
@@ -319,9 +366,12 @@ def strict(mini, signing_keys, tmp_path_factory, docker_daemon):
     recipe_dir = root / "recipes" / NAME
     shutil.copy(ours.public, recipe_dir / "team.pub")
     recipe = recipe_dir / "recipe.yaml"
-    recipe.write_text(recipe.read_text().replace(f"  repository: {REPOSITORY}\n",
-                                                 f"  repository: {REPOSITORY}\n  require_signature: true\n"
-                                                 "  public_key: team.pub\n"))
+    recipe.write_text(
+        recipe.read_text().replace(
+            f"  repository: {REPOSITORY}\n",
+            f"  repository: {REPOSITORY}\n  require_signature: true\n  public_key: team.pub\n",
+        )
+    )
     built = run_kiln("build", NAME, env={"KILN_ROOT": str(root)}, cwd=root)
     assert built.returncode == 0, built.stderr[-3000:]
     import dataclasses
@@ -335,27 +385,60 @@ def strict(mini, signing_keys, tmp_path_factory, docker_daemon):
         recipe_image = resolve(NAME).recipe_image
         image_id = docker_daemon.image(recipe_image.tag).id
     paths.repo_root.cache_clear()
-    return dataclasses.replace(mini, root=root, image_id=image_id, short=recipe_image.short,
-                               input_digest=recipe_image.digest, outputs=mini.outputs)
+    return dataclasses.replace(
+        mini,
+        root=root,
+        image_id=image_id,
+        short=recipe_image.short,
+        input_digest=recipe_image.digest,
+        outputs=mini.outputs,
+    )
 
 
-def test_required_signature_refuses_unsigned_and_wrong_key_publishes_before_pushing(strict, reg, signing_keys,
-                                                                                      monkeypatch):
+def test_required_signature_refuses_unsigned_and_wrong_key_publishes_before_pushing(
+    strict, reg, signing_keys, monkeypatch
+):
     ours, other = signing_keys
     strict.pass_smoke()
     unsigned = strict.kiln("publish", NAME, "--registry", f"{reg.host}/strict", registry=reg)
     assert unsigned.returncode == 89 and "publish.require_signature" in unsigned.stderr, unsigned.stderr
-    wrong_key = strict.kiln("publish", NAME, "--registry", f"{reg.host}/strict", "--sign", str(other.private),
-                            registry=reg, **_env(KILN_SIGNING_PASSWORD="other-pw"))
+    wrong_key = strict.kiln(
+        "publish",
+        NAME,
+        "--registry",
+        f"{reg.host}/strict",
+        "--sign",
+        str(other.private),
+        registry=reg,
+        **_env(KILN_SIGNING_PASSWORD="other-pw"),
+    )
     assert wrong_key.returncode == 80 and "pins" in wrong_key.stderr, wrong_key.stderr
-    wrong_pw = strict.kiln("publish", NAME, "--registry", f"{reg.host}/strict", "--sign", str(ours.private),
-                           registry=reg, **_env(KILN_SIGNING_PASSWORD="nope"))
+    wrong_pw = strict.kiln(
+        "publish",
+        NAME,
+        "--registry",
+        f"{reg.host}/strict",
+        "--sign",
+        str(ours.private),
+        registry=reg,
+        **_env(KILN_SIGNING_PASSWORD="nope"),
+    )
     assert wrong_pw.returncode == 81 and "nope" not in wrong_pw.stderr, wrong_pw.stderr
     # with stdin taken by the registry password, the signing password must come from the environment
     for name in ("KILN_SIGNING_PASSWORD", "COSIGN_PASSWORD"):
         monkeypatch.delenv(name, raising=False)
-    clash = strict.kiln("publish", NAME, "--registry", f"{reg.host}/strict", "--sign", str(ours.private),
-                        "--password-stdin", registry=reg, input=reg.password + "\n", KILN_REGISTRY_PASSWORD="")
+    clash = strict.kiln(
+        "publish",
+        NAME,
+        "--registry",
+        f"{reg.host}/strict",
+        "--sign",
+        str(ours.private),
+        "--password-stdin",
+        registry=reg,
+        input=reg.password + "\n",
+        KILN_REGISTRY_PASSWORD="",
+    )
     assert clash.returncode == 81 and "cannot come from there too" in clash.stderr, clash.stderr
     assert reg.tags(f"strict/{REPOSITORY}") == []  # nothing was pushed by any of them
 
@@ -364,27 +447,38 @@ def test_required_signature_publish_then_promote_verifies(strict, reg, signing_k
     ours, other = signing_keys
     ns = f"{reg.host}/strict"
     strict.pass_smoke()
-    result = strict.kiln("publish", NAME, "--registry", ns, "--sign", str(ours.private), "--json",
-                         registry=reg, **_env())
+    result = strict.kiln(
+        "publish", NAME, "--registry", ns, "--sign", str(ours.private), "--json", registry=reg, **_env()
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     digest = validated("publish", result.stdout)["manifest_digest"]
     # promote verifies with the recipe's pinned key (no --key needed) ...
-    promoted = strict.kiln("promote", NAME, "--registry", ns, "--from", "experimental", "--to", "stable", "--json",
-                           registry=reg)
+    promoted = strict.kiln(
+        "promote", NAME, "--registry", ns, "--from", "experimental", "--to", "stable", "--json", registry=reg
+    )
     assert promoted.returncode == 0, promoted.stderr
     assert validated("promote", promoted.stdout)["signature"]["key_fingerprint"] == ours.fingerprint
     # ... and refuses to move a channel to an image that fails verification
     other_image, _ = reg.push_tiny(f"strict/{REPOSITORY}", "experimental")
-    refused = strict.kiln("promote", NAME, "--registry", ns, "--from", "experimental", "--to", "stable",
-                          registry=reg)
+    refused = strict.kiln("promote", NAME, "--registry", ns, "--from", "experimental", "--to", "stable", registry=reg)
     assert refused.returncode in (12, 82), refused.stderr  # no smoke record for it, or no signature
     strict.pass_smoke(_config_digest(reg, f"strict/{REPOSITORY}", "experimental"))
-    refused = strict.kiln("promote", NAME, "--registry", ns, "--from", "experimental", "--to", "stable",
-                          registry=reg)
+    refused = strict.kiln("promote", NAME, "--registry", ns, "--from", "experimental", "--to", "stable", registry=reg)
     assert refused.returncode == 82 and other_image in refused.stderr, refused.stderr
     assert reg.manifest(f"strict/{REPOSITORY}", "stable")[0] == digest  # the channel did not move
-    wrong = strict.kiln("promote", NAME, "--registry", ns, "--from", "stable", "--to", "experimental",
-                        "--key", str(other.public), registry=reg)
+    wrong = strict.kiln(
+        "promote",
+        NAME,
+        "--registry",
+        ns,
+        "--from",
+        "stable",
+        "--to",
+        "experimental",
+        "--key",
+        str(other.public),
+        registry=reg,
+    )
     assert wrong.returncode == 84, wrong.stderr
 
 
@@ -412,9 +506,14 @@ def test_no_secret_in_argv_registry_log_records_or_output(mini, reg, signed, sig
     ours, _ = signing_keys
     mini.pass_smoke()
     env = {**os.environ, "COLUMNS": "300", **mini.env(reg), **_env()}
-    proc = subprocess.Popen([sys.executable, "-m", "kiln", "publish", NAME, "--registry", f"{reg.host}/argv",
-                             "--sign", str(ours.private)], cwd=mini.root, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kiln", "publish", NAME, "--registry", f"{reg.host}/argv", "--sign", str(ours.private)],
+        cwd=mini.root,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     seen: list[str] = []
     stop = threading.Event()
 

@@ -17,8 +17,9 @@ pytestmark = [pytest.mark.docker, pytest.mark.registry]
 NAME = "kiln-test-tworeg"
 
 
-def test_base_from_a_with_docker_config_published_to_b_with_env(registry_tools, docker_daemon, base_image,
-                                                                 tmp_path, monkeypatch):
+def test_base_from_a_with_docker_config_published_to_b_with_env(
+    registry_tools, docker_daemon, base_image, tmp_path, monkeypatch
+):
     a = LocalRegistry(tmp_path / "a", log_level="debug").start()
     b = LocalRegistry(tmp_path / "b", log_level="debug").start()
     ref = f"{a.host}/mirror/debian"
@@ -30,8 +31,12 @@ def test_base_from_a_with_docker_config_published_to_b_with_env(registry_tools, 
         config.mkdir()
         pair = base64.b64encode(f"{a.user}:{a.password}".encode()).decode()
         (config / "config.json").write_text(json.dumps({"auths": {a.host: {"auth": pair}}}))
-        env = {"KILN_ROOT": str(tree), "KILN_RESULTS_DIR": str(tmp_path / "results"),
-               "DOCKER_CONFIG": str(config), **b.env()}
+        env = {
+            "KILN_ROOT": str(tree),
+            "KILN_RESULTS_DIR": str(tmp_path / "results"),
+            "DOCKER_CONFIG": str(config),
+            **b.env(),
+        }
 
         built = run_kiln("build", NAME, env=env, cwd=tree)
         assert built.returncode == 0, built.stderr[-3000:]
@@ -57,7 +62,9 @@ def test_base_from_a_with_docker_config_published_to_b_with_env(registry_tools, 
 def _push_base(docker_daemon, reg: LocalRegistry, image_id: str, ref: str) -> str:
     """Push the base to `reg`, then drop it locally so the build has to pull it."""
     docker_daemon.tag(image_id, f"{ref}:bookworm")
-    out = docker_daemon.client.api.push(ref, tag="bookworm", auth_config={"username": reg.user, "password": reg.password})
+    out = docker_daemon.client.api.push(
+        ref, tag="bookworm", auth_config={"username": reg.user, "password": reg.password}
+    )
     assert "error" not in out.lower(), out
     pinned = next(d for d in docker_daemon.client.images.get(image_id).attrs["RepoDigests"] if d.startswith(ref))
     docker_daemon.client.images.remove(image_id, force=True)
@@ -92,7 +99,8 @@ def _pass_smoke(monkeypatch, tree, results) -> None:
 
         recipe_image = resolve(NAME).recipe_image
         image = DockerDaemon().image(recipe_image.tag)
-        write_smoke_record(passing_smoke_record(image.id, NAME, time=dt.datetime.now(dt.UTC).isoformat(),
-                                                note="test_two_registries"))
+        write_smoke_record(
+            passing_smoke_record(image.id, NAME, time=dt.datetime.now(dt.UTC).isoformat(), note="test_two_registries")
+        )
     finally:
         paths.repo_root.cache_clear()

@@ -33,9 +33,7 @@ class ContainersImageSignature:
 def containers_image_signature(name: str) -> ContainersImageSignature:
     raw = (COSIGN / "containers-image" / name).read_bytes()
     doc = json.loads(raw[raw.index(b"{") :])
-    return ContainersImageSignature(
-        doc["mimeType"], base64.b64decode(doc["payload"]), doc["annotations"]
-    )
+    return ContainersImageSignature(doc["mimeType"], base64.b64decode(doc["payload"]), doc["annotations"])
 
 
 def fixture(*parts: str) -> Path:
@@ -57,9 +55,7 @@ class FakeRepository:
         self.blobs[sha256(data)] = data
         return sha256(data)
 
-    def put(
-        self, tag: str, body: bytes, media_type: str = "application/vnd.oci.image.manifest.v1+json"
-    ) -> str:
+    def put(self, tag: str, body: bytes, media_type: str = "application/vnd.oci.image.manifest.v1+json") -> str:
         self.manifests[tag] = self.manifests[sha256(body)] = (media_type, body)
         return sha256(body)
 

@@ -31,8 +31,12 @@ def _strict(schema):
     if not isinstance(schema, dict):
         return schema
     out = {k: _strict(v) for k, v in schema.items() if not k.startswith("x-kubernetes-")}
-    if (schema.get("type") == "object" and "properties" in schema and "additionalProperties" not in schema
-            and not schema.get("x-kubernetes-preserve-unknown-fields")):
+    if (
+        schema.get("type") == "object"
+        and "properties" in schema
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False
     return out
 
@@ -58,7 +62,9 @@ def policies() -> dict[str, dict]:
 
 def _errors(doc: dict) -> list[str]:
     body = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind", "metadata")}
-    return [f"{e.message} at {list(e.absolute_path)}" for e in validator(doc["apiVersion"], doc["kind"]).iter_errors(body)]
+    return [
+        f"{e.message} at {list(e.absolute_path)}" for e in validator(doc["apiVersion"], doc["kind"]).iter_errors(body)
+    ]
 
 
 def test_the_doc_has_both_policies():
@@ -70,12 +76,19 @@ def test_policy_is_valid_against_its_crd(kind):
     assert _errors(policies()[kind]) == []
 
 
-@pytest.mark.parametrize("kind, path, bad", [
-    ("ClusterPolicy", ["spec", "rules", 0, "verifyImages", 0], {"failureAction": "Block"}),
-    ("ClusterPolicy", ["spec", "rules", 0, "verifyImages", 0, "attestors", 0, "entries", 0, "keys"], {"ignoreTlog": True}),
-    ("ClusterImagePolicy", ["spec", "authorities", 0, "key"], {"publicKey": "x"}),
-    ("ClusterImagePolicy", ["spec"], {"mode": 3}),
-])
+@pytest.mark.parametrize(
+    "kind, path, bad",
+    [
+        ("ClusterPolicy", ["spec", "rules", 0, "verifyImages", 0], {"failureAction": "Block"}),
+        (
+            "ClusterPolicy",
+            ["spec", "rules", 0, "verifyImages", 0, "attestors", 0, "entries", 0, "keys"],
+            {"ignoreTlog": True},
+        ),
+        ("ClusterImagePolicy", ["spec", "authorities", 0, "key"], {"publicKey": "x"}),
+        ("ClusterImagePolicy", ["spec"], {"mode": 3}),
+    ],
+)
 def test_the_validation_refuses_a_wrong_field(kind, path, bad):
     """The schema check can fail: a misspelt field or a wrong value is an error."""
     doc = yaml.safe_load(yaml.safe_dump(policies()[kind]))
@@ -107,6 +120,8 @@ def test_policy_controller_policy_pins_a_key_without_transparency_log_and_kilns_
     [authority] = policies()["ClusterImagePolicy"]["spec"]["authorities"]
     _pem(authority["key"]["data"], tmp_path)
     assert "ctlog" not in authority and "keyless" not in authority
-    assert {a["predicateType"] for a in authority["attestations"]} == {cosign.CYCLONEDX_PREDICATE,
-                                                                       cosign.SLSA_PROVENANCE_V1}
+    assert {a["predicateType"] for a in authority["attestations"]} == {
+        cosign.CYCLONEDX_PREDICATE,
+        cosign.SLSA_PROVENANCE_V1,
+    }
     assert BUILD_TYPE in authority["attestations"][1]["policy"]["data"]

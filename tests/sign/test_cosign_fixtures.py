@@ -50,14 +50,16 @@ def v3_repository() -> tuple[FakeRepository, bytes]:
     return repo, body
 
 
-def verify_sig(repo: FakeRepository, body: bytes, key: keys.PublicKey, digest: str = V3_SUBJECT,
-               identity: str = V3_IDENTITY):
+def verify_sig(
+    repo: FakeRepository, body: bytes, key: keys.PublicKey, digest: str = V3_SUBJECT, identity: str = V3_IDENTITY
+):
     fetch = signatures._fetcher(repo, "test")  # type: ignore[arg-type]
     return signatures._verify_signature_image(body, fetch, key, digest, identity, "test .sig")
 
 
-def _rewritten(body: bytes, *, payload: bytes | None = None, signature: str | None = None,
-               repo: FakeRepository) -> bytes:
+def _rewritten(
+    body: bytes, *, payload: bytes | None = None, signature: str | None = None, repo: FakeRepository
+) -> bytes:
     """The .sig manifest after an attacker replaced the payload and/or the annotation."""
     doc = json.loads(body)
     layer = doc["layers"][0]
@@ -81,7 +83,7 @@ def test_one_payload_byte_changed_is_a_bad_signature():
     repo, body = v3_repository()
     payload = fixture("cosign-v3", "sig-payload.json").read_bytes()
     i = payload.index(b"f20c") + 1
-    tampered = payload[:i] + (b"1" if payload[i:i + 1] != b"1" else b"2") + payload[i + 1:]
+    tampered = payload[:i] + (b"1" if payload[i : i + 1] != b"1" else b"2") + payload[i + 1 :]
     with pytest.raises(SignatureInvalid) as exc:
         verify_sig(repo, _rewritten(body, payload=tampered, repo=repo), v3_key())
     assert exc.value.exit_code == 83 and "\n" not in exc.value.message
@@ -128,13 +130,16 @@ def test_another_key_fails_and_a_damaged_key_is_refused(tmp_path):
             verify_sig(repo, body, key)
 
 
-@pytest.mark.parametrize("body, problem", [
-    (b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+js', "not JSON"),
-    (b"\x00\xff garbage", "not JSON"),
-    (b'{"schemaVersion":2,"layers":[]}', "no layers"),
-    (b'{"schemaVersion":2,"manifests":[]}', "image index"),
-    (b'{"schemaVersion":2,"layers":[{"mediaType":"x","digest":"sha256:12","size":1}]}', "sha256:<64 hex>"),
-])
+@pytest.mark.parametrize(
+    "body, problem",
+    [
+        (b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+js', "not JSON"),
+        (b"\x00\xff garbage", "not JSON"),
+        (b'{"schemaVersion":2,"layers":[]}', "no layers"),
+        (b'{"schemaVersion":2,"manifests":[]}', "image index"),
+        (b'{"schemaVersion":2,"layers":[{"mediaType":"x","digest":"sha256:12","size":1}]}', "sha256:<64 hex>"),
+    ],
+)
 def test_garbage_sig_manifests_are_one_line_malformed(body, problem):
     repo, _ = v3_repository()
     with pytest.raises(SignatureMalformed, match=problem) as exc:
@@ -159,18 +164,23 @@ def ci_image_digest(name: str = "dir-img-cosign-valid.manifest.json") -> str:
     return sha256(fixture("containers-image", name).read_bytes())
 
 
-@pytest.mark.parametrize("signature, key, manifest", [
-    ("dir-img-cosign-valid.signature-1", "cosign.pub", "dir-img-cosign-valid.manifest.json"),
-    ("dir-img-cosign-valid-2.signature-2", "cosign.pub", "dir-img-cosign-valid.manifest.json"),
-    ("dir-img-cosign-key-rekor-valid.signature-1", "cosign2.pub", "dir-img-cosign-key-rekor-valid.manifest.json"),
-])
+@pytest.mark.parametrize(
+    "signature, key, manifest",
+    [
+        ("dir-img-cosign-valid.signature-1", "cosign.pub", "dir-img-cosign-valid.manifest.json"),
+        ("dir-img-cosign-valid-2.signature-2", "cosign.pub", "dir-img-cosign-valid.manifest.json"),
+        ("dir-img-cosign-key-rekor-valid.signature-1", "cosign2.pub", "dir-img-cosign-key-rekor-valid.manifest.json"),
+    ],
+)
 def test_containers_image_cosign_signatures_verify_against_the_image_manifest(signature, key, manifest):
     sig = containers_image_signature(signature)
     layer = cosign.LayerRef(sig.media_type, sha256(sig.payload), len(sig.payload), sig.annotations)
     public = keys.load_public_key(fixture("containers-image", key))
     identity = "192.168.64.2:5000/cosign-signed/key-1" if "rekor" in signature else CI_IDENTITY
     # the signed digest is the sha256 of the stored image manifest: the whole chain
-    claims = signatures._check_signature_layer(layer, sig.payload, public, ci_image_digest(manifest), identity, signature)
+    claims = signatures._check_signature_layer(
+        layer, sig.payload, public, ci_image_digest(manifest), identity, signature
+    )
     assert claims.manifest_digest == ci_image_digest(manifest)
 
 
@@ -210,13 +220,22 @@ def v3_envelope() -> bytes:
     """The DSSE envelope of the captured cosign v3 bundle, written as cosign's .att layer
     holds one (the signature covers PAE(payloadType, payload), not the JSON around it)."""
     doc = json.loads(fixture("cosign-v3", "bundle-sigstore.json").read_bytes())["dsseEnvelope"]
-    return json.dumps({"payloadType": doc["payloadType"], "payload": doc["payload"],
-                       "signatures": [{"keyid": "", "sig": s["sig"]} for s in doc["signatures"]]}).encode()
+    return json.dumps(
+        {
+            "payloadType": doc["payloadType"],
+            "payload": doc["payload"],
+            "signatures": [{"keyid": "", "sig": s["sig"]} for s in doc["signatures"]],
+        }
+    ).encode()
 
 
 def att_layer(data: bytes, predicate_type: str = "https://sigstore.dev/cosign/sign/v1") -> cosign.LayerRef:
-    return cosign.LayerRef(cosign.DSSE, sha256(data), len(data),
-                           {cosign.SIGNATURE_ANNOTATION: "", cosign.PREDICATE_TYPE_ANNOTATION: predicate_type})
+    return cosign.LayerRef(
+        cosign.DSSE,
+        sha256(data),
+        len(data),
+        {cosign.SIGNATURE_ANNOTATION: "", cosign.PREDICATE_TYPE_ANNOTATION: predicate_type},
+    )
 
 
 def bundle_key() -> keys.PublicKey:
@@ -236,8 +255,18 @@ def test_tampered_dsse_envelopes_fail_with_their_kind():
     flipped = body.replace(b"d7d5640c", b"d7d5640d")
     cases = [
         ({**doc, "payload": base64.b64encode(flipped).decode()}, SignatureInvalid),
-        ({**doc, "signatures": [{"keyid": "", "sig": base64.b64encode(
-            base64.b64decode(doc["signatures"][0]["sig"])[:-1] + b"\x00").decode()}]}, SignatureInvalid),
+        (
+            {
+                **doc,
+                "signatures": [
+                    {
+                        "keyid": "",
+                        "sig": base64.b64encode(base64.b64decode(doc["signatures"][0]["sig"])[:-1] + b"\x00").decode(),
+                    }
+                ],
+            },
+            SignatureInvalid,
+        ),
         ({**doc, "payloadType": "application/json"}, SignatureMalformed),  # cosign refuses it before the signature
         ({k: v for k, v in doc.items() if k != "signatures"}, SignatureMalformed),
     ]
@@ -274,10 +303,12 @@ def test_attestation_image_needs_one_good_layer_per_required_type():
     repo.add_blob(data)
     body = cosign.artefact_image([cosign.Blob(data, cosign.DSSE, att_layer(data).annotations)]).manifest
     fetch = signatures._fetcher(repo, "att")  # type: ignore[arg-type]
-    checks = signatures._verify_attestation_image(body, fetch, bundle_key(), V3_BUNDLE_SUBJECT,
-                                              ["https://sigstore.dev/cosign/sign/v1"], "att")
+    checks = signatures._verify_attestation_image(
+        body, fetch, bundle_key(), V3_BUNDLE_SUBJECT, ["https://sigstore.dev/cosign/sign/v1"], "att"
+    )
     assert [c.verified for c in checks] == [True]
     with pytest.raises(KilnError) as exc:
-        signatures._verify_attestation_image(body, fetch, bundle_key(), V3_BUNDLE_SUBJECT,
-                                         [cosign.CYCLONEDX_PREDICATE], "att")
+        signatures._verify_attestation_image(
+            body, fetch, bundle_key(), V3_BUNDLE_SUBJECT, [cosign.CYCLONEDX_PREDICATE], "att"
+        )
     assert exc.value.exit_code == 82 and "no https://cyclonedx.org/bom attestation" in exc.value.message

@@ -37,8 +37,13 @@ def test_payload_is_cosigns_field_for_field():
     assert cosign.simple_signing_payload("localhost:15381/tobby/fixture", V3_SUBJECT, None) == real
     # what kiln signs carries optional claims (creator, time, signer key); the critical
     # part, the only one verifiers read, keeps cosign's exact fields and order
-    ours = json.loads(cosign.simple_signing_payload("localhost:15381/tobby/fixture", V3_SUBJECT, {
-        "creator": "kiln 0.1.0", "timestamp": 1, cosign.SIGNER_CLAIM: "sha256:" + "a" * 64}))
+    ours = json.loads(
+        cosign.simple_signing_payload(
+            "localhost:15381/tobby/fixture",
+            V3_SUBJECT,
+            {"creator": "kiln 0.1.0", "timestamp": 1, cosign.SIGNER_CLAIM: "sha256:" + "a" * 64},
+        )
+    )
     theirs = json.loads(real)
     assert list(ours) == list(theirs) == ["critical", "optional"]
     assert ours["critical"] == theirs["critical"]
@@ -60,12 +65,18 @@ def test_att_layer_and_envelope_have_cosigns_fields():
     desc = layer.descriptor()
     assert list(desc) == ["mediaType", "size", "digest", "annotations"]
     assert desc["mediaType"] == "application/vnd.dsse.envelope.v1+json"
-    assert desc["annotations"] == {"dev.cosignproject.cosign/signature": "", "predicateType": "https://cyclonedx.org/bom"}
+    assert desc["annotations"] == {
+        "dev.cosignproject.cosign/signature": "",
+        "predicateType": "https://cyclonedx.org/bom",
+    }
     # the DSSE envelope: field by field as cosign's (pkg/policy/testdata/valid/custom)
     real = json.loads(fixture("cosign-spec", "policy-testdata-valid-custom.dsse.json").read_bytes())
     ours = json.loads(envelope)
-    assert shape(ours) == shape(real) == {"payloadType": "str", "payload": "str",
-                                          "signatures": [{"keyid": "str", "sig": "str"}]}
+    assert (
+        shape(ours)
+        == shape(real)
+        == {"payloadType": "str", "payload": "str", "signatures": [{"keyid": "str", "sig": "str"}]}
+    )
     assert ours["payloadType"] == real["payloadType"] == "application/vnd.in-toto+json"
     assert ours["signatures"][0]["keyid"] == real["signatures"][0]["keyid"] == ""
     # the statement: in-toto v1 as cosign 3 writes it (the bundle fixture), subject by sha256
@@ -89,10 +100,12 @@ def test_signing_writes_cosigns_layout_and_keeps_other_signers():
     repo.add_blob(existing.config.data)
     repo.put(cosign.signature_tag(image), existing.manifest)
     key = keys.generate()
-    statement = cosign.statement(cosign.CYCLONEDX_PREDICATE, {"bomFormat": "CycloneDX"},
-                                 [("registry.example.com/kiln/demo", image)])
-    result = signatures.sign_image(repo, image, key, [signatures.Attestation(cosign.CYCLONEDX_PREDICATE, statement)],
-                                creator="kiln test")
+    statement = cosign.statement(
+        cosign.CYCLONEDX_PREDICATE, {"bomFormat": "CycloneDX"}, [("registry.example.com/kiln/demo", image)]
+    )
+    result = signatures.sign_image(
+        repo, image, key, [signatures.Attestation(cosign.CYCLONEDX_PREDICATE, statement)], creator="kiln test"
+    )
     assert result.signature_tag == "sha256-" + image.removeprefix("sha256:") + ".sig"
     assert result.attestation_tag == "sha256-" + image.removeprefix("sha256:") + ".att"
     sig = json.loads(repo.manifest(result.signature_tag).body)
@@ -104,8 +117,9 @@ def test_signing_writes_cosigns_layout_and_keeps_other_signers():
     assert verified.signature_layer == sig["layers"][1]["digest"]
     assert verified.signed_identity == "registry.example.com/kiln/demo"
     # signing again reuses the good signature, and replaces kiln's own attestation type only
-    again = signatures.sign_image(repo, image, key, [signatures.Attestation(cosign.CYCLONEDX_PREDICATE, statement)],
-                               creator="kiln test")
+    again = signatures.sign_image(
+        repo, image, key, [signatures.Attestation(cosign.CYCLONEDX_PREDICATE, statement)], creator="kiln test"
+    )
     assert again.signature_reused and again.signature_manifest == result.signature_manifest
     att = json.loads(repo.manifest(result.attestation_tag).body)
     assert len(att["layers"]) == 1

@@ -67,10 +67,18 @@ def test_written_keys_follow_go_securesystemslib_field_by_field(tmp_path):
     assert len(base64.b64decode(ours["cipher"]["nonce"])) == 24
     # decrypt by hand, with nothing of kiln's: scrypt, secretbox, PKCS#8
     p = ours["kdf"]["params"]
-    box_key = hashlib.scrypt(b"pw", salt=base64.b64decode(ours["kdf"]["salt"]), n=p["N"], r=p["r"], p=p["p"],
-                             dklen=32, maxmem=256 * 1024 * 1024)
-    der = nacl.secret.SecretBox(box_key).decrypt(base64.b64decode(ours["ciphertext"]),
-                                                 base64.b64decode(ours["cipher"]["nonce"]))
+    box_key = hashlib.scrypt(
+        b"pw",
+        salt=base64.b64decode(ours["kdf"]["salt"]),
+        n=p["N"],
+        r=p["r"],
+        p=p["p"],
+        dklen=32,
+        maxmem=256 * 1024 * 1024,
+    )
+    der = nacl.secret.SecretBox(box_key).decrypt(
+        base64.b64decode(ours["ciphertext"]), base64.b64decode(ours["cipher"]["nonce"])
+    )
     private = serialization.load_der_private_key(der, None)
     assert isinstance(private, ec.EllipticCurvePrivateKey) and private.curve.name == "secp256r1"
     public = serialization.load_pem_public_key(files.public.read_bytes())
@@ -103,19 +111,24 @@ def test_key_pair_files_are_private_and_never_overwritten(tmp_path):
     assert files.private.read_bytes() == before
 
 
-@pytest.mark.parametrize("mutate, error", [
-    (lambda d: d.update(kdf={**d["kdf"], "params": {"N": 1 << 30, "r": 8, "p": 1}}), "unsupported scrypt"),
-    (lambda d: d.update(cipher={**d["cipher"], "name": "aes"}), "unknown cipher"),
-    (lambda d: d.update(cipher={**d["cipher"], "nonce": "AAAA"}), "nonce"),
-    (lambda d: d.pop("ciphertext"), "no field ciphertext"),
-])
+@pytest.mark.parametrize(
+    "mutate, error",
+    [
+        (lambda d: d.update(kdf={**d["kdf"], "params": {"N": 1 << 30, "r": 8, "p": 1}}), "unsupported scrypt"),
+        (lambda d: d.update(cipher={**d["cipher"], "name": "aes"}), "unknown cipher"),
+        (lambda d: d.update(cipher={**d["cipher"], "nonce": "AAAA"}), "nonce"),
+        (lambda d: d.pop("ciphertext"), "no field ciphertext"),
+    ],
+)
 def test_damaged_key_files_fail_in_one_line(tmp_path, mutate, error):
     pem = fixture("cosign-keys", "sigstore-labelled.key").read_bytes()
     doc = _body(pem)
     mutate(doc)
     body = base64.b64encode(json.dumps(doc).encode()).decode()
     damaged = tmp_path / "damaged.key"
-    damaged.write_text(f"-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n{body}\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n")
+    damaged.write_text(
+        f"-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n{body}\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n"
+    )
     with pytest.raises(SigningKeyInvalid, match=error) as exc:
         keys.load_private_key(damaged, PASSWORD)
     assert "\n" not in exc.value.message
@@ -129,8 +142,13 @@ def test_a_flipped_ciphertext_byte_is_caught_by_the_mac():
     doc["ciphertext"] = base64.b64encode(bytes(raw)).decode()
     body = base64.b64encode(json.dumps(doc).encode())
     with pytest.raises(SigningPasswordInvalid):
-        keys._decrypt(b"-----BEGIN ENCRYPTED COSIGN PRIVATE KEY-----\n" + body +
-                     b"\n-----END ENCRYPTED COSIGN PRIVATE KEY-----\n", PASSWORD, "x.key")
+        keys._decrypt(
+            b"-----BEGIN ENCRYPTED COSIGN PRIVATE KEY-----\n"
+            + body
+            + b"\n-----END ENCRYPTED COSIGN PRIVATE KEY-----\n",
+            PASSWORD,
+            "x.key",
+        )
 
 
 def test_public_keys_other_than_p256_are_refused(tmp_path):
@@ -149,7 +167,8 @@ def test_fingerprint_is_sha256_of_the_der_public_key():
     # the value the source of this fixture records for the same key (see README)
     assert pub.fingerprint == "sha256:dc2bcfdb0402cd0845f59232655c3ab2a53d55849d4665579efe45c6cc753478"
     der = serialization.load_pem_public_key(fixture("cosign-v3", "cosign.pub").read_bytes()).public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
     assert pub.fingerprint == "sha256:" + hashlib.sha256(der).hexdigest()
     assert hashes.SHA256  # the scheme the signatures use (see test_cosign_fixtures)
 
@@ -167,17 +186,25 @@ def test_cli_generate_reads_the_password_from_the_environment_or_stdin(tmp_path,
     again = run_kiln("keys", "generate", "--output-key-prefix", str(tmp_path / "team"), env=env, cwd=tmp_path)
     assert again.returncode == 80 and "exists" in again.stderr
     # cosign's variable works too
-    cosign = run_kiln("keys", "generate", "--output-key-prefix", str(tmp_path / "c"), cwd=tmp_path,
-                      env={"COSIGN_PASSWORD": "pw2"})
+    cosign = run_kiln(
+        "keys", "generate", "--output-key-prefix", str(tmp_path / "c"), cwd=tmp_path, env={"COSIGN_PASSWORD": "pw2"}
+    )
     assert cosign.returncode == 0, cosign.stderr
     keys.load_private_key(tmp_path / "c.key", b"pw2")
     # a password on stdin (a pipe)
-    piped = run_kiln("keys", "generate", "--output-key-prefix", str(tmp_path / "piped"), cwd=tmp_path,
-                     input="from-stdin\n")
+    piped = run_kiln(
+        "keys", "generate", "--output-key-prefix", str(tmp_path / "piped"), cwd=tmp_path, input="from-stdin\n"
+    )
     assert piped.returncode == 0, piped.stderr
     keys.load_private_key(tmp_path / "piped.key", b"from-stdin")
-    empty = run_kiln("keys", "generate", "--output-key-prefix", str(tmp_path / "empty"), cwd=tmp_path,
-                     env={"KILN_SIGNING_PASSWORD": ""})
+    empty = run_kiln(
+        "keys",
+        "generate",
+        "--output-key-prefix",
+        str(tmp_path / "empty"),
+        cwd=tmp_path,
+        env={"KILN_SIGNING_PASSWORD": ""},
+    )
     assert empty.returncode == 81 and not (tmp_path / "empty.key").exists()
     nothing = run_kiln("keys", "generate", "--output-key-prefix", str(tmp_path / "none"), cwd=tmp_path, input="")
     assert nothing.returncode == 81 and "stdin is empty" in nothing.stderr

@@ -21,8 +21,13 @@ def signed_repo(key: keys.PrivateKey) -> tuple[FakeRepository, str]:
     repo = FakeRepository("registry.example.com", "kiln/demo")
     image = repo.put("stable", b'{"schemaVersion":2,"layers":[]}')
     statement = cosign.statement(cosign.CYCLONEDX_PREDICATE, {}, [("registry.example.com/kiln/demo", image)])
-    signatures.sign_image(repo, image, key, [signatures.Attestation(cosign.CYCLONEDX_PREDICATE, statement)],  # type: ignore[arg-type]
-                       creator="kiln test")
+    signatures.sign_image(
+        repo,
+        image,
+        key,
+        [signatures.Attestation(cosign.CYCLONEDX_PREDICATE, statement)],  # type: ignore[arg-type]
+        creator="kiln test",
+    )
     return repo, image
 
 
@@ -48,24 +53,39 @@ def test_missing_signature_and_attestation_and_mirrored_identity():
     mirror.blobs, mirror.manifests = repo.blobs, repo.manifests
     with pytest.raises(SignedIdentityMismatch):
         signatures.verify_image(mirror, image, key.public, required=())  # type: ignore[arg-type]
-    done = signatures.verify_image(mirror, image, key.public, required=(cosign.CYCLONEDX_PREDICATE,),  # type: ignore[arg-type]
-                                signed_repository="registry.example.com/kiln/demo")
+    done = signatures.verify_image(
+        mirror,
+        image,
+        key.public,
+        required=(cosign.CYCLONEDX_PREDICATE,),  # type: ignore[arg-type]
+        signed_repository="registry.example.com/kiln/demo",
+    )
     assert done.verified and json.loads(json.dumps(done.as_dict()))["key_fingerprint"] == key.public.fingerprint
 
 
-@pytest.mark.parametrize("ref, tag, digest", [
-    ("registry.example.com/kiln/demo:stable", "stable", None),
-    ("127.0.0.1:5000/kiln/demo@sha256:" + "a" * 64, None, "sha256:" + "a" * 64),
-    ("http://localhost:5000/a/b/c:v1@sha256:" + "b" * 64, "v1", "sha256:" + "b" * 64),
-])
+@pytest.mark.parametrize(
+    "ref, tag, digest",
+    [
+        ("registry.example.com/kiln/demo:stable", "stable", None),
+        ("127.0.0.1:5000/kiln/demo@sha256:" + "a" * 64, None, "sha256:" + "a" * 64),
+        ("http://localhost:5000/a/b/c:v1@sha256:" + "b" * 64, "v1", "sha256:" + "b" * 64),
+    ],
+)
 def test_references(ref, tag, digest):
     parsed = signatures.parse_reference(ref)
     assert (parsed.tag, parsed.digest) == (tag, digest)
     assert str(parsed).endswith(ref.split("://")[-1].split("/", 1)[1])
 
 
-@pytest.mark.parametrize("ref", ["kiln/demo:stable", "registry.example.com/kiln/demo",
-                                 "registry.example.com/kiln/demo@sha256:12", "r.example/x:bad tag"])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "kiln/demo:stable",
+        "registry.example.com/kiln/demo",
+        "registry.example.com/kiln/demo@sha256:12",
+        "r.example/x:bad tag",
+    ],
+)
 def test_bad_references_are_one_line(ref):
     with pytest.raises(RegistryInvalid) as exc:
         signatures.parse_reference(ref)

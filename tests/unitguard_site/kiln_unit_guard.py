@@ -39,9 +39,17 @@ SITE_DIR = os.path.dirname(os.path.abspath(__file__))
 UNUSABLE_DOCKER_HOST = "unix:///nonexistent/kiln-unit-guard/docker.sock"
 
 # programs that need the daemon, a registry, the Debian mirror or the package index
-BLOCKED_PROGRAMS = frozenset({
-    "docker", "dockerd", "containerd", "docker-registry", "debootstrap", "apt-get", "apt",
-})
+BLOCKED_PROGRAMS = frozenset(
+    {
+        "docker",
+        "dockerd",
+        "containerd",
+        "docker-registry",
+        "debootstrap",
+        "apt-get",
+        "apt",
+    }
+)
 PIP_PROGRAMS = frozenset({"pip", "pip3", "uv"})  # blocked for install/download only
 PIP_BLOCKED_COMMANDS = frozenset({"install", "download"})
 # wrappers whose first non-option word is the real program
@@ -110,7 +118,7 @@ def blocked_argv(argv: Sequence[str]) -> str | None:
             if "-m" in rest:
                 at = rest.index("-m")
                 module = rest[at + 1] if at + 1 < len(rest) else ""
-                if module in {"pip", "pip3"} and _pip_subcommand(rest[at + 2:]):
+                if module in {"pip", "pip3"} and _pip_subcommand(rest[at + 2 :]):
                     return shlex.join(words)[:300]
             return None
         if prog in SHELLS:
@@ -119,8 +127,11 @@ def blocked_argv(argv: Sequence[str]) -> str | None:
             return None
         if prog in WRAPPERS:
             # skip options and VAR=value words; what follows is the program
-            while rest and (rest[0].startswith("-") or ("=" in rest[0] and not rest[0].startswith("/"))
-                            or (prog == "timeout" and rest[0][:1].isdigit())):
+            while rest and (
+                rest[0].startswith("-")
+                or ("=" in rest[0] and not rest[0].startswith("/"))
+                or (prog == "timeout" and rest[0][:1].isdigit())
+            ):
                 rest = rest[1:]
             words = rest
             continue
@@ -342,7 +353,7 @@ def _exec_argv(name: str, args: Iterable[Any], argv_at: int) -> list[str]:
     args = list(args)
     if argv_at in (-1, -2):  # execl(path, arg0, arg1, ...), spawnl(mode, path, arg0, ...)
         at = -argv_at - 1  # where path is
-        words = [os.fsdecode(a) for a in args[at + 2:] if isinstance(a, (str, bytes))]
+        words = [os.fsdecode(a) for a in args[at + 2 :] if isinstance(a, (str, bytes))]
         return [os.fsdecode(args[at]), *words]
     if len(args) <= argv_at:
         return []

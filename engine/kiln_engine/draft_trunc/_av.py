@@ -94,16 +94,12 @@ def _hook_for(state: _state.State, device: torch.device) -> _Hook:
             from ._av_stats import AvStats
             from ._metrics import FeatureCounters
 
-            stats = AvStats(
-                device, state.knobs.log_interval, FeatureCounters.register(), state.knobs.av_timing
-            )
+            stats = AvStats(device, state.knobs.log_interval, FeatureCounters.register(), state.knobs.av_timing)
         _hook = _Hook(state, stats)
     return _hook
 
 
-def _corrected(
-    hook: _Hook, confidence_probs: torch.Tensor, num_reqs: int, cal: Calibration
-) -> torch.Tensor:
+def _corrected(hook: _Hook, confidence_probs: torch.Tensor, num_reqs: int, cal: Calibration) -> torch.Tensor:
     import torch
 
     from ._kernels.av import launch_av

@@ -78,9 +78,7 @@ def sampling_defaults(vllm_config: VllmConfig) -> dict[str, Any]:
 
 
 def _hf(vllm_config: VllmConfig) -> Any:
-    return _get(vllm_config, "model_config", "hf_text_config") or _get(
-        vllm_config, "model_config", "hf_config"
-    )
+    return _get(vllm_config, "model_config", "hf_text_config") or _get(vllm_config, "model_config", "hf_config")
 
 
 def _first_int(obj: object, names: Iterable[str]) -> int:

@@ -90,9 +90,7 @@ def experts_touched(layer: MoELayer, live: float) -> float:
         return 0.0
     if layer.skew <= 0.0:
         return layer.experts * -math.expm1(live * math.log1p(-layer.top_k / layer.experts))
-    return sum(
-        1.0 if p >= 1.0 else -math.expm1(live * math.log1p(-p)) for p in hit_probabilities(layer)
-    )
+    return sum(1.0 if p >= 1.0 else -math.expm1(live * math.log1p(-p)) for p in hit_probabilities(layer))
 
 
 def live_table(layer: MoELayer, cost: RoutedCost, max_tokens: int) -> list[float]:
@@ -102,8 +100,7 @@ def live_table(layer: MoELayer, cost: RoutedCost, max_tokens: int) -> list[float
     The policy kernel reads it by index, so any routing model works on device.
     """
     return [
-        cost.t_byte * experts_touched(layer, n) * layer.expert_bytes
-        + cost.t_route * n * layer.top_k
+        cost.t_byte * experts_touched(layer, n) * layer.expert_bytes + cost.t_route * n * layer.top_k
         for n in range(max_tokens + 1)
     ]
 
@@ -145,4 +142,3 @@ class DraftCost:
         """Drafting D positions, in units of a fully verified step."""
         share, first = self.at(reqs)
         return share * (first + max(depth - 1, 0))
-

@@ -48,8 +48,7 @@ HELP: Mapping[str, str] = {
     "av_hook_seconds": "GPU seconds of the timed kiln-av hook calls (CUDA events)",
     "av_hook_host_seconds": "host seconds of the timed kiln-av hook calls",
     "graded": "verified drafts graded into the cost policy's calibration",
-    "excluded": "verified drafts kept out of the calibration: their request's sampling "
-    "settings act on the target only",
+    "excluded": "verified drafts kept out of the calibration: their request's sampling settings act on the target only",
 }
 
 
@@ -66,9 +65,7 @@ class FeatureCounters:
 
     # One set per registry and process: a registry refuses a second counter of a
     # name, and the process-wide default registry outlives any draft_trunc state.
-    _made: ClassVar[weakref.WeakKeyDictionary[CollectorRegistry, FeatureCounters]] = (
-        weakref.WeakKeyDictionary()
-    )
+    _made: ClassVar[weakref.WeakKeyDictionary[CollectorRegistry, FeatureCounters]] = weakref.WeakKeyDictionary()
 
     @classmethod
     def register(cls, registry: CollectorRegistry | None = None) -> FeatureCounters | None:
@@ -82,8 +79,7 @@ class FeatureCounters:
         target = prom.REGISTRY if registry is None else registry
         made = cls._made.get(target)
         if made is None:
-            made = cls({key: prom.Counter(f"{PREFIX}{key}", doc, registry=target)
-                        for key, doc in HELP.items()})
+            made = cls({key: prom.Counter(f"{PREFIX}{key}", doc, registry=target) for key, doc in HELP.items()})
             cls._made[target] = made
         return made
 

@@ -69,9 +69,7 @@ def log_step(
     from ._stats import StepStats
 
     if state.stats is None:
-        state.stats = StepStats(
-            buffers.live.device, state.knobs.log_interval, state.top_k, FeatureCounters.register()
-        )
+        state.stats = StepStats(buffers.live.device, state.knobs.log_interval, state.top_k, FeatureCounters.register())
     stats = state.stats
     before = stats.last
     stats.add(
@@ -116,8 +114,6 @@ def _write_trace(
         if outcome.proposed <= 0:  # prefill or no drafts: nothing was verified
             continue
         shown = [None if x != x else round(x, 6) for x in probs]  # NaN: no prediction
-        reqs.append(
-            {"p": shown, "kept": outcome.kept, "accepted": outcome.accepted, "n": outcome.proposed}
-        )
+        reqs.append({"p": shown, "kept": outcome.kept, "accepted": outcome.accepted, "n": outcome.proposed})
     if reqs:
         trace.write({"step": trace.steps, "k": p.shape[1], "reqs": reqs})

@@ -92,8 +92,7 @@ def _start_statistics(interval: int) -> None:
 
     published = FeatureCounters.register() is not None
     logger.info(
-        "draft_trunc statistics: every %d steps (%s=%d): a summary line and the "
-        "kiln_draft_trunc_* counters%s",
+        "draft_trunc statistics: every %d steps (%s=%d): a summary line and the kiln_draft_trunc_* counters%s",
         interval,
         name,
         interval,

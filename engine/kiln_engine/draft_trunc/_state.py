@@ -152,9 +152,7 @@ def set_moe_layer(layer: MoELayer | None) -> None:
     current.cost = None
 
 
-def prepare(
-    max_num_reqs: int, device: torch.device | str, max_num_tokens: int = 0, num_spec: int = 0
-) -> None:
+def prepare(max_num_reqs: int, device: torch.device | str, max_num_tokens: int = 0, num_spec: int = 0) -> None:
     """Allocate the per-slot buffers (and the cost table for ``max_num_tokens``,
     and the calibration for ``num_spec`` drafts) up front, else the first
     mark_dead does."""
@@ -176,20 +174,13 @@ def prepare(
             _prepare_calibration(state, max_num_reqs, num_spec, where)
 
 
-def _prepare_calibration(
-    state: State, max_num_reqs: int, num_spec: int, device: torch.device
-) -> None:
+def _prepare_calibration(state: State, max_num_reqs: int, num_spec: int, device: torch.device) -> None:
     from ._cost import TAU_GRID
     from ._kernels.buffers import Calibration
 
     cal = state.calibration
     same_shape = cal is not None and cal.hits.shape[0] == num_spec * TAU_GRID + 1
-    if (
-        cal is not None
-        and same_shape
-        and cal.bins.shape[0] >= max_num_reqs
-        and cal.bins.device == device
-    ):
+    if cal is not None and same_shape and cal.bins.shape[0] >= max_num_reqs and cal.bins.device == device:
         return
     fresh = Calibration.allocate(max_num_reqs, num_spec, device)
     if cal is not None and same_shape and cal.hits.device == device:
@@ -213,6 +204,4 @@ def _prepare_cost(state: State, max_num_tokens: int, device: torch.device) -> No
     size = max(max_num_tokens, 8192)
     state.cost_host = live_table(layer, H200_FIT, size)
     table = torch.tensor(state.cost_host, dtype=torch.float32, device=device)
-    state.cost = CostInputs(
-        table, H200_FIT.t_fixed, H200_FIT.t_token, other_ratio(state.knobs.other_share)
-    )
+    state.cost = CostInputs(table, H200_FIT.t_fixed, H200_FIT.t_token, other_ratio(state.knobs.other_share))

@@ -100,9 +100,7 @@ class StepStats:
     """The device-side accumulator; ``counters`` (None: none to publish to) get
     every flush."""
 
-    def __init__(
-        self, device: torch.device, interval: int, top_k: int, counters: FeatureCounters | None
-    ) -> None:
+    def __init__(self, device: torch.device, interval: int, top_k: int, counters: FeatureCounters | None) -> None:
         self.interval = interval
         self.top_k = top_k
         self.counters = counters
@@ -130,9 +128,7 @@ class StepStats:
         device counts, zeroed here)."""
         num_reqs = idx_mapping.shape[0]
         n, j, a, slots = _per_request(cu_num_logits, num_sampled, idx_mapping, live)
-        per_req = torch.stack(
-            (n, j, a, expected[slots], n - j, j - a, ((a == j) & (j < n)).float())
-        )
+        per_req = torch.stack((n, j, a, expected[slots], n - j, j - a, ((a == j) & (j < n)).float()))
         self.acc[:7] += per_req.sum(dim=1).double()
         self.acc[_IDX["requests"]] += num_reqs
         self.acc[_IDX["tokens"]] += num_tokens

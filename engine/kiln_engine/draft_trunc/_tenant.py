@@ -84,11 +84,7 @@ def target_only_settings(params: Any, defaults: Mapping[str, Any] | None = None)
     defaults = defaults or {}
     found = [name for name, neutral in PENALTIES.items() if _departs(params, defaults, name, neutral)]
     if _number(getattr(params, "temperature", None), "temperature", 1.0) >= GREEDY_BELOW:
-        found += [
-            name
-            for name, neutral in TRUNCATIONS.items()
-            if _departs(params, defaults, name, neutral)
-        ]
+        found += [name for name, neutral in TRUNCATIONS.items() if _departs(params, defaults, name, neutral)]
     found += [name for name, attr in PRESENT.items() if _present(getattr(params, attr, None))]
     # min_tokens masks the stop tokens (EOS included) on the target until it is reached
     if (getattr(params, "min_tokens", 0) or 0) > 0 and getattr(params, "all_stop_token_ids", None):

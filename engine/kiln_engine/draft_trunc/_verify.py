@@ -66,9 +66,7 @@ def mark_dead(
     assert predictions.shape[1] == num_speculative_steps, (
         f"predictions hold {predictions.shape[1]} steps, drafts {num_speculative_steps}"
     )
-    _state.prepare(
-        predictions.shape[0], predictions.device, is_padding.shape[0], num_speculative_steps
-    )
+    _state.prepare(predictions.shape[0], predictions.device, is_padding.shape[0], num_speculative_steps)
     from ._kernels.buffers import MarkInputs
     from ._kernels.kernel import MAX_COST_REQS, launch_mark_dead
 
@@ -78,9 +76,7 @@ def mark_dead(
     if cost is not None and knobs.draft_cost:
         drafted = state.drafted if state.drafted is not None else num_speculative_steps
         cost = cost._replace(t_draft=draft_time(num_reqs, drafted, num_speculative_steps))
-    inputs = MarkInputs(
-        is_padding, query_start_loc, cu_num_logits, idx_mapping, seq_lens, prefill_len, predictions
-    )
+    inputs = MarkInputs(is_padding, query_start_loc, cu_num_logits, idx_mapping, seq_lens, prefill_len, predictions)
     launch_mark_dead(
         inputs,
         buffers,
@@ -126,9 +122,7 @@ class ExpandedBatch(Protocol):
     expanded_local_pos: torch.Tensor
 
 
-def verify_mask(
-    input_batch: ExpandedBatch, invalid_drafts: torch.Tensor | None = None
-) -> torch.Tensor | None:
+def verify_mask(input_batch: ExpandedBatch, invalid_drafts: torch.Tensor | None = None) -> torch.Tensor | None:
     """``invalid_drafts`` for the rejection sampler, widened by this step's marks.
 
     Row ``c0 + i`` of a request carries draft ``d_i``; drafts past the kept
@@ -182,9 +176,7 @@ def mask_from_live(
     return mask if invalid_drafts is None else (mask | invalid_drafts)
 
 
-def graded(
-    num_rejected: torch.Tensor, cu_num_logits: torch.Tensor, idx_mapping: torch.Tensor
-) -> torch.Tensor:
+def graded(num_rejected: torch.Tensor, cu_num_logits: torch.Tensor, idx_mapping: torch.Tensor) -> torch.Tensor:
     """Rejection counts to grade the acceptance estimator with.
 
     A truncated window that accepted all ``j`` kept drafts would otherwise be

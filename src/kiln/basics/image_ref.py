@@ -30,15 +30,18 @@ class _ImageReference:
     def path(self) -> str:
         """The repository path inside its registry (the name without its host)."""
         host = self.host
-        return self.name[len(host) + 1:] if host is not None else self.name
+        return self.name[len(host) + 1 :] if host is not None else self.name
 
     def pinned(self, digest: str) -> str:
         """`NAME@digest`: the tag only labels an image, the digest is what is pulled."""
         return f"{self.name}@{digest}"
 
     def __str__(self) -> str:
-        return self.name + (f":{self.tag}" if self.tag is not None else "") + (
-            f"@{self.digest}" if self.digest is not None else "")
+        return (
+            self.name
+            + (f":{self.tag}" if self.tag is not None else "")
+            + (f"@{self.digest}" if self.digest is not None else "")
+        )
 
 
 def parse(ref: str) -> _ImageReference:
@@ -46,5 +49,5 @@ def parse(ref: str) -> _ImageReference:
     rest, at, digest = ref.partition("@")
     slash, colon = rest.rfind("/"), rest.rfind(":")
     if colon > slash:
-        return _ImageReference(rest[:colon], rest[colon + 1:], digest if at else None)
+        return _ImageReference(rest[:colon], rest[colon + 1 :], digest if at else None)
     return _ImageReference(rest, None, digest if at else None)

@@ -81,6 +81,5 @@ def human_secs(s: float) -> str:
     return f"{int(s // 60)} min {s % 60:.0f} s"
 
 
-
 def is_tty() -> bool:
     return sys.stderr.isatty()

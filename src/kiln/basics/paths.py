@@ -31,8 +31,10 @@ def repo_root() -> Path:
     if env:
         root = Path(env).resolve()
         if not _is_checkout(root):
-            raise NotACheckout(f"KILN_ROOT={env} is not a kiln checkout (it needs {', '.join(m + '/' for m in _MARKERS)})",
-                               hint="point KILN_ROOT at the folder holding recipes/, or unset it and cd into the checkout")
+            raise NotACheckout(
+                f"KILN_ROOT={env} is not a kiln checkout (it needs {', '.join(m + '/' for m in _MARKERS)})",
+                hint="point KILN_ROOT at the folder holding recipes/, or unset it and cd into the checkout",
+            )
         return root
     here = Path.cwd().resolve()
     for cand in (here, *here.parents):
@@ -92,7 +94,7 @@ def shown_home(path: Path | str) -> str:
     """A path for messages, with the home folder as ~ (shorter, and the same on every machine)."""
     text = str(path)
     home = os.path.expanduser("~")
-    return "~" + text[len(home):] if home != "/" and text.startswith(home + os.sep) else text
+    return "~" + text[len(home) :] if home != "/" and text.startswith(home + os.sep) else text
 
 
 def host_hf_cache() -> str:

@@ -88,14 +88,10 @@ class Activity:
         if self._progress is not None and self._task is not None:
             self._progress.reset(self._task, total=None, description=title, detail="")
 
-    def update(
-        self, detail: str = "", *, done: float | None = None, total: float | None = None
-    ) -> None:
+    def update(self, detail: str = "", *, done: float | None = None, total: float | None = None) -> None:
         """The latest state; cheap to call for every chunk of a stream."""
         if self._progress is not None and self._task is not None:
-            self._progress.update(
-                self._task, completed=done or 0, total=total or None, detail=detail[-110:]
-            )
+            self._progress.update(self._task, completed=done or 0, total=total or None, detail=detail[-110:])
             return
         now = time.monotonic()
         if self.silent or now - self._last_beat < self.heartbeat_s:
@@ -165,9 +161,7 @@ class BuildDisplay:
         self.stop()
         log.errors.print(f"[red]build failed at[/] {step}", markup=True, highlight=False)
         if tail:
-            log.errors.print(
-                "\n".join(f"    | {line}" for line in tail), markup=False, highlight=False
-            )
+            log.errors.print("\n".join(f"    | {line}" for line in tail), markup=False, highlight=False)
 
 
 class PushDisplay:

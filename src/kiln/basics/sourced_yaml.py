@@ -98,7 +98,9 @@ class _Loader(yaml.SafeLoader):
 
 def _scalar(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
     if node.tag not in _PLAIN_TAGS:
-        raise YamlProblem(_line(node), f"YAML tag {_short_tag(node.tag)} is not supported (quote the value if it is text)")
+        raise YamlProblem(
+            _line(node), f"YAML tag {_short_tag(node.tag)} is not supported (quote the value if it is text)"
+        )
     try:
         value = loader.construct_object(node, deep=True)
     except yaml.YAMLError as exc:

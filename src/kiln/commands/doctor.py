@@ -66,7 +66,9 @@ def doctor(as_json: bool = False) -> int:
     _row(True if deb else None, "debootstrap", deb or "missing (needed only for `kiln base build`)")
     usage = shutil.disk_usage(cache_dir())
     free_gb = usage.free / 1e9
-    good &= _row(free_gb > 15 if free_gb < 15 else True, "disk", f"{free_gb:.0f} GB free (an engine build needs ~10 GB)")
+    good &= _row(
+        free_gb > 15 if free_gb < 15 else True, "disk", f"{free_gb:.0f} GB free (an engine build needs ~10 GB)"
+    )
     try:
         ca = resolve_ca()
         _row(True, "CA bundle", f"{ca.path or 'none'} ({ca.origin})")

@@ -64,15 +64,20 @@ def _one_line_descriptions(node: Any) -> Any:
         return [_one_line_descriptions(item) for item in node]
     if not isinstance(node, dict):
         return node
-    return {key: " ".join(value.split()) if key == "description" and isinstance(value, str)
-            else _one_line_descriptions(value) for key, value in node.items()}
+    return {
+        key: " ".join(value.split())
+        if key == "description" and isinstance(value, str)
+        else _one_line_descriptions(value)
+        for key, value in node.items()
+    }
 
 
 def _json_schema(name: str, doc_type: Any = None) -> dict[str, Any]:
     """The JSON Schema of one document: `doc_type`'s, else the type DOCUMENTS names."""
     title, registered = DOCUMENTS[name]
     generated = _one_line_descriptions(
-        TypeAdapter(doc_type or registered).json_schema(mode="serialization", schema_generator=_Generator))
+        TypeAdapter(doc_type or registered).json_schema(mode="serialization", schema_generator=_Generator)
+    )
     schema: dict[str, Any] = {"$schema": _DRAFT, "$id": f"https://kiln.invalid/schemas/{name}.json", "title": title}
     schema.update((key, value) for key, value in generated.items() if key != "title")
     return schema
@@ -86,8 +91,11 @@ def _rendered(name: str, doc_type: Any = None) -> str:
 def _stale(folder: Path = _SCHEMAS) -> list[str]:
     """The files in `folder` that differ from what the types generate, or are missing,
     and any schema file no document generates (by file name, sorted)."""
-    out = [f"{name}.json" for name in DOCUMENTS
-           if not (folder / f"{name}.json").is_file() or (folder / f"{name}.json").read_text() != _rendered(name)]
+    out = [
+        f"{name}.json"
+        for name in DOCUMENTS
+        if not (folder / f"{name}.json").is_file() or (folder / f"{name}.json").read_text() != _rendered(name)
+    ]
     out += [p.name for p in folder.glob("*.json") if p.stem not in DOCUMENTS]
     return sorted(out)
 

@@ -21,8 +21,10 @@ def reports(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
 def count(what: str, most: int) -> Callable[[str], int]:
     """An argparse `type=` for a whole number in 1..`most`; anything else (signs, spaces,
     `1e3`) is refused with one line naming `what` it should count."""
+
     def parse(text: str) -> int:
         if not text.isdigit() or not 1 <= int(text) <= most:
             raise argparse.ArgumentTypeError(f"{text!r} is not a {what} count in 1..{most}")
         return int(text)
+
     return parse

@@ -80,8 +80,15 @@ def state(plat: str, root: Path | None = None) -> Emulation:
     mounted = (root / "status").exists()
     text = _read(root / entry) if mounted else ""
     fields = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
-    return Emulation(plat, native, mounted, bool(text), text.startswith("enabled"),
-                     fields.get("flags:", "").strip(), fields.get("interpreter", "").strip())
+    return Emulation(
+        plat,
+        native,
+        mounted,
+        bool(text),
+        text.startswith("enabled"),
+        fields.get("flags:", "").strip(),
+        fields.get("interpreter", "").strip(),
+    )
 
 
 def qemu_version(interpreter: str) -> str | None:
@@ -113,6 +120,8 @@ def require(plat: str, *, min_major: int | None = None) -> Emulation:
     if min_major is not None and not got.native:
         version = qemu_version(got.interpreter)
         if too_old(version, min_major):
-            raise EmulationUnavailable(f"{plat}: the registered emulator {got.interpreter} is qemu {version}; kiln's "
-                                       f"images import torch, which needs qemu {min_major} or newer under emulation")
+            raise EmulationUnavailable(
+                f"{plat}: the registered emulator {got.interpreter} is qemu {version}; kiln's "
+                f"images import torch, which needs qemu {min_major} or newer under emulation"
+            )
     return got

@@ -42,9 +42,7 @@ class Credentials:
     username: str
     password: str = field(repr=False)
     source: str = ""  # where they came from, for messages ("env", "docker config ...")
-    identity_token: str = field(
-        default="", repr=False
-    )  # an OAuth2 refresh token (`docker login` to ACR, ...)
+    identity_token: str = field(default="", repr=False)  # an OAuth2 refresh token (`docker login` to ACR, ...)
 
     def auth_config(self, server: str) -> AuthConfig:
         """The dict the docker SDK sends the daemon (X-Registry-Auth header)."""
@@ -65,9 +63,7 @@ def _host_key(name: str) -> str:
     return index_name(name.strip().split("://", 1)[-1].split("/", 1)[0])
 
 
-def resolve(
-    host: str, *, password_stdin: bool = False, stdin: TextIO | None = None
-) -> Credentials | None:
+def resolve(host: str, *, password_stdin: bool = False, stdin: TextIO | None = None) -> Credentials | None:
     """Credentials for the publish/promote target `host` (HOST[:PORT]), or None for anonymous."""
     bound = os.environ.get(_HOST_ENV, "").strip()
     if bound and not _same_host(bound, host):
@@ -103,8 +99,7 @@ def _from_env(password_stdin: bool, stdin: TextIO) -> Credentials | None:
     if password_stdin:
         if not user:
             raise RegistryAuthFailed(
-                f"--password-stdin reads only the password; the user name comes from {USER_ENV}, "
-                "which is not set",
+                f"--password-stdin reads only the password; the user name comes from {USER_ENV}, which is not set",
                 hint=_STDIN_EXAMPLE,
             )
         password = stdin.readline().rstrip("\r\n")
@@ -120,9 +115,7 @@ def _from_env(password_stdin: bool, stdin: TextIO) -> Credentials | None:
             hint=f"pipe it in with --password-stdin (or set {_PASSWORD_ENV})",
         )
     if password:
-        raise RegistryAuthFailed(
-            f"{_PASSWORD_ENV} is set but {USER_ENV} is not", hint=f"set {USER_ENV} too"
-        )
+        raise RegistryAuthFailed(f"{_PASSWORD_ENV} is set but {USER_ENV} is not", hint=f"set {USER_ENV} too")
     return None
 
 
@@ -147,8 +140,11 @@ def _from_docker_config(host: str) -> Credentials | None:
     path = _docker_config_path()
     if not path.is_file():
         return None
-    doc = read_document(path, DOCKER_CONFIG, functools.partial(
-        RegistryAuthFailed, hint="fix the file, or move it away and `docker login` again"))
+    doc = read_document(
+        path,
+        DOCKER_CONFIG,
+        functools.partial(RegistryAuthFailed, hint="fix the file, or move it away and `docker login` again"),
+    )
     if not any(doc.get(k) for k in ("auths", "credsStore", "credHelpers")):
         return None  # (an empty dict would send the SDK looking in ~/.docker instead)
     try:

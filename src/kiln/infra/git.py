@@ -50,8 +50,10 @@ def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, 
         try:
             proc = subprocess.run([*cmd, *files], capture_output=True, timeout=_TIMEOUT_S)
         except OSError:
-            raise UsageError("`git` is not installed; `kiln override rebase` merges with `git merge-file`",
-                             hint="install git (apt-get install git)") from None
+            raise UsageError(
+                "`git` is not installed; `kiln override rebase` merges with `git merge-file`",
+                hint="install git (apt-get install git)",
+            ) from None
         except subprocess.TimeoutExpired:
             raise UsageError(f"git merge-file: no answer in {_TIMEOUT_S} s") from None
     return proc.returncode, proc.stdout, proc.stderr.decode(errors="replace").strip()

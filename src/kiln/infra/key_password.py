@@ -33,9 +33,11 @@ def read(*, what: str, confirm: bool = False, stdin_taken: str | None = None) ->
     if env is not None:
         return env
     if stdin_taken:
-        raise SigningPasswordInvalid(f"{stdin_taken} reads the registry password from stdin, so the password for "
-                                     f"{what} cannot come from there too",
-                                     hint="set KILN_SIGNING_PASSWORD (or COSIGN_PASSWORD) for the signing key")
+        raise SigningPasswordInvalid(
+            f"{stdin_taken} reads the registry password from stdin, so the password for "
+            f"{what} cannot come from there too",
+            hint="set KILN_SIGNING_PASSWORD (or COSIGN_PASSWORD) for the signing key",
+        )
     if sys.stdin is not None and sys.stdin.isatty():
         first = getpass.getpass(f"Enter password for {what}: ", stream=sys.stderr)
         if confirm and getpass.getpass(f"Enter password for {what} again: ", stream=sys.stderr) != first:

@@ -57,8 +57,7 @@ _ACCEPT = "application/vnd.pypi.simple.v1+json"
 _RETRY_WAITS_S = (1.0, 2.0, 4.0)
 _TRANSIENT_HTTP = frozenset({429, 500, 502, 503, 504})
 # `wheel_releases` asks for JSON and takes HTML (PEP 691's content negotiation)
-_SIMPLE_ACCEPT = ("application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, "
-                  "text/html;q=0.1")
+_SIMPLE_ACCEPT = "application/vnd.pypi.simple.v1+json, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.1"
 _JSON_TYPES = frozenset({"application/vnd.pypi.simple.v1+json", "application/json"})
 _HTML_TYPES = frozenset({"application/vnd.pypi.simple.v1+html", "text/html"})
 # PyPI's page for vllm is ~130 kB; a page far larger is no index page worth reading
@@ -66,13 +65,16 @@ _MAX_PAGE_BYTES = 32 << 20
 
 
 # -- a PEP 691 (JSON simple API) project page: what kiln reads of it
-_IndexFileJson = TypedDict("_IndexFileJson", {
-    "filename": str,
-    "url": str,
-    "hashes": NotRequired[dict[str, str]],  # hash name -> hex digest
-    "yanked": NotRequired[bool | str | None],  # false, true, or the reason (yanked)
-    "requires-python": NotRequired[str | None],
-})
+_IndexFileJson = TypedDict(
+    "_IndexFileJson",
+    {
+        "filename": str,
+        "url": str,
+        "hashes": NotRequired[dict[str, str]],  # hash name -> hex digest
+        "yanked": NotRequired[bool | str | None],  # false, true, or the reason (yanked)
+        "requires-python": NotRequired[str | None],
+    },
+)
 
 
 class _ProjectPageJson(TypedDict):
@@ -113,8 +115,9 @@ def _pip_setting(key: str) -> str | None:
     if env:
         return env
     try:
-        out = subprocess.run([sys.executable, "-m", "pip", "config", "get", f"global.{key}"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "get", f"global.{key}"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return (out.stdout.strip() or None) if out.returncode == 0 else None
@@ -190,8 +193,7 @@ def download(url: str, dest: Path, sha256: str, *, cafile: Path | None) -> str:
     h = hashlib.sha256()
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=".dl-")
     try:
-        with os.fdopen(fd, "wb") as out, \
-                urllib.request.urlopen(url, timeout=600, context=_ssl_context(cafile)) as resp:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=600, context=_ssl_context(cafile)) as resp:
             for chunk in iter(lambda: resp.read(1 << 20), b""):
                 h.update(chunk)
                 out.write(chunk)
@@ -215,32 +217,60 @@ def uv_binary() -> str:
     return find_uv_bin()
 
 
-def compile_pins(requirements: list[str], *, uv_platform: str, python: str, cafile: Path | None,
-                 excludes: Sequence[str] = (), constraints: Sequence[str] = (),
-                 overrides: Sequence[str] = ()) -> list[Pin]:
+def compile_pins(
+    requirements: list[str],
+    *,
+    uv_platform: str,
+    python: str,
+    cafile: Path | None,
+    excludes: Sequence[str] = (),
+    constraints: Sequence[str] = (),
+    overrides: Sequence[str] = (),
+) -> list[Pin]:
     """`uv pip compile` of `requirements` for one target platform: exact pins, sorted."""
     with tempfile.TemporaryDirectory(prefix="kiln-lock-") as tmp:
         d = Path(tmp)
         (d / "in.txt").write_text("".join(r + "\n" for r in requirements))
-        cmd = [uv_binary(), "pip", "compile", str(d / "in.txt"), "-o", str(d / "out.txt"),
-               "--python-platform", uv_platform, "--python-version", python,
-               "--index-url", index_url(), "--no-header", "--no-annotate", "--quiet",
-               "--only-binary", ":all:"]
-        for flag, lines, fname in (("--excludes", excludes, "ex.txt"), ("--constraints", constraints, "c.txt"),
-                                   ("--overrides", overrides, "ov.txt")):
+        cmd = [
+            uv_binary(),
+            "pip",
+            "compile",
+            str(d / "in.txt"),
+            "-o",
+            str(d / "out.txt"),
+            "--python-platform",
+            uv_platform,
+            "--python-version",
+            python,
+            "--index-url",
+            index_url(),
+            "--no-header",
+            "--no-annotate",
+            "--quiet",
+            "--only-binary",
+            ":all:",
+        ]
+        for flag, lines, fname in (
+            ("--excludes", excludes, "ex.txt"),
+            ("--constraints", constraints, "c.txt"),
+            ("--overrides", overrides, "ov.txt"),
+        ):
             if lines:
                 (d / fname).write_text("".join(x + "\n" for x in lines))
                 cmd += [flag, str(d / fname)]
         for link in find_links():
             cmd += ["--find-links", link]
-        env = {**os.environ, **({"SSL_CERT_FILE": str(cafile)} if cafile else {}),
-               "UV_NO_CONFIG": "1", "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", str(cache_dir() / "uv"))}
+        env = {
+            **os.environ,
+            **({"SSL_CERT_FILE": str(cafile)} if cafile else {}),
+            "UV_NO_CONFIG": "1",
+            "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", str(cache_dir() / "uv")),
+        }
         env.pop("UV_INDEX_URL", None)
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
         if proc.returncode != 0:
             lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-            raise LockInvalid(f"uv pip compile ({uv_platform}) found no solution: "
-                              + " ".join(lines[-4:])[:600])
+            raise LockInvalid(f"uv pip compile ({uv_platform}) found no solution: " + " ".join(lines[-4:])[:600])
         pins = []
         for raw in (d / "out.txt").read_text().splitlines():
             line = raw.split("#", 1)[0].strip()
@@ -288,8 +318,9 @@ def _simple_page(url: str, cafile: Path | None) -> tuple[str, bytes] | None:
                 media = (resp.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
                 body = resp.read(_MAX_PAGE_BYTES + 1)
             if len(body) > _MAX_PAGE_BYTES:
-                raise PackageIndexInvalid(f"package index {url}: the answer is over {_MAX_PAGE_BYTES:,} bytes; "
-                                          "no index page is that large")
+                raise PackageIndexInvalid(
+                    f"package index {url}: the answer is over {_MAX_PAGE_BYTES:,} bytes; no index page is that large"
+                )
             return media, body
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
@@ -300,7 +331,8 @@ def _simple_page(url: str, cafile: Path | None) -> tuple[str, bytes] | None:
             if wait is None or not _transient(exc):
                 reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
                 raise PackageIndexUnreachable(
-                    f"could not ask the package index {url}: {one_line(str(reason) or type(reason).__name__)}") from None
+                    f"could not ask the package index {url}: {one_line(str(reason) or type(reason).__name__)}"
+                ) from None
         time.sleep(wait)
     raise AssertionError("unreachable: the last try returns or raises")
 
@@ -345,6 +377,7 @@ def _html_files(url: str, body: bytes) -> list[tuple[str, bool]]:
     parser.feed(body.decode("utf-8", errors="replace"))
     parser.close()
     if not parser.links:
-        raise PackageIndexInvalid(f"package index {url}: the answer is neither simple-API JSON "
-                                  "nor an HTML page with links (PEP 503)")
+        raise PackageIndexInvalid(
+            f"package index {url}: the answer is neither simple-API JSON nor an HTML page with links (PEP 503)"
+        )
     return parser.links

@@ -57,11 +57,25 @@ class SmokeRecord(TypedDict):
     tag: str
     input_digest: Sha256
     platform: Annotated[str, Field(description="The platform of the image smoke-tested (os/arch).")]
-    emulation_factor: Annotated[int | None, Field(description=(
-        "Another architecture under qemu: every time limit was this many times the recipe's; null when native."))]
-    level: NotRequired[Annotated[SmokeLevel, Field(description=(
-        "served: the image served the recipe's checks; in-image: a GPU recipe on a host without a GPU, proved "
-        "inside the image without serving (kiln smoke --in-image); absent in records older than the field: served."))]]
+    emulation_factor: Annotated[
+        int | None,
+        Field(
+            description=(
+                "Another architecture under qemu: every time limit was this many times the recipe's; null when native."
+            )
+        ),
+    ]
+    level: NotRequired[
+        Annotated[
+            SmokeLevel,
+            Field(
+                description=(
+                    "served: the image served the recipe's checks; in-image: a GPU recipe on a host without a GPU, proved "
+                    "inside the image without serving (kiln smoke --in-image); absent in records older than the field: served."
+                )
+            ),
+        ]
+    ]
     passed: bool
     started_at: str
     checks: list[CheckEntry]

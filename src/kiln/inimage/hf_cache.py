@@ -67,8 +67,9 @@ class HfModel:
 
     @classmethod
     def from_json(cls, data: HfModelJson) -> HfModel:
-        return cls(role=data["role"], repo=data["repo"], revision=data["revision"],
-                   tokenizer=bool(data.get("tokenizer", True)))
+        return cls(
+            role=data["role"], repo=data["repo"], revision=data["revision"], tokenizer=bool(data.get("tokenizer", True))
+        )
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,10 @@ class _Missing:
 
     @property
     def line(self) -> str:
-        return (f"{self.model.role} model {self.model.repo} at revision {self.model.revision}: "
-                f"{self.file} {self.why} in the Hugging Face cache {self.cache}")
+        return (
+            f"{self.model.role} model {self.model.repo} at revision {self.model.revision}: "
+            f"{self.file} {self.why} in the Hugging Face cache {self.cache}"
+        )
 
 
 def _repo_folder(repo: str) -> str:

@@ -48,8 +48,9 @@ def _tidy(text: str) -> str:
     return out if len(out) <= _MAX_MESSAGE else out[:_MAX_MESSAGE] + "..."
 
 
-def _problem(stage: str, message: str, group: int | None = None, key: str | None = None,
-             var: str | None = None) -> ProbeProblem:
+def _problem(
+    stage: str, message: str, group: int | None = None, key: str | None = None, var: str | None = None
+) -> ProbeProblem:
     return {"stage": stage, "group": group, "key": key, "var": var, "message": _tidy(message)}
 
 
@@ -208,8 +209,7 @@ class _FieldCheck:
         try:
             # Any: the annotation is a runtime object (pydantic >= 2.14 types TypeAdapter's
             # argument as type[T], which an Annotated[...] form or a union is not)
-            hint: Any = (typing.Annotated[(info.annotation, *info.metadata)] if info.metadata
-                         else info.annotation)
+            hint: Any = typing.Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
             TypeAdapter(hint, config=ConfigDict(arbitrary_types_allowed=True)).validate_python(value)
         except ValidationError as exc:
             return [f"{where}: {e['msg']}" for e in exc.errors()]
@@ -254,8 +254,9 @@ def _check_argv(vllm: _Vllm, groups: list[list[str]]) -> tuple[list[ProbeProblem
                 args.model = args.model_tag  # as ServeSubcommand.cmd does
             AsyncEngineArgs.from_cli_args(args)
         except Exception as exc:
-            problems.append(_problem("engine-args", f"{type(exc).__name__}: {exc}",
-                                     group=_blame(str(exc), groups, vllm)))
+            problems.append(
+                _problem("engine-args", f"{type(exc).__name__}: {exc}", group=_blame(str(exc), groups, vllm))
+            )
     try:
         owners = vllm.owners()
     except Exception:
@@ -270,8 +271,9 @@ def _check_argv(vllm: _Vllm, groups: list[list[str]]) -> tuple[list[ProbeProblem
     return problems, stages
 
 
-def _config_problems(vllm: _Vllm, groups: list[list[str]], bad: set[int], args: argparse.Namespace,
-                     owners: dict[str, Any]) -> list[ProbeProblem]:
+def _config_problems(
+    vllm: _Vllm, groups: list[list[str]], bad: set[int], args: argparse.Namespace, owners: dict[str, Any]
+) -> list[ProbeProblem]:
     check = _FieldCheck()
     chosen: list[tuple[int, str, Any]] = []
     for i, group in enumerate(groups[1:], 1):
@@ -293,8 +295,9 @@ def _config_problems(vllm: _Vllm, groups: list[list[str]], bad: set[int], args: 
     return out
 
 
-def _speculative_problems(vllm: _Vllm, groups: list[list[str]], bad: set[int],
-                          args: argparse.Namespace) -> list[ProbeProblem] | None:
+def _speculative_problems(
+    vllm: _Vllm, groups: list[list[str]], bad: set[int], args: argparse.Namespace
+) -> list[ProbeProblem] | None:
     spec = getattr(args, "speculative_config", None)
     if not isinstance(spec, dict):
         return None
@@ -302,8 +305,14 @@ def _speculative_problems(vllm: _Vllm, groups: list[list[str]], bad: set[int],
         from vllm.config import SpeculativeConfig  # late: in-image only
     except ImportError:
         return None
-    index = next((i for i, g in enumerate(groups[1:], 1)
-                  if i not in bad and (a := vllm.action(g[0])) is not None and a.dest == "speculative_config"), None)
+    index = next(
+        (
+            i
+            for i, g in enumerate(groups[1:], 1)
+            if i not in bad and (a := vllm.action(g[0])) is not None and a.dest == "speculative_config"
+        ),
+        None,
+    )
     check = _FieldCheck()
     values = {k.replace("-", "_"): v for k, v in spec.items()}  # as create_speculative_config does
     inst = check.instance(SpeculativeConfig, values)
@@ -316,8 +325,10 @@ def _speculative_problems(vllm: _Vllm, groups: list[list[str]], bad: set[int],
         for message in check.errors(SpeculativeConfig, name, value, inst):
             out.append(_problem("speculative", message, group=index, key=key))
     if not out:  # the whole-config checks judge valid fields only
-        out = [_problem("speculative", message, group=index, key=key)
-               for key, message in _speculative_whole(SpeculativeConfig, inst, spec)]
+        out = [
+            _problem("speculative", message, group=index, key=key)
+            for key, message in _speculative_whole(SpeculativeConfig, inst, spec)
+        ]
     return out
 
 

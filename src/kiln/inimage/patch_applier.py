@@ -151,8 +151,10 @@ class PatchResult:
                 continue
             for h in f.hunks:
                 if h.offset is None:
-                    out.append(f'{self.patch.display}: {f.target}: hunk #{h.number} {h.hunk.range_text()} '
-                               f'(first context line: "{h.hunk.first_context()}") does not apply')
+                    out.append(
+                        f"{self.patch.display}: {f.target}: hunk #{h.number} {h.hunk.range_text()} "
+                        f'(first context line: "{h.hunk.first_context()}") does not apply'
+                    )
         return out
 
 
@@ -184,7 +186,7 @@ def locate_hunk(lines: list[bytes], hunk: patch_format.Hunk, guess: int, lo: int
         spots = _candidates(min(max(guess, lo), hi), lo, hi)
     n = len(old)
     for pos in spots:
-        if lines[pos:pos + n] == old:
+        if lines[pos : pos + n] == old:
             return pos
     return None
 
@@ -194,7 +196,9 @@ def stated_index(hunk: patch_format.Hunk) -> int:
     return hunk.old_start - 1 if hunk.old_len else hunk.old_start
 
 
-def _apply_file(content: bytes | None, fd: patch_format.FileDiff, partial: bool = False) -> tuple[_FileResult, bytes | None]:
+def _apply_file(
+    content: bytes | None, fd: patch_format.FileDiff, partial: bool = False
+) -> tuple[_FileResult, bytes | None]:
     """Apply one file's hunks to `content` (None: the file does not exist). With
     `partial`, hunks that apply are applied even if others fail (`quilt push -f`)."""
     if fd.creates and content is not None:
@@ -335,16 +339,24 @@ def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[_Replacement
         current = tree.read(rep.target)
         actual = patch_format.sha256_bytes(current) if current is not None else "(file missing)"
         if actual != rep.upstream_sha256:
-            drift.append(f"feature {rep.feature}: {rep.target}: forked from a different upstream file "
-                         f"(expected sha256 {rep.upstream_sha256}, the engine has {actual})")
+            drift.append(
+                f"feature {rep.feature}: {rep.target}: forked from a different upstream file "
+                f"(expected sha256 {rep.upstream_sha256}, the engine has {actual})"
+            )
             continue
         data = rep.file.read_bytes()
         if any(line.startswith(patch_format.CONFLICT_MARKERS) for line in patch_format.split_lines(data)):
             drift.append(f"feature {rep.feature}: {rep.file}: unresolved conflict markers from `kiln override rebase`")
             continue
         tree.write(rep.target, data)
-        entries.append({"feature": rep.feature, "target": rep.target, "sha256": patch_format.sha256_bytes(data),
-                        "upstream_sha256": rep.upstream_sha256})
+        entries.append(
+            {
+                "feature": rep.feature,
+                "target": rep.target,
+                "sha256": patch_format.sha256_bytes(data),
+                "upstream_sha256": rep.upstream_sha256,
+            }
+        )
     if drift:
         raise patch_format.DriftError(drift)
     return entries
@@ -352,8 +364,10 @@ def apply_replacements(tree: Tree, reps: list[Replacement]) -> list[_Replacement
 
 # -- in-image command line -----------------------------------------------------------------
 def _manifest_entries(results: list[PatchResult], sources: dict[int, str]) -> list[_PatchEntry]:
-    return [{"name": r.patch.name, "sha256": r.patch.sha256, "source": sources[id(r.patch)],
-             "files": r.patch.targets} for r in results]
+    return [
+        {"name": r.patch.name, "sha256": r.patch.sha256, "source": sources[id(r.patch)], "files": r.patch.targets}
+        for r in results
+    ]
 
 
 def _json_object(path: Path, lists: tuple[str, ...] = (), strings: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -375,7 +389,9 @@ def _json_object(path: Path, lists: tuple[str, ...] = (), strings: tuple[str, ..
     return doc
 
 
-def _write_manifest(path: Path, patches: list[_PatchEntry], replacements: list[_ReplacementEntry], append: bool) -> None:
+def _write_manifest(
+    path: Path, patches: list[_PatchEntry], replacements: list[_ReplacementEntry], append: bool
+) -> None:
     doc: _Manifest = {"patches": [], "replacements": []}
     if append and path.is_file():  # the engine's own series' manifest, written at its build
         found = _json_object(path, lists=("patches", "replacements"))
@@ -398,10 +414,12 @@ def _load_overlays(overlays: Path) -> tuple[list[patch_format.Series], list[Repl
         if series:
             series_list.append(patch_format.load_series(fdir / series, f"{fdir}/{series}", f"feature:{name}"))
         for i, rep in enumerate(spec.get("replacements", [])):
-            if not isinstance(rep, dict) or not all(isinstance(rep.get(k), str)
-                                                    for k in ("target", "file", "upstream_sha256")):
+            if not isinstance(rep, dict) or not all(
+                isinstance(rep.get(k), str) for k in ("target", "file", "upstream_sha256")
+            ):
                 raise patch_format.PatchFormatError(
-                    [f"{path}: replacements[{i}]: must hold the strings target, file and upstream_sha256"])
+                    [f"{path}: replacements[{i}]: must hold the strings target, file and upstream_sha256"]
+                )
             reps.append(Replacement(name, rep["target"], fdir / rep["file"], rep["upstream_sha256"]))
     return series_list, reps
 
@@ -452,7 +470,13 @@ def main(argv: list[str] | None = None) -> int:
     except patch_format.PatchError as exc:
         for line in exc.lines:
             print(line, file=sys.stderr)
-        hint = _HINT_DRIFT if isinstance(exc, patch_format.DriftError) else _HINT_OVERLAY if args.cmd == "apply-overlays" else _HINT_PATCH
+        hint = (
+            _HINT_DRIFT
+            if isinstance(exc, patch_format.DriftError)
+            else _HINT_OVERLAY
+            if args.cmd == "apply-overlays"
+            else _HINT_PATCH
+        )
         print(hint, file=sys.stderr)
         return exc.exit_code
     return 0

@@ -148,8 +148,14 @@ class Hunk:
 
     def reversed(self) -> Hunk:
         swap = {b"-": b"+", b"+": b"-", b" ": b" "}
-        return Hunk(self.new_start, self.new_len, self.old_start, self.old_len, self.heading,
-                    [(swap[tag], text) for tag, text in self.lines])
+        return Hunk(
+            self.new_start,
+            self.new_len,
+            self.old_start,
+            self.old_len,
+            self.heading,
+            [(swap[tag], text) for tag, text in self.lines],
+        )
 
 
 @dataclass
@@ -196,8 +202,13 @@ class Patch:
         """Every patch says why it exists and whether it is meant for upstream."""
         text = self.header.decode("utf-8", "replace")
         problems = []
-        for key, why in (("Why", "say why this patch exists"),
-                         ("Upstream", "say whether it is meant for upstream, e.g. `Upstream: yes, <PR url>` or `Upstream: no, kiln-only`")):
+        for key, why in (
+            ("Why", "say why this patch exists"),
+            (
+                "Upstream",
+                "say whether it is meant for upstream, e.g. `Upstream: yes, <PR url>` or `Upstream: no, kiln-only`",
+            ),
+        ):
             if not re.search(rf"^\s*{key}:\s*\S", text, re.M):
                 problems.append(f"{self.display}: header has no `{key}:` line before the first `---` ({why})")
         return problems
@@ -248,8 +259,12 @@ def _parse_hunk(lines: list[bytes], i: int, display: str) -> tuple[Hunk, int]:
             want_new -= 1
             hunk.lines.append((tag, text))
         else:
-            raise PatchFormatError([f"{display}:{i + 1}: line does not fit hunk {hunk.range_text()} "
-                                    f"(line counts in the @@ header are wrong?)"])
+            raise PatchFormatError(
+                [
+                    f"{display}:{i + 1}: line does not fit hunk {hunk.range_text()} "
+                    f"(line counts in the @@ header are wrong?)"
+                ]
+            )
         i += 1
     if i < len(lines) and lines[i].startswith(b"\\"):
         _drop_newline(hunk, display, i)
@@ -289,8 +304,12 @@ def parse_patch(data: bytes, display: str, name: str | None = None) -> Patch:
             preamble.append(lines[i])
             i += 1
         if i >= len(lines) or not lines[i].startswith(b"--- "):
-            raise PatchFormatError([f"{display}:{start + 1}: file section without `---`/`+++` lines "
-                                    "(mode-only or rename diffs are not supported)"])
+            raise PatchFormatError(
+                [
+                    f"{display}:{start + 1}: file section without `---`/`+++` lines "
+                    "(mode-only or rename diffs are not supported)"
+                ]
+            )
         if i + 1 >= len(lines) or not lines[i + 1].startswith(b"+++ "):
             raise PatchFormatError([f"{display}:{i + 2}: `---` line not followed by `+++`"])
         old = _strip_path(lines[i][4:], f"{display}:{i + 1}")
@@ -311,7 +330,7 @@ def parse_patch(data: bytes, display: str, name: str | None = None) -> Patch:
             i += 1
         if not hunks:
             raise PatchFormatError([f"{display}:{start + 1}: {new or old}: no hunks"])
-        files.append(FileDiff(old, new, hunks, data[offsets[start]:offsets[i]], preamble))
+        files.append(FileDiff(old, new, hunks, data[offsets[start] : offsets[i]], preamble))
     # header + sections cover the file exactly: what refresh relies on for byte identity
     assert header + b"".join(f.raw for f in files) == data
     return Patch(display, name or os.path.basename(display), data, header, files)

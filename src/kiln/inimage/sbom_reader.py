@@ -31,8 +31,7 @@ from typing import Any, TypedDict
 
 _MARKER = "KILN-SBOM"
 # dpkg states whose files are on disk (`not-installed` and `config-files` have none)
-_ON_DISK = {"installed", "unpacked", "half-installed", "half-configured", "triggers-awaited",
-            "triggers-pending"}
+_ON_DISK = {"installed", "unpacked", "half-installed", "half-configured", "triggers-awaited", "triggers-pending"}
 _LICENSE_TEXT_MAX = 2000  # a License field may hold the whole licence text; the start is enough
 _SYSTEM_SITE_GLOBS = (
     "/usr/lib/python3/dist-packages",
@@ -42,7 +41,6 @@ _SYSTEM_SITE_GLOBS = (
     "/opt/*/lib/python3*/site-packages",
     "/opt/*/*/lib/python3*/site-packages",
 )
-
 
 
 class _DebianPackage(TypedDict):
@@ -145,15 +143,21 @@ def debian_packages(root: str) -> list[_DebianPackage]:
             if "(" in source:  # "Source: glibc (2.36-9+deb12u9)": built from another version
                 source, _, rest = source.partition("(")
                 source, source_version = source.strip(), rest.rstrip(")").strip()
-            out.append({
-                "name": p["Package"], "version": p.get("Version", ""),
-                "architecture": p.get("Architecture", ""), "source": source,
-                "source_version": source_version, "state": state,
-                "maintainer": p.get("Maintainer", ""), "homepage": p.get("Homepage", ""),
-                "summary": (p.get("Description") or "").split("\n", 1)[0],
-                "installed_size_kib": p.get("Installed-Size", ""),
-                "database": _image_path(root, path),
-            })
+            out.append(
+                {
+                    "name": p["Package"],
+                    "version": p.get("Version", ""),
+                    "architecture": p.get("Architecture", ""),
+                    "source": source,
+                    "source_version": source_version,
+                    "state": state,
+                    "maintainer": p.get("Maintainer", ""),
+                    "homepage": p.get("Homepage", ""),
+                    "summary": (p.get("Description") or "").split("\n", 1)[0],
+                    "installed_size_kib": p.get("Installed-Size", ""),
+                    "database": _image_path(root, path),
+                }
+            )
     return out
 
 
@@ -221,7 +225,8 @@ def _distribution(info_dir: str, location: str) -> _Distribution | None:
             direct_url = None
     license_text = msg.get("License") or ""
     return {
-        "name": name.strip(), "version": version.strip(),
+        "name": name.strip(),
+        "version": version.strip(),
         "summary": (msg.get("Summary") or "").strip(),
         "license_expression": (msg.get("License-Expression") or "").strip(),
         "license": license_text.strip()[:_LICENSE_TEXT_MAX],
@@ -297,8 +302,7 @@ def model_files(root: str, roots: Iterable[str]) -> list[_ModelFile]:
                 if path in seen or os.path.islink(host) or not os.path.isfile(host):
                     continue
                 seen.add(path)
-                out.append({"path": path, "root": model_root, "size": os.path.getsize(host),
-                            "sha256": _sha256(host)})
+                out.append({"path": path, "root": model_root, "size": os.path.getsize(host), "sha256": _sha256(host)})
     return out
 
 

@@ -38,16 +38,22 @@ def triton_cuda_utils(work: str) -> str:
     stub_c = os.path.join(work, "stub.c")
     with open(stub_c, "w") as f:
         f.write("int kiln_stub_libcuda;\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o",
-                    os.path.join(stub_dir, "libcuda.so.1"), stub_c], check=True)
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", os.path.join(stub_dir, "libcuda.so.1"), stub_c],
+        check=True,
+    )
     os.environ["TRITON_LIBCUDA_PATH"] = stub_dir
     os.environ["TRITON_CACHE_DIR"] = os.path.join(work, "triton-cache")
     import triton.backends.nvidia.driver as drv
     from triton.runtime.build import compile_so_from_file
 
-    so = compile_so_from_file(os.path.join(drv.dirname, "driver.c"), "cuda_utils",
-                              library_dirs=drv.library_dirs(), include_dirs=drv.include_dirs,
-                              libraries=drv.libraries)
+    so = compile_so_from_file(
+        os.path.join(drv.dirname, "driver.c"),
+        "cuda_utils",
+        library_dirs=drv.library_dirs(),
+        include_dirs=drv.include_dirs,
+        libraries=drv.libraries,
+    )
     info = read_dynamic(so)
     assert info is not None, f"{so} is not a shared library"
     assert b"PyInit_cuda_utils" in open(so, "rb").read(), f"{so} exports no PyInit_cuda_utils"
@@ -57,8 +63,13 @@ def triton_cuda_utils(work: str) -> str:
 def torch_cpp_extension(work: str) -> str:
     from torch.utils.cpp_extension import load_inline
 
-    mod = load_inline(name="kiln_probe", cpp_sources="int kiln_add(int a, int b) { return a + b; }",
-                      functions=["kiln_add"], build_directory=work, verbose=False)
+    mod = load_inline(
+        name="kiln_probe",
+        cpp_sources="int kiln_add(int a, int b) { return a + b; }",
+        functions=["kiln_add"],
+        build_directory=work,
+        verbose=False,
+    )
     assert mod.kiln_add(2, 3) == 5
     return "load_inline built and called kiln_add(2, 3) = 5"
 
@@ -72,8 +83,9 @@ def nvcc(work: str) -> str:
     with open(src, "w") as f:
         f.write("__global__ void kiln_k(float *x) { x[threadIdx.x] *= 2.0f; }\n")
     out = os.path.join(work, "k.o")
-    proc = subprocess.run([found[0], "-c", "-arch=sm_90", "-Xcompiler", "-fPIC", src, "-o", out],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [found[0], "-c", "-arch=sm_90", "-Xcompiler", "-fPIC", src, "-o", out], capture_output=True, text=True
+    )
     assert proc.returncode == 0, f"nvcc failed: {(proc.stderr or proc.stdout).strip()[-400:]}"
     return f"{os.path.relpath(found[0], os.path.dirname(nvidia.__path__[0]))} -arch=sm_90: {os.path.getsize(out)} bytes"
 
@@ -85,8 +97,9 @@ def main() -> int:
             try:
                 result["ok"][check.__name__] = check(work)
             except BaseException as exc:
-                result["failed"][check.__name__] = "".join(
-                    traceback.format_exception_only(type(exc), exc)).strip()[-600:]
+                result["failed"][check.__name__] = "".join(traceback.format_exception_only(type(exc), exc)).strip()[
+                    -600:
+                ]
     if "--json" in sys.argv:
         print("KILN-PROOF " + json.dumps(result))
     else:

@@ -67,11 +67,17 @@ def main() -> int:
     import torch
 
     site = os.path.dirname(os.path.dirname(torch.__file__))
-    result = {"torch": torch.__version__, "cuda": torch.version.cuda,
-              "gpu_visible": torch.cuda.is_available(), **load_all(libraries(site), site)}
-    calls = {"cudnn_version": lambda: torch.backends.cudnn.version(),
-             "nccl_version": lambda: ".".join(map(str, torch.cuda.nccl.version())),
-             "cuda_compiled": lambda: torch._C._cuda_getCompiledVersion()}
+    result = {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "gpu_visible": torch.cuda.is_available(),
+        **load_all(libraries(site), site),
+    }
+    calls = {
+        "cudnn_version": lambda: torch.backends.cudnn.version(),
+        "nccl_version": lambda: ".".join(map(str, torch.cuda.nccl.version())),
+        "cuda_compiled": lambda: torch._C._cuda_getCompiledVersion(),
+    }
     result["calls"] = {}
     for name, call in calls.items():
         try:

@@ -44,14 +44,26 @@ DRIVER_LIBS = {
 # (file pattern, needed names, why): plugins pip's wheels ship for host stacks that no
 # `pip install` provides; their loaders dlopen them only when that stack is configured.
 OPTIONAL_PLUGINS = [
-    ("*/numba/np/ufunc/tbbpool*.so", {"libtbb.so.12"},
-     "numba's TBB threading layer: used only if the tbb package is installed, else OpenMP or workqueue"),
-    ("*/nvidia/*/lib/libcufile_rdma.so*", {"libmlx5.so.1", "librdmacm.so.1", "libibverbs.so.1"},
-     "cuFile's RDMA plugin (GPUDirect Storage over InfiniBand): loaded only with rdma-core configured"),
-    ("*/nvidia/nvshmem/lib/nvshmem_bootstrap_*.so*", {"libmpi.so.40", "libpmix.so.2", "liboshmem.so.40"},
-     "NVSHMEM bootstraps for MPI, PMIx and OpenSHMEM launchers: dlopened only when NVSHMEM_BOOTSTRAP names them"),
-    ("*/nvidia/nvshmem/lib/nvshmem_transport_*.so*", {"libmlx5.so.1", "libfabric.so.1", "libucs.so.0", "libucp.so.0"},
-     "NVSHMEM's InfiniBand, libfabric and UCX transports: dlopened only for inter-node NVSHMEM over those stacks"),
+    (
+        "*/numba/np/ufunc/tbbpool*.so",
+        {"libtbb.so.12"},
+        "numba's TBB threading layer: used only if the tbb package is installed, else OpenMP or workqueue",
+    ),
+    (
+        "*/nvidia/*/lib/libcufile_rdma.so*",
+        {"libmlx5.so.1", "librdmacm.so.1", "libibverbs.so.1"},
+        "cuFile's RDMA plugin (GPUDirect Storage over InfiniBand): loaded only with rdma-core configured",
+    ),
+    (
+        "*/nvidia/nvshmem/lib/nvshmem_bootstrap_*.so*",
+        {"libmpi.so.40", "libpmix.so.2", "liboshmem.so.40"},
+        "NVSHMEM bootstraps for MPI, PMIx and OpenSHMEM launchers: dlopened only when NVSHMEM_BOOTSTRAP names them",
+    ),
+    (
+        "*/nvidia/nvshmem/lib/nvshmem_transport_*.so*",
+        {"libmlx5.so.1", "libfabric.so.1", "libucs.so.0", "libucp.so.0"},
+        "NVSHMEM's InfiniBand, libfabric and UCX transports: dlopened only for inter-node NVSHMEM over those stacks",
+    ),
 ]
 
 # the image's own machine (it runs under qemu for another architecture): its ELF files are
@@ -90,14 +102,13 @@ def read_dynamic(path: str) -> ElfInfo | None:
             head = native_elf_header(f)
             if head is None:
                 return None
-            e_phoff, = struct.unpack_from("<Q", head, 32)
+            (e_phoff,) = struct.unpack_from("<Q", head, 32)
             e_phentsize, e_phnum = struct.unpack_from("<HH", head, 54)
             f.seek(e_phoff)
             ph = f.read(e_phentsize * e_phnum)
             loads, dyn = [], None
             for i in range(e_phnum):
-                p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack_from(
-                    "<IIQQQQQQ", ph, i * e_phentsize)
+                p_type, _, p_offset, p_vaddr, _, p_filesz, _, _ = struct.unpack_from("<IIQQQQQQ", ph, i * e_phentsize)
                 if p_type == PT_LOAD:
                     loads.append((p_vaddr, p_offset, p_filesz))
                 elif p_type == PT_DYNAMIC:
@@ -203,8 +214,15 @@ def prove(root: str, dirs: list[str]) -> dict:
         if info.soname:
             sonames.setdefault(info.soname, path)
     system_dirs = ld_conf_dirs(root) + DEFAULT_DIRS
-    counts = {"elf_files": len(elves), "needed_entries": 0, "by_search_path": 0,
-              "by_soname_preloaded": 0, "driver": 0, "optional_plugin": 0, "unresolved": 0}
+    counts = {
+        "elf_files": len(elves),
+        "needed_entries": 0,
+        "by_search_path": 0,
+        "by_soname_preloaded": 0,
+        "driver": 0,
+        "optional_plugin": 0,
+        "unresolved": 0,
+    }
     unresolved, driver_users, preloaded, optional = [], {}, {}, []
     for path, info in sorted(elves.items()):
         origin = os.path.dirname(path)
@@ -226,10 +244,15 @@ def prove(root: str, dirs: list[str]) -> dict:
             else:
                 counts["unresolved"] += 1
                 unresolved.append(f"{path}: {name}")
-    return {"counts": counts, "unresolved": unresolved, "preloaded": dict(sorted(preloaded.items())),
-            "optional_plugins": optional,
-            "driver": {k: {"why": DRIVER_LIBS[k], "files": len(v), "example": v[0]}
-                       for k, v in sorted(driver_users.items())}}
+    return {
+        "counts": counts,
+        "unresolved": unresolved,
+        "preloaded": dict(sorted(preloaded.items())),
+        "optional_plugins": optional,
+        "driver": {
+            k: {"why": DRIVER_LIBS[k], "files": len(v), "example": v[0]} for k, v in sorted(driver_users.items())
+        },
+    }
 
 
 def _optional_plugin(path: str, name: str) -> str | None:

@@ -47,8 +47,9 @@ def module_names(package: str) -> list[str]:
             name = f"{prefix}.{info.name}"
             names.append(name)
             if info.ispkg:
-                stack.append((name, [os.path.join(p, info.name) for p in paths
-                                     if os.path.isdir(os.path.join(p, info.name))]))
+                stack.append(
+                    (name, [os.path.join(p, info.name) for p in paths if os.path.isdir(os.path.join(p, info.name))])
+                )
     return sorted(set(names), key=lambda n: (n.count("."), n))
 
 
@@ -80,9 +81,12 @@ def import_all(names: list[str], timeout: int) -> dict:
 def _describe(exc: BaseException) -> dict:
     frames = traceback.extract_tb(exc.__traceback__)
     where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else ""
-    return {"type": type(exc).__name__, "message": str(exc).splitlines()[0][:300] if str(exc) else "",
-            "missing": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
-            "where": where}
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc).splitlines()[0][:300] if str(exc) else "",
+        "missing": getattr(exc, "name", None) if isinstance(exc, ImportError) else None,
+        "where": where,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,9 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         result[package] = import_all(names, args.timeout)
         result[package]["seconds"] = round(time.monotonic() - t0, 1)
         r = result[package]
-        print(f"import_walk: {package}: {r['imported']}/{r['modules']} imported, "
-              f"{len(r['failed'])} failed, {len(r['programs'])} __main__ skipped "
-              f"[{r['seconds']} s]", file=sys.stderr, flush=True)
+        print(
+            f"import_walk: {package}: {r['imported']}/{r['modules']} imported, "
+            f"{len(r['failed'])} failed, {len(r['programs'])} __main__ skipped "
+            f"[{r['seconds']} s]",
+            file=sys.stderr,
+            flush=True,
+        )
     if args.json:
         print("KILN-PROOF " + json.dumps(result), flush=True)
     else:

@@ -36,7 +36,7 @@ def dynamic_symbols(path: str) -> tuple[set[str], set[str]] | None:
             head = native_elf_header(f)
             if head is None:
                 return None
-            shoff, = struct.unpack_from("<Q", head, 0x28)
+            (shoff,) = struct.unpack_from("<Q", head, 0x28)
             shentsize, shnum = struct.unpack_from("<HH", head, 0x3A)
             if not shoff or not shnum:
                 return None
@@ -56,7 +56,7 @@ def dynamic_symbols(path: str) -> tuple[set[str], set[str]] | None:
     defined, undefined = set(), set()
     for off in range(24, len(table) - 23, 24):  # entry 0 is the null symbol
         st_name, _, _, st_shndx = struct.unpack_from("<IBBH", table, off)
-        name = names[st_name:names.find(b"\0", st_name)].decode(errors="replace")
+        name = names[st_name : names.find(b"\0", st_name)].decode(errors="replace")
         if name:
             (undefined if st_shndx == 0 else defined).add(name)
     return defined, undefined
@@ -95,8 +95,11 @@ def main(argv: list[str]) -> int:
         while rest[:1] == ["--absent"]:
             absent.append(rest[1])
             rest = rest[2:]
-        result = {"users": users("/", set(rest)), "names": len(set(rest)),
-                  "present": [lib for lib in absent if os.path.exists(os.path.join(site, lib))]}
+        result = {
+            "users": users("/", set(rest)),
+            "names": len(set(rest)),
+            "present": [lib for lib in absent if os.path.exists(os.path.join(site, lib))],
+        }
         bad = bool(result["users"] or result["present"])
     else:
         print(__doc__)

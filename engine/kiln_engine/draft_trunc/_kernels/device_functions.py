@@ -79,9 +79,7 @@ def request_block(
     # Only a pure verify query [t0, d1..dn] whose t0 lies past the prefill
     # may lose drafts: prompt, prefill-chunk and placeholder drafts stay.
     eligible = rmask & (n > 0) & (qe - qs == n + 1) & (seq_len - n - 1 >= prefill_len)
-    explored = (explore_uniform(step, slot) < explore) | (
-        (deep != 0) & (explore_uniform(step, DEPTH_KEY) < explore)
-    )
+    explored = (explore_uniform(step, slot) < explore) | ((deep != 0) & (explore_uniform(step, DEPTH_KEY) < explore))
     depth = tl.load(depth_ptr + slot, mask=rmask, other=K)
     made = tl.where(eligible, tl.minimum(n, depth), n)
     return rmask, slot, n, made, qe, eligible, eligible & (~explored)
@@ -162,9 +160,7 @@ def survivals(
 
 
 @jit
-def _calibrated(
-    hits_ptr: tl.tensor, counts_ptr: tl.tensor, k: tl.constexpr, K: tl.constexpr
-) -> tl.tensor:
+def _calibrated(hits_ptr: tl.tensor, counts_ptr: tl.tensor, k: tl.constexpr, K: tl.constexpr) -> tl.tensor:
     """Calibrated survival (``kiln_testkit.dt_cost.calibrated_values``) of the TAU_GRID cells of
     position k: each bin's drafts shrunk toward the middle of the bin with
     CAL_PRIOR pseudo-drafts."""

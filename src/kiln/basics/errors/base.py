@@ -54,17 +54,22 @@ class KilnError(Exception):
     def document(self) -> ErrorDocument:
         """The error document of a `--json` command: the lines printed, less the hint's, are its problems."""
         problems = [ln for ln in self.lines() if not ln.startswith("hint: ")]
-        return ErrorDocument(error=ErrorBody(type=type(self).__name__, exit_code=self.exit_code,
-                                             message="\n".join(problems), problems=problems, hint=self.hint or ""))
+        return ErrorDocument(
+            error=ErrorBody(
+                type=type(self).__name__,
+                exit_code=self.exit_code,
+                message="\n".join(problems),
+                problems=problems,
+                hint=self.hint or "",
+            )
+        )
 
 
 def one_line(text: str) -> str:
     """``text`` with control, format and line-separator characters escaped, so a hostile
     key or file name can neither split an error line nor send terminal escapes to CI logs."""
     return "".join(
-        ch
-        if ch == " " or unicodedata.category(ch) not in {"Cc", "Cf", "Zl", "Zp", "Cs"}
-        else ascii(ch)[1:-1]
+        ch if ch == " " or unicodedata.category(ch) not in {"Cc", "Cf", "Zl", "Zp", "Cs"} else ascii(ch)[1:-1]
         for ch in text
     )
 
@@ -83,4 +88,3 @@ class ManyProblems:
 
     def lines(self) -> list[str]:
         return [*self.problems, *([f"hint: {self.hint}"] if self.hint else [])]
-

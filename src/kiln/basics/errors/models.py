@@ -35,4 +35,6 @@ class ModelShapeUnknown(KilnError):
     or the config lacks a number the plan needs."""
 
     exit_code = 95
-    hint = "add a `shape:` block to the model in recipe.yaml (config.json's keys, with their source), or fetch the weights"
+    hint = (
+        "add a `shape:` block to the model in recipe.yaml (config.json's keys, with their source), or fetch the weights"
+    )

@@ -24,9 +24,7 @@ class RegistryAuthFailed(KilnError):
     """The registry refused the credentials (or asked for some and none were given)."""
 
     exit_code = 11
-    hint = (
-        "set KILN_REGISTRY_USER / KILN_REGISTRY_PASSWORD (or `docker login`) with valid credentials"
-    )
+    hint = "set KILN_REGISTRY_USER / KILN_REGISTRY_PASSWORD (or `docker login`) with valid credentials"
 
 
 class NotSmokeTested(KilnError):
@@ -82,9 +80,7 @@ class RegistryServerError(KilnError):
     """The registry answered 5xx on every bounded retry: it is up but failing."""
 
     exit_code = 46
-    hint = (
-        "the registry itself is failing (see its logs or status page); rerun once it answers again"
-    )
+    hint = "the registry itself is failing (see its logs or status page); rerun once it answers again"
 
 
 class RecordInvalid(KilnError):

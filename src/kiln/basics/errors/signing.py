@@ -11,7 +11,9 @@ class SigningKeyInvalid(KilnError):
     a key pair that would overwrite files, or a key other than the one the recipe pins."""
 
     exit_code = 80
-    hint = "`kiln keys generate` writes a cosign-compatible pair (ECDSA P-256); pass the .key to --sign, the .pub to --key"
+    hint = (
+        "`kiln keys generate` writes a cosign-compatible pair (ECDSA P-256); pass the .key to --sign, the .pub to --key"
+    )
 
 
 class SigningPasswordInvalid(KilnError):
@@ -46,7 +48,9 @@ class SignedDigestMismatch(KilnError):
     """The signature is genuine but for another image digest (a tag moved, or a signature copied)."""
 
     exit_code = 85
-    hint = "the image under this reference is not the one that was signed; pin the digest you verified (REPO@sha256:...)"
+    hint = (
+        "the image under this reference is not the one that was signed; pin the digest you verified (REPO@sha256:...)"
+    )
 
 
 class SignedIdentityMismatch(KilnError):
@@ -60,7 +64,9 @@ class SignatureMalformed(KilnError):
     """A `.sig`/`.att` manifest, payload or DSSE envelope that is not in cosign's format."""
 
     exit_code = 87
-    hint = "the signature artefacts in the registry are damaged or were not written by cosign or kiln; re-sign the image"
+    hint = (
+        "the signature artefacts in the registry are damaged or were not written by cosign or kiln; re-sign the image"
+    )
 
 
 class AttestationSubjectMismatch(KilnError):
@@ -74,6 +80,4 @@ class SigningRequired(KilnError):
     """The recipe requires signatures (publish.require_signature) and no key was given."""
 
     exit_code = 89
-    hint = (
-        "pass --sign KEY to publish, --key PUB to promote (or pin publish.public_key in the recipe)"
-    )
+    hint = "pass --sign KEY to publish, --key PUB to promote (or pin publish.public_key in the recipe)"

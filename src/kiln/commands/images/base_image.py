@@ -62,8 +62,9 @@ def _base_tag(spec_tag: str, platform: str | None) -> str:
 
 
 def _installed(root: Path) -> dict[str, str]:
-    out = _run(["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}:${Architecture}=${Version}\\n"],
-               "dpkg-query")
+    out = _run(
+        ["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}:${Architecture}=${Version}\\n"], "dpkg-query"
+    )
     return dict(sorted(line.split("=", 1) for line in out.split()))
 
 
@@ -84,8 +85,15 @@ def _scrub(root: Path) -> None:
         path.write_text("\n".join(lines) + "\n")
 
 
-def _build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str | None = None,
-               force: bool = False, relock: bool = False, platform: str | None = None) -> str:
+def _build_base(
+    docker: DockerDaemon,
+    *,
+    spec: BaseSpec | None = None,
+    tag: str | None = None,
+    force: bool = False,
+    relock: bool = False,
+    platform: str | None = None,
+) -> str:
     """`platform` (linux/arm64): debootstrap --arch for it, its second stage and
     dpkg-query running under qemu (binfmt_misc, checked first)."""
     spec = spec or BaseSpec.load()
@@ -98,8 +106,10 @@ def _build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str 
             return id_of(existing)
         # made by an older kiln (not normalised) or from older base inputs: not the base
         # these inputs give on a fresh machine
-        log.warn(f"{tag} ({id_of(existing)[:19]}) is not the base of the current inputs "
-                 f"(created {existing.attrs.get('Created')}): rebuilding it")
+        log.warn(
+            f"{tag} ({id_of(existing)[:19]}) is not the base of the current inputs "
+            f"(created {existing.attrs.get('Created')}): rebuilding it"
+        )
     if shutil.which("debootstrap") is None:
         raise DebootstrapMissing("debootstrap is not installed")
     if os.geteuid() != 0:
@@ -126,9 +136,7 @@ def _build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str 
             log.warn(f"wrote {shown(lock)} ({len(installed)} packages): commit it")
         else:
             check_lock(spec, installed, lock)
-        packages = _run(
-            ["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}=${Version}\\n"], "dpkg-query"
-        )
+        packages = _run(["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}=${Version}\\n"], "dpkg-query")
         pkg_sha = hashlib.sha256("\n".join(sorted(packages.split())).encode()).hexdigest()
         for rel in spec.strip:
             target = root / rel
@@ -143,9 +151,23 @@ def _build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str 
         _scrub(root)
         tarball = Path(tmp) / "rootfs.tar"
         log.step("packing rootfs (sorted, mtime 0, numeric owners)")
-        _run(["tar", "-C", str(root), "--sort=name", "--numeric-owner", "--mtime=@0",
-              "--exclude=./dev/*", "--exclude=./proc/*", "--exclude=./sys/*",
-              "-cf", str(tarball), "."], "tar")
+        _run(
+            [
+                "tar",
+                "-C",
+                str(root),
+                "--sort=name",
+                "--numeric-owner",
+                "--mtime=@0",
+                "--exclude=./dev/*",
+                "--exclude=./proc/*",
+                "--exclude=./sys/*",
+                "-cf",
+                str(tarball),
+                ".",
+            ],
+            "tar",
+        )
         labels = {
             "org.opencontainers.image.title": spec.tag,
             "org.opencontainers.image.description": f"Debian {spec.suite} {spec.variant} from debootstrap",
@@ -157,8 +179,11 @@ def _build_base(docker: DockerDaemon, *, spec: BaseSpec | None = None, tag: str 
             "ai.kiln.base.packages-count": str(len(packages.split())),
         }
         changes = [f'LABEL "{k}"="{v}"' for k, v in labels.items()]
-        changes += ['ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
-                    'ENV LANG=C.UTF-8', 'CMD ["/bin/bash"]']
+        changes += [
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
+            'CMD ["/bin/bash"]',
+        ]
         if platform is None or platform == engine_lock.host_platform():
             log.step(f"docker import -> {tag}")
             imported = docker.import_rootfs(tarball, None, changes)
@@ -196,8 +221,9 @@ def _import_for(docker: DockerDaemon, tarball: Path, tag: str, changes: list[str
 
 
 def _cmd_base_build(args: argparse.Namespace) -> int:
-    _build_base(DockerDaemon(), tag=args.tag, force=args.force or args.relock, relock=args.relock,
-               platform=args.platform)
+    _build_base(
+        DockerDaemon(), tag=args.tag, force=args.force or args.relock, relock=args.relock, platform=args.platform
+    )
     return 0
 
 
@@ -207,12 +233,19 @@ def register(sub: Subparsers) -> None:
     s = bsub.add_parser("build", help="debootstrap + import kiln/base:bookworm")
     s.add_argument("--tag", default=None)
     s.add_argument("--force", action="store_true")
-    s.add_argument("--platform", choices=sorted(engine_lock.PLATFORMS), default=None,
-                   help="build for this platform (default the host's; linux/arm64 on x86-64 needs qemu: "
-                        "scripts/setup.sh --arm64); tag kiln/base:bookworm-arm64")
-    s.add_argument("--relock", action="store_true",
-                   help="write the package set debootstrap installs into docker-images/base/locks/ "
-                        "(after the mirror moved on) instead of refusing another set")
+    s.add_argument(
+        "--platform",
+        choices=sorted(engine_lock.PLATFORMS),
+        default=None,
+        help="build for this platform (default the host's; linux/arm64 on x86-64 needs qemu: "
+        "scripts/setup.sh --arm64); tag kiln/base:bookworm-arm64",
+    )
+    s.add_argument(
+        "--relock",
+        action="store_true",
+        help="write the package set debootstrap installs into docker-images/base/locks/ "
+        "(after the mirror moved on) instead of refusing another set",
+    )
     s.set_defaults(func=_cmd_base_build)
 
 
@@ -231,8 +264,11 @@ def builder_base(docker: DockerDaemon, host_base: str, platform: str, tag: str) 
     with tempfile.TemporaryDirectory(prefix="kiln-builder-base-") as tmp:
         tarball = Path(tmp) / "rootfs.tar"
         docker.export_filesystem(id_of(source), tarball)
-        changes = [f'LABEL "{_BUILDER_FROM}"="{id_of(source)}"',
-                   "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "ENV LANG=C.UTF-8"]
+        changes = [
+            f'LABEL "{_BUILDER_FROM}"="{id_of(source)}"',
+            "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "ENV LANG=C.UTF-8",
+        ]
         imported = _import_for(docker, tarball, tag, changes, platform)
     if imported is None:
         raise BuildFailed(f"builder base: the build did not produce {tag}")

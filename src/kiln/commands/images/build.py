@@ -97,9 +97,17 @@ class _BuildOutcome:
 
     def document(self, recipe: str) -> BuildDocument:
         """`kiln build --json` (schema: schemas/build.json)."""
-        return BuildDocument(recipe=recipe, tag=self.tag, image_id=self.image_id, input_digest=self.digest,
-                             size_bytes=self.size, seconds=round(self.seconds, 2), skipped=self.skipped,
-                             steps=self.steps, cached_steps=self.cached_steps)
+        return BuildDocument(
+            recipe=recipe,
+            tag=self.tag,
+            image_id=self.image_id,
+            input_digest=self.digest,
+            size_bytes=self.size,
+            seconds=round(self.seconds, 2),
+            skipped=self.skipped,
+            steps=self.steps,
+            cached_steps=self.cached_steps,
+        )
 
 
 @dataclass(frozen=True)
@@ -131,8 +139,10 @@ def _reuse(docker: DockerDaemon, digest: str, tags: list[str], date: SourceDate 
     if img is None:
         return None
     labels = img.labels or {}
-    if date is not None and (labels.get("org.opencontainers.image.created") != rfc3339(date.epoch)
-                             or labels.get("org.opencontainers.image.revision") != date.revision):
+    if date is not None and (
+        labels.get("org.opencontainers.image.created") != rfc3339(date.epoch)
+        or labels.get("org.opencontainers.image.revision") != date.revision
+    ):
         return None
     for tag in tags[1:]:
         docker.tag(id_of(img), tag)
@@ -151,8 +161,7 @@ def _run_build(docker: DockerDaemon, job: _ImageBuild, ca: CABundle, *, nocache:
         context.append_at_build("Dockerfile", _label_instruction(job.labels).encode())
     log.step(f"building {job.tags[0]} (context {log.human_size(context.size())}, CA: {ca.origin})")
     try:
-        result = docker.build(context, label=job.label, buildargs=job.buildargs, nocache=nocache,
-                              platform=job.platform)
+        result = docker.build(context, label=job.label, buildargs=job.buildargs, nocache=nocache, platform=job.platform)
     except BuildFailed as exc:
         raise _as_patch_failure(exc) or lock_failure.typed(exc, job.lock_file, job.relock) or exc from None
     image = docker.require_image(result.image_id)
@@ -165,19 +174,30 @@ def _run_build(docker: DockerDaemon, job: _ImageBuild, ca: CABundle, *, nocache:
     if job.check is not None:
         job.check(image)
     built_id = job.finalize(image) if job.finalize is not None else result.image_id
-    norm = normalise_image.make_reproducible(docker, built_id, job.source_date.epoch, label=job.label,
-                                          parent=job.parent)
+    norm = normalise_image.make_reproducible(
+        docker, built_id, job.source_date.epoch, label=job.label, parent=job.parent
+    )
     image_id = norm.image_id
     for tag in job.tags:
         docker.tag(image_id, tag)
-    records.write_build_record({
-        "image_id": image_id, "built_id": built_id, "tags": job.tags, "input_digest": job.digest,
-        "source_date": job.source_date.epoch, "revision": job.source_date.revision,
-        "layers": norm.diff_ids, "started": started, "finished": clock.timestamp(),
-        "build_seconds": round(result.seconds, 2), "normalise_seconds": round(norm.seconds, 2),
-    })
-    return _BuildOutcome(job.tags[0], image_id, job.digest, size, result.seconds + norm.seconds, False,
-                        result.steps, result.cached_steps)
+    records.write_build_record(
+        {
+            "image_id": image_id,
+            "built_id": built_id,
+            "tags": job.tags,
+            "input_digest": job.digest,
+            "source_date": job.source_date.epoch,
+            "revision": job.source_date.revision,
+            "layers": norm.diff_ids,
+            "started": started,
+            "finished": clock.timestamp(),
+            "build_seconds": round(result.seconds, 2),
+            "normalise_seconds": round(norm.seconds, 2),
+        }
+    )
+    return _BuildOutcome(
+        job.tags[0], image_id, job.digest, size, result.seconds + norm.seconds, False, result.steps, result.cached_steps
+    )
 
 
 def _as_patch_failure(exc: BuildFailed) -> KilnError | None:
@@ -209,15 +229,23 @@ def _label_instruction(labels: dict[str, str]) -> str:
     return f"\n# ---- kiln labels (added at build time, not part of the input digest) ----\nLABEL {pairs}\n"
 
 
-def build_engine(docker: DockerDaemon, engine_image: EngineImage, *, force: bool = False,
-                 nocache: bool = False, recipe: str = "RECIPE") -> _BuildOutcome:
+def build_engine(
+    docker: DockerDaemon,
+    engine_image: EngineImage,
+    *,
+    force: bool = False,
+    nocache: bool = False,
+    recipe: str = "RECIPE",
+) -> _BuildOutcome:
     tags = [engine_image.tag, engine_image.alias_tag]
     reused = None if force else _reuse(docker, engine_image.digest, tags, engine_image.source_date)
     if reused is not None:
         return stamp(docker, tags, reused, engine_image.source_date.epoch)
     base = engine_image.engine.base_image
     # a registry base is pulled by digest; the air-gapped kiln/base is never pulled
-    docker.ensure_base(local_ref(engine_image.base_ref), pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth)
+    docker.ensure_base(
+        local_ref(engine_image.base_ref), pull=not base.ref.startswith("kiln/"), auth=credentials.pull_auth
+    )
     check = None
     if engine_image.cross_placed:
         host_base = base.ref + platform_suffix(engine_image.builder_platform)
@@ -285,8 +313,15 @@ def _engine_image_id(docker: DockerDaemon, loaded: LoadedRecipe, *, build_if_mis
 
 
 def build_recipe(
-    name: str, *, docker: DockerDaemon | None = None, force: bool = False, force_engine: bool = False,
-    ca_flag: str | None = None, quiet_summary: bool = False, nocache: bool = False, platform: str | None = None,
+    name: str,
+    *,
+    docker: DockerDaemon | None = None,
+    force: bool = False,
+    force_engine: bool = False,
+    ca_flag: str | None = None,
+    quiet_summary: bool = False,
+    nocache: bool = False,
+    platform: str | None = None,
 ) -> _BuildOutcome:
     """`platform`: one of the recipe's engine.platforms (None: the host's)."""
     docker = docker or DockerDaemon()
@@ -295,16 +330,22 @@ def build_recipe(
         check_platform(load_recipe(recipe_dir(name)), platform)
     resolved = resolve(name, ca_flag, platform)
     loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
-    reused = None if force else _reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag],
-                                      recipe_image.source_date)
+    reused = (
+        None
+        if force
+        else _reuse(docker, recipe_image.digest, [recipe_image.tag, recipe_image.latest_tag], recipe_image.source_date)
+    )
     if reused is not None:
         if not quiet_summary:
-            log.ok(f"{recipe_image.tag} is up to date (input digest {recipe_image.digest[:19]}); "
-                   f"nothing to build [{log.human_secs(time.monotonic() - t0)}]")
+            log.ok(
+                f"{recipe_image.tag} is up to date (input digest {recipe_image.digest[:19]}); "
+                f"nothing to build [{log.human_secs(time.monotonic() - t0)}]"
+            )
         return reused
     _preflight_patches(loaded)
-    engine_outcome = build_engine(docker, engine_image, force=force_engine, nocache=nocache and force_engine,
-                                  recipe=name)
+    engine_outcome = build_engine(
+        docker, engine_image, force=force_engine, nocache=nocache and force_engine, recipe=name
+    )
     if engine_outcome.skipped:
         log.ok(f"engine {engine_image.tag} up to date")
     else:
@@ -312,13 +353,24 @@ def build_recipe(
     declared_engine.preflight_launch_args(loaded, engine_outcome.image_id, docker)
     outcome = _run_build(docker, _recipe_build(docker, loaded, recipe_image), engine_image.ca.get(), nocache=nocache)
     if not quiet_summary:
-        _summary(f"built {recipe_image.repository}", outcome, time.monotonic() - t0,
-                 extra={"also tagged": recipe_image.latest_tag, "engine": engine_image.tag})
+        _summary(
+            f"built {recipe_image.repository}",
+            outcome,
+            time.monotonic() - t0,
+            extra={"also tagged": recipe_image.latest_tag, "engine": engine_image.tag},
+        )
     return outcome
 
 
-def check_build_space(docker: DockerDaemon, name: str, platforms: list[str | None], *, force: bool = False,
-                      force_engine: bool = False, ca_flag: str | None = None) -> None:
+def check_build_space(
+    docker: DockerDaemon,
+    name: str,
+    platforms: list[str | None],
+    *,
+    force: bool = False,
+    force_engine: bool = False,
+    ca_flag: str | None = None,
+) -> None:
     """Before anything builds: the engine builds ahead (one per platform whose recipe and
     engine images are missing, or forced) fit on the daemon's disk, or DiskSpaceShort
     says so in one line (domain/images/disk_space.py has the figures)."""
@@ -330,8 +382,9 @@ def check_build_space(docker: DockerDaemon, name: str, platforms: list[str | Non
         disk_space.require_space(name, builds, shutil.disk_usage(root).free, root)
 
 
-def _engine_build_ahead(docker: DockerDaemon, name: str, platform: str | None, force: bool, force_engine: bool,
-                        ca_flag: str | None) -> disk_space.EngineBuild | None:
+def _engine_build_ahead(
+    docker: DockerDaemon, name: str, platform: str | None, force: bool, force_engine: bool, ca_flag: str | None
+) -> disk_space.EngineBuild | None:
     if platform is not None:
         check_platform(load_recipe(recipe_dir(name)), platform)
     resolved = resolve(name, ca_flag, platform)
@@ -363,14 +416,20 @@ def check_platform(loaded: LoadedRecipe, platform: str) -> None:
     under qemu for another architecture's RUN steps and in-image checks)."""
     engine = loaded.recipe.engine
     if platform not in engine.platforms:
-        raise PlatformNotDeclared(f"{loaded.where('engine')}: engine.platforms: {loaded.name} is declared for "
-                                  f"{', '.join(engine.platforms)}, not {platform}")
+        raise PlatformNotDeclared(
+            f"{loaded.where('engine')}: engine.platforms: {loaded.name} is declared for "
+            f"{', '.join(engine.platforms)}, not {platform}"
+        )
     lock = engine_lock.for_image(engine_lock.engine_image_dir(engine.flavour), engine.name, engine.version, loaded.name)
     gaps = engine_lock.platform_gaps(lock, platform, engine.torch) if lock is not None else []
     if gaps:
         i = list[str](engine.platforms).index(platform)
-        raise PlatformUnsupported([f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {platform}: "
-                                   f"the engine lock has no {platform} {', '.join(gaps)}"])
+        raise PlatformUnsupported(
+            [
+                f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {platform}: "
+                f"the engine lock has no {platform} {', '.join(gaps)}"
+            ]
+        )
     binfmt.require(platform, min_major=binfmt.QEMU_MIN_MAJOR)
 
 
@@ -436,11 +495,19 @@ def cmd_build(args: argparse.Namespace) -> int:
     platforms = _platforms_of(args.name, args.platform)
     force = args.force or args.no_cache
     if not args.skip_disk_check:  # every platform's engine build counted before the first starts
-        check_build_space(docker, args.name, platforms, force=force, force_engine=args.force_engine,
-                          ca_flag=args.ca_bundle)
+        check_build_space(
+            docker, args.name, platforms, force=force, force_engine=args.force_engine, ca_flag=args.ca_bundle
+        )
     for platform in platforms:
-        outcome = build_recipe(args.name, docker=docker, force=force, force_engine=args.force_engine,
-                               ca_flag=args.ca_bundle, nocache=args.no_cache, platform=platform)
+        outcome = build_recipe(
+            args.name,
+            docker=docker,
+            force=force,
+            force_engine=args.force_engine,
+            ca_flag=args.ca_bundle,
+            nocache=args.no_cache,
+            platform=platform,
+        )
         docs.append((platform, outcome.document(args.name)))
     if args.json:  # one platform: the document as ever; `--platform all`: it per platform
         first = docs[0][1]  # several only with `--platform all`, each one named
@@ -453,13 +520,23 @@ def register(sub: Subparsers) -> None:
     s.add_argument("name")
     s.add_argument("--force", action="store_true", help="rebuild even if an image with this input digest exists")
     s.add_argument("--force-engine", action="store_true", help="rebuild the engine image too")
-    s.add_argument("--no-cache", action="store_true",
-                   help="ignore the daemon's layer cache (with --force-engine: for the engine too)")
+    s.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="ignore the daemon's layer cache (with --force-engine: for the engine too)",
+    )
     s.add_argument("--ca-bundle", help="PEM bundle builds trust (default: $KILN_CA_BUNDLE, else pip's cert)")
-    s.add_argument("--platform", choices=[*sorted(engine_lock.PLATFORMS), "all"], default=None,
-                   help="build for this platform of engine.platforms, or all of them (default: the host's; "
-                        "another architecture runs under qemu: scripts/setup.sh --arm64)")
-    s.add_argument("--skip-disk-check", action="store_true",
-                   help="build even if the engine builds ahead look too big for the daemon's free disk "
-                        "(the check cannot see builder stages already in the layer cache)")
+    s.add_argument(
+        "--platform",
+        choices=[*sorted(engine_lock.PLATFORMS), "all"],
+        default=None,
+        help="build for this platform of engine.platforms, or all of them (default: the host's; "
+        "another architecture runs under qemu: scripts/setup.sh --arm64)",
+    )
+    s.add_argument(
+        "--skip-disk-check",
+        action="store_true",
+        help="build even if the engine builds ahead look too big for the daemon's free disk "
+        "(the check cannot see builder stages already in the layer cache)",
+    )
     s.set_defaults(func=cmd_build)

@@ -62,11 +62,14 @@ def prune(names: list[str] | None = None, *, dry_run: bool = False, docker: Dock
         else:  # untagged, but other repositories (a registry's name) still reference it
             log.info(f"kept {name}: other repositories reference it")
     verb = "would free" if dry_run else "freed"
-    log.summary("kiln prune", {
-        "kept": f"{len(keep)} current input digest(s)",
-        "stale images": str(len(stale)),
-        verb: f"up to {log.human_size(total)} (shared layers are freed only when nothing uses them)",
-    })
+    log.summary(
+        "kiln prune",
+        {
+            "kept": f"{len(keep)} current input digest(s)",
+            "stale images": str(len(stale)),
+            verb: f"up to {log.human_size(total)} (shared layers are freed only when nothing uses them)",
+        },
+    )
     return 0
 
 

@@ -73,18 +73,22 @@ def _what_to_rebuild(img: Image, ref: str) -> tuple[str, str]:
     if not revision or revision == "unknown":
         raise RebuildSourceMissing(f"{ref}: {_REVISION} is {revision or 'missing'}: built outside a git checkout")
     if revision.endswith("-dirty"):
-        raise RebuildSourceMissing(f"{ref}: built from uncommitted changes ({_REVISION}={revision}): "
-                                   "no commit holds its inputs")
+        raise RebuildSourceMissing(
+            f"{ref}: built from uncommitted changes ({_REVISION}={revision}): no commit holds its inputs"
+        )
     return recipe, revision
 
 
 def _kiln(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """That revision's own kiln, on its own tree, tagging in the verify namespace."""
     path = os.pathsep.join(str(tree / p) for p in ("src", "engine", "testkit"))
-    env = {**os.environ, "KILN_ROOT": str(tree), "KILN_IMAGE_NAMESPACE": _NAMESPACE,
-           "PYTHONPATH": path + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")}
-    return subprocess.run([sys.executable, "-m", "kiln", *args], cwd=tree, env=env, text=True,
-                          stdout=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "KILN_ROOT": str(tree),
+        "KILN_IMAGE_NAMESPACE": _NAMESPACE,
+        "PYTHONPATH": path + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
+    }
+    return subprocess.run([sys.executable, "-m", "kiln", *args], cwd=tree, env=env, text=True, stdout=subprocess.PIPE)
 
 
 def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:
@@ -93,8 +97,9 @@ def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:
     shown = _kiln(tree, "show", recipe, "--json")
     if shown.returncode != 0:
         raise BuildFailed(f"kiln show {recipe} at that revision failed (exit {shown.returncode})")
-    engine = _SHOWN.parse(shown.stdout, source=f"kiln show {recipe} --json at that revision",
-                         error=BuildFailed)["engine_image"]
+    engine = _SHOWN.parse(shown.stdout, source=f"kiln show {recipe} --json at that revision", error=BuildFailed)[
+        "engine_image"
+    ]
     canonical = "kiln/" + engine["tag"].split("/", 1)[1]
     img = docker.image(canonical)
     if img is None or (img.labels or {}).get(f"{LABEL_NS}.input-digest") != engine["input_digest"]:
@@ -106,8 +111,9 @@ def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:
         docker.tag(id_of(base), f"{_NAMESPACE}/base:bookworm")
 
 
-def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
-            docker: DockerDaemon | None = None) -> tuple[str, str, image_diff.Difference | None]:
+def rebuild(
+    ref: str, *, reuse_engine: bool = False, keep: bool = False, docker: DockerDaemon | None = None
+) -> tuple[str, str, image_diff.Difference | None]:
     """(image id given, image id rebuilt, the first difference or None)."""
     docker = docker or DockerDaemon()
     img = _image(docker, ref)
@@ -134,17 +140,23 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
             built = _kiln(tree, *args)
             if built.returncode != 0:
                 raise BuildFailed(f"kiln build {recipe} at {revision[:12]} failed (exit {built.returncode})")
-            new_id = _BUILT.parse(built.stdout, source=f"kiln build {recipe} --json at {revision[:12]}",
-                                 error=BuildFailed)["image_id"]
+            new_id = _BUILT.parse(
+                built.stdout, source=f"kiln build {recipe} --json at {revision[:12]}", error=BuildFailed
+            )["image_id"]
         finally:
             git.run(root, "worktree", "remove", "--force", str(tree))
     new = docker.require_image(new_id)
     old_id = id_of(img)
     diff = None
     if new_id != old_id:
-        diff = image_diff.compare(img.attrs["RootFS"]["Layers"], new.attrs["RootFS"]["Layers"],
-                                 dict(_comparable(img.attrs)), dict(_comparable(new.attrs)),
-                                 lambda: docker.save(old_id), lambda: docker.save(new_id))
+        diff = image_diff.compare(
+            img.attrs["RootFS"]["Layers"],
+            new.attrs["RootFS"]["Layers"],
+            dict(_comparable(img.attrs)),
+            dict(_comparable(new.attrs)),
+            lambda: docker.save(old_id),
+            lambda: docker.save(new_id),
+        )
     if not keep:  # every kiln-verify/ tag (the rebuild's, and what --reuse-engine lent it)
         for other in docker.images():
             for tag in other.tags:
@@ -155,9 +167,14 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False,
 
 def _comparable(attrs: Mapping[str, object]) -> _ComparableConfig:
     """The parts of an image's config that a rebuild must reproduce (the daemon's values)."""
-    return _ComparableConfig(Config=attrs.get("Config"), Created=attrs.get("Created"),
-                            Architecture=attrs.get("Architecture"), Os=attrs.get("Os"),
-                            Author=attrs.get("Author"), Comment=attrs.get("Comment"))
+    return _ComparableConfig(
+        Config=attrs.get("Config"),
+        Created=attrs.get("Created"),
+        Architecture=attrs.get("Architecture"),
+        Os=attrs.get("Os"),
+        Author=attrs.get("Author"),
+        Comment=attrs.get("Comment"),
+    )
 
 
 class _ComparableConfig(TypedDict):
@@ -183,9 +200,16 @@ def _cmd_rebuild(args: argparse.Namespace) -> int:
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("rebuild", help="rebuild an image from the commit its labels name and compare (--verify)")
     p.add_argument("ref", help="a local image (tag or id) or HOST/REPO:TAG in a registry")
-    p.add_argument("--verify", action="store_true", required=True,
-                   help="compare the rebuild's image id and layers with REF's (the only mode)")
-    p.add_argument("--reuse-engine", action="store_true",
-                   help="trust this daemon's base and engine image for those inputs; rebuild the recipe's layers only")
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        required=True,
+        help="compare the rebuild's image id and layers with REF's (the only mode)",
+    )
+    p.add_argument(
+        "--reuse-engine",
+        action="store_true",
+        help="trust this daemon's base and engine image for those inputs; rebuild the recipe's layers only",
+    )
     p.add_argument("--keep", action="store_true", help="keep the rebuilt image's kiln-verify/ tags")
     p.set_defaults(func=_cmd_rebuild)

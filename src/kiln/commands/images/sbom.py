@@ -30,16 +30,31 @@ from kiln.infra.docker import DockerDaemon, id_of
 def register(sub: Subparsers) -> None:
     s = sub.add_parser("sbom", help="SBOM of a built image, read from its filesystem (CycloneDX or SPDX JSON)")
     s.add_argument("name", help="a recipe (its image must be built from the current inputs)")
-    s.add_argument("--format", choices=("cyclonedx", "spdx"), default="cyclonedx",
-                   help="CycloneDX 1.6 JSON (default) or SPDX 2.3 JSON")
+    s.add_argument(
+        "--format",
+        choices=("cyclonedx", "spdx"),
+        default="cyclonedx",
+        help="CycloneDX 1.6 JSON (default) or SPDX 2.3 JSON",
+    )
     s.add_argument("-o", "--output", metavar="FILE", help="write it here instead of stdout")
     s.add_argument("--engine", action="store_true", help="the recipe's engine image instead of the recipe image")
-    s.add_argument("--manifest-digest", metavar="sha256:HEX", default=None,
-                   help="the image's pushed manifest digest, named in the subject (with --repository)")
-    s.add_argument("--repository", metavar="HOST/PATH", default=None,
-                   help="where the manifest digest lives (the subject's pkg:oci purl)")
-    s.add_argument("--provenance", action="store_true",
-                   help="print the SLSA v1.0 provenance statement (in-toto) instead of the SBOM")
+    s.add_argument(
+        "--manifest-digest",
+        metavar="sha256:HEX",
+        default=None,
+        help="the image's pushed manifest digest, named in the subject (with --repository)",
+    )
+    s.add_argument(
+        "--repository",
+        metavar="HOST/PATH",
+        default=None,
+        help="where the manifest digest lives (the subject's pkg:oci purl)",
+    )
+    s.add_argument(
+        "--provenance",
+        action="store_true",
+        help="print the SLSA v1.0 provenance statement (in-toto) instead of the SBOM",
+    )
     s.set_defaults(func=_sbom_cli)
 
 
@@ -55,22 +70,28 @@ def _document(args: argparse.Namespace, docker: DockerDaemon) -> tuple[Mapping[s
         image = existing(docker, engine_image.tag, engine_image.digest)
         if image is None:
             raise ImageNotBuilt(f"{engine_image.tag} (the engine of {args.name}, from the current inputs) is not built")
-        cdx = sbomdoc.build_image_sbom(docker, image, engine=loaded.recipe.engine, roots=(),
-                                       manifest_digest=args.manifest_digest, repository=args.repository)
+        cdx = sbomdoc.build_image_sbom(
+            docker,
+            image,
+            engine=loaded.recipe.engine,
+            roots=(),
+            manifest_digest=args.manifest_digest,
+            repository=args.repository,
+        )
         return (spdx.spdx_document(cdx) if args.format == "spdx" else cdx), engine_image.tag
     built = require_built(docker, args.name)
     loaded, recipe_image, image = built.loaded, built.recipe_image, built.image
     if args.provenance:
         subject = (args.repository or recipe_image.repository, args.manifest_digest or id_of(image))
         return build_provenance(loaded, recipe_image, image, [subject], docker=docker), recipe_image.tag
-    doc = sbomdoc.build_sbom(docker, loaded, image, manifest_digest=args.manifest_digest,
-                             repository=args.repository, spec=args.format)
+    doc = sbomdoc.build_sbom(
+        docker, loaded, image, manifest_digest=args.manifest_digest, repository=args.repository, spec=args.format
+    )
     return doc, recipe_image.tag
 
 
 def _check_digest(digest: str) -> None:
-    if not (digest.startswith("sha256:") and len(digest) == 71
-            and all(c in "0123456789abcdef" for c in digest[7:])):
+    if not (digest.startswith("sha256:") and len(digest) == 71 and all(c in "0123456789abcdef" for c in digest[7:])):
         raise UsageError(f"--manifest-digest {digest!r}: expected sha256:<64 lowercase hex>")
 
 
@@ -96,8 +117,10 @@ def _sbom_cli(args: argparse.Namespace) -> int:
     rows: dict[str, object] = {"image": tag}
     if not args.provenance and args.format == "cyclonedx":
         counts = sbomdoc.component_counts(cast(CycloneDxDocument, doc))  # --format cyclonedx: _document's own
-        rows["components"] = (f"{counts['deb']} Debian, {counts['python']} Python, {counts['patch']} patches, "
-                              f"{counts['model_file']} model files")
+        rows["components"] = (
+            f"{counts['deb']} Debian, {counts['python']} Python, {counts['patch']} patches, "
+            f"{counts['model_file']} model files"
+        )
     elif not args.provenance:
         rows["packages"] = str(len(doc["packages"]))
     else:

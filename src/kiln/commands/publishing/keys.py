@@ -36,24 +36,30 @@ class _FingerprintDocument(TypedDict):
     fingerprint: str
 
 
-
 def _generate(prefix: Path, *, as_json: bool = False) -> keys.KeyPairFiles:
     target = prefix.with_name(prefix.name + ".key")
     password = key_password.read(what=f"the new key {target}", confirm=True)
     if not password:
-        raise SigningPasswordInvalid(f"refusing to write {target} with an empty password",
-                                     hint="anyone who copies an unencrypted key can sign as you; set "
-                                          "KILN_SIGNING_PASSWORD or type a password")
+        raise SigningPasswordInvalid(
+            f"refusing to write {target} with an empty password",
+            hint="anyone who copies an unencrypted key can sign as you; set KILN_SIGNING_PASSWORD or type a password",
+        )
     files = keys.write_key_pair(prefix, password)
     if as_json:
-        log.emit_json(_KeyPairDocument(private_key=str(files.private), public_key=str(files.public),
-                                      fingerprint=files.fingerprint))
+        log.emit_json(
+            _KeyPairDocument(
+                private_key=str(files.private), public_key=str(files.public), fingerprint=files.fingerprint
+            )
+        )
     else:
-        log.summary("generated a signing key pair (ECDSA P-256, cosign format)", {
-            "private key": f"{files.private} (encrypted, mode 0600: keep it secret)",
-            "public key": f"{files.public} (give this to verifiers and cluster policies)",
-            "fingerprint": files.fingerprint,
-        })
+        log.summary(
+            "generated a signing key pair (ECDSA P-256, cosign format)",
+            {
+                "private key": f"{files.private} (encrypted, mode 0600: keep it secret)",
+                "public key": f"{files.public} (give this to verifiers and cluster policies)",
+                "fingerprint": files.fingerprint,
+            },
+        )
         log.out.print(files.fingerprint, markup=False)
     return files
 
@@ -75,12 +81,19 @@ def _cmd_fingerprint(args: argparse.Namespace) -> int:
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("keys", help="cosign-compatible signing keys (generate, fingerprint)")
     ksub = p.add_subparsers(dest="keys_command", metavar="{generate,fingerprint}", required=True)
-    g = ksub.add_parser("generate", help="write an encrypted private key and its public key, as "
-                                         "`cosign generate-key-pair` does (password from KILN_SIGNING_PASSWORD "
-                                         "or typed)")
-    g.add_argument("--output-key-prefix", default="cosign", metavar="PREFIX",
-                   help="write PREFIX.key and PREFIX.pub (default: cosign, as cosign names them); "
-                        "existing files are never overwritten")
+    g = ksub.add_parser(
+        "generate",
+        help="write an encrypted private key and its public key, as "
+        "`cosign generate-key-pair` does (password from KILN_SIGNING_PASSWORD "
+        "or typed)",
+    )
+    g.add_argument(
+        "--output-key-prefix",
+        default="cosign",
+        metavar="PREFIX",
+        help="write PREFIX.key and PREFIX.pub (default: cosign, as cosign names them); "
+        "existing files are never overwritten",
+    )
     g.add_argument("--json", action="store_true", help="print {private_key, public_key, fingerprint} on stdout")
     g.set_defaults(func=_cmd_generate)
     f = ksub.add_parser("fingerprint", help="the sha256 fingerprint of a public key (what records keep)")

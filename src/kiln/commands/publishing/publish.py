@@ -111,8 +111,7 @@ def _unsmoked_image(docker: DockerDaemon, loaded: LoadedRecipe, short: str, imag
     record can never vouch for it."""
     ctx = BuildContext()
     ctx.add_bytes("Dockerfile", f"FROM {image_id}\n".encode())
-    result = docker.build(ctx, label=f"{loaded.name} (smoke-check label)", labels={SMOKE_LABEL: "skipped"},
-                          quiet=True)
+    result = docker.build(ctx, label=f"{loaded.name} (smoke-check label)", labels={SMOKE_LABEL: "skipped"}, quiet=True)
     # the local tag mirrors the registry's: it keeps the derived image (and its layer
     # cache) between runs, so a rerun derives the same id and "already published" holds
     docker.tag(result.image_id, f"kiln/{loaded.name}:{short}{UNSMOKED_SUFFIX}")
@@ -139,9 +138,18 @@ def publish(
     docker = docker or DockerDaemon()
     declared = list[str](load_recipe(recipe_dir(name)).recipe.engine.platforms)
     if len(declared) > 1:
-        return _publish_index(name, declared, registry=registry, channel=channel, skip_smoke_check=skip_smoke_check,
-                              plain_http=plain_http, password_stdin=password_stdin, creds=creds, docker=docker,
-                              sign_key=sign_key)
+        return _publish_index(
+            name,
+            declared,
+            registry=registry,
+            channel=channel,
+            skip_smoke_check=skip_smoke_check,
+            plain_http=plain_http,
+            password_stdin=password_stdin,
+            creds=creds,
+            docker=docker,
+            sign_key=sign_key,
+        )
     built = require_built(docker, name)
     loaded, recipe_image, img = built.loaded, built.recipe_image, built.image
     target = target_for(loaded, registry, plain_http=plain_http)
@@ -166,14 +174,23 @@ def publish(
     signature = None
     if signer is not None:
         pushed_image = img if image_id == built_id else docker.require_image(image_id)
-        signature = publish_signing.sign_and_verify(docker, client, signer, loaded, recipe_image, pushed_image,
-                                             manifest.digest)
+        signature = publish_signing.sign_and_verify(
+            docker, client, signer, loaded, recipe_image, pushed_image, manifest.digest
+        )
     _write_tags(client, manifest, tags)
     _verify(client, manifest, tags)
     result = PublishResult(
-        recipe=name, image_id=image_id, input_digest=recipe_image.digest, manifest_digest=manifest.digest,
-        registry=target.host, repository=target.path, channel=channel,
-        tags=[target.ref(t) for t in tags], pushed=pushed, smoke=smoke, signature=signature,
+        recipe=name,
+        image_id=image_id,
+        input_digest=recipe_image.digest,
+        manifest_digest=manifest.digest,
+        registry=target.host,
+        repository=target.path,
+        channel=channel,
+        tags=[target.ref(t) for t in tags],
+        pushed=pushed,
+        smoke=smoke,
+        signature=signature,
     )
     doc = {**asdict(result), "built_image_id": built_id, "time": clock.timestamp()}
     doc.pop("record")
@@ -184,8 +201,16 @@ def publish(
 
 # -- publish: several platforms, one image index ----------------------------------------
 def _publish_index(
-    name: str, declared: list[str], *, registry: str | None, channel: str | None, skip_smoke_check: bool,
-    plain_http: bool, password_stdin: bool, creds: credentials.Credentials | None, docker: DockerDaemon,
+    name: str,
+    declared: list[str],
+    *,
+    registry: str | None,
+    channel: str | None,
+    skip_smoke_check: bool,
+    plain_http: bool,
+    password_stdin: bool,
+    creds: credentials.Credentials | None,
+    docker: DockerDaemon,
     sign_key: Path | None,
 ) -> PublishResult:
     """Each built platform's image pushed under its own `<digest12>-<arch>` tag, then one
@@ -193,8 +218,11 @@ def _publish_index(
     tag last, as for one platform). With --sign the index digest is signed (what the tags
     point at, so what `cosign verify TAG` checks) before any of those tags is written."""
     if skip_smoke_check:
-        raise UsageError(f"--skip-smoke-check: {name} is published as a multi-platform index, and every platform "
-                         "in it needs a passing smoke record", hint=f"`kiln smoke {name} --platform P` for each")
+        raise UsageError(
+            f"--skip-smoke-check: {name} is published as a multi-platform index, and every platform "
+            "in it needs a passing smoke record",
+            hint=f"`kiln smoke {name} --platform P` for each",
+        )
     members = built_platforms(docker, name, declared)
     loaded = members[0][1].loaded
     target = target_for(loaded, registry, plain_http=plain_http)
@@ -221,28 +249,45 @@ def _publish_index(
         # each platform's image with its own SBOM and provenance (cosign sign --recursive
         # signs an index's images too); `kiln verify` of the index checks every one
         for (plat, built), (_, manifest) in zip(members, children, strict=True):
-            signed[plat] = publish_signing.sign_and_verify(docker, client, signer, loaded, built.recipe_image, built.image,
-                                                    manifest.digest)
+            signed[plat] = publish_signing.sign_and_verify(
+                docker, client, signer, loaded, built.recipe_image, built.image, manifest.digest
+            )
         host = engine_lock.host_platform()
         plat, built = next(((p, b) for p, b in members if p == host), members[0])  # its SBOM is read natively
-        signature = publish_signing.sign_and_verify(docker, client, signer, loaded, built.recipe_image, built.image,
-                                             index.digest)
+        signature = publish_signing.sign_and_verify(
+            docker, client, signer, loaded, built.recipe_image, built.image, index.digest
+        )
     present = client.manifest(short)
     already = present is not None and present.digest == index.digest
     _write_tags(client, index, tags)
     _verify(client, index, tags)
-    platforms = {plat: PlatformEntry(image_id=id_of(built.image), input_digest=built.recipe_image.digest,
-                                     manifest_digest=manifest.digest, tag=target.ref(platform_tag(built)),
-                                     smoke_record=records[plat], smoke_level=levels[plat])
-                 for (plat, built), (_, manifest) in zip(members, children, strict=True)}
+    platforms = {
+        plat: PlatformEntry(
+            image_id=id_of(built.image),
+            input_digest=built.recipe_image.digest,
+            manifest_digest=manifest.digest,
+            tag=target.ref(platform_tag(built)),
+            smoke_record=records[plat],
+            smoke_level=levels[plat],
+        )
+        for (plat, built), (_, manifest) in zip(members, children, strict=True)
+    }
     for plat, evidence in signed.items():
         platforms[plat]["signature"] = evidence
     first = members[0][1]
     result = PublishResult(
-        recipe=name, image_id=id_of(first.image), input_digest=input_digest, manifest_digest=index.digest,
-        registry=target.host, repository=target.path, channel=channel, tags=[target.ref(t) for t in tags],
-        pushed=pushed_any or not already, smoke=SmokeEvidence(status="passed", record=records[members[0][0]]),
-        signature=signature, platforms=platforms,
+        recipe=name,
+        image_id=id_of(first.image),
+        input_digest=input_digest,
+        manifest_digest=index.digest,
+        registry=target.host,
+        repository=target.path,
+        channel=channel,
+        tags=[target.ref(t) for t in tags],
+        pushed=pushed_any or not already,
+        smoke=SmokeEvidence(status="passed", record=records[members[0][0]]),
+        signature=signature,
+        platforms=platforms,
     )
     doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
@@ -251,8 +296,9 @@ def _publish_index(
     return result
 
 
-def _upload(docker: DockerDaemon, client: RegistryClient, digest_tag: str, image_id: str,
-            push_tag: str) -> tuple[Manifest, bool]:
+def _upload(
+    docker: DockerDaemon, client: RegistryClient, digest_tag: str, image_id: str, push_tag: str
+) -> tuple[Manifest, bool]:
     """The manifest of `image_id` in the registry, pushing its layers only if needed
     (the daemon's push writes `push_tag`, the first tag a publish writes anyway)."""
     target = client.target
@@ -273,8 +319,10 @@ def _upload(docker: DockerDaemon, client: RegistryClient, digest_tag: str, image
         raise push_error(exc.message) from None
     finally:
         _drop_local_tag(docker, pushing)
-    log.info(f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
-             f"[{log.human_secs(pushed.seconds)}]")
+    log.info(
+        f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
+        f"[{log.human_secs(pushed.seconds)}]"
+    )
     manifest = client.manifest(pushed.digest)  # read back by digest: did the registry keep it?
     moved = f"; only tag {push_tag} moved (no channel or digest tag)"
     if manifest is None:
@@ -303,8 +351,10 @@ def _write_tags(client: RegistryClient, manifest: Manifest, tags: list[str]) -> 
                 client.put_manifest(tag, manifest)
         except KilnError as exc:
             # same class (exit code), plus what state the registry is left in
-            exc.message = (f"{exc.message} (writing tag {tag}; written so far: {', '.join(done) or 'none'}; "
-                           "the input-digest tag comes last, so a rerun finishes the publish)")
+            exc.message = (
+                f"{exc.message} (writing tag {tag}; written so far: {', '.join(done) or 'none'}; "
+                "the input-digest tag comes last, so a rerun finishes the publish)"
+            )
             raise
         done.append(tag)
 
@@ -313,32 +363,48 @@ def _verify(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None
     for tag in tags:
         got = client.manifest(tag)
         if got is None or got.digest != manifest.digest:
-            raise ManifestMismatch(f"{client.target.ref(tag)} reads back as "
-                                   f"{got.digest if got else 'missing'}, expected {manifest.digest}")
+            raise ManifestMismatch(
+                f"{client.target.ref(tag)} reads back as {got.digest if got else 'missing'}, expected {manifest.digest}"
+            )
 
 
 def _report_publish(r: PublishResult) -> None:
-    log.summary(f"published {r.recipe}" if r.pushed else f"{r.recipe} already published (push skipped)", {
-        "manifest digest": r.manifest_digest,
-        "image id": r.image_id,
-        "input digest": r.input_digest,
-        "tags": ", ".join(str(image_ref.parse(t).tag) for t in r.tags),
-        **({"platforms": ", ".join(f"{p} ({d['manifest_digest'][:19]})" for p, d in r.platforms.items())}
-           if r.platforms else {}),
-        "channel": r.channel or "none (not smoke-tested)",
-        "smoke check": _smoke_said(r),
-        **({"signature": f"{r.signature['signature_tag']} + {r.signature['attestation_tag']} verified "
-                         f"(key {r.signature['key_fingerprint']})"} if r.signature else {}),
-        "record": shown_home(r.record),
-    })
+    log.summary(
+        f"published {r.recipe}" if r.pushed else f"{r.recipe} already published (push skipped)",
+        {
+            "manifest digest": r.manifest_digest,
+            "image id": r.image_id,
+            "input digest": r.input_digest,
+            "tags": ", ".join(str(image_ref.parse(t).tag) for t in r.tags),
+            **(
+                {"platforms": ", ".join(f"{p} ({d['manifest_digest'][:19]})" for p, d in r.platforms.items())}
+                if r.platforms
+                else {}
+            ),
+            "channel": r.channel or "none (not smoke-tested)",
+            "smoke check": _smoke_said(r),
+            **(
+                {
+                    "signature": f"{r.signature['signature_tag']} + {r.signature['attestation_tag']} verified "
+                    f"(key {r.signature['key_fingerprint']})"
+                }
+                if r.signature
+                else {}
+            ),
+            "record": shown_home(r.record),
+        },
+    )
 
 
 def _smoke_said(r: PublishResult) -> str:
     """The summary's smoke line: a pass proved only inside the image says so, per platform."""
     if r.smoke["status"] == "skipped":
         return f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
-    levels = ({p: d.get("smoke_level", "served") for p, d in r.platforms.items()} if r.platforms
-              else {"": r.smoke.get("level", "served")})
+    levels = (
+        {p: d.get("smoke_level", "served") for p, d in r.platforms.items()}
+        if r.platforms
+        else {"": r.smoke.get("level", "served")}
+    )
     in_image = [p for p, level in levels.items() if level == "in-image"]
     if not in_image:
         return "passed"
@@ -377,37 +443,58 @@ def promote(
         client.put_manifest(dest, manifest)
     _verify(client, manifest, [dest])
     result = PromoteResult(
-        recipe=name, image_id=image_id, manifest_digest=manifest.digest, registry=target.host,
-        repository=target.path, from_channel=source, to_channel=dest, moved=moved,
-        smoke=SmokeEvidence(status="passed", record=str(record_path(image_id))), signature=signature,
+        recipe=name,
+        image_id=image_id,
+        manifest_digest=manifest.digest,
+        registry=target.host,
+        repository=target.path,
+        from_channel=source,
+        to_channel=dest,
+        moved=moved,
+        smoke=SmokeEvidence(status="passed", record=str(record_path(image_id))),
+        signature=signature,
     )
     doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
     result.record = str(_write_record("promote", name, doc))
-    log.summary(f"promoted {name}: {source} -> {dest}" if moved else f"{dest} already points at {source}'s image", {
-        "manifest digest": manifest.digest,
-        "image id": image_id,
-        "tag": target.ref(dest),
-        "record": shown_home(result.record),
-    })
+    log.summary(
+        f"promoted {name}: {source} -> {dest}" if moved else f"{dest} already points at {source}'s image",
+        {
+            "manifest digest": manifest.digest,
+            "image id": image_id,
+            "tag": target.ref(dest),
+            "record": shown_home(result.record),
+        },
+    )
     return result
 
 
 # -- CLI ----------------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("name")
-    p.add_argument("--registry", help="[http://|https://]HOST[:PORT][/NAMESPACE] (default: the recipe's "
-                                      "publish.registry); without a scheme: HTTP for loopback, else HTTPS")
-    p.add_argument("--plain-http", action="store_true",
-                   help="talk HTTP, not HTTPS (same as writing http://HOST)")
-    p.add_argument("--password-stdin", action="store_true",
-                   help=f"read the password from stdin (user from ${credentials.USER_ENV})")
+    p.add_argument(
+        "--registry",
+        help="[http://|https://]HOST[:PORT][/NAMESPACE] (default: the recipe's "
+        "publish.registry); without a scheme: HTTP for loopback, else HTTPS",
+    )
+    p.add_argument("--plain-http", action="store_true", help="talk HTTP, not HTTPS (same as writing http://HOST)")
+    p.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help=f"read the password from stdin (user from ${credentials.USER_ENV})",
+    )
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    r = publish(args.name, registry=args.registry, channel=args.channel, skip_smoke_check=args.skip_smoke_check,
-                plain_http=args.plain_http, password_stdin=args.password_stdin,
-                sign_key=Path(args.sign) if args.sign else None)
+    r = publish(
+        args.name,
+        registry=args.registry,
+        channel=args.channel,
+        skip_smoke_check=args.skip_smoke_check,
+        plain_http=args.plain_http,
+        password_stdin=args.password_stdin,
+        sign_key=Path(args.sign) if args.sign else None,
+    )
     if args.json:
         log.emit_json(publish_document(r))
     else:
@@ -416,9 +503,15 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_promote(args: argparse.Namespace) -> int:
-    r = promote(args.name, from_channel=args.from_channel, to_channel=args.to_channel, registry=args.registry,
-                plain_http=args.plain_http, password_stdin=args.password_stdin,
-                key=Path(args.key) if args.key else None)
+    r = promote(
+        args.name,
+        from_channel=args.from_channel,
+        to_channel=args.to_channel,
+        registry=args.registry,
+        plain_http=args.plain_http,
+        password_stdin=args.password_stdin,
+        key=Path(args.key) if args.key else None,
+    )
     if args.json:
         log.emit_json(promote_document(r))
     else:
@@ -431,18 +524,29 @@ def register(sub: Subparsers) -> None:
     _common(p)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
     p.add_argument("--channel", default=None, help="channel tag to move (default: experimental)")
-    p.add_argument("--skip-smoke-check", action="store_true",
-                   help=f"publish without a passing smoke record: only as <digest12>{UNSMOKED_SUFFIX}, "
-                        f"labelled {SMOKE_LABEL}=skipped, no channel")
-    p.add_argument("--sign", metavar="KEY", help="sign the pushed digest with this cosign private key and attach "
-                                                 "SBOM and provenance attestations, verified before any consumer tag "
-                                                 "(password from KILN_SIGNING_PASSWORD or typed)")
+    p.add_argument(
+        "--skip-smoke-check",
+        action="store_true",
+        help=f"publish without a passing smoke record: only as <digest12>{UNSMOKED_SUFFIX}, "
+        f"labelled {SMOKE_LABEL}=skipped, no channel",
+    )
+    p.add_argument(
+        "--sign",
+        metavar="KEY",
+        help="sign the pushed digest with this cosign private key and attach "
+        "SBOM and provenance attestations, verified before any consumer tag "
+        "(password from KILN_SIGNING_PASSWORD or typed)",
+    )
     p.set_defaults(func=_cmd_publish)
     p = sub.add_parser("promote", help="point one channel at another's image (no rebuild, no re-push)")
     _common(p)
     p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
     p.add_argument("--from", dest="from_channel", required=True)
     p.add_argument("--to", dest="to_channel", required=True)
-    p.add_argument("--key", metavar="PUB", help="verify the image's signature and attestations with this public key "
-                                                "before the channel moves (default: the recipe's publish.public_key)")
+    p.add_argument(
+        "--key",
+        metavar="PUB",
+        help="verify the image's signature and attestations with this public key "
+        "before the channel moves (default: the recipe's publish.public_key)",
+    )
     p.set_defaults(func=_cmd_promote)

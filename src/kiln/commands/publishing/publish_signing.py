@@ -55,22 +55,33 @@ def _pinned_key(loaded: LoadedRecipe) -> keys.PublicKey | None:
 def signer_for(loaded: LoadedRecipe, sign_key: Path | None, *, stdin_taken: str | None) -> keys.PrivateKey | None:
     if sign_key is None:
         if _required(loaded):
-            raise SigningRequired(f"{loaded.where('publish', 'require_signature')}: publish.require_signature is "
-                                  f"true; refusing to publish {loaded.name} unsigned (no --sign KEY)")
+            raise SigningRequired(
+                f"{loaded.where('publish', 'require_signature')}: publish.require_signature is "
+                f"true; refusing to publish {loaded.name} unsigned (no --sign KEY)"
+            )
         return None
     password = key_password.read(what=f"private key {sign_key}", stdin_taken=stdin_taken)
     key = keys.load_private_key(sign_key, password)
     pinned = _pinned_key(loaded)
     if pinned is not None and pinned.fingerprint != key.public.fingerprint:
-        raise SigningKeyInvalid(f"{sign_key} is key {key.public.fingerprint}, but {loaded.name} pins "
-                                f"publish.public_key {pinned.source} ({pinned.fingerprint}); nothing was pushed",
-                                hint="sign with the key the recipe pins, or change publish.public_key in a reviewed commit")
+        raise SigningKeyInvalid(
+            f"{sign_key} is key {key.public.fingerprint}, but {loaded.name} pins "
+            f"publish.public_key {pinned.source} ({pinned.fingerprint}); nothing was pushed",
+            hint="sign with the key the recipe pins, or change publish.public_key in a reviewed commit",
+        )
     log.info(f"signing with {sign_key} (public key {key.public.fingerprint})")
     return key
 
 
-def sign_and_verify(docker: DockerDaemon, client: RegistryClient, key: keys.PrivateKey, loaded: LoadedRecipe,
-                    recipe_image: RecipeImage, image: Image, digest: str) -> SignatureEvidence:
+def sign_and_verify(
+    docker: DockerDaemon,
+    client: RegistryClient,
+    key: keys.PrivateKey,
+    loaded: LoadedRecipe,
+    recipe_image: RecipeImage,
+    image: Image,
+    digest: str,
+) -> SignatureEvidence:
     """Sign and attest `digest`, then verify it from the registry; the record's part."""
     repository = signatures.identity(client.target)
     log.step(f"signing {repository}@{digest}: SBOM, provenance, signature")
@@ -80,34 +91,54 @@ def sign_and_verify(docker: DockerDaemon, client: RegistryClient, key: keys.Priv
         log.info(f"{result.signature_tag} already holds a signature by this key; kept")
     # read back and check it all as a verifier would, before any consumer tag
     checked = signatures.verify_image(client, digest, key.public, required=result.predicate_types)
-    log.ok(f"signature and {len(result.predicate_types)} attestations verified from the registry "
-           f"({result.signature_tag}, {result.attestation_tag})")
+    log.ok(
+        f"signature and {len(result.predicate_types)} attestations verified from the registry "
+        f"({result.signature_tag}, {result.attestation_tag})"
+    )
     return SignatureEvidence(
-        key_fingerprint=result.key_fingerprint, signature_tag=result.signature_tag,
-        signature_manifest=result.signature_manifest, attestation_tag=result.attestation_tag,
-        attestation_manifest=result.attestation_manifest, predicate_types=result.predicate_types,
-        signature_reused=result.signature_reused, verified=True, attestations=_attestations(checked))
+        key_fingerprint=result.key_fingerprint,
+        signature_tag=result.signature_tag,
+        signature_manifest=result.signature_manifest,
+        attestation_tag=result.attestation_tag,
+        attestation_manifest=result.attestation_manifest,
+        predicate_types=result.predicate_types,
+        signature_reused=result.signature_reused,
+        verified=True,
+        attestations=_attestations(checked),
+    )
 
 
-def verify_for_promote(loaded: LoadedRecipe, client: RegistryClient, digest: str,
-                       key_path: Path | None) -> SignatureEvidence | None:
+def verify_for_promote(
+    loaded: LoadedRecipe, client: RegistryClient, digest: str, key_path: Path | None
+) -> SignatureEvidence | None:
     """Verification of the image a channel is about to point at: with --key, or the
     recipe's pinned key; required when publish.require_signature is set."""
     key = keys.load_public_key(key_path) if key_path is not None else _pinned_key(loaded)
     if key is None:
         if _required(loaded):
-            raise SigningRequired(f"{loaded.where('publish', 'require_signature')}: publish.require_signature is "
-                                  f"true; promote needs a key to verify {digest} with (--key PUB or "
-                                  "publish.public_key)")
+            raise SigningRequired(
+                f"{loaded.where('publish', 'require_signature')}: publish.require_signature is "
+                f"true; promote needs a key to verify {digest} with (--key PUB or "
+                "publish.public_key)"
+            )
         return None
     checked = signatures.verify_image(client, digest, key)
     log.ok(f"{digest} verified with {key.source} ({key.fingerprint})")
     return SignatureEvidence(
-        key_fingerprint=checked.key_fingerprint, signature_tag=checked.signature_tag,
-        signature_manifest=checked.signature_manifest, attestation_tag=checked.attestation_tag,
-        attestation_manifest=checked.attestation_manifest, verified=True, attestations=_attestations(checked))
+        key_fingerprint=checked.key_fingerprint,
+        signature_tag=checked.signature_tag,
+        signature_manifest=checked.signature_manifest,
+        attestation_tag=checked.attestation_tag,
+        attestation_manifest=checked.attestation_manifest,
+        verified=True,
+        attestations=_attestations(checked),
+    )
 
 
 def _attestations(checked: signatures.Verification) -> list[AttestationEntry]:
-    return [AttestationEntry(predicate_type=a.predicate_type, layer_digest=a.layer_digest, verified=a.verified,
-                             problem=a.problem) for a in checked.attestations]
+    return [
+        AttestationEntry(
+            predicate_type=a.predicate_type, layer_digest=a.layer_digest, verified=a.verified, problem=a.problem
+        )
+        for a in checked.attestations
+    ]

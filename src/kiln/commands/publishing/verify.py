@@ -23,9 +23,16 @@ from kiln.infra import credentials
 from kiln.infra.registry import RegistryClient
 
 
-def verify(ref: str, key_path: Path, *, plain_http: bool = False, password_stdin: bool = False,
-           signature_only: bool = False, signed_repository: str | None = None,
-           creds: credentials.Credentials | None = None) -> signatures.Verification:
+def verify(
+    ref: str,
+    key_path: Path,
+    *,
+    plain_http: bool = False,
+    password_stdin: bool = False,
+    signature_only: bool = False,
+    signed_repository: str | None = None,
+    creds: credentials.Credentials | None = None,
+) -> signatures.Verification:
     public = keys.load_public_key(key_path)  # a bad key fails before any network
     image = signatures.parse_reference(ref, plain_http=plain_http)
     if creds is None:
@@ -34,13 +41,20 @@ def verify(ref: str, key_path: Path, *, plain_http: bool = False, password_stdin
     client.check_access()
     digest = signatures.resolve(client, image)
     required = () if signature_only else signatures.KILN_PREDICATES
-    return signatures.verify_image(client, digest, public, required=required, reference=str(image),
-                                signed_repository=signed_repository)
+    return signatures.verify_image(
+        client, digest, public, required=required, reference=str(image), signed_repository=signed_repository
+    )
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    result = verify(args.ref, Path(args.key), plain_http=args.plain_http, password_stdin=args.password_stdin,
-                    signature_only=args.signature_only, signed_repository=args.signed_repository)
+    result = verify(
+        args.ref,
+        Path(args.key),
+        plain_http=args.plain_http,
+        password_stdin=args.password_stdin,
+        signature_only=args.signature_only,
+        signed_repository=args.signed_repository,
+    )
     if args.json:
         log.emit_json(result.as_dict())
         return 0
@@ -57,18 +71,32 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers) -> None:
-    p = sub.add_parser("verify", help="check an image's cosign signature and its SBOM/provenance attestations "
-                                      "against a public key")
+    p = sub.add_parser(
+        "verify", help="check an image's cosign signature and its SBOM/provenance attestations against a public key"
+    )
     p.add_argument("ref", metavar="REF", help="HOST[:PORT]/REPOSITORY:TAG, ...@sha256:DIGEST or ...:TAG@sha256:DIGEST")
-    p.add_argument("--key", required=True, metavar="PUB", help="the signer's public key (PEM, as `kiln keys "
-                                                                "generate` or `cosign generate-key-pair` writes)")
-    p.add_argument("--signature-only", action="store_true",
-                   help="check the signature only, not the SBOM and provenance attestations")
-    p.add_argument("--signed-repository", metavar="HOST/REPOSITORY",
-                   help="the repository the signature must name, when it is not REF's (an image copied to a mirror "
-                        "keeps the identity it was signed for)")
+    p.add_argument(
+        "--key",
+        required=True,
+        metavar="PUB",
+        help="the signer's public key (PEM, as `kiln keys generate` or `cosign generate-key-pair` writes)",
+    )
+    p.add_argument(
+        "--signature-only",
+        action="store_true",
+        help="check the signature only, not the SBOM and provenance attestations",
+    )
+    p.add_argument(
+        "--signed-repository",
+        metavar="HOST/REPOSITORY",
+        help="the repository the signature must name, when it is not REF's (an image copied to a mirror "
+        "keeps the identity it was signed for)",
+    )
     p.add_argument("--plain-http", action="store_true", help="talk HTTP, not HTTPS (same as writing http://HOST)")
-    p.add_argument("--password-stdin", action="store_true",
-                   help=f"read the registry password from stdin (user from ${credentials.USER_ENV})")
+    p.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help=f"read the registry password from stdin (user from ${credentials.USER_ENV})",
+    )
     p.add_argument("--json", action="store_true", help="print the verification as one JSON document")
     p.set_defaults(func=_cmd_verify)

@@ -61,10 +61,18 @@ def _make_report(versions: tuple[str, str], flavour: str | None, engine: PortedE
     requirements = R.requirement_changes(_requirements(from_version, used), _requirements(to_version, used))
     records = sorted((repo_root() / "docs").glob(_BUILD_RECORDS)) if used == "cuda" else []
     return R.BumpReport(
-        from_version, to_version, flavour or used, command, clock.now().strftime("%Y-%m-%d"),
-        compare(old, new), [_recipe_use(r) for r in recipes], series, requirements,
+        from_version,
+        to_version,
+        flavour or used,
+        command,
+        clock.now().strftime("%Y-%m-%d"),
+        compare(old, new),
+        [_recipe_use(r) for r in recipes],
+        series,
+        requirements,
         R.measured_sizes(records, from_version, to_version),
-        sorted(set(old.read) | set(new.read)))
+        sorted(set(old.read) | set(new.read)),
+    )
 
 
 def command_line(to_version: str, from_version: str | None, flavour: str | None, report: str) -> str:
@@ -76,8 +84,7 @@ def command_line(to_version: str, from_version: str | None, flavour: str | None,
     return shlex.join(parts)
 
 
-def report_bump(versions: tuple[str, str], flavour: str | None, engine: PortedEngine,
-                file: str, command: str) -> None:
+def report_bump(versions: tuple[str, str], flavour: str | None, engine: PortedEngine, file: str, command: str) -> None:
     """Print the report; with a file name, write it as Markdown too."""
     report = _make_report(versions, flavour, engine, command)
     log.out.print(R.render_text(report), markup=False, end="")

@@ -97,8 +97,10 @@ def _platforms(loaded: LoadedRecipe) -> list[str]:
     for i, plat in enumerate(e.platforms):
         gaps = engine_lock.platform_gaps(lock, plat, e.torch)
         if gaps:
-            problems.append(f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {plat}: {shown} "
-                            f"has no {plat} {', '.join(gaps)}")
+            problems.append(
+                f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {plat}: {shown} "
+                f"has no {plat} {', '.join(gaps)}"
+            )
     return problems
 
 
@@ -129,8 +131,10 @@ def _check_one(name: str, platform: str | None = None) -> tuple[list[str], list[
     problems: list[str] = []
     for feature in loaded.recipe.features:
         if not (loaded.feature_dir(feature) / "override.yaml").is_file():
-            problems.append(f"{loaded.where('experimental')}: experimental: {feature}: no "
-                            f"experimental/{feature}/override.yaml next to the recipe")
+            problems.append(
+                f"{loaded.where('experimental')}: experimental: {feature}: no "
+                f"experimental/{feature}/override.yaml next to the recipe"
+            )
     # every shipped override, switched on or not: one that is off today is on tomorrow
     for fdir in sorted(p for p in (loaded.dir / "experimental").glob("*") if (p / "override.yaml").is_file()):
         try:
@@ -164,9 +168,17 @@ def _lock(loaded: LoadedRecipe) -> list[str]:
     """The engine lock still matches the engine wheel (read from the cache, no download),
     and the recipe's own lock its build.python_packages and engine."""
     e = loaded.recipe.engine
-    return [*lock_policy.lock_problems(engine_lock.engine_image_dir(e.flavour), e.name, e.version,
-                                      e.flavour, wheel_cache.cached_engine_wheel(e.version, e.flavour), loaded.name),
-            *recipe_lock.problems(loaded)]
+    return [
+        *lock_policy.lock_problems(
+            engine_lock.engine_image_dir(e.flavour),
+            e.name,
+            e.version,
+            e.flavour,
+            wheel_cache.cached_engine_wheel(e.version, e.flavour),
+            loaded.name,
+        ),
+        *recipe_lock.problems(loaded),
+    ]
 
 
 def _rel(path: Path) -> str:
@@ -179,8 +191,10 @@ def _rel(path: Path) -> str:
 def _series_used(name: str) -> list[SeriesUsed]:
     """Which patch series a valid recipe's image applies, in order."""
     loaded = load_recipe(recipe_dir(name))
-    return [SeriesUsed(applies=what, file=_rel(file) if file else None, patches=count)
-            for what, file, count in recipe_series(loaded)]
+    return [
+        SeriesUsed(applies=what, file=_rel(file) if file else None, patches=count)
+        for what, file, count in recipe_series(loaded)
+    ]
 
 
 def _launch_args(loaded: LoadedRecipe, platform: str | None) -> list[str]:
@@ -241,7 +255,11 @@ def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("check", help="validate recipes without building"))
     s.add_argument("name", nargs="?")
     s.add_argument("--all", action="store_true")
-    s.add_argument("--platform", choices=sorted(engine_lock.PLATFORMS), default=None,
-                   help="ask this platform's engine image (of engine.platforms) for the launch check "
-                        "(default: the host's; another architecture's runs under qemu)")
+    s.add_argument(
+        "--platform",
+        choices=sorted(engine_lock.PLATFORMS),
+        default=None,
+        help="ask this platform's engine image (of engine.platforms) for the launch check "
+        "(default: the host's; another architecture's runs under qemu)",
+    )
     s.set_defaults(func=_cmd_check)

@@ -55,8 +55,9 @@ def _platforms_wanted(engine: Engine) -> list[str]:
     return sorted(wanted)
 
 
-def lock_engine(recipe: str, engine: Engine, platforms: list[str] | None = None,
-                docker: DockerDaemon | None = None) -> LR.EngineLock:
+def lock_engine(
+    recipe: str, engine: Engine, platforms: list[str] | None = None, docker: DockerDaemon | None = None
+) -> LR.EngineLock:
     """Resolve and write one engine's lock (unchanged bytes are not rewritten)."""
     t0 = time.monotonic()
     folder = L.engine_image_dir(engine.flavour)
@@ -64,13 +65,21 @@ def lock_engine(recipe: str, engine: Engine, platforms: list[str] | None = None,
     if platforms is None:
         platforms = L.load(path).platforms if path.is_file() else _platforms_wanted(engine)
     cafile = resolve_ca(None).path
-    lock = lock_resolver.make_lock(engine, folder, platforms, cafile=cafile, docker=docker or DockerDaemon(),
-                            base_of=lambda platform: EngineImage(engine, None, platform).base_ref)
+    lock = lock_resolver.make_lock(
+        engine,
+        folder,
+        platforms,
+        cafile=cafile,
+        docker=docker or DockerDaemon(),
+        base_of=lambda platform: EngineImage(engine, None, platform).base_ref,
+    )
     changed = L.write(lock, path)
     debian = sum(len(v) for v in lock.debian_packages.values())
-    what = (f"{len(lock.python_packages)} Python distributions"
-            + (f" (+{len(lock.plain_extra_packages)} for the plain anchor)" if lock.plain_extra_packages else "")
-            + f", {debian} Debian packages, {', '.join(lock.platforms)}")
+    what = (
+        f"{len(lock.python_packages)} Python distributions"
+        + (f" (+{len(lock.plain_extra_packages)} for the plain anchor)" if lock.plain_extra_packages else "")
+        + f", {debian} Debian packages, {', '.join(lock.platforms)}"
+    )
     verb = "wrote" if changed else "unchanged:"
     log.ok(f"{verb} {L.shown(path)}: {what} (for {recipe}) [{log.human_secs(time.monotonic() - t0)}]")
     return lock
@@ -83,15 +92,21 @@ def lock_recipe(loaded: LoadedRecipe, platforms: list[str] | None = None) -> LR.
     e = loaded.recipe.engine
     engine_lock = L.for_image(L.engine_image_dir(e.flavour), e.name, e.version, loaded.name)
     if engine_lock is None:
-        raise LockInvalid(f"{L.shown(L.engine_image_dir(e.flavour))}: not built from a lock; "
-                          f"{loaded.name}'s build.python_packages are locked against its engine's lock")
+        raise LockInvalid(
+            f"{L.shown(L.engine_image_dir(e.flavour))}: not built from a lock; "
+            f"{loaded.name}'s build.python_packages are locked against its engine's lock"
+        )
     path = recipe_lock.lock_path(loaded.dir)
-    lock = lock_resolver.make_recipe_lock(loaded.name, list(loaded.recipe.build.python_packages), engine_lock,
-                                   platforms or list(e.platforms), cafile=resolve_ca(None).path)
+    lock = lock_resolver.make_recipe_lock(
+        loaded.name,
+        list(loaded.recipe.build.python_packages),
+        engine_lock,
+        platforms or list(e.platforms),
+        cafile=resolve_ca(None).path,
+    )
     verb = "wrote" if L.write(lock, path) else "unchanged:"
     names = ", ".join(f"{p.name} {p.version}" for p in lock.python_packages) or "nothing beyond the engine lock"
-    log.ok(f"{verb} {L.shown(path)}: {names}, {', '.join(lock.platforms)} "
-           f"[{log.human_secs(time.monotonic() - t0)}]")
+    log.ok(f"{verb} {L.shown(path)}: {names}, {', '.join(lock.platforms)} [{log.human_secs(time.monotonic() - t0)}]")
     return lock
 
 
@@ -110,8 +125,7 @@ def _cmd_engine_lock(args: argparse.Namespace) -> int:
     return 0
 
 
-def _committed(engines: list[tuple[str, Engine]],
-               own: list[LoadedRecipe]) -> list[tuple[Path, LR.EngineLock | None]]:
+def _committed(engines: list[tuple[str, Engine]], own: list[LoadedRecipe]) -> list[tuple[Path, LR.EngineLock | None]]:
     """(lock file, its lock or None for an engine image without locks/) of each engine
     and each recipe's own packages, as committed: what `--check` asks the index about."""
     out: list[tuple[Path, LR.EngineLock | None]] = []
@@ -131,8 +145,7 @@ def _check(locks: list[tuple[Path, LR.EngineLock | None]]) -> int:
         total = len(lock.python_packages) + len(lock.plain_extra_packages) + len(lock.tools)
         yanked = sum(bool(f.yanked) for f in findings)
         newer = sum(bool(f.newest) for f in findings)
-        log.out.print(f"{L.shown(path)}: {total} locked, {yanked} yanked, {newer} with newer releases",
-                      markup=False)
+        log.out.print(f"{L.shown(path)}: {total} locked, {yanked} yanked, {newer} with newer releases", markup=False)
         for f in findings:
             log.out.print(f"  {f.line()}", markup=False)
     log.info("nothing was changed; `kiln engine lock RECIPE` re-locks")
@@ -144,12 +157,22 @@ def register_engine(es: Subparsers) -> None:
     s = es.add_parser("lock", help="pin every Python wheel (by sha256) and Debian package an engine image installs")
     s.add_argument("recipe", nargs="?", help="the recipe whose engine image to lock")
     s.add_argument("--all", action="store_true", help="every engine image and version the recipes use")
-    s.add_argument("--check", action="store_true",
-                   help="only say which locked versions are yanked or have newer releases; change nothing")
-    s.add_argument("--platform", action="append", choices=sorted(L.PLATFORMS),
-                   help="lock for this platform (repeatable; default: the lock's own, else every "
-                        "platform the recipes on that engine build for; a recipe's own lock: its engine.platforms)")
-    s.add_argument("--recipe-only", action="store_true",
-                   help="only the recipe's own packages (build.python_packages -> recipes/NAME/recipe.lock.json), "
-                        "resolved against the committed engine lock, which is left as it is")
+    s.add_argument(
+        "--check",
+        action="store_true",
+        help="only say which locked versions are yanked or have newer releases; change nothing",
+    )
+    s.add_argument(
+        "--platform",
+        action="append",
+        choices=sorted(L.PLATFORMS),
+        help="lock for this platform (repeatable; default: the lock's own, else every "
+        "platform the recipes on that engine build for; a recipe's own lock: its engine.platforms)",
+    )
+    s.add_argument(
+        "--recipe-only",
+        action="store_true",
+        help="only the recipe's own packages (build.python_packages -> recipes/NAME/recipe.lock.json), "
+        "resolved against the committed engine lock, which is left as it is",
+    )
     s.set_defaults(func=_cmd_engine_lock)

@@ -17,8 +17,10 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for row in rows:
         if row["valid"]:
             e = row["engine"]
-            log.out.print(f"{row['name']:24} {e['name']}=={e['version']} {e['flavour']:5} {row['served_model_name']}",
-                          markup=False)
+            log.out.print(
+                f"{row['name']:24} {e['name']}=={e['version']} {e['flavour']:5} {row['served_model_name']}",
+                markup=False,
+            )
         else:
             log.out.print(f"{row['name']:24} INVALID (kiln check {row['name']})", markup=False)
     return 0

@@ -28,8 +28,17 @@ def _status(row: O.OutdatedRow) -> str:
 
 def _table(doc: O.OutdatedDocument) -> list[str]:
     """The rows for a person: one line per recipe under a header, columns aligned."""
-    cells = [_HEADER] + [(r["recipe"], r["distribution"], r["engine"]["version"], r["newest_on_index"] or "-",
-                          r["newest_with_series"] or "-", _status(r)) for r in doc["recipes"]]
+    cells = [_HEADER] + [
+        (
+            r["recipe"],
+            r["distribution"],
+            r["engine"]["version"],
+            r["newest_on_index"] or "-",
+            r["newest_with_series"] or "-",
+            _status(r),
+        )
+        for r in doc["recipes"]
+    ]
     widths = [max(len(row[i]) for row in cells) for i in range(len(_HEADER) - 1)]
     return ["  ".join([*(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)), row[-1]]) for row in cells]
 
@@ -39,8 +48,9 @@ def _summary(doc: O.OutdatedDocument, behind: list[O.OutdatedRow]) -> str:
     news: dict[tuple[str, str], set[str]] = {}
     for r in behind:
         news.setdefault((r["distribution"], r["newest_on_index"] or ""), set()).add(r["engine"]["version"])
-    what = "; ".join(f"{dist} {newest} is out (pinned: {', '.join(sorted(pins))})"
-                     for (dist, newest), pins in sorted(news.items()))
+    what = "; ".join(
+        f"{dist} {newest} is out (pinned: {', '.join(sorted(pins))})" for (dist, newest), pins in sorted(news.items())
+    )
     return f"{len(behind)} of {len(doc['recipes'])} recipe(s) lag the package index {doc['index']}: {what}"
 
 
@@ -64,8 +74,14 @@ def _cmd_engine_outdated(args: argparse.Namespace) -> int:
 
 def register_engine(es: Subparsers) -> None:
     """`kiln engine outdated` (added to the `kiln engine` subcommands)."""
-    s = reports(es.add_parser(
-        "outdated", help="does a recipe pin an older engine than the newest release on the package index? (exit 36)"))
-    s.add_argument("--index-url", metavar="URL",
-                   help="the simple index to ask (default: pip's index-url, else https://pypi.org/simple)")
+    s = reports(
+        es.add_parser(
+            "outdated", help="does a recipe pin an older engine than the newest release on the package index? (exit 36)"
+        )
+    )
+    s.add_argument(
+        "--index-url",
+        metavar="URL",
+        help="the simple index to ask (default: pip's index-url, else https://pypi.org/simple)",
+    )
     s.set_defaults(func=_cmd_engine_outdated)

@@ -23,7 +23,9 @@ _ENGINE = S.ENGINE
 def _cmd_patches_check(args: argparse.Namespace) -> int:
     if args.feature:  # every engine version the feature has a series for, or --engine's
         _, ov = S.FeatureRef.parse(args.feature).load()
-        versions = [S.parse_engine(args.engine)] if args.engine else (ov.series_versions() or [ov.override.engine.version])
+        versions = (
+            [S.parse_engine(args.engine)] if args.engine else (ov.series_versions() or [ov.override.engine.version])
+        )
         S.check_feature(ov, versions, args.flavour)
         return 0
     recipe = S.load_recipe(args.recipe) if args.recipe else None
@@ -96,10 +98,13 @@ def _cmd_engine_bump(args: argparse.Namespace) -> int:
         from_version = S.parse_engine(args.from_version) if args.from_version else default_from(to_version)
         then = None
         if args.report is not None:
-            command = bump_report.command_line(to_version, args.from_version and from_version, args.flavour, args.report)
+            command = bump_report.command_line(
+                to_version, args.from_version and from_version, args.flavour, args.report
+            )
 
             def then(engine: PortedEngine) -> None:
                 bump_report.report_bump((from_version, to_version), args.flavour, engine, args.report, command)
+
         bump(from_version, to_version, args.flavour, args.dry_run, then)
     if args.recipe and not args.dry_run:
         move_recipe(args.recipe, to_version)
@@ -130,16 +135,20 @@ def register(sub: Subparsers) -> None:
     """Add `patches`, `engine` and `override` to the kiln CLI's subparsers."""
     p = sub.add_parser("patches", help="the engine patch series (no Docker needed)")
     ps = p.add_subparsers(dest="patches_command", required=True, parser_class=type(p))
-    engine_help = (f"{_ENGINE}==X.Y.Z (default: the newest series under patches/{_ENGINE}/, "
-                   "or with --feature the recipe's engine)")
+    engine_help = (
+        f"{_ENGINE}==X.Y.Z (default: the newest series under patches/{_ENGINE}/, or with --feature the recipe's engine)"
+    )
     flavour_help = "wheel whose sources are used: cpu (default, smaller) or cuda"
     feature_help = "a recipe feature's own series instead of the engine's, e.g. glm53-kindling/draft-trunc"
 
     s = ps.add_parser("check", help="apply the series to the pinned engine's sources in a scratch tree")
     s.add_argument("--engine", help=f"{_ENGINE}==X.Y.Z (default: every series under patches/{_ENGINE}/)")
     s.add_argument("--recipe", help="also apply this recipe's switched-on experimental features")
-    s.add_argument("--feature", metavar="RECIPE/FEATURE",
-                   help="check a feature's series for every engine version it has one for (or --engine's)")
+    s.add_argument(
+        "--feature",
+        metavar="RECIPE/FEATURE",
+        help="check a feature's series for every engine version it has one for (or --engine's)",
+    )
     s.add_argument("--flavour", choices=sorted(wheel_cache.DISTRIBUTIONS), help=flavour_help)
     s.set_defaults(func=_cmd_patches_check)
 
@@ -156,9 +165,12 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--engine", help=engine_help)
     s.add_argument("--feature", metavar="RECIPE/FEATURE", help=feature_help)
     s.add_argument("--flavour", choices=sorted(wheel_cache.DISTRIBUTIONS), help=flavour_help)
-    s.add_argument("--patch", metavar="NAME",
-                   help="edits go into this patch, not the last one touching the file (the later "
-                        "patches are rebased over them); edited files no patch touches are added to it")
+    s.add_argument(
+        "--patch",
+        metavar="NAME",
+        help="edits go into this patch, not the last one touching the file (the later "
+        "patches are rebased over them); edited files no patch touches are added to it",
+    )
     s.set_defaults(func=_cmd_patches_refresh)
 
     e = sub.add_parser("engine", help="engine version management")
@@ -168,12 +180,20 @@ def register(sub: Subparsers) -> None:
     s.add_argument("--from", dest="from_version", help="series to bump (default: the newest one older than --to)")
     s.add_argument("--dry-run", action="store_true", help="report per patch; change nothing")
     s.add_argument("--flavour", choices=sorted(wheel_cache.DISTRIBUTIONS), help=flavour_help)
-    s.add_argument("--recipe", metavar="NAME", help="then pin this recipe to the new version (its features' series "
-                                                    "for that version must apply)")
-    s.add_argument("--report", nargs="?", const="", metavar="FILE.md",
-                   help="with --dry-run: also report what moving the recipes on the old version would change "
-                        "(flags and speculative-config keys, every series' patches, requirements, image size); "
-                        "FILE.md: write it as Markdown too")
+    s.add_argument(
+        "--recipe",
+        metavar="NAME",
+        help="then pin this recipe to the new version (its features' series for that version must apply)",
+    )
+    s.add_argument(
+        "--report",
+        nargs="?",
+        const="",
+        metavar="FILE.md",
+        help="with --dry-run: also report what moving the recipes on the old version would change "
+        "(flags and speculative-config keys, every series' patches, requirements, image size); "
+        "FILE.md: write it as Markdown too",
+    )
     s.set_defaults(func=_cmd_engine_bump)
     lock.register_engine(es)
     outdated.register_engine(es)

@@ -31,8 +31,11 @@ def plan_recipe(loaded: LoadedRecipe, *, gpu: str | None = None, gpus: int | Non
     layout = Layout.of(topo)
     if gpus is not None and gpus != layout.gpus:
         layout = layout.over(gpus)
-    nodes = topo.nodes if layout.gpus == topo.nodes * topo.accelerators_per_node else \
-        max(1, -(-layout.gpus // max(1, topo.accelerators_per_node)))
+    nodes = (
+        topo.nodes
+        if layout.gpus == topo.nodes * topo.accelerators_per_node
+        else max(1, -(-layout.gpus // max(1, topo.accelerators_per_node)))
+    )
     return compute(inp, acc, layout, nodes=nodes)
 
 
@@ -45,21 +48,36 @@ def _table(plan: Plan) -> list[str]:
     acc = plan.accelerator
     rows: list[tuple[str, str, str]] = []
     for part in plan.parts:
-        rows.append((f"weights: {part.role}", gib(part.weights),
-                     f"{part.shape.arch}, {_count_params(part.params)} params, {part.precision}"))
+        rows.append(
+            (
+                f"weights: {part.role}",
+                gib(part.weights),
+                f"{part.shape.arch}, {_count_params(part.params)} params, {part.precision}",
+            )
+        )
     full_len = f"max-model-len {plan.max_model_len:,}"
     rows.append(("KV cache: 1 request", gib(plan.kv_one), f"{full_len}, kv-cache-dtype {plan.kv_dtype}"))
     rows.append(("KV cache: all requests", gib(plan.kv_full), f"{full_len} x max-num-seqs {plan.max_num_seqs:,}"))
     if acc is not None:
         r = plan.reserve
-        rows.append(("engine reserve", gib(r.total),
-                     f"estimate: activations {gib(r.activations)} at {plan.batched_tokens:,} batched tokens, "
-                     f"sampler {gib(r.sampler)}, CUDA graphs {gib(r.cuda_graphs)}, context {gib(r.context)}"))
+        rows.append(
+            (
+                "engine reserve",
+                gib(r.total),
+                f"estimate: activations {gib(r.activations)} at {plan.batched_tokens:,} batched tokens, "
+                f"sampler {gib(r.sampler)}, CUDA graphs {gib(r.cuda_graphs)}, context {gib(r.context)}",
+            )
+        )
         rows.append(("usable", gib(plan.usable), f"{gib(plan.capacity)} x gpu-memory-utilization {plan.utilization:g}"))
         rows.append(("left for KV cache", gib(plan.kv_room), f"{plan.kv_tokens:,} tokens"))
     else:
-        rows.append(("CPU KV cache space", gib(plan.cpu_kv_space),
-                     f"VLLM_CPU_KVCACHE_SPACE; {plan.kv_tokens:,} tokens in blocks of {plan.block}"))
+        rows.append(
+            (
+                "CPU KV cache space",
+                gib(plan.cpu_kv_space),
+                f"VLLM_CPU_KVCACHE_SPACE; {plan.kv_tokens:,} tokens in blocks of {plan.block}",
+            )
+        )
     where = f"{plan.layout.gpus} x {acc.label} ({acc.memory_gib:.1f} GiB), {plan.nodes} node(s)" if acc else "CPU"
     head = f"kiln plan {plan.recipe}: {where}, {plan.layout.label()}"
     width = max(len(r[0]) for r in rows)
@@ -80,9 +98,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     for line in _table(plan):
         log.out.print(line, markup=False, highlight=False)
     if not plan.fits or (args.strict and not plan.fits_full):
-        why = verdict(plan) if not plan.fits else (
-            f"{plan.recipe}: only {plan.full_length_requests:,} of max-num-seqs {plan.max_num_seqs:,} requests fit "
-            f"at max-model-len {plan.max_model_len:,} (--strict)")
+        why = (
+            verdict(plan)
+            if not plan.fits
+            else (
+                f"{plan.recipe}: only {plan.full_length_requests:,} of max-num-seqs {plan.max_num_seqs:,} requests fit "
+                f"at max-model-len {plan.max_model_len:,} (--strict)"
+            )
+        )
         raise PlanDoesNotFit([why])
     log.ok(verdict(plan))
     return 0
@@ -93,6 +116,9 @@ def register(sub: Subparsers) -> None:
     s.add_argument("name")
     s.add_argument("--gpu", choices=NAMES, help="the GPU (default: the recipe's topology.accelerator)")
     s.add_argument("--gpus", type=count("GPU", 4096), metavar="N", help="this many GPUs instead of the recipe's layout")
-    s.add_argument("--strict", action="store_true",
-                   help="fail unless every request fits at max-model-len at once (max-num-seqs x max-model-len)")
+    s.add_argument(
+        "--strict",
+        action="store_true",
+        help="fail unless every request fits at max-model-len at once (max-num-seqs x max-model-len)",
+    )
     s.set_defaults(func=_cmd_plan)

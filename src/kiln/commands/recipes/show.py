@@ -30,8 +30,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
         "tag": doc["tag"],
         "input digest": doc["input_digest"],
         "engine image": doc["engine_image"]["tag"],
-        "platforms": ", ".join(f"{p} ({v['tag'].split(':')[-1]})" if "tag" in v else f"{p} ({v['problem']})"
-                               for p, v in doc["platforms"].items()),
+        "platforms": ", ".join(
+            f"{p} ({v['tag'].split(':')[-1]})" if "tag" in v else f"{p} ({v['problem']})"
+            for p, v in doc["platforms"].items()
+        ),
         "served as": f"{r['launch']['served_model_name']} on port {r['launch']['port']}",
         "speculation": _speculation(r["launch"].get("speculative_config"), launch["env"]),
     }
@@ -80,8 +82,11 @@ def _speculation(spec: Mapping[str, Any] | None, env: Mapping[str, str]) -> str:
         parts.append("vLLM adaptive verification")
     features = env.get("KILN_FEATURES", "").split(",")
     if "draft-trunc" in features and env.get("KILN_DRAFT_TRUNC", "1").lower() not in ("0", "false", "no", "off"):
-        dt = (f"draft-trunc: fixed tau {env['KILN_DRAFT_TRUNC_TAU']}" if "KILN_DRAFT_TRUNC_TAU" in env
-              else "draft-trunc: cost-aware")
+        dt = (
+            f"draft-trunc: fixed tau {env['KILN_DRAFT_TRUNC_TAU']}"
+            if "KILN_DRAFT_TRUNC_TAU" in env
+            else "draft-trunc: cost-aware"
+        )
         if env.get("KILN_DRAFT_TRUNC_DRAFT_COST"):
             dt += ", drafting priced"
         if flag_on(env, "KILN_DRAFT_TRUNC_DEPTH"):
@@ -96,8 +101,10 @@ def served(runs: list[Mapping[str, Any]]) -> str:
     """What served the speculation configuration (the recipe's `served:`), newest first."""
     if not runs:
         return "nothing here has served this speculation configuration"
-    return "; ".join(f"{r['by']}, {r['date']}, {r['device']}: {r['result']} ({r['record']})"
-                     for r in sorted(runs, key=lambda r: str(r["date"]), reverse=True))
+    return "; ".join(
+        f"{r['by']}, {r['date']}, {r['device']}: {r['result']} ({r['record']})"
+        for r in sorted(runs, key=lambda r: str(r["date"]), reverse=True)
+    )
 
 
 def register(sub: Subparsers) -> None:

@@ -24,19 +24,28 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
         return 0
     t0 = time.monotonic()
     done = fetch(models, cache, say=log.step)
-    log.summary(f"fetched {args.name}", {
-        "cache": str(cache),
-        **{f"{f.model.role}": f"{f.model.repo}@{f.model.revision[:12]} "
-                               f"({'downloaded' if f.downloaded else 'already complete'})" for f in done},
-        "took": log.human_secs(time.monotonic() - t0),
-    })
+    log.summary(
+        f"fetched {args.name}",
+        {
+            "cache": str(cache),
+            **{
+                f"{f.model.role}": f"{f.model.repo}@{f.model.revision[:12]} "
+                f"({'downloaded' if f.downloaded else 'already complete'})"
+                for f in done
+            },
+            "took": log.human_secs(time.monotonic() - t0),
+        },
+    )
     return 0
 
 
 def register(sub: Subparsers) -> None:
     s = sub.add_parser("fetch", help="download the recipe's pinned Hugging Face snapshots into the shared cache")
     s.add_argument("name")
-    s.add_argument("--cache", metavar="DIR",
-                   help="the cache folder (default: $KILN_HF_CACHE, else the hub client's: $HF_HUB_CACHE, "
-                        "$HF_HOME/hub, ~/.cache/huggingface/hub)")
+    s.add_argument(
+        "--cache",
+        metavar="DIR",
+        help="the cache folder (default: $KILN_HF_CACHE, else the hub client's: $HF_HUB_CACHE, "
+        "$HF_HOME/hub, ~/.cache/huggingface/hub)",
+    )
     s.set_defaults(func=_cmd_fetch)

@@ -20,8 +20,9 @@ from kiln.domain.serving.k8s import HF_CACHE_PVC, dump, manifests
 from kiln.domain.serving.launch_command import hf_models
 
 
-def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int,
-           hf_pvc: str = HF_CACHE_PVC) -> list[Path]:
+def render(
+    name: str, *, out_dir: Path | None, image: str | None, replicas: int, hf_pvc: str = HF_CACHE_PVC
+) -> list[Path]:
     """Check the recipe as `kiln check` does, then write (or print) its manifests."""
     problems = check_one(name)
     if problems:
@@ -52,8 +53,13 @@ def render(name: str, *, out_dir: Path | None, image: str | None, replicas: int,
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    render(args.name, out_dir=Path(args.output) if args.output else None, image=args.image, replicas=args.replicas,
-           hf_pvc=args.hf_cache_pvc)
+    render(
+        args.name,
+        out_dir=Path(args.output) if args.output else None,
+        image=args.image,
+        replicas=args.replicas,
+        hf_pvc=args.hf_cache_pvc,
+    )
     return 0
 
 
@@ -65,14 +71,21 @@ def register(sub: Subparsers) -> None:
     s.add_argument("-o", "--output", metavar="DIR", help="write one YAML file per object here (default: print them)")
     s.add_argument("--image", help="image reference (default: the digest of the recipe's latest publish)")
     s.add_argument("--replicas", type=_replicas, default=1, help="serving groups (default 1)")
-    s.add_argument("--hf-cache-pvc", default=HF_CACHE_PVC, type=_claim_name, metavar="CLAIM",
-                   help=f"PersistentVolumeClaim holding the shared Hugging Face cache (default {HF_CACHE_PVC})")
+    s.add_argument(
+        "--hf-cache-pvc",
+        default=HF_CACHE_PVC,
+        type=_claim_name,
+        metavar="CLAIM",
+        help=f"PersistentVolumeClaim holding the shared Hugging Face cache (default {HF_CACHE_PVC})",
+    )
     s.set_defaults(func=_cmd_render)
 
 
 def _claim_name(text: str) -> str:
     if not re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", text) or len(text) > 253:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a PersistentVolumeClaim name (lowercase letters, digits, '-')")
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a PersistentVolumeClaim name (lowercase letters, digits, '-')"
+        )
     return text
 
 

@@ -64,7 +64,9 @@ def _parse_env(pairs: list[str] | None) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not _ENV_NAME.match(key):
-            raise UsageError(f"kiln run: -e {pair!r}: expected VAR=VALUE", hint="e.g. `kiln run NAME -e VLLM_LOGGING_LEVEL=DEBUG`")
+            raise UsageError(
+                f"kiln run: -e {pair!r}: expected VAR=VALUE", hint="e.g. `kiln run NAME -e VLLM_LOGGING_LEVEL=DEBUG`"
+            )
         env[key] = value
     return env
 
@@ -73,13 +75,16 @@ def _vllm_extra(args: argparse.Namespace) -> list[str]:
     extra = [a for a in (args.vllm_args or []) if a != "--"]
     for token in extra:
         if token in ("-e", "--env") or token.startswith("--env="):
-            raise UsageError(f"kiln run: {token} after `--` would go to vLLM, not to the container",
-                             hint="put -e VAR=VALUE before the `--`")
+            raise UsageError(
+                f"kiln run: {token} after `--` would go to vLLM, not to the container",
+                hint="put -e VAR=VALUE before the `--`",
+            )
     return extra
 
 
 def _sigterm_as_interrupt() -> None:
     """`kill PID` of a foreground `kiln run` cleans up like Ctrl-C does."""
+
     def handler(signum: int, frame: FrameType | None) -> NoReturn:
         raise KeyboardInterrupt
 
@@ -120,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
         box.wait_healthy(loaded.recipe.smoke.startup_timeout_s)
         log.ok(f"serving {loaded.recipe.launch.served_model_name} at {box.url}/v1 (container {spec.name})")
         if args.detach:
-            log.info(f"`kiln logs {spec.name}` shows its log; `kiln stop {spec.name}` (or docker stop) stops and removes it")
+            log.info(
+                f"`kiln logs {spec.name}` shows its log; `kiln stop {spec.name}` (or docker stop) stops and removes it"
+            )
             detached = True
             return 0
         log.info("streaming logs; Ctrl-C stops and removes the container")
@@ -141,16 +148,26 @@ def run(args: argparse.Namespace) -> int:
             box.close(failing=sys.exc_info()[0] is not None)
 
 
-def _multi_node(args: argparse.Namespace, loaded: LoadedRecipe, recipe_image: RecipeImage, topo: Topology, *,
-                port: int, extra: list[str], env: dict[str, str]) -> int:
+def _multi_node(
+    args: argparse.Namespace,
+    loaded: LoadedRecipe,
+    recipe_image: RecipeImage,
+    topo: Topology,
+    *,
+    port: int,
+    extra: list[str],
+    env: dict[str, str],
+) -> int:
     """A recipe spanning several nodes: `--print` shows each node's command (one host, a
     user-defined network; on real hosts use each host's network and the leader's address)."""
 
     if not args.print:
-        raise UsageError(f"{args.name} spans {topo.nodes} nodes: `kiln run` serves one-node recipes",
-                         hint=f"`kiln run {args.name} --print` prints each node's command; `kiln render k8s "
-                              f"{args.name}` writes Kubernetes manifests; `kiln smoke {args.name}` (CPU) serves it "
-                              "across local containers")
+        raise UsageError(
+            f"{args.name} spans {topo.nodes} nodes: `kiln run` serves one-node recipes",
+            hint=f"`kiln run {args.name} --print` prints each node's command; `kiln render k8s "
+            f"{args.name}` writes Kubernetes manifests; `kiln smoke {args.name}` (CPU) serves it "
+            "across local containers",
+        )
     ref, built = _image_ref_for_print(recipe_image)
     specs = node_specs(loaded, ref, topo, host_port=port, extra_args=extra, env=env)
     for spec in specs:
@@ -193,8 +210,10 @@ def _one(docker: DockerDaemon, name: str) -> Container:
     """`name` as a container name, else as a recipe with exactly one running container."""
     boxes = _of_recipe(docker, name)
     if len(boxes) > 1 and name not in {b.name for b in boxes}:
-        raise ContainerNotFound(f"recipe {name!r} has {len(boxes)} running kiln containers: "
-                                f"{', '.join(b.name for b in boxes)}", hint="name one of them")
+        raise ContainerNotFound(
+            f"recipe {name!r} has {len(boxes)} running kiln containers: {', '.join(b.name for b in boxes)}",
+            hint="name one of them",
+        )
     return boxes[0] if len(boxes) == 1 else _ours(docker, name)
 
 
@@ -206,7 +225,9 @@ def ps(args: argparse.Namespace) -> int:
     rows = [(c.name, c.labels.get(LABEL_RECIPE, "?"), c.status, c.health, c.labels.get(LABEL_URL, "")) for c in boxes]
     widths = [max(len(r[i]) for r in [("NAME", "RECIPE", "STATUS", "HEALTH", "URL"), *rows]) for i in range(5)]
     for row in [("NAME", "RECIPE", "STATUS", "HEALTH", "URL"), *rows]:
-        log.out.print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip(), markup=False, highlight=False)
+        log.out.print(
+            "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip(), markup=False, highlight=False
+        )
     return 0
 
 
@@ -227,8 +248,11 @@ def stop(args: argparse.Namespace) -> int:
     docker = DockerDaemon()
     if args.all == bool(args.names):
         raise UsageError("kiln stop: name containers or pass --all, not both or neither", hint="`kiln ps` lists them")
-    boxes = kiln_containers(docker, all_states=True) if args.all else \
-        [b for n in args.names for b in (_of_recipe(docker, n) or [_ours(docker, n)])]
+    boxes = (
+        kiln_containers(docker, all_states=True)
+        if args.all
+        else [b for n in args.names for b in (_of_recipe(docker, n) or [_ours(docker, n)])]
+    )
     if not boxes:
         log.info("no kiln containers to stop")
     faults: list[DockerDaemonError] = []
@@ -249,11 +273,15 @@ def stop(args: argparse.Namespace) -> int:
 
 def register(sub: Subparsers) -> None:
     """`kiln run`, `ps`, `logs` and `stop`: one family, sharing how they find kiln's containers."""
-    s = sub.add_parser("run", help="serve a recipe's image (extra vLLM args after --)",
-                       usage="kiln run NAME [--print] [--port P] [--detach] [-e VAR=VALUE ...] [-- VLLM ARGS ...]")
+    s = sub.add_parser(
+        "run",
+        help="serve a recipe's image (extra vLLM args after --)",
+        usage="kiln run NAME [--print] [--port P] [--detach] [-e VAR=VALUE ...] [-- VLLM ARGS ...]",
+    )
     s.add_argument("name")
-    s.add_argument("-e", "--env", action="append", metavar="VAR=VALUE",
-                   help="set a container env var (wins over the recipe's)")
+    s.add_argument(
+        "-e", "--env", action="append", metavar="VAR=VALUE", help="set a container env var (wins over the recipe's)"
+    )
     s.add_argument("--print", action="store_true", help="only print the docker run command")
     s.add_argument("--port", type=int, default=None, help="host port (default: the recipe's port)")
     s.add_argument("--detach", action="store_true", help="return once healthy, leave it running")

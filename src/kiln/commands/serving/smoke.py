@@ -71,12 +71,12 @@ def _stopped_in_time(stop_s: float) -> tuple[float, str]:
     return stop_s, f"stopped in {stop_s:.1f} s after SIGTERM"
 
 
-def _serving(docker: DockerDaemon, loaded: LoadedRecipe, image_id: str,
-             topo: Topology) -> tuple[NodeGroup | ServingContainer, ServingContainer, RunSpec]:
+def _serving(
+    docker: DockerDaemon, loaded: LoadedRecipe, image_id: str, topo: Topology
+) -> tuple[NodeGroup | ServingContainer, ServingContainer, RunSpec]:
     """The container (one node) or the node group (several) the checks run against, and
     the box whose URL, log and shell the checks use."""
     if topo.multi_node:
-
         group = NodeGroup(docker, node_specs(loaded, image_id, topo, host_port=free_port(), host_ip="127.0.0.1"))
         return group, group.leader, group.specs[0]
     spec = run_spec(loaded, image_id, host_port=free_port(), host_ip="127.0.0.1")
@@ -92,15 +92,24 @@ EMULATION_FACTOR = 20
 
 def _emulated_smoke(spec: Smoke, factor: int = EMULATION_FACTOR) -> Smoke:
     """The recipe's smoke spec with its limits scaled for emulation (stated in the record)."""
-    return spec.model_copy(update={
-        "startup_timeout_s": min(spec.startup_timeout_s * factor, 7200),
-        "request_timeout_s": min(spec.request_timeout_s * factor, 3600),
-        "min_tokens_per_s": None if spec.min_tokens_per_s is None else spec.min_tokens_per_s / factor,
-    })
+    return spec.model_copy(
+        update={
+            "startup_timeout_s": min(spec.startup_timeout_s * factor, 7200),
+            "request_timeout_s": min(spec.request_timeout_s * factor, 3600),
+            "min_tokens_per_s": None if spec.min_tokens_per_s is None else spec.min_tokens_per_s / factor,
+        }
+    )
 
 
-def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False, topology: Topology | None = None,
-          platform: str | None = None, in_image: bool = False) -> SmokeJson:
+def smoke(
+    name: str,
+    *,
+    docker: DockerDaemon | None = None,
+    build: bool = False,
+    topology: Topology | None = None,
+    platform: str | None = None,
+    in_image: bool = False,
+) -> SmokeJson:
     """`topology` overrides the recipe's (e.g. one tensor-parallel rank per container, to
     prove the multi-node wiring on one host); such a run writes no smoke record.
     `platform`: the image built for that platform (another architecture runs under
@@ -119,13 +128,17 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
     emulated = platform is not None and not binfmt.state(platform).native
     if emulated:
         recipe = recipe.model_copy(update={"smoke": _emulated_smoke(recipe.smoke)})
-        log.info(f"smoke {name}: {platform} under emulation: limits x{EMULATION_FACTOR} (startup "
-                 f"{recipe.smoke.startup_timeout_s} s, request {recipe.smoke.request_timeout_s} s)")
+        log.info(
+            f"smoke {name}: {platform} under emulation: limits x{EMULATION_FACTOR} (startup "
+            f"{recipe.smoke.startup_timeout_s} s, request {recipe.smoke.request_timeout_s} s)"
+        )
     if recipe.smoke.gpu and not gpu_visible():
         if in_image:
             return _in_image_smoke(docker, built.loaded, recipe_image, id_of(image), emulated)
-        log.warn(f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host "
-                 "(--in-image: prove what can be proved without one)")
+        log.warn(
+            f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host "
+            "(--in-image: prove what can be proved without one)"
+        )
         return SmokeSkipped(recipe=name, skipped=True, reason="no GPU visible on this host", passed=None)
     topo = topology or effective(recipe)
     if topo.multi_node and recipe.engine.flavour != "cpu":
@@ -178,19 +191,23 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
         passed=run.passed,
         started_at=started,
         checks=[CheckEntry(name=c.name, ok=c.ok, detail=c.detail, seconds=c.seconds) for c in run.checks],
-        timings=Timings(startup_s=None if startup is None else round(startup, 2),
-                        total_s=round(time.monotonic() - t0, 2)),
+        timings=Timings(
+            startup_s=None if startup is None else round(startup, 2), total_s=round(time.monotonic() - t0, 2)
+        ),
     )
     # no record when --nodes overrode the topology: it proves another layout than the recipe's
     path = write_smoke_record(evidence) if topology is None else None
     record = SmokeDocument(**evidence, record=None if path is None else str(path))
-    log.summary(f"smoke {name}: {'PASSED' if run.passed else 'FAILED'}", {
-        "image": f"{recipe_image.tag} ({built_id[:19]})",
-        "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
-        "startup": "never healthy" if startup is None else f"{startup:.1f} s",
-        "took": log.human_secs(time.monotonic() - t0),
-        "record": shown_home(path) if path else "none (topology overridden)",
-    })
+    log.summary(
+        f"smoke {name}: {'PASSED' if run.passed else 'FAILED'}",
+        {
+            "image": f"{recipe_image.tag} ({built_id[:19]})",
+            "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
+            "startup": "never healthy" if startup is None else f"{startup:.1f} s",
+            "took": log.human_secs(time.monotonic() - t0),
+            "record": shown_home(path) if path else "none (topology overridden)",
+        },
+    )
     if not run.passed:
         failed = ", ".join(c.name for c in run.checks if not c.ok)
         failure = SmokeFailed(f"smoke {name}: failed checks: {failed}")
@@ -199,19 +216,25 @@ def smoke(name: str, *, docker: DockerDaemon | None = None, build: bool = False,
     return record
 
 
-def _in_image_smoke(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage, image_id: str,
-                    emulated: bool) -> SmokeDocument:
+def _in_image_smoke(
+    docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage, image_id: str, emulated: bool
+) -> SmokeDocument:
     """The in-image proofs as a smoke run: each proof one check, then vLLM's own parser
     on the launch command (launch_arg_check, the answer the build cached). Writes a record of
     level "in-image": publishing shows the level; it is not a served smoke."""
     recipe = loaded.recipe
     started = clock.now().isoformat(timespec="seconds")
-    log.step(f"smoke {loaded.name}: in-image proofs in {recipe_image.tag} ({image_id[:19]}), no GPU on this host"
-             + (", under qemu" if emulated else ""))
+    log.step(
+        f"smoke {loaded.name}: in-image proofs in {recipe_image.tag} ({image_id[:19]}), no GPU on this host"
+        + (", under qemu" if emulated else "")
+    )
     t0 = time.monotonic()
     want = in_image_smoke.Expected(
-        machine=engine_lock.platform(recipe_image.platform).machine, cuda=recipe.engine.cuda,
-        modules=engine_modules(recipe.engine.flavour), draft_trunc="draft-trunc" in recipe.features)
+        machine=engine_lock.platform(recipe_image.platform).machine,
+        cuda=recipe.engine.cuda,
+        modules=engine_modules(recipe.engine.flavour),
+        draft_trunc="draft-trunc" in recipe.features,
+    )
     facts = in_image_smoke.gather(docker, image_id, want.modules)
     log.info(f"  facts gathered in the image in {log.human_secs(time.monotonic() - t0)}")
     run = SmokeRun()
@@ -219,23 +242,33 @@ def _in_image_smoke(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: Re
         run.check(check_name, partial(_fact, ok, detail))
     run.check("launch_args", lambda: _launch_accepted(docker, loaded, image_id))
     evidence = SmokeRecord(
-        recipe=loaded.name, image_id=image_id, tag=recipe_image.tag, input_digest=recipe_image.digest,
-        platform=recipe_image.platform, emulation_factor=EMULATION_FACTOR if emulated else None,
-        level="in-image", passed=run.passed, started_at=started,
+        recipe=loaded.name,
+        image_id=image_id,
+        tag=recipe_image.tag,
+        input_digest=recipe_image.digest,
+        platform=recipe_image.platform,
+        emulation_factor=EMULATION_FACTOR if emulated else None,
+        level="in-image",
+        passed=run.passed,
+        started_at=started,
         checks=[CheckEntry(name=c.name, ok=c.ok, detail=c.detail, seconds=c.seconds) for c in run.checks],
         timings=Timings(startup_s=None, total_s=round(time.monotonic() - t0, 2)),
     )
     path = write_smoke_record(evidence)
     record = SmokeDocument(**evidence, record=str(path))
-    log.summary(f"smoke {loaded.name}: in-image proofs {'PASSED' if run.passed else 'FAILED'} (not served: no GPU)", {
-        "image": f"{recipe_image.tag} ({image_id[:19]})",
-        "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
-        "took": log.human_secs(time.monotonic() - t0),
-        "record": shown_home(path),
-    })
+    log.summary(
+        f"smoke {loaded.name}: in-image proofs {'PASSED' if run.passed else 'FAILED'} (not served: no GPU)",
+        {
+            "image": f"{recipe_image.tag} ({image_id[:19]})",
+            "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
+            "took": log.human_secs(time.monotonic() - t0),
+            "record": shown_home(path),
+        },
+    )
     if not run.passed:
-        failure = SmokeFailed(f"smoke {loaded.name}: failed in-image proofs: "
-                              f"{', '.join(c.name for c in run.checks if not c.ok)}")
+        failure = SmokeFailed(
+            f"smoke {loaded.name}: failed in-image proofs: {', '.join(c.name for c in run.checks if not c.ok)}"
+        )
         failure.record = dict(record)
         raise failure
     return record
@@ -263,11 +296,9 @@ def _raise_if_node_lost(served: NodeGroup | ServingContainer) -> None:
 def _smoke_cli(args: argparse.Namespace) -> int:
     topology = None
     if getattr(args, "nodes", None):
-
         topology = split_over_nodes(args.nodes)
     try:
-        record = smoke(args.name, build=args.build, topology=topology, platform=args.platform,
-                       in_image=args.in_image)
+        record = smoke(args.name, build=args.build, topology=topology, platform=args.platform, in_image=args.in_image)
     except SmokeFailed as exc:
         if args.json and exc.record:
             log.emit_json(exc.record)  # the failed checks are what a script wants to see
@@ -281,14 +312,26 @@ def register(sub: Subparsers) -> None:
     s = reports(sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client"))
     s.add_argument("name")
     s.add_argument("--build", action="store_true", help="build first if needed")
-    s.add_argument("--platform", choices=sorted(engine_lock.PLATFORMS), default=None,
-                   help="smoke the image built for this platform (default the host's); another architecture "
-                        f"serves under qemu, with time limits x{EMULATION_FACTOR}")
-    s.add_argument("--in-image", action="store_true",
-                   help="a GPU recipe on a host without a GPU: prove inside the image what can be proved "
-                        "without serving (machine, CUDA build, imports, kiln-engine, features, launch command); "
-                        "the record says level in-image")
-    s.add_argument("--nodes", type=count("node", 64), default=None, metavar="N",
-                   help="serve across N containers on a private docker network, one tensor-parallel rank each "
-                        "(proves the multi-node wiring on one host; writes no smoke record)")
+    s.add_argument(
+        "--platform",
+        choices=sorted(engine_lock.PLATFORMS),
+        default=None,
+        help="smoke the image built for this platform (default the host's); another architecture "
+        f"serves under qemu, with time limits x{EMULATION_FACTOR}",
+    )
+    s.add_argument(
+        "--in-image",
+        action="store_true",
+        help="a GPU recipe on a host without a GPU: prove inside the image what can be proved "
+        "without serving (machine, CUDA build, imports, kiln-engine, features, launch command); "
+        "the record says level in-image",
+    )
+    s.add_argument(
+        "--nodes",
+        type=count("node", 64),
+        default=None,
+        metavar="N",
+        help="serve across N containers on a private docker network, one tensor-parallel rank each "
+        "(proves the multi-node wiring on one host; writes no smoke record)",
+    )
     s.set_defaults(func=_smoke_cli)

@@ -89,8 +89,9 @@ class ServedChecks:
         self.recipe = recipe
         self.spec = recipe.smoke
         self.name = self.spec.served_model_name or recipe.launch.served_model_name
-        self.client = OpenAI(base_url=f"{box.url}/v1", api_key="kiln-smoke",
-                             timeout=self.spec.request_timeout_s, max_retries=0)
+        self.client = OpenAI(
+            base_url=f"{box.url}/v1", api_key="kiln-smoke", timeout=self.spec.request_timeout_s, max_retries=0
+        )
 
     def models(self) -> tuple[list[str], str]:
         ids = [m.id for m in self.client.models.list().data]
@@ -99,14 +100,22 @@ class ServedChecks:
 
     def _usage_ok(self, reported: CompletionUsage | None, max_tokens: int) -> CompletionUsage:
         usage = _usage(reported)
-        require(0 < usage.completion_tokens <= max_tokens, f"completion_tokens={usage.completion_tokens} not in 1..{max_tokens}")
+        require(
+            0 < usage.completion_tokens <= max_tokens,
+            f"completion_tokens={usage.completion_tokens} not in 1..{max_tokens}",
+        )
         require(usage.prompt_tokens > 0, f"prompt_tokens={usage.prompt_tokens}")
-        require(usage.total_tokens == usage.prompt_tokens + usage.completion_tokens, f"total_tokens={usage.total_tokens} != prompt+completion")
+        require(
+            usage.total_tokens == usage.prompt_tokens + usage.completion_tokens,
+            f"total_tokens={usage.total_tokens} != prompt+completion",
+        )
         return usage
 
     def completion(self) -> tuple[str, str]:
         mt = self.spec.max_tokens
-        resp = self.client.completions.create(model=self.name, prompt=self.spec.prompts[0], max_tokens=mt, temperature=0)
+        resp = self.client.completions.create(
+            model=self.name, prompt=self.spec.prompts[0], max_tokens=mt, temperature=0
+        )
         text = resp.choices[0].text
         require(bool(text.strip()), "empty completion text")
         usage = self._usage_ok(resp.usage, mt)
@@ -115,8 +124,8 @@ class ServedChecks:
     def chat(self) -> tuple[str, str]:
         mt = self.spec.max_tokens
         resp = self.client.chat.completions.create(
-            model=self.name, messages=[{"role": "user", "content": self.spec.prompts[-1]}],
-            max_tokens=mt, temperature=0)
+            model=self.name, messages=[{"role": "user", "content": self.spec.prompts[-1]}], max_tokens=mt, temperature=0
+        )
         text = resp.choices[0].message.content or ""
         require(bool(text.strip()), "empty chat completion text")
         usage = self._usage_ok(resp.usage, mt)
@@ -125,16 +134,18 @@ class ServedChecks:
     def greedy_determinism(self) -> tuple[str, str]:
         outs = []
         for _ in range(2):
-            r = self.client.completions.create(model=self.name, prompt=self.spec.prompts[-1],
-                                               max_tokens=self.spec.max_tokens, temperature=0)
+            r = self.client.completions.create(
+                model=self.name, prompt=self.spec.prompts[-1], max_tokens=self.spec.max_tokens, temperature=0
+            )
             outs.append(r.choices[0].text)
         require(outs[0] == outs[1], f"two greedy runs differ: {outs[0]!r} vs {outs[1]!r}")
         return outs[0], "same text twice at temperature 0"
 
     def throughput(self) -> tuple[float, str]:
         t0 = time.monotonic()
-        r = self.client.completions.create(model=self.name, prompt=self.spec.prompts[0],
-                                           max_tokens=128, temperature=0, extra_body={"ignore_eos": True})
+        r = self.client.completions.create(
+            model=self.name, prompt=self.spec.prompts[0], max_tokens=128, temperature=0, extra_body={"ignore_eos": True}
+        )
         dt = time.monotonic() - t0
         tokens = _usage(r.usage).completion_tokens
         rate = tokens / dt
@@ -158,7 +169,10 @@ class ServedChecks:
             values.update(draft_tokens=drafts, accepted_tokens=accepted, acceptance_rate=rate)
             detail += f", spec_decode draft tokens={drafts:.0f} accepted={accepted or 0:.0f} ({rate:.0%})"
             if self.spec.min_acceptance_rate is not None:
-                require(rate >= self.spec.min_acceptance_rate, f"acceptance {rate:.2f} < min {self.spec.min_acceptance_rate}")
+                require(
+                    rate >= self.spec.min_acceptance_rate,
+                    f"acceptance {rate:.2f} < min {self.spec.min_acceptance_rate}",
+                )
         return values, detail
 
     def plugin_loaded(self) -> tuple[str, str]:
@@ -169,8 +183,14 @@ class ServedChecks:
 
     def patched_runner_imports(self) -> tuple[str, str]:
         # as vLLM does: general plugins first (kiln's registers the modules patched code imports)
-        code, out = self.box.exec(["python", "-c", "from vllm.plugins import load_general_plugins; "
-                                   "load_general_plugins(); import vllm.v1.worker.gpu.model_runner as m; print(m.__file__)"])
+        code, out = self.box.exec(
+            [
+                "python",
+                "-c",
+                "from vllm.plugins import load_general_plugins; "
+                "load_general_plugins(); import vllm.v1.worker.gpu.model_runner as m; print(m.__file__)",
+            ]
+        )
         require(code == 0, f"exit {code}: {out.strip().splitlines()[-1] if out.strip() else ''}")
         return out.strip(), out.strip().splitlines()[-1]
 
@@ -182,8 +202,9 @@ class ServedChecks:
         prompts = [f"{self.spec.prompts[i % len(self.spec.prompts)]} {i}" for i in range(in_flight)]
 
         def one(prompt: str) -> int:
-            r = self.client.completions.create(model=self.name, prompt=prompt, max_tokens=tokens,
-                                               temperature=0, extra_body={"ignore_eos": True})
+            r = self.client.completions.create(
+                model=self.name, prompt=prompt, max_tokens=tokens, temperature=0, extra_body={"ignore_eos": True}
+            )
             return _usage(r.usage).completion_tokens
 
         # rounds until the feature has reported (its summary line), at most four: how
@@ -195,8 +216,7 @@ class ServedChecks:
             rounds += 1
             if feature.log_lines[-1] in self.box.logs(tail=100000):
                 break
-        return done, (f"{rounds} round(s) of {in_flight} requests x {tokens} tokens "
-                      f"in {time.monotonic() - t0:.1f} s")
+        return done, (f"{rounds} round(s) of {in_flight} requests x {tokens} tokens in {time.monotonic() - t0:.1f} s")
 
     def feature_logs(self, feature: Feature) -> tuple[str, str]:
         """The feature announced itself once per server (not once per tensor-parallel
@@ -234,8 +254,17 @@ class ServedChecks:
         return out, out.strip().splitlines()[0]
 
 
-CHECKS = ("models", "completion", "chat", "greedy_determinism", "throughput",
-          "metrics", "plugin_loaded", "patched_runner_imports", "engine_info")
+CHECKS = (
+    "models",
+    "completion",
+    "chat",
+    "greedy_determinism",
+    "throughput",
+    "metrics",
+    "plugin_loaded",
+    "patched_runner_imports",
+    "engine_info",
+)
 
 
 def feature_metrics_text(url: str) -> str:

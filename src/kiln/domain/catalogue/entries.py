@@ -89,8 +89,14 @@ def recipe_rows() -> list[_RecipeRow]:
     for name in recipe_names():
         try:
             r = load_recipe(recipes_dir() / name).recipe
-            rows.append({"name": r.name, "valid": True, "engine": {"name": r.engine.name, "version": r.engine.version,
-                         "flavour": r.engine.flavour}, "served_model_name": r.launch.served_model_name})
+            rows.append(
+                {
+                    "name": r.name,
+                    "valid": True,
+                    "engine": {"name": r.engine.name, "version": r.engine.version, "flavour": r.engine.flavour},
+                    "served_model_name": r.launch.served_model_name,
+                }
+            )
         except KilnError as exc:
             rows.append({"name": name, "valid": False, "problem": exc.lines()[0]})
     return rows

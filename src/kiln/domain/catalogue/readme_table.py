@@ -67,14 +67,23 @@ def _fits_on(loaded: LoadedRecipe) -> str:
 def _row(name: str) -> _Row:
     loaded = load_recipe(recipe_dir(name))
     engine = loaded.recipe.engine
-    return _Row(recipe=name, engine=f"vLLM {engine.version}", flavour=engine.flavour, platforms=_platforms(loaded),
-               gpus=_gpus(loaded), fits_on=_fits_on(loaded))
+    return _Row(
+        recipe=name,
+        engine=f"vLLM {engine.version}",
+        flavour=engine.flavour,
+        platforms=_platforms(loaded),
+        gpus=_gpus(loaded),
+        fits_on=_fits_on(loaded),
+    )
 
 
 def _table() -> str:
     """The markdown table, markers included."""
-    lines = [_BEGIN, "| recipe | engine | flavour | platforms | GPUs | fits on (`kiln plan`, at its GPU count) |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        _BEGIN,
+        "| recipe | engine | flavour | platforms | GPUs | fits on (`kiln plan`, at its GPU count) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for name in recipe_names():
         r = _row(name)
         lines.append(f"| {r.recipe} | {r.engine} | {r.flavour} | {r.platforms} | {r.gpus} | {r.fits_on} |")
@@ -87,4 +96,4 @@ def replace_in(text: str) -> str:
     start, end = text.find(_BEGIN), text.find(_END)
     if start < 0 or end < start:
         raise ValueError(f"README.md has no {_BEGIN!r} ... {_END!r} block")
-    return text[:start] + _table() + text[end + len(_END):]
+    return text[:start] + _table() + text[end + len(_END) :]

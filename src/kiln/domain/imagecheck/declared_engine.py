@@ -57,9 +57,13 @@ def verify_labels(loaded: LoadedRecipe, image: Image) -> None:
             continue
         if found is None:
             if stamped and field != "engine.version":
-                problems.append(f"{loaded.where(*loc)}: {field}: recipe declares {declared} but the built engine has none")
+                problems.append(
+                    f"{loaded.where(*loc)}: {field}: recipe declares {declared} but the built engine has none"
+                )
             continue
         if not _same_release(declared, found):
-            problems.append(f"{loaded.where(*loc)}: {field}: recipe declares {declared} but the built engine has {found}")
+            problems.append(
+                f"{loaded.where(*loc)}: {field}: recipe declares {declared} but the built engine has {found}"
+            )
     if problems:
         raise EngineMismatch("; ".join(problems))

@@ -76,9 +76,15 @@ _IMPORT_CHECK = Shape(_ImportCheck)
 
 def _probe(docker: DockerDaemon, image_id: str) -> _EngineProbe:
     """{"torch", "cuda", "nccl"} as found inside the image (None when absent)."""
-    return docker.run_script(image_id, _PROBE, marker="KILN-PROBE", answer=_ENGINE_PROBE,
-                             what=f"engine probe in {image_id[:19]}", timeout_s=_PROBE_TIMEOUT_S,
-                             cause=" (torch not importable?)")
+    return docker.run_script(
+        image_id,
+        _PROBE,
+        marker="KILN-PROBE",
+        answer=_ENGINE_PROBE,
+        what=f"engine probe in {image_id[:19]}",
+        timeout_s=_PROBE_TIMEOUT_S,
+        cause=" (torch not importable?)",
+    )
 
 
 _IMPORT_TIMEOUT_S = 1800  # under qemu: vllm and its GPU model runner import in minutes, not seconds
@@ -89,14 +95,22 @@ def import_check(docker: DockerDaemon, image_id: str, modules: list[str]) -> Non
     for a foreign architecture): the check a cross-placed build could not run in its
     builder stage, where the venv's native code is another machine's. BuildFailed naming
     the image when one does not import; nothing is tagged then (build.py checks first)."""
-    script = ("import importlib, json, platform\n"
-              f"for name in {modules!r}:\n    importlib.import_module(name)\n"
-              "print('KILN-IMPORTS ' + json.dumps({'machine': platform.machine(), 'modules': %d}))" % len(modules))
+    script = (
+        "import importlib, json, platform\n"
+        f"for name in {modules!r}:\n    importlib.import_module(name)\n"
+        "print('KILN-IMPORTS ' + json.dumps({'machine': platform.machine(), 'modules': %d}))" % len(modules)
+    )
     log.step(f"import check in {image_id[:19]}: {' '.join(modules)} (minutes under qemu)")
     t0 = time.monotonic()
-    found = docker.run_script(image_id, script, marker="KILN-IMPORTS", answer=_IMPORT_CHECK,
-                              what=f"import check in {image_id[:19]}", timeout_s=_IMPORT_TIMEOUT_S,
-                              cause=f" (one of {' '.join(modules)} does not import)")
+    found = docker.run_script(
+        image_id,
+        script,
+        marker="KILN-IMPORTS",
+        answer=_IMPORT_CHECK,
+        what=f"import check in {image_id[:19]}",
+        timeout_s=_IMPORT_TIMEOUT_S,
+        cause=f" (one of {' '.join(modules)} does not import)",
+    )
     log.ok(f"import check: {len(modules)} modules import on {found['machine']} [{time.monotonic() - t0:.0f} s]")
 
 

@@ -34,30 +34,68 @@ class Expected:
 
 def gather(docker: DockerDaemon, image_id: str, modules: list[str]) -> EngineFacts:
     script = inimage.source("engine_facts").read_text(encoding="utf-8") + f"\nreport({modules!r})\n"
-    return docker.run_script(image_id, script, marker=_MARKER, answer=_FACTS, what=f"in-image proofs in {image_id[:19]}",
-                             timeout_s=_TIMEOUT_S, cause=" (python does not start in the image?)")
+    return docker.run_script(
+        image_id,
+        script,
+        marker=_MARKER,
+        answer=_FACTS,
+        what=f"in-image proofs in {image_id[:19]}",
+        timeout_s=_TIMEOUT_S,
+        cause=" (python does not start in the image?)",
+    )
 
 
 def judge(facts: EngineFacts, want: Expected) -> list[tuple[str, bool, str]]:
     """(check name, ok, detail) for each proof, in the order they are reported."""
-    checks = [("machine", facts.get("machine") == want.machine,
-               f"runs on {facts.get('machine')}, platform needs {want.machine}")]
+    checks = [
+        (
+            "machine",
+            facts.get("machine") == want.machine,
+            f"runs on {facts.get('machine')}, platform needs {want.machine}",
+        )
+    ]
     cuda = facts.get("cuda")
     cuda_ok = cuda is not None and (want.cuda is None or ".".join(str(cuda).split(".")[:2]) == want.cuda)
-    checks.append(("torch_cuda", cuda_ok, f"torch {facts.get('torch')} built for CUDA {cuda}"
-                   + (f", recipe declares {want.cuda}" if want.cuda else "")
-                   + (f"; {facts['torch_error']}" if "torch_error" in facts else "")))
+    checks.append(
+        (
+            "torch_cuda",
+            cuda_ok,
+            f"torch {facts.get('torch')} built for CUDA {cuda}"
+            + (f", recipe declares {want.cuda}" if want.cuda else "")
+            + (f"; {facts['torch_error']}" if "torch_error" in facts else ""),
+        )
+    )
     imports: dict[str, str] = facts.get("imports", {})
     failed = {m: imports.get(m, "not tried") for m in want.modules if imports.get(m) != "ok"}
-    checks.append(("imports", not failed, f"vllm {facts.get('vllm')}: " + (
-        "; ".join(f"{m}: {why}" for m, why in failed.items()) if failed else
-        f"{len(want.modules)} modules imported ({', '.join(want.modules)})")))
+    checks.append(
+        (
+            "imports",
+            not failed,
+            f"vllm {facts.get('vllm')}: "
+            + (
+                "; ".join(f"{m}: {why}" for m, why in failed.items())
+                if failed
+                else f"{len(want.modules)} modules imported ({', '.join(want.modules)})"
+            ),
+        )
+    )
     plugins: list[str] = facts.get("plugins", [])
-    checks.append(("kiln_engine_plugin", _PLUGIN in plugins and "plugins_error" not in facts,
-                   f"vllm.general_plugins: {', '.join(plugins) or 'none'}"
-                   + (f"; loading them: {facts['plugins_error']}" if "plugins_error" in facts else "")))
+    checks.append(
+        (
+            "kiln_engine_plugin",
+            _PLUGIN in plugins and "plugins_error" not in facts,
+            f"vllm.general_plugins: {', '.join(plugins) or 'none'}"
+            + (f"; loading them: {facts['plugins_error']}" if "plugins_error" in facts else ""),
+        )
+    )
     if want.draft_trunc:
-        checks.append(("draft_trunc_registered", facts.get("draft_trunc") is not None,
-                       f"registered as {facts.get('draft_trunc')}" if facts.get("draft_trunc")
-                       else "not registered with the runner after vLLM loaded its plugins"))
+        checks.append(
+            (
+                "draft_trunc_registered",
+                facts.get("draft_trunc") is not None,
+                f"registered as {facts.get('draft_trunc')}"
+                if facts.get("draft_trunc")
+                else "not registered with the runner after vLLM loaded its plugins",
+            )
+        )
     return checks

@@ -122,11 +122,17 @@ class _ProbeAnswer:
     @classmethod
     def from_json(cls, data: _AnswerEntry) -> _ProbeAnswer:
         job = data["job"]
-        return cls(version=data.get("version"), kiln_engine=data.get("kiln_engine"),
-                   refusals=tuple(_Refusal(stage=p["stage"], message=p["message"], group=p.get("group"),
-                                           key=p.get("key"), var=p.get("var"))
-                                  for p in job.get("problems", [])),
-                   stages=tuple(job.get("stages", [])))
+        return cls(
+            version=data.get("version"),
+            kiln_engine=data.get("kiln_engine"),
+            refusals=tuple(
+                _Refusal(
+                    stage=p["stage"], message=p["message"], group=p.get("group"), key=p.get("key"), var=p.get("var")
+                )
+                for p in job.get("problems", [])
+            ),
+            stages=tuple(job.get("stages", [])),
+        )
 
 
 @dataclass(frozen=True)
@@ -200,14 +206,24 @@ def _probe(docker: DockerDaemon, image_id: str, *, dump: bool, jobs: list[Job]) 
     # no network, no GPU: parsing and validating is pure Python
     request = json.dumps({"dump": dump, "jobs": [job.request() for job in jobs]})
     return docker.run_script(
-        image_id, _PROBE, marker=launch_arg_probe.MARKER, answer=_PROBE_ANSWER, timeout_s=_TIMEOUT_S,
+        image_id,
+        _PROBE,
+        marker=launch_arg_probe.MARKER,
+        answer=_PROBE_ANSWER,
+        timeout_s=_TIMEOUT_S,
         what=f"checking the launch command with the engine's own vLLM parser in {image_id[:19]}",
-        env={**_PROBE_ENV, launch_arg_probe.REQUEST_ENV: request})
+        env={**_PROBE_ENV, launch_arg_probe.REQUEST_ENV: request},
+    )
 
 
 def _flags_entry(data: ProbeAnswer) -> _FlagsEntry:
-    return {"schema": _SCHEMA, "version": data.get("version"), "flags": data.get("flags"),
-            "speculative_keys": data.get("speculative_keys"), "speculative_methods": data.get("speculative_methods")}
+    return {
+        "schema": _SCHEMA,
+        "version": data.get("version"),
+        "flags": data.get("flags"),
+        "speculative_keys": data.get("speculative_keys"),
+        "speculative_methods": data.get("speculative_methods"),
+    }
 
 
 def engine_args(docker: DockerDaemon, image_id: str) -> _EngineArgs:
@@ -238,8 +254,12 @@ def _ask(docker: DockerDaemon, image_id: str, job: Job) -> _Asked:
             flags = _flags_entry(data)
             _write(_cache_file(image_id), flags)
         if answer is None:
-            answer = {"schema": _ANSWER_SCHEMA, "version": data.get("version"),
-                      "kiln_engine": data.get("kiln_engine"), "job": data["jobs"][0]}
+            answer = {
+                "schema": _ANSWER_SCHEMA,
+                "version": data.get("version"),
+                "kiln_engine": data.get("kiln_engine"),
+                "job": data["jobs"][0],
+            }
             _write(_answer_file(image_id, job), answer)
     return _Asked(_EngineArgs(flags), _ProbeAnswer.from_json(answer))
 
@@ -274,13 +294,22 @@ def _name_problems(loaded: LoadedRecipe, accepted: _EngineArgs) -> list[_LaunchP
     if accepted.speculative_keys is not None:
         for key in spec_cfg:
             if key not in accepted.speculative_keys:
-                out.append(_LaunchProblem(loaded.where("launch", "speculative_config", key),
-                                         f"launch.speculative_config.{key}",
-                                         f"vLLM {ver}'s SpeculativeConfig has no field {key!r}"))
+                out.append(
+                    _LaunchProblem(
+                        loaded.where("launch", "speculative_config", key),
+                        f"launch.speculative_config.{key}",
+                        f"vLLM {ver}'s SpeculativeConfig has no field {key!r}",
+                    )
+                )
     method = spec_cfg.get("method")
     if accepted.speculative_methods is not None and method is not None and method not in accepted.speculative_methods:
-        out.append(_LaunchProblem(loaded.where("launch", "speculative_config", "method"), "launch.speculative_config.method",
-                                 f"vLLM {ver} has no speculative method {method!r}"))
+        out.append(
+            _LaunchProblem(
+                loaded.where("launch", "speculative_config", "method"),
+                "launch.speculative_config.method",
+                f"vLLM {ver} has no speculative method {method!r}",
+            )
+        )
     return out
 
 
@@ -313,7 +342,10 @@ def _map(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer, refusal: _Refusal
         value = _speculative_value(part, refusal.key)
         shown = f"{refusal.key}={json.dumps(value)}" if value is not _MISSING else refusal.key
         if refusal.key in spec:
-            where, field = loaded.where("launch", "speculative_config", refusal.key), f"launch.speculative_config.{refusal.key}"
+            where, field = (
+                loaded.where("launch", "speculative_config", refusal.key),
+                f"launch.speculative_config.{refusal.key}",
+            )
         elif refusal.key == "model" and loaded.recipe.model.draft is not None:  # filled in from model.draft
             where, field = loaded.where("model", "draft", "path"), "model.draft.path"
         else:
@@ -365,8 +397,9 @@ def check_engine_image(docker: DockerDaemon, loaded: LoadedRecipe, image_id: str
     return _launch_problems(loaded, accepted, job, answer)
 
 
-def check_against_engine(loaded: LoadedRecipe, docker: DockerDaemon | None = None, *,
-                         platform: str | None = None) -> list[str]:
+def check_against_engine(
+    loaded: LoadedRecipe, docker: DockerDaemon | None = None, *, platform: str | None = None
+) -> list[str]:
     """Launch problems against the engine image built from the recipe's current engine
     inputs; [] when there is none to ask (not built, or no Docker daemon): `kiln check`
     must work on any machine, and it never builds."""

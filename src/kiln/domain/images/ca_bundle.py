@@ -35,7 +35,9 @@ def _pip_cert() -> str | None:
     try:
         out = subprocess.run(
             ["python3", "-m", "pip", "config", "get", "global.cert"],
-            capture_output=True, text=True, timeout=20,
+            capture_output=True,
+            text=True,
+            timeout=20,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -59,7 +61,7 @@ def resolve_ca(flag: str | None = None, *, use_pip_fallback: bool = True) -> CAB
 def _check(path: Path, origin: str) -> Path:
     if not path.is_file():
         raise CABundleInvalid(f"{origin}: {path}: no such file")
-    head = path.read_bytes()[:1 << 16]
+    head = path.read_bytes()[: 1 << 16]
     if b"-----BEGIN CERTIFICATE-----" not in head:
         raise CABundleInvalid(f"{origin}: {path}: not a PEM certificate bundle")
     return path.resolve()

@@ -169,8 +169,12 @@ class EngineImage(_NamedByInputs):
         host = engine_lock.host_platform()
         base = self.engine.base_image
         kiln_base = base.ref.startswith("kiln/") and not base.digest  # one tag per platform, built here
-        if self.platform != host and kiln_base and self.lock is not None \
-                and _declares_arg(self.dir / "Dockerfile", _CROSS_ARG):
+        if (
+            self.platform != host
+            and kiln_base
+            and self.lock is not None
+            and _declares_arg(self.dir / "Dockerfile", _CROSS_ARG)
+        ):
             return host
         return self.platform
 
@@ -237,13 +241,15 @@ class EngineImage(_NamedByInputs):
         if plain is None:  # engine-cuda's wheels stage is shared with the plain anchor
             plain = bool(self.lock is not None and self.lock.plain_extra_packages)
         if self.lock is not None:
-            wheels = wheelhouse.fetch_locked(self.lock, self.platform, lock_file=self.lock_file,
-                                             cafile=self.ca.get().path, plain=plain)
+            wheels = wheelhouse.fetch_locked(
+                self.lock, self.platform, lock_file=self.lock_file, cafile=self.ca.get().path, plain=plain
+            )
         else:
             wheels = wheelhouse.fetch(self.wheel_requirements(), self.engine.flavour)
         if self.lock is not None and self.cross_placed:
-            wheels += wheelhouse.fetch_tools(self.lock, self.builder_platform, lock_file=self.lock_file,
-                                             cafile=self.ca.get().path)
+            wheels += wheelhouse.fetch_tools(
+                self.lock, self.builder_platform, lock_file=self.lock_file, cafile=self.ca.get().path
+            )
         for whl in wheels:
             self.context.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
         if not wheels:
@@ -285,8 +291,11 @@ class EngineImage(_NamedByInputs):
             f"{LABEL_NS}.base-image": self.base_ref,
             **_platform_labels(self.platform),
             f"{LABEL_NS}.patches": json.dumps(dict(self.patch_entries()), sort_keys=True),
-            **({f"{LABEL_NS}.lock": f"{engine_lock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
-               if self.lock is not None else {}),
+            **(
+                {f"{LABEL_NS}.lock": f"{engine_lock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
+                if self.lock is not None
+                else {}
+            ),
         }
 
 
@@ -404,8 +413,9 @@ class RecipeImage(_NamedByInputs):
         identified by the lock's hashes in the digest, not by their bytes."""
         if self.lock is None:
             return []
-        wheels = wheelhouse.fetch_locked(self.lock, self.platform, lock_file=self.lock_file,
-                                         cafile=self.engine_image.ca.get().path)
+        wheels = wheelhouse.fetch_locked(
+            self.lock, self.platform, lock_file=self.lock_file, cafile=self.engine_image.ca.get().path
+        )
         for whl in wheels:
             self.context.add_file(f"_kiln/wheels/{whl.name}", whl, in_digest=False)
         return wheels
@@ -424,8 +434,7 @@ class RecipeImage(_NamedByInputs):
     def overlay_patch_entries(self) -> dict[str, str]:
         out: dict[str, str] = {}
         for feature in self.recipe.features:
-            series = load_override(self.loaded.feature_dir(feature)).series_file_for(
-                self.recipe.engine.version)
+            series = load_override(self.loaded.feature_dir(feature)).series_file_for(self.recipe.engine.version)
             if series is not None:
                 for name, sha in series_entries(series):
                     out[f"{feature}/{name}"] = sha
@@ -451,8 +460,11 @@ class RecipeImage(_NamedByInputs):
             f"{LABEL_NS}.served-model-name": r.launch.served_model_name,
             f"{LABEL_NS}.port": str(r.launch.port),
             **_platform_labels(self.platform),
-            **({f"{LABEL_NS}.recipe-lock": f"{engine_lock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
-               if self.lock is not None else {}),
+            **(
+                {f"{LABEL_NS}.recipe-lock": f"{engine_lock.shown(self.lock_file)}@sha256:{sha256_file(self.lock_file)}"}
+                if self.lock is not None
+                else {}
+            ),
         }
 
 

@@ -80,11 +80,15 @@ def require_space(recipe: str, builds: list[EngineBuild], free_bytes: int, where
     need, reserve, free = _needed_gb(builds), _reserve_gb(), free_bytes / _GB
     if need + reserve <= free:
         return
-    parts = "; ".join(f"engine-{flavour} and its recipe: {_FOOTPRINTS[flavour].peak_gb:g} GB at the peak, measured "
-                      f"(builder stage {_FOOTPRINTS[flavour].builder_gb:g} GB, image {_FOOTPRINTS[flavour].image_gb:g} GB "
-                      "and the copies normalisation makes)"
-                      for flavour in sorted({b.flavour for b in builds}))
+    parts = "; ".join(
+        f"engine-{flavour} and its recipe: {_FOOTPRINTS[flavour].peak_gb:g} GB at the peak, measured "
+        f"(builder stage {_FOOTPRINTS[flavour].builder_gb:g} GB, image {_FOOTPRINTS[flavour].image_gb:g} GB "
+        "and the copies normalisation makes)"
+        for flavour in sorted({b.flavour for b in builds})
+    )
     kept = f" + {reserve:.1f} GB kept free ({_RESERVE_ENV})" if reserve else ""
-    raise DiskSpaceShort(f"build {recipe}: {len(builds)} engine build{'s' if len(builds) > 1 else ''} "
-                         f"({', '.join(b.label for b in builds)}) need about {need:.1f} GB{kept}, and {where} has "
-                         f"{free:.1f} GB free ({parts}); nothing was built")
+    raise DiskSpaceShort(
+        f"build {recipe}: {len(builds)} engine build{'s' if len(builds) > 1 else ''} "
+        f"({', '.join(b.label for b in builds)}) need about {need:.1f} GB{kept}, and {where} has "
+        f"{free:.1f} GB free ({parts}); nothing was built"
+    )

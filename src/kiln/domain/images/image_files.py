@@ -15,6 +15,7 @@ _MARKER = "KILN-CONFIG"
 _READ = "import json\nprint('KILN-CONFIG ' + json.dumps(json.load(open({path!r}))))\n"
 _JSON_OBJECT = Shape(dict[str, Any])  # a model's config.json: its keys differ per model family
 
+
 def _recipe_image_json(recipe: str, path: str, docker: DockerDaemon | None = None) -> tuple[object, str] | None:
     """The JSON object in the file at `path` in `recipe`'s image and where it was read;
     None when no daemon answers, the image is not built from the current inputs, or the
@@ -25,8 +26,14 @@ def _recipe_image_json(recipe: str, path: str, docker: DockerDaemon | None = Non
         image = existing(docker, recipe_image.tag, recipe_image.digest)
         if image is None:
             return None
-        data = docker.run_script(str(image.id), _READ.format(path=path), marker=_MARKER, answer=_JSON_OBJECT,
-                                 timeout_s=120, what=f"reading {path} in {recipe_image.tag}")
+        data = docker.run_script(
+            str(image.id),
+            _READ.format(path=path),
+            marker=_MARKER,
+            answer=_JSON_OBJECT,
+            timeout_s=120,
+            what=f"reading {path} in {recipe_image.tag}",
+        )
     except KilnError:
         return None
     return data, f"{path} in {recipe_image.tag}"

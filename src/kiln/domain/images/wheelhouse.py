@@ -70,9 +70,21 @@ def fetch(reqs: list[str], flavour: str) -> list[Path]:
         if found is None:
             log.step(f"wheelhouse: pip download --no-deps {req}")
             proc = subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                 "--python-version", "3.11", "-d", str(directory), req],
-                capture_output=True, text=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "--python-version",
+                    "3.11",
+                    "-d",
+                    str(directory),
+                    req,
+                ],
+                capture_output=True,
+                text=True,
             )
             found = _find(directory, req)
             if proc.returncode != 0 or found is None:
@@ -101,8 +113,9 @@ def _local_copy(file: str) -> Path | None:
     return None
 
 
-def fetch_locked(lock: LR.EngineLock, plat: str, *, lock_file: Path, cafile: Path | None,
-                 plain: bool = False) -> list[Path]:
+def fetch_locked(
+    lock: LR.EngineLock, plat: str, *, lock_file: Path, cafile: Path | None, plain: bool = False
+) -> list[Path]:
     """Every wheel a build for `plat` installs, from the cache or downloaded (several at
     once), each checked against the lock's sha256: a file with other bytes is refused
     (WheelHashMismatch, one line naming the package and both hashes), never used."""
@@ -128,9 +141,11 @@ def _fetch(wanted: list[L.LockedFile], *, lock_file: Path, cafile: Path | None) 
         if local is not None:
             paths[wheel.file] = local
         elif wheel.url is None:
-            raise EngineFetchFailed(f"{name} {version}: {wheel.file} is only on a local find-links folder "
-                                    f"(sha256_from: file) and none of pip's has it",
-                                    hint="put the wheel into pip's find-links folder or ~/.cache/kiln/wheels/locked")
+            raise EngineFetchFailed(
+                f"{name} {version}: {wheel.file} is only on a local find-links folder "
+                f"(sha256_from: file) and none of pip's has it",
+                hint="put the wheel into pip's find-links folder or ~/.cache/kiln/wheels/locked",
+            )
         else:
             todo.append(item)
     if todo:
@@ -161,5 +176,7 @@ def _fetch(wanted: list[L.LockedFile], *, lock_file: Path, cafile: Path | None) 
 
 
 def _mismatch(name: str, version: str, wheel: LR.Wheel, got: str, lock_file: Path, where: str) -> WheelHashMismatch:
-    return WheelHashMismatch(f"{name} {version}: {wheel.file} has sha256 {got}, "
-                             f"{L.shown(lock_file)} locks {wheel.sha256} ({shown_home(Path(where)) if where.startswith('/') else where})")
+    return WheelHashMismatch(
+        f"{name} {version}: {wheel.file} has sha256 {got}, "
+        f"{L.shown(lock_file)} locks {wheel.sha256} ({shown_home(Path(where)) if where.startswith('/') else where})"
+    )

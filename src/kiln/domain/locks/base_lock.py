@@ -111,25 +111,35 @@ def _spec_invalid(message: str, *, hint: str) -> RecipeInvalid:
 
 
 def lock_document(spec: BaseSpec, packages: dict[str, str]) -> str:
-    doc: _BaseLockJson = {"suite": spec.suite, "variant": spec.variant, "mirror": spec.mirror,
-           "include": list(spec.include), "packages": packages,
-           "how": "written by `kiln base build --relock`; `kiln base build` fails when debootstrap "
-                  "installs any other set"}
+    doc: _BaseLockJson = {
+        "suite": spec.suite,
+        "variant": spec.variant,
+        "mirror": spec.mirror,
+        "include": list(spec.include),
+        "packages": packages,
+        "how": "written by `kiln base build --relock`; `kiln base build` fails when debootstrap installs any other set",
+    }
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
 def check_lock(spec: BaseSpec, packages: dict[str, str], path: Path) -> None:
     """The set debootstrap installed must be the locked one: the mirror moving on (a point
     release) would otherwise give another base, and every image on it another id."""
-    damaged = functools.partial(BaseLockMismatch, hint="restore the lock from git, or write it again: "
-                                                        "`kiln base build --relock` (then review the diff)")
+    damaged = functools.partial(
+        BaseLockMismatch,
+        hint="restore the lock from git, or write it again: `kiln base build --relock` (then review the diff)",
+    )
     locked = read_document(path, _BASE_LOCK, damaged, source=shown(path))["packages"]
-    changed = [f"{p} {locked.get(p, '(not locked)')} -> {packages.get(p, '(not installed)')}"
-               for p in sorted(set(locked) | set(packages)) if locked.get(p) != packages.get(p)]
+    changed = [
+        f"{p} {locked.get(p, '(not locked)')} -> {packages.get(p, '(not installed)')}"
+        for p in sorted(set(locked) | set(packages))
+        if locked.get(p) != packages.get(p)
+    ]
     if changed:
         more = f" (and {len(changed) - 1} more)" if len(changed) > 1 else ""
-        raise BaseLockMismatch(f"{shown(path)}: debootstrap installed another package set than the lock: "
-                               f"{changed[0]}{more}")
+        raise BaseLockMismatch(
+            f"{shown(path)}: debootstrap installed another package set than the lock: {changed[0]}{more}"
+        )
 
 
 def shown(path: Path) -> str:
@@ -137,5 +147,3 @@ def shown(path: Path) -> str:
         return path.relative_to(repo_root()).as_posix()
     except ValueError:
         return str(path)
-
-

@@ -71,21 +71,37 @@ class TargetPlatform:
 
     def marker_env(self) -> dict[str, str]:
         env = {k: str(v) for k, v in default_environment().items()}
-        env.update(python_version=PYTHON, python_full_version=PYTHON + ".2", implementation_name="cpython",
-                   platform_python_implementation="CPython", sys_platform="linux", platform_system="Linux",
-                   os_name="posix", platform_machine=self.machine, extra="")
+        env.update(
+            python_version=PYTHON,
+            python_full_version=PYTHON + ".2",
+            implementation_name="cpython",
+            platform_python_implementation="CPython",
+            sys_platform="linux",
+            platform_system="Linux",
+            os_name="posix",
+            platform_machine=self.machine,
+            extra="",
+        )
         return env
 
     def tags(self) -> list[Tag]:
         """Wheel tags this platform installs, best first (what pip and uv rank by)."""
         major, minor = self.glibc
         legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
-        plats = [p for m in range(minor, 4, -1) for p in
-                 [f"manylinux_{major}_{m}_{self.machine}", *([f"{legacy[m]}_{self.machine}"] if m in legacy else [])]]
+        plats = [
+            p
+            for m in range(minor, 4, -1)
+            for p in [
+                f"manylinux_{major}_{m}_{self.machine}",
+                *([f"{legacy[m]}_{self.machine}"] if m in legacy else []),
+            ]
+        ]
         plats.append(f"linux_{self.machine}")
         py = tuple(int(x) for x in PYTHON.split("."))
-        return [*cpython_tags(py, abis=[f"cp{py[0]}{py[1]}"], platforms=plats),
-                *compatible_tags(py, interpreter=f"cp{py[0]}{py[1]}", platforms=plats)]
+        return [
+            *cpython_tags(py, abis=[f"cp{py[0]}{py[1]}"], platforms=plats),
+            *compatible_tags(py, interpreter=f"cp{py[0]}{py[1]}", platforms=plats),
+        ]
 
 
 PLATFORMS: dict[str, TargetPlatform] = {
@@ -99,7 +115,6 @@ def platform(name: str) -> TargetPlatform:
         return PLATFORMS[name]
     except KeyError:
         raise LockInvalid(f"unknown platform {name!r} (known: {', '.join(PLATFORMS)})") from None
-
 
 
 # -- reading -----------------------------------------------------------------------------
@@ -186,8 +201,9 @@ class _Reader:
         for plat in rows:
             if plat not in self.platforms:
                 raise self.fail("debian_packages", f"platform {plat!r} is not in `platforms`")
-        return {plat: [DebianPackage(d["name"], d["version"], d["architecture"]) for d in ds]
-                for plat, ds in rows.items()}
+        return {
+            plat: [DebianPackage(d["name"], d["version"], d["architecture"]) for d in ds] for plat, ds in rows.items()
+        }
 
 
 def _loads(text: str, path: Path) -> EngineLock:
@@ -214,11 +230,15 @@ def _loads(text: str, path: Path) -> EngineLock:
         python_packages=r.packages(doc["python_packages"], "python_packages"),
         debian_requested=list(doc.get("debian_requested", [])),
         debian_packages=r.debian(doc["debian_packages"]),
-        tools={name: LockedPackage(name, t["version"], {p: r.wheel(w, f"tools.{name}.wheels[{p}]")
-                                                        for p, w in t["wheels"].items()})
-               for name, t in doc["tools"].items()},
-        plain_extra_packages=[r.package(p, f"plain_extra_packages[{i}]")
-                              for i, p in enumerate(doc.get("plain_extra_packages", []))],
+        tools={
+            name: LockedPackage(
+                name, t["version"], {p: r.wheel(w, f"tools.{name}.wheels[{p}]") for p, w in t["wheels"].items()}
+            )
+            for name, t in doc["tools"].items()
+        },
+        plain_extra_packages=[
+            r.package(p, f"plain_extra_packages[{i}]") for i, p in enumerate(doc.get("plain_extra_packages", []))
+        ],
         overridden={name: (o["requirement"], o["why"]) for name, o in doc.get("overridden", {}).items()},
         python=doc["python"],
     )
@@ -304,21 +324,27 @@ def for_image(image_dir: Path, engine_name: str, engine_version: str, recipe: st
         return None
     path = lock_path(image_dir, engine_name, engine_version)
     if not path.is_file():
-        raise LockMissing(f"{shown(path)}: no lock for {engine_name} {engine_version}",
-                          hint=f"write it: `kiln engine lock {recipe or 'RECIPE'}`, then commit it")
+        raise LockMissing(
+            f"{shown(path)}: no lock for {engine_name} {engine_version}",
+            hint=f"write it: `kiln engine lock {recipe or 'RECIPE'}`, then commit it",
+        )
     lock = load(path)
     if lock.engine_version != engine_version or lock.engine_name != engine_name:
-        raise LockInvalid(f"{shown(path)}: engine: locks {lock.engine_name} {lock.engine_version}, "
-                          f"not {engine_name} {engine_version}")
+        raise LockInvalid(
+            f"{shown(path)}: engine: locks {lock.engine_name} {lock.engine_version}, not {engine_name} {engine_version}"
+        )
     return lock
+
 
 def context_files(lock: EngineLock, plat: str) -> dict[str, bytes]:
     """What the build context carries from the lock for one platform (all in the digest:
     they are functions of the lock's bytes): requirement files with hashes for the
     installer, the Debian pins, and the uv wheel's name and hash."""
     if plat not in lock.platforms:
-        raise LockInvalid(f"the {lock.image} lock for {lock.engine_name} {lock.engine_version} has no {plat} entries",
-                          hint=f"re-lock with that platform: `kiln engine lock RECIPE --platform {plat}`")
+        raise LockInvalid(
+            f"the {lock.image} lock for {lock.engine_name} {lock.engine_version} has no {plat} entries",
+            hint=f"re-lock with that platform: `kiln engine lock RECIPE --platform {plat}`",
+        )
     python = [p.requirement_line(plat) for p in by_name(lock.python_packages) if plat in p.wheels]
     plain = [p.requirement_line(plat) for p in by_name(lock.plain_extra_packages) if plat in p.wheels]
     deb = platform(plat).deb_arch
@@ -332,8 +358,9 @@ def context_files(lock: EngineLock, plat: str) -> dict[str, bytes]:
     if uv is not None and plat in uv.wheels:
         out["uv.txt"] = f"{uv.wheels[plat].file} {uv.wheels[plat].sha256}\n".encode()
     for name, plain_too in (("wheels.txt", False), ("plain-wheels.txt", True)):
-        out[name] = "".join(f"{w.file} {w.sha256} {n} {v}\n"
-                            for n, v, w in all_wheels(lock, plat, plain=plain_too)).encode()
+        out[name] = "".join(
+            f"{w.file} {w.sha256} {n} {v}\n" for n, v, w in all_wheels(lock, plat, plain=plain_too)
+        ).encode()
     return out
 
 
@@ -342,8 +369,9 @@ def host_platform() -> str:
     import platform as _platform  # stdlib; this module's own `platform()` looks names up
 
     machine = _platform.machine()
-    return {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64",
-            "arm64": "linux/arm64"}.get(machine, f"linux/{machine}")
+    return {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}.get(
+        machine, f"linux/{machine}"
+    )
 
 
 class LockedFile(NamedTuple):
@@ -361,6 +389,7 @@ def all_wheels(lock: EngineLock, plat: str, *, plain: bool = False) -> list[Lock
 
 
 # -- making one --------------------------------------------------------------------------
+
 
 # -- which platforms a lock can build -----------------------------------------------------
 def _wanted_wheel(distribution: str, version: str, plat: str) -> str:
@@ -389,6 +418,8 @@ def platform_gaps(lock: EngineLock, plat: str, torch: str | None) -> list[str]:
             gaps.append(f"wheel of {name}=={version} ({_wanted_wheel(name, version, plat)})")
     if not gaps and lock.debian_requested and not lock.debian_packages.get(plat):
         # the image's apt step installs exactly the lock's pins: none for this platform
-        gaps.append(f"Debian package pins ({' '.join(lock.debian_requested)} for {platform(plat).deb_arch}; "
-                    f"resolved on a {plat} host or under qemu)")
+        gaps.append(
+            f"Debian package pins ({' '.join(lock.debian_requested)} for {platform(plat).deb_arch}; "
+            f"resolved on a {plat} host or under qemu)"
+        )
     return gaps

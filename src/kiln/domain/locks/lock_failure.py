@@ -35,10 +35,10 @@ def typed(exc: BuildFailed, lock_file: Path | None, relock_command: str) -> Kiln
         return WheelHashMismatch(f"{name} {version}: {file} has sha256 {got} in the build, {lock} locks {want}")
     if exc.status == _APT_MISSING and len(words) >= 4:
         _, name, version, arch = words[:4]
-        return DebianPinUnavailable(f"{lock}: Debian package {name} {version} ({arch}) is no longer served by "
-                                    f"the mirror; {relock}")
+        return DebianPinUnavailable(
+            f"{lock}: Debian package {name} {version} ({arch}) is no longer served by the mirror; {relock}"
+        )
     if exc.status == _APT_UNLOCKED:
         what = " ".join(words[1:]) or "a package"
         return LockInvalid(f"{lock}: apt would install {what}, which the lock does not name; {relock}")
     return None
-

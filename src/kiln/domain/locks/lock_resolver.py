@@ -57,7 +57,9 @@ class _Index:
     def prefetch(self, names: list[str]) -> None:
         todo = sorted({canonicalize_name(n) for n in names} - set(self._pages))
         with ThreadPoolExecutor(_WORKERS) as pool:
-            for name, page in zip(todo, pool.map(lambda n: package_index.project(n, cafile=self.cafile), todo), strict=True):
+            for name, page in zip(
+                todo, pool.map(lambda n: package_index.project(n, cafile=self.cafile), todo), strict=True
+            ):
                 self._pages[name] = page
 
     def page(self, name: str) -> package_index.Project:
@@ -70,16 +72,27 @@ class _Index:
         picked = LP.select_wheel(self.page(name).files, version, plat)
         if picked is not None:
             return LR.Wheel(picked.filename, picked.sha256, picked.url, "index")
-        local = [f for f in self._local if canonicalize_name(parse_wheel_filename(f.filename)[0]) == canonicalize_name(name)]
+        local = [
+            f for f in self._local if canonicalize_name(parse_wheel_filename(f.filename)[0]) == canonicalize_name(name)
+        ]
         found = LP.select_wheel(local, version, plat)
         if found is not None:
             return LR.Wheel(found.filename, sha256_file(found.path), None, "file")
-        raise LockInvalid(f"no {plat.name} wheel of {name} {version} on the index or pip's find-links",
-                          hint="only binary wheels are locked; check the version exists for that platform")
+        raise LockInvalid(
+            f"no {plat.name} wheel of {name} {version} on the index or pip's find-links",
+            hint="only binary wheels are locked; check the version exists for that platform",
+        )
 
 
-def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: Path | None,
-              docker: DockerDaemon | None, base_of: Callable[[str], str]) -> LR.EngineLock:
+def make_lock(
+    engine: Engine,
+    image_dir: Path,
+    platforms: list[str],
+    *,
+    cafile: Path | None,
+    docker: DockerDaemon | None,
+    base_of: Callable[[str], str],
+) -> LR.EngineLock:
     """`base_of(platform)`: the base image an engine image for that platform starts from
     (the images package knows; a lock is one of its inputs, so this package may not ask it)."""
     policy = LP.POLICIES[engine.flavour]
@@ -94,15 +107,21 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
     for plat_name in platforms:
         plat = L.platform(plat_name)
         log.step(f"resolving {policy.distribution} {engine.version}'s requirements for {plat_name} with uv")
-        pins = package_index.compile_pins(requirements, uv_platform=plat.uv, python=LR.PYTHON, cafile=cafile,
-                                    excludes=excludes, overrides=overrides)
+        pins = package_index.compile_pins(
+            requirements, uv_platform=plat.uv, python=LR.PYTHON, cafile=cafile, excludes=excludes, overrides=overrides
+        )
         pins.append(package_index.Pin(policy.distribution, engine.version))
         per_platform[plat_name] = pins
         if policy.plain_anchor:
             # plain `pip install vllm==V`: the whole closure, at the versions locked above
-            full = package_index.compile_pins([f"{policy.distribution}=={engine.version}"], uv_platform=plat.uv,
-                                        python=LR.PYTHON, cafile=cafile, overrides=overrides,
-                                        constraints=[f"{p.name}=={p.version}" for p in pins])
+            full = package_index.compile_pins(
+                [f"{policy.distribution}=={engine.version}"],
+                uv_platform=plat.uv,
+                python=LR.PYTHON,
+                cafile=cafile,
+                overrides=overrides,
+                constraints=[f"{p.name}=={p.version}" for p in pins],
+            )
             have = {canonicalize_name(p.name) for p in pins}
             plain_pins[plat_name] = [p for p in full if canonicalize_name(p.name) not in have]
     uv_version = _uv_version()
@@ -129,15 +148,25 @@ def make_lock(engine: Engine, image_dir: Path, platforms: list[str], *, cafile: 
                 base = base_of(host)
                 debian[plat_name] = _debian_closure(docker, base, requested, foreign=L.platform(plat_name).deb_arch)
     return LR.EngineLock(
-        image=image_dir.name, engine_name=engine.name, engine_version=engine.version,
-        distribution=policy.distribution, resolved_from=LR.Resolved(requirements),
-        excluded=dict(policy.excluded), platforms=sorted(platforms), python_packages=packages,
-        debian_requested=requested, debian_packages=debian, tools=tools, plain_extra_packages=extra,
-        overridden=overridden)
+        image=image_dir.name,
+        engine_name=engine.name,
+        engine_version=engine.version,
+        distribution=policy.distribution,
+        resolved_from=LR.Resolved(requirements),
+        excluded=dict(policy.excluded),
+        platforms=sorted(platforms),
+        python_packages=packages,
+        debian_requested=requested,
+        debian_packages=debian,
+        tools=tools,
+        plain_extra_packages=extra,
+        overridden=overridden,
+    )
 
 
-def make_recipe_lock(recipe: str, requested: list[str], engine_lock: LR.EngineLock, platforms: list[str], *,
-                     cafile: Path | None) -> LR.EngineLock:
+def make_recipe_lock(
+    recipe: str, requested: list[str], engine_lock: LR.EngineLock, platforms: list[str], *, cafile: Path | None
+) -> LR.EngineLock:
     """A recipe's own lock (kiln.domain.locks.recipe_lock): `requested` (its
     build.python_packages) resolved per platform with the engine lock's versions as
     constraints, so that nothing the engine installs moves; what the engine lock holds
@@ -146,23 +175,39 @@ def make_recipe_lock(recipe: str, requested: list[str], engine_lock: LR.EngineLo
     uv = engine_lock.tools.get("uv")
     missing = [p for p in platforms if uv is None or p not in uv.wheels]
     if uv is None or missing:
-        raise LockInvalid(f"the {engine_lock.image} lock for {engine_lock.engine_name} {engine_lock.engine_version} "
-                          f"has no uv wheel for {', '.join(missing or platforms)} (tools.uv)")
+        raise LockInvalid(
+            f"the {engine_lock.image} lock for {engine_lock.engine_name} {engine_lock.engine_version} "
+            f"has no uv wheel for {', '.join(missing or platforms)} (tools.uv)"
+        )
     index = _Index(cafile)
     per_platform: dict[str, list[package_index.Pin]] = {}
     for plat_name in platforms:
         plat = L.platform(plat_name)
         installed = {p.key: p.wheels[plat_name].version for p in engine_lock.python_packages_on(plat_name)}
-        log.step(f"resolving {recipe}'s {' '.join(requested)} for {plat_name} with uv, "
-                 f"against {len(installed)} distributions the engine lock installs")
-        pins = package_index.compile_pins(requested, uv_platform=plat.uv, python=LR.PYTHON, cafile=cafile,
-                                    constraints=[f"{name}=={version}" for name, version in sorted(installed.items())])
+        log.step(
+            f"resolving {recipe}'s {' '.join(requested)} for {plat_name} with uv, "
+            f"against {len(installed)} distributions the engine lock installs"
+        )
+        pins = package_index.compile_pins(
+            requested,
+            uv_platform=plat.uv,
+            python=LR.PYTHON,
+            cafile=cafile,
+            constraints=[f"{name}=={version}" for name, version in sorted(installed.items())],
+        )
         per_platform[plat_name] = [p for p in pins if canonicalize_name(p.name) not in installed]
     index.prefetch([p.name for pins in per_platform.values() for p in pins])
     return LR.EngineLock(
-        image=recipe, engine_name=engine_lock.engine_name, engine_version=engine_lock.engine_version,
-        distribution=engine_lock.distribution, resolved_from=LR.Resolved(sorted(requested)), excluded={},
-        platforms=sorted(platforms), python_packages=_merge(per_platform, index), tools={"uv": uv})
+        image=recipe,
+        engine_name=engine_lock.engine_name,
+        engine_version=engine_lock.engine_version,
+        distribution=engine_lock.distribution,
+        resolved_from=LR.Resolved(sorted(requested)),
+        excluded={},
+        platforms=sorted(platforms),
+        python_packages=_merge(per_platform, index),
+        tools={"uv": uv},
+    )
 
 
 def _merge(per_platform: dict[str, list[package_index.Pin]], index: _Index) -> list[LR.LockedPackage]:
@@ -189,8 +234,9 @@ def _uv_version() -> str:
 _INST = re.compile(r"^Inst (?P<name>\S+) (?:\[(?P<installed>[^\]]*)\] )?\((?P<version>\S+) .*\[(?P<arch>[^\]]+)\]\)")
 
 
-def _debian_closure(docker: DockerDaemon, base_image: str, requested: list[str], *,
-                   foreign: str | None = None) -> list[LR.DebianPackage]:
+def _debian_closure(
+    docker: DockerDaemon, base_image: str, requested: list[str], *, foreign: str | None = None
+) -> list[LR.DebianPackage]:
     """What `apt-get install --no-install-recommends REQUESTED` installs on `base_image`
     today (names, versions, architectures), read from apt's simulation.
 
@@ -204,14 +250,20 @@ def _debian_closure(docker: DockerDaemon, base_image: str, requested: list[str],
     log.step(f"resolving the Debian closure of {' '.join(requested)} on {where}")
     apt, prepare = "apt-get", ""
     if foreign is not None:
-        apt = (f"apt-get -o APT::Architecture={foreign} -o APT::Architectures::={foreign} "
-               "-o Dir::State::status=/tmp/kiln-status -o Dir::State::Lists=/tmp/kiln-lists "
-               "-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=")
-        prepare = ("mkdir -p /tmp/kiln-lists/partial && "
-                   f"sed '/^Architecture: all$/!s/^Architecture: .*/Architecture: {foreign}/' "
-                   "/var/lib/dpkg/status > /tmp/kiln-status && ")
-    script = (f"{prepare}{apt} update -qq >/dev/null && "
-              f"{apt} install -s --no-install-recommends -o APT::Get::Show-Versions=1 {' '.join(requested)}")
+        apt = (
+            f"apt-get -o APT::Architecture={foreign} -o APT::Architectures::={foreign} "
+            "-o Dir::State::status=/tmp/kiln-status -o Dir::State::Lists=/tmp/kiln-lists "
+            "-o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache="
+        )
+        prepare = (
+            "mkdir -p /tmp/kiln-lists/partial && "
+            f"sed '/^Architecture: all$/!s/^Architecture: .*/Architecture: {foreign}/' "
+            "/var/lib/dpkg/status > /tmp/kiln-status && "
+        )
+    script = (
+        f"{prepare}{apt} update -qq >/dev/null && "
+        f"{apt} install -s --no-install-recommends -o APT::Get::Show-Versions=1 {' '.join(requested)}"
+    )
     status, output = docker.run_command(base_image, ["sh", "-c", script], timeout_s=600, name_prefix="kiln-lock-apt-")
     if status != 0:
         tail = " | ".join(output.strip().splitlines()[-3:])
@@ -268,8 +320,9 @@ def outdated(lock: LR.EngineLock, *, cafile: Path | None) -> list[_Finding]:
         page = index.page(pkg.name)
         files = {f.filename: f for f in page.files}
         yanked = sorted({w.file for w in pkg.wheels.values() if w.file in files and files[w.file].yanked})
-        versions = page.versions or [str(parse_wheel_filename(f.filename)[1]) for f in page.files
-                                     if f.filename.endswith(".whl")]
+        versions = page.versions or [
+            str(parse_wheel_filename(f.filename)[1]) for f in page.files if f.filename.endswith(".whl")
+        ]
         newest = _newest(versions)
         locked = Version(pkg.version)
         newer = str(newest) if newest is not None and newest > Version(locked.public) else None

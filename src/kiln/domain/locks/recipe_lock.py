@@ -49,10 +49,12 @@ def for_recipe(loaded: LoadedRecipe) -> EngineLock | None:
         return None
     path = lock_path(loaded.dir)
     if not path.is_file():
-        raise LockMissing(f"{L.shown(path)}: no lock for the build.python_packages of "
-                          f"{loaded.where('build', 'python_packages')} "
-                          f"({', '.join(loaded.recipe.build.python_packages)})",
-                          hint=f"write it: `{relock_command(loaded.name)}`, then commit it")
+        raise LockMissing(
+            f"{L.shown(path)}: no lock for the build.python_packages of "
+            f"{loaded.where('build', 'python_packages')} "
+            f"({', '.join(loaded.recipe.build.python_packages)})",
+            hint=f"write it: `{relock_command(loaded.name)}`, then commit it",
+        )
     lock = L.load(path)
     problems = _mismatches(loaded, lock, path)
     if problems:
@@ -73,8 +75,11 @@ def problems(loaded: LoadedRecipe) -> list[str]:
     path = lock_path(loaded.dir)
     rerun = f" ({relock_command(loaded.name)})"
     if not loaded.recipe.build.python_packages:
-        return ([f"{L.shown(path)}: the recipe names no build.python_packages; remove the lock or name them"]
-                if path.is_file() else [])
+        return (
+            [f"{L.shown(path)}: the recipe names no build.python_packages; remove the lock or name them"]
+            if path.is_file()
+            else []
+        )
     if not path.is_file():
         return [f"{L.shown(path)}: no lock for build.python_packages{rerun}"]
     try:
@@ -91,15 +96,19 @@ def _mismatches(loaded: LoadedRecipe, lock: EngineLock, path: Path) -> list[str]
     if lock.image != recipe.name:
         out.append(f"{where}: image: locks {lock.image!r}'s packages, not {recipe.name!r}'s")
     if (lock.engine_name, lock.engine_version) != (engine.name, engine.version):
-        out.append(f"{where}: engine: resolved against {lock.engine_name} {lock.engine_version}'s lock, "
-                   f"the recipe pins {engine.name} {engine.version}")
+        out.append(
+            f"{where}: engine: resolved against {lock.engine_name} {lock.engine_version}'s lock, "
+            f"the recipe pins {engine.name} {engine.version}"
+        )
     wanted, locked = sorted(recipe.build.python_packages), sorted(lock.resolved_from.requirements)
     if wanted != locked:
         added, dropped = sorted(set(wanted) - set(locked)), sorted(set(locked) - set(wanted))
-        parts = ([f"now names {', '.join(added)}"] if added else []) + \
-                ([f"no longer names {', '.join(dropped)}"] if dropped else [])
-        out.append(f"{where}: resolved_from: build.python_packages changed since the lock was made: "
-                   + "; ".join(parts))
+        parts = ([f"now names {', '.join(added)}"] if added else []) + (
+            [f"no longer names {', '.join(dropped)}"] if dropped else []
+        )
+        out.append(
+            f"{where}: resolved_from: build.python_packages changed since the lock was made: " + "; ".join(parts)
+        )
     for plat in engine.platforms:
         out += _platform_problems(lock, plat, where)
     return out
@@ -119,8 +128,7 @@ def _platform_problems(lock: EngineLock, plat: str, where: str) -> list[str]:
         if pkg is None or plat not in pkg.wheels:
             out.append(f"{where}: python_packages: {req.name} is not locked for {plat}")
         elif not req.specifier.contains(pkg.wheels[plat].version, prereleases=True):
-            out.append(f"{where}: python_packages: {pkg.name} {pkg.wheels[plat].version} ({plat}) "
-                       f"violates {raw}")
+            out.append(f"{where}: python_packages: {pkg.name} {pkg.wheels[plat].version} ({plat}) violates {raw}")
     uv = lock.tools.get("uv")
     if uv is None or plat not in uv.wheels:
         out.append(f"{where}: tools: no uv wheel for {plat} (the Dockerfile installs with it)")
@@ -137,9 +145,12 @@ def _engine_overlap(loaded: LoadedRecipe, lock: EngineLock, path: Path) -> list[
     if engine_lock is None:
         return []
     engine_names = {p.key: p for p in engine_lock.python_packages}
-    return [f"{L.shown(path)}: python_packages: {p.name} {p.version}: the engine lock installs "
-            f"{engine_names[p.key].name} {engine_names[p.key].version} already"
-            for p in lock.python_packages if canonicalize_name(p.name) in engine_names]
+    return [
+        f"{L.shown(path)}: python_packages: {p.name} {p.version}: the engine lock installs "
+        f"{engine_names[p.key].name} {engine_names[p.key].version} already"
+        for p in lock.python_packages
+        if canonicalize_name(p.name) in engine_names
+    ]
 
 
 def context_files(lock: EngineLock, plat: str) -> dict[str, bytes]:
@@ -148,6 +159,8 @@ def context_files(lock: EngineLock, plat: str) -> dict[str, bytes]:
     files = L.context_files(lock, plat)
     missing = [name for name in _CONTEXT_FILES if name not in files]
     if missing:  # only uv.txt can be: a lock without a uv wheel for the platform
-        raise LockInvalid(f"the {lock.image} lock has no uv wheel for {plat} (tools.uv)",
-                          hint=f"re-lock: `{relock_command(lock.image)}`")
+        raise LockInvalid(
+            f"the {lock.image} lock has no uv wheel for {plat} (tools.uv)",
+            hint=f"re-lock: `{relock_command(lock.image)}`",
+        )
     return {name: files[name] for name in _CONTEXT_FILES}

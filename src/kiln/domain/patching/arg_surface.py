@@ -82,9 +82,11 @@ class _Module(ast.NodeVisitor):
     def __init__(self, text: str) -> None:
         self.tree = ast.parse(text)
         self.classes = {n.name: n for n in ast.walk(self.tree) if isinstance(n, ast.ClassDef)}
-        self.deprecations = [_one_line(n.value) for n in ast.walk(self.tree)
-                             if isinstance(n, ast.Constant) and isinstance(n.value, str)
-                             and _DEPRECATED.search(n.value)]
+        self.deprecations = [
+            _one_line(n.value)
+            for n in ast.walk(self.tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and _DEPRECATED.search(n.value)
+        ]
 
 
 def _one_line(text: str) -> str:
@@ -123,16 +125,23 @@ def _class_fields(cls: ast.ClassDef) -> dict[str, tuple[ast.expr | None, str | N
         if "ClassVar" in ast.unparse(node.annotation) or _not_init(node.value):
             continue
         nxt = body[i + 1] if i + 1 < len(body) else None
-        doc = nxt.value.value if (isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
-                                  and isinstance(nxt.value.value, str)) else None
+        doc = (
+            nxt.value.value
+            if (isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str))
+            else None
+        )
         out[node.target.id] = (node.value, doc)
     return out
 
 
 def _not_init(value: ast.expr | None) -> bool:
-    return (isinstance(value, ast.Call) and _call_name(value) in _FIELD_CALLS
-            and any(k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False
-                    for k in value.keywords))
+    return (
+        isinstance(value, ast.Call)
+        and _call_name(value) in _FIELD_CALLS
+        and any(
+            k.arg == "init" and isinstance(k.value, ast.Constant) and k.value.value is False for k in value.keywords
+        )
+    )
 
 
 def _call_name(call: ast.Call) -> str:
@@ -161,9 +170,14 @@ def _reference(expr: ast.expr) -> tuple[str, str] | None:
     """(class, field) when a default refers to a config class's field."""
     if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id[:1].isupper():
         return expr.value.id, expr.attr
-    if (isinstance(expr, ast.Call) and _call_name(expr) == "get_field" and len(expr.args) == 2
-            and isinstance(expr.args[0], ast.Name) and isinstance(expr.args[1], ast.Constant)
-            and isinstance(expr.args[1].value, str)):
+    if (
+        isinstance(expr, ast.Call)
+        and _call_name(expr) == "get_field"
+        and len(expr.args) == 2
+        and isinstance(expr.args[0], ast.Name)
+        and isinstance(expr.args[1], ast.Constant)
+        and isinstance(expr.args[1].value, str)
+    ):
         return expr.args[0].id, expr.args[1].value
     return None
 
@@ -192,12 +206,17 @@ def _settings(module: _Module, classes: tuple[str, ...], configs: _Configs, flag
             default = _resolve(written, configs)
             shown = written if isinstance(written, str) else ast.unparse(written) if written is not None else None
             key = name.replace("_", "-") if flags else name
-            note = _one_line(doc) if doc and _DEPRECATED.search(doc) else \
-                _mentioned(module.deprecations, name, key if flags else None)
+            note = (
+                _one_line(doc)
+                if doc and _DEPRECATED.search(doc)
+                else _mentioned(module.deprecations, name, key if flags else None)
+            )
             out[key] = _Setting(key, default, shown if shown != default else None, note)
         if flags:
             for flag in _added_flags(cls):
-                out.setdefault(flag, _Setting(flag, deprecated=_mentioned(module.deprecations, flag.replace("-", "_"), flag)))
+                out.setdefault(
+                    flag, _Setting(flag, deprecated=_mentioned(module.deprecations, flag.replace("-", "_"), flag))
+                )
     return out
 
 
@@ -206,8 +225,11 @@ def _added_flags(cls: ast.ClassDef) -> list[str]:
     found = []
     for node in ast.walk(cls):
         if isinstance(node, ast.Call) and _call_name(node) == "add_argument":
-            found += [a.value[2:] for a in node.args
-                      if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")]
+            found += [
+                a.value[2:]
+                for a in node.args
+                if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("--")
+            ]
     return found
 
 
@@ -249,8 +271,10 @@ def read_surface(root: Path) -> _Surface:
 
 def compare(old: _Surface, new: _Surface) -> list[Change]:
     """Flags first, then speculative-config keys; each sorted by name."""
-    return [*_compare(FLAG, old.flags, new.flags, new.deprecations),
-            *_compare(_SPEC, old.speculative, new.speculative, new.deprecations)]
+    return [
+        *_compare(FLAG, old.flags, new.flags, new.deprecations),
+        *_compare(_SPEC, old.speculative, new.speculative, new.deprecations),
+    ]
 
 
 def _compare(kind: str, old: dict[str, _Setting], new: dict[str, _Setting], said: list[str]) -> list[Change]:

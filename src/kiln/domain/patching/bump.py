@@ -57,15 +57,21 @@ def _classify(tree: applier.Tree, patch: patch_format.Patch, base: applier.Tree 
     failed = [f"{target} hunk #{hr.number}" for target, hr in res.failed_hunks]
     ported = _merge_port(tree, base, patch) if base is not None else None
     if ported is not None:
-        return Row(patch.name, "merged", f"ported by 3-way merge (upstream changed the context of "
-                                         f"{', '.join(failed)})", data=ported)
+        return Row(
+            patch.name,
+            "merged",
+            f"ported by 3-way merge (upstream changed the context of {', '.join(failed)})",
+            data=ported,
+        )
     parts = []
     for target, hr in res.failed_hunks:
         content = tree.read(target)
         rev = hr.hunk.reversed()
         # a failing hunk whose reverse is found: this part of the change is upstream already
-        upstream = content is not None and applier.locate_hunk(
-            patch_format.split_lines(content), rev, applier.stated_index(rev), 0) is not None
+        upstream = (
+            content is not None
+            and applier.locate_hunk(patch_format.split_lines(content), rev, applier.stated_index(rev), 0) is not None
+        )
         parts.append(f"{target} hunk #{hr.number}" + (" (already upstream)" if upstream else ""))
     parts += [f"{f.target}: {f.problem}" for f in res.files if f.problem]
     return Row(patch.name, "fails", "fails: " + ", ".join(parts), res.failure_lines())
@@ -138,17 +144,23 @@ def port_series(engine: PortedEngine, series: patch_format.Series, underneath: a
 def default_from(to_version: str) -> str:
     """The newest series older than `to_version` (what a bump normally starts from)."""
     target = version_key(to_version)
-    older = [v for v in pinned_versions()
-             if target is None or ((key := version_key(v)) is not None and key < target)]
+    older = [v for v in pinned_versions() if target is None or ((key := version_key(v)) is not None and key < target)]
     if not older:
         have = ", ".join(pinned_versions()) or "none"
-        raise UsageError(f"no series older than {to_version} under patches/{ENGINE}/ (series exist for: {have})",
-                         hint="name the one to port with --from")
+        raise UsageError(
+            f"no series older than {to_version} under patches/{ENGINE}/ (series exist for: {have})",
+            hint="name the one to port with --from",
+        )
     return older[-1]
 
 
-def bump(from_version: str, to_version: str, flavour: str | None, dry_run: bool,
-         then: Callable[[PortedEngine], None] | None = None) -> list[Row]:
+def bump(
+    from_version: str,
+    to_version: str,
+    flavour: str | None,
+    dry_run: bool,
+    then: Callable[[PortedEngine], None] | None = None,
+) -> list[Row]:
     """Report every patch of `from_version`'s series against `to_version`; unless
     `dry_run`, write patches/vllm/<to_version>/ when all of them port. `then` runs after
     the table is printed and before a patch that does not port fails the bump (the
@@ -163,9 +175,12 @@ def bump(from_version: str, to_version: str, flavour: str | None, dry_run: bool,
         then(ported)
     failures = [line for row in rows for line in row.failures]
     if failures:
-        raise PatchFailed(failures, hint=f"port them: `kiln patches checkout --engine {ENGINE}=={to_version} "
-                                         f"--series-from {from_version} --force-apply`, fix, "
-                                         f"`kiln patches refresh --engine {ENGINE}=={to_version}`")
+        raise PatchFailed(
+            failures,
+            hint=f"port them: `kiln patches checkout --engine {ENGINE}=={to_version} "
+            f"--series-from {from_version} --force-apply`, fix, "
+            f"`kiln patches refresh --engine {ENGINE}=={to_version}`",
+        )
     if not dry_run:
         _write_bumped_series(from_version, to_version, rows, flavour)
     return rows
@@ -202,12 +217,16 @@ def _write_bumped_series(from_version: str, to_version: str, rows: list[Row], fl
         shutil.rmtree(dest)
         raise
     merged = sum(row.status == "merged" for row in rows)
-    log.ok(f"wrote {shown(dest)}: {len(kept)} patch(es), {len(dropped)} dropped as upstream, "
-           f"{merged} ported by 3-way merge, {len(rewritten)} regenerated for offsets")
-    log.info(f"next: port each feature used on {to_version} (`kiln patches checkout --feature RECIPE/FEATURE "
-             f"--engine {ENGINE}=={to_version} --series-from {from_version}`, then `kiln patches refresh "
-             f"--feature RECIPE/FEATURE --engine {ENGINE}=={to_version}`), set engine.version: {to_version} "
-             "in the recipes, `kiln check --all`, `kiln build NAME`")
+    log.ok(
+        f"wrote {shown(dest)}: {len(kept)} patch(es), {len(dropped)} dropped as upstream, "
+        f"{merged} ported by 3-way merge, {len(rewritten)} regenerated for offsets"
+    )
+    log.info(
+        f"next: port each feature used on {to_version} (`kiln patches checkout --feature RECIPE/FEATURE "
+        f"--engine {ENGINE}=={to_version} --series-from {from_version}`, then `kiln patches refresh "
+        f"--feature RECIPE/FEATURE --engine {ENGINE}=={to_version}`), set engine.version: {to_version} "
+        "in the recipes, `kiln check --all`, `kiln build NAME`"
+    )
     return dest
 
 

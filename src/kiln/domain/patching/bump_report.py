@@ -34,11 +34,18 @@ from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.inimage import patch_applier as applier
 
 # bump's Row.status in the words of the report
-_STATES = {"clean": "clean", "offset": "offset", "merged": "3-way", "upstream": "made moot upstream",
-          "fails": "conflict"}
+_STATES = {
+    "clean": "clean",
+    "offset": "offset",
+    "merged": "3-way",
+    "upstream": "made moot upstream",
+    "fails": "conflict",
+}
 _STATE_ORDER = ("clean", "offset", "3-way", "made moot upstream", "conflict")
-_REQUIREMENTS_SOURCE = ("the two engine wheels' METADATA Requires-Dist (extras left out); a full lock "
-                       "needs a resolution per platform (`kiln engine lock`), not made here")
+_REQUIREMENTS_SOURCE = (
+    "the two engine wheels' METADATA Requires-Dist (extras left out); a full lock "
+    "needs a resolution per platform (`kiln engine lock`), not made here"
+)
 
 
 @dataclass(frozen=True)
@@ -112,8 +119,13 @@ def underneath(to_version: str, flavour: str | None) -> applier.Tree | None:
     return tree
 
 
-def feature_reports(engine: PortedEngine, loaded: LoadedRecipe, versions: tuple[str, str],
-                    ported: applier.Tree | None, seen: dict[Path, str] | None = None) -> list[SeriesReport]:
+def feature_reports(
+    engine: PortedEngine,
+    loaded: LoadedRecipe,
+    versions: tuple[str, str],
+    ported: applier.Tree | None,
+    seen: dict[Path, str] | None = None,
+) -> list[SeriesReport]:
     """Each switched-on feature's series for `from_version`, classified on the new engine.
     `seen`: series files already reported (file -> title), shared by several recipes:
     named once, then referred to."""
@@ -131,8 +143,11 @@ def feature_reports(engine: PortedEngine, loaded: LoadedRecipe, versions: tuple[
             out.append(SeriesReport(title, [], f"the same series as {seen[file.resolve()]}: classified there"))
             continue
         seen[file.resolve()] = title
-        under = (f"on the ported engine series {shown(series_dir(to_version))}/" if ported is not None
-                 else f"on {ENGINE} {to_version} with the {from_version} engine series as bump ports it")
+        under = (
+            f"on the ported engine series {shown(series_dir(to_version))}/"
+            if ported is not None
+            else f"on {ENGINE} {to_version} with the {from_version} engine series as bump ports it"
+        )
         rows = port_series(engine, load_series(file, f"feature:{feature}"), ported)
         out.append(SeriesReport(f"{title} ({shown(file.parent)})", rows, under))
     return out
@@ -208,8 +223,10 @@ def measured_sizes(records: list[Path], from_version: str, to_version: str) -> l
     `engine`, `platform`, `engine_build.size`) for the two versions; None: not built.
     RecordInvalid naming the file and field for a record that is not one."""
     found: dict[str, dict[str, int]] = {}
-    invalid = functools.partial(RecordInvalid, hint="restore the file from git, or measure again: "
-                                                     "`nox -s build_cuda` (benchmarks/build_cuda.py)")
+    invalid = functools.partial(
+        RecordInvalid,
+        hint="restore the file from git, or measure again: `nox -s build_cuda` (benchmarks/build_cuda.py)",
+    )
     for path in records:
         doc = read_document(path, _BUILD_CUDA_RUN, invalid, source=shown(path))
         if doc["engine"] in (from_version, to_version):
@@ -250,25 +267,38 @@ def _series_line(s: SeriesReport) -> str:
 
 def _headlines(report: BumpReport) -> list[str]:
     """The few lines a reviewer reads first."""
-    out = [f"Recipes that move ({ENGINE} {report.from_version}, flavour {report.flavour}): "
-           + (", ".join(r.name for r in report.recipes) or "none")]
+    out = [
+        f"Recipes that move ({ENGINE} {report.from_version}, flavour {report.flavour}): "
+        + (", ".join(r.name for r in report.recipes) or "none")
+    ]
     used = [c for c in _ordered(report) if report.users(c)]
     if used:
-        out += [f"Used and changed: {c.shown} {_change_words(c)} [{', '.join(report.users(c))}]"
-                + (" (each sets it: its own value stays)" if c.change == "default" else "") for c in used]
+        out += [
+            f"Used and changed: {c.shown} {_change_words(c)} [{', '.join(report.users(c))}]"
+            + (" (each sets it: its own value stays)" if c.change == "default" else "")
+            for c in used
+        ]
     else:
-        out.append("None of the removed, deprecated or changed flags and speculative-config keys is used by a moving recipe")
+        out.append(
+            "None of the removed, deprecated or changed flags and speculative-config keys is used by a moving recipe"
+        )
     unset = [c for c in report.changes if c.change == "default" and len(report.users(c)) < len(report.recipes)]
     if unset:  # a recipe that sets a flag keeps its value; one that does not gets the new default
-        out.append("New defaults for the recipes that do not set them: "
-                   + ", ".join(f"{c.shown} {c.old} -> {c.new}" for c in unset))
+        out.append(
+            "New defaults for the recipes that do not set them: "
+            + ", ".join(f"{c.shown} {c.old} -> {c.new}" for c in unset)
+        )
     out += [f"Patches, {s.title}: {_series_line(s)}" for s in report.series]
     moves = _headline_requirements(report.requirements)
-    out += [f"{m.name}: {m.old} (unchanged)" if m.change == "unchanged" else
-            f"{m.name}: {m.old or 'not required'} -> {m.new or 'not required'}" for m in moves] or \
-        ["torch, CUDA (nvidia-*) and flashinfer requirements unchanged"]
-    out += [f"Engine image ({s.platform}): {_gib(s.before)} -> {_gib(s.after)}" for s in report.sizes] or \
-        ["Engine image size: not measured for either version"]
+    out += [
+        f"{m.name}: {m.old} (unchanged)"
+        if m.change == "unchanged"
+        else f"{m.name}: {m.old or 'not required'} -> {m.new or 'not required'}"
+        for m in moves
+    ] or ["torch, CUDA (nvidia-*) and flashinfer requirements unchanged"]
+    out += [f"Engine image ({s.platform}): {_gib(s.before)} -> {_gib(s.after)}" for s in report.sizes] or [
+        "Engine image size: not measured for either version"
+    ]
     return out
 
 
@@ -276,8 +306,10 @@ def render_text(report: BumpReport) -> str:
     """The report for the terminal."""
     lines = [f"bump report: {ENGINE} {report.from_version} -> {report.to_version} ({report.flavour})"]
     lines += [f"  {h}" for h in _headlines(report)]
-    lines.append(f"flags and speculative-config keys that changed ({len(report.changes)}; read from "
-                 f"{', '.join(report.read) or 'nothing'}):")
+    lines.append(
+        f"flags and speculative-config keys that changed ({len(report.changes)}; read from "
+        f"{', '.join(report.read) or 'nothing'}):"
+    )
     for c in _ordered(report):
         users = report.users(c)
         mark = f"  USED by {', '.join(users)}" if users else ""
@@ -286,21 +318,30 @@ def render_text(report: BumpReport) -> str:
         lines.append(f"{s.title}: {_series_line(s)}" + (f" ({s.note})" if s.note and s.rows else ""))
         lines += [f"  {r.name}  {state(r)}: {r.detail}" for r in s.rows]
     lines.append(f"engine requirements ({_REQUIREMENTS_SOURCE}):")
-    lines += [f"  {m.name}: {m.change} {m.old or ''} -> {m.new or ''}".rstrip() for m in report.requirements] or \
-        ["  unchanged"]
+    lines += [f"  {m.name}: {m.change} {m.old or ''} -> {m.new or ''}".rstrip() for m in report.requirements] or [
+        "  unchanged"
+    ]
     return "\n".join(lines) + "\n"
 
 
 def render_markdown(report: BumpReport) -> str:
     """The report as a Markdown document, fit for a pull request."""
     a, b = report.from_version, report.to_version
-    out = [f"# {ENGINE} {a} -> {b} ({report.flavour}): bump report", "",
-           f"Generated by `{report.command}` on {report.date}; do not edit by hand (run the command again).",
-           "", "## Headlines", "", *[f"- {h}" for h in _headlines(report)], ""]
+    out = [
+        f"# {ENGINE} {a} -> {b} ({report.flavour}): bump report",
+        "",
+        f"Generated by `{report.command}` on {report.date}; do not edit by hand (run the command again).",
+        "",
+        "## Headlines",
+        "",
+        *[f"- {h}" for h in _headlines(report)],
+        "",
+    ]
     out += _md_recipes(report) + _md_changes(report) + _md_series(report) + _md_requirements(report)
     out += ["## Engine image size", "", f"| platform | {a} | {b} |", "|---|---|---|"]
-    out += [f"| {s.platform} | {_gib(s.before)} | {_gib(s.after)} |" for s in report.sizes] or \
-        ["| — | not measured | not built |"]
+    out += [f"| {s.platform} | {_gib(s.before)} | {_gib(s.after)} |" for s in report.sizes] or [
+        "| — | not measured | not built |"
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -308,30 +349,44 @@ def _md_recipes(report: BumpReport) -> list[str]:
     out = ["## Recipes that move", "", "| recipe | features | used flags and keys that changed |", "|---|---|---|"]
     for r in report.recipes:
         hit = used_changes(report.changes, set(r.flags), set(r.spec_keys))
-        out.append(f"| {r.name} | {', '.join(r.features) or '—'} | "
-                   f"{_cell(', '.join(f'`{c.shown}` ({c.change})' for c in hit)) if hit else 'none'} |")
+        out.append(
+            f"| {r.name} | {', '.join(r.features) or '—'} | "
+            f"{_cell(', '.join(f'`{c.shown}` ({c.change})' for c in hit)) if hit else 'none'} |"
+        )
     return [*out, ""]
 
 
 def _md_changes(report: BumpReport) -> list[str]:
     a, b = report.from_version, report.to_version
-    out = ["## Flags and speculative-config keys", "",
-           f"Read statically from each version's own sources: {', '.join(f'`{f}`' for f in report.read)}. "
-           "A default is the source text, resolved through config-class references. A field that is gone "
-           "is \"removed\": whether it was renamed is not guessed; a deprecation line of the sources is quoted.",
-           "", f"| used | setting | change | {a} | {b} | used by | note |", "|---|---|---|---|---|---|---|"]
+    out = [
+        "## Flags and speculative-config keys",
+        "",
+        f"Read statically from each version's own sources: {', '.join(f'`{f}`' for f in report.read)}. "
+        "A default is the source text, resolved through config-class references. A field that is gone "
+        'is "removed": whether it was renamed is not guessed; a deprecation line of the sources is quoted.',
+        "",
+        f"| used | setting | change | {a} | {b} | used by | note |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for c in _ordered(report):
         users = report.users(c)
-        out.append(f"| {'**yes**' if users else ''} | `{c.shown}` | {c.change} | {_cell(_code(c.old))} | "
-                   f"{_cell(_code(c.new))} | {', '.join(users) or '—'} | {_cell(c.note)} |")
+        out.append(
+            f"| {'**yes**' if users else ''} | `{c.shown}` | {c.change} | {_cell(_code(c.old))} | "
+            f"{_cell(_code(c.new))} | {', '.join(users) or '—'} | {_cell(c.note)} |"
+        )
     if not report.changes:
         out.append("| | — | no change | | | | |")
     return [*out, ""]
 
 
 def _md_series(report: BumpReport) -> list[str]:
-    out = ["## Patches", "", "States: clean, offset (applies elsewhere in the file), 3-way (ported by a "
-           "3-way merge), made moot upstream (the change is already there), conflict (a human ports it).", ""]
+    out = [
+        "## Patches",
+        "",
+        "States: clean, offset (applies elsewhere in the file), 3-way (ported by a "
+        "3-way merge), made moot upstream (the change is already there), conflict (a human ports it).",
+        "",
+    ]
     for s in report.series:
         out += [f"### {s.title}", ""] + ([s.note, ""] if s.note else [])
         if s.rows:
@@ -343,8 +398,15 @@ def _md_series(report: BumpReport) -> list[str]:
 
 def _md_requirements(report: BumpReport) -> list[str]:
     a, b = report.from_version, report.to_version
-    out = ["## Engine requirements", "", f"Compared: {_REQUIREMENTS_SOURCE}. torch, CUDA (nvidia-*) and "
-           "flashinfer first.", "", f"| package | change | {a} | {b} |", "|---|---|---|---|"]
-    out += [f"| {m.name} | {m.change} | {_cell(m.old)} | {_cell(m.new)} |" for m in report.requirements] or \
-        ["| — | unchanged | | |"]
+    out = [
+        "## Engine requirements",
+        "",
+        f"Compared: {_REQUIREMENTS_SOURCE}. torch, CUDA (nvidia-*) and flashinfer first.",
+        "",
+        f"| package | change | {a} | {b} |",
+        "|---|---|---|---|",
+    ]
+    out += [f"| {m.name} | {m.change} | {_cell(m.old)} | {_cell(m.new)} |" for m in report.requirements] or [
+        "| — | unchanged | | |"
+    ]
     return [*out, ""]

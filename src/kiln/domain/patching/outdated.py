@@ -91,11 +91,17 @@ def outdated(index: str, releases: _Releases) -> OutdatedDocument:
             asked[dist] = found[-1] if found else None
         newest = asked[dist]
         status = _status(str(engine.version), newest)
-        rows.append(OutdatedRow(
-            recipe=name,
-            engine=EnginePin(name=engine.name, version=str(engine.version), flavour=engine.flavour),
-            distribution=dist, newest_on_index=newest, newest_with_series=with_series, status=status,
-            next=_next(name, status, newest, with_series)))
+        rows.append(
+            OutdatedRow(
+                recipe=name,
+                engine=EnginePin(name=engine.name, version=str(engine.version), flavour=engine.flavour),
+                distribution=dist,
+                newest_on_index=newest,
+                newest_with_series=with_series,
+                status=status,
+                next=_next(name, status, newest, with_series),
+            )
+        )
     return OutdatedDocument(index=index, outdated=any(r["status"] == "outdated" for r in rows), recipes=rows)
 
 

@@ -84,10 +84,12 @@ class Target:
         if folder is None:
             raise UsageError(f"feature {self.feature}: override.yaml names no `patches:` series")
         if not ov.versioned and version != ov.override.engine.version:
-            raise UsageError(f"feature {self.feature}: {shown(ov.patches or ov.dir)} is one series for "
-                             f"{ENGINE} {ov.override.engine.version}, not {version}",
-                             hint="keep one series per engine version: move it to "
-                                  f"patches/{ov.override.engine.version}/series and set `patches: patches`")
+            raise UsageError(
+                f"feature {self.feature}: {shown(ov.patches or ov.dir)} is one series for "
+                f"{ENGINE} {ov.override.engine.version}, not {version}",
+                hint="keep one series per engine version: move it to "
+                f"patches/{ov.override.engine.version}/series and set `patches: patches`",
+            )
         return folder
 
     def series(self, version: str) -> patch_format.Series:
@@ -101,9 +103,11 @@ class Target:
         if self.feature is None:
             return []
         if not (series_dir(self.version) / "series").is_file() and pinned_versions():
-            raise UsageError(f"{shown(series_dir(self.version))}/ does not exist: the engine series is not "
-                             f"ported to {ENGINE} {self.version}",
-                             hint=f"port the engine series first: `kiln engine bump --to {self.version}`")
+            raise UsageError(
+                f"{shown(series_dir(self.version))}/ does not exist: the engine series is not "
+                f"ported to {ENGINE} {self.version}",
+                hint=f"port the engine series first: `kiln engine bump --to {self.version}`",
+            )
         return [series_for(self.version)]
 
     def scratch_name(self, flavour: str) -> str:
@@ -123,8 +127,14 @@ def _read_state(scratch: Path) -> _QuiltState:
     f = scratch / ".pc" / _STATE
     if not f.is_file():
         raise UsageError(f"{scratch}: no checked-out series here; run `kiln patches checkout` first")
-    return read_document(f, _QUILT_STATE, functools.partial(
-        PatchInvalid, hint="check the series out again (`kiln patches checkout`): refresh compares against this file"))
+    return read_document(
+        f,
+        _QUILT_STATE,
+        functools.partial(
+            PatchInvalid,
+            hint="check the series out again (`kiln patches checkout`): refresh compares against this file",
+        ),
+    )
 
 
 def _file_sha(path: Path) -> str | None:
@@ -149,8 +159,10 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
     if (scratch / ".pc" / _STATE).is_file() and not force:
         edited = _dirty(scratch, _read_state(scratch))
         if edited:
-            raise UsageError(f"{scratch} has edits not yet refreshed into patches: {', '.join(edited)}",
-                             hint="run `kiln patches refresh` first, or pass --force to discard them")
+            raise UsageError(
+                f"{scratch} has edits not yet refreshed into patches: {', '.join(edited)}",
+                hint="run `kiln patches refresh` first, or pass --force to discard them",
+            )
     if scratch.exists():
         shutil.rmtree(scratch)
     shutil.copytree(root, scratch, ignore=shutil.ignore_patterns(wheel_cache.MARKER))
@@ -170,20 +182,24 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
             res = applier.PatchResult(patch, [f for f in res.files if f.target not in merged])
         failures += res.failure_lines()
         for target_file, number, off in res.offsets:
-            log.info(f"{patch.display}: {target_file}: hunk #{number} applies with offset {off:+d} lines "
-                     "(refresh rewrites it)")
+            log.info(
+                f"{patch.display}: {target_file}: hunk #{number} applies with offset {off:+d} lines "
+                "(refresh rewrites it)"
+            )
         for t, data in before.items():
             if data is not None:
                 snap = pc / patch.name / t
                 snap.parent.mkdir(parents=True, exist_ok=True)
                 snap.write_bytes(data)
-        entries.append({
-            "name": patch.name,
-            "sha256": patch.sha256,
-            "exact": res.ok and not res.offsets and not merged,  # else refresh must regenerate it
-            "before": {t: _sha_or_none(d) for t, d in before.items()},
-            "after": {t: _sha_or_none(tree.read(t)) for t in patch.targets},
-        })
+        entries.append(
+            {
+                "name": patch.name,
+                "sha256": patch.sha256,
+                "exact": res.ok and not res.offsets and not merged,  # else refresh must regenerate it
+                "before": {t: _sha_or_none(d) for t, d in before.items()},
+                "after": {t: _sha_or_none(tree.read(t)) for t in patch.targets},
+            }
+        )
         for t, hr in res.failed_hunks:
             rej = scratch / f"{t}.rej"
             rej.parent.mkdir(parents=True, exist_ok=True)
@@ -197,8 +213,12 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
     pc.mkdir(exist_ok=True)
     (pc / "applied-patches").write_text("".join(f"{p.name}\n" for p in series.patches))
     state: _QuiltState = {
-        "engine": target.version, "flavour": used, "series_from": target.from_version, "feature": target.feature_name(),
-        "patches": entries, "final": final,
+        "engine": target.version,
+        "flavour": used,
+        "series_from": target.from_version,
+        "feature": target.feature_name(),
+        "patches": entries,
+        "final": final,
     }
     (pc / _STATE).write_text(json.dumps(state, indent=2) + "\n")
     _save_finals(scratch, state)
@@ -236,8 +256,13 @@ def _old_engine(target: Target, flavour: str) -> applier.Tree | None:
     return old
 
 
-def _merge_port(old: applier.Tree, tree: applier.Tree, patch: patch_format.Patch, res: applier.PatchResult,
-                before: dict[str, bytes | None]) -> set[str]:
+def _merge_port(
+    old: applier.Tree,
+    tree: applier.Tree,
+    patch: patch_format.Patch,
+    res: applier.PatchResult,
+    before: dict[str, bytes | None],
+) -> set[str]:
     """Port the files of `patch` whose hunks did not all apply by merging (old file ->
     patched old file) into the new file, as `git merge-file` does (`kiln engine bump`
     does the same for the engine series). Files that merge without conflict, and still
@@ -261,8 +286,10 @@ def _merge_port(old: applier.Tree, tree: applier.Tree, patch: patch_format.Patch
         tree.write(f.target, result.data)
         ported.add(f.target)
         hunks = ", ".join(f"#{h.number}" for h in f.hunks if h.offset is None)
-        log.info(f"{patch.display}: {f.target}: ported by 3-way merge (hunk(s) {hunks} did not apply as written; "
-                 "refresh rewrites it)")
+        log.info(
+            f"{patch.display}: {f.target}: ported by 3-way merge (hunk(s) {hunks} did not apply as written; "
+            "refresh rewrites it)"
+        )
     return ported
 
 
@@ -296,8 +323,10 @@ def refresh(target: Target, flavour: str | None = None, into: str | None = None)
     state = _read_state(scratch)
     rejects = sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*.rej"))
     if rejects:
-        raise UsageError(f"{scratch}: unresolved rejects: {', '.join(rejects)}",
-                         hint="port those hunks by hand, delete the .rej files, then refresh")
+        raise UsageError(
+            f"{scratch}: unresolved rejects: {', '.join(rejects)}",
+            hint="port those hunks by hand, delete the .rej files, then refresh",
+        )
     if into is not None:
         _move_edits(scratch, state, into, target)
     source = target.series_folder(state["series_from"])
@@ -307,8 +336,10 @@ def refresh(target: Target, flavour: str | None = None, into: str | None = None)
     for i, entry in enumerate(state["patches"]):
         patch = by_name.get(entry["name"])
         if patch is None or patch.sha256 != entry["sha256"]:
-            raise UsageError(f"{shown(source / entry['name'])} changed since checkout; refreshing would lose that",
-                             hint="run `kiln patches checkout --force` to start over from the current patch files")
+            raise UsageError(
+                f"{shown(source / entry['name'])} changed since checkout; refreshing would lose that",
+                hint="run `kiln patches checkout --force` to start over from the current patch files",
+            )
         data, entry_after = _regenerate(scratch, state, i, patch, exact=entry["exact"] and source == dest)
         afters.append(entry_after)
         if data == patch.header:
@@ -322,9 +353,14 @@ def refresh(target: Target, flavour: str | None = None, into: str | None = None)
         shutil.copyfile(source / "series", dest / "series")
     _warn_untracked_edits(scratch, state, target)
     # The refreshed patches are the new baseline: a second refresh is a no-op.
-    new_state: _QuiltState = {**state, "series_from": target.version, "patches": [
-        {**e, "sha256": patch_format.sha256_bytes((dest / e["name"]).read_bytes()), "exact": True, "after": after}
-        for e, after in zip(state["patches"], afters, strict=True)]}
+    new_state: _QuiltState = {
+        **state,
+        "series_from": target.version,
+        "patches": [
+            {**e, "sha256": patch_format.sha256_bytes((dest / e["name"]).read_bytes()), "exact": True, "after": after}
+            for e, after in zip(state["patches"], afters, strict=True)
+        ],
+    }
     new_state["final"] = {rel: _file_sha(scratch / rel) for rel in state["final"]}
     (scratch / ".pc" / _STATE).write_text(json.dumps(new_state, indent=2) + "\n")
     _save_finals(scratch, new_state)
@@ -341,19 +377,20 @@ def _move_edits(scratch: Path, state: _QuiltState, name: str, target: Target) ->
     entries = state["patches"]
     k = next((i for i, e in enumerate(entries) if e["name"] == name), None)
     if k is None:
-        raise UsageError(f"--patch {name}: not in the checked-out series "
-                         f"({', '.join(e['name'] for e in entries)})")
+        raise UsageError(f"--patch {name}: not in the checked-out series ({', '.join(e['name'] for e in entries)})")
     finals = scratch / ".pc" / _FINAL
     for rel, sha in state["final"].items():
         if rel not in entries[k]["before"] or _file_sha(scratch / rel) == sha:
             continue
-        later = [e for e in entries[k + 1:] if rel in e["before"]]
+        later = [e for e in entries[k + 1 :] if rel in e["before"]]
         if not later:
             continue  # `name` is the top patch of this file: the edit goes there anyway
         base = finals / rel
         if not base.is_file() or _file_sha(base) != sha:
-            raise UsageError(f"{scratch}: no record of {rel} as checkout left it",
-                             hint="check out again (`kiln patches checkout --force`), redo the edit, then refresh")
+            raise UsageError(
+                f"{scratch}: no record of {rel} as checkout left it",
+                hint="check out again (`kiln patches checkout --force`), redo the edit, then refresh",
+            )
         if sha is None or not (scratch / rel).is_file():
             raise UsageError(f"--patch {name}: {rel} was created or deleted; move that by hand")
         ours = (scratch / rel).read_bytes()
@@ -363,9 +400,11 @@ def _move_edits(scratch: Path, state: _QuiltState, name: str, target: Target) ->
                 raise UsageError(f"--patch {name}: {e['name']} creates {rel}; move the edit by hand")
             merged = merge3(base.read_bytes(), ours, snap.read_bytes(), ("edit", "checkout", e["name"]))
             if merged.conflicts:
-                raise UsageError(f"--patch {name}: the edit of {rel} conflicts with {e['name']} "
-                                 f"(lines {', '.join(f'{a}-{b}' for a, b in merged.conflicts)})",
-                                 hint=f"refresh without --patch, or edit {e['name']} by hand")
+                raise UsageError(
+                    f"--patch {name}: the edit of {rel} conflicts with {e['name']} "
+                    f"(lines {', '.join(f'{a}-{b}' for a, b in merged.conflicts)})",
+                    hint=f"refresh without --patch, or edit {e['name']} by hand",
+                )
             snap.write_bytes(merged.data)
             e["before"][rel] = patch_format.sha256_bytes(merged.data)
         log.info(f"{rel}: the edit goes into {name}, under {', '.join(e['name'] for e in later)}")
@@ -381,8 +420,9 @@ def _move_edits(scratch: Path, state: _QuiltState, name: str, target: Target) ->
         log.info(f"{rel}: not in any patch; added to {name}")
 
 
-def _regenerate(scratch: Path, state: _QuiltState, i: int, patch: patch_format.Patch,
-                exact: bool) -> tuple[bytes, dict[str, str | None]]:
+def _regenerate(
+    scratch: Path, state: _QuiltState, i: int, patch: patch_format.Patch, exact: bool
+) -> tuple[bytes, dict[str, str | None]]:
     """Patch i's new bytes, and the sha256 of each of its files' post-images."""
     entries = state["patches"]
     parts = [patch.header]
@@ -392,9 +432,8 @@ def _regenerate(scratch: Path, state: _QuiltState, i: int, patch: patch_format.P
     sections += [(t, None) for t in entries[i]["before"] if t not in patch.targets]
     for t, fd in sections:
         before = _snapshot(scratch, entries[i], t)
-        nxt = next((e for e in entries[i + 1:] if t in e["before"]), None)
-        after = _snapshot(scratch, nxt, t) if nxt else (
-            (scratch / t).read_bytes() if (scratch / t).is_file() else None)
+        nxt = next((e for e in entries[i + 1 :] if t in e["before"]), None)
+        after = _snapshot(scratch, nxt, t) if nxt else ((scratch / t).read_bytes() if (scratch / t).is_file() else None)
         after_sha = after_shas[t] = _sha_or_none(after)
         if fd is not None and exact and after_sha == entries[i]["after"][t]:
             parts.append(fd.raw)  # untouched: keep the bytes as written
@@ -437,6 +476,7 @@ def _untracked_edits(scratch: Path, state: _QuiltState, target: Target) -> list[
 
 def _warn_untracked_edits(scratch: Path, state: _QuiltState, target: Target) -> None:
     for rel in _untracked_edits(scratch, state, target):
-        log.warn(f"{rel} differs from upstream but belongs to no patch; its change is not recorded "
-                 "(`kiln patches refresh --patch NAME` adds it to patch NAME)")
-
+        log.warn(
+            f"{rel} differs from upstream but belongs to no patch; its change is not recorded "
+            "(`kiln patches refresh --patch NAME` adds it to patch NAME)"
+        )

@@ -39,28 +39,39 @@ def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:
     theirs_tree, _ = engine_tree(pinned, flavour)
     series_file = ov.series_file_for(pinned)
     if ov.versioned and series_file is None:
-        raise UsageError(f"feature {feature} has no series for {ENGINE} {pinned}",
-                         hint=f"port it with `kiln patches checkout --feature {recipe_name}/{feature} "
-                              f"--engine {ENGINE}=={pinned} --series-from {from_version}` and `kiln patches refresh`")
+        raise UsageError(
+            f"feature {feature} has no series for {ENGINE} {pinned}",
+            hint=f"port it with `kiln patches checkout --feature {recipe_name}/{feature} "
+            f"--engine {ENGINE}=={pinned} --series-from {from_version}` and `kiln patches refresh`",
+        )
     if series_file is not None:
         _check_feature_series(theirs_tree, ov, series_file, recipe_name, pinned)
-    rewritten = _rebase_replacements(ov, feature, from_version, pinned, flavour, theirs_tree) \
-        if ov.override.replacements else []
+    rewritten = (
+        _rebase_replacements(ov, feature, from_version, pinned, flavour, theirs_tree)
+        if ov.override.replacements
+        else []
+    )
     _set_override_version(ov.dir / "override.yaml", ov.override.engine.version, pinned)
     return rewritten
 
 
-def _check_feature_series(tree: applier.Tree, ov: LoadedOverride, series_file: Path, recipe_name: str, pinned: str) -> None:
+def _check_feature_series(
+    tree: applier.Tree, ov: LoadedOverride, series_file: Path, recipe_name: str, pinned: str
+) -> None:
     try:
         results = applier.apply_series(tree.fork(), [load_series(series_file, f"feature:{ov.name}")])
     except patch_format.PatchError as exc:
-        raise translate(exc, hint=f"port the feature's patches to {ENGINE} {pinned} by hand, then check with "
-                                  f"`kiln patches check --recipe {recipe_name}`") from None
+        raise translate(
+            exc,
+            hint=f"port the feature's patches to {ENGINE} {pinned} by hand, then check with "
+            f"`kiln patches check --recipe {recipe_name}`",
+        ) from None
     log.ok(f"feature {ov.name}: {len(results)} patch(es) apply to {ENGINE} {pinned}")
 
 
-def _rebase_replacements(ov: LoadedOverride, feature: str, from_version: str, pinned: str, flavour: str,
-                         theirs_tree: applier.Tree) -> list[str]:
+def _rebase_replacements(
+    ov: LoadedOverride, feature: str, from_version: str, pinned: str, flavour: str, theirs_tree: applier.Tree
+) -> list[str]:
     yaml_file = ov.dir / "override.yaml"
     new_shas: dict[int, str] = {}
     rewritten, conflicts = [], []
@@ -77,17 +88,25 @@ def _rebase_replacements(ov: LoadedOverride, feature: str, from_version: str, pi
         base = base_tree.read(rep.target)
         base_sha = patch_format.sha256_bytes(base) if base is not None else "(file missing)"
         if base is None or base_sha != rep.upstream_sha256:
-            raise OverrideDrift([f"{shown(yaml_file)}: replacements[{idx}]: {rep.target} in {ENGINE} {from_version} has "
-                                 f"sha256 {base_sha}, not the declared {rep.upstream_sha256}"],
-                                hint="--from must name the engine version the override was forked from")
+            raise OverrideDrift(
+                [
+                    f"{shown(yaml_file)}: replacements[{idx}]: {rep.target} in {ENGINE} {from_version} has "
+                    f"sha256 {base_sha}, not the declared {rep.upstream_sha256}"
+                ],
+                hint="--from must name the engine version the override was forked from",
+            )
         ours_file = ov.dir / rep.file
-        merged = merge3(base, ours_file.read_bytes(), theirs,
-                        ("override", f"{ENGINE} {from_version}", f"{ENGINE} {pinned}"))
+        merged = merge3(
+            base, ours_file.read_bytes(), theirs, ("override", f"{ENGINE} {from_version}", f"{ENGINE} {pinned}")
+        )
         ours_file.write_bytes(merged.data)
         new_shas[idx] = patch_format.sha256_bytes(theirs)
         rewritten.append(rep.file)
-        conflicts += [f"{shown(ours_file)}:{a}-{b}: conflict: the override and {ENGINE} {pinned} both changed "
-                      f"these lines of {rep.target}" for a, b in merged.conflicts]
+        conflicts += [
+            f"{shown(ours_file)}:{a}-{b}: conflict: the override and {ENGINE} {pinned} both changed "
+            f"these lines of {rep.target}"
+            for a, b in merged.conflicts
+        ]
 
     def set_shas(doc: CommentedMap) -> None:
         for idx, sha in new_shas.items():
@@ -95,8 +114,11 @@ def _rebase_replacements(ov: LoadedOverride, feature: str, from_version: str, pi
 
     edit_yaml(yaml_file, set_shas)
     if conflicts:
-        raise RebaseConflict(conflicts, hint=f"resolve the conflict markers, then `kiln check` (the override's "
-                                             f"engine.version is set to {pinned} once they are gone)")
+        raise RebaseConflict(
+            conflicts,
+            hint=f"resolve the conflict markers, then `kiln check` (the override's "
+            f"engine.version is set to {pinned} once they are gone)",
+        )
     return rewritten
 
 
@@ -122,16 +144,20 @@ def to_patch(recipe_name: str, feature: str) -> Path:
     for rep in reps:
         upstream = tree.read(rep.target)
         if upstream is None or patch_format.sha256_bytes(upstream) != rep.upstream_sha256:
-            raise OverrideDrift([f"feature {feature}: {rep.target}: forked from a different upstream file than "
-                                 f"{ENGINE} {pinned}'s"],
-                                hint=f"rebase it first: kiln override rebase {recipe_name} {feature} --from OLD_VERSION")
+            raise OverrideDrift(
+                [f"feature {feature}: {rep.target}: forked from a different upstream file than {ENGINE} {pinned}'s"],
+                hint=f"rebase it first: kiln override rebase {recipe_name} {feature} --from OLD_VERSION",
+            )
         sections.append(file_diff(rep.target, upstream, (ov.dir / rep.file).read_bytes()))
     desc = " ".join(ov.override.description.split())
-    header = (f"{feature}: {desc}\n\nWhy: {desc}\nUpstream: no, experimental kiln feature "
-              f"(converted from a whole-file override by `kiln override to-patch`)\n\n").encode()
+    header = (
+        f"{feature}: {desc}\n\nWhy: {desc}\nUpstream: no, experimental kiln feature "
+        f"(converted from a whole-file override by `kiln override to-patch`)\n\n"
+    ).encode()
     folder = ov.series_dir_for(pinned) if ov.versioned else None  # versioned: a folder per version
-    series_file = ov.series_file_for(pinned) or (folder / "series" if folder is not None
-                                                 else ov.dir / "patches" / "series")
+    series_file = ov.series_file_for(pinned) or (
+        folder / "series" if folder is not None else ov.dir / "patches" / "series"
+    )
     existing = patch_format.read_series_names(series_file) if series_file.is_file() else []
     name = f"{len(existing) + 1:04d}-{feature}.patch"
     data = header + b"".join(sections)
@@ -159,6 +185,7 @@ def to_patch(recipe_name: str, feature: str) -> Path:
 
 def _name_series(file: Path, series: str) -> None:
     """Drop `replacements:` and name the series, keeping every other key and comment."""
+
     def change(doc: CommentedMap) -> None:
         doc.pop("replacements", None)
         if "patches" not in doc:

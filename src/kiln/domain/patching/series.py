@@ -84,9 +84,12 @@ def pinned_versions() -> list[str]:
     """Every engine version with a series under patches/vllm/, oldest first. A folder
     that is no PEP 440 version is left out with a warning (`--engine vllm==NAME` still
     checks it explicitly)."""
+
     def left_out(name: str) -> None:
-        log.warn(f"patches/{ENGINE}/{name}: {name!r} is not a PEP 440 version; left out "
-                 f"(name it with --engine {ENGINE}=={name} to check it anyway)")
+        log.warn(
+            f"patches/{ENGINE}/{name}: {name!r} is not a PEP 440 version; left out "
+            f"(name it with --engine {ENGINE}=={name} to check it anyway)"
+        )
 
     return series_versions(repo_root() / "patches" / ENGINE, left_out)
 
@@ -192,15 +195,18 @@ def _feature_series_file(ov: LoadedOverride, version: str) -> Path | None:
     file = ov.series_file_for(version)
     if file is None and ov.versioned:
         have = ", ".join(ov.series_versions())
-        raise OverrideDrift([f"feature {ov.name}: no series for {ENGINE} {version} in "
-                             f"{shown(ov.patches or ov.dir)}/ (it has: {have})"],
-                            hint=f"port it: `kiln patches checkout --feature RECIPE/{ov.name} --engine "
-                                 f"{ENGINE}=={version} --series-from {ov.series_versions()[-1]}`, then "
-                                 f"`kiln patches refresh --feature RECIPE/{ov.name} --engine {ENGINE}=={version}`")
+        raise OverrideDrift(
+            [f"feature {ov.name}: no series for {ENGINE} {version} in {shown(ov.patches or ov.dir)}/ (it has: {have})"],
+            hint=f"port it: `kiln patches checkout --feature RECIPE/{ov.name} --engine "
+            f"{ENGINE}=={version} --series-from {ov.series_versions()[-1]}`, then "
+            f"`kiln patches refresh --feature RECIPE/{ov.name} --engine {ENGINE}=={version}`",
+        )
     return file
 
 
-def feature_overlays(loaded_recipe: LoadedRecipe, version: str | None = None) -> tuple[list[patch_format.Series], list[applier.Replacement]]:
+def feature_overlays(
+    loaded_recipe: LoadedRecipe, version: str | None = None
+) -> tuple[list[patch_format.Series], list[applier.Replacement]]:
     """The recipe's switched-on features in feature-name order, as the image applies them
     (on the recipe's engine version, or on `version`)."""
     version = version or loaded_recipe.recipe.engine.version
@@ -220,8 +226,11 @@ def recipe_series(loaded_recipe: LoadedRecipe) -> list[_AppliedSeries]:
     switched-on feature's."""
     version = loaded_recipe.recipe.engine.version
     engine_file = series_dir(version) / "series"
-    out = [_AppliedSeries(f"{ENGINE} {version}", engine_file if engine_file.is_file() else None,
-                         len(series_for(version).patches))]
+    out = [
+        _AppliedSeries(
+            f"{ENGINE} {version}", engine_file if engine_file.is_file() else None, len(series_for(version).patches)
+        )
+    ]
     for feature in sorted(loaded_recipe.recipe.features):
         ov = load_feature(loaded_recipe, feature)
         file = ov.series_file_for(version)
@@ -233,8 +242,10 @@ def recipe_series(loaded_recipe: LoadedRecipe) -> list[_AppliedSeries]:
 # -- patches check -----------------------------------------------------------------------------
 def _report_offsets(result: applier.PatchResult) -> None:
     for target, number, off in result.offsets:
-        log.warn(f"{result.patch.display}: {target}: hunk #{number} applies with offset {off:+d} lines "
-                 "(`kiln patches checkout` + `kiln patches refresh` updates it)")
+        log.warn(
+            f"{result.patch.display}: {target}: hunk #{number} applies with offset {off:+d} lines "
+            "(`kiln patches checkout` + `kiln patches refresh` updates it)"
+        )
 
 
 def _report(results: list[applier.PatchResult]) -> None:
@@ -257,7 +268,9 @@ def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None 
         raise PatchInvalid(problems)
     _warn_unlisted(series_dir(version))
     root, used = engine_root(version, flavour)
-    log.step(f"applying {sum(len(s.patches) for s in series_list)} patch(es) to {ENGINE} {version} ({used} wheel sources)")
+    log.step(
+        f"applying {sum(len(s.patches) for s in series_list)} patch(es) to {ENGINE} {version} ({used} wheel sources)"
+    )
     tree = applier.Tree(root)
     try:
         results = applier.apply_series(tree, series_list)

@@ -84,7 +84,7 @@ def _replace_in_text(text: str, path: tuple[str | int, ...], value: object) -> s
         if not rest.startswith(written_before):
             return None
         written, span = str(value), len(written_before)
-    lines[row] = line[:col] + written + line[col + span:]
+    lines[row] = line[:col] + written + line[col + span :]
     out = "".join(lines)
     try:
         check: Any = _yaml().load(out)

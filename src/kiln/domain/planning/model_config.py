@@ -16,6 +16,7 @@ HfConfig = dict[str, Any]
 _FP8_BLOCK = (128, 128)  # DeepSeek's block-scaled FP8 (weight_block_size), one fp32 scale per block
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 
+
 # -- the model's shape, read from its config.json ----------------------------------------
 @dataclass(frozen=True)
 class _Mla:
@@ -87,10 +88,13 @@ def parse_config(config: HfConfig, *, what: str = "", source: str = "") -> Model
     experts = _int(cfg, "n_routed_experts", "num_experts", "num_local_experts", default=0)
     mla = None
     if _int(cfg, "kv_lora_rank", default=0):
-        mla = _Mla(kv_lora_rank=_int(cfg, "kv_lora_rank"), q_lora_rank=_int(cfg, "q_lora_rank", default=0),
-                  qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", what=what),
-                  qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", what=what),
-                  v_head_dim=_int(cfg, "v_head_dim", what=what))
+        mla = _Mla(
+            kv_lora_rank=_int(cfg, "kv_lora_rank"),
+            q_lora_rank=_int(cfg, "q_lora_rank", default=0),
+            qk_nope_head_dim=_int(cfg, "qk_nope_head_dim", what=what),
+            qk_rope_head_dim=_int(cfg, "qk_rope_head_dim", what=what),
+            v_head_dim=_int(cfg, "v_head_dim", what=what),
+        )
     dense_layers = 0
     if experts:
         dense_layers = _int(cfg, "first_k_dense_replace", default=0)
@@ -116,15 +120,32 @@ def parse_config(config: HfConfig, *, what: str = "", source: str = "") -> Model
     block = quant_cfg.get("weight_block_size") or list(_FP8_BLOCK)
     dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
     return ModelShape(
-        arch=str(arch), layers=layers, hidden=hidden, vocab=_int(cfg, "vocab_size", what=what),
-        tied=bool(cfg.get("tie_word_embeddings", False)), heads=heads, kv_heads=kv_heads, head_dim=head_dim,
-        intermediate=_int(cfg, "intermediate_size", default=0), experts=experts,
+        arch=str(arch),
+        layers=layers,
+        hidden=hidden,
+        vocab=_int(cfg, "vocab_size", what=what),
+        tied=bool(cfg.get("tie_word_embeddings", False)),
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=_int(cfg, "intermediate_size", default=0),
+        experts=experts,
         top_k=_int(cfg, "num_experts_per_tok", "experts_per_token", "moe_topk", default=0) if experts else 0,
-        expert_intermediate=expert_inter, shared_intermediate=shared, dense_layers=dense_layers, mla=mla,
-        indexer_head_dim=_int(cfg, "index_head_dim", default=0), indexer_heads=_int(cfg, "index_n_heads", default=0),
-        mtp_layers=_int(cfg, "num_nextn_predict_layers", default=0), sliding_layers=sliding, sliding_window=window,
-        quant=quant, fp8_block=(int(block[0]), int(block[1])), dtype_bytes=DTYPE_BYTES.get(dtype, 2),
-        max_position=_int(cfg, "max_position_embeddings", default=0), source=source)
+        expert_intermediate=expert_inter,
+        shared_intermediate=shared,
+        dense_layers=dense_layers,
+        mla=mla,
+        indexer_head_dim=_int(cfg, "index_head_dim", default=0),
+        indexer_heads=_int(cfg, "index_n_heads", default=0),
+        mtp_layers=_int(cfg, "num_nextn_predict_layers", default=0),
+        sliding_layers=sliding,
+        sliding_window=window,
+        quant=quant,
+        fp8_block=(int(block[0]), int(block[1])),
+        dtype_bytes=DTYPE_BYTES.get(dtype, 2),
+        max_position=_int(cfg, "max_position_embeddings", default=0),
+        source=source,
+    )
 
 
 # -- parameters ---------------------------------------------------------------------------
@@ -155,8 +176,9 @@ def layer_params(s: ModelShape, *, moe: bool) -> LayerParams:
     else:
         split, whole = 2 * h * s.heads * s.head_dim + 2 * h * s.kv_heads * s.head_dim, 0
     if moe:
-        return LayerParams(split, whole, 0, s.experts * 3 * h * s.expert_intermediate,
-                           3 * h * s.shared_intermediate, h * s.experts)
+        return LayerParams(
+            split, whole, 0, s.experts * 3 * h * s.expert_intermediate, 3 * h * s.shared_intermediate, h * s.experts
+        )
     return LayerParams(split, whole, 3 * h * s.intermediate, 0, 0, 0)
 
 

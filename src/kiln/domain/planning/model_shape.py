@@ -35,8 +35,9 @@ def _from_file(path: Path) -> HfConfig | None:
     return read_document(path, _HF_CONFIG, ModelShapeUnknown)
 
 
-def model_config(loaded: LoadedRecipe, role: str, src: ModelSource, *,
-                 image_json: _ImageJson | None = None) -> tuple[HfConfig, str]:
+def model_config(
+    loaded: LoadedRecipe, role: str, src: ModelSource, *, image_json: _ImageJson | None = None
+) -> tuple[HfConfig, str]:
     """(config, where it was read) for one of the recipe's models."""
     if src.source == "host_path" and src.host_path:
         path = Path(src.host_path) / "config.json"
@@ -54,14 +55,19 @@ def model_config(loaded: LoadedRecipe, role: str, src: ModelSource, *,
             return found[0], found[1]
     if src.shape is not None:
         return src.shape.as_config(), f"recipe shape ({src.shape.source})"
-    where = {"host_path": f"{src.host_path}/config.json", "hf": f"the cached snapshot of {src.repo}",
-             "baked": "the built image"}[src.source]
-    raise ModelShapeUnknown(f"{loaded.where('model', role)}: model.{role}: no config.json at hand ({where}) "
-                            f"and no shape: block")
+    where = {
+        "host_path": f"{src.host_path}/config.json",
+        "hf": f"the cached snapshot of {src.repo}",
+        "baked": "the built image",
+    }[src.source]
+    raise ModelShapeUnknown(
+        f"{loaded.where('model', role)}: model.{role}: no config.json at hand ({where}) and no shape: block"
+    )
 
 
-def _model_shape(loaded: LoadedRecipe, role: str, src: ModelSource, *,
-                image_json: _ImageJson | None = None) -> ModelShape:
+def _model_shape(
+    loaded: LoadedRecipe, role: str, src: ModelSource, *, image_json: _ImageJson | None = None
+) -> ModelShape:
     config, where = model_config(loaded, role, src, image_json=image_json)
     try:
         return parse_config(config, what=f"model.{role}: ", source=where)
@@ -84,6 +90,14 @@ def plan_input(loaded: LoadedRecipe, *, image_json: _ImageJson | None = None) ->
         except ModelShapeUnknown as exc:  # a small draft: plan the target, and say what is left out
             notes.append(f"the draft model is not counted: {exc.message.split(': ', 2)[-1]}")
     return PlanInput(
-        recipe=recipe.name, flavour=recipe.engine.flavour, engine_version=recipe.engine.version,
-        args=dict(recipe.launch.args), env=dict(launch_document(loaded)["env"]), speculative=spec,
-        target=target, draft=draft_shape, topology=recipe.topology, notes=tuple(notes))
+        recipe=recipe.name,
+        flavour=recipe.engine.flavour,
+        engine_version=recipe.engine.version,
+        args=dict(recipe.launch.args),
+        env=dict(launch_document(loaded)["env"]),
+        speculative=spec,
+        target=target,
+        draft=draft_shape,
+        topology=recipe.topology,
+        notes=tuple(notes),
+    )

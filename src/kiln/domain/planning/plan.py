@@ -127,8 +127,11 @@ def _weight_bytes(s: ModelShape, prec: _Precision, lay: Layout, *, mtp: bool = F
     expert_ranks = lay.tp * lay.dp if lay.ep else lay.tp
 
     def layer(p: LayerParams) -> float:
-        return (prec.linear * (p.attn_split / lay.tp + p.attn_whole + (p.dense_mlp + p.shared) / lay.tp)
-                + prec.experts * p.experts / expert_ranks + prec.embed * p.router)
+        return (
+            prec.linear * (p.attn_split / lay.tp + p.attn_whole + (p.dense_mlp + p.shared) / lay.tp)
+            + prec.experts * p.experts / expert_ranks
+            + prec.embed * p.router
+        )
 
     share = _stage_layers(s.layers, lay.pp) / s.layers
     body = share * (s.moe_layers * layer(moe) + (s.layers - s.moe_layers) * layer(dense))
@@ -166,8 +169,17 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _kv_bytes(s: ModelShape, lay: Layout, kv_dtype: str, *, tokens: int, seqs: int, block: int,
-             batched: int, extra_layers: int = 0) -> float:
+def _kv_bytes(
+    s: ModelShape,
+    lay: Layout,
+    kv_dtype: str,
+    *,
+    tokens: int,
+    seqs: int,
+    block: int,
+    batched: int,
+    extra_layers: int = 0,
+) -> float:
     """KV bytes on one GPU for `seqs` requests of `tokens` each (whole blocks, as vLLM
     allocates them; a sliding-window layer keeps min(window - 1 + batched, tokens) per
     request: SlidingWindowSpec.max_memory_usage_bytes)."""
@@ -324,8 +336,15 @@ def compute(inp: PlanInput, acc: Accelerator | None, lay: Layout, *, nodes: int 
         if not t.mtp_layers:
             notes.append("speculative method mtp, but the config has no num_nextn_predict_layers")
         mtp_bytes = _weight_bytes(t, prec, lay, mtp=True) - parts[0].weights
-        parts.append(_ModelPart("mtp", t, total_params(t, with_mtp=True) - parts[0].params, mtp_bytes,
-                               f"{t.mtp_layers} MTP layer(s), {prec.label}"))
+        parts.append(
+            _ModelPart(
+                "mtp",
+                t,
+                total_params(t, with_mtp=True) - parts[0].params,
+                mtp_bytes,
+                f"{t.mtp_layers} MTP layer(s), {prec.label}",
+            )
+        )
     draft_kv = 0.0
     if inp.draft is not None and method in ("draft_model", ""):
         d = inp.draft
@@ -334,24 +353,44 @@ def compute(inp: PlanInput, acc: Accelerator | None, lay: Layout, *, nodes: int 
         parts.append(_ModelPart("draft", d, total_params(d), _weight_bytes(d, dprec, dlay), dprec.label))
         draft_kv = _kv_bytes(d, dlay, kv_dtype, tokens=max_len, seqs=1, block=block, batched=batched)
     extra = t.mtp_layers if mtp else 0
-    per_seq = _kv_bytes(t, lay, kv_dtype, tokens=max_len, seqs=1, block=block, batched=batched,
-                       extra_layers=extra) + draft_kv
+    per_seq = (
+        _kv_bytes(t, lay, kv_dtype, tokens=max_len, seqs=1, block=block, batched=batched, extra_layers=extra) + draft_kv
+    )
     reserve = _reserve(t, lay, acc, args, batched=batched, seqs=seqs)
     cpu_space = 0.0
     if acc is None:  # VLLM_CPU_KVCACHE_SPACE GiB (vllm/platforms/cpu.py sets kv_cache_memory_bytes from it)
         space = inp.env.get("VLLM_CPU_KVCACHE_SPACE", "")
         if not space.isdigit() or int(space) == 0:
-            notes.append("VLLM_CPU_KVCACHE_SPACE is not set: vLLM sizes the CPU KV cache from host memory; "
-                         "the plan assumes 4 GiB")
+            notes.append(
+                "VLLM_CPU_KVCACHE_SPACE is not set: vLLM sizes the CPU KV cache from host memory; "
+                "the plan assumes 4 GiB"
+            )
             space = "4"
         cpu_space = int(space) * GIB
-    return Plan(recipe=inp.recipe, accelerator=acc, layout=lay, nodes=nodes, utilization=util, max_model_len=max_len,
-                max_num_seqs=seqs, batched_tokens=batched, kv_dtype=kv_dtype, block=block, parts=tuple(parts),
-                kv_one=per_seq, kv_full=per_seq * seqs, kv_per_seq=per_seq, reserve=reserve, cpu_kv_space=cpu_space,
-                notes=tuple(notes))
+    return Plan(
+        recipe=inp.recipe,
+        accelerator=acc,
+        layout=lay,
+        nodes=nodes,
+        utilization=util,
+        max_model_len=max_len,
+        max_num_seqs=seqs,
+        batched_tokens=batched,
+        kv_dtype=kv_dtype,
+        block=block,
+        parts=tuple(parts),
+        kv_one=per_seq,
+        kv_full=per_seq * seqs,
+        kv_per_seq=per_seq,
+        reserve=reserve,
+        cpu_kv_space=cpu_space,
+        notes=tuple(notes),
+    )
 
 
-def _reserve(s: ModelShape, lay: Layout, acc: Accelerator | None, args: Mapping[str, Any], *, batched: int, seqs: int) -> _Reserve:
+def _reserve(
+    s: ModelShape, lay: Layout, acc: Accelerator | None, args: Mapping[str, Any], *, batched: int, seqs: int
+) -> _Reserve:
     """The estimate of what vLLM holds besides weights and KV (see the module docstring)."""
     if acc is None:
         return _Reserve(0.0, 0.0, 0.0, 0.0)  # the CPU KV cache is a fixed space of its own
@@ -373,12 +412,16 @@ def gib(n: float) -> str:
 
 def verdict(plan: Plan) -> str:
     """One line: fits or not, and why."""
-    where = (f"{plan.layout.gpus} x {plan.accelerator.name}" if plan.accelerator else "CPU")
+    where = f"{plan.layout.gpus} x {plan.accelerator.name}" if plan.accelerator else "CPU"
     if not plan.fits:
         short = plan.kv_one - plan.kv_room
-        return (f"{plan.recipe} does not fit {where} ({plan.layout.label()}): weights {gib(plan.weights)} + engine "
-                f"reserve {gib(plan.reserve.total)} leave {gib(max(plan.kv_room, 0))} of {gib(plan.usable)} for the KV "
-                f"cache, one request at max-model-len {plan.max_model_len:,} needs {gib(plan.kv_one)} "
-                f"({gib(short)} short)")
-    return (f"{plan.recipe} fits {where} ({plan.layout.label()}): {plan.full_length_requests:,} requests at "
-            f"max-model-len {plan.max_model_len:,} fit at once (max-num-seqs {plan.max_num_seqs:,})")
+        return (
+            f"{plan.recipe} does not fit {where} ({plan.layout.label()}): weights {gib(plan.weights)} + engine "
+            f"reserve {gib(plan.reserve.total)} leave {gib(max(plan.kv_room, 0))} of {gib(plan.usable)} for the KV "
+            f"cache, one request at max-model-len {plan.max_model_len:,} needs {gib(plan.kv_one)} "
+            f"({gib(short)} short)"
+        )
+    return (
+        f"{plan.recipe} fits {where} ({plan.layout.label()}): {plan.full_length_requests:,} requests at "
+        f"max-model-len {plan.max_model_len:,} fit at once (max-num-seqs {plan.max_num_seqs:,})"
+    )

@@ -200,35 +200,58 @@ def published_image(name: str, input_digest: str) -> str:
         if doc["recipe"] == name and doc["manifest_digest"]:
             records.append(doc)
     # a multi-platform publish (an image index) holds this image as one of its platforms
-    current = [d for d in records if d["input_digest"] == input_digest
-               or input_digest in {p["input_digest"] for p in d.get("platforms", {}).values()}]
+    current = [
+        d
+        for d in records
+        if d["input_digest"] == input_digest
+        or input_digest in {p["input_digest"] for p in d.get("platforms", {}).values()}
+    ]
     if current:
         doc = current[-1]
         return f"{doc['registry']}/{doc['repository']}@{doc['manifest_digest']}"
     if records:
-        raise ImageNotPublished(f"{name}: the published images ({len(records)} in {shown_home(folder)}) were built from "
-                                f"other inputs than the recipe's current ones (input digest {input_digest[:19]})",
-                                hint=f"`kiln publish {name}` the current inputs, or pass --image REPO@sha256:...")
+        raise ImageNotPublished(
+            f"{name}: the published images ({len(records)} in {shown_home(folder)}) were built from "
+            f"other inputs than the recipe's current ones (input digest {input_digest[:19]})",
+            hint=f"`kiln publish {name}` the current inputs, or pass --image REPO@sha256:...",
+        )
     raise ImageNotPublished(f"{name} was never published (no publish record in {shown_home(folder)})")
 
 
 def publish_document(r: PublishResult) -> PublishDocument:
     return PublishDocument(
-        recipe=r.recipe, image_id=r.image_id, input_digest=r.input_digest, manifest_digest=r.manifest_digest,
-        registry=r.registry, repository=r.repository, channel=r.channel, tags=r.tags, pushed=r.pushed,
-        smoke=r.smoke, record=r.record, signature=r.signature, platforms=r.platforms, pinned=r.pinned,
+        recipe=r.recipe,
+        image_id=r.image_id,
+        input_digest=r.input_digest,
+        manifest_digest=r.manifest_digest,
+        registry=r.registry,
+        repository=r.repository,
+        channel=r.channel,
+        tags=r.tags,
+        pushed=r.pushed,
+        smoke=r.smoke,
+        record=r.record,
+        signature=r.signature,
+        platforms=r.platforms,
+        pinned=r.pinned,
     )
 
 
 def promote_document(r: PromoteResult) -> PromoteDocument:
     return PromoteDocument(
-        recipe=r.recipe, image_id=r.image_id, manifest_digest=r.manifest_digest, registry=r.registry,
-        repository=r.repository, from_channel=r.from_channel, to_channel=r.to_channel, moved=r.moved,
-        smoke=r.smoke, record=r.record, signature=r.signature, pinned=r.pinned,
+        recipe=r.recipe,
+        image_id=r.image_id,
+        manifest_digest=r.manifest_digest,
+        registry=r.registry,
+        repository=r.repository,
+        from_channel=r.from_channel,
+        to_channel=r.to_channel,
+        moved=r.moved,
+        smoke=r.smoke,
+        record=r.record,
+        signature=r.signature,
+        pinned=r.pinned,
     )
-
-
-
 
 
 def consumer_tags(loaded: LoadedRecipe, short: str, channel: str) -> list[str]:
@@ -284,10 +307,14 @@ def smoke_evidence(tag: str, image_id: str, skip: bool) -> SmokeEvidence:
             log.warn(f"{tag}: its smoke record is of level {level} (proved inside the image, not served)")
         return SmokeEvidence(status="passed", record=str(record_path(image_id)), level=level)
     if not skip:
-        raise NotSmokeTested(f"{tag} (image {image_id[:19]}) has no passing smoke record in "
-                             f"{shown_home(record_path(image_id).parent)}; refusing to publish")
-    log.warn(f"publishing WITHOUT a smoke test (--skip-smoke-check): only the tag "
-             f"{image_ref.parse(tag).tag}{UNSMOKED_SUFFIX} is written, and the image gets label {SMOKE_LABEL}=skipped")
+        raise NotSmokeTested(
+            f"{tag} (image {image_id[:19]}) has no passing smoke record in "
+            f"{shown_home(record_path(image_id).parent)}; refusing to publish"
+        )
+    log.warn(
+        f"publishing WITHOUT a smoke test (--skip-smoke-check): only the tag "
+        f"{image_ref.parse(tag).tag}{UNSMOKED_SUFFIX} is written, and the image gets label {SMOKE_LABEL}=skipped"
+    )
     return SmokeEvidence(status="skipped")
 
 
@@ -315,11 +342,15 @@ def built_platforms(docker: DockerDaemon, name: str, declared: list[str]) -> lis
         except ImageNotBuilt:
             missing.append(plat)
     if not members:
-        raise ImageNotBuilt(f"{name}: none of its platforms ({', '.join(declared)}) is built from the current inputs",
-                            hint=f"`kiln build {name} --platform all`")
+        raise ImageNotBuilt(
+            f"{name}: none of its platforms ({', '.join(declared)}) is built from the current inputs",
+            hint=f"`kiln build {name} --platform all`",
+        )
     for plat in missing:
-        log.warn(f"{name}: {plat} is not built from the current inputs; the index holds "
-                 f"{', '.join(p for p, _ in members)} only (`kiln build {name} --platform {plat}`)")
+        log.warn(
+            f"{name}: {plat} is not built from the current inputs; the index holds "
+            f"{', '.join(p for p, _ in members)} only (`kiln build {name} --platform {plat}`)"
+        )
     return members
 
 
@@ -332,7 +363,8 @@ def platform_smoke(name: str, members: list[tuple[str, BuiltRecipe]]) -> dict[st
             "; ".join(f"{plat}: {built.recipe_image.tag} (image {id_of(built.image)[:19]})" for plat, built in failing)
             + f" has no passing smoke record in {where}; a platform that has not passed its smoke test cannot "
             "enter the index, nothing was pushed",
-            hint=f"`kiln smoke {name} --platform {failing[0][0]}` (or publish without it: drop it from engine.platforms)")
+            hint=f"`kiln smoke {name} --platform {failing[0][0]}` (or publish without it: drop it from engine.platforms)",
+        )
     return {plat: str(record_path(id_of(built.image))) for plat, built in members}
 
 
@@ -348,13 +380,17 @@ def platform_smoke_levels(members: list[tuple[str, BuiltRecipe]]) -> dict[str, S
     for plat, built in members:
         rec = passing_smoke_record(id_of(built.image))
         if rec is None:
-            raise NotSmokeTested(f"{plat}: {built.recipe_image.tag}: its passing smoke record went away while "
-                                 "publishing; nothing was pushed",
-                                 hint=f"`kiln smoke {built.recipe_image.loaded.name} --platform {plat}`")
+            raise NotSmokeTested(
+                f"{plat}: {built.recipe_image.tag}: its passing smoke record went away while "
+                "publishing; nothing was pushed",
+                hint=f"`kiln smoke {built.recipe_image.loaded.name} --platform {plat}`",
+            )
         levels[plat] = smoke_level(rec)
         if levels[plat] != "served":
-            log.warn(f"{plat}: {built.recipe_image.tag}: smoke record of level {levels[plat]} "
-                     "(proved inside the image, not served)")
+            log.warn(
+                f"{plat}: {built.recipe_image.tag}: smoke record of level {levels[plat]} "
+                "(proved inside the image, not served)"
+            )
     return levels
 
 
@@ -362,9 +398,11 @@ def refuse_unsmoked_channel(name: str, short: str, explicit_channel: str | None)
     """An image without a passing smoke record never moves a channel: --channel with
     --skip-smoke-check is refused before anything is pushed."""
     if explicit_channel is not None:
-        raise ChannelInvalid(f"--channel {explicit_channel}: an image without a passing smoke record never "
-                             "moves a channel", hint=f"run `kiln smoke {name}` and publish again, or drop --channel "
-                             f"to push it as {short}{UNSMOKED_SUFFIX} only")
+        raise ChannelInvalid(
+            f"--channel {explicit_channel}: an image without a passing smoke record never moves a channel",
+            hint=f"run `kiln smoke {name}` and publish again, or drop --channel "
+            f"to push it as {short}{UNSMOKED_SUFFIX} only",
+        )
 
 
 def push_error(message: str) -> KilnError:
@@ -372,11 +410,15 @@ def push_error(message: str) -> KilnError:
     text = f"{message}; no channel or digest tag was written"
     lowered = message.lower()
     if any(word in lowered for word in ("unauthorized", "denied", "authentication required")):
-        return RegistryAuthFailed(text, hint="the account may read but not push this repository, "
-                                             "or the daemon was handed other credentials")
+        return RegistryAuthFailed(
+            text, hint="the account may read but not push this repository, or the daemon was handed other credentials"
+        )
     if "http response to https client" in lowered:
-        return PushFailed(text, hint="the Docker daemon must list this registry in insecure-registries "
-                                     "(/etc/docker/daemon.json) to push over plain HTTP")
+        return PushFailed(
+            text,
+            hint="the Docker daemon must list this registry in insecure-registries "
+            "(/etc/docker/daemon.json) to push over plain HTTP",
+        )
     return PushFailed(text)
 
 
@@ -386,12 +428,14 @@ def promotable_image_id(name: str, client: RegistryClient, ref: str, channel: st
     platform's image id)."""
     image_id = _index_smoked(name, client, ref, manifest) if manifest.is_index else manifest.config_digest or ""
     if not image_id or passing_smoke_record(image_id) is None:
-        raise NotSmokeTested(f"{ref} is image {image_id[:19] or '(an index)'}, "
-                             f"which has no passing smoke record in {shown_home(results_dir() / 'smoke')}; "
-                             "refusing to promote",
-                             hint=f"`kiln smoke {name}`, then `kiln publish {name} --channel {channel}`, "
-                                  "then promote (or run promote where the smoke records are, or point "
-                                  "$KILN_STATE_DIR at them)")
+        raise NotSmokeTested(
+            f"{ref} is image {image_id[:19] or '(an index)'}, "
+            f"which has no passing smoke record in {shown_home(results_dir() / 'smoke')}; "
+            "refusing to promote",
+            hint=f"`kiln smoke {name}`, then `kiln publish {name} --channel {channel}`, "
+            "then promote (or run promote where the smoke records are, or point "
+            "$KILN_STATE_DIR at them)",
+        )
     return image_id
 
 
@@ -401,10 +445,12 @@ def _index_smoked(name: str, client: RegistryClient, ref: str, index: Manifest) 
         child = client.manifest(digest)
         image_id = child.config_digest if child is not None else None
         if not image_id or passing_smoke_record(image_id) is None:
-            raise NotSmokeTested(f"{ref} is an index whose {plat} image {(image_id or digest)[:19]} has no passing "
-                                 f"smoke record in {shown_home(results_dir() / 'smoke')}; refusing to promote",
-                                 hint=f"`kiln smoke {name} --platform {plat}` where the records are (or point "
-                                      "$KILN_STATE_DIR at them), then promote")
+            raise NotSmokeTested(
+                f"{ref} is an index whose {plat} image {(image_id or digest)[:19]} has no passing "
+                f"smoke record in {shown_home(results_dir() / 'smoke')}; refusing to promote",
+                hint=f"`kiln smoke {name} --platform {plat}` where the records are (or point "
+                "$KILN_STATE_DIR at them), then promote",
+            )
         ids.append(image_id)
     if not ids:
         raise ChannelEmpty(f"{ref} is an empty index; nothing to promote")

@@ -75,13 +75,17 @@ def _engine_problems(loaded: _Loaded) -> list[str]:
     engine = loaded.recipe.engine
     out = []
     if Version(engine.version) < _FIRST_VERSION:
-        out.append(f"{loaded.where('engine', 'version')}: engine.version: vLLM {engine.version} has no adaptive "
-                   f"verification (first in {_FIRST_VERSION}), but {_AV} is true: pin {_FIRST_VERSION} or later, "
-                   "or drop it")
+        out.append(
+            f"{loaded.where('engine', 'version')}: engine.version: vLLM {engine.version} has no adaptive "
+            f"verification (first in {_FIRST_VERSION}), but {_AV} is true: pin {_FIRST_VERSION} or later, "
+            "or drop it"
+        )
     if engine.flavour == "cpu":
-        out.append(f"{loaded.where('engine', 'flavour')}: engine.flavour: cpu: vLLM's adaptive verification runs "
-                   "only in the CUDA (V2 GPU) model runner, with full CUDA graphs, but "
-                   f"{_AV} is true: drop it on the CPU engine")
+        out.append(
+            f"{loaded.where('engine', 'flavour')}: engine.flavour: cpu: vLLM's adaptive verification runs "
+            "only in the CUDA (V2 GPU) model runner, with full CUDA graphs, but "
+            f"{_AV} is true: drop it on the CPU engine"
+        )
     return out
 
 
@@ -89,16 +93,20 @@ def _graph_problems(loaded: _Loaded) -> list[str]:
     args = loaded.recipe.launch.args
     out = []
     if args.get("enforce-eager") is True:
-        out.append(f"{loaded.where('launch', 'args', 'enforce-eager')}: launch.args.enforce-eager: vLLM refuses "
-                   f"adaptive verification without full CUDA graphs, and enforce-eager captures none, but {_AV} "
-                   "is true: drop one of them")
+        out.append(
+            f"{loaded.where('launch', 'args', 'enforce-eager')}: launch.args.enforce-eager: vLLM refuses "
+            f"adaptive verification without full CUDA graphs, and enforce-eager captures none, but {_AV} "
+            "is true: drop one of them"
+        )
     compilation = args.get("compilation-config")
     mode = compilation.get("cudagraph_mode") if isinstance(compilation, dict) else None
     if isinstance(mode, str) and mode.upper() in _NO_FULL_GRAPHS:
-        out.append(f"{loaded.where('launch', 'args', 'compilation-config', 'cudagraph_mode')}: "
-                   f"launch.args.compilation-config.cudagraph_mode: {mode} has no full CUDA graphs, which vLLM's "
-                   f"adaptive verification requires ({_AV} is true): use FULL, FULL_DECODE_ONLY or "
-                   "FULL_AND_PIECEWISE, or drop adaptive verification")
+        out.append(
+            f"{loaded.where('launch', 'args', 'compilation-config', 'cudagraph_mode')}: "
+            f"launch.args.compilation-config.cudagraph_mode: {mode} has no full CUDA graphs, which vLLM's "
+            f"adaptive verification requires ({_AV} is true): use FULL, FULL_DECODE_ONLY or "
+            "FULL_AND_PIECEWISE, or drop adaptive verification"
+        )
     return out
 
 
@@ -111,17 +119,23 @@ def _layout_problems(loaded: _Loaded) -> list[str]:
         else:
             flag = next((f for f in ("pipeline-parallel-size", "pp") if f in args), "pipeline-parallel-size")
             where, field = loaded.where("launch", "args", flag), f"launch.args.{flag}"
-        out.append(f"{where}: {field}: vLLM refuses adaptive verification with pipeline parallelism (its cost "
-                   f"curves and confidences exist on the last rank only), but {_AV} is true: use "
-                   "pipeline_parallel 1 or drop adaptive verification")
+        out.append(
+            f"{where}: {field}: vLLM refuses adaptive verification with pipeline parallelism (its cost "
+            f"curves and confidences exist on the last rank only), but {_AV} is true: use "
+            "pipeline_parallel 1 or drop adaptive verification"
+        )
     if args.get("enable-lora") is True:
-        out.append(f"{loaded.where('launch', 'args', 'enable-lora')}: launch.args.enable-lora: vLLM refuses "
-                   f"adaptive verification with LoRA, but {_AV} is true: drop one of them")
+        out.append(
+            f"{loaded.where('launch', 'args', 'enable-lora')}: launch.args.enable-lora: vLLM refuses "
+            f"adaptive verification with LoRA, but {_AV} is true: drop one of them"
+        )
     runner = loaded.recipe.launch.env.get("VLLM_USE_V2_MODEL_RUNNER", "").strip()
     if runner.lstrip("+-").isdigit() and int(runner) == 0:  # vLLM reads it as bool(int(value))
-        out.append(f"{loaded.where('launch', 'env', 'VLLM_USE_V2_MODEL_RUNNER')}: launch.env."
-                   f"VLLM_USE_V2_MODEL_RUNNER: {runner} selects the V1 model runner, which vLLM refuses to run "
-                   f"adaptive verification on, but {_AV} is true: unset it or drop adaptive verification")
+        out.append(
+            f"{loaded.where('launch', 'env', 'VLLM_USE_V2_MODEL_RUNNER')}: launch.env."
+            f"VLLM_USE_V2_MODEL_RUNNER: {runner} selects the V1 model runner, which vLLM refuses to run "
+            f"adaptive verification on, but {_AV} is true: unset it or drop adaptive verification"
+        )
     return out
 
 

@@ -25,8 +25,10 @@ from typing import Any
 # k-th adds a**k tokens per step (0.9**128 < 1e-5), while every draft costs the
 # verification its compute.
 _MAX_DRAFT_TOKENS = 128
-_SAMPLER = (f"vLLM's rejection sampler takes at most {_MAX_DRAFT_TOKENS} (MAX_SPEC_LEN in "
-            "vllm/v1/sample/rejection_sampler.py, asserted at every verification step)")
+_SAMPLER = (
+    f"vLLM's rejection sampler takes at most {_MAX_DRAFT_TOKENS} (MAX_SPEC_LEN in "
+    "vllm/v1/sample/rejection_sampler.py, asserted at every verification step)"
+)
 
 _K = "num_speculative_tokens"
 _SCHEDULE = "num_speculative_tokens_per_batch_size"
@@ -44,8 +46,10 @@ def _limit_problem(k: int, max_len: int | None) -> str | None:
         # the scheduler never schedules a position past max_model_len
         # (vllm/v1/core/sched/scheduler.py clamps num_new_tokens to it), and a request
         # holds at least one prompt token: at most max_len - 1 drafts can ever be verified
-        return (f"{k} draft tokens per step, but launch.args.max-model-len is {max_len}: vLLM schedules no "
-                f"position past max-model-len, so at most {max_len - 1} drafts of a request can be verified")
+        return (
+            f"{k} draft tokens per step, but launch.args.max-model-len is {max_len}: vLLM schedules no "
+            f"position past max-model-len, so at most {max_len - 1} drafts of a request can be verified"
+        )
     return None
 
 
@@ -72,8 +76,10 @@ def problems(spec: Mapping[str, Any], args: Mapping[str, Any], where: Callable[.
         if k is not None and drafts > k:
             # build_dynamic_sd_schedule_lookup (vllm/v1/spec_decode/dynamic/utils.py) takes
             # min(num_speculative_tokens, entry): the entry would silently draft fewer
-            out.append(f"{at}: asks for {drafts} drafts, more than {_K} ({k}): vLLM lowers each entry "
-                       f"to {_K}, so raise {_K} or lower the entry")
+            out.append(
+                f"{at}: asks for {drafts} drafts, more than {_K} ({k}): vLLM lowers each entry "
+                f"to {_K}, so raise {_K} or lower the entry"
+            )
         elif k is None and (why := _limit_problem(drafts, max_len)):
             out.append(f"{at}: {why}")
     return out

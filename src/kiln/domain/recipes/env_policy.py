@@ -34,35 +34,35 @@ from pydantic_core import PydanticCustomError
 # CPU engine (tcmalloc, libiomp5) unless the container's env has one.
 _UNSAFE_PREFIXES: dict[str, str] = {
     "LD_": "the dynamic loader (ld.so) reads it in every process of the image: LD_* variables load "
-           "libraries, move the library search, write files or stop programs from running",
+    "libraries, move the library search, write files or stop programs from running",
 }
 _UNSAFE: dict[str, str] = {
     "LD_PRELOAD": "ld.so loads those libraries into every process of the image before its own (and it "
-                  "replaces the tcmalloc/libiomp5 preload kiln-serve sets for the CPU engine)",
+    "replaces the tcmalloc/libiomp5 preload kiln-serve sets for the CPU engine)",
     "LD_LIBRARY_PATH": "ld.so searches those folders before the image's own: a library there replaces "
-                       "libc, libcuda or torch's",
+    "libc, libcuda or torch's",
     "LD_AUDIT": "ld.so loads those libraries into every process, and they see and can redirect every symbol binding",
     # glibc's tunables are parsed by ld.so before anything else (CVE-2023-4911 was there)
     # and change the allocator and CPU feature selection of every process
     "GLIBC_TUNABLES": "ld.so parses it before any program code runs and changes the allocator and CPU "
-                      "features of every process",
+    "features of every process",
     # iconv loads its converters as shared objects from this folder (the pkexec exploit,
     # CVE-2021-4034, used exactly that)
     "GCONV_PATH": "iconv loads its converter modules (shared libraries) from this folder",
     "PYTHONPATH": "its folders come first on sys.path: a module there replaces vllm's, torch's or the "
-                  "standard library's (a mounted model folder or the HF cache would become code)",
+    "standard library's (a mounted model folder or the HF cache would become code)",
     "PYTHONHOME": "python loads its whole standard library from there instead of the image's",
     "PYTHONUSERBASE": "python adds that folder's site-packages to sys.path and runs its .pth files at start",
     "PYTHONSTARTUP": "every interactive python in the container (docker exec ... python) runs that file first",
     "BASH_ENV": "every non-interactive bash (scripts, `bash -c`) runs that file first",
     "ENV": "sh (dash) and bash in POSIX mode run that file first in interactive shells (docker exec ... sh)",
     "SHELLOPTS": "bash takes its options from it at start; with xtrace it expands PS4, command "
-                 "substitutions included, before every command",
+    "substitutions included, before every command",
     # kiln-serve execs `vllm` through PATH (os.execvpe), and vLLM, torch and triton start
     # compilers and helpers through it; env values are not shell-expanded, so a recipe
     # cannot even extend the image's PATH, only replace it
     "PATH": "it decides which `vllm`, python and compiler programs run (kiln-serve execs vllm through it), "
-            "and replaces the image's PATH whole (values are not expanded: \"$PATH:/x\" is literal)",
+    'and replaces the image\'s PATH whole (values are not expanded: "$PATH:/x" is literal)',
 }
 # Not listed, on purpose: PYTHONINSPECT (keeps a finished python at a prompt; a container
 # has no stdin, so it exits all the same), PYTHONWARNINGS and PYTHONBREAKPOINT (import
@@ -108,17 +108,28 @@ def _reason(value: str) -> str:
 # JSON Schema (editors) spells the same rules as patterns; the validators above give the
 # messages kiln prints
 _NO_CONTROL = "\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029"
-EnvValue = Annotated[str, AfterValidator(_one_line),
-                     WithJsonSchema({"type": "string", "pattern": f"^[^{_NO_CONTROL}]*$"})]
-Reason = Annotated[str, AfterValidator(_reason),
-                   WithJsonSchema({"type": "string", "pattern": f"^[^{_NO_CONTROL}]*\\S[^{_NO_CONTROL}]*$"})]
+EnvValue = Annotated[
+    str, AfterValidator(_one_line), WithJsonSchema({"type": "string", "pattern": f"^[^{_NO_CONTROL}]*$"})
+]
+Reason = Annotated[
+    str,
+    AfterValidator(_reason),
+    WithJsonSchema({"type": "string", "pattern": f"^[^{_NO_CONTROL}]*\\S[^{_NO_CONTROL}]*$"}),
+]
 
-ALLOW_DESCRIPTION = ("variables of env that make the image's programs load code from elsewhere (LD_*, PYTHONPATH, "
-                     "PYTHONHOME, PATH, BASH_ENV, ...), each with the reason it is needed: NAME: why")
+ALLOW_DESCRIPTION = (
+    "variables of env that make the image's programs load code from elsewhere (LD_*, PYTHONPATH, "
+    "PYTHONHOME, PATH, BASH_ENV, ...), each with the reason it is needed: NAME: why"
+)
 
 
-def problems(env: Mapping[str, str], allowed: Mapping[str, str], where: Callable[..., str],
-             env_loc: tuple[str, ...], allow_loc: tuple[str, ...]) -> list[str]:
+def problems(
+    env: Mapping[str, str],
+    allowed: Mapping[str, str],
+    where: Callable[..., str],
+    env_loc: tuple[str, ...],
+    allow_loc: tuple[str, ...],
+) -> list[str]:
     """One `file:line: field: message` per unsafe variable set without an allowance and
     per allowance that allows nothing. `where(*loc)` gives `file:line`; env_loc and
     allow_loc are the paths of the env and allowance mappings in the file."""
@@ -127,13 +138,19 @@ def problems(env: Mapping[str, str], allowed: Mapping[str, str], where: Callable
     for name in env:
         why = _why_unsafe(name)
         if why is not None and name not in allowed:
-            out.append(f"{where(*env_loc, name)}: {env_field}.{name}: {why}; if it is needed, "
-                       f"say why under {allow_field}: {{{name}: REASON}}")
+            out.append(
+                f"{where(*env_loc, name)}: {env_field}.{name}: {why}; if it is needed, "
+                f"say why under {allow_field}: {{{name}: REASON}}"
+            )
     for name in allowed:
         if name not in env:
-            out.append(f"{where(*allow_loc, name)}: {allow_field}.{name}: allows {name}, which {env_field} "
-                       "does not set: remove the allowance")
+            out.append(
+                f"{where(*allow_loc, name)}: {allow_field}.{name}: allows {name}, which {env_field} "
+                "does not set: remove the allowance"
+            )
         elif _why_unsafe(name) is None:
-            out.append(f"{where(*allow_loc, name)}: {allow_field}.{name}: {name} needs no allowance "
-                       "(not a loader, Python or shell start-up variable): remove it")
+            out.append(
+                f"{where(*allow_loc, name)}: {allow_field}.{name}: {name} needs no allowance "
+                "(not a loader, Python or shell start-up variable): remove it"
+            )
     return out

@@ -79,8 +79,10 @@ def unknown_knob_problems(env: Mapping[str, str], where: Callable[..., str], env
             tails = {k.removeprefix(prefix): k for k in known if k.startswith(prefix)}
             near = difflib.get_close_matches(name.removeprefix(prefix), list(tails), n=1, cutoff=0.6)
             guess = f"did you mean {tails[near[0]]}?" if near else f"its knobs: {', '.join(known)}"
-            out.append(f"{where(*env_loc, name)}: {field}.{name}: kiln-engine's {feature.name} has no knob "
-                       f"{name} ({guess}); the engine would ignore it: fix the name or drop it")
+            out.append(
+                f"{where(*env_loc, name)}: {field}.{name}: kiln-engine's {feature.name} has no knob "
+                f"{name} ({guess}); the engine would ignore it: fix the name or drop it"
+            )
     return out
 
 

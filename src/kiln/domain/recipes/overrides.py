@@ -54,10 +54,14 @@ class Override(Strict):
     description: str
     engine: OverrideEngine
     env: dict[EnvName, EnvValue] = Field(
-        default_factory=dict, description="env the feature sets at launch; each value one line of text")
+        default_factory=dict, description="env the feature sets at launch; each value one line of text"
+    )
     allow_unsafe_env: dict[EnvName, Reason] = Field(default_factory=dict, description=env_policy.ALLOW_DESCRIPTION)
-    patches: str | None = Field(None, description="series file (relative) listing the patches in order, or a "
-                                "folder holding one <engine version>/series per engine version")
+    patches: str | None = Field(
+        None,
+        description="series file (relative) listing the patches in order, or a "
+        "folder holding one <engine version>/series per engine version",
+    )
     replacements: list[Replacement] = Field(default_factory=list)
 
 
@@ -121,7 +125,8 @@ class LoadedOverride:
         """Whether the override can be applied on engine `version` as it stands."""
         if self.versioned:
             return version in self.series_versions() and (
-                not self.override.replacements or self.override.engine.version == version)
+                not self.override.replacements or self.override.engine.version == version
+            )
         return self.override.engine.version == version
 
 
@@ -178,8 +183,10 @@ def load_override(directory: Path) -> LoadedOverride:
             problems.append(f"{shown}:{src.line_of(('patches',))}: patches: {override.patches!r} {why}")
         elif (directory / override.patches).is_dir():
             if not series_versions(directory / override.patches):
-                problems.append(f"{shown}:{src.line_of(('patches',))}: patches: folder {override.patches!r} holds "
-                                "no <engine version>/series")
+                problems.append(
+                    f"{shown}:{src.line_of(('patches',))}: patches: folder {override.patches!r} holds "
+                    "no <engine version>/series"
+                )
         elif not (directory / override.patches).is_file():
             problems.append(f"{shown}:{src.line_of(('patches',))}: patches: no series file {override.patches!r}")
     for i, rep in enumerate(override.replacements):
@@ -189,8 +196,13 @@ def load_override(directory: Path) -> LoadedOverride:
             problems.append(f"{where}: {rep.file!r} {why}")
         elif not (directory / rep.file).is_file():
             problems.append(f"{where}: not found")
-    problems += env_policy.problems(override.env, override.allow_unsafe_env,
-                                   lambda *loc: f"{shown}:{src.line_of(loc)}", ("env",), ("allow_unsafe_env",))
+    problems += env_policy.problems(
+        override.env,
+        override.allow_unsafe_env,
+        lambda *loc: f"{shown}:{src.line_of(loc)}",
+        ("env",),
+        ("allow_unsafe_env",),
+    )
     problems += unknown_knob_problems(override.env, lambda *loc: f"{shown}:{src.line_of(loc)}", ("env",))
     if problems:
         raise RecipeInvalid(problems)

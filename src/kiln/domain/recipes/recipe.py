@@ -54,7 +54,8 @@ class Recipe(Strict):
     model: Model
     launch: Launch
     topology: Topology | None = Field(
-        None, description="nodes, accelerators per node and the parallel layout; drives the launch flags")
+        None, description="nodes, accelerators per node and the parallel layout; drives the launch flags"
+    )
     experimental: list[FeatureUseEntry] = Field(
         default_factory=list,
         description="experimental/<feature>/ overlays switched on; {name, from} uses another recipe's",
@@ -65,7 +66,8 @@ class Recipe(Strict):
     build: Build = Field(default_factory=Build)
     served: list[Served] = Field(
         default_factory=list,
-        description="runs that served this recipe's speculation configuration (kiln show names them)")
+        description="runs that served this recipe's speculation configuration (kiln show names them)",
+    )
 
     @property
     def features(self) -> list[str]:
@@ -74,10 +76,19 @@ class Recipe(Strict):
 
 
 # `kiln schema`: a JSON Schema (draft 2020-12) document; pydantic writes the rest of its keywords
-_RecipeJsonSchema = TypedDict("_RecipeJsonSchema", {
-    "$schema": str, "title": str, "type": str, "properties": dict[str, Any], "required": list[str],
-    "additionalProperties": bool, "$defs": dict[str, Any],
-}, total=False)
+_RecipeJsonSchema = TypedDict(
+    "_RecipeJsonSchema",
+    {
+        "$schema": str,
+        "title": str,
+        "type": str,
+        "properties": dict[str, Any],
+        "required": list[str],
+        "additionalProperties": bool,
+        "$defs": dict[str, Any],
+    },
+    total=False,
+)
 
 
 class LoadedRecipe:
@@ -141,8 +152,9 @@ def _cross_checks(loaded: LoadedRecipe) -> list[str]:
     problems += adaptive_verification.problems(loaded)
     problems += unknown_knob_problems(rec.launch.env, loaded.where, ("launch", "env"))
     problems += _smoke_bound_problems(loaded)
-    problems += env_policy.problems(rec.launch.env, rec.launch.allow_unsafe_env, loaded.where,
-                                   ("launch", "env"), ("launch", "allow_unsafe_env"))
+    problems += env_policy.problems(
+        rec.launch.env, rec.launch.allow_unsafe_env, loaded.where, ("launch", "env"), ("launch", "allow_unsafe_env")
+    )
     problems += draft_bounds.problems(rec.launch.speculative_config or {}, rec.launch.args, loaded.where)
     return problems + topology_problems(loaded)
 
@@ -160,8 +172,10 @@ def _av_calibrate_problems(loaded: LoadedRecipe) -> list[str]:
         return []
     if (rec.launch.speculative_config or {}).get(_AV) is True:
         return []
-    return [f"{loaded.where('launch', 'env', _AV_CALIBRATE)}: launch.env.{_AV_CALIBRATE}: corrects vLLM's "
-            f"adaptive verification, but launch.speculative_config.{_AV} is not true: set it, or drop the knob"]
+    return [
+        f"{loaded.where('launch', 'env', _AV_CALIBRATE)}: launch.env.{_AV_CALIBRATE}: corrects vLLM's "
+        f"adaptive verification, but launch.speculative_config.{_AV} is not true: set it, or drop the knob"
+    ]
 
 
 def _smoke_bound_problems(loaded: LoadedRecipe) -> list[str]:
@@ -175,14 +189,18 @@ def _smoke_bound_problems(loaded: LoadedRecipe) -> list[str]:
             field = f"smoke.features.{feature}.{ratio}"
             loc = ("smoke", "features", feature, ratio)
             if bounds.min is not None and bounds.max is not None and bounds.min > bounds.max:
-                problems.append(f"{loaded.where(*loc, 'min')}: {field}: min {bounds.min:g} is above max "
-                                f"{bounds.max:g}, so no run can pass: swap them or fix one")
+                problems.append(
+                    f"{loaded.where(*loc, 'min')}: {field}: min {bounds.min:g} is above max "
+                    f"{bounds.max:g}, so no run can pass: swap them or fix one"
+                )
             if not declared_ratio(feature, ratio):
                 continue  # an unknown ratio is `kiln smoke`'s to name; nothing says it is a share
             for side, value in (("min", bounds.min), ("max", bounds.max)):
                 if value is not None and not 0.0 <= value <= 1.0:  # also refuses NaN
-                    problems.append(f"{loaded.where(*loc, side)}: {field}.{side}: {value:g} is outside [0, 1], "
-                                    f"but {ratio} is a share of {feature}'s counters: use a value in [0, 1]")
+                    problems.append(
+                        f"{loaded.where(*loc, side)}: {field}.{side}: {value:g} is outside [0, 1], "
+                        f"but {ratio} is a share of {feature}'s counters: use a value in [0, 1]"
+                    )
     return problems
 
 
@@ -290,7 +308,9 @@ def load_recipe(directory: Path) -> LoadedRecipe:
     """Load and validate one recipe folder; raise RecipeInvalid with every problem found."""
     refused = _tree_problems(directory)
     if refused:
-        raise RecipeInvalid(refused, hint="keep every file of a recipe inside its folder; copy it in instead of linking")
+        raise RecipeInvalid(
+            refused, hint="keep every file of a recipe inside its folder; copy it in instead of linking"
+        )
     doc = load_validated(directory / _RECIPE_FILE, Recipe, missing_hint="each recipe folder needs a recipe.yaml")
     loaded = LoadedRecipe(doc.value, directory, doc.source)
     problems = _cross_checks(loaded) + _check_files(loaded)
@@ -315,7 +335,9 @@ def recipe_dir(name: str) -> Path:
     if re.fullmatch(NAME_PATTERN, name) and directory.is_dir():
         if not directory.resolve().is_relative_to(root.resolve()):
             raise RecipeInvalid(
-                [f"{display_path(directory)}:1: (file): symlink to {directory.resolve()}, outside {display_path(root)}/"],
+                [
+                    f"{display_path(directory)}:1: (file): symlink to {directory.resolve()}, outside {display_path(root)}/"
+                ],
                 hint="move the recipe folder into recipes/ instead of linking it",
             )
         return directory

@@ -83,7 +83,9 @@ def _unique_platforms(value: list[str]) -> list[str]:
 class BaseImage(Strict):
     """The image the engine is built on: `kiln/base:bookworm` or any registry image."""
 
-    ref: _ImageRef = Field(description="image reference, e.g. kiln/base:bookworm or nvcr.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04")
+    ref: _ImageRef = Field(
+        description="image reference, e.g. kiln/base:bookworm or nvcr.io/nvidia/cuda:12.8.1-runtime-ubuntu24.04"
+    )
     digest: _Digest | None = Field(None, description="pin by content digest (recommended for registry images)")
 
     @property
@@ -99,14 +101,17 @@ class Engine(Strict):
     version: Version = Field(description="upstream engine version, e.g. 0.32.0")
     flavour: Literal["cpu", "cuda"]
     base_image: BaseImage
-    torch: Version | None = Field(None, description="torch version the engine must carry (checked against the built image)")
+    torch: Version | None = Field(
+        None, description="torch version the engine must carry (checked against the built image)"
+    )
     cuda: Annotated[str, Field(pattern=r"^\d+\.\d+$")] | None = Field(
         None, description="CUDA major.minor the engine must carry (cuda flavour; checked against the built image)"
     )
     platforms: Annotated[list[_Platform], Field(min_length=1), AfterValidator(_unique_platforms)] = Field(
         default_factory=lambda: list[_Platform](["linux/amd64"]),
         description="OCI platforms the images are built for, e.g. [linux/amd64, linux/arm64] (GH200/GB200 "
-                    "nodes are aarch64); `kiln publish` pushes one image index holding them all")
+        "nodes are aarch64); `kiln publish` pushes one image index holding them all",
+    )
 
 
 _HfRepo = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=96)]
@@ -123,10 +128,12 @@ class Shape(Strict):
     revision, or a model card); a number from elsewhere is `{value: ..., source: ...}`."""
 
     source: Annotated[str, Field(min_length=8)] = Field(
-        description="where the numbers come from, e.g. https://huggingface.co/ORG/NAME/blob/REV/config.json")
+        description="where the numbers come from, e.g. https://huggingface.co/ORG/NAME/blob/REV/config.json"
+    )
     config: dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], Any] = Field(
         description="config.json keys (num_hidden_layers, hidden_size, num_key_value_heads, ...) and their "
-        "values; a value from another source is {value: V, source: WHERE}")
+        "values; a value from another source is {value: V, source: WHERE}"
+    )
 
     @model_validator(mode="after")
     def _citations_name_a_source(self) -> Shape:
@@ -151,20 +158,30 @@ class ModelSource(Strict):
         description="baked: generated or copied into the image at build; host_path: mounted read-only at run "
         "time; hf: a Hugging Face repo at a pinned revision, read offline from a shared cache volume"
     )
-    path: _ContainerPath | None = Field(None, description="absolute path of the weights inside the container (baked, host_path)")
+    path: _ContainerPath | None = Field(
+        None, description="absolute path of the weights inside the container (baked, host_path)"
+    )
     host_path: str | None = Field(None, description="host directory mounted at `path` (source: host_path)")
     pvc: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=253)] | None = Field(
-        None, description="Kubernetes: mount this PersistentVolumeClaim at `path` instead of host_path (source: host_path)")
+        None,
+        description="Kubernetes: mount this PersistentVolumeClaim at `path` instead of host_path (source: host_path)",
+    )
     repo: _HfRepo | None = Field(None, description="Hugging Face repo id, e.g. Qwen/Qwen3-30B-A3B (source: hf)")
-    revision: _HfRevision | None = Field(None, description="the repo's commit, 40 hex digits (source: hf); never a branch")
-    shape: Shape | None = Field(None, description="the model's shape for `kiln plan` when its config.json is not at hand")
+    revision: _HfRevision | None = Field(
+        None, description="the repo's commit, 40 hex digits (source: hf); never a branch"
+    )
+    shape: Shape | None = Field(
+        None, description="the model's shape for `kiln plan` when its config.json is not at hand"
+    )
 
     @model_validator(mode="after")
     def _fields_match_source(self) -> ModelSource:
         if self.source == "hf":
             for name in ("path", "host_path", "pvc"):
                 if getattr(self, name) is not None:
-                    raise PydanticCustomError(name, f"{name} is not used with source hf (the weights come from the Hugging Face cache volume)")
+                    raise PydanticCustomError(
+                        name, f"{name} is not used with source hf (the weights come from the Hugging Face cache volume)"
+                    )
             if not self.repo:
                 raise PydanticCustomError("repo", "repo is required when source is hf")
             if not self.revision:
@@ -206,7 +223,8 @@ class Launch(Strict):
         None, description="vLLM --speculative-config; a draft_model method gets model.draft.path filled in"
     )
     env: dict[EnvName, EnvValue] = Field(
-        default_factory=dict, description="the server's environment; each value one line of text")
+        default_factory=dict, description="the server's environment; each value one line of text"
+    )
     # defaulted and left out of every digest: the input digest hashes recipe.yaml's bytes
     # and launch.json (which holds env, not this), so recipes without it keep their images
     allow_unsafe_env: dict[EnvName, Reason] = Field(default_factory=dict, description=env_policy.ALLOW_DESCRIPTION)
@@ -220,7 +238,9 @@ class Bounds(Strict):
 class Smoke(Strict):
     startup_timeout_s: Annotated[int, Field(ge=1, le=7200)] = 300
     request_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 60
-    served_model_name: str | None = Field(None, description="name the smoke test asks for (defaults to launch.served_model_name)")
+    served_model_name: str | None = Field(
+        None, description="name the smoke test asks for (defaults to launch.served_model_name)"
+    )
     prompts: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
     max_tokens: Annotated[int, Field(ge=1, le=4096)] = 16
     expect_spec_decode: bool = Field(False, description="require vllm:spec_decode_* counters with draft tokens > 0")
@@ -240,13 +260,21 @@ class Publish(Strict):
     )
     registry: str | None = Field(None, description="default registry HOST[:PORT][/NAMESPACE]")
     channels: list[Name] = Field(default_factory=lambda: ["experimental", "stable"])
-    require_signature: bool = Field(False, description=(
-        "publish only signed images: `kiln publish` needs --sign KEY and verifies the pushed signature and "
-        "SBOM/provenance attestations before it writes any channel, engine or digest tag; `kiln promote` "
-        "verifies the image before it moves a channel (docs/supply-chain.md)"))
-    public_key: Annotated[str, Field(pattern=r"^[^/\s][^\s]*\.pub$", max_length=255)] | None = Field(None, description=(
-        "the signers' public key (cosign PEM), relative to this recipe's folder, e.g. ../../keys/kiln.pub: "
-        "`kiln publish --sign` refuses any other key, `kiln promote` verifies with it"))
+    require_signature: bool = Field(
+        False,
+        description=(
+            "publish only signed images: `kiln publish` needs --sign KEY and verifies the pushed signature and "
+            "SBOM/provenance attestations before it writes any channel, engine or digest tag; `kiln promote` "
+            "verifies the image before it moves a channel (docs/supply-chain.md)"
+        ),
+    )
+    public_key: Annotated[str, Field(pattern=r"^[^/\s][^\s]*\.pub$", max_length=255)] | None = Field(
+        None,
+        description=(
+            "the signers' public key (cosign PEM), relative to this recipe's folder, e.g. ../../keys/kiln.pub: "
+            "`kiln publish --sign` refuses any other key, `kiln promote` verifies with it"
+        ),
+    )
 
 
 class Budgets(Strict):
@@ -273,8 +301,10 @@ def _python_requirement(value: str) -> str:
     except InvalidRequirement as exc:
         raise PydanticCustomError("requirement", f"{value!r} is not a requirement ({exc})") from None
     if req.url:
-        raise PydanticCustomError("requirement", f"{value!r} names a URL; name the package and its "
-                                                 "version (the lock records the file and its sha256)")
+        raise PydanticCustomError(
+            "requirement",
+            f"{value!r} names a URL; name the package and its version (the lock records the file and its sha256)",
+        )
     return value
 
 
@@ -293,14 +323,14 @@ class Build(Strict):
     shared: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]] = Field(
         default_factory=list,
         description=f"files of recipes/{SHARED_DIR}/ placed at the root of this recipe's build "
-                    "context, where its Dockerfile COPYs them (one copy serves several recipes)",
+        "context, where its Dockerfile COPYs them (one copy serves several recipes)",
     )
     python_packages: Annotated[list[_PythonRequirement], AfterValidator(_unique_names)] = Field(
         default_factory=list,
         description="Python distributions this recipe adds to its engine image's venv (requirements, e.g. "
-                    "triton==3.9.0): `kiln engine lock NAME --recipe-only` resolves them against the engine lock "
-                    "into recipe.lock.json next to recipe.yaml; the build ships the locked wheels in its context "
-                    "(_kiln/wheels/, _kiln/lock/) and the Dockerfile installs them from there, hashes required",
+        "triton==3.9.0): `kiln engine lock NAME --recipe-only` resolves them against the engine lock "
+        "into recipe.lock.json next to recipe.yaml; the build ships the locked wheels in its context "
+        "(_kiln/wheels/, _kiln/lock/) and the Dockerfile installs them from there, hashes required",
     )
 
 
@@ -323,13 +353,24 @@ class FeatureUse(Strict):
         return self.name if self.from_ is None else handler(self)
 
 
-_FEATURE_USE_SCHEMA = {"anyOf": [
-    {"type": "string", "pattern": NAME_PATTERN},
-    {"type": "object", "additionalProperties": False, "required": ["name", "from"], "properties": {
-        "name": {"type": "string", "pattern": NAME_PATTERN, "description": "experimental/<name>/ of that recipe"},
-        "from": {"type": "string", "pattern": NAME_PATTERN, "description": "the recipe whose override is used"},
-    }},
-]}
+_FEATURE_USE_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "pattern": NAME_PATTERN},
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name", "from"],
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "pattern": NAME_PATTERN,
+                    "description": "experimental/<name>/ of that recipe",
+                },
+                "from": {"type": "string", "pattern": NAME_PATTERN, "description": "the recipe whose override is used"},
+            },
+        },
+    ]
+}
 
 # an `experimental:` entry, with the JSON schema of both spellings (a name, or {name, from})
 FeatureUseEntry = Annotated[FeatureUse, WithJsonSchema(_FEATURE_USE_SCHEMA)]

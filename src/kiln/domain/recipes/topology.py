@@ -37,7 +37,9 @@ def _port(value: Any) -> int:
     return value
 
 
-_MasterPort = Annotated[int, PlainValidator(_port), WithJsonSchema({"type": "integer", "minimum": 1024, "maximum": 65535})]
+_MasterPort = Annotated[
+    int, PlainValidator(_port), WithJsonSchema({"type": "integer", "minimum": 1024, "maximum": 65535})
+]
 
 
 class Topology(Strict):
@@ -49,13 +51,18 @@ class Topology(Strict):
     tensor_parallel: _Size = Field(default=1, description="vLLM --tensor-parallel-size")
     pipeline_parallel: _Size = Field(default=1, description="vLLM --pipeline-parallel-size")
     data_parallel: _Size = Field(default=1, description="vLLM --data-parallel-size")
-    expert_parallel: bool = Field(default=False, description="vLLM --enable-expert-parallel (MoE experts over tensor_parallel * data_parallel ranks)")
+    expert_parallel: bool = Field(
+        default=False,
+        description="vLLM --enable-expert-parallel (MoE experts over tensor_parallel * data_parallel ranks)",
+    )
     master_port: _MasterPort = Field(
-        default=_DEFAULT_MASTER_PORT, description="torch.distributed port on the leader (vLLM --master-port)")
+        default=_DEFAULT_MASTER_PORT, description="torch.distributed port on the leader (vLLM --master-port)"
+    )
     # Literal of a tuple constant: pydantic reads it at run time, mypy cannot (no literal value)
     accelerator: Literal[ACCELERATOR_NAMES] | None = Field(  # type: ignore[valid-type]  # see above
-        default=None, description="the GPU the recipe is sized for (`kiln plan`, `kiln check`): "
-        + ", ".join(ACCELERATOR_NAMES))
+        default=None,
+        description="the GPU the recipe is sized for (`kiln plan`, `kiln check`): " + ", ".join(ACCELERATOR_NAMES),
+    )
 
     @property
     def world_size(self) -> int:
@@ -88,8 +95,16 @@ _LAYOUT_FLAGS = {
     "master-port": "master_port",
 }
 # set per node at launch time (kiln run --print, kiln render k8s), never baked into an image
-_NODE_FLAGS = ("nnodes", "node-rank", "master-addr", "headless", "data-parallel-rank",
-              "data-parallel-start-rank", "data-parallel-size-local", "data-parallel-address")
+_NODE_FLAGS = (
+    "nnodes",
+    "node-rank",
+    "master-addr",
+    "headless",
+    "data-parallel-rank",
+    "data-parallel-start-rank",
+    "data-parallel-size-local",
+    "data-parallel-address",
+)
 
 
 class _Launch(Protocol):
@@ -139,9 +154,16 @@ def effective(recipe: _Recipe) -> Topology:
     dp = _arg_int(args, "data-parallel-size", "dp")
     ep = args.get("enable-expert-parallel") is True
     world = max(1, min(tp * pp * dp, 4096))
-    return Topology.model_construct(nodes=1, accelerators_per_node=world, tensor_parallel=tp,
-                                    pipeline_parallel=pp, data_parallel=dp, expert_parallel=ep,
-                                    master_port=_DEFAULT_MASTER_PORT, accelerator=None)
+    return Topology.model_construct(
+        nodes=1,
+        accelerators_per_node=world,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        data_parallel=dp,
+        expert_parallel=ep,
+        master_port=_DEFAULT_MASTER_PORT,
+        accelerator=None,
+    )
 
 
 class _FieldProblem(NamedTuple):
@@ -163,17 +185,31 @@ def _layout_problems(topo: Topology) -> list[_FieldProblem]:
     found: list[_FieldProblem] = []
     world = topo.world_size
     if world % topo.nodes:
-        found.append(_FieldProblem("nodes", f"{topo.nodes} nodes do not evenly divide the world size "
-                               f"tensor_parallel*pipeline_parallel*data_parallel = {world} (vLLM: --nnodes must divide it)"))
+        found.append(
+            _FieldProblem(
+                "nodes",
+                f"{topo.nodes} nodes do not evenly divide the world size "
+                f"tensor_parallel*pipeline_parallel*data_parallel = {world} (vLLM: --nnodes must divide it)",
+            )
+        )
         return found
     if topo.ranks_per_node != topo.accelerators_per_node:
-        found.append(_FieldProblem("accelerators_per_node",
-                      f"{topo.accelerators_per_node} per node, but the layout puts {world} ranks on "
-                      f"{topo.nodes} node(s) = {topo.ranks_per_node} per node (one rank per accelerator)"))
+        found.append(
+            _FieldProblem(
+                "accelerators_per_node",
+                f"{topo.accelerators_per_node} per node, but the layout puts {world} ranks on "
+                f"{topo.nodes} node(s) = {topo.ranks_per_node} per node (one rank per accelerator)",
+            )
+        )
     replica, per_node = topo.replica_ranks, topo.ranks_per_node
     if topo.multi_node and topo.data_parallel > 1 and per_node % replica and replica % per_node:
-        found.append(_FieldProblem("data_parallel", f"a data-parallel replica (tensor_parallel*pipeline_parallel = {replica} ranks) "
-                                       f"must fill whole nodes or fit whole into one ({per_node} ranks per node)"))
+        found.append(
+            _FieldProblem(
+                "data_parallel",
+                f"a data-parallel replica (tensor_parallel*pipeline_parallel = {replica} ranks) "
+                f"must fill whole nodes or fit whole into one ({per_node} ranks per node)",
+            )
+        )
     return found
 
 
@@ -183,11 +219,20 @@ def _arg_problems(recipe: _Recipe) -> list[_ArgProblem]:
     for flag in recipe.launch.args:
         name = flag.replace("_", "-")
         if name in _NODE_FLAGS:
-            found.append(_ArgProblem(("launch", "args", flag), f"launch.args.{flag}: set per node at launch "
-                          "(kiln run --print, kiln render k8s); describe the nodes in topology: instead"))
+            found.append(
+                _ArgProblem(
+                    ("launch", "args", flag),
+                    f"launch.args.{flag}: set per node at launch "
+                    "(kiln run --print, kiln render k8s); describe the nodes in topology: instead",
+                )
+            )
         elif name in _LAYOUT_FLAGS and recipe.topology is not None:
-            found.append(_ArgProblem(("launch", "args", flag), f"launch.args.{flag}: the layout comes from "
-                          f"topology.{_LAYOUT_FLAGS[name]}; remove it here"))
+            found.append(
+                _ArgProblem(
+                    ("launch", "args", flag),
+                    f"launch.args.{flag}: the layout comes from topology.{_LAYOUT_FLAGS[name]}; remove it here",
+                )
+            )
     return found
 
 
@@ -223,8 +268,16 @@ def node_args(topo: Topology, rank: int, master_addr: str) -> list[str]:
     backend, `--nnodes/--node-rank/--master-addr`). Empty on a one-node topology."""
     if not topo.multi_node:
         return []
-    out = ["--nnodes", str(topo.nodes), "--node-rank", str(rank),
-           "--master-addr", master_addr, "--master-port", str(topo.master_port)]
+    out = [
+        "--nnodes",
+        str(topo.nodes),
+        "--node-rank",
+        str(rank),
+        "--master-addr",
+        master_addr,
+        "--master-port",
+        str(topo.master_port),
+    ]
     if rank > 0:
         out.append("--headless")
     return out
@@ -251,11 +304,20 @@ def roles(topo: Topology) -> list[_NodeRole]:
 # vLLM's all2all backends that shard the MoE batch over TP ranks under DP + TP + EP
 # (ParallelConfig.use_sequence_parallel_moe in vLLM 0.32.0); allgather_reducescatter is
 # vLLM's default backend.
-_SEQUENCE_PARALLEL_BACKENDS = frozenset({
-    "allgather_reducescatter", "naive", "deepep_high_throughput", "deepep_low_latency",
-    "deepep_v2", "flashinfer_nvlink_one_sided", "passthrough", "mori_high_throughput",
-    "mori_low_latency", "nixl_ep",
-})
+_SEQUENCE_PARALLEL_BACKENDS = frozenset(
+    {
+        "allgather_reducescatter",
+        "naive",
+        "deepep_high_throughput",
+        "deepep_low_latency",
+        "deepep_v2",
+        "flashinfer_nvlink_one_sided",
+        "passthrough",
+        "mori_high_throughput",
+        "mori_low_latency",
+        "nixl_ep",
+    }
+)
 _DEFAULT_ALL2ALL = "allgather_reducescatter"
 
 
@@ -265,19 +327,43 @@ def _draft_trunc(topo: Topology, args: Mapping[str, object]) -> list[_FieldProbl
     found: list[_FieldProblem] = []
     backend = str(args.get("all2all-backend", _DEFAULT_ALL2ALL))
     if topo.pipeline_parallel > 1:
-        found.append(_FieldProblem("pipeline_parallel", "draft-trunc refuses pipeline parallelism: several microbatches "
-                      "are in flight, so its dead-token marks would not match the batch being verified"))
+        found.append(
+            _FieldProblem(
+                "pipeline_parallel",
+                "draft-trunc refuses pipeline parallelism: several microbatches "
+                "are in flight, so its dead-token marks would not match the batch being verified",
+            )
+        )
     if _arg_int(args, "prefill-context-parallel-size", "pcp") > 1:
-        found.append(_FieldProblem("prefill-context-parallel-size", "draft-trunc refuses prefill context parallelism: "
-                      "it repartitions the batch and overwrites the marks"))
-    if topo.expert_parallel and topo.tensor_parallel > 1 and topo.data_parallel > 1 and backend in _SEQUENCE_PARALLEL_BACKENDS:
-        found.append(_FieldProblem("data_parallel", "draft-trunc refuses sequence-parallel MoE (data_parallel > 1, "
-                      "tensor_parallel > 1 and expert_parallel): each TP rank routes a slice of the batch "
-                      "while GLM-5's router reads the whole batch's padding mask; use tensor_parallel 1 "
-                      "per data-parallel replica or turn draft-trunc off"))
+        found.append(
+            _FieldProblem(
+                "prefill-context-parallel-size",
+                "draft-trunc refuses prefill context parallelism: it repartitions the batch and overwrites the marks",
+            )
+        )
+    if (
+        topo.expert_parallel
+        and topo.tensor_parallel > 1
+        and topo.data_parallel > 1
+        and backend in _SEQUENCE_PARALLEL_BACKENDS
+    ):
+        found.append(
+            _FieldProblem(
+                "data_parallel",
+                "draft-trunc refuses sequence-parallel MoE (data_parallel > 1, "
+                "tensor_parallel > 1 and expert_parallel): each TP rank routes a slice of the batch "
+                "while GLM-5's router reads the whole batch's padding mask; use tensor_parallel 1 "
+                "per data-parallel replica or turn draft-trunc off",
+            )
+        )
     elif topo.data_parallel > 1 and backend in ("naive", "allgather_reducescatter"):
-        found.append(_FieldProblem("data_parallel", f"draft-trunc refuses data_parallel > 1 with all2all backend {backend!r}: "
-                      "it gathers every rank's tokens and this rank's padding mask no longer lines up"))
+        found.append(
+            _FieldProblem(
+                "data_parallel",
+                f"draft-trunc refuses data_parallel > 1 with all2all backend {backend!r}: "
+                "it gathers every rank's tokens and this rank's padding mask no longer lines up",
+            )
+        )
     return found
 
 

@@ -62,7 +62,15 @@ def _index_layer(fh: IO[bytes]) -> tuple[str, dict[str, _FileFacts]]:
                 sha = h.hexdigest()
             kind = m.type.decode() if isinstance(m.type, bytes) else str(m.type)
             index[m.name.removeprefix("./").rstrip("/")] = (
-                kind, m.mode, m.uid, m.gid, m.size if m.isreg() else 0, m.linkname, int(m.mtime), sha)
+                kind,
+                m.mode,
+                m.uid,
+                m.gid,
+                m.size if m.isreg() else 0,
+                m.linkname,
+                int(m.mtime),
+                sha,
+            )
     while reader.read(CHUNK):  # the tar's end padding is part of the digest
         pass
     return "sha256:" + reader.hash.hexdigest(), index
@@ -95,7 +103,7 @@ def _first_file_difference(a: dict[str, _FileFacts], b: dict[str, _FileFacts]) -
             return path, "only in the " + ("second" if fa is None else "first") + " image"
         i = next(i for i in range(len(fa)) if fa[i] != fb[i])
         va, vb = fa[i], fb[i]
-        shown = (f"{va!s:.16} vs {vb!s:.16}" if i == 7 else f"{va!r} vs {vb!r}")
+        shown = f"{va!s:.16} vs {vb!s:.16}" if i == 7 else f"{va!r} vs {vb!r}"
         return path, f"{_FACTS[i]} differs: {shown}"
     return None
 
@@ -111,8 +119,14 @@ def _first_config_difference(a: dict[str, Any], b: dict[str, Any], prefix: str =
     return None
 
 
-def compare(layers_a: list[str], layers_b: list[str], config_a: dict[str, Any], config_b: dict[str, Any],
-            save_a: Any, save_b: Any) -> Difference | None:
+def compare(
+    layers_a: list[str],
+    layers_b: list[str],
+    config_a: dict[str, Any],
+    config_b: dict[str, Any],
+    save_a: Any,
+    save_b: Any,
+) -> Difference | None:
     """None when layers and config agree; `save_x()` streams image x (called only when
     a layer differs)."""
     for i in range(max(len(layers_a), len(layers_b))):

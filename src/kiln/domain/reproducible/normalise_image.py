@@ -37,8 +37,9 @@ def _scratch_root() -> Path:
     return d
 
 
-def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label: str,
-                      parent: str | None = None) -> _Outcome:
+def make_reproducible(
+    docker: DockerDaemon, image_id: str, epoch: int, *, label: str, parent: str | None = None
+) -> _Outcome:
     """`parent`: the image `image_id` was built FROM; the layers the two share stay as
     they are (the parent is content-addressed: every machine keeps the same ones)."""
     t0 = time.monotonic()
@@ -63,11 +64,15 @@ def make_reproducible(docker: DockerDaemon, image_id: str, epoch: int, *, label:
             raise BuildFailed(f"{label}: could not normalise the image {image_id[:19]}: {exc}") from None
         loaded = docker.load(result.archive())
     if loaded != result.image_id:
-        raise BuildFailed(f"{label}: docker load gave {loaded[:19]}, expected {result.image_id[:19]} "
-                          f"(the sha256 of the normalised config)")
+        raise BuildFailed(
+            f"{label}: docker load gave {loaded[:19]}, expected {result.image_id[:19]} "
+            f"(the sha256 of the normalised config)"
+        )
     seconds = time.monotonic() - t0
     kept = result.kept
     how = f"; {len(result.diff_ids) - kept} new layer(s) rewritten, {kept} kept from {parent}" if kept else ""
-    log.info(f"{label}: normalised {image_id[:19]} -> {loaded[:19]} "
-             f"(source date {save_archive.rfc3339(epoch)}{how}) in {log.human_secs(seconds)}")
+    log.info(
+        f"{label}: normalised {image_id[:19]} -> {loaded[:19]} "
+        f"(source date {save_archive.rfc3339(epoch)}{how}) in {log.human_secs(seconds)}"
+    )
     return _Outcome(loaded, image_id, result.diff_ids, seconds)

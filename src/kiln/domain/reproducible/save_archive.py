@@ -100,8 +100,9 @@ def _normalise_member(member: tarfile.TarInfo, epoch: int) -> tarfile.TarInfo:
     out.linkname = _name(tarfile.TarInfo(member.linkname)) if member.islnk() else member.linkname
     out.devmajor, out.devminor = member.devmajor, member.devminor
     # keep what carries meaning (xattrs, long names/links come back from the fields)
-    out.pax_headers = {k: v for k, v in sorted(member.pax_headers.items())
-                       if k not in _DROP_PAX and k not in ("path", "linkpath")}
+    out.pax_headers = {
+        k: v for k, v in sorted(member.pax_headers.items()) if k not in _DROP_PAX and k not in ("path", "linkpath")
+    }
     return out
 
 
@@ -256,12 +257,10 @@ def normalise_saved(saved: Path, epoch: int, keep: Sequence[str] = ()) -> _Norma
         layer_files.append(final)
     cfg = _normalise_config(config, epoch, diff_ids)
     new_id = _image_id(cfg)
-    doc = [{"Config": f"{new_id.split(':')[1]}.json", "RepoTags": None,
-            "Layers": [f.name for f in layer_files]}]
+    doc = [{"Config": f"{new_id.split(':')[1]}.json", "RepoTags": None, "Layers": [f.name for f in layer_files]}]
     # a new layer with a kept one's bytes is sent all the same: at its own place in the
     # chain the daemon has no layer yet
-    return _Normalised(new_id, diff_ids, cfg, list(dict.fromkeys(layer_files[kept:])), json.dumps(doc).encode(),
-                      kept)
+    return _Normalised(new_id, diff_ids, cfg, list(dict.fromkeys(layer_files[kept:])), json.dumps(doc).encode(), kept)
 
 
 def _inside(root: Path, name: str) -> Path:
@@ -304,10 +303,10 @@ class ChunkReader:
             except StopIteration:
                 break
             if self._pos:  # drop what was read before growing the buffer
-                del self._buf[:self._pos]
+                del self._buf[: self._pos]
                 self._pos = 0
             self._buf += chunk
         end = len(self._buf) if n < 0 else min(len(self._buf), self._pos + n)
-        out = bytes(self._buf[self._pos:end])
+        out = bytes(self._buf[self._pos : end])
         self._pos = end
         return out

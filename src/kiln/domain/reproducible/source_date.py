@@ -32,8 +32,6 @@ class SourceDate:
         return None if rev == "unknown" else rev
 
 
-
-
 def _pathspecs(sources: Mapping[Path, tuple[str, ...]], root: Path) -> list[str]:
     """git pathspecs (relative to `root`) for the inputs inside the checkout, with each
     folder's excluded subpaths as `:(exclude)` specs; inputs outside it are skipped. git

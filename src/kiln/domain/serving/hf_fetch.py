@@ -25,13 +25,20 @@ def _hub_download(repo: str, revision: str, cache: Path) -> None:
     try:
         import huggingface_hub  # type: ignore[import-not-found,unused-ignore]  # late: optional, only `kiln fetch` needs the hub client
     except ImportError:
-        raise FetchFailed("kiln fetch needs the huggingface_hub package on this host",
-                          hint="pip install huggingface_hub (or fill the cache with `hf download` elsewhere)") from None
+        raise FetchFailed(
+            "kiln fetch needs the huggingface_hub package on this host",
+            hint="pip install huggingface_hub (or fill the cache with `hf download` elsewhere)",
+        ) from None
     huggingface_hub.snapshot_download(repo_id=repo, revision=revision, cache_dir=str(cache))
 
 
-def fetch(models: list[HfModel], cache: Path, *, download: _Downloader = _hub_download,
-          say: Callable[[str], None] = lambda _: None) -> list[_Fetched]:
+def fetch(
+    models: list[HfModel],
+    cache: Path,
+    *,
+    download: _Downloader = _hub_download,
+    say: Callable[[str], None] = lambda _: None,
+) -> list[_Fetched]:
     """Download each snapshot not yet complete in `cache`, then check it; FetchFailed
     when a download fails (one line: repo, revision, the hub's reason), HfSnapshotMissing
     when the download left it incomplete."""
@@ -49,8 +56,10 @@ def fetch(models: list[HfModel], cache: Path, *, download: _Downloader = _hub_do
             raise
         except Exception as exc:  # the hub client raises many kinds; each becomes one line
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise FetchFailed(f"{model.role} model {model.repo} at revision {model.revision}: download failed: "
-                              f"{type(exc).__name__}: {reason}") from None
+            raise FetchFailed(
+                f"{model.role} model {model.repo} at revision {model.revision}: download failed: "
+                f"{type(exc).__name__}: {reason}"
+            ) from None
         missing = check(cache, model)
         if missing is not None:
             raise HfSnapshotMissing([f"after the download: {missing.line}"])

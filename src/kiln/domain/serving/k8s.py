@@ -88,7 +88,8 @@ def _volumes(loaded: LoadedRecipe, hf_pvc: str = HF_CACHE_PVC) -> tuple[list[_Ma
     recipe = loaded.recipe
     cuda = recipe.engine.flavour == "cuda"
     volumes: list[_Manifest] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(CUDA_SHM if cuda else CPU_SHM)}}]
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(CUDA_SHM if cuda else CPU_SHM)}}
+    ]
     mounts: list[_VolumeMount] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     # the root filesystem is read-only, as with `kiln run`: the same writable scratch dirs
     for path in {**TMPFS, **(CUDA_TMPFS if cuda else {})}:
@@ -115,12 +116,24 @@ def _probes(loaded: LoadedRecipe) -> _Manifest:
     smoke = loaded.recipe.smoke
     get = {"path": "/health", "port": "http"}
     return {
-        "startupProbe": {"httpGet": get, "periodSeconds": _PROBE_PERIOD_S, "timeoutSeconds": 5,
-                         "failureThreshold": max(1, math.ceil(smoke.startup_timeout_s / _PROBE_PERIOD_S))},
-        "readinessProbe": {"httpGet": get, "periodSeconds": _PROBE_PERIOD_S, "timeoutSeconds": 5,
-                           "failureThreshold": 3},
-        "livenessProbe": {"httpGet": get, "periodSeconds": _PROBE_PERIOD_S,
-                          "timeoutSeconds": min(60, smoke.request_timeout_s), "failureThreshold": 3},
+        "startupProbe": {
+            "httpGet": get,
+            "periodSeconds": _PROBE_PERIOD_S,
+            "timeoutSeconds": 5,
+            "failureThreshold": max(1, math.ceil(smoke.startup_timeout_s / _PROBE_PERIOD_S)),
+        },
+        "readinessProbe": {
+            "httpGet": get,
+            "periodSeconds": _PROBE_PERIOD_S,
+            "timeoutSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": get,
+            "periodSeconds": _PROBE_PERIOD_S,
+            "timeoutSeconds": min(60, smoke.request_timeout_s),
+            "failureThreshold": 3,
+        },
     }
 
 
@@ -129,8 +142,9 @@ def _env(loaded: LoadedRecipe) -> list[_EnvVar]:
     return [{"name": k, "value": v} for k, v in sorted(_explicit_env(loaded).items())]
 
 
-def _container(loaded: LoadedRecipe, image: str, args: list[str], mounts: list[_VolumeMount], topo: Topology, *,
-               serves: bool) -> _Manifest:
+def _container(
+    loaded: LoadedRecipe, image: str, args: list[str], mounts: list[_VolumeMount], topo: Topology, *, serves: bool
+) -> _Manifest:
     recipe = loaded.recipe
     cuda = recipe.engine.flavour == "cuda"
     caps = {"drop": ["ALL"]}
@@ -142,8 +156,13 @@ def _container(loaded: LoadedRecipe, image: str, args: list[str], mounts: list[_
         "imagePullPolicy": "IfNotPresent",
         "env": _env(loaded),
         "volumeMounts": mounts,
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True, "runAsUser": _UID, "capabilities": caps},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "runAsUser": _UID,
+            "capabilities": caps,
+        },
     }
     if args:
         container["args"] = args
@@ -160,13 +179,23 @@ def _security(loaded: LoadedRecipe) -> _Manifest:
     caps = {"drop": ["ALL"]}
     if loaded.recipe.engine.flavour != "cuda":
         caps["add"] = list(CPU_CAPS)
-    return {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True, "runAsUser": _UID, "capabilities": caps}
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": _UID,
+        "capabilities": caps,
+    }
 
 
 def _pod_security() -> _Manifest:
-    return {"runAsNonRoot": True, "runAsUser": _UID, "runAsGroup": _UID, "fsGroup": _UID,
-            "seccompProfile": {"type": "RuntimeDefault"}}
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": _UID,
+        "runAsGroup": _UID,
+        "fsGroup": _UID,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
 
 
 def _wait_for_weights(loaded: LoadedRecipe, image: str, mounts: list[_VolumeMount]) -> _Manifest:
@@ -183,8 +212,9 @@ def _wait_for_weights(loaded: LoadedRecipe, image: str, mounts: list[_VolumeMoun
     }
 
 
-def _pod_spec(loaded: LoadedRecipe, image: str, args: list[str], topo: Topology, *, serves: bool,
-              hf_pvc: str = HF_CACHE_PVC) -> _Manifest:
+def _pod_spec(
+    loaded: LoadedRecipe, image: str, args: list[str], topo: Topology, *, serves: bool, hf_pvc: str = HF_CACHE_PVC
+) -> _Manifest:
     volumes, mounts = _volumes(loaded, hf_pvc)
     spec: _Manifest = {
         "securityContext": _pod_security(),
@@ -213,8 +243,9 @@ def _labels(name: str) -> dict[str, str]:
 
 
 # -- objects ----------------------------------------------------------------------------
-def _leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int,
-                      hf_pvc: str = HF_CACHE_PVC) -> _KubeObject:
+def _leader_worker_set(
+    loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, hf_pvc: str = HF_CACHE_PVC
+) -> _KubeObject:
     name = loaded.name
     leader = {**_labels(name), "ai.kiln.role": "leader"}
     worker = {**_labels(name), "ai.kiln.role": "worker"}
@@ -230,12 +261,16 @@ def _leader_worker_set(loaded: LoadedRecipe, image: str, topo: Topology, replica
                 "size": topo.nodes,
                 # a vLLM world cannot take back a restarted rank: restart the whole group
                 "restartPolicy": "RecreateGroupOnPodRestart",
-                "leaderTemplate": {"metadata": {"labels": leader},
-                                   "spec": _pod_spec(loaded, image, node_args(topo, 0, _LEADER_ADDRESS), topo,
-                                                     serves=True, hf_pvc=hf_pvc)},
-                "workerTemplate": {"metadata": {"labels": worker},
-                                   "spec": _pod_spec(loaded, image, _worker_args(topo), topo, serves=False,
-                                                     hf_pvc=hf_pvc)},
+                "leaderTemplate": {
+                    "metadata": {"labels": leader},
+                    "spec": _pod_spec(
+                        loaded, image, node_args(topo, 0, _LEADER_ADDRESS), topo, serves=True, hf_pvc=hf_pvc
+                    ),
+                },
+                "workerTemplate": {
+                    "metadata": {"labels": worker},
+                    "spec": _pod_spec(loaded, image, _worker_args(topo), topo, serves=False, hf_pvc=hf_pvc),
+                },
             },
         },
     }
@@ -248,7 +283,9 @@ def _worker_args(topo: Topology) -> list[str]:
     return args
 
 
-def _deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, hf_pvc: str = HF_CACHE_PVC) -> _KubeObject:
+def _deployment(
+    loaded: LoadedRecipe, image: str, topo: Topology, replicas: int, hf_pvc: str = HF_CACHE_PVC
+) -> _KubeObject:
     name = loaded.name
     labels = {**_labels(name), "ai.kiln.role": "leader"}
     return {
@@ -258,8 +295,10 @@ def _deployment(loaded: LoadedRecipe, image: str, topo: Topology, replicas: int,
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": {"ai.kiln.recipe": name, "ai.kiln.role": "leader"}},
-            "template": {"metadata": {"labels": labels},
-                         "spec": _pod_spec(loaded, image, [], topo, serves=True, hf_pvc=hf_pvc)},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": _pod_spec(loaded, image, [], topo, serves=True, hf_pvc=hf_pvc),
+            },
         },
     }
 
@@ -285,9 +324,14 @@ def _fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> 
     mounted writable. Rerunning it resumes and re-checks; a complete cache is left as is."""
     name = loaded.name
     env: list[_EnvVar] = [e for e in _env(loaded) if e["name"] not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")]
-    env += [{"name": "HF_HUB_OFFLINE", "value": "0"}, {"name": "HF_HOME", "value": "/tmp/hf-home"},
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": _HF_TOKEN_SECRET, "key": "HF_TOKEN",
-                                                                 "optional": True}}}]
+    env += [
+        {"name": "HF_HUB_OFFLINE", "value": "0"},
+        {"name": "HF_HOME", "value": "/tmp/hf-home"},
+        {
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": _HF_TOKEN_SECRET, "key": "HF_TOKEN", "optional": True}},
+        },
+    ]
     tmp = _volume_name("/tmp")
     labels = {**_labels(name), "ai.kiln.role": "fetch"}
     return {
@@ -302,18 +346,24 @@ def _fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> 
                     "restartPolicy": "OnFailure",
                     **_node_selector(loaded),
                     "securityContext": _pod_security(),
-                    "containers": [{
-                        "name": "fetch",
-                        "image": image,
-                        "imagePullPolicy": "IfNotPresent",
-                        "args": ["--fetch-models"],
-                        "env": env,
-                        "volumeMounts": [{"name": "hf-cache", "mountPath": CONTAINER_CACHE},
-                                         {"name": tmp, "mountPath": "/tmp"}],
-                        "securityContext": _security(loaded),
-                    }],
-                    "volumes": [{"name": "hf-cache", "persistentVolumeClaim": {"claimName": hf_pvc}},
-                                {"name": tmp, "emptyDir": {}}],
+                    "containers": [
+                        {
+                            "name": "fetch",
+                            "image": image,
+                            "imagePullPolicy": "IfNotPresent",
+                            "args": ["--fetch-models"],
+                            "env": env,
+                            "volumeMounts": [
+                                {"name": "hf-cache", "mountPath": CONTAINER_CACHE},
+                                {"name": tmp, "mountPath": "/tmp"},
+                            ],
+                            "securityContext": _security(loaded),
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "hf-cache", "persistentVolumeClaim": {"claimName": hf_pvc}},
+                        {"name": tmp, "emptyDir": {}},
+                    ],
                 },
             },
         },
@@ -322,8 +372,11 @@ def _fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> 
 
 def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1, hf_pvc: str = HF_CACHE_PVC) -> list[_KubeObject]:
     topo = effective(loaded.recipe)
-    workload = _leader_worker_set(loaded, image, topo, replicas, hf_pvc) if topo.multi_node else \
-        _deployment(loaded, image, topo, replicas, hf_pvc)
+    workload = (
+        _leader_worker_set(loaded, image, topo, replicas, hf_pvc)
+        if topo.multi_node
+        else _deployment(loaded, image, topo, replicas, hf_pvc)
+    )
     objects = [workload, _service(loaded)]
     if hf_models(loaded.recipe):
         objects.append(_fetch_job(loaded, image, hf_pvc))

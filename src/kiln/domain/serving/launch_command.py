@@ -119,25 +119,37 @@ def argv_parts(recipe: Recipe) -> list[ArgvPart]:
     where = "repo" if target.source == "hf" else "path"
     parts = [
         ArgvPart(f"model.target.{where}", ("model", "target", where), ("serve", target.ref)),
-        ArgvPart("launch.served_model_name", ("launch", "served_model_name"),
-                 ("--served-model-name", launch.served_model_name)),
+        ArgvPart(
+            "launch.served_model_name",
+            ("launch", "served_model_name"),
+            ("--served-model-name", launch.served_model_name),
+        ),
         ArgvPart("launch", ("launch",), ("--host", "0.0.0.0")),
         ArgvPart("launch.port", ("launch", "port"), ("--port", str(launch.port))),
     ]
     if target.source == "hf":  # offline, the hub client resolves exactly this commit in the cache
-        parts.append(ArgvPart("model.target.revision", ("model", "target", "revision"), ("--revision", target.revision or "")))
+        parts.append(
+            ArgvPart("model.target.revision", ("model", "target", "revision"), ("--revision", target.revision or ""))
+        )
     if recipe.topology is not None:
         tokens = layout_args(recipe.topology)
         starts = [i for i, tok in enumerate(tokens) if tok.startswith("--")] + [len(tokens)]
-        parts += [ArgvPart("topology", ("topology",), tuple(tokens[a:b])) for a, b in zip(starts, starts[1:], strict=False)]
+        parts += [
+            ArgvPart("topology", ("topology",), tuple(tokens[a:b])) for a, b in zip(starts, starts[1:], strict=False)
+        ]
     for flag, value in launch.args.items():
         tokens = _flag_args(flag, value)
         if tokens:  # false: the flag is left out
             parts.append(ArgvPart(f"launch.args.{flag}", ("launch", "args", flag), tuple(tokens)))
     spec = speculative_config(recipe)
     if spec is not None:
-        parts.append(ArgvPart("launch.speculative_config", ("launch", "speculative_config"),
-                              tuple(_flag_args("speculative-config", spec))))
+        parts.append(
+            ArgvPart(
+                "launch.speculative_config",
+                ("launch", "speculative_config"),
+                tuple(_flag_args("speculative-config", spec)),
+            )
+        )
     return parts
 
 
@@ -303,8 +315,9 @@ class RunSpec:
             "command": self.extra_args or None,
             "detach": True,
             "auto_remove": self.remove,
-            "ports": {} if self.host_port is None else
-            {f"{self.container_port}/tcp": (self.host_ip or "0.0.0.0", self.host_port)},
+            "ports": {}
+            if self.host_port is None
+            else {f"{self.container_port}/tcp": (self.host_ip or "0.0.0.0", self.host_port)},
             "environment": dict(self.env),
             "volumes": {host: {"bind": inside, "mode": "ro"} for host, inside in self.mounts},
             "labels": dict(self.labels),
@@ -319,13 +332,15 @@ class RunSpec:
         if not self.healthcheck:
             kw["healthcheck"] = {"test": ["NONE"]}
         if self.flavour == "cuda":
-            kw.update({
-                "ipc_mode": "host",
-                "shm_size": CUDA_SHM,
-                # plain dicts: the SDK turns them into its Ulimit / DeviceRequest types
-                "ulimits": [{"name": "memlock", "soft": -1, "hard": -1}],
-                "device_requests": [{"count": -1, "capabilities": [["gpu"]]}],
-            })
+            kw.update(
+                {
+                    "ipc_mode": "host",
+                    "shm_size": CUDA_SHM,
+                    # plain dicts: the SDK turns them into its Ulimit / DeviceRequest types
+                    "ulimits": [{"name": "memlock", "soft": -1, "hard": -1}],
+                    "device_requests": [{"count": -1, "capabilities": [["gpu"]]}],
+                }
+            )
         else:
             kw.update({"shm_size": CPU_SHM})
         return kw

@@ -23,9 +23,17 @@ from kiln.domain.serving.serving_container import ServingContainer, health_ok, r
 from kiln.infra.docker import DockerDaemon, DockerError
 
 
-def node_specs(loaded: LoadedRecipe, image: str, topo: Topology, *, host_port: int, host_ip: str = "",
-               env: dict[str, str] | None = None, extra_args: list[str] | None = None,
-               network: str | None = None) -> list[RunSpec]:
+def node_specs(
+    loaded: LoadedRecipe,
+    image: str,
+    topo: Topology,
+    *,
+    host_port: int,
+    host_ip: str = "",
+    env: dict[str, str] | None = None,
+    extra_args: list[str] | None = None,
+    network: str | None = None,
+) -> list[RunSpec]:
     """One RunSpec per node, leader first. The layout flags are spelled out on every node
     (kiln-serve replaces the baked ones of the same name), so the commands say the whole
     layout even for an image built before the topology changed."""
@@ -36,10 +44,18 @@ def node_specs(loaded: LoadedRecipe, image: str, topo: Topology, *, host_port: i
     specs = []
     for node in roles(topo):
         args = layout_args(topo) + node_args(topo, node.rank, leader) + list(extra_args or [])
-        specs.append(replace(
-            base, name=f"{prefix}-node{node.rank}", network=network, extra_args=args,
-            host_port=host_port if node.leader else None, healthcheck=node.leader,
-            env=dict(base.env), labels=dict(base.labels)))
+        specs.append(
+            replace(
+                base,
+                name=f"{prefix}-node{node.rank}",
+                network=network,
+                extra_args=args,
+                host_port=host_port if node.leader else None,
+                healthcheck=node.leader,
+                env=dict(base.env),
+                labels=dict(base.labels),
+            )
+        )
     return specs
 
 
@@ -116,8 +132,10 @@ class NodeGroup:
         code = box.wait_exited(5)
         box.dump_logs(40)
         role = "leader" if rank == 0 else "worker"
-        return NodeLost(f"{role} node {rank} (container {box.spec.name}) exited {when} "
-                        f"(exit code {'?' if code is None else code}); the group of {len(self.boxes)} cannot serve")
+        return NodeLost(
+            f"{role} node {rank} (container {box.spec.name}) exited {when} "
+            f"(exit code {'?' if code is None else code}); the group of {len(self.boxes)} cannot serve"
+        )
 
     def wait_healthy(self, timeout_s: float) -> float:
         t0 = time.monotonic()
@@ -132,9 +150,12 @@ class NodeGroup:
                     return elapsed
                 if elapsed > timeout_s:
                     self.dump_logs()
-                    raise ContainerStartFailed(f"{self.specs[0].name} not healthy after {timeout_s:.0f} s "
-                                               f"({len(self.boxes)} nodes)")
-                status.update(f"waiting for {self.url}/health ({len(self.boxes)} nodes)  {elapsed:5.0f}s / {timeout_s:.0f}s")
+                    raise ContainerStartFailed(
+                        f"{self.specs[0].name} not healthy after {timeout_s:.0f} s ({len(self.boxes)} nodes)"
+                    )
+                status.update(
+                    f"waiting for {self.url}/health ({len(self.boxes)} nodes)  {elapsed:5.0f}s / {timeout_s:.0f}s"
+                )
                 time.sleep(0.5)
 
     def dump_logs(self, tail: int = 40) -> None:

@@ -84,8 +84,10 @@ def _port_in_use(host: str, port: int, docker: DockerDaemon | None = None) -> Po
     if box is None:
         return PortInUse(f"{where} is already in use")
     recipe = box.labels.get(LABEL_RECIPE, "?")
-    return PortInUse(f"{where} is already in use by kiln container {box.name} ({recipe})",
-                     hint=f"`kiln stop {box.name}`, or pick another port with --port")
+    return PortInUse(
+        f"{where} is already in use by kiln container {box.name} ({recipe})",
+        hint=f"`kiln stop {box.name}`, or pick another port with --port",
+    )
 
 
 def _ensure_port_free(host: str, port: int) -> None:
@@ -103,9 +105,16 @@ def gpu_visible() -> bool:
     return shutil.which("nvidia-smi") is not None and os.system("nvidia-smi -L >/dev/null 2>&1") == 0
 
 
-def run_spec(loaded: LoadedRecipe, image: str, *, host_port: int, host_ip: str = "",
-             extra_args: list[str] | None = None, detach: bool = False,
-             env: dict[str, str] | None = None) -> RunSpec:
+def run_spec(
+    loaded: LoadedRecipe,
+    image: str,
+    *,
+    host_port: int,
+    host_ip: str = "",
+    extra_args: list[str] | None = None,
+    detach: bool = False,
+    env: dict[str, str] | None = None,
+) -> RunSpec:
     """`env` (from `kiln run -e`) wins over the recipe's launch env."""
     recipe = loaded.recipe
     url = f"http://{host_ip or '127.0.0.1'}:{host_port}"
@@ -157,8 +166,9 @@ def _hf_snapshots_ready(loaded: LoadedRecipe, spec: RunSpec) -> None:
         return
     problems = check_all(Path(cache), models)
     if problems:
-        raise HfSnapshotMissing([f"{loaded.where('model', p.model.role, 'revision')}: model.{p.model.role}: {p.line}"
-                                 for p in problems])
+        raise HfSnapshotMissing(
+            [f"{loaded.where('model', p.model.role, 'revision')}: model.{p.model.role}: {p.line}" for p in problems]
+        )
 
 
 class ServingContainer:

@@ -158,25 +158,29 @@ def _config(layer_digests: list[str]) -> bytes:
     # go-containerregistry's empty.Image after mutate.Append of each layer: key order as
     # v1.ConfigFile marshals it, one empty-time history entry per layer, the uncompressed
     # layer digest as diff_id (cosign's static layers are not compressed)
-    return compact({
-        "architecture": "",
-        "created": _EMPTY_TIME,
-        "history": [{"created": _EMPTY_TIME} for _ in layer_digests],
-        "os": "",
-        "rootfs": {"type": "layers", "diff_ids": list(layer_digests)},
-        "config": {},
-    })
+    return compact(
+        {
+            "architecture": "",
+            "created": _EMPTY_TIME,
+            "history": [{"created": _EMPTY_TIME} for _ in layer_digests],
+            "os": "",
+            "rootfs": {"type": "layers", "diff_ids": list(layer_digests)},
+            "config": {},
+        }
+    )
 
 
 def artefact_image(layers: list[Blob | LayerRef]) -> ArtefactImage:
     """The OCI image cosign writes for a .sig or .att tag."""
     config = Blob(_config([layer.digest for layer in layers]), _OCI_CONFIG)
-    manifest = compact({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": config.descriptor(),
-        "layers": [layer.descriptor() for layer in layers],
-    })
+    manifest = compact(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": config.descriptor(),
+            "layers": [layer.descriptor() for layer in layers],
+        }
+    )
     return ArtefactImage(config, list(layers), manifest)
 
 
@@ -198,7 +202,9 @@ def parse_artefact_manifest(body: bytes, what: str) -> list[LayerRef]:
     """The layers of a .sig/.att manifest, each descriptor checked."""
     doc = _mapping(_load_json(body, what), what)
     if doc.get("schemaVersion") != 2:
-        raise SignatureMalformed(f"{what} is not an image manifest (schemaVersion {one_line(repr(doc.get('schemaVersion')))})")
+        raise SignatureMalformed(
+            f"{what} is not an image manifest (schemaVersion {one_line(repr(doc.get('schemaVersion')))})"
+        )
     if "manifests" in doc:
         raise SignatureMalformed(f"{what} is an image index, not the image manifest cosign writes")
     layers = doc.get("layers")
@@ -215,8 +221,9 @@ def parse_artefact_manifest(body: bytes, what: str) -> list[LayerRef]:
         digest = _check_digest(digest, f"{where} digest")
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise SignatureMalformed(f"{where} has no valid size")
-        if not isinstance(annotations, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                        for k, v in annotations.items()):
+        if not isinstance(annotations, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in annotations.items()
+        ):
             raise SignatureMalformed(f"{where} annotations are not a string map")
         out.append(LayerRef(media_type, digest, size, dict(annotations)))
     return out
@@ -226,14 +233,16 @@ def parse_artefact_manifest(body: bytes, what: str) -> list[LayerRef]:
 def simple_signing_payload(docker_reference: str, manifest_digest: str, optional: dict[str, Any] | None) -> bytes:
     """The bytes cosign signs: field order as cosign's payload.SimpleContainerImage
     marshals it (critical: identity, image, type; then optional, null when empty)."""
-    return compact({
-        "critical": {
-            "identity": {"docker-reference": docker_reference},
-            "image": {"docker-manifest-digest": _check_digest(manifest_digest)},
-            "type": _SIGNATURE_TYPE,
-        },
-        "optional": optional or None,
-    })
+    return compact(
+        {
+            "critical": {
+                "identity": {"docker-reference": docker_reference},
+                "image": {"docker-manifest-digest": _check_digest(manifest_digest)},
+                "type": _SIGNATURE_TYPE,
+            },
+            "optional": optional or None,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -260,8 +269,7 @@ def parse_simple_signing(payload: bytes, what: str) -> SimpleSigning:
     if set(critical) != {"identity", "image", "type"}:
         raise SignatureMalformed(f"{what} critical has fields {sorted(critical)}, expected identity, image, type")
     if critical["type"] != _SIGNATURE_TYPE:
-        raise SignatureMalformed(f"{what} is of type {one_line(repr(critical['type']))[:80]}, "
-                                 f"not {_SIGNATURE_TYPE!r}")
+        raise SignatureMalformed(f"{what} is of type {one_line(repr(critical['type']))[:80]}, not {_SIGNATURE_TYPE!r}")
     image = _mapping(critical["image"], f"{what} critical.image")
     identity = _mapping(critical["identity"], f"{what} critical.identity")
     digest = _check_digest(image.get("docker-manifest-digest"), f"{what} docker-manifest-digest")
@@ -315,15 +323,16 @@ class InTotoStatement(TypedDict):
     predicate: Mapping[str, object]
 
 
-def statement(predicate_type: str, predicate: Mapping[str, object],
-              subjects: list[tuple[str, str]]) -> InTotoStatement:
+def statement(predicate_type: str, predicate: Mapping[str, object], subjects: list[tuple[str, str]]) -> InTotoStatement:
     """An in-toto Statement v1 about `subjects` ((name, "sha256:<hex>") pairs). Only the
     fields of the in-toto v1 protobuf, since cosign parses statements with protojson,
     which refuses unknown fields (pkg/cosign/attestation/attestation.go UnmarshalJSON)."""
     return {
         "_type": _STATEMENT_V1,
-        "subject": [{"name": name, "digest": {"sha256": _check_digest(digest).removeprefix("sha256:")}}
-                    for name, digest in subjects],
+        "subject": [
+            {"name": name, "digest": {"sha256": _check_digest(digest).removeprefix("sha256:")}}
+            for name, digest in subjects
+        ],
         "predicateType": predicate_type,
         "predicate": predicate,
     }
@@ -332,11 +341,13 @@ def statement(predicate_type: str, predicate: Mapping[str, object],
 def envelope(body: bytes, signature: bytes, payload_type: str = IN_TOTO) -> bytes:
     """A DSSE envelope as go-securesystemslib marshals it (payloadType, payload,
     signatures[{keyid, sig}]); keyid empty, as cosign writes for key-pair signatures."""
-    return compact({
-        "payloadType": payload_type,
-        "payload": base64.b64encode(body).decode(),
-        "signatures": [{"keyid": "", "sig": base64.b64encode(signature).decode()}],
-    })
+    return compact(
+        {
+            "payloadType": payload_type,
+            "payload": base64.b64encode(body).decode(),
+            "signatures": [{"keyid": "", "sig": base64.b64encode(signature).decode()}],
+        }
+    )
 
 
 def attestation_layer(envelope_bytes: bytes, predicate_type: str) -> Blob:

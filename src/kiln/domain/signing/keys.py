@@ -107,8 +107,9 @@ class PrivateKey:
         return self._key.sign(data, ec.ECDSA(hashes.SHA256()))
 
     def pkcs8(self) -> bytes:
-        return self._key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption())
+        return self._key.private_bytes(
+            serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
 
 
 def generate() -> PrivateKey:
@@ -120,7 +121,7 @@ def generate() -> PrivateKey:
 def _pem(kind: str, body: bytes) -> bytes:
     """PEM as Go's pem.EncodeToMemory writes it: base64 in 64-character lines."""
     text = base64.b64encode(body).decode()
-    lines = [text[i:i + 64] for i in range(0, len(text), 64)]
+    lines = [text[i : i + 64] for i in range(0, len(text), 64)]
     return ("\n".join([f"-----BEGIN {kind}-----", *lines, f"-----END {kind}-----"]) + "\n").encode()
 
 
@@ -199,8 +200,10 @@ def _decrypt(data: bytes, password: bytes, source: str) -> PrivateKey:
     params = tuple(_field(doc, f"kdf.params.{k}", source) for k in ("N", "r", "p"))
     if params not in _SCRYPT_PARAMS:
         # go-securesystemslib refuses other parameters too: a tampered N would cost unbounded memory
-        raise SigningKeyInvalid(f"{source}: unsupported scrypt parameters N={params[0]}, r={params[1]}, "
-                                f"p={params[2]} (cosign writes N=32768 or 65536 with r=8, p=1)")
+        raise SigningKeyInvalid(
+            f"{source}: unsupported scrypt parameters N={params[0]}, r={params[1]}, "
+            f"p={params[2]} (cosign writes N=32768 or 65536 with r=8, p=1)"
+        )
     salt = _bytes_field(doc, "kdf.salt", source)
     nonce = _bytes_field(doc, "cipher.nonce", source, _NONCE_BYTES)
     ciphertext = _bytes_field(doc, "ciphertext", source)
@@ -218,15 +221,19 @@ def _ec_private(der: bytes, source: str) -> ec.EllipticCurvePrivateKey:
     # SEQUENCE { INTEGER 0, SEQUENCE algorithm, ... }; a SEC1 "EC PRIVATE KEY" has an
     # OCTET STRING second, and cryptography would accept that silently
     if not _is_pkcs8(der):
-        raise SigningKeyInvalid(f"{source}: the decrypted key is not PKCS#8 (cosign rejects it too: "
-                                "\"use ParseECPrivateKey instead for this key format\")")
+        raise SigningKeyInvalid(
+            f"{source}: the decrypted key is not PKCS#8 (cosign rejects it too: "
+            '"use ParseECPrivateKey instead for this key format")'
+        )
     try:
         key = serialization.load_der_private_key(der, password=None)
     except (ValueError, TypeError, UnsupportedAlgorithm):
         raise SigningKeyInvalid(f"{source}: the decrypted key is not a valid PKCS#8 private key") from None
     if not isinstance(key, ec.EllipticCurvePrivateKey) or not isinstance(key.curve, ec.SECP256R1):
-        raise SigningKeyInvalid(f"{source}: a {_describe(key)} key; kiln signs with ECDSA P-256 "
-                                "(cosign's default, what every admission controller accepts)")
+        raise SigningKeyInvalid(
+            f"{source}: a {_describe(key)} key; kiln signs with ECDSA P-256 "
+            "(cosign's default, what every admission controller accepts)"
+        )
     return key
 
 
@@ -235,7 +242,7 @@ def _is_pkcs8(der: bytes) -> bool:
     if len(der) < 2 or der[0] != 0x30:
         return False
     start = 2 if der[1] < 0x80 else 2 + (der[1] & 0x7F)
-    return der[start:start + 4] == b"\x02\x01\x00\x30"
+    return der[start : start + 4] == b"\x02\x01\x00\x30"
 
 
 def _describe(key: object) -> str:
@@ -249,7 +256,9 @@ def _public_key_from_pem(data: bytes, source: str) -> PublicKey:
     try:
         key = serialization.load_der_public_key(der)
     except (ValueError, UnsupportedAlgorithm):
-        raise SigningKeyInvalid(f"{source}: not a valid public key (damaged PEM, or a point not on its curve)") from None
+        raise SigningKeyInvalid(
+            f"{source}: not a valid public key (damaged PEM, or a point not on its curve)"
+        ) from None
     if not isinstance(key, ec.EllipticCurvePublicKey) or not isinstance(key.curve, ec.SECP256R1):
         raise SigningKeyInvalid(f"{source}: a {_describe(key)} public key; kiln verifies ECDSA P-256 signatures")
     return PublicKey(key, source)
@@ -291,8 +300,10 @@ def write_key_pair(prefix: Path, password: bytes) -> KeyPairFiles:
     private, public = prefix.with_name(prefix.name + ".key"), prefix.with_name(prefix.name + ".pub")
     for path in (private, public):
         if path.exists():
-            raise SigningKeyInvalid(f"{path} exists; kiln does not overwrite keys",
-                                    hint="move it away, or choose another --output-key-prefix")
+            raise SigningKeyInvalid(
+                f"{path} exists; kiln does not overwrite keys",
+                hint="move it away, or choose another --output-key-prefix",
+            )
     key = generate()
     pem = _encrypt(key, password)
     try:

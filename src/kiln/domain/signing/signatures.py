@@ -53,10 +53,22 @@ KILN_PREDICATES = (cosign.CYCLONEDX_PREDICATE, cosign.SLSA_PROVENANCE_V1)
 
 # the failures a layer can have, least telling first (the last one seen of the highest
 # rank is what a verification that found no good layer reports)
-_RANK: tuple[type[KilnError], ...] = (SignatureMalformed, SignatureInvalid, SignedByOtherKey,
-                                      SignedIdentityMismatch, AttestationSubjectMismatch, SignedDigestMismatch)
-_LayerFailure = (SignatureMalformed, SignatureInvalid, SignedByOtherKey, SignedIdentityMismatch,
-                AttestationSubjectMismatch, SignedDigestMismatch)
+_RANK: tuple[type[KilnError], ...] = (
+    SignatureMalformed,
+    SignatureInvalid,
+    SignedByOtherKey,
+    SignedIdentityMismatch,
+    AttestationSubjectMismatch,
+    SignedDigestMismatch,
+)
+_LayerFailure = (
+    SignatureMalformed,
+    SignatureInvalid,
+    SignedByOtherKey,
+    SignedIdentityMismatch,
+    AttestationSubjectMismatch,
+    SignedDigestMismatch,
+)
 _Fetch = Callable[[cosign.LayerRef, int], bytes]
 
 
@@ -83,6 +95,7 @@ def _same_identity(signed: str, expected: str) -> bool:
     def norm(ref: str) -> str:
         host, _, path = ref.partition("/")
         return f"{'docker.io' if host in _DOCKER_HUB else host}/{path}"
+
     return norm(signed) == norm(expected)
 
 
@@ -111,24 +124,30 @@ def parse_reference(ref: str, *, plain_http: bool = False) -> _ImageRef:
     if parts.digest is not None and not re.match(r"^sha256:[0-9a-f]{64}$", parts.digest):
         raise RegistryInvalid(f"{one_line(ref)}: {one_line(parts.digest)[:80]!r} is not a sha256:<64 hex> digest")
     if parts.host is None or not parts.path:
-        raise RegistryInvalid(f"{one_line(ref)} names no registry host; write HOST[:PORT]/REPOSITORY[:TAG]",
-                              hint="kiln has no default registry: e.g. registry.example.com/kiln/tiny-moe:stable")
+        raise RegistryInvalid(
+            f"{one_line(ref)} names no registry host; write HOST[:PORT]/REPOSITORY[:TAG]",
+            hint="kiln has no default registry: e.g. registry.example.com/kiln/tiny-moe:stable",
+        )
     if parts.tag is not None and not TAG.match(parts.tag):
         raise RegistryInvalid(f"{one_line(ref)}: {one_line(parts.tag)!r} is not a valid tag")
     if parts.tag is None and parts.digest is None:
-        raise RegistryInvalid(f"{one_line(ref)} names neither a tag nor a digest",
-                              hint="append :TAG or @sha256:DIGEST (kiln does not assume :latest)")
+        raise RegistryInvalid(
+            f"{one_line(ref)} names neither a tag nor a digest",
+            hint="append :TAG or @sha256:DIGEST (kiln does not assume :latest)",
+        )
     target = Target.parse(prefix + parts.host, parts.path, plain_http=plain_http)
     return _ImageRef(target, parts.tag, parts.digest)
 
 
 # -- checking one layer ---------------------------------------------------------------------------
-def _check_signature_layer(layer: cosign.LayerRef, payload: bytes, key: PublicKey, digest: str,
-                          repository: str, where: str) -> cosign.SimpleSigning:
+def _check_signature_layer(
+    layer: cosign.LayerRef, payload: bytes, key: PublicKey, digest: str, repository: str, where: str
+) -> cosign.SimpleSigning:
     """One simple-signing layer against the key, the image digest and the repository."""
     if layer.media_type != cosign.SIMPLE_SIGNING:
-        raise SignatureMalformed(f"{where} is of media type {one_line(layer.media_type)[:80]}, "
-                                 f"not {cosign.SIMPLE_SIGNING}")
+        raise SignatureMalformed(
+            f"{where} is of media type {one_line(layer.media_type)[:80]}, not {cosign.SIMPLE_SIGNING}"
+        )
     annotation = layer.annotations.get(cosign.SIGNATURE_ANNOTATION)
     if annotation is None:
         raise SignatureMalformed(f"{where} has no {cosign.SIGNATURE_ANNOTATION} annotation")
@@ -138,14 +157,19 @@ def _check_signature_layer(layer: cosign.LayerRef, payload: bytes, key: PublicKe
         hint = claims.signer_hint
         if hint and hint != key.fingerprint:
             raise SignedByOtherKey(f"{where} is signed by key {hint}, not by {key.source} ({key.fingerprint})")
-        raise SignatureInvalid(f"{where} does not verify with {key.source} ({key.fingerprint}): "
-                               "the payload or the signature was altered, or another key signed it")
+        raise SignatureInvalid(
+            f"{where} does not verify with {key.source} ({key.fingerprint}): "
+            "the payload or the signature was altered, or another key signed it"
+        )
     if claims.manifest_digest != digest:
-        raise SignedDigestMismatch(f"{where} is a genuine signature of {claims.manifest_digest}, not of "
-                                   f"{digest}: the image under this reference is not the one that was signed")
+        raise SignedDigestMismatch(
+            f"{where} is a genuine signature of {claims.manifest_digest}, not of "
+            f"{digest}: the image under this reference is not the one that was signed"
+        )
     if not _same_identity(claims.docker_reference, repository):
-        raise SignedIdentityMismatch(f"{where} was signed for {one_line(claims.docker_reference)[:200]}, "
-                                     f"not for {repository}")
+        raise SignedIdentityMismatch(
+            f"{where} was signed for {one_line(claims.docker_reference)[:200]}, not for {repository}"
+        )
     return claims
 
 
@@ -155,24 +179,30 @@ def _dsse_verifies(env: cosign.Envelope, key: PublicKey) -> bool:
     return any(key.verifies(sig, message) for sig in env.signatures)
 
 
-def _check_attestation_layer(layer: cosign.LayerRef, data: bytes, key: PublicKey, digest: str,
-                            where: str) -> cosign.Statement:
+def _check_attestation_layer(
+    layer: cosign.LayerRef, data: bytes, key: PublicKey, digest: str, where: str
+) -> cosign.Statement:
     """One DSSE layer: envelope form, payload type, signature, then the in-toto subject."""
     if layer.media_type != cosign.DSSE:
         raise SignatureMalformed(f"{where} is of media type {one_line(layer.media_type)[:80]}, not {cosign.DSSE}")
     env = cosign.parse_envelope(data, f"{where} envelope")
     if env.payload_type != cosign.IN_TOTO:
         # cosign's verifyOCIAttestation refuses these before it looks at the signature
-        raise SignatureMalformed(f"{where} envelope has payloadType {one_line(env.payload_type)[:80]!r}; "
-                                 f"cosign accepts only {cosign.IN_TOTO}")
+        raise SignatureMalformed(
+            f"{where} envelope has payloadType {one_line(env.payload_type)[:80]!r}; "
+            f"cosign accepts only {cosign.IN_TOTO}"
+        )
     statement = cosign.parse_statement(env.body, f"{where} statement")
     if not _dsse_verifies(env, key):
-        raise SignatureInvalid(f"{where} ({statement.predicate_type}) does not verify with {key.source} "
-                               f"({key.fingerprint}): the statement or its signature was altered, or another key signed it")
+        raise SignatureInvalid(
+            f"{where} ({statement.predicate_type}) does not verify with {key.source} "
+            f"({key.fingerprint}): the statement or its signature was altered, or another key signed it"
+        )
     if digest not in statement.subject_digests:
         subjects = ", ".join(statement.subject_digests) or "no sha256 digest"
-        raise AttestationSubjectMismatch(f"{where} ({statement.predicate_type}) is a genuine attestation about "
-                                         f"{subjects[:200]}, not about {digest}")
+        raise AttestationSubjectMismatch(
+            f"{where} ({statement.predicate_type}) is a genuine attestation about {subjects[:200]}, not about {digest}"
+        )
     return statement
 
 
@@ -196,8 +226,9 @@ class _VerifiedSignature(NamedTuple):
     claims: cosign.SimpleSigning
 
 
-def _verify_signature_image(body: bytes, fetch: _Fetch, key: PublicKey, digest: str, repository: str,
-                           where: str) -> _VerifiedSignature:
+def _verify_signature_image(
+    body: bytes, fetch: _Fetch, key: PublicKey, digest: str, repository: str, where: str
+) -> _VerifiedSignature:
     """The first layer of a .sig manifest that verifies, or the most telling failure."""
     layers = cosign.parse_artefact_manifest(body, where)
     failures: list[KilnError] = []
@@ -211,8 +242,9 @@ def _verify_signature_image(body: bytes, fetch: _Fetch, key: PublicKey, digest: 
     raise _most_telling(failures)
 
 
-def _verify_attestation_image(body: bytes, fetch: _Fetch, key: PublicKey, digest: str, required: Sequence[str],
-                             where: str) -> list[_AttestationCheck]:
+def _verify_attestation_image(
+    body: bytes, fetch: _Fetch, key: PublicKey, digest: str, required: Sequence[str], where: str
+) -> list[_AttestationCheck]:
     """Every layer of a .att manifest checked; each required predicate type needs one good
     layer (cosign's rule for verify-attestation --type)."""
     layers = cosign.parse_artefact_manifest(body, where)
@@ -247,8 +279,10 @@ def _verify_attestation_image(body: bytes, fetch: _Fetch, key: PublicKey, digest
 def _fetcher(client: RegistryClient, where: str) -> _Fetch:
     def fetch(layer: cosign.LayerRef, limit: int) -> bytes:
         if layer.size > limit:
-            raise SignatureMalformed(f"{where}: layer {layer.digest} claims {layer.size} bytes, more than "
-                                     f"any signature artefact ({limit} bytes)")
+            raise SignatureMalformed(
+                f"{where}: layer {layer.digest} claims {layer.size} bytes, more than "
+                f"any signature artefact ({limit} bytes)"
+            )
         try:
             data = client.blob(layer.digest, limit)
         except BlobTooLarge:
@@ -256,8 +290,11 @@ def _fetcher(client: RegistryClient, where: str) -> _Fetch:
         if data is None:
             raise SignatureMalformed(f"{where}: layer blob {layer.digest} is missing from the registry")
         if len(data) != layer.size:
-            raise SignatureMalformed(f"{where}: layer {layer.digest} is {len(data)} bytes, its descriptor says {layer.size}")
+            raise SignatureMalformed(
+                f"{where}: layer {layer.digest} is {len(data)} bytes, its descriptor says {layer.size}"
+            )
         return data
+
     return fetch
 
 
@@ -324,21 +361,33 @@ def resolve(client: RegistryClient, ref: _ImageRef) -> str:
     if ref.tag:
         manifest = client.manifest(ref.tag)
         if manifest is None:
-            raise ChannelEmpty(f"{where}:{ref.tag} does not exist; nothing to verify",
-                               hint="check the reference (`kiln publish` prints the pinned one)")
+            raise ChannelEmpty(
+                f"{where}:{ref.tag} does not exist; nothing to verify",
+                hint="check the reference (`kiln publish` prints the pinned one)",
+            )
         if ref.digest and manifest.digest != ref.digest:
-            raise SignedDigestMismatch(f"{where}:{ref.tag} now points at {manifest.digest}, not at the pinned "
-                                       f"{ref.digest}: the tag moved")
+            raise SignedDigestMismatch(
+                f"{where}:{ref.tag} now points at {manifest.digest}, not at the pinned {ref.digest}: the tag moved"
+            )
         return manifest.digest
     assert ref.digest is not None
     if client.manifest(ref.digest) is None:
-        raise ChannelEmpty(f"{where}@{ref.digest} does not exist; nothing to verify",
-                           hint="check the reference (`kiln publish` prints the pinned one)")
+        raise ChannelEmpty(
+            f"{where}@{ref.digest} does not exist; nothing to verify",
+            hint="check the reference (`kiln publish` prints the pinned one)",
+        )
     return ref.digest
 
 
-def verify_image(client: RegistryClient, digest: str, key: PublicKey, *, required: Sequence[str] = KILN_PREDICATES,
-                 reference: str | None = None, signed_repository: str | None = None) -> Verification:
+def verify_image(
+    client: RegistryClient,
+    digest: str,
+    key: PublicKey,
+    *,
+    required: Sequence[str] = KILN_PREDICATES,
+    reference: str | None = None,
+    signed_repository: str | None = None,
+) -> Verification:
     """Verify the signature (and, for each `required` predicate type, an attestation) of
     `digest` in the client's repository; raises the failure's error class.
     `signed_repository` accepts signatures made for another repository name (an image
@@ -351,8 +400,16 @@ def verify_image(client: RegistryClient, digest: str, key: PublicKey, *, require
     if manifest is None:
         raise SignatureMissing(f"{digest} in {target.host}/{target.path} is not signed: no {sig_tag}")
     layer, claims = _verify_signature_image(manifest.body, _fetcher(client, where), key, digest, repository, where)
-    result = Verification(reference or target.pinned(digest), repository, digest, key.fingerprint, sig_tag,
-                          manifest.digest, layer.digest, claims.docker_reference)
+    result = Verification(
+        reference or target.pinned(digest),
+        repository,
+        digest,
+        key.fingerprint,
+        sig_tag,
+        manifest.digest,
+        layer.digest,
+        claims.docker_reference,
+    )
     if required:
         att_tag = cosign.attestation_tag(digest)
         at = f"{target.host}/{target.path}:{att_tag}"
@@ -369,8 +426,9 @@ def verify_image(client: RegistryClient, digest: str, key: PublicKey, *, require
 _NOT_A_PLATFORM = "unknown/unknown"
 
 
-def _verify_platforms(client: RegistryClient, digest: str, key: PublicKey, required: Sequence[str],
-                      signed_repository: str | None) -> dict[str, Verification]:
+def _verify_platforms(
+    client: RegistryClient, digest: str, key: PublicKey, required: Sequence[str], signed_repository: str | None
+) -> dict[str, Verification]:
     """For an image index, each platform's image verified as the index was: a signed index
     whose arm64 image is unsigned, or lacks its own SBOM, fails (`kiln publish --sign`
     signs and attests each, as `cosign sign --recursive` does). {} for a single image."""
@@ -419,8 +477,9 @@ def _push(client: RegistryClient, tag: str, image: cosign.ArtefactImage) -> str:
     return client.put_raw_manifest(tag, image.manifest, cosign.OCI_MANIFEST).digest
 
 
-def sign_image(client: RegistryClient, digest: str, key: PrivateKey, attestations: Sequence[Attestation], *,
-               creator: str) -> _SigningResult:
+def sign_image(
+    client: RegistryClient, digest: str, key: PrivateKey, attestations: Sequence[Attestation], *, creator: str
+) -> _SigningResult:
     """Sign `digest` and attach `attestations` in the client's repository (see module doc).
     The payload's optional claims carry the creator, the time and the signing key's
     fingerprint (public; it lets a verifier name the key that signed)."""
@@ -447,8 +506,9 @@ def sign_image(client: RegistryClient, digest: str, key: PrivateKey, attestation
     if present is not None:
         signature_manifest = present.digest
     else:
-        payload = cosign.simple_signing_payload(repository, digest, {
-            "creator": creator, "timestamp": int(time.time()), cosign.SIGNER_CLAIM: fingerprint})
+        payload = cosign.simple_signing_payload(
+            repository, digest, {"creator": creator, "timestamp": int(time.time()), cosign.SIGNER_CLAIM: fingerprint}
+        )
         ours = cosign.signature_layer(payload, key.sign(payload))
         signature_manifest = _push(client, sig_tag, cosign.artefact_image([*kept, ours]))
     att_tag, att_manifest = None, None
@@ -456,9 +516,11 @@ def sign_image(client: RegistryClient, digest: str, key: PrivateKey, attestation
     if attestations:
         att_tag = cosign.attestation_tag(digest)
         # other predicate types stay (`cosign attest --replace` keeps them too), if their blobs still exist
-        others = [layer for layer in _existing_layers(client, att_tag)
-                  if layer.annotations.get(cosign.PREDICATE_TYPE_ANNOTATION) not in types
-                  and client.has_blob(layer.digest)]
+        others = [
+            layer
+            for layer in _existing_layers(client, att_tag)
+            if layer.annotations.get(cosign.PREDICATE_TYPE_ANNOTATION) not in types and client.has_blob(layer.digest)
+        ]
         layers: list[cosign.Blob | cosign.LayerRef] = list(others)
         for att in attestations:
             body = cosign.compact(att.statement)

@@ -20,8 +20,9 @@ from kiln.domain.supplychain.sbom import build_sbom
 from kiln.infra.docker import DockerDaemon, Image
 
 
-def kiln_attestations(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage, image: Image,
-                      repository: str, digest: str) -> list[Attestation]:
+def kiln_attestations(
+    docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage, image: Image, repository: str, digest: str
+) -> list[Attestation]:
     """SBOM and provenance of `image`, pushed as `repository@digest`."""
     subjects = [(repository, digest)]
     sbom = build_sbom(docker, loaded, image)

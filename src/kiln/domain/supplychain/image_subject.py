@@ -39,16 +39,22 @@ class ImageSubject:
         return self.platform.split("/", 1)[-1]
 
 
-def subject_of(image: Image, *, manifest_digest: str | None = None,
-               repository: str | None = None) -> ImageSubject:
+def subject_of(image: Image, *, manifest_digest: str | None = None, repository: str | None = None) -> ImageSubject:
     attrs = image.attrs or {}
     labels = dict(image.labels or {})
     if manifest_digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", manifest_digest):
         raise ValueError(f"manifest digest {manifest_digest!r} is not sha256:<64 hex>")
     image_id = id_of(image)
-    name = labels.get("org.opencontainers.image.title") or (image_ref.parse(image.tags[0]).name if image.tags else image_id)
+    name = labels.get("org.opencontainers.image.title") or (
+        image_ref.parse(image.tags[0]).name if image.tags else image_id
+    )
     return ImageSubject(
-        name=name, image_id=image_id,
+        name=name,
+        image_id=image_id,
         platform=f"{attrs.get('Os', 'linux')}/{attrs.get('Architecture', 'amd64')}",
-        labels=labels, created=str(attrs.get("Created") or ""), tags=tuple(sorted(image.tags or ())),
-        manifest_digest=manifest_digest, repository=repository)
+        labels=labels,
+        created=str(attrs.get("Created") or ""),
+        tags=tuple(sorted(image.tags or ())),
+        manifest_digest=manifest_digest,
+        repository=repository,
+    )

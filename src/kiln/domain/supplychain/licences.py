@@ -10,14 +10,52 @@ from kiln.domain.supplychain.inventory import PythonDistribution
 
 # SPDX ids kiln recognises in a bare `License:` field (a test checks each against the
 # SPDX list CycloneDX's schema carries). Anything else stays a free-text licence name.
-_SPDX_IDS = frozenset({
-    "0BSD", "AFL-2.1", "AGPL-3.0-only", "AGPL-3.0-or-later", "Apache-1.1", "Apache-2.0", "Artistic-2.0",
-    "BSD-1-Clause", "BSD-2-Clause", "BSD-3-Clause", "BSL-1.0", "CC-BY-4.0", "CC0-1.0", "CNRI-Python",
-    "EPL-1.0", "EPL-2.0", "GPL-2.0-only", "GPL-2.0-or-later", "GPL-3.0-only", "GPL-3.0-or-later",
-    "HPND", "ISC", "LGPL-2.1-only", "LGPL-2.1-or-later", "LGPL-3.0-only", "LGPL-3.0-or-later",
-    "MIT", "MIT-0", "MIT-CMU", "MPL-1.1", "MPL-2.0", "NCSA", "OpenSSL", "PSF-2.0", "Python-2.0",
-    "Unicode-3.0", "Unicode-DFS-2016", "Unlicense", "WTFPL", "X11", "Zlib", "ZPL-2.1",
-})
+_SPDX_IDS = frozenset(
+    {
+        "0BSD",
+        "AFL-2.1",
+        "AGPL-3.0-only",
+        "AGPL-3.0-or-later",
+        "Apache-1.1",
+        "Apache-2.0",
+        "Artistic-2.0",
+        "BSD-1-Clause",
+        "BSD-2-Clause",
+        "BSD-3-Clause",
+        "BSL-1.0",
+        "CC-BY-4.0",
+        "CC0-1.0",
+        "CNRI-Python",
+        "EPL-1.0",
+        "EPL-2.0",
+        "GPL-2.0-only",
+        "GPL-2.0-or-later",
+        "GPL-3.0-only",
+        "GPL-3.0-or-later",
+        "HPND",
+        "ISC",
+        "LGPL-2.1-only",
+        "LGPL-2.1-or-later",
+        "LGPL-3.0-only",
+        "LGPL-3.0-or-later",
+        "MIT",
+        "MIT-0",
+        "MIT-CMU",
+        "MPL-1.1",
+        "MPL-2.0",
+        "NCSA",
+        "OpenSSL",
+        "PSF-2.0",
+        "Python-2.0",
+        "Unicode-3.0",
+        "Unicode-DFS-2016",
+        "Unlicense",
+        "WTFPL",
+        "X11",
+        "Zlib",
+        "ZPL-2.1",
+    }
+)
 _SPDX_EXCEPTIONS = frozenset({"LLVM-exception", "Classpath-exception-2.0", "GCC-exception-3.1"})
 # Trove classifiers that name exactly one licence version; "Apache Software License",
 # "BSD License" and the like do not, so they stay names rather than guessed ids.

@@ -176,9 +176,11 @@ def _context_dependencies(context_name: str, ctx: BuildContext) -> list[_Resourc
 def input_digest_from(predicate: _Provenance, context_name: str = "recipe") -> str:
     """Recompute a context's input digest from a provenance predicate (what kiln's
     `BuildContext.digest` computes from the files themselves)."""
-    files = sorted((d["annotations"]["kiln_path"], d["annotations"]["kiln_mode"], d["digest"]["sha256"])
-                   for d in predicate["buildDefinition"]["resolvedDependencies"]
-                   if (d.get("annotations") or {}).get("kiln_context") == context_name)
+    files = sorted(
+        (d["annotations"]["kiln_path"], d["annotations"]["kiln_mode"], d["digest"]["sha256"])
+        for d in predicate["buildDefinition"]["resolvedDependencies"]
+        if (d.get("annotations") or {}).get("kiln_context") == context_name
+    )
     params = predicate["buildDefinition"]["internalParameters"]["contextParameters"][context_name]
     doc = {"files": [list(f) for f in files], "params": dict(sorted(params.items())), "format": 1}
     raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
@@ -206,8 +208,7 @@ def _engine_distribution(engine_image: EngineImage, lock: LockFile | None) -> st
     return flavoured if flavoured in pinned else canonicalize_name(engine_image.engine.name)
 
 
-def _wheel_dependencies(engine_image: EngineImage, lock: LockFile | None,
-                        platform: str) -> list[_ResourceDescriptor]:
+def _wheel_dependencies(engine_image: EngineImage, lock: LockFile | None, platform: str) -> list[_ResourceDescriptor]:
     """The wheelhouse's wheels, the engine wheel marked `engine-wheel`: hashes from the
     lock when it has them, else from the wheelhouse cache. With a lock and no wheelhouse
     pins (the lock is the wheelhouse), the engine wheel is the lock's entry for it."""
@@ -235,34 +236,43 @@ def _wheel_dependencies(engine_image: EngineImage, lock: LockFile | None,
         for pkg in lock.lock.python_packages_on(platform):
             w = pkg.wheels[platform]
             if pkg.key == engine_dist:
-                entry = {"name": w.file, "uri": purl.pypi(pkg.name, pkg.version), "digest": {"sha256": w.sha256},
-                         "annotations": {"kiln_role": "engine-wheel", "kiln_hash_source": "lock"}}
+                entry = {
+                    "name": w.file,
+                    "uri": purl.pypi(pkg.name, pkg.version),
+                    "digest": {"sha256": w.sha256},
+                    "annotations": {"kiln_role": "engine-wheel", "kiln_hash_source": "lock"},
+                }
                 if w.url:
                     entry["downloadLocation"] = w.url
                 out.append(entry)
     return out
 
 
-def _locked_dependencies(lock: LockFile, platform: str, distro: str | None,
-                         role: str = "lock") -> list[_ResourceDescriptor]:
+def _locked_dependencies(
+    lock: LockFile, platform: str, distro: str | None, role: str = "lock"
+) -> list[_ResourceDescriptor]:
     out: list[_ResourceDescriptor] = [_lock_dependency(lock.path, lock.sha256, role)]
     for pkg in lock.lock.python_packages_on(platform):
         w = pkg.wheels[platform]
-        entry: _ResourceDescriptor = {"name": w.file, "uri": purl.pypi(pkg.name, pkg.version),
-                                 "digest": {"sha256": w.sha256},
-                                 "annotations": {"kiln_role": "locked-python",
-                                                 "kiln_lock": _repo_path(lock.path) or lock.path.name}}
+        entry: _ResourceDescriptor = {
+            "name": w.file,
+            "uri": purl.pypi(pkg.name, pkg.version),
+            "digest": {"sha256": w.sha256},
+            "annotations": {"kiln_role": "locked-python", "kiln_lock": _repo_path(lock.path) or lock.path.name},
+        }
         if w.url:
             entry["downloadLocation"] = w.url
         out.append(entry)
     for d in lock.lock.debian_packages.get(platform, []):
-        out.append({"uri": purl.deb(d.name, d.version, d.architecture, distro),
-                    "annotations": {"kiln_role": "locked-debian"}})
+        out.append(
+            {"uri": purl.deb(d.name, d.version, d.architecture, distro), "annotations": {"kiln_role": "locked-debian"}}
+        )
     return out
 
 
-def _lock_dependencies(lock: LockFile | None, recipe_image: RecipeImage, platform: str,
-                       base_ref: str) -> list[_ResourceDescriptor]:
+def _lock_dependencies(
+    lock: LockFile | None, recipe_image: RecipeImage, platform: str, base_ref: str
+) -> list[_ResourceDescriptor]:
     """The engine lock and what it locks, the recipe's own lock (build.python_packages) and
     its wheels, and the base image's lock file."""
     out: list[_ResourceDescriptor] = []
@@ -284,8 +294,13 @@ def _patch_dependencies(recipe_image: RecipeImage) -> list[_ResourceDescriptor]:
     out: list[_ResourceDescriptor] = []
     for name, sha in series_entries(engine_image.series_dir / "series"):
         path = engine_image.series_dir / name
-        out.append({"name": _repo_path(path) or name, "digest": {"sha256": sha.removeprefix("sha256:")},
-                    "annotations": {"kiln_role": "patch", "kiln_patch_source": "series"}})
+        out.append(
+            {
+                "name": _repo_path(path) or name,
+                "digest": {"sha256": sha.removeprefix("sha256:")},
+                "annotations": {"kiln_role": "patch", "kiln_patch_source": "series"},
+            }
+        )
     version = recipe_image.recipe.engine.version
     for feature in recipe_image.recipe.features:
         fdir = recipe_image.loaded.feature_dir(feature)
@@ -293,20 +308,38 @@ def _patch_dependencies(recipe_image: RecipeImage) -> list[_ResourceDescriptor]:
         series = override.series_file_for(version)
         series_dir = series.parent if series is not None else fdir
         for name, sha in series_entries(series) if series is not None else []:
-            out.append({"name": _repo_path(series_dir / name) or name,
-                        "digest": {"sha256": sha.removeprefix("sha256:")},
-                        "annotations": {"kiln_role": "patch", "kiln_patch_source": f"feature:{feature}"}})
+            out.append(
+                {
+                    "name": _repo_path(series_dir / name) or name,
+                    "digest": {"sha256": sha.removeprefix("sha256:")},
+                    "annotations": {"kiln_role": "patch", "kiln_patch_source": f"feature:{feature}"},
+                }
+            )
         for rep in override.override.replacements:
             rep_file = fdir / rep.file
-            out.append({"name": _repo_path(rep_file) or str(rep_file), "digest": {"sha256": sha256_file(rep_file)},
-                        "annotations": {"kiln_role": "override", "kiln_feature": feature, "kiln_target": rep.target,
-                                        "kiln_upstream_sha256": rep.upstream_sha256}})
+            out.append(
+                {
+                    "name": _repo_path(rep_file) or str(rep_file),
+                    "digest": {"sha256": sha256_file(rep_file)},
+                    "annotations": {
+                        "kiln_role": "override",
+                        "kiln_feature": feature,
+                        "kiln_target": rep.target,
+                        "kiln_upstream_sha256": rep.upstream_sha256,
+                    },
+                }
+            )
     return out
 
 
-def _image_dependency(role: str, ref: str, image: Image | None,
-                      manifest_digest: str | None = None) -> _ResourceDescriptor:
-    entry: _ResourceDescriptor = {"name": role, "uri": purl.docker(ref), "annotations": {"kiln_role": role, "kiln_ref": ref}}
+def _image_dependency(
+    role: str, ref: str, image: Image | None, manifest_digest: str | None = None
+) -> _ResourceDescriptor:
+    entry: _ResourceDescriptor = {
+        "name": role,
+        "uri": purl.docker(ref),
+        "annotations": {"kiln_role": role, "kiln_ref": ref},
+    }
     if manifest_digest:
         entry["digest"] = {"sha256": manifest_digest.removeprefix("sha256:")}
         entry["annotations"]["kiln_digest_kind"] = "manifest"
@@ -341,10 +374,17 @@ def _rfc3339(value: str) -> str | None:
     return base.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%S") + frac + "Z"
 
 
-def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Image,
-                     subjects: list[tuple[str, str]], *, docker: DockerDaemon | None = None,
-                     started_on: str | None = None, finished_on: str | None = None,
-                     invocation_id: str | None = None) -> InTotoStatement:
+def build_provenance(
+    loaded: LoadedRecipe,
+    recipe_image: RecipeImage,
+    image: Image,
+    subjects: list[tuple[str, str]],
+    *,
+    docker: DockerDaemon | None = None,
+    started_on: str | None = None,
+    finished_on: str | None = None,
+    invocation_id: str | None = None,
+) -> InTotoStatement:
     """The in-toto Statement (SLSA v1.0 provenance) for `image`, the built image of
     `recipe_image` (see kiln.domain.images.definitions.require_built), about `subjects`:
     (name, "sha256:<hex>") pairs, e.g. ("registry/ns/repo", manifest digest).
@@ -372,8 +412,12 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
         "inputDigest": labels.get(f"{LABEL_NS}.input-digest", recipe_image.digest),
     }
     internal: _InternalParameters = {
-        "engine": {"name": engine.name, "version": engine.version, "flavour": engine.flavour,
-                   "torch": labels.get(f"{LABEL_NS}.engine.torch", "")},
+        "engine": {
+            "name": engine.name,
+            "version": engine.version,
+            "flavour": engine.flavour,
+            "torch": labels.get(f"{LABEL_NS}.engine.torch", ""),
+        },
         "engineImage": {"tag": engine_image.tag, "inputDigest": engine_image.digest},
         "baseImage": engine.base_image.pinned,
         "platform": platform,
@@ -389,8 +433,9 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     if src is not None:
         deps.append(src)
     base = engine.base_image
-    deps.append(_image_dependency("base-image", base.pinned, None if base.digest else docker.image(base.pinned),
-                                  base.digest))
+    deps.append(
+        _image_dependency("base-image", base.pinned, None if base.digest else docker.image(base.pinned), base.digest)
+    )
     engine_local = existing(docker, engine_image.tag, engine_image.digest)
     deps.append(_image_dependency("engine-image", engine_image.tag, engine_local))
     deps += _wheel_dependencies(engine_image, lock, platform)
@@ -407,8 +452,11 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
     metadata: dict[str, str] = {"invocationId": invocation_id or f"urn:kiln:build:{image.id}"}
     # the wall clock is in the build record (the image's own dates are its source date)
     builds = records.build_records(image.id) if image.id else []
-    started = _rfc3339(started_on or (builds[-1].get("started") if builds else "")
-                       or labels.get("org.opencontainers.image.created", ""))
+    started = _rfc3339(
+        started_on
+        or (builds[-1].get("started") if builds else "")
+        or labels.get("org.opencontainers.image.created", "")
+    )
     finished = _rfc3339(finished_on or (builds[-1].get("finished") if builds else "") or subject.created)
     if started and (not finished or started <= finished):
         metadata["startedOn"] = started
@@ -437,8 +485,11 @@ def build_provenance(loaded: LoadedRecipe, recipe_image: RecipeImage, image: Ima
 def _resolved_by_role(statement: InTotoStatement, role: str) -> list[_ResourceDescriptor]:
     """The resolved dependencies annotated with `kiln_role` == role (tests)."""
     predicate = cast(_Provenance, statement["predicate"])  # build_provenance's own statement
-    return [d for d in predicate["buildDefinition"]["resolvedDependencies"]
-            if (d.get("annotations") or {}).get("kiln_role") == role]
+    return [
+        d
+        for d in predicate["buildDefinition"]["resolvedDependencies"]
+        if (d.get("annotations") or {}).get("kiln_role") == role
+    ]
 
 
 __all__ = ["PREDICATE_TYPE", "STATEMENT_TYPE", "build_provenance", "input_digest_from"]

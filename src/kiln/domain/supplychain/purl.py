@@ -14,8 +14,14 @@ def _enc(text: str, safe: str = ":") -> str:
     return quote(text, safe=safe)
 
 
-def _purl(type_: str, name: str, version: str | None = None, *, namespace: str | None = None,
-         qualifiers: dict[str, str] | None = None) -> str:
+def _purl(
+    type_: str,
+    name: str,
+    version: str | None = None,
+    *,
+    namespace: str | None = None,
+    qualifiers: dict[str, str] | None = None,
+) -> str:
     out = f"pkg:{type_}/"
     if namespace:
         out += "/".join(_enc(seg) for seg in namespace.split("/")) + "/"
@@ -40,15 +46,24 @@ def pypi(name: str, version: str) -> str:
 def deb(name: str, version: str, arch: str, distro: str | None, upstream: str | None = None) -> str:
     """`upstream` is the source package (and `@version` when it differs): Debian's
     security tracker files advisories per source package, which is what scanners match."""
-    return _purl("deb", name, version, namespace="debian",
-                qualifiers={"arch": arch, "distro": distro or "", "upstream": upstream or ""})
+    return _purl(
+        "deb",
+        name,
+        version,
+        namespace="debian",
+        qualifiers={"arch": arch, "distro": distro or "", "upstream": upstream or ""},
+    )
 
 
 def oci(repository: str, manifest_digest: str, *, arch: str | None = None) -> str:
     """`pkg:oci/NAME@sha256:...?repository_url=HOST/PATH/NAME`: the version is the
     manifest digest, NAME the repository's last path segment."""
-    return _purl("oci", repository.rsplit("/", 1)[-1], manifest_digest,
-                qualifiers={"arch": arch or "", "repository_url": repository})
+    return _purl(
+        "oci",
+        repository.rsplit("/", 1)[-1],
+        manifest_digest,
+        qualifiers={"arch": arch or "", "repository_url": repository},
+    )
 
 
 def docker(ref: str) -> str:

@@ -66,9 +66,17 @@ def _read_inventory(docker: DockerDaemon, image_id: str, model_roots: Iterable[s
     as root: a model file only its owner may read must be hashed, not skipped."""
     env = {"KILN_SBOM_MODEL_ROOTS": json.dumps(sorted(set(model_roots)))}
     try:
-        return docker.run_script(image_id, _inimage_script(), marker=_MARKER, answer=_INVENTORY,
-                                 timeout_s=_READ_TIMEOUT_S, what=f"SBOM read in {image_id[:19]}", env=env,
-                                 user="0", cause=" (the image needs a python on its PATH)")
+        return docker.run_script(
+            image_id,
+            _inimage_script(),
+            marker=_MARKER,
+            answer=_INVENTORY,
+            timeout_s=_READ_TIMEOUT_S,
+            what=f"SBOM read in {image_id[:19]}",
+            env=env,
+            user="0",
+            cause=" (the image needs a python on its PATH)",
+        )
     except BuildFailed as exc:  # the read failed, or its answer is not an Inventory
         raise SbomReadFailed(" ".join(exc.message.split())) from None
 
@@ -101,9 +109,15 @@ def _recipe_lock(loaded: LoadedRecipe, labels: dict[str, str]) -> LockFile | Non
     return lock if lock is not None and built_from.endswith(f"@sha256:{lock.sha256}") else None
 
 
-def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
-               manifest_digest: str | None = None, repository: str | None = None,
-               spec: str = "cyclonedx") -> CycloneDxDocument | SpdxDocument:
+def build_sbom(
+    docker: DockerDaemon,
+    loaded: LoadedRecipe,
+    image: Image,
+    *,
+    manifest_digest: str | None = None,
+    repository: str | None = None,
+    spec: str = "cyclonedx",
+) -> CycloneDxDocument | SpdxDocument:
     """The SBOM of a recipe's built `image` (see kiln.domain.images.definitions.require_built).
 
     `manifest_digest` (sha256:...) and `repository` (HOST/PATH) name the image as pushed:
@@ -113,14 +127,25 @@ def build_sbom(docker: DockerDaemon, loaded: LoadedRecipe, image: Image, *,
     _require_runnable(image)
     inventory = _read_inventory(docker, subject.image_id, _model_roots(loaded))
     lock = _matching_lock(loaded.recipe.engine, subject.labels)
-    doc = cyclonedx_document(inventory, subject, lock=lock, recipe_lock=_recipe_lock(loaded, subject.labels),
-                             model_dirs=_baked_model_dirs(loaded))
+    doc = cyclonedx_document(
+        inventory,
+        subject,
+        lock=lock,
+        recipe_lock=_recipe_lock(loaded, subject.labels),
+        model_dirs=_baked_model_dirs(loaded),
+    )
     return spdx_document(doc) if spec == "spdx" else doc
 
 
-def build_image_sbom(docker: DockerDaemon, image: Image, *, engine: Engine | None = None,
-                     roots: Iterable[str] = (_DEFAULT_MODEL_ROOT,), manifest_digest: str | None = None,
-                     repository: str | None = None) -> CycloneDxDocument:
+def build_image_sbom(
+    docker: DockerDaemon,
+    image: Image,
+    *,
+    engine: Engine | None = None,
+    roots: Iterable[str] = (_DEFAULT_MODEL_ROOT,),
+    manifest_digest: str | None = None,
+    repository: str | None = None,
+) -> CycloneDxDocument:
     """The CycloneDX SBOM of any kiln image (an engine image too): `engine` names the
     engine pin whose lock supplies the wheel hashes."""
     subject = subject_of(image, manifest_digest=manifest_digest, repository=repository)
@@ -128,6 +153,7 @@ def build_image_sbom(docker: DockerDaemon, image: Image, *, engine: Engine | Non
     inventory = _read_inventory(docker, subject.image_id, roots)
     lock = _matching_lock(engine, subject.labels) if engine is not None else None
     return cyclonedx_document(inventory, subject, lock=lock)
+
 
 # -- counting (summaries, tests) -----------------------------------------------------------------
 def component_counts(cdx: CycloneDxDocument) -> dict[str, int]:
@@ -142,5 +168,7 @@ def component_counts(cdx: CycloneDxDocument) -> dict[str, int]:
             counts["model_file"] += len(comp.get("components", []))
         elif comp["type"] == "operating-system":
             counts["os"] += 1
-        counts["patch"] += sum(1 for c in comp.get("components", []) if c["bom-ref"].startswith(("kiln-patch:", "kiln-override:")))
+        counts["patch"] += sum(
+            1 for c in comp.get("components", []) if c["bom-ref"].startswith(("kiln-patch:", "kiln-override:"))
+        )
     return counts

@@ -75,8 +75,14 @@ class SpdxDocument(_SpdxDocumentBase, total=False):
 
 
 _SPDX_REF = re.compile(r"[^A-Za-z0-9.-]+")
-_PURPOSE = {"container": "CONTAINER", "operating-system": "OPERATING-SYSTEM", "library": "LIBRARY",
-            "file": "FILE", "machine-learning-model": "OTHER", "application": "APPLICATION"}
+_PURPOSE = {
+    "container": "CONTAINER",
+    "operating-system": "OPERATING-SYSTEM",
+    "library": "LIBRARY",
+    "file": "FILE",
+    "machine-learning-model": "OTHER",
+    "application": "APPLICATION",
+}
 
 
 def _spdx_license(comp: Component, extracted: dict[str, _ExtractedLicence]) -> str:
@@ -94,8 +100,14 @@ def _spdx_license(comp: Component, extracted: dict[str, _ExtractedLicence]) -> s
         else:
             ref = "LicenseRef-" + _SPDX_REF.sub("-", item["name"]).strip("-")[:60]
             text = item.get("text")
-            extracted.setdefault(ref, {"licenseId": ref, "name": item["name"][:NAME_MAX],
-                                       "extractedText": (text["content"] if text else "") or item["name"]})
+            extracted.setdefault(
+                ref,
+                {
+                    "licenseId": ref,
+                    "name": item["name"][:NAME_MAX],
+                    "extractedText": (text["content"] if text else "") or item["name"],
+                },
+            )
             parts.append(ref)
     return " AND ".join(dict.fromkeys(parts)) if len(parts) > 1 else parts[0]
 
@@ -118,51 +130,70 @@ def spdx_document(cdx: CycloneDxDocument) -> SpdxDocument:
 
     def add(comp: Component, parent: str, relation: str) -> None:
         pkg: _Package = {
-            "SPDXID": spdx_id(comp["bom-ref"]), "name": comp["name"], "downloadLocation": "NOASSERTION",
-            "filesAnalyzed": False, "licenseConcluded": "NOASSERTION",
-            "licenseDeclared": _spdx_license(comp, extracted), "copyrightText": "NOASSERTION",
+            "SPDXID": spdx_id(comp["bom-ref"]),
+            "name": comp["name"],
+            "downloadLocation": "NOASSERTION",
+            "filesAnalyzed": False,
+            "licenseConcluded": "NOASSERTION",
+            "licenseDeclared": _spdx_license(comp, extracted),
+            "copyrightText": "NOASSERTION",
             "primaryPackagePurpose": _PURPOSE.get(comp["type"], "OTHER"),
         }
         if comp.get("version"):
             pkg["versionInfo"] = comp["version"]
         if comp.get("description"):
-            pkg["summary"] = comp["description"][:NAME_MAX * 4]
+            pkg["summary"] = comp["description"][: NAME_MAX * 4]
         if comp.get("publisher"):
             pkg["supplier"] = "Organization: " + comp["publisher"]
-        hashes: list[_Checksum] = [{"algorithm": "SHA256", "checksumValue": h["content"]} for h in comp.get("hashes") or []
-                  if h.get("alg") == "SHA-256"]
+        hashes: list[_Checksum] = [
+            {"algorithm": "SHA256", "checksumValue": h["content"]}
+            for h in comp.get("hashes") or []
+            if h.get("alg") == "SHA-256"
+        ]
         if hashes:
             pkg["checksums"] = hashes
         dist = next((r["url"] for r in comp.get("externalReferences") or [] if r["type"] == "distribution"), None)
         if dist:
             pkg["downloadLocation"] = dist
         if comp.get("purl"):
-            pkg["externalRefs"] = [{"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl",
-                                    "referenceLocator": comp["purl"]}]
+            pkg["externalRefs"] = [
+                {"referenceCategory": "PACKAGE-MANAGER", "referenceType": "purl", "referenceLocator": comp["purl"]}
+            ]
         packages.append(pkg)
         if parent:
-            relationships.append({"spdxElementId": parent, "relationshipType": relation,
-                                  "relatedSpdxElement": pkg["SPDXID"]} if relation != "PATCH_APPLIED" else
-                                 {"spdxElementId": pkg["SPDXID"], "relationshipType": "PATCH_APPLIED",
-                                  "relatedSpdxElement": parent})
+            relationships.append(
+                {"spdxElementId": parent, "relationshipType": relation, "relatedSpdxElement": pkg["SPDXID"]}
+                if relation != "PATCH_APPLIED"
+                else {"spdxElementId": pkg["SPDXID"], "relationshipType": "PATCH_APPLIED", "relatedSpdxElement": parent}
+            )
         for child in comp.get("components") or []:
-            add(child, pkg["SPDXID"], "PATCH_APPLIED" if child["bom-ref"].startswith("kiln-patch:")
-                or child["bom-ref"].startswith("kiln-override:") else "CONTAINS")
+            add(
+                child,
+                pkg["SPDXID"],
+                "PATCH_APPLIED"
+                if child["bom-ref"].startswith("kiln-patch:") or child["bom-ref"].startswith("kiln-override:")
+                else "CONTAINS",
+            )
 
     add(image, "", "")
     root_id = ids[image["bom-ref"]]
     for comp in cdx["components"]:
         add(comp, root_id, "CONTAINS")
-    describes: _Relationship = {"spdxElementId": "SPDXRef-DOCUMENT", "relationshipType": "DESCRIBES",
-                               "relatedSpdxElement": root_id}
+    describes: _Relationship = {
+        "spdxElementId": "SPDXRef-DOCUMENT",
+        "relationshipType": "DESCRIBES",
+        "relatedSpdxElement": root_id,
+    }
     doc: SpdxDocument = {
         "spdxVersion": "SPDX-2.3",
         "dataLicense": "CC0-1.0",
         "SPDXID": "SPDXRef-DOCUMENT",
         "name": f"{image['name']} {image['bom-ref'].removeprefix('kiln-image:')}",
         "documentNamespace": f"https://spdx.org/spdxdocs/kiln/{cdx['serialNumber'].removeprefix('urn:uuid:')}",
-        "creationInfo": {"created": meta["timestamp"],
-                         "creators": [f"Tool: kiln-{meta['tools']['components'][0]['version']}"]},
+        "creationInfo": {
+            "created": meta["timestamp"],
+            "creators": [f"Tool: kiln-{meta['tools']['components'][0]['version']}"],
+        },
         "documentDescribes": [root_id],
         "packages": packages,
         "relationships": [describes, *relationships],

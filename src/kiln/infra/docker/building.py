@@ -97,9 +97,7 @@ def _broken(stream: BuildStream, display: BuildDisplay, why: str) -> NoReturn:
     )
 
 
-def _fail(
-    stream: BuildStream, display: BuildDisplay, message: str, status: int | None = None
-) -> NoReturn:
+def _fail(stream: BuildStream, display: BuildDisplay, message: str, status: int | None = None) -> NoReturn:
     # A daemon shutting down stops the step's container first (so the step "fails",
     # often with 143) and stops listening: a daemon that does not answer now is the cause.
     display.stop()
@@ -157,9 +155,7 @@ def push(
             PushDisplay(ref, quiet=quiet) as display,
         ):
             stream = PushStream(display)
-            chunks = client.api.push(
-                repo, tag=tag, stream=True, decode=True, auth_config=sdk_auth(auth_config)
-            )
+            chunks = client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=sdk_auth(auth_config))
             for chunk in chunks:
                 stream.feed(chunk)
     except StreamError as exc:

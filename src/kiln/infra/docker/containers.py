@@ -24,8 +24,7 @@ LogTail = int | Literal["all"]
 # `sh -c SCRIPT sh CMD...`: runs CMD as given ("$@"), then one line with its exit status;
 # the marker's leading newline is the shell's, so the command's own output stays as it was
 _END = b"\nKILN-EXEC-END "
-_END_MARKED = ["/bin/sh", "-c", '"$@"; status=$?; printf "\\nKILN-EXEC-END %s\\n" "$status"; exit "$status"',
-               "sh"]
+_END_MARKED = ["/bin/sh", "-c", '"$@"; status=$?; printf "\\nKILN-EXEC-END %s\\n" "$status"; exit "$status"', "sh"]
 
 
 class ExecResult(NamedTuple):
@@ -67,11 +66,7 @@ class Container:
     def publishes(self, host_port: int) -> bool:
         """True when this container publishes `host_port` on the host."""
         bindings = (self._sdk.attrs.get("HostConfig") or {}).get("PortBindings") or {}
-        return any(
-            str(b.get("HostPort")) == str(host_port)
-            for binds in bindings.values()
-            for b in binds or []
-        )
+        return any(str(b.get("HostPort")) == str(host_port) for binds in bindings.values() for b in binds or [])
 
     def refresh(self) -> str:
         """The current state, "removed" once the container no longer exists."""
@@ -108,9 +103,7 @@ class Container:
             except docker.errors.NotFound:  # removed before (or while) the stream attached
                 return
         if self._still_running(grace_s=5):
-            raise DockerError(
-                f"{doing}: the Docker daemon ended the log stream while the container still runs"
-            )
+            raise DockerError(f"{doing}: the Docker daemon ended the log stream while the container still runs")
 
     def _still_running(self, grace_s: float) -> bool:
         """Still running after `grace_s` (the stream of a stopping container can end a
@@ -126,11 +119,7 @@ class Container:
         """Block until the container is `condition`; its exit code, None when it was gone
         before the wait was registered."""
         try:
-            return (
-                required(self._sdk.client, "client")
-                .api.wait(self.id, condition=condition)
-                .get("StatusCode")
-            )
+            return required(self._sdk.client, "client").api.wait(self.id, condition=condition).get("StatusCode")
         except Exception:  # gone before the wait was registered: nothing to report
             return None
 

@@ -66,9 +66,7 @@ class DockerDaemon:
             except docker.errors.NotFound:  # ImageNotFound, or a 404 the SDK did not classify
                 return None
 
-    def ensure_base(
-        self, ref: str, *, pull: bool, auth: Callable[[str], AuthConfig | None] | None = None
-    ) -> Image:
+    def ensure_base(self, ref: str, *, pull: bool, auth: Callable[[str], AuthConfig | None] | None = None) -> Image:
         """The local image `ref`, pulled first when allowed; `auth(registry host)` gives the
         credentials for that pull (asked only when a pull happens)."""
         img = self.image(ref)
@@ -123,17 +121,13 @@ class DockerDaemon:
 
     def images(self, *, label: str | None = None, name: str | None = None) -> list[Image]:
         """Local images carrying `label` (a key, or key=value) and/or in repository `name`."""
-        with _daemon(
-            f"listing images{f' labelled {label}' if label else ''}{f' of {name}' if name else ''}"
-        ):
+        with _daemon(f"listing images{f' labelled {label}' if label else ''}{f' of {name}' if name else ''}"):
             return self.client.images.list(name=name, filters={"label": label} if label else None)
 
     def remove_image(self, ref: str) -> bool:
         """False when the daemon refuses because other repositories still reference the
         image (409: pushed or pulled by digest elsewhere); those names are not kiln's."""
-        with _daemon(
-            f"removing image {ref}", hint=f"`docker rmi {ref}` once `docker info` answers normally"
-        ):
+        with _daemon(f"removing image {ref}", hint=f"`docker rmi {ref}` once `docker info` answers normally"):
             try:
                 self.client.images.remove(ref, noprune=False)
             except docker.errors.NotFound:
@@ -169,7 +163,9 @@ class DockerDaemon:
         """`docker export` of a created (never started) container of `image_id` into the
         tar file `dest`: the image's files as one tree; the container is removed after."""
         with _daemon(f"exporting the files of {image_id[:19]}", error=BuildFailed):
-            container = self.client.containers.create(image_id, command=["true"], labels={"ai.kiln.throwaway": "export"})
+            container = self.client.containers.create(
+                image_id, command=["true"], labels={"ai.kiln.throwaway": "export"}
+            )
             try:
                 with dest.open("wb") as out:
                     # the SDK's stubs call the chunks str; the API streams bytes
@@ -200,9 +196,7 @@ class DockerDaemon:
         """Containers carrying `label` (running ones only unless `all_states`), newest first."""
         with _daemon(f"listing the containers labelled {label}"):
             # ignore_removed: an AutoRemove container may go between the list and its inspect
-            found = self.client.containers.list(
-                all=all_states, filters={"label": label}, ignore_removed=True
-            )
+            found = self.client.containers.list(all=all_states, filters={"label": label}, ignore_removed=True)
         return [Container(c) for c in found]
 
     def container(self, name: str) -> Container | None:
@@ -215,9 +209,7 @@ class DockerDaemon:
 
     def create_container(self, **sdk_kwargs: Any) -> Container:
         """A created (not started) container; `sdk_kwargs` as `RunSpec.sdk_kwargs()` spells them."""
-        with _daemon(
-            f"creating container {sdk_kwargs.get('name') or 'from ' + str(sdk_kwargs.get('image'))[:80]}"
-        ):
+        with _daemon(f"creating container {sdk_kwargs.get('name') or 'from ' + str(sdk_kwargs.get('image'))[:80]}"):
             return Container(self.client.containers.create(**sdk_kwargs))
 
     def remove_container(self, name: str, timeout_s: float = 30) -> None:
@@ -235,9 +227,7 @@ class DockerDaemon:
             except docker.errors.NotFound:
                 return
             except docker.errors.APIError as exc:
-                in_progress = "removal of container" in str(exc) or "is already in progress" in str(
-                    exc
-                )
+                in_progress = "removal of container" in str(exc) or "is already in progress" in str(exc)
                 if not in_progress:
                     if not self._removes_itself(name):
                         raise
@@ -290,9 +280,7 @@ class DockerDaemon:
                         raise
                     time.sleep(0.2)
 
-    def push(
-        self, ref: str, *, auth_config: AuthConfig | None = None, quiet: bool = False
-    ) -> PushResult:
+    def push(self, ref: str, *, auth_config: AuthConfig | None = None, quiet: bool = False) -> PushResult:
         """Push one local tag (layers, then the manifest under that tag) with progress.
 
         The daemon writes the tag only after every layer is up, so a failure midway
@@ -353,11 +341,7 @@ class DockerDaemon:
             user=user,
         )
 
-    def run_command(
-        self, image: str, argv: list[str], *, timeout_s: float, name_prefix: str = "kiln-"
-    ) -> ExecResult:
+    def run_command(self, image: str, argv: list[str], *, timeout_s: float, name_prefix: str = "kiln-") -> ExecResult:
         """Run `argv` in a throwaway container of `image` (with network: e.g. apt's
         package lists) and return its exit status and output; the container is removed."""
-        return throwaway_runs.run_command(
-            self.client, image, argv, timeout_s=timeout_s, name_prefix=name_prefix
-        )
+        return throwaway_runs.run_command(self.client, image, argv, timeout_s=timeout_s, name_prefix=name_prefix)

@@ -51,9 +51,7 @@ def fault_text(exc: BaseException) -> str:
     """The daemon's own words for a fault (its JSON `message`), or what happened to the
     connection, on one line and without the request URL (it can hold a registry path)."""
     if isinstance(exc, docker.errors.APIError):
-        said = (
-            exc.explanation or (exc.response.reason if exc.response is not None else "") or str(exc)
-        )
+        said = exc.explanation or (exc.response.reason if exc.response is not None else "") or str(exc)
         status = exc.status_code if exc.status_code is not None else "an error"
         return f"the Docker daemon answered {status}: {one_line(str(said))}"
     if timed_out(exc):
@@ -83,9 +81,7 @@ def _innermost(exc: BaseException) -> str:
 
 
 @contextmanager
-def _daemon(
-    doing: str, *, hint: str | None = None, error: type[KilnError] = DockerError
-) -> Iterator[None]:
+def _daemon(doing: str, *, hint: str | None = None, error: type[KilnError] = DockerError) -> Iterator[None]:
     """Daemon calls inside raise `error` (DockerError unless the caller's own type, e.g.
     PushFailed) as one line, `doing: what the daemon said`, instead of an SDK exception.
     `doing` names the container, image or network; `hint` says what to do next."""
@@ -102,13 +98,9 @@ def daemon_fault(exc: BaseException) -> DockerError | None:
     a bug report: the registry client also uses requests, and the SDK's other exceptions
     (an invalid argument) are kiln's own mistakes."""
     # requests' errors carry the request; the SDK's APIError only its response's
-    request = getattr(exc, "request", None) or getattr(
-        getattr(exc, "response", None), "request", None
-    )
+    request = getattr(exc, "request", None) or getattr(getattr(exc, "response", None), "request", None)
     url = str(getattr(request, "url", "") or "")
-    to_daemon = isinstance(exc, requests.exceptions.RequestException) and url.startswith(
-        "http+docker://"
-    )
+    to_daemon = isinstance(exc, requests.exceptions.RequestException) and url.startswith("http+docker://")
     streams = (docker.errors.StreamParseError, docker.utils.socket.SocketError)
     if not (isinstance(exc, docker.errors.APIError) or to_daemon or isinstance(exc, streams)):
         return None

@@ -82,9 +82,7 @@ def run_command(
     return ExecResult(status, output)
 
 
-def _throwaway(
-    client: docker.DockerClient, what: str, timeout_s: float, **create: Any
-) -> tuple[int, str]:
+def _throwaway(client: docker.DockerClient, what: str, timeout_s: float, **create: Any) -> tuple[int, str]:
     """Create, start and wait for a container (`create`: the SDK's keywords); its exit
     status and output. BuildFailed naming `what` when the daemon fails any of that
     (the answer cannot be trusted) or it runs past `timeout_s`. The container is
