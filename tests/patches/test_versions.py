@@ -110,8 +110,8 @@ def test_feature_series_is_ported_per_engine_version(groot, capsys):
     runner.write_bytes(runner.read_bytes().replace(b"draft_trunc.mark_dead(", b"draft_trunc.mark_dead(  # kiln\n", 1))
     code, _, err = kiln(capsys, "patches", "refresh", "--feature", FEATURE)
     assert code == 0, err
-    # 0011 (adaptive verification's calibration) is the top-most patch on model_runner.py
-    top = "0011-draft-trunc-av-calibration.patch"
+    # 0012 (the tenant rule's hook in add_requests) is the top-most patch on model_runner.py
+    top = "0012-draft-trunc-tenant-grades.patch"
     assert err.strip() == f"ok refreshed {DT}/patches/0.33.0/{top}"
     assert b"+            draft_trunc.mark_dead(  # kiln\n" in (series / "0.33.0" / top).read_bytes()
     assert {p.name: p.read_bytes() for p in (series / "0.32.0").iterdir()} == shipped032
