@@ -168,29 +168,31 @@ def main(argv: list[str] | None = None) -> int:
     step = verify_step_us()
     compiled = torch.compile(_av.corrected_confidences, dynamic=True)
     rows = []
-    for r in SIZES:
-        conf = torch.rand(ROWS, K, device=dev, generator=gen)
-        rows.append(measure(r, conf, hits, counts, compiled, step))
-    draft_trunc.reload({})
-    report(rows)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     out = args.out_dir / "results-av-hook.json"
-    out.write_text(
-        json.dumps(
-            {
-                "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                "device": torch.cuda.get_device_name(),
-                "torch": torch.__version__,
-                "triton": triton.__version__,
-                "drafts_k": K,
-                "variants": list(VARIANTS),
-                "rows": rows,
-            },
-            indent=1,
-        )
-    )
+    for r in SIZES:  # written after every size: a device call cut short keeps what it measured
+        conf = torch.rand(ROWS, K, device=dev, generator=gen)
+        rows.append(measure(r, conf, hits, counts, compiled, step))
+        write(out, rows, complete=r == SIZES[-1])
+        print(f"R={r}: measured", flush=True)
+    draft_trunc.reload({})
+    report(rows)
     print(f"wrote {out}")
     return 0
+
+
+def write(out: Path, rows: list[dict], complete: bool) -> None:
+    document = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "drafts_k": K,
+        "variants": list(VARIANTS),
+        "complete": complete,
+        "rows": rows,
+    }
+    out.write_text(json.dumps(document, indent=1))
 
 
 if __name__ == "__main__":
