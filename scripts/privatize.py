@@ -87,6 +87,7 @@ DOCS = ("docs", "README.md")
 # the in-image modules by the file names they are shipped under (kiln.domain.images.definitions)
 SHIPPED_AS = {
     "kiln_patching": "kiln.inimage.patch_applier",
+    "kiln_patchtree": "kiln.inimage.patch_tree",
     "kiln_patchformat": "kiln.inimage.patch_format",
     "kiln_hfcache": "kiln.inimage.hf_cache",
 }

@@ -22,8 +22,7 @@ from kiln.domain.patching.arg_surface import (
     used_changes,
 )
 from kiln.domain.patching.bump import PortedEngine, Row, port_series
-from kiln.inimage import patch_applier as applier
-from kiln.inimage import patch_format
+from kiln.inimage import patch_format, patch_tree
 
 FIXTURES = Path(__file__).parent / "fixtures" / "bumpreport"
 HEADER = b"Test\n\nWhy: test\nUpstream: no, test\n\n"
@@ -90,11 +89,11 @@ def test_used_by_the_recipe_mark(changes):
 
 
 # -- patch states ---------------------------------------------------------------------------------
-def _tree(tmp: Path, name: str, files: dict[str, bytes]) -> applier.Tree:
+def _tree(tmp: Path, name: str, files: dict[str, bytes]) -> patch_tree.Tree:
     for rel, data in files.items():
         (tmp / name / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp / name / rel).write_bytes(data)
-    return applier.Tree(tmp / name)
+    return patch_tree.Tree(tmp / name)
 
 
 def _lines(*items: str) -> bytes:

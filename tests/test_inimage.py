@@ -61,7 +61,12 @@ def test_standard_library_only(path):
     # a sibling, by the name an engine build ships it under (the applier's parser: kiln_patchformat.py)
     siblings = {
         PurePosixPath(arc).stem
-        for arc in (definitions.PATCHER_ARC, definitions._PATCHFORMAT_ARC, definitions._HFCACHE_ARC)
+        for arc in (
+            definitions.PATCHER_ARC,
+            definitions._PATCHTREE_ARC,
+            definitions._PATCHFORMAT_ARC,
+            definitions._HFCACHE_ARC,
+        )
     }
     assert top - STDLIB - siblings == set()
     assert inner - STDLIB - ENGINE == set()
@@ -80,6 +85,7 @@ def test_the_check_sees_a_third_party_import(tmp_path):
 def test_source_names_the_shipped_files():
     assert {p.stem for p in _files()} >= {
         "patch_applier",
+        "patch_tree",
         "patch_format",
         "hf_cache",
         "launch_arg_probe",

@@ -35,7 +35,7 @@ RUN kiln-lock-tool verify /tmp/wheels /tmp/kiln-lock/wheels.txt \\
  && mkdir -p /opt/kiln/venv/bin /opt/kiln/venv/site-packages && ln -s /usr/bin/python3 /opt/kiln/venv/bin/python
 FROM scratch
 COPY --from=builder / /
-COPY _kiln/kiln_patching.py _kiln/kiln_patchformat.py /opt/kiln/lib/
+COPY _kiln/kiln_patching.py _kiln/kiln_patchtree.py _kiln/kiln_patchformat.py /opt/kiln/lib/
 COPY _kiln/patches/ /opt/kiln/patches/vllm/
 RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site-packages \\
  && /opt/kiln/venv/bin/python /opt/kiln/lib/kiln_patching.py apply --root /opt/kiln/site-packages \\

@@ -39,6 +39,7 @@ from kiln.domain.patching.series import (
 from kiln.domain.serving.launch_command import launch_document
 from kiln.infra import wheel_cache
 from kiln.inimage import patch_applier as applier
+from kiln.inimage import patch_tree
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -83,8 +84,8 @@ def _patched_sources(recipe: str, version: str, work: Path) -> Path:
     if not twin.is_file():
         sys.exit(f"gpu-twin: no twin series for vllm {version}: {twin.relative_to(ROOT)} is missing")
     series = [series_for(version), *feature_series, load_series(twin, "gpu-twin")]
-    tree = applier.Tree(tree_dir)
-    results = applier.apply_series(tree, series)
+    tree = patch_tree.Tree(tree_dir)
+    results = patch_tree.apply_series(tree, series)
     applier.apply_replacements(tree, replacements)
     tree.commit()
     _log(

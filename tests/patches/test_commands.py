@@ -13,8 +13,8 @@ from patchtest import add_feature
 
 from kiln.cli import main
 from kiln.domain.patching import text_diff as D
-from kiln.inimage import patch_applier as P
 from kiln.inimage import patch_format
+from kiln.inimage import patch_tree as P
 
 pytestmark = pytest.mark.network
 

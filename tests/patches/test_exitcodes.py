@@ -9,7 +9,7 @@ from kiln.basics import errors
 from kiln.commands.images import build
 from kiln.domain.patching import series
 from kiln.inimage import patch_applier as P
-from kiln.inimage import patch_format
+from kiln.inimage import patch_format, patch_tree
 
 APPLY_STEP = (
     "Step 9/12 : RUN ln -s /opt/kiln/venv/site-packages /opt/kiln/site-packages"
@@ -71,7 +71,7 @@ def test_pinned_versions_follow_pep440(tmp_path, monkeypatch, capsys):
 
 
 def test_the_applier_is_stdlib_only_and_the_only_patch_files_in_engine_images():
-    """It runs in images with nothing but python3, standing alone with its parser: no kiln
+    """It runs in images with nothing but python3, standing alone with its engine and parser: no kiln
     import, no third-party module. And host tools (diff, merge, quilt) are no engine-image input."""
     import ast
     import sys
@@ -79,7 +79,12 @@ def test_the_applier_is_stdlib_only_and_the_only_patch_files_in_engine_images():
 
     from kiln.domain.images import definitions
 
-    for module, sibling in ((P, {"kiln_patchformat"}), (patch_format, set())):
+    # each module, with its siblings: by their shipped names, and by their names on the host
+    for module, sibling, relatives in (
+        (P, {"kiln_patchformat", "kiln_patchtree"}, ["patch_format", "patch_tree"]),
+        (patch_tree, {"kiln_patchformat"}, ["patch_format"]),
+        (patch_format, set(), []),
+    ):
         tree = ast.parse(Path(module.__file__).read_text())
         imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
@@ -88,11 +93,13 @@ def test_the_applier_is_stdlib_only_and_the_only_patch_files_in_engine_images():
             for n in ast.walk(tree)
             if isinstance(n, ast.ImportFrom) and n.level > 0
         ]
-        assert relative == ([(None, ["patch_format"])] if sibling else []), relative
+        assert relative == ([(None, relatives)] if relatives else []), relative
         assert imported - {"__future__"} - sibling <= set(sys.stdlib_module_names), imported
     shipped = {arc: path.resolve() for arc, path in definitions._patcher_sources().items()}
     assert shipped == {
         definitions.PATCHER_ARC: Path(P.__file__).resolve(),
+        definitions._PATCHTREE_ARC: Path(patch_tree.__file__).resolve(),
         definitions._PATCHFORMAT_ARC: Path(patch_format.__file__).resolve(),
     }
     assert Path(definitions._PATCHFORMAT_ARC).stem == "kiln_patchformat"
+    assert Path(definitions._PATCHTREE_ARC).stem == "kiln_patchtree"

@@ -1,4 +1,4 @@
-"""The patch engine (kiln/inimage/patch_applier.py, text_diff.py) against the real vLLM 0.32.0 sources."""
+"""The patch engine (kiln/inimage/patch_tree.py, text_diff.py) against the real vLLM 0.32.0 sources."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 
 from kiln import inimage
 from kiln.domain.patching import text_diff as D
-from kiln.inimage import patch_applier as P
 from kiln.inimage import patch_format
+from kiln.inimage import patch_tree as P
 
 pytestmark = pytest.mark.network  # the fixtures download the engine wheel once
 
@@ -25,9 +25,11 @@ RUN_BATCH = "vllm/entrypoints/cli/run_batch.py"
 
 def shipped_patcher(where: Path) -> Path:
     """The applier as an engine build ships it (kiln.domain.images.definitions): kiln_patching.py
-    with its parser beside it as kiln_patchformat.py, run as a script by the image's python."""
+    with its engine and parser beside it as kiln_patchtree.py and kiln_patchformat.py, run as a
+    script by the image's python."""
     where.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(inimage.source("patch_applier"), where / "kiln_patching.py")
+    shutil.copyfile(inimage.source("patch_tree"), where / "kiln_patchtree.py")
     shutil.copyfile(inimage.source("patch_format"), where / "kiln_patchformat.py")
     return where / "kiln_patching.py"
 

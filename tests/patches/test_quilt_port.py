@@ -15,8 +15,8 @@ import pytest
 from kiln.cli import main
 from kiln.domain.patching import text_diff as D
 from kiln.infra import wheel_cache
-from kiln.inimage import patch_applier as P
 from kiln.inimage import patch_format
+from kiln.inimage import patch_tree as P
 
 HEADER = b"Test\n\nWhy: test\nUpstream: no, test\n\n"
 A = "vllm/a.py"

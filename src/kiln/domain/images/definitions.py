@@ -36,7 +36,8 @@ from kiln.infra.docker import DockerDaemon, Image
 
 LABEL_NS = "ai.kiln"
 PATCHER_ARC = "_kiln/kiln_patching.py"
-# the applier's parser, which it imports by this name (inimage/patch_applier.py)
+# the applier's engine and parser, which it imports by these names (inimage/patch_applier.py)
+_PATCHTREE_ARC = "_kiln/kiln_patchtree.py"
 _PATCHFORMAT_ARC = "_kiln/kiln_patchformat.py"
 _HFCACHE_ARC = "_kiln/kiln_hfcache.py"  # the entrypoint's snapshot check (inimage/hf_cache.py)
 LOCK_ARC = "_kiln/lock/engine.lock.json"
@@ -71,8 +72,13 @@ def _platform_labels(platform: str) -> dict[str, str]:
 
 
 def _patcher_sources() -> dict[str, Path]:
-    # the in-image applier and its parser only: host-side patch tools are no engine-image input
-    return {PATCHER_ARC: inimage.source("patch_applier"), _PATCHFORMAT_ARC: inimage.source("patch_format")}
+    # the in-image applier, its engine and its parser only: host-side patch tools are no
+    # engine-image input
+    return {
+        PATCHER_ARC: inimage.source("patch_applier"),
+        _PATCHTREE_ARC: inimage.source("patch_tree"),
+        _PATCHFORMAT_ARC: inimage.source("patch_format"),
+    }
 
 
 class _NamedByInputs(ABC):

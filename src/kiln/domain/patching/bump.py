@@ -25,8 +25,7 @@ from kiln.domain.patching.text_diff import file_diff, merge3
 from kiln.domain.patching.yaml_edits import set_value
 from kiln.domain.recipes.overrides import version_key
 from kiln.infra import wheel_cache
-from kiln.inimage import patch_applier as applier
-from kiln.inimage import patch_format
+from kiln.inimage import patch_format, patch_tree
 
 
 @dataclass
@@ -42,17 +41,17 @@ class Row:
     data: bytes | None = None
 
 
-def _classify(tree: applier.Tree, patch: patch_format.Patch, base: applier.Tree | None = None) -> Row:
+def _classify(tree: patch_tree.Tree, patch: patch_format.Patch, base: patch_tree.Tree | None = None) -> Row:
     """Classify one patch against `tree` (the new engine with the patches before it),
     applying it to the tree if it ports. `base`: the old engine with the patches before
     it, for the 3-way merge of a patch whose hunks no longer apply as written."""
-    res = applier.apply_patch(tree, patch)
+    res = patch_tree.apply_patch(tree, patch)
     if res.ok:
         if not res.offsets:
             return Row(patch.name, "clean", "applies cleanly")
         where = ", ".join(f"{t} hunk #{n} {o:+d}" for t, n, o in res.offsets)
         return Row(patch.name, "offset", f"applies with offset: {where}")
-    if applier.apply_patch(tree.fork(), patch, reverse=True).ok:
+    if patch_tree.apply_patch(tree.fork(), patch, reverse=True).ok:
         return Row(patch.name, "upstream", "already upstream (reverse-applies): drop it from the series")
     failed = [f"{target} hunk #{hr.number}" for target, hr in res.failed_hunks]
     ported = _merge_port(tree, base, patch) if base is not None else None
@@ -70,19 +69,20 @@ def _classify(tree: applier.Tree, patch: patch_format.Patch, base: applier.Tree 
         # a failing hunk whose reverse is found: this part of the change is upstream already
         upstream = (
             content is not None
-            and applier.locate_hunk(patch_format.split_lines(content), rev, applier.stated_index(rev), 0) is not None
+            and patch_tree.locate_hunk(patch_format.split_lines(content), rev, patch_tree.stated_index(rev), 0)
+            is not None
         )
         parts.append(f"{target} hunk #{hr.number}" + (" (already upstream)" if upstream else ""))
     parts += [f"{f.target}: {f.problem}" for f in res.files if f.problem]
     return Row(patch.name, "fails", "fails: " + ", ".join(parts), res.failure_lines())
 
 
-def _merge_port(tree: applier.Tree, base: applier.Tree, patch: patch_format.Patch) -> bytes | None:
+def _merge_port(tree: patch_tree.Tree, base: patch_tree.Tree, patch: patch_format.Patch) -> bytes | None:
     """The patch re-made against `tree` by merging (old file -> patched old file) into
     the new file, as `git merge-file` does; None when any file conflicts or a file the
     patch edits is missing on either side. Applied to `tree` when it ports."""
     patched_old = base.fork()
-    if not applier.apply_patch(patched_old, patch).ok:
+    if not patch_tree.apply_patch(patched_old, patch).ok:
         return None
     merged: dict[str, bytes] = {}
     sections = []
@@ -96,7 +96,7 @@ def _merge_port(tree: applier.Tree, base: applier.Tree, patch: patch_format.Patc
         merged[fd.target] = result.data
         sections.append(file_diff(fd.target, theirs, result.data, fd.preamble))
     data = patch.header + b"".join(sections)
-    if not applier.apply_patch(tree.fork(), patch_format.parse_patch(data, patch.display, patch.name)).ok:
+    if not patch_tree.apply_patch(tree.fork(), patch_format.parse_patch(data, patch.display, patch.name)).ok:
         return None  # the merge said yes, the diff of it does not apply: leave it to a human
     for target, content in merged.items():
         tree.write(target, content)
@@ -109,8 +109,8 @@ class PortedEngine(NamedTuple):
     a feature's patches are diffs against, for their 3-way merges)."""
 
     rows: list[Row]
-    tree: applier.Tree
-    base: applier.Tree
+    tree: patch_tree.Tree
+    base: patch_tree.Tree
 
 
 def _port_engine(from_version: str, to_version: str, flavour: str | None = None) -> PortedEngine:
@@ -118,16 +118,18 @@ def _port_engine(from_version: str, to_version: str, flavour: str | None = None)
     series order (a patch that ports is applied before the next one is classified, as
     the build would; the old engine advances in step, for the 3-way merges)."""
     series = series_for(from_version)
-    tree = applier.Tree(engine_root(to_version, flavour)[0])
-    base = applier.Tree(engine_root(from_version, flavour)[0])
+    tree = patch_tree.Tree(engine_root(to_version, flavour)[0])
+    base = patch_tree.Tree(engine_root(from_version, flavour)[0])
     rows = []
     for patch in series.patches:
         rows.append(_classify(tree, patch, base))
-        applier.apply_patch(base, patch)
+        patch_tree.apply_patch(base, patch)
     return PortedEngine(rows, tree, base)
 
 
-def port_series(engine: PortedEngine, series: patch_format.Series, underneath: applier.Tree | None = None) -> list[Row]:
+def port_series(
+    engine: PortedEngine, series: patch_format.Series, underneath: patch_tree.Tree | None = None
+) -> list[Row]:
     """A feature's series classified as `kiln patches checkout --feature R/F --engine NEW
     --series-from OLD` would apply it: on the new engine with its engine series under it
     (`underneath` when the ported series exists, else the old series as classify ports
@@ -137,7 +139,7 @@ def port_series(engine: PortedEngine, series: patch_format.Series, underneath: a
     rows = []
     for patch in series.patches:
         rows.append(_classify(tree, patch, base))
-        applier.apply_patch(base, patch)
+        patch_tree.apply_patch(base, patch)
     return rows
 
 

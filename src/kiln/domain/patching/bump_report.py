@@ -31,7 +31,7 @@ from kiln.domain.patching.series import (
     shown,
 )
 from kiln.domain.recipes.recipe import LoadedRecipe
-from kiln.inimage import patch_applier as applier
+from kiln.inimage import patch_tree
 
 # bump's Row.status in the words of the report
 _STATES = {
@@ -109,13 +109,13 @@ def state(row: Row) -> str:
     return _STATES.get(row.status, row.status)
 
 
-def underneath(to_version: str, flavour: str | None) -> applier.Tree | None:
+def underneath(to_version: str, flavour: str | None) -> patch_tree.Tree | None:
     """The new engine with its own ported series (patches/vllm/<to>/) applied, when that
     series exists: what a feature is ported onto then."""
     if not (series_dir(to_version) / "series").is_file():
         return None
-    tree = applier.Tree(engine_root(to_version, flavour)[0])
-    applier.apply_series(tree, [series_for(to_version)])
+    tree = patch_tree.Tree(engine_root(to_version, flavour)[0])
+    patch_tree.apply_series(tree, [series_for(to_version)])
     return tree
 
 
@@ -123,7 +123,7 @@ def feature_reports(
     engine: PortedEngine,
     loaded: LoadedRecipe,
     versions: tuple[str, str],
-    ported: applier.Tree | None,
+    ported: patch_tree.Tree | None,
     seen: dict[Path, str] | None = None,
 ) -> list[SeriesReport]:
     """Each switched-on feature's series for `from_version`, classified on the new engine.

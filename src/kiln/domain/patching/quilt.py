@@ -37,8 +37,7 @@ from kiln.domain.patching.series import (
 )
 from kiln.domain.patching.text_diff import file_diff, merge3
 from kiln.infra import wheel_cache
-from kiln.inimage import patch_applier as applier
-from kiln.inimage import patch_format
+from kiln.inimage import patch_format, patch_tree
 
 _STATE = "kiln.json"
 
@@ -166,7 +165,7 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
     if scratch.exists():
         shutil.rmtree(scratch)
     shutil.copytree(root, scratch, ignore=shutil.ignore_patterns(wheel_cache.MARKER))
-    tree = applier.Tree(scratch)
+    tree = patch_tree.Tree(scratch)
     _apply_base(tree, target)
     pc = scratch / ".pc"
     entries: list[_PatchState] = []
@@ -174,12 +173,12 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
     old = _old_engine(target, used)
     for patch in series.patches:
         before = {t: tree.read(t) for t in patch.targets}
-        res = applier.apply_patch(tree, patch, partial=force_apply or old is not None)
+        res = patch_tree.apply_patch(tree, patch, partial=force_apply or old is not None)
         merged = _merge_port(old, tree, patch, res, before) if old is not None and not res.ok else set()
         if old is not None:
-            applier.apply_patch(old, patch)  # the old engine advances in step, for the next merge
+            patch_tree.apply_patch(old, patch)  # the old engine advances in step, for the next merge
         if merged:
-            res = applier.PatchResult(patch, [f for f in res.files if f.target not in merged])
+            res = patch_tree.PatchResult(patch, [f for f in res.files if f.target not in merged])
         failures += res.failure_lines()
         for target_file, number, off in res.offsets:
             log.info(
@@ -241,26 +240,26 @@ def _save_finals(scratch: Path, state: _QuiltState) -> None:
             shutil.copyfile(scratch / rel, root / rel)
 
 
-def _old_engine(target: Target, flavour: str) -> applier.Tree | None:
+def _old_engine(target: Target, flavour: str) -> patch_tree.Tree | None:
     """When the series is ported from another version (--series-from), that version's
     engine as its image installs it (the engine series under a feature's), in memory:
     the base of the 3-way merges of hunks that no longer apply as written."""
     if target.from_version == target.version:
         return None
-    old = applier.Tree(engine_root(target.from_version, flavour)[0])
+    old = patch_tree.Tree(engine_root(target.from_version, flavour)[0])
     if target.feature is not None and (series_dir(target.from_version) / "series").is_file():
         try:
-            applier.apply_series(old, [series_for(target.from_version)])
+            patch_tree.apply_series(old, [series_for(target.from_version)])
         except patch_format.PatchError as exc:
             raise translate(exc) from None
     return old
 
 
 def _merge_port(
-    old: applier.Tree,
-    tree: applier.Tree,
+    old: patch_tree.Tree,
+    tree: patch_tree.Tree,
     patch: patch_format.Patch,
-    res: applier.PatchResult,
+    res: patch_tree.PatchResult,
     before: dict[str, bytes | None],
 ) -> set[str]:
     """Port the files of `patch` whose hunks did not all apply by merging (old file ->
@@ -269,7 +268,7 @@ def _merge_port(
     compile, are written to `tree` and their names returned; the others keep what
     applied (and get .rej files)."""
     patched_old = old.fork()
-    if not applier.apply_patch(patched_old, patch).ok:
+    if not patch_tree.apply_patch(patched_old, patch).ok:
         return set()  # not a patch of the old version as it stands: nothing to merge from
     ported = set()
     for f in res.files:
@@ -281,7 +280,7 @@ def _merge_port(
         result = merge3(base, ours, theirs, ("patch", "old engine", "new engine"))
         if result.conflicts:
             continue
-        if f.target.endswith(".py") and applier.compile_problems(_one_file(tree, f.target, result.data), {}):
+        if f.target.endswith(".py") and patch_tree.compile_problems(_one_file(tree, f.target, result.data), {}):
             continue
         tree.write(f.target, result.data)
         ported.add(f.target)
@@ -293,20 +292,20 @@ def _merge_port(
     return ported
 
 
-def _one_file(tree: applier.Tree, target: str, data: bytes) -> applier.Tree:
-    probe = applier.Tree(tree.root)
+def _one_file(tree: patch_tree.Tree, target: str, data: bytes) -> patch_tree.Tree:
+    probe = patch_tree.Tree(tree.root)
     probe.write(target, data)
     return probe
 
 
-def _apply_base(tree: applier.Tree, target: Target) -> None:
+def _apply_base(tree: patch_tree.Tree, target: Target) -> None:
     """The engine series under a feature's, committed to the scratch tree first: the
     upstream state the feature's patches are diffs against."""
     base = target.base()
     if not base or not base[0].patches:
         return
     try:
-        applier.apply_series(tree, base)
+        patch_tree.apply_series(tree, base)
     except patch_format.PatchError as exc:
         raise translate(exc, hint=f"port the engine series first: `kiln engine bump --to {target.version}`") from None
     tree.commit()
@@ -448,12 +447,12 @@ def _snapshot(scratch: Path, entry: _PatchState, target: str) -> bytes | None:
     return (scratch / ".pc" / entry["name"] / target).read_bytes()
 
 
-def _pristine(state: _QuiltState, target: Target) -> applier.Tree:
+def _pristine(state: _QuiltState, target: Target) -> patch_tree.Tree:
     """The engine as the scratch tree had it before the series (a feature's tree carries
     the engine series: not an edit)."""
-    pristine = applier.Tree(engine_root(state["engine"], state["flavour"])[0])
+    pristine = patch_tree.Tree(engine_root(state["engine"], state["flavour"])[0])
     for series in target.base():
-        applier.apply_series(pristine, [series])
+        patch_tree.apply_series(pristine, [series])
     return pristine
 
 

@@ -21,8 +21,7 @@ from kiln.domain.patching.series import (
 from kiln.domain.patching.text_diff import file_diff, merge3
 from kiln.domain.patching.yaml_edits import edit_yaml, set_value
 from kiln.domain.recipes.overrides import LoadedOverride, load_override
-from kiln.inimage import patch_applier as applier
-from kiln.inimage import patch_format
+from kiln.inimage import patch_format, patch_tree
 
 
 def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:
@@ -56,10 +55,10 @@ def rebase(recipe_name: str, feature: str, from_version: str) -> list[str]:
 
 
 def _check_feature_series(
-    tree: applier.Tree, ov: LoadedOverride, series_file: Path, recipe_name: str, pinned: str
+    tree: patch_tree.Tree, ov: LoadedOverride, series_file: Path, recipe_name: str, pinned: str
 ) -> None:
     try:
-        results = applier.apply_series(tree.fork(), [load_series(series_file, f"feature:{ov.name}")])
+        results = patch_tree.apply_series(tree.fork(), [load_series(series_file, f"feature:{ov.name}")])
     except patch_format.PatchError as exc:
         raise translate(
             exc,
@@ -70,7 +69,7 @@ def _check_feature_series(
 
 
 def _rebase_replacements(
-    ov: LoadedOverride, feature: str, from_version: str, pinned: str, flavour: str, theirs_tree: applier.Tree
+    ov: LoadedOverride, feature: str, from_version: str, pinned: str, flavour: str, theirs_tree: patch_tree.Tree
 ) -> list[str]:
     yaml_file = ov.dir / "override.yaml"
     new_shas: dict[int, str] = {}
@@ -165,8 +164,8 @@ def to_patch(recipe_name: str, feature: str) -> Path:
     # It must apply on top of the feature's existing patches, or nothing is changed.
     probe = tree.fork()
     try:
-        applier.apply_series(probe, [load_series(series_file)] if existing else [])
-        applier.apply_series(probe, [patch_format.Series(name, [patch])])
+        patch_tree.apply_series(probe, [load_series(series_file)] if existing else [])
+        patch_tree.apply_series(probe, [patch_format.Series(name, [patch])])
     except patch_format.PatchError as exc:
         raise translate(exc) from None
     series_file.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ from kiln.domain.recipes.recipe import LoadedRecipe, recipe_dir
 from kiln.domain.recipes.recipe import load_recipe as load_recipe_at
 from kiln.infra import wheel_cache
 from kiln.inimage import patch_applier as applier
-from kiln.inimage import patch_format
+from kiln.inimage import patch_format, patch_tree
 
 ENGINE = "vllm"
 _EDIT_HINT = "edit it: `kiln patches checkout --force-apply` (leaves .rej files), fix the files, `kiln patches refresh`"
@@ -115,8 +115,8 @@ class _EngineSources(NamedTuple):
 class _PatchedEngine(NamedTuple):
     """The engine as its image installs it, in memory, and how each pinned patch applied."""
 
-    tree: applier.Tree
-    results: list[applier.PatchResult]
+    tree: patch_tree.Tree
+    results: list[patch_tree.PatchResult]
 
 
 class _AppliedSeries(NamedTuple):
@@ -146,9 +146,9 @@ def engine_root(version: str, flavour: str | None) -> _EngineSources:
 def engine_tree(version: str, flavour: str | None) -> _PatchedEngine:
     """The engine as its image installs it: sources with the pinned series applied, in memory."""
     root, _ = engine_root(version, flavour)
-    tree = applier.Tree(root)
+    tree = patch_tree.Tree(root)
     try:
-        results = applier.apply_series(tree, [series_for(version)])
+        results = patch_tree.apply_series(tree, [series_for(version)])
     except patch_format.PatchError as exc:
         raise translate(exc) from None
     return _PatchedEngine(tree, results)
@@ -240,7 +240,7 @@ def recipe_series(loaded_recipe: LoadedRecipe) -> list[_AppliedSeries]:
 
 
 # -- patches check -----------------------------------------------------------------------------
-def _report_offsets(result: applier.PatchResult) -> None:
+def _report_offsets(result: patch_tree.PatchResult) -> None:
     for target, number, off in result.offsets:
         log.warn(
             f"{result.patch.display}: {target}: hunk #{number} applies with offset {off:+d} lines "
@@ -248,14 +248,14 @@ def _report_offsets(result: applier.PatchResult) -> None:
         )
 
 
-def _report(results: list[applier.PatchResult]) -> None:
+def _report(results: list[patch_tree.PatchResult]) -> None:
     for r in results:
         hunks = sum(len(f.hunks) for f in r.patch.files)
         log.ok(f"{r.patch.display} ({len(r.patch.files)} file(s), {hunks} hunk(s))")
         _report_offsets(r)
 
 
-def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None = None) -> list[applier.PatchResult]:
+def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None = None) -> list[patch_tree.PatchResult]:
     """Apply the series (and a recipe's features) to the pinned engine's sources in
     memory. Raises PatchInvalid / PatchFailed / OverrideDrift; writes nothing."""
     series_list = [series_for(version)]
@@ -271,9 +271,9 @@ def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None 
     log.step(
         f"applying {sum(len(s.patches) for s in series_list)} patch(es) to {ENGINE} {version} ({used} wheel sources)"
     )
-    tree = applier.Tree(root)
+    tree = patch_tree.Tree(root)
     try:
-        results = applier.apply_series(tree, series_list)
+        results = patch_tree.apply_series(tree, series_list)
         applier.apply_replacements(tree, reps)
     except patch_format.PatchError as exc:
         raise translate(exc) from None
@@ -306,7 +306,7 @@ def check_feature(ov: LoadedOverride, versions: list[str], flavour: str | None =
         root, used = engine_root(version, flavour)
         log.step(f"applying feature {ov.name}'s series for {ENGINE} {version} ({used} wheel sources)")
         try:
-            results = applier.apply_series(applier.Tree(root), series_list)
+            results = patch_tree.apply_series(patch_tree.Tree(root), series_list)
         except patch_format.PatchError as exc:
             raise translate(exc) from None
         _report(results)
