@@ -298,11 +298,11 @@ def test_the_sbom_cites_the_recipe_lock_only_when_the_image_was_built_from_it():
 
 
 def test_the_provenance_lists_the_recipe_lock_and_its_wheels():
-    from kiln.domain.supplychain import provenance
+    from kiln.domain.supplychain import resolved_dependencies
 
     loaded = load_recipe(REPO / "recipes" / NAME)
     image = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None))
-    deps = provenance._lock_dependencies(None, image, AMD64, loaded.recipe.engine.base_image.ref)
+    deps = resolved_dependencies._lock_dependencies(None, image, AMD64, loaded.recipe.engine.base_image.ref)
     committed = recipe_lock.committed(loaded)
     assert committed is not None
     lock_entry, triton = deps[0], deps[1]
@@ -319,7 +319,7 @@ def test_the_provenance_lists_the_recipe_lock_and_its_wheels():
     assert triton["annotations"] == {"kiln_role": "locked-python", "kiln_lock": f"recipes/{NAME}/{recipe_lock._FILE}"}
     # tiny-moe's provenance has no such entry
     moe = load_recipe(REPO / "recipes" / "tiny-moe")
-    plain = provenance._lock_dependencies(
+    plain = resolved_dependencies._lock_dependencies(
         None, RecipeImage(moe, EngineImage(moe.recipe.engine, None)), AMD64, moe.recipe.engine.base_image.ref
     )
     assert not [d for d in plain if d["annotations"]["kiln_role"] == "recipe-lock"]
