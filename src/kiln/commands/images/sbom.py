@@ -22,7 +22,7 @@ from kiln.commands.options import Subparsers
 from kiln.domain.images.definitions import existing, require_built, resolve
 from kiln.domain.supplychain import sbom as sbomdoc
 from kiln.domain.supplychain import spdx
-from kiln.domain.supplychain.cyclonedx import CycloneDxDocument
+from kiln.domain.supplychain.cyclonedx_shape import CycloneDxDocument
 from kiln.domain.supplychain.provenance import build_provenance
 from kiln.infra.docker import DockerDaemon, id_of
 

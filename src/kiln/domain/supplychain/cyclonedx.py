@@ -7,7 +7,6 @@ import re
 import uuid
 from collections.abc import Iterable
 from pathlib import PurePosixPath
-from typing import TypedDict
 
 from packaging.utils import canonicalize_name
 
@@ -18,6 +17,15 @@ from kiln.domain.images.definitions import LABEL_NS
 from kiln.domain.locks.engine_lock import LockFile, shown
 from kiln.domain.locks.lock_records import Wheel
 from kiln.domain.supplychain import purl
+from kiln.domain.supplychain.cyclonedx_shape import (
+    Component,
+    CycloneDxDocument,
+    _Dependency,
+    _ExternalReference,
+    _LicenceChoice,
+    _PedigreePatch,
+    _Property,
+)
 from kiln.domain.supplychain.image_subject import ImageSubject, kiln_version
 from kiln.domain.supplychain.inventory import (
     DebianPackage,
@@ -32,134 +40,6 @@ from kiln.domain.supplychain.licences import NAME_MAX, DeclaredLicences, declare
 _SPEC_VERSION = "1.6"
 PROP = "kiln"  # property namespace (CycloneDX reserves `cdx:`)
 _PATCHES_LABEL = Shape(dict[str, str])  # ai.kiln.patches: patch name -> sha256:<hex>, as images/specs writes it
-
-
-# -- the document's shape (the parts kiln writes) ------------------------------------------
-class _Property(TypedDict):
-    name: str
-    value: str
-
-
-class _Hash(TypedDict):
-    alg: str
-    content: str
-
-
-class _ExternalReferenceBase(TypedDict):
-    type: str
-    url: str
-
-
-class _ExternalReference(_ExternalReferenceBase, total=False):
-    hashes: list[_Hash]
-
-
-class _LicenceText(TypedDict):
-    contentType: str
-    content: str
-
-
-class _Licence(TypedDict, total=False):
-    """An SPDX id or a free-text name, with the licence's text when the metadata gave it."""
-
-    id: str
-    name: str
-    acknowledgement: str
-    text: _LicenceText
-
-
-class _LicenceChoice(TypedDict, total=False):
-    """Either one SPDX expression or one licence."""
-
-    expression: str
-    acknowledgement: str
-    license: _Licence
-
-
-class _PedigreeAncestor(TypedDict):
-    type: str
-    name: str
-    version: str
-    purl: str
-
-
-class _PedigreeDiff(TypedDict):
-    url: str
-
-
-class _PedigreePatch(TypedDict, total=False):
-    type: str
-    diff: _PedigreeDiff
-
-
-class _Pedigree(TypedDict):
-    ancestors: list[_PedigreeAncestor]
-    patches: list[_PedigreePatch]
-    notes: str
-
-
-# `bom-ref` is no identifier, hence the functional form; everything but the type, ref and
-# name is there only when the image says it.
-Component = TypedDict(
-    "Component",
-    {
-        "type": str,
-        "bom-ref": str,
-        "name": str,
-        "version": str,
-        "purl": str,
-        "publisher": str,
-        "author": str,
-        "description": str,
-        "licenses": list[_LicenceChoice],
-        "hashes": list[_Hash],
-        "externalReferences": list[_ExternalReference],
-        "properties": list[_Property],
-        "components": list["Component"],
-        "pedigree": _Pedigree,
-    },
-    total=False,
-)
-
-
-class _ToolComponent(TypedDict):
-    type: str
-    name: str
-    version: str
-
-
-class _Tools(TypedDict):
-    components: list[_ToolComponent]
-
-
-class _Metadata(TypedDict):
-    timestamp: str
-    tools: _Tools
-    component: Component
-    properties: list[_Property]
-
-
-class _DependencyBase(TypedDict):
-    ref: str
-
-
-class _Dependency(_DependencyBase, total=False):
-    dependsOn: list[str]
-
-
-CycloneDxDocument = TypedDict(
-    "CycloneDxDocument",
-    {
-        "$schema": str,
-        "bomFormat": str,
-        "specVersion": str,
-        "serialNumber": str,
-        "version": int,
-        "metadata": _Metadata,
-        "components": list[Component],
-        "dependencies": list[_Dependency],
-    },
-)
 
 
 # -- licences --------------------------------------------------------------------------------

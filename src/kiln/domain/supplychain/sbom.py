@@ -35,7 +35,8 @@ from kiln.domain.locks import engine_lock, recipe_lock
 from kiln.domain.locks.engine_lock import LockFile
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.recipe_sections import Engine
-from kiln.domain.supplychain.cyclonedx import PROP, CycloneDxDocument, cyclonedx_document
+from kiln.domain.supplychain.cyclonedx import PROP, cyclonedx_document
+from kiln.domain.supplychain.cyclonedx_shape import CycloneDxDocument
 from kiln.domain.supplychain.image_subject import subject_of
 from kiln.domain.supplychain.inventory import Inventory
 from kiln.domain.supplychain.spdx import SpdxDocument, spdx_document

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import TypedDict
 
-from kiln.domain.supplychain.cyclonedx import Component, CycloneDxDocument
+from kiln.domain.supplychain.cyclonedx_shape import Component, CycloneDxDocument
 from kiln.domain.supplychain.licences import NAME_MAX
 
 
