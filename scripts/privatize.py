@@ -23,7 +23,7 @@ annotated assignment; also inside a top-level `if`/`try`/`with`):
   tests follow the rename (`from m import name` and every use of that binding in its
   scope; `m.name`; `monkeypatch.setattr(m, "name", ...)`, `getattr(m, "name")`,
   `mock.patch.object(m, "name")`; `"kiln.a.b.name"`), as tests already reach other
-  private names through their module (`signatures._fetcher`). In its module, the rename
+  private names through their module (`layer_checks._fetcher`). In its module, the rename
   covers every use, scope by scope (a parameter or local of the same name is left
   alone), string annotations, the string a TypeVar/NewType is named by, `name` in
   backticks in the module's comments and in its module and function docstrings; in every

@@ -28,7 +28,8 @@ from kiln.domain.publishing.rules import (
     promote_document,
     publish_document,
 )
-from kiln.domain.signing.signatures import Verification, _AttestationCheck
+from kiln.domain.signing.layer_checks import _AttestationCheck
+from kiln.domain.signing.signatures import Verification
 from kiln.infra.records import CheckEntry, Timings
 
 D = [f"sha256:{c * 64}" for c in "abcdef"]  # six digests

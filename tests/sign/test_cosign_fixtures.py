@@ -23,7 +23,7 @@ from kiln.basics.errors import (
     SignedIdentityMismatch,
     SigningKeyInvalid,
 )
-from kiln.domain.signing import cosign, keys, signatures
+from kiln.domain.signing import cosign, keys, layer_checks
 
 # cosign v3.0.4, `cosign sign --key`, classic .sig layout (fixtures/cosign/cosign-v3)
 V3_SUBJECT = "sha256:f20c43161d73848408ef247f0ec7111b19fe58ffebc0cbcaa0d2c8bda4967268"
@@ -53,8 +53,8 @@ def v3_repository() -> tuple[FakeRepository, bytes]:
 def verify_sig(
     repo: FakeRepository, body: bytes, key: keys.PublicKey, digest: str = V3_SUBJECT, identity: str = V3_IDENTITY
 ):
-    fetch = signatures._fetcher(repo, "test")  # type: ignore[arg-type]
-    return signatures._verify_signature_image(body, fetch, key, digest, identity, "test .sig")
+    fetch = layer_checks._fetcher(repo, "test")  # type: ignore[arg-type]
+    return layer_checks._verify_signature_image(body, fetch, key, digest, identity, "test .sig")
 
 
 def _rewritten(
@@ -178,7 +178,7 @@ def test_containers_image_cosign_signatures_verify_against_the_image_manifest(si
     public = keys.load_public_key(fixture("containers-image", key))
     identity = "192.168.64.2:5000/cosign-signed/key-1" if "rekor" in signature else CI_IDENTITY
     # the signed digest is the sha256 of the stored image manifest: the whole chain
-    claims = signatures._check_signature_layer(
+    claims = layer_checks._check_signature_layer(
         layer, sig.payload, public, ci_image_digest(manifest), identity, signature
     )
     assert claims.manifest_digest == ci_image_digest(manifest)
@@ -189,12 +189,12 @@ def test_containers_image_negative_fixtures_fail_with_their_kind():
     unknown = containers_image_signature("unknown-cosign-key.signature")
     layer = cosign.LayerRef(unknown.media_type, sha256(unknown.payload), len(unknown.payload), unknown.annotations)
     with pytest.raises(SignatureInvalid):
-        signatures._check_signature_layer(layer, unknown.payload, public, ci_image_digest(), CI_IDENTITY, "unknown")
+        layer_checks._check_signature_layer(layer, unknown.payload, public, ci_image_digest(), CI_IDENTITY, "unknown")
     good = containers_image_signature("dir-img-cosign-valid.signature-1")
     layer = cosign.LayerRef(good.media_type, sha256(good.payload), len(good.payload), good.annotations)
     modified = ci_image_digest("dir-img-cosign-modified-manifest.manifest.json")
     with pytest.raises(SignedDigestMismatch):
-        signatures._check_signature_layer(layer, good.payload, public, modified, CI_IDENTITY, "modified manifest")
+        layer_checks._check_signature_layer(layer, good.payload, public, modified, CI_IDENTITY, "modified manifest")
 
 
 def test_of_several_layers_one_good_one_is_enough_and_none_reports_the_most_telling():
@@ -207,12 +207,12 @@ def test_of_several_layers_one_good_one_is_enough_and_none_reports_the_most_tell
         layers.append(cosign.Blob(sig.payload, sig.media_type, sig.annotations))
     body = cosign.artefact_image(layers).manifest
     public = keys.load_public_key(fixture("containers-image", "cosign.pub"))
-    fetch = signatures._fetcher(repo, "mixed")  # type: ignore[arg-type]
-    layer, _ = signatures._verify_signature_image(body, fetch, public, ci_image_digest(), CI_IDENTITY, "mixed")
+    fetch = layer_checks._fetcher(repo, "mixed")  # type: ignore[arg-type]
+    layer, _ = layer_checks._verify_signature_image(body, fetch, public, ci_image_digest(), CI_IDENTITY, "mixed")
     assert layer.digest == sha256(layers[1].data)
     # for another digest: one layer is a bad signature, the other genuine but for another image
     with pytest.raises(SignedDigestMismatch):
-        signatures._verify_signature_image(body, fetch, public, OTHER, CI_IDENTITY, "mixed")
+        layer_checks._verify_signature_image(body, fetch, public, OTHER, CI_IDENTITY, "mixed")
 
 
 # -- attestations ----------------------------------------------------------------------------------
@@ -244,7 +244,7 @@ def bundle_key() -> keys.PublicKey:
 
 def test_a_real_cosign_v3_dsse_envelope_verifies():
     data = v3_envelope()
-    statement = signatures._check_attestation_layer(att_layer(data), data, bundle_key(), V3_BUNDLE_SUBJECT, "v3 dsse")
+    statement = layer_checks._check_attestation_layer(att_layer(data), data, bundle_key(), V3_BUNDLE_SUBJECT, "v3 dsse")
     assert statement.predicate_type == "https://sigstore.dev/cosign/sign/v1"
     assert V3_BUNDLE_SUBJECT in statement.subject_digests
 
@@ -273,14 +273,14 @@ def test_tampered_dsse_envelopes_fail_with_their_kind():
     for envelope, error in cases:
         data = json.dumps(envelope).encode()
         with pytest.raises(error) as exc:
-            signatures._check_attestation_layer(att_layer(data), data, bundle_key(), V3_BUNDLE_SUBJECT, "tampered")
+            layer_checks._check_attestation_layer(att_layer(data), data, bundle_key(), V3_BUNDLE_SUBJECT, "tampered")
         assert "\n" not in exc.value.message
     data = v3_envelope()
     with pytest.raises(AttestationSubjectMismatch) as exc:
-        signatures._check_attestation_layer(att_layer(data), data, bundle_key(), OTHER, "moved")
+        layer_checks._check_attestation_layer(att_layer(data), data, bundle_key(), OTHER, "moved")
     assert exc.value.exit_code == 88
     with pytest.raises(SignatureInvalid):
-        signatures._check_attestation_layer(att_layer(data), data, v3_key(), V3_BUNDLE_SUBJECT, "other key")
+        layer_checks._check_attestation_layer(att_layer(data), data, v3_key(), V3_BUNDLE_SUBJECT, "other key")
 
 
 def test_kyverno_fixture_attestations_made_by_cosign_verify_but_carry_a_payload_type_cosign_now_refuses():
@@ -289,12 +289,12 @@ def test_kyverno_fixture_attestations_made_by_cosign_verify_but_carry_a_payload_
     assert len(lines) == 3
     for line in lines:
         env = cosign.parse_envelope(line.encode(), "kyverno")
-        assert signatures._dsse_verifies(env, public)  # genuine DSSE signatures by that key
-        assert not signatures._dsse_verifies(env, bundle_key())
+        assert layer_checks._dsse_verifies(env, public)  # genuine DSSE signatures by that key
+        assert not layer_checks._dsse_verifies(env, bundle_key())
         # written by cosign 1.x with the predicate type as payloadType; cosign's
         # verifyOCIAttestation now requires application/vnd.in-toto+json, and so does kiln
         with pytest.raises(SignatureMalformed, match="payloadType"):
-            signatures._check_attestation_layer(att_layer(line.encode()), line.encode(), public, OTHER, "kyverno")
+            layer_checks._check_attestation_layer(att_layer(line.encode()), line.encode(), public, OTHER, "kyverno")
 
 
 def test_attestation_image_needs_one_good_layer_per_required_type():
@@ -302,13 +302,13 @@ def test_attestation_image_needs_one_good_layer_per_required_type():
     data = v3_envelope()
     repo.add_blob(data)
     body = cosign.artefact_image([cosign.Blob(data, cosign.DSSE, att_layer(data).annotations)]).manifest
-    fetch = signatures._fetcher(repo, "att")  # type: ignore[arg-type]
-    checks = signatures._verify_attestation_image(
+    fetch = layer_checks._fetcher(repo, "att")  # type: ignore[arg-type]
+    checks = layer_checks._verify_attestation_image(
         body, fetch, bundle_key(), V3_BUNDLE_SUBJECT, ["https://sigstore.dev/cosign/sign/v1"], "att"
     )
     assert [c.verified for c in checks] == [True]
     with pytest.raises(KilnError) as exc:
-        signatures._verify_attestation_image(
+        layer_checks._verify_attestation_image(
             body, fetch, bundle_key(), V3_BUNDLE_SUBJECT, [cosign.CYCLONEDX_PREDICATE], "att"
         )
     assert exc.value.exit_code == 82 and "no https://cyclonedx.org/bom attestation" in exc.value.message

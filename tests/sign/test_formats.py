@@ -9,7 +9,7 @@ import json
 
 from signtest import FakeRepository, containers_image_signature, fixture, sha256
 
-from kiln.domain.signing import cosign, keys, signatures
+from kiln.domain.signing import cosign, keys, layer_checks, signatures
 
 V3_SUBJECT = "sha256:f20c43161d73848408ef247f0ec7111b19fe58ffebc0cbcaa0d2c8bda4967268"
 
@@ -87,7 +87,7 @@ def test_att_layer_and_envelope_have_cosigns_fields():
     assert set(statement["subject"][0]["digest"]) == set(v3_statement["subject"][0]["digest"]) == {"sha256"}
     assert statement["subject"][0]["digest"]["sha256"] == V3_SUBJECT.removeprefix("sha256:")
     # and it verifies as any cosign attestation does
-    assert signatures._dsse_verifies(cosign.parse_envelope(envelope, "ours"), key.public)
+    assert layer_checks._dsse_verifies(cosign.parse_envelope(envelope, "ours"), key.public)
 
 
 def test_signing_writes_cosigns_layout_and_keeps_other_signers():
@@ -128,6 +128,6 @@ def test_signing_writes_cosigns_layout_and_keeps_other_signers():
 def test_docker_hub_identity_is_spelled_as_cosign_spells_it():
     from kiln.infra.registry import Target
 
-    assert signatures.identity(Target.parse("docker.io", "kiln/x")) == "index.docker.io/kiln/x"
-    assert signatures._same_identity("index.docker.io/kiln/x", "docker.io/kiln/x")
-    assert not signatures._same_identity("index.docker.io/kiln/x", "ghcr.io/kiln/x")
+    assert layer_checks.identity(Target.parse("docker.io", "kiln/x")) == "index.docker.io/kiln/x"
+    assert layer_checks._same_identity("index.docker.io/kiln/x", "docker.io/kiln/x")
+    assert not layer_checks._same_identity("index.docker.io/kiln/x", "ghcr.io/kiln/x")

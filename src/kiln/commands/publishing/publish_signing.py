@@ -24,7 +24,7 @@ from kiln.basics.errors import SigningKeyInvalid, SigningRequired
 from kiln.domain.images.definitions import RecipeImage
 from kiln.domain.publishing.rules import AttestationEntry, SignatureEvidence
 from kiln.domain.recipes.recipe import LoadedRecipe
-from kiln.domain.signing import keys, signatures
+from kiln.domain.signing import keys, layer_checks, signatures
 from kiln.domain.supplychain.attest import kiln_attestations
 from kiln.domain.supplychain.image_subject import kiln_version
 from kiln.infra import key_password
@@ -83,7 +83,7 @@ def sign_and_verify(
     digest: str,
 ) -> SignatureEvidence:
     """Sign and attest `digest`, then verify it from the registry; the record's part."""
-    repository = signatures.identity(client.target)
+    repository = layer_checks.identity(client.target)
     log.step(f"signing {repository}@{digest}: SBOM, provenance, signature")
     attestations = kiln_attestations(docker, loaded, recipe_image, image, repository, digest)
     result = signatures.sign_image(client, digest, key, attestations, creator=f"kiln {kiln_version()}")
