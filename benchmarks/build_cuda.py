@@ -40,7 +40,9 @@ from kiln.domain.imagecheck import declared_engine, launch_arg_check
 from kiln.domain.images import wheelhouse
 from kiln.domain.images.build_context import BuildContext
 from kiln.domain.images.ca_bundle import add_to_context
-from kiln.domain.images.definitions import LOCK_ARC, platform_suffix, resolve
+from kiln.domain.images.definitions import resolve
+from kiln.domain.images.engine_image import LOCK_ARC
+from kiln.domain.images.image_naming import platform_suffix
 from kiln.domain.locks import engine_lock
 from kiln.infra.docker import DockerDaemon
 

@@ -84,7 +84,7 @@ IMAGE_SCRIPTS = ROOT / "docker-images"  # Python scripts shipped into images (no
 TEXT_FILES = ("pyproject.toml", "Makefile", "scripts/*.sh", ".ci/*", "docker-images/**/Dockerfile")
 TEST_DIRS = ("tests",)
 DOCS = ("docs", "README.md")
-# the in-image modules by the file names they are shipped under (kiln.domain.images.definitions)
+# the in-image modules by the file names they are shipped under (kiln.domain.images.engine_image)
 SHIPPED_AS = {
     "kiln_patching": "kiln.inimage.patch_applier",
     "kiln_patchtree": "kiln.inimage.patch_tree",

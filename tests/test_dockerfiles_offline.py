@@ -224,7 +224,8 @@ def test_no_dockerfile_fetches_anything(path):
 @pytest.mark.parametrize("name", sorted(p.parent.name for p in REPO.glob("recipes/*/recipe.yaml")))
 def test_the_dockerfile_a_recipe_build_ships_fetches_nothing(name):
     """The recipe's Dockerfile with the tail kiln appends, as its build context has it."""
-    from kiln.domain.images.definitions import EngineImage, RecipeImage
+    from kiln.domain.images.definitions import RecipeImage
+    from kiln.domain.images.engine_image import EngineImage
     from kiln.domain.recipes.recipe import load_recipe
 
     loaded = load_recipe(REPO / "recipes" / name)

@@ -12,7 +12,7 @@ import pytest
 
 from kiln import inimage
 from kiln.domain.imagecheck import launch_arg_check
-from kiln.domain.images import definitions
+from kiln.domain.images import engine_image
 from kiln.domain.supplychain import sbom
 
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
@@ -62,10 +62,10 @@ def test_standard_library_only(path):
     siblings = {
         PurePosixPath(arc).stem
         for arc in (
-            definitions.PATCHER_ARC,
-            definitions._PATCHTREE_ARC,
-            definitions._PATCHFORMAT_ARC,
-            definitions._HFCACHE_ARC,
+            engine_image.PATCHER_ARC,
+            engine_image._PATCHTREE_ARC,
+            engine_image._PATCHFORMAT_ARC,
+            engine_image._HFCACHE_ARC,
         )
     }
     assert top - STDLIB - siblings == set()

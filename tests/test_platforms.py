@@ -13,14 +13,10 @@ from kilntest import REPO, run_kiln, write_recipe
 
 from kiln.basics.errors import PlatformUnsupported, RecipeInvalid
 from kiln.commands.recipes.check import _platforms
-from kiln.domain.images import definitions
-from kiln.domain.images.definitions import (
-    EngineImage,
-    RecipeImage,
-    _LazyCA,
-    _platform_labels,
-    platform_suffix,
-)
+from kiln.domain.images import engine_image
+from kiln.domain.images.definitions import RecipeImage
+from kiln.domain.images.engine_image import EngineImage, _LazyCA
+from kiln.domain.images.image_naming import _platform_labels, platform_suffix
 from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.recipe import load_recipe, recipe_dir
 
@@ -366,9 +362,9 @@ def test_an_engine_dockerfile_without_the_wheel_platform_arg_is_not_cross_placed
     assert "\nARG WHEEL_PLATFORM=\n" in text
     dockerfile = tmp_path / "Dockerfile"
     dockerfile.write_text(text.replace("ARG WHEEL_PLATFORM", "ARG OTHER_NAME"))
-    assert definitions._declares_arg(arm.dir / "Dockerfile", "WHEEL_PLATFORM")
-    assert not definitions._declares_arg(dockerfile, "WHEEL_PLATFORM")
-    monkeypatch.setattr(definitions, "_declares_arg", lambda path, name: False)
+    assert engine_image._declares_arg(arm.dir / "Dockerfile", "WHEEL_PLATFORM")
+    assert not engine_image._declares_arg(dockerfile, "WHEEL_PLATFORM")
+    monkeypatch.setattr(engine_image, "_declares_arg", lambda path, name: False)
     assert not arm.cross_placed and arm.builder_image == arm.base_ref == "kiln/base:bookworm-arm64"
     assert "BUILDER_IMAGE" not in arm.buildargs()
 

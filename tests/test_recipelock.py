@@ -16,7 +16,8 @@ import yaml
 from kilntest import REPO
 
 from kiln.basics.errors import LockInvalid, LockMissing, RecipeInvalid, WheelHashMismatch
-from kiln.domain.images.definitions import EngineImage, RecipeImage
+from kiln.domain.images.definitions import RecipeImage
+from kiln.domain.images.engine_image import EngineImage
 from kiln.domain.locks import engine_lock as L
 from kiln.domain.locks import recipe_lock
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe

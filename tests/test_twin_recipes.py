@@ -23,7 +23,8 @@ GENERATOR_SHA256 = "f562dbe70da7d2f059129554924e6a0fa537785e300975fe9100a8a14cd2
 
 @pytest.mark.parametrize("name", ["tiny-moe", "tiny-kindling"])
 def test_each_tiny_recipe_gets_the_one_shared_generator_in_its_context(name):
-    from kiln.domain.images.definitions import EngineImage, RecipeImage
+    from kiln.domain.images.definitions import RecipeImage
+    from kiln.domain.images.engine_image import EngineImage
 
     loaded = load_recipe(REPO / "recipes" / name)
     assert loaded.recipe.build.shared == ["make_models.py"]

@@ -77,7 +77,7 @@ def test_the_applier_is_stdlib_only_and_the_only_patch_files_in_engine_images():
     import sys
     from pathlib import Path
 
-    from kiln.domain.images import definitions
+    from kiln.domain.images import engine_image
 
     # each module, with its siblings: by their shipped names, and by their names on the host
     for module, sibling, relatives in (
@@ -95,11 +95,11 @@ def test_the_applier_is_stdlib_only_and_the_only_patch_files_in_engine_images():
         ]
         assert relative == ([(None, relatives)] if relatives else []), relative
         assert imported - {"__future__"} - sibling <= set(sys.stdlib_module_names), imported
-    shipped = {arc: path.resolve() for arc, path in definitions._patcher_sources().items()}
+    shipped = {arc: path.resolve() for arc, path in engine_image._patcher_sources().items()}
     assert shipped == {
-        definitions.PATCHER_ARC: Path(P.__file__).resolve(),
-        definitions._PATCHTREE_ARC: Path(patch_tree.__file__).resolve(),
-        definitions._PATCHFORMAT_ARC: Path(patch_format.__file__).resolve(),
+        engine_image.PATCHER_ARC: Path(P.__file__).resolve(),
+        engine_image._PATCHTREE_ARC: Path(patch_tree.__file__).resolve(),
+        engine_image._PATCHFORMAT_ARC: Path(patch_format.__file__).resolve(),
     }
-    assert Path(definitions._PATCHFORMAT_ARC).stem == "kiln_patchformat"
-    assert Path(definitions._PATCHTREE_ARC).stem == "kiln_patchtree"
+    assert Path(engine_image._PATCHFORMAT_ARC).stem == "kiln_patchformat"
+    assert Path(engine_image._PATCHTREE_ARC).stem == "kiln_patchtree"

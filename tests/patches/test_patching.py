@@ -24,7 +24,7 @@ RUN_BATCH = "vllm/entrypoints/cli/run_batch.py"
 
 
 def shipped_patcher(where: Path) -> Path:
-    """The applier as an engine build ships it (kiln.domain.images.definitions): kiln_patching.py
+    """The applier as an engine build ships it (kiln.domain.images.engine_image): kiln_patching.py
     with its engine and parser beside it as kiln_patchtree.py and kiln_patchformat.py, run as a
     script by the image's python."""
     where.mkdir(parents=True, exist_ok=True)

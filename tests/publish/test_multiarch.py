@@ -32,7 +32,8 @@ def tree(tmp_path_factory, docker_daemon):
     """A kiln tree whose recipe declares both platforms, and an image 'built' for each."""
     from kiln.basics import paths
     from kiln.domain.images.build_context import BuildContext
-    from kiln.domain.images.definitions import LABEL_NS, _platform_labels, resolve
+    from kiln.domain.images.definitions import resolve
+    from kiln.domain.images.image_naming import LABEL_NS, _platform_labels
     from kiln.domain.reproducible.normalise_image import make_reproducible
     from kiln.domain.reproducible.save_archive import rfc3339
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 # One import per place this runs: relative on the host (kiln.inimage.patch_applier, and
 # not `kiln.` by name: inimage imports no kiln), by its shipped name in the image build,
 # where this runs as a script with kiln_patchformat.py and kiln_patchtree.py next to it
-# (kiln.domain.images.definitions).
+# (kiln.domain.images.engine_image).
 if TYPE_CHECKING or __package__:
     from . import patch_format, patch_tree  # noqa: TID252  (see above)
 else:  # next to it whatever sys.path holds (python -I or PYTHONSAFEPATH leave this folder out)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 # One import per place this runs: relative on the host (kiln.inimage.patch_tree, and not
 # `kiln.` by name: inimage imports no kiln), by its shipped name in the image build, where
 # the applier imports this as kiln_patchtree with kiln_patchformat.py next to it
-# (kiln.domain.images.definitions).
+# (kiln.domain.images.engine_image).
 if TYPE_CHECKING or __package__:
     from . import patch_format  # noqa: TID252  (see above)
 else:  # next to it whatever sys.path holds (python -I or PYTHONSAFEPATH leave this folder out)

@@ -17,7 +17,7 @@ from kiln.basics.files import write_atomic
 from kiln.basics.paths import local_ref
 from kiln.commands.options import Subparsers
 from kiln.domain.images.build_context import BuildContext
-from kiln.domain.images.definitions import platform_suffix
+from kiln.domain.images.image_naming import platform_suffix
 from kiln.domain.locks import engine_lock
 from kiln.domain.locks.base_lock import (
     BaseSpec,

@@ -15,7 +15,8 @@ import argparse
 from kiln.basics import log
 from kiln.basics.errors import KilnError
 from kiln.commands.options import Subparsers
-from kiln.domain.images.definitions import LABEL_NS, resolve
+from kiln.domain.images.definitions import resolve
+from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.recipes.recipe import recipe_names
 from kiln.infra.docker import DockerDaemon, Image, id_of
 

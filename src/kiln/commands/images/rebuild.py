@@ -26,7 +26,7 @@ from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed, ImageNotBuilt, RebuildDiffers, RebuildSourceMissing
 from kiln.basics.paths import repo_root
 from kiln.commands.options import Subparsers
-from kiln.domain.images.definitions import LABEL_NS
+from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.reproducible import image_diff
 from kiln.infra import credentials, git
 from kiln.infra.docker import DockerDaemon, Image, id_of

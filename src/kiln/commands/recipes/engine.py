@@ -14,7 +14,7 @@ from kiln.basics import log
 from kiln.basics.errors import LockInvalid, UsageError
 from kiln.commands.options import Subparsers
 from kiln.domain.images.ca_bundle import resolve_ca
-from kiln.domain.images.definitions import EngineImage
+from kiln.domain.images.engine_image import EngineImage
 from kiln.domain.locks import engine_lock as L
 from kiln.domain.locks import lock_records as LR
 from kiln.domain.locks import lock_resolver, recipe_lock

@@ -24,7 +24,8 @@ from kiln.commands.images.build import build_recipe, check_build_space, check_pl
 from kiln.commands.options import Subparsers, count, reports
 from kiln.commands.serving.smoke_checks import CHECKS, Check, ServedChecks, SmokeRun, require
 from kiln.domain.imagecheck import in_image_smoke, launch_arg_check
-from kiln.domain.images.definitions import RecipeImage, engine_modules, require_built
+from kiln.domain.images.definitions import RecipeImage, require_built
+from kiln.domain.images.engine_image import engine_modules
 from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.feature_registry import engine_features
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kiln.basics.errors import EngineMismatch, LaunchArgInvalid
 from kiln.domain.imagecheck import launch_arg_check
-from kiln.domain.images.definitions import LABEL_NS
+from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.infra.docker import DockerDaemon, Image
 

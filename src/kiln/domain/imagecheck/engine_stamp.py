@@ -18,7 +18,7 @@ from typing import TypedDict
 from kiln.basics import log
 from kiln.basics.documents import Shape
 from kiln.domain.images.build_context import BuildContext
-from kiln.domain.images.definitions import LABEL_NS
+from kiln.domain.images.image_naming import LABEL_NS
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
 _TORCH = f"{LABEL_NS}.engine.torch"

@@ -32,7 +32,8 @@ from kiln.basics.documents import Shape, read_document
 from kiln.basics.errors import KilnError
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import cache_dir
-from kiln.domain.images.definitions import LABEL_NS, existing, resolve
+from kiln.domain.images.definitions import existing, resolve
+from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.serving.launch_command import ArgvPart, argv_parts, launch_document

@@ -33,7 +33,8 @@ from kiln.basics.errors import (
 )
 from kiln.basics.json_types import CLOSED, DESCRIBED, Sha256, Strings1
 from kiln.basics.paths import results_dir, shown_home
-from kiln.domain.images.definitions import LABEL_NS, BuiltRecipe, require_built
+from kiln.domain.images.definitions import BuiltRecipe, require_built
+from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.manifests import Manifest, index_children

@@ -13,7 +13,7 @@ from packaging.utils import canonicalize_name
 from kiln.basics import clock
 from kiln.basics.documents import Shape
 from kiln.basics.errors import SbomReadFailed
-from kiln.domain.images.definitions import LABEL_NS
+from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.locks.engine_lock import LockFile, shown
 from kiln.domain.locks.lock_records import Wheel
 from kiln.domain.supplychain import purl

@@ -26,10 +26,8 @@ import re
 from typing import TypedDict, cast
 
 from kiln.basics.errors import KilnError
-from kiln.domain.images.definitions import (
-    LABEL_NS,
-    RecipeImage,
-)
+from kiln.domain.images.definitions import RecipeImage
+from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.signing.cosign import InTotoStatement, StatementSubject

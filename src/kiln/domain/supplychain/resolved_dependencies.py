@@ -15,7 +15,9 @@ from kiln.basics import image_ref
 from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, repo_root
 from kiln.domain.images.build_context import BuildContext
-from kiln.domain.images.definitions import EngineImage, RecipeImage, existing, series_entries
+from kiln.domain.images.definitions import RecipeImage, existing
+from kiln.domain.images.engine_image import EngineImage
+from kiln.domain.images.image_naming import series_entries
 from kiln.domain.locks import base_lock as baselock
 from kiln.domain.locks import recipe_lock as recipelock
 from kiln.domain.locks.engine_lock import LockFile

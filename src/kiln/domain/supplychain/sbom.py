@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from kiln import inimage
 from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed, SbomReadFailed
-from kiln.domain.images.definitions import LABEL_NS
+from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.locks import engine_lock, recipe_lock
 from kiln.domain.locks.engine_lock import LockFile
 from kiln.domain.recipes.recipe import LoadedRecipe
