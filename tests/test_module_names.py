@@ -18,16 +18,16 @@ WORDS = frozenset(
     accelerators adaptive applier archive arg attest auth av base binfmt bounds buffers
     build building bump bundle ca cache check checks cli clock command completion config
     container containers context cosign cost credentials cyclonedx daemon date declared
-    definitions device diff disk doctor documents draft drafting edits engine entries env
+    definitions dependencies device diff disk doctor documents draft drafting edits engine entries env
     facts failure faults feature features fetch files format functions git hf image in
-    index inventory jit json k8s kernel key keys launch licences listing lock log
-    manifests metrics model models multi node normalise options outdated overlay
+    index inventory jit json k8s kernel key keys launch layer licences listing lock log
+    manifests metrics model models multi naming node normalise options outdated overlay
     overrides package password patch patches paths plan platforms plugin policy probe
     progress protocol provenance prune publish publishing purl quilt reader readme rebase
-    rebuild recipe recipes records ref registry render report reporting resolver rules
+    rebuild recipe recipes records ref registry render report reporting resolver resolved rules
     runs save sbom schema schemas sections series serve serving shape show signatures
     signing smoke source sourced space spdx stamp startup state stats streams subject
-    surface table tenant text throwaway topology types usage validated verification verify wheel
+    surface table tenant text throwaway topology tree types usage validated verification verify wheel
     wheelhouse yaml
 """.split()
 )

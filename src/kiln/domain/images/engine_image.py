@@ -27,18 +27,10 @@ from kiln.domain.locks import engine_lock, lock_records
 from kiln.domain.recipes.recipe_sections import DEFAULT_PLATFORM, Engine
 
 PATCHER_ARC = "_kiln/kiln_patching.py"
-
-
 # the applier's engine and parser, which it imports by these names (inimage/patch_applier.py)
 _PATCHTREE_ARC = "_kiln/kiln_patchtree.py"
-
-
 _PATCHFORMAT_ARC = "_kiln/kiln_patchformat.py"
-
-
 _HFCACHE_ARC = "_kiln/kiln_hfcache.py"  # the entrypoint's snapshot check (inimage/hf_cache.py)
-
-
 LOCK_ARC = "_kiln/lock/engine.lock.json"
 
 
@@ -239,8 +231,6 @@ class EngineImage(_NamedByInputs):
 
 
 _IMPORTS_FILE = "imports.txt"  # the modules an engine venv must import (engine-cuda)
-
-
 _CROSS_ARG = "WHEEL_PLATFORM"  # the build arg of an engine Dockerfile that can place wheels for another machine
 
 

@@ -15,13 +15,8 @@ from kiln.domain.images.build_context import BuildContext
 from kiln.domain.recipes.recipe_sections import DEFAULT_PLATFORM
 from kiln.domain.reproducible import save_archive
 from kiln.domain.reproducible import source_date as sourcedate
-from kiln.infra import git
 
 LABEL_NS = "ai.kiln"
-
-
-def _git(*args: str) -> str:
-    return git.output(repo_root(), *args) or ""
 
 
 def _source_url() -> str:
