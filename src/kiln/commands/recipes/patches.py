@@ -15,6 +15,7 @@ from kiln.domain.patching import series as S
 from kiln.domain.patching.bump import PortedEngine, bump, default_from, move_recipe
 from kiln.domain.patching.quilt import Target, checkout, refresh
 from kiln.domain.patching.rebase import rebase, to_patch
+from kiln.domain.recipes.resolved import resolve_recipe
 from kiln.infra import wheel_cache
 
 _ENGINE = S.ENGINE
@@ -28,7 +29,7 @@ def _cmd_patches_check(args: argparse.Namespace) -> int:
         )
         S.check_feature(ov, versions, args.flavour)
         return 0
-    recipe = S.load_recipe(args.recipe) if args.recipe else None
+    recipe = resolve_recipe(args.recipe) if args.recipe else None
     if args.engine:
         versions = [S.parse_engine(args.engine)]
     elif recipe is not None:
