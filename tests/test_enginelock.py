@@ -123,6 +123,15 @@ def test_round_trip_is_deterministic_and_sorted(tmp_path):
             "is not a wheel of numpy",
         ),
         (lambda d: d.update(kiln_lock=2), "kiln_lock: format 2"),
+        (
+            lambda d: d.update(overridden={"numpy": {"requirement": "numpy>=2,<", "why": "x"}}),
+            "overridden.numpy.requirement: 'numpy>=2,<' is not a requirement",
+        ),
+        (
+            lambda d: d.update(overridden={"numpy": {"requirement": "six==1.0", "why": "x"}}),
+            "overridden.numpy.requirement: 'six==1.0' is about six, not numpy",
+        ),
+        (lambda d: d.update(overridden={"numpy": {"why": "x"}}), "overridden"),
     ],
 )
 def test_a_broken_lock_is_one_line_naming_file_and_field(tmp_path, edit, field):

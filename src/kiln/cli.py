@@ -20,7 +20,7 @@ from kiln.basics.errors import KilnError, UsageError
 from kiln.commands import completion, doctor
 from kiln.commands.images import base_image, build, prune, rebuild, sbom
 from kiln.commands.publishing import keys, publish, verify
-from kiln.commands.recipes import check, listing, patches, plan, schema, show
+from kiln.commands.recipes import check, engine, listing, patches, plan, schema, show
 from kiln.commands.serving import fetch, render, serve, smoke
 from kiln.infra.docker import daemon_fault
 
@@ -38,6 +38,7 @@ COMMANDS = (
     serve,
     smoke,
     patches,
+    engine,
     publish,
     keys,
     verify,

@@ -3,7 +3,7 @@
 It gathers what the report needs from the recipes (serving's command line), the engine
 wheels (their sources and METADATA) and the measured build records, then prints it and
 writes the Markdown file.
-(`kiln engine bump`, in commands/recipes/patches.py, calls it.)"""
+(`kiln engine bump`, in commands/recipes/engine.py, calls it.)"""
 
 from __future__ import annotations
 

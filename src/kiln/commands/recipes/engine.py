@@ -1,8 +1,17 @@
-"""`kiln engine lock [RECIPE|--all] [--check] [--platform P] [--recipe-only]`: write (or,
-with --check, only ask the index about) the lock of each engine image the recipes use,
-then each recipe's own lock (build.python_packages -> recipes/NAME/recipe.lock.json,
-kiln.domain.locks.recipe_lock), resolved against the engine lock just written;
-`--recipe-only` leaves the engine locks as they are and writes only the recipes'."""
+"""`kiln engine bump|lock|outdated`: the engine a recipe pins, as one command group.
+
+- `bump --to V [--recipe NAME]`: port the patch series to another engine version
+  (kiln.domain.patching.bump), then move a recipe onto it and re-lock its images;
+- `lock [RECIPE|--all] [--check] [--platform P] [--recipe-only]`: write (or, with
+  --check, only ask the index about) each engine image's lock, then each recipe's own
+  lock (build.python_packages -> recipes/NAME/recipe.lock.json), resolved against the
+  engine lock just written;
+- `outdated [--json] [--index-url URL]`: exit 36 (`EngineOutdated`) when a recipe pins
+  an older engine than the newest release on the index, 37 when the index cannot be
+  asked, 38 when its answer is no index page.
+
+Argument parsing and printing only: the work is done in kiln.domain.patching and
+kiln.domain.locks."""
 
 from __future__ import annotations
 
@@ -11,16 +20,23 @@ import time
 from pathlib import Path
 
 from kiln.basics import log
-from kiln.basics.errors import LockInvalid, UsageError
-from kiln.commands.options import Subparsers
+from kiln.basics.errors import EngineOutdated, LockInvalid, UsageError
+from kiln.commands.options import Subparsers, reports
+from kiln.commands.recipes import bump_report
 from kiln.domain.images.ca_bundle import resolve_ca
 from kiln.domain.images.definitions import EngineImage
 from kiln.domain.locks import engine_lock as L
 from kiln.domain.locks import lock_records as LR
 from kiln.domain.locks import lock_resolver, recipe_lock
+from kiln.domain.patching import outdated as O
+from kiln.domain.patching import series as S
+from kiln.domain.patching.bump import PortedEngine, bump, default_from, move_recipe
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir, recipe_names
 from kiln.domain.recipes.recipe_sections import Engine
+from kiln.infra import package_index, wheel_cache
 from kiln.infra.docker import DockerDaemon
+
+_HEADER = ("recipe", "distribution", "pinned", "newest on index", "newest with a kiln series", "status")
 
 
 def _recipes(args: argparse.Namespace) -> list[LoadedRecipe]:
@@ -39,7 +55,7 @@ def _engines(loaded: list[LoadedRecipe]) -> list[tuple[str, Engine]]:
     return [seen[k] for k in sorted(seen)]
 
 
-def uses_locks(engine: Engine) -> bool:
+def _uses_locks(engine: Engine) -> bool:
     return L.uses_locks(L.engine_image_dir(engine.flavour))
 
 
@@ -152,8 +168,7 @@ def _check(locks: list[tuple[Path, LR.EngineLock | None]]) -> int:
     return 0
 
 
-def register_engine(es: Subparsers) -> None:
-    """`kiln engine lock` (added to the `kiln engine` subcommands)."""
+def _register_lock(es: Subparsers) -> None:
     s = es.add_parser("lock", help="pin every Python wheel (by sha256) and Debian package an engine image installs")
     s.add_argument("recipe", nargs="?", help="the recipe whose engine image to lock")
     s.add_argument("--all", action="store_true", help="every engine image and version the recipes use")
@@ -176,3 +191,139 @@ def register_engine(es: Subparsers) -> None:
         "resolved against the committed engine lock, which is left as it is",
     )
     s.set_defaults(func=_cmd_engine_lock)
+
+
+def _cmd_engine_bump(args: argparse.Namespace) -> int:
+    to_version = S.parse_engine(args.to)
+    if args.report is not None and not args.dry_run:
+        raise UsageError("--report goes with --dry-run (a report changes nothing)")
+    ported = args.recipe and S.series_dir(to_version).is_dir() and not args.from_version
+    if ported:  # moving one more recipe onto an engine whose series is already ported
+        log.ok(f"{S.shown(S.series_dir(to_version))} exists; moving {args.recipe} onto it")
+    else:
+        from_version = S.parse_engine(args.from_version) if args.from_version else default_from(to_version)
+        then = None
+        if args.report is not None:
+            command = bump_report.command_line(
+                to_version, args.from_version and from_version, args.flavour, args.report
+            )
+
+            def then(engine: PortedEngine) -> None:
+                bump_report.report_bump((from_version, to_version), args.flavour, engine, args.report, command)
+
+        bump(from_version, to_version, args.flavour, args.dry_run, then)
+    if args.recipe and not args.dry_run:
+        move_recipe(args.recipe, to_version)
+        # the recipe's engine image needs a lock for the new version (input of its digest)
+        loaded = S.load_recipe(args.recipe)
+        moved = loaded.recipe.engine
+        if _uses_locks(moved):
+            lock_engine(args.recipe, moved)
+            if loaded.recipe.build.python_packages:  # its own lock is resolved against the engine's
+                lock_recipe(loaded)
+    return 0
+
+
+def _status(row: O.OutdatedRow) -> str:
+    if row["status"] == "current":
+        return "up to date"
+    if row["status"] == "not-on-index":
+        return "not on the index"
+    ready = row["next"] is not None and "--recipe" in row["next"]
+    return "lags (series ready)" if ready else f"lags (no series for {row['newest_on_index']} yet)"
+
+
+def _table(doc: O.OutdatedDocument) -> list[str]:
+    """The rows for a person: one line per recipe under a header, columns aligned."""
+    cells = [_HEADER] + [
+        (
+            r["recipe"],
+            r["distribution"],
+            r["engine"]["version"],
+            r["newest_on_index"] or "-",
+            r["newest_with_series"] or "-",
+            _status(r),
+        )
+        for r in doc["recipes"]
+    ]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(_HEADER) - 1)]
+    return ["  ".join([*(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)), row[-1]]) for row in cells]
+
+
+def _summary(doc: O.OutdatedDocument, behind: list[O.OutdatedRow]) -> str:
+    """One line: how many recipes lag, and what is out per distribution."""
+    news: dict[tuple[str, str], set[str]] = {}
+    for r in behind:
+        news.setdefault((r["distribution"], r["newest_on_index"] or ""), set()).add(r["engine"]["version"])
+    what = "; ".join(
+        f"{dist} {newest} is out (pinned: {', '.join(sorted(pins))})" for (dist, newest), pins in sorted(news.items())
+    )
+    return f"{len(behind)} of {len(doc['recipes'])} recipe(s) lag the package index {doc['index']}: {what}"
+
+
+def _cmd_engine_outdated(args: argparse.Namespace) -> int:
+    index = (args.index_url or package_index.index_url()).rstrip("/")
+    cafile = package_index.index_cafile()
+    doc = O.outdated(index, lambda dist: package_index.wheel_releases(dist, index=index, cafile=cafile))
+    behind = O.lagging(doc)
+    if args.json:
+        log.emit_json(doc)
+    else:
+        for line in _table(doc):
+            log.out.print(line, markup=False)
+    if behind:
+        for step in sorted({r["next"] for r in behind if r["next"]}):
+            log.info(f"next: {step}")
+        raise EngineOutdated(_summary(doc, behind))
+    log.ok(f"{len(doc['recipes'])} recipe(s) pin the newest engine release on {index}")
+    return 0
+
+
+def _register_outdated(es: Subparsers) -> None:
+    s = reports(
+        es.add_parser(
+            "outdated", help="does a recipe pin an older engine than the newest release on the package index? (exit 36)"
+        )
+    )
+    s.add_argument(
+        "--index-url",
+        metavar="URL",
+        help="the simple index to ask (default: pip's index-url, else https://pypi.org/simple)",
+    )
+    s.set_defaults(func=_cmd_engine_outdated)
+
+
+def _register_bump(es: Subparsers) -> None:
+    s = es.add_parser("bump", help="port the patch series to another engine version (--dry-run: only report)")
+    s.add_argument("--to", required=True, help=f"{S.ENGINE}==Y or Y")
+    s.add_argument("--from", dest="from_version", help="series to bump (default: the newest one older than --to)")
+    s.add_argument("--dry-run", action="store_true", help="report per patch; change nothing")
+    s.add_argument(
+        "--flavour",
+        choices=sorted(wheel_cache.DISTRIBUTIONS),
+        help="wheel whose sources are used: cpu (default, smaller) or cuda",
+    )
+    s.add_argument(
+        "--recipe",
+        metavar="NAME",
+        help="then pin this recipe to the new version (its features' series for that version must apply)",
+    )
+    s.add_argument(
+        "--report",
+        nargs="?",
+        const="",
+        metavar="FILE.md",
+        help="with --dry-run: also report what moving the recipes on the old version would change "
+        "(flags and speculative-config keys, every series' patches, requirements, image size); "
+        "FILE.md: write it as Markdown too",
+    )
+    s.set_defaults(func=_cmd_engine_bump)
+
+
+def register(sub: Subparsers) -> None:
+    """Add `engine` (bump, lock, outdated) to the kiln CLI's subparsers."""
+    e = sub.add_parser("engine", help="engine version management")
+    es = e.add_subparsers(dest="engine_command", required=True, parser_class=type(e))
+    _register_bump(es)
+    _register_lock(es)
+    _register_outdated(es)

@@ -1,18 +1,14 @@
-"""CLI wiring of `kiln patches ...`, `kiln engine bump` and `kiln override ...`: argument
-parsing and printing only; the work is done in kiln.domain.patching."""
+"""`kiln patches check|checkout|refresh` and `kiln override rebase|to-patch`: the patch-series
+tools (argument parsing and printing only; the work is done in kiln.domain.patching)."""
 
 from __future__ import annotations
 
 import argparse
 
 from kiln.basics import log
-from kiln.basics.errors import UsageError
 from kiln.basics.paths import repo_root
 from kiln.commands.options import Subparsers
-from kiln.commands.recipes import bump_report, outdated
-from kiln.commands.recipes import engine as lock
 from kiln.domain.patching import series as S
-from kiln.domain.patching.bump import PortedEngine, bump, default_from, move_recipe
 from kiln.domain.patching.quilt import Target, checkout, refresh
 from kiln.domain.patching.rebase import rebase, to_patch
 from kiln.domain.recipes.resolved import resolve_recipe
@@ -88,37 +84,6 @@ def _cmd_patches_refresh(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_engine_bump(args: argparse.Namespace) -> int:
-    to_version = S.parse_engine(args.to)
-    if args.report is not None and not args.dry_run:
-        raise UsageError("--report goes with --dry-run (a report changes nothing)")
-    ported = args.recipe and S.series_dir(to_version).is_dir() and not args.from_version
-    if ported:  # moving one more recipe onto an engine whose series is already ported
-        log.ok(f"{S.shown(S.series_dir(to_version))} exists; moving {args.recipe} onto it")
-    else:
-        from_version = S.parse_engine(args.from_version) if args.from_version else default_from(to_version)
-        then = None
-        if args.report is not None:
-            command = bump_report.command_line(
-                to_version, args.from_version and from_version, args.flavour, args.report
-            )
-
-            def then(engine: PortedEngine) -> None:
-                bump_report.report_bump((from_version, to_version), args.flavour, engine, args.report, command)
-
-        bump(from_version, to_version, args.flavour, args.dry_run, then)
-    if args.recipe and not args.dry_run:
-        move_recipe(args.recipe, to_version)
-        # the recipe's engine image needs a lock for the new version (input of its digest)
-        loaded = S.load_recipe(args.recipe)
-        moved = loaded.recipe.engine
-        if lock.uses_locks(moved):
-            lock.lock_engine(args.recipe, moved)
-            if loaded.recipe.build.python_packages:  # its own lock is resolved against the engine's
-                lock.lock_recipe(loaded)
-    return 0
-
-
 def _cmd_override_rebase(args: argparse.Namespace) -> int:
     written = rebase(args.recipe, args.feature, S.parse_engine(args.from_version))
     for f in written:
@@ -133,7 +98,7 @@ def _cmd_override_to_patch(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers) -> None:
-    """Add `patches`, `engine` and `override` to the kiln CLI's subparsers."""
+    """Add `patches` and `override` to the kiln CLI's subparsers."""
     p = sub.add_parser("patches", help="the engine patch series (no Docker needed)")
     ps = p.add_subparsers(dest="patches_command", required=True, parser_class=type(p))
     engine_help = (
@@ -173,31 +138,6 @@ def register(sub: Subparsers) -> None:
         "patches are rebased over them); edited files no patch touches are added to it",
     )
     s.set_defaults(func=_cmd_patches_refresh)
-
-    e = sub.add_parser("engine", help="engine version management")
-    es = e.add_subparsers(dest="engine_command", required=True, parser_class=type(e))
-    s = es.add_parser("bump", help="port the patch series to another engine version (--dry-run: only report)")
-    s.add_argument("--to", required=True, help=f"{_ENGINE}==Y or Y")
-    s.add_argument("--from", dest="from_version", help="series to bump (default: the newest one older than --to)")
-    s.add_argument("--dry-run", action="store_true", help="report per patch; change nothing")
-    s.add_argument("--flavour", choices=sorted(wheel_cache.DISTRIBUTIONS), help=flavour_help)
-    s.add_argument(
-        "--recipe",
-        metavar="NAME",
-        help="then pin this recipe to the new version (its features' series for that version must apply)",
-    )
-    s.add_argument(
-        "--report",
-        nargs="?",
-        const="",
-        metavar="FILE.md",
-        help="with --dry-run: also report what moving the recipes on the old version would change "
-        "(flags and speculative-config keys, every series' patches, requirements, image size); "
-        "FILE.md: write it as Markdown too",
-    )
-    s.set_defaults(func=_cmd_engine_bump)
-    lock.register_engine(es)
-    outdated.register_engine(es)
 
     o = sub.add_parser("override", help="experimental overrides (recipes/NAME/experimental/FEATURE)")
     os_ = o.add_subparsers(dest="override_command", required=True, parser_class=type(o))

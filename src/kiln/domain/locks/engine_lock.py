@@ -44,6 +44,7 @@ from kiln.domain.locks.lock_records import (
     EngineLockJson,
     LockedPackage,
     LockedPackageJson,
+    OverrideJson,
     Resolved,
     ResolvedJson,
     Wheel,
@@ -157,6 +158,25 @@ class _Reader:
             raise self.fail(f"{where}.file", f"{file!r} is not a valid wheel file name") from None
         return Wheel(file, sha, doc.get("url"), source)
 
+    def overrides(self, raw: dict[str, OverrideJson]) -> dict[str, tuple[str, str]]:
+        """`overridden`: each a requirement on the distribution it is filed under (kiln
+        check tests locked versions against it, so it must parse)."""
+        out = {}
+        for name, o in raw.items():
+            try:
+                req = Requirement(o["requirement"])
+            except InvalidRequirement as exc:
+                raise self.fail(
+                    f"overridden.{name}.requirement",
+                    f"{o['requirement']!r} is not a requirement ({str(exc).splitlines()[0]})",
+                ) from None
+            if canonicalize_name(req.name) != canonicalize_name(name):
+                raise self.fail(
+                    f"overridden.{name}.requirement", f"{o['requirement']!r} is about {req.name}, not {name}"
+                )
+            out[name] = (o["requirement"], o["why"])
+        return out
+
     def wheels(self, raw: dict[str, WheelJson], where: str) -> dict[str, Wheel]:
         for plat in raw:
             if plat not in self.platforms:
@@ -239,7 +259,7 @@ def _loads(text: str, path: Path) -> EngineLock:
         plain_extra_packages=[
             r.package(p, f"plain_extra_packages[{i}]") for i, p in enumerate(doc.get("plain_extra_packages", []))
         ],
-        overridden={name: (o["requirement"], o["why"]) for name, o in doc.get("overridden", {}).items()},
+        overridden=r.overrides(doc.get("overridden", {})),
         python=doc["python"],
     )
 

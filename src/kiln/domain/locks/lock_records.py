@@ -52,7 +52,7 @@ class ResolvedJson(TypedDict):
     sha256: str
 
 
-class _OverrideJson(TypedDict):
+class OverrideJson(TypedDict):
     requirement: str
     why: str
 
@@ -72,7 +72,7 @@ class EngineLockJson(TypedDict):
     debian_packages: dict[str, list[DebianPackageJson]]
     tools: dict[str, _ToolJson]
     plain_extra_packages: NotRequired[list[LockedPackageJson]]
-    overridden: NotRequired[dict[str, _OverrideJson]]
+    overridden: NotRequired[dict[str, OverrideJson]]
 
 
 # -- the records -------------------------------------------------------------------------
