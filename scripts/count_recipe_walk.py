@@ -41,7 +41,8 @@ walk: depth first from the start function, its tracked parameter the recipe name
     an imported module, `self.m` inside a class, or a class (its `__init__`). A method
     called on any other receiver is not followed (its type is not known without running).
   in the callee, the parameters those arguments bind are tracked; each function is
-    visited once (its first call), and is one stop.
+    visited once (its first call), and is one stop (--every-call: each later call of it
+    is a stop too, its body not walked again).
   return: a stop in another module than the stop before it, in a module an earlier stop
     was in (the walk had left that module and came back)."""
 
@@ -123,8 +124,9 @@ def _dotted(expr: ast.expr) -> str | None:
 
 
 class _Walk:
-    def __init__(self, modules: dict[str, _Module], types: tuple[str, ...]):
+    def __init__(self, modules: dict[str, _Module], types: tuple[str, ...], every_call: bool = False):
         self.modules = modules
+        self.every_call = every_call
         self.types = {c for m in modules.values() if m.name.startswith(types) for c in m.classes}
         self.stops: list[Stop] = []
         self.seen: set[tuple[str, str]] = set()
@@ -199,6 +201,8 @@ class _Walk:
 
     def visit(self, module: _Module, qualname: str, tracked: set[str]) -> None:
         if (module.name, qualname) in self.seen:
+            if self.every_call:  # called again: a stop again, its body not walked again
+                self.stops.append(Stop(module.name, qualname))
             return
         self.seen.add((module.name, qualname))
         self.stops.append(Stop(module.name, qualname))
@@ -304,12 +308,12 @@ def returns(stops: list[Stop]) -> int:
     return len(_returning(stops))
 
 
-def walk(root: Path, start: str, param: str, types: tuple[str, ...] = TYPES) -> list[Stop]:
+def walk(root: Path, start: str, param: str, types: tuple[str, ...] = TYPES, every_call: bool = False) -> list[Stop]:
     modules = _index(root)
     mod_name, _, func = start.rpartition(".")
     if mod_name not in modules or func not in modules[mod_name].functions:
         raise SystemExit(f"count_recipe_walk: no function {start} under {root}")
-    w = _Walk(modules, types)
+    w = _Walk(modules, types, every_call)
     w.visit(modules[mod_name], func, {param})
     return w.stops
 
@@ -320,9 +324,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", default="kiln.commands.images.build.build_recipe")
     parser.add_argument("--param", default="name")
     parser.add_argument("--types", nargs="+", default=list(TYPES), help="modules whose classes are recipe types")
+    parser.add_argument(
+        "--every-call", action="store_true", help="a function called again is a stop again (its body walked once)"
+    )
     parser.add_argument("--quiet", action="store_true", help="only the three numbers")
     args = parser.parse_args(argv)
-    stops = walk(args.root, args.start, args.param, tuple(args.types))
+    stops = walk(args.root, args.start, args.param, tuple(args.types), args.every_call)
     if not args.quiet:
         print(DEFINITION)
         print()
