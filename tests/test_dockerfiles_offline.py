@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from kilntest import REPO
 
+from kiln.domain.recipes.resolved import ResolvedRecipe
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -229,7 +231,7 @@ def test_the_dockerfile_a_recipe_build_ships_fetches_nothing(name):
     from kiln.domain.recipes.recipe import load_recipe
 
     loaded = load_recipe(REPO / "recipes" / name)
-    context = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None)).context
+    context = RecipeImage(ResolvedRecipe(loaded), EngineImage(loaded.recipe.engine, None)).context
     shipped = next(e for e in context.entries if e.arcname == "Dockerfile").content().decode()
     assert "kiln tail" in shipped
     assert [str(f) for f in fetches(shipped)] == []

@@ -24,7 +24,7 @@ WORDS = frozenset(
     manifests metrics model models multi naming node normalise options outdated overlay
     overrides package password patch patches paths plan platforms plugin policy probe
     progress protocol provenance prune publish publishing purl quilt reader readme rebase
-    rebuild recipe recipes records ref registry render report reporting resolver resolved rules
+    rebuild recipe recipes records ref registry render report reporting resolved resolver rules
     runs save sbom schema schemas sections series serve serving shape show signatures
     signing smoke source sourced space spdx stamp startup state stats streams subject
     surface table tenant text throwaway topology tree types usage validated verification verify wheel

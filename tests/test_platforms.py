@@ -19,6 +19,7 @@ from kiln.domain.images.engine_image import EngineImage, _LazyCA
 from kiln.domain.images.image_naming import _platform_labels, platform_suffix
 from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.recipe import load_recipe, recipe_dir
+from kiln.domain.recipes.resolved import ResolvedRecipe
 
 pytestmark = pytest.mark.usefixtures("no_docker")
 
@@ -116,7 +117,7 @@ def test_input_digest_is_per_platform_and_amd64s_is_unchanged():
     assert default.digest == amd64.digest != arm64.digest
     assert amd64.alias_tag == "kiln/engine-cuda:vllm-0.34.0"
     assert arm64.alias_tag == "kiln/engine-cuda:vllm-0.34.0-arm64"
-    r_amd, r_arm = RecipeImage(loaded, amd64), RecipeImage(loaded, arm64)
+    r_amd, r_arm = RecipeImage(ResolvedRecipe(loaded), amd64), RecipeImage(ResolvedRecipe(loaded), arm64)
     assert r_amd.digest != r_arm.digest and r_amd.tag != r_arm.tag
     assert (r_amd.latest_tag, r_arm.latest_tag) == (
         "kiln/glm53-kindling:latest",

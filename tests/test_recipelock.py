@@ -21,6 +21,7 @@ from kiln.domain.images.engine_image import EngineImage
 from kiln.domain.locks import engine_lock as L
 from kiln.domain.locks import recipe_lock
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe
+from kiln.domain.recipes.resolved import ResolvedRecipe
 
 AMD64 = "linux/amd64"
 NAME = "tiny-kindling"
@@ -36,7 +37,7 @@ def _engine_lock():
 
 
 def _context(loaded: LoadedRecipe):
-    return RecipeImage(loaded, EngineImage(loaded.recipe.engine, None)).context
+    return RecipeImage(ResolvedRecipe(loaded), EngineImage(loaded.recipe.engine, None)).context
 
 
 # -- the committed lock ------------------------------------------------------------------
@@ -74,7 +75,7 @@ def test_a_recipe_without_packages_gets_nothing_of_it():
     loaded = load_recipe(REPO / "recipes" / "tiny-moe")
     assert recipe_lock.for_recipe(loaded) is None and recipe_lock.problems(loaded) == []
     assert not [e.arcname for e in _context(loaded).entries if e.arcname.startswith(("_kiln/lock", "_kiln/wheels"))]
-    image = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None))
+    image = RecipeImage(ResolvedRecipe(loaded), EngineImage(loaded.recipe.engine, None))
     assert image.add_wheels() == [] and "ai.kiln.recipe-lock" not in image.labels()
 
 
@@ -217,7 +218,7 @@ def test_a_tampered_cached_wheel_is_refused_naming_the_package_and_the_recipe_lo
     for pkg in [*lock.python_packages, *lock.tools.values()]:
         (cache / pkg.wheels[AMD64].file).write_bytes(b"PK\x03\x04 not the locked file")
     with pytest.raises(WheelHashMismatch) as err:
-        RecipeImage(loaded, EngineImage(loaded.recipe.engine, None)).add_wheels()
+        RecipeImage(ResolvedRecipe(loaded), EngineImage(loaded.recipe.engine, None)).add_wheels()
     got = hashlib.sha256(b"PK\x03\x04 not the locked file").hexdigest()
     assert err.value.exit_code == 26 and "\n" not in err.value.message
     assert err.value.message.startswith(
@@ -289,7 +290,7 @@ def test_the_sbom_cites_the_recipe_lock_only_when_the_image_was_built_from_it():
     from kiln.domain.supplychain import sbom
 
     loaded = load_recipe(REPO / "recipes" / NAME)
-    labels = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None)).labels()
+    labels = RecipeImage(ResolvedRecipe(loaded), EngineImage(loaded.recipe.engine, None)).labels()
     label = labels["ai.kiln.recipe-lock"]
     committed = recipe_lock.committed(loaded)
     assert committed is not None and label == f"recipes/{NAME}/{recipe_lock._FILE}@sha256:{committed.sha256}"
@@ -302,7 +303,7 @@ def test_the_provenance_lists_the_recipe_lock_and_its_wheels():
     from kiln.domain.supplychain import resolved_dependencies
 
     loaded = load_recipe(REPO / "recipes" / NAME)
-    image = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None))
+    image = RecipeImage(ResolvedRecipe(loaded), EngineImage(loaded.recipe.engine, None))
     deps = resolved_dependencies._lock_dependencies(None, image, AMD64, loaded.recipe.engine.base_image.ref)
     committed = recipe_lock.committed(loaded)
     assert committed is not None
@@ -321,6 +322,9 @@ def test_the_provenance_lists_the_recipe_lock_and_its_wheels():
     # tiny-moe's provenance has no such entry
     moe = load_recipe(REPO / "recipes" / "tiny-moe")
     plain = resolved_dependencies._lock_dependencies(
-        None, RecipeImage(moe, EngineImage(moe.recipe.engine, None)), AMD64, moe.recipe.engine.base_image.ref
+        None,
+        RecipeImage(ResolvedRecipe(moe), EngineImage(moe.recipe.engine, None)),
+        AMD64,
+        moe.recipe.engine.base_image.ref,
     )
     assert not [d for d in plain if d["annotations"]["kiln_role"] == "recipe-lock"]

@@ -12,6 +12,7 @@ from kilntest import REPO
 
 from kiln.basics.errors import RecipeInvalid
 from kiln.domain.recipes.recipe import display_path, load_recipe
+from kiln.domain.recipes.resolved import ResolvedRecipe
 
 GENERATOR = REPO / "recipes" / "_shared" / "make_models.py"
 # the generator's bytes, pinned so that a change to the models it bakes is a decision:
@@ -29,7 +30,7 @@ def test_each_tiny_recipe_gets_the_one_shared_generator_in_its_context(name):
     loaded = load_recipe(REPO / "recipes" / name)
     assert loaded.recipe.build.shared == ["make_models.py"]
     assert not (loaded.dir / "make_models.py").exists(), "one copy, in recipes/_shared/"
-    ctx = RecipeImage(loaded, EngineImage(loaded.recipe.engine, None)).context
+    ctx = RecipeImage(ResolvedRecipe(loaded), EngineImage(loaded.recipe.engine, None)).context
     shipped = {e.arcname: e for e in ctx.entries}
     # at the context root, where the recipe's Dockerfile COPYs it from
     assert "COPY make_models.py " in (loaded.dir / "Dockerfile").read_text()

@@ -79,7 +79,7 @@ SHIPPED = ("vllm-schedule", "vllm-best-K", "vllm-av", "vllm-schedule+av")
 UPSTREAM = (*SHIPPED, "confidence")  # and vllm#35301's exit, in no released vLLM
 # kiln-av's hook, measured on an H100 (bench_av.py): eager and compiled, and fused once
 # a run of the fused kernel is committed; the engine's default for stepping aside
-HOOK_PRICES = HERE / "results-2026-12-07-h100-av-hook.json"
+HOOK_PRICES = HERE / "results-2026-12-07-h100-av-hook-fused.json"
 AV_MIN_BATCH = next(k.default for k in DRAFT_TRUNC.knobs if k.name == "av_min_batch")
 
 
@@ -724,7 +724,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
 def plot_hook(rows: list[dict], path: Path, title: str) -> None:
     """kiln-av against adaptive verification by batch, one curve per hook price."""
     fig, panels = st.trace_grid(rows, 4, (4.6, 3.4))
-    styles = {"none": "k:", "eager": "C3-o", "compiled": "C1-s", "fused": "C2-^"}
+    styles = {"none": "k:", "eager": "C3-o", "compiled": "C1-s", "fused": "C2-^", "hook": "C0-v", "hook_timed": "C4-x"}
     for ax, name, rs in panels:
         x = [r["batch"] for r in rs]
         for price in rs[0]["hook_share"]:
@@ -810,8 +810,8 @@ def main(argv=None) -> int:
         "--av-hook",
         default=None,
         help="the hook price kiln-av pays: a variant the measurement holds (eager, "
-        "compiled, fused) or none (default: fused, the engine's, where measured, "
-        "else compiled, the cheapest measured before it)",
+        "compiled, fused, hook, hook_timed) or none (default: hook, the engine's hook as "
+        "it runs, where measured, else fused, else compiled)",
     )
     ap.add_argument(
         "--av-min-batch",
@@ -822,7 +822,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     prices = hook_prices(args.av_hook_prices)
     if args.av_hook is None:
-        args.av_hook = "fused" if "fused" in prices else "compiled"
+        args.av_hook = next(v for v in ("hook", "fused", "compiled") if v in prices)
     if args.av_hook not in prices:
         ap.error(f"--av-hook {args.av_hook}: {args.av_hook_prices} prices {', '.join(prices)}")
     paths = args.trace if args.trace is not None else sorted(HERE.glob(st.TRACE_GLOB))

@@ -17,6 +17,7 @@ from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed
 from kiln.commands.images import build
 from kiln.domain.imagecheck import launch_arg_check
+from kiln.domain.recipes.resolved import ResolvedRecipe
 
 # beside the serial daemon group (tests/kilntest.py assign_xdist_groups): this module's images are its own
 # recipe's (kiln-test-argcheck) and the real engine-cpu, which no integration test removes
@@ -32,7 +33,7 @@ def cpu_engine_id(docker_daemon, base_image) -> str:
     from kiln.domain.recipes.recipe import load_recipe
 
     loaded = load_recipe(recipes_dir() / "tiny-moe")
-    return build._engine_image_id(docker_daemon, loaded, build_if_missing=True)
+    return build._engine_image_id(docker_daemon, ResolvedRecipe(loaded), build_if_missing=True)
 
 
 @pytest.fixture(scope="module")

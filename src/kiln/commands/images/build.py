@@ -52,7 +52,8 @@ from kiln.domain.images.definitions import (
 )
 from kiln.domain.locks import engine_lock, lock_failure, recipe_lock
 from kiln.domain.patching import series
-from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
+from kiln.domain.recipes.recipe import LoadedRecipe
+from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
 from kiln.domain.reproducible import normalise_image
 from kiln.domain.reproducible.save_archive import rfc3339
 from kiln.domain.reproducible.source_date import SourceDate
@@ -300,20 +301,20 @@ def _untag(docker: DockerDaemon, tags: list[str]) -> None:
             log.warn(f"could not remove tag {tag}: {exc}")
 
 
-def _engine_image_id(docker: DockerDaemon, loaded: LoadedRecipe, *, build_if_missing: bool) -> str | None:
+def _engine_image_id(docker: DockerDaemon, recipe: ResolvedRecipe, *, build_if_missing: bool) -> str | None:
     """The id of the engine image built from the recipe's current engine inputs (built
     now when missing and `build_if_missing`), None when there is none."""
-    engine_image = resolve(loaded.name).engine_image
+    engine_image = resolve(recipe).engine_image
     img = existing(docker, engine_image.tag, engine_image.digest)
     if img is not None:
         return img.id
     if not build_if_missing:
         return None
-    return build_engine(docker, engine_image, recipe=loaded.name).image_id
+    return build_engine(docker, engine_image, recipe=recipe.name).image_id
 
 
 def build_recipe(
-    name: str,
+    name: str | ResolvedRecipe,
     *,
     docker: DockerDaemon | None = None,
     force: bool = False,
@@ -323,13 +324,14 @@ def build_recipe(
     nocache: bool = False,
     platform: str | None = None,
 ) -> _BuildOutcome:
-    """`platform`: one of the recipe's engine.platforms (None: the host's)."""
+    """`name`: the recipe (resolved, or its name); `platform`: one of engine.platforms (None: the host's)."""
     docker = docker or DockerDaemon()
     t0 = time.monotonic()
+    recipe = resolve_recipe(name) if isinstance(name, str) else name
     if platform is not None:
-        check_platform(load_recipe(recipe_dir(name)), platform)
-    resolved = resolve(name, ca_flag, platform)
-    loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
+        check_platform(recipe.loaded, platform)
+    resolved = resolve(recipe, ca_flag, platform)
+    loaded, engine_image, recipe_image = recipe.loaded, resolved.engine_image, resolved.recipe_image
     reused = (
         None
         if force
@@ -342,9 +344,9 @@ def build_recipe(
                 f"nothing to build [{log.human_secs(time.monotonic() - t0)}]"
             )
         return reused
-    _preflight_patches(loaded)
+    _preflight_patches(recipe)
     engine_outcome = build_engine(
-        docker, engine_image, force=force_engine, nocache=nocache and force_engine, recipe=name
+        docker, engine_image, force=force_engine, nocache=nocache and force_engine, recipe=recipe.name
     )
     if engine_outcome.skipped:
         log.ok(f"engine {engine_image.tag} up to date")
@@ -364,7 +366,7 @@ def build_recipe(
 
 def check_build_space(
     docker: DockerDaemon,
-    name: str,
+    recipe: ResolvedRecipe,
     platforms: list[str | None],
     *,
     force: bool = False,
@@ -374,26 +376,24 @@ def check_build_space(
     """Before anything builds: the engine builds ahead (one per platform whose recipe and
     engine images are missing, or forced) fit on the daemon's disk, or DiskSpaceShort
     says so in one line (domain/images/disk_space.py has the figures)."""
-    builds = [b for p in platforms if (b := _engine_build_ahead(docker, name, p, force, force_engine, ca_flag))]
+
+    def ahead(platform: str | None) -> disk_space.EngineBuild | None:
+        if platform is not None:
+            check_platform(recipe.loaded, platform)
+        resolved = resolve(recipe, ca_flag, platform)
+        recipe_image, engine_image = resolved.recipe_image, resolved.engine_image
+        if not force and existing(docker, recipe_image.tag, recipe_image.digest) is not None:
+            return None  # build_recipe reuses it, and builds no engine
+        if not force_engine and existing(docker, engine_image.tag, engine_image.digest) is not None:
+            return None
+        return disk_space.EngineBuild(engine_image.engine.flavour, engine_image.platform)
+
+    builds = [b for p in platforms if (b := ahead(p))]
     if not builds:
         return
     root = _local_root(docker)
     if root is not None:
-        disk_space.require_space(name, builds, shutil.disk_usage(root).free, root)
-
-
-def _engine_build_ahead(
-    docker: DockerDaemon, name: str, platform: str | None, force: bool, force_engine: bool, ca_flag: str | None
-) -> disk_space.EngineBuild | None:
-    if platform is not None:
-        check_platform(load_recipe(recipe_dir(name)), platform)
-    resolved = resolve(name, ca_flag, platform)
-    recipe_image, engine_image = resolved.recipe_image, resolved.engine_image
-    if not force and existing(docker, recipe_image.tag, recipe_image.digest) is not None:
-        return None  # build_recipe reuses it, and builds no engine
-    if not force_engine and existing(docker, engine_image.tag, engine_image.digest) is not None:
-        return None
-    return disk_space.EngineBuild(engine_image.engine.flavour, engine_image.platform)
+        disk_space.require_space(recipe.name, builds, shutil.disk_usage(root).free, root)
 
 
 def _local_root(docker: DockerDaemon) -> str | None:
@@ -433,13 +433,9 @@ def check_platform(loaded: LoadedRecipe, platform: str) -> None:
     binfmt.require(platform, min_major=binfmt.QEMU_MIN_MAJOR)
 
 
-def _platforms_of(name: str, flag: str | None) -> list[str | None]:
+def _platforms_of(recipe: ResolvedRecipe, flag: str | None) -> list[str | None]:
     """--platform: None (the host's), one platform, or `all` (every declared one)."""
-    if flag is None:
-        return [None]
-    if flag == "all":
-        return list(load_recipe(recipe_dir(name)).recipe.engine.platforms)
-    return [flag]
+    return [None] if flag is None else list[str | None](recipe.engine.platforms) if flag == "all" else [flag]
 
 
 def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: RecipeImage) -> _ImageBuild:
@@ -462,16 +458,16 @@ def _recipe_build(docker: DockerDaemon, loaded: LoadedRecipe, recipe_image: Reci
     )
 
 
-def _preflight_patches(loaded: LoadedRecipe) -> None:
+def _preflight_patches(recipe: ResolvedRecipe) -> None:
     """Apply the engine series and the recipe's switched-on features to the pinned
     engine's sources on the host, so a hunk that no longer applies fails in seconds,
     before any image layer is built. The in-image application stays authoritative."""
-    engine = loaded.recipe.engine
-    has_features = bool(loaded.recipe.experimental)
+    engine = recipe.engine
+    has_features = bool(recipe.recipe.experimental)
     if not series.series_for(engine.version).patches and not has_features:
         return
     try:
-        series.check(engine.version, None, loaded)
+        series.check(engine.version, None, recipe)
     except EngineFetchFailed as exc:
         log.warn(f"patch pre-flight skipped ({exc.message}); the image build still applies the series")
 
@@ -492,15 +488,16 @@ def _summary(title: str, o: _BuildOutcome, seconds: float, extra: dict[str, obje
 def cmd_build(args: argparse.Namespace) -> int:
     docs: list[tuple[str | None, BuildDocument]] = []
     docker = DockerDaemon()
-    platforms = _platforms_of(args.name, args.platform)
+    recipe = resolve_recipe(args.name)  # once: every step below takes this value
+    platforms = _platforms_of(recipe, args.platform)
     force = args.force or args.no_cache
     if not args.skip_disk_check:  # every platform's engine build counted before the first starts
         check_build_space(
-            docker, args.name, platforms, force=force, force_engine=args.force_engine, ca_flag=args.ca_bundle
+            docker, recipe, platforms, force=force, force_engine=args.force_engine, ca_flag=args.ca_bundle
         )
     for platform in platforms:
         outcome = build_recipe(
-            args.name,
+            recipe,
             docker=docker,
             force=force,
             force_engine=args.force_engine,

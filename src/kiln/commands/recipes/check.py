@@ -28,7 +28,8 @@ from kiln.domain.locks import engine_lock, lock_policy, recipe_lock
 from kiln.domain.patching.series import recipe_series
 from kiln.domain.planning.plan import verdict
 from kiln.domain.recipes.overrides import load_override
-from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir, recipe_names
+from kiln.domain.recipes.recipe import LoadedRecipe, recipe_dir, recipe_names
+from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
 from kiln.domain.recipes.topology import feature_problems
 from kiln.infra import wheel_cache
 
@@ -70,16 +71,21 @@ def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
 
 def check_one(name: str) -> list[str]:
     """Problems with one recipe, as one-line messages (empty when it is fine)."""
-    recipe_problems, launch_problems, plan_problems = _check_one(name)
-    return recipe_problems + launch_problems + plan_problems + _platform_problems_of(name)
+    recipe = _resolve(name)
+    recipe_problems, launch_problems, plan_problems = _check_one(recipe)
+    return recipe_problems + launch_problems + plan_problems + _platform_problems_of(recipe)
 
 
-def _platform_problems_of(name: str) -> list[str]:
+def _resolve(name: str) -> ResolvedRecipe | list[str]:
+    """The recipe resolved once for every check below, or the problems it cannot load with."""
     try:
-        loaded = load_recipe(recipe_dir(name))
-    except RecipeInvalid:
-        return []  # reported by _check_one
-    return _platforms(loaded)
+        return resolve_recipe(name)
+    except RecipeInvalid as exc:
+        return exc.problems
+
+
+def _platform_problems_of(recipe: ResolvedRecipe | list[str]) -> list[str]:
+    return [] if isinstance(recipe, list) else _platforms(recipe.loaded)  # a list: reported by _check_one
 
 
 def _platforms(loaded: LoadedRecipe) -> list[str]:
@@ -122,12 +128,13 @@ def _plan_problems(loaded: LoadedRecipe) -> tuple[list[str], list[str]]:
     return [], []
 
 
-def _check_one(name: str, platform: str | None = None) -> tuple[list[str], list[str], list[str]]:
+def _check_one(
+    recipe: ResolvedRecipe | list[str], platform: str | None = None
+) -> tuple[list[str], list[str], list[str]]:
     """(recipe problems, launch-command problems the engine image found, plan problems)."""
-    try:
-        loaded = load_recipe(recipe_dir(name))
-    except RecipeInvalid as exc:
-        return exc.problems, [], []
+    if isinstance(recipe, list):
+        return recipe, [], []
+    loaded, name = recipe.loaded, recipe.name
     problems: list[str] = []
     for feature in loaded.recipe.features:
         if not (loaded.feature_dir(feature) / "override.yaml").is_file():
@@ -161,7 +168,7 @@ def _check_one(name: str, platform: str | None = None) -> tuple[list[str], list[
     problems += feature_problems(loaded)
     problems += _lock(loaded)
     unplanned, too_big = _plan_problems(loaded)
-    return problems + unplanned, _launch_args(loaded, platform), too_big
+    return problems + unplanned, _launch_args(recipe, platform), too_big
 
 
 def _lock(loaded: LoadedRecipe) -> list[str]:
@@ -188,29 +195,30 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
-def _series_used(name: str) -> list[SeriesUsed]:
+def _series_used(recipe: ResolvedRecipe) -> list[SeriesUsed]:
     """Which patch series a valid recipe's image applies, in order."""
-    loaded = load_recipe(recipe_dir(name))
     return [
         SeriesUsed(applies=what, file=_rel(file) if file else None, patches=count)
-        for what, file, count in recipe_series(loaded)
+        for what, file, count in recipe_series(recipe)
     ]
 
 
-def _launch_args(loaded: LoadedRecipe, platform: str | None) -> list[str]:
+def _launch_args(recipe: ResolvedRecipe, platform: str | None) -> list[str]:
     """The launch command (flags, values, feature knobs) checked by the built engine's own
     parser and kiln-engine, when that image exists: the engine image for `platform` (None:
     the host's; another architecture's parser runs under qemu)."""
-    return check_against_engine(loaded, platform=platform)
+    return check_against_engine(recipe, platform=platform)
 
 
 def check(name: str | None, *, all_recipes: bool, as_json: bool = False, platform: str | None = None) -> int:
     if not name and not all_recipes:
         all_recipes = True
+    given: ResolvedRecipe | None = None  # --platform's one recipe, resolved before anything else
     if platform is not None:
         if all_recipes or not name:
             raise UsageError("kiln check --platform: name one recipe (its engine image for that platform is asked)")
-        check_platform(load_recipe(recipe_dir(name)), platform)
+        given = resolve_recipe(name)
+        check_platform(given.loaded, platform)
     problems: list[str] = []
     platform_only = True  # every problem is a declared platform without wheels: exit 100
     launch_only = True  # every problem is one the engine found: exit 17, as `kiln build`
@@ -218,17 +226,18 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False, platfor
     names = _recipe_names(name, all_recipes)
     report: list[RecipeCheck] = []
     for recipe in names:
-        recipe_problems, launch_problems, plan_problems = _check_one(recipe, platform)
-        platform_problems = _platform_problems_of(recipe) if not recipe_problems else []
+        resolved = given or _resolve(recipe)  # once per recipe: every check below takes it
+        recipe_problems, launch_problems, plan_problems = _check_one(resolved, platform)
+        platform_problems = _platform_problems_of(resolved) if not recipe_problems else []
         found = recipe_problems + launch_problems + plan_problems + platform_problems
         platform_only = platform_only and not recipe_problems and not launch_problems and not plan_problems
         launch_only = launch_only and not recipe_problems and not plan_problems and not platform_problems
         plan_only = plan_only and not recipe_problems and not launch_problems and not platform_problems
         entry = RecipeCheck(name=recipe, valid=not found, problems=found)
-        if found:
+        if found or isinstance(resolved, list):
             problems += found
         else:
-            entry["series"] = _series_used(recipe)
+            entry["series"] = _series_used(resolved)
             log.ok(f"{recipe}")
         report.append(entry)
     if as_json:

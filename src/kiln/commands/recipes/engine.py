@@ -71,7 +71,7 @@ def _platforms_wanted(engine: Engine) -> list[str]:
     return sorted(wanted)
 
 
-def lock_engine(
+def _lock_engine(
     recipe: str, engine: Engine, platforms: list[str] | None = None, docker: DockerDaemon | None = None
 ) -> LR.EngineLock:
     """Resolve and write one engine's lock (unchanged bytes are not rewritten)."""
@@ -101,7 +101,7 @@ def lock_engine(
     return lock
 
 
-def lock_recipe(loaded: LoadedRecipe, platforms: list[str] | None = None) -> LR.EngineLock:
+def _lock_recipe(loaded: LoadedRecipe, platforms: list[str] | None = None) -> LR.EngineLock:
     """Resolve and write a recipe's own lock against its committed engine lock (unchanged
     bytes are not rewritten)."""
     t0 = time.monotonic()
@@ -135,9 +135,9 @@ def _cmd_engine_lock(args: argparse.Namespace) -> int:
     if args.check:
         return _check(_committed(engines, own))
     for recipe, engine in engines:
-        lock_engine(recipe, engine, args.platform or None)
+        _lock_engine(recipe, engine, args.platform or None)
     for item in own:
-        lock_recipe(item, args.platform or None)
+        _lock_recipe(item, args.platform or None)
     return 0
 
 
@@ -218,9 +218,9 @@ def _cmd_engine_bump(args: argparse.Namespace) -> int:
         loaded = S.load_recipe(args.recipe)
         moved = loaded.recipe.engine
         if _uses_locks(moved):
-            lock_engine(args.recipe, moved)
+            _lock_engine(args.recipe, moved)
             if loaded.recipe.build.python_packages:  # its own lock is resolved against the engine's
-                lock_recipe(loaded)
+                _lock_recipe(loaded)
     return 0
 
 

@@ -11,6 +11,7 @@ from kiln.commands.options import Subparsers
 from kiln.domain.patching import series as S
 from kiln.domain.patching.quilt import Target, checkout, refresh
 from kiln.domain.patching.rebase import rebase, to_patch
+from kiln.domain.recipes.resolved import resolve_recipe
 from kiln.infra import wheel_cache
 
 _ENGINE = S.ENGINE
@@ -24,7 +25,7 @@ def _cmd_patches_check(args: argparse.Namespace) -> int:
         )
         S.check_feature(ov, versions, args.flavour)
         return 0
-    recipe = S.load_recipe(args.recipe) if args.recipe else None
+    recipe = resolve_recipe(args.recipe) if args.recipe else None
     if args.engine:
         versions = [S.parse_engine(args.engine)]
     elif recipe is not None:

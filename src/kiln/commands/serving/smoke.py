@@ -28,8 +28,9 @@ from kiln.domain.images.definitions import RecipeImage, require_built
 from kiln.domain.images.engine_image import engine_modules
 from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.feature_registry import engine_features
-from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
+from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.recipe_sections import Smoke
+from kiln.domain.recipes.resolved import resolve_recipe
 from kiln.domain.recipes.topology import Topology, effective, split_over_nodes
 from kiln.domain.serving.launch_command import RunSpec
 from kiln.domain.serving.multi_node import NodeGroup, node_specs
@@ -118,12 +119,13 @@ def smoke(
     without a GPU runs the in-image proofs instead of serving (record level "in-image")."""
 
     docker = docker or DockerDaemon()
+    resolved = resolve_recipe(name)  # once: the checks, the build and the image found take it
     if platform is not None:
-        check_platform(load_recipe(recipe_dir(name)), platform)
+        check_platform(resolved.loaded, platform)
     if build:
-        check_build_space(docker, name, [platform])
-        build_recipe(name, docker=docker, platform=platform)
-    built = require_built(docker, name, platform)
+        check_build_space(docker, resolved, [platform])
+        build_recipe(resolved, docker=docker, platform=platform)
+    built = require_built(docker, resolved, platform)
     loaded, recipe_image, image = built.loaded, built.recipe_image, built.image
     recipe = loaded.recipe
     emulated = platform is not None and not binfmt.state(platform).native

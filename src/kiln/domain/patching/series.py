@@ -27,6 +27,7 @@ from kiln.basics.paths import repo_root
 from kiln.domain.recipes.overrides import LoadedOverride, load_override, series_versions
 from kiln.domain.recipes.recipe import LoadedRecipe, recipe_dir
 from kiln.domain.recipes.recipe import load_recipe as load_recipe_at
+from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.infra import wheel_cache
 from kiln.inimage import patch_applier as applier
 from kiln.inimage import patch_format, patch_tree
@@ -189,10 +190,11 @@ class FeatureRef:
         return f"{self.recipe}/{self.feature}"
 
 
-def _feature_series_file(ov: LoadedOverride, version: str) -> Path | None:
-    """The feature's series applied on engine `version`; a versioned feature with no
-    series for that version cannot be applied there (OverrideDrift, naming the command)."""
-    file = ov.series_file_for(version)
+def _feature_series_file(ov: LoadedOverride, version: str, file: Path | None = None) -> Path | None:
+    """The feature's series applied on engine `version` (`file`, when looked up already); a
+    versioned feature with no series for that version cannot be applied there
+    (OverrideDrift, naming the command)."""
+    file = file or ov.series_file_for(version)
     if file is None and ov.versioned:
         have = ", ".join(ov.series_versions())
         raise OverrideDrift(
@@ -205,15 +207,16 @@ def _feature_series_file(ov: LoadedOverride, version: str) -> Path | None:
 
 
 def feature_overlays(
-    loaded_recipe: LoadedRecipe, version: str | None = None
+    recipe: ResolvedRecipe, version: str | None = None
 ) -> tuple[list[patch_format.Series], list[applier.Replacement]]:
     """The recipe's switched-on features in feature-name order, as the image applies them
     (on the recipe's engine version, or on `version`)."""
-    version = version or loaded_recipe.recipe.engine.version
+    version = version or recipe.engine.version
     series_list, reps = [], []
-    for feature in sorted(loaded_recipe.recipe.features):
-        ov = load_feature(loaded_recipe, feature)
-        file = _feature_series_file(ov, version)
+    for feature in sorted(recipe.features, key=lambda f: f.name):
+        ov = feature.override
+        file = feature.series_file if version == recipe.engine.version else ov.series_file_for(version)
+        file = _feature_series_file(ov, version, file)
         if file is not None:
             series_list.append(load_series(file, f"feature:{ov.name}"))
         for r in ov.override.replacements:
@@ -221,21 +224,20 @@ def feature_overlays(
     return series_list, reps
 
 
-def recipe_series(loaded_recipe: LoadedRecipe) -> list[_AppliedSeries]:
+def recipe_series(recipe: ResolvedRecipe) -> list[_AppliedSeries]:
     """The series a recipe's image applies, in order: the engine-wide series, then each
     switched-on feature's."""
-    version = loaded_recipe.recipe.engine.version
+    version = recipe.engine.version
     engine_file = series_dir(version) / "series"
     out = [
         _AppliedSeries(
             f"{ENGINE} {version}", engine_file if engine_file.is_file() else None, len(series_for(version).patches)
         )
     ]
-    for feature in sorted(loaded_recipe.recipe.features):
-        ov = load_feature(loaded_recipe, feature)
-        file = ov.series_file_for(version)
+    for feature in sorted(recipe.features, key=lambda f: f.name):
+        file = feature.series_file
         count = len(patch_format.read_series_names(file)) if file is not None else 0
-        out.append(_AppliedSeries(f"feature {feature}", file, count))
+        out.append(_AppliedSeries(f"feature {feature.name}", file, count))
     return out
 
 
@@ -255,7 +257,9 @@ def _report(results: list[patch_tree.PatchResult]) -> None:
         _report_offsets(r)
 
 
-def check(version: str, flavour: str | None = None, recipe: LoadedRecipe | None = None) -> list[patch_tree.PatchResult]:
+def check(
+    version: str, flavour: str | None = None, recipe: ResolvedRecipe | None = None
+) -> list[patch_tree.PatchResult]:
     """Apply the series (and a recipe's features) to the pinned engine's sources in
     memory. Raises PatchInvalid / PatchFailed / OverrideDrift; writes nothing."""
     series_list = [series_for(version)]

@@ -1,6 +1,6 @@
 """`DockerDaemon`: the one facade over the local Docker daemon. Every request runs
 inside `_daemon(doing)` (`faults`); the long streams (build, push) are read in
-`building`, containers in `containers`, throwaway script runs in `throwaway`."""
+`building`, containers in `containers`, throwaway script runs in `throwaway_runs`."""
 
 from __future__ import annotations
 
