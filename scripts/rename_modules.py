@@ -179,7 +179,7 @@ def _is_package(r: Rename) -> bool:
     old, new = _dir_of(r.old), _dir_of(r.new)
     if (REPO / old.with_suffix(".py")).is_file() or r.new.startswith(r.old + "."):
         return False  # a module (publishing.py became the package publishing/ holding it)
-    return (REPO / old).is_dir() or (REPO / new).is_dir() and not (REPO / new.with_suffix(".py")).is_file()
+    return (REPO / old).is_dir() or ((REPO / new).is_dir() and not (REPO / new.with_suffix(".py")).is_file())
 
 
 def _into_itself(r: Rename, dotted: str) -> bool:
@@ -355,11 +355,11 @@ def _binders(tree: ast.AST, name: str) -> tuple[bool, bool]:
             other = other or not isinstance(node.ctx, ast.Load)
         elif isinstance(node, ast.keyword) and node.arg == name:
             other = True  # `f(name=...)`: not a use of the module, but renaming it would break the call
-        elif isinstance(node, ast.arg) and node.arg == name:
-            other = used = True
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name:
-            other = used = True
-        elif isinstance(node, ast.Global | ast.Nonlocal) and name in node.names:
+        elif (
+            (isinstance(node, ast.arg) and node.arg == name)
+            or (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name)
+            or (isinstance(node, ast.Global | ast.Nonlocal) and name in node.names)
+        ):
             other = used = True
         elif isinstance(node, ast.alias) and (node.asname or node.name.split(".")[0]) == name:
             used = True

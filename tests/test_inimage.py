@@ -85,7 +85,7 @@ def test_source_names_the_shipped_files():
         "launch_arg_probe",
         "sbom_reader",
     }
-    assert launch_arg_check._PROBE == inimage.source("launch_arg_probe").read_text()
+    assert inimage.source("launch_arg_probe").read_text() == launch_arg_check._PROBE
     assert sbom._inimage_script() == inimage.source("sbom_reader").read_text(encoding="utf-8")
     with pytest.raises(FileNotFoundError, match="kiln.inimage has no module 'nope'"):
         inimage.source("nope")

@@ -633,7 +633,7 @@ def main(argv=None) -> int:
         "traces": [
             {
                 "source": t.source,
-                "records": int(len(t.n)),
+                "records": len(t.n),
                 "k": t.k,
                 "acceptance": t.acceptance,
                 "censored_dropped": t.censored,

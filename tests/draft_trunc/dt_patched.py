@@ -46,7 +46,7 @@ def series(version: str) -> list[str]:
 
 
 def touched(patch_text: str) -> list[str]:
-    return re.findall(r"^\+\+\+ b/(\S+)", patch_text, flags=re.M)
+    return re.findall(r"^\+\+\+ b/(\S+)", patch_text, flags=re.MULTILINE)
 
 
 def apply_series(vllm_src: Path, tree: Path, version: str) -> Path:

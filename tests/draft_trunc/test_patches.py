@@ -15,7 +15,7 @@ SERIES = [(v, name) for v in VLLM_VERSIONS for name in series(v)]
 
 
 def _touched(patch_text: str) -> list[str]:
-    return re.findall(r"^\+\+\+ b/(\S+)", patch_text, flags=re.M)
+    return re.findall(r"^\+\+\+ b/(\S+)", patch_text, flags=re.MULTILINE)
 
 
 def test_one_series_per_engine_version():
@@ -35,8 +35,8 @@ def test_series_lists_every_patch_once(version):
 def test_patch_header(version, name):
     text = (patch_dir(version) / name).read_text()
     header = text.split("\n--- a/", 1)[0]
-    assert re.search(r"^Why: \S", header, flags=re.M), "needs a 'Why:' line"
-    assert re.search(r"^Upstream: (yes|no|maybe) - \S", header, flags=re.M)
+    assert re.search(r"^Why: \S", header, flags=re.MULTILINE), "needs a 'Why:' line"
+    assert re.search(r"^Upstream: (yes|no|maybe) - \S", header, flags=re.MULTILINE)
     for path in _touched(text):
         assert path.startswith("vllm/")
         assert f"--- a/{path}" in text

@@ -195,7 +195,7 @@ def test_readme_names_each_recipes_engine_version():
 
     from kiln.domain.recipes.recipe import load_recipe
 
-    rows = dict(re.findall(r"^\| ([a-z0-9-]+) \| vLLM (\S+) \|", (REPO / "README.md").read_text(), re.M))
+    rows = dict(re.findall(r"^\| ([a-z0-9-]+) \| vLLM (\S+) \|", (REPO / "README.md").read_text(), re.MULTILINE))
     pinned = {
         d.name: load_recipe(d).recipe.engine.version
         for d in sorted((REPO / "recipes").iterdir())

@@ -253,7 +253,7 @@ def test_signed_index_publish_signs_the_index_and_each_platform_with_its_own_sbo
         hex_ = digest.split(":")[1]
         assert f"sha256-{hex_}.sig" in tags and f"sha256-{hex_}.att" in tags, digest
     assert result.signature and result.signature["verified"] is True
-    assert {p: e["signature"]["verified"] for p, e in result.platforms.items()} == {p: True for p in PLATFORMS}
+    assert {p: e["signature"]["verified"] for p, e in result.platforms.items()} == dict.fromkeys(PLATFORMS, True)
     got, index = _raw_manifest(registry, "experimental", repository=f"signed/{REPOSITORY}")
     assert got == result.manifest_digest and index["mediaType"] == INDEX
     verified = run_kiln(

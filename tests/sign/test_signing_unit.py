@@ -94,7 +94,7 @@ def test_bad_references_are_one_line(ref):
 
 def test_a_private_key_never_prints_its_secret():
     key = keys.generate()
-    secret = key._key.private_numbers().private_value  # noqa: SLF001 - the test looks inside on purpose
+    secret = key._key.private_numbers().private_value  # the test looks inside on purpose
     text = f"{key!r} {key!s} {key.public!r}"
     assert str(secret) not in text and hex(secret)[2:] not in text
     assert key.public.fingerprint in repr(key)

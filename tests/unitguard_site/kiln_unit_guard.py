@@ -168,7 +168,7 @@ def _pip_subcommand(args: Sequence[str]) -> bool:
 
 
 def _is_python(prog: str) -> bool:
-    return prog.startswith("python") and prog[6:].replace(".", "").isdigit() or prog == "python"
+    return (prog.startswith("python") and prog[6:].replace(".", "").isdigit()) or prog == "python"
 
 
 def blocked_address(family: int, address: Any) -> str | None:

@@ -109,9 +109,9 @@ def _in_document(document: object, loc: tuple[int | str, ...]) -> tuple[int | st
     out: list[int | str] = []
     node = document
     for part in loc:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        if (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        ):
             node = node[part]
         else:
             continue  # a union member's name

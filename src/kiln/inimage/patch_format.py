@@ -209,7 +209,7 @@ class Patch:
                 "say whether it is meant for upstream, e.g. `Upstream: yes, <PR url>` or `Upstream: no, kiln-only`",
             ),
         ):
-            if not re.search(rf"^\s*{key}:\s*\S", text, re.M):
+            if not re.search(rf"^\s*{key}:\s*\S", text, re.MULTILINE):
                 problems.append(f"{self.display}: header has no `{key}:` line before the first `---` ({why})")
         return problems
 
@@ -222,7 +222,7 @@ class Series:
 
 
 # -- parsing -----------------------------------------------------------------------------
-_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.S)
+_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.DOTALL)
 
 
 def _starts_section(lines: list[bytes], i: int) -> bool:

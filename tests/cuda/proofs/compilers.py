@@ -29,7 +29,7 @@ import tempfile
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from elf_needed import read_dynamic  # noqa: E402
+from elf_needed import read_dynamic
 
 
 def triton_cuda_utils(work: str) -> str:

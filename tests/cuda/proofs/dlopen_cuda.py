@@ -22,7 +22,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from elf_needed import OPTIONAL_PLUGINS  # noqa: E402
+from elf_needed import OPTIONAL_PLUGINS
 
 DRIVER = re.compile(r"libcuda\.so|libnvidia-ml\.so")
 

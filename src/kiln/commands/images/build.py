@@ -60,7 +60,7 @@ from kiln.infra import binfmt, credentials, records
 from kiln.infra.docker import DockerDaemon, Image, id_of
 from kiln.inimage import patch_applier, patch_format
 
-_STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
+_STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.DOTALL)
 
 _Check = Callable[[Image], None]  # raises a KilnError: the image must not be tagged
 _Finalize = Callable[[Image], str]  # returns the id to tag (e.g. a labelled derivative)

@@ -160,7 +160,6 @@ def _multi_node(
 ) -> int:
     """A recipe spanning several nodes: `--print` shows each node's command (one host, a
     user-defined network; on real hosts use each host's network and the leader's address)."""
-
     if not args.print:
         raise UsageError(
             f"{args.name} spans {topo.nodes} nodes: `kiln run` serves one-node recipes",

@@ -197,7 +197,6 @@ class ServedChecks:
     def feature_load(self, feature: Feature) -> tuple[int, str]:
         """The traffic the feature asks for before its checks (e.g. enough verify steps
         to pass an estimator's warm-up), as concurrent greedy completions."""
-
         in_flight, tokens = feature.smoke_load
         prompts = [f"{self.spec.prompts[i % len(self.spec.prompts)]} {i}" for i in range(in_flight)]
 

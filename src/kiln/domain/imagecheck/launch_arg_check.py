@@ -172,7 +172,7 @@ class Job:
 
 # -- the caches ---------------------------------------------------------------------
 def _image_key(image_id: str) -> str:
-    return image_id.split(":")[-1]
+    return image_id.rsplit(":", maxsplit=1)[-1]
 
 
 def _cache_file(image_id: str) -> Path:

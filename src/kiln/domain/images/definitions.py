@@ -310,7 +310,7 @@ def engine_modules(flavour: str) -> list[str]:
 
 
 def _declares_arg(dockerfile: Path, name: str) -> bool:
-    return dockerfile.is_file() and re.search(rf"^ARG {name}\b", dockerfile.read_text(), re.M) is not None
+    return dockerfile.is_file() and re.search(rf"^ARG {name}\b", dockerfile.read_text(), re.MULTILINE) is not None
 
 
 def _builder_base_tag(base_ref: str, platform: str) -> str:

@@ -356,4 +356,4 @@ def json_schema() -> _RecipeJsonSchema:
     schema = Recipe.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "kiln recipe.yaml"
-    return cast(_RecipeJsonSchema, schema)  # pydantic's JSON Schema, with the two keys set above
+    return cast("_RecipeJsonSchema", schema)  # pydantic's JSON Schema, with the two keys set above

@@ -352,7 +352,7 @@ class Verification:
     platforms: dict[str, Verification] = field(default_factory=dict)
 
     def as_dict(self) -> VerificationJson:
-        return cast(VerificationJson, asdict(self))  # asdict of exactly these fields
+        return cast("VerificationJson", asdict(self))  # asdict of exactly these fields
 
 
 def resolve(client: RegistryClient, ref: _ImageRef) -> str:

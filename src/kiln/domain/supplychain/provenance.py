@@ -484,7 +484,7 @@ def build_provenance(
 
 def _resolved_by_role(statement: InTotoStatement, role: str) -> list[_ResourceDescriptor]:
     """The resolved dependencies annotated with `kiln_role` == role (tests)."""
-    predicate = cast(_Provenance, statement["predicate"])  # build_provenance's own statement
+    predicate = cast("_Provenance", statement["predicate"])  # build_provenance's own statement
     return [
         d
         for d in predicate["buildDefinition"]["resolvedDependencies"]

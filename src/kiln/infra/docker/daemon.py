@@ -169,7 +169,7 @@ class DockerDaemon:
             try:
                 with dest.open("wb") as out:
                     # the SDK's stubs call the chunks str; the API streams bytes
-                    chunks = cast(Iterable[bytes], container.export(chunk_size=1 << 20))
+                    chunks = cast("Iterable[bytes]", container.export(chunk_size=1 << 20))
                     for chunk in chunks:
                         out.write(chunk)
             finally:
