@@ -240,7 +240,7 @@ def _ip_when_serving(server, timeout_s: float = 60) -> str:
 
 
 def du(docker: DockerDaemon, image_id: str) -> dict[str, int]:
-    code, out = in_image(docker, image_id, "-c", DU, entrypoint="sh")
+    _code, out = in_image(docker, image_id, "-c", DU, entrypoint="sh")
     sizes = {}
     for line in out.splitlines():
         parts = line.split("\t", 1)

@@ -19,6 +19,7 @@ hijacked connection (`docker exec`'s `Upgrade: tcp`) is passed through raw.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -230,10 +231,8 @@ class DockerFaultProxy:
 def _close(sock: socket.socket) -> None:
     """Shut down, then close: a plain close() leaves the connection open while the pump
     thread is blocked reading it (the peer would never see the end)."""
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()
 
 

@@ -35,7 +35,7 @@ def resolve(name=NAME):
 
 
 def test_build_tags_and_labels(built, docker_daemon):
-    tree, result = built
+    _tree, result = built
     resolved = resolve()
     engine_image, recipe_image = resolved.engine_image, resolved.recipe_image
     img = docker_daemon.image(recipe_image.tag)
@@ -429,7 +429,7 @@ def test_real_series_broken_fails_before_docker(tmp_path, docker_daemon):
     for part in ("recipes", "docker-images", "engine", "patches"):
         shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     series = tree / "patches" / "vllm" / "0.32.0"
-    patch = sorted(series.glob("*.patch"))[0]
+    patch = min(series.glob("*.patch"))
     text = patch.read_text()
     body = text[text.index("\n@@ ") :]  # header lines may be indented too: look past the first hunk header
     first_context = next(ln for ln in body.splitlines() if ln.startswith(" ") and ln.strip())

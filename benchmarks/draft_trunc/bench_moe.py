@@ -181,7 +181,7 @@ def bench_mark_dead() -> list[dict]:
 
     dtm.reload({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_TAU": "0.3"})
     rows = []
-    for num_reqs in SIZES + (1024,):
+    for num_reqs in (*SIZES, 1024):
         b = random_batch(np.random.default_rng(0), num_reqs, DRAFTS, mixed=False).to("cuda")
         dtm.prepare(b.predictions.shape[0], "cuda")
 

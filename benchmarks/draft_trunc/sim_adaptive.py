@@ -591,11 +591,11 @@ def tables(rows: list[dict]) -> str:
         "verification on k drafts, SAVk: on the schedule, Cθ: the confidence exit)",
         "",
     ]
-    out += table(main) + [""]
+    out += [*table(main), ""]
     out += [" / ".join(CONFIGS) + " against the best upstream rule", ""]
-    out += table(configs) + [""]
+    out += [*table(configs), ""]
     out += ["best fixed K / confidence exit / informed bound / no speculation, against the best upstream rule", ""]
-    out += table(more) + [""]
+    out += [*table(more), ""]
     prices = list(rows[0]["hook_share"])
     out += [
         "kiln-av against vLLM's adaptive verification (each on its best K, kiln-av at every "

@@ -72,7 +72,7 @@ def test_the_triton_stage_builds_with_no_network_at_all(tiny_kindling, tmp_path)
     from kiln.domain.images.definitions import resolve
 
     recipe_image = resolve("tiny-kindling").recipe_image
-    assert [w.name for w in recipe_image.add_wheels()][0].startswith("triton-3.9.0-")
+    assert next(w.name for w in recipe_image.add_wheels()).startswith("triton-3.9.0-")
     tar = tmp_path / "context.tar"
     with tar.open("wb") as fh:
         recipe_image.context.write_tar(fh)

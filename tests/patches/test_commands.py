@@ -305,7 +305,7 @@ def test_bump_writes_the_ported_series_and_drops_upstream_patches(kroot, capsys,
             "0003-upstream.patch": HEADER + edit(src032, RUN_BATCH, *upstream_change),
         },
     )
-    code, out, err = kiln(capsys, "engine", "bump", "--to", "vllm==0.33.0")
+    code, _out, err = kiln(capsys, "engine", "bump", "--to", "vllm==0.33.0")
     assert code == 0, err
     new = kroot / "patches" / "vllm" / "0.33.0"
     names = [ln for ln in (new / "series").read_text().splitlines() if ln and not ln.startswith("#")]

@@ -24,7 +24,7 @@ import requests
 
 BINARY = "docker-registry"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-MANIFEST_ACCEPT = ", ".join(
+MANIFEST_ACCEPT = ", ".join(  # one media type a line  # noqa: FLY002
     (
         "application/vnd.oci.image.manifest.v1+json",
         "application/vnd.docker.distribution.manifest.v2+json",

@@ -161,7 +161,7 @@ def test_publish_pushes_one_index_and_each_platform_pulls_its_own(tree, registry
         _docker(tree, "logout", registry.host)
 
     # the record: per platform, what went in; the index is what `kiln render k8s` pins
-    record = json.loads(sorted((tree["results"] / "publish").glob(f"{NAME}-publish-*.json"))[-1].read_text())
+    record = json.loads(max((tree["results"] / "publish").glob(f"{NAME}-publish-*.json")).read_text())
     assert record["manifest_digest"] == digest
     assert {p: v["image_id"] for p, v in record["platforms"].items()} == {p: v[0] for p, v in tree["images"].items()}
 

@@ -53,7 +53,7 @@ _HINT_DRIFT = "hint: kiln override rebase RECIPE FEATURE --from OLD_VERSION merg
 class Tree:
     """A root directory plus in-memory changes; `commit()` is the only thing that writes."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.changes: dict[str, bytes | None] = {}  # rel path -> new bytes, or None = deleted
 

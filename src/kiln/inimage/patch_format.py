@@ -35,7 +35,7 @@ class PatchError(Exception):
 
     exit_code = 1
 
-    def __init__(self, lines: list[str]):
+    def __init__(self, lines: list[str]) -> None:
         super().__init__("\n".join(lines))
         self.lines = list(lines)
 
@@ -227,7 +227,7 @@ _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.D
 
 def _starts_section(lines: list[bytes], i: int) -> bool:
     line = lines[i]
-    if line.startswith(b"diff --git ") or line.startswith(b"diff -"):
+    if line.startswith((b"diff --git ", b"diff -")):
         return True
     return line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
 

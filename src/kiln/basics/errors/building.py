@@ -29,7 +29,7 @@ class BuildFailed(KilnError):
         step: str = "",
         tail: list[str] | None = None,
         status: int | None = None,
-    ):
+    ) -> None:
         super().__init__(message, hint=hint)
         self.step = step
         self.tail = list(tail or [])

@@ -91,7 +91,7 @@ _PROBE_ANSWER = Shape(ProbeAnswer)  # the probe's one printed document
 class _EngineArgs:
     """What one engine image's `vllm serve` accepts."""
 
-    def __init__(self, data: _FlagsEntry):
+    def __init__(self, data: _FlagsEntry) -> None:
         self.version: str | None = data["version"]  # None: the image has no vLLM
         self.flags: dict[str, FlagInfo] = data.get("flags") or {}
         self.speculative_keys: set[str] | None = set(data.get("speculative_keys") or []) or None

@@ -66,7 +66,7 @@ def platform_suffix(platform: str) -> str:
 
 def _platform_labels(platform: str) -> dict[str, str]:
     """The labels naming what an image runs on (also in the image config: Architecture)."""
-    os_name, arch = platform.split("/", 1)
+    _os_name, arch = platform.split("/", 1)
     return {f"{LABEL_NS}.platform": platform, f"{LABEL_NS}.architecture": arch}
 
 
@@ -116,7 +116,7 @@ class _NamedByInputs(ABC):
 class EngineImage(_NamedByInputs):
     """kiln/engine-<flavour>: vLLM + kiln-engine + the pinned patch series on a base image."""
 
-    def __init__(self, engine: Engine, ca: _LazyCA | None, platform: str | None = None):
+    def __init__(self, engine: Engine, ca: _LazyCA | None, platform: str | None = None) -> None:
         self.engine = engine
         # None: the default CA, resolved only if wheels are fetched (`kiln engine lock` wants base_ref)
         self.ca = ca if ca is not None else _LazyCA(None)
@@ -356,7 +356,7 @@ USER kiln
 class RecipeImage(_NamedByInputs):
     """kiln/<recipe>: the recipe's thin Dockerfile FROM its engine image, plus the kiln tail."""
 
-    def __init__(self, loaded: LoadedRecipe, engine_image: EngineImage):
+    def __init__(self, loaded: LoadedRecipe, engine_image: EngineImage) -> None:
         self.loaded = loaded
         self.engine_image = engine_image
 
@@ -472,7 +472,7 @@ class _LazyCA:
     """Resolving the CA may ask pip for its config (a subprocess): only do it when a
     build really runs, so no-op rebuilds stay fast."""
 
-    def __init__(self, flag: str | None):
+    def __init__(self, flag: str | None) -> None:
         self.flag = flag
         self._value: CABundle | None = None
 

@@ -135,7 +135,7 @@ class _Reader:
     """The checks past the file's shape (digests, versions, platforms, wheel names), each
     a one-line LockInvalid naming the file and the field."""
 
-    def __init__(self, path: Path, platforms: list[str]):
+    def __init__(self, path: Path, platforms: list[str]) -> None:
         self.path = path
         self.platforms = platforms
 

@@ -49,7 +49,7 @@ def _local_files() -> list[_LocalFile]:
 class _Index:
     """Index pages fetched once per lock run, many at a time."""
 
-    def __init__(self, cafile: Path | None):
+    def __init__(self, cafile: Path | None) -> None:
         self.cafile = cafile
         self._pages: dict[str, package_index.Project] = {}
         self._local = _local_files()
@@ -217,7 +217,7 @@ def _merge(per_platform: dict[str, list[package_index.Pin]], index: _Index) -> l
         plat = L.platform(plat_name)
         for pin in pins:
             key = canonicalize_name(pin.name)
-            name, version, wheels = by_name.setdefault(key, (pin.name, pin.version, {}))
+            _name, _version, wheels = by_name.setdefault(key, (pin.name, pin.version, {}))
             wheels[plat_name] = index.wheel(pin.name, pin.version, plat)
     return [LR.LockedPackage(name, version, wheels) for name, version, wheels in by_name.values()]
 

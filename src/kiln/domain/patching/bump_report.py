@@ -173,7 +173,7 @@ def _rank(name: str) -> tuple[int, str]:
     """torch first, then CUDA (nvidia-*), then flashinfer, then the rest."""
     if name == "torch" or name.startswith("torch"):
         return 0, name
-    if name.startswith("nvidia-") or name.startswith("cuda-"):
+    if name.startswith(("nvidia-", "cuda-")):
         return 1, name
     if name.startswith("flashinfer"):
         return 2, name

@@ -94,7 +94,7 @@ _RecipeJsonSchema = TypedDict(
 class LoadedRecipe:
     """A validated recipe plus where it lives (its folder holds the Dockerfile and overlays)."""
 
-    def __init__(self, recipe: Recipe, directory: Path, source: SourcedYaml):
+    def __init__(self, recipe: Recipe, directory: Path, source: SourcedYaml) -> None:
         self.recipe = recipe
         self.dir = directory
         self.source = source

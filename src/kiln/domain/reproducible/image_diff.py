@@ -36,7 +36,7 @@ class Difference:
 
 
 class _HashingReader:
-    def __init__(self, fh: IO[bytes]):
+    def __init__(self, fh: IO[bytes]) -> None:
         self.fh = fh
         self.hash = hashlib.sha256()
 

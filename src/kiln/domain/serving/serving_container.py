@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from collections import deque
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 from kiln.basics import log
 from kiln.basics.errors import (
@@ -175,7 +175,7 @@ class ServingContainer:
     """One serving container. Started with AutoRemove (the printed `docker run --rm`), so
     its output is captured from the start: a container that dies is gone with its log."""
 
-    def __init__(self, docker: DockerDaemon, spec: RunSpec):
+    def __init__(self, docker: DockerDaemon, spec: RunSpec) -> None:
         self.docker = docker
         self.spec = spec
         self.container: Container | None = None
@@ -311,7 +311,7 @@ class ServingContainer:
     def remove(self) -> None:
         self.docker.remove_container(self.spec.name)
 
-    def __enter__(self) -> ServingContainer:
+    def __enter__(self) -> Self:
         return self
 
     def close(self, *, failing: bool = False) -> None:

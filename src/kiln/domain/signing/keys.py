@@ -89,7 +89,7 @@ class PrivateKey:
 
     __slots__ = ("_key", "source")
 
-    def __init__(self, key: ec.EllipticCurvePrivateKey, source: str):
+    def __init__(self, key: ec.EllipticCurvePrivateKey, source: str) -> None:
         self._key = key
         self.source = source
 

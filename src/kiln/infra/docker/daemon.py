@@ -31,7 +31,7 @@ _T = TypeVar("_T")
 class DockerDaemon:
     """A small facade over the local Docker daemon."""
 
-    def __init__(self, client: docker.DockerClient | None = None):
+    def __init__(self, client: docker.DockerClient | None = None) -> None:
         self._client = client
 
     @property
