@@ -586,9 +586,11 @@ def tables(rows: list[dict]) -> str:
         return f"{v['vllm-best-K']:.3f} / {v['confidence']:.3f} / {v['bound']:.3f} / {v['no-spec']:.2f}"
 
     out = [
-        f"kiln's configuration ({config}, profiled on the traffic) against the best "
-        "upstream rule (Kk: fixed k, Sk: the operator's schedule, AVk: adaptive "
-        "verification on k drafts, SAVk: on the schedule, Cθ: the confidence exit)",
+        (
+            f"kiln's configuration ({config}, profiled on the traffic) against the best "
+            "upstream rule (Kk: fixed k, Sk: the operator's schedule, AVk: adaptive "
+            "verification on k drafts, SAVk: on the schedule, Cθ: the confidence exit)"
+        ),
         "",
     ]
     out += [*table(main), ""]
@@ -697,8 +699,10 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         (
             "kiln-av+dt",
             "C3-o",
-            "kiln: AV budget from draft-trunc's calibration + draft-trunc "
-            "(hook priced, steps aside below the minimum batch)",
+            (
+                "kiln: AV budget from draft-trunc's calibration + draft-trunc "
+                "(hook priced, steps aside below the minimum batch)"
+            ),
         ),
         ("kiln-av+dt@none", "C3:", "kiln, its hook free"),
         ("vllm-av+dt", "C1-", "adaptive verification + draft-trunc"),

@@ -133,8 +133,10 @@ def summarise(doc: dict) -> dict:
 
 def markdown(summary: dict) -> str:
     lines = [
-        "| configuration | greedy (divergences / not ties) | seeded reproducible | TVD, p vs off | "
-        "accepted / draft tokens | tok/s at 1 / 4 / 8 / 32 |",
+        (
+            "| configuration | greedy (divergences / not ties) | seeded reproducible | TVD, p vs off | "
+            "accepted / draft tokens | tok/s at 1 / 4 / 8 / 32 |"
+        ),
         "|---|---|---|---|---|---|",
     ]
     for name, e in summary["configs"].items():

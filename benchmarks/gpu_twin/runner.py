@@ -190,6 +190,7 @@ def assemble() -> dict:
         ],
         capture_output=True,
         text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise PartProblem(
@@ -227,6 +228,7 @@ def preflight() -> str:
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()] or ["(no output)"]

@@ -26,6 +26,7 @@ def run_kiln(
         cwd=cwd or REPO,
         input=input,
         timeout=1800,
+        check=False,
     )
 
 

@@ -98,6 +98,7 @@ def test_checkout_refresh_round_trips_byte_for_byte(kroot, capsys):
         ["git", "diff", "--no-index", "--src-prefix=", "--dst-prefix=", "a/vllm/logger.py", "b/vllm/logger.py"],
         cwd=kroot / "g",
         capture_output=True,
+        check=False,
     ).stdout
     gitpatch = HEADER + diff
     assert gitpatch.count(b"\nindex ") == 1 and b"diff --git a/vllm/logger.py b/vllm/logger.py" in gitpatch

@@ -106,6 +106,7 @@ def _docker(tree, *args, input=None):
         input=input,
         timeout=300,
         env={"DOCKER_CONFIG": str(tree["config"]), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+        check=False,
     )
 
 

@@ -151,7 +151,9 @@ def test_reader_runs_as_a_script_and_imports_only_the_standard_library(tmp_path)
         "KILN_SBOM_MODEL_ROOTS": json.dumps(["/models"]),
         "PATH": "/usr/bin:/bin",
     }
-    out = subprocess.run([sys.executable, "-I", "-c", source], capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", source], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
     assert out.returncode == 0, out.stderr
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("KILN-SBOM "))
     doc = json.loads(line.removeprefix("KILN-SBOM "))

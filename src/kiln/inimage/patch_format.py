@@ -261,8 +261,10 @@ def _parse_hunk(lines: list[bytes], i: int, display: str) -> tuple[Hunk, int]:
         else:
             raise PatchFormatError(
                 [
-                    f"{display}:{i + 1}: line does not fit hunk {hunk.range_text()} "
-                    f"(line counts in the @@ header are wrong?)"
+                    (
+                        f"{display}:{i + 1}: line does not fit hunk {hunk.range_text()} "
+                        f"(line counts in the @@ header are wrong?)"
+                    )
                 ]
             )
         i += 1
@@ -306,8 +308,10 @@ def parse_patch(data: bytes, display: str, name: str | None = None) -> Patch:
         if i >= len(lines) or not lines[i].startswith(b"--- "):
             raise PatchFormatError(
                 [
-                    f"{display}:{start + 1}: file section without `---`/`+++` lines "
-                    "(mode-only or rename diffs are not supported)"
+                    (
+                        f"{display}:{start + 1}: file section without `---`/`+++` lines "
+                        "(mode-only or rename diffs are not supported)"
+                    )
                 ]
             )
         if i + 1 >= len(lines) or not lines[i + 1].startswith(b"+++ "):

@@ -426,8 +426,10 @@ def check_platform(loaded: LoadedRecipe, platform: str) -> None:
         i = list[str](engine.platforms).index(platform)
         raise PlatformUnsupported(
             [
-                f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {platform}: "
-                f"the engine lock has no {platform} {', '.join(gaps)}"
+                (
+                    f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {platform}: "
+                    f"the engine lock has no {platform} {', '.join(gaps)}"
+                )
             ]
         )
     binfmt.require(platform, min_major=binfmt.QEMU_MIN_MAJOR)

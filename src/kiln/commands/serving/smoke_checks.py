@@ -187,8 +187,10 @@ class ServedChecks:
             [
                 "python",
                 "-c",
-                "from vllm.plugins import load_general_plugins; "
-                "load_general_plugins(); import vllm.v1.worker.gpu.model_runner as m; print(m.__file__)",
+                (
+                    "from vllm.plugins import load_general_plugins; "
+                    "load_general_plugins(); import vllm.v1.worker.gpu.model_runner as m; print(m.__file__)"
+                ),
             ]
         )
         require(code == 0, f"exit {code}: {out.strip().splitlines()[-1] if out.strip() else ''}")

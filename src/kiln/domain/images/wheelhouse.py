@@ -85,6 +85,7 @@ def fetch(reqs: list[str], flavour: str) -> list[Path]:
                 ],
                 capture_output=True,
                 text=True,
+                check=False,
             )
             found = _find(directory, req)
             if proc.returncode != 0 or found is None:

@@ -58,9 +58,11 @@ POLICIES: dict[str, _Policy] = {
             "0.34.0": {
                 "flashinfer-python": (
                     "flashinfer-python==0.7.4",
-                    "vllm 0.34.0 requires ==0.7.3, a release PyPI never had (0.7.2.post1, then 0.7.4 on "
-                    "2026-11-11; read 2026-12-07), so neither uv nor pip can install vllm 0.34.0 as published; "
-                    "0.7.4 is the next release, and vLLM's own checks ask only >= 0.7.1 (docs/patches.md)",
+                    (
+                        "vllm 0.34.0 requires ==0.7.3, a release PyPI never had (0.7.2.post1, then 0.7.4 on "
+                        "2026-11-11; read 2026-12-07), so neither uv nor pip can install vllm 0.34.0 as published; "
+                        "0.7.4 is the next release, and vLLM's own checks ask only >= 0.7.1 (docs/patches.md)"
+                    ),
                 )
             },
         },

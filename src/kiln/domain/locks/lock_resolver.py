@@ -223,7 +223,9 @@ def _merge(per_platform: dict[str, list[package_index.Pin]], index: _Index) -> l
 
 
 def _uv_version() -> str:
-    out = subprocess.run([package_index.uv_binary(), "--version"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [package_index.uv_binary(), "--version"], capture_output=True, text=True, timeout=30, check=False
+    )
     m = re.match(r"uv (\S+)", out.stdout)
     if out.returncode != 0 or not m:
         raise LockInvalid(f"cannot read uv's version: {out.stderr.strip() or out.stdout.strip()}")

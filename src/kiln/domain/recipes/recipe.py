@@ -173,8 +173,10 @@ def _av_calibrate_problems(loaded: LoadedRecipe) -> list[str]:
     if (rec.launch.speculative_config or {}).get(_AV) is True:
         return []
     return [
-        f"{loaded.where('launch', 'env', _AV_CALIBRATE)}: launch.env.{_AV_CALIBRATE}: corrects vLLM's "
-        f"adaptive verification, but launch.speculative_config.{_AV} is not true: set it, or drop the knob"
+        (
+            f"{loaded.where('launch', 'env', _AV_CALIBRATE)}: launch.env.{_AV_CALIBRATE}: corrects vLLM's "
+            f"adaptive verification, but launch.speculative_config.{_AV} is not true: set it, or drop the knob"
+        )
     ]
 
 
