@@ -381,7 +381,7 @@ def main() -> int:
     resolved = resolve(NAME, platform=args.platform)
     loaded, engine_image = resolved.loaded, resolved.engine_image
     run: dict = {
-        "date": dt.date.today().isoformat(),
+        "date": dt.date.today().isoformat(),  # the local date is the one a reader expects  # noqa: DTZ011
         "engine": loaded.recipe.engine.version,
         "base_image": engine_image.base_ref,
         "cold": args.cold,
@@ -456,7 +456,7 @@ def main() -> int:
 
 def render(run: dict, platform: str = "linux/amd64") -> None:
     """Replace the generated block of docs/build-cuda.md for `platform` with this run's numbers."""
-    BEGIN, END = markers(platform)
+    BEGIN, END = markers(platform)  # the two markers, constants of the file  # noqa: N806
     text = DOC.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{DOC.relative_to(REPO)}: the markers {BEGIN!r} and {END!r} are missing")

@@ -93,7 +93,7 @@ def one_round(docker: DockerDaemon, ns: str, cuda: bool = False) -> dict:
         for rec in records.build_records(out[what]["id"]):
             try:
                 docker.client.images.remove(rec["built_id"], noprune=False)
-            except Exception as exc:  # already gone, or still a parent: not worth failing for
+            except Exception as exc:  # already gone, or still a parent: not worth failing for  # noqa: BLE001
                 print(f"repro: kept {rec['built_id'][:19]} ({str(exc)[:80]})")
     # after the builds' own images went (so only what no record names is left dangling):
     # the CUDA builder stage alone is ~16 GB, two rounds of it do not fit beside the images

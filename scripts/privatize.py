@@ -56,7 +56,7 @@ each name kept, and why.
 After --write, `ruff check --fix --select I001,F401` runs on the files it changed (an
 import list re-sorted after a rename; an import only a deleted name used), when ruff is
 on PATH.
-"""
+"""  # shows the `\n` a reader types  # noqa: D301
 
 from __future__ import annotations
 
@@ -324,7 +324,7 @@ class ScopeWalker:
             self.globals_stmts.append((node, scope))
         elif isinstance(node, ast.Nonlocal):
             scope.nonlocals.update(node.names)
-        elif isinstance(node, ast.ExceptHandler) or isinstance(node, ast.MatchAs | ast.MatchStar):
+        elif isinstance(node, (ast.ExceptHandler, ast.MatchAs | ast.MatchStar)):
             if node.name:
                 self._bind(scope, node.name)
             for child in ast.iter_child_nodes(node):

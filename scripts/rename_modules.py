@@ -191,7 +191,9 @@ def mapped(dotted: str) -> str | None:
     """The new name of `dotted` (a module, a package, or anything inside one), or None."""
     best = None
     for r in RENAMES:
-        if (dotted == r.old or dotted.startswith(r.old + ".")) and not _into_itself(r, dotted):
+        if (dotted == r.old or dotted.startswith(r.old + ".")) and not _into_itself(
+            r, dotted
+        ):  # the inner condition keeps its own comment  # noqa: SIM102
             if best is None or len(r.old) > len(best.old):
                 best = r
     if best is None:

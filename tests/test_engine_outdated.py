@@ -140,7 +140,7 @@ def test_an_http_error_is_could_not_ask_and_a_passing_one_is_tried_again(monkeyp
     with pytest.raises(PackageIndexUnreachable, match=rf"^could not ask the package index {INDEX}/vllm/: HTTP 403$"):
         package_index.wheel_releases("vllm", index=INDEX, cafile=None)
     asked = _serve(monkeypatch, {f"{INDEX}/vllm/": 503})
-    with pytest.raises(PackageIndexUnreachable, match="HTTP 503$"):
+    with pytest.raises(PackageIndexUnreachable, match=r"HTTP 503$"):
         package_index.wheel_releases("vllm", index=INDEX, cafile=None)
     assert len(asked) == len(package_index._RETRY_WAITS_S) + 1
 

@@ -154,7 +154,7 @@ def test_a_download_that_leaves_the_snapshot_incomplete_is_refused(tmp_path):
         snap = seed(_model_dir(tmp_path / "src"), into, repo, revision)
         (snap / "model.safetensors").unlink()
 
-    with pytest.raises(HfSnapshotMissing, match="after the download: .*model.safetensors is missing"):
+    with pytest.raises(HfSnapshotMissing, match=r"after the download: .*model.safetensors is missing"):
         fetch([TARGET], tmp_path / "cache", download=half)
 
 

@@ -87,5 +87,5 @@ def test_source_names_the_shipped_files():
     }
     assert inimage.source("launch_arg_probe").read_text() == launch_arg_check._PROBE
     assert sbom._inimage_script() == inimage.source("sbom_reader").read_text(encoding="utf-8")
-    with pytest.raises(FileNotFoundError, match="kiln.inimage has no module 'nope'"):
+    with pytest.raises(FileNotFoundError, match=r"kiln.inimage has no module 'nope'"):
         inimage.source("nope")

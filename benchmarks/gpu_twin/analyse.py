@@ -178,7 +178,9 @@ def read_results(path: Path) -> dict:
     it on a device without kiln). A `.xz` file is read through lzma: the committed raw
     runs are `-raw.json.xz`."""
     try:
-        text = lzma.open(path, "rt").read() if path.suffix == ".xz" else path.read_text()
+        text = (
+            lzma.open(path, "rt").read() if path.suffix == ".xz" else path.read_text()
+        )  # read whole, closed by the collector  # noqa: SIM115
         doc = json.loads(text)
     except (OSError, ValueError, lzma.LZMAError) as exc:
         sys.exit(f"gpu-twin: {path}: not JSON ({' '.join(str(exc).split())})")

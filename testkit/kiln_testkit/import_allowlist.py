@@ -88,7 +88,9 @@ def upstream_kind(failure: dict[str, Any]) -> str:
     return f"{failure.get('type')} at import (upstream)"
 
 
-def verdict(package: str, walk: dict[str, Any], plain: dict[str, Any] | None = None) -> Verdict:
+def verdict(
+    package: str, walk: dict[str, Any], plain: dict[str, Any] | None = None
+) -> Verdict:  # the signature the callers share  # noqa: ARG001
     """Sort the walk's failures. `plain`: {module: failure} from the plain image for (at
     least) the modules that failed here; None when there is no plain image to ask."""
     out = Verdict()

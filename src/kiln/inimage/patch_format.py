@@ -60,8 +60,8 @@ class DriftError(PatchError):
 
 # -- small helpers -----------------------------------------------------------------------
 def split_lines(data: bytes) -> list[bytes]:
-    """Lines with their b'\\n' kept; only b'\\n' separates (bytes.splitlines would also
-    split on \\r, \\x0b, \\x0c, \\x1c.. and break exact matching)."""
+    r"""Lines with their b'\n' kept; only b'\n' separates (bytes.splitlines would also
+    split on \r, \x0b, \x0c, \x1c.. and break exact matching)."""
     if not data:
         return []
     parts = data.split(b"\n")
@@ -275,7 +275,7 @@ def _parse_hunk(lines: list[bytes], i: int, display: str) -> tuple[Hunk, int]:
 
 
 def _drop_newline(hunk: Hunk, display: str, i: int) -> None:
-    """`\\ No newline at end of file` belongs to the line just before it."""
+    r"""`\ No newline at end of file` belongs to the line just before it."""
     if not hunk.lines or not hunk.lines[-1][1].endswith(b"\n"):
         raise PatchFormatError([f"{display}:{i + 1}: stray '\\ No newline at end of file'"])
     tag, text = hunk.lines[-1]
@@ -336,7 +336,7 @@ def parse_patch(data: bytes, display: str, name: str | None = None) -> Patch:
             raise PatchFormatError([f"{display}:{start + 1}: {new or old}: no hunks"])
         files.append(FileDiff(old, new, hunks, data[offsets[start] : offsets[i]], preamble))
     # header + sections cover the file exactly: what refresh relies on for byte identity
-    assert header + b"".join(f.raw for f in files) == data
+    assert header + b"".join(f.raw for f in files) == data  # a self-check of the parser, not of input  # noqa: S101
     return Patch(display, name or os.path.basename(display), data, header, files)
 
 

@@ -89,7 +89,9 @@ def request_block(
 def _clamped(p: tl.tensor, k: tl.constexpr, n: tl.tensor) -> tl.tensor:
     # NaN says nothing: keep the draft. Clamp the rest into [0, 1] so survival
     # never grows with depth and "keep" is a prefix.
-    return tl.where((k >= n) | (p != p), 1.0, tl.minimum(tl.maximum(p, 0.0), 1.0))
+    return tl.where(
+        (k >= n) | (p != p), 1.0, tl.minimum(tl.maximum(p, 0.0), 1.0)
+    )  # p != p: NaN, the only test Triton has  # noqa: PLR0124
 
 
 @jit
@@ -118,14 +120,14 @@ def _row_predictions(
     out: tl.tuple = ()
     if VEC == 1:
         for k in tl.static_range(K):
-            out = (*out, tl.load(pred_ptr + slot * pred_stride + k, mask=k < n, other=0.0))
+            out = out + (tl.load(pred_ptr + slot * pred_stride + k, mask=k < n, other=0.0),)
     else:
         words = pred_ptr.to(tl.pointer_type(tl.int64), bitcast=True)
         wrow = tl.multiple_of(slot * (pred_stride // 2), VEC // 2)
         if VEC == 2:
             for q in tl.static_range(K // 2):
                 lo, hi = _halves(tl.load(words + wrow + q, mask=2 * q < n, other=0))
-                out = (*out, lo, hi)
+                out = out + (lo, hi)
         else:
             tl.static_assert(VEC == 4, "rows are read 1, 2 or 4 floats at a time")
             pair = tl.arange(0, 2)
@@ -134,7 +136,7 @@ def _row_predictions(
                 a, b = tl.split(tl.load(quad, mask=(4 * q < n)[:, None], other=0))
                 a0, a1 = _halves(a)
                 b0, b1 = _halves(b)
-                out = (*out, a0, a1, b0, b1)
+                out = out + (a0, a1, b0, b1)
     return out
 
 
@@ -155,7 +157,7 @@ def survivals(
     out: tl.tuple = (surv,)
     for k in tl.static_range(1, K):
         surv = surv * _clamped(preds[k], k, n)
-        out = (*out, surv)
+        out = out + (surv,)
     return out
 
 
@@ -220,7 +222,7 @@ def cost_aware_tau(
     # nothing below waits on them until the histograms are done.
     rates: tl.tuple = ()
     for k in tl.static_range(K):
-        rates = (*rates, _calibrated(hits_ptr, counts_ptr, k, K))
+        rates = rates + (_calibrated(hits_ptr, counts_ptr, k, K),)
     t_all = tl.load(cost_ptr + tl.minimum(num_tokens, cost_max))
     forced = tl.zeros([BLOCK_R], tl.float32)
     packed = tl.zeros([BLOCK_R], tl.int64)

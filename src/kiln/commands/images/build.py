@@ -123,7 +123,7 @@ class _ImageBuild:
     max_size_gb: float | None = None
     check: _Check | None = None
     finalize: _Finalize | None = None
-    source_date: SourceDate = SourceDate(0, "unknown")  # created/history dates and file mtimes
+    source_date: SourceDate = SourceDate(0, "unknown")  # created/history dates and file mtimes  # noqa: RUF009
     lock_file: Path | None = None  # the engine lock the build installs from, for its errors
     relock: str = "kiln engine lock RECIPE"  # how to re-lock it
     platform: str | None = None  # OCI platform to build for (None: the daemon's own)
@@ -296,7 +296,7 @@ def _untag(docker: DockerDaemon, tags: list[str]) -> None:
     for tag in tags:
         try:
             docker.remove_image(tag)
-        except Exception as exc:  # keep the probe's own error as the one reported
+        except Exception as exc:  # keep the probe's own error as the one reported  # noqa: BLE001
             log.warn(f"could not remove tag {tag}: {exc}")
 
 

@@ -41,7 +41,7 @@ class SmokeRun:
             ok = True
         except DockerDaemonError:  # the daemon failed, not the image: no verdict, no record
             raise
-        except Exception as exc:  # a failed check is data, not a crash
+        except Exception as exc:  # a failed check is data, not a crash  # noqa: BLE001
             value, detail, ok = None, f"{type(exc).__name__}: {exc}", False
         c = Check(name, ok, str(detail)[:500], round(time.monotonic() - t0, 3))
         self.checks.append(c)

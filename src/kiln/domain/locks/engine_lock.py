@@ -153,7 +153,7 @@ class _Reader:
             raise self.fail(f"{where}.file", f"{file!r} is not a wheel")
         try:
             parse_wheel_filename(file)
-        except Exception:
+        except Exception:  # packaging's parse errors have no one base  # noqa: BLE001
             raise self.fail(f"{where}.file", f"{file!r} is not a valid wheel file name") from None
         return Wheel(file, sha, doc.get("url"), source)
 
@@ -293,7 +293,7 @@ def write(lock: EngineLock, path: Path) -> bool:
 def shown(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(repo_root()))
-    except (ValueError, Exception):
+    except (ValueError, Exception):  # a path outside the repo is shown as given  # noqa: BLE001
         return str(path)
 
 

@@ -183,7 +183,7 @@ def select_wheel(files: Iterable[Any], version: str, plat: TargetPlatform) -> An
             continue
         try:
             _, v, _, tags = parse_wheel_filename(f.filename)
-        except Exception:
+        except Exception:  # not a wheel name packaging reads: not a candidate  # noqa: BLE001,S112
             continue
         if str(v) != str(Version(version)):
             continue
@@ -199,7 +199,12 @@ def select_wheel(files: Iterable[Any], version: str, plat: TargetPlatform) -> An
 
 
 def lock_problems(
-    image_dir: Path, engine_name: str, engine_version: str, flavour: str, engine_wheel: Path | None, recipe: str
+    image_dir: Path,
+    engine_name: str,
+    engine_version: str,
+    flavour: str,
+    engine_wheel: Path | None,
+    recipe: str,  # the signature every flavour's policy shares  # noqa: ARG001
 ) -> list[str]:
     """`kiln check`'s lines for the engine lock a recipe's engine image installs from:
     missing or unreadable, resolved from other requirements than the engine wheel's

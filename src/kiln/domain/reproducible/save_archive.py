@@ -204,7 +204,7 @@ def extract_saved(chunks: Iterable[bytes], into: Path) -> None:
             elif m.isreg():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 fh = tar.extractfile(m)
-                assert fh is not None
+                assert fh is not None  # for mypy: set above  # noqa: S101
                 with target.open("wb") as out:
                     shutil.copyfileobj(fh, out, CHUNK)
             elif m.issym() or m.islnk():  # docker save links a layer that appears twice

@@ -54,7 +54,7 @@ def fetch(
             download(model.repo, model.revision, cache)
         except FetchFailed:
             raise
-        except Exception as exc:  # the hub client raises many kinds; each becomes one line
+        except Exception as exc:  # the hub client raises many kinds; each becomes one line  # noqa: BLE001
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise FetchFailed(
                 f"{model.role} model {model.repo} at revision {model.revision}: download failed: "

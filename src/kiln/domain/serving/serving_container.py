@@ -74,7 +74,7 @@ def _kiln_container_on_port(port: int, docker: DockerDaemon | None = None) -> Co
     """The kiln container publishing host `port`, or None (also when no daemon answers)."""
     try:
         return next((box for box in kiln_containers(docker or DockerDaemon()) if box.publishes(port)), None)
-    except Exception:  # best effort: it only improves an error message
+    except Exception:  # best effort: it only improves an error message  # noqa: BLE001
         return None
 
 
@@ -102,7 +102,9 @@ def _ensure_port_free(host: str, port: int) -> None:
 def gpu_visible() -> bool:
     if os.environ.get("KILN_ASSUME_GPU") == "1":
         return True
-    return shutil.which("nvidia-smi") is not None and os.system("nvidia-smi -L >/dev/null 2>&1") == 0
+    return (
+        shutil.which("nvidia-smi") is not None and os.system("nvidia-smi -L >/dev/null 2>&1") == 0
+    )  # a fixed command line; the shell only redirects  # noqa: S605
 
 
 def run_spec(
@@ -226,7 +228,7 @@ class ServingContainer:
                 self.captured.extend(lines)
             if pending:
                 self.captured.append(pending)
-        except Exception:  # container gone mid-stream: keep what was read
+        except Exception:  # container gone mid-stream: keep what was read  # noqa: BLE001,S110
             pass
 
     @property

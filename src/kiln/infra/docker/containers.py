@@ -121,7 +121,7 @@ class Container:
         before the wait was registered."""
         try:
             return required(self._sdk.client, "client").api.wait(self.id, condition=condition).get("StatusCode")
-        except Exception:  # gone before the wait was registered: nothing to report
+        except Exception:  # gone before the wait was registered: nothing to report  # noqa: BLE001
             return None
 
     def exec(self, cmd: list[str]) -> ExecResult:

@@ -40,7 +40,7 @@ class DockerDaemon:
             try:
                 self._client = docker.from_env(timeout=600)
                 self._client.ping()
-            except Exception as exc:  # the SDK raises several unrelated types here
+            except Exception as exc:  # the SDK raises several unrelated types here  # noqa: BLE001
                 raise DockerUnavailable(f"cannot reach the Docker daemon: {short(exc)}") from None
         return self._client
 

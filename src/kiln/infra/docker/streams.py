@@ -120,7 +120,7 @@ class BuildStream:
         if not text:
             return
         for line in _ANSI.sub("", text).splitlines():
-            line = line.rstrip()
+            line = line.rstrip()  # the same line, stripped  # noqa: PLW2901
             if line:
                 self._line(line)
 
