@@ -85,7 +85,8 @@ RUNNER_CHECK = (
 # the image's own machine (uname through Python) and the CUDA its torch was built for
 MACHINE_CHECK = (
     "import platform, torch, vllm; "
-    "print('machine', platform.machine(), 'torch', torch.__version__, 'cuda', torch.version.cuda, 'vllm', vllm.__version__)"
+    "print('machine', platform.machine(), 'torch', torch.__version__, "
+    "'cuda', torch.version.cuda, 'vllm', vllm.__version__)"
 )
 
 # vLLM finds kiln-engine through its entry point (group vllm.general_plugins) and loads it;

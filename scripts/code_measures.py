@@ -46,9 +46,9 @@ def bare_dict_returns(under: str) -> list[str]:
     found = []
     for path in _modules(under):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (
+            if (  # the inner condition keeps its own comment  # noqa: SIM102
                 isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns
-            ):  # the inner condition keeps its own comment  # noqa: SIM102
+            ):
                 if BARE.match(ast.unparse(node.returns).replace("typing.", "")):
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}")
     return found

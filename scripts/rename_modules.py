@@ -59,7 +59,8 @@ RENAMES = [
     Rename("kiln.domain.locks.relock", "kiln.domain.locks.lock_resolver",
            "makes a new lock (uv, index hashes, Debian closure) and re-asks the index about one; it does not re-lock"),
     Rename("kiln.domain.images.specs", "kiln.domain.images.definitions",
-           "the definitions of the images kiln builds (EngineImage, RecipeImage); 'spec' also means speculative decoding"),
+           "the definitions of the images kiln builds (EngineImage, RecipeImage); "
+           "'spec' also means speculative decoding"),
     Rename("kiln.domain.recipes.sections", "kiln.domain.recipes.recipe_sections",
            "the sections of recipe.yaml, as pydantic models"),
     Rename("kiln.domain.views", "kiln.domain.catalogue",
@@ -191,9 +192,10 @@ def mapped(dotted: str) -> str | None:
     """The new name of `dotted` (a module, a package, or anything inside one), or None."""
     best = None
     for r in RENAMES:
-        if (dotted == r.old or dotted.startswith(r.old + ".")) and not _into_itself(
-            r, dotted
-        ):  # the inner condition keeps its own comment  # noqa: SIM102
+        # the inner condition keeps its own comment
+        if (  # noqa: SIM102
+            dotted == r.old or dotted.startswith(r.old + ".")
+        ) and not _into_itself(r, dotted):
             if best is None or len(r.old) > len(best.old):
                 best = r
     if best is None:

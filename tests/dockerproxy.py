@@ -177,7 +177,8 @@ class DockerFaultProxy:
                 body = json.dumps({"message": fault.message}).encode()
                 client.sendall(
                     f"HTTP/1.1 {fault.status} {_REASONS.get(fault.status, 'Error')}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                    f"Connection: close\r\n\r\n".encode()
                     + body
                 )
                 with self._lock:

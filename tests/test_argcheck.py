@@ -123,7 +123,8 @@ def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
         # model is not written in the recipe: kiln fills it in from model.draft.path
         (
             f"recipes/tiny-moe/recipe.yaml:{draft_line}: model.draft.path: vLLM 0.32.0 refuses "
-            "'model=\"/models/tiny-qwen3-draft\"' in --speculative-config: SpeculativeConfig.model: Input should be a valid string"
+            "'model=\"/models/tiny-qwen3-draft\"' in --speculative-config: "
+            "SpeculativeConfig.model: Input should be a valid string"
         ),
     ]
 
@@ -156,7 +157,8 @@ def test_env_refusals_name_the_recipe_env_line_or_the_override_line(tmp_path):
         ),
         # the complaint did not say the value: the line does
         (
-            f"recipes/glm53-kindling/experimental/draft-trunc/override.yaml:{ov.source.line_of(('env', 'KILN_DRAFT_TRUNC_MIN_KEEP'))}: "
+            f"recipes/glm53-kindling/experimental/draft-trunc/override.yaml:"
+            f"{ov.source.line_of(('env', 'KILN_DRAFT_TRUNC_MIN_KEEP'))}: "
             "env.KILN_DRAFT_TRUNC_MIN_KEEP: kiln-engine 0.1.0 (the engine image's) refuses it: "
             "KILN_DRAFT_TRUNC_MIN_KEEP='1': draft-trunc: bad min keep"
         ),

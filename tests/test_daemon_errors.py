@@ -81,8 +81,8 @@ def test_fault_text_quotes_the_daemon_or_names_what_broke():
         == "the Docker daemon answered 500: cannot stop container: did not receive an exit event"
     )
     assert (
-        fault_text(broken())
-        == "the connection to the Docker daemon broke (Connection broken: IncompleteRead(3 bytes read, 20 more expected))"
+        fault_text(broken()) == "the connection to the Docker daemon broke (Connection broken: "
+        "IncompleteRead(3 bytes read, 20 more expected))"
     )
     assert fault_text(requests.exceptions.ReadTimeout("read timed out")) == "the Docker daemon did not answer in time"
     cut = fault_text(docker.errors.StreamParseError(ValueError("Expecting ',' delimiter")))

@@ -70,7 +70,8 @@ def test_standard_library_only(path):
 def test_the_check_sees_a_third_party_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "import json\nimport vllm\nif json:\n    import requests\ndef f():\n    from yaml import safe_load\n    import torch\n"
+        "import json\nimport vllm\nif json:\n    import requests\n"
+        "def f():\n    from yaml import safe_load\n    import torch\n"
     )
     top, inner = _imports(bad)
     assert top - STDLIB == {"vllm", "requests"}

@@ -126,7 +126,8 @@ FACTS = [
         ("l40s", Layout(1)),
         {"max-model-len": 131072},
         (
-            "openai-cookbook articles/gpt-oss/run-vllm.md: gpt-oss-120b 'Can fit on a single H100'; vllm-project/recipes "
+            "openai-cookbook articles/gpt-oss/run-vllm.md: gpt-oss-120b 'Can fit on a single H100'; "
+            "vllm-project/recipes "
             "OpenAI/GPT-OSS.md: 'gpt-oss-120b will fit on a single A100 (80GB)'"
         ),
     ),
@@ -168,8 +169,10 @@ FACTS = [
         ("h100", Layout(tp=8)),
         {"max-model-len": 131072},
         (
-            "Kimi-K2-Instruct deploy guidance (vllm-project/recipes models/moonshotai/Kimi-K2-Instruct.yaml): 'The smallest "
-            "deployment unit for Kimi-K2 FP8 weights with 128k seqlen on mainstream H800 platforms is a 16-GPU cluster', "
+            "Kimi-K2-Instruct deploy guidance (vllm-project/recipes "
+            "models/moonshotai/Kimi-K2-Instruct.yaml): 'The smallest "
+            "deployment unit for Kimi-K2 FP8 weights with 128k seqlen "
+            "on mainstream H800 platforms is a 16-GPU cluster', "
             "its first layout Tensor Parallelism + Pipeline Parallelism (TP8+PP2) (H800: the H100's 80 GB)"
         ),
     ),

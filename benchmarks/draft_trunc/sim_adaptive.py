@@ -766,7 +766,8 @@ def simulate(
             log(
                 f"{records.source:<20} R={reqs:<4} best upstream={row['best_upstream']:<13} "
                 f"K*={row['best_k']} sched={row['schedule_k']} th={row['theta']:.1f} | "
-                f"AV*={row['av_k']} | kiln-av+dt {v['kiln-av+dt']:.3f} kiln-av {v['kiln-av']:.3f} av+dt {v['vllm-av+dt']:.3f} "
+                f"AV*={row['av_k']} | kiln-av+dt {v['kiln-av+dt']:.3f} kiln-av {v['kiln-av']:.3f} "
+                f"av+dt {v['vllm-av+dt']:.3f} "
                 f"bestK+dt {v['vllm-best-K+dt']:.3f} bestK+dtd {v['vllm-best-K+dt-depth']:.3f} "
                 f"av {v['vllm-av']:.3f} sched+av {v['vllm-schedule+av']:.3f} "
                 f"bestK {v['vllm-best-K']:.3f} sched {v['vllm-schedule']:.3f} "

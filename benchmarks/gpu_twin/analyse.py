@@ -179,8 +179,11 @@ def read_results(path: Path) -> dict:
     runs are `-raw.json.xz`."""
     try:
         text = (
-            lzma.open(path, "rt").read() if path.suffix == ".xz" else path.read_text()
-        )  # read whole, closed by the collector  # noqa: SIM115
+            # read whole, closed by the collector
+            lzma.open(path, "rt").read()  # noqa: SIM115
+            if path.suffix == ".xz"
+            else path.read_text()
+        )
         doc = json.loads(text)
     except (OSError, ValueError, lzma.LZMAError) as exc:
         sys.exit(f"gpu-twin: {path}: not JSON ({' '.join(str(exc).split())})")

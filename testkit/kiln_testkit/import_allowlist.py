@@ -89,8 +89,11 @@ def upstream_kind(failure: dict[str, Any]) -> str:
 
 
 def verdict(
-    package: str, walk: dict[str, Any], plain: dict[str, Any] | None = None
-) -> Verdict:  # the signature the callers share  # noqa: ARG001
+    # the signature the callers share
+    package: str,  # noqa: ARG001
+    walk: dict[str, Any],
+    plain: dict[str, Any] | None = None,
+) -> Verdict:
     """Sort the walk's failures. `plain`: {module: failure} from the plain image for (at
     least) the modules that failed here; None when there is no plain image to ask."""
     out = Verdict()

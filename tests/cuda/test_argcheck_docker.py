@@ -178,7 +178,8 @@ def test_check_refuses_a_value_the_config_class_refuses(tmp_path, accepted):
         tmp_path,
         ("launch", "args", "max-num-seqs"),
         "launch.args.max-num-seqs",
-        "vLLM 0.32.0 refuses --max-num-seqs 0: SchedulerConfig.max_num_seqs: Input should be greater than or equal to 1",
+        "vLLM 0.32.0 refuses --max-num-seqs 0: SchedulerConfig.max_num_seqs: "
+        "Input should be greater than or equal to 1",
         replace={"    max-num-seqs: 8\n": "    max-num-seqs: 0\n"},
     )
 

@@ -185,7 +185,8 @@ def test_all_or_nothing_in_image_cli(src032, tmp_path):
     assert proc.returncode == 6
     err = proc.stderr.splitlines()
     assert err[0] == (
-        f'{pdir}/0002-bad.patch: {RUN_BATCH}: hunk #1 @@ -4,7 +4,7 @@ (first context line: "import argparse") does not apply'
+        f"{pdir}/0002-bad.patch: {RUN_BATCH}: hunk #1 @@ -4,7 +4,7 @@ "
+        f'(first context line: "import argparse") does not apply'
     )
     assert err[-1] == "hint: reproduce without Docker: kiln patches check / kiln engine bump --to VERSION --dry-run"
     assert (root / MAIN).read_bytes() == (src032 / MAIN).read_bytes(), "patch 1 must not be written"

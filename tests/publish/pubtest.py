@@ -48,8 +48,13 @@ class Mini:
         return env
 
     def kiln(
-        self, *args: str, registry: LocalRegistry | None = None, input: str | None = None, **extra
-    ):  # as subprocess.run names it  # noqa: A002
+        self,
+        *args: str,
+        registry: LocalRegistry | None = None,
+        # as subprocess.run names it
+        input: str | None = None,  # noqa: A002
+        **extra,
+    ):
         result = run_kiln(*args, env=self.env(registry, **extra), cwd=self.root, input=input)
         self.outputs.append(result)
         return result

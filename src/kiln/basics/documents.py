@@ -26,7 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, NotRequired, Required, TypeVar, Union
 
-import typing_extensions  # pydantic's own dependency (it installs with it); its TypedDict is the one pydantic reads on 3.11
+# pydantic's own dependency (it installs with it); its TypedDict is the one pydantic reads on 3.11
+import typing_extensions
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 

@@ -190,8 +190,9 @@ def _git_blob_sha1(data_path: Path) -> str:
     header = b"blob %d\0" % data_path.stat().st_size
     with data_path.open("rb") as fh:
         return hashlib.file_digest(
-            fh, lambda: hashlib.sha1(header)
-        ).hexdigest()  # git blob ids are SHA-1: an address, not a secret  # noqa: S324
+            fh,
+            lambda: hashlib.sha1(header),  # git blob ids are SHA-1: an address, not a secret  # noqa: S324
+        ).hexdigest()
 
 
 def _sha256(data_path: Path) -> str:

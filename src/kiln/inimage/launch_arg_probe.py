@@ -37,8 +37,11 @@ def _refuse(self: argparse.ArgumentParser, message: str) -> typing.NoReturn:  # 
 
 
 def _exit(
-    self: argparse.ArgumentParser, status: int = 0, message: str | None = None
-) -> typing.NoReturn:  # replaces a method: takes self  # noqa: ARG001
+    # replaces a method: takes self
+    self: argparse.ArgumentParser,  # noqa: ARG001
+    status: int = 0,
+    message: str | None = None,
+) -> typing.NoReturn:
     # --help, --version: the parser prints and exits instead of serving
     raise Refused(f"the parser exits (status {status}) instead of serving" + (f": {message}" if message else ""))
 

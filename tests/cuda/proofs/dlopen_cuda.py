@@ -6,8 +6,8 @@ loads libtorch_cuda.so and preloads the nvidia-* wheels' libraries it needs), ev
 library under torch/lib and the nvidia/ packages is dlopen'ed with RTLD_NOW, so a missing
 dependency or an undefined symbol fails here, not on the GPU host. Libraries whose only
 failure is the driver (libcuda.so.1, mounted by the NVIDIA container runtime) are counted
-apart and listed, as are elf_needed.OPTIONAL_PLUGINS missing the host stack they serve. Then cuDNN and NCCL are asked for their versions, which loads them for
-real without a GPU.
+apart and listed, as are elf_needed.OPTIONAL_PLUGINS missing the host stack they serve.
+Then cuDNN and NCCL are asked for their versions, which loads them for real without a GPU.
 
 usage: dlopen_cuda.py [--json]
 """

@@ -81,7 +81,8 @@ class BuildDocument(TypedDict):
     steps: Count
     cached_steps: Count
     platforms: NotRequired[dict[str, BuildDocument]]
-    """`--platform all` with several platforms: the document of each platform's build (the top level repeats the first)."""
+    """`--platform all` with several platforms: the document of each platform's build (the top
+    level repeats the first)."""
 
 
 @dataclass

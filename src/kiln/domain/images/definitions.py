@@ -350,7 +350,7 @@ COPY _kiln/overlays/ /opt/kiln/overlays/
 RUN ["/opt/kiln/venv/bin/python", "/opt/kiln/lib/kiln_patching.py", "apply-overlays", "--root", "/opt/kiln/site-packages", "--overlays", "/opt/kiln/overlays", "--manifest-append", "/opt/kiln/patches.json"]
 COPY _kiln/launch.json /opt/kiln/launch.json
 USER kiln
-"""
+"""  # the RUN line is Dockerfile text hashed into the input digest: not re-wrapped  # noqa: E501
 
 
 class RecipeImage(_NamedByInputs):

@@ -123,8 +123,11 @@ def lock_document(spec: BaseSpec, packages: dict[str, str]) -> str:
 
 
 def check_lock(
-    spec: BaseSpec, packages: dict[str, str], path: Path
-) -> None:  # the signature every lock kind's check shares  # noqa: ARG001
+    # the signature every lock kind's check shares
+    spec: BaseSpec,  # noqa: ARG001
+    packages: dict[str, str],
+    path: Path,
+) -> None:
     """The set debootstrap installed must be the locked one: the mirror moving on (a point
     release) would otherwise give another base, and every image on it another id."""
     damaged = functools.partial(

@@ -202,9 +202,9 @@ def lock_problems(
     image_dir: Path,
     engine_name: str,
     engine_version: str,
-    flavour: str,
+    flavour: str,  # the signature every flavour's policy shares  # noqa: ARG001
     engine_wheel: Path | None,
-    recipe: str,  # the signature every flavour's policy shares  # noqa: ARG001
+    recipe: str,
 ) -> list[str]:
     """`kiln check`'s lines for the engine lock a recipe's engine image installs from:
     missing or unreadable, resolved from other requirements than the engine wheel's

@@ -221,7 +221,8 @@ def _check_files(loaded: LoadedRecipe) -> list[str]:
         fdir = loaded.dir / "experimental" / feature
         if not (fdir / "override.yaml").is_file():
             problems.append(
-                f"{loaded.where('experimental', i)}: experimental[{i}]: no overlay at {display_path(fdir)}/override.yaml"
+                f"{loaded.where('experimental', i)}: experimental[{i}]: no overlay at "
+                f"{display_path(fdir)}/override.yaml"
             )
     problems += _shared_file_problems(loaded)
     names = rec.features
@@ -338,7 +339,10 @@ def recipe_dir(name: str) -> Path:
         if not directory.resolve().is_relative_to(root.resolve()):
             raise RecipeInvalid(
                 [
-                    f"{display_path(directory)}:1: (file): symlink to {directory.resolve()}, outside {display_path(root)}/"
+                    (
+                        f"{display_path(directory)}:1: (file): symlink to {directory.resolve()}, "
+                        f"outside {display_path(root)}/"
+                    )
                 ],
                 hint="move the recipe folder into recipes/ instead of linking it",
             )

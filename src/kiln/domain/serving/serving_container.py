@@ -103,8 +103,9 @@ def gpu_visible() -> bool:
     if os.environ.get("KILN_ASSUME_GPU") == "1":
         return True
     return (
-        shutil.which("nvidia-smi") is not None and os.system("nvidia-smi -L >/dev/null 2>&1") == 0
-    )  # a fixed command line; the shell only redirects  # noqa: S605
+        shutil.which("nvidia-smi") is not None
+        and os.system("nvidia-smi -L >/dev/null 2>&1") == 0  # a fixed command line; the shell only redirects  # noqa: S605
+    )
 
 
 def run_spec(
