@@ -121,7 +121,8 @@ def dead_mask(num_reqs: int, frac: float) -> torch.Tensor:
     return (pos < per - dead.repeat_interleave(per)).cuda()
 
 
-def bench_moe(layer: Layer, ceil: dict, quick: bool) -> list[dict]:  # every bench_* takes the same arguments  # noqa: ARG001
+# every bench_* takes the same arguments
+def bench_moe(layer: Layer, ceil: dict, quick: bool) -> list[dict]:  # noqa: ARG001
     rows = []
     g = torch.Generator("cuda").manual_seed(1)
     for num_reqs in SIZES:

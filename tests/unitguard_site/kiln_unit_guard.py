@@ -272,7 +272,8 @@ def _patch_socket() -> None:
             raise _refuse(_kind(self), why)
         return real_sendmsg(self, buffers, ancdata, flags, *([address] if address is not None else []))
 
-    cls.connect, cls.connect_ex, cls.sendto, cls.sendmsg = connect, connect_ex, sendto, sendmsg  # type: ignore[method-assign]  # the guard is these patches
+    # the guard is these patches
+    cls.connect, cls.connect_ex, cls.sendto, cls.sendmsg = connect, connect_ex, sendto, sendmsg  # type: ignore[method-assign]
 
     real_getaddrinfo, real_gethostbyname = socket.getaddrinfo, socket.gethostbyname
 

@@ -110,9 +110,10 @@ def _in_document(document: object, loc: tuple[int | str, ...]) -> tuple[int | st
     out: list[int | str] = []
     node = document
     for part in loc:
-        if (isinstance(node, dict) and part in node) or (
-            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
-        ):
+        # two branches: mypy narrows the node's type in each apart
+        if isinstance(node, dict) and part in node:  # noqa: SIM114
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
         else:
             continue  # a union member's name
@@ -164,6 +165,7 @@ def _typeddict(td: Any) -> Any:
         else:
             marker = Required if key in td.__required_keys__ else NotRequired
             fields[key] = marker[_pydantic_type(hint)]
-    rebuilt: Any = typing_extensions.TypedDict(td.__name__, fields)  # type: ignore[misc]  # the functional form, named at run time
+    # the functional form, named at run time
+    rebuilt: Any = typing_extensions.TypedDict(td.__name__, fields)  # type: ignore[misc]
     rebuilt.__module__ = td.__module__
     return rebuilt

@@ -32,7 +32,8 @@ class Refused(Exception):
     """argparse's error() or exit(): vLLM's parser would stop the server here."""
 
 
-def _refuse(self: argparse.ArgumentParser, message: str) -> typing.NoReturn:  # replaces a method: takes self  # noqa: ARG001
+# replaces a method: takes self
+def _refuse(self: argparse.ArgumentParser, message: str) -> typing.NoReturn:  # noqa: ARG001
     raise Refused(message)
 
 

@@ -168,7 +168,8 @@ class FileDiff:
 
     @property
     def target(self) -> str:
-        return self.new_path or self.old_path  # type: ignore[return-value]  # the parser refuses /dev/null on both sides
+        # the parser refuses /dev/null on both sides
+        return self.new_path or self.old_path  # type: ignore[return-value]
 
     @property
     def creates(self) -> bool:

@@ -76,7 +76,8 @@ def main() -> int:
     calls = {
         "cudnn_version": lambda: torch.backends.cudnn.version(),  # looked up when called  # noqa: PLW0108
         "nccl_version": lambda: ".".join(map(str, torch.cuda.nccl.version())),
-        "cuda_compiled": lambda: torch._C._cuda_getCompiledVersion(),  # looked up when called: a build may lack it  # noqa: PLW0108
+        # looked up when called: a build may lack it
+        "cuda_compiled": lambda: torch._C._cuda_getCompiledVersion(),  # noqa: PLW0108
     }
     result["calls"] = {}
     for name, call in calls.items():

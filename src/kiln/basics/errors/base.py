@@ -83,7 +83,8 @@ class ManyProblems:
 
     def __init__(self, problems: list[str] | str, *, hint: str | None = None) -> None:
         problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("\n".join(problems), hint=hint)  # type: ignore[call-arg]  # a mixin: KilnError is next in the MRO
+        # a mixin: KilnError is next in the MRO
+        super().__init__("\n".join(problems), hint=hint)  # type: ignore[call-arg]
         self.problems = problems
 
     def lines(self) -> list[str]:

@@ -23,7 +23,8 @@ class _Fetched:
 def _hub_download(repo: str, revision: str, cache: Path) -> None:
     """The hub client's own download (resumes partial files, verifies sizes and hashes)."""
     try:
-        import huggingface_hub  # type: ignore[import-not-found,unused-ignore]  # late: optional, only `kiln fetch` needs the hub client
+        # late: optional, only `kiln fetch` needs the hub client
+        import huggingface_hub  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         raise FetchFailed(
             "kiln fetch needs the huggingface_hub package on this host",

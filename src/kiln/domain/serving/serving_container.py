@@ -104,7 +104,8 @@ def gpu_visible() -> bool:
         return True
     return (
         shutil.which("nvidia-smi") is not None
-        and os.system("nvidia-smi -L >/dev/null 2>&1") == 0  # a fixed command line; the shell only redirects  # noqa: S605
+        # a fixed command line; the shell only redirects
+        and os.system("nvidia-smi -L >/dev/null 2>&1") == 0  # noqa: S605
     )
 
 
