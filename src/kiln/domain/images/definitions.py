@@ -66,7 +66,7 @@ def platform_suffix(platform: str) -> str:
 
 def _platform_labels(platform: str) -> dict[str, str]:
     """The labels naming what an image runs on (also in the image config: Architecture)."""
-    os_name, arch = platform.split("/", 1)
+    _os_name, arch = platform.split("/", 1)
     return {f"{LABEL_NS}.platform": platform, f"{LABEL_NS}.architecture": arch}
 
 
@@ -116,7 +116,7 @@ class _NamedByInputs(ABC):
 class EngineImage(_NamedByInputs):
     """kiln/engine-<flavour>: vLLM + kiln-engine + the pinned patch series on a base image."""
 
-    def __init__(self, engine: Engine, ca: _LazyCA | None, platform: str | None = None):
+    def __init__(self, engine: Engine, ca: _LazyCA | None, platform: str | None = None) -> None:
         self.engine = engine
         # None: the default CA, resolved only if wheels are fetched (`kiln engine lock` wants base_ref)
         self.ca = ca if ca is not None else _LazyCA(None)
@@ -310,7 +310,7 @@ def engine_modules(flavour: str) -> list[str]:
 
 
 def _declares_arg(dockerfile: Path, name: str) -> bool:
-    return dockerfile.is_file() and re.search(rf"^ARG {name}\b", dockerfile.read_text(), re.M) is not None
+    return dockerfile.is_file() and re.search(rf"^ARG {name}\b", dockerfile.read_text(), re.MULTILINE) is not None
 
 
 def _builder_base_tag(base_ref: str, platform: str) -> str:
@@ -350,13 +350,13 @@ COPY _kiln/overlays/ /opt/kiln/overlays/
 RUN ["/opt/kiln/venv/bin/python", "/opt/kiln/lib/kiln_patching.py", "apply-overlays", "--root", "/opt/kiln/site-packages", "--overlays", "/opt/kiln/overlays", "--manifest-append", "/opt/kiln/patches.json"]
 COPY _kiln/launch.json /opt/kiln/launch.json
 USER kiln
-"""
+"""  # the RUN line is Dockerfile text hashed into the input digest: not re-wrapped  # noqa: E501
 
 
 class RecipeImage(_NamedByInputs):
     """kiln/<recipe>: the recipe's thin Dockerfile FROM its engine image, plus the kiln tail."""
 
-    def __init__(self, resolved: ResolvedRecipe, engine_image: EngineImage):
+    def __init__(self, resolved: ResolvedRecipe, engine_image: EngineImage) -> None:
         self.resolved = resolved
         self.loaded = resolved.loaded
         self.engine_image = engine_image
@@ -472,7 +472,7 @@ class _LazyCA:
     """Resolving the CA may ask pip for its config (a subprocess): only do it when a
     build really runs, so no-op rebuilds stay fast."""
 
-    def __init__(self, flag: str | None):
+    def __init__(self, flag: str | None) -> None:
         self.flag = flag
         self._value: CABundle | None = None
 
