@@ -87,7 +87,8 @@ RUNNER_CHECK = (
 # the image's own machine (uname through Python) and the CUDA its torch was built for
 MACHINE_CHECK = (
     "import platform, torch, vllm; "
-    "print('machine', platform.machine(), 'torch', torch.__version__, 'cuda', torch.version.cuda, 'vllm', vllm.__version__)"
+    "print('machine', platform.machine(), 'torch', torch.__version__, "
+    "'cuda', torch.version.cuda, 'vllm', vllm.__version__)"
 )
 
 # vLLM finds kiln-engine through its entry point (group vllm.general_plugins) and loads it;
@@ -242,7 +243,7 @@ def _ip_when_serving(server, timeout_s: float = 60) -> str:
 
 
 def du(docker: DockerDaemon, image_id: str) -> dict[str, int]:
-    code, out = in_image(docker, image_id, "-c", DU, entrypoint="sh")
+    _code, out = in_image(docker, image_id, "-c", DU, entrypoint="sh")
     sizes = {}
     for line in out.splitlines():
         parts = line.split("\t", 1)
@@ -288,7 +289,9 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None, platform: 
         check("a bogus flag is rejected (negative control)", len(bogus) == 1, "\n".join(bogus))
     except KilnError as exc:
         check("a bogus flag is rejected (negative control)", False, exc.message)
-    done = subprocess.run(["kiln", "check", NAME, "--platform", platform], capture_output=True, text=True, timeout=3600)
+    done = subprocess.run(
+        ["kiln", "check", NAME, "--platform", platform], capture_output=True, text=True, timeout=3600, check=False
+    )
     said = (done.stdout + done.stderr).strip()
     check(
         f"kiln check {NAME} --platform {platform} (exit {done.returncode})",
@@ -353,6 +356,7 @@ def run_proofs(engine_id: str) -> tuple[bool, dict]:
             ],
             env=env,
             cwd=REPO,
+            check=False,
         )
         data = json.loads(out.read_text()) if out.is_file() else {}
     return proc.returncode == 0, data
@@ -380,7 +384,7 @@ def main() -> int:
     resolved = resolve(NAME, platform=args.platform)
     loaded, engine_image = resolved.loaded, resolved.engine_image
     run: dict = {
-        "date": dt.date.today().isoformat(),
+        "date": dt.date.today().isoformat(),  # the local date is the one a reader expects  # noqa: DTZ011
         "engine": loaded.recipe.engine.version,
         "base_image": engine_image.base_ref,
         "cold": args.cold,
@@ -455,7 +459,7 @@ def main() -> int:
 
 def render(run: dict, platform: str = "linux/amd64") -> None:
     """Replace the generated block of docs/build-cuda.md for `platform` with this run's numbers."""
-    BEGIN, END = markers(platform)
+    BEGIN, END = markers(platform)  # the two markers, constants of the file  # noqa: N806
     text = DOC.read_text()
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{DOC.relative_to(REPO)}: the markers {BEGIN!r} and {END!r} are missing")
@@ -468,17 +472,23 @@ def generated(run: dict) -> list[str]:
     e, p = run["engine_build"], run["plain_build"]
     lines = [
         "",
-        f"Measured by `nox -s {_session(run)}` on {run['date']} ({run['cpus']} CPU cores, no GPU), vLLM "
-        f"{run['engine']} on `{run['base_image']}`, legacy Docker builder"
-        f"{', cold (no layer cache)' if run['cold'] else ''}{_where(run)}. "
-        "Sizes are uncompressed, as `docker images` shows them.",
+        (
+            f"Measured by `nox -s {_session(run)}` on {run['date']} ({run['cpus']} CPU cores, no GPU), vLLM "
+            f"{run['engine']} on `{run['base_image']}`, legacy Docker builder"
+            f"{', cold (no layer cache)' if run['cold'] else ''}{_where(run)}. "
+            "Sizes are uncompressed, as `docker images` shows them."
+        ),
         "",
         "| image | size | build | layer cache |",
         "|---|---|---|---|",
-        f"| `{p['tag']}`: plain `pip install vllm=={run['engine']}` in a venv | {gb(p['size']):.2f} GB | "
-        f"{p['seconds']} s | {p['cached_steps']} |",
-        f"| `{e['tag']}`: kiln engine-cuda | {gb(e['size']):.2f} GB | "
-        f"{'up to date' if e['skipped'] else str(e['seconds']) + ' s'} | {e['cached_steps']} steps cached |",
+        (
+            f"| `{p['tag']}`: plain `pip install vllm=={run['engine']}` in a venv | {gb(p['size']):.2f} GB | "
+            f"{p['seconds']} s | {p['cached_steps']} |"
+        ),
+        (
+            f"| `{e['tag']}`: kiln engine-cuda | {gb(e['size']):.2f} GB | "
+            f"{'up to date' if e['skipped'] else str(e['seconds']) + ' s'} | {e['cached_steps']} steps cached |"
+        ),
     ]
     r = run.get("recipe_build", {})
     if "size" in r:
@@ -487,8 +497,10 @@ def generated(run: dict) -> list[str]:
         lines.append(f"| glm53-kindling | not built: {r.get('error', '?')[:160]} | | |")
     lines += [
         "",
-        f"**engine-cuda / plain = {run['ratio']:.3f} x** (goal <= {GOAL_RATIO}: "
-        f"{'met' if run['goal_met'] else 'NOT met'}).",
+        (
+            f"**engine-cuda / plain = {run['ratio']:.3f} x** (goal <= {GOAL_RATIO}: "
+            f"{'met' if run['goal_met'] else 'NOT met'})."
+        ),
         "",
     ]
     lines += _du_table(run["du_mb"])
@@ -553,8 +565,10 @@ def _proof_lines(run: dict) -> list[str]:
     p = run["proofs"]
     lines = [
         "",
-        f"Proofs inside the image (`tests/cuda/test_image_proofs.py`): "
-        f"**{'all passed' if run['proofs_ok'] else 'FAILED'}**.",
+        (
+            f"Proofs inside the image (`tests/cuda/test_image_proofs.py`): "
+            f"**{'all passed' if run['proofs_ok'] else 'FAILED'}**."
+        ),
         "",
     ]
     if "elf" in p:

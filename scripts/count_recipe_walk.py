@@ -124,7 +124,7 @@ def _dotted(expr: ast.expr) -> str | None:
 
 
 class _Walk:
-    def __init__(self, modules: dict[str, _Module], types: tuple[str, ...], every_call: bool = False):
+    def __init__(self, modules: dict[str, _Module], types: tuple[str, ...], every_call: bool = False) -> None:
         self.modules = modules
         self.every_call = every_call
         self.types = {c for m in modules.values() if m.name.startswith(types) for c in m.classes}
@@ -207,7 +207,7 @@ class _Walk:
         self.seen.add((module.name, qualname))
         self.stops.append(Stop(module.name, qualname))
         func = module.functions[qualname]
-        cls = qualname.split(".")[0] if "." in qualname else None
+        cls = qualname.split(".", maxsplit=1)[0] if "." in qualname else None
         tainted = self.taint(module, cls, func, tracked)
         for call in _calls_in_order(func):
             args = [a for a in (*call.args, *(k.value for k in call.keywords)) if not _is_message(a)]

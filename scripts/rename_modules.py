@@ -59,7 +59,8 @@ RENAMES = [
     Rename("kiln.domain.locks.relock", "kiln.domain.locks.lock_resolver",
            "makes a new lock (uv, index hashes, Debian closure) and re-asks the index about one; it does not re-lock"),
     Rename("kiln.domain.images.specs", "kiln.domain.images.definitions",
-           "the definitions of the images kiln builds (EngineImage, RecipeImage); 'spec' also means speculative decoding"),
+           "the definitions of the images kiln builds (EngineImage, RecipeImage); "
+           "'spec' also means speculative decoding"),
     Rename("kiln.domain.recipes.sections", "kiln.domain.recipes.recipe_sections",
            "the sections of recipe.yaml, as pydantic models"),
     Rename("kiln.domain.views", "kiln.domain.catalogue",
@@ -179,7 +180,7 @@ def _is_package(r: Rename) -> bool:
     old, new = _dir_of(r.old), _dir_of(r.new)
     if (REPO / old.with_suffix(".py")).is_file() or r.new.startswith(r.old + "."):
         return False  # a module (publishing.py became the package publishing/ holding it)
-    return (REPO / old).is_dir() or (REPO / new).is_dir() and not (REPO / new.with_suffix(".py")).is_file()
+    return (REPO / old).is_dir() or ((REPO / new).is_dir() and not (REPO / new.with_suffix(".py")).is_file())
 
 
 def _into_itself(r: Rename, dotted: str) -> bool:
@@ -191,7 +192,10 @@ def mapped(dotted: str) -> str | None:
     """The new name of `dotted` (a module, a package, or anything inside one), or None."""
     best = None
     for r in RENAMES:
-        if (dotted == r.old or dotted.startswith(r.old + ".")) and not _into_itself(r, dotted):
+        # the inner condition keeps its own comment
+        if (  # noqa: SIM102
+            dotted == r.old or dotted.startswith(r.old + ".")
+        ) and not _into_itself(r, dotted):
             if best is None or len(r.old) > len(best.old):
                 best = r
     if best is None:
@@ -355,11 +359,11 @@ def _binders(tree: ast.AST, name: str) -> tuple[bool, bool]:
             other = other or not isinstance(node.ctx, ast.Load)
         elif isinstance(node, ast.keyword) and node.arg == name:
             other = True  # `f(name=...)`: not a use of the module, but renaming it would break the call
-        elif isinstance(node, ast.arg) and node.arg == name:
-            other = used = True
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name:
-            other = used = True
-        elif isinstance(node, ast.Global | ast.Nonlocal) and name in node.names:
+        elif (
+            (isinstance(node, ast.arg) and node.arg == name)
+            or (isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name == name)
+            or (isinstance(node, ast.Global | ast.Nonlocal) and name in node.names)
+        ):
             other = used = True
         elif isinstance(node, ast.alias) and (node.asname or node.name.split(".")[0]) == name:
             used = True

@@ -19,6 +19,7 @@ hijacked connection (`docker exec`'s `Upgrade: tcp`) is passed through raw.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import socket
@@ -176,7 +177,8 @@ class DockerFaultProxy:
                 body = json.dumps({"message": fault.message}).encode()
                 client.sendall(
                     f"HTTP/1.1 {fault.status} {_REASONS.get(fault.status, 'Error')}\r\n"
-                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                    f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                    f"Connection: close\r\n\r\n".encode()
                     + body
                 )
                 with self._lock:
@@ -230,10 +232,8 @@ class DockerFaultProxy:
 def _close(sock: socket.socket) -> None:
     """Shut down, then close: a plain close() leaves the connection open while the pump
     thread is blocked reading it (the peer would never see the end)."""
-    try:
+    with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
     sock.close()
 
 

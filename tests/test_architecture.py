@@ -39,7 +39,7 @@ def _modules() -> list[str]:
     for path in sorted(KILN.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()
         if path.name == "__init__.py":
-            if path.parent == KILN or path.parent.name in LAYER_DIRS and path.parent.parent == KILN:
+            if path.parent == KILN or (path.parent.name in LAYER_DIRS and path.parent.parent == KILN):
                 continue  # kiln/ and the layer folders are the table's rows, not modules
             rel = path.parent.relative_to(SRC).as_posix() + "/"
         found.append(rel)

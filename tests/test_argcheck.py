@@ -83,8 +83,10 @@ def test_a_flag_refusal_names_its_recipe_line_flag_value_and_complaint(tmp_path)
     answer = _answer(_Refusal("parse", complaint, group=_group_of(job, "launch.args.max-model-len")))
     line = loaded.line_of("launch", "args", "max-model-len")
     assert launch_arg_check._launch_problems(loaded, _accepted(loaded), job, answer) == [
-        f"recipes/tiny-moe/recipe.yaml:{line}: launch.args.max-model-len: vLLM 0.32.0 refuses "
-        f"--max-model-len '512; touch /tmp/pwned': {complaint}"
+        (
+            f"recipes/tiny-moe/recipe.yaml:{line}: launch.args.max-model-len: vLLM 0.32.0 refuses "
+            f"--max-model-len '512; touch /tmp/pwned': {complaint}"
+        )
     ]
 
 
@@ -113,12 +115,17 @@ def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
     spec_line = loaded.line_of("launch", "speculative_config", "num_speculative_tokens")
     draft_line = loaded.line_of("model", "draft", "path")
     assert found == [
-        f"recipes/tiny-moe/recipe.yaml:{spec_line}: launch.speculative_config.num_speculative_tokens: vLLM 0.32.0 "
-        "refuses num_speculative_tokens=3 in --speculative-config: SpeculativeConfig.num_speculative_tokens: "
-        "Input should be greater than 0",
+        (
+            f"recipes/tiny-moe/recipe.yaml:{spec_line}: launch.speculative_config.num_speculative_tokens: vLLM 0.32.0 "
+            "refuses num_speculative_tokens=3 in --speculative-config: SpeculativeConfig.num_speculative_tokens: "
+            "Input should be greater than 0"
+        ),
         # model is not written in the recipe: kiln fills it in from model.draft.path
-        f"recipes/tiny-moe/recipe.yaml:{draft_line}: model.draft.path: vLLM 0.32.0 refuses "
-        "'model=\"/models/tiny-qwen3-draft\"' in --speculative-config: SpeculativeConfig.model: Input should be a valid string",
+        (
+            f"recipes/tiny-moe/recipe.yaml:{draft_line}: model.draft.path: vLLM 0.32.0 refuses "
+            "'model=\"/models/tiny-qwen3-draft\"' in --speculative-config: "
+            "SpeculativeConfig.model: Input should be a valid string"
+        ),
     ]
 
 
@@ -143,13 +150,18 @@ def test_env_refusals_name_the_recipe_env_line_or_the_override_line(tmp_path):
     ]
     ov = load_override(tmp_path / "recipes" / "glm53-kindling" / "experimental" / "draft-trunc")
     assert found == [
-        f"recipes/tiny-kindling/recipe.yaml:{loaded.line_of('launch', 'env', 'KILN_DRAFT_TRUNC_MOE_LAYER')}: "
-        "launch.env.KILN_DRAFT_TRUNC_MOE_LAYER: kiln-engine 0.1.0 (the engine image's) refuses it: "
-        "draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8,75497472': nonsense",
+        (
+            f"recipes/tiny-kindling/recipe.yaml:{loaded.line_of('launch', 'env', 'KILN_DRAFT_TRUNC_MOE_LAYER')}: "
+            "launch.env.KILN_DRAFT_TRUNC_MOE_LAYER: kiln-engine 0.1.0 (the engine image's) refuses it: "
+            "draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8,75497472': nonsense"
+        ),
         # the complaint did not say the value: the line does
-        f"recipes/glm53-kindling/experimental/draft-trunc/override.yaml:{ov.source.line_of(('env', 'KILN_DRAFT_TRUNC_MIN_KEEP'))}: "
-        "env.KILN_DRAFT_TRUNC_MIN_KEEP: kiln-engine 0.1.0 (the engine image's) refuses it: "
-        "KILN_DRAFT_TRUNC_MIN_KEEP='1': draft-trunc: bad min keep",
+        (
+            f"recipes/glm53-kindling/experimental/draft-trunc/override.yaml:"
+            f"{ov.source.line_of(('env', 'KILN_DRAFT_TRUNC_MIN_KEEP'))}: "
+            "env.KILN_DRAFT_TRUNC_MIN_KEEP: kiln-engine 0.1.0 (the engine image's) refuses it: "
+            "KILN_DRAFT_TRUNC_MIN_KEEP='1': draft-trunc: bad min keep"
+        ),
     ]
 
 
@@ -266,8 +278,10 @@ def test_probe_names_every_bad_knob(clean_env):
         ("KILN_DRAFT_TRUNC_TAU", "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_TAU='2': must lie in [0, 1]"),
         (
             "KILN_DRAFT_TRUNC_MOE_LAYER",
-            "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8': "
-            "expected EXPERTS,TOP_K,EXPERT_BYTES (e.g. 256,8,75497472)",
+            (
+                "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_MOE_LAYER='256,8': "
+                "expected EXPERTS,TOP_K,EXPERT_BYTES (e.g. 256,8,75497472)"
+            ),
         ),
     ]
 

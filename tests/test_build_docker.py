@@ -35,7 +35,7 @@ def resolve(name=NAME):
 
 
 def test_build_tags_and_labels(built, docker_daemon):
-    tree, result = built
+    _tree, result = built
     resolved = resolve()
     engine_image, recipe_image = resolved.engine_image, resolved.recipe_image
     img = docker_daemon.image(recipe_image.tag)
@@ -255,7 +255,7 @@ def test_custom_ca_is_trusted_in_builds_and_absent_from_every_layer(kiln_tree, b
     ca = _make_ca(tmp_path)
     system = (
         subprocess.run(
-            ["python3", "-m", "pip", "config", "get", "global.cert"], capture_output=True, text=True
+            ["python3", "-m", "pip", "config", "get", "global.cert"], capture_output=True, text=True, check=False
         ).stdout.strip()
         or "/etc/ssl/certs/ca-certificates.crt"
     )
@@ -429,7 +429,7 @@ def test_real_series_broken_fails_before_docker(tmp_path, docker_daemon):
     for part in ("recipes", "docker-images", "engine", "patches"):
         shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     series = tree / "patches" / "vllm" / "0.32.0"
-    patch = sorted(series.glob("*.patch"))[0]
+    patch = min(series.glob("*.patch"))
     text = patch.read_text()
     body = text[text.index("\n@@ ") :]  # header lines may be indented too: look past the first hunk header
     first_context = next(ln for ln in body.splitlines() if ln.startswith(" ") and ln.strip())
@@ -495,7 +495,7 @@ DOCKERD_LOG = "/var/log/kiln-dockerd.log"
 def _daemon_up(timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if subprocess.run(["docker", "info"], capture_output=True).returncode == 0:
+        if subprocess.run(["docker", "info"], capture_output=True, check=False).returncode == 0:
             return True
         time.sleep(0.5)
     return False

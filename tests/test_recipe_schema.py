@@ -156,7 +156,10 @@ def test_smoke_served_model_name_must_be_served(tmp_path):
     text = edit(["smoke", "served_model_name"], "nope")
     found = problems(tmp_path, text)
     assert found == [
-        f"{found[0].split(':')[0]}:{line_of_path(text, ['smoke', 'served_model_name'])}: smoke.served_model_name: 'nope' is not served (launch.served_model_name is 'tiny-moe')"
+        (
+            f"{found[0].split(':')[0]}:{line_of_path(text, ['smoke', 'served_model_name'])}: smoke.served_model_name: "
+            f"'nope' is not served (launch.served_model_name is 'tiny-moe')"
+        )
     ]
 
 

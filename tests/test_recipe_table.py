@@ -40,7 +40,7 @@ def test_platforms_come_from_engine_platforms():
 
 def test_the_script_fails_on_a_stale_table(tmp_path, monkeypatch):
     script = REPO / "scripts" / "recipe_table.py"
-    ok = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    ok = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=False)
     assert ok.returncode == 0, ok.stderr
     stale = (REPO / "README.md").read_text().replace("| tiny-moe | vLLM 0.32.0 |", "| tiny-moe | vLLM 0.31.0 |")
     assert catalogue.replace_in(stale) != stale

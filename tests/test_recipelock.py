@@ -194,8 +194,10 @@ def test_a_package_the_engine_lock_installs_already_is_refused(twin):
     )
     problems = recipe_lock.problems(load_recipe(twin))
     assert problems == [
-        f"{L.shown(twin / recipe_lock._FILE)}: python_packages: numpy {numpy.version}: the engine "
-        f"lock installs numpy {numpy.version} already (kiln engine lock tiny-kindling --recipe-only)"
+        (
+            f"{L.shown(twin / recipe_lock._FILE)}: python_packages: numpy {numpy.version}: the engine "
+            f"lock installs numpy {numpy.version} already (kiln engine lock tiny-kindling --recipe-only)"
+        )
     ]
 
 

@@ -48,7 +48,7 @@ def test_greedy_divergence_is_reported_with_its_top2_margin():
     off = [
         same,
         Completion(1, [4, 5, 6], [[(4, -0.1), (8, -2.0)]] * 2 + top_tie),
-        Completion(2, [4, 5], [[(4, -0.1), (8, -2.0)]] + top_clear),
+        Completion(2, [4, 5], [[(4, -0.1), (8, -2.0)], *top_clear]),
     ]
     found = greedy_divergences(on, off)
     assert [(d.prompt, d.position) for d in found] == [(1, 2), (2, 1)]

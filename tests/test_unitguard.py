@@ -172,6 +172,7 @@ def _run_under_unit_tier(tmp_path: Path, source: str, *args: str) -> subprocess.
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
 
 

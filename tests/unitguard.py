@@ -109,7 +109,8 @@ def _has_a_session(item: pytest.Item) -> bool:
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]  # pluggy hookwrapper
+# pluggy hookwrapper
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  # type: ignore[no-untyped-def]
     if active(item.config):
         log = item.config.stash[_LOGS] / f"test-{id(item)}.jsonl"
         item.stash[_SEEN] = 0
@@ -120,7 +121,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):  #
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]):  # type: ignore[no-untyped-def]  # pluggy hookwrapper
+# pluggy hookwrapper
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]):  # type: ignore[no-untyped-def]
     outcome = yield
     if not active(item.config):
         return

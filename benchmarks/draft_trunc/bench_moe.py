@@ -121,7 +121,8 @@ def dead_mask(num_reqs: int, frac: float) -> torch.Tensor:
     return (pos < per - dead.repeat_interleave(per)).cuda()
 
 
-def bench_moe(layer: Layer, ceil: dict, quick: bool) -> list[dict]:
+# every bench_* takes the same arguments
+def bench_moe(layer: Layer, ceil: dict, quick: bool) -> list[dict]:  # noqa: ARG001
     rows = []
     g = torch.Generator("cuda").manual_seed(1)
     for num_reqs in SIZES:
@@ -181,7 +182,7 @@ def bench_mark_dead() -> list[dict]:
 
     dtm.reload({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_TAU": "0.3"})
     rows = []
-    for num_reqs in SIZES + (1024,):
+    for num_reqs in (*SIZES, 1024):
         b = random_batch(np.random.default_rng(0), num_reqs, DRAFTS, mixed=False).to("cuda")
         dtm.prepare(b.predictions.shape[0], "cuda")
 

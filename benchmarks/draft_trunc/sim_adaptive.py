@@ -586,16 +586,18 @@ def tables(rows: list[dict]) -> str:
         return f"{v['vllm-best-K']:.3f} / {v['confidence']:.3f} / {v['bound']:.3f} / {v['no-spec']:.2f}"
 
     out = [
-        f"kiln's configuration ({config}, profiled on the traffic) against the best "
-        "upstream rule (Kk: fixed k, Sk: the operator's schedule, AVk: adaptive "
-        "verification on k drafts, SAVk: on the schedule, Cθ: the confidence exit)",
+        (
+            f"kiln's configuration ({config}, profiled on the traffic) against the best "
+            "upstream rule (Kk: fixed k, Sk: the operator's schedule, AVk: adaptive "
+            "verification on k drafts, SAVk: on the schedule, Cθ: the confidence exit)"
+        ),
         "",
     ]
-    out += table(main) + [""]
+    out += [*table(main), ""]
     out += [" / ".join(CONFIGS) + " against the best upstream rule", ""]
-    out += table(configs) + [""]
+    out += [*table(configs), ""]
     out += ["best fixed K / confidence exit / informed bound / no speculation, against the best upstream rule", ""]
-    out += table(more) + [""]
+    out += [*table(more), ""]
     prices = list(rows[0]["hook_share"])
     out += [
         "kiln-av against vLLM's adaptive verification (each on its best K, kiln-av at every "
@@ -697,8 +699,10 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         (
             "kiln-av+dt",
             "C3-o",
-            "kiln: AV budget from draft-trunc's calibration + draft-trunc "
-            "(hook priced, steps aside below the minimum batch)",
+            (
+                "kiln: AV budget from draft-trunc's calibration + draft-trunc "
+                "(hook priced, steps aside below the minimum batch)"
+            ),
         ),
         ("kiln-av+dt@none", "C3:", "kiln, its hook free"),
         ("vllm-av+dt", "C1-", "adaptive verification + draft-trunc"),
@@ -762,7 +766,8 @@ def simulate(
             log(
                 f"{records.source:<20} R={reqs:<4} best upstream={row['best_upstream']:<13} "
                 f"K*={row['best_k']} sched={row['schedule_k']} th={row['theta']:.1f} | "
-                f"AV*={row['av_k']} | kiln-av+dt {v['kiln-av+dt']:.3f} kiln-av {v['kiln-av']:.3f} av+dt {v['vllm-av+dt']:.3f} "
+                f"AV*={row['av_k']} | kiln-av+dt {v['kiln-av+dt']:.3f} kiln-av {v['kiln-av']:.3f} "
+                f"av+dt {v['vllm-av+dt']:.3f} "
                 f"bestK+dt {v['vllm-best-K+dt']:.3f} bestK+dtd {v['vllm-best-K+dt-depth']:.3f} "
                 f"av {v['vllm-av']:.3f} sched+av {v['vllm-schedule+av']:.3f} "
                 f"bestK {v['vllm-best-K']:.3f} sched {v['vllm-schedule']:.3f} "

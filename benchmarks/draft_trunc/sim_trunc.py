@@ -245,7 +245,7 @@ def optional_drafts(b: Batches, model: Model, surv=None, n=None, explored=None):
 def rule_j(surv, n, tau, min_keep):
     """Kept drafts under the survival threshold ``tau`` (scalar or per step)."""
     tau = np.asarray(tau, dtype=np.float32)
-    tau = tau.reshape(tau.shape + (1, 1)) if tau.ndim else tau
+    tau = tau.reshape((*tau.shape, 1, 1)) if tau.ndim else tau
     keep = (surv.astype(np.float32) >= tau) & (np.arange(surv.shape[-1]) < n[..., None])
     return np.maximum(keep.sum(axis=-1), np.minimum(n, min_keep))
 
@@ -633,7 +633,7 @@ def main(argv=None) -> int:
         "traces": [
             {
                 "source": t.source,
-                "records": int(len(t.n)),
+                "records": len(t.n),
                 "k": t.k,
                 "acceptance": t.acceptance,
                 "censored_dropped": t.censored,

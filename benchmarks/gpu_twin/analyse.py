@@ -133,8 +133,10 @@ def summarise(doc: dict) -> dict:
 
 def markdown(summary: dict) -> str:
     lines = [
-        "| configuration | greedy (divergences / not ties) | seeded reproducible | TVD, p vs off | "
-        "accepted / draft tokens | tok/s at 1 / 4 / 8 / 32 |",
+        (
+            "| configuration | greedy (divergences / not ties) | seeded reproducible | TVD, p vs off | "
+            "accepted / draft tokens | tok/s at 1 / 4 / 8 / 32 |"
+        ),
         "|---|---|---|---|---|---|",
     ]
     for name, e in summary["configs"].items():
@@ -176,7 +178,12 @@ def read_results(path: Path) -> dict:
     it on a device without kiln). A `.xz` file is read through lzma: the committed raw
     runs are `-raw.json.xz`."""
     try:
-        text = lzma.open(path, "rt").read() if path.suffix == ".xz" else path.read_text()
+        text = (
+            # read whole, closed by the collector
+            lzma.open(path, "rt").read()  # noqa: SIM115
+            if path.suffix == ".xz"
+            else path.read_text()
+        )
         doc = json.loads(text)
     except (OSError, ValueError, lzma.LZMAError) as exc:
         sys.exit(f"gpu-twin: {path}: not JSON ({' '.join(str(exc).split())})")

@@ -432,17 +432,23 @@ def markdown(report: dict) -> str:
     c = report["costs"]
     d = c["draft_position_ms"]
     lines = [
-        f"Model against the GPU twin: `{report['source']}` (vLLM {report['engine']}, "
-        f"{report['device'] or 'device not recorded'}, {report['date'][:10]})",
+        (
+            f"Model against the GPU twin: `{report['source']}` (vLLM {report['engine']}, "
+            f"{report['device'] or 'device not recorded'}, {report['date'][:10]})"
+        ),
         "",
-        f"Fitted to spec-off and spec: drafting {d['launch-bound']:.2f} ms a position "
-        f"(launch-bound split, c = 0 at R={c['pinned_at']}; all-verify split: "
-        f"{d['all-verify']:.2f}); dead tokens save {c['routed_share']:.3f} of a verified "
-        f"token's price; as KILN_DRAFT_TRUNC_DRAFT_COST: `{c['knob']}`",
+        (
+            f"Fitted to spec-off and spec: drafting {d['launch-bound']:.2f} ms a position "
+            f"(launch-bound split, c = 0 at R={c['pinned_at']}; all-verify split: "
+            f"{d['all-verify']:.2f}); dead tokens save {c['routed_share']:.3f} of a verified "
+            f"token's price; as KILN_DRAFT_TRUNC_DRAFT_COST: `{c['knob']}`"
+        ),
         "",
-        "| R (requests) | t1 (spec-off step, ms) | spec step (ms) | verify per draft token, ms "
-        "(launch-bound / all-verify) | drafting share of a K=4 step | draft-trunc hook (ms, "
-        "dt-cost less its prediction) |",
+        (
+            "| R (requests) | t1 (spec-off step, ms) | spec step (ms) | verify per draft token, ms "
+            "(launch-bound / all-verify) | drafting share of a K=4 step | draft-trunc hook (ms, "
+            "dt-cost less its prediction) |"
+        ),
         "|---|---|---|---|---|---|",
     ]
     for b, e in c["loads"].items():
@@ -458,8 +464,10 @@ def markdown(report: dict) -> str:
     )
     lines += [
         "",
-        "Served step less predicted (ms a step: what the model does not price); drafts "
-        "verified per window (c: counted by draft-trunc, e: estimated from acceptance)",
+        (
+            "Served step less predicted (ms a step: what the model does not price); drafts "
+            "verified per window (c: counted by draft-trunc, e: estimated from acceptance)"
+        ),
         "",
     ]
     lines += _grid(

@@ -158,7 +158,7 @@ def _device_wheels(work: Path) -> list[Path]:
         "-r",
         str(LOCK),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         sys.exit(f"gpu-twin: {LOCK.relative_to(ROOT)}: pip download failed: {tail}")
@@ -257,8 +257,10 @@ FLAGS_ADDED: dict[str, tuple[str, str]] = {
     "--max-num-seqs": ("32", "the largest load measured"),
     "--compilation-config": (
         '{"mode":0,"cudagraph_mode":"FULL_DECODE_ONLY"}',
-        "no torch.compile on the device's torch 2.11 (vLLM pins 2.14); full decode "
-        "graphs, which adaptive verification needs",
+        (
+            "no torch.compile on the device's torch 2.11 (vLLM pins 2.14); full decode "
+            "graphs, which adaptive verification needs"
+        ),
     ),
 }
 ENV_CHANGES: dict[str, tuple[str, str]] = {
@@ -377,7 +379,7 @@ def plan(recipe: str, shape: str, engine: str | None = None) -> dict[str, object
         )
     argv, env, changes = _adapted(list(doc["argv"][1:]), dict(doc["env"]))
     commit = subprocess.run(
-        ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
     ).stdout.strip()
     return {
         "recipe": recipe,

@@ -190,6 +190,7 @@ def assemble() -> dict:
         ],
         capture_output=True,
         text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise PartProblem(
@@ -227,6 +228,7 @@ def preflight() -> str:
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
     if proc.returncode != 0:
         lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()] or ["(no output)"]
@@ -415,7 +417,7 @@ def _each(servers: list[Server], work, results: Results, key: str) -> None:
     def one(server: Server) -> None:
         try:
             results.config(server.name)[key] = work(server)
-        except Exception as exc:  # one configuration's failure must not lose the others'
+        except Exception as exc:  # one configuration's failure must not lose the others'  # noqa: BLE001
             results.config(server.name).setdefault("errors", []).append(f"{key}: {type(exc).__name__}: {exc}")
             results.config(server.name)["log_tail"] = server.log_tail()
 

@@ -21,6 +21,7 @@ image) both import it, so it must not pull torch, triton or vLLM.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -108,7 +109,7 @@ def _parse_draft_cost(env: str, raw: str, value: str) -> tuple[tuple[int, float,
         if not (1 <= reqs <= 1 << 20 and 0.0 <= share <= 1.0 and 0.0 <= first <= 100.0):  # also refuses NaN
             raise ValueError(f"{bad}; need 1 <= REQS <= 1048576, 0 <= SHARE <= 1, 0 <= FIRST <= 100")
         points.append((reqs, share, first))
-    if any(a[0] >= b[0] for a, b in zip(points, points[1:], strict=False)):
+    if any(a[0] >= b[0] for a, b in itertools.pairwise(points)):
         raise ValueError(bad)
     return tuple(points)
 

@@ -88,7 +88,12 @@ def upstream_kind(failure: dict[str, Any]) -> str:
     return f"{failure.get('type')} at import (upstream)"
 
 
-def verdict(package: str, walk: dict[str, Any], plain: dict[str, Any] | None = None) -> Verdict:
+def verdict(
+    # the signature the callers share
+    package: str,  # noqa: ARG001
+    walk: dict[str, Any],
+    plain: dict[str, Any] | None = None,
+) -> Verdict:
     """Sort the walk's failures. `plain`: {module: failure} from the plain image for (at
     least) the modules that failed here; None when there is no plain image to ask."""
     out = Verdict()

@@ -14,7 +14,10 @@ FIXTURES = REPO / "tests" / "fixtures"
 
 
 def run_kiln(
-    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, input: str | None = None
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    input: str | None = None,  # as subprocess.run names it  # noqa: A002
 ) -> subprocess.CompletedProcess[str]:
     """Run the real CLI in a subprocess (exit codes and output exactly as a user sees them)."""
     full_env = {**os.environ, "COLUMNS": "300", **(env or {})}
@@ -26,6 +29,7 @@ def run_kiln(
         cwd=cwd or REPO,
         input=input,
         timeout=1800,
+        check=False,
     )
 
 

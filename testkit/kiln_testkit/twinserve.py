@@ -20,8 +20,8 @@ from kiln.domain.serving.launch_command import Mount
 from kiln.domain.serving.serving_container import ServingContainer, free_port, run_spec
 
 # the client half lives apart so that the GPU twin's runner can use it without kiln
-from kiln_testkit.requestsets import prompts as prompts
-from kiln_testkit.requestsets import run_set as run_set
+from kiln_testkit.requestsets import prompts as prompts  # an explicit re-export (mypy --strict)  # noqa: PLC0414
+from kiln_testkit.requestsets import run_set as run_set  # an explicit re-export (mypy --strict)  # noqa: PLC0414
 
 if TYPE_CHECKING:
     from kiln.domain.recipes.recipe import LoadedRecipe
@@ -116,7 +116,7 @@ def server_report(name: str, box: ServingContainer, tail: int = 60) -> str:
     """One server's state (or exit code, if it is gone) and the end of its log."""
     try:
         state = box.status()
-    except Exception as err:  # gone (AutoRemove) or the daemon did not answer
+    except Exception as err:  # gone (AutoRemove) or the daemon did not answer  # noqa: BLE001
         state = f"gone ({type(err).__name__})"
     if box.exit_code is not None:
         state += f", exit code {box.exit_code}"

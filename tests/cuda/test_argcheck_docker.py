@@ -127,7 +127,9 @@ def _tree(tmp_path: Path, extra_args: str = "", **edits) -> Path:
     engine image: a plain copy has no git history, hence date 0, hence another engine
     image, built for minutes (393 s in one run) only to be refused."""
     tree = tmp_path / "tree"
-    cloned = subprocess.run(["git", "clone", "-q", "--shared", str(REPO), str(tree)], capture_output=True, text=True)
+    cloned = subprocess.run(
+        ["git", "clone", "-q", "--shared", str(REPO), str(tree)], capture_output=True, text=True, check=False
+    )
     if cloned.returncode != 0:  # not a checkout (a source tarball): the copy still has the same input digest
         for rel in ("docker-images/engine-cpu", "docker-images/common", "engine", "patches"):
             shutil.copytree(REPO / rel, tree / rel, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
@@ -177,7 +179,8 @@ def test_check_refuses_a_value_the_config_class_refuses(tmp_path, accepted):
         tmp_path,
         ("launch", "args", "max-num-seqs"),
         "launch.args.max-num-seqs",
-        "vLLM 0.32.0 refuses --max-num-seqs 0: SchedulerConfig.max_num_seqs: Input should be greater than or equal to 1",
+        "vLLM 0.32.0 refuses --max-num-seqs 0: SchedulerConfig.max_num_seqs: "
+        "Input should be greater than or equal to 1",
         replace={"    max-num-seqs: 8\n": "    max-num-seqs: 0\n"},
     )
 
@@ -265,9 +268,11 @@ def test_the_engine_leaves_the_draft_count_open_so_kiln_bounds_it(tmp_path, dock
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
     assert result.returncode == 2, result.stderr[-3000:]
     assert errors == [
-        f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: launch.speculative_config."
-        "num_speculative_tokens: 100000 draft tokens per step: vLLM's rejection sampler takes at most "
-        "128 (MAX_SPEC_LEN in vllm/v1/sample/rejection_sampler.py, asserted at every verification step)"
+        (
+            f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: launch.speculative_config."
+            "num_speculative_tokens: 100000 draft tokens per step: vLLM's rejection sampler takes at most "
+            "128 (MAX_SPEC_LEN in vllm/v1/sample/rejection_sampler.py, asserted at every verification step)"
+        )
     ]
     assert not (tmp_path / "t-cache" / "argcheck").exists(), "kiln asked the engine about a recipe it refuses"
 
@@ -351,8 +356,10 @@ def test_build_with_bad_value_fails_with_17_and_leaves_no_tag(tmp_path, accepted
         assert result.returncode == 17, result.stderr[-3000:]
         errors = [ln for ln in result.stderr.splitlines() if ln.startswith("kiln: error:")]
         assert errors == [
-            f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: launch.args.max-num-seqs: "
-            "vLLM 0.32.0 refuses --max-num-seqs inf: argument --max-num-seqs: invalid int value: 'inf'"
+            (
+                f"kiln: error: recipes/{TEST_RECIPE}/recipe.yaml:{line}: launch.args.max-num-seqs: "
+                "vLLM 0.32.0 refuses --max-num-seqs inf: argument --max-num-seqs: invalid int value: 'inf'"
+            )
         ]
         assert docker_daemon.client.images.list(name=f"kiln/{TEST_RECIPE}") == []
     finally:

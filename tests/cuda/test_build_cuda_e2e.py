@@ -34,9 +34,11 @@ def test_patched_runner_and_kiln_engine_import_on_cpu(built, docker_daemon):
             "python",
             "-c",
             # workers load kiln-engine's plugin (it registers draft_trunc) first
-            "from vllm.plugins import load_general_plugins; load_general_plugins(); "
-            "import vllm, kiln_engine, vllm.v1.worker.gpu.model_runner as m, inspect; "
-            "assert 'draft_trunc' in inspect.getsource(m); print('ok')",
+            (
+                "from vllm.plugins import load_general_plugins; load_general_plugins(); "
+                "import vllm, kiln_engine, vllm.v1.worker.gpu.model_runner as m, inspect; "
+                "assert 'draft_trunc' in inspect.getsource(m); print('ok')"
+            ),
         ],
         remove=True,
         network_disabled=True,
@@ -60,8 +62,10 @@ def test_image_runs_as_non_root_without_ca_or_pip(built, docker_daemon):
         entrypoint=[
             "sh",
             "-c",
-            "ls -d /tmp/kiln-ca.crt /tmp/wheels /root/.cache/pip "
-            "/home/kiln/.cache/pip 2>&1; python -c 'import pip' 2>&1 | tail -1; true",
+            (
+                "ls -d /tmp/kiln-ca.crt /tmp/wheels /root/.cache/pip "
+                "/home/kiln/.cache/pip 2>&1; python -c 'import pip' 2>&1 | tail -1; true"
+            ),
         ],
         remove=True,
         network_disabled=True,

@@ -3,6 +3,7 @@ in the pinned vLLM (checked in the engine's own sources, not from memory)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -37,7 +38,7 @@ def test_speculative_decoding_uses_the_draft_model(glm):
     # vLLM's batch-size schedule (docs/draft-trunc-policy.md section 4): every batch size
     # from 1 has a count, none above num_speculative_tokens
     assert schedule[0][0] == 1 and all(0 <= k <= 4 for _, _, k in schedule)
-    assert all(b[0] == a[1] + 1 for a, b in zip(schedule, schedule[1:], strict=False))
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(schedule))
     assert argv[:2] == ["serve", "/models/glm-5.3"]
     for flag in (
         "--tool-call-parser",

@@ -46,7 +46,7 @@ def test_print_spells_out_env_and_port(printed):
 def test_print_names_the_image_by_content(printed):
     image = printed[-1]
     # the image id when built here, else the tag that carries the input digest
-    assert image.startswith("sha256:") or image.startswith("kiln/glm53-kindling:"), image
+    assert image.startswith(("sha256:", "kiln/glm53-kindling:")), image
     assert not image.endswith(":latest")
 
 

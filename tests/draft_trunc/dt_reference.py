@@ -52,7 +52,18 @@ def kept_drafts(preds: list[float], n: int, tau: float, min_keep: int) -> tuple[
     return j, sum(survs[:j])
 
 
-def _request(r, query_start_loc, cu_num_logits, idx_mapping, seq_lens, prefill_len, K, step, explore):
+def _request(
+    r,
+    query_start_loc,
+    cu_num_logits,
+    idx_mapping,
+    seq_lens,
+    prefill_len,
+    # K as vLLM's reference names it
+    K,  # noqa: N803
+    step,
+    explore,
+):
     """slot, n, qe and whether request r may lose drafts this step."""
     slot = int(idx_mapping[r])
     n = min(max(int(cu_num_logits[r + 1] - cu_num_logits[r]) - 1, 0), K)

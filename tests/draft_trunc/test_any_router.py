@@ -23,7 +23,7 @@ def _calls_of(tree: ast.AST, name: str) -> list[tuple[ast.Call, list[ast.If]]]:
 
     def walk(node, guards):
         for child in ast.iter_child_nodes(node):
-            inner = guards + [child] if isinstance(child, ast.If) else guards
+            inner = [*guards, child] if isinstance(child, ast.If) else guards
             if isinstance(child, ast.Call) and getattr(child.func, "id", None) == name:
                 found.append((child, guards))
             walk(child, inner)

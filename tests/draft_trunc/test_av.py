@@ -78,7 +78,7 @@ def test_the_hook_is_a_no_op_unless_asked(draft_trunc):
 
 
 def test_the_knob_needs_adaptive_verification_combined_and_the_cost_policy():
-    with pytest.raises(ValueError, match="KILN_DRAFT_TRUNC_AV_CALIBRATE=1 .* needs KILN_DRAFT_TRUNC_WITH_AV=1"):
+    with pytest.raises(ValueError, match=r"KILN_DRAFT_TRUNC_AV_CALIBRATE=1 .* needs KILN_DRAFT_TRUNC_WITH_AV=1"):
         read_knobs({"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1"})
     with pytest.raises(ValueError, match="KILN_DRAFT_TRUNC_AV_CALIBRATE"):
         read_knobs(

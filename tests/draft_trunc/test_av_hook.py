@@ -103,7 +103,7 @@ def test_the_default_minimum_batch_is_the_registrys():
 
 def test_timing_needs_the_hook_and_the_statistics():
     base = {"KILN_DRAFT_TRUNC": "1", "KILN_DRAFT_TRUNC_WITH_AV": "1", "KILN_DRAFT_TRUNC_AV_TIMING": "1"}
-    with pytest.raises(ValueError, match="AV_TIMING=1 .* needs KILN_DRAFT_TRUNC_AV_CALIBRATE=1"):
+    with pytest.raises(ValueError, match=r"AV_TIMING=1 .* needs KILN_DRAFT_TRUNC_AV_CALIBRATE=1"):
         read_knobs({**base, "KILN_DRAFT_TRUNC_LOG_INTERVAL": "10"})
     with pytest.raises(ValueError, match="LOG_INTERVAL > 0"):
         read_knobs({**base, "KILN_DRAFT_TRUNC_AV_CALIBRATE": "1"})

@@ -127,7 +127,7 @@ def test_trace_records_predictions_kept_and_accepted(draft_trunc, tmp_path):
         for req, i in zip(line["reqs"], verifying, strict=True):
             assert (req["n"], req["kept"], req["accepted"]) == (n[i], j[i], a[i])
             assert req["accepted"] <= req["kept"] <= req["n"]
-            want = [None if x != x else x for x in p[i]]  # NaN (no prediction) is null
+            want = [None if x != x else x for x in p[i]]  # NaN (no prediction) is null  # noqa: PLR0124
             assert req["p"] == pytest.approx(want, abs=1e-6)
 
 

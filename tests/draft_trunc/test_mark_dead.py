@@ -135,7 +135,7 @@ def test_step_counter_advances_and_keys_exploration(draft_trunc):
     lives = []
     for step in (0, 1):
         fresh = random_batch(np.random.default_rng(3), 64, 4, mixed=False)
-        _, b, ref_pad, ref_live, _ = run_both(dt, fresh, step=step)
+        _, b, ref_pad, _ref_live, _ = run_both(dt, fresh, step=step)
         assert torch.equal(b.is_padding.cpu(), ref_pad)
         lives.append(dt.snapshot().buffers.live.cpu()[batch.idx_mapping].clone())
     assert int(dt.snapshot().buffers.step.item()) == 2

@@ -117,9 +117,11 @@ def test_engine_start_puts_every_series_on_the_api_servers_metrics_at_zero(tmp_p
     assert {name: view.get(name) for name in DRAFT_TRUNC.metrics} == dict.fromkeys(DRAFT_TRUNC.metrics, 0.0)
     lines = [ln for ln in run.stdout.splitlines() if "draft_trunc statistics:" in ln]
     assert lines == [
-        "INFO draft_trunc statistics: every 1000 steps (KILN_DRAFT_TRUNC_LOG_INTERVAL=1000): "
-        "a summary line and the kiln_draft_trunc_* counters (on /metrics from the start, "
-        "at 0 until the first flush)"
+        (
+            "INFO draft_trunc statistics: every 1000 steps (KILN_DRAFT_TRUNC_LOG_INTERVAL=1000): "
+            "a summary line and the kiln_draft_trunc_* counters (on /metrics from the start, "
+            "at 0 until the first flush)"
+        )
     ], run.stdout
     assert "PROMETHEUS_MULTIPROC_DIR is unset" not in run.stdout
 

@@ -15,7 +15,7 @@ SERIES = [(v, name) for v in VLLM_VERSIONS for name in series(v)]
 
 
 def _touched(patch_text: str) -> list[str]:
-    return re.findall(r"^\+\+\+ b/(\S+)", patch_text, flags=re.M)
+    return re.findall(r"^\+\+\+ b/(\S+)", patch_text, flags=re.MULTILINE)
 
 
 def test_one_series_per_engine_version():
@@ -35,8 +35,8 @@ def test_series_lists_every_patch_once(version):
 def test_patch_header(version, name):
     text = (patch_dir(version) / name).read_text()
     header = text.split("\n--- a/", 1)[0]
-    assert re.search(r"^Why: \S", header, flags=re.M), "needs a 'Why:' line"
-    assert re.search(r"^Upstream: (yes|no|maybe) - \S", header, flags=re.M)
+    assert re.search(r"^Why: \S", header, flags=re.MULTILINE), "needs a 'Why:' line"
+    assert re.search(r"^Upstream: (yes|no|maybe) - \S", header, flags=re.MULTILINE)
     for path in _touched(text):
         assert path.startswith("vllm/")
         assert f"--- a/{path}" in text
@@ -59,7 +59,9 @@ def test_series_applies_cleanly_and_compiles(vllm_src, vllm_version, tmp_path):
     for name in names:
         for dry in (True, False):
             cmd = ["patch", "-p1", "--forward", "--batch", "-i", str(folder / name)]
-            out = subprocess.run(cmd + (["--dry-run"] if dry else []), cwd=tree, capture_output=True, text=True)
+            out = subprocess.run(
+                cmd + (["--dry-run"] if dry else []), cwd=tree, capture_output=True, text=True, check=False
+            )
             assert out.returncode == 0, f"{name}: {out.stdout}{out.stderr}"
             assert "offset" not in out.stdout and "fuzz" not in out.stdout, out.stdout
     runner = tree / "vllm/v1/worker/gpu/model_runner.py"

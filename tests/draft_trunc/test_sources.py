@@ -40,6 +40,7 @@ def _pytest(tmp_path, **env) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=600,
+        check=False,
     )
 
 

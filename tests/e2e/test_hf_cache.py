@@ -107,8 +107,10 @@ def test_plain_docker_run_with_a_partial_snapshot_exits_93_with_one_line(hf_imag
         box.remove(force=True)
     lines = [ln for ln in log.splitlines() if ln.startswith("kiln-serve: ")]
     assert lines == [
-        f"kiln-serve: draft model {DRAFT[0]} at revision {DRAFT[1]}: model.safetensors is a broken "
-        "link (its blob is missing: the download did not finish) in the Hugging Face cache /hf-cache"
+        (
+            f"kiln-serve: draft model {DRAFT[0]} at revision {DRAFT[1]}: model.safetensors is a broken "
+            "link (its blob is missing: the download did not finish) in the Hugging Face cache /hf-cache"
+        )
     ]
     assert "Traceback" not in log and "vllm" not in log.lower().replace("kiln-serve", "")
 

@@ -11,7 +11,7 @@ from kilntest import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
-ROW = re.compile(r"^\| tiny-moe \| `(sha256:[0-9a-f]{64})` \| `(sha256:[0-9a-f]{64})` \|", re.M)
+ROW = re.compile(r"^\| tiny-moe \| `(sha256:[0-9a-f]{64})` \| `(sha256:[0-9a-f]{64})` \|", re.MULTILINE)
 
 
 def stated() -> tuple[str, str]:

@@ -17,7 +17,8 @@ accepted and then keeps them: docs/draft-trunc-policy.md); "off" turns the featu
   at p = 0.01); two feature-on runs with the same seeds give the same tokens (the rerun
   covers the first `rerun` prompts of the size, to keep CI time down);
 - the feature really cut: under the fixed rule its own counters on /metrics give a
-  dead fraction in [0.2, 0.9] (full size; [0.06, 0.9] at the default size), with accepted and rejected drafts both > 0; the cost
+  dead fraction in [0.2, 0.9] (full size; [0.06, 0.9] at the default size), with accepted
+  and rejected drafts both > 0; the cost
   policy cut too (dead > 0), and kept a larger share of the drafts than the fixed rule;
   its start line appears exactly once in the server log and names the policy;
 - the twin's draft agrees with its target as the issue asks: with the feature off,

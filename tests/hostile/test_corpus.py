@@ -118,6 +118,7 @@ def _run_console_script(argv, cwd, env) -> Outcome:
             env=env,
             capture_output=True,
             timeout=120,
+            check=False,
         )
         got = json.loads(report.read_text())
     return Outcome(

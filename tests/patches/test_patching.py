@@ -95,8 +95,10 @@ def test_broken_hunk_reports_patch_file_hunk_and_context(src032, tmp_path):
         P.apply_series(P.Tree(src032), [series])
     assert exc.value.exit_code == 6
     assert exc.value.lines == [
-        "p/0001-broken.patch: vllm/entrypoints/cli/main.py: hunk #2 @@ -96,7 +95,7 @@ "
-        '(first context line: ""-v",") does not apply'
+        (
+            "p/0001-broken.patch: vllm/entrypoints/cli/main.py: hunk #2 @@ -96,7 +95,7 @@ "
+            '(first context line: ""-v",") does not apply'
+        )
     ]
 
 
@@ -181,18 +183,19 @@ def test_all_or_nothing_in_image_cli(src032, tmp_path):
         "--manifest",
         str(tmp_path / "m.json"),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode == 6
     err = proc.stderr.splitlines()
     assert err[0] == (
-        f'{pdir}/0002-bad.patch: {RUN_BATCH}: hunk #1 @@ -4,7 +4,7 @@ (first context line: "import argparse") does not apply'
+        f"{pdir}/0002-bad.patch: {RUN_BATCH}: hunk #1 @@ -4,7 +4,7 @@ "
+        f'(first context line: "import argparse") does not apply'
     )
     assert err[-1] == "hint: reproduce without Docker: kiln patches check / kiln engine bump --to VERSION --dry-run"
     assert (root / MAIN).read_bytes() == (src032 / MAIN).read_bytes(), "patch 1 must not be written"
     assert not (tmp_path / "m.json").exists()
 
     (pdir / "series").write_text("0001-good.patch\n")
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "m.json").read_text())
     assert manifest["patches"] == [
@@ -243,7 +246,7 @@ def test_apply_overlays_and_drift(src032, tmp_path):
     ]
     spec["replacements"][0]["upstream_sha256"] = "0" * 64
     (feat / "overlay.json").write_text(json.dumps(spec))
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode == 7
     assert (
         f"feature feat: {RUN_BATCH}: forked from a different upstream file (expected sha256 {'0' * 64}, "
@@ -253,7 +256,7 @@ def test_apply_overlays_and_drift(src032, tmp_path):
 
     spec["replacements"][0]["upstream_sha256"] = patch_format.sha256_bytes(upstream)
     (feat / "overlay.json").write_text(json.dumps(spec))
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(manifest.read_text())
     assert [p["name"] for p in doc["patches"]] == ["0001-engine.patch", "0001-f.patch"]

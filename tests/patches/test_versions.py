@@ -82,7 +82,8 @@ def test_feature_series_is_ported_per_engine_version(groot, capsys):
     ov_lines = (REPO / DT / "override.yaml").read_text().splitlines()
     line = next(i for i, text in enumerate(ov_lines, 1) if text.startswith("patches:"))
     assert (
-        f"{DT}/override.yaml:{line}: patches: {DT}/patches/ has no series for vllm==0.33.0 (it has: 0.32.0; port it: kiln patches "
+        f"{DT}/override.yaml:{line}: patches: {DT}/patches/ has no series for vllm==0.33.0 (it has: 0.32.0; "
+        f"port it: kiln patches "
         f"checkout --feature {FEATURE} --engine 0.33.0 --series-from 0.32.0)"
     ) in err
     assert kiln(capsys, "patches", "check", "--recipe", GLM)[0] == 7
@@ -195,7 +196,7 @@ def test_readme_names_each_recipes_engine_version():
 
     from kiln.domain.recipes.recipe import load_recipe
 
-    rows = dict(re.findall(r"^\| ([a-z0-9-]+) \| vLLM (\S+) \|", (REPO / "README.md").read_text(), re.M))
+    rows = dict(re.findall(r"^\| ([a-z0-9-]+) \| vLLM (\S+) \|", (REPO / "README.md").read_text(), re.MULTILINE))
     pinned = {
         d.name: load_recipe(d).recipe.engine.version
         for d in sorted((REPO / "recipes").iterdir())

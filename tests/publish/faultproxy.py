@@ -121,7 +121,7 @@ class FaultProxy:
                         proxy.log.append((self.command, self.path, 0))
                         self.close_connection = True
                         self.connection.shutdown(2)  # no answer at all: a dropped connection
-                        return
+                        return None
                     return self._answer(
                         fault.status,
                         b'{"errors":[{"code":"INJECTED"}]}',
@@ -132,7 +132,7 @@ class FaultProxy:
                     if self.path.startswith("/token"):
                         return self._serve_token()
                     if not self._token_ok():
-                        return
+                        return None
                     user, password, _ = proxy._token
                     headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
                 self._forward(body, headers)

@@ -47,7 +47,14 @@ class Mini:
         env.update(extra)
         return env
 
-    def kiln(self, *args: str, registry: LocalRegistry | None = None, input: str | None = None, **extra):
+    def kiln(
+        self,
+        *args: str,
+        registry: LocalRegistry | None = None,
+        # as subprocess.run names it
+        input: str | None = None,  # noqa: A002
+        **extra,
+    ):
         result = run_kiln(*args, env=self.env(registry, **extra), cwd=self.root, input=input)
         self.outputs.append(result)
         return result

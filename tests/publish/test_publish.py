@@ -149,7 +149,7 @@ def test_skip_smoke_check_never_moves_a_release_tag(mini, registry, published):
         config = json.loads(registry.blob(REPOSITORY, manifest["config"]["digest"]))
         assert config["config"]["Labels"]["ai.kiln.smoke-check"] == "skipped"
         assert manifest["config"]["digest"] != mini.image_id  # a smoke pass can never vouch for it
-        record = json.loads(sorted((mini.results / "publish").glob(f"{NAME}-publish-*.json"))[-1].read_text())
+        record = json.loads(max((mini.results / "publish").glob(f"{NAME}-publish-*.json")).read_text())
         assert record["smoke"] == {"status": "skipped"} and record["channel"] is None
 
         # asking for a channel without a smoke pass is refused before anything is pushed

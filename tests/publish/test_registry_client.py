@@ -51,7 +51,7 @@ class _Fake(BaseHTTPRequestHandler):
                 return self._send(401, b"{}")
             return self._send(200, json.dumps({"token": TOKEN}).encode())
         if not self._authorised():
-            return
+            return None
         if self.path == "/v2/":
             return self._send(200, b"{}")
         ref = self.path.rsplit("/", 1)[1]

@@ -191,7 +191,7 @@ def test_an_image_signed_by_another_key_fails(mini, reg, signed, signing_keys):
 
 def test_a_moved_tag_fails(mini, reg, signed, signing_keys):
     ours, _ = signing_keys
-    _, doc = signed
+    _, _doc = signed
     ns = f"moved/{REPOSITORY}"
     _publish_signed(mini, reg, "moved", ours.private)
     signed_digest, _ = reg.manifest(ns, "experimental")
@@ -547,7 +547,7 @@ def test_no_secret_in_argv_registry_log_records_or_output(mini, reg, signed, sig
         for s in leaks:
             assert s.encode() not in data, f"secret in registry file {path}"
         assert raw not in data, f"private key bytes in registry file {path}"
-    records = [p for p in (mini.results / "publish").glob("*.json")]
+    records = list((mini.results / "publish").glob("*.json"))
     signed_records = [json.loads(p.read_text()) for p in records if json.loads(p.read_text()).get("signature")]
     assert signed_records and all(r["signature"]["key_fingerprint"] == ours.fingerprint for r in signed_records)
     for p in records:

@@ -22,7 +22,7 @@ def sha256(data: bytes) -> str:
 
 @dataclass(frozen=True)
 class ContainersImageSignature:
-    """containers/image keeps a cosign signature as `\\0sigstore-json\\n` + JSON
+    r"""containers/image keeps a cosign signature as `\0sigstore-json\n` + JSON
     {mimeType, payload (base64 of the exact layer blob), annotations (the layer's)}."""
 
     media_type: str

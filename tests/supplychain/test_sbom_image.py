@@ -49,6 +49,7 @@ def in_image(image_id: str, *argv: str, docker_args: tuple[str, ...] = ()) -> st
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout

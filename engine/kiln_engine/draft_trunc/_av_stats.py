@@ -70,7 +70,7 @@ class HookTimer:
     def stop(self) -> None:
         end = None
         if self.cuda:
-            begin, end = self.free.pop()
+            _begin, end = self.free.pop()
             end.record()
         self.pending.append((self.start_event, end, time.perf_counter() - self.started))
 

@@ -32,6 +32,7 @@ the kernel against) live in ``kiln_testkit.dt_cost``, outside the engine image.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -132,7 +133,7 @@ class DraftCost:
             return 0.0, 0.0
         if reqs <= pts[0][0]:
             return pts[0][1], pts[0][2]
-        for (r0, s0, f0), (r1, s1, f1) in zip(pts, pts[1:], strict=False):
+        for (r0, s0, f0), (r1, s1, f1) in itertools.pairwise(pts):
             if reqs <= r1:
                 w = math.log(reqs / r0) / math.log(r1 / r0)
                 return s0 + w * (s1 - s0), f0 + w * (f1 - f0)

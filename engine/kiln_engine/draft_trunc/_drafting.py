@@ -97,7 +97,7 @@ def stop_drafting(
     from ._kernels.kernel import launch_depth
 
     buffers, cost, cal = state.buffers, state.cost, state.calibration
-    assert buffers is not None and cost is not None and cal is not None  # _depth_ready
+    assert buffers is not None and cost is not None and cal is not None  # _depth_ready  # noqa: S101,PT018
     if state.go is None or state.go.device != buffers.step.device:
         state.go = _zeros_int(buffers.step.device)
     k = estimator.predictions.shape[1]

@@ -113,7 +113,7 @@ def _write_trace(
     for outcome, probs in zip(rows, probs_by_req, strict=True):
         if outcome.proposed <= 0:  # prefill or no drafts: nothing was verified
             continue
-        shown = [None if x != x else round(x, 6) for x in probs]  # NaN: no prediction
+        shown = [None if x != x else round(x, 6) for x in probs]  # NaN: no prediction  # noqa: PLR0124
         reqs.append({"p": shown, "kept": outcome.kept, "accepted": outcome.accepted, "n": outcome.proposed})
     if reqs:
         trace.write({"step": trace.steps, "k": p.shape[1], "reqs": reqs})

@@ -153,7 +153,8 @@ class StepStats:
         """Report a finished flush; never waits for one that is still running."""
         if not self.pending:
             return None
-        if self.event is not None and not self.event.query():  # type: ignore[no-untyped-call]  # torch leaves Event.query unannotated
+        # torch leaves Event.query unannotated
+        if self.event is not None and not self.event.query():  # type: ignore[no-untyped-call]
             return None
         self.pending = False
         summary = Summary(dict(zip(FIELDS, self.host.tolist(), strict=True)), self.top_k)

@@ -63,7 +63,7 @@ def mark_dead(
         return False
     if refits is not None and refits < knobs.warmup:
         return False
-    assert predictions.shape[1] == num_speculative_steps, (
+    assert predictions.shape[1] == num_speculative_steps, (  # an invariant of vLLM's call, not input  # noqa: S101
         f"predictions hold {predictions.shape[1]} steps, drafts {num_speculative_steps}"
     )
     _state.prepare(predictions.shape[0], predictions.device, is_padding.shape[0], num_speculative_steps)
@@ -71,7 +71,7 @@ def mark_dead(
     from ._kernels.kernel import MAX_COST_REQS, launch_mark_dead
 
     buffers = state.buffers
-    assert buffers is not None  # prepare allocated them
+    assert buffers is not None  # prepare allocated them  # noqa: S101
     cost = state.cost if knobs.policy == "cost" else None
     if cost is not None and knobs.draft_cost:
         drafted = state.drafted if state.drafted is not None else num_speculative_steps

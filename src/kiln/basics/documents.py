@@ -26,7 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Generic, Literal, NotRequired, Required, TypeVar, Union
 
-import typing_extensions  # pydantic's own dependency (it installs with it); its TypedDict is the one pydantic reads on 3.11
+# pydantic's own dependency (it installs with it); its TypedDict is the one pydantic reads on 3.11
+import typing_extensions
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import ErrorDetails
 
@@ -109,7 +110,8 @@ def _in_document(document: object, loc: tuple[int | str, ...]) -> tuple[int | st
     out: list[int | str] = []
     node = document
     for part in loc:
-        if isinstance(node, dict) and part in node:
+        # two branches: mypy narrows the node's type in each apart
+        if isinstance(node, dict) and part in node:  # noqa: SIM114
             node = node[part]
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
@@ -163,6 +165,7 @@ def _typeddict(td: Any) -> Any:
         else:
             marker = Required if key in td.__required_keys__ else NotRequired
             fields[key] = marker[_pydantic_type(hint)]
-    rebuilt: Any = typing_extensions.TypedDict(td.__name__, fields)  # type: ignore[misc]  # the functional form, named at run time
+    # the functional form, named at run time
+    rebuilt: Any = typing_extensions.TypedDict(td.__name__, fields)  # type: ignore[misc]
     rebuilt.__module__ = td.__module__
     return rebuilt

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Self
 
 from rich.progress import (
     BarColumn,
@@ -47,7 +48,7 @@ class Activity:
         unit_bytes: bool = False,
         heartbeat_s: float = _HEARTBEAT_S,
         silent: bool = False,
-    ):
+    ) -> None:
         self.title = title
         self.silent = silent  # shows nothing at all (a caller's own quiet mode)
         self.unit_bytes = unit_bytes  # done/total are byte counts (shown as sizes)
@@ -61,7 +62,7 @@ class Activity:
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
-    def __enter__(self) -> Activity:
+    def __enter__(self) -> Self:
         self.t0 = self._last_beat = time.monotonic()
         if _live() and not self.silent:
             columns = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24)]
@@ -117,12 +118,12 @@ class BuildDisplay:
     a long step's own output as live progress (an `Activity`), not a flood of lines.
     `quiet` shows nothing; KILN_DEBUG shows every line of the builder's output."""
 
-    def __init__(self, label: str, *, quiet: bool = False):
+    def __init__(self, label: str, *, quiet: bool = False) -> None:
         self.label = label
         self.quiet = quiet
         self.activity = Activity(label, silent=quiet)
 
-    def __enter__(self) -> BuildDisplay:
+    def __enter__(self) -> Self:
         self.activity.__enter__()
         return self
 
@@ -167,11 +168,11 @@ class BuildDisplay:
 class PushDisplay:
     """A push as the daemon streams it: a line per finished layer, and the bytes sent."""
 
-    def __init__(self, ref: str, *, quiet: bool = False):
+    def __init__(self, ref: str, *, quiet: bool = False) -> None:
         self.quiet = quiet
         self.activity = Activity(f"pushing {ref}", unit_bytes=True, silent=quiet)
 
-    def __enter__(self) -> PushDisplay:
+    def __enter__(self) -> Self:
         self.activity.__enter__()
         return self
 
@@ -199,14 +200,14 @@ class PushDisplay:
 class PullDisplay:
     """A base image pull: a step line, live progress of the layers, and its time."""
 
-    def __init__(self, ref: str):
+    def __init__(self, ref: str) -> None:
         self.ref = ref
         self.activity = Activity(f"pulling {ref}", unit_bytes=True)
 
     def announce(self) -> None:
         log.step(f"pulling {self.ref}")
 
-    def __enter__(self) -> PullDisplay:
+    def __enter__(self) -> Self:
         self.activity.__enter__()
         return self
 

@@ -58,7 +58,7 @@ class SourcedYaml:
 
 
 class YamlProblem(Exception):
-    def __init__(self, line: int, message: str):
+    def __init__(self, line: int, message: str) -> None:
         super().__init__(message)
         self.line = line
         self.message = message
@@ -73,7 +73,7 @@ class _Loader(yaml.SafeLoader):
     """SafeLoader that refuses aliases and bounds nesting depth and value count while
     composing, before anything is expanded."""
 
-    def __init__(self, text: str):
+    def __init__(self, text: str) -> None:
         super().__init__(text)
         self._depth = 0
         self._nodes = 0

@@ -49,7 +49,7 @@ def _row(ok: bool | None, what: str, detail: str) -> bool:
 def _gpu() -> str | None:
     if shutil.which("nvidia-smi") is None:
         return None
-    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 

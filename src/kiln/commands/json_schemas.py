@@ -54,7 +54,7 @@ class _Generator(GenerateJsonSchema):
     """pydantic's schema generator, less the title it gives every field ("Image Id"):
     the key says it; a document type keeps its title (the class name)."""
 
-    def field_title_should_be_set(self, schema: CoreSchema) -> bool:
+    def field_title_should_be_set(self, schema: CoreSchema) -> bool:  # pydantic's hook signature  # noqa: ARG002
         return False
 
 

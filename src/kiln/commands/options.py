@@ -8,7 +8,8 @@ from typing import TypeAlias
 
 # what `register(sub)` receives: the `kiln` subparsers (a string: argparse's class is
 # generic only to the type checker)
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+# argparse names no public type for it
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"  # noqa: SLF001
 
 
 def reports(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -99,7 +99,7 @@ def qemu_version(interpreter: str) -> str | None:
     if not real or not os.access(real, os.X_OK):
         return None
     try:
-        out = subprocess.run([real, "--version"], capture_output=True, text=True, timeout=10).stdout
+        out = subprocess.run([real, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"version (\d+(?:\.\d+)*)", out)

@@ -32,7 +32,7 @@ from kiln.basics.errors import RegistryAuthFailed
 from kiln.infra.docker import AuthConfig, DockerError, StoredAuth, config_auth, index_name
 
 USER_ENV = "KILN_REGISTRY_USER"
-_PASSWORD_ENV = "KILN_REGISTRY_PASSWORD"
+_PASSWORD_ENV = "KILN_REGISTRY_PASSWORD"  # the name of a variable, not a password  # noqa: S105
 _HOST_ENV = "KILN_REGISTRY_HOST"
 _STDIN_EXAMPLE = f'export {USER_ENV}=NAME; printf %s "$TOKEN" | kiln publish ... --password-stdin'
 

@@ -21,7 +21,7 @@ def run(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     with the reason on stderr, as a shell would, instead of raising."""
     cmd = ["git", "-C", str(root), *args]
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT_S)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
     except OSError as exc:
         return subprocess.CompletedProcess(cmd, 127, "", f"git: {exc}")
     except subprocess.TimeoutExpired:
@@ -48,7 +48,7 @@ def merge_file(ours: bytes, base: bytes, theirs: bytes, labels: tuple[str, str, 
         for label in labels:
             cmd += ["-L", label]
         try:
-            proc = subprocess.run([*cmd, *files], capture_output=True, timeout=_TIMEOUT_S)
+            proc = subprocess.run([*cmd, *files], capture_output=True, timeout=_TIMEOUT_S, check=False)
         except OSError:
             raise UsageError(
                 "`git` is not installed; `kiln override rebase` merges with `git merge-file`",

@@ -116,7 +116,11 @@ def _pip_setting(key: str) -> str | None:
         return env
     try:
         out = subprocess.run(
-            [sys.executable, "-m", "pip", "config", "get", f"global.{key}"], capture_output=True, text=True, timeout=30
+            [sys.executable, "-m", "pip", "config", "get", f"global.{key}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -267,7 +271,7 @@ def compile_pins(
             "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR", str(cache_dir() / "uv")),
         }
         env.pop("UV_INDEX_URL", None)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800, check=False)
         if proc.returncode != 0:
             lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
             raise LockInvalid(f"uv pip compile ({uv_platform}) found no solution: " + " ".join(lines[-4:])[:600])

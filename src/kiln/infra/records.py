@@ -70,8 +70,10 @@ class SmokeRecord(TypedDict):
             SmokeLevel,
             Field(
                 description=(
-                    "served: the image served the recipe's checks; in-image: a GPU recipe on a host without a GPU, proved "
-                    "inside the image without serving (kiln smoke --in-image); absent in records older than the field: served."
+                    "served: the image served the recipe's checks; in-image: a GPU recipe on a host without a GPU, "
+                    "proved "
+                    "inside the image without serving (kiln smoke --in-image); "
+                    "absent in records older than the field: served."
                 )
             ),
         ]

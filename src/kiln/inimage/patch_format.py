@@ -35,7 +35,7 @@ class PatchError(Exception):
 
     exit_code = 1
 
-    def __init__(self, lines: list[str]):
+    def __init__(self, lines: list[str]) -> None:
         super().__init__("\n".join(lines))
         self.lines = list(lines)
 
@@ -60,8 +60,8 @@ class DriftError(PatchError):
 
 # -- small helpers -----------------------------------------------------------------------
 def split_lines(data: bytes) -> list[bytes]:
-    """Lines with their b'\\n' kept; only b'\\n' separates (bytes.splitlines would also
-    split on \\r, \\x0b, \\x0c, \\x1c.. and break exact matching)."""
+    r"""Lines with their b'\n' kept; only b'\n' separates (bytes.splitlines would also
+    split on \r, \x0b, \x0c, \x1c.. and break exact matching)."""
     if not data:
         return []
     parts = data.split(b"\n")
@@ -168,7 +168,8 @@ class FileDiff:
 
     @property
     def target(self) -> str:
-        return self.new_path or self.old_path  # type: ignore[return-value]  # the parser refuses /dev/null on both sides
+        # the parser refuses /dev/null on both sides
+        return self.new_path or self.old_path  # type: ignore[return-value]
 
     @property
     def creates(self) -> bool:
@@ -209,7 +210,7 @@ class Patch:
                 "say whether it is meant for upstream, e.g. `Upstream: yes, <PR url>` or `Upstream: no, kiln-only`",
             ),
         ):
-            if not re.search(rf"^\s*{key}:\s*\S", text, re.M):
+            if not re.search(rf"^\s*{key}:\s*\S", text, re.MULTILINE):
                 problems.append(f"{self.display}: header has no `{key}:` line before the first `---` ({why})")
         return problems
 
@@ -222,12 +223,12 @@ class Series:
 
 
 # -- parsing -----------------------------------------------------------------------------
-_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.S)
+_HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.DOTALL)
 
 
 def _starts_section(lines: list[bytes], i: int) -> bool:
     line = lines[i]
-    if line.startswith(b"diff --git ") or line.startswith(b"diff -"):
+    if line.startswith((b"diff --git ", b"diff -")):
         return True
     return line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
 
@@ -261,8 +262,10 @@ def _parse_hunk(lines: list[bytes], i: int, display: str) -> tuple[Hunk, int]:
         else:
             raise PatchFormatError(
                 [
-                    f"{display}:{i + 1}: line does not fit hunk {hunk.range_text()} "
-                    f"(line counts in the @@ header are wrong?)"
+                    (
+                        f"{display}:{i + 1}: line does not fit hunk {hunk.range_text()} "
+                        f"(line counts in the @@ header are wrong?)"
+                    )
                 ]
             )
         i += 1
@@ -273,7 +276,7 @@ def _parse_hunk(lines: list[bytes], i: int, display: str) -> tuple[Hunk, int]:
 
 
 def _drop_newline(hunk: Hunk, display: str, i: int) -> None:
-    """`\\ No newline at end of file` belongs to the line just before it."""
+    r"""`\ No newline at end of file` belongs to the line just before it."""
     if not hunk.lines or not hunk.lines[-1][1].endswith(b"\n"):
         raise PatchFormatError([f"{display}:{i + 1}: stray '\\ No newline at end of file'"])
     tag, text = hunk.lines[-1]
@@ -306,8 +309,10 @@ def parse_patch(data: bytes, display: str, name: str | None = None) -> Patch:
         if i >= len(lines) or not lines[i].startswith(b"--- "):
             raise PatchFormatError(
                 [
-                    f"{display}:{start + 1}: file section without `---`/`+++` lines "
-                    "(mode-only or rename diffs are not supported)"
+                    (
+                        f"{display}:{start + 1}: file section without `---`/`+++` lines "
+                        "(mode-only or rename diffs are not supported)"
+                    )
                 ]
             )
         if i + 1 >= len(lines) or not lines[i + 1].startswith(b"+++ "):
@@ -332,7 +337,7 @@ def parse_patch(data: bytes, display: str, name: str | None = None) -> Patch:
             raise PatchFormatError([f"{display}:{start + 1}: {new or old}: no hunks"])
         files.append(FileDiff(old, new, hunks, data[offsets[start] : offsets[i]], preamble))
     # header + sections cover the file exactly: what refresh relies on for byte identity
-    assert header + b"".join(f.raw for f in files) == data
+    assert header + b"".join(f.raw for f in files) == data  # a self-check of the parser, not of input  # noqa: S101
     return Patch(display, name or os.path.basename(display), data, header, files)
 
 

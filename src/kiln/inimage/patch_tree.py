@@ -42,7 +42,7 @@ else:  # next to it whatever sys.path holds (python -I or PYTHONSAFEPATH leave t
 class Tree:
     """A root directory plus in-memory changes; `commit()` is the only thing that writes."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.changes: dict[str, bytes | None] = {}  # rel path -> new bytes, or None = deleted
 
@@ -232,7 +232,7 @@ def apply_patch(tree: Tree, patch: patch_format.Patch, reverse: bool = False, pa
     results: list[_FileResult] = []
     pending: dict[str, bytes | None] = {}
     for fd in patch.files:
-        fd = fd.reversed() if reverse else fd
+        fd = fd.reversed() if reverse else fd  # the same file diff, turned round  # noqa: PLW2901
         current = pending[fd.target] if fd.target in pending else tree.read(fd.target)
         res, new = _apply_file(current, fd, partial)
         results.append(res)

@@ -29,7 +29,7 @@ import tempfile
 import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from elf_needed import read_dynamic  # noqa: E402
+from elf_needed import read_dynamic
 
 
 def triton_cuda_utils(work: str) -> str:
@@ -84,7 +84,10 @@ def nvcc(work: str) -> str:
         f.write("__global__ void kiln_k(float *x) { x[threadIdx.x] *= 2.0f; }\n")
     out = os.path.join(work, "k.o")
     proc = subprocess.run(
-        [found[0], "-c", "-arch=sm_90", "-Xcompiler", "-fPIC", src, "-o", out], capture_output=True, text=True
+        [found[0], "-c", "-arch=sm_90", "-Xcompiler", "-fPIC", src, "-o", out],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, f"nvcc failed: {(proc.stderr or proc.stdout).strip()[-400:]}"
     return f"{os.path.relpath(found[0], os.path.dirname(nvidia.__path__[0]))} -arch=sm_90: {os.path.getsize(out)} bytes"

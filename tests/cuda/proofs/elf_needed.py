@@ -166,7 +166,7 @@ def ld_conf_dirs(root: str) -> list[str]:
         except OSError:
             return
         for line in lines:
-            line = line.split("#", 1)[0].strip()
+            line = line.split("#", 1)[0].strip()  # noqa: PLW2901
             if not line:
                 continue
             if line.startswith("include "):

@@ -70,7 +70,8 @@ def _av_kernel(
             p = tl.load(conf_ptr + rows * conf_stride + k * col_stride, mask=rmask, other=1.0)
             p = p.to(tl.float32)
             # NaN (no prediction) counts as certain, as the truncation kernel reads it
-            p = tl.minimum(tl.maximum(tl.where(p != p, 1.0, p), 0.0), 1.0)
+            # p != p: NaN, the only test Triton has
+            p = tl.minimum(tl.maximum(tl.where(p != p, 1.0, p), 0.0), 1.0)  # noqa: PLR0124
             product = product * p.to(tl.float64)
             surv = product.to(tl.float32)
             b = tl.minimum((surv * TAU_GRID).to(tl.int32), TAU_GRID - 1)  # floor: surv >= 0

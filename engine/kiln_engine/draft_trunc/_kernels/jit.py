@@ -39,7 +39,7 @@ def jit(
 
     def decorate(kernel: Callable[..., Any]) -> JitFunction:
         if do_not_specialize is None:
-            return cast(JitFunction, triton.jit(kernel))
-        return cast(JitFunction, triton.jit(kernel, do_not_specialize=list(do_not_specialize)))
+            return cast("JitFunction", triton.jit(kernel))
+        return cast("JitFunction", triton.jit(kernel, do_not_specialize=list(do_not_specialize)))
 
     return decorate if fn is None else decorate(fn)

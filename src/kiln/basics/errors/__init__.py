@@ -131,6 +131,7 @@ FAMILIES = (
 )
 
 __all__ = [
+    "FAMILIES",
     "AttestationSubjectMismatch",
     "BaseImageMissing",
     "BaseLockMismatch",
@@ -205,5 +206,4 @@ __all__ = [
     "UsageError",
     "WheelHashMismatch",
     "one_line",
-    "FAMILIES",
 ]

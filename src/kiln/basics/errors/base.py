@@ -38,7 +38,7 @@ class KilnError(Exception):
     exit_code = 1
     hint = ""
 
-    def __init__(self, message: str, *, hint: str | None = None):
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
         if hint is not None:
@@ -81,9 +81,10 @@ class ManyProblems:
 
     hint: str
 
-    def __init__(self, problems: list[str] | str, *, hint: str | None = None):
+    def __init__(self, problems: list[str] | str, *, hint: str | None = None) -> None:
         problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("\n".join(problems), hint=hint)  # type: ignore[call-arg]  # a mixin: KilnError is next in the MRO
+        # a mixin: KilnError is next in the MRO
+        super().__init__("\n".join(problems), hint=hint)  # type: ignore[call-arg]
         self.problems = problems
 
     def lines(self) -> list[str]:

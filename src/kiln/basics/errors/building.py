@@ -29,7 +29,7 @@ class BuildFailed(KilnError):
         step: str = "",
         tail: list[str] | None = None,
         status: int | None = None,
-    ):
+    ) -> None:
         super().__init__(message, hint=hint)
         self.step = step
         self.tail = list(tail or [])
@@ -82,14 +82,19 @@ class RebuildDiffers(KilnError):
 
 
 class RebuildSourceMissing(KilnError):
-    """`kiln rebuild --verify`: the image's labels name no recipe or revision to rebuild from, or the revision is not in this checkout."""
+    """`kiln rebuild --verify`: the image's labels name no recipe or revision to rebuild from,
+    or the revision is not in this checkout."""
 
     exit_code = 32
-    hint = "only images kiln built carry ai.kiln.recipe and org.opencontainers.image.revision; `git fetch` the commit first"
+    hint = (
+        "only images kiln built carry ai.kiln.recipe and org.opencontainers.image.revision; "
+        "`git fetch` the commit first"
+    )
 
 
 class BaseLockMismatch(KilnError):
-    """`kiln base build`: debootstrap installed other Debian packages than docker-images/base/locks/<suite>.lock.json pins."""
+    """`kiln base build`: debootstrap installed other Debian packages than
+    docker-images/base/locks/<suite>.lock.json pins."""
 
     exit_code = 33
     hint = (

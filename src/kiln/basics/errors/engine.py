@@ -14,7 +14,8 @@ class EngineFetchFailed(KilnError):
 
 
 class WheelHashMismatch(KilnError):
-    """A wheel for a locked image (an engine image, or a recipe's own packages) is not the file the lock names (other sha256)."""
+    """A wheel for a locked image (an engine image, or a recipe's own packages) is not the file
+    the lock names (other sha256)."""
 
     exit_code = 26
     hint = (
@@ -24,7 +25,8 @@ class WheelHashMismatch(KilnError):
 
 
 class LockInvalid(KilnError):
-    """A lock (an engine image's, or a recipe's recipe.lock.json) that cannot be read, or no longer matches what it locks."""
+    """A lock (an engine image's, or a recipe's recipe.lock.json) that cannot be read, or no
+    longer matches what it locks."""
 
     exit_code = 27
     hint = "re-lock: `kiln engine lock RECIPE` (or `--all`), then review the diff"
@@ -41,7 +43,8 @@ class DebianPinUnavailable(KilnError):
 
 
 class LockMissing(KilnError):
-    """An image that is built from a lock has none: an engine image for this engine version, or a recipe naming build.python_packages without its recipe.lock.json."""
+    """An image that is built from a lock has none: an engine image for this engine version, or
+    a recipe naming build.python_packages without its recipe.lock.json."""
 
     exit_code = 29
     hint = "write it: `kiln engine lock RECIPE`, then commit the lock file"
@@ -68,7 +71,8 @@ class PackageIndexUnreachable(KilnError):
 
 
 class PackageIndexInvalid(KilnError):
-    """The package index answered with a page that is no simple-API page (PEP 691 JSON or PEP 503 HTML), or one too large to read."""
+    """The package index answered with a page that is no simple-API page (PEP 691 JSON or
+    PEP 503 HTML), or one too large to read."""
 
     exit_code = 38
     hint = "--index-url must name a simple index (the URL pip's index-url names, e.g. https://pypi.org/simple)"

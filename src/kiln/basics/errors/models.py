@@ -11,7 +11,10 @@ class PlanDoesNotFit(ManyProblems, KilnError):
     what its GPUs give vLLM (capacity x gpu-memory-utilization)."""
 
     exit_code = 92
-    hint = "`kiln plan NAME --gpu G --gpus N` shows the table; use more or larger GPUs, a lower max-model-len, or a smaller dtype"
+    hint = (
+        "`kiln plan NAME --gpu G --gpus N` shows the table; use more or larger GPUs, "
+        "a lower max-model-len, or a smaller dtype"
+    )
 
 
 class HfSnapshotMissing(ManyProblems, KilnError):

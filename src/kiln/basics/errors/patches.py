@@ -30,4 +30,7 @@ class PatchInvalid(ManyProblems, KilnError):
     """Malformed patches or series files; each problem is its own line naming the file."""
 
     exit_code = 30
-    hint = "each patch is a unified diff (-p1) with a free-text header holding `Why:` and `Upstream:` lines; see docs/patches.md"
+    hint = (
+        "each patch is a unified diff (-p1) with a free-text header holding `Why:` and `Upstream:` lines; "
+        "see docs/patches.md"
+    )

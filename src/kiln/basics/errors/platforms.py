@@ -29,4 +29,7 @@ class EmulationUnavailable(KilnError):
     registered with binfmt_misc for it."""
 
     exit_code = 102
-    hint = "as root: `scripts/setup.sh --arm64` (installs qemu-user 10+, mounts binfmt_misc, registers qemu-aarch64); `kiln doctor` shows the state"
+    hint = (
+        "as root: `scripts/setup.sh --arm64` (installs qemu-user 10+, mounts binfmt_misc, registers qemu-aarch64); "
+        "`kiln doctor` shows the state"
+    )

@@ -84,7 +84,9 @@ class RegistryServerError(KilnError):
 
 
 class RecordInvalid(KilnError):
-    """A record kiln reads back that is not in the shape its writer gives it (a smoke, build or publish record in the state folder, a measured build in docs/): damaged or edited, so not trusted.
+    """A record kiln reads back that is not in the shape its writer gives it (a smoke, build or
+    publish record in the state folder, a measured build in docs/): damaged or edited, so not
+    trusted.
 
     The message names the file and the field; nothing of the record is used."""
 

@@ -12,7 +12,7 @@ class RecipeInvalid(ManyProblems, KilnError):
     exit_code = 2
     hint = "fix the field(s) above; `kiln schema` prints the JSON Schema for editors"
 
-    def __init__(self, problems: list[str], *, hint: str | None = None):
+    def __init__(self, problems: list[str], *, hint: str | None = None) -> None:
         super().__init__([one_line(p) for p in problems], hint=hint)
 
 
@@ -23,6 +23,6 @@ class LaunchArgInvalid(ManyProblems, KilnError):
     exit_code = 17
     hint = "the pinned engine refuses it; check `vllm serve --help=all` (and kiln-engine's knobs) for that version"
 
-    def __init__(self, problems: list[str] | str, *, hint: str | None = None):
+    def __init__(self, problems: list[str] | str, *, hint: str | None = None) -> None:
         problems = [problems] if isinstance(problems, str) else problems
         super().__init__([one_line(p) for p in problems], hint=hint)

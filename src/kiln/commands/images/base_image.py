@@ -40,7 +40,7 @@ _SHADOW = ("etc/shadow", "etc/gshadow", "etc/shadow-", "etc/gshadow-")
 
 def _run(cmd: list[str], what: str) -> str:
     log.debug(" ".join(cmd))
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
         log.console.print(tail, markup=False)

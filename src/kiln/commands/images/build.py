@@ -61,7 +61,7 @@ from kiln.infra import binfmt, credentials, records
 from kiln.infra.docker import DockerDaemon, Image, id_of
 from kiln.inimage import patch_applier, patch_format
 
-_STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.S)
+_STEP_HEADER = re.compile(r"^Step \d+/\d+ : (\S+)\s+(.*)$", re.DOTALL)
 
 _Check = Callable[[Image], None]  # raises a KilnError: the image must not be tagged
 _Finalize = Callable[[Image], str]  # returns the id to tag (e.g. a labelled derivative)
@@ -82,7 +82,8 @@ class BuildDocument(TypedDict):
     steps: Count
     cached_steps: Count
     platforms: NotRequired[dict[str, BuildDocument]]
-    """`--platform all` with several platforms: the document of each platform's build (the top level repeats the first)."""
+    """`--platform all` with several platforms: the document of each platform's build (the top
+    level repeats the first)."""
 
 
 @dataclass
@@ -124,7 +125,7 @@ class _ImageBuild:
     max_size_gb: float | None = None
     check: _Check | None = None
     finalize: _Finalize | None = None
-    source_date: SourceDate = SourceDate(0, "unknown")  # created/history dates and file mtimes
+    source_date: SourceDate = SourceDate(0, "unknown")  # created/history dates and file mtimes  # noqa: RUF009
     lock_file: Path | None = None  # the engine lock the build installs from, for its errors
     relock: str = "kiln engine lock RECIPE"  # how to re-lock it
     platform: str | None = None  # OCI platform to build for (None: the daemon's own)
@@ -297,7 +298,7 @@ def _untag(docker: DockerDaemon, tags: list[str]) -> None:
     for tag in tags:
         try:
             docker.remove_image(tag)
-        except Exception as exc:  # keep the probe's own error as the one reported
+        except Exception as exc:  # keep the probe's own error as the one reported  # noqa: BLE001
             log.warn(f"could not remove tag {tag}: {exc}")
 
 
@@ -426,8 +427,10 @@ def check_platform(loaded: LoadedRecipe, platform: str) -> None:
         i = list[str](engine.platforms).index(platform)
         raise PlatformUnsupported(
             [
-                f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {platform}: "
-                f"the engine lock has no {platform} {', '.join(gaps)}"
+                (
+                    f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {platform}: "
+                    f"the engine lock has no {platform} {', '.join(gaps)}"
+                )
             ]
         )
     binfmt.require(platform, min_major=binfmt.QEMU_MIN_MAJOR)

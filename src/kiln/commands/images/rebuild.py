@@ -88,7 +88,9 @@ def _kiln(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "KILN_IMAGE_NAMESPACE": _NAMESPACE,
         "PYTHONPATH": path + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""),
     }
-    return subprocess.run([sys.executable, "-m", "kiln", *args], cwd=tree, env=env, text=True, stdout=subprocess.PIPE)
+    return subprocess.run(
+        [sys.executable, "-m", "kiln", *args], cwd=tree, env=env, text=True, stdout=subprocess.PIPE, check=False
+    )
 
 
 def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:

@@ -116,7 +116,7 @@ def _sbom_cli(args: argparse.Namespace) -> int:
     what = "provenance" if args.provenance else f"SBOM ({args.format})"
     rows: dict[str, object] = {"image": tag}
     if not args.provenance and args.format == "cyclonedx":
-        counts = sbomdoc.component_counts(cast(CycloneDxDocument, doc))  # --format cyclonedx: _document's own
+        counts = sbomdoc.component_counts(cast("CycloneDxDocument", doc))  # --format cyclonedx: _document's own
         rows["components"] = (
             f"{counts['deb']} Debian, {counts['python']} Python, {counts['patch']} patches, "
             f"{counts['model_file']} model files"

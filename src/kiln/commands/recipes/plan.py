@@ -64,8 +64,10 @@ def _table(plan: Plan) -> list[str]:
             (
                 "engine reserve",
                 gib(r.total),
-                f"estimate: activations {gib(r.activations)} at {plan.batched_tokens:,} batched tokens, "
-                f"sampler {gib(r.sampler)}, CUDA graphs {gib(r.cuda_graphs)}, context {gib(r.context)}",
+                (
+                    f"estimate: activations {gib(r.activations)} at {plan.batched_tokens:,} batched tokens, "
+                    f"sampler {gib(r.sampler)}, CUDA graphs {gib(r.cuda_graphs)}, context {gib(r.context)}"
+                ),
             )
         )
         rows.append(("usable", gib(plan.usable), f"{gib(plan.capacity)} x gpu-memory-utilization {plan.utilization:g}"))

@@ -9,7 +9,7 @@ from kiln.commands.options import Subparsers
 from kiln.domain.recipes.recipe import json_schema
 
 
-def _cmd_schema(args: argparse.Namespace) -> int:
+def _cmd_schema(args: argparse.Namespace) -> int:  # every _cmd_* takes the parsed args  # noqa: ARG001
     print(json.dumps(json_schema(), indent=2))
     return 0
 

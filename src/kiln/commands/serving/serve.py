@@ -53,7 +53,7 @@ def _image_ref_for_print(recipe_image: RecipeImage) -> _ServedRef:
     try:
         docker = DockerDaemon()
         docker.ping()
-    except Exception:
+    except Exception:  # any failure: no daemon to ask  # noqa: BLE001
         return _ServedRef(recipe_image.tag, False)
     return _image_ref(docker, recipe_image)
 
@@ -85,7 +85,7 @@ def _vllm_extra(args: argparse.Namespace) -> list[str]:
 def _sigterm_as_interrupt() -> None:
     """`kill PID` of a foreground `kiln run` cleans up like Ctrl-C does."""
 
-    def handler(signum: int, frame: FrameType | None) -> NoReturn:
+    def handler(signum: int, frame: FrameType | None) -> NoReturn:  # signal.signal's handler signature  # noqa: ARG001
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, handler)
@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
             detached = True
             return 0
         log.info("streaming logs; Ctrl-C stops and removes the container")
-        assert box.container is not None, "start() sets it"
+        assert box.container is not None, "start() sets it"  # noqa: S101
         _stream(box.container)
         exit_code = box.wait_exited(10)
         if exit_code in (0, 143):  # stopped from outside (`kiln stop`, `docker stop`)
@@ -160,7 +160,6 @@ def _multi_node(
 ) -> int:
     """A recipe spanning several nodes: `--print` shows each node's command (one host, a
     user-defined network; on real hosts use each host's network and the leader's address)."""
-
     if not args.print:
         raise UsageError(
             f"{args.name} spans {topo.nodes} nodes: `kiln run` serves one-node recipes",

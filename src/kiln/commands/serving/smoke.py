@@ -117,7 +117,6 @@ def smoke(
     `platform`: the image built for that platform (another architecture runs under
     qemu, its limits scaled by EMULATION_FACTOR). `in_image`: a GPU recipe on a host
     without a GPU runs the in-image proofs instead of serving (record level "in-image")."""
-
     docker = docker or DockerDaemon()
     resolved = resolve_recipe(name)  # once: the checks, the build and the image found take it
     if platform is not None:

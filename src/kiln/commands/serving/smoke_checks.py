@@ -41,7 +41,7 @@ class SmokeRun:
             ok = True
         except DockerDaemonError:  # the daemon failed, not the image: no verdict, no record
             raise
-        except Exception as exc:  # a failed check is data, not a crash
+        except Exception as exc:  # a failed check is data, not a crash  # noqa: BLE001
             value, detail, ok = None, f"{type(exc).__name__}: {exc}", False
         c = Check(name, ok, str(detail)[:500], round(time.monotonic() - t0, 3))
         self.checks.append(c)
@@ -187,8 +187,10 @@ class ServedChecks:
             [
                 "python",
                 "-c",
-                "from vllm.plugins import load_general_plugins; "
-                "load_general_plugins(); import vllm.v1.worker.gpu.model_runner as m; print(m.__file__)",
+                (
+                    "from vllm.plugins import load_general_plugins; "
+                    "load_general_plugins(); import vllm.v1.worker.gpu.model_runner as m; print(m.__file__)"
+                ),
             ]
         )
         require(code == 0, f"exit {code}: {out.strip().splitlines()[-1] if out.strip() else ''}")
@@ -197,7 +199,6 @@ class ServedChecks:
     def feature_load(self, feature: Feature) -> tuple[int, str]:
         """The traffic the feature asks for before its checks (e.g. enough verify steps
         to pass an estimator's warm-up), as concurrent greedy completions."""
-
         in_flight, tokens = feature.smoke_load
         prompts = [f"{self.spec.prompts[i % len(self.spec.prompts)]} {i}" for i in range(in_flight)]
 

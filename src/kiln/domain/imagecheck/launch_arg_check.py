@@ -93,7 +93,7 @@ _PROBE_ANSWER = Shape(ProbeAnswer)  # the probe's one printed document
 class _EngineArgs:
     """What one engine image's `vllm serve` accepts."""
 
-    def __init__(self, data: _FlagsEntry):
+    def __init__(self, data: _FlagsEntry) -> None:
         self.version: str | None = data["version"]  # None: the image has no vLLM
         self.flags: dict[str, FlagInfo] = data.get("flags") or {}
         self.speculative_keys: set[str] | None = set(data.get("speculative_keys") or []) or None
@@ -174,7 +174,7 @@ class Job:
 
 # -- the caches ---------------------------------------------------------------------
 def _image_key(image_id: str) -> str:
-    return image_id.split(":")[-1]
+    return image_id.rsplit(":", maxsplit=1)[-1]
 
 
 def _cache_file(image_id: str) -> Path:

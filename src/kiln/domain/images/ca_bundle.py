@@ -38,6 +38,7 @@ def _pip_cert() -> str | None:
             capture_output=True,
             text=True,
             timeout=20,
+            check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None

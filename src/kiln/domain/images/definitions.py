@@ -41,13 +41,13 @@ COPY _kiln/overlays/ /opt/kiln/overlays/
 RUN ["/opt/kiln/venv/bin/python", "/opt/kiln/lib/kiln_patching.py", "apply-overlays", "--root", "/opt/kiln/site-packages", "--overlays", "/opt/kiln/overlays", "--manifest-append", "/opt/kiln/patches.json"]
 COPY _kiln/launch.json /opt/kiln/launch.json
 USER kiln
-"""
+"""  # the RUN line is Dockerfile text hashed into the input digest: not re-wrapped  # noqa: E501
 
 
 class RecipeImage(_NamedByInputs):
     """kiln/<recipe>: the recipe's thin Dockerfile FROM its engine image, plus the kiln tail."""
 
-    def __init__(self, resolved: ResolvedRecipe, engine_image: EngineImage):
+    def __init__(self, resolved: ResolvedRecipe, engine_image: EngineImage) -> None:
         self.resolved = resolved
         self.loaded = resolved.loaded
         self.engine_image = engine_image

@@ -85,6 +85,7 @@ def fetch(reqs: list[str], flavour: str) -> list[Path]:
                 ],
                 capture_output=True,
                 text=True,
+                check=False,
             )
             found = _find(directory, req)
             if proc.returncode != 0 or found is None:
@@ -156,7 +157,7 @@ def _fetch(wanted: list[L.LockedFile], *, lock_file: Path, cafile: Path | None) 
         def get(item: L.LockedFile) -> str:
             """The sha256 of what came (the file is kept only when it is the locked one)."""
             url = item.wheel.url
-            assert url is not None, "only wheels with a url are left to download"
+            assert url is not None, "only wheels with a url are left to download"  # noqa: S101
             return package_index.download(url, cache / item.wheel.file, item.wheel.sha256, cafile=cafile)
 
         with ThreadPoolExecutor(_WORKERS) as pool:

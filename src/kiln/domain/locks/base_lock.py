@@ -122,7 +122,12 @@ def lock_document(spec: BaseSpec, packages: dict[str, str]) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
-def check_lock(spec: BaseSpec, packages: dict[str, str], path: Path) -> None:
+def check_lock(
+    # the signature every lock kind's check shares
+    spec: BaseSpec,  # noqa: ARG001
+    packages: dict[str, str],
+    path: Path,
+) -> None:
     """The set debootstrap installed must be the locked one: the mirror moving on (a point
     release) would otherwise give another base, and every image on it another id."""
     damaged = functools.partial(

@@ -136,7 +136,7 @@ class _Reader:
     """The checks past the file's shape (digests, versions, platforms, wheel names), each
     a one-line LockInvalid naming the file and the field."""
 
-    def __init__(self, path: Path, platforms: list[str]):
+    def __init__(self, path: Path, platforms: list[str]) -> None:
         self.path = path
         self.platforms = platforms
 
@@ -154,7 +154,7 @@ class _Reader:
             raise self.fail(f"{where}.file", f"{file!r} is not a wheel")
         try:
             parse_wheel_filename(file)
-        except Exception:
+        except Exception:  # packaging's parse errors have no one base  # noqa: BLE001
             raise self.fail(f"{where}.file", f"{file!r} is not a valid wheel file name") from None
         return Wheel(file, sha, doc.get("url"), source)
 
@@ -313,7 +313,7 @@ def write(lock: EngineLock, path: Path) -> bool:
 def shown(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(repo_root()))
-    except (ValueError, Exception):
+    except (ValueError, Exception):  # a path outside the repo is shown as given  # noqa: BLE001
         return str(path)
 
 

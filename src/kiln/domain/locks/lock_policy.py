@@ -58,9 +58,11 @@ POLICIES: dict[str, _Policy] = {
             "0.34.0": {
                 "flashinfer-python": (
                     "flashinfer-python==0.7.4",
-                    "vllm 0.34.0 requires ==0.7.3, a release PyPI never had (0.7.2.post1, then 0.7.4 on "
-                    "2026-11-11; read 2026-12-07), so neither uv nor pip can install vllm 0.34.0 as published; "
-                    "0.7.4 is the next release, and vLLM's own checks ask only >= 0.7.1 (docs/patches.md)",
+                    (
+                        "vllm 0.34.0 requires ==0.7.3, a release PyPI never had (0.7.2.post1, then 0.7.4 on "
+                        "2026-11-11; read 2026-12-07), so neither uv nor pip can install vllm 0.34.0 as published; "
+                        "0.7.4 is the next release, and vLLM's own checks ask only >= 0.7.1 (docs/patches.md)"
+                    ),
                 )
             },
         },
@@ -181,7 +183,7 @@ def select_wheel(files: Iterable[Any], version: str, plat: TargetPlatform) -> An
             continue
         try:
             _, v, _, tags = parse_wheel_filename(f.filename)
-        except Exception:
+        except Exception:  # not a wheel name packaging reads: not a candidate  # noqa: BLE001,S112
             continue
         if str(v) != str(Version(version)):
             continue
@@ -197,7 +199,12 @@ def select_wheel(files: Iterable[Any], version: str, plat: TargetPlatform) -> An
 
 
 def lock_problems(
-    image_dir: Path, engine_name: str, engine_version: str, flavour: str, engine_wheel: Path | None, recipe: str
+    image_dir: Path,
+    engine_name: str,
+    engine_version: str,
+    flavour: str,  # the signature every flavour's policy shares  # noqa: ARG001
+    engine_wheel: Path | None,
+    recipe: str,
 ) -> list[str]:
     """`kiln check`'s lines for the engine lock a recipe's engine image installs from:
     missing or unreadable, resolved from other requirements than the engine wheel's

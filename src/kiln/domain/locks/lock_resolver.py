@@ -49,7 +49,7 @@ def _local_files() -> list[_LocalFile]:
 class _Index:
     """Index pages fetched once per lock run, many at a time."""
 
-    def __init__(self, cafile: Path | None):
+    def __init__(self, cafile: Path | None) -> None:
         self.cafile = cafile
         self._pages: dict[str, package_index.Project] = {}
         self._local = _local_files()
@@ -217,13 +217,15 @@ def _merge(per_platform: dict[str, list[package_index.Pin]], index: _Index) -> l
         plat = L.platform(plat_name)
         for pin in pins:
             key = canonicalize_name(pin.name)
-            name, version, wheels = by_name.setdefault(key, (pin.name, pin.version, {}))
+            _name, _version, wheels = by_name.setdefault(key, (pin.name, pin.version, {}))
             wheels[plat_name] = index.wheel(pin.name, pin.version, plat)
     return [LR.LockedPackage(name, version, wheels) for name, version, wheels in by_name.values()]
 
 
 def _uv_version() -> str:
-    out = subprocess.run([package_index.uv_binary(), "--version"], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(
+        [package_index.uv_binary(), "--version"], capture_output=True, text=True, timeout=30, check=False
+    )
     m = re.match(r"uv (\S+)", out.stdout)
     if out.returncode != 0 or not m:
         raise LockInvalid(f"cannot read uv's version: {out.stderr.strip() or out.stdout.strip()}")

@@ -173,7 +173,7 @@ def _rank(name: str) -> tuple[int, str]:
     """torch first, then CUDA (nvidia-*), then flashinfer, then the rest."""
     if name == "torch" or name.startswith("torch"):
         return 0, name
-    if name.startswith("nvidia-") or name.startswith("cuda-"):
+    if name.startswith(("nvidia-", "cuda-")):
         return 1, name
     if name.startswith("flashinfer"):
         return 2, name
@@ -361,9 +361,11 @@ def _md_changes(report: BumpReport) -> list[str]:
     out = [
         "## Flags and speculative-config keys",
         "",
-        f"Read statically from each version's own sources: {', '.join(f'`{f}`' for f in report.read)}. "
-        "A default is the source text, resolved through config-class references. A field that is gone "
-        'is "removed": whether it was renamed is not guessed; a deprecation line of the sources is quoted.',
+        (
+            f"Read statically from each version's own sources: {', '.join(f'`{f}`' for f in report.read)}. "
+            "A default is the source text, resolved through config-class references. A field that is gone "
+            'is "removed": whether it was renamed is not guessed; a deprecation line of the sources is quoted.'
+        ),
         "",
         f"| used | setting | change | {a} | {b} | used by | note |",
         "|---|---|---|---|---|---|---|",
@@ -383,8 +385,10 @@ def _md_series(report: BumpReport) -> list[str]:
     out = [
         "## Patches",
         "",
-        "States: clean, offset (applies elsewhere in the file), 3-way (ported by a "
-        "3-way merge), made moot upstream (the change is already there), conflict (a human ports it).",
+        (
+            "States: clean, offset (applies elsewhere in the file), 3-way (ported by a "
+            "3-way merge), made moot upstream (the change is already there), conflict (a human ports it)."
+        ),
         "",
     ]
     for s in report.series:

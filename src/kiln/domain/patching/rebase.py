@@ -89,8 +89,10 @@ def _rebase_replacements(
         if base is None or base_sha != rep.upstream_sha256:
             raise OverrideDrift(
                 [
-                    f"{shown(yaml_file)}: replacements[{idx}]: {rep.target} in {ENGINE} {from_version} has "
-                    f"sha256 {base_sha}, not the declared {rep.upstream_sha256}"
+                    (
+                        f"{shown(yaml_file)}: replacements[{idx}]: {rep.target} in {ENGINE} {from_version} has "
+                        f"sha256 {base_sha}, not the declared {rep.upstream_sha256}"
+                    )
                 ],
                 hint="--from must name the engine version the override was forked from",
             )

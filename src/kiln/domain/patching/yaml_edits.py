@@ -90,7 +90,7 @@ def _replace_in_text(text: str, path: tuple[str | int, ...], value: object) -> s
         check: Any = _yaml().load(out)
         for k in path:
             check = check[k]
-    except Exception:  # ruamel's parser errors have no common base worth naming here
+    except Exception:  # ruamel's parser errors have no common base worth naming here  # noqa: BLE001
         return None
     # the text edit must mean what the round trip would have set (else: let ruamel do it)
     return out if str(check) == str(value) else None

@@ -364,7 +364,8 @@ def platform_smoke(name: str, members: list[tuple[str, BuiltRecipe]]) -> dict[st
             "; ".join(f"{plat}: {built.recipe_image.tag} (image {id_of(built.image)[:19]})" for plat, built in failing)
             + f" has no passing smoke record in {where}; a platform that has not passed its smoke test cannot "
             "enter the index, nothing was pushed",
-            hint=f"`kiln smoke {name} --platform {failing[0][0]}` (or publish without it: drop it from engine.platforms)",
+            hint=f"`kiln smoke {name} --platform {failing[0][0]}` (or publish without it: "
+            f"drop it from engine.platforms)",
         )
     return {plat: str(record_path(id_of(built.image))) for plat, built in members}
 

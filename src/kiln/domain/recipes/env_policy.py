@@ -1,11 +1,11 @@
-"""What env a recipe (`launch.env`) or an override (`env:`) may set for the server.
+r"""What env a recipe (`launch.env`) or an override (`env:`) may set for the server.
 
 That env reaches the container unchanged: baked into `_kiln/launch.json`, spelled out as
 `docker run -e` by `kiln run`, and written into Kubernetes manifests by `kiln render`.
 Two rules, both checked when the file is loaded (exit 2, no image needed):
 
 - A value is one line of text: no control characters (C0 including tab and newline,
-  DEL, C1) and no Unicode line or paragraph separator. `"x\\nRUN touch /pwned"` is
+  DEL, C1) and no Unicode line or paragraph separator. `"x\nRUN touch /pwned"` is
   harmless today (env never goes into a Dockerfile), but it is never what an author
   meant, and any tool that writes env one variable a line (`--env-file`, `kiln run
   --print`, a Dockerfile ENV) would read a second line out of it.

@@ -27,7 +27,7 @@ _MODULE = "kiln_engine.features"
 @cache
 def registry() -> ModuleType:
     try:
-        import kiln_engine.features as features  # late: optional on the host (file fallback)
+        from kiln_engine import features  # late: optional on the host (file fallback)
     except ImportError:
         path = repo_root() / "engine" / "kiln_engine" / "features.py"
         spec = importlib.util.spec_from_file_location("_kiln_feature_registry", path)

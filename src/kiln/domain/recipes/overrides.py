@@ -66,7 +66,7 @@ class Override(Strict):
 
 
 class LoadedOverride:
-    def __init__(self, override: Override, directory: Path, source: SourcedYaml | None = None):
+    def __init__(self, override: Override, directory: Path, source: SourcedYaml | None = None) -> None:
         self.override = override
         self.dir = directory
         self.source = source  # where each field sits in override.yaml, for error lines

@@ -94,7 +94,7 @@ _RecipeJsonSchema = TypedDict(
 class LoadedRecipe:
     """A validated recipe plus where it lives (its folder holds the Dockerfile and overlays)."""
 
-    def __init__(self, recipe: Recipe, directory: Path, source: SourcedYaml):
+    def __init__(self, recipe: Recipe, directory: Path, source: SourcedYaml) -> None:
         self.recipe = recipe
         self.dir = directory
         self.source = source
@@ -173,8 +173,10 @@ def _av_calibrate_problems(loaded: LoadedRecipe) -> list[str]:
     if (rec.launch.speculative_config or {}).get(_AV) is True:
         return []
     return [
-        f"{loaded.where('launch', 'env', _AV_CALIBRATE)}: launch.env.{_AV_CALIBRATE}: corrects vLLM's "
-        f"adaptive verification, but launch.speculative_config.{_AV} is not true: set it, or drop the knob"
+        (
+            f"{loaded.where('launch', 'env', _AV_CALIBRATE)}: launch.env.{_AV_CALIBRATE}: corrects vLLM's "
+            f"adaptive verification, but launch.speculative_config.{_AV} is not true: set it, or drop the knob"
+        )
     ]
 
 
@@ -219,7 +221,8 @@ def _check_files(loaded: LoadedRecipe) -> list[str]:
         fdir = loaded.dir / "experimental" / feature
         if not (fdir / "override.yaml").is_file():
             problems.append(
-                f"{loaded.where('experimental', i)}: experimental[{i}]: no overlay at {display_path(fdir)}/override.yaml"
+                f"{loaded.where('experimental', i)}: experimental[{i}]: no overlay at "
+                f"{display_path(fdir)}/override.yaml"
             )
     problems += _shared_file_problems(loaded)
     names = rec.features
@@ -336,7 +339,10 @@ def recipe_dir(name: str) -> Path:
         if not directory.resolve().is_relative_to(root.resolve()):
             raise RecipeInvalid(
                 [
-                    f"{display_path(directory)}:1: (file): symlink to {directory.resolve()}, outside {display_path(root)}/"
+                    (
+                        f"{display_path(directory)}:1: (file): symlink to {directory.resolve()}, "
+                        f"outside {display_path(root)}/"
+                    )
                 ],
                 hint="move the recipe folder into recipes/ instead of linking it",
             )
@@ -356,4 +362,4 @@ def json_schema() -> _RecipeJsonSchema:
     schema = Recipe.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "kiln recipe.yaml"
-    return cast(_RecipeJsonSchema, schema)  # pydantic's JSON Schema, with the two keys set above
+    return cast("_RecipeJsonSchema", schema)  # pydantic's JSON Schema, with the two keys set above

@@ -112,7 +112,8 @@ def _clean_loc(loc: tuple[int | str, ...], data: Any) -> tuple[int | str, ...]:
     out: list[int | str] = []
     node = data
     for item in loc:
-        if isinstance(node, dict) and item in node:
+        # two branches: mypy narrows the node's type in each apart
+        if isinstance(node, dict) and item in node:  # noqa: SIM114
             out.append(item)
             node = node[item]
         elif isinstance(node, list) and isinstance(item, int) and 0 <= item < len(node):

@@ -36,7 +36,7 @@ class Difference:
 
 
 class _HashingReader:
-    def __init__(self, fh: IO[bytes]):
+    def __init__(self, fh: IO[bytes]) -> None:
         self.fh = fh
         self.hash = hashlib.sha256()
 
@@ -56,7 +56,7 @@ def _index_layer(fh: IO[bytes]) -> tuple[str, dict[str, _FileFacts]]:
             if m.isreg():
                 h = hashlib.sha256()
                 body = tar.extractfile(m)
-                assert body is not None
+                assert body is not None  # for mypy: set above  # noqa: S101
                 while chunk := body.read(CHUNK):
                     h.update(chunk)
                 sha = h.hexdigest()
@@ -84,7 +84,7 @@ def _layer_indexes(chunks: Iterable[bytes], wanted: set[str]) -> dict[str, dict[
             if not (m.isreg() and m.name.endswith("/layer.tar")):
                 continue
             body = tar.extractfile(m)
-            assert body is not None
+            assert body is not None  # for mypy: set above  # noqa: S101
             diff, index = _index_layer(body)
             if diff in wanted:
                 out[diff] = index

@@ -204,7 +204,7 @@ def extract_saved(chunks: Iterable[bytes], into: Path) -> None:
             elif m.isreg():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 fh = tar.extractfile(m)
-                assert fh is not None
+                assert fh is not None  # for mypy: set above  # noqa: S101
                 with target.open("wb") as out:
                     shutil.copyfileobj(fh, out, CHUNK)
             elif m.issym() or m.islnk():  # docker save links a layer that appears twice
@@ -273,7 +273,7 @@ def _inside(root: Path, name: str) -> Path:
 class _Hashing:
     """A write-only file that hashes what passes through it."""
 
-    def __init__(self, fh: IO[bytes]):
+    def __init__(self, fh: IO[bytes]) -> None:
         self.fh = fh
         self.hash = hashlib.sha256()
 
@@ -291,7 +291,7 @@ class _Hashing:
 class ChunkReader:
     """A read-only file over an iterator of byte chunks (the docker SDK's save stream)."""
 
-    def __init__(self, chunks: Iterable[bytes]):
+    def __init__(self, chunks: Iterable[bytes]) -> None:
         self._it = iter(chunks)
         self._buf = bytearray()
         self._pos = 0

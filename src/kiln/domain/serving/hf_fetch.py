@@ -23,7 +23,8 @@ class _Fetched:
 def _hub_download(repo: str, revision: str, cache: Path) -> None:
     """The hub client's own download (resumes partial files, verifies sizes and hashes)."""
     try:
-        import huggingface_hub  # type: ignore[import-not-found,unused-ignore]  # late: optional, only `kiln fetch` needs the hub client
+        # late: optional, only `kiln fetch` needs the hub client
+        import huggingface_hub  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         raise FetchFailed(
             "kiln fetch needs the huggingface_hub package on this host",
@@ -54,7 +55,7 @@ def fetch(
             download(model.repo, model.revision, cache)
         except FetchFailed:
             raise
-        except Exception as exc:  # the hub client raises many kinds; each becomes one line
+        except Exception as exc:  # the hub client raises many kinds; each becomes one line  # noqa: BLE001
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise FetchFailed(
                 f"{model.role} model {model.repo} at revision {model.revision}: download failed: "

@@ -45,7 +45,7 @@ _UID = 1000  # the `kiln` user of every engine image
 _PROBE_PERIOD_S = 10
 _ARCH_LABEL = "kubernetes.io/arch"  # the well-known node label: amd64, arm64
 HF_CACHE_PVC = "hf-cache"  # default claim of the shared Hugging Face cache
-_HF_TOKEN_SECRET = "hf-token"  # optional Secret (key HF_TOKEN) the fetch Job passes on, for gated repos
+_HF_TOKEN_SECRET = "hf-token"  # optional Secret (key HF_TOKEN) the fetch Job passes on, for gated repos  # noqa: S105
 
 # A Kubernetes object, or a piece of one, as kiln renders it: the API's schema is far too
 # large to restate, kiln only writes these out as YAML (never reads them back), and the

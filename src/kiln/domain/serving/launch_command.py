@@ -3,6 +3,7 @@ the `docker run` that starts it (one RunSpec feeds both `--print` and the SDK ca
 
 from __future__ import annotations
 
+import itertools
 import json
 import shlex
 from collections.abc import Mapping
@@ -134,9 +135,7 @@ def argv_parts(recipe: Recipe) -> list[ArgvPart]:
     if recipe.topology is not None:
         tokens = layout_args(recipe.topology)
         starts = [i for i, tok in enumerate(tokens) if tok.startswith("--")] + [len(tokens)]
-        parts += [
-            ArgvPart("topology", ("topology",), tuple(tokens[a:b])) for a, b in zip(starts, starts[1:], strict=False)
-        ]
+        parts += [ArgvPart("topology", ("topology",), tuple(tokens[a:b])) for a, b in itertools.pairwise(starts)]
     for flag, value in launch.args.items():
         tokens = _flag_args(flag, value)
         if tokens:  # false: the flag is left out

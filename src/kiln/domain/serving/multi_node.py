@@ -12,7 +12,7 @@ import shlex
 import time
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
 from kiln.basics import log
 from kiln.basics.errors import ContainerStartFailed, NodeLost
@@ -84,7 +84,7 @@ class NodeGroup:
     """Start every node, wait for the leader's /health while watching the workers, and
     always remove the containers and the network, whatever happened."""
 
-    def __init__(self, docker: DockerDaemon, specs: list[RunSpec]):
+    def __init__(self, docker: DockerDaemon, specs: list[RunSpec]) -> None:
         self.docker = docker
         self.specs = specs
         self.boxes = [ServingContainer(docker, spec) for spec in specs]
@@ -178,7 +178,7 @@ class NodeGroup:
         if self.network is not None:
             self.docker.remove_network(self.network)
 
-    def __enter__(self) -> NodeGroup:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from collections import deque
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 from kiln.basics import log
 from kiln.basics.errors import (
@@ -74,7 +74,7 @@ def _kiln_container_on_port(port: int, docker: DockerDaemon | None = None) -> Co
     """The kiln container publishing host `port`, or None (also when no daemon answers)."""
     try:
         return next((box for box in kiln_containers(docker or DockerDaemon()) if box.publishes(port)), None)
-    except Exception:  # best effort: it only improves an error message
+    except Exception:  # best effort: it only improves an error message  # noqa: BLE001
         return None
 
 
@@ -102,7 +102,11 @@ def _ensure_port_free(host: str, port: int) -> None:
 def gpu_visible() -> bool:
     if os.environ.get("KILN_ASSUME_GPU") == "1":
         return True
-    return shutil.which("nvidia-smi") is not None and os.system("nvidia-smi -L >/dev/null 2>&1") == 0
+    return (
+        shutil.which("nvidia-smi") is not None
+        # a fixed command line; the shell only redirects
+        and os.system("nvidia-smi -L >/dev/null 2>&1") == 0  # noqa: S605
+    )
 
 
 def run_spec(
@@ -175,7 +179,7 @@ class ServingContainer:
     """One serving container. Started with AutoRemove (the printed `docker run --rm`), so
     its output is captured from the start: a container that dies is gone with its log."""
 
-    def __init__(self, docker: DockerDaemon, spec: RunSpec):
+    def __init__(self, docker: DockerDaemon, spec: RunSpec) -> None:
         self.docker = docker
         self.spec = spec
         self.container: Container | None = None
@@ -226,7 +230,7 @@ class ServingContainer:
                 self.captured.extend(lines)
             if pending:
                 self.captured.append(pending)
-        except Exception:  # container gone mid-stream: keep what was read
+        except Exception:  # container gone mid-stream: keep what was read  # noqa: BLE001,S110
             pass
 
     @property
@@ -311,7 +315,7 @@ class ServingContainer:
     def remove(self) -> None:
         self.docker.remove_container(self.spec.name)
 
-    def __enter__(self) -> ServingContainer:
+    def __enter__(self) -> Self:
         return self
 
     def close(self, *, failing: bool = False) -> None:

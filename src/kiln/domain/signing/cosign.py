@@ -213,7 +213,7 @@ def parse_artefact_manifest(body: bytes, what: str) -> list[LayerRef]:
     out = []
     for i, desc in enumerate(layers):
         where = f"{what} layer {i}"
-        desc = _mapping(desc, where)
+        desc = _mapping(desc, where)  # the same entry, now typed  # noqa: PLW2901
         media_type, digest, size = desc.get("mediaType"), desc.get("digest"), desc.get("size")
         annotations = desc.get("annotations") or {}
         if not isinstance(media_type, str):
@@ -405,7 +405,7 @@ def parse_statement(body: bytes, what: str) -> Statement:
     digests, names = [], []
     for i, subject in enumerate(subjects):
         # cosign: "invalid in-toto statement: null subject entry" (IntotoSubjectClaimVerifier)
-        subject = _mapping(subject, f"{what} subject {i}")
+        subject = _mapping(subject, f"{what} subject {i}")  # the same entry, now typed  # noqa: PLW2901
         hexdigest = (subject.get("digest") or {}).get("sha256") if isinstance(subject.get("digest"), dict) else None
         if isinstance(hexdigest, str):
             digests.append("sha256:" + hexdigest)

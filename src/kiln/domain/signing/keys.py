@@ -52,7 +52,7 @@ _KEY_BYTES = nacl.secret.SecretBox.KEY_SIZE  # 32: boxKeySize
 _NONCE_BYTES = nacl.secret.SecretBox.NONCE_SIZE  # 24: boxNonceSize
 _SCRYPT_MAXMEM = 256 * 1024 * 1024  # 2^17 * 8 * 128 bytes = 128 MiB, OpenSSL needs headroom above it
 _MAX_KEY_FILE = 64 * 1024  # a key file is a few hundred bytes; refuse to read a huge one
-_PEM = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)\r?\n-----END \1-----", re.S)
+_PEM = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----\r?\n(.*?)\r?\n-----END \1-----", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class PrivateKey:
 
     __slots__ = ("_key", "source")
 
-    def __init__(self, key: ec.EllipticCurvePrivateKey, source: str):
+    def __init__(self, key: ec.EllipticCurvePrivateKey, source: str) -> None:
         self._key = key
         self.source = source
 

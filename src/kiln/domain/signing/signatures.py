@@ -162,7 +162,7 @@ class Verification:
     platforms: dict[str, Verification] = field(default_factory=dict)
 
     def as_dict(self) -> VerificationJson:
-        return cast(VerificationJson, asdict(self))  # asdict of exactly these fields
+        return cast("VerificationJson", asdict(self))  # asdict of exactly these fields
 
 
 def resolve(client: RegistryClient, ref: _ImageRef) -> str:
@@ -180,7 +180,7 @@ def resolve(client: RegistryClient, ref: _ImageRef) -> str:
                 f"{where}:{ref.tag} now points at {manifest.digest}, not at the pinned {ref.digest}: the tag moved"
             )
         return manifest.digest
-    assert ref.digest is not None
+    assert ref.digest is not None  # for mypy: a resolved ref has a digest  # noqa: S101
     if client.manifest(ref.digest) is None:
         raise ChannelEmpty(
             f"{where}@{ref.digest} does not exist; nothing to verify",

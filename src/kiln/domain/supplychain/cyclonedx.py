@@ -304,7 +304,8 @@ def _subject_component(subject: ImageSubject) -> Component:
     if subject.created:
         props.append(_prop("image:created", subject.created))
     for key in sorted(labels):
-        if key.startswith(f"{LABEL_NS}.") or key.startswith("org.opencontainers.image."):
+        # the inner condition keeps its own comment
+        if key.startswith((f"{LABEL_NS}.", "org.opencontainers.image.")):  # noqa: SIM102
             if key != "org.opencontainers.image.description":
                 props.append({"name": f"{PROP}:label:{key}", "value": labels[key]})
     comp["properties"] = props

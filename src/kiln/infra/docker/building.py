@@ -130,7 +130,7 @@ def _alive() -> bool:
         probe = docker.from_env(timeout=5)
         probe.ping()
         return True
-    except Exception:  # connection refused, reset, timeout: all mean "not there now"
+    except Exception:  # connection refused, reset, timeout: all mean "not there now"  # noqa: BLE001
         return False
     finally:
         if probe is not None:

@@ -3,6 +3,7 @@ in one ended with (`ExecResult`)."""
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import time
 from collections.abc import Iterator
@@ -38,7 +39,7 @@ class Container:
     """One container, in kiln terms. A container that is already gone (AutoRemove may
     delete it at any moment) reads as gone instead of raising the SDK's NotFound."""
 
-    def __init__(self, sdk: _SDKContainer):
+    def __init__(self, sdk: _SDKContainer) -> None:
         self._sdk = sdk
 
     @property
@@ -120,7 +121,7 @@ class Container:
         before the wait was registered."""
         try:
             return required(self._sdk.client, "client").api.wait(self.id, condition=condition).get("StatusCode")
-        except Exception:  # gone before the wait was registered: nothing to report
+        except Exception:  # gone before the wait was registered: nothing to report  # noqa: BLE001
             return None
 
     def exec(self, cmd: list[str]) -> ExecResult:
@@ -165,11 +166,8 @@ class Container:
         when the daemon fails the stop, the container is removed with force here, and the
         DockerError raised says whether that worked and what is left to do."""
         try:
-            with _daemon(f"stopping container {self.name}"):
-                try:
-                    self._sdk.stop(timeout=timeout)
-                except docker.errors.NotFound:
-                    pass
+            with _daemon(f"stopping container {self.name}"), contextlib.suppress(docker.errors.NotFound):
+                self._sdk.stop(timeout=timeout)
         except DockerError as failed:
             raise self._removed_instead(failed) from failed
 

@@ -31,7 +31,7 @@ _T = TypeVar("_T")
 class DockerDaemon:
     """A small facade over the local Docker daemon."""
 
-    def __init__(self, client: docker.DockerClient | None = None):
+    def __init__(self, client: docker.DockerClient | None = None) -> None:
         self._client = client
 
     @property
@@ -40,7 +40,7 @@ class DockerDaemon:
             try:
                 self._client = docker.from_env(timeout=600)
                 self._client.ping()
-            except Exception as exc:  # the SDK raises several unrelated types here
+            except Exception as exc:  # the SDK raises several unrelated types here  # noqa: BLE001
                 raise DockerUnavailable(f"cannot reach the Docker daemon: {short(exc)}") from None
         return self._client
 
@@ -169,7 +169,7 @@ class DockerDaemon:
             try:
                 with dest.open("wb") as out:
                     # the SDK's stubs call the chunks str; the API streams bytes
-                    chunks = cast(Iterable[bytes], container.export(chunk_size=1 << 20))
+                    chunks = cast("Iterable[bytes]", container.export(chunk_size=1 << 20))
                     for chunk in chunks:
                         out.write(chunk)
             finally:

@@ -75,7 +75,7 @@ class BuildResult:
 
 
 class StreamError(Exception):
-    def __init__(self, message: str, status: int | None = None):
+    def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status  # exit status of a failed RUN step
 
@@ -89,7 +89,7 @@ class BuildStream:
     each step's timing and the output kept for a failure's report); what happens is
     reported to `events`."""
 
-    def __init__(self, label: str, events: _BuildEvents):
+    def __init__(self, label: str, events: _BuildEvents) -> None:
         self.label = label
         self.events = events
         self.tail: deque[str] = deque(maxlen=40)
@@ -120,7 +120,7 @@ class BuildStream:
         if not text:
             return
         for line in _ANSI.sub("", text).splitlines():
-            line = line.rstrip()
+            line = line.rstrip()  # the same line, stripped  # noqa: PLW2901
             if line:
                 self._line(line)
 
@@ -186,7 +186,7 @@ class PushStream:
     """The daemon's push stream, read into a `PushResult`: one event per finished layer
     and the bytes sent so far, so a multi-GB push is visibly alive without a line per chunk."""
 
-    def __init__(self, events: _PushEvents):
+    def __init__(self, events: _PushEvents) -> None:
         self.events = events
         self.sent: dict[str, tuple[int, int]] = {}  # layer id -> (current, total)
         self.result = PushResult()
@@ -223,7 +223,7 @@ class PullStream:
     """The daemon's pull stream: each layer's bytes, summed into one progress event; an
     error in the stream (the registry's refusal) is a StreamError."""
 
-    def __init__(self, events: _PullEvents):
+    def __init__(self, events: _PullEvents) -> None:
         self.events = events
         self.layers: dict[str, tuple[int, int]] = {}  # layer id -> (bytes done, bytes total)
 

@@ -3,6 +3,7 @@ read, and the container removed in every case."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Any, TypeVar
@@ -110,10 +111,7 @@ def _discard(container: _SDKContainer) -> None:
     daemon fault here is a warning naming what is left, not the command's failure."""
     name = container.name or container.short_id
     try:
-        with _daemon(f"removing container {name}"):
-            try:
-                container.remove(force=True)
-            except docker.errors.NotFound:
-                pass
+        with _daemon(f"removing container {name}"), contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
     except DockerError as exc:
         log.warn(f"{exc.message}; it is left behind: `docker rm -f {name}`")
