@@ -42,7 +42,7 @@ from kiln.domain.locks import base_lock
 from kiln.domain.locks import engine_lock as L
 from kiln.domain.patching import bump_report, quilt
 from kiln.domain.planning import model_shape
-from kiln.domain.publishing import rules
+from kiln.domain.publishing import publish_records
 from kiln.domain.reproducible import save_archive
 from kiln.domain.supplychain import cyclonedx, sbom
 from kiln.infra import credentials, package_index, records, registry_auth
@@ -118,8 +118,8 @@ def _builds(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
 
 
 def _publish_record() -> dict[str, Any]:
-    doc = rules.publish_document(
-        rules.PublishResult(
+    doc = publish_records.publish_document(
+        publish_records.PublishResult(
             recipe="tiny-moe",
             image_id=IMAGE_ID,
             input_digest="sha256:" + "2" * 64,
@@ -136,7 +136,7 @@ def _publish_record() -> dict[str, Any]:
 
 def _published(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
     _at(_results(mp, tmp_path), "publish/tiny-moe-publish-20260101T000000Z.json", data)
-    return rules.published_image("tiny-moe", "sha256:" + "2" * 64)
+    return publish_records.published_image("tiny-moe", "sha256:" + "2" * 64)
 
 
 def _engine_lock(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:

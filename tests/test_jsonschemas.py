@@ -19,7 +19,7 @@ from kiln.commands import json_schemas
 from kiln.commands.doctor import DoctorCheck
 from kiln.commands.images.build import BuildDocument, _BuildOutcome
 from kiln.commands.serving.smoke import SmokeDocument, SmokeSkipped
-from kiln.domain.publishing.rules import (
+from kiln.domain.publishing.publish_records import (
     PlatformEntry,
     PromoteResult,
     PublishResult,

@@ -202,7 +202,7 @@ def test_one_node_recipe_renders_a_deployment(tmp_path):
 def _publish_record(input_digest: str, manifest_digest: str):
     """A publish record's document as `kiln publish` writes it (kiln reads it back through
     that TypedDict, PublishDocument)."""
-    from kiln.domain.publishing.rules import PublishResult, publish_document
+    from kiln.domain.publishing.publish_records import PublishResult, publish_document
 
     return publish_document(
         PublishResult(
@@ -220,8 +220,8 @@ def _publish_record(input_digest: str, manifest_digest: str):
 
 
 def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
-    from kiln.commands.publishing.publish import _write_record
     from kiln.domain.images.definitions import resolve
+    from kiln.domain.publishing.publish_records import write_record
 
     env = {"KILN_RESULTS_DIR": str(tmp_path / "state")}
     never = _render("tiny-moe", env=env)
@@ -234,10 +234,10 @@ def test_image_comes_from_the_publish_record_of_the_current_inputs(tmp_path):
     from unittest import mock
 
     with mock.patch.dict(os.environ, env):
-        _write_record("publish", "tiny-moe", _publish_record("sha256:" + "0" * 64, "sha256:" + "1" * 64))
+        write_record("publish", "tiny-moe", _publish_record("sha256:" + "0" * 64, "sha256:" + "1" * 64))
         stale = _render("tiny-moe", env=env)
         assert stale.returncode == 71 and "other inputs" in stale.stderr, stale.stderr
-        _write_record("publish", "tiny-moe", record)
+        write_record("publish", "tiny-moe", record)
     result = _render("tiny-moe", env=env)
     assert result.returncode == 0, result.stderr
     docs = list(yaml.safe_load_all(result.stdout))

@@ -28,7 +28,7 @@ from kiln.commands.recipes.check import CheckDocument
 from kiln.commands.serving.smoke import SmokeJson
 from kiln.domain.catalogue.entries import ListDocument, ShowDocument
 from kiln.domain.patching.outdated import OutdatedDocument
-from kiln.domain.publishing.rules import PromoteDocument, PublishDocument
+from kiln.domain.publishing.publish_records import PromoteDocument, PublishDocument
 from kiln.domain.signing.signatures import VerificationJson
 
 _SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"

@@ -30,92 +30,51 @@ only, so no tag that consumers follow or pin ever points at an unproven image.
 from __future__ import annotations
 
 import argparse
-import json
-from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 
-from kiln.basics import clock, image_ref, log
-from kiln.basics.errors import (
-    ChannelEmpty,
-    ChannelInvalid,
-    DockerDaemonError,
-    KilnError,
-    ManifestMismatch,
-    PushFailed,
-    UsageError,
-)
-from kiln.basics.files import write_atomic
-from kiln.basics.paths import results_dir, shown_home
+from kiln.basics import clock, log
+from kiln.basics.errors import ChannelEmpty, ChannelInvalid, UsageError
+from kiln.basics.paths import shown_home
 from kiln.commands.options import Subparsers
-from kiln.commands.publishing import publish_signing
-from kiln.domain.images.build_context import BuildContext
+from kiln.commands.publishing import publish_signing, publish_summary
 from kiln.domain.images.definitions import require_built
 from kiln.domain.locks import engine_lock
-from kiln.domain.publishing.rules import (
-    SMOKE_LABEL,
-    UNSMOKED_SUFFIX,
+from kiln.domain.publishing.publish_records import (
     PlatformEntry,
     PromoteResult,
     PublishResult,
     SignatureEvidence,
     SmokeEvidence,
+    promote_document,
+    publish_document,
+    write_record,
+)
+from kiln.domain.publishing.registry_push import registry_client, upload, verify_tags, write_tags
+from kiln.domain.publishing.rules import (
     built_platforms,
     check_channel,
     consumer_tags,
     index_input_digest,
+    platform_tag,
+    target_for,
+)
+from kiln.domain.publishing.smoke_gate import (
+    SMOKE_LABEL,
+    UNSMOKED_SUFFIX,
     platform_smoke,
     platform_smoke_levels,
-    platform_tag,
     promotable_image_id,
-    promote_document,
-    publish_document,
-    push_error,
     refuse_unsmoked_channel,
     smoke_evidence,
-    target_for,
+    unsmoked_image,
     unsmoked_tag,
 )
-from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
+from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
 from kiln.infra import credentials
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.manifests import Manifest, image_index
 from kiln.infra.records import record_path
-from kiln.infra.registry import RegistryClient, Target
-
-
-# -- shared pieces ------------------------------------------------------------------------
-def _client(target: Target, password_stdin: bool, creds: credentials.Credentials | None) -> RegistryClient:
-    if creds is None:
-        creds = credentials.resolve(target.host, password_stdin=password_stdin)
-    client = RegistryClient(target, creds)
-    client.check_access()
-    return client
-
-
-def _write_record(kind: str, name: str, doc: Mapping[str, object]) -> Path:
-    """publish/<recipe>-<kind>-<time>.json in the records folder. Holds digests, tags and the smoke
-    evidence; never credentials (not even the user name)."""
-    d = results_dir() / "publish"
-    d.mkdir(parents=True, exist_ok=True)
-    stamp = clock.file_stamp()
-    path = d / f"{name}-{kind}-{stamp}.json"
-    write_atomic(path, json.dumps({"kind": kind, **doc}, indent=2, sort_keys=True) + "\n")
-    return path
-
-
-def _unsmoked_image(docker: DockerDaemon, loaded: LoadedRecipe, short: str, image_id: str) -> str:
-    """The built image plus `ai.kiln.smoke-check=skipped`, so whoever pulls it can see it
-    was never smoke-tested. A label (not a manifest annotation) because `docker inspect`
-    shows it after any pull. Its own image id means the built image's future smoke
-    record can never vouch for it."""
-    ctx = BuildContext()
-    ctx.add_bytes("Dockerfile", f"FROM {image_id}\n".encode())
-    result = docker.build(ctx, label=f"{loaded.name} (smoke-check label)", labels={SMOKE_LABEL: "skipped"}, quiet=True)
-    # the local tag mirrors the registry's: it keeps the derived image (and its layer
-    # cache) between runs, so a rerun derives the same id and "already published" holds
-    docker.tag(result.image_id, f"kiln/{loaded.name}:{short}{UNSMOKED_SUFFIX}")
-    return result.image_id
 
 
 # -- publish ----------------------------------------------------------------------------
@@ -136,10 +95,12 @@ def publish(
     (a cosign private key) signs and attests it before any consumer tag. A recipe that
     declares several platforms is published as one image index (`_publish_index`)."""
     docker = docker or DockerDaemon()
-    declared = list[str](load_recipe(recipe_dir(name)).recipe.engine.platforms)
+    resolved = resolve_recipe(name)
+    declared = list[str](resolved.engine.platforms)
     if len(declared) > 1:
         return _publish_index(
             name,
+            resolved,
             declared,
             registry=registry,
             channel=channel,
@@ -150,7 +111,7 @@ def publish(
             docker=docker,
             sign_key=sign_key,
         )
-    built = require_built(docker, name)
+    built = require_built(docker, resolved)
     loaded, recipe_image, img = built.loaded, built.recipe_image, built.image
     target = target_for(loaded, registry, plain_http=plain_http)
     explicit_channel = channel
@@ -164,21 +125,21 @@ def publish(
         channel, tags = None, [unsmoked_tag(recipe_image.short)]
     # the key (and its password) before anything moves: a wrong one fails with nothing pushed
     signer = publish_signing.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
-    client = _client(target, password_stdin, creds)
+    client = registry_client(target, password_stdin, creds)
     if smoke["status"] == "skipped":
-        image_id = _unsmoked_image(docker, loaded, recipe_image.short, built_id)
+        image_id = unsmoked_image(docker, loaded, recipe_image.short, built_id)
     log.step(f"publishing {name} ({image_id[:19]}) to {target.host}/{target.path}")
     signing = signer is not None and channel is not None  # unsmoked: its one tag is no consumer tag
     push_tag = f"{recipe_image.short}{publish_signing.STAGING_SUFFIX}" if signing else tags[0]
-    manifest, pushed = _upload(docker, client, tags[-1], image_id, push_tag)
+    manifest, pushed = upload(docker, client, tags[-1], image_id, push_tag)
     signature = None
     if signer is not None:
         pushed_image = img if image_id == built_id else docker.require_image(image_id)
         signature = publish_signing.sign_and_verify(
             docker, client, signer, loaded, recipe_image, pushed_image, manifest.digest
         )
-    _write_tags(client, manifest, tags)
-    _verify(client, manifest, tags)
+    write_tags(client, manifest, tags)
+    verify_tags(client, manifest, tags)
     result = PublishResult(
         recipe=name,
         image_id=image_id,
@@ -194,14 +155,15 @@ def publish(
     )
     doc = {**asdict(result), "built_image_id": built_id, "time": clock.timestamp()}
     doc.pop("record")
-    result.record = str(_write_record("publish", name, doc))
-    _report_publish(result)
+    result.record = str(write_record("publish", name, doc))
+    publish_summary.report(result)
     return result
 
 
 # -- publish: several platforms, one image index ----------------------------------------
 def _publish_index(
     name: str,
+    resolved: ResolvedRecipe,
     declared: list[str],
     *,
     registry: str | None,
@@ -223,7 +185,7 @@ def _publish_index(
             "in it needs a passing smoke record",
             hint=f"`kiln smoke {name} --platform P` for each",
         )
-    members = built_platforms(docker, name, declared)
+    members = built_platforms(docker, resolved, declared)
     loaded = members[0][1].loaded
     target = target_for(loaded, registry, plain_http=plain_http)
     channel = check_channel(loaded, channel)
@@ -233,12 +195,12 @@ def _publish_index(
     short = input_digest.split(":")[1][:12]
     tags = consumer_tags(loaded, short, channel)
     signer = publish_signing.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
-    client = _client(target, password_stdin, creds)
+    client = registry_client(target, password_stdin, creds)
     log.step(f"publishing {name} ({', '.join(p for p, _ in members)}) to {target.host}/{target.path} as one index")
     children: list[tuple[str, Manifest]] = []
     pushed_any = False
     for plat, built in members:
-        manifest, pushed = _upload(docker, client, platform_tag(built), id_of(built.image), platform_tag(built))
+        manifest, pushed = upload(docker, client, platform_tag(built), id_of(built.image), platform_tag(built))
         children.append((plat, manifest))
         pushed_any = pushed_any or pushed
     index = image_index(children)
@@ -259,8 +221,8 @@ def _publish_index(
         )
     present = client.manifest(short)
     already = present is not None and present.digest == index.digest
-    _write_tags(client, index, tags)
-    _verify(client, index, tags)
+    write_tags(client, index, tags)
+    verify_tags(client, index, tags)
     platforms = {
         plat: PlatformEntry(
             image_id=id_of(built.image),
@@ -291,125 +253,9 @@ def _publish_index(
     )
     doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
-    result.record = str(_write_record("publish", name, doc))
-    _report_publish(result)
+    result.record = str(write_record("publish", name, doc))
+    publish_summary.report(result)
     return result
-
-
-def _upload(
-    docker: DockerDaemon, client: RegistryClient, digest_tag: str, image_id: str, push_tag: str
-) -> tuple[Manifest, bool]:
-    """The manifest of `image_id` in the registry, pushing its layers only if needed
-    (the daemon's push writes `push_tag`, the first tag a publish writes anyway)."""
-    target = client.target
-    present = client.manifest(digest_tag)
-    # the image id is the digest of the image config, which names every layer: the same
-    # config means the same image, whatever compression another push chose
-    if present is not None and present.config_digest == image_id:
-        log.ok(f"{target.ref(digest_tag)} already holds this image ({present.digest}); push skipped")
-        return present, False
-    if present is not None:
-        log.info(f"{target.ref(digest_tag)} holds another build of these inputs; replacing it")
-    pushing = target.ref(push_tag)
-    docker.tag(image_id, pushing)
-    auth = client.credentials.auth_config(target.host) if client.credentials else None
-    try:
-        pushed = docker.push(pushing, auth_config=auth)
-    except PushFailed as exc:
-        raise push_error(exc.message) from None
-    finally:
-        _drop_local_tag(docker, pushing)
-    log.info(
-        f"layers: {pushed.layers_pushed} pushed, {pushed.layers_existing} already there "
-        f"[{log.human_secs(pushed.seconds)}]"
-    )
-    manifest = client.manifest(pushed.digest)  # read back by digest: did the registry keep it?
-    moved = f"; only tag {push_tag} moved (no channel or digest tag)"
-    if manifest is None:
-        raise ManifestMismatch(f"the registry accepted {pushed.digest} but does not return it{moved}")
-    if manifest.config_digest != image_id:
-        raise ManifestMismatch(f"{pushed.digest} holds image {manifest.config_digest}, pushed {image_id}{moved}")
-    return manifest, True
-
-
-def _drop_local_tag(docker: DockerDaemon, pushing: str) -> None:
-    """Remove the local tag the push used, best effort: a daemon fault here must neither
-    hide the push's own error nor stop a publish whose layers are up (a warning says
-    what is left)."""
-    try:
-        docker.remove_image(pushing)  # only the local tag; the image keeps its kiln/ tags
-    except DockerDaemonError as exc:
-        log.warn(f"{exc.message}; the local tag {pushing} is left behind: `docker rmi {pushing}`")
-
-
-def _write_tags(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
-    done: list[str] = []
-    for tag in tags:
-        try:
-            current = client.manifest(tag)
-            if current is None or current.digest != manifest.digest:
-                client.put_manifest(tag, manifest)
-        except KilnError as exc:
-            # same class (exit code), plus what state the registry is left in
-            exc.message = (
-                f"{exc.message} (writing tag {tag}; written so far: {', '.join(done) or 'none'}; "
-                "the input-digest tag comes last, so a rerun finishes the publish)"
-            )
-            raise
-        done.append(tag)
-
-
-def _verify(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
-    for tag in tags:
-        got = client.manifest(tag)
-        if got is None or got.digest != manifest.digest:
-            raise ManifestMismatch(
-                f"{client.target.ref(tag)} reads back as {got.digest if got else 'missing'}, expected {manifest.digest}"
-            )
-
-
-def _report_publish(r: PublishResult) -> None:
-    log.summary(
-        f"published {r.recipe}" if r.pushed else f"{r.recipe} already published (push skipped)",
-        {
-            "manifest digest": r.manifest_digest,
-            "image id": r.image_id,
-            "input digest": r.input_digest,
-            "tags": ", ".join(str(image_ref.parse(t).tag) for t in r.tags),
-            **(
-                {"platforms": ", ".join(f"{p} ({d['manifest_digest'][:19]})" for p, d in r.platforms.items())}
-                if r.platforms
-                else {}
-            ),
-            "channel": r.channel or "none (not smoke-tested)",
-            "smoke check": _smoke_said(r),
-            **(
-                {
-                    "signature": f"{r.signature['signature_tag']} + {r.signature['attestation_tag']} verified "
-                    f"(key {r.signature['key_fingerprint']})"
-                }
-                if r.signature
-                else {}
-            ),
-            "record": shown_home(r.record),
-        },
-    )
-
-
-def _smoke_said(r: PublishResult) -> str:
-    """The summary's smoke line: a pass proved only inside the image says so, per platform."""
-    if r.smoke["status"] == "skipped":
-        return f"SKIPPED (--skip-smoke-check; labelled {SMOKE_LABEL}=skipped, no channel or input-digest tag)"
-    levels = (
-        {p: d.get("smoke_level", "served") for p, d in r.platforms.items()}
-        if r.platforms
-        else {"": r.smoke.get("level", "served")}
-    )
-    in_image = [p for p, level in levels.items() if level == "in-image"]
-    if not in_image:
-        return "passed"
-    where = f" on {', '.join(in_image)}" if any(in_image) else ""
-    return f"passed in-image{where} (proved inside the image, not served)"
 
 
 # -- promote ----------------------------------------------------------------------------
@@ -426,12 +272,12 @@ def promote(
 ) -> PromoteResult:
     """Point channel `to` at the exact manifest channel `from` points at (no layer moves),
     after verifying its signature when a key is given or the recipe requires signatures."""
-    loaded = load_recipe(recipe_dir(name))
+    loaded = resolve_recipe(name).loaded
     target = target_for(loaded, registry, plain_http=plain_http)
     source, dest = check_channel(loaded, from_channel), check_channel(loaded, to_channel)
     if source == dest:
         raise ChannelInvalid(f"--from and --to are both {source!r}")
-    client = _client(target, password_stdin, creds)
+    client = registry_client(target, password_stdin, creds)
     manifest = client.manifest(source)
     if manifest is None:
         raise ChannelEmpty(f"{target.ref(source)} does not exist; nothing to promote")
@@ -441,7 +287,7 @@ def promote(
     moved = current is None or current.digest != manifest.digest
     if moved:
         client.put_manifest(dest, manifest)
-    _verify(client, manifest, [dest])
+    verify_tags(client, manifest, [dest])
     result = PromoteResult(
         recipe=name,
         image_id=image_id,
@@ -456,7 +302,7 @@ def promote(
     )
     doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
-    result.record = str(_write_record("promote", name, doc))
+    result.record = str(write_record("promote", name, doc))
     log.summary(
         f"promoted {name}: {source} -> {dest}" if moved else f"{dest} already points at {source}'s image",
         {

@@ -22,7 +22,7 @@ from pathlib import Path
 from kiln.basics import log
 from kiln.basics.errors import SigningKeyInvalid, SigningRequired
 from kiln.domain.images.definitions import RecipeImage
-from kiln.domain.publishing.rules import AttestationEntry, SignatureEvidence
+from kiln.domain.publishing.publish_records import AttestationEntry, SignatureEvidence
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.signing import keys, layer_checks, signatures
 from kiln.domain.supplychain.attest import kiln_attestations

@@ -14,7 +14,7 @@ from kiln.basics.errors import RecipeInvalid
 from kiln.commands.options import Subparsers
 from kiln.commands.recipes.check import check_one
 from kiln.domain.images.definitions import resolve
-from kiln.domain.publishing.rules import published_image
+from kiln.domain.publishing.publish_records import published_image
 from kiln.domain.recipes.topology import effective
 from kiln.domain.serving.k8s import HF_CACHE_PVC, dump, manifests
 from kiln.domain.serving.launch_command import hf_models
