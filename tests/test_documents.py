@@ -40,7 +40,7 @@ from kiln.commands.images import rebuild
 from kiln.domain.imagecheck import engine_stamp, in_image_smoke, launch_arg_check
 from kiln.domain.locks import base_lock
 from kiln.domain.locks import engine_lock as L
-from kiln.domain.patching import bump_report, quilt
+from kiln.domain.patching import bump_report, quilt_state
 from kiln.domain.planning import model_shape
 from kiln.domain.publishing import publish_records
 from kiln.domain.reproducible import save_archive
@@ -187,8 +187,8 @@ def _patches_label(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> objec
 
 
 def _quilt(data: bytes, tmp_path: Path, mp: pytest.MonkeyPatch) -> object:
-    _at(tmp_path, f"scratch/.pc/{quilt._STATE}", data)
-    return quilt._read_state(tmp_path / "scratch")
+    _at(tmp_path, f"scratch/.pc/{quilt_state.STATE_FILE}", data)
+    return quilt_state.read_state(tmp_path / "scratch")
 
 
 def _saved(manifest: bytes, config: bytes, tmp_path: Path) -> object:

@@ -9,7 +9,8 @@ from kiln.basics import log
 from kiln.basics.paths import repo_root
 from kiln.commands.options import Subparsers
 from kiln.domain.patching import series as S
-from kiln.domain.patching.quilt import Target, checkout, refresh
+from kiln.domain.patching.quilt import checkout, refresh
+from kiln.domain.patching.quilt_state import Target
 from kiln.domain.patching.rebase import rebase, to_patch
 from kiln.domain.recipes.resolved import resolve_recipe
 from kiln.infra import wheel_cache

@@ -5,6 +5,7 @@
 - text_diff:   host-only unified diffs and the 3-way merge (`git merge-file --diff3`);
 - series:      where series live (engine-wide, per feature and engine version), `patches check`;
 - quilt:       scratch trees for editing a series: checkout / refresh;
+- quilt_state: which series a scratch tree edits, where it lives, and its state file (.pc/kiln.json);
 - bump:        `kiln engine bump`;
 - arg_surface: an engine version's CLI flags and speculative-config keys, read statically from its sources,
                and what changed between two versions;

@@ -10,7 +10,8 @@ from typing import NamedTuple
 
 from kiln.basics import log
 from kiln.basics.errors import PatchFailed, UsageError
-from kiln.domain.patching.quilt import Target, checkout, refresh
+from kiln.domain.patching.quilt import checkout, refresh
+from kiln.domain.patching.quilt_state import Target
 from kiln.domain.patching.series import (
     ENGINE,
     check,

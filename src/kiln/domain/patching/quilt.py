@@ -13,23 +13,26 @@ A feature's series applies on top of the engine-wide series of the same engine v
 
 from __future__ import annotations
 
-import functools
 import json
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
 
 from kiln.basics import log
-from kiln.basics.documents import Shape, read_document
-from kiln.basics.errors import PatchFailed, PatchInvalid, UsageError
-from kiln.basics.paths import cache_dir
+from kiln.basics.errors import PatchFailed, UsageError
+from kiln.domain.patching.quilt_state import (
+    STATE_FILE,
+    PatchState,
+    QuiltState,
+    Target,
+    dirty_files,
+    file_sha,
+    read_state,
+    scratch_dir,
+    sha_or_none,
+)
 from kiln.domain.patching.series import (
     ENGINE,
-    FeatureRef,
     engine_root,
-    load_series,
-    pinned_versions,
     series_dir,
     series_for,
     shown,
@@ -39,124 +42,15 @@ from kiln.domain.patching.text_diff import file_diff, merge3
 from kiln.infra import wheel_cache
 from kiln.inimage import patch_format, patch_tree
 
-_STATE = "kiln.json"
-
-
-class _PatchState(TypedDict):
-    """One patch of a checked-out series, as checkout applied it."""
-
-    name: str
-    sha256: str
-    exact: bool  # applied at its stated lines: refresh may keep its bytes
-    before: dict[str, str | None]  # target -> sha256 before the patch (None: absent)
-    after: dict[str, str | None]  # ... and after it
-
-
-class _QuiltState(TypedDict):
-    """.pc/kiln.json of a scratch tree: what `kiln patches refresh` compares against."""
-
-    engine: str
-    flavour: str
-    series_from: str
-    feature: str | None
-    patches: list[_PatchState]
-    final: dict[str, str | None]  # every patched file's sha256 after the whole series
-
-
-_QUILT_STATE = Shape(_QuiltState)
-
-
-@dataclass
-class Target:
-    """Which series a scratch tree edits: the engine-wide one (feature None) or a recipe
-    feature's, ported from `from_version`'s series to `version`'s sources."""
-
-    version: str
-    from_version: str
-    feature: FeatureRef | None = None
-
-    def series_folder(self, version: str) -> Path:
-        if self.feature is None:
-            return series_dir(version)
-        _, ov = self.feature.load()
-        folder = ov.series_dir_for(version)
-        if folder is None:
-            raise UsageError(f"feature {self.feature}: override.yaml names no `patches:` series")
-        if not ov.versioned and version != ov.override.engine.version:
-            raise UsageError(
-                f"feature {self.feature}: {shown(ov.patches or ov.dir)} is one series for "
-                f"{ENGINE} {ov.override.engine.version}, not {version}",
-                hint="keep one series per engine version: move it to "
-                f"patches/{ov.override.engine.version}/series and set `patches: patches`",
-            )
-        return folder
-
-    def series(self, version: str) -> patch_format.Series:
-        source = "series" if self.feature is None else f"feature:{self.feature.feature}"
-        return load_series(self.series_folder(version) / "series", source)
-
-    def base(self) -> list[patch_format.Series]:
-        """What the tree carries underneath, untracked: the engine series, for a feature.
-        A feature is never ported ahead of the engine: its patches are diffs against the
-        engine as that version's image installs it."""
-        if self.feature is None:
-            return []
-        if not (series_dir(self.version) / "series").is_file() and pinned_versions():
-            raise UsageError(
-                f"{shown(series_dir(self.version))}/ does not exist: the engine series is not "
-                f"ported to {ENGINE} {self.version}",
-                hint=f"port the engine series first: `kiln engine bump --to {self.version}`",
-            )
-        return [series_for(self.version)]
-
-    def scratch_name(self, flavour: str) -> str:
-        name = f"{ENGINE}-{self.version}-{flavour}"
-        return name if self.feature is None else f"{name}-{self.feature.recipe}-{self.feature.feature}"
-
-    def feature_name(self) -> str | None:
-        """The feature, as the scratch tree's state names it."""
-        return str(self.feature) if self.feature else None
-
-
-def _scratch_dir(target: Target, flavour: str) -> Path:
-    return cache_dir() / "scratch" / target.scratch_name(flavour)
-
-
-def _read_state(scratch: Path) -> _QuiltState:
-    f = scratch / ".pc" / _STATE
-    if not f.is_file():
-        raise UsageError(f"{scratch}: no checked-out series here; run `kiln patches checkout` first")
-    return read_document(
-        f,
-        _QUILT_STATE,
-        functools.partial(
-            PatchInvalid,
-            hint="check the series out again (`kiln patches checkout`): refresh compares against this file",
-        ),
-    )
-
-
-def _file_sha(path: Path) -> str | None:
-    return patch_format.sha256_bytes(path.read_bytes()) if path.is_file() else None
-
-
-def _dirty(scratch: Path, state: _QuiltState) -> list[str]:
-    """Files edited since checkout (compared with what the series left there)."""
-    return [rel for rel, sha in state["final"].items() if _file_sha(scratch / rel) != sha]
-
-
-def _sha_or_none(data: bytes | None) -> str | None:
-    return patch_format.sha256_bytes(data) if data is not None else None
-
 
 def checkout(target: Target, flavour: str | None = None, force: bool = False, force_apply: bool = False) -> Path:
     """Materialise `target.from_version`'s series applied to `target.version`'s sources
     under cache_dir()/scratch/, with quilt-style .pc snapshots for refresh."""
     series = target.series(target.from_version)
     root, used = engine_root(target.version, flavour)
-    scratch = _scratch_dir(target, used)
-    if (scratch / ".pc" / _STATE).is_file() and not force:
-        edited = _dirty(scratch, _read_state(scratch))
+    scratch = scratch_dir(target, used)
+    if (scratch / ".pc" / STATE_FILE).is_file() and not force:
+        edited = dirty_files(scratch, read_state(scratch))
         if edited:
             raise UsageError(
                 f"{scratch} has edits not yet refreshed into patches: {', '.join(edited)}",
@@ -168,7 +62,7 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
     tree = patch_tree.Tree(scratch)
     _apply_base(tree, target)
     pc = scratch / ".pc"
-    entries: list[_PatchState] = []
+    entries: list[PatchState] = []
     failures: list[str] = []
     old = _old_engine(target, used)
     for patch in series.patches:
@@ -195,8 +89,8 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
                 "name": patch.name,
                 "sha256": patch.sha256,
                 "exact": res.ok and not res.offsets and not merged,  # else refresh must regenerate it
-                "before": {t: _sha_or_none(d) for t, d in before.items()},
-                "after": {t: _sha_or_none(tree.read(t)) for t in patch.targets},
+                "before": {t: sha_or_none(d) for t, d in before.items()},
+                "after": {t: sha_or_none(tree.read(t)) for t in patch.targets},
             }
         )
         for t, hr in res.failed_hunks:
@@ -208,10 +102,10 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
         shutil.rmtree(scratch)
         raise PatchFailed(failures, hint="pass --force-apply to check out what applies and get .rej files for the rest")
     tree.commit()
-    final = {t: _sha_or_none(tree.read(t)) for p in series.patches for t in p.targets}
+    final = {t: sha_or_none(tree.read(t)) for p in series.patches for t in p.targets}
     pc.mkdir(exist_ok=True)
     (pc / "applied-patches").write_text("".join(f"{p.name}\n" for p in series.patches))
-    state: _QuiltState = {
+    state: QuiltState = {
         "engine": target.version,
         "flavour": used,
         "series_from": target.from_version,
@@ -219,7 +113,7 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
         "patches": entries,
         "final": final,
     }
-    (pc / _STATE).write_text(json.dumps(state, indent=2) + "\n")
+    (pc / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
     _save_finals(scratch, state)
     for line in failures:
         log.warn(line)
@@ -229,7 +123,7 @@ def checkout(target: Target, flavour: str | None = None, force: bool = False, fo
 _FINAL = ".final"  # .pc/.final/<file>: every patched file as the last checkout/refresh left it
 
 
-def _save_finals(scratch: Path, state: _QuiltState) -> None:
+def _save_finals(scratch: Path, state: QuiltState) -> None:
     """Keep the bytes behind state["final"]: `refresh --patch` needs them as the base
     of the merge that moves an edit under the patches after the one it belongs to."""
     root = scratch / ".pc" / _FINAL
@@ -318,8 +212,8 @@ def refresh(target: Target, flavour: str | None = None, into: str | None = None)
     then edits of the files that patch touches go into it (the patches after it are
     rebased over them), and so do edited files no patch touches (a new file section)."""
     _, used = engine_root(target.version, flavour)
-    scratch = _scratch_dir(target, used)
-    state = _read_state(scratch)
+    scratch = scratch_dir(target, used)
+    state = read_state(scratch)
     rejects = sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*.rej"))
     if rejects:
         raise UsageError(
@@ -352,7 +246,7 @@ def refresh(target: Target, flavour: str | None = None, into: str | None = None)
         shutil.copyfile(source / "series", dest / "series")
     _warn_untracked_edits(scratch, state, target)
     # The refreshed patches are the new baseline: a second refresh is a no-op.
-    new_state: _QuiltState = {
+    new_state: QuiltState = {
         **state,
         "series_from": target.version,
         "patches": [
@@ -360,13 +254,13 @@ def refresh(target: Target, flavour: str | None = None, into: str | None = None)
             for e, after in zip(state["patches"], afters, strict=True)
         ],
     }
-    new_state["final"] = {rel: _file_sha(scratch / rel) for rel in state["final"]}
-    (scratch / ".pc" / _STATE).write_text(json.dumps(new_state, indent=2) + "\n")
+    new_state["final"] = {rel: file_sha(scratch / rel) for rel in state["final"]}
+    (scratch / ".pc" / STATE_FILE).write_text(json.dumps(new_state, indent=2) + "\n")
     _save_finals(scratch, new_state)
     return written
 
 
-def _move_edits(scratch: Path, state: _QuiltState, name: str, target: Target) -> None:
+def _move_edits(scratch: Path, state: QuiltState, name: str, target: Target) -> None:
     """Make the scratch tree's edits belong to patch `name` (quilt would need a pop to
     the patch, an edit and a push): for each edited file it touches, the snapshots of
     the later patches touching that file get the edit too (a 3-way merge: base = the
@@ -379,13 +273,13 @@ def _move_edits(scratch: Path, state: _QuiltState, name: str, target: Target) ->
         raise UsageError(f"--patch {name}: not in the checked-out series ({', '.join(e['name'] for e in entries)})")
     finals = scratch / ".pc" / _FINAL
     for rel, sha in state["final"].items():
-        if rel not in entries[k]["before"] or _file_sha(scratch / rel) == sha:
+        if rel not in entries[k]["before"] or file_sha(scratch / rel) == sha:
             continue
         later = [e for e in entries[k + 1 :] if rel in e["before"]]
         if not later:
             continue  # `name` is the top patch of this file: the edit goes there anyway
         base = finals / rel
-        if not base.is_file() or _file_sha(base) != sha:
+        if not base.is_file() or file_sha(base) != sha:
             raise UsageError(
                 f"{scratch}: no record of {rel} as checkout left it",
                 hint="check out again (`kiln patches checkout --force`), redo the edit, then refresh",
@@ -413,14 +307,14 @@ def _move_edits(scratch: Path, state: _QuiltState, name: str, target: Target) ->
             snap = scratch / ".pc" / name / rel
             snap.parent.mkdir(parents=True, exist_ok=True)
             snap.write_bytes(pristine)
-        entries[k]["before"][rel] = _sha_or_none(pristine)
-        entries[k]["after"][rel] = _sha_or_none(pristine)
-        state["final"][rel] = _sha_or_none(pristine)
+        entries[k]["before"][rel] = sha_or_none(pristine)
+        entries[k]["after"][rel] = sha_or_none(pristine)
+        state["final"][rel] = sha_or_none(pristine)
         log.info(f"{rel}: not in any patch; added to {name}")
 
 
 def _regenerate(
-    scratch: Path, state: _QuiltState, i: int, patch: patch_format.Patch, exact: bool
+    scratch: Path, state: QuiltState, i: int, patch: patch_format.Patch, exact: bool
 ) -> tuple[bytes, dict[str, str | None]]:
     """Patch i's new bytes, and the sha256 of each of its files' post-images."""
     entries = state["patches"]
@@ -433,7 +327,7 @@ def _regenerate(
         before = _snapshot(scratch, entries[i], t)
         nxt = next((e for e in entries[i + 1 :] if t in e["before"]), None)
         after = _snapshot(scratch, nxt, t) if nxt else ((scratch / t).read_bytes() if (scratch / t).is_file() else None)
-        after_sha = after_shas[t] = _sha_or_none(after)
+        after_sha = after_shas[t] = sha_or_none(after)
         if fd is not None and exact and after_sha == entries[i]["after"][t]:
             parts.append(fd.raw)  # untouched: keep the bytes as written
         else:
@@ -441,13 +335,13 @@ def _regenerate(
     return b"".join(parts), after_shas
 
 
-def _snapshot(scratch: Path, entry: _PatchState, target: str) -> bytes | None:
+def _snapshot(scratch: Path, entry: PatchState, target: str) -> bytes | None:
     if entry["before"][target] is None:
         return None
     return (scratch / ".pc" / entry["name"] / target).read_bytes()
 
 
-def _pristine(state: _QuiltState, target: Target) -> patch_tree.Tree:
+def _pristine(state: QuiltState, target: Target) -> patch_tree.Tree:
     """The engine as the scratch tree had it before the series (a feature's tree carries
     the engine series: not an edit)."""
     pristine = patch_tree.Tree(engine_root(state["engine"], state["flavour"])[0])
@@ -456,7 +350,7 @@ def _pristine(state: _QuiltState, target: Target) -> patch_tree.Tree:
     return pristine
 
 
-def _untracked_edits(scratch: Path, state: _QuiltState, target: Target) -> list[str]:
+def _untracked_edits(scratch: Path, state: QuiltState, target: Target) -> list[str]:
     """Files of the scratch tree that differ from the engine but belong to no patch."""
     pristine = _pristine(state, target)
     tracked = set(state["final"])
@@ -473,7 +367,7 @@ def _untracked_edits(scratch: Path, state: _QuiltState, target: Target) -> list[
     return out
 
 
-def _warn_untracked_edits(scratch: Path, state: _QuiltState, target: Target) -> None:
+def _warn_untracked_edits(scratch: Path, state: QuiltState, target: Target) -> None:
     for rel in _untracked_edits(scratch, state, target):
         log.warn(
             f"{rel} differs from upstream but belongs to no patch; its change is not recorded "
