@@ -34,7 +34,7 @@ def tree(tmp_path_factory, docker_daemon):
     from kiln.domain.images.build_context import BuildContext
     from kiln.domain.images.definitions import LABEL_NS, _platform_labels, resolve
     from kiln.domain.reproducible.normalise_image import make_reproducible
-    from kiln.domain.reproducible.save_archive import rfc3339
+    from kiln.domain.reproducible.source_date import rfc3339
 
     tmp = tmp_path_factory.mktemp("multiarch")
     root = renamed_mini(

@@ -28,7 +28,6 @@ from kiln.domain.patching.overlay import excluded_paths, overlay_json
 from kiln.domain.recipes.recipe import DOCKERFILE, LoadedRecipe, Recipe
 from kiln.domain.recipes.recipe_sections import DEFAULT_PLATFORM, Engine
 from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
-from kiln.domain.reproducible import save_archive
 from kiln.domain.reproducible import source_date as sourcedate
 from kiln.domain.serving.launch_command import LAUNCH_FILE, launch_json
 from kiln.infra import git
@@ -183,6 +182,16 @@ class EngineImage(_NamedByInputs):
         return self.builder_platform != self.platform
 
     @property
+    def host_base(self) -> str:
+        """The host's own base image, whose files a cross-placed build's builder stages run on."""
+        return self.engine.base_image.ref + platform_suffix(self.builder_platform)
+
+    @property
+    def modules(self) -> list[str]:
+        """The modules the image's venv must import (`engine_modules`)."""
+        return engine_modules(self.engine.flavour)
+
+    @property
     def builder_image(self) -> str:
         """The base the builder stages start FROM: the host's base, re-marked as the
         target platform for a cross-placed build (`kiln/base:bookworm-builder-for-arm64`,
@@ -211,7 +220,7 @@ class EngineImage(_NamedByInputs):
             ctx.add_param("platform", self.platform)
         if self.cross_placed:  # another way to the same files: its own identity
             ctx.add_param("builder_platform", self.builder_platform)
-            ctx.add_param("builder_image", self.engine.base_image.ref + platform_suffix(self.builder_platform))
+            ctx.add_param("builder_image", self.host_base)
         lock = self.lock
         if lock is None:
             ctx.add_param("wheelhouse", "\n".join(self.wheel_requirements()))
@@ -338,7 +347,7 @@ def _oci_labels(title: str, version: str, date: sourcedate.SourceDate) -> dict[s
         "org.opencontainers.image.title": title,
         "org.opencontainers.image.version": version,
         "org.opencontainers.image.revision": date.revision,
-        "org.opencontainers.image.created": save_archive.rfc3339(date.epoch),
+        "org.opencontainers.image.created": sourcedate.rfc3339(date.epoch),
         **({"org.opencontainers.image.source": url} if url else {}),
     }
 
@@ -483,7 +492,7 @@ class _LazyCA:
 
 
 @dataclass(frozen=True)
-class _RecipeImages:
+class RecipeImages:
     """A recipe with the engine image and recipe image its current inputs make (neither
     need be built; `recipe_image.resolved` is the recipe resolved)."""
 
@@ -501,12 +510,12 @@ class BuiltRecipe:
     image: Image
 
 
-def resolve(recipe: str | ResolvedRecipe, ca_flag: str | None = None, platform: str | None = None) -> _RecipeImages:
+def resolve(recipe: str | ResolvedRecipe, ca_flag: str | None = None, platform: str | None = None) -> RecipeImages:
     """A recipe (by name, or resolved already), with the engine image and recipe image its
     current inputs make for `platform` (default: the host's)."""
     resolved = resolve_recipe(recipe) if isinstance(recipe, str) else recipe
     engine_image = EngineImage(resolved.engine, _LazyCA(ca_flag), platform)
-    return _RecipeImages(resolved.loaded, engine_image, RecipeImage(resolved, engine_image))
+    return RecipeImages(resolved.loaded, engine_image, RecipeImage(resolved, engine_image))
 
 
 def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
