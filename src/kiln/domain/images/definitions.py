@@ -398,7 +398,7 @@ class RecipeImage(_NamedByInputs):
             ctx.add_bytes(f"_kiln/overlays/{feature.name}/overlay.json", overlay_json(ov, version))
         if not self.recipe.experimental:
             ctx.add_bytes("_kiln/overlays/.none", b"")
-        ctx.add_bytes(LAUNCH_FILE, launch_json(self.loaded))
+        ctx.add_bytes(LAUNCH_FILE, launch_json(self.resolved))
         lock = self.lock
         if lock is not None:  # the lock's own bytes came with the recipe folder's tree
             for name, data in recipe_lock.context_files(lock, self.platform).items():
