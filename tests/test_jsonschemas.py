@@ -17,8 +17,9 @@ from typing_extensions import TypedDict
 from kiln.basics.errors import RecipeInvalid, SmokeFailed
 from kiln.commands import json_schemas
 from kiln.commands.doctor import DoctorCheck
-from kiln.commands.images.build import BuildDocument, _BuildOutcome
+from kiln.commands.images.build import BuildDocument, _document
 from kiln.commands.serving.smoke import SmokeDocument, SmokeSkipped
+from kiln.domain.images.image_build import BuildOutcome
 from kiln.domain.publishing.publish_records import (
     PlatformEntry,
     PromoteResult,
@@ -75,7 +76,7 @@ def test_a_changed_type_or_file_is_stale_and_regenerating_mends_it(tmp_path: Pat
 def test_what_the_types_say_beyond_python_reaches_the_schemas():
     """Patterns, minimums, closed objects and descriptions come from the types
     (kiln.basics.json_types), so a document that breaks them is refused."""
-    good = _BuildOutcome(tag="kiln/x:1", image_id=D[0], digest=D[1], size=1, seconds=2.0, skipped=False).document("x")
+    good = _document(BuildOutcome(tag="kiln/x:1", image_id=D[0], digest=D[1], size=1, seconds=2.0, skipped=False), "x")
     _validate("build", good)
     for bad in ({"image_id": "sha256:short"}, {"size_bytes": -1}, {"seconds": -0.5}):
         with pytest.raises(jsonschema.ValidationError):
@@ -98,9 +99,12 @@ def test_what_the_types_say_beyond_python_reaches_the_schemas():
 
 
 def test_build_and_smoke_documents_validate():
-    one = _BuildOutcome(
-        tag="kiln/x:1", image_id=D[0], digest=D[1], size=10, seconds=1.5, skipped=True, steps=4, cached_steps=4
-    ).document("x")
+    one = _document(
+        BuildOutcome(
+            tag="kiln/x:1", image_id=D[0], digest=D[1], size=10, seconds=1.5, skipped=True, steps=4, cached_steps=4
+        ),
+        "x",
+    )
     _validate("build", BuildDocument(**one, platforms={"linux/amd64": one, "linux/arm64": one}))
     ran = SmokeDocument(
         recipe="x",

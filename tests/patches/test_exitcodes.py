@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kiln.basics import errors
-from kiln.commands.images import build
+from kiln.domain.images import image_build
 from kiln.domain.patching import series
 from kiln.inimage import patch_applier as P
 from kiln.inimage import patch_format, patch_tree
@@ -34,7 +34,7 @@ def test_applier_step_status_picks_the_typed_error(status, typed):
         status=status,
         tail=["vllm/a.py: does not compile after patching (0001-x.patch): bad", P._HINT_PATCH],
     )
-    mapped = build._as_patch_failure(exc)
+    mapped = image_build._as_patch_failure(exc)
     assert isinstance(mapped, typed) and mapped.exit_code == status
     assert mapped.lines()[0] == "vllm/a.py: does not compile after patching (0001-x.patch): bad"
     assert P._HINT_PATCH not in mapped.lines()  # the typed error's own hint replaces the applier's
@@ -50,7 +50,7 @@ def test_applier_step_status_picks_the_typed_error(status, typed):
     ],
 )
 def test_other_failures_stay_build_failures(step, status):
-    assert build._as_patch_failure(errors.BuildFailed("x", step=step, status=status)) is None
+    assert image_build._as_patch_failure(errors.BuildFailed("x", step=step, status=status)) is None
 
 
 def test_pinned_versions_follow_pep440(tmp_path, monkeypatch, capsys):

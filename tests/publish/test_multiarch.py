@@ -35,7 +35,7 @@ def tree(tmp_path_factory, docker_daemon):
     from kiln.domain.images.definitions import resolve
     from kiln.domain.images.image_naming import LABEL_NS, _platform_labels
     from kiln.domain.reproducible.normalise_image import make_reproducible
-    from kiln.domain.reproducible.save_archive import rfc3339
+    from kiln.domain.reproducible.source_date import rfc3339
 
     tmp = tmp_path_factory.mktemp("multiarch")
     root = renamed_mini(

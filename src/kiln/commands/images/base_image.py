@@ -28,7 +28,7 @@ from kiln.domain.locks.base_lock import (
     shown,
 )
 from kiln.domain.recipes.recipe_sections import DEFAULT_PLATFORM
-from kiln.domain.reproducible import normalise_image, save_archive, source_date
+from kiln.domain.reproducible import normalise_image, source_date
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, Image, id_of
 
@@ -101,7 +101,7 @@ def _build_base(
     existing = docker.image(tag)
     date = source_date.of({base_dir(): ()})
     if existing is not None and not force:
-        if existing.attrs.get("Created") == save_archive.rfc3339(date.epoch):
+        if existing.attrs.get("Created") == source_date.rfc3339(date.epoch):
             log.ok(f"{tag} already exists ({id_of(existing)[:19]}); --force rebuilds it")
             return id_of(existing)
         # made by an older kiln (not normalised) or from older base inputs: not the base

@@ -20,10 +20,10 @@ from kiln.basics.errors import (
 )
 from kiln.basics.json_types import DESCRIBED, Count
 from kiln.basics.paths import repo_root
-from kiln.commands.images.build import check_platform
 from kiln.commands.options import Subparsers, reports
 from kiln.commands.recipes.plan import plan_recipe
 from kiln.domain.imagecheck.launch_arg_check import check_against_engine
+from kiln.domain.images.build_plan import check_platform
 from kiln.domain.locks import engine_lock, lock_policy, recipe_lock
 from kiln.domain.patching.series import recipe_series
 from kiln.domain.planning.plan import verdict

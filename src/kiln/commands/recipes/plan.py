@@ -13,7 +13,8 @@ from kiln.domain.images.image_files import recipe_image_reader
 from kiln.domain.planning.model_shape import plan_input
 from kiln.domain.planning.plan import Layout, Plan, compute, gib, verdict
 from kiln.domain.recipes.accelerators import ACCELERATORS, NAMES, Accelerator
-from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir
+from kiln.domain.recipes.recipe import LoadedRecipe
+from kiln.domain.recipes.resolved import resolve_recipe
 from kiln.domain.recipes.topology import effective
 
 
@@ -95,8 +96,8 @@ def _table(plan: Plan) -> list[str]:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    loaded = load_recipe(recipe_dir(args.name))
-    plan = plan_recipe(loaded, gpu=args.gpu, gpus=args.gpus)
+    recipe = resolve_recipe(args.name)  # once (its overrides are never read: a plan is arithmetic)
+    plan = plan_recipe(recipe.loaded, gpu=args.gpu, gpus=args.gpus)
     for line in _table(plan):
         log.out.print(line, markup=False, highlight=False)
     if not plan.fits or (args.strict and not plan.fits_full):

@@ -11,12 +11,12 @@ from kiln.basics import log
 from kiln.commands.options import Subparsers, reports
 from kiln.domain.catalogue.entries import show_document
 from kiln.domain.recipes.feature_registry import flag_on
-from kiln.domain.recipes.overrides import load_override
-from kiln.domain.recipes.recipe import recipe_dir
+from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    doc = show_document(args.name)
+    recipe = resolve_recipe(args.name)  # once: the document and the features below read this value
+    doc = show_document(recipe)
     if args.json:
         log.emit_json(doc)
         return 0
@@ -26,7 +26,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         "description": " ".join((r.get("description") or "").split()),
         "file": doc["file"],
         "engine": f"{e['name']}=={e['version']} ({e['flavour']})",
-        "features": features(r["name"], r.get("experimental") or [], e["name"]),
+        "features": features(recipe),
         "tag": doc["tag"],
         "input digest": doc["input_digest"],
         "engine image": doc["engine_image"]["tag"],
@@ -52,16 +52,16 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def features(recipe: str, experimental: list[Any], engine: str) -> str:
+def features(recipe: ResolvedRecipe) -> str:
     """Each feature the recipe switches on, with the engine versions it has a series
-    for: the versions a recipe may pin with it (docs/patches.md)."""
+    for: the versions a recipe may pin with it (docs/patches.md). Its overrides are the
+    ones the resolved recipe read for the launch document (`recipe.features`)."""
     parts = []
-    for f in experimental:
-        name, owner = (f, recipe) if isinstance(f, str) else (f["name"], f["from"])
-        versions = load_override(recipe_dir(owner) / "experimental" / name).series_versions()
-        where = "" if owner == recipe else f" from {owner}"
-        supports = f"series for {engine} {', '.join(versions)}" if versions else "no versioned series"
-        parts.append(f"{name}{where} ({supports})")
+    for entry, feature in zip(recipe.recipe.experimental, recipe.features, strict=True):
+        versions = feature.override.series_versions()
+        where = "" if entry.from_ is None or entry.from_ == recipe.name else f" from {entry.from_}"
+        supports = f"series for {recipe.engine.name} {', '.join(versions)}" if versions else "no versioned series"
+        parts.append(f"{feature.name}{where} ({supports})")
     return ", ".join(parts) or "none"
 
 

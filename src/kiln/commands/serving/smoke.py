@@ -20,10 +20,11 @@ from kiln.basics import clock, log
 from kiln.basics.errors import ContainerStartFailed, SmokeFailed
 from kiln.basics.json_types import DESCRIBED
 from kiln.basics.paths import shown_home
-from kiln.commands.images.build import build_recipe, check_build_space, check_platform
+from kiln.commands.images.build import build_recipe
 from kiln.commands.options import Subparsers, count, reports
 from kiln.commands.serving.smoke_checks import CHECKS, Check, ServedChecks, SmokeRun, require
 from kiln.domain.imagecheck import in_image_smoke, launch_arg_check
+from kiln.domain.images.build_plan import check_build_space, check_platform
 from kiln.domain.images.definitions import RecipeImage, require_built
 from kiln.domain.images.engine_image import engine_modules
 from kiln.domain.locks import engine_lock

@@ -14,6 +14,7 @@ from kiln.basics.json_types import CLOSED, DESCRIBED, Sha256
 from kiln.basics.paths import recipes_dir
 from kiln.domain.images.definitions import resolve
 from kiln.domain.recipes.recipe import load_recipe, recipe_names
+from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.domain.serving.launch_command import LaunchDocument, launch_document
 
 
@@ -102,9 +103,9 @@ def recipe_rows() -> list[_RecipeRow]:
     return rows
 
 
-def show_document(name: str) -> ShowDocument:
+def show_document(recipe: ResolvedRecipe) -> ShowDocument:
     """One recipe resolved: the recipe as loaded, its input digest, tags and launch command."""
-    resolved = resolve(name)
+    resolved = resolve(recipe)
     loaded, engine_image, recipe_image = resolved.loaded, resolved.engine_image, resolved.recipe_image
     return {
         "recipe": loaded.recipe.model_dump(mode="json", by_alias=True),
@@ -112,17 +113,17 @@ def show_document(name: str) -> ShowDocument:
         "input_digest": recipe_image.digest,
         "tag": recipe_image.tag,
         "engine_image": {"tag": engine_image.tag, "input_digest": engine_image.digest},
-        "platforms": _platforms(name, loaded.recipe.engine.platforms),
-        "launch": launch_document(loaded),
+        "platforms": _platforms(recipe, loaded.recipe.engine.platforms),
+        "launch": launch_document(recipe),
     }
 
 
-def _platforms(name: str, platforms: Sequence[str]) -> dict[str, PlatformEntry]:
+def _platforms(recipe: ResolvedRecipe, platforms: Sequence[str]) -> dict[str, PlatformEntry]:
     """Per declared platform: its image's tag and input digest (or why it has none)."""
     out: dict[str, PlatformEntry] = {}
     for plat in platforms:
         try:
-            image = resolve(name, platform=plat).recipe_image
+            image = resolve(recipe, platform=plat).recipe_image
             out[plat] = {"tag": image.tag, "input_digest": image.digest}
         except KilnError as exc:
             out[plat] = {"problem": exc.lines()[0]}

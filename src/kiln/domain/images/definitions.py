@@ -80,7 +80,7 @@ class RecipeImage(_NamedByInputs):
             ctx.add_bytes(f"_kiln/overlays/{feature.name}/overlay.json", overlay_json(ov, version))
         if not self.recipe.experimental:
             ctx.add_bytes("_kiln/overlays/.none", b"")
-        ctx.add_bytes(LAUNCH_FILE, launch_json(self.loaded))
+        ctx.add_bytes(LAUNCH_FILE, launch_json(self.resolved))
         lock = self.lock
         if lock is not None:  # the lock's own bytes came with the recipe folder's tree
             for name, data in recipe_lock.context_files(lock, self.platform).items():
@@ -160,7 +160,7 @@ class RecipeImage(_NamedByInputs):
 
 
 @dataclass(frozen=True)
-class _RecipeImages:
+class RecipeImages:
     """A recipe with the engine image and recipe image its current inputs make (neither
     need be built; `recipe_image.resolved` is the recipe resolved)."""
 
@@ -178,12 +178,12 @@ class BuiltRecipe:
     image: Image
 
 
-def resolve(recipe: str | ResolvedRecipe, ca_flag: str | None = None, platform: str | None = None) -> _RecipeImages:
+def resolve(recipe: str | ResolvedRecipe, ca_flag: str | None = None, platform: str | None = None) -> RecipeImages:
     """A recipe (by name, or resolved already), with the engine image and recipe image its
     current inputs make for `platform` (default: the host's)."""
     resolved = resolve_recipe(recipe) if isinstance(recipe, str) else recipe
     engine_image = EngineImage(resolved.engine, _LazyCA(ca_flag), platform)
-    return _RecipeImages(resolved.loaded, engine_image, RecipeImage(resolved, engine_image))
+    return RecipeImages(resolved.loaded, engine_image, RecipeImage(resolved, engine_image))
 
 
 def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:

@@ -114,6 +114,16 @@ class EngineImage(_NamedByInputs):
         return self.builder_platform != self.platform
 
     @property
+    def host_base(self) -> str:
+        """The host's own base image, whose files a cross-placed build's builder stages run on."""
+        return self.engine.base_image.ref + platform_suffix(self.builder_platform)
+
+    @property
+    def modules(self) -> list[str]:
+        """The modules the image's venv must import (`engine_modules`)."""
+        return engine_modules(self.engine.flavour)
+
+    @property
     def builder_image(self) -> str:
         """The base the builder stages start FROM: the host's base, re-marked as the
         target platform for a cross-placed build (`kiln/base:bookworm-builder-for-arm64`,
@@ -142,7 +152,7 @@ class EngineImage(_NamedByInputs):
             ctx.add_param("platform", self.platform)
         if self.cross_placed:  # another way to the same files: its own identity
             ctx.add_param("builder_platform", self.builder_platform)
-            ctx.add_param("builder_image", self.engine.base_image.ref + platform_suffix(self.builder_platform))
+            ctx.add_param("builder_image", self.host_base)
         lock = self.lock
         if lock is None:
             ctx.add_param("wheelhouse", "\n".join(self.wheel_requirements()))

@@ -13,7 +13,6 @@ from pathlib import Path
 from kiln.basics.paths import local_ref, repo_root
 from kiln.domain.images.build_context import BuildContext
 from kiln.domain.recipes.recipe_sections import DEFAULT_PLATFORM
-from kiln.domain.reproducible import save_archive
 from kiln.domain.reproducible import source_date as sourcedate
 
 LABEL_NS = "ai.kiln"
@@ -101,6 +100,6 @@ def _oci_labels(title: str, version: str, date: sourcedate.SourceDate) -> dict[s
         "org.opencontainers.image.title": title,
         "org.opencontainers.image.version": version,
         "org.opencontainers.image.revision": date.revision,
-        "org.opencontainers.image.created": save_archive.rfc3339(date.epoch),
+        "org.opencontainers.image.created": sourcedate.rfc3339(date.epoch),
         **({"org.opencontainers.image.source": url} if url else {}),
     }

@@ -257,6 +257,20 @@ def _report(results: list[patch_tree.PatchResult]) -> None:
         _report_offsets(r)
 
 
+def preflight(recipe: ResolvedRecipe) -> None:
+    """Before a build: apply the engine series and the recipe's switched-on features to the
+    pinned engine's sources on the host, so a hunk that no longer applies fails in seconds,
+    before any image layer is built. The in-image application stays authoritative."""
+    engine = recipe.engine
+    has_features = bool(recipe.recipe.experimental)
+    if not series_for(engine.version).patches and not has_features:
+        return
+    try:
+        check(engine.version, None, recipe)
+    except EngineFetchFailed as exc:
+        log.warn(f"patch pre-flight skipped ({exc.message}); the image build still applies the series")
+
+
 def check(
     version: str, flavour: str | None = None, recipe: ResolvedRecipe | None = None
 ) -> list[patch_tree.PatchResult]:

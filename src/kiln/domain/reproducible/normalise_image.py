@@ -15,7 +15,7 @@ from pathlib import Path
 from kiln.basics import log
 from kiln.basics.errors import BuildFailed
 from kiln.basics.paths import cache_dir
-from kiln.domain.reproducible import save_archive
+from kiln.domain.reproducible import save_archive, source_date
 from kiln.infra.docker import DockerDaemon
 
 _SAVE_ATTEMPTS = 3
@@ -73,6 +73,6 @@ def make_reproducible(
     how = f"; {len(result.diff_ids) - kept} new layer(s) rewritten, {kept} kept from {parent}" if kept else ""
     log.info(
         f"{label}: normalised {image_id[:19]} -> {loaded[:19]} "
-        f"(source date {save_archive.rfc3339(epoch)}{how}) in {log.human_secs(seconds)}"
+        f"(source date {source_date.rfc3339(epoch)}{how}) in {log.human_secs(seconds)}"
     )
     return _Outcome(loaded, image_id, result.diff_ids, seconds)

@@ -34,12 +34,12 @@ import shutil
 import tarfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, NotRequired, TypedDict
 
 from kiln.basics.documents import Shape, read_document
 from kiln.basics.errors import BuildFailed
+from kiln.domain.reproducible.source_date import rfc3339
 
 CHUNK = 1 << 20
 _DROP_PAX = ("atime", "ctime", "mtime", "uname", "gname", "uid", "gid", "size")
@@ -70,11 +70,6 @@ class _ConfigParts(TypedDict, total=False):
 _SAVE_MANIFEST = Shape(list[_SavedImage])
 _IMAGE_CONFIG = Shape(dict[str, Any])  # the whole config: normalised, then hashed into the image id
 _CONFIG_PARTS = Shape(_ConfigParts)
-
-
-def rfc3339(epoch: int) -> str:
-    """The source date as docker writes `created` (UTC, seconds)."""
-    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _name(member: tarfile.TarInfo) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from kiln.basics.paths import repo_root
@@ -30,6 +31,11 @@ class SourceDate:
     def commit(self) -> str | None:
         rev = self.revision.removesuffix("-dirty")
         return None if rev == "unknown" else rev
+
+
+def rfc3339(epoch: int) -> str:
+    """The source date as docker writes `created` (UTC, seconds)."""
+    return datetime.fromtimestamp(epoch, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _pathspecs(sources: Mapping[Path, tuple[str, ...]], root: Path) -> list[str]:

@@ -13,8 +13,8 @@ from typing import Annotated, Any, NamedTuple
 from pydantic import Field
 from typing_extensions import TypedDict
 
-from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe, Recipe
+from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.domain.recipes.topology import layout_args, node_args
 from kiln.inimage.hf_cache import CONTAINER_CACHE, HfModel
 
@@ -172,23 +172,26 @@ def _vllm_argv(recipe: Recipe) -> list[str]:
     return [tok for part in argv_parts(recipe) for tok in part.tokens]
 
 
-def _feature_env(loaded: LoadedRecipe) -> dict[str, str]:
-    """Env each enabled experimental feature sets (from its override.yaml)."""
+def _feature_env(recipe: ResolvedRecipe) -> dict[str, str]:
+    """Env each enabled experimental feature sets (from its override.yaml, as resolved)."""
     env: dict[str, str] = {}
-    for feature in loaded.recipe.features:
-        env.update(load_override(loaded.feature_dir(feature)).env)
+    for feature in recipe.features:
+        env.update(feature.override.env)
     return env
 
 
-def launch_document(loaded: LoadedRecipe) -> LaunchDocument:
-    recipe = loaded.recipe
+def launch_document(loaded: LoadedRecipe | ResolvedRecipe) -> LaunchDocument:
+    """The launch command and env (launch.json). A resolved recipe's overrides are the ones
+    it read already; a recipe only loaded has its overrides read here."""
+    resolved = loaded if isinstance(loaded, ResolvedRecipe) else ResolvedRecipe(loaded)
+    recipe = resolved.recipe
     env = {
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         **({"HF_HUB_CACHE": CONTAINER_CACHE} if hf_models(recipe) else {}),
-        **_feature_env(loaded),
+        **_feature_env(resolved),
         **recipe.launch.env,
         "KILN_FEATURES": ",".join(recipe.features),
     }
@@ -208,7 +211,7 @@ def launch_document(loaded: LoadedRecipe) -> LaunchDocument:
     return doc
 
 
-def launch_json(loaded: LoadedRecipe) -> bytes:
+def launch_json(loaded: LoadedRecipe | ResolvedRecipe) -> bytes:
     return (json.dumps(launch_document(loaded), indent=2, sort_keys=True) + "\n").encode()
 
 
