@@ -11,7 +11,8 @@ import shutil
 from kiln.basics import log
 from kiln.basics.errors import PlatformNotDeclared, PlatformUnsupported
 from kiln.domain.images import disk_space
-from kiln.domain.images.definitions import RecipeImages, existing, resolve
+from kiln.domain.images.definitions import RecipeImages, existing, images_on
+from kiln.domain.images.engine_image import for_engine
 from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.resolved import ResolvedRecipe
@@ -24,7 +25,8 @@ def images_for(recipe: ResolvedRecipe, ca_flag: str | None = None, platform: str
     the host's; another one is checked first, as `check_platform` does)."""
     if platform is not None:
         check_platform(recipe.loaded, platform)
-    return resolve(recipe, ca_flag, platform)
+    engine_image = for_engine(recipe.engine, ca_flag, platform)  # the engine first: the recipe image is FROM it
+    return images_on(recipe, engine_image)
 
 
 def check_platform(loaded: LoadedRecipe, platform: str) -> None:

@@ -17,7 +17,7 @@ from kiln.basics.files import sha256_file
 from kiln.basics.paths import local_ref
 from kiln.domain.images import wheelhouse
 from kiln.domain.images.build_context import BuildContext
-from kiln.domain.images.engine_image import PATCHER_ARC, EngineImage, _LazyCA, engine_modules
+from kiln.domain.images.engine_image import PATCHER_ARC, EngineImage, engine_modules, for_engine
 from kiln.domain.images.image_naming import (
     LABEL_NS,
     _NamedByInputs,
@@ -182,7 +182,11 @@ def resolve(recipe: str | ResolvedRecipe, ca_flag: str | None = None, platform: 
     """A recipe (by name, or resolved already), with the engine image and recipe image its
     current inputs make for `platform` (default: the host's)."""
     resolved = resolve_recipe(recipe) if isinstance(recipe, str) else recipe
-    engine_image = EngineImage(resolved.engine, _LazyCA(ca_flag), platform)
+    return images_on(resolved, for_engine(resolved.engine, ca_flag, platform))
+
+
+def images_on(resolved: ResolvedRecipe, engine_image: EngineImage) -> RecipeImages:
+    """The recipe's images on `engine_image`, the engine image its inputs make."""
     return RecipeImages(resolved.loaded, engine_image, RecipeImage(resolved, engine_image))
 
 

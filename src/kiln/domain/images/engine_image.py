@@ -271,3 +271,9 @@ class _LazyCA:
         if self._value is None:
             self._value = resolve_ca(self.flag)
         return self._value
+
+
+def for_engine(engine: Engine, ca_flag: str | None = None, platform: str | None = None) -> EngineImage:
+    """The engine image `engine`'s inputs make for `platform` (None: the host's), its CA
+    bundle (`--ca` or the environment's) resolved when first needed."""
+    return EngineImage(engine, _LazyCA(ca_flag), platform)
