@@ -38,14 +38,7 @@ _RANK: tuple[type[KilnError], ...] = (
     AttestationSubjectMismatch,
     SignedDigestMismatch,
 )
-_LayerFailure = (
-    SignatureMalformed,
-    SignatureInvalid,
-    SignedByOtherKey,
-    SignedIdentityMismatch,
-    AttestationSubjectMismatch,
-    SignedDigestMismatch,
-)
+_LayerFailure = _RANK  # what one layer can fail with: the ranked kinds, no other
 _Fetch = Callable[[cosign.LayerRef, int], bytes]
 
 
