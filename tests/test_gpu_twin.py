@@ -37,7 +37,10 @@ def test_plan_is_the_recipes_command_with_each_change_listed():
 
 def test_configurations_each_change_one_thing():
     configs = prepare.plan("glm53-kindling", "av-cut")["configs"]
-    assert list(configs) == ["spec-off", "spec", "dt-cost", "dt-tau", "shipped", "schedule", "av", "av-dt", "kiln-av"]
+    assert list(configs) == [
+        *("spec-off", "spec", "dt-cost", "dt-tau", "shipped", "schedule", "av", "av-dt", "kiln-av"),
+        *("mtp-off", "mtp", "mtp-schedule", "mtp-av"),
+    ]
     assert _flag(configs["spec-off"]["argv"], "--speculative-config") is None
     specs = {n: json.loads(_flag(c["argv"], "--speculative-config") or "null") for n, c in configs.items()}
     for name in ("spec", "dt-cost", "dt-tau"):
@@ -55,6 +58,19 @@ def test_configurations_each_change_one_thing():
     assert specs["schedule"] == specs["shipped"] and prepare.SCHEDULE in specs["schedule"]
     assert configs["schedule"]["env_delta"] == {"KILN_DRAFT_TRUNC": "0"}
     assert configs["dt-tau"]["env"]["KILN_DRAFT_TRUNC_TAU"] == "0.25"
+
+
+def test_mtp_runs_serve_the_mtp_twin_with_one_change_each():
+    configs = prepare.plan("glm53-kindling", "av-cut")["configs"]
+    specs = {n: json.loads(_flag(c["argv"], "--speculative-config") or "null") for n, c in configs.items()}
+    for name in ("mtp-off", "mtp", "mtp-schedule", "mtp-av"):
+        assert configs[name]["argv"][:2] == ["serve", prepare.MTP_TARGET]
+        assert configs[name]["env_delta"] == {"KILN_DRAFT_TRUNC": "0"}
+    assert configs["spec"]["argv"][1] == prepare.TARGET
+    assert specs["mtp-off"] is None
+    assert specs["mtp"] == {"method": "mtp", "num_speculative_tokens": prepare.MTP_K}
+    assert specs["mtp-schedule"] == {**specs["mtp"], prepare.SCHEDULE: specs["shipped"][prepare.SCHEDULE]}
+    assert specs["mtp-av"] == {**specs["mtp"], prepare.AV: True}
 
 
 @pytest.mark.parametrize(
@@ -202,7 +218,15 @@ def test_a_damaged_plan_is_refused_naming_the_field(tmp_path, plan, says):
         ({"date": "2026-01-01", "plan": {"commit": "c", "recipe": "r", "engine": "e"}}, "missing field 'configs'"),
         (
             {"date": "2026-01-01", "plan": {"commit": "c", "recipe": "r", "engine": "e"}, "configs": {}},
-            "configs: no 'spec-off' run to judge the others against",
+            "configs: no runs",
+        ),
+        (
+            {"date": "2026-01-01", "plan": {"commit": "c", "recipe": "r", "engine": "e"}, "configs": {"spec": {}}},
+            "configs: no 'spec-off' run to judge 'spec' against",
+        ),
+        (
+            {"date": "2026-01-01", "plan": {"commit": "c", "recipe": "r", "engine": "e"}, "configs": {"mtp-av": {}}},
+            "configs: no 'mtp-off' run to judge 'mtp-av' against",
         ),
         ("not json", "not JSON ("),
     ],

@@ -27,6 +27,14 @@ TIE = 1e-4  # the CPU twin's numeric-tie rule (tests/e2e/test_tiny_kindling.py)
 P_MIN = 0.01
 VOCAB = 1024  # make_models.py's tokenizer
 REFERENCE = "spec-off"
+MTP_REFERENCE = "mtp-off"  # the MTP twin's target without speculation judges the mtp-* runs
+
+
+def reference_of(name: str) -> str:
+    """The configuration this one is judged against: its own target, speculation off."""
+    return MTP_REFERENCE if name.startswith("mtp") else REFERENCE
+
+
 KILN_COUNTERS = ("proposed", "kept", "dead", "accepted", "expert_slots_saved")
 
 
@@ -110,7 +118,6 @@ def loads(rows: list[dict]) -> list[dict]:
 
 def summarise(doc: dict) -> dict:
     configs = doc["configs"]
-    reference = configs[REFERENCE]
     summary: dict = {
         "date": doc["date"],
         "commit": doc["plan"]["commit"],
@@ -123,8 +130,8 @@ def summarise(doc: dict) -> dict:
         entry: dict = {"startup_s": runs.get("startup_s"), "errors": runs.get("errors", [])}
         if "greedy" in runs and "seeded" in runs:
             entry["counters"] = counters(runs["seeded"]["metrics_after"])
-            if name != REFERENCE:
-                entry["lossless"] = lossless(name, runs, reference)
+            if name != reference_of(name):
+                entry["lossless"] = lossless(name, runs, configs[reference_of(name)])
         if "timed" in runs:
             entry["loads"] = loads(runs["timed"])
         summary["configs"][name] = entry
@@ -207,8 +214,11 @@ def read_results(path: Path) -> dict:
     for name, runs in doc["configs"].items():
         if not isinstance(runs, dict):
             sys.exit(f"gpu-twin: {path}: configs.{name}: must be a JSON object")
-    if REFERENCE not in doc["configs"]:
-        sys.exit(f"gpu-twin: {path}: configs: no {REFERENCE!r} run to judge the others against")
+    if not doc["configs"]:
+        sys.exit(f"gpu-twin: {path}: configs: no runs")
+    for name in doc["configs"]:
+        if reference_of(name) not in doc["configs"]:
+            sys.exit(f"gpu-twin: {path}: configs: no {reference_of(name)!r} run to judge {name!r} against")
     return doc
 
 
@@ -230,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         for n, e in summary["configs"].items()
         if e.get("errors") or not e.get("lossless", {"lossless": True})["lossless"]
     ]
+    judged = [n for n in summary["configs"] if n != reference_of(n)]
     print(
-        f"lossless: {len(summary['configs']) - 1 - len(failed)} of {len(summary['configs']) - 1} configurations"
+        f"lossless: {len(judged) - len(failed)} of {len(judged)} configurations"
         + (f"; not: {', '.join(failed)}" if failed else "")
     )
     return 1 if failed else 0

@@ -232,6 +232,9 @@ def relock() -> None:
 # -- the plan: the recipe's own command, adapted, per configuration -------------------------
 MODELS = "/tmp/kiln-gpu-twin/models"  # where the runner makes them (twin_models.py)
 TARGET, DRAFT = f"{MODELS}/tiny-qwen3moe", f"{MODELS}/tiny-qwen3-draft"
+# the same target as a Glm4Moe checkpoint with an MTP layer (twin_models.py): the MTP runs
+MTP_TARGET = f"{MODELS}/tiny-glm4moe-mtp"
+MTP_K = 4  # deepseek-v32-mtp's num_speculative_tokens
 _PARSERS = "GLM's chat parsers expect GLM's special tokens; the twin's tokenizer is a 1024-token BPE"
 # flag -> (new value, or None to drop it; why)
 FLAG_CHANGES: dict[str, tuple[str | None, str]] = {
@@ -351,10 +354,36 @@ def configurations(argv: list[str], env: dict[str, str]) -> dict[str, dict[str, 
             },
         ),
     }
+    table.update(_mtp_table(shipped))
     return {
-        name: {"argv": _with_spec(argv, spec), "env": {**env, **extra}, "env_delta": extra, "speculative_config": spec}
+        name: {
+            "argv": _with_model(_with_spec(argv, spec), MTP_TARGET if name.startswith("mtp") else TARGET),
+            "env": {**env, **extra},
+            "env_delta": extra,
+            "speculative_config": spec,
+        }
         for name, (spec, extra) in table.items()
     }
+
+
+def _mtp_table(shipped: dict[str, object]) -> dict[str, tuple[dict[str, object] | None, dict[str, str]]]:
+    """The MTP head's runs (draft-trunc off: its drafting hooks are in the draft_model
+    drafter): what deepseek-v32-mtp ships (a fixed K), and the two combinations vLLM
+    issues #48494 and #48749 report failing at CUDA graph capture on the V2 runner, MTP
+    with a batch-size schedule (glm53-kindling's) and with adaptive verification."""
+    mtp: dict[str, object] = {"method": "mtp", "num_speculative_tokens": MTP_K}
+    off = {"KILN_DRAFT_TRUNC": "0"}
+    return {
+        "mtp-off": (None, off),
+        "mtp": (mtp, off),
+        **({"mtp-schedule": ({**mtp, SCHEDULE: shipped[SCHEDULE]}, off)} if SCHEDULE in shipped else {}),
+        "mtp-av": ({**mtp, AV: True}, off),
+    }
+
+
+def _with_model(argv: list[str], model: str) -> list[str]:
+    """argv (`serve MODEL ...`) serving model instead."""
+    return [argv[0], model, *argv[2:]]
 
 
 def plan(recipe: str, shape: str, engine: str | None = None) -> dict[str, object]:
@@ -378,6 +407,14 @@ def plan(recipe: str, shape: str, engine: str | None = None) -> dict[str, object
             "draft model (method draft_model), with no MTP head"
         )
     argv, env, changes = _adapted(list(doc["argv"][1:]), dict(doc["env"]))
+    changes.append(
+        {
+            "what": "model (mtp-* runs)",
+            "from": TARGET,
+            "to": MTP_TARGET,
+            "why": "the same target as a Glm4Moe checkpoint with one MTP layer, speculative method mtp",
+        }
+    )
     commit = subprocess.run(
         ["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
     ).stdout.strip()
@@ -470,11 +507,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.recipe} (vllm {version}): {len(members)} parts, {manifest['bundle_bytes'] / 2**20:.1f} MiB in "
         f"{len(chunks)} calls, made in {time.monotonic() - t0:.0f} s"
     )
+    configs = the_plan["configs"]
+    assert isinstance(configs, dict)
+    mtp = [n for n in configs if n.startswith("mtp")]
+    main_runs = [n for n in configs if n not in mtp]
     for n in range(1, len(chunks) + 1):
         run = f"python3 benchmarks/gpu_twin/runner.py stash .gpu-twin/call-{n}"
         if n == len(chunks):
-            run += " && python3 benchmarks/gpu_twin/runner.py all --out $OUT"
+            run += f" && python3 benchmarks/gpu_twin/runner.py all --out $OUT --only {' '.join(main_runs)}"
         _log(f"call {n}: carry ['.gpu-twin/call-{n}'], command: {run}")
+    # a second wave: twelve servers at once would not fit an H100's memory
+    _log(
+        f"call {len(chunks) + 1}: carry nothing, command: "
+        f"python3 benchmarks/gpu_twin/runner.py all --out $OUT --only {' '.join(mtp)}"
+    )
     return 0
 
 

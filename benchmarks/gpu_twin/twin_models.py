@@ -14,6 +14,15 @@ The construction (draft = noisy copy of the target's first layer, later layers d
 the tokenizer and the file layout are make_models.py's, called here; only the sizes
 differ. make_models.py's CPU report (HF generate) is skipped: at this size it takes
 minutes on one thread, and vLLM's spec-decode counters report the acceptance anyway.
+
+The MTP twin (`tiny-glm4moe-mtp`) is the same target written as a GLM-4.5 MoE checkpoint
+(vLLM's `Glm4MoeForCausalLM`: standard attention, so Triton attention serves it, unlike
+DeepSeek-V3.2's MLA with sparse indexing) plus one multi-token-prediction layer, which
+vLLM loads as `Glm4MoeMTP` for `"method": "mtp"`. The MTP layer reads
+eh_proj([enorm(embedding of token t+1), hnorm(hidden of t)]); here eh_proj passes the
+embedding through (enorm scaled to the embedding's own RMS) with a faint hidden part,
+and its block is a noisy copy of the target's layer 0. As the target's later layers are
+damped, the head then predicts token t+2 about as well as the draft model does.
 """
 
 from __future__ import annotations
@@ -38,6 +47,115 @@ def _make_models(path: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _expert_tensors(state: dict, layer: str, experts: int) -> dict:
+    """One layer's experts as vLLM's Glm4Moe loader names them (one tensor per expert and
+    projection), from either layout transformers writes: per expert, or fused
+    (`experts.gate_up_proj` [E, 2I, H] with gate rows first, `experts.down_proj` [E, H, I])."""
+    fused = f"{layer}.mlp.experts.gate_up_proj"
+    if fused not in state:
+        return {k: v for k, v in state.items() if k.startswith(f"{layer}.mlp.experts.")}
+    gate_up, down = state[fused], state[f"{layer}.mlp.experts.down_proj"]
+    half = gate_up.shape[1] // 2
+    out = {}
+    for e in range(experts):
+        out[f"{layer}.mlp.experts.{e}.gate_proj.weight"] = gate_up[e, :half].clone()
+        out[f"{layer}.mlp.experts.{e}.up_proj.weight"] = gate_up[e, half:].clone()
+        out[f"{layer}.mlp.experts.{e}.down_proj.weight"] = down[e].clone()
+    return out
+
+
+def mtp_twin(source: Path, out: Path, noise: float, gen, jitter) -> None:
+    """source (the saved Qwen3-MoE target) as a Glm4Moe checkpoint with one MTP layer."""
+    import json
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    cfg = json.loads((source / "config.json").read_text())
+    state: dict = {}
+    for part in sorted(source.glob("*.safetensors")):
+        state.update(load_file(str(part)))
+    layers = cfg["num_hidden_layers"]
+    experts = cfg.get("num_experts", cfg.get("num_local_experts"))  # transformers 5 renamed it
+    glm: dict = {k: v for k, v in state.items() if ".mlp." not in k}
+    for i in range(layers + 1):  # layer `layers` is the MTP block, from layer 0
+        src, dst = "model.layers.0" if i == layers else f"model.layers.{i}", f"model.layers.{i}"
+        block = {k: v for k, v in state.items() if k.startswith(src + ".") and ".mlp." not in k}
+        block[f"{src}.mlp.gate.weight"] = state[f"{src}.mlp.gate.weight"]
+        block.update(_expert_tensors(state, src, experts))
+        some = state[f"{src}.mlp.gate.weight"]
+        block[f"{src}.mlp.gate.e_score_correction_bias"] = torch.zeros(experts, dtype=torch.float32)
+        inner = cfg["moe_intermediate_size"]
+        # a shared expert of zeros: Glm4Moe has one, the Qwen3-MoE target has none
+        for name, shape in (
+            ("gate_proj", (inner, cfg["hidden_size"])),
+            ("up_proj", (inner, cfg["hidden_size"])),
+            ("down_proj", (cfg["hidden_size"], inner)),
+        ):
+            block[f"{src}.mlp.shared_experts.{name}.weight"] = torch.zeros(shape, dtype=some.dtype)
+        for k, v in block.items():
+            moved = dst + k[len(src) :]
+            glm[moved] = jitter(v, noise, gen) if i == layers and v.dim() > 1 and ".shared_experts." not in k else v
+    embed, hidden = state["model.embed_tokens.weight"], cfg["hidden_size"]
+    rms = embed.float().pow(2).mean(-1).sqrt().mean().item()
+    mtp = f"model.layers.{layers}"
+    glm[f"{mtp}.enorm.weight"] = torch.full((hidden,), rms, dtype=embed.dtype)
+    glm[f"{mtp}.hnorm.weight"] = torch.ones(hidden, dtype=embed.dtype)
+    faint = torch.randn((hidden, hidden), generator=gen) * (1e-3 * rms)
+    glm[f"{mtp}.eh_proj.weight"] = torch.cat([torch.eye(hidden), faint], dim=1).to(embed.dtype)
+    glm[f"{mtp}.shared_head.norm.weight"] = state["model.norm.weight"].clone()
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(
+        {k: v.clone().contiguous() for k, v in glm.items()}, str(out / "model.safetensors"), metadata={"format": "pt"}
+    )
+    for name in source.iterdir():
+        if name.suffix != ".safetensors" and name.name not in ("config.json", "model.safetensors.index.json"):
+            shutil.copy(name, out / name.name)
+    keep = (
+        "vocab_size",
+        "hidden_size",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "rms_norm_eps",
+        "max_position_embeddings",
+        "rope_theta",
+        "rope_parameters",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "torch_dtype",
+        "dtype",
+        "num_experts_per_tok",
+        "moe_intermediate_size",
+        "num_hidden_layers",
+        "norm_topk_prob",
+    )
+    glm_cfg = {k: cfg[k] for k in keep if k in cfg} | {
+        "architectures": ["Glm4MoeForCausalLM"],
+        "model_type": "glm4_moe",
+        "hidden_act": "silu",
+        "intermediate_size": 2 * cfg["moe_intermediate_size"],
+        "n_routed_experts": experts,
+        "n_shared_experts": 1,
+        "routed_scaling_factor": 1.0,
+        "n_group": 1,
+        "topk_group": 1,
+        "first_k_dense_replace": 0,
+        "num_nextn_predict_layers": 1,
+        "attention_bias": False,
+        "use_qk_norm": True,
+        "tie_word_embeddings": False,
+    }
+    (out / "config.json").write_text(json.dumps(glm_cfg, indent=1) + "\n")
+    for root, _, names in os.walk(out):
+        for name in names:
+            os.chmod(os.path.join(root, name), 0o644)
+    params = sum(v.numel() for v in glm.values())
+    print(f"{out}: Glm4MoeForCausalLM + 1 MTP layer, {params / 1e6:.2f}M params, embedding RMS {rms:.4f}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -83,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     dtype = getattr(torch, args.dtype)
     mm.save(target.to(dtype), tok, f"{args.out}/tiny-qwen3moe", dtype)
     mm.save(draft.to(dtype), tok, f"{args.out}/tiny-qwen3-draft", dtype)
+    mtp_twin(Path(args.out) / "tiny-qwen3moe", Path(args.out) / "tiny-glm4moe-mtp", args.draft_noise, gen, mm.jitter)
     print(
         f"twin_models: shape {args.shape} (hidden {hidden}, {layers} layers, {experts} experts top-{top_k} "
         f"of {expert_dim}), draft noise {args.draft_noise}, damp {args.damp}"
