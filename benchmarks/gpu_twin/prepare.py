@@ -32,10 +32,10 @@ from kiln.basics.paths import cache_dir
 from kiln.domain.patching.series import (
     engine_root,
     feature_overlays,
-    load_recipe,
     load_series,
     series_for,
 )
+from kiln.domain.recipes.resolved import resolve_recipe
 from kiln.domain.serving.launch_command import launch_document
 from kiln.infra import wheel_cache
 from kiln.inimage import patch_applier as applier
@@ -75,11 +75,11 @@ def _sha256(path: Path) -> str:
 def _patched_sources(recipe: str, version: str, work: Path) -> Path:
     """vllm/ as the recipe's image installs it (engine series, then each feature's, then
     the twin's own series), plus vLLM's dist-info, as one tar.xz."""
-    loaded = load_recipe(recipe)
+    resolved = resolve_recipe(recipe)
     root, _ = engine_root(version, "cuda")
     tree_dir = work / "site"
     shutil.copytree(root, tree_dir, ignore=shutil.ignore_patterns(wheel_cache.MARKER))
-    feature_series, replacements = feature_overlays(loaded, version)
+    feature_series, replacements = feature_overlays(resolved, version)
     twin = HERE / "patches" / version / "series"
     if not twin.is_file():
         sys.exit(f"gpu-twin: no twin series for vllm {version}: {twin.relative_to(ROOT)} is missing")
@@ -388,7 +388,7 @@ def _with_model(argv: list[str], model: str) -> list[str]:
 
 def plan(recipe: str, shape: str, engine: str | None = None) -> dict[str, object]:
     """The runner's plan for `recipe`; one line (SystemExit) for a recipe the twin cannot serve."""
-    loaded = load_recipe(recipe)
+    loaded = resolve_recipe(recipe)
     if loaded.recipe.engine.flavour != "cuda":
         sys.exit(
             f"gpu-twin: {recipe} is a CPU recipe (engine.flavour {loaded.recipe.engine.flavour}); "
