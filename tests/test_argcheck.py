@@ -16,7 +16,7 @@ from kiln.domain.imagecheck.launch_arg_check import Job, _ProbeAnswer, _Refusal
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import load_recipe
 from kiln.domain.serving.launch_command import _vllm_argv
-from kiln.inimage import launch_arg_probe
+from kiln.inimage import launch_arg_probe, launch_arg_vllm
 
 ALL_STAGES = ("parse", "serve", "engine-args", "config", "speculative", "env")
 
@@ -182,7 +182,7 @@ def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
                     "speculative",
                     complaint,
                     group=_group_of(job, "launch.speculative_config"),
-                    key=launch_arg_probe._SCHEDULE_KEY,
+                    key=launch_arg_vllm._SCHEDULE_KEY,
                 )
             ),
         )
@@ -357,18 +357,18 @@ def _stand_in_speculative_config():
 )
 def test_probe_runs_the_model_free_whole_config_checks(spec, expected):
     cls = _stand_in_speculative_config()
-    inst = launch_arg_probe._FieldCheck().instance(cls, dict(spec))
-    assert launch_arg_probe._speculative_whole(cls, inst, spec) == expected
+    inst = launch_arg_vllm._FieldCheck().instance(cls, dict(spec))
+    assert launch_arg_vllm._speculative_whole(cls, inst, spec) == expected
 
 
 def test_probe_names_the_key_a_complaint_names_first():
     spec = {"method": "x", "num_speculative_tokens": 3, "synthetic_acceptance_rates": [1.0]}
     assert (
-        launch_arg_probe._named_key("synthetic_acceptance_rates must have length 3 (num_speculative_tokens)", spec)
+        launch_arg_vllm._named_key("synthetic_acceptance_rates must have length 3 (num_speculative_tokens)", spec)
         == "synthetic_acceptance_rates"
     )
     # a key inside a longer name is not named: rejection_sample_method is not `method`
-    assert launch_arg_probe._named_key("rejection_sample_method='synthetic' needs a rate", spec) is None
+    assert launch_arg_vllm._named_key("rejection_sample_method='synthetic' needs a rate", spec) is None
 
 
 def test_probe_tidies_pydantic_reports_into_one_line():
@@ -377,17 +377,59 @@ def test_probe_tidies_pydantic_reports_into_one_line():
         "    For further information visit https://errors.pydantic.dev/2.14/v/x"
     )
     assert (
-        launch_arg_probe._tidy(text)
+        launch_arg_vllm._tidy(text)
         == "1 validation error for CompilationConfig levle Unexpected keyword argument [type=x]"
     )
-    assert len(launch_arg_probe._tidy("y" * 5000)) == launch_arg_probe._MAX_MESSAGE + 3
+    assert len(launch_arg_vllm._tidy("y" * 5000)) == launch_arg_vllm._MAX_MESSAGE + 3
 
 
-def test_probe_imports_nothing_of_kiln():
-    """launch_arg_probe runs alone inside engine images, where kiln is not installed."""
+@pytest.mark.parametrize("module", [launch_arg_vllm, launch_arg_probe], ids=lambda m: m.__name__)
+def test_probe_imports_nothing_of_kiln(module):
+    """The probe's modules run alone inside engine images, where kiln is not installed."""
     import ast
 
-    tree = ast.parse(Path(launch_arg_probe.__file__).read_text())
+    tree = ast.parse(Path(module.__file__).read_text())
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     assert names and not [n for n in names if n == "kiln" or n.startswith("kiln.")], names
+
+
+def test_the_probe_script_runs_alone_as_sent(tmp_path, clean_env):
+    """The exact text launch_arg_check sends, run as `python -c` the way an engine image runs
+    it, in a stand-in engine: this host's python (no vLLM) and this checkout's kiln-engine,
+    kiln itself out of reach. The entry point finds launch_arg_vllm's names in the text
+    before it, not by importing it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    request = {"jobs": [{"groups": [["serve", "m"]], "env": {"KILN_DRAFT_TRUNC_TAU": "2"}}]}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "engine"), launch_arg_probe.REQUEST_ENV: json.dumps(request)}
+    done = subprocess.run(
+        [sys.executable, "-c", launch_arg_check._PROBE],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith(launch_arg_probe.MARKER + " "))
+    answer = json.loads(line.removeprefix(launch_arg_probe.MARKER + " "))
+    assert answer["version"] is None and answer["kiln_engine"] is not None
+    assert answer["jobs"] == [
+        {
+            "problems": [
+                {
+                    "stage": "env",
+                    "group": None,
+                    "key": None,
+                    "var": "KILN_DRAFT_TRUNC_TAU",
+                    "message": "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_TAU='2': must lie in [0, 1]",
+                }
+            ],
+            "stages": ["env"],
+        }
+    ]

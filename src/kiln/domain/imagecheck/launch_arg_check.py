@@ -49,7 +49,10 @@ _ANSWER_SCHEMA = 1  # of the per-command-line answer cache
 # running): a wait too short for a loaded host fails `kiln check` and `kiln build`
 # although the command line is fine. The probe is bounded by its own work, not by this.
 _TIMEOUT_S = 900
-_PROBE = inimage.source("launch_arg_probe").read_text()
+# The probe's one script: vLLM's checks, then the entry point that uses them and runs last
+# (launch_arg_probe.py). Its digest is that of the exact text sent: a change to either
+# module asks every engine image again.
+_PROBE = inimage.script("launch_arg_vllm", "launch_arg_probe")
 _PROBE_DIGEST = hashlib.sha256(_PROBE.encode()).hexdigest()
 # The probe container's own env (launch_arg_probe._PROBE_ENV names them; the server never sees
 # them). No plugins: kiln-engine's plugin would check the probe's env, not the recipe's,
