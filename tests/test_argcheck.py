@@ -15,6 +15,7 @@ from kiln.domain.imagecheck import launch_arg_check
 from kiln.domain.imagecheck.launch_arg_check import Job, _ProbeAnswer, _Refusal
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import load_recipe
+from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.domain.serving.launch_command import _vllm_argv
 from kiln.inimage import launch_arg_probe, launch_arg_vllm
 
@@ -66,7 +67,8 @@ def _group_of(job: Job, field: str) -> int:
 def test_parts_add_up_to_the_exact_argv_of_every_recipe():
     for name in ("tiny-moe", "tiny-kindling", "glm53-kindling", "glm53-kindling-2node"):
         loaded = load_recipe(REPO / "recipes" / name)
-        job = Job.of(loaded)
+        recipe = ResolvedRecipe(loaded)
+        job = Job.of(recipe)
         assert [t for p in job.parts for t in p.tokens] == _vllm_argv(loaded.recipe)
         assert job.parts[0].tokens[0] == "serve" and all(p.tokens[0].startswith("--") for p in job.parts[1:])
         # every part names a place in recipe.yaml that exists
@@ -78,11 +80,12 @@ def test_a_flag_refusal_names_its_recipe_line_flag_value_and_complaint(tmp_path)
     loaded = load_recipe(
         _copy(tmp_path, "tiny-moe", {"    max-model-len: 512\n": '    max-model-len: "512; touch /tmp/pwned"\n'})
     )
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     complaint = "argument --max-model-len: invalid human_readable_int_or_auto value: '512; touch /tmp/pwned'"
     answer = _answer(_Refusal("parse", complaint, group=_group_of(job, "launch.args.max-model-len")))
     line = loaded.line_of("launch", "args", "max-model-len")
-    assert launch_arg_check._launch_problems(loaded, _accepted(loaded), job, answer) == [
+    assert launch_arg_check._launch_problems(recipe, _accepted(loaded), job, answer) == [
         (
             f"recipes/tiny-moe/recipe.yaml:{line}: launch.args.max-model-len: vLLM 0.32.0 refuses "
             f"--max-model-len '512; touch /tmp/pwned': {complaint}"
@@ -92,12 +95,13 @@ def test_a_flag_refusal_names_its_recipe_line_flag_value_and_complaint(tmp_path)
 
 def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     group = _group_of(job, "launch.speculative_config")
     found = [
         p.line
         for p in launch_arg_check._value_problems(
-            loaded,
+            recipe,
             job,
             _answer(
                 _Refusal(
@@ -131,11 +135,12 @@ def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
 
 def test_env_refusals_name_the_recipe_env_line_or_the_override_line(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-kindling", {}))
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     found = [
         p.line
         for p in launch_arg_check._value_problems(
-            loaded,
+            recipe,
             job,
             _answer(
                 _Refusal(
@@ -165,17 +170,37 @@ def test_env_refusals_name_the_recipe_env_line_or_the_override_line(tmp_path):
     ]
 
 
+def test_env_refusals_are_placed_with_the_overrides_the_recipe_resolved(tmp_path, monkeypatch):
+    """The env's lines come from the resolved recipe's features (Job.of read them): mapping a
+    refusal loads no override again."""
+    from kiln.domain.recipes import overrides
+
+    recipe = ResolvedRecipe(load_recipe(_copy(tmp_path, "tiny-kindling", {})))
+    job = Job.of(recipe)
+
+    def again(path, model):
+        raise AssertionError(f"{path}: read a second time")
+
+    monkeypatch.setattr(overrides, "load_validated", again)  # what every load_override reads with
+    (problem,) = launch_arg_check._value_problems(
+        recipe, job, _answer(_Refusal("env", "kiln-engine: bad", var="KILN_DRAFT_TRUNC_MIN_KEEP"))
+    )
+    assert problem.where.startswith("recipes/glm53-kindling/experimental/draft-trunc/override.yaml:")
+    assert problem.field == "env.KILN_DRAFT_TRUNC_MIN_KEEP"
+
+
 def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
     schedule = "    num_speculative_tokens_per_batch_size: [[0, 4, 3]]\n"
     loaded = load_recipe(
         _copy(tmp_path, "tiny-moe", {"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 3\n" + schedule})
     )
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     complaint = "dynamic speculation schedule: Batch-size range (0, 4) must be positive."
     (line,) = [
         p.line
         for p in launch_arg_check._value_problems(
-            loaded,
+            recipe,
             job,
             _answer(
                 _Refusal(
@@ -197,11 +222,12 @@ def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
 
 def test_a_refusal_of_the_whole_line_names_the_launch_block(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     found = [
         p.line
         for p in launch_arg_check._value_problems(
-            loaded, job, _answer(_Refusal("engine-args", "ValueError: no"), _Refusal("parse", "stale", group=99))
+            recipe, job, _answer(_Refusal("engine-args", "ValueError: no"), _Refusal("parse", "stale", group=99))
         )
     ]
     line = loaded.line_of("launch")
@@ -217,7 +243,8 @@ def test_a_wrong_flag_name_is_said_once(tmp_path):
     loaded = load_recipe(
         _copy(tmp_path, "tiny-moe", {"    dtype: bfloat16\n": "    dtype: bfloat16\n    max-model-lenght: 5\n"})
     )
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     accepted = _accepted(loaded)
     del accepted.flags["max-model-lenght"]
     answer = _answer(
@@ -227,7 +254,7 @@ def test_a_wrong_flag_name_is_said_once(tmp_path):
             group=_group_of(job, "launch.args.max-model-lenght"),
         )
     )
-    found = launch_arg_check._launch_problems(loaded, accepted, job, answer)
+    found = launch_arg_check._launch_problems(recipe, accepted, job, answer)
     assert len(found) == 1 and found[0].endswith(
         "launch.args.max-model-lenght: vLLM 0.32.0 does not accept --max-model-lenght"
     )
@@ -236,9 +263,10 @@ def test_a_wrong_flag_name_is_said_once(tmp_path):
 def test_a_long_value_is_shortened_in_the_line(tmp_path):
     long = "x" * 5000
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    dtype: bfloat16\n": f"    dtype: {long}\n"}))
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     answer = _answer(_Refusal("parse", "argument --dtype: invalid choice", group=_group_of(job, "launch.args.dtype")))
-    (line,) = launch_arg_check._launch_problems(loaded, _accepted(loaded), job, answer)
+    (line,) = launch_arg_check._launch_problems(recipe, _accepted(loaded), job, answer)
     assert len(line) < 400 and "..." in line
 
 
@@ -256,7 +284,8 @@ def test_the_cache_key_follows_the_command_line_and_env(tmp_path):
     same = load_recipe(
         _copy(tmp_path / "c", "tiny-moe", {"launch:\n": "# a comment moves the lines, not the argv\nlaunch:\n"})
     )
-    assert Job.of(loaded).digest == Job.of(same).digest != Job.of(other).digest
+    loaded_job, same_job, other_job = (Job.of(ResolvedRecipe(r)) for r in (loaded, same, other))
+    assert loaded_job.digest == same_job.digest != other_job.digest
 
 
 # -- launch_arg_probe's env stage, with this checkout's kiln-engine --------------------------
