@@ -44,6 +44,7 @@ from kiln.domain.images.definitions import resolve
 from kiln.domain.images.engine_image import LOCK_ARC
 from kiln.domain.images.image_naming import platform_suffix
 from kiln.domain.locks import engine_lock
+from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.infra.docker import DockerDaemon
 
 NAME = "glm53-kindling"
@@ -280,7 +281,7 @@ def run_checks(docker, loaded, engine_id: str, recipe_id: str | None, platform: 
         code, out = in_image(docker, recipe_id, "-c", RUNNER_CHECK)
         check("import of the patched GPU runner (recipe image)", code == 0, out)
     try:
-        found = launch_arg_check.check_engine_image(docker, loaded, engine_id)  # names, values, knobs
+        found = launch_arg_check.check_engine_image(docker, ResolvedRecipe(loaded), engine_id)  # names, values, knobs
         check("launch command against the engine's own vLLM parser", not found, "\n".join(found) or "all accepted")
     except KilnError as exc:
         check("launch command against the engine's own vLLM parser", False, exc.message)

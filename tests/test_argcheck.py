@@ -15,8 +15,9 @@ from kiln.domain.imagecheck import launch_arg_check
 from kiln.domain.imagecheck.launch_arg_check import Job, _ProbeAnswer, _Refusal
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import load_recipe
+from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.domain.serving.launch_command import _vllm_argv
-from kiln.inimage import launch_arg_probe
+from kiln.inimage import launch_arg_probe, launch_arg_vllm
 
 ALL_STAGES = ("parse", "serve", "engine-args", "config", "speculative", "env")
 
@@ -66,7 +67,8 @@ def _group_of(job: Job, field: str) -> int:
 def test_parts_add_up_to_the_exact_argv_of_every_recipe():
     for name in ("tiny-moe", "tiny-kindling", "glm53-kindling", "glm53-kindling-2node"):
         loaded = load_recipe(REPO / "recipes" / name)
-        job = Job.of(loaded)
+        recipe = ResolvedRecipe(loaded)
+        job = Job.of(recipe)
         assert [t for p in job.parts for t in p.tokens] == _vllm_argv(loaded.recipe)
         assert job.parts[0].tokens[0] == "serve" and all(p.tokens[0].startswith("--") for p in job.parts[1:])
         # every part names a place in recipe.yaml that exists
@@ -78,11 +80,12 @@ def test_a_flag_refusal_names_its_recipe_line_flag_value_and_complaint(tmp_path)
     loaded = load_recipe(
         _copy(tmp_path, "tiny-moe", {"    max-model-len: 512\n": '    max-model-len: "512; touch /tmp/pwned"\n'})
     )
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     complaint = "argument --max-model-len: invalid human_readable_int_or_auto value: '512; touch /tmp/pwned'"
     answer = _answer(_Refusal("parse", complaint, group=_group_of(job, "launch.args.max-model-len")))
     line = loaded.line_of("launch", "args", "max-model-len")
-    assert launch_arg_check._launch_problems(loaded, _accepted(loaded), job, answer) == [
+    assert launch_arg_check._launch_problems(recipe, _accepted(loaded), job, answer) == [
         (
             f"recipes/tiny-moe/recipe.yaml:{line}: launch.args.max-model-len: vLLM 0.32.0 refuses "
             f"--max-model-len '512; touch /tmp/pwned': {complaint}"
@@ -92,12 +95,13 @@ def test_a_flag_refusal_names_its_recipe_line_flag_value_and_complaint(tmp_path)
 
 def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     group = _group_of(job, "launch.speculative_config")
     found = [
         p.line
         for p in launch_arg_check._value_problems(
-            loaded,
+            recipe,
             job,
             _answer(
                 _Refusal(
@@ -131,11 +135,12 @@ def test_speculative_key_refusals_name_the_key_line_or_the_draft_path(tmp_path):
 
 def test_env_refusals_name_the_recipe_env_line_or_the_override_line(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-kindling", {}))
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     found = [
         p.line
         for p in launch_arg_check._value_problems(
-            loaded,
+            recipe,
             job,
             _answer(
                 _Refusal(
@@ -165,24 +170,44 @@ def test_env_refusals_name_the_recipe_env_line_or_the_override_line(tmp_path):
     ]
 
 
+def test_env_refusals_are_placed_with_the_overrides_the_recipe_resolved(tmp_path, monkeypatch):
+    """The env's lines come from the resolved recipe's features (Job.of read them): mapping a
+    refusal loads no override again."""
+    from kiln.domain.recipes import overrides
+
+    recipe = ResolvedRecipe(load_recipe(_copy(tmp_path, "tiny-kindling", {})))
+    job = Job.of(recipe)
+
+    def again(path, model):
+        raise AssertionError(f"{path}: read a second time")
+
+    monkeypatch.setattr(overrides, "load_validated", again)  # what every load_override reads with
+    (problem,) = launch_arg_check._value_problems(
+        recipe, job, _answer(_Refusal("env", "kiln-engine: bad", var="KILN_DRAFT_TRUNC_MIN_KEEP"))
+    )
+    assert problem.where.startswith("recipes/glm53-kindling/experimental/draft-trunc/override.yaml:")
+    assert problem.field == "env.KILN_DRAFT_TRUNC_MIN_KEEP"
+
+
 def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
     schedule = "    num_speculative_tokens_per_batch_size: [[0, 4, 3]]\n"
     loaded = load_recipe(
         _copy(tmp_path, "tiny-moe", {"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 3\n" + schedule})
     )
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     complaint = "dynamic speculation schedule: Batch-size range (0, 4) must be positive."
     (line,) = [
         p.line
         for p in launch_arg_check._value_problems(
-            loaded,
+            recipe,
             job,
             _answer(
                 _Refusal(
                     "speculative",
                     complaint,
                     group=_group_of(job, "launch.speculative_config"),
-                    key=launch_arg_probe._SCHEDULE_KEY,
+                    key=launch_arg_vllm._SCHEDULE_KEY,
                 )
             ),
         )
@@ -197,11 +222,12 @@ def test_a_schedule_refusal_names_its_key_line_and_value(tmp_path):
 
 def test_a_refusal_of_the_whole_line_names_the_launch_block(tmp_path):
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {}))
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     found = [
         p.line
         for p in launch_arg_check._value_problems(
-            loaded, job, _answer(_Refusal("engine-args", "ValueError: no"), _Refusal("parse", "stale", group=99))
+            recipe, job, _answer(_Refusal("engine-args", "ValueError: no"), _Refusal("parse", "stale", group=99))
         )
     ]
     line = loaded.line_of("launch")
@@ -217,7 +243,8 @@ def test_a_wrong_flag_name_is_said_once(tmp_path):
     loaded = load_recipe(
         _copy(tmp_path, "tiny-moe", {"    dtype: bfloat16\n": "    dtype: bfloat16\n    max-model-lenght: 5\n"})
     )
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     accepted = _accepted(loaded)
     del accepted.flags["max-model-lenght"]
     answer = _answer(
@@ -227,7 +254,7 @@ def test_a_wrong_flag_name_is_said_once(tmp_path):
             group=_group_of(job, "launch.args.max-model-lenght"),
         )
     )
-    found = launch_arg_check._launch_problems(loaded, accepted, job, answer)
+    found = launch_arg_check._launch_problems(recipe, accepted, job, answer)
     assert len(found) == 1 and found[0].endswith(
         "launch.args.max-model-lenght: vLLM 0.32.0 does not accept --max-model-lenght"
     )
@@ -236,9 +263,10 @@ def test_a_wrong_flag_name_is_said_once(tmp_path):
 def test_a_long_value_is_shortened_in_the_line(tmp_path):
     long = "x" * 5000
     loaded = load_recipe(_copy(tmp_path, "tiny-moe", {"    dtype: bfloat16\n": f"    dtype: {long}\n"}))
-    job = Job.of(loaded)
+    recipe = ResolvedRecipe(loaded)
+    job = Job.of(recipe)
     answer = _answer(_Refusal("parse", "argument --dtype: invalid choice", group=_group_of(job, "launch.args.dtype")))
-    (line,) = launch_arg_check._launch_problems(loaded, _accepted(loaded), job, answer)
+    (line,) = launch_arg_check._launch_problems(recipe, _accepted(loaded), job, answer)
     assert len(line) < 400 and "..." in line
 
 
@@ -256,7 +284,8 @@ def test_the_cache_key_follows_the_command_line_and_env(tmp_path):
     same = load_recipe(
         _copy(tmp_path / "c", "tiny-moe", {"launch:\n": "# a comment moves the lines, not the argv\nlaunch:\n"})
     )
-    assert Job.of(loaded).digest == Job.of(same).digest != Job.of(other).digest
+    loaded_job, same_job, other_job = (Job.of(ResolvedRecipe(r)) for r in (loaded, same, other))
+    assert loaded_job.digest == same_job.digest != other_job.digest
 
 
 # -- launch_arg_probe's env stage, with this checkout's kiln-engine --------------------------
@@ -357,18 +386,18 @@ def _stand_in_speculative_config():
 )
 def test_probe_runs_the_model_free_whole_config_checks(spec, expected):
     cls = _stand_in_speculative_config()
-    inst = launch_arg_probe._FieldCheck().instance(cls, dict(spec))
-    assert launch_arg_probe._speculative_whole(cls, inst, spec) == expected
+    inst = launch_arg_vllm._FieldCheck().instance(cls, dict(spec))
+    assert launch_arg_vllm._speculative_whole(cls, inst, spec) == expected
 
 
 def test_probe_names_the_key_a_complaint_names_first():
     spec = {"method": "x", "num_speculative_tokens": 3, "synthetic_acceptance_rates": [1.0]}
     assert (
-        launch_arg_probe._named_key("synthetic_acceptance_rates must have length 3 (num_speculative_tokens)", spec)
+        launch_arg_vllm._named_key("synthetic_acceptance_rates must have length 3 (num_speculative_tokens)", spec)
         == "synthetic_acceptance_rates"
     )
     # a key inside a longer name is not named: rejection_sample_method is not `method`
-    assert launch_arg_probe._named_key("rejection_sample_method='synthetic' needs a rate", spec) is None
+    assert launch_arg_vllm._named_key("rejection_sample_method='synthetic' needs a rate", spec) is None
 
 
 def test_probe_tidies_pydantic_reports_into_one_line():
@@ -377,17 +406,59 @@ def test_probe_tidies_pydantic_reports_into_one_line():
         "    For further information visit https://errors.pydantic.dev/2.14/v/x"
     )
     assert (
-        launch_arg_probe._tidy(text)
+        launch_arg_vllm._tidy(text)
         == "1 validation error for CompilationConfig levle Unexpected keyword argument [type=x]"
     )
-    assert len(launch_arg_probe._tidy("y" * 5000)) == launch_arg_probe._MAX_MESSAGE + 3
+    assert len(launch_arg_vllm._tidy("y" * 5000)) == launch_arg_vllm._MAX_MESSAGE + 3
 
 
-def test_probe_imports_nothing_of_kiln():
-    """launch_arg_probe runs alone inside engine images, where kiln is not installed."""
+@pytest.mark.parametrize("module", [launch_arg_vllm, launch_arg_probe], ids=lambda m: m.__name__)
+def test_probe_imports_nothing_of_kiln(module):
+    """The probe's modules run alone inside engine images, where kiln is not installed."""
     import ast
 
-    tree = ast.parse(Path(launch_arg_probe.__file__).read_text())
+    tree = ast.parse(Path(module.__file__).read_text())
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     assert names and not [n for n in names if n == "kiln" or n.startswith("kiln.")], names
+
+
+def test_the_probe_script_runs_alone_as_sent(tmp_path, clean_env):
+    """The exact text launch_arg_check sends, run as `python -c` the way an engine image runs
+    it, in a stand-in engine: this host's python (no vLLM) and this checkout's kiln-engine,
+    kiln itself out of reach. The entry point finds launch_arg_vllm's names in the text
+    before it, not by importing it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    request = {"jobs": [{"groups": [["serve", "m"]], "env": {"KILN_DRAFT_TRUNC_TAU": "2"}}]}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "engine"), launch_arg_probe.REQUEST_ENV: json.dumps(request)}
+    done = subprocess.run(
+        [sys.executable, "-c", launch_arg_check._PROBE],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith(launch_arg_probe.MARKER + " "))
+    answer = json.loads(line.removeprefix(launch_arg_probe.MARKER + " "))
+    assert answer["version"] is None and answer["kiln_engine"] is not None
+    assert answer["jobs"] == [
+        {
+            "problems": [
+                {
+                    "stage": "env",
+                    "group": None,
+                    "key": None,
+                    "var": "KILN_DRAFT_TRUNC_TAU",
+                    "message": "kiln-engine: draft-trunc: KILN_DRAFT_TRUNC_TAU='2': must lie in [0, 1]",
+                }
+            ],
+            "stages": ["env"],
+        }
+    ]

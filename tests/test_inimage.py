@@ -5,8 +5,11 @@ probes: the engine image's own vLLM, torch, pydantic and kiln-engine. `source()`
 one way its files are shipped."""
 
 import ast
+import hashlib
+import json
 import sys
 from pathlib import PurePosixPath
+from types import SimpleNamespace
 
 import pytest
 
@@ -90,9 +93,68 @@ def test_source_names_the_shipped_files():
         "patch_format",
         "hf_cache",
         "launch_arg_probe",
+        "launch_arg_vllm",
         "sbom_reader",
     }
-    assert inimage.source("launch_arg_probe").read_text() == launch_arg_check._PROBE
+    assert inimage.script("launch_arg_vllm", "launch_arg_probe") == launch_arg_check._PROBE
     assert sbom._inimage_script() == inimage.source("sbom_reader").read_text(encoding="utf-8")
     with pytest.raises(FileNotFoundError, match=r"kiln.inimage has no module 'nope'"):
         inimage.source("nope")
+
+
+_FUTURE = "from __future__ import annotations\n"
+
+
+def test_the_launch_probe_is_one_script_of_its_modules_in_order():
+    """Sent as one `python -c` text: vLLM's checks, then the entry point with its
+    `__future__` line left out (only the first may have one, and it covers the whole text).
+    That text is valid Python and its digest is what the answer cache keys on."""
+    vllm_part = inimage.source("launch_arg_vllm").read_text()
+    entry = inimage.source("launch_arg_probe").read_text()
+    text = launch_arg_check._PROBE
+    assert _FUTURE in vllm_part and _FUTURE in entry
+    assert text == vllm_part + "\n" + entry.replace(_FUTURE, "", 1)
+    assert text.count(_FUTURE) == 1
+    compile(text, "<launch probe>", "exec")
+    assert hashlib.sha256(text.encode()).hexdigest() == launch_arg_check._PROBE_DIGEST
+
+
+def test_the_launch_probe_sends_the_text_its_cache_keys_on():
+    sent = []
+
+    def run_script(image_id, script, **kw):
+        sent.append(script)
+        return {"version": None, "kiln_engine": None, "jobs": []}
+
+    docker = SimpleNamespace(run_script=run_script)
+    launch_arg_check._probe(docker, "sha256:" + "a" * 64, dump=True, jobs=[])
+    assert [hashlib.sha256(s.encode()).hexdigest() for s in sent] == [launch_arg_check._PROBE_DIGEST]
+    job = launch_arg_check.Job(parts=(), env={})
+    key = json.dumps({"probe": launch_arg_check._PROBE_DIGEST, "job": job.request()}, sort_keys=True)
+    assert job.digest == hashlib.sha256(key.encode()).hexdigest()
+
+
+def _top_level_names(path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in _module_level(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def test_the_launch_probe_modules_bind_no_name_twice():
+    """One namespace in the script: a name bound by both modules would be the second's there
+    and each module's own on the host."""
+    assert (
+        _top_level_names(inimage.source("launch_arg_vllm")) & _top_level_names(inimage.source("launch_arg_probe"))
+        == set()
+    )
+
+
+def test_a_script_needs_each_module_future_line_once():
+    with pytest.raises(ValueError, match=r"kiln.inimage.__init__: needs `from __future__ import annotations` once"):
+        inimage.script("launch_arg_probe", "__init__")

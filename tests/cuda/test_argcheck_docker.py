@@ -244,7 +244,7 @@ def test_the_engine_leaves_the_draft_count_open_so_kiln_bounds_it(tmp_path, dock
     import json
 
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    job = launch_arg_check.Job.of(_load(_recipe(tmp_path)))
+    job = launch_arg_check.Job.of(ResolvedRecipe(_load(_recipe(tmp_path))))
     parts = tuple(
         dataclasses.replace(
             p,
@@ -303,28 +303,28 @@ def test_shipped_cpu_recipes_pass_the_value_check(docker_daemon, cpu_engine_id):
     from kiln.basics.paths import recipes_dir
 
     for name in ("tiny-moe", "tiny-kindling"):
-        loaded = _load(recipes_dir() / name)
-        job = launch_arg_check.Job.of(loaded)
+        recipe = ResolvedRecipe(_load(recipes_dir() / name))
+        job = launch_arg_check.Job.of(recipe)
         accepted, answer = launch_arg_check._ask(docker_daemon, cpu_engine_id, job)
         assert answer.version.startswith("0.32.0") and answer.kiln_engine, answer
         # every stage ran: the parser, serve's checks, EngineArgs, the config fields, the
         # speculative config and kiln-engine's knobs (tiny-kindling switches draft-trunc on)
         assert answer.stages == ("parse", "serve", "engine-args", "config", "speculative", "env"), answer
-        assert launch_arg_check._launch_problems(loaded, accepted, job, answer) == [], name
+        assert launch_arg_check._launch_problems(recipe, accepted, job, answer) == [], name
 
 
 def test_answer_is_cached_per_command_line(tmp_path, docker_daemon, cpu_engine_id, monkeypatch):
     """A second check of the same argv asks no container; a changed value does."""
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "cache"))
-    loaded = _load(_recipe(tmp_path, replace={"    max-num-seqs: 8\n": "    max-num-seqs: 0\n"}))
+    recipe = ResolvedRecipe(_load(_recipe(tmp_path, replace={"    max-num-seqs: 8\n": "    max-num-seqs: 0\n"})))
     runs = []
     real = docker_daemon.run_script
     monkeypatch.setattr(docker_daemon, "run_script", lambda *a, **kw: runs.append(1) or real(*a, **kw))
-    first = launch_arg_check.check_engine_image(docker_daemon, loaded, cpu_engine_id)
+    first = launch_arg_check.check_engine_image(docker_daemon, recipe, cpu_engine_id)
     assert len(runs) == 1 and len(first) == 1 and "SchedulerConfig.max_num_seqs" in first[0], first
-    assert launch_arg_check.check_engine_image(docker_daemon, loaded, cpu_engine_id) == first
+    assert launch_arg_check.check_engine_image(docker_daemon, recipe, cpu_engine_id) == first
     assert len(runs) == 1
-    other = _load(_recipe(tmp_path / "b", replace={"    max-num-seqs: 8\n": "    max-num-seqs: 4\n"}))
+    other = ResolvedRecipe(_load(_recipe(tmp_path / "b", replace={"    max-num-seqs: 8\n": "    max-num-seqs: 4\n"})))
     assert launch_arg_check.check_engine_image(docker_daemon, other, cpu_engine_id) == []
     assert len(runs) == 2
     assert re.fullmatch(

@@ -41,9 +41,10 @@ buffers ``prepare`` allocates), ``_startup`` (``check_config``, ``refuse_runner`
 ``_drafting`` (``begin_drafting``, ``stop_drafting``, ``draft_time``), ``_av``
 (``av_confidences``), ``_tenant`` (``note_request``, ``target_only_settings``), ``_reporting``
 (``log_step``, the trace); below them ``_env`` (the knobs), ``_config_check``,
-``_cost`` (the cost model), ``_stats``/``_metrics`` (statistics and counters) and
-what runs on the device, in ``_kernels``: the kernels and their launchers, their
-Triton building blocks, their buffers and Triton's decorator, typed.
+``_cost`` (the cost model), ``_stats``/``_metrics`` (statistics and counters;
+``_host_copy``, the flush ``_stats`` and ``_av_stats`` share) and what runs on the
+device, in ``_kernels``: the kernels and their launchers, their Triton building blocks,
+their buffers and Triton's decorator, typed.
 
 Importing this module is cheap and imports neither vLLM nor torch; with
 ``KILN_DRAFT_TRUNC`` unset every entry point returns at once.

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 
 import torch
 
+from ._host_copy import start_host_copy
 from ._kernels.av import STATS
 from ._metrics import FeatureCounters
 
@@ -129,10 +130,7 @@ class AvStats:
             self._flush()
 
     def _flush(self) -> None:
-        self.host.copy_(self.acc, non_blocking=self.event is not None)
-        self.acc.zero_()
-        if self.event is not None:
-            self.event.record()
+        start_host_copy(self.acc, self.host, self.event)
         self.in_flight, self.counts = self.counts, dict.fromkeys(HOST_FIELDS, 0.0)
         self.poll()
 

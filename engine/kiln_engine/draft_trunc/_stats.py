@@ -13,6 +13,7 @@ from typing import NamedTuple
 
 import torch
 
+from ._host_copy import start_host_copy
 from ._metrics import FeatureCounters
 
 logger = logging.getLogger("kiln_engine.draft_trunc")
@@ -142,10 +143,7 @@ class StepStats:
             self._flush()
 
     def _flush(self) -> None:
-        self.host.copy_(self.acc, non_blocking=self.event is not None)
-        self.acc.zero_()
-        if self.event is not None:
-            self.event.record()
+        start_host_copy(self.acc, self.host, self.event)
         self.pending = True
         self.poll()
 

@@ -1,9 +1,9 @@
-"""The request and the answer of the launch-argument probe (launch_arg_probe.py, which runs
-inside an engine image; kiln.domain.imagecheck.launch_arg_check sends the one and reads the
-other).
+"""The request and the answer of the launch-argument probe (launch_arg_probe.py with
+launch_arg_vllm.py, which run inside an engine image; kiln.domain.imagecheck.launch_arg_check
+sends the one and reads the other).
 
 The probe names these types for the type checker only: it is sent alone, as
-`python -c <its text>`, so nothing here is imported where it runs.
+`python -c <its text>` (its two modules joined), so nothing here is imported where it runs.
 
 The request is JSON in $KILN_ARGPROBE. A job's groups, concatenated, are the exact `vllm`
 argv a recipe image runs (group 0 is `serve MODEL`, every other group one flag and its

@@ -184,7 +184,7 @@ def build_recipe(
         log.ok(f"engine {engine_image.tag} up to date")
     else:
         _summary("engine image built", engine_outcome, engine_outcome.seconds)
-    declared_engine.preflight_launch_args(images.loaded, engine_outcome.image_id, docker)
+    declared_engine.preflight_launch_args(recipe, engine_outcome.image_id, docker)
     outcome = run_build(docker, _recipe_build(docker, images), engine_image.ca.get(), nocache=nocache)
     if not quiet_summary:
         _summary(
@@ -214,7 +214,7 @@ def _recipe_build(docker: DockerDaemon, images: RecipeImages) -> ImageBuild:
         max_size_gb=loaded.recipe.budgets.max_image_size_gb,
         source_date=recipe_image.source_date,
         # the engine really is the declared one and accepts the launch args (declared_engine)
-        check=lambda image: declared_engine.verify(loaded, image, docker),
+        check=lambda image: declared_engine.verify(recipe_image.resolved, image, docker),
         platform=recipe_image.platform,
         parent=recipe_image.buildargs()["KILN_ENGINE_IMAGE"],
         lock_file=recipe_image.lock_file if recipe_image.lock is not None else None,

@@ -31,7 +31,7 @@ from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.feature_registry import engine_features
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.recipe_sections import Smoke
-from kiln.domain.recipes.resolved import resolve_recipe
+from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
 from kiln.domain.recipes.topology import Topology, effective, split_over_nodes
 from kiln.domain.serving.launch_command import RunSpec
 from kiln.domain.serving.multi_node import NodeGroup, node_specs
@@ -243,7 +243,7 @@ def _in_image_smoke(
     run = SmokeRun()
     for check_name, ok, detail in in_image_smoke.judge(facts, want):
         run.check(check_name, partial(_fact, ok, detail))
-    run.check("launch_args", lambda: _launch_accepted(docker, loaded, image_id))
+    run.check("launch_args", lambda: _launch_accepted(docker, recipe_image.resolved, image_id))
     evidence = SmokeRecord(
         recipe=loaded.name,
         image_id=image_id,
@@ -282,8 +282,8 @@ def _fact(ok: bool, detail: str) -> tuple[None, str]:
     return None, detail
 
 
-def _launch_accepted(docker: DockerDaemon, loaded: LoadedRecipe, image_id: str) -> tuple[None, str]:
-    problems = launch_arg_check.check_image(docker, loaded, docker.require_image(image_id))
+def _launch_accepted(docker: DockerDaemon, recipe: ResolvedRecipe, image_id: str) -> tuple[None, str]:
+    problems = launch_arg_check.check_image(docker, recipe, docker.require_image(image_id))
     require(not problems, "; ".join(problems))
     return None, "the engine's own vLLM parser accepts the launch command"
 

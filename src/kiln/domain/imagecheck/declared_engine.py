@@ -12,6 +12,7 @@ from kiln.basics.errors import EngineMismatch, LaunchArgInvalid
 from kiln.domain.imagecheck import launch_arg_check
 from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.recipes.recipe import LoadedRecipe
+from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.infra.docker import DockerDaemon, Image
 
 
@@ -20,22 +21,22 @@ def _same_release(declared: str, found: str) -> bool:
     return found == declared or found.split("+", 1)[0] == declared.split("+", 1)[0]
 
 
-def verify(loaded: LoadedRecipe, image: Image, docker: DockerDaemon) -> None:
-    verify_labels(loaded, image)
-    _verify_launch_args(loaded, image, docker)
+def verify(recipe: ResolvedRecipe, image: Image, docker: DockerDaemon) -> None:
+    verify_labels(recipe.loaded, image)
+    _verify_launch_args(recipe, image, docker)
 
 
-def _verify_launch_args(loaded: LoadedRecipe, image: Image, docker: DockerDaemon) -> None:
-    problems = launch_arg_check.check_image(docker, loaded, image)
+def _verify_launch_args(recipe: ResolvedRecipe, image: Image, docker: DockerDaemon) -> None:
+    problems = launch_arg_check.check_image(docker, recipe, image)
     if problems:
         raise LaunchArgInvalid(problems)
 
 
-def preflight_launch_args(loaded: LoadedRecipe, engine_image_id: str, docker: DockerDaemon) -> None:
+def preflight_launch_args(recipe: ResolvedRecipe, engine_image_id: str, docker: DockerDaemon) -> None:
     """The same check against the engine image, before the recipe image is built on it:
     a refused flag, value or feature knob fails in seconds, not after the model is baked
     in. `verify` then reads the cached answer (same engine image, same command line)."""
-    problems = launch_arg_check.check_engine_image(docker, loaded, engine_image_id)
+    problems = launch_arg_check.check_engine_image(docker, recipe, engine_image_id)
     if problems:
         raise LaunchArgInvalid(problems)
 

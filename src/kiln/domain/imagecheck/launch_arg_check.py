@@ -34,7 +34,6 @@ from kiln.basics.files import write_atomic
 from kiln.basics.paths import cache_dir
 from kiln.domain.images.definitions import existing, resolve
 from kiln.domain.images.image_naming import LABEL_NS
-from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.domain.serving.launch_command import ArgvPart, argv_parts, launch_document
@@ -49,7 +48,10 @@ _ANSWER_SCHEMA = 1  # of the per-command-line answer cache
 # running): a wait too short for a loaded host fails `kiln check` and `kiln build`
 # although the command line is fine. The probe is bounded by its own work, not by this.
 _TIMEOUT_S = 900
-_PROBE = inimage.source("launch_arg_probe").read_text()
+# The probe's one script: vLLM's checks, then the entry point that uses them and runs last
+# (launch_arg_probe.py). Its digest is that of the exact text sent: a change to either
+# module asks every engine image again.
+_PROBE = inimage.script("launch_arg_vllm", "launch_arg_probe")
 _PROBE_DIGEST = hashlib.sha256(_PROBE.encode()).hexdigest()
 # The probe container's own env (launch_arg_probe._PROBE_ENV names them; the server never sees
 # them). No plugins: kiln-engine's plugin would check the probe's env, not the recipe's,
@@ -156,9 +158,9 @@ class Job:
     env: dict[str, str]
 
     @classmethod
-    def of(cls, loaded: LoadedRecipe) -> Job:
-        doc = launch_document(loaded)
-        parts = tuple(argv_parts(loaded.recipe))
+    def of(cls, recipe: ResolvedRecipe) -> Job:
+        doc = launch_document(recipe)
+        parts = tuple(argv_parts(recipe.recipe))
         if ["vllm", *(tok for part in parts for tok in part.tokens)] != doc["argv"]:
             raise AssertionError("launch.argv_parts no longer adds up to the baked argv")
         return cls(parts=parts, env=dict(doc["env"]))
@@ -321,17 +323,18 @@ def _shown(tokens: tuple[str, ...] | list[str]) -> str:
     return text if len(text) <= _SHOWN_MAX else text[:_SHOWN_MAX] + "..."
 
 
-def _value_problems(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer) -> list[_LaunchProblem]:
+def _value_problems(recipe: ResolvedRecipe, job: Job, answer: _ProbeAnswer) -> list[_LaunchProblem]:
     """Each refusal in the probe's answer as a LaunchProblem at the recipe (or override)
     line its flag, speculative-config key or env entry comes from."""
-    return [_map(loaded, job, answer, r) for r in answer.refusals]
+    return [_map(recipe, job, answer, r) for r in answer.refusals]
 
 
-def _map(loaded: LoadedRecipe, job: Job, answer: _ProbeAnswer, refusal: _Refusal) -> _LaunchProblem:
+def _map(recipe: ResolvedRecipe, job: Job, answer: _ProbeAnswer, refusal: _Refusal) -> _LaunchProblem:
+    loaded = recipe.loaded
     complaint = refusal.message
     vllm = f"vLLM {answer.version}"
     if refusal.var is not None:
-        where, field = _env_where(loaded, refusal.var)
+        where, field = _env_where(recipe, refusal.var)
         said = complaint.removeprefix("kiln-engine: ")
         if f"{refusal.var}=" not in said:
             said = f"{refusal.var}={job.env.get(refusal.var, '')!r}: {said}"
@@ -366,37 +369,34 @@ def _speculative_value(part: ArgvPart, key: str) -> Any:
         return _MISSING
 
 
-def _env_where(loaded: LoadedRecipe, var: str) -> tuple[str, str]:
+def _env_where(recipe: ResolvedRecipe, var: str) -> tuple[str, str]:
     """Where the launch env's `var` is set: the recipe's launch.env wins over the
     switched-on features' override.yaml env, the later feature over the earlier, as in
-    launch_command.launch_document."""
+    launch_command.launch_document (whose resolved overrides these are: Job.of read them)."""
+    loaded = recipe.loaded
     if var in loaded.recipe.launch.env:
         return loaded.where("launch", "env", var), f"launch.env.{var}"
-    for feature in reversed(loaded.recipe.features):
-        try:
-            override = load_override(loaded.feature_dir(feature))
-        except KilnError:
-            continue
-        if var in override.env:
-            return override.where("env", var), f"env.{var}"
+    for feature in reversed(recipe.features):
+        if var in feature.override.env:
+            return feature.override.where("env", var), f"env.{var}"
     return loaded.where("launch", "env"), f"launch.env.{var}"
 
 
 # -- both -----------------------------------------------------------------------------
-def _launch_problems(loaded: LoadedRecipe, accepted: _EngineArgs, job: Job, answer: _ProbeAnswer) -> list[str]:
+def _launch_problems(recipe: ResolvedRecipe, accepted: _EngineArgs, job: Job, answer: _ProbeAnswer) -> list[str]:
     """Name problems, then value and env problems; a field whose name is already wrong
     is not reported twice."""
-    names = _name_problems(loaded, accepted)
+    names = _name_problems(recipe.loaded, accepted)
     named = {p.field for p in names}
-    values = [p for p in _value_problems(loaded, job, answer) if p.field not in named]
-    log.debug(f"{loaded.name}: launch command checked by the engine image: {', '.join(answer.stages) or 'nothing'}")
+    values = [p for p in _value_problems(recipe, job, answer) if p.field not in named]
+    log.debug(f"{recipe.name}: launch command checked by the engine image: {', '.join(answer.stages) or 'nothing'}")
     return [p.line for p in names + values]
 
 
-def check_engine_image(docker: DockerDaemon, loaded: LoadedRecipe, image_id: str) -> list[str]:
-    job = Job.of(loaded)
+def check_engine_image(docker: DockerDaemon, recipe: ResolvedRecipe, image_id: str) -> list[str]:
+    job = Job.of(recipe)
     accepted, answer = _ask(docker, image_id, job)
-    return _launch_problems(loaded, accepted, job, answer)
+    return _launch_problems(recipe, accepted, job, answer)
 
 
 def check_against_engine(
@@ -407,7 +407,7 @@ def check_against_engine(
     must work on any machine, and it never builds."""
     loaded = recipe.loaded
     try:
-        job = Job.of(loaded)  # an override it cannot load is a recipe problem, reported as one
+        job = Job.of(recipe)  # an override it cannot load is a recipe problem, reported as one
         docker = docker or DockerDaemon()
         engine_image = resolve(recipe, platform=platform).engine_image
         image = existing(docker, engine_image.tag, engine_image.digest)
@@ -418,12 +418,12 @@ def check_against_engine(
         log.info(f"{loaded.name}: launch args not checked against vLLM (engine image not built)")
         return []
     accepted, answer = _ask(docker, id_of(image), job)
-    return _launch_problems(loaded, accepted, job, answer)
+    return _launch_problems(recipe, accepted, job, answer)
 
 
-def check_image(docker: DockerDaemon, loaded: LoadedRecipe, image: Image) -> list[str]:
+def check_image(docker: DockerDaemon, recipe: ResolvedRecipe, image: Image) -> list[str]:
     """Problems against the engine a just-built recipe image was built FROM (its
     `ai.kiln.engine.image` label), so the cached answers are shared with `kiln check`."""
     ref = (image.labels or {}).get(f"{LABEL_NS}.engine.image")
     engine = docker.image(ref) if ref else None
-    return check_engine_image(docker, loaded, id_of(engine or image))
+    return check_engine_image(docker, recipe, id_of(engine or image))
