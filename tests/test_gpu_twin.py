@@ -238,3 +238,22 @@ def test_analyse_refuses_a_damaged_results_document_in_one_line(tmp_path, doc, s
         analyse.main([str(path), "--out", str(tmp_path / "out")])
     assert str(exc.value.code).startswith(f"gpu-twin: {path}: ") and says in str(exc.value.code)
     assert "\n" not in str(exc.value.code)
+
+
+def test_kiln_av_counters_over_a_load_give_calls_survival_and_hook_time():
+    before = {"av_steps": 10.0, "av_survival_raw": 1.0, "av_survival_corrected": 1.5, "av_hook_timed": 10.0}
+    after = {
+        "av_steps": 30.0,
+        "av_survival_raw": 5.0,
+        "av_survival_corrected": 7.5,
+        "av_hook_timed": 30.0,
+        "av_hook_seconds": 0.0004,
+        "av_hook_host_seconds": 0.0016,
+    }
+    row = analyse.kiln_av(before, after)
+    assert row["av_calls"] == 20
+    assert row["av_survival_raw"] == pytest.approx(4.0) and row["av_survival_corrected"] == pytest.approx(6.0)
+    assert row["av_hook_us_gpu"] == pytest.approx(20.0) and row["av_hook_us_host"] == pytest.approx(80.0)
+    # no kiln-av calls in the load (av, or a configuration without it): nothing to report
+    assert analyse.kiln_av(after, after) == {}
+    assert analyse.kiln_av({}, {"proposed": 5.0}) == {}

@@ -112,7 +112,28 @@ def loads(rows: list[dict]) -> list[dict]:
                 # draft-trunc's hook sees the drafts adaptive verification admitted; vLLM
                 # counts the drafts scheduled, so their ratio is the budget's cut
                 row["admitted_share"] = proposed / (after.draft_tokens - before.draft_tokens)
+        row.update(kiln_av(kb, ka))
         out.append(row)
+    return out
+
+
+def kiln_av(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """kiln-av's counters over one load: its calls, the survival it was handed and the one it
+    passed on (summed over requests and drafts), and the hook's time a call where it was
+    timed (KILN_DRAFT_TRUNC_AV_TIMING); empty where kiln-av did not run."""
+    calls = after.get("av_steps", 0) - before.get("av_steps", 0)
+    if calls <= 0:
+        return {}
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in after if k.startswith("av_")}
+    out = {
+        "av_calls": calls,
+        "av_survival_raw": d.get("av_survival_raw", 0.0),
+        "av_survival_corrected": d.get("av_survival_corrected", 0.0),
+    }
+    timed = d.get("av_hook_timed", 0)
+    if timed > 0:
+        out["av_hook_us_gpu"] = d.get("av_hook_seconds", 0.0) / timed * 1e6
+        out["av_hook_us_host"] = d.get("av_hook_host_seconds", 0.0) / timed * 1e6
     return out
 
 
@@ -155,7 +176,27 @@ def markdown(summary: dict) -> str:
         acc = f"{c['accepted']:.0f} / {c['draft_tokens']:.0f}" if "draft_tokens" in c else "-"
         tps = " / ".join(f"{r['tokens_per_s']:.0f}" for r in e.get("loads", []))
         lines.append(f"| {name} | {greedy} | {seeded} | {dist} | {acc} | {tps} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + _kiln_av_table(summary)
+
+
+def _kiln_av_table(summary: dict) -> str:
+    """kiln-av's counters per load, for the configurations that ran it."""
+    rows = [
+        f"| {name} | {r['load']} | {r['av_calls']:.0f} | {r['av_survival_raw']:.1f} -> "
+        f"{r['av_survival_corrected']:.1f} | "
+        + (f"{r['av_hook_us_gpu']:.1f} / {r['av_hook_us_host']:.1f} |" if "av_hook_us_gpu" in r else "- |")
+        for name, e in summary["configs"].items()
+        for r in e.get("loads", [])
+        if "av_calls" in r
+    ]
+    if not rows:
+        return ""
+    head = [
+        "",
+        "| configuration | requests | kiln-av calls | survival handed -> passed on | hook us a call, GPU / host |",
+        "|---|---|---|---|---|",
+    ]
+    return "\n".join(head + rows) + "\n"
 
 
 def plot(summary: dict, path: Path) -> None:
