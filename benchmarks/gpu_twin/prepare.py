@@ -271,6 +271,10 @@ ENV_CHANGES: dict[str, tuple[str, str]] = {
     "VLLM_USE_FLASHINFER_SAMPLER": ("0", "FlashInfer does not travel"),
     "KILN_GPU_TWIN": ("1", "the twin's patch 0001: vllm_flash_attn imports without its libraries"),
     "KILN_DRAFT_TRUNC_LOG_INTERVAL": ("20", "counters on /metrics within a short run"),
+    "KILN_GPU_TWIN_ESTIMATOR_LOG": (
+        "1",
+        "the twin's patch 0004: adaptive verification's estimator logs its fit after each refit",
+    ),
 }
 SCHEDULE = "num_speculative_tokens_per_batch_size"
 AV = "enable_adaptive_verification"
