@@ -364,4 +364,14 @@ def gpu_twin_model(session):
     session.run("python", "benchmarks/gpu_twin/model_check.py", *session.posargs)
 
 
+
+@nox.session(python=False)
+def gpu_scale(session):
+    """The scale twin: one rank's slice of each named CUDA recipe (default glm53-kindling),
+    its own launch command adapted with every change listed, into .gpu-scale/plan.json;
+    prints the device command (benchmarks/gpu_twin/scale_runner.py) that serves it on the
+    GPU twin's parts (`nox -s gpu_twin` first). `-- RECIPE ... [--attention mla]`."""
+    session.run("python", "benchmarks/gpu_twin/scale_plan.py", *session.posargs)
+
+
 # --- end draft_trunc sessions ---

@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""The scale twin on the lent device: serve one rank's slice of each planned recipe
+through vLLM's OpenAI server, one server resident at a time, smoke it and time it
+(docs/draft-trunc.md, "The scale twin").
+
+    scale_runner.py --plan .gpu-scale/plan.json --out DIR [--recipes R ...]
+                    [--only CONFIG ...] [--smoke] [--loads 1 8 32] [--seconds 10]
+                    [--passes 3] [--acceptance informative|flat] [--routing uniform|correlated]
+
+It stands on the GPU twin's runner.py: its `assemble` (the stashed parts, carried by
+the GPU twin's calls) and `Server`. The depth is decided here, from the GPU's memory:
+full depth where the slice fits, else cut, the drafter by the same factor. Tokens/s is
+the server's own `vllm:generation_tokens_total` over a steady window with `load`
+requests always in flight, each pass at least `--seconds` long. Results are rewritten
+after every configuration (DIR/gpu-scale-results.json), so a call cut short keeps what
+it measured. A missing part or a shape that does not fit is one line, exit 3.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _load(name: str):  # a sibling script as a module (no kiln here)
+    spec = importlib.util.spec_from_file_location(f"kiln_scale_{name}", HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+runner = _load("runner")
+shapes = _load("scale_shapes")
+acceptance = _load("scale_acceptance")
+STASH = Path("/tmp/kiln-gpu-scale")
+CONFIG_S = 150  # a warm start, a smoke and three loads of three 10 s passes
+WEIGHT_SHARE = 0.65  # of the GPU's memory for weights: the rest is KV cache, activations, graphs
+_T0 = time.monotonic()
+
+
+def _say(message: str) -> None:
+    print(f"gpu-scale [{time.monotonic() - _T0:6.1f} s] {message}", flush=True)
+
+
+# -- models ---------------------------------------------------------------------------------
+def gpu_memory() -> tuple[str, int]:
+    """(device name, total bytes) read by torch in a child (the parts' Python path)."""
+    code = "import torch; print(torch.cuda.get_device_name(0)); print(torch.cuda.mem_get_info()[1])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    name, total = out.stdout.strip().splitlines()[-2:]
+    return name, int(total)
+
+
+def _tokenizer(folder: Path, vocab: int) -> None:
+    """A word-list tokenizer covering the whole vocabulary slice: every id decodes."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    words = {"<s>": 0, "</s>": 1, "<pad>": 2, "<unk>": 3, **{f"w{i}": i for i in range(4, vocab)}}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))  # noqa: S106  # a token, not a secret
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    tok.save(str(folder / "tokenizer.json"))
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "pad_token": "<pad>",
+        "unk_token": "<unk>",
+        "model_max_length": shapes.POSITIONS,
+    }
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def make_models(plan: dict, total_bytes: int, utilisation: float) -> dict:
+    """config.json and a tokenizer for the target and drafter at the depth that fits."""
+    cut = plan["slice"]
+    budget = int(total_bytes * utilisation * WEIGHT_SHARE)
+    layers, drafted = shapes.depth(
+        cut["full_layers"], cut["draft_layers"], cut["layer_bytes"], cut["fixed_bytes"], budget
+    )
+    made = {"layers": layers, "full_layers": cut["full_layers"], "draft_layers": drafted, "budget_bytes": budget}
+    for role, sliced in (("target", cut["target"]), ("draft", cut["draft"])):
+        if sliced is None:
+            continue
+        folder = STASH / "models" / role
+        folder.mkdir(parents=True, exist_ok=True)
+        depth = layers if role == "target" else drafted
+        config = {**sliced, "num_hidden_layers": depth}
+        if "layer_types" in config:  # one entry a layer (gpt-oss's sliding/full alternation)
+            config["layer_types"] = config["layer_types"][:depth]
+        (folder / "config.json").write_text(json.dumps(config, indent=1))
+        _tokenizer(folder, int(config["vocab_size"]))
+    made["scale"] = round(shapes.scale_factor(cut["full_layers"], layers), 3)
+    return made
+
+
+# -- load and counters ----------------------------------------------------------------------
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfa]+)$")
+
+
+def counters(url: str) -> dict[str, float]:
+    """Every vllm: and kiln_ sample on the server's /metrics, summed over its labels."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        return parse_counters(resp.read().decode())
+
+
+def parse_counters(text: str) -> dict[str, float]:
+    """Every vllm: and kiln_ sample of a Prometheus text page, summed over its labels."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match and match.group(1).startswith(("vllm:", "kiln_")):
+            out[match.group(1)] = out.get(match.group(1), 0.0) + float(match.group(3))
+    return out
+
+
+def _post(url: str, body: dict, timeout: float = 600) -> dict:
+    request = urllib.request.Request(
+        f"{url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as resp:
+        return json.loads(resp.read())
+
+
+def _prompt(n: int) -> str:
+    return " ".join(f"w{4 + (n * 131 + i * 17) % 1000}" for i in range(32))
+
+
+_DELTAS = {
+    "tokens": "vllm:generation_tokens_total",
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
+    "dt_proposed": "kiln_draft_trunc_proposed_total",
+    "dt_kept": "kiln_draft_trunc_kept_total",
+    "dt_accepted": "kiln_draft_trunc_accepted_total",
+}
+
+
+def _window(url: str, seconds: float) -> dict[str, float]:
+    before, t0 = counters(url), time.monotonic()
+    time.sleep(seconds)
+    after, wall = counters(url), time.monotonic() - t0
+    delta = {key: after.get(name, 0.0) - before.get(name, 0.0) for key, name in _DELTAS.items()}
+    row = {"seconds": round(wall, 3), "tokens_per_s": delta["tokens"] / wall, **delta}
+    if delta["drafts"]:
+        row["verified_per_step"] = delta["draft_tokens"] / delta["drafts"]
+        row["accepted_per_step"] = delta["accepted"] / delta["drafts"]
+    if delta["dt_proposed"]:
+        row["kept_share"] = delta["dt_kept"] / delta["dt_proposed"]
+    return row
+
+
+def steady(url: str, model: str, load: int, seconds: float, passes: int) -> dict:
+    """`passes` windows of `seconds` with `load` requests always in flight."""
+    stop, errors = threading.Event(), []
+
+    def worker(n: int) -> None:
+        k = 0
+        while not stop.is_set():
+            body = {"model": model, "prompt": _prompt(n * 1000 + k), "max_tokens": 512, "ignore_eos": True}
+            try:
+                _post(url, {**body, "temperature": 0.0})
+            except OSError as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                return
+            k += 1
+
+    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(load)]
+    for thread in threads:
+        thread.start()
+    time.sleep(4)  # every request in flight and past its prefill
+    windows = [_window(url, seconds) for _ in range(passes)]
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=120)
+    rates = sorted(w["tokens_per_s"] for w in windows)
+    return {
+        "load": load,
+        "passes": windows,
+        "median": rates[len(rates) // 2],
+        "range": [rates[0], rates[-1]],
+        "errors": errors[:3],
+    }
+
+
+# -- smoke ----------------------------------------------------------------------------------
+def smoke(url: str, model: str, plan: dict, scale: float) -> list[dict]:
+    """The recipe's smoke checks that do not depend on real weights, each named."""
+    spec = plan["smoke"]
+    checks = []
+
+    def check(name: str, ok: bool, detail: str) -> None:
+        checks.append({"check": name, "passed": bool(ok), "detail": detail})
+
+    with urllib.request.urlopen(f"{url}/health", timeout=10) as resp:
+        check("health", resp.status == 200, f"/health {resp.status}")
+    with urllib.request.urlopen(f"{url}/v1/models", timeout=10) as resp:
+        ids = [m["id"] for m in json.loads(resp.read())["data"]]
+    check("models", model in ids, f"/v1/models lists {ids}")
+    before, t0 = counters(url), time.monotonic()
+    answer = _post(url, {"model": model, "prompt": _prompt(7), "max_tokens": spec["max_tokens"], "ignore_eos": True})
+    wall = time.monotonic() - t0
+    usage, choice = answer.get("usage", {}), (answer.get("choices") or [{}])[0]
+    check(
+        "completion shape",
+        isinstance(choice.get("text"), str) and usage.get("completion_tokens") == spec["max_tokens"],
+        f"text {len(choice.get('text', ''))} chars, usage {usage}, finish_reason {choice.get('finish_reason')}",
+    )
+    after = counters(url)
+    if spec.get("min_tokens_per_s"):
+        rate = spec["max_tokens"] / wall / scale
+        check(
+            "tokens/s floor",
+            rate >= spec["min_tokens_per_s"],
+            f"{rate:.1f} tok/s at full depth (x1/{scale}) >= {spec['min_tokens_per_s']}",
+        )
+    if spec.get("expect_spec_decode"):
+        drafts = after.get("vllm:spec_decode_num_draft_tokens_total", 0) - before.get(
+            "vllm:spec_decode_num_draft_tokens_total", 0
+        )
+        check("speculative decoding", drafts > 0, f"{drafts:.0f} draft tokens in the request")
+    for feature, bounds in spec.get("features", {}).items():
+        proposed = after.get(f"kiln_{feature.replace('-', '_')}_proposed_total")
+        check(
+            f"{feature} counters", proposed is not None, f"kiln_{feature.replace('-', '_')}_* on /metrics: {proposed}"
+        )
+        dead = after.get("kiln_draft_trunc_dead_total", 0.0)
+        if "dead_fraction" in bounds and proposed:
+            check(
+                f"{feature} dead_fraction", dead / proposed <= bounds["dead_fraction"]["max"], f"{dead / proposed:.3f}"
+            )
+    return checks
+
+
+# -- one configuration at a time ------------------------------------------------------------
+def _variant(config: dict, acceptance_mode: str, routing: str) -> dict:
+    env = dict(config["env"])
+    if acceptance_mode == "informative":
+        env["KILN_GPU_TWIN_ACCEPTANCE"] = str(STASH / "acceptance.json")
+    if routing == "correlated":
+        env["VLLM_MOE_ROUTING_SIMULATION_STRATEGY"] = "kiln_correlated"
+    return {**config, "env": env}
+
+
+def serve_one(name: str, config: dict, plan: dict, args: argparse.Namespace, record: dict) -> None:
+    logs = STASH / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    server = runner.Server(name, _variant(config, args.acceptance, args.routing), logs)
+    try:
+        server.wait_healthy(time.monotonic() + runner.START_TIMEOUT_S)
+        record["startup_s"] = round(server.startup_s or 0.0, 1)
+        _say(f"{name}: healthy after {record['startup_s']} s")
+        if args.smoke:
+            record["smoke"] = smoke(server.url, server.model, plan, record["scale"])
+            _say(
+                f"{name}: smoke "
+                + ", ".join(f"{c['check']} {'ok' if c['passed'] else 'FAILED'}" for c in record["smoke"])
+            )
+        record["loads"] = []
+        for load in args.loads:
+            record["loads"].append(steady(server.url, server.model, load, args.seconds, args.passes))
+            row = record["loads"][-1]
+            _say(f"{name}: {load} requests: {row['median']:.0f} tok/s ({row['range'][0]:.0f}-{row['range'][1]:.0f})")
+    except Exception as exc:  # one configuration's failure must not lose the others'  # noqa: BLE001
+        record["error"] = f"{type(exc).__name__}: {exc}"
+        _say(f"{name}: {record['error']}")
+    finally:
+        record["log_tail"] = server.log_tail(40)
+        server.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--recipes", nargs="*")
+    parser.add_argument("--only", nargs="*", help="these configurations only (default: shipped)")
+    parser.add_argument("--smoke", action="store_true")
+    parser.add_argument("--loads", nargs="*", type=int, default=[1, 8, 32])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument("--acceptance", choices=("informative", "flat"), default="informative")
+    parser.add_argument("--routing", choices=("uniform", "correlated"), default="uniform")
+    parser.add_argument("--call-s", type=float, default=560, help="start no configuration past this minus its time")
+    args = parser.parse_args(argv)
+    try:
+        plans = json.loads(args.plan.read_text())["recipes"]
+        runner.assemble()
+        preflight = runner.preflight()
+    except (OSError, ValueError, KeyError, runner.PartProblem) as exc:
+        print(f"gpu-scale: {exc}", file=sys.stderr)
+        return 3
+    sys.path[:0] = [str(runner.SITE)]
+    STASH.mkdir(parents=True, exist_ok=True)
+    (STASH / "acceptance.json").write_text(json.dumps(acceptance.table()))
+    device, total = gpu_memory()
+    args.out.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "device": device,
+        "preflight": preflight,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "acceptance": args.acceptance,
+        "routing": args.routing,
+        "seconds": args.seconds,
+        "passes": args.passes,
+        "runs": {},
+    }
+    out = args.out / "gpu-scale-results.json"
+    for recipe in args.recipes or list(plans):
+        plan = plans[recipe]
+        try:
+            made = make_models(plan, total, 0.90)
+        except shapes.ShapeProblem as exc:
+            print(f"gpu-scale: {recipe}: {exc}", file=sys.stderr)
+            return 3
+        _say(f"{recipe}: {made['layers']} of {made['full_layers']} layers, drafter {made['draft_layers']}, on {device}")
+        for name in args.only or ["shipped"]:
+            if name not in plan["configs"]:
+                continue
+            if time.monotonic() - _T0 > args.call_s - CONFIG_S:  # what is left of the call would cut it short
+                doc["runs"][f"{recipe}/{name}"] = {"skipped": f"not started: under {CONFIG_S} s of the call left"}
+                continue
+            record = doc["runs"].setdefault(f"{recipe}/{name}", {**made, "substitutions": plan["substitutions"]})
+            serve_one(f"{recipe}-{name}", plan["configs"][name], plan, args, record)
+            out.write_text(json.dumps(doc) + "\n")
+    _say(f"results in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
