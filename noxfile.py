@@ -364,7 +364,6 @@ def gpu_twin_model(session):
     session.run("python", "benchmarks/gpu_twin/model_check.py", *session.posargs)
 
 
-
 @nox.session(python=False)
 def gpu_scale(session):
     """The scale twin: one rank's slice of each named CUDA recipe (default glm53-kindling),
