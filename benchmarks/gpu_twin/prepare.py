@@ -318,16 +318,17 @@ def main(argv: list[str] | None = None) -> int:
     assert isinstance(configs, dict)
     mtp = [n for n in configs if n.startswith("mtp")]
     main_runs = [n for n in configs if n not in mtp]
+    # each timed load is three steady 10 s windows, so one call times about three servers
+    groups = [main_runs[i : i + 3] for i in range(0, len(main_runs), 3)] + [
+        mtp[i : i + 3] for i in range(0, len(mtp), 3)
+    ]
     for n in range(1, len(chunks) + 1):
         run = f"python3 benchmarks/gpu_twin/runner.py stash .gpu-twin/call-{n}"
-        if n == len(chunks):
-            run += f" && python3 benchmarks/gpu_twin/runner.py all --out $OUT --only {' '.join(main_runs)}"
         _log(f"call {n}: carry ['.gpu-twin/call-{n}'], command: {run}")
-    # a second wave: twelve servers at once would not fit an H100's memory
-    _log(
-        f"call {len(chunks) + 1}: carry nothing, command: "
-        f"python3 benchmarks/gpu_twin/runner.py all --out $OUT --only {' '.join(mtp)}"
-    )
+    for n, group in enumerate(groups, len(chunks) + 1):
+        _log(
+            f"call {n}: carry nothing, command: python3 benchmarks/gpu_twin/runner.py all --out $OUT --only {' '.join(group)}"
+        )
     return 0
 
 

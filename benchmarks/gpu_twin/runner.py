@@ -15,25 +15,21 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
-import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 STASH = Path(os.environ.get("KILN_GPU_TWIN_DIR", "/tmp/kiln-gpu-twin"))
 CHUNKS, PARTS, SITE = STASH / "chunks", STASH / "parts", STASH / "site"
 MODEL_LOG = STASH / "models.log"
-START_TIMEOUT_S = 420
-LOADS = (1, 4, 8, 32)  # concurrent requests, the issue's loads
-TIMED_TOKENS = 64
 _T0 = time.monotonic()
 
 
@@ -265,124 +261,28 @@ def finish_models(proc: subprocess.Popen[bytes] | None, plan: dict) -> None:
     _say("models: " + " | ".join(MODEL_LOG.read_text().strip().splitlines()[-3:]))
 
 
-# -- servers --------------------------------------------------------------------------------
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """One configuration's `vllm serve` (the plan's argv and env), logging to a file."""
-
-    def __init__(self, name: str, config: dict, logs: Path):
-        self.name, self.config = name, config
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = logs / f"{name}.log"
-        argv = [str(self.port) if a == "PORT" else a for a in config["argv"]]
-        self.model = argv[argv.index("--served-model-name") + 1] if "--served-model-name" in argv else argv[1]
-        env = {
-            **os.environ,
-            **config["env"],
-            "PYTHONPATH": str(SITE),
-            "CUDA_VISIBLE_DEVICES": "0",
-            "PROMETHEUS_MULTIPROC_DIR": tempfile.mkdtemp(prefix=f"kiln-prom-{name}-"),
-        }
-        self.started = time.monotonic()
-        self.startup_s: float | None = None
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from vllm.entrypoints.cli.main import main; main()", *argv],
-            env=env,
-            stdout=self.log_path.open("wb"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def log_tail(self, lines: int = 40) -> list[str]:
-        return self.log_path.read_text(errors="replace").splitlines()[-lines:]
-
-    def wait_healthy(self, deadline: float) -> None:
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name}: vllm serve exited with {self.proc.returncode}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        self.startup_s = time.monotonic() - self.started
-                        return
-            except OSError:
-                pass
-            time.sleep(1)
-        raise RuntimeError(f"{self.name}: not healthy after {START_TIMEOUT_S} s")
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"{self.url}/metrics", timeout=10) as resp:
-            text = resp.read().decode()
-        return "\n".join(
-            ln for ln in text.splitlines() if ln.startswith(("vllm:spec_decode", "kiln_")) and not ln.startswith("#")
-        )
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, 15)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, 9)
+# -- servers: twin_serving.py (shared with the scale twin's runner) ----------------------
+def _sibling(name: str):  # a sibling script as a module (no kiln on the device)
+    spec = importlib.util.spec_from_file_location(
+        f"kiln_gpu_twin_{name}", Path(__file__).resolve().parent / f"{name}.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
-def _completions(done: list) -> list[dict]:
-    return [{"prompt": c.prompt, "token_ids": c.token_ids, "top": c.top, "seconds": c.seconds} for c in done]
+serving = _sibling("twin_serving")
 
 
-def greedy_set(server: Server) -> dict:
-    """16 greedy requests with top-2 logprobs (for the numeric-tie rule), one at a time."""
-    from kiln_testkit.requestsets import prompts, run_set
+class Server(serving.Server):
+    """A configuration's server on the assembled parts (SITE)."""
 
-    greedy = run_set(server.url, server.model, prompts(16, seed=0), max_tokens=32, temperature=0.0, logprobs=2)
-    return {"completions": _completions(greedy), "metrics_after": server.metrics()}
-
-
-def seeded_sets(server: Server) -> dict:
-    """48 seeded requests at temperature 1, twice, one at a time. Last: on the twin's flat
-    random distributions a sampled request accepts almost no greedy draft, and the
-    acceptance estimator, shared by every request, learns that (docs/draft-trunc.md)."""
-    from kiln_testkit.requestsets import prompts, run_set
-
-    sampled, seeds = prompts(48, seed=1), list(range(1000, 1048))
-    runs = [run_set(server.url, server.model, sampled, max_tokens=24, temperature=1.0, seeds=seeds) for _ in range(2)]
-    return {"runs": [_completions(r) for r in runs], "metrics_after": server.metrics()}
+    def __init__(self, name: str, config: dict, logs: Path) -> None:
+        super().__init__(name, config, logs, SITE)
 
 
-def timed_loads(server: Server) -> list[dict]:
-    """tokens/s and the counters' deltas at each load, with the other servers idle."""
-    from kiln_testkit.requestsets import prompts, run_set
-
-    rows = []
-    for load in LOADS:
-        n = max(16, 4 * load)
-        # once untimed: Triton compiles each new shape on its first use (vLLM's JIT monitor
-        # warns of it), which is start-up cost, not this load's
-        run_set(server.url, server.model, prompts(load, seed=200 + load), max_tokens=TIMED_TOKENS, concurrency=load)
-        before = server.metrics()
-        t0 = time.monotonic()
-        run_set(server.url, server.model, prompts(n, seed=100 + load), max_tokens=TIMED_TOKENS, concurrency=load)
-        wall = time.monotonic() - t0
-        rows.append(
-            {
-                "load": load,
-                "requests": n,
-                "tokens": n * TIMED_TOKENS,
-                "seconds": wall,
-                "tokens_per_s": n * TIMED_TOKENS / wall,
-                "metrics_before": before,
-                "metrics_after": server.metrics(),
-            }
-        )
-    return rows
+greedy_set, seeded_sets, timed_loads = serving.greedy_set, serving.seeded_sets, serving.timed_loads
 
 
 # -- the whole run --------------------------------------------------------------------------
@@ -433,7 +333,7 @@ def serve_and_measure(plan: dict, results: Results, logs: Path, only: list[str] 
     servers = [Server(n, plan["configs"][n], logs) for n in names]
     _say(f"started {len(servers)} servers: {', '.join(names)}")
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
+        deadline = time.monotonic() + serving.START_TIMEOUT_S
         _each(servers, lambda s: s.wait_healthy(deadline) or s.startup_s, results, "startup_s")
         up = [s for s in servers if results.config(s.name).get("startup_s")]
         _say("healthy: " + ", ".join(f"{s.name} {s.startup_s:.0f} s" for s in up))

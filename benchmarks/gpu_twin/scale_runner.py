@@ -21,10 +21,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -41,6 +39,7 @@ def _load(name: str):  # a sibling script as a module (no kiln here)
 
 
 runner = _load("runner")
+serving = _load("twin_serving")
 shapes = _load("scale_shapes")
 acceptance = _load("scale_acceptance")
 STASH = Path("/tmp/kiln-gpu-scale")
@@ -105,94 +104,17 @@ def make_models(plan: dict, total_bytes: int, utilisation: float) -> dict:
     return made
 
 
-# -- load and counters ----------------------------------------------------------------------
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfa]+)$")
-
-
+# -- load and counters: twin_serving.py ----------------------------------------------------
 def counters(url: str) -> dict[str, float]:
     """Every vllm: and kiln_ sample on the server's /metrics, summed over its labels."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
-        return parse_counters(resp.read().decode())
+    return serving.parse_counters(serving.metrics_text(url))
 
 
-def parse_counters(text: str) -> dict[str, float]:
-    """Every vllm: and kiln_ sample of a Prometheus text page, summed over its labels."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        match = _SAMPLE.match(line)
-        if match and match.group(1).startswith(("vllm:", "kiln_")):
-            out[match.group(1)] = out.get(match.group(1), 0.0) + float(match.group(3))
-    return out
-
-
-def _post(url: str, body: dict, timeout: float = 600) -> dict:
-    request = urllib.request.Request(
-        f"{url}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
-    with urllib.request.urlopen(request, timeout=timeout) as resp:
-        return json.loads(resp.read())
+parse_counters = serving.parse_counters
 
 
 def _prompt(n: int) -> str:
     return " ".join(f"w{4 + (n * 131 + i * 17) % 1000}" for i in range(32))
-
-
-_DELTAS = {
-    "tokens": "vllm:generation_tokens_total",
-    "drafts": "vllm:spec_decode_num_drafts_total",
-    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "accepted": "vllm:spec_decode_num_accepted_tokens_total",
-    "dt_proposed": "kiln_draft_trunc_proposed_total",
-    "dt_kept": "kiln_draft_trunc_kept_total",
-    "dt_accepted": "kiln_draft_trunc_accepted_total",
-}
-
-
-def _window(url: str, seconds: float) -> dict[str, float]:
-    before, t0 = counters(url), time.monotonic()
-    time.sleep(seconds)
-    after, wall = counters(url), time.monotonic() - t0
-    delta = {key: after.get(name, 0.0) - before.get(name, 0.0) for key, name in _DELTAS.items()}
-    row = {"seconds": round(wall, 3), "tokens_per_s": delta["tokens"] / wall, **delta}
-    if delta["drafts"]:
-        row["verified_per_step"] = delta["draft_tokens"] / delta["drafts"]
-        row["accepted_per_step"] = delta["accepted"] / delta["drafts"]
-    if delta["dt_proposed"]:
-        row["kept_share"] = delta["dt_kept"] / delta["dt_proposed"]
-    return row
-
-
-def steady(url: str, model: str, load: int, seconds: float, passes: int) -> dict:
-    """`passes` windows of `seconds` with `load` requests always in flight."""
-    stop, errors = threading.Event(), []
-
-    def worker(n: int) -> None:
-        k = 0
-        while not stop.is_set():
-            body = {"model": model, "prompt": _prompt(n * 1000 + k), "max_tokens": 512, "ignore_eos": True}
-            try:
-                _post(url, {**body, "temperature": 0.0})
-            except OSError as exc:
-                errors.append(f"{type(exc).__name__}: {exc}")
-                return
-            k += 1
-
-    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(load)]
-    for thread in threads:
-        thread.start()
-    time.sleep(4)  # every request in flight and past its prefill
-    windows = [_window(url, seconds) for _ in range(passes)]
-    stop.set()
-    for thread in threads:
-        thread.join(timeout=120)
-    rates = sorted(w["tokens_per_s"] for w in windows)
-    return {
-        "load": load,
-        "passes": windows,
-        "median": rates[len(rates) // 2],
-        "range": [rates[0], rates[-1]],
-        "errors": errors[:3],
-    }
 
 
 # -- smoke ----------------------------------------------------------------------------------
@@ -210,7 +132,9 @@ def smoke(url: str, model: str, plan: dict, scale: float) -> list[dict]:
         ids = [m["id"] for m in json.loads(resp.read())["data"]]
     check("models", model in ids, f"/v1/models lists {ids}")
     before, t0 = counters(url), time.monotonic()
-    answer = _post(url, {"model": model, "prompt": _prompt(7), "max_tokens": spec["max_tokens"], "ignore_eos": True})
+    answer = serving.complete(
+        url, {"model": model, "prompt": _prompt(7), "max_tokens": spec["max_tokens"], "ignore_eos": True}
+    )
     wall = time.monotonic() - t0
     usage, choice = answer.get("usage", {}), (answer.get("choices") or [{}])[0]
     check(
@@ -259,7 +183,7 @@ def serve_one(name: str, config: dict, plan: dict, args: argparse.Namespace, rec
     logs.mkdir(parents=True, exist_ok=True)
     server = runner.Server(name, _variant(config, args.acceptance, args.routing), logs)
     try:
-        server.wait_healthy(time.monotonic() + runner.START_TIMEOUT_S)
+        server.wait_healthy(time.monotonic() + serving.START_TIMEOUT_S)
         record["startup_s"] = round(server.startup_s or 0.0, 1)
         _say(f"{name}: healthy after {record['startup_s']} s")
         if args.smoke:
@@ -270,7 +194,7 @@ def serve_one(name: str, config: dict, plan: dict, args: argparse.Namespace, rec
             )
         record["loads"] = []
         for load in args.loads:
-            record["loads"].append(steady(server.url, server.model, load, args.seconds, args.passes))
+            record["loads"].append(serving.steady(server.url, server.model, load, args.seconds, args.passes, _prompt))
             row = record["loads"][-1]
             _say(f"{name}: {load} requests: {row['median']:.0f} tok/s ({row['range'][0]:.0f}-{row['range'][1]:.0f})")
     except Exception as exc:  # one configuration's failure must not lose the others'  # noqa: BLE001
