@@ -326,9 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         run = f"python3 benchmarks/gpu_twin/runner.py stash .gpu-twin/call-{n}"
         _log(f"call {n}: carry ['.gpu-twin/call-{n}'], command: {run}")
     for n, group in enumerate(groups, len(chunks) + 1):
-        _log(
-            f"call {n}: carry nothing, command: python3 benchmarks/gpu_twin/runner.py all --out $OUT --only {' '.join(group)}"
-        )
+        command = f"python3 benchmarks/gpu_twin/runner.py all --out $OUT --only {' '.join(group)}"
+        _log(f"call {n}: carry nothing, command: {command}")
     return 0
 
 
