@@ -65,20 +65,20 @@ def summary(title: str, rows: dict[str, object]) -> None:
         console.print(f"  {key.ljust(width)}  {value}", markup=False)
 
 
-def human_size(n: float) -> str:
+def human_size(size: float) -> str:
     for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
-        n /= 1000
-    return f"{n:.2f} TB"
+        if abs(size) < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.2f} {unit}"
+        size /= 1000
+    return f"{size:.2f} TB"
 
 
-def human_secs(s: float) -> str:
-    if s < 1:
-        return f"{s * 1000:.0f} ms"
-    if s < 120:
-        return f"{s:.1f} s"
-    return f"{int(s // 60)} min {s % 60:.0f} s"
+def human_secs(seconds: float) -> str:
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    return f"{int(seconds // 60)} min {seconds % 60:.0f} s"
 
 
 def is_tty() -> bool:

@@ -227,5 +227,5 @@ def _lower_first(status: str) -> str:
     return f"{status[0].lower()}{status[1:]}"
 
 
-def _amount(n: float, unit_bytes: bool) -> str:
-    return log.human_size(n) if unit_bytes else f"{n:.0f}"
+def _amount(quantity: float, unit_bytes: bool) -> str:
+    return log.human_size(quantity) if unit_bytes else f"{quantity:.0f}"

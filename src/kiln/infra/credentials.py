@@ -54,9 +54,9 @@ class Credentials:
         return f"{self.username or '(identity token)'} (from {self.source})"
 
 
-def _same_host(a: str, b: str) -> bool:
+def _same_host(first: str, second: str) -> bool:
     """Registry names as docker compares them: no scheme or path, Docker Hub's aliases as one."""
-    return _host_key(a) == _host_key(b)
+    return _host_key(first) == _host_key(second)
 
 
 def _host_key(name: str) -> str:

@@ -226,30 +226,30 @@ class Series:
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.DOTALL)
 
 
-def _starts_section(lines: list[bytes], i: int) -> bool:
-    line = lines[i]
+def _starts_section(lines: list[bytes], index: int) -> bool:
+    line = lines[index]
     if line.startswith((b"diff --git ", b"diff -")):
         return True
-    return line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
+    return line.startswith(b"--- ") and index + 1 < len(lines) and lines[index + 1].startswith(b"+++ ")
 
 
-def _parse_hunk(lines: list[bytes], i: int, display: str) -> tuple[Hunk, int]:
-    m = _HUNK_RE.match(lines[i].rstrip(b"\r\n"))
+def _parse_hunk(lines: list[bytes], index: int, display: str) -> tuple[Hunk, int]:
+    m = _HUNK_RE.match(lines[index].rstrip(b"\r\n"))
     if not m:
-        raise PatchFormatError([f"{display}:{i + 1}: malformed hunk header {_show(lines[i])!r}"])
+        raise PatchFormatError([f"{display}:{index + 1}: malformed hunk header {_show(lines[index])!r}"])
     a, b, c, d, heading = m.groups()
     hunk = Hunk(int(a), 1 if b is None else int(b), int(c), 1 if d is None else int(d), heading, [])
     want_old, want_new = hunk.old_len, hunk.new_len
-    i += 1
+    index += 1
     while want_old > 0 or want_new > 0:
-        if i >= len(lines):
-            raise PatchFormatError([f"{display}:{i}: hunk {hunk.range_text()} ends early (file truncated?)"])
-        line = lines[i]
+        if index >= len(lines):
+            raise PatchFormatError([f"{display}:{index}: hunk {hunk.range_text()} ends early (file truncated?)"])
+        line = lines[index]
         tag, text = line[:1], line[1:]
         if line in (b"\n", b"\r\n"):  # context blank line whose leading space an editor ate
             tag, text = b" ", line
         if tag == b"\\":
-            _drop_newline(hunk, display, i)
+            _drop_newline(hunk, display, index)
         elif tag == b" " and want_old > 0 and want_new > 0:
             want_old, want_new = want_old - 1, want_new - 1
             hunk.lines.append((tag, text))
@@ -263,22 +263,22 @@ def _parse_hunk(lines: list[bytes], i: int, display: str) -> tuple[Hunk, int]:
             raise PatchFormatError(
                 [
                     (
-                        f"{display}:{i + 1}: line does not fit hunk {hunk.range_text()} "
+                        f"{display}:{index + 1}: line does not fit hunk {hunk.range_text()} "
                         f"(line counts in the @@ header are wrong?)"
                     )
                 ]
             )
-        i += 1
-    if i < len(lines) and lines[i].startswith(b"\\"):
-        _drop_newline(hunk, display, i)
-        i += 1
-    return hunk, i
+        index += 1
+    if index < len(lines) and lines[index].startswith(b"\\"):
+        _drop_newline(hunk, display, index)
+        index += 1
+    return hunk, index
 
 
-def _drop_newline(hunk: Hunk, display: str, i: int) -> None:
+def _drop_newline(hunk: Hunk, display: str, index: int) -> None:
     r"""`\ No newline at end of file` belongs to the line just before it."""
     if not hunk.lines or not hunk.lines[-1][1].endswith(b"\n"):
-        raise PatchFormatError([f"{display}:{i + 1}: stray '\\ No newline at end of file'"])
+        raise PatchFormatError([f"{display}:{index + 1}: stray '\\ No newline at end of file'"])
     tag, text = hunk.lines[-1]
     hunk.lines[-1] = (tag, text[:-1])
 
