@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 from kiln.basics import log
 from kiln.basics.errors import LockInvalid
 from kiln.basics.files import sha256_file
-from kiln.domain.locks import engine_lock as L
+from kiln.domain.locks import engine_lock
 from kiln.domain.locks import lock_policy as LP
 from kiln.domain.locks import lock_records as LR
 from kiln.domain.recipes.recipe_sections import Engine
@@ -68,7 +68,7 @@ class _Index:
             self._pages[key] = package_index.project(key, cafile=self.cafile)
         return self._pages[key]
 
-    def wheel(self, name: str, version: str, plat: L.TargetPlatform) -> LR.Wheel:
+    def wheel(self, name: str, version: str, plat: engine_lock.TargetPlatform) -> LR.Wheel:
         picked = LP.select_wheel(self.page(name).files, version, plat)
         if picked is not None:
             return LR.Wheel(picked.filename, picked.sha256, picked.url, "index")
@@ -105,7 +105,7 @@ def make_lock(
     per_platform: dict[str, list[package_index.Pin]] = {}
     plain_pins: dict[str, list[package_index.Pin]] = {}
     for plat_name in platforms:
-        plat = L.platform(plat_name)
+        plat = engine_lock.platform(plat_name)
         log.step(f"resolving {policy.distribution} {engine.version}'s requirements for {plat_name} with uv")
         pins = package_index.compile_pins(
             requirements, uv_platform=plat.uv, python=LR.PYTHON, cafile=cafile, excludes=excludes, overrides=overrides
@@ -136,7 +136,7 @@ def make_lock(
     if requested:
         if docker is None:
             raise LockInvalid("resolving the Debian closure needs the Docker daemon")
-        host = L.host_platform()
+        host = engine_lock.host_platform()
         for plat_name in platforms:
             if plat_name == host or binfmt.state(plat_name).usable:
                 # that platform's own base (kiln/base:bookworm-arm64 runs under qemu on x86-64)
@@ -146,7 +146,9 @@ def make_lock(
                 # no emulation here: apt on this host's base, told that the foreign
                 # architecture is its native one (what a fresh CI machine can do)
                 base = base_of(host)
-                debian[plat_name] = _debian_closure(docker, base, requested, foreign=L.platform(plat_name).deb_arch)
+                debian[plat_name] = _debian_closure(
+                    docker, base, requested, foreign=engine_lock.platform(plat_name).deb_arch
+                )
     return LR.EngineLock(
         image=image_dir.name,
         engine_name=engine.name,
@@ -165,25 +167,25 @@ def make_lock(
 
 
 def make_recipe_lock(
-    recipe: str, requested: list[str], engine_lock: LR.EngineLock, platforms: list[str], *, cafile: Path | None
+    recipe: str, requested: list[str], engine_image_lock: LR.EngineLock, platforms: list[str], *, cafile: Path | None
 ) -> LR.EngineLock:
     """A recipe's own lock (kiln.domain.locks.recipe_lock): `requested` (its
     build.python_packages) resolved per platform with the engine lock's versions as
     constraints, so that nothing the engine installs moves; what the engine lock holds
     already is left out (it is installed), the rest gets its file and sha256 from the
     index. Its uv is the engine lock's: the same tool installs both sets."""
-    uv = engine_lock.tools.get("uv")
+    uv = engine_image_lock.tools.get("uv")
     missing = [p for p in platforms if uv is None or p not in uv.wheels]
     if uv is None or missing:
         raise LockInvalid(
-            f"the {engine_lock.image} lock for {engine_lock.engine_name} {engine_lock.engine_version} "
-            f"has no uv wheel for {', '.join(missing or platforms)} (tools.uv)"
+            f"the {engine_image_lock.image} lock for {engine_image_lock.engine_name} "
+            f"{engine_image_lock.engine_version} has no uv wheel for {', '.join(missing or platforms)} (tools.uv)"
         )
     index = _Index(cafile)
     per_platform: dict[str, list[package_index.Pin]] = {}
     for plat_name in platforms:
-        plat = L.platform(plat_name)
-        installed = {p.key: p.wheels[plat_name].version for p in engine_lock.python_packages_on(plat_name)}
+        plat = engine_lock.platform(plat_name)
+        installed = {p.key: p.wheels[plat_name].version for p in engine_image_lock.python_packages_on(plat_name)}
         log.step(
             f"resolving {recipe}'s {' '.join(requested)} for {plat_name} with uv, "
             f"against {len(installed)} distributions the engine lock installs"
@@ -199,9 +201,9 @@ def make_recipe_lock(
     index.prefetch([p.name for pins in per_platform.values() for p in pins])
     return LR.EngineLock(
         image=recipe,
-        engine_name=engine_lock.engine_name,
-        engine_version=engine_lock.engine_version,
-        distribution=engine_lock.distribution,
+        engine_name=engine_image_lock.engine_name,
+        engine_version=engine_image_lock.engine_version,
+        distribution=engine_image_lock.distribution,
         resolved_from=LR.Resolved(sorted(requested)),
         excluded={},
         platforms=sorted(platforms),
@@ -214,7 +216,7 @@ def _merge(per_platform: dict[str, list[package_index.Pin]], index: _Index) -> l
     """One LockedPackage per name, with the wheel each platform installs."""
     by_name: dict[str, tuple[str, str, dict[str, LR.Wheel]]] = {}
     for plat_name, pins in sorted(per_platform.items()):
-        plat = L.platform(plat_name)
+        plat = engine_lock.platform(plat_name)
         for pin in pins:
             key = canonicalize_name(pin.name)
             _name, _version, wheels = by_name.setdefault(key, (pin.name, pin.version, {}))

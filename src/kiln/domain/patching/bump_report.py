@@ -247,12 +247,12 @@ def _code(text: str | None) -> str:
     return "—" if text is None else f"`{text}`"
 
 
-def _change_words(c: Change) -> str:
-    if c.change == "default":
-        return f"default {c.old} -> {c.new}"
-    if c.change == "removed":
-        return "removed" + (f" ({c.note})" if c.note else " (no deprecation note in the new sources)")
-    return c.change
+def _change_words(change: Change) -> str:
+    if change.change == "default":
+        return f"default {change.old} -> {change.new}"
+    if change.change == "removed":
+        return "removed" + (f" ({change.note})" if change.note else " (no deprecation note in the new sources)")
+    return change.change
 
 
 def _ordered(report: BumpReport) -> list[Change]:
@@ -260,9 +260,9 @@ def _ordered(report: BumpReport) -> list[Change]:
     return sorted(report.changes, key=lambda c: (not report.users(c), c.kind != FLAG, c.name))
 
 
-def _series_line(s: SeriesReport) -> str:
-    counts = s.counts()
-    return ", ".join(f"{n} {k}" for k, n in counts.items()) if counts else (s.note or "no patches")
+def _series_line(series: SeriesReport) -> str:
+    counts = series.counts()
+    return ", ".join(f"{n} {k}" for k, n in counts.items()) if counts else (series.note or "no patches")
 
 
 def _headlines(report: BumpReport) -> list[str]:

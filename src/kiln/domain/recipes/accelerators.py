@@ -26,8 +26,8 @@ class Accelerator:
         return self.memory_bytes / GIB
 
 
-def _mib(n: int) -> int:
-    return n * _MIB
+def _mib(mebibytes: int) -> int:
+    return mebibytes * _MIB
 
 
 ACCELERATORS: dict[str, Accelerator] = {

@@ -249,9 +249,9 @@ def _shared_file_problems(loaded: LoadedRecipe) -> list[str]:
     return problems
 
 
-def _shared_feature_problems(loaded: LoadedRecipe, i: int, name: str, source: str) -> list[str]:
+def _shared_feature_problems(loaded: LoadedRecipe, index: int, name: str, source: str) -> list[str]:
     """`{name, from: source}`: a sibling recipe (same recipes/ folder) that ships that override."""
-    where = f"{loaded.where('experimental', i, 'from')}: experimental[{i}].from"
+    where = f"{loaded.where('experimental', index, 'from')}: experimental[{index}].from"
     root = loaded.dir.parent
     other = root / source
     if source == loaded.recipe.name:

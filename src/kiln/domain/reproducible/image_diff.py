@@ -40,8 +40,8 @@ class _HashingReader:
         self.fh = fh
         self.hash = hashlib.sha256()
 
-    def read(self, n: int = -1) -> bytes:
-        data = self.fh.read(n)
+    def read(self, size: int = -1) -> bytes:
+        data = self.fh.read(size)
         self.hash.update(data)
         return data
 
@@ -94,9 +94,9 @@ def _layer_indexes(chunks: Iterable[bytes], wanted: set[str]) -> dict[str, dict[
 _FACTS = ("type", "mode", "uid", "gid", "size", "link target", "mtime", "content (sha256)")
 
 
-def _first_file_difference(a: dict[str, _FileFacts], b: dict[str, _FileFacts]) -> tuple[str, str] | None:
-    for path in sorted(set(a) | set(b), key=lambda p: tuple(p.split("/"))):
-        fa, fb = a.get(path), b.get(path)
+def _first_file_difference(left: dict[str, _FileFacts], right: dict[str, _FileFacts]) -> tuple[str, str] | None:
+    for path in sorted(set(left) | set(right), key=lambda p: tuple(p.split("/"))):
+        fa, fb = left.get(path), right.get(path)
         if fa == fb:
             continue
         if fa is None or fb is None:
@@ -108,9 +108,9 @@ def _first_file_difference(a: dict[str, _FileFacts], b: dict[str, _FileFacts]) -
     return None
 
 
-def _first_config_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> str | None:
-    for key in sorted(set(a) | set(b)):
-        va, vb = a.get(key), b.get(key)
+def _first_config_difference(left: dict[str, Any], right: dict[str, Any], prefix: str = "") -> str | None:
+    for key in sorted(set(left) | set(right)):
+        va, vb = left.get(key), right.get(key)
         if va == vb:
             continue
         if isinstance(va, dict) and isinstance(vb, dict):
