@@ -75,8 +75,8 @@ class Verdict:
     unexpected: list[str] = field(default_factory=list)
 
 
-def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a.get("type") == b.get("type") and a.get("missing") == b.get("missing")
+def _same(first: dict[str, Any], second: dict[str, Any]) -> bool:
+    return first.get("type") == second.get("type") and first.get("missing") == second.get("missing")
 
 
 def upstream_kind(failure: dict[str, Any]) -> str:
