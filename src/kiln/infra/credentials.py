@@ -39,6 +39,8 @@ _STDIN_EXAMPLE = f'export {USER_ENV}=NAME; printf %s "$TOKEN" | kiln publish ...
 
 @dataclass(frozen=True)
 class Credentials:
+    """Registry credentials and where they came from."""
+
     username: str
     password: str = field(repr=False)
     source: str = ""  # where they came from, for messages ("env", "docker config ...")

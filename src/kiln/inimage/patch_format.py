@@ -72,6 +72,7 @@ def split_lines(data: bytes) -> list[bytes]:
 
 
 def sha256_bytes(data: bytes) -> str:
+    """The sha256 hex digest of some bytes."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -99,6 +100,8 @@ def _strip_path(raw: bytes, where: str) -> str | None:
 # -- model -------------------------------------------------------------------------------
 @dataclass
 class Hunk:
+    """One hunk of a unified diff: its old and new ranges, heading and tagged lines."""
+
     old_start: int
     old_len: int
     new_start: int
@@ -108,10 +111,12 @@ class Hunk:
 
     @property
     def old_lines(self) -> list[bytes]:
+        """The hunk's lines before the change (context and removed)."""
         return [text for tag, text in self.lines if tag != b"+"]
 
     @property
     def new_lines(self) -> list[bytes]:
+        """The hunk's lines after the change (context and added)."""
         return [text for tag, text in self.lines if tag != b"-"]
 
     def context_counts(self) -> tuple[int, int]:
@@ -140,13 +145,16 @@ class Hunk:
         return _show(old[0]) if old else ""
 
     def to_bytes(self) -> bytes:
+        """The hunk as diff text: its @@ header, heading and lines."""
         head = f"@@ -{self.old_start},{self.old_len} +{self.new_start},{self.new_len} @@".encode()
         return head + self.heading + b"\n" + b"".join(emit_line(tag, text) for tag, text in self.lines)
 
     def range_text(self) -> str:
+        """The hunk's @@ header, for messages."""
         return f"@@ -{self.old_start},{self.old_len} +{self.new_start},{self.new_len} @@"
 
     def reversed(self) -> Hunk:
+        """The hunk that undoes this one."""
         swap = {b"-": b"+", b"+": b"-", b" ": b" "}
         return Hunk(
             self.new_start,
@@ -160,6 +168,8 @@ class Hunk:
 
 @dataclass
 class FileDiff:
+    """One file's section of a patch: its old and new paths, hunks and exact bytes."""
+
     old_path: str | None  # None: /dev/null (the patch creates the file)
     new_path: str | None  # None: /dev/null (the patch deletes the file)
     hunks: list[Hunk]
@@ -168,23 +178,29 @@ class FileDiff:
 
     @property
     def target(self) -> str:
+        """The path the section changes: the new path, else the old one."""
         # the parser refuses /dev/null on both sides
         return self.new_path or self.old_path  # type: ignore[return-value]
 
     @property
     def creates(self) -> bool:
+        """Whether the section creates its file."""
         return self.old_path is None
 
     @property
     def deletes(self) -> bool:
+        """Whether the section deletes its file."""
         return self.new_path is None
 
     def reversed(self) -> FileDiff:
+        """The section that undoes this one."""
         return FileDiff(self.new_path, self.old_path, [h.reversed() for h in self.hunks], self.raw, self.preamble)
 
 
 @dataclass
 class Patch:
+    """One patch file of a series: its name, bytes, header and file sections."""
+
     display: str  # the path as given, used in every message
     name: str  # the series entry
     data: bytes
@@ -193,10 +209,12 @@ class Patch:
 
     @property
     def sha256(self) -> str:
+        """The sha256 of the patch file's bytes."""
         return sha256_bytes(self.data)
 
     @property
     def targets(self) -> list[str]:
+        """The paths the patch changes."""
         return [f.target for f in self.files]
 
     def header_problems(self) -> list[str]:
@@ -217,6 +235,8 @@ class Patch:
 
 @dataclass
 class Series:
+    """A series file and its patches, in order."""
+
     file: str  # display path of the series file ("" for an empty, absent series)
     patches: list[Patch]
     source: str = "series"  # manifest source: "series" or "feature:<name>"
