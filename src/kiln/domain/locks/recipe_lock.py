@@ -34,10 +34,12 @@ _CONTEXT_FILES = ("python.txt", "wheels.txt", "uv.txt")
 
 
 def lock_path(recipe_dir: Path) -> Path:
+    """The path of a recipe's own lock file, in its folder."""
     return recipe_dir / _FILE
 
 
 def relock_command(recipe: str) -> str:
+    """The command that rewrites a recipe's own lock."""
     return f"kiln engine lock {recipe} --recipe-only"
 
 

@@ -67,6 +67,7 @@ class SeriesReport:
     note: str | None = None
 
     def counts(self) -> dict[str, int]:
+        """How many of the series' patches end in each state, in the report's order of states."""
         states = [_STATES.get(r.status, r.status) for r in self.rows]
         return {s: states.count(s) for s in _STATE_ORDER if s in states}
 
@@ -88,6 +89,8 @@ class _ImageSize:
 
 @dataclass
 class BumpReport:
+    """What an engine bump changes: the launch arguments that changed, the recipes using them and each series' fate."""
+
     from_version: str
     to_version: str
     flavour: str
@@ -106,6 +109,7 @@ class BumpReport:
 
 
 def state(row: Row) -> str:
+    """The state a patch row is reported in."""
     return _STATES.get(row.status, row.status)
 
 

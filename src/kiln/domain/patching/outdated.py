@@ -106,4 +106,5 @@ def outdated(index: str, releases: _Releases) -> OutdatedDocument:
 
 
 def lagging(doc: OutdatedDocument) -> list[OutdatedRow]:
+    """The rows of recipes whose engine is older than the newest on the index."""
     return [r for r in doc["recipes"] if r["status"] == "outdated"]

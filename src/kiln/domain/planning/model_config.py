@@ -29,6 +29,8 @@ class _Mla:
 
 @dataclass(frozen=True)
 class ModelShape:
+    """What sizing needs of a model's config.json: layers, widths, heads, experts, MLA and MTP shape."""
+
     arch: str
     layers: int
     hidden: int
@@ -57,6 +59,7 @@ class ModelShape:
 
     @property
     def moe_layers(self) -> int:
+        """How many layers hold experts; 0 for a dense model."""
         return self.layers - self.dense_layers if self.experts else 0
 
 
@@ -162,6 +165,8 @@ class LayerParams:
 
 
 def layer_params(shape: ModelShape, *, moe: bool) -> LayerParams:
+    """The parameter counts of one decoder layer, dense or MoE, split into what tensor parallelism divides and what it
+    does not."""
     h = shape.hidden
     if shape.mla:
         m = shape.mla

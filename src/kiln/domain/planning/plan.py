@@ -92,6 +92,8 @@ def _precision(shape: ModelShape, args: Mapping[str, Any]) -> _Precision:
 # -- layout --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Layout:
+    """How a recipe spreads over GPUs: tensor, pipeline and data parallel sizes, and expert parallelism."""
+
     tp: int = 1
     pp: int = 1
     dp: int = 1
@@ -99,14 +101,17 @@ class Layout:
 
     @property
     def gpus(self) -> int:
+        """The number of GPUs the layout takes."""
         return self.tp * self.pp * self.dp
 
     def label(self) -> str:
+        """The layout as people write it: `TP4 x PP2, EP8`."""
         parts = [f"TP{self.tp}"] + ([f"PP{self.pp}"] if self.pp > 1 else []) + ([f"DP{self.dp}"] if self.dp > 1 else [])
         return " x ".join(parts) + (f", EP{self.tp * self.dp}" if self.ep else "")
 
     @classmethod
     def of(cls, topo: Topology) -> Layout:
+        """The layout a recipe's topology section asks for."""
         return cls(tp=topo.tensor_parallel, pp=topo.pipeline_parallel, dp=topo.data_parallel, ep=topo.expert_parallel)
 
     def over(self, gpus: int) -> Layout:
@@ -227,6 +232,8 @@ class _Reserve:
 
 @dataclass(frozen=True)
 class Plan:
+    """A recipe's memory plan: what weights, KV cache and vLLM's reserve take on each GPU, and whether it fits."""
+
     recipe: str
     accelerator: Accelerator | None  # None: a CPU recipe (KV space from VLLM_CPU_KVCACHE_SPACE)
     layout: Layout
@@ -247,14 +254,17 @@ class Plan:
 
     @property
     def weights(self) -> float:
+        """The weight bytes on one GPU, summed over the model's parts."""
         return sum(p.weights for p in self.parts)
 
     @property
     def capacity(self) -> float:
+        """The memory of one GPU, or the CPU KV space of a CPU recipe."""
         return float(self.accelerator.memory_bytes) if self.accelerator else self.cpu_kv_space
 
     @property
     def usable(self) -> float:
+        """The memory vLLM may use: the capacity times the utilization on a GPU."""
         return self.capacity * self.utilization if self.accelerator else self.cpu_kv_space
 
     @property
@@ -266,10 +276,12 @@ class Plan:
 
     @property
     def fits(self) -> bool:
+        """Whether the KV room holds one sequence of max_model_len."""
         return self.kv_room >= self.kv_one
 
     @property
     def fits_full(self) -> bool:
+        """Whether the KV room holds max_num_seqs sequences of max_model_len."""
         return self.kv_room >= self.kv_full
 
     @property
@@ -417,6 +429,7 @@ def _reserve(
 
 
 def gib(num_bytes: float) -> str:
+    """A byte count in GiB with one decimal."""
     return f"{num_bytes / GIB:,.1f} GiB"
 
 

@@ -76,6 +76,8 @@ class SignatureEvidence(TypedDict):
 
 @dataclass
 class PublishResult:
+    """What a publish did: the image pushed, its manifest, the channel moved and the tags written."""
+
     recipe: str
     image_id: str  # what was pushed (differs from the built id only with --skip-smoke-check)
     input_digest: str
@@ -94,11 +96,14 @@ class PublishResult:
 
     @property
     def pinned(self) -> str:
+        """The pushed image's reference by digest."""
         return f"{self.registry}/{self.repository}@{self.manifest_digest}"
 
 
 @dataclass
 class PromoteResult:
+    """What a promote did: the image, the channels it moved between and whether the tag moved."""
+
     recipe: str
     image_id: str
     manifest_digest: str
@@ -113,6 +118,7 @@ class PromoteResult:
 
     @property
     def pinned(self) -> str:
+        """The promoted image's reference by digest."""
         return f"{self.registry}/{self.repository}@{self.manifest_digest}"
 
 
@@ -195,6 +201,7 @@ def published_image(name: str, input_digest: str) -> str:
 
 
 def publish_document(result: PublishResult) -> PublishDocument:
+    """The `kiln publish --json` document of a publish."""
     return PublishDocument(
         recipe=result.recipe,
         image_id=result.image_id,
@@ -214,6 +221,7 @@ def publish_document(result: PublishResult) -> PublishDocument:
 
 
 def promote_document(result: PromoteResult) -> PromoteDocument:
+    """The `kiln promote --json` document of a promote."""
     return PromoteDocument(
         recipe=result.recipe,
         image_id=result.image_id,

@@ -22,6 +22,8 @@ _FileFacts = tuple[str, int, int, int, int, str, int, str]  # type, mode, uid, g
 
 @dataclass(frozen=True)
 class Difference:
+    """The first place two builds of an image differ: a layer and file, or the config."""
+
     layer: int | None  # index into the layers; None: the layers agree, the configs do not
     layer_a: str | None
     layer_b: str | None
@@ -29,6 +31,7 @@ class Difference:
     what: str  # how it differs, one line
 
     def line(self) -> str:
+        """The difference as one line of a report."""
         if self.layer is None:
             return f"config: {self.what}"
         where = f"layer {self.layer + 1} ({(self.layer_a or 'none')[:19]} vs {(self.layer_b or 'none')[:19]})"

@@ -292,6 +292,7 @@ class ChunkReader:
         self._pos = 0
 
     def read(self, size: int = -1) -> bytes:
+        """Up to `size` bytes of the stream (all that is left when negative)."""
         while size < 0 or len(self._buf) - self._pos < size:
             try:
                 chunk = next(self._it)
