@@ -19,6 +19,8 @@ _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 
 @dataclass
 class Completion:
+    """One request's answer: its prompt index, token ids, top logprobs and time."""
+
     prompt: int  # index into the request set
     token_ids: list[int]
     # per position: the top-2 (token id, logprob) pairs, best first (greedy requests)
@@ -48,6 +50,7 @@ def complete(
     seed: int | None = None,
     logprobs: int | None = None,
 ) -> Completion:
+    """Send one completion request (ignoring EOS, token ids returned) and collect its answer."""
     t0 = time.monotonic()
     resp = client.completions.create(
         model=model,
