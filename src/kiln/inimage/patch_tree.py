@@ -190,7 +190,7 @@ def locate_hunk(lines: list[bytes], hunk: patch_format.Hunk, guess: int, lo: int
 
 
 def stated_index(hunk: patch_format.Hunk) -> int:
-    """The 0-based line where a hunk's stated old range starts."""
+    """The 0-based line index the hunk's header places it at (for a pure insertion, the line it goes before)."""
     # For a pure insertion (-a,0) GNU diff names the line *after which* it inserts.
     return hunk.old_start - 1 if hunk.old_len else hunk.old_start
 

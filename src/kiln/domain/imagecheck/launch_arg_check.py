@@ -172,7 +172,7 @@ class Job:
 
     @property
     def digest(self) -> str:
-        """The key of the job's cached answer: the probe's source digest and the request."""
+        """The sha256 the job's cached answer is keyed on: of the probe's text and the request."""
         text = json.dumps({"probe": _PROBE_DIGEST, "job": self.request()}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 

@@ -69,8 +69,8 @@ class RecipeImage(_NamedByInputs):
 
     @cached_property
     def context(self) -> BuildContext:
-        """The recipe image's build context: its Dockerfile with kiln's tail, its folder, shared files, overlays and
-        lock."""
+        """The recipe image's build context: its Dockerfile with kiln's tail, its folder, shared files, overlays,
+        launch document and lock files."""
         ctx = BuildContext()
         dockerfile = (self.loaded.dir / DOCKERFILE).read_text()
         ctx.add_bytes(DOCKERFILE, (dockerfile.rstrip("\n") + "\n" + _TAIL).encode())

@@ -165,8 +165,7 @@ class LayerParams:
 
 
 def layer_params(shape: ModelShape, *, moe: bool) -> LayerParams:
-    """The parameter counts of one decoder layer, dense or MoE, split into what tensor parallelism divides and what it
-    does not."""
+    """The parameter counts of one decoder layer, dense or MoE, by how vLLM shards them."""
     h = shape.hidden
     if shape.mla:
         m = shape.mla
