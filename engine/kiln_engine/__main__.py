@@ -36,6 +36,7 @@ def architecture() -> dict[str, str]:
 
 
 def info() -> dict[str, Any]:
+    """The image's engine facts: kiln_engine's, vLLM's and torch's versions, architecture, patches, features, recipe."""
     patches = json.loads(PATCH_MANIFEST.read_text()) if PATCH_MANIFEST.is_file() else None
     launch = json.loads(LAUNCH.read_text()) if LAUNCH.is_file() else {}
     baked = set(launch.get("features", []))
@@ -54,6 +55,7 @@ def info() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m kiln_engine info [--json]`: print the image's engine facts; the exit status."""
     p = argparse.ArgumentParser(prog="python -m kiln_engine")
     p.add_argument("command", choices=["info"])
     p.add_argument("--json", action="store_true")

@@ -47,6 +47,7 @@ class Knob:
     choices: tuple[str, ...] = ()  # kind "choice": the accepted values
 
     def parse(self, raw: str | None) -> Any:
+        """The knob's value from its environment variable's raw text; the default when unset or blank."""
         if raw is None or raw.strip() == "":
             return self.default
         value = raw.strip()
@@ -126,6 +127,8 @@ class Ratio:
 
 @dataclass(frozen=True)
 class Feature:
+    """One engine feature: its module, the vLLM module that imports it, its switch, knobs and what it reports."""
+
     name: str
     module: str  # our implementation
     vllm_module: str  # where patched vLLM code imports it from
@@ -141,6 +144,7 @@ class Feature:
 
     @property
     def env(self) -> str:
+        """The environment variable that switches the feature on."""
         return self.switch.env
 
     def read(self, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -152,10 +156,12 @@ class Feature:
         return values
 
     def enabled(self, environ: Mapping[str, str] | None = None) -> bool:
+        """Whether the feature's switch is on in `environ` (default: this process's environment)."""
         environ = os.environ if environ is None else environ
         return bool(self.switch.parse(environ.get(self.switch.env)))
 
     def ratio(self, name: str) -> Ratio:
+        """The feature's ratio called `name`; KeyError naming the known ones when it has none."""
         for r in self.ratios:
             if r.name == name:
                 return r
@@ -345,6 +351,7 @@ FEATURES: tuple[Feature, ...] = (DRAFT_TRUNC,)
 
 
 def by_name(name: str) -> Feature:
+    """The feature called `name`; KeyError when there is none."""
     for feature in FEATURES:
         if feature.name == name:
             return feature
@@ -352,6 +359,7 @@ def by_name(name: str) -> Feature:
 
 
 def states(environ: Mapping[str, str] | None = None) -> dict[str, bool]:
+    """Each feature's name and whether it is on in `environ`."""
     return {f.name: f.enabled(environ) for f in FEATURES}
 
 

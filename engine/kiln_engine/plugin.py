@@ -53,11 +53,13 @@ def _route_logs() -> None:
 
 
 def status_line() -> str:
+    """The log line that says kiln-engine loaded: its version, the process and each feature's state."""
     feats = " ".join(f"{name}={'on' if on else 'off'}" for name, on in states().items())
     return f"kiln-engine {__version__} loaded (pid {os.getpid()}): features: {feats}"
 
 
 def register() -> None:
+    """vLLM's plugin entry point: route logs, check the environment and alias each feature's module, once a process."""
     global _done
     if _done:
         return

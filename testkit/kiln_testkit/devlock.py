@@ -75,6 +75,7 @@ def inputs_digest(root: Path) -> str:
 
 
 def recorded_digest(lock_text: str) -> str | None:
+    """The input digest a dev lock's text records; None when it records none."""
     for line in lock_text.splitlines():
         if line.startswith(INPUTS_PREFIX):
             return line[len(INPUTS_PREFIX) :].strip()

@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # the kernel module imports triton, which must see TRITON_INT
 
 @dataclass
 class Batch:
+    """A batch of requests as draft-trunc's hooks see it: token layout, sequence lengths and per-request tensors."""
+
     num_reqs: int
     num_tokens: int
     is_padding: torch.Tensor  # [num_tokens_after_padding] bool
@@ -29,6 +31,7 @@ class Batch:
     num_drafts: np.ndarray  # [num_reqs]
 
     def to(self, device: torch.device | str) -> Batch:
+        """The batch with every tensor moved to `device`."""
         moved: dict[str, Any] = {k: v.to(device) for k, v in vars(self).items() if isinstance(v, torch.Tensor)}
         return dataclasses.replace(self, **moved)
 

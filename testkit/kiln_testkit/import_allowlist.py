@@ -33,6 +33,8 @@ MUST_IMPORT = (
 
 @dataclass(frozen=True)
 class Allow:
+    """An allowed import failure: which modules, the failure it may be, and why it is accepted."""
+
     modules: tuple[str, ...]
     why: str
     missing: tuple[str, ...] = ()  # ModuleNotFoundError for one of these names
@@ -41,6 +43,7 @@ class Allow:
     example_missing: str = ""
 
     def covers(self, module: str, failure: dict[str, Any]) -> bool:
+        """Whether this entry allows `module`'s import failure."""
         if not any(fnmatch.fnmatchcase(module, p) for p in self.modules):
             return False
         if self.missing:
@@ -71,12 +74,14 @@ UPSTREAM = "fails the same way in the plain `pip install vllm` image"
 
 @dataclass
 class Verdict:
+    """The import failures sorted: the allowed ones by reason, and the unexpected ones."""
+
     allowed: dict[str, list[str]] = field(default_factory=dict)  # why -> modules
     unexpected: list[str] = field(default_factory=list)
 
 
-def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a.get("type") == b.get("type") and a.get("missing") == b.get("missing")
+def _same(first: dict[str, Any], second: dict[str, Any]) -> bool:
+    return first.get("type") == second.get("type") and first.get("missing") == second.get("missing")
 
 
 def upstream_kind(failure: dict[str, Any]) -> str:

@@ -19,6 +19,8 @@ _TOKEN_ID = re.compile(r"^token_id:(-?\d+)$")
 
 @dataclass
 class Completion:
+    """One request's answer: its prompt index, token ids, top logprobs and time."""
+
     prompt: int  # index into the request set
     token_ids: list[int]
     # per position: the top-2 (token id, logprob) pairs, best first (greedy requests)
@@ -40,7 +42,7 @@ def _ids(tokens: list[str]) -> list[int]:
 def complete(
     client: OpenAI,
     model: str,
-    i: int,
+    index: int,
     prompt: str,
     *,
     max_tokens: int,
@@ -48,6 +50,7 @@ def complete(
     seed: int | None = None,
     logprobs: int | None = None,
 ) -> Completion:
+    """Send one completion request (ignoring EOS, token ids returned) and collect its answer."""
     t0 = time.monotonic()
     resp = client.completions.create(
         model=model,
@@ -66,7 +69,7 @@ def complete(
         for entry in lp.top_logprobs:
             pairs = sorted(((_token_id(k), v) for k, v in entry.items()), key=lambda kv: -kv[1])
             top.append(pairs)
-    return Completion(i, _ids(lp.tokens), top, time.monotonic() - t0)
+    return Completion(index, _ids(lp.tokens), top, time.monotonic() - t0)
 
 
 def run_set(
@@ -86,15 +89,15 @@ def run_set(
 
     client = OpenAI(base_url=f"{url}/v1", api_key="kiln-test", timeout=timeout_s, max_retries=0)
 
-    def one(i: int) -> Completion:
+    def one(index: int) -> Completion:
         return complete(
             client,
             model,
-            i,
-            prompts[i],
+            index,
+            prompts[index],
             max_tokens=max_tokens,
             temperature=temperature,
-            seed=None if seeds is None else seeds[i],
+            seed=None if seeds is None else seeds[index],
             logprobs=logprobs,
         )
 
@@ -104,7 +107,7 @@ def run_set(
         return list(pool.map(one, range(len(prompts))))
 
 
-def prompts(n: int, seed: int = 0) -> list[str]:
+def prompts(count: int, seed: int = 0) -> list[str]:
     """`n` distinct short prompts: code and prose fragments (the tokenizer is trained on
     Python sources), deterministic for a seed."""
     import random
@@ -141,7 +144,7 @@ def prompts(n: int, seed: int = 0) -> list[str]:
     ]
     out: list[str] = []
     seen = set()
-    while len(out) < n:
+    while len(out) < count:
         text = rng.choice(heads) + " ".join(rng.choice(words) for _ in range(rng.randint(1, 4)))
         if text not in seen:
             seen.add(text)

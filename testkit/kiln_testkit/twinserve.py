@@ -125,6 +125,7 @@ def server_report(name: str, box: ServingContainer, tail: int = 60) -> str:
 
 
 def counters(url: str, names: Iterable[str]) -> dict[str, float | None]:
+    """The sum of each named counter on the server's /metrics; None for one it does not expose."""
     text = feature_metrics_text(url)
     return {name: metric_sum(text, name) for name in names}
 
@@ -175,6 +176,7 @@ class SpecDecodeStats:
         )
 
     def summary(self) -> str:
+        """The statistics as one line: acceptance, counts, per-position and conditional rates."""
         return (
             f"acceptance {self.acceptance:.3f} ({self.accepted:.0f}/{self.draft_tokens:.0f} draft tokens, "
             f"{self.drafts:.0f} windows); per position "
@@ -189,6 +191,7 @@ def spec_decode_stats(url: str) -> SpecDecodeStats | None:
 
 
 def parse_spec_decode(text: str) -> SpecDecodeStats | None:
+    """The speculative decoding statistics in a /metrics text; None when it has no drafts."""
     drafts = metric_sum(text, "vllm:spec_decode_num_drafts_total")
     tokens = metric_sum(text, "vllm:spec_decode_num_draft_tokens_total")
     accepted = metric_sum(text, "vllm:spec_decode_num_accepted_tokens_total")

@@ -17,6 +17,8 @@ from kiln_testkit.requestsets import Completion
 
 @dataclass
 class Divergence:
+    """Where two runs' greedy answers first differ: the prompt, position and the reference's top-2 margin."""
+
     prompt: int
     position: int
     margin: float  # top-2 logprob margin at the divergence, in the reference run

@@ -152,18 +152,18 @@ class AvStats:
         return totals
 
 
-def line(t: Mapping[str, float], timed: bool) -> str:
+def line(totals: Mapping[str, float], timed: bool) -> str:
     """The summary line of one flush."""
     out = (
-        f"draft_trunc av: steps={t['av_steps']:.0f} stepped_aside={t['av_stepped_aside']:.0f} "
-        f"drafts={t['av_drafts']:.0f} survival_raw={t['av_survival_raw']:.1f} "
-        f"survival_corrected={t['av_survival_corrected']:.1f} "
-        f"survival_shift={t['av_survival_shift']:.1f}"
+        f"draft_trunc av: steps={totals['av_steps']:.0f} stepped_aside={totals['av_stepped_aside']:.0f} "
+        f"drafts={totals['av_drafts']:.0f} survival_raw={totals['av_survival_raw']:.1f} "
+        f"survival_corrected={totals['av_survival_corrected']:.1f} "
+        f"survival_shift={totals['av_survival_shift']:.1f}"
     )
     if timed:
-        n = max(t["av_hook_timed"], 1.0)
+        n = max(totals["av_hook_timed"], 1.0)
         out += (
-            f" hook_us_per_step: gpu={t['av_hook_seconds'] / n * 1e6:.1f} "
-            f"host={t['av_hook_host_seconds'] / n * 1e6:.1f} (timed={t['av_hook_timed']:.0f})"
+            f" hook_us_per_step: gpu={totals['av_hook_seconds'] / n * 1e6:.1f} "
+            f"host={totals['av_hook_host_seconds'] / n * 1e6:.1f} (timed={totals['av_hook_timed']:.0f})"
         )
     return out

@@ -46,6 +46,7 @@ class Shape(Generic[_T]):
 
     @property
     def adapter(self) -> TypeAdapter[_T]:
+        """The pydantic adapter that validates and dumps this document's type, built on first use."""
         if self._adapter is None:
             self._adapter = TypeAdapter(_pydantic_type(self.type))
         return self._adapter

@@ -44,6 +44,7 @@ def repo_root() -> Path:
 
 
 def recipes_dir() -> Path:
+    """The repository's recipes/ folder."""
     return repo_root() / "recipes"
 
 

@@ -60,6 +60,7 @@ class Activity:
 
     @property
     def elapsed(self) -> float:
+        """Seconds since the activity started."""
         return time.monotonic() - self.t0
 
     def __enter__(self) -> Self:
@@ -131,14 +132,17 @@ class BuildDisplay:
         self.stop()
 
     def stop(self) -> None:
+        """Stop the build's activity display."""
         self.activity.stop()
 
     def step_started(self, number: str, total: str, line: str) -> None:
+        """Show that build step `number` of `total` started, and its line unless quiet."""
         self.activity.restart(f"{self.label} step {number}/{total}")
         if not self.quiet:
             log.console.print(f"[bold]{self.label}[/] {line[:160]}", markup=True, highlight=False)
 
     def step_finished(self, seconds: float, cached: bool) -> None:
+        """Report the finished step's time, or that its result was cached, unless quiet."""
         if not self.quiet:
             log.info(f"  [{'cached' if cached else log.human_secs(seconds)}]")
 
@@ -180,10 +184,12 @@ class PushDisplay:
         self.activity.stop()
 
     def sending(self, layers: int, done: int, total: int) -> None:
+        """Show the upload's progress over its layers, unless quiet."""
         if not self.quiet:
             self.activity.update(f"{layers} layers", done=done, total=total)
 
     def layer_pushed(self, layer: str) -> None:
+        """Report one layer pushed, unless quiet."""
         if not self.quiet:
             log.info(f"  {layer} pushed")
 
@@ -193,6 +199,7 @@ class PushDisplay:
             log.info(f"  {layer} {_lower_first(status)}")
 
     def layer_retrying(self, layer: str, status: str) -> None:
+        """Warn that a layer's upload failed and is retried, unless quiet."""
         if not self.quiet:
             log.warn(f"{layer} upload failed; {_lower_first(status)}")
 
@@ -205,6 +212,7 @@ class PullDisplay:
         self.activity = Activity(f"pulling {ref}", unit_bytes=True)
 
     def announce(self) -> None:
+        """Print the step line that starts the pull."""
         log.step(f"pulling {self.ref}")
 
     def __enter__(self) -> Self:
@@ -215,11 +223,13 @@ class PullDisplay:
         self.activity.stop()
 
     def layer(self, layer: str, status: str, progress: str, *, done: int, total: int) -> None:
+        """Show one layer's pull status and the pull's progress (each status line too under debug)."""
         if log.DEBUG:
             log.info(f"  pull {layer} {status} {progress}")
         self.activity.update(f"{layer} {status}", done=done, total=total)
 
     def pulled(self, seconds: float) -> None:
+        """Report the pull done and its time."""
         log.ok(f"pulled {self.ref} in {log.human_secs(seconds)}")
 
 
@@ -227,5 +237,5 @@ def _lower_first(status: str) -> str:
     return f"{status[0].lower()}{status[1:]}"
 
 
-def _amount(n: float, unit_bytes: bool) -> str:
-    return log.human_size(n) if unit_bytes else f"{n:.0f}"
+def _amount(quantity: float, unit_bytes: bool) -> str:
+    return log.human_size(quantity) if unit_bytes else f"{quantity:.0f}"

@@ -44,6 +44,8 @@ _BAD_IN_VALUE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ud800-\udfff]")
 
 @dataclass
 class SourcedYaml:
+    """A YAML document as loaded, with the line each key path starts on."""
+
     path: Path
     data: Any
     lines: dict[_Loc, int] = field(default_factory=dict)
@@ -58,6 +60,8 @@ class SourcedYaml:
 
 
 class YamlProblem(Exception):
+    """A YAML file that does not parse: the line and the parser's message."""
+
     def __init__(self, line: int, message: str) -> None:
         super().__init__(message)
         self.line = line

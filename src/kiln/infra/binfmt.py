@@ -49,6 +49,7 @@ class Emulation:
         return self.native or (self.enabled and "F" in self.flags)
 
     def why_not(self) -> str:
+        """Why the platform's emulation cannot run containers, as one line."""
         entry = ENTRIES[self.platform][1]
         if not self.mounted:
             return f"binfmt_misc is not mounted at {_BINFMT}"
@@ -59,6 +60,7 @@ class Emulation:
         return f"{_BINFMT / entry} lacks flag F (flags {self.flags or 'none'}): containers cannot open its interpreter"
 
     def describe(self) -> str:
+        """The emulation's state as one line: native, the interpreter, or why it is unusable."""
         if self.native:
             return "native (no emulation needed)"
         if self.usable:
@@ -74,6 +76,7 @@ def _read(path: Path) -> str:
 
 
 def state(plat: str, root: Path | None = None) -> Emulation:
+    """How this host runs containers of a platform: natively, or through which binfmt_misc entry and its flags."""
     root = root or _BINFMT
     machines, entry = ENTRIES[plat]
     native = _platform.machine() in machines

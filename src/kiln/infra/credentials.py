@@ -39,6 +39,8 @@ _STDIN_EXAMPLE = f'export {USER_ENV}=NAME; printf %s "$TOKEN" | kiln publish ...
 
 @dataclass(frozen=True)
 class Credentials:
+    """Registry credentials and where they came from."""
+
     username: str
     password: str = field(repr=False)
     source: str = ""  # where they came from, for messages ("env", "docker config ...")
@@ -54,9 +56,9 @@ class Credentials:
         return f"{self.username or '(identity token)'} (from {self.source})"
 
 
-def _same_host(a: str, b: str) -> bool:
+def _same_host(first: str, second: str) -> bool:
     """Registry names as docker compares them: no scheme or path, Docker Hub's aliases as one."""
-    return _host_key(a) == _host_key(b)
+    return _host_key(first) == _host_key(second)
 
 
 def _host_key(name: str) -> str:

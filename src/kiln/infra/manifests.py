@@ -78,12 +78,15 @@ def manifest_head(body: bytes, source: str) -> _ManifestHead:
 
 @dataclass(frozen=True)
 class Manifest:
+    """A registry manifest or index: its digest, media type and exact bytes."""
+
     digest: str
     media_type: str
     body: bytes  # the exact bytes: re-PUT them and the digest stays the same
 
     @property
     def is_index(self) -> bool:
+        """Whether this is an index (a manifest list) rather than one image's manifest."""
         return self.media_type in _INDEX_TYPES
 
     @property
@@ -96,6 +99,7 @@ class Manifest:
 
 
 def sha256_digest(data: bytes) -> str:
+    """The `sha256:<hex>` digest of some bytes."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 

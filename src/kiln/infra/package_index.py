@@ -97,6 +97,8 @@ class _IndexFile:
 
 @dataclass(frozen=True)
 class Project:
+    """A project on the package index: its name, every version it lists and its files."""
+
     name: str
     versions: list[str]  # every release the index lists (PEP 700), in its order
     files: list[_IndexFile]
@@ -104,6 +106,8 @@ class Project:
 
 @dataclass(frozen=True)
 class Pin:
+    """A distribution pinned to one version."""
+
     name: str
     version: str
 
@@ -128,6 +132,7 @@ def _pip_setting(key: str) -> str | None:
 
 
 def index_url() -> str:
+    """The package index kiln reads: pip's configured index-url, else PyPI's."""
     return (_pip_setting("index-url") or _DEFAULT_INDEX).rstrip("/")
 
 

@@ -116,10 +116,12 @@ def _key(image_id: str) -> str:
 
 
 def record_path(image_id: str) -> Path:
+    """The path of an image's smoke record in kiln's results folder."""
     return _dir() / f"{_key(image_id)}.json"
 
 
 def write_smoke_record(record: SmokeRecord) -> Path:
+    """Write a smoke record atomically; its path."""
     path = record_path(record["image_id"])
     write_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
     return path
@@ -135,6 +137,7 @@ def _smoke_record(image_id: str) -> SmokeRecord | None:
 
 
 def passing_smoke_record(image_id: str) -> SmokeRecord | None:
+    """The image's smoke record when it passed for exactly this image id; None otherwise."""
     rec = _smoke_record(image_id)
     if rec and rec.get("passed") is True and rec.get("image_id") == image_id:
         return rec

@@ -82,17 +82,21 @@ class Target:
 
     @property
     def api_host(self) -> str:
+        """The host the registry's API is served on (Docker Hub's differs from its image name)."""
         # Docker Hub's API is not served on the name images use
         return "registry-1.docker.io" if self.host in ("docker.io", "index.docker.io") else self.host
 
     @property
     def base_url(self) -> str:
+        """The registry's /v2 API address."""
         return f"{'http' if self.plain_http else 'https'}://{self.api_host}/v2"
 
     def ref(self, tag: str) -> str:
+        """The repository's reference for a tag: `host/path:tag`."""
         return f"{self.host}/{self.path}:{tag}"
 
     def pinned(self, digest: str) -> str:
+        """The repository's reference for a digest: `host/path@digest`."""
         return f"{self.host}/{self.path}@{digest}"
 
 
@@ -254,6 +258,7 @@ class RegistryClient:
         return bytes(data)
 
     def has_blob(self, digest: str) -> bool:
+        """Whether the repository holds the blob; RegistryUnreachable on any answer but 200 or 404."""
         resp = self.request("HEAD", f"/{self.target.path}/blobs/{digest}")
         if resp.status_code in (200, 404):
             return resp.status_code == 200

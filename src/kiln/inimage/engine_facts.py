@@ -77,4 +77,5 @@ def _gather(modules: list[str]) -> EngineFacts:
 
 
 def report(modules: list[str]) -> None:
+    """Print the image's engine facts as one marked JSON line, for the host to read."""
     print("KILN-ENGINEPROOF " + json.dumps(_gather(modules), sort_keys=True), flush=True)

@@ -63,10 +63,12 @@ class HfModel:
     tokenizer: bool = True  # the target's tokenizer is loaded; a draft model's is not
 
     def to_json(self) -> HfModelJson:
+        """The model as the image's hf-models file writes it."""
         return {"role": self.role, "repo": self.repo, "revision": self.revision, "tokenizer": self.tokenizer}
 
     @classmethod
     def from_json(cls, data: HfModelJson) -> HfModel:
+        """A model from the image's hf-models file (tokenizer defaults to true)."""
         return cls(
             role=data["role"], repo=data["repo"], revision=data["revision"], tokenizer=bool(data.get("tokenizer", True))
         )
@@ -95,6 +97,7 @@ def _repo_folder(repo: str) -> str:
 
 
 def snapshot_dir(cache: Path, repo: str, revision: str) -> Path:
+    """The snapshot folder of a model revision in a Hugging Face cache."""
     return cache / _repo_folder(repo) / "snapshots" / revision
 
 
@@ -181,6 +184,7 @@ def check(cache: Path, model: HfModel) -> _Missing | None:
 
 
 def check_all(cache: Path, models: list[HfModel]) -> list[_Missing]:
+    """For each model the cache cannot serve, the first reason why."""
     return [m for m in (check(cache, model) for model in models) if m is not None]
 
 

@@ -103,6 +103,7 @@ def _read_request(text: str) -> ProbeRequest:
 
 
 def main() -> None:
+    """Answer the request in the environment: parse each job's arguments with the image's vLLM; print the answer."""
     request = _read_request(os.environ.get(REQUEST_ENV) or "{}")
     _raise_instead_of_exiting()
     answer: ProbeAnswer = {"version": None, "kiln_engine": None, "jobs": []}

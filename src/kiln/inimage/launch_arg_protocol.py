@@ -35,16 +35,22 @@ from typing import NotRequired, TypedDict
 
 
 class ProbeJob(TypedDict):
+    """One probe job: launch argument groups, and the environment they are parsed under."""
+
     groups: list[list[str]]
     env: NotRequired[dict[str, str]]
 
 
 class ProbeRequest(TypedDict, total=False):
+    """What the host asks the probe: jobs to check, and whether to dump vLLM's options."""
+
     dump: bool  # also answer every --option of `vllm serve` (flags, speculative_*)
     jobs: list[ProbeJob]
 
 
 class FlagInfo(TypedDict):
+    """How a `vllm serve` option is spelt: whether it takes a value and whether it is on by default."""
+
     takes_value: bool
     default_on: bool
 
@@ -60,11 +66,15 @@ class ProbeProblem(TypedDict):
 
 
 class JobAnswer(TypedDict):
+    """The probe's answer to one job: its problems and the stages it got through."""
+
     problems: list[ProbeProblem]
     stages: list[str]
 
 
 class ProbeAnswer(TypedDict):
+    """The probe's whole answer: the vLLM and kiln-engine versions, each job's answer and the dumped options."""
+
     version: str | None  # vLLM's; None: the image has no vLLM
     kiln_engine: str | None  # kiln-engine's; None: the image has none
     flags: NotRequired[dict[str, FlagInfo]]  # only when dump

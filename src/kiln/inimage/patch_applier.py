@@ -64,6 +64,8 @@ class _Manifest(TypedDict):
 # -- whole-file replacements -------------------------------------------------------------
 @dataclass
 class Replacement:
+    """A file an experimental feature replaces outright: the feature, target, replacement file and upstream sha256."""
+
     feature: str
     target: str
     file: Path
@@ -191,6 +193,7 @@ def _run_apply_overlays(root: Path, overlays: Path, manifest: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The kiln_patching command line (apply, apply-overlays): patch the installed engine; its exit status."""
     ap = argparse.ArgumentParser(prog="kiln_patching", description="apply kiln patch series to an installed engine")
     sub = ap.add_subparsers(dest="cmd", required=True)
     a = sub.add_parser("apply", help="apply the engine's patch series")

@@ -72,6 +72,7 @@ def split_lines(data: bytes) -> list[bytes]:
 
 
 def sha256_bytes(data: bytes) -> str:
+    """The sha256 hex digest of some bytes."""
     return hashlib.sha256(data).hexdigest()
 
 
@@ -99,6 +100,8 @@ def _strip_path(raw: bytes, where: str) -> str | None:
 # -- model -------------------------------------------------------------------------------
 @dataclass
 class Hunk:
+    """One hunk of a unified diff: its old and new ranges, heading and tagged lines."""
+
     old_start: int
     old_len: int
     new_start: int
@@ -108,10 +111,12 @@ class Hunk:
 
     @property
     def old_lines(self) -> list[bytes]:
+        """The hunk's lines before the change (context and removed)."""
         return [text for tag, text in self.lines if tag != b"+"]
 
     @property
     def new_lines(self) -> list[bytes]:
+        """The hunk's lines after the change (context and added)."""
         return [text for tag, text in self.lines if tag != b"-"]
 
     def context_counts(self) -> tuple[int, int]:
@@ -140,13 +145,16 @@ class Hunk:
         return _show(old[0]) if old else ""
 
     def to_bytes(self) -> bytes:
+        """The hunk as diff text: its @@ header, heading and lines."""
         head = f"@@ -{self.old_start},{self.old_len} +{self.new_start},{self.new_len} @@".encode()
         return head + self.heading + b"\n" + b"".join(emit_line(tag, text) for tag, text in self.lines)
 
     def range_text(self) -> str:
+        """The hunk's @@ header, for messages."""
         return f"@@ -{self.old_start},{self.old_len} +{self.new_start},{self.new_len} @@"
 
     def reversed(self) -> Hunk:
+        """The hunk that undoes this one."""
         swap = {b"-": b"+", b"+": b"-", b" ": b" "}
         return Hunk(
             self.new_start,
@@ -160,6 +168,8 @@ class Hunk:
 
 @dataclass
 class FileDiff:
+    """One file's section of a patch: its old and new paths, hunks and exact bytes."""
+
     old_path: str | None  # None: /dev/null (the patch creates the file)
     new_path: str | None  # None: /dev/null (the patch deletes the file)
     hunks: list[Hunk]
@@ -168,23 +178,29 @@ class FileDiff:
 
     @property
     def target(self) -> str:
+        """The path the section changes: the new path, else the old one."""
         # the parser refuses /dev/null on both sides
         return self.new_path or self.old_path  # type: ignore[return-value]
 
     @property
     def creates(self) -> bool:
+        """Whether the section creates its file."""
         return self.old_path is None
 
     @property
     def deletes(self) -> bool:
+        """Whether the section deletes its file."""
         return self.new_path is None
 
     def reversed(self) -> FileDiff:
+        """The section that undoes this one."""
         return FileDiff(self.new_path, self.old_path, [h.reversed() for h in self.hunks], self.raw, self.preamble)
 
 
 @dataclass
 class Patch:
+    """One patch file of a series: its name, bytes, header and file sections."""
+
     display: str  # the path as given, used in every message
     name: str  # the series entry
     data: bytes
@@ -193,10 +209,12 @@ class Patch:
 
     @property
     def sha256(self) -> str:
+        """The sha256 of the patch file's bytes."""
         return sha256_bytes(self.data)
 
     @property
     def targets(self) -> list[str]:
+        """The paths the patch changes."""
         return [f.target for f in self.files]
 
     def header_problems(self) -> list[str]:
@@ -217,6 +235,8 @@ class Patch:
 
 @dataclass
 class Series:
+    """A series file and its patches, in order."""
+
     file: str  # display path of the series file ("" for an empty, absent series)
     patches: list[Patch]
     source: str = "series"  # manifest source: "series" or "feature:<name>"
@@ -226,30 +246,30 @@ class Series:
 _HUNK_RE = re.compile(rb"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$", re.DOTALL)
 
 
-def _starts_section(lines: list[bytes], i: int) -> bool:
-    line = lines[i]
+def _starts_section(lines: list[bytes], index: int) -> bool:
+    line = lines[index]
     if line.startswith((b"diff --git ", b"diff -")):
         return True
-    return line.startswith(b"--- ") and i + 1 < len(lines) and lines[i + 1].startswith(b"+++ ")
+    return line.startswith(b"--- ") and index + 1 < len(lines) and lines[index + 1].startswith(b"+++ ")
 
 
-def _parse_hunk(lines: list[bytes], i: int, display: str) -> tuple[Hunk, int]:
-    m = _HUNK_RE.match(lines[i].rstrip(b"\r\n"))
+def _parse_hunk(lines: list[bytes], index: int, display: str) -> tuple[Hunk, int]:
+    m = _HUNK_RE.match(lines[index].rstrip(b"\r\n"))
     if not m:
-        raise PatchFormatError([f"{display}:{i + 1}: malformed hunk header {_show(lines[i])!r}"])
+        raise PatchFormatError([f"{display}:{index + 1}: malformed hunk header {_show(lines[index])!r}"])
     a, b, c, d, heading = m.groups()
     hunk = Hunk(int(a), 1 if b is None else int(b), int(c), 1 if d is None else int(d), heading, [])
     want_old, want_new = hunk.old_len, hunk.new_len
-    i += 1
+    index += 1
     while want_old > 0 or want_new > 0:
-        if i >= len(lines):
-            raise PatchFormatError([f"{display}:{i}: hunk {hunk.range_text()} ends early (file truncated?)"])
-        line = lines[i]
+        if index >= len(lines):
+            raise PatchFormatError([f"{display}:{index}: hunk {hunk.range_text()} ends early (file truncated?)"])
+        line = lines[index]
         tag, text = line[:1], line[1:]
         if line in (b"\n", b"\r\n"):  # context blank line whose leading space an editor ate
             tag, text = b" ", line
         if tag == b"\\":
-            _drop_newline(hunk, display, i)
+            _drop_newline(hunk, display, index)
         elif tag == b" " and want_old > 0 and want_new > 0:
             want_old, want_new = want_old - 1, want_new - 1
             hunk.lines.append((tag, text))
@@ -263,22 +283,22 @@ def _parse_hunk(lines: list[bytes], i: int, display: str) -> tuple[Hunk, int]:
             raise PatchFormatError(
                 [
                     (
-                        f"{display}:{i + 1}: line does not fit hunk {hunk.range_text()} "
+                        f"{display}:{index + 1}: line does not fit hunk {hunk.range_text()} "
                         f"(line counts in the @@ header are wrong?)"
                     )
                 ]
             )
-        i += 1
-    if i < len(lines) and lines[i].startswith(b"\\"):
-        _drop_newline(hunk, display, i)
-        i += 1
-    return hunk, i
+        index += 1
+    if index < len(lines) and lines[index].startswith(b"\\"):
+        _drop_newline(hunk, display, index)
+        index += 1
+    return hunk, index
 
 
-def _drop_newline(hunk: Hunk, display: str, i: int) -> None:
+def _drop_newline(hunk: Hunk, display: str, index: int) -> None:
     r"""`\ No newline at end of file` belongs to the line just before it."""
     if not hunk.lines or not hunk.lines[-1][1].endswith(b"\n"):
-        raise PatchFormatError([f"{display}:{i + 1}: stray '\\ No newline at end of file'"])
+        raise PatchFormatError([f"{display}:{index + 1}: stray '\\ No newline at end of file'"])
     tag, text = hunk.lines[-1]
     hunk.lines[-1] = (tag, text[:-1])
 

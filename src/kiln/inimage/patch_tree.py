@@ -47,6 +47,7 @@ class Tree:
         self.changes: dict[str, bytes | None] = {}  # rel path -> new bytes, or None = deleted
 
     def read(self, rel: str) -> bytes | None:
+        """A file's bytes with the pending changes applied; None when it does not exist."""
         if rel in self.changes:
             return self.changes[rel]
         path = self.root / rel
@@ -59,10 +60,12 @@ class Tree:
         return other
 
     def pristine(self, rel: str) -> bytes | None:
+        """A file's bytes on disk, without the pending changes; None when it does not exist."""
         path = self.root / rel
         return path.read_bytes() if path.is_file() else None
 
     def write(self, rel: str, data: bytes | None) -> None:
+        """Record a file's new bytes (None: deleted), to be written on commit."""
         self.changes[rel] = data
 
     def commit(self) -> None:
@@ -116,23 +119,29 @@ class _FileResult:
 
 @dataclass
 class PatchResult:
+    """How a patch applied: each file's hunks, their offsets and failures."""
+
     patch: patch_format.Patch
     files: list[_FileResult]
     reverse: bool = False
 
     @property
     def ok(self) -> bool:
+        """Whether every file of the patch applied."""
         return all(f.ok for f in self.files)
 
     @property
     def offsets(self) -> list[tuple[str, int, int]]:
+        """Each hunk that applied at an offset: its file, number and offset."""
         return [(f.target, h.number, h.offset) for f in self.files for h in f.hunks if h.offset]
 
     @property
     def failed_hunks(self) -> list[tuple[str, _HunkResult]]:
+        """Each hunk that did not apply, with its file."""
         return [(f.target, h) for f in self.files for h in f.hunks if h.offset is None]
 
     def failure_lines(self) -> list[str]:
+        """What failed, one line per file problem or failed hunk."""
         out = []
         for f in self.files:
             if f.problem:
@@ -181,6 +190,7 @@ def locate_hunk(lines: list[bytes], hunk: patch_format.Hunk, guess: int, lo: int
 
 
 def stated_index(hunk: patch_format.Hunk) -> int:
+    """The 0-based line index the hunk's header places it at (for a pure insertion, the line it goes before)."""
     # For a pure insertion (-a,0) GNU diff names the line *after which* it inserts.
     return hunk.old_start - 1 if hunk.old_len else hunk.old_start
 

@@ -127,6 +127,7 @@ def _parse_dpkg_status(text: str) -> list[dict[str, str]]:
 
 
 def debian_packages(root: str) -> list[_DebianPackage]:
+    """The Debian packages dpkg records under `root` (status and status.d)."""
     files = [_under(root, "/var/lib/dpkg/status")]
     files += sorted(glob.glob(_under(root, "/var/lib/dpkg/status.d/*")))
     out: list[_DebianPackage] = []
@@ -307,6 +308,8 @@ def model_files(root: str, roots: Iterable[str]) -> list[_ModelFile]:
 
 
 def inventory(root: str = "/", model_roots: Iterable[str] = ()) -> _Inventory:
+    """What an SBOM needs of the filesystem at `root`: OS release, Debian and Python packages, the patch manifest and
+    model folders."""
     dirs = _site_dirs(root)
     return {
         "os_release": _os_release(root),
@@ -334,6 +337,7 @@ def _env_paths(name: str) -> list[str]:
 
 
 def main() -> None:
+    """Print the inventory of KILN_SBOM_ROOT as one marked JSON line."""
     root = os.environ.get("KILN_SBOM_ROOT", "/")
     model_roots = _env_paths("KILN_SBOM_MODEL_ROOTS")
     print(_MARKER + " " + json.dumps(inventory(root, model_roots), sort_keys=True))

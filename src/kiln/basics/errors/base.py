@@ -88,4 +88,5 @@ class ManyProblems:
         self.problems = problems
 
     def lines(self) -> list[str]:
+        """The error's lines as printed: each problem, then the hint if there is one."""
         return [*self.problems, *([f"hint: {self.hint}"] if self.hint else [])]

@@ -22,6 +22,7 @@ def _same_release(declared: str, found: str) -> bool:
 
 
 def verify(recipe: ResolvedRecipe, image: Image, docker: DockerDaemon) -> None:
+    """Check that the image is the engine the recipe declares: its labels and its launch arguments."""
     verify_labels(recipe.loaded, image)
     _verify_launch_args(recipe, image, docker)
 
@@ -42,6 +43,7 @@ def preflight_launch_args(recipe: ResolvedRecipe, engine_image_id: str, docker: 
 
 
 def verify_labels(loaded: LoadedRecipe, image: Image) -> None:
+    """Check the image's engine labels (version, torch, cuda) against the recipe's engine section."""
     labels = image.labels or {}
     recipe = loaded.recipe
     checks = [

@@ -128,6 +128,7 @@ def _labels_for(found: _EngineProbe) -> dict[str, str]:
 
 
 def is_stamped(image: Image) -> bool:
+    """Whether the image carries the probe's stamp label."""
     return _PROBED in (image.labels or {})
 
 

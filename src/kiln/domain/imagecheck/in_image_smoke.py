@@ -26,6 +26,8 @@ _FACTS = Shape(EngineFacts)
 
 @dataclass(frozen=True)
 class Expected:
+    """What the in-image proofs must find in an image, from its recipe and platform."""
+
     machine: str  # platform_machine of the image's platform: aarch64
     cuda: str | None  # the recipe's engine.cuda (major.minor); None: not declared
     modules: list[str]  # what must import (docker-images/engine-cuda/imports.txt)
@@ -33,6 +35,7 @@ class Expected:
 
 
 def gather(docker: DockerDaemon, image_id: str, modules: list[str]) -> EngineFacts:
+    """Run the engine facts script (inimage/engine_facts.py) in the image; the facts it reports."""
     script = inimage.source("engine_facts").read_text(encoding="utf-8") + f"\nreport({modules!r})\n"
     return docker.run_script(
         image_id,

@@ -159,6 +159,7 @@ class Job:
 
     @classmethod
     def of(cls, recipe: ResolvedRecipe) -> Job:
+        """The probe job for a recipe's launch command: its argument groups and environment."""
         doc = launch_document(recipe)
         parts = tuple(argv_parts(recipe.recipe))
         if ["vllm", *(tok for part in parts for tok in part.tokens)] != doc["argv"]:
@@ -166,10 +167,12 @@ class Job:
         return cls(parts=parts, env=dict(doc["env"]))
 
     def request(self) -> ProbeJob:
+        """The job as the in-image probe reads it."""
         return {"groups": [list(part.tokens) for part in self.parts], "env": self.env}
 
     @property
     def digest(self) -> str:
+        """The sha256 the job's cached answer is keyed on: of the probe's text and the request."""
         text = json.dumps({"probe": _PROBE_DIGEST, "job": self.request()}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
@@ -394,6 +397,7 @@ def _launch_problems(recipe: ResolvedRecipe, accepted: _EngineArgs, job: Job, an
 
 
 def check_engine_image(docker: DockerDaemon, recipe: ResolvedRecipe, image_id: str) -> list[str]:
+    """Problems with the recipe's launch arguments as the image's vLLM parses them; empty when it accepts them."""
     job = Job.of(recipe)
     accepted, answer = _ask(docker, image_id, job)
     return _launch_problems(recipe, accepted, job, answer)

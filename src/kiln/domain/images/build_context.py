@@ -61,14 +61,17 @@ class BuildContext:
 
     # -- adding inputs -----------------------------------------------------
     def add_file(self, arcname: str, path: Path, *, in_digest: bool = True) -> None:
+        """Add a file under `arcname`; with `in_digest`, its bytes count in the input digest."""
         if in_digest:
             self._sources.setdefault(path, ())
         self._put(_Entry(arcname, _mode(path), path, in_digest))
 
     def add_bytes(self, arcname: str, data: bytes, *, mode: int = 0o644, in_digest: bool = True) -> None:
+        """Add bytes as a file under `arcname`."""
         self._put(_Entry(arcname, mode, data, in_digest))
 
     def add_tree(self, prefix: str, directory: Path, *, exclude: tuple[str, ...] = ()) -> None:
+        """Add a folder's files under `prefix`, minus build debris and the relative paths in `exclude`."""
         self._sources[directory] = exclude
         for path in sorted(directory.rglob("*")):
             rel = path.relative_to(directory)
@@ -105,10 +108,12 @@ class BuildContext:
     # -- reading it back ---------------------------------------------------
     @property
     def entries(self) -> list[_Entry]:
+        """The context's entries, by archive name."""
         return [self._entries[k] for k in sorted(self._entries)]
 
     @property
     def params(self) -> dict[str, str]:
+        """The build parameters in the digest, sorted by name."""
         return dict(sorted(self._params.items()))
 
     @property
@@ -118,6 +123,7 @@ class BuildContext:
         return dict(self._sources)
 
     def has(self, arcname: str) -> bool:
+        """Whether the context holds an entry at `arcname`."""
         return arcname in self._entries
 
     def manifest(self) -> list[tuple[str, int, str]]:
@@ -130,14 +136,17 @@ class BuildContext:
         return out
 
     def digest(self) -> str:
+        """The input digest: sha256 of the manifest and the parameters."""
         doc = {"files": self.manifest(), "params": self.params, "format": 1}
         raw = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
         return "sha256:" + hashlib.sha256(raw).hexdigest()
 
     def size(self) -> int:
+        """The context's size in bytes, entries and appendix together."""
         return sum(e.size() for e in self.entries) + sum(len(v) for v in self._appendix.values())
 
     def write_tar(self, fileobj: IO[bytes]) -> None:
+        """Write the context as a PAX tar with fixed owners, modes and times."""
         with tarfile.open(fileobj=fileobj, mode="w", format=tarfile.PAX_FORMAT) as tar:
             dirs: set[str] = set()
             for e in self.entries:
@@ -160,6 +169,7 @@ class BuildContext:
                         tar.addfile(info, fh)
 
     def tar_bytes(self) -> bytes:
+        """The context as tar bytes."""
         buf = io.BytesIO()
         self.write_tar(buf)
         return buf.getvalue()

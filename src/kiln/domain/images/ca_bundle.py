@@ -21,11 +21,14 @@ _CONTEXT_PATH = "_kiln/ca.crt"
 
 @dataclass(frozen=True)
 class CABundle:
+    """The CA bundle that builds trust, and where the setting came from."""
+
     path: Path | None
     origin: str  # where the setting came from, for `kiln doctor` and build summaries
 
     @property
     def data(self) -> bytes:
+        """The bundle's bytes; empty when there is none."""
         return self.path.read_bytes() if self.path else b""
 
 
@@ -69,5 +72,6 @@ def _check(path: Path, origin: str) -> Path:
 
 
 def add_to_context(ctx: BuildContext, bundle: CABundle) -> None:
+    """Put the CA bundle into a build context (outside the input digest)."""
     # always present (possibly empty) so Dockerfiles can COPY it unconditionally
     ctx.add_bytes(_CONTEXT_PATH, bundle.data, in_digest=False)

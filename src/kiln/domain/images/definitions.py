@@ -54,18 +54,23 @@ class RecipeImage(_NamedByInputs):
 
     @property
     def recipe(self) -> Recipe:
+        """The recipe the image is built from."""
         return self.loaded.recipe
 
     @property
     def platform(self) -> str:
+        """The image's platform: its engine image's."""
         return self.engine_image.platform
 
     @property
     def repository(self) -> str:
+        """The image's local repository: `kiln/<recipe>`."""
         return f"kiln/{self.recipe.name}"
 
     @cached_property
     def context(self) -> BuildContext:
+        """The recipe image's build context: its Dockerfile with kiln's tail, its folder, shared files, overlays,
+        launch document and lock files."""
         ctx = BuildContext()
         dockerfile = (self.loaded.dir / DOCKERFILE).read_text()
         ctx.add_bytes(DOCKERFILE, (dockerfile.rstrip("\n") + "\n" + _TAIL).encode())
@@ -92,6 +97,7 @@ class RecipeImage(_NamedByInputs):
 
     @property
     def lock_file(self) -> Path:
+        """The path of the recipe's lock file."""
         return recipe_lock.lock_path(self.loaded.dir)
 
     @cached_property
@@ -114,16 +120,20 @@ class RecipeImage(_NamedByInputs):
 
     @property
     def latest_tag(self) -> str:
+        """The image's `latest` tag for its platform."""
         return local_ref(f"{self.repository}:latest{platform_suffix(self.platform)}")
 
     def buildargs(self) -> dict[str, str]:
+        """The build arguments: the engine image it builds on."""
         return {"KILN_ENGINE_IMAGE": self.engine_image.tag}
 
     def input_sources(self) -> dict[Path, tuple[str, ...]]:
+        """Every input the image's digest covers: its engine image's and its own context's."""
         # the engine image is in this image: its inputs are this image's inputs too
         return {**self.engine_image.input_sources(), **self.context.sources}
 
     def overlay_patch_entries(self) -> dict[str, str]:
+        """The sha256 of each overlay patch the recipe's features apply, keyed by `feature/patch`."""
         out: dict[str, str] = {}
         for feature in self.resolved.features:
             if feature.series_file is not None:
@@ -132,6 +142,7 @@ class RecipeImage(_NamedByInputs):
         return out
 
     def labels(self) -> dict[str, str]:
+        """The image's labels: OCI ones, the recipe, its engine, digests, patches and features."""
         r = self.recipe
         patches = dict(self.engine_image.patch_entries())
         patches.update(self.overlay_patch_entries())

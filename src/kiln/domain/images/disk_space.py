@@ -52,6 +52,7 @@ class EngineBuild:
 
     @property
     def label(self) -> str:
+        """The engine image's name in messages: `engine-<flavour> <platform>`."""
         return f"engine-{self.flavour} {self.platform}"
 
 

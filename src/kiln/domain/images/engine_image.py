@@ -57,6 +57,7 @@ class EngineImage(_NamedByInputs):
 
     @property
     def repository(self) -> str:
+        """The engine image's local repository: `kiln/engine-<flavour>`."""
         return f"kiln/engine-{self.engine.flavour}"
 
     @property
@@ -71,13 +72,16 @@ class EngineImage(_NamedByInputs):
 
     @property
     def series_dir(self) -> Path:
+        """The folder of the engine's patch series: patches/<engine>/<version>."""
         return repo_root() / "patches" / self.engine.name / self.engine.version
 
     def wheel_requirements(self) -> list[str]:
+        """The wheelhouse requirements the engine image installs."""
         return wheelhouse.requirements(self.dir, self.engine)
 
     @property
     def lock_file(self) -> Path:
+        """The path of the engine lock file."""
         return engine_lock.lock_path(self.dir, self.engine.name, self.engine.version)
 
     @cached_property
@@ -87,6 +91,7 @@ class EngineImage(_NamedByInputs):
 
     @property
     def platform(self) -> str:
+        """The platform the image is built for; the host's unless one was named."""
         return self._platform or engine_lock.host_platform()
 
     @property
@@ -111,6 +116,7 @@ class EngineImage(_NamedByInputs):
 
     @property
     def cross_placed(self) -> bool:
+        """Whether the image is built on another platform than its own."""
         return self.builder_platform != self.platform
 
     @property
@@ -134,6 +140,8 @@ class EngineImage(_NamedByInputs):
 
     @cached_property
     def context(self) -> BuildContext:
+        """The engine image's build context: its folder, kiln's common files, kiln_engine, the patch series and the
+        lock."""
         ctx = BuildContext()
         ctx.add_tree("", self.dir)
         ctx.add_tree("_kiln/common", repo_root() / "docker-images" / "common")
@@ -199,15 +207,18 @@ class EngineImage(_NamedByInputs):
 
     @property
     def alias_tag(self) -> str:
+        """The tag that names the engine and version: `kiln/engine-<flavour>:<name>-<version>`."""
         return local_ref(f"{self.repository}:{self.engine.name}-{self.engine.version}{platform_suffix(self.platform)}")
 
     def input_sources(self) -> dict[Path, tuple[str, ...]]:
+        """Every input the image's digest covers, the base image's folder too when kiln builds it."""
         sources = self.context.sources
         if self.engine.base_image.ref.startswith("kiln/"):  # built here by `kiln base build`
             sources[repo_root() / "docker-images" / "base"] = ()
         return sources
 
     def buildargs(self) -> dict[str, str]:
+        """The build arguments: base image, engine version and, when cross-placed, the builder image and target."""
         args = {
             "BASE_IMAGE": local_ref(self.base_ref),
             "ENGINE_VERSION": self.engine.version,
@@ -218,9 +229,11 @@ class EngineImage(_NamedByInputs):
         return args
 
     def patch_entries(self) -> list[tuple[str, str]]:
+        """The patch series' entries: each patch's name and sha256."""
         return series_entries(self.series_dir / "series")
 
     def labels(self) -> dict[str, str]:
+        """The image's labels: OCI ones, its engine, digests, patches and the engine lock's."""
         e = self.engine
         return {
             **_oci_labels(self.repository, f"{e.name}-{e.version}", self.source_date),

@@ -25,8 +25,7 @@ from kiln.basics import log
 from kiln.basics.errors import EngineFetchFailed, WheelHashMismatch
 from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, shown_home
-from kiln.domain.locks import engine_lock as L
-from kiln.domain.locks import lock_records as LR
+from kiln.domain.locks import engine_lock, lock_records
 from kiln.domain.recipes.recipe_sections import Engine
 from kiln.infra import package_index
 
@@ -34,6 +33,7 @@ _FILE = "wheelhouse.txt"
 
 
 def requirements(image_dir: Path, engine: Engine) -> list[str]:
+    """The engine image's wheelhouse requirements, each line with the engine's version and torch filled in."""
     path = image_dir / _FILE
     if not path.is_file():
         return []
@@ -62,6 +62,7 @@ def _find(directory: Path, req: str) -> Path | None:
 
 
 def fetch(reqs: list[str], flavour: str) -> list[Path]:
+    """Download each requirement's wheel into the cache unless there already; the wheels' paths."""
     directory = cache_dir() / "wheelhouse" / flavour
     directory.mkdir(parents=True, exist_ok=True)
     wheels = []
@@ -115,26 +116,26 @@ def _local_copy(file: str) -> Path | None:
 
 
 def fetch_locked(
-    lock: LR.EngineLock, plat: str, *, lock_file: Path, cafile: Path | None, plain: bool = False
+    lock: lock_records.EngineLock, plat: str, *, lock_file: Path, cafile: Path | None, plain: bool = False
 ) -> list[Path]:
     """Every wheel a build for `plat` installs, from the cache or downloaded (several at
     once), each checked against the lock's sha256: a file with other bytes is refused
     (WheelHashMismatch, one line naming the package and both hashes), never used."""
-    return _fetch(L.all_wheels(lock, plat, plain=plain), lock_file=lock_file, cafile=cafile)
+    return _fetch(engine_lock.all_wheels(lock, plat, plain=plain), lock_file=lock_file, cafile=cafile)
 
 
-def fetch_tools(lock: LR.EngineLock, plat: str, *, lock_file: Path, cafile: Path | None) -> list[Path]:
+def fetch_tools(lock: lock_records.EngineLock, plat: str, *, lock_file: Path, cafile: Path | None) -> list[Path]:
     """The locked tool wheels (uv) for `plat`: what a cross-placed build's builder stages,
     which run on the host's machine, take instead of the target's (`fetch_locked`'s checks)."""
-    tools = [L.LockedFile(t.name, t.version, t.wheels[plat]) for t in lock.tools.values() if plat in t.wheels]
+    tools = [engine_lock.LockedFile(t.name, t.version, t.wheels[plat]) for t in lock.tools.values() if plat in t.wheels]
     return _fetch(tools, lock_file=lock_file, cafile=cafile)
 
 
-def _fetch(wanted: list[L.LockedFile], *, lock_file: Path, cafile: Path | None) -> list[Path]:
+def _fetch(wanted: list[engine_lock.LockedFile], *, lock_file: Path, cafile: Path | None) -> list[Path]:
     cache = _locked_dir()
     cache.mkdir(parents=True, exist_ok=True)
     paths: dict[str, Path] = {}
-    todo: list[L.LockedFile] = []
+    todo: list[engine_lock.LockedFile] = []
     for item in wanted:
         name, version, wheel = item
         cached = cache / wheel.file
@@ -154,7 +155,7 @@ def _fetch(wanted: list[L.LockedFile], *, lock_file: Path, cafile: Path | None) 
         log.step(f"wheelhouse: downloading{size} locked wheels into {shown_home(cache)}")
         t0 = time.monotonic()
 
-        def get(item: L.LockedFile) -> str:
+        def get(item: engine_lock.LockedFile) -> str:
             """The sha256 of what came (the file is kept only when it is the locked one)."""
             url = item.wheel.url
             assert url is not None, "only wheels with a url are left to download"  # noqa: S101
@@ -176,8 +177,10 @@ def _fetch(wanted: list[L.LockedFile], *, lock_file: Path, cafile: Path | None) 
     return [path for *_, path in files]
 
 
-def _mismatch(name: str, version: str, wheel: LR.Wheel, got: str, lock_file: Path, where: str) -> WheelHashMismatch:
+def _mismatch(
+    name: str, version: str, wheel: lock_records.Wheel, got: str, lock_file: Path, where: str
+) -> WheelHashMismatch:
     return WheelHashMismatch(
-        f"{name} {version}: {wheel.file} has sha256 {got}, "
-        f"{L.shown(lock_file)} locks {wheel.sha256} ({shown_home(Path(where)) if where.startswith('/') else where})"
+        f"{name} {version}: {wheel.file} has sha256 {got}, {engine_lock.shown(lock_file)} locks "
+        f"{wheel.sha256} ({shown_home(Path(where)) if where.startswith('/') else where})"
     )

@@ -48,6 +48,8 @@ _BASE_LOCK = Shape(_BaseLockJson)
 
 @dataclass(frozen=True)
 class BaseSpec:
+    """The base image's spec (docker-images/base/base.yaml): Debian suite, mirrors, packages and tag."""
+
     suite: str
     variant: str
     mirror: str
@@ -58,6 +60,7 @@ class BaseSpec:
 
     @classmethod
     def load(cls, path: Path | None = None) -> BaseSpec:
+        """Read and validate the base image's spec (default: docker-images/base/base.yaml)."""
         path = path or repo_root() / "docker-images" / "base" / "base.yaml"
         invalid = functools.partial(_spec_invalid, hint=f"fix {shown(path)}, the base image's spec")
         try:
@@ -77,6 +80,7 @@ class BaseSpec:
 
 
 def base_dir() -> Path:
+    """The base image's folder: docker-images/base."""
     return repo_root() / "docker-images" / "base"
 
 
@@ -111,6 +115,7 @@ def _spec_invalid(message: str, *, hint: str) -> RecipeInvalid:
 
 
 def lock_document(spec: BaseSpec, packages: dict[str, str]) -> str:
+    """The base lock file's text: the spec's suite, variant, mirror and includes, and each package's version."""
     doc: _BaseLockJson = {
         "suite": spec.suite,
         "variant": spec.variant,
@@ -148,6 +153,7 @@ def check_lock(
 
 
 def shown(path: Path) -> str:
+    """A path as messages show it: relative to the repository when inside it."""
     try:
         return path.relative_to(repo_root()).as_posix()
     except ValueError:

@@ -68,9 +68,11 @@ class TargetPlatform:
 
     @property
     def slug(self) -> str:
+        """The platform's name fit for a file or tag: `linux-amd64`."""
         return self.name.replace("/", "-")
 
     def marker_env(self) -> dict[str, str]:
+        """The environment markers of the image's Python on this platform, for evaluating requirement markers."""
         env = {k: str(v) for k, v in default_environment().items()}
         env.update(
             python_version=PYTHON,
@@ -112,6 +114,7 @@ PLATFORMS: dict[str, TargetPlatform] = {
 
 
 def platform(name: str) -> TargetPlatform:
+    """The target platform called `name`; LockInvalid naming the known ones when there is none."""
     try:
         return PLATFORMS[name]
     except KeyError:
@@ -289,6 +292,7 @@ def load_file(path: Path) -> LockFile:
 
 
 def load(path: Path) -> EngineLock:
+    """The engine lock in a lock file."""
     return load_file(path).lock
 
 
@@ -311,6 +315,7 @@ def write(lock: EngineLock, path: Path) -> bool:
 
 
 def shown(path: Path) -> str:
+    """A path as messages show it: relative to the repository when inside it."""
     try:
         return str(path.resolve().relative_to(repo_root()))
     except (ValueError, Exception):  # a path outside the repo is shown as given  # noqa: BLE001
@@ -329,6 +334,7 @@ def _lock_dir(image_dir: Path) -> Path:
 
 
 def lock_path(image_dir: Path, engine_name: str, engine_version: str) -> Path:
+    """The path of an engine image's lock for an engine name and version."""
     return _lock_dir(image_dir) / f"{engine_name}-{engine_version}{_SUFFIX}"
 
 

@@ -18,6 +18,8 @@ PYTHON = "3.11"
 
 # -- the file's JSON ----------------------------------------------------------------------
 class WheelJson(TypedDict):
+    """One wheel in a lock file: its file name, sha256, where the hash came from and its URL."""
+
     file: str
     sha256: str
     sha256_from: NotRequired[str]  # always written; a reader takes "index" when it is not there
@@ -25,12 +27,16 @@ class WheelJson(TypedDict):
 
 
 class LockedPackageJson(TypedDict):
+    """One Python distribution in a lock file: its name, version and wheel per platform."""
+
     name: str
     version: str
     wheels: dict[str, WheelJson]
 
 
 class DebianPackageJson(TypedDict):
+    """One Debian package in a lock file: its name, version and architecture."""
+
     name: str
     version: str
     architecture: str
@@ -48,11 +54,15 @@ class _EngineJson(TypedDict):
 
 
 class ResolvedJson(TypedDict):
+    """What a lock file was resolved from: the requirements and their sha256."""
+
     requirements: list[str]
     sha256: str
 
 
 class OverrideJson(TypedDict):
+    """A requirement the lock overrides, and why."""
+
     requirement: str
     why: str
 
@@ -78,6 +88,8 @@ class EngineLockJson(TypedDict):
 # -- the records -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Wheel:
+    """One locked wheel: its file name, sha256, URL and where the hash came from."""
+
     file: str
     sha256: str
     url: str | None  # None: only on a local find-links folder (torch's CPU build)
@@ -85,20 +97,25 @@ class Wheel:
 
     @property
     def version(self) -> str:
+        """The distribution version in the wheel's file name."""
         return str(parse_wheel_filename(self.file)[1])
 
     def to_json(self) -> WheelJson:
+        """The wheel as the lock file writes it."""
         return {"file": self.file, "sha256": self.sha256, "sha256_from": self.sha256_from, "url": self.url}
 
 
 @dataclass(frozen=True)
 class LockedPackage:
+    """One locked Python distribution and the wheel installed on each platform."""
+
     name: str
     version: str
     wheels: dict[str, Wheel]  # platform -> the one wheel installed there
 
     @property
     def key(self) -> str:
+        """The distribution's canonical name (PEP 503), to compare names by."""
         return canonicalize_name(self.name)
 
     def requirement_line(self, plat: str) -> str:
@@ -107,6 +124,7 @@ class LockedPackage:
         return f"{self.name}=={wheel.version} --hash=sha256:{wheel.sha256}"
 
     def to_json(self) -> LockedPackageJson:
+        """The distribution as the lock file writes it, its wheels by platform."""
         return {
             "name": self.name,
             "version": self.version,
@@ -116,11 +134,14 @@ class LockedPackage:
 
 @dataclass(frozen=True)
 class DebianPackage:
+    """One locked Debian package."""
+
     name: str
     version: str
     architecture: str  # the package's own: amd64, arm64 or all
 
     def to_json(self) -> DebianPackageJson:
+        """The package as the lock file writes it."""
         return {"name": self.name, "version": self.version, "architecture": self.architecture}
 
 
@@ -132,11 +153,15 @@ class Resolved:
 
     @property
     def sha256(self) -> str:
+        """The sha256 of the requirements, as the lock records it."""
         return _requirements_sha256(self.requirements)
 
 
 @dataclass
 class EngineLock:
+    """An engine image's lock: the engine, what it was resolved from, and every Python and Debian package per
+    platform."""
+
     image: str  # engine-cpu
     engine_name: str  # vllm
     engine_version: str
@@ -157,6 +182,7 @@ class EngineLock:
     python: str = PYTHON
 
     def package(self, name: str) -> LockedPackage | None:
+        """The locked distribution called `name` (any spelling PEP 503 equates); None when it is not locked."""
         key = canonicalize_name(name)
         return next((p for p in self.python_packages if p.key == key), None)
 
@@ -173,6 +199,7 @@ class EngineLock:
         return [p for p in self.python_packages if plat in p.wheels]
 
     def to_json(self) -> EngineLockJson:
+        """The lock as its JSON file holds it."""
         doc: EngineLockJson = {
             "kiln_lock": FORMAT,
             "image": self.image,
@@ -209,10 +236,12 @@ class EngineLock:
 
     @property
     def sha256(self) -> str:
+        """The sha256 of the lock file's text."""
         return hashlib.sha256(self.dumps().encode()).hexdigest()
 
 
 def by_name(pkgs: Iterable[LockedPackage]) -> list[LockedPackage]:
+    """Locked distributions sorted by canonical name."""
     return sorted(pkgs, key=lambda p: p.key)
 
 

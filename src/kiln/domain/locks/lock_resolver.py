@@ -23,9 +23,7 @@ from packaging.version import InvalidVersion, Version
 from kiln.basics import log
 from kiln.basics.errors import LockInvalid
 from kiln.basics.files import sha256_file
-from kiln.domain.locks import engine_lock as L
-from kiln.domain.locks import lock_policy as LP
-from kiln.domain.locks import lock_records as LR
+from kiln.domain.locks import engine_lock, lock_policy, lock_records
 from kiln.domain.recipes.recipe_sections import Engine
 from kiln.infra import binfmt, package_index, wheel_cache
 from kiln.infra.docker import DockerDaemon
@@ -68,16 +66,16 @@ class _Index:
             self._pages[key] = package_index.project(key, cafile=self.cafile)
         return self._pages[key]
 
-    def wheel(self, name: str, version: str, plat: L.TargetPlatform) -> LR.Wheel:
-        picked = LP.select_wheel(self.page(name).files, version, plat)
+    def wheel(self, name: str, version: str, plat: engine_lock.TargetPlatform) -> lock_records.Wheel:
+        picked = lock_policy.select_wheel(self.page(name).files, version, plat)
         if picked is not None:
-            return LR.Wheel(picked.filename, picked.sha256, picked.url, "index")
+            return lock_records.Wheel(picked.filename, picked.sha256, picked.url, "index")
         local = [
             f for f in self._local if canonicalize_name(parse_wheel_filename(f.filename)[0]) == canonicalize_name(name)
         ]
-        found = LP.select_wheel(local, version, plat)
+        found = lock_policy.select_wheel(local, version, plat)
         if found is not None:
-            return LR.Wheel(found.filename, sha256_file(found.path), None, "file")
+            return lock_records.Wheel(found.filename, sha256_file(found.path), None, "file")
         raise LockInvalid(
             f"no {plat.name} wheel of {name} {version} on the index or pip's find-links",
             hint="only binary wheels are locked; check the version exists for that platform",
@@ -92,12 +90,12 @@ def make_lock(
     cafile: Path | None,
     docker: DockerDaemon | None,
     base_of: Callable[[str], str],
-) -> LR.EngineLock:
+) -> lock_records.EngineLock:
     """`base_of(platform)`: the base image an engine image for that platform starts from
     (the images package knows; a lock is one of its inputs, so this package may not ask it)."""
-    policy = LP.POLICIES[engine.flavour]
+    policy = lock_policy.POLICIES[engine.flavour]
     wheel = wheel_cache.engine_wheel(engine.version, engine.flavour)
-    requirements = LP.wheel_requirements(wheel)
+    requirements = lock_policy.wheel_requirements(wheel)
     excludes = sorted(policy.excluded)
     overridden = policy.overrides_for(engine.version)
     overrides = [req for req, _ in overridden.values()]
@@ -105,10 +103,15 @@ def make_lock(
     per_platform: dict[str, list[package_index.Pin]] = {}
     plain_pins: dict[str, list[package_index.Pin]] = {}
     for plat_name in platforms:
-        plat = L.platform(plat_name)
+        plat = engine_lock.platform(plat_name)
         log.step(f"resolving {policy.distribution} {engine.version}'s requirements for {plat_name} with uv")
         pins = package_index.compile_pins(
-            requirements, uv_platform=plat.uv, python=LR.PYTHON, cafile=cafile, excludes=excludes, overrides=overrides
+            requirements,
+            uv_platform=plat.uv,
+            python=lock_records.PYTHON,
+            cafile=cafile,
+            excludes=excludes,
+            overrides=overrides,
         )
         pins.append(package_index.Pin(policy.distribution, engine.version))
         per_platform[plat_name] = pins
@@ -117,7 +120,7 @@ def make_lock(
             full = package_index.compile_pins(
                 [f"{policy.distribution}=={engine.version}"],
                 uv_platform=plat.uv,
-                python=LR.PYTHON,
+                python=lock_records.PYTHON,
                 cafile=cafile,
                 overrides=overrides,
                 constraints=[f"{p.name}=={p.version}" for p in pins],
@@ -131,12 +134,12 @@ def make_lock(
     packages = _merge(per_platform, index)
     extra = _merge(plain_pins, index) if plain_pins else []
     tools = {"uv": _merge({p: [package_index.Pin("uv", uv_version)] for p in platforms}, index)[0]}
-    requested = LP.requested_debian(sorted(image_dir.glob("*Dockerfile")))
-    debian: dict[str, list[LR.DebianPackage]] = {}
+    requested = lock_policy.requested_debian(sorted(image_dir.glob("*Dockerfile")))
+    debian: dict[str, list[lock_records.DebianPackage]] = {}
     if requested:
         if docker is None:
             raise LockInvalid("resolving the Debian closure needs the Docker daemon")
-        host = L.host_platform()
+        host = engine_lock.host_platform()
         for plat_name in platforms:
             if plat_name == host or binfmt.state(plat_name).usable:
                 # that platform's own base (kiln/base:bookworm-arm64 runs under qemu on x86-64)
@@ -146,13 +149,15 @@ def make_lock(
                 # no emulation here: apt on this host's base, told that the foreign
                 # architecture is its native one (what a fresh CI machine can do)
                 base = base_of(host)
-                debian[plat_name] = _debian_closure(docker, base, requested, foreign=L.platform(plat_name).deb_arch)
-    return LR.EngineLock(
+                debian[plat_name] = _debian_closure(
+                    docker, base, requested, foreign=engine_lock.platform(plat_name).deb_arch
+                )
+    return lock_records.EngineLock(
         image=image_dir.name,
         engine_name=engine.name,
         engine_version=engine.version,
         distribution=policy.distribution,
-        resolved_from=LR.Resolved(requirements),
+        resolved_from=lock_records.Resolved(requirements),
         excluded=dict(policy.excluded),
         platforms=sorted(platforms),
         python_packages=packages,
@@ -165,25 +170,30 @@ def make_lock(
 
 
 def make_recipe_lock(
-    recipe: str, requested: list[str], engine_lock: LR.EngineLock, platforms: list[str], *, cafile: Path | None
-) -> LR.EngineLock:
+    recipe: str,
+    requested: list[str],
+    engine_image_lock: lock_records.EngineLock,
+    platforms: list[str],
+    *,
+    cafile: Path | None,
+) -> lock_records.EngineLock:
     """A recipe's own lock (kiln.domain.locks.recipe_lock): `requested` (its
     build.python_packages) resolved per platform with the engine lock's versions as
     constraints, so that nothing the engine installs moves; what the engine lock holds
     already is left out (it is installed), the rest gets its file and sha256 from the
     index. Its uv is the engine lock's: the same tool installs both sets."""
-    uv = engine_lock.tools.get("uv")
+    uv = engine_image_lock.tools.get("uv")
     missing = [p for p in platforms if uv is None or p not in uv.wheels]
     if uv is None or missing:
         raise LockInvalid(
-            f"the {engine_lock.image} lock for {engine_lock.engine_name} {engine_lock.engine_version} "
-            f"has no uv wheel for {', '.join(missing or platforms)} (tools.uv)"
+            f"the {engine_image_lock.image} lock for {engine_image_lock.engine_name} "
+            f"{engine_image_lock.engine_version} has no uv wheel for {', '.join(missing or platforms)} (tools.uv)"
         )
     index = _Index(cafile)
     per_platform: dict[str, list[package_index.Pin]] = {}
     for plat_name in platforms:
-        plat = L.platform(plat_name)
-        installed = {p.key: p.wheels[plat_name].version for p in engine_lock.python_packages_on(plat_name)}
+        plat = engine_lock.platform(plat_name)
+        installed = {p.key: p.wheels[plat_name].version for p in engine_image_lock.python_packages_on(plat_name)}
         log.step(
             f"resolving {recipe}'s {' '.join(requested)} for {plat_name} with uv, "
             f"against {len(installed)} distributions the engine lock installs"
@@ -191,18 +201,18 @@ def make_recipe_lock(
         pins = package_index.compile_pins(
             requested,
             uv_platform=plat.uv,
-            python=LR.PYTHON,
+            python=lock_records.PYTHON,
             cafile=cafile,
             constraints=[f"{name}=={version}" for name, version in sorted(installed.items())],
         )
         per_platform[plat_name] = [p for p in pins if canonicalize_name(p.name) not in installed]
     index.prefetch([p.name for pins in per_platform.values() for p in pins])
-    return LR.EngineLock(
+    return lock_records.EngineLock(
         image=recipe,
-        engine_name=engine_lock.engine_name,
-        engine_version=engine_lock.engine_version,
-        distribution=engine_lock.distribution,
-        resolved_from=LR.Resolved(sorted(requested)),
+        engine_name=engine_image_lock.engine_name,
+        engine_version=engine_image_lock.engine_version,
+        distribution=engine_image_lock.distribution,
+        resolved_from=lock_records.Resolved(sorted(requested)),
         excluded={},
         platforms=sorted(platforms),
         python_packages=_merge(per_platform, index),
@@ -210,16 +220,16 @@ def make_recipe_lock(
     )
 
 
-def _merge(per_platform: dict[str, list[package_index.Pin]], index: _Index) -> list[LR.LockedPackage]:
+def _merge(per_platform: dict[str, list[package_index.Pin]], index: _Index) -> list[lock_records.LockedPackage]:
     """One LockedPackage per name, with the wheel each platform installs."""
-    by_name: dict[str, tuple[str, str, dict[str, LR.Wheel]]] = {}
+    by_name: dict[str, tuple[str, str, dict[str, lock_records.Wheel]]] = {}
     for plat_name, pins in sorted(per_platform.items()):
-        plat = L.platform(plat_name)
+        plat = engine_lock.platform(plat_name)
         for pin in pins:
             key = canonicalize_name(pin.name)
             _name, _version, wheels = by_name.setdefault(key, (pin.name, pin.version, {}))
             wheels[plat_name] = index.wheel(pin.name, pin.version, plat)
-    return [LR.LockedPackage(name, version, wheels) for name, version, wheels in by_name.values()]
+    return [lock_records.LockedPackage(name, version, wheels) for name, version, wheels in by_name.values()]
 
 
 def _uv_version() -> str:
@@ -238,7 +248,7 @@ _INST = re.compile(r"^Inst (?P<name>\S+) (?:\[(?P<installed>[^\]]*)\] )?\((?P<ve
 
 def _debian_closure(
     docker: DockerDaemon, base_image: str, requested: list[str], *, foreign: str | None = None
-) -> list[LR.DebianPackage]:
+) -> list[lock_records.DebianPackage]:
     """What `apt-get install --no-install-recommends REQUESTED` installs on `base_image`
     today (names, versions, architectures), read from apt's simulation.
 
@@ -276,7 +286,7 @@ def _debian_closure(
         # as `foreign`, apt also lists some of the base's own packages as reinstalled at
         # the version it has (libc6, libstdc++6, ...): not part of what the install adds
         if m and m["installed"] != m["version"]:
-            pkgs.append(LR.DebianPackage(m["name"].split(":")[0], m["version"], m["arch"]))
+            pkgs.append(lock_records.DebianPackage(m["name"].split(":")[0], m["version"], m["arch"]))
     if not pkgs:
         raise LockInvalid(f"apt's simulation on {where} installed nothing for {' '.join(requested)}")
     return sorted(pkgs, key=lambda d: d.name)
@@ -311,7 +321,7 @@ def _newest(versions: list[str]) -> Version | None:
     return max(parsed) if parsed else None
 
 
-def outdated(lock: LR.EngineLock, *, cafile: Path | None) -> list[_Finding]:
+def outdated(lock: lock_records.EngineLock, *, cafile: Path | None) -> list[_Finding]:
     """Locked versions the index marks yanked or has newer final releases of (only what
     the index says; the lock file is not touched)."""
     index = _Index(cafile)

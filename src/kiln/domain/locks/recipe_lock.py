@@ -23,7 +23,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from kiln.basics.errors import KilnError, LockInvalid, LockMissing
-from kiln.domain.locks import engine_lock as L
+from kiln.domain.locks import engine_lock
 from kiln.domain.locks.lock_records import EngineLock
 from kiln.domain.recipes.recipe import LoadedRecipe
 
@@ -34,10 +34,12 @@ _CONTEXT_FILES = ("python.txt", "wheels.txt", "uv.txt")
 
 
 def lock_path(recipe_dir: Path) -> Path:
+    """The path of a recipe's own lock file, in its folder."""
     return recipe_dir / _FILE
 
 
 def relock_command(recipe: str) -> str:
+    """The command that rewrites a recipe's own lock."""
     return f"kiln engine lock {recipe} --recipe-only"
 
 
@@ -50,23 +52,23 @@ def for_recipe(loaded: LoadedRecipe) -> EngineLock | None:
     path = lock_path(loaded.dir)
     if not path.is_file():
         raise LockMissing(
-            f"{L.shown(path)}: no lock for the build.python_packages of "
+            f"{engine_lock.shown(path)}: no lock for the build.python_packages of "
             f"{loaded.where('build', 'python_packages')} "
             f"({', '.join(loaded.recipe.build.python_packages)})",
             hint=f"write it: `{relock_command(loaded.name)}`, then commit it",
         )
-    lock = L.load(path)
+    lock = engine_lock.load(path)
     problems = _mismatches(loaded, lock, path)
     if problems:
         raise LockInvalid(problems[0], hint=f"re-lock: `{relock_command(loaded.name)}`, then review the diff")
     return lock
 
 
-def committed(loaded: LoadedRecipe) -> L.LockFile | None:
+def committed(loaded: LoadedRecipe) -> engine_lock.LockFile | None:
     """The recipe's committed lock with its file digest (what the SBOM and the provenance
     cite), None when it has none; LockInvalid when it is there but unreadable."""
     path = lock_path(loaded.dir)
-    return L.load_file(path) if path.is_file() else None
+    return engine_lock.load_file(path) if path.is_file() else None
 
 
 def problems(loaded: LoadedRecipe) -> list[str]:
@@ -76,14 +78,14 @@ def problems(loaded: LoadedRecipe) -> list[str]:
     rerun = f" ({relock_command(loaded.name)})"
     if not loaded.recipe.build.python_packages:
         return (
-            [f"{L.shown(path)}: the recipe names no build.python_packages; remove the lock or name them"]
+            [f"{engine_lock.shown(path)}: the recipe names no build.python_packages; remove the lock or name them"]
             if path.is_file()
             else []
         )
     if not path.is_file():
-        return [f"{L.shown(path)}: no lock for build.python_packages{rerun}"]
+        return [f"{engine_lock.shown(path)}: no lock for build.python_packages{rerun}"]
     try:
-        lock = L.load(path)
+        lock = engine_lock.load(path)
     except LockInvalid as exc:
         return [exc.message + rerun]
     return [line + rerun for line in _mismatches(loaded, lock, path) + _engine_overlap(loaded, lock, path)]
@@ -91,7 +93,7 @@ def problems(loaded: LoadedRecipe) -> list[str]:
 
 def _mismatches(loaded: LoadedRecipe, lock: EngineLock, path: Path) -> list[str]:
     """Ways the lock is not the one this recipe's build.python_packages and engine make."""
-    where, recipe, engine = L.shown(path), loaded.recipe, loaded.recipe.engine
+    where, recipe, engine = engine_lock.shown(path), loaded.recipe, loaded.recipe.engine
     out = []
     if lock.image != recipe.name:
         out.append(f"{where}: image: locks {lock.image!r}'s packages, not {recipe.name!r}'s")
@@ -119,7 +121,7 @@ def _platform_problems(lock: EngineLock, plat: str, where: str) -> list[str]:
     if plat not in lock.platforms:
         return [f"{where}: platforms: no {plat} entries (the recipe declares {plat})"]
     out = []
-    env = L.platform(plat).marker_env()
+    env = engine_lock.platform(plat).marker_env()
     for raw in lock.resolved_from.requirements:
         req = Requirement(raw)
         if req.marker is not None and not req.marker.evaluate(env):
@@ -139,14 +141,16 @@ def _engine_overlap(loaded: LoadedRecipe, lock: EngineLock, path: Path) -> list[
     """A distribution both locks install: the recipe's install would replace the engine's."""
     e = loaded.recipe.engine
     try:
-        engine_lock = L.for_image(L.engine_image_dir(e.flavour), e.name, e.version, loaded.name)
+        engine_image_lock = engine_lock.for_image(
+            engine_lock.engine_image_dir(e.flavour), e.name, e.version, loaded.name
+        )
     except KilnError:
         return []  # the engine lock's own problem is kiln check's line already
-    if engine_lock is None:
+    if engine_image_lock is None:
         return []
-    engine_names = {p.key: p for p in engine_lock.python_packages}
+    engine_names = {p.key: p for p in engine_image_lock.python_packages}
     return [
-        f"{L.shown(path)}: python_packages: {p.name} {p.version}: the engine lock installs "
+        f"{engine_lock.shown(path)}: python_packages: {p.name} {p.version}: the engine lock installs "
         f"{engine_names[p.key].name} {engine_names[p.key].version} already"
         for p in lock.python_packages
         if canonicalize_name(p.name) in engine_names
@@ -156,7 +160,7 @@ def _engine_overlap(loaded: LoadedRecipe, lock: EngineLock, path: Path) -> list[
 def context_files(lock: EngineLock, plat: str) -> dict[str, bytes]:
     """The lock's files a recipe build context carries under _kiln/lock/ (functions of the
     lock's bytes, which the context holds too)."""
-    files = L.context_files(lock, plat)
+    files = engine_lock.context_files(lock, plat)
     missing = [name for name in _CONTEXT_FILES if name not in files]
     if missing:  # only uv.txt can be: a lock without a uv wheel for the platform
         raise LockInvalid(

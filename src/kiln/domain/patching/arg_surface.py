@@ -73,6 +73,7 @@ class Change:
 
     @property
     def shown(self) -> str:
+        """The name as written on a command line: `--flag` for a flag, the key as is otherwise."""
         return f"--{self.name}" if self.kind == FLAG else self.name
 
 

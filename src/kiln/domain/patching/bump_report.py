@@ -67,6 +67,7 @@ class SeriesReport:
     note: str | None = None
 
     def counts(self) -> dict[str, int]:
+        """How many of the series' patches end in each state, in the report's order of states."""
         states = [_STATES.get(r.status, r.status) for r in self.rows]
         return {s: states.count(s) for s in _STATE_ORDER if s in states}
 
@@ -88,6 +89,8 @@ class _ImageSize:
 
 @dataclass
 class BumpReport:
+    """What an engine bump changes: the launch arguments that changed, the recipes using them and each series' fate."""
+
     from_version: str
     to_version: str
     flavour: str
@@ -106,6 +109,7 @@ class BumpReport:
 
 
 def state(row: Row) -> str:
+    """The state a patch row is reported in."""
     return _STATES.get(row.status, row.status)
 
 
@@ -247,12 +251,12 @@ def _code(text: str | None) -> str:
     return "—" if text is None else f"`{text}`"
 
 
-def _change_words(c: Change) -> str:
-    if c.change == "default":
-        return f"default {c.old} -> {c.new}"
-    if c.change == "removed":
-        return "removed" + (f" ({c.note})" if c.note else " (no deprecation note in the new sources)")
-    return c.change
+def _change_words(change: Change) -> str:
+    if change.change == "default":
+        return f"default {change.old} -> {change.new}"
+    if change.change == "removed":
+        return "removed" + (f" ({change.note})" if change.note else " (no deprecation note in the new sources)")
+    return change.change
 
 
 def _ordered(report: BumpReport) -> list[Change]:
@@ -260,9 +264,9 @@ def _ordered(report: BumpReport) -> list[Change]:
     return sorted(report.changes, key=lambda c: (not report.users(c), c.kind != FLAG, c.name))
 
 
-def _series_line(s: SeriesReport) -> str:
-    counts = s.counts()
-    return ", ".join(f"{n} {k}" for k, n in counts.items()) if counts else (s.note or "no patches")
+def _series_line(series: SeriesReport) -> str:
+    counts = series.counts()
+    return ", ".join(f"{n} {k}" for k, n in counts.items()) if counts else (series.note or "no patches")
 
 
 def _headlines(report: BumpReport) -> list[str]:

@@ -16,7 +16,7 @@ from pydantic import with_config
 from typing_extensions import TypedDict
 
 from kiln.basics.json_types import DESCRIBED
-from kiln.domain.patching import series as S
+from kiln.domain.patching import series
 from kiln.domain.recipes.recipe import load_recipe, recipe_dir, recipe_names
 from kiln.infra import wheel_cache
 
@@ -79,8 +79,8 @@ def _next(recipe: str, status: _Status, newest: str | None, with_series: str | N
 
 def outdated(index: str, releases: _Releases) -> OutdatedDocument:
     """Every recipe's row, in recipe order; each distribution is asked once."""
-    series = S.pinned_versions()
-    with_series = series[-1] if series else None
+    pinned = series.pinned_versions()
+    with_series = pinned[-1] if pinned else None
     asked: dict[str, str | None] = {}
     rows: list[OutdatedRow] = []
     for name in recipe_names():
@@ -106,4 +106,5 @@ def outdated(index: str, releases: _Releases) -> OutdatedDocument:
 
 
 def lagging(doc: OutdatedDocument) -> list[OutdatedRow]:
+    """The rows of recipes whose engine is older than the newest on the index."""
     return [r for r in doc["recipes"] if r["status"] == "outdated"]

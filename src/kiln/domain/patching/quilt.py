@@ -314,21 +314,21 @@ def _move_edits(scratch: Path, state: QuiltState, name: str, target: Target) -> 
 
 
 def _regenerate(
-    scratch: Path, state: QuiltState, i: int, patch: patch_format.Patch, exact: bool
+    scratch: Path, state: QuiltState, index: int, patch: patch_format.Patch, exact: bool
 ) -> tuple[bytes, dict[str, str | None]]:
-    """Patch i's new bytes, and the sha256 of each of its files' post-images."""
+    """Patch `index`'s new bytes, and the sha256 of each of its files' post-images."""
     entries = state["patches"]
     parts = [patch.header]
     after_shas: dict[str, str | None] = {}
     sections: list[tuple[str, patch_format.FileDiff | None]] = [(fd.target, fd) for fd in patch.files]
     # files `refresh --patch` added to this patch: a new section each
-    sections += [(t, None) for t in entries[i]["before"] if t not in patch.targets]
+    sections += [(t, None) for t in entries[index]["before"] if t not in patch.targets]
     for t, fd in sections:
-        before = _snapshot(scratch, entries[i], t)
-        nxt = next((e for e in entries[i + 1 :] if t in e["before"]), None)
+        before = _snapshot(scratch, entries[index], t)
+        nxt = next((e for e in entries[index + 1 :] if t in e["before"]), None)
         after = _snapshot(scratch, nxt, t) if nxt else ((scratch / t).read_bytes() if (scratch / t).is_file() else None)
         after_sha = after_shas[t] = sha_or_none(after)
-        if fd is not None and exact and after_sha == entries[i]["after"][t]:
+        if fd is not None and exact and after_sha == entries[index]["after"][t]:
             parts.append(fd.raw)  # untouched: keep the bytes as written
         else:
             parts.append(file_diff(t, before, after, fd.preamble if fd is not None else ()))

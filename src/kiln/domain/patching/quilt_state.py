@@ -62,6 +62,7 @@ class Target:
     feature: FeatureRef | None = None
 
     def series_folder(self, version: str) -> Path:
+        """The folder of the target's patch series for an engine version: the engine's, or the feature's overlay."""
         if self.feature is None:
             return series_dir(version)
         _, ov = self.feature.load()
@@ -78,6 +79,7 @@ class Target:
         return folder
 
     def series(self, version: str) -> patch_format.Series:
+        """The target's patch series for an engine version."""
         source = "series" if self.feature is None else f"feature:{self.feature.feature}"
         return load_series(self.series_folder(version) / "series", source)
 
@@ -96,6 +98,7 @@ class Target:
         return [series_for(self.version)]
 
     def scratch_name(self, flavour: str) -> str:
+        """The name of the target's scratch checkout for an engine flavour."""
         name = f"{ENGINE}-{self.version}-{flavour}"
         return name if self.feature is None else f"{name}-{self.feature.recipe}-{self.feature.feature}"
 
@@ -105,10 +108,12 @@ class Target:
 
 
 def scratch_dir(target: Target, flavour: str) -> Path:
+    """The scratch folder in kiln's cache where the target's series is checked out."""
     return cache_dir() / "scratch" / target.scratch_name(flavour)
 
 
 def read_state(scratch: Path) -> QuiltState:
+    """The quilt state of a scratch checkout; UsageError when nothing is checked out there."""
     f = scratch / ".pc" / STATE_FILE
     if not f.is_file():
         raise UsageError(f"{scratch}: no checked-out series here; run `kiln patches checkout` first")
@@ -123,6 +128,7 @@ def read_state(scratch: Path) -> QuiltState:
 
 
 def file_sha(path: Path) -> str | None:
+    """The sha256 of a file's bytes; None when there is no file."""
     return patch_format.sha256_bytes(path.read_bytes()) if path.is_file() else None
 
 
@@ -132,4 +138,5 @@ def dirty_files(scratch: Path, state: QuiltState) -> list[str]:
 
 
 def sha_or_none(data: bytes | None) -> str | None:
+    """The sha256 of some bytes; None for None."""
     return patch_format.sha256_bytes(data) if data is not None else None

@@ -47,6 +47,7 @@ def translate(exc: patch_format.PatchError, hint: str | None = None) -> KilnErro
 
 # -- where things are ----------------------------------------------------------------------
 def series_dir(version: str) -> Path:
+    """The folder of the engine's patch series for a version: patches/<engine>/<version>."""
     return repo_root() / "patches" / ENGINE / version
 
 
@@ -59,6 +60,7 @@ def shown(path: Path) -> str:
 
 
 def load_series(file: Path, source: str = "series") -> patch_format.Series:
+    """Read a series file; PatchInvalid with its problems when it is malformed."""
     try:
         return patch_format.load_series(file, shown(file), source)
     except patch_format.PatchFormatError as exc:
@@ -75,6 +77,7 @@ def _header_problems(series_list: list[patch_format.Series]) -> list[str]:
 
 
 def parse_engine(spec: str) -> str:
+    """The engine version in `--engine X.Y.Z` or `--engine vllm==X.Y.Z`; UsageError otherwise."""
     m = re.fullmatch(rf"(?:{ENGINE}==)?(\d+\.\d+\.\d+\S*)", spec.strip())
     if not m:
         raise UsageError(f"--engine {spec!r}: expected {ENGINE}==X.Y.Z")
@@ -157,10 +160,12 @@ def engine_tree(version: str, flavour: str | None) -> _PatchedEngine:
 
 # -- recipes and their features --------------------------------------------------------------
 def load_recipe(name: str) -> LoadedRecipe:
+    """Load the recipe called `name` from recipes/."""
     return load_recipe_at(recipe_dir(name))
 
 
 def load_feature(loaded_recipe: LoadedRecipe, feature: str) -> LoadedOverride:
+    """Load a recipe's feature overlay (experimental/<feature>/override.yaml); UsageError when it has none."""
     fdir = loaded_recipe.feature_dir(feature)
     if not (fdir / "override.yaml").is_file():
         raise UsageError(f"recipe {loaded_recipe.name} has no experimental/{feature}/override.yaml")
@@ -176,6 +181,7 @@ class FeatureRef:
 
     @classmethod
     def parse(cls, spec: str) -> FeatureRef:
+        """The reference in `--feature RECIPE/FEATURE`; UsageError for any other form."""
         recipe, _, feature = spec.partition("/")
         if not recipe or not feature or "/" in feature:
             raise UsageError(f"--feature {spec!r}: expected RECIPE/FEATURE, e.g. glm53-kindling/draft-trunc")

@@ -29,6 +29,8 @@ class _Mla:
 
 @dataclass(frozen=True)
 class ModelShape:
+    """What sizing needs of a model's config.json: layers, widths, heads, experts, MLA and MTP shape."""
+
     arch: str
     layers: int
     hidden: int
@@ -57,6 +59,7 @@ class ModelShape:
 
     @property
     def moe_layers(self) -> int:
+        """How many layers hold experts; 0 for a dense model."""
         return self.layers - self.dense_layers if self.experts else 0
 
 
@@ -161,39 +164,45 @@ class LayerParams:
     router: int  # on every rank
 
 
-def layer_params(s: ModelShape, *, moe: bool) -> LayerParams:
-    h = s.hidden
-    if s.mla:
-        m = s.mla
+def layer_params(shape: ModelShape, *, moe: bool) -> LayerParams:
+    """The parameter counts of one decoder layer, dense or MoE, by how vLLM shards them."""
+    h = shape.hidden
+    if shape.mla:
+        m = shape.mla
         qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        q = h * m.q_lora_rank + m.q_lora_rank * s.heads * qk if m.q_lora_rank else h * s.heads * qk
-        kv_b = m.kv_lora_rank * s.heads * (m.qk_nope_head_dim + m.v_head_dim)
-        o = s.heads * m.v_head_dim * h
+        q = h * m.q_lora_rank + m.q_lora_rank * shape.heads * qk if m.q_lora_rank else h * shape.heads * qk
+        kv_b = m.kv_lora_rank * shape.heads * (m.qk_nope_head_dim + m.v_head_dim)
+        o = shape.heads * m.v_head_dim * h
         split, whole = q + kv_b + o, h * (m.kv_lora_rank + m.qk_rope_head_dim)
-        if s.indexer_head_dim:
-            split += (m.q_lora_rank or h) * s.indexer_heads * s.indexer_head_dim
-            whole += h * s.indexer_head_dim + h * s.indexer_heads
+        if shape.indexer_head_dim:
+            split += (m.q_lora_rank or h) * shape.indexer_heads * shape.indexer_head_dim
+            whole += h * shape.indexer_head_dim + h * shape.indexer_heads
     else:
-        split, whole = 2 * h * s.heads * s.head_dim + 2 * h * s.kv_heads * s.head_dim, 0
+        split, whole = 2 * h * shape.heads * shape.head_dim + 2 * h * shape.kv_heads * shape.head_dim, 0
     if moe:
         return LayerParams(
-            split, whole, 0, s.experts * 3 * h * s.expert_intermediate, 3 * h * s.shared_intermediate, h * s.experts
+            split,
+            whole,
+            0,
+            shape.experts * 3 * h * shape.expert_intermediate,
+            3 * h * shape.shared_intermediate,
+            h * shape.experts,
         )
-    return LayerParams(split, whole, 3 * h * s.intermediate, 0, 0, 0)
+    return LayerParams(split, whole, 3 * h * shape.intermediate, 0, 0, 0)
 
 
-def total_params(s: ModelShape, *, with_mtp: bool = False) -> int:
+def total_params(shape: ModelShape, *, with_mtp: bool = False) -> int:
     """Every parameter of the checkpoint's language model (norms and biases left out:
     under 0.01% for the models here), to check against the publisher's count."""
-    embed = s.vocab * s.hidden * (1 if s.tied else 2)
-    moe, dense = layer_params(s, moe=True), layer_params(s, moe=False)
-    n_moe = s.moe_layers
-    n_dense = s.layers - n_moe
+    embed = shape.vocab * shape.hidden * (1 if shape.tied else 2)
+    moe, dense = layer_params(shape, moe=True), layer_params(shape, moe=False)
+    n_moe = shape.moe_layers
+    n_dense = shape.layers - n_moe
 
-    def total(p: LayerParams) -> int:
-        return p.attn_split + p.attn_whole + p.dense_mlp + p.experts + p.shared + p.router
+    def total(params: LayerParams) -> int:
+        return params.attn_split + params.attn_whole + params.dense_mlp + params.experts + params.shared + params.router
 
     out = embed + n_moe * total(moe) + n_dense * total(dense)
-    if with_mtp and s.mtp_layers:
-        out += s.mtp_layers * (total(moe if s.experts else dense) + 2 * s.hidden * s.hidden)
+    if with_mtp and shape.mtp_layers:
+        out += shape.mtp_layers * (total(moe if shape.experts else dense) + 2 * shape.hidden * shape.hidden)
     return out

@@ -71,13 +71,17 @@ class _Precision:
     label: str
 
 
-def _precision(s: ModelShape, args: Mapping[str, Any]) -> _Precision:
+def _precision(shape: ModelShape, args: Mapping[str, Any]) -> _Precision:
     dtype = args.get("dtype")
-    base = float(DTYPE_BYTES.get(str(dtype), s.dtype_bytes)) if dtype not in (None, "auto") else float(s.dtype_bytes)
-    quant = str(args.get("quantization") or s.quant)
+    base = (
+        float(DTYPE_BYTES.get(str(dtype), shape.dtype_bytes))
+        if dtype not in (None, "auto")
+        else float(shape.dtype_bytes)
+    )
+    quant = str(args.get("quantization") or shape.quant)
     name = {2: "bf16", 4: "fp32"}.get(int(base), f"{base:g} B")
     if quant == "fp8":
-        b0, b1 = s.fp8_block
+        b0, b1 = shape.fp8_block
         fp8 = 1 + 4 / (b0 * b1)  # e4m3 + one fp32 scale per block
         return _Precision(fp8, fp8, base, f"fp8 (block {b0}x{b1} scales), embeddings {name}")
     if quant == "mxfp4":
@@ -88,6 +92,8 @@ def _precision(s: ModelShape, args: Mapping[str, Any]) -> _Precision:
 # -- layout --------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Layout:
+    """How a recipe spreads over GPUs: tensor, pipeline and data parallel sizes, and expert parallelism."""
+
     tp: int = 1
     pp: int = 1
     dp: int = 1
@@ -95,14 +101,17 @@ class Layout:
 
     @property
     def gpus(self) -> int:
+        """The number of GPUs the layout takes."""
         return self.tp * self.pp * self.dp
 
     def label(self) -> str:
+        """The layout as people write it: `TP4 x PP2, EP8`."""
         parts = [f"TP{self.tp}"] + ([f"PP{self.pp}"] if self.pp > 1 else []) + ([f"DP{self.dp}"] if self.dp > 1 else [])
         return " x ".join(parts) + (f", EP{self.tp * self.dp}" if self.ep else "")
 
     @classmethod
     def of(cls, topo: Topology) -> Layout:
+        """The layout a recipe's topology section asks for."""
         return cls(tp=topo.tensor_parallel, pp=topo.pipeline_parallel, dp=topo.data_parallel, ep=topo.expert_parallel)
 
     def over(self, gpus: int) -> Layout:
@@ -121,48 +130,50 @@ def _stage_layers(layers: int, pp: int) -> int:
     return math.ceil(layers / pp)
 
 
-def _weight_bytes(s: ModelShape, prec: _Precision, lay: Layout, *, mtp: bool = False) -> float:
+def _weight_bytes(shape: ModelShape, prec: _Precision, lay: Layout, *, mtp: bool = False) -> float:
     """Bytes of one model's weights on the busiest GPU."""
-    moe, dense = layer_params(s, moe=True), layer_params(s, moe=False)
+    moe, dense = layer_params(shape, moe=True), layer_params(shape, moe=False)
     expert_ranks = lay.tp * lay.dp if lay.ep else lay.tp
 
-    def layer(p: LayerParams) -> float:
+    def layer(params: LayerParams) -> float:
         return (
-            prec.linear * (p.attn_split / lay.tp + p.attn_whole + (p.dense_mlp + p.shared) / lay.tp)
-            + prec.experts * p.experts / expert_ranks
-            + prec.embed * p.router
+            prec.linear * (params.attn_split / lay.tp + params.attn_whole + (params.dense_mlp + params.shared) / lay.tp)
+            + prec.experts * params.experts / expert_ranks
+            + prec.embed * params.router
         )
 
-    share = _stage_layers(s.layers, lay.pp) / s.layers
-    body = share * (s.moe_layers * layer(moe) + (s.layers - s.moe_layers) * layer(dense))
-    vocab = s.vocab * s.hidden * prec.embed / lay.tp
-    ends = vocab * (1 if s.tied or lay.pp > 1 else 2)
+    share = _stage_layers(shape.layers, lay.pp) / shape.layers
+    body = share * (shape.moe_layers * layer(moe) + (shape.layers - shape.moe_layers) * layer(dense))
+    vocab = shape.vocab * shape.hidden * prec.embed / lay.tp
+    ends = vocab * (1 if shape.tied or lay.pp > 1 else 2)
     extra = 0.0
-    if mtp and s.mtp_layers:
-        extra = s.mtp_layers * (layer(moe if s.experts else dense) + prec.linear * 2 * s.hidden * s.hidden / lay.tp)
+    if mtp and shape.mtp_layers:
+        extra = shape.mtp_layers * (
+            layer(moe if shape.experts else dense) + prec.linear * 2 * shape.hidden * shape.hidden / lay.tp
+        )
     return body + ends + extra
 
 
-def _kv_bytes_per_token(s: ModelShape, lay: Layout, kv_dtype: str) -> tuple[float, float]:
+def _kv_bytes_per_token(shape: ModelShape, lay: Layout, kv_dtype: str) -> tuple[float, float]:
     """(full-attention bytes, sliding-window bytes) per token for the layers of one GPU."""
     fp8 = kv_dtype.startswith("fp8")
     per_layer: float
-    if s.mla:
-        latent = s.mla.kv_lora_rank + s.mla.qk_rope_head_dim
-        if fp8 and s.indexer_head_dim:
+    if shape.mla:
+        latent = shape.mla.kv_lora_rank + shape.mla.qk_rope_head_dim
+        if fp8 and shape.indexer_head_dim:
             # FlashMLA-sparse "fp8_ds_mla": 512 fp8 + 4 fp32 scales + 64 bf16 RoPE = 656 B
             # (vllm/v1/attention/backends/mla/flashmla_sparse.py, 0.33.0)
-            per_layer = s.mla.kv_lora_rank + 4 * (s.mla.kv_lora_rank // 128) + 2 * s.mla.qk_rope_head_dim
+            per_layer = shape.mla.kv_lora_rank + 4 * (shape.mla.kv_lora_rank // 128) + 2 * shape.mla.qk_rope_head_dim
         else:
-            per_layer = latent * (1 if fp8 else s.dtype_bytes)
-        if s.indexer_head_dim:  # fp8 keys + one fp32 scale per 128 (models/deepseek_v32/attention.py)
-            per_layer += s.indexer_head_dim + 4 * (s.indexer_head_dim // 128)
+            per_layer = latent * (1 if fp8 else shape.dtype_bytes)
+        if shape.indexer_head_dim:  # fp8 keys + one fp32 scale per 128 (models/deepseek_v32/attention.py)
+            per_layer += shape.indexer_head_dim + 4 * (shape.indexer_head_dim // 128)
     else:
-        per_rank = max(1, s.kv_heads // lay.tp)
-        per_layer = 2 * per_rank * s.head_dim * (1 if fp8 else s.dtype_bytes)
-    share = _stage_layers(s.layers, lay.pp) / s.layers
-    full_layers = (s.layers - s.sliding_layers) * share
-    return per_layer * full_layers, per_layer * s.sliding_layers * share
+        per_rank = max(1, shape.kv_heads // lay.tp)
+        per_layer = 2 * per_rank * shape.head_dim * (1 if fp8 else shape.dtype_bytes)
+    share = _stage_layers(shape.layers, lay.pp) / shape.layers
+    full_layers = (shape.layers - shape.sliding_layers) * share
+    return per_layer * full_layers, per_layer * shape.sliding_layers * share
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -170,7 +181,7 @@ def _cdiv(a: int, b: int) -> int:
 
 
 def _kv_bytes(
-    s: ModelShape,
+    shape: ModelShape,
     lay: Layout,
     kv_dtype: str,
     *,
@@ -183,12 +194,16 @@ def _kv_bytes(
     """KV bytes on one GPU for `seqs` requests of `tokens` each (whole blocks, as vLLM
     allocates them; a sliding-window layer keeps min(window - 1 + batched, tokens) per
     request: SlidingWindowSpec.max_memory_usage_bytes)."""
-    full, sliding = _kv_bytes_per_token(s, lay, kv_dtype)
+    full, sliding = _kv_bytes_per_token(shape, lay, kv_dtype)
     if extra_layers:  # MTP layers: full-attention layers of the same kind
-        full += full / max(1, (s.layers - s.sliding_layers) * _stage_layers(s.layers, lay.pp) / s.layers) * extra_layers
+        full += (
+            full
+            / max(1, (shape.layers - shape.sliding_layers) * _stage_layers(shape.layers, lay.pp) / shape.layers)
+            * extra_layers
+        )
     per_seq = full * _cdiv(tokens, block) * block
     if sliding:
-        kept = min(s.sliding_window - 1 + batched, tokens)
+        kept = min(shape.sliding_window - 1 + batched, tokens)
         per_seq += sliding * (_cdiv(kept, block) + 1) * block
     return per_seq * seqs
 
@@ -217,6 +232,8 @@ class _Reserve:
 
 @dataclass(frozen=True)
 class Plan:
+    """A recipe's memory plan: what weights, KV cache and vLLM's reserve take on each GPU, and whether it fits."""
+
     recipe: str
     accelerator: Accelerator | None  # None: a CPU recipe (KV space from VLLM_CPU_KVCACHE_SPACE)
     layout: Layout
@@ -237,14 +254,17 @@ class Plan:
 
     @property
     def weights(self) -> float:
+        """The weight bytes on one GPU, summed over the model's parts."""
         return sum(p.weights for p in self.parts)
 
     @property
     def capacity(self) -> float:
+        """The memory of one GPU, or the CPU KV space of a CPU recipe."""
         return float(self.accelerator.memory_bytes) if self.accelerator else self.cpu_kv_space
 
     @property
     def usable(self) -> float:
+        """The memory vLLM may use: the capacity times the utilization on a GPU."""
         return self.capacity * self.utilization if self.accelerator else self.cpu_kv_space
 
     @property
@@ -256,10 +276,12 @@ class Plan:
 
     @property
     def fits(self) -> bool:
+        """Whether the KV room holds one sequence of max_model_len."""
         return self.kv_room >= self.kv_one
 
     @property
     def fits_full(self) -> bool:
+        """Whether the KV room holds max_num_seqs sequences of max_model_len."""
         return self.kv_room >= self.kv_full
 
     @property
@@ -389,25 +411,26 @@ def compute(inp: PlanInput, acc: Accelerator | None, lay: Layout, *, nodes: int 
 
 
 def _reserve(
-    s: ModelShape, lay: Layout, acc: Accelerator | None, args: Mapping[str, Any], *, batched: int, seqs: int
+    shape: ModelShape, lay: Layout, acc: Accelerator | None, args: Mapping[str, Any], *, batched: int, seqs: int
 ) -> _Reserve:
     """The estimate of what vLLM holds besides weights and KV (see the module docstring)."""
     if acc is None:
         return _Reserve(0.0, 0.0, 0.0, 0.0)  # the CPU KV cache is a fixed space of its own
     act_bytes = 2
     expert_tp = 1 if lay.ep else lay.tp
-    moe_ws = batched * s.top_k * (2 * s.expert_intermediate / expert_tp + s.hidden) * act_bytes
-    dense_ws = batched * 2 * s.intermediate / lay.tp * act_bytes
-    activations = batched * s.hidden * act_bytes * 6 + max(moe_ws, dense_ws)
-    sampler = seqs * s.vocab * 4 * 2  # fp32 logits and probabilities of the dummy sampler run
+    moe_ws = batched * shape.top_k * (2 * shape.expert_intermediate / expert_tp + shape.hidden) * act_bytes
+    dense_ws = batched * 2 * shape.intermediate / lay.tp * act_bytes
+    activations = batched * shape.hidden * act_bytes * 6 + max(moe_ws, dense_ws)
+    sampler = seqs * shape.vocab * 4 * 2  # fp32 logits and probabilities of the dummy sampler run
     eager = args.get("enforce-eager") is True
     graphs = 0.0 if eager else _CUDA_GRAPHS_GIB * GIB
     context = (_CUDA_CONTEXT_GIB + (_NCCL_GIB if lay.gpus > 1 else 0.0)) * GIB
     return _Reserve(activations, sampler, graphs, context)
 
 
-def gib(n: float) -> str:
-    return f"{n / GIB:,.1f} GiB"
+def gib(num_bytes: float) -> str:
+    """A byte count in GiB with one decimal."""
+    return f"{num_bytes / GIB:,.1f} GiB"
 
 
 def verdict(plan: Plan) -> str:

@@ -76,6 +76,8 @@ class SignatureEvidence(TypedDict):
 
 @dataclass
 class PublishResult:
+    """What a publish did: the image pushed, its manifest, the channel moved and the tags written."""
+
     recipe: str
     image_id: str  # what was pushed (differs from the built id only with --skip-smoke-check)
     input_digest: str
@@ -94,11 +96,14 @@ class PublishResult:
 
     @property
     def pinned(self) -> str:
+        """The pushed image's reference by digest."""
         return f"{self.registry}/{self.repository}@{self.manifest_digest}"
 
 
 @dataclass
 class PromoteResult:
+    """What a promote did: the image, the channels it moved between and whether the tag moved."""
+
     recipe: str
     image_id: str
     manifest_digest: str
@@ -113,6 +118,7 @@ class PromoteResult:
 
     @property
     def pinned(self) -> str:
+        """The promoted image's reference by digest."""
         return f"{self.registry}/{self.repository}@{self.manifest_digest}"
 
 
@@ -194,39 +200,41 @@ def published_image(name: str, input_digest: str) -> str:
     raise ImageNotPublished(f"{name} was never published (no publish record in {shown_home(folder)})")
 
 
-def publish_document(r: PublishResult) -> PublishDocument:
+def publish_document(result: PublishResult) -> PublishDocument:
+    """The `kiln publish --json` document of a publish."""
     return PublishDocument(
-        recipe=r.recipe,
-        image_id=r.image_id,
-        input_digest=r.input_digest,
-        manifest_digest=r.manifest_digest,
-        registry=r.registry,
-        repository=r.repository,
-        channel=r.channel,
-        tags=r.tags,
-        pushed=r.pushed,
-        smoke=r.smoke,
-        record=r.record,
-        signature=r.signature,
-        platforms=r.platforms,
-        pinned=r.pinned,
+        recipe=result.recipe,
+        image_id=result.image_id,
+        input_digest=result.input_digest,
+        manifest_digest=result.manifest_digest,
+        registry=result.registry,
+        repository=result.repository,
+        channel=result.channel,
+        tags=result.tags,
+        pushed=result.pushed,
+        smoke=result.smoke,
+        record=result.record,
+        signature=result.signature,
+        platforms=result.platforms,
+        pinned=result.pinned,
     )
 
 
-def promote_document(r: PromoteResult) -> PromoteDocument:
+def promote_document(result: PromoteResult) -> PromoteDocument:
+    """The `kiln promote --json` document of a promote."""
     return PromoteDocument(
-        recipe=r.recipe,
-        image_id=r.image_id,
-        manifest_digest=r.manifest_digest,
-        registry=r.registry,
-        repository=r.repository,
-        from_channel=r.from_channel,
-        to_channel=r.to_channel,
-        moved=r.moved,
-        smoke=r.smoke,
-        record=r.record,
-        signature=r.signature,
-        pinned=r.pinned,
+        recipe=result.recipe,
+        image_id=result.image_id,
+        manifest_digest=result.manifest_digest,
+        registry=result.registry,
+        repository=result.repository,
+        from_channel=result.from_channel,
+        to_channel=result.to_channel,
+        moved=result.moved,
+        smoke=result.smoke,
+        record=result.record,
+        signature=result.signature,
+        pinned=result.pinned,
     )
 
 

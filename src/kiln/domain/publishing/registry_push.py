@@ -13,6 +13,7 @@ from kiln.infra.registry import RegistryClient, Target
 
 
 def registry_client(target: Target, password_stdin: bool, creds: credentials.Credentials | None) -> RegistryClient:
+    """A client for the target registry with credentials resolved, its access checked."""
     if creds is None:
         creds = credentials.resolve(target.host, password_stdin=password_stdin)
     client = RegistryClient(target, creds)
@@ -84,6 +85,7 @@ def _drop_local_tag(docker: DockerDaemon, pushing: str) -> None:
 
 
 def write_tags(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
+    """Point each tag at the manifest (skipping those that already do); a failure names the tags already moved."""
     done: list[str] = []
     for tag in tags:
         try:
@@ -101,6 +103,7 @@ def write_tags(client: RegistryClient, manifest: Manifest, tags: list[str]) -> N
 
 
 def verify_tags(client: RegistryClient, manifest: Manifest, tags: list[str]) -> None:
+    """Read each tag back; ManifestMismatch when one is not the manifest."""
     for tag in tags:
         got = client.manifest(tag)
         if got is None or got.digest != manifest.digest:

@@ -45,6 +45,8 @@ def _channels_of(loaded: LoadedRecipe) -> list[str]:
 
 
 def check_channel(loaded: LoadedRecipe, channel: str | None) -> str:
+    """The channel to publish to: the one named if the recipe allows it, else its default (experimental when
+    allowed)."""
     allowed = _channels_of(loaded)
     if channel is None:
         return "experimental" if "experimental" in allowed else allowed[0]

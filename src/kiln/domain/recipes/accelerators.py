@@ -16,6 +16,8 @@ GIB = 1 << 30
 
 @dataclass(frozen=True)
 class Accelerator:
+    """A GPU model the planner knows: its name, label, memory and where that figure comes from."""
+
     name: str
     label: str
     memory_bytes: int
@@ -23,11 +25,12 @@ class Accelerator:
 
     @property
     def memory_gib(self) -> float:
+        """The accelerator's memory in GiB."""
         return self.memory_bytes / GIB
 
 
-def _mib(n: int) -> int:
-    return n * _MIB
+def _mib(mebibytes: int) -> int:
+    return mebibytes * _MIB
 
 
 ACCELERATORS: dict[str, Accelerator] = {

@@ -39,15 +39,15 @@ def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _limit_problem(k: int, max_len: int | None) -> str | None:
-    if k > _MAX_DRAFT_TOKENS:
-        return f"{k} draft tokens per step: {_SAMPLER}"
-    if max_len is not None and k >= max_len >= 1:
+def _limit_problem(draft_tokens: int, max_len: int | None) -> str | None:
+    if draft_tokens > _MAX_DRAFT_TOKENS:
+        return f"{draft_tokens} draft tokens per step: {_SAMPLER}"
+    if max_len is not None and draft_tokens >= max_len >= 1:
         # the scheduler never schedules a position past max_model_len
         # (vllm/v1/core/sched/scheduler.py clamps num_new_tokens to it), and a request
         # holds at least one prompt token: at most max_len - 1 drafts can ever be verified
         return (
-            f"{k} draft tokens per step, but launch.args.max-model-len is {max_len}: vLLM schedules no "
+            f"{draft_tokens} draft tokens per step, but launch.args.max-model-len is {max_len}: vLLM schedules no "
             f"position past max-model-len, so at most {max_len - 1} drafts of a request can be verified"
         )
     return None

@@ -26,6 +26,7 @@ _MODULE = "kiln_engine.features"
 
 @cache
 def registry() -> ModuleType:
+    """The engine's feature registry module (kiln_engine.features), from engine/ when kiln_engine is not installed."""
     try:
         from kiln_engine import features  # late: optional on the host (file fallback)
     except ImportError:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from packaging.version import InvalidVersion
-from packaging.version import Version as PEP440
+from packaging.version import Version as PEP440Version
 from pydantic import Field
 
 from kiln.basics.errors import RecipeInvalid
@@ -33,6 +33,8 @@ _OVERRIDE_FILE = "override.yaml"
 
 
 class OverrideEngine(Strict):
+    """The engine an override is written for."""
+
     name: str = "vllm"
     version: Version
 
@@ -50,6 +52,8 @@ class Replacement(Strict):
 
 
 class Override(Strict):
+    """A feature overlay's override.yaml: the env it sets, its patch series, launch arguments and engine."""
+
     name: str
     description: str
     engine: OverrideEngine
@@ -66,6 +70,8 @@ class Override(Strict):
 
 
 class LoadedOverride:
+    """A validated override.yaml, its folder and where each field sits in it."""
+
     def __init__(self, override: Override, directory: Path, source: SourcedYaml | None = None) -> None:
         self.override = override
         self.dir = directory
@@ -78,10 +84,12 @@ class LoadedOverride:
 
     @property
     def name(self) -> str:
+        """The feature's name."""
         return self.override.name
 
     @property
     def env(self) -> dict[str, str]:
+        """The environment the feature sets at launch."""
         return dict(self.override.env)
 
     @property
@@ -130,10 +138,10 @@ class LoadedOverride:
         return self.override.engine.version == version
 
 
-def version_key(name: str) -> PEP440 | None:
+def version_key(name: str) -> PEP440Version | None:
     """PEP 440 order (0.33.0rc1 < 0.33.0 < 0.33.0.post1); None for no version."""
     try:
-        return PEP440(name)
+        return PEP440Version(name)
     except InvalidVersion:
         return None
 
@@ -154,7 +162,7 @@ def series_versions(folder: Path, left_out: Callable[[str], object] | None = Non
                 left_out(d.name)
             continue
         names.append(d.name)
-    return sorted(names, key=PEP440)  # each one parsed above
+    return sorted(names, key=PEP440Version)  # each one parsed above
 
 
 def _escapes(directory: Path, rel: str) -> str | None:
@@ -170,6 +178,7 @@ def _escapes(directory: Path, rel: str) -> str | None:
 
 
 def load_override(directory: Path) -> LoadedOverride:
+    """Load and check a feature overlay's override.yaml from its folder; RecipeInvalid listing its problems."""
     file = directory / _OVERRIDE_FILE
     shown = display_path(file)
     doc = load_validated(file, Override)

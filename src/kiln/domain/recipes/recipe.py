@@ -48,6 +48,8 @@ _MAX_FILES = 2000
 
 
 class Recipe(Strict):
+    """A recipe.yaml: the model, the engine it runs on, how it launches, builds, is checked and published."""
+
     name: Name
     description: Annotated[str, Field(min_length=1)]
     engine: Engine
@@ -101,16 +103,20 @@ class LoadedRecipe:
 
     @property
     def name(self) -> str:
+        """The recipe's name."""
         return self.recipe.name
 
     @property
     def file(self) -> Path:
+        """The path of the recipe's recipe.yaml."""
         return self.dir / _RECIPE_FILE
 
     def line_of(self, *loc: Any) -> int:
+        """The line of recipe.yaml a field's key path starts on (1 when not known)."""
         return self.source.line_of(tuple(loc))
 
     def where(self, *loc: Any) -> str:
+        """`path:line` of a field of recipe.yaml, for error lines."""
         return f"{display_path(self.file)}:{self.line_of(*loc)}"
 
     def shared_file(self, name: str) -> Path:
@@ -249,9 +255,9 @@ def _shared_file_problems(loaded: LoadedRecipe) -> list[str]:
     return problems
 
 
-def _shared_feature_problems(loaded: LoadedRecipe, i: int, name: str, source: str) -> list[str]:
+def _shared_feature_problems(loaded: LoadedRecipe, index: int, name: str, source: str) -> list[str]:
     """`{name, from: source}`: a sibling recipe (same recipes/ folder) that ships that override."""
-    where = f"{loaded.where('experimental', i, 'from')}: experimental[{i}].from"
+    where = f"{loaded.where('experimental', index, 'from')}: experimental[{index}].from"
     root = loaded.dir.parent
     other = root / source
     if source == loaded.recipe.name:
@@ -359,6 +365,7 @@ def recipe_dir(name: str) -> Path:
 
 
 def json_schema() -> _RecipeJsonSchema:
+    """The JSON Schema of recipe.yaml, as pydantic derives it from the model, with its `$schema` and title."""
     schema = Recipe.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "kiln recipe.yaml"

@@ -97,6 +97,8 @@ class BaseImage(Strict):
 
 
 class Engine(Strict):
+    """The recipe's engine: upstream name and version, flavour, base image and the torch and CUDA it must carry."""
+
     name: Literal["vllm"] = Field(description="upstream engine")
     version: Version = Field(description="upstream engine version, e.g. 0.32.0")
     flavour: Literal["cpu", "cuda"]
@@ -147,6 +149,7 @@ class Shape(Strict):
         return {k: v["value"] if _cited(v) else v for k, v in self.config.items()}
 
     def source_of(self, key: str) -> str:
+        """Where the figure for `key` comes from: its own cited source, else the section's."""
         value = self.config.get(key)
         return str(value["source"]) if isinstance(value, dict) and _cited(value) else self.source
 
@@ -206,6 +209,8 @@ class ModelSource(Strict):
 
 
 class Model(Strict):
+    """The models a recipe serves: the target and an optional draft."""
+
     target: ModelSource
     draft: ModelSource | None = Field(None, description="draft model for speculative decoding")
 
@@ -231,11 +236,15 @@ class Launch(Strict):
 
 
 class Bounds(Strict):
+    """An optional lower and upper bound on a measured value."""
+
     min: float | None = None
     max: float | None = None
 
 
 class Smoke(Strict):
+    """The smoke test a built image must pass: its timeouts, prompts and what the answers must show."""
+
     startup_timeout_s: Annotated[int, Field(ge=1, le=7200)] = 300
     request_timeout_s: Annotated[int, Field(ge=1, le=3600)] = 60
     served_model_name: str | None = Field(
@@ -255,6 +264,8 @@ class Smoke(Strict):
 
 
 class Publish(Strict):
+    """Where and how a recipe's image is published: repository, registry, channels and signature policy."""
+
     repository: Annotated[str, Field(pattern=r"^[a-z0-9]+([._/-][a-z0-9]+)*$")] = Field(
         description="repository path under the registry, e.g. kiln/tiny-moe"
     )
@@ -278,6 +289,8 @@ class Publish(Strict):
 
 
 class Budgets(Strict):
+    """Limits a recipe's image must stay within."""
+
     max_image_size_gb: Annotated[float, Field(gt=0)] | None = None
 
 
@@ -320,6 +333,8 @@ _PythonRequirement = Annotated[str, AfterValidator(_python_requirement)]
 
 
 class Build(Strict):
+    """What a recipe's build adds to its engine image: shared files and Python packages."""
+
     shared: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]] = Field(
         default_factory=list,
         description=f"files of recipes/{SHARED_DIR}/ placed at the root of this recipe's build "

@@ -37,14 +37,17 @@ class ResolvedRecipe:
 
     @property
     def name(self) -> str:
+        """The recipe's name."""
         return self.loaded.name
 
     @property
     def recipe(self) -> Recipe:
+        """The recipe as loaded."""
         return self.loaded.recipe
 
     @property
     def engine(self) -> Engine:
+        """The recipe's engine section."""
         return self.loaded.recipe.engine
 
     @cached_property

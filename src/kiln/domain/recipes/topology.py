@@ -66,6 +66,7 @@ class Topology(Strict):
 
     @property
     def world_size(self) -> int:
+        """The number of ranks: tensor times pipeline times data parallel size."""
         return self.tensor_parallel * self.pipeline_parallel * self.data_parallel
 
     @property
@@ -75,10 +76,12 @@ class Topology(Strict):
 
     @property
     def ranks_per_node(self) -> int:
+        """The ranks on each node."""
         return self.world_size // self.nodes
 
     @property
     def multi_node(self) -> bool:
+        """Whether the recipe spans more than one node."""
         return self.nodes > 1
 
 
@@ -297,6 +300,7 @@ class _NodeRole:
 
 
 def roles(topo: Topology) -> list[_NodeRole]:
+    """The role of each node of the topology, leader first."""
     return [_NodeRole(r) for r in range(topo.nodes)]
 
 

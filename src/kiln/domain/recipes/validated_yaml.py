@@ -60,6 +60,7 @@ def load_validated(file: Path, model: type[_ModelT], *, missing_hint: str | None
 
 
 def display_path(path: Path) -> str:
+    """A path as messages show it: relative to the working directory when under it, else as given."""
     # lexical first: a symlink must be shown as itself, not as what it points to
     try:
         return str(path.absolute().relative_to(Path.cwd()))

@@ -22,6 +22,8 @@ _FileFacts = tuple[str, int, int, int, int, str, int, str]  # type, mode, uid, g
 
 @dataclass(frozen=True)
 class Difference:
+    """The first place two builds of an image differ: a layer and file, or the config."""
+
     layer: int | None  # index into the layers; None: the layers agree, the configs do not
     layer_a: str | None
     layer_b: str | None
@@ -29,6 +31,7 @@ class Difference:
     what: str  # how it differs, one line
 
     def line(self) -> str:
+        """The difference as one line of a report."""
         if self.layer is None:
             return f"config: {self.what}"
         where = f"layer {self.layer + 1} ({(self.layer_a or 'none')[:19]} vs {(self.layer_b or 'none')[:19]})"
@@ -40,8 +43,8 @@ class _HashingReader:
         self.fh = fh
         self.hash = hashlib.sha256()
 
-    def read(self, n: int = -1) -> bytes:
-        data = self.fh.read(n)
+    def read(self, size: int = -1) -> bytes:
+        data = self.fh.read(size)
         self.hash.update(data)
         return data
 
@@ -94,9 +97,9 @@ def _layer_indexes(chunks: Iterable[bytes], wanted: set[str]) -> dict[str, dict[
 _FACTS = ("type", "mode", "uid", "gid", "size", "link target", "mtime", "content (sha256)")
 
 
-def _first_file_difference(a: dict[str, _FileFacts], b: dict[str, _FileFacts]) -> tuple[str, str] | None:
-    for path in sorted(set(a) | set(b), key=lambda p: tuple(p.split("/"))):
-        fa, fb = a.get(path), b.get(path)
+def _first_file_difference(left: dict[str, _FileFacts], right: dict[str, _FileFacts]) -> tuple[str, str] | None:
+    for path in sorted(set(left) | set(right), key=lambda p: tuple(p.split("/"))):
+        fa, fb = left.get(path), right.get(path)
         if fa == fb:
             continue
         if fa is None or fb is None:
@@ -108,9 +111,9 @@ def _first_file_difference(a: dict[str, _FileFacts], b: dict[str, _FileFacts]) -
     return None
 
 
-def _first_config_difference(a: dict[str, Any], b: dict[str, Any], prefix: str = "") -> str | None:
-    for key in sorted(set(a) | set(b)):
-        va, vb = a.get(key), b.get(key)
+def _first_config_difference(left: dict[str, Any], right: dict[str, Any], prefix: str = "") -> str | None:
+    for key in sorted(set(left) | set(right)):
+        va, vb = left.get(key), right.get(key)
         if va == vb:
             continue
         if isinstance(va, dict) and isinstance(vb, dict):

@@ -291,8 +291,9 @@ class ChunkReader:
         self._buf = bytearray()
         self._pos = 0
 
-    def read(self, n: int = -1) -> bytes:
-        while n < 0 or len(self._buf) - self._pos < n:
+    def read(self, size: int = -1) -> bytes:
+        """Up to `size` bytes of the stream (all that is left when negative)."""
+        while size < 0 or len(self._buf) - self._pos < size:
             try:
                 chunk = next(self._it)
             except StopIteration:
@@ -301,7 +302,7 @@ class ChunkReader:
                 del self._buf[: self._pos]
                 self._pos = 0
             self._buf += chunk
-        end = len(self._buf) if n < 0 else min(len(self._buf), self._pos + n)
+        end = len(self._buf) if size < 0 else min(len(self._buf), self._pos + size)
         out = bytes(self._buf[self._pos : end])
         self._pos = end
         return out

@@ -24,11 +24,14 @@ from kiln.infra import git
 
 @dataclass(frozen=True)
 class SourceDate:
+    """The commit time builds stamp (SOURCE_DATE_EPOCH) and the revision it came from."""
+
     epoch: int
     revision: str  # the commit (40 hex), "<commit>-dirty", or "unknown"
 
     @property
     def commit(self) -> str | None:
+        """The commit the revision names; None when it is unknown."""
         rev = self.revision.removesuffix("-dirty")
         return None if rev == "unknown" else rev
 

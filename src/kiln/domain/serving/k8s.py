@@ -371,6 +371,8 @@ def _fetch_job(loaded: LoadedRecipe, image: str, hf_pvc: str = HF_CACHE_PVC) -> 
 
 
 def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1, hf_pvc: str = HF_CACHE_PVC) -> list[_KubeObject]:
+    """The Kubernetes objects that serve a recipe's image: its workload (a Deployment or LeaderWorkerSet), its
+    Service, and a Job that fetches its Hugging Face models when it has any."""
     topo = effective(loaded.recipe)
     workload = (
         _leader_worker_set(loaded, image, topo, replicas, hf_pvc)
@@ -384,4 +386,5 @@ def manifests(loaded: LoadedRecipe, image: str, *, replicas: int = 1, hf_pvc: st
 
 
 def dump(objects: list[_KubeObject]) -> str:
+    """Kubernetes objects as one multi-document YAML text."""
     return "---\n".join(yaml.safe_dump(o, sort_keys=False, default_flow_style=False) for o in objects)

@@ -81,6 +81,7 @@ def _flag_args(flag: str, value: object) -> list[str]:
 
 
 def speculative_config(recipe: Recipe) -> SpeculativeConfig | None:
+    """The recipe's speculative_config for vLLM, its draft model filled in from model.draft; None when it has none."""
     spec = recipe.launch.speculative_config
     if spec is None:
         return None
@@ -212,6 +213,7 @@ def launch_document(loaded: LoadedRecipe | ResolvedRecipe) -> LaunchDocument:
 
 
 def launch_json(loaded: LoadedRecipe | ResolvedRecipe) -> bytes:
+    """The launch document as the image carries it: indented, sorted JSON bytes."""
     return (json.dumps(launch_document(loaded), indent=2, sort_keys=True) + "\n").encode()
 
 
@@ -264,13 +266,16 @@ class RunSpec:
 
     @property
     def caps(self) -> list[str]:
+        """The capabilities the container is given: those CPU serving needs, none for CUDA."""
         return [] if self.flavour == "cuda" else list(CPU_CAPS)
 
     @property
     def tmpfs(self) -> dict[str, str]:
+        """The tmpfs mounts of the container, CUDA's added for a CUDA image."""
         return {**TMPFS, **(CUDA_TMPFS if self.flavour == "cuda" else {})}
 
     def docker_cli(self) -> list[str]:
+        """The `docker run` command line that starts this container."""
         cmd = ["docker", "run"]
         if self.remove:
             cmd.append("--rm")
@@ -307,6 +312,7 @@ class RunSpec:
         return cmd
 
     def shell(self) -> str:
+        """The `docker run` command line as shell text."""
         return shlex.join(self.docker_cli())
 
     def sdk_kwargs(self) -> _SdkKwargs:

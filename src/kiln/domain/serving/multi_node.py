@@ -92,13 +92,16 @@ class NodeGroup:
 
     @property
     def leader(self) -> ServingContainer:
+        """The rank 0 node's container, which serves the API."""
         return self.boxes[0]
 
     @property
     def url(self) -> str:
+        """The group's API address: its leader's."""
         return self.leader.url
 
     def start(self) -> None:
+        """Create the group's network and start its containers, workers first."""
         self.docker.create_network(self.specs[0].network, labels={"ai.kiln.run.network": "1"})
         self.network = self.specs[0].network
         # workers first: the leader's rank 0 waits for them at master_addr:master_port
@@ -128,6 +131,7 @@ class NodeGroup:
         return None
 
     def node_lost(self, lost: _LostNode, when: str) -> NodeLost:
+        """The NodeLost error for a node that exited: its role, container and exit code, its logs dumped."""
         rank, box = lost
         code = box.wait_exited(5)
         box.dump_logs(40)
@@ -138,6 +142,7 @@ class NodeGroup:
         )
 
     def wait_healthy(self, timeout_s: float) -> float:
+        """Wait until the leader answers /health; NodeLost when a node exits first. The seconds it took."""
         t0 = time.monotonic()
         with log.console.status(f"waiting for {self.url}/health ({len(self.boxes)} nodes)") as status:
             while True:
@@ -159,6 +164,7 @@ class NodeGroup:
                 time.sleep(0.5)
 
     def dump_logs(self, tail: int = 40) -> None:
+        """Print the last lines of each node's log."""
         for box in self.boxes:
             box.dump_logs(tail)
 
@@ -170,6 +176,7 @@ class NodeGroup:
         return time.monotonic() - t0
 
     def remove(self) -> None:
+        """Remove every node's container and the group's network."""
         for box in self.boxes:
             box.remove()
         self._remove_network()

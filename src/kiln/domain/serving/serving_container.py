@@ -38,6 +38,7 @@ from kiln.inimage.hf_cache import CONTAINER_CACHE, check_all
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` now, picked by the system."""
     with socket.socket() as s:
         s.bind((host, 0))
         port: int = s.getsockname()[1]
@@ -100,6 +101,7 @@ def _ensure_port_free(host: str, port: int) -> None:
 
 
 def gpu_visible() -> bool:
+    """Whether this host has a GPU that containers can use (nvidia-smi lists one, or KILN_ASSUME_GPU=1)."""
     if os.environ.get("KILN_ASSUME_GPU") == "1":
         return True
     return (
@@ -191,6 +193,7 @@ class ServingContainer:
         self._gone = threading.Event()
 
     def start(self) -> None:
+        """Create and start the container; a port already taken is its own error."""
         try:
             self.container = self.docker.create_container(**self.spec.sdk_kwargs())
             self._watch_exit()
@@ -235,6 +238,7 @@ class ServingContainer:
 
     @property
     def url(self) -> str:
+        """The container's API address on the host."""
         return f"http://{self.spec.host_ip or '127.0.0.1'}:{self.spec.host_port}"
 
     def logs(self, tail: int = 100) -> str:
@@ -260,6 +264,7 @@ class ServingContainer:
         return self.container
 
     def status(self) -> str:
+        """The container's state as the daemon reports it now."""
         return self.started.refresh()
 
     def wait_healthy(self, timeout_s: float) -> float:
@@ -293,6 +298,7 @@ class ServingContainer:
                 time.sleep(0.5)
 
     def dump_logs(self, tail: int = 100) -> None:
+        """Print the last `tail` lines of the container's log."""
         text = self.logs(tail=tail)
         if text:
             log.console.print(f"--- last {tail} lines of {self.spec.name} ---", markup=False)
@@ -300,6 +306,7 @@ class ServingContainer:
             log.console.print("---", markup=False)
 
     def exec(self, cmd: list[str]) -> ExecResult:
+        """Run a command in the container."""
         return self.started.exec(cmd)
 
     def stop(self, timeout: int = 30) -> float:
@@ -313,6 +320,7 @@ class ServingContainer:
         return time.monotonic() - t0
 
     def remove(self) -> None:
+        """Remove the container."""
         self.docker.remove_container(self.spec.name)
 
     def __enter__(self) -> Self:

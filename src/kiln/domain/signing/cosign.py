@@ -77,10 +77,12 @@ def signature_tag(digest: str) -> str:
 
 
 def attestation_tag(digest: str) -> str:
+    """The tag cosign stores an image's attestations under: `sha256-<hex>.att`."""
     return _check_digest(digest).replace(":", "-") + ".att"
 
 
 def sha256(data: bytes) -> str:
+    """The `sha256:<hex>` digest of some bytes."""
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
@@ -100,13 +102,16 @@ class Blob:
 
     @property
     def digest(self) -> str:
+        """The blob's digest."""
         return sha256(self.data)
 
     @property
     def size(self) -> int:
+        """The blob's size in bytes."""
         return len(self.data)
 
     def descriptor(self) -> _Descriptor:
+        """The blob's OCI descriptor."""
         return _descriptor(self.media_type, self.size, self.digest, self.annotations)
 
 
@@ -120,6 +125,7 @@ class LayerRef:
     annotations: dict[str, str]
 
     def descriptor(self) -> _Descriptor:
+        """The layer's OCI descriptor."""
         return _descriptor(self.media_type, self.size, self.digest, self.annotations)
 
 
@@ -151,6 +157,7 @@ class ArtefactImage:
 
     @property
     def digest(self) -> str:
+        """The digest of the image's manifest."""
         return sha256(self.manifest)
 
 
@@ -247,6 +254,8 @@ def simple_signing_payload(docker_reference: str, manifest_digest: str, optional
 
 @dataclass(frozen=True)
 class SimpleSigning:
+    """A cosign simple-signing payload: the image reference, its manifest digest and optional claims."""
+
     docker_reference: str
     manifest_digest: str
     optional: dict[str, Any] | None
@@ -294,6 +303,7 @@ def decode_signature(text: str, what: str) -> bytes:
 
 
 def signature_layer(payload: bytes, signature: bytes) -> Blob:
+    """The .sig layer of a signature: the payload, its signature in the layer's annotation."""
     return Blob(payload, SIMPLE_SIGNING, {SIGNATURE_ANNOTATION: base64.b64encode(signature).decode()})
 
 
@@ -310,6 +320,8 @@ class _StatementDigest(TypedDict):
 
 
 class StatementSubject(TypedDict):
+    """One subject of an in-toto statement: its name and digests."""
+
     name: str
     digest: _StatementDigest
 
@@ -351,17 +363,21 @@ def envelope(body: bytes, signature: bytes, payload_type: str = IN_TOTO) -> byte
 
 
 def attestation_layer(envelope_bytes: bytes, predicate_type: str) -> Blob:
+    """The .att layer of an attestation: the DSSE envelope, its predicate type annotated."""
     return Blob(envelope_bytes, DSSE, {SIGNATURE_ANNOTATION: "", PREDICATE_TYPE_ANNOTATION: predicate_type})
 
 
 @dataclass(frozen=True)
 class Envelope:
+    """A DSSE envelope: its payload type, decoded body and signatures."""
+
     payload_type: str
     body: bytes
     signatures: list[bytes]
 
 
 def parse_envelope(data: bytes, what: str) -> Envelope:
+    """Decode a DSSE envelope; SignatureMalformed naming `what` when it is not one."""
     doc = _mapping(_load_json(data, what), what)
     payload_type, payload, sigs = doc.get("payloadType"), doc.get("payload"), doc.get("signatures")
     if not isinstance(payload_type, str):
@@ -388,12 +404,15 @@ def parse_envelope(data: bytes, what: str) -> Envelope:
 
 @dataclass(frozen=True)
 class Statement:
+    """The parts of an in-toto statement that verification reads: predicate type and subjects."""
+
     predicate_type: str
     subject_digests: list[str]  # "sha256:<hex>" of every subject that names one
     subject_names: list[str]
 
 
 def parse_statement(body: bytes, what: str) -> Statement:
+    """Decode an in-toto statement; SignatureMalformed naming `what` when it is not one."""
     doc = _mapping(_load_json(body, what), what)
     kind, predicate_type, subjects = doc.get("_type"), doc.get("predicateType"), doc.get("subject")
     if kind not in _STATEMENT_TYPES:

@@ -64,6 +64,7 @@ class PublicKey:
 
     @property
     def pem(self) -> bytes:
+        """The key as a PEM SubjectPublicKeyInfo."""
         return self.key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
     @property
@@ -100,6 +101,7 @@ class PrivateKey:
 
     @property
     def public(self) -> PublicKey:
+        """The key's public half."""
         return PublicKey(self._key.public_key(), self.source)
 
     def sign(self, data: bytes) -> bytes:
@@ -107,6 +109,7 @@ class PrivateKey:
         return self._key.sign(data, ec.ECDSA(hashes.SHA256()))
 
     def pkcs8(self) -> bytes:
+        """The key as unencrypted PKCS#8 DER."""
         return self._key.private_bytes(
             serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
@@ -279,15 +282,19 @@ def _read(path: Path) -> bytes:
 
 
 def load_public_key(path: Path) -> PublicKey:
+    """Read a PEM public key file."""
     return _public_key_from_pem(_read(path), str(path))
 
 
 def load_private_key(path: Path, password: bytes) -> PrivateKey:
+    """Read and decrypt an encrypted private key file."""
     return _decrypt(_read(path), password, str(path))
 
 
 @dataclass(frozen=True)
 class KeyPairFiles:
+    """A generated key pair's files and the public key's fingerprint."""
+
     private: Path
     public: Path
     fingerprint: str

@@ -162,6 +162,7 @@ class Verification:
     platforms: dict[str, Verification] = field(default_factory=dict)
 
     def as_dict(self) -> VerificationJson:
+        """The verification as `kiln verify --json` writes it."""
         return cast("VerificationJson", asdict(self))  # asdict of exactly these fields
 
 

@@ -14,6 +14,7 @@ from kiln.infra.docker import Image, id_of
 
 
 def kiln_version() -> str:
+    """kiln's own version: the installed distribution's, else the source tree's."""
     try:
         return _dist_version("kiln")
     except PackageNotFoundError:  # a source tree that was never installed
@@ -36,10 +37,13 @@ class ImageSubject:
 
     @property
     def arch(self) -> str:
+        """The architecture part of the platform: `amd64` of `linux/amd64`."""
         return self.platform.split("/", 1)[-1]
 
 
 def subject_of(image: Image, *, manifest_digest: str | None = None, repository: str | None = None) -> ImageSubject:
+    """The subject for a local image: its name, id, platform, labels and tags, and the pushed manifest digest when
+    known."""
     attrs = image.attrs or {}
     labels = dict(image.labels or {})
     if manifest_digest is not None and not re.fullmatch(r"sha256:[0-9a-f]{64}", manifest_digest):

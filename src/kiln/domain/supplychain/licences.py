@@ -108,6 +108,9 @@ def _spdx_expression(text: str) -> str | None:
 
 @dataclass(frozen=True)
 class DeclaredLicences:
+    """The licence a distribution's metadata declares: an SPDX expression, SPDX ids, free-text names or the text
+    itself."""
+
     expression: str | None  # one SPDX expression, when the metadata gives one
     ids: tuple[str, ...] = ()  # SPDX ids otherwise
     names: tuple[str, ...] = ()  # free-text names otherwise

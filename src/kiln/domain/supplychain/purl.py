@@ -40,6 +40,7 @@ def _pypi_name(name: str) -> str:
 
 
 def pypi(name: str, version: str) -> str:
+    """The package URL of a PyPI distribution version."""
     return _purl("pypi", _pypi_name(name), version)
 
 

@@ -71,6 +71,8 @@ class _SpdxDocumentBase(TypedDict):
 
 
 class SpdxDocument(_SpdxDocumentBase, total=False):
+    """An SPDX 2.3 JSON document, its extracted licences optional."""
+
     hasExtractedLicensingInfos: list[_ExtractedLicence]
 
 

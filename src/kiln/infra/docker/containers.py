@@ -44,14 +44,17 @@ class Container:
 
     @property
     def id(self) -> str:
+        """The container's id."""
         return required(self._sdk.id, "container id")
 
     @property
     def name(self) -> str:
+        """The container's name."""
         return required(self._sdk.name, "container name")
 
     @property
     def labels(self) -> dict[str, str]:
+        """The container's labels."""
         return self._sdk.labels or {}
 
     @property
@@ -79,6 +82,7 @@ class Container:
         return self._sdk.status
 
     def start(self) -> None:
+        """Start the container."""
         with _daemon(f"starting container {self.name}"):
             self._sdk.start()
 

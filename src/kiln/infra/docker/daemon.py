@@ -36,6 +36,8 @@ class DockerDaemon:
 
     @property
     def client(self) -> docker.DockerClient:
+        """The docker SDK's client, connected and pinged on first use; DockerUnavailable when the daemon cannot be
+        reached."""
         if self._client is None:
             try:
                 self._client = docker.from_env(timeout=600)
@@ -45,6 +47,7 @@ class DockerDaemon:
         return self._client
 
     def ping(self) -> str:
+        """The daemon's Docker version."""
         client = self.client
         with _daemon("asking the Docker daemon its version"):
             return str(client.version().get("Version", "?"))
@@ -106,6 +109,7 @@ class DockerDaemon:
         return img
 
     def tag(self, image_id: str, ref: str) -> None:
+        """Tag an image as `ref`, moving the tag if it names another image; BuildFailed when the daemon refuses."""
         repo, tag = name_and_tag(ref)
         with _daemon(f"tagging {image_id[:19]} as {ref}"):
             tagged = self.client.api.tag(image_id, repo, tag, force=True)

@@ -114,10 +114,12 @@ def daemon_fault(exc: BaseException) -> DockerError | None:
 
 
 def one_line(text: str) -> str:
+    """A message folded onto one line and cut at 300 characters; `failed` when empty."""
     return " ".join(text.split())[:300] or "failed"
 
 
 def short(exc: BaseException) -> str:
+    """An exception's message (the daemon's explanation when it has one) on one line, cut at 300 characters."""
     text = getattr(exc, "explanation", None) or str(exc)
     return " ".join(str(text).split())[:300]
 

@@ -67,6 +67,8 @@ class BuildStep(NamedTuple):
 
 @dataclass
 class BuildResult:
+    """What a build produced: the image id, its steps, how many were cached and each step's time."""
+
     image_id: str
     steps: int = 0
     cached_steps: int = 0
@@ -75,6 +77,8 @@ class BuildResult:
 
 
 class StreamError(Exception):
+    """An error the daemon reported in a build, push or pull stream, with a failed RUN step's exit status."""
+
     def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status  # exit status of a failed RUN step
@@ -100,6 +104,7 @@ class BuildStream:
         self.result = BuildResult(image_id="")
 
     def close_step(self) -> None:
+        """Record the running step's time, if one is running, and report it finished."""
         if self.current is None:
             return
         dt = time.monotonic() - self.t_step
@@ -107,6 +112,7 @@ class BuildStream:
         self.events.step_finished(dt, self.current_cached)
 
     def feed(self, chunk: _Chunk) -> None:
+        """Read one chunk of the build stream: errors, the image id, pulls, step starts and output."""
         if "error" in chunk or "errorDetail" in chunk:
             detail = chunk.get("errorDetail") or {}
             message = str(detail.get("message") or chunk.get("error", "")).strip()
@@ -192,6 +198,7 @@ class PushStream:
         self.result = PushResult()
 
     def feed(self, chunk: _Chunk) -> None:
+        """Read one chunk of the push stream: errors, the pushed digest and size, and layer progress."""
         if "error" in chunk or "errorDetail" in chunk:
             detail = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error", "")
             raise StreamError(str(detail).strip())
@@ -228,6 +235,7 @@ class PullStream:
         self.layers: dict[str, tuple[int, int]] = {}  # layer id -> (bytes done, bytes total)
 
     def feed(self, chunk: _Chunk) -> None:
+        """Read one chunk of the pull stream: errors and each layer's status and progress."""
         if "error" in chunk or "errorDetail" in chunk:
             said = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error", "")
             raise StreamError(one_line(str(said)))
