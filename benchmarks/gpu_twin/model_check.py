@@ -324,7 +324,7 @@ def check(doc: dict, path: Path) -> dict:
         for n in tr
         if n in runs and tr[n].k > 0
     }
-    routed = routed_share(plan.get("shape"))
+    routed = plan.get("routed_share") or routed_share(plan.get("shape"))  # the scale twin's plan states it
     depth = {b: s.depth for b, s in shapes[FIT].items()}
     costs = {split: fit(runs[REFERENCE], fixed, depth, split, routed) for split in SPLITS}
     main_costs = costs[SPLITS[0]]

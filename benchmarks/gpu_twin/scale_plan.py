@@ -126,7 +126,8 @@ def configurations(argv: list[str], env: dict[str, str]) -> dict[str, dict[str, 
     dt_on = {"KILN_DRAFT_TRUNC": "1"}
     table: dict[str, tuple[dict[str, object] | None, dict[str, str]]] = {
         "spec-off": (None, off),
-        **{f"k{k}": ({**fixed, "num_speculative_tokens": k}, off) for k in range(1, k_max + 1)},
+        **{f"k{k}": ({**fixed, "num_speculative_tokens": k}, off) for k in range(1, k_max)},
+        "spec": (fixed, off),  # fixed K at the recipe's most, as the GPU twin names it
         "shipped": (shipped, {}),
     }
     if sched in shipped:
@@ -177,6 +178,9 @@ def recipe_plan(name: str, attention: str) -> dict[str, object]:
     smoke = recipe.smoke
     return {
         "recipe": name,
+        "engine": recipe.engine.version,
+        "shape": "scale",
+        "routed_share": shapes.routed_share(rank.target),
         "served_model_name": recipe.launch.served_model_name or TARGET,
         "slice": {
             "target": rank.target,

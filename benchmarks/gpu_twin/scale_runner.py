@@ -192,10 +192,10 @@ def serve_one(name: str, config: dict, plan: dict, args: argparse.Namespace, rec
                 f"{name}: smoke "
                 + ", ".join(f"{c['check']} {'ok' if c['passed'] else 'FAILED'}" for c in record["smoke"])
             )
-        record["loads"] = []
+        record["timed"] = []  # runner.py's name: analyse.py and model_check.py read these rows
         for load in args.loads:
-            record["loads"].append(serving.steady(server.url, server.model, load, args.seconds, args.passes, _prompt))
-            row = record["loads"][-1]
+            row = serving.steady(server.url, server.model, load, args.seconds, args.passes, _prompt)
+            record["timed"].append({**row, "tokens_per_s": row["median"]})
             _say(f"{name}: {load} requests: {row['median']:.0f} tok/s ({row['range'][0]:.0f}-{row['range'][1]:.0f})")
     except Exception as exc:  # one configuration's failure must not lose the others'  # noqa: BLE001
         record["error"] = f"{type(exc).__name__}: {exc}"
@@ -231,34 +231,43 @@ def main(argv: list[str] | None = None) -> int:
     (STASH / "acceptance.json").write_text(json.dumps(acceptance.table()))
     device, total = gpu_memory()
     args.out.mkdir(parents=True, exist_ok=True)
-    doc = {
-        "device": device,
-        "preflight": preflight,
-        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "acceptance": args.acceptance,
-        "routing": args.routing,
-        "seconds": args.seconds,
-        "passes": args.passes,
-        "runs": {},
-    }
-    out = args.out / "gpu-scale-results.json"
     for recipe in args.recipes or list(plans):
-        plan = plans[recipe]
-        try:
-            made = make_models(plan, total, 0.90)
-        except shapes.ShapeProblem as exc:
-            print(f"gpu-scale: {recipe}: {exc}", file=sys.stderr)
-            return 3
-        _say(f"{recipe}: {made['layers']} of {made['full_layers']} layers, drafter {made['draft_layers']}, on {device}")
-        for name in args.only or ["shipped"]:
-            if name not in plan["configs"]:
-                continue
-            if time.monotonic() - _T0 > args.call_s - CONFIG_S:  # what is left of the call would cut it short
-                doc["runs"][f"{recipe}/{name}"] = {"skipped": f"not started: under {CONFIG_S} s of the call left"}
-                continue
-            record = doc["runs"].setdefault(f"{recipe}/{name}", {**made, "substitutions": plan["substitutions"]})
-            serve_one(f"{recipe}-{name}", plan["configs"][name], plan, args, record)
-            out.write_text(json.dumps(doc) + "\n")
+        code = run_recipe(recipe, plans[recipe], args, {"device": device, "total": total, "preflight": preflight})
+        if code:
+            return code
+    return 0
+
+
+def run_recipe(recipe: str, plan: dict, args: argparse.Namespace, device: dict) -> int:
+    """One recipe's configurations, one server at a time, into OUT/gpu-scale-RECIPE.json
+    (runner.py's document: its plan, and each configuration's timed rows)."""
+    try:
+        made = make_models(plan, device["total"], 0.90)
+    except shapes.ShapeProblem as exc:
+        print(f"gpu-scale: {recipe}: {exc}", file=sys.stderr)
+        return 3
+    depth = f"{made['layers']} of {made['full_layers']} layers, drafter {made['draft_layers']}"
+    _say(f"{recipe}: {depth}, on {device['device']}")
+    doc = {
+        "plan": {k: v for k, v in plan.items() if k != "configs"} | {"configs": plan["configs"]},
+        "device": device["device"],
+        "preflight": device["preflight"],
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "made": made,
+        "variant": {"acceptance": args.acceptance, "routing": args.routing},
+        "timing": {"seconds": args.seconds, "passes": args.passes, "loads": args.loads},
+        "configs": {},
+    }
+    out = args.out / f"gpu-scale-{recipe}-{args.acceptance}-{args.routing}.json"
+    for name in args.only or ["shipped"]:
+        if name not in plan["configs"]:
+            continue
+        if time.monotonic() - _T0 > args.call_s - CONFIG_S:  # what is left of the call would cut it short
+            doc["configs"][name] = {"skipped": f"not started: under {CONFIG_S} s of the call left"}
+            continue
+        record = doc["configs"].setdefault(name, {"scale": made["scale"]})
+        serve_one(f"{recipe}-{name}", plan["configs"][name], plan, args, record)
+        out.write_text(json.dumps(doc) + "\n")
     _say(f"results in {out}")
     return 0
 

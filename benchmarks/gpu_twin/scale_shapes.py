@@ -277,6 +277,17 @@ def depth(
     return int(layers), drafted
 
 
+def routed_share(config: dict[str, object]) -> float:
+    """The routed experts' share of one MoE layer's weights: what a token whose routed
+    experts are skipped saves of a verified token's price (model_check.py's `routed`)."""
+    key, experts = _experts(config)
+    if not key:
+        return 0.0
+    hidden = _int(config, "hidden_size")
+    width = _int(config, "moe_intermediate_size", _int(config, "intermediate_size"))
+    return 3 * hidden * width * experts / _layer_params(config)
+
+
 def scale_factor(full_layers: int, layers: int) -> float:
     """How many times longer the rank's full-depth step is than the twin's (layers only)."""
     return full_layers / layers if layers else math.inf
