@@ -126,3 +126,19 @@ def test_the_runner_reads_counters_and_switches_acceptance_and_routing():
     assert variant["env"]["KILN_GPU_TWIN_ACCEPTANCE"].endswith("acceptance.json")
     assert variant["env"]["VLLM_MOE_ROUTING_SIMULATION_STRATEGY"] == "kiln_correlated"
     assert "KILN_GPU_TWIN_ACCEPTANCE" not in scale_runner._variant(config, "flat", "uniform")["env"]
+
+
+def test_a_step_profile_counts_kernels_copies_and_syncs_per_step():
+    step_profile = load_script("benchmarks/gpu_twin/step_profile.py")
+    events = [
+        {"name": "fused_moe_kernel", "cat": "kernel", "dur": 30.0},
+        {"name": "fused_moe_kernel", "cat": "kernel", "dur": 50.0},
+        {"name": "Memcpy DtoH (Device -> Pinned)", "cat": "gpu_memcpy", "dur": 2.0},
+        {"name": "cudaStreamSynchronize", "cat": "cuda_runtime", "dur": 9.0},
+        {"name": "cudaLaunchKernel", "cat": "cuda_runtime", "dur": 3.0},
+        {"name": "aten::add", "cat": "cpu_op", "dur": 5.0},
+    ]
+    out = step_profile.summarise({"traceEvents": events}, steps=2)
+    assert out["kernels"] == {"fused_moe_kernel": {"per_step": 1.0, "us_per_step": 40.0}}
+    assert out["gpu_us_per_step"] == 40.0
+    assert list(out["syncs"]) == ["cudaStreamSynchronize"] and list(out["copies"]) == ["Memcpy DtoH (Device -> Pinned)"]

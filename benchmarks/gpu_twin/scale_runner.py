@@ -40,6 +40,7 @@ def _load(name: str):  # a sibling script as a module (no kiln here)
 
 runner = _load("runner")
 serving = _load("twin_serving")
+step_profile = _load("step_profile")
 shapes = _load("scale_shapes")
 acceptance = _load("scale_acceptance")
 STASH = Path("/tmp/kiln-gpu-scale")
@@ -178,10 +179,25 @@ def _variant(config: dict, acceptance_mode: str, routing: str) -> dict:
     return {**config, "env": env}
 
 
+def _profile(server: runner.Server, traces: Path, seconds: float) -> dict:
+    """One request's decode steps under torch's profiler (step_profile.py)."""
+    body = {"model": server.model, "prompt": _prompt(3), "max_tokens": 2048, "ignore_eos": True, "temperature": 0.0}
+
+    def steps() -> float:
+        found = counters(server.url)
+        return found.get("vllm:spec_decode_num_drafts_total") or found.get("vllm:generation_tokens_total", 0.0)
+
+    return step_profile.profile(server.url, traces, seconds, lambda: serving.complete(server.url, body), steps)
+
+
 def serve_one(name: str, config: dict, plan: dict, args: argparse.Namespace, record: dict) -> None:
     logs = STASH / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    server = runner.Server(name, _variant(config, args.acceptance, args.routing), logs)
+    variant = _variant(config, args.acceptance, args.routing)
+    traces = STASH / "profiles" / name
+    if args.profile:
+        variant = {**variant, "argv": [*variant["argv"], *step_profile.profiler_flags(traces)]}
+    server = runner.Server(name, variant, logs)
     try:
         server.wait_healthy(time.monotonic() + serving.START_TIMEOUT_S)
         record["startup_s"] = round(server.startup_s or 0.0, 1)
@@ -197,6 +213,9 @@ def serve_one(name: str, config: dict, plan: dict, args: argparse.Namespace, rec
             row = serving.steady(server.url, server.model, load, args.seconds, args.passes, _prompt)
             record["timed"].append({**row, "tokens_per_s": row["median"]})
             _say(f"{name}: {load} requests: {row['median']:.0f} tok/s ({row['range'][0]:.0f}-{row['range'][1]:.0f})")
+        if args.profile:
+            record["profile"] = _profile(server, traces, args.profile)
+            _say(f"{name}: profiled, {record['profile'].get('gpu_us_per_step', '?')} us of kernels a step")
     except Exception as exc:  # one configuration's failure must not lose the others'  # noqa: BLE001
         record["error"] = f"{type(exc).__name__}: {exc}"
         _say(f"{name}: {record['error']}")
@@ -217,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--acceptance", choices=("informative", "flat"), default="informative")
     parser.add_argument("--routing", choices=("uniform", "correlated"), default="uniform")
+    parser.add_argument("--profile", type=float, default=0.0, help="seconds of one request under torch's profiler")
     parser.add_argument("--call-s", type=float, default=560, help="start no configuration past this minus its time")
     args = parser.parse_args(argv)
     try:
