@@ -142,3 +142,12 @@ def test_a_step_profile_counts_kernels_copies_and_syncs_per_step():
     assert out["kernels"] == {"fused_moe_kernel": {"per_step": 1.0, "us_per_step": 40.0}}
     assert out["gpu_us_per_step"] == 40.0
     assert list(out["syncs"]) == ["cudaStreamSynchronize"] and list(out["copies"]) == ["Memcpy DtoH (Device -> Pinned)"]
+
+
+def test_correlated_routing_loads_about_the_published_share_of_experts():
+    """4 verified tokens load about 2.5x one token's experts in real routing (published);
+    uniform draws load 3.8x (256 * (1 - (1 - 8/256)^4) / 8), kiln_correlated about 2.4x."""
+    uniform = shapes.distinct_experts(4, 256, 8, rho=0.0, trials=2000)
+    correlated = shapes.distinct_experts(4, 256, 8, rho=0.5, trials=2000)
+    assert uniform / 8 == pytest.approx(256 * (1 - (1 - 8 / 256) ** 4) / 8, rel=0.01)
+    assert 2.2 < correlated / 8 < 2.7

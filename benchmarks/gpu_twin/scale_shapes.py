@@ -291,3 +291,23 @@ def routed_share(config: dict[str, object]) -> float:
 def scale_factor(full_layers: int, layers: int) -> float:
     """How many times longer the rank's full-depth step is than the twin's (layers only)."""
     return full_layers / layers if layers else math.inf
+
+
+def distinct_experts(tokens: int, experts: int, top_k: int, rho: float, trials: int = 4000, seed: int = 0) -> float:
+    """Mean distinct experts a window of `tokens` consecutive tokens loads under the twin's
+    routing simulation: rho 0 is vLLM's uniform_random (each token's top-k drawn afresh),
+    rho > 0 is patch 0006's kiln_correlated (each slot keeps the previous token's expert
+    with probability rho). The same draws as the patch, in plain Python."""
+    import random
+
+    rng = random.Random(seed)  # a simulation, not a secret  # noqa: S311
+    total = 0
+    for _ in range(trials):
+        slots = rng.sample(range(experts), top_k)
+        seen = set(slots)
+        for _ in range(tokens - 1):
+            fresh = rng.sample(range(experts), top_k)
+            slots = [old if rng.random() < rho else new for old, new in zip(slots, fresh, strict=True)]
+            seen.update(slots)
+        total += len(seen)
+    return total / trials
