@@ -66,10 +66,6 @@ class TargetPlatform:
     uv: str  # uv --python-platform
     glibc: tuple[int, int]  # the oldest glibc the base images have (bookworm: 2.36)
 
-    @property
-    def slug(self) -> str:
-        return self.name.replace("/", "-")
-
     def marker_env(self) -> dict[str, str]:
         env = {k: str(v) for k, v in default_environment().items()}
         env.update(
