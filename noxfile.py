@@ -276,7 +276,7 @@ if os.environ.get("KILN_NOX_DEBUG"):
     nox.options.verbose = True
 
 
-# --- draft_trunc sessions (issue 5) ---
+# --- draft_trunc sessions ---
 # Opt-in (not in nox.options.sessions): they need a CUDA GPU and run with the
 # current interpreter, whose torch/triton are the GPU machine's own.
 @nox.session(python=False)
@@ -313,7 +313,7 @@ def sim_trunc(session):
 
 @nox.session(python=False)
 def sim_adaptive(session):
-    """draft-trunc against vLLM's own adaptive speculation (issue 37): the same steps
+    """draft-trunc against vLLM's own adaptive speculation: the same steps
     under vLLM's batch-size schedule, its best K, its adaptive verification, a confidence
     exit, draft-trunc on top of each and with its drafting depth, and adaptive
     verification fed draft-trunc's calibration (kiln-av, its hook priced from
@@ -347,7 +347,7 @@ def gpu_twin_report(session):
 
 @nox.session(python=False)
 def gpu_twin_model(session):
-    """sim_adaptive's step accounting against a GPU-twin run (issue 47): step costs fitted
+    """sim_adaptive's step accounting against a GPU-twin run: step costs fitted
     to its spec-off and spec loads, every other configuration's tokens/s predicted from
     what it verified, compared with what it served; JSON, Markdown and PNG (`-model`) in
     benchmarks/gpu_twin/results/. `-- RESULTS.json[.xz]`; CPU only, seconds."""

@@ -1299,8 +1299,8 @@ def _package(module: str, src: Path) -> str:
 def stats(modules: dict[str, Module]) -> tuple[dict[str, int], list[str]]:
     """Public module-level names of src/kiln (and of src/kiln/domain) whose word appears in
     no other file (.py under src/ engine/ testkit/ tests/ benchmarks/ scripts/, noxfile.py,
-    docs/*.md, README.md): "used only in their own module", counted the way the issue did
-    (grep); and those also used nowhere in their own module ("dead")."""
+    docs/*.md, README.md): "used only in their own module", counted by a
+    word search (grep's way); and those also used nowhere in their own module ("dead")."""
     texts = {
         p: p.read_text(encoding="utf-8") for p in _py_files(*USER_DIRS, *USER_FILES, *TEST_DIRS) + _image_scripts()
     }

@@ -1,4 +1,4 @@
-"""draft-trunc against the adaptive speculation vLLM ships (issue 37), in sim_trunc's
+"""draft-trunc against the adaptive speculation vLLM ships, in sim_trunc's
 trace-driven model, with drafting priced.
 
 A step now costs verification (sim_trunc's routed-expert model, other share of the
@@ -614,7 +614,7 @@ def _span(values) -> list[float]:
 
 
 def summary(rows: list[dict]) -> dict:
-    """The goal checks of issue 37 over one run."""
+    """The goal checks over one run: draft-trunc on top of each of vLLM's rules, and drafting priced."""
     config = recipe_config(rows)
     k = [kiln_config(r, config) for r in rows]
     real = [(r, c) for r, c in zip(rows, k, strict=True) if not r["trace"].startswith("synthetic") and r["batch"] <= 4]

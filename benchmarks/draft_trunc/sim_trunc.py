@@ -459,7 +459,7 @@ def summarise(results: dict[str, Outcome], tuned_tau: float) -> dict:
 
 
 def goals(row: dict) -> dict[str, bool]:
-    """The issue's goals, in this model."""
+    """draft-trunc's goals (tokens/s and accepted tokens per step against off), in this model."""
     return {
         "within_5pct_of_oracle": row["cost_vs_oracle"] >= 0.95,
         "at_least_best_tau": row["cost_vs_best_tau"] >= 1.0 - 1e-9,

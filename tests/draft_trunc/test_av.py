@@ -1,4 +1,4 @@
-"""Adaptive verification fed draft-trunc's calibration (issue 37): the knob and its
+"""Adaptive verification fed draft-trunc's calibration: the knob and its
 refusals, and ``av_confidences`` against the trace model's arithmetic
 (``sim_adaptive.calibrated_av``), which is what the docs' tables measure."""
 

@@ -1,4 +1,4 @@
-"""sim_adaptive (issue 37): drafting priced, vLLM's rules replayed as vLLM runs them,
+"""sim_adaptive: drafting priced, vLLM's rules replayed as vLLM runs them,
 the bounds above every policy, and draft-trunc's depth decision on drafts worth nothing."""
 
 from __future__ import annotations
