@@ -59,11 +59,11 @@ from pathlib import Path
 import numpy as np
 from kiln_testkit.scripts import load_script
 
-st = load_script("benchmarks/draft_trunc/sim_trunc.py")
-
 costs = load_script("benchmarks/draft_trunc/sim_adaptive_costs.py")
 rules = load_script("benchmarks/draft_trunc/sim_adaptive_rules.py")
 report = load_script("benchmarks/draft_trunc/sim_adaptive_report.py")
+sim_traces = load_script("benchmarks/draft_trunc/sim_trunc_traces.py")
+sim_policies = load_script("benchmarks/draft_trunc/sim_trunc_policies.py")
 # what benchmarks/gpu_twin/model_check.py reads as this script's
 K, Plan, replay, table_drafter = costs.K, rules.Plan, rules.replay, costs.table_drafter
 
@@ -117,10 +117,10 @@ def run_load(
     them: the hook priced at ``prices[hook]``, adaptive verification alone below
     ``min_batch`` requests (the hook steps aside)."""
     prices = prices or {"none": costs.NO_HOOK_PRICE}
-    tune = st.draw(records, reqs, np.random.default_rng(seed + 10_000 + reqs), steps, explore)
+    tune = sim_policies.draw(records, reqs, np.random.default_rng(seed + 10_000 + reqs), steps, explore)
     _, tuned_th = upstream_choices(tune, model, drafter)
     theta = max(tuned_th, key=tuned_th.get)
-    b = st.draw(records, reqs, np.random.default_rng(seed + reqs), steps, explore)
+    b = sim_policies.draw(records, reqs, np.random.default_rng(seed + reqs), steps, explore)
     ks, _ = upstream_choices(b, model, drafter)
     best_k = max(ks, key=ks.get)
     plans = {
@@ -184,7 +184,7 @@ def profile_schedule(records, model, drafter, seed, explore, steps=40_000) -> di
     """The operator's batch-size -> K table, profiled on one trace."""
     table = {}
     for reqs in costs.PROFILE_SIZES:
-        b = st.draw(records, reqs, np.random.default_rng(seed + 20_000 + reqs), steps, explore)
+        b = sim_policies.draw(records, reqs, np.random.default_rng(seed + 20_000 + reqs), steps, explore)
         ks, _ = upstream_choices(b, model, drafter)
         table[reqs] = max(ks, key=ks.get)
     return table
@@ -248,7 +248,7 @@ def main(argv=None) -> int:
         help="tokens at which the non-routed time is half per-token (default: the fit)",
     )
     ap.add_argument("--explore", type=float, default=0.05)
-    ap.add_argument("--sizes", type=int, nargs="*", default=list(st.BATCH_SIZES))
+    ap.add_argument("--sizes", type=int, nargs="*", default=list(sim_traces.BATCH_SIZES))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--request-steps", type=int, default=40_000, help="request records drawn per trace and load")
     ap.add_argument(
@@ -273,7 +273,7 @@ def main(argv=None) -> int:
         args.av_hook = next(v for v in ("hook", "fused", "compiled") if v in prices)
     if args.av_hook not in prices:
         ap.error(f"--av-hook {args.av_hook}: {args.av_hook_prices} prices {', '.join(prices)}")
-    paths = args.trace if args.trace is not None else sorted(costs.HERE.glob(st.TRACE_GLOB))
+    paths = args.trace if args.trace is not None else sorted(costs.HERE.glob(sim_traces.TRACE_GLOB))
     fit = json.loads(args.drafter.read_text()) if args.drafter.is_file() else {}
     half = args.other_half if args.other_half is not None else fit.get("other_half")
     if half is None:
@@ -281,7 +281,7 @@ def main(argv=None) -> int:
     model = costs.AdaptiveModel(half, other_share=args.other_share)
     drafter = drafter_from(args, fit)
     rng = np.random.default_rng(0)
-    traces = st.load_traces(paths, costs.K, rng, 4_000 if args.quick else 100_000)
+    traces = sim_traces.load_traces(paths, costs.K, rng, 4_000 if args.quick else 100_000)
     start = time.monotonic()
     print(
         f"sim_adaptive: {len(traces)} traces x {len(args.sizes)} loads; drafter {drafter.name}, "

@@ -13,7 +13,7 @@ from kiln_engine.draft_trunc import _cost
 from kiln_engine.features import DRAFT_TRUNC
 from kiln_testkit.scripts import load_script
 
-st = load_script("benchmarks/draft_trunc/sim_trunc.py")
+sim_policies = load_script("benchmarks/draft_trunc/sim_trunc_policies.py")
 
 
 HERE = Path(__file__).resolve().parent
@@ -109,7 +109,7 @@ def hook_prices(path: Path) -> dict[str, HookPrice]:
     return prices
 
 
-class AdaptiveModel(st.Model):
+class AdaptiveModel(sim_policies.Model):
     """sim_trunc's verify-step model, with the non-routed time depending on how many
     tokens are scheduled, which a shorter K changes (truncation never does).
 

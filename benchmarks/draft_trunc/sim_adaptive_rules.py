@@ -13,9 +13,8 @@ from kiln_engine.draft_trunc import _cost
 from kiln_testkit import dt_cost
 from kiln_testkit.scripts import load_script
 
-st = load_script("benchmarks/draft_trunc/sim_trunc.py")
-
 costs = load_script("benchmarks/draft_trunc/sim_adaptive_costs.py")
+sim_policies = load_script("benchmarks/draft_trunc/sim_trunc_policies.py")
 
 # ----------------------------------------------------------------------------- plans
 
@@ -61,7 +60,7 @@ def replay(b, plan: Plan, model, drafter: costs.Drafter, draft_free: bool = Fals
 def restrict(b, n: np.ndarray):
     """The steps with only the first n[s, r] drafts scheduled (survival 0 past n)."""
     pos = np.arange(b.surv.shape[-1])
-    return st.Batches(np.where(pos < n[..., None], b.surv, 0.0), n, b.accepted, b.explored)
+    return sim_policies.Batches(np.where(pos < n[..., None], b.surv, 0.0), n, b.accepted, b.explored)
 
 
 def fixed_k(b, k: int) -> Plan:
@@ -108,7 +107,7 @@ def dt_plan(
     for start in range(0, steps, chunk):
         part = slice(start, start + chunk)
         surv, n = bb.surv[part], bb.n[part]
-        opt = st.optional_drafts(bb, model, surv, n, explored[part])
+        opt = sim_policies.optional_drafts(bb, model, surv, n, explored[part])
         values = dt_cost.calibrated_values(hits, counts)
         args = (bb.tokens[part], reqs, model.policy_table, model.cost, model.ratio, values)
         if depth_policy:
@@ -127,7 +126,7 @@ def dt_plan(
             drafter.step_us(model, reqs, depth[part]) / layers,
             (n - nd).sum(axis=-1),
         )
-        kept = np.where(explored[part], nd, st.rule_j(np.where(made, surv, 0.0), nd, tau, model.min_keep))
+        kept = np.where(explored[part], nd, sim_policies.rule_j(np.where(made, surv, 0.0), nd, tau, model.min_keep))
         j[part] = kept
         dt_cost.calibration_update(hits, counts, surv, kept, np.minimum(bb.accepted[part], kept))
     return Plan(bb.n, j, depth)
@@ -224,7 +223,11 @@ def bound(b, model, drafter, oracle: bool) -> Result:
     bound keeps drafts by their cell's true rate; the oracle keeps accepted ones."""
     steps, reqs, k = b.surv.shape
     pos = np.arange(k)
-    worth = (pos < b.accepted[..., None]).astype(float) if oracle else np.minimum.accumulate(st.cell_rates(b), axis=-1)
+    worth = (
+        (pos < b.accepted[..., None]).astype(float)
+        if oracle
+        else np.minimum.accumulate(sim_policies.cell_rates(b), axis=-1)
+    )
     toks, times, valid = [], [], []
     for d in range(k + 1):
         inside = pos < np.minimum(b.n, d)[..., None]

@@ -14,7 +14,8 @@ sa = load_script("benchmarks/draft_trunc/sim_adaptive.py")
 costs = load_script("benchmarks/draft_trunc/sim_adaptive_costs.py")
 rules = load_script("benchmarks/draft_trunc/sim_adaptive_rules.py")
 report = load_script("benchmarks/draft_trunc/sim_adaptive_report.py")
-st = sa.st
+sim_traces = load_script("benchmarks/draft_trunc/sim_trunc_traces.py")
+sim_policies = load_script("benchmarks/draft_trunc/sim_trunc_policies.py")
 FIXTURE = Path(__file__).parent / "fixtures" / "trace-small.jsonl"
 
 
@@ -35,7 +36,7 @@ def test_other_time_follows_scheduled_tokens_only_in_part():
     """A shorter K saves the token-proportional share phi of the non-routed time; at
     full verification the model is sim_trunc's."""
     model = _model()
-    base = st.Model(other_share=0.5)
+    base = sim_policies.Model(other_share=0.5)
     assert float(model.step_us(40, 40, 8)) == pytest.approx(float(base.step_us(np.array(40), np.array(40))))
     routed = float(base.step_us(np.array(8), np.array(8))) / (1 + base.ratio)
     other_full = float(base.step_us(np.array(40), np.array(40))) * base.ratio / (1 + base.ratio)
@@ -53,7 +54,7 @@ def test_schedule_carries_the_last_profiled_k_forward():
 def test_confidence_exit_by_hand():
     """Conditional probabilities 0.9, 0.3, ...: at threshold 0.5 the request verifies
     one draft and drafting ran two positions (the low one was drafted)."""
-    b = st.Batches(
+    b = sim_policies.Batches(
         surv=np.array([[[0.9, 0.27, 0.2, 0.18], [0.2, 0.1, 0.05, 0.01]]]),
         n=np.array([[4, 4]]),
         accepted=np.array([[1, 0]]),
@@ -66,8 +67,8 @@ def test_confidence_exit_by_hand():
 @pytest.mark.parametrize("reqs", [1, 8])
 def test_bounds_sit_above_every_policy(reqs):
     rng = np.random.default_rng(reqs)
-    records = st.synthetic(0.5, 3000, 4, rng)
-    b = st.draw(records, reqs, rng, target_records=3000, explore=0.05)
+    records = sim_traces.synthetic(0.5, 3000, 4, rng)
+    b = sim_policies.draw(records, reqs, rng, target_records=3000, explore=0.05)
     model, drafter = _model(), costs.constant_drafter(0.05)
     plans = {
         "K=4": rules.fixed_k(b, 4),
@@ -90,8 +91,8 @@ def test_depth_decision_stops_drafting_what_is_never_accepted():
     draft-trunc stops after the first position (the exploring steps aside) and beats
     drafting all four; without the depth decision it must draft them all."""
     rng = np.random.default_rng(2)
-    records = st.Records(rng.uniform(0.0, 0.05, size=(4000, 4)), np.full(4000, 4), np.zeros(4000, int), "never")
-    b = st.draw(records, 2, rng, target_records=8000, explore=0.05)
+    records = sim_traces.Records(rng.uniform(0.0, 0.05, size=(4000, 4)), np.full(4000, 4), np.zeros(4000, int), "never")
+    b = sim_policies.draw(records, 2, rng, target_records=8000, explore=0.05)
     model, drafter = _model(), costs.constant_drafter(0.05)
     depth = rules.dt_plan(b, model, drafter, depth_policy=True)
     plain = rules.dt_plan(b, model, drafter)
@@ -148,7 +149,7 @@ def test_adaptive_verification_admits_the_best_slots_and_shrinks_the_batch():
     """Two requests: one whose drafts are sure, one whose drafts are hopeless. vLLM's
     adaptive verification admits the first's drafts (a prefix, the best slots) and none
     of the second's: 1 + 4 + 1 tokens verified instead of 10."""
-    b = st.Batches(
+    b = sim_policies.Batches(
         surv=np.array([[[0.99, 0.98, 0.97, 0.96], [0.01, 0.001, 1e-4, 1e-5]]]),
         n=np.array([[4, 4]]),
         accepted=np.array([[4, 0]]),
@@ -164,7 +165,7 @@ def test_adaptive_verification_admits_the_best_slots_and_shrinks_the_batch():
 
 
 def test_adaptive_verification_admits_nothing_when_no_draft_pays():
-    b = st.Batches(surv=np.full((3, 2, 4), 1e-6), n=np.full((3, 2), 4), accepted=np.zeros((3, 2), int))
+    b = sim_policies.Batches(surv=np.full((3, 2, 4), 1e-6), n=np.full((3, 2), 4), accepted=np.zeros((3, 2), int))
     plan = rules.adaptive_verification(b, _model(), costs.constant_drafter(0.05), rules.fixed_k(b, 4))
     assert plan.n.sum() == 0
 
@@ -173,7 +174,7 @@ def _overconfident(count, rng):
     """An estimator that says 0.9 where drafts survive one time in ten."""
     p = np.full((count, 4), 0.9)
     accepted = np.cumprod(rng.random((count, 4)) < 0.1, axis=1).sum(axis=1)
-    return st.Records(p, np.full(count, 4), accepted, "overconfident")
+    return sim_traces.Records(p, np.full(count, 4), accepted, "overconfident")
 
 
 def test_calibrated_av_corrects_an_overconfident_estimator_and_leaves_a_calibrated_one():
@@ -182,7 +183,7 @@ def test_calibrated_av_corrects_an_overconfident_estimator_and_leaves_a_calibrat
     is right, the calibrated rule stays within noise of vLLM's own."""
     rng = np.random.default_rng(5)
     model, drafter = _model(), costs.constant_drafter(0.01)
-    bad = st.draw(_overconfident(6000, rng), 4, rng, target_records=6000)
+    bad = sim_policies.draw(_overconfident(6000, rng), 4, rng, target_records=6000)
     tps = {
         name: rules.replay(bad, plan, model, drafter).tokens_per_s
         for name, plan in {
@@ -191,7 +192,7 @@ def test_calibrated_av_corrects_an_overconfident_estimator_and_leaves_a_calibrat
         }.items()
     }
     assert tps["kiln"] > 1.3 * tps["av"]
-    good = st.draw(st.synthetic(0.7, 6000, 4, rng), 4, rng, target_records=6000)
+    good = sim_policies.draw(sim_traces.synthetic(0.7, 6000, 4, rng), 4, rng, target_records=6000)
     av = rules.replay(good, rules.adaptive_verification(good, model, drafter, rules.fixed_k(good, 4)), model, drafter)
     kiln = rules.replay(good, rules.calibrated_av(good, model, drafter, rules.fixed_k(good, 4)), model, drafter)
     assert kiln.tokens_per_s == pytest.approx(av.tokens_per_s, rel=0.01)
@@ -199,7 +200,7 @@ def test_calibrated_av_corrects_an_overconfident_estimator_and_leaves_a_calibrat
 
 def test_the_variable_length_rules_stay_under_the_oracle():
     rng = np.random.default_rng(3)
-    b = st.draw(st.synthetic(0.5, 3000, 4, rng), 8, rng, target_records=3000, explore=0.05)
+    b = sim_policies.draw(sim_traces.synthetic(0.5, 3000, 4, rng), 8, rng, target_records=3000, explore=0.05)
     model, drafter = _model(), costs.constant_drafter(0.05)
     oracle = rules.bound(b, model, drafter, oracle=True).tokens_per_s
     for plan in (
@@ -274,7 +275,7 @@ def test_the_committed_measurement_prices_the_eager_hook_dearer_than_the_compile
 
 def test_the_hook_price_is_paid_every_step():
     rng = np.random.default_rng(4)
-    b = st.draw(st.synthetic(0.7, 2000, 4, rng), 2, rng, target_records=2000)
+    b = sim_policies.draw(sim_traces.synthetic(0.7, 2000, 4, rng), 2, rng, target_records=2000)
     model, drafter = _model(), costs.constant_drafter(0.05)
     plan = rules.fixed_k(b, 2)
     free = rules.replay(b, plan, model, drafter)
@@ -288,7 +289,7 @@ def test_kiln_av_steps_aside_below_the_minimum_batch_and_pays_its_hook_above():
     (no hook); from it on, the rule under the chosen price, which a dearer price
     never helps."""
     rng = np.random.default_rng(6)
-    records = st.synthetic(0.6, 3000, 4, rng)
+    records = sim_traces.synthetic(0.6, 3000, 4, rng)
     model, drafter = _model(), costs.constant_drafter(0.05)
     prices = {"none": costs.NO_HOOK_PRICE, "eager": costs.HookPrice("eager", ((1, 0.05),))}
     table = {1: 2}
