@@ -1,7 +1,6 @@
 """build_cuda's checks inside the built images: triton, the runner, the machine, the plugin,
 what `du` counts, `kiln check` on the recipe, its launch arguments against a bogus flag,
-and the in-image proofs (tests/cuda/test_image_proofs.py).
-"""
+and the in-image proofs (tests/cuda/test_image_proofs.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """build_cuda's record: docs/build-cuda.json (or build-cuda-<arch>.json) and the generated
-block of docs/build-cuda.md rendered from it.
-"""
+block of docs/build-cuda.md rendered from it."""
 
 from __future__ import annotations
 

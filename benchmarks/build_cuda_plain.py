@@ -1,6 +1,5 @@
 """build_cuda's anchor: the plain `pip install vllm` image of the same locked wheels, built
-from the engine's wheels stage, for the size comparison.
-"""
+from the engine's wheels stage, for the size comparison."""
 
 from __future__ import annotations
 

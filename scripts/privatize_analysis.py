@@ -1,6 +1,5 @@
 """privatize's analysis: each module-level name of src/kiln to rename, delete or keep, with
-the edits in its module, its tests and the prose that names it.
-"""
+the edits in its module, its tests and the prose that names it."""
 
 from __future__ import annotations
 

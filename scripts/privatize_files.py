@@ -1,6 +1,5 @@
 """privatize's files and edits: the checkout it reads (--root moves it), the files whose
-references count, and edits of one identifier each, checked against the file's bytes.
-"""
+references count, and edits of one identifier each, checked against the file's bytes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """privatize's modules: each module of src/kiln with its module-level definitions, the names
-its `__all__` lists and the identifiers it uses, and which classes are data.
-"""
+its `__all__` lists and the identifiers it uses, and which classes are data."""
 
 from __future__ import annotations
 

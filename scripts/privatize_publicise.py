@@ -1,6 +1,5 @@
 """privatize's reasons to keep a name public (a test binds it, a string or an unknown object
-may name it) and its publicising of `_name`s that another package uses, attributes included.
-"""
+may name it) and its publicising of `_name`s that another package uses, attributes included."""
 
 from __future__ import annotations
 

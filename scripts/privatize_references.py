@@ -1,6 +1,5 @@
 """privatize's references: what the other files (Python, text, the docs' code spans) read of
-src/kiln's modules, and where a name is named in a string or read off an unknown object.
-"""
+src/kiln's modules, and where a name is named in a string or read off an unknown object."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """privatize's scopes: which binding a name at a position refers to, scope by scope (module,
 function, class, comprehension), so that a rename covers every use and leaves a parameter
-or local of the same name alone.
-"""
+or local of the same name alone."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The readers of tests/test_documents*.py: each kind of document kiln reads back, put where
-its reader reads it (a file, a daemon's or a registry's answer) and read.
-"""
+its reader reads it (a file, a daemon's or a registry's answer) and read."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The stand-in recipe the real-daemon build tests build (kiln-test-mini), and its resolved
-images.
-"""
+images."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A custom CA bundle in real builds: trusted while building, in no layer of the image; a bad
-bundle refused.
-"""
+bundle refused."""
 
 from __future__ import annotations
 

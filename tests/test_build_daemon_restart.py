@@ -1,6 +1,5 @@
 """A daemon restart during a real build (restarts the shared daemon: marker `disruptive`)
-leaves no tag and a clean error.
-"""
+leaves no tag and a clean error."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """Patches that fail in the image during a real build (a hunk that does not apply, broken
-syntax, conflict markers) and those that fail before Docker is asked.
-"""
+syntax, conflict markers) and those that fail before Docker is asked."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """kiln.basics.documents' Shape itself: strict types, only the named keys kept, hostile keys
-that cannot split the line, field paths, one adapter per type.
-"""
+that cannot split the line, field paths, one adapter per type."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """The in-image readers, plain checks (an image has no pydantic of kiln's): the launch probe,
 the HF cache check, the SBOM reader and the patch applier refuse what they cannot read in one
-line.
-"""
+line."""
 
 from __future__ import annotations
 

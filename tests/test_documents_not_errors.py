@@ -1,7 +1,6 @@
 """What a document reader takes without an error: a build record line cut short by a crash, a
 smoke record that did not pass, a damaged launch cache entry, a registry error body that is
-not one; and the one it stops at (a damaged publish record, exit 47).
-"""
+not one; and the one it stops at (a damaged publish record, exit 47)."""
 
 from __future__ import annotations
 

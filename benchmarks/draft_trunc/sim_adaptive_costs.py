@@ -1,6 +1,5 @@
 """sim_adaptive's prices: the drafter's per-step cost, kiln-av's hook as bench_av.py measured it,
-and sim_trunc's verification model with drafting added (one step's time in microseconds).
-"""
+and sim_trunc's verification model with drafting added (one step's time in microseconds)."""
 
 from __future__ import annotations
 

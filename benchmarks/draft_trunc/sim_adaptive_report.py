@@ -1,6 +1,5 @@
 """sim_adaptive's report: the configurations a recipe can set, the Markdown tables, the
-goal checks, kiln-av against adaptive verification under each hook price, and the plots.
-"""
+goal checks, kiln-av against adaptive verification under each hook price, and the plots."""
 
 from __future__ import annotations
 

@@ -1,8 +1,7 @@
 """sim_adaptive's rules, each a plan of what every request drafts and verifies in each drawn
 step: vLLM's fixed K, batch-size schedule, confidence exit and adaptive verification,
 draft-trunc's truncation and depth, kiln-av's calibrated verification, and the bounds
-above every policy.
-"""
+above every policy."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """sim_trunc's step model and policies: the routed-expert cost of a verify step, batches drawn
 from the traces, what each policy verifies (fixed tau, the cost policy, calibrated or not)
-and the bounds above them (the informed bound, the oracle), replayed to tokens/s.
-"""
+and the bounds above them (the informed bound, the oracle), replayed to tokens/s."""
 
 from __future__ import annotations
 

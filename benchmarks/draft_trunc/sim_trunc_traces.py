@@ -1,6 +1,5 @@
 """sim_trunc's traces: recorded acceptance traces read and checked line by line, synthetic
-ones drawn from a Beta prior, and the survival of each draft position.
-"""
+ones drawn from a Beta prior, and the survival of each draft position."""
 
 from __future__ import annotations
 
