@@ -1,6 +1,5 @@
 """Real builds against the local Docker daemon, on the small stand-in engine: tags and labels,
-skipped and forced rebuilds, failed and over-budget builds, clear errors, pruning.
-"""
+skipped and forced rebuilds, failed and over-budget builds, clear errors, pruning."""
 
 from __future__ import annotations
 
