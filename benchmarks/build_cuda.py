@@ -13,7 +13,8 @@ Steps, each reported as it runs:
   5. the proofs (tests/cuda/test_image_proofs.py, run by pytest in a subprocess).
 Exit status 1 if any check or proof fails; the ratio against the goal is reported, not
 enforced (the recipe's budgets.max_image_size_gb guards size regressions). The documents
-are written either way."""
+are written either way.
+"""
 
 from __future__ import annotations
 

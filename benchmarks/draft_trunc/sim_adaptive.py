@@ -46,7 +46,8 @@ Usage: python benchmarks/draft_trunc/sim_adaptive.py [--drafter FIT.json | --dra
 [--av-hook eager|compiled|fused|none] (``nox -s sim_adaptive``). Writes
 sim-adaptive-*.json, .md, .png and -avhook.png (kiln-av against adaptive verification
 under each hook price), prints ratios and the smallest batch from which kiln-av wins
-under each price."""
+under each price.
+"""
 
 from __future__ import annotations
 

@@ -43,7 +43,8 @@ are calibrated), and JSONL files recorded by KILN_DRAFT_TRUNC_TRACE, one verify
 step per line: {"step", "k", "reqs": [{"p": [...], "kept", "accepted", "n"?}]}.
 
 Usage: python benchmarks/draft_trunc/sim_trunc.py [--out DIR] [--trace FILE ...]
-(``nox -s sim_trunc``). Writes sim-trunc.json and sim-trunc.png, prints ratios."""
+(``nox -s sim_trunc``). Writes sim-trunc.json and sim-trunc.png, prints ratios.
+"""
 
 from __future__ import annotations
 
