@@ -46,7 +46,7 @@ in-image modules, which are shipped as text and run beside other scripts, any wo
 the strings of a file that imports kiln.inimage (`"...\nreport(...)"` appended to a
 script) and any word of the docker-images/ scripts.
 
-Never renamed: dunders, names in `__all__`, EXEMPT below, what the module's
+Never renamed: dunders, names in `__all__`, EXEMPT (privatize_files.py), what the module's
 `if __name__ == "__main__":` block reads; classes whose name is data: exceptions
 (`type(exc).__name__` is in every error line and `--json` error document), pydantic
 models and enums (their names are the `$defs` of `kiln schema`), TypedDicts named in a
