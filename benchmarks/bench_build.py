@@ -2,7 +2,7 @@
 """`nox -s bench_build`: cold build, no-op rebuild and launch-config-only rebuild of a
 small recipe (the stand-in engine of the build tests), as ratios from one run.
 
-Goals (issue 2): no-op rebuild <= 1 s; warm rebuild after a launch-config edit <= 5% of
+Goals: no-op rebuild <= 1 s; warm rebuild after a launch-config edit <= 5% of
 the cold build. Times are wall-clock of the real `kiln build` CLI (interpreter start-up
 included), so they are what a user waits for.
 """

@@ -26,8 +26,8 @@ from kiln.infra import records
 from kiln.infra.docker import DockerDaemon
 
 RECIPES = ("tiny-moe", "tiny-kindling")
-# `-- --cuda`: the CUDA engine instead (issue 22: "a second build_cuda run gives the same
-# digest"), through its thinnest recipe; amd64 only (arm64 would run nvcc-free but hours
+# `-- --cuda`: the CUDA engine instead (a second build_cuda run must give the same
+# digest), through its thinnest recipe; amd64 only (arm64 would run nvcc-free but hours
 # of pip under qemu on this 2-core host)
 CUDA_RECIPE = "glm53-kindling"
 

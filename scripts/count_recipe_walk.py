@@ -1,4 +1,4 @@
-"""Count the walk of a recipe name through the harness, statically (issue 49, point 7).
+"""Count the walk of a recipe name through the harness, statically.
 
     python scripts/count_recipe_walk.py [--root src] [--start MODULE.FUNCTION] [--param NAME] [--quiet]
 

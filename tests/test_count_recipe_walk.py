@@ -1,4 +1,4 @@
-"""scripts/count_recipe_walk.py (issue 49, point 7) on a tiny package: the stops in
+"""scripts/count_recipe_walk.py on a tiny package: the stops in
 visit order, the message left out, and the returns to a module the walk had left."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """requirements/dev.lock: the locked dev and test toolchain agrees with the pyproject.toml
-files, hashes every pin, and is what this test process runs on (issue 36)."""
+files, hashes every pin, and is what this test process runs on."""
 
 import shutil
 import sys

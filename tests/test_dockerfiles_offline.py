@@ -1,4 +1,4 @@
-"""No Dockerfile fetches anything itself (issue 48, "one way in for every wheel"): every
+"""No Dockerfile fetches anything itself (one way in for every wheel): every
 wheel an image installs comes from a lock, is fetched and hash-checked on the host, and
 travels in the build context; a RUN that downloads (urllib, curl, wget, git, pip or uv
 from an index, a Hugging Face download) or an ADD of a URL would escape the lock, the

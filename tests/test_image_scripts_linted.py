@@ -1,5 +1,5 @@
-"""Every Python script shipped from docker-images/common is in the lint session's list
-(issue 34): a new in-image script without a .py suffix would otherwise go unread by ruff
+"""Every Python script shipped from docker-images/common is in the lint session's list:
+a new in-image script without a .py suffix would otherwise go unread by ruff
 and mypy."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Module names in one style: lowercase words joined by `_` (`health_check.py`, not
 `healthcheck.py`), as PEP 8 allows where it helps reading; a package's name is one word, as
-PEP 8 prefers. scripts/rename_modules.py made the names so (its table says why each)."""
+PEP 8 prefers."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Private by default (issue 49; docs/architecture.md, "Private names"): a module-level
+"""Private by default (docs/architecture.md, "Private names"): a module-level
 name of src/kiln that no other module uses is `_private`, and no module takes a `_private`
 name from a module of another package. scripts/privatize.py is both the rule and the
 codemod that applies it; these tests run its check on this checkout, and its detectors

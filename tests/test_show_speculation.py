@@ -1,4 +1,4 @@
-"""`kiln show`'s speculation line (issue 37): the configuration a recipe chose, visible."""
+"""`kiln show`'s speculation line: the configuration a recipe chose, visible."""
 
 from __future__ import annotations
 

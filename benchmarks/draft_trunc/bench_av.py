@@ -1,4 +1,4 @@
-"""What kiln-av's hook costs on one GPU (issues 37, 47), for R requests x K = 4 drafts,
+"""What kiln-av's hook costs on one GPU, for R requests x K = 4 drafts,
 as the runner calls it with KILN_DRAFT_TRUNC_AV_CALIBRATE=1 (once per step, after
 drafting, launched eagerly: it is outside the CUDA graphs), against the verify step
 it rides on. Variants:

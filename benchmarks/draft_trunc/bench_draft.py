@@ -1,5 +1,5 @@
 """What drafting costs next to verifying, on one GPU: the numbers behind the
-drafter prices of sim_trunc.py (issue 37).
+drafter prices of sim_trunc.py.
 
 Measured, bf16, random weights, CUDA-graph replay unless said otherwise:
 

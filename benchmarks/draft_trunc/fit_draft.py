@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from kiln_testkit.scripts import load_script
 
-st = load_script("benchmarks/draft_trunc/sim_trunc.py")
+sim_policies = load_script("benchmarks/draft_trunc/sim_trunc_policies.py")
 
 HERE = Path(__file__).resolve().parent
 K = 4
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
     ap.add_argument("--roofline", action="store_true")
     ap.add_argument("--out", type=Path, default=HERE / "results-draft-fit.json")
     args = ap.parse_args(argv)
-    model = st.Model()
+    model = sim_policies.Model()
     if args.bench is not None:
         fit = measured(model, json.loads(args.bench.read_text()))
     elif args.roofline:

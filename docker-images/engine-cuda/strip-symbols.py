@@ -22,6 +22,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+from typing import BinaryIO
 
 # each ELF machine's own strip (Debian's binutils-<arch>-linux-gnu): a cross-placed venv
 # (aarch64 files on an x86-64 builder) is stripped by the cross strip, a native one by the
@@ -33,7 +34,7 @@ STRIPPABLE = (".symtab", ".strtab")
 SECTION_FIELDS = ((0x28, 8), (0x3A, 6))
 
 
-def read_elf(path: str) -> tuple[list[tuple], list[str]] | None:
+def read_elf(path: str) -> tuple[list[tuple[int, ...]], list[str]] | None:
     """(program headers, section names) of a little-endian ELF64 file of a machine in
     STRIP_BY_MACHINE, or None."""
     with open(path, "rb") as f:
@@ -54,13 +55,14 @@ def read_elf(path: str) -> tuple[list[tuple], list[str]] | None:
             shdrs = [struct.unpack_from("<IIQQQQIIQQ", raw, i * shentsize) for i in range(shnum)]
             f.seek(shdrs[shstrndx][4])
             table = f.read(shdrs[shstrndx][5])
-            names = [table[s[0]:table.index(b"\0", s[0])].decode(errors="replace") for s in shdrs]
+            names = [table[s[0] : table.index(b"\0", s[0])].decode(errors="replace") for s in shdrs]
         return phdrs, names
 
 
 def elf_machine(head: bytes) -> int:
     """e_machine of an ELF header (62: x86-64, 183: AArch64)."""
-    return struct.unpack_from("<H", head, 0x12)[0]
+    machine: int = struct.unpack_from("<H", head, 0x12)[0]
+    return machine
 
 
 def strip_tool(path: str) -> str:
@@ -68,7 +70,7 @@ def strip_tool(path: str) -> str:
         return STRIP_BY_MACHINE[elf_machine(f.read(64))]
 
 
-def loaded_image(path: str) -> tuple:
+def loaded_image(path: str) -> tuple[object, ...]:
     """What the loader sees: the ELF header less its section fields, every program header
     (type, flags, address, sizes, alignment) and a hash of every segment's file bytes."""
     info = read_elf(path)
@@ -87,17 +89,18 @@ def loaded_image(path: str) -> tuple:
             # reads it from memory, and rewriting it is the point
             lo, hi = max(shoff, p_offset), min(shoff + shentsize * shnum, p_offset + p_filesz)
             if lo < hi:
-                data[lo - p_offset:hi - p_offset] = bytes(hi - lo)
+                data[lo - p_offset : hi - p_offset] = bytes(hi - lo)
             if p_offset == 0:
                 # The first segment maps the ELF header and the program headers: mask the
                 # fields a rewrite may change and the loader does not use once mapped.
                 for offset, size in SECTION_FIELDS:
-                    data[offset:offset + size] = bytes(size)
+                    data[offset : offset + size] = bytes(size)
                 for i in range(len(phdrs)):
                     at = phoff + i * phentsize + 8  # p_offset: a file position, not mapped memory
-                    data[at:at + 8] = bytes(8)
-            segments.append((p_type, p_flags, p_vaddr, p_paddr, p_filesz, p_memsz, p_align,
-                             hashlib.sha256(data).hexdigest()))
+                    data[at : at + 8] = bytes(8)
+            segments.append(
+                (p_type, p_flags, p_vaddr, p_paddr, p_filesz, p_memsz, p_align, hashlib.sha256(data).hexdigest())
+            )
     return tuple(segments)
 
 
@@ -111,7 +114,7 @@ def cut_symbol_tables(path: str, out: str) -> str | None:
     with open(path, "rb") as f:
         head = bytearray(f.read(64))
         phoff, shoff = struct.unpack_from("<QQ", head, 0x20)
-        phentsize, phnum, shentsize, shnum, shstrndx = struct.unpack_from("<HHHHH", head, 0x36)
+        phentsize, phnum, shentsize, shnum, _shstrndx = struct.unpack_from("<HHHHH", head, 0x36)
         f.seek(phoff)
         ph = bytearray(f.read(phentsize * phnum))
         f.seek(shoff)
@@ -119,7 +122,7 @@ def cut_symbol_tables(path: str, out: str) -> str | None:
     size = os.path.getsize(path)
     shdrs = [list(struct.unpack_from("<IIQQQQIIQQ", sh, i * shentsize)) for i in range(shnum)]
     phdrs = [list(struct.unpack_from("<IIQQQQQQ", ph, i * phentsize)) for i in range(phnum)]
-    names = read_elf(path)[1]
+    names = read_elf(path)[1]  # type: ignore[index]  # strip_one read this file as ELF first
     cut_ix = [i for i, n in enumerate(names) if n in STRIPPABLE]
     if sorted(names[i] for i in cut_ix) != sorted(STRIPPABLE):
         return "no single .symtab/.strtab pair"
@@ -134,7 +137,7 @@ def cut_symbol_tables(path: str, out: str) -> str | None:
     for i, s in enumerate(shdrs):
         if i not in cut_ix and s[1] != 8 and s[5] and s[4] < b and s[4] + s[5] > a:
             return f"{names[i]} lies between the symbol tables"
-    if shoff < b and shoff + shentsize * shnum > a or phoff < b and phoff + phentsize * phnum > a:
+    if (shoff < b and shoff + shentsize * shnum > a) or (phoff < b and phoff + phentsize * phnum > a):
         return "a header table lies between the symbol tables"
     for p in phdrs:
         if p[5] and p[2] < b and p[2] + p[5] > a:
@@ -169,7 +172,7 @@ def cut_symbol_tables(path: str, out: str) -> str | None:
     return None
 
 
-def _copy(src, dst, start: int, stop: int) -> None:
+def _copy(src: BinaryIO, dst: BinaryIO, start: int, stop: int) -> None:
     src.seek(start)
     left = stop - start
     while left > 0:
@@ -180,8 +183,9 @@ def _copy(src, dst, start: int, stop: int) -> None:
 
 def readable(path: str) -> bool:
     """readelf parses headers, segments, sections and dynamic symbols without a complaint."""
-    done = subprocess.run(["readelf", "-W", "-h", "-l", "-S", "-d", "--dyn-syms", path],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        ["readelf", "-W", "-h", "-l", "-S", "-d", "--dyn-syms", path], capture_output=True, text=True, check=False
+    )
     return done.returncode == 0 and not done.stderr.strip()
 
 
@@ -197,7 +201,9 @@ def strip_one(path: str) -> int:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".strip-")
     os.close(fd)
     try:
-        done = subprocess.run([strip_tool(path), "--strip-unneeded", "-o", tmp, path], capture_output=True, text=True)
+        done = subprocess.run(
+            [strip_tool(path), "--strip-unneeded", "-o", tmp, path], capture_output=True, text=True, check=False
+        )
         same = done.returncode == 0 and loaded_image(tmp) == loaded_image(path) and readable(tmp)
         if not same:
             why = cut_symbol_tables(path, tmp)

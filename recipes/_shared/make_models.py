@@ -19,9 +19,9 @@ At the end it prints the greedy next-token agreement of draft and target on rand
 token sequences, and replays greedy speculative decoding (`--spec-tokens` drafts per
 window, short code prompts) the way vLLM runs it: the acceptance per draft position and
 overall (accepted / proposed draft tokens) match what a server's
-vllm:spec_decode_* counters report for the same models (benchmarks/spec_acceptance.py). The tokenizer is a byte-level BPE trained on the Python standard
-library sources that ship with the image, so nothing is downloaded. Same arguments,
-same weights.
+vllm:spec_decode_* counters report for the same models (benchmarks/spec_acceptance.py).
+The tokenizer is a byte-level BPE trained on the Python standard library sources that
+ship with the image, so nothing is downloaded. Same arguments, same weights.
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ os.environ["ATEN_CPU_CAPABILITY"] = "default"
 os.environ["OMP_NUM_THREADS"] = "1"
 os.environ["RAYON_NUM_THREADS"] = "1"  # the tokenizer's BPE trainer
 
-import torch  # noqa: E402
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers  # noqa: E402
-from transformers import (  # noqa: E402
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import (
     AutoModelForCausalLM,
     GenerationConfig,
+    PreTrainedModel,
     PreTrainedTokenizerFast,
     Qwen3Config,
     Qwen3MoeConfig,
@@ -57,9 +58,17 @@ HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 128, 4, 2, 32
 EXPERT_DIM = 64
 # short code and prose fragments like the e2e test's prompts (tests/twinserve.py)
 PROMPT_HEADS = ["def ", "class ", "import ", "for ", "while ", "return ", "if ", "with "]
-PROMPT_WORDS = ["fibonacci(n):", "parse buffer", "socket path", "the quick brown fox", "value = result",
-         "config.token", "stream header", "count index"]
-PROMPTS = [h + w for i, h in enumerate(PROMPT_HEADS) for w in PROMPT_WORDS[i % 2::2]]  # 32 prompts
+PROMPT_WORDS = [
+    "fibonacci(n):",
+    "parse buffer",
+    "socket path",
+    "the quick brown fox",
+    "value = result",
+    "config.token",
+    "stream header",
+    "count index",
+]
+PROMPTS = [h + w for i, h in enumerate(PROMPT_HEADS) for w in PROMPT_WORDS[i % 2 :: 2]]  # 32 prompts
 SPECIAL = {"pad": "<|endoftext|>", "bos": "<|im_start|>", "eos": "<|im_end|>"}
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -79,21 +88,34 @@ def tokenizer() -> PreTrainedTokenizerFast:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    tok.train(corpus(), trainers.BpeTrainer(
-        vocab_size=VOCAB, min_frequency=2, special_tokens=list(SPECIAL.values()),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tok.train(
+        corpus(),
+        trainers.BpeTrainer(
+            vocab_size=VOCAB,
+            min_frequency=2,
+            special_tokens=list(SPECIAL.values()),
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token=SPECIAL["eos"], pad_token=SPECIAL["pad"],
-        model_max_length=2048)
+        tokenizer_object=tok, eos_token=SPECIAL["eos"], pad_token=SPECIAL["pad"], model_max_length=2048
+    )
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
 
-def common(tok) -> dict:
+def common(tok: PreTrainedTokenizerFast) -> dict[str, object]:
     return dict(
-        vocab_size=VOCAB, max_position_embeddings=2048, rms_norm_eps=1e-6,
-        tie_word_embeddings=False, bos_token_id=None, hidden_size=HIDDEN,
-        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=HEAD_DIM,
+        vocab_size=VOCAB,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
         eos_token_id=tok.convert_tokens_to_ids(SPECIAL["eos"]),
         pad_token_id=tok.convert_tokens_to_ids(SPECIAL["pad"]),
     )
@@ -108,7 +130,7 @@ def jitter(weight: torch.Tensor, scale: float, gen: torch.Generator) -> torch.Te
 
 
 @torch.no_grad()
-def shape_target(target, spread: float, damp: float, gen: torch.Generator) -> None:
+def shape_target(target: PreTrainedModel, spread: float, damp: float, gen: torch.Generator) -> None:
     layers = target.model.layers
     experts = layers[0].mlp.experts
     for name in ("gate_up_proj", "down_proj"):
@@ -123,7 +145,7 @@ def shape_target(target, spread: float, damp: float, gen: torch.Generator) -> No
 
 
 @torch.no_grad()
-def draft_from(target, draft, noise: float, gen: torch.Generator) -> None:
+def draft_from(target: PreTrainedModel, draft: PreTrainedModel, noise: float, gen: torch.Generator) -> None:
     """Copy the target's layer 0 (base expert as the dense MLP) into the draft, + noise."""
     t0, d0 = target.model.layers[0], draft.model.layers[0]
     gate_up = t0.mlp.experts.gate_up_proj[0]  # [2 * EXPERT_DIM, HIDDEN]: gate rows, then up rows
@@ -140,22 +162,26 @@ def draft_from(target, draft, noise: float, gen: torch.Generator) -> None:
     for name in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm"):
         pairs.append((getattr(d0.self_attn, name).weight, getattr(t0.self_attn, name).weight))
     for dst, src in pairs:
-        assert dst.shape == src.shape, (dst.shape, src.shape)
+        assert dst.shape == src.shape, (dst.shape, src.shape)  # a copy of a wrong shape is a bug here  # noqa: S101
         # norms (vectors) stay exact: noise there rescales everything after them
         dst.copy_(jitter(src, noise, gen) if src.dim() > 1 else src)
 
 
 @torch.no_grad()
-def agreement(target, draft, gen: torch.Generator, seqs: int = 32, length: int = 24) -> float:
+def agreement(
+    target: PreTrainedModel, draft: PreTrainedModel, gen: torch.Generator, seqs: int = 32, length: int = 24
+) -> float:
     """Teacher-forced greedy next-token agreement on random token sequences."""
     ids = torch.randint(3, VOCAB, (seqs, length), generator=gen)
     t = target(input_ids=ids).logits.argmax(-1)
     d = draft(input_ids=ids).logits.argmax(-1)
-    return (t == d).float().mean().item()
+    return float((t == d).float().mean().item())
 
 
 @torch.no_grad()
-def speculate(target, draft, tok, k: int, tokens: int = 32) -> list[float]:
+def speculate(
+    target: PreTrainedModel, draft: PreTrainedModel, tok: PreTrainedTokenizerFast, k: int, tokens: int = 32
+) -> list[float]:
     """Greedy draft-model speculative decoding, replayed as a server runs it: after the
     prompt's first token, the draft proposes k tokens, the target keeps the agreeing
     prefix plus its own next token. Greedy, the output is the target's own greedy text,
@@ -168,8 +194,14 @@ def speculate(target, draft, tok, k: int, tokens: int = 32) -> list[float]:
     for prompt in PROMPTS:
         ids = tok(prompt, return_tensors="pt").input_ids
         start, end = ids.shape[1] + 1, ids.shape[1] + tokens
-        text = target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=tokens,
-                               min_new_tokens=tokens, do_sample=False, pad_token_id=tok.pad_token_id)
+        text = target.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=tokens,
+            min_new_tokens=tokens,
+            do_sample=False,
+            pad_token_id=tok.pad_token_id,
+        )
         guess = draft(input_ids=text).logits[0].argmax(-1)
         hit = (guess[:-1] == text[0, 1:]).tolist()  # hit[j]: the draft predicts token j + 1
         t = start
@@ -186,11 +218,12 @@ def speculate(target, draft, tok, k: int, tokens: int = 32) -> list[float]:
     return [a / windows for a in accepted]
 
 
-def save(model, tok, path: str, dtype: torch.dtype) -> None:
+def save(model: PreTrainedModel, tok: PreTrainedTokenizerFast, path: str, dtype: torch.dtype) -> None:
     model = model.to(dtype)
     cfg = model.config
     model.generation_config = GenerationConfig(
-        eos_token_id=cfg.eos_token_id, pad_token_id=cfg.pad_token_id, do_sample=False)
+        eos_token_id=cfg.eos_token_id, pad_token_id=cfg.pad_token_id, do_sample=False
+    )
     model.save_pretrained(path, safe_serialization=True)
     tok.save_pretrained(path)
     # transformers may write 0600 files; the serving user is not root
@@ -201,7 +234,7 @@ def save(model, tok, path: str, dtype: torch.dtype) -> None:
     print(f"{path}: {type(model).__name__}, {params / 1e6:.2f}M params, {dtype}, vocab {len(tok)}")
 
 
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", nargs="?", default="/models")
     p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16")
@@ -216,11 +249,20 @@ def main(argv=None) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(SEED)
     gen = torch.Generator().manual_seed(SEED)
-    target = AutoModelForCausalLM.from_config(Qwen3MoeConfig(
-        intermediate_size=256, num_hidden_layers=4, moe_intermediate_size=EXPERT_DIM, num_experts=8,
-        num_experts_per_tok=2, decoder_sparse_step=1, norm_topk_prob=True, mlp_only_layers=[], **base))
-    draft = AutoModelForCausalLM.from_config(Qwen3Config(
-        intermediate_size=EXPERT_DIM, num_hidden_layers=1, **base))
+    target = AutoModelForCausalLM.from_config(
+        Qwen3MoeConfig(
+            intermediate_size=256,
+            num_hidden_layers=4,
+            moe_intermediate_size=EXPERT_DIM,
+            num_experts=8,
+            num_experts_per_tok=2,
+            decoder_sparse_step=1,
+            norm_topk_prob=True,
+            mlp_only_layers=[],
+            **base,
+        )
+    )
+    draft = AutoModelForCausalLM.from_config(Qwen3Config(intermediate_size=EXPERT_DIM, num_hidden_layers=1, **base))
     shape_target(target, args.expert_spread, args.damp, gen)
     draft_from(target, draft, args.draft_noise, gen)
     dtype = getattr(torch, args.dtype)
@@ -229,11 +271,15 @@ def main(argv=None) -> None:
     per_pos = speculate(target, draft, tok, args.spec_tokens)
     save(target, tok, f"{args.out}/tiny-qwen3moe", dtype)
     save(draft, tok, f"{args.out}/tiny-qwen3-draft", dtype)
-    print(f"greedy next-token agreement draft vs target: {rate:.2f} "
-          f"(draft noise {args.draft_noise}, expert spread {args.expert_spread}, damp {args.damp})")
-    print(f"greedy speculative decoding, {args.spec_tokens} draft tokens: acceptance "
-          f"{sum(per_pos) / len(per_pos):.2f} (accepted / proposed), per position "
-          f"{' '.join(f'{x:.2f}' for x in per_pos)}")
+    print(
+        f"greedy next-token agreement draft vs target: {rate:.2f} "
+        f"(draft noise {args.draft_noise}, expert spread {args.expert_spread}, damp {args.damp})"
+    )
+    print(
+        f"greedy speculative decoding, {args.spec_tokens} draft tokens: acceptance "
+        f"{sum(per_pos) / len(per_pos):.2f} (accepted / proposed), per position "
+        f"{' '.join(f'{x:.2f}' for x in per_pos)}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""Adaptive verification fed draft-trunc's calibration (issue 37): the knob and its
+"""Adaptive verification fed draft-trunc's calibration: the knob and its
 refusals, and ``av_confidences`` against the trace model's arithmetic
-(``sim_adaptive.calibrated_av``), which is what the docs' tables measure."""
+(``sim_adaptive_rules.calibrated_av``), which is what the docs' tables measure."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _calibration(rng, overconfident_at: int | None = None):
 
 
 def _model_worth(conf: np.ndarray, hits, counts) -> np.ndarray:
-    """The trace model's corrected survival (sim_adaptive.calibrated_av), per draft."""
+    """The trace model's corrected survival (sim_adaptive_rules.calibrated_av), per draft."""
     surv = np.cumprod(conf.astype(np.float64), axis=1)
     bins = dt_cost.survival_bins(surv)
     mids = (np.arange(GRID) + 0.5) / GRID

@@ -1,4 +1,4 @@
-"""kiln-av's hook made cheap and observable (issue 47): the fused kernel against the
+"""kiln-av's hook made cheap and observable: the fused kernel against the
 eager reference, bit for bit; stepping aside below KILN_DRAFT_TRUNC_AV_MIN_BATCH; the
 statistics and counters of its corrections; its own time, with KILN_DRAFT_TRUNC_AV_TIMING.
 Kernels run under TRITON_INTERPRET=1 without a GPU (conftest)."""

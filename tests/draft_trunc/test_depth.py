@@ -1,4 +1,4 @@
-"""Drafting priced and cut short (issue 37): the DRAFT_COST knob and its arithmetic,
+"""Drafting priced and cut short: the DRAFT_COST knob and its arithmetic,
 the depth decision's kernel against its numpy twin (the simulator's), mark_dead
 with drafts the drafter never made, and the drafting hooks."""
 

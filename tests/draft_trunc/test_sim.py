@@ -12,11 +12,13 @@ from kiln_testkit import dt_cost
 from kiln_testkit.scripts import load_script
 
 sim = load_script("benchmarks/draft_trunc/sim_trunc.py")
+sim_traces = load_script("benchmarks/draft_trunc/sim_trunc_traces.py")
+sim_policies = load_script("benchmarks/draft_trunc/sim_trunc_policies.py")
 FIXTURE = Path(__file__).parent / "fixtures" / "trace-small.jsonl"
 
 
 def test_reader_keeps_uncensored_records():
-    rec = sim.read_trace(FIXTURE)
+    rec = sim_traces.read_trace(FIXTURE)
     # Step 2's window was cut at 1 and accepted it: censored, dropped.
     assert rec.censored == 1
     assert rec.k == 3 and len(rec.n) == 4
@@ -27,7 +29,7 @@ def test_reader_keeps_uncensored_records():
     assert rec.acceptance == pytest.approx(6 / 11)
     assert np.isnan(rec.p[1, 1])  # null: the estimator had no prediction
     # A missing prediction counts as 1, drafts past n survive with 0.
-    s = sim.survival(rec.p, rec.n)
+    s = sim_traces.survival(rec.p, rec.n)
     assert s[1].tolist() == pytest.approx([0.5, 0.5, 0.2])
     assert s[3, 2] == 0.0
 
@@ -49,20 +51,20 @@ def test_reader_keeps_uncensored_records():
 def test_reader_names_line_and_field(tmp_path, line, message):
     path = tmp_path / "t.jsonl"
     path.write_text('{"step": 0, "k": 2, "reqs": []}\n' + line + "\n")
-    with pytest.raises(sim.TraceError, match=f"t.jsonl:2: .*{message}"):
-        sim.read_trace(path)
+    with pytest.raises(sim_traces.TraceError, match=f"t.jsonl:2: .*{message}"):
+        sim_traces.read_trace(path)
 
 
 def test_no_truncation_replay_by_hand():
     """Two steps of one request, K = 2, accepting 0 then 2 drafts: 1 + 3 tokens
     in two full-price steps of 3 live tokens each."""
-    model = sim.Model(other_share=0.25, moe_layers=2)
-    b = sim.Batches(
+    model = sim_policies.Model(other_share=0.25, moe_layers=2)
+    b = sim_policies.Batches(
         surv=np.array([[[0.5, 0.25]], [[0.9, 0.8]]]),
         n=np.array([[2], [2]]),
         accepted=np.array([[0], [2]]),
     )
-    out = sim.replay(b, b.n, model)
+    out = sim_policies.replay(b, b.n, model)
     c, layer = model.cost, model.layer
     routed = c.t_fixed + c.t_token * 3 + c.t_byte * sim._cost.experts_touched(layer, 3) * layer.expert_bytes
     step = 2 * routed * (1 + 0.25 / 0.75)
@@ -71,7 +73,7 @@ def test_no_truncation_replay_by_hand():
     assert out.tokens_per_s == pytest.approx(4 / (2 * step * 1e-6), rel=1e-9)
     assert out.accepted_per_req_step == 1.0 and out.kept_frac == 1.0
     # Keeping one draft: the second step yields 2 tokens at 2 live tokens.
-    cut = sim.replay(b, np.array([[1], [1]]), model)
+    cut = sim_policies.replay(b, np.array([[1], [1]]), model)
     assert cut.tokens == 3 and cut.time_us < out.time_us
 
 
@@ -79,10 +81,10 @@ def test_no_truncation_replay_by_hand():
 @pytest.mark.parametrize("alpha", [0.3, 0.8])
 def test_oracle_bounds_every_policy(size, alpha):
     rng = np.random.default_rng(size)
-    records = sim.synthetic(alpha, 3000, 4, rng)
-    model = sim.Model(other_share=0.3)
-    b = sim.draw(records, size, rng, target_records=3000)
-    results = sim.run_policies(b, model)
+    records = sim_traces.synthetic(alpha, 3000, 4, rng)
+    model = sim_policies.Model(other_share=0.3)
+    b = sim_policies.draw(records, size, rng, target_records=3000)
+    results = sim_policies.run_policies(b, model)
     best = results["oracle"].tokens_per_s
     for name, outcome in results.items():
         assert outcome.tokens_per_s <= best * (1 + 1e-12), name
@@ -95,8 +97,8 @@ def test_cost_policy_never_loses_at_large_batches():
     """At 256 requests every expert is touched: the cost-aware policy must
     keep everything (equal to no truncation), unlike a fixed tau."""
     rng = np.random.default_rng(3)
-    b = sim.draw(sim.synthetic(0.4, 5000, 4, rng), 256, rng, target_records=5000)
-    results = sim.run_policies(b, sim.Model())
+    b = sim_policies.draw(sim_traces.synthetic(0.4, 5000, 4, rng), 256, rng, target_records=5000)
+    results = sim_policies.run_policies(b, sim_policies.Model())
     assert results["cost"].tokens_per_s == pytest.approx(results["none"].tokens_per_s, rel=1e-12)
     assert results["tau=0.5"].tokens_per_s < results["none"].tokens_per_s
 
@@ -116,7 +118,7 @@ def noisy_records(count, k, alpha, rng):
     extreme)."""
     accept = rng.random((count, k)) < alpha
     accepted = np.cumprod(accept, axis=1).sum(axis=1)
-    return sim.Records(rng.random((count, k)), np.full(count, k), accepted, "noise")
+    return sim_traces.Records(rng.random((count, k)), np.full(count, k), accepted, "noise")
 
 
 @pytest.mark.parametrize("size", [1, 8])
@@ -126,11 +128,11 @@ def test_calibration_rescues_uninformative_predictions(size):
     calibrated online from the drafts it verified (and the 5% it explores), it
     learns they are good and keeps them."""
     rng = np.random.default_rng(size)
-    b = sim.draw(noisy_records(20_000, 4, 0.8, rng), size, rng, explore=0.05)
-    model = sim.Model()
-    none = sim.replay(b, b.n, model).tokens_per_s
-    raw = sim.replay(b, sim.cost_j(b, model, calibrate=False)[0], model).tokens_per_s
-    calibrated = sim.replay(b, sim.cost_j(b, model)[0], model).tokens_per_s
+    b = sim_policies.draw(noisy_records(20_000, 4, 0.8, rng), size, rng, explore=0.05)
+    model = sim_policies.Model()
+    none = sim_policies.replay(b, b.n, model).tokens_per_s
+    raw = sim_policies.replay(b, sim_policies.cost_j(b, model, calibrate=False)[0], model).tokens_per_s
+    calibrated = sim_policies.replay(b, sim_policies.cost_j(b, model)[0], model).tokens_per_s
     assert raw < 0.95 * none
     assert calibrated >= 0.99 * none
 
@@ -160,10 +162,10 @@ def test_informed_bound_sits_between_policies_and_oracle(trace):
     and prices at the run's optimal rate: no policy using those cells beats it
     (beyond the noise of realised outcomes), and the oracle beats it."""
     rng = np.random.default_rng(5)
-    records = sim.synthetic(0.4, 5000, 4, rng) if trace == "synthetic" else noisy_records(5000, 4, 0.35, rng)
-    b = sim.draw(records, 4, rng, target_records=20_000)
-    model = sim.Model()
-    results = sim.run_policies(b, model)
+    records = sim_traces.synthetic(0.4, 5000, 4, rng) if trace == "synthetic" else noisy_records(5000, 4, 0.35, rng)
+    b = sim_policies.draw(records, 4, rng, target_records=20_000)
+    model = sim_policies.Model()
+    results = sim_policies.run_policies(b, model)
     bound = results["informed_bound"].tokens_per_s
     assert bound <= results["oracle"].tokens_per_s
     for name, outcome in results.items():

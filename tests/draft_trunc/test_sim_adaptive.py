@@ -1,4 +1,4 @@
-"""sim_adaptive (issue 37): drafting priced, vLLM's rules replayed as vLLM runs them,
+"""sim_adaptive: drafting priced, vLLM's rules replayed as vLLM runs them,
 the bounds above every policy, and draft-trunc's depth decision on drafts worth nothing."""
 
 from __future__ import annotations
@@ -11,16 +11,20 @@ import pytest
 from kiln_testkit.scripts import load_script
 
 sa = load_script("benchmarks/draft_trunc/sim_adaptive.py")
-st = sa.st
+costs = load_script("benchmarks/draft_trunc/sim_adaptive_costs.py")
+rules = load_script("benchmarks/draft_trunc/sim_adaptive_rules.py")
+report = load_script("benchmarks/draft_trunc/sim_adaptive_report.py")
+sim_traces = load_script("benchmarks/draft_trunc/sim_trunc_traces.py")
+sim_policies = load_script("benchmarks/draft_trunc/sim_trunc_policies.py")
 FIXTURE = Path(__file__).parent / "fixtures" / "trace-small.jsonl"
 
 
 def _model():
-    return sa.AdaptiveModel(256.0, other_share=0.5)
+    return costs.AdaptiveModel(256.0, other_share=0.5)
 
 
 def test_drafting_is_priced_per_position_and_the_first_pass_always():
-    model, drafter = _model(), sa.table_drafter("t", {1: (0.1, 2.0), 64: (0.02, 1.0)})
+    model, drafter = _model(), costs.table_drafter("t", {1: (0.1, 2.0), 64: (0.02, 1.0)})
     full = float(model.step_us(5, 5, 1))
     assert drafter.step_us(model, 1, 0) == pytest.approx(full * 0.1 * 2.0)  # K = 0: first pass
     assert drafter.step_us(model, 1, 1) == pytest.approx(full * 0.1 * 2.0)
@@ -32,7 +36,7 @@ def test_other_time_follows_scheduled_tokens_only_in_part():
     """A shorter K saves the token-proportional share phi of the non-routed time; at
     full verification the model is sim_trunc's."""
     model = _model()
-    base = st.Model(other_share=0.5)
+    base = sim_policies.Model(other_share=0.5)
     assert float(model.step_us(40, 40, 8)) == pytest.approx(float(base.step_us(np.array(40), np.array(40))))
     routed = float(base.step_us(np.array(8), np.array(8))) / (1 + base.ratio)
     other_full = float(base.step_us(np.array(40), np.array(40))) * base.ratio / (1 + base.ratio)
@@ -44,40 +48,40 @@ def test_other_time_follows_scheduled_tokens_only_in_part():
 
 def test_schedule_carries_the_last_profiled_k_forward():
     table = {1: 2, 4: 3, 16: 4}
-    assert [sa.schedule_k(table, r) for r in (1, 3, 4, 15, 16, 512)] == [2, 2, 3, 3, 4, 4]
+    assert [rules.schedule_k(table, r) for r in (1, 3, 4, 15, 16, 512)] == [2, 2, 3, 3, 4, 4]
 
 
 def test_confidence_exit_by_hand():
     """Conditional probabilities 0.9, 0.3, ...: at threshold 0.5 the request verifies
     one draft and drafting ran two positions (the low one was drafted)."""
-    b = st.Batches(
+    b = sim_policies.Batches(
         surv=np.array([[[0.9, 0.27, 0.2, 0.18], [0.2, 0.1, 0.05, 0.01]]]),
         n=np.array([[4, 4]]),
         accepted=np.array([[1, 0]]),
     )
-    plan = sa.confidence(b, 0.5)
+    plan = rules.confidence(b, 0.5)
     assert plan.n.tolist() == [[1, 0]] and plan.depth.tolist() == [2]
-    assert sa.confidence(b, 0.0).depth.tolist() == [4]
+    assert rules.confidence(b, 0.0).depth.tolist() == [4]
 
 
 @pytest.mark.parametrize("reqs", [1, 8])
 def test_bounds_sit_above_every_policy(reqs):
     rng = np.random.default_rng(reqs)
-    records = st.synthetic(0.5, 3000, 4, rng)
-    b = st.draw(records, reqs, rng, target_records=3000, explore=0.05)
-    model, drafter = _model(), sa.constant_drafter(0.05)
+    records = sim_traces.synthetic(0.5, 3000, 4, rng)
+    b = sim_policies.draw(records, reqs, rng, target_records=3000, explore=0.05)
+    model, drafter = _model(), costs.constant_drafter(0.05)
     plans = {
-        "K=4": sa.fixed_k(b, 4),
-        "K=1": sa.fixed_k(b, 1),
-        "conf": sa.confidence(b, 0.4),
-        "dt": sa.dt_plan(b, model, drafter),
-        "dt-depth": sa.dt_plan(b, model, drafter, depth_policy=True),
+        "K=4": rules.fixed_k(b, 4),
+        "K=1": rules.fixed_k(b, 1),
+        "conf": rules.confidence(b, 0.4),
+        "dt": rules.dt_plan(b, model, drafter),
+        "dt-depth": rules.dt_plan(b, model, drafter, depth_policy=True),
     }
-    oracle = sa.bound(b, model, drafter, oracle=True).tokens_per_s
-    informed = sa.bound(b, model, drafter, oracle=False).tokens_per_s
+    oracle = rules.bound(b, model, drafter, oracle=True).tokens_per_s
+    informed = rules.bound(b, model, drafter, oracle=False).tokens_per_s
     assert informed <= oracle
     for name, plan in plans.items():
-        tps = sa.replay(b, plan, model, drafter).tokens_per_s
+        tps = rules.replay(b, plan, model, drafter).tokens_per_s
         assert tps <= oracle, name
         assert tps <= informed * 1.005, name  # realised outcomes vs expected worth: noise only
 
@@ -87,14 +91,16 @@ def test_depth_decision_stops_drafting_what_is_never_accepted():
     draft-trunc stops after the first position (the exploring steps aside) and beats
     drafting all four; without the depth decision it must draft them all."""
     rng = np.random.default_rng(2)
-    records = st.Records(rng.uniform(0.0, 0.05, size=(4000, 4)), np.full(4000, 4), np.zeros(4000, int), "never")
-    b = st.draw(records, 2, rng, target_records=8000, explore=0.05)
-    model, drafter = _model(), sa.constant_drafter(0.05)
-    depth = sa.dt_plan(b, model, drafter, depth_policy=True)
-    plain = sa.dt_plan(b, model, drafter)
+    records = sim_traces.Records(rng.uniform(0.0, 0.05, size=(4000, 4)), np.full(4000, 4), np.zeros(4000, int), "never")
+    b = sim_policies.draw(records, 2, rng, target_records=8000, explore=0.05)
+    model, drafter = _model(), costs.constant_drafter(0.05)
+    depth = rules.dt_plan(b, model, drafter, depth_policy=True)
+    plain = rules.dt_plan(b, model, drafter)
     assert plain.depth.mean() == 4
     assert depth.depth.mean() < 1.3
-    assert sa.replay(b, depth, model, drafter).tokens_per_s > 1.1 * sa.replay(b, plain, model, drafter).tokens_per_s
+    assert (
+        rules.replay(b, depth, model, drafter).tokens_per_s > 1.1 * rules.replay(b, plain, model, drafter).tokens_per_s
+    )
 
 
 def test_main_writes_json_and_png(tmp_path):
@@ -143,21 +149,24 @@ def test_adaptive_verification_admits_the_best_slots_and_shrinks_the_batch():
     """Two requests: one whose drafts are sure, one whose drafts are hopeless. vLLM's
     adaptive verification admits the first's drafts (a prefix, the best slots) and none
     of the second's: 1 + 4 + 1 tokens verified instead of 10."""
-    b = st.Batches(
+    b = sim_policies.Batches(
         surv=np.array([[[0.99, 0.98, 0.97, 0.96], [0.01, 0.001, 1e-4, 1e-5]]]),
         n=np.array([[4, 4]]),
         accepted=np.array([[4, 0]]),
     )
-    model, drafter = _model(), sa.constant_drafter(0.05)
-    plan = sa.adaptive_verification(b, model, drafter, sa.fixed_k(b, 4))
+    model, drafter = _model(), costs.constant_drafter(0.05)
+    plan = rules.adaptive_verification(b, model, drafter, rules.fixed_k(b, 4))
     assert plan.n.tolist() == [[4, 0]] and plan.j.tolist() == [[4, 0]]
     assert plan.depth.tolist() == [4]  # drafting is unchanged
-    assert sa.replay(b, plan, model, drafter).tokens_per_s > sa.replay(b, sa.fixed_k(b, 4), model, drafter).tokens_per_s
+    assert (
+        rules.replay(b, plan, model, drafter).tokens_per_s
+        > rules.replay(b, rules.fixed_k(b, 4), model, drafter).tokens_per_s
+    )
 
 
 def test_adaptive_verification_admits_nothing_when_no_draft_pays():
-    b = st.Batches(surv=np.full((3, 2, 4), 1e-6), n=np.full((3, 2), 4), accepted=np.zeros((3, 2), int))
-    plan = sa.adaptive_verification(b, _model(), sa.constant_drafter(0.05), sa.fixed_k(b, 4))
+    b = sim_policies.Batches(surv=np.full((3, 2, 4), 1e-6), n=np.full((3, 2), 4), accepted=np.zeros((3, 2), int))
+    plan = rules.adaptive_verification(b, _model(), costs.constant_drafter(0.05), rules.fixed_k(b, 4))
     assert plan.n.sum() == 0
 
 
@@ -165,7 +174,7 @@ def _overconfident(count, rng):
     """An estimator that says 0.9 where drafts survive one time in ten."""
     p = np.full((count, 4), 0.9)
     accepted = np.cumprod(rng.random((count, 4)) < 0.1, axis=1).sum(axis=1)
-    return st.Records(p, np.full(count, 4), accepted, "overconfident")
+    return sim_traces.Records(p, np.full(count, 4), accepted, "overconfident")
 
 
 def test_calibrated_av_corrects_an_overconfident_estimator_and_leaves_a_calibrated_one():
@@ -173,32 +182,32 @@ def test_calibrated_av_corrects_an_overconfident_estimator_and_leaves_a_calibrat
     verification's budget (here: verify almost nothing, at least 1.3x faster); where it
     is right, the calibrated rule stays within noise of vLLM's own."""
     rng = np.random.default_rng(5)
-    model, drafter = _model(), sa.constant_drafter(0.01)
-    bad = st.draw(_overconfident(6000, rng), 4, rng, target_records=6000)
+    model, drafter = _model(), costs.constant_drafter(0.01)
+    bad = sim_policies.draw(_overconfident(6000, rng), 4, rng, target_records=6000)
     tps = {
-        name: sa.replay(bad, plan, model, drafter).tokens_per_s
+        name: rules.replay(bad, plan, model, drafter).tokens_per_s
         for name, plan in {
-            "av": sa.adaptive_verification(bad, model, drafter, sa.fixed_k(bad, 4)),
-            "kiln": sa.calibrated_av(bad, model, drafter, sa.fixed_k(bad, 4)),
+            "av": rules.adaptive_verification(bad, model, drafter, rules.fixed_k(bad, 4)),
+            "kiln": rules.calibrated_av(bad, model, drafter, rules.fixed_k(bad, 4)),
         }.items()
     }
     assert tps["kiln"] > 1.3 * tps["av"]
-    good = st.draw(st.synthetic(0.7, 6000, 4, rng), 4, rng, target_records=6000)
-    av = sa.replay(good, sa.adaptive_verification(good, model, drafter, sa.fixed_k(good, 4)), model, drafter)
-    kiln = sa.replay(good, sa.calibrated_av(good, model, drafter, sa.fixed_k(good, 4)), model, drafter)
+    good = sim_policies.draw(sim_traces.synthetic(0.7, 6000, 4, rng), 4, rng, target_records=6000)
+    av = rules.replay(good, rules.adaptive_verification(good, model, drafter, rules.fixed_k(good, 4)), model, drafter)
+    kiln = rules.replay(good, rules.calibrated_av(good, model, drafter, rules.fixed_k(good, 4)), model, drafter)
     assert kiln.tokens_per_s == pytest.approx(av.tokens_per_s, rel=0.01)
 
 
 def test_the_variable_length_rules_stay_under_the_oracle():
     rng = np.random.default_rng(3)
-    b = st.draw(st.synthetic(0.5, 3000, 4, rng), 8, rng, target_records=3000, explore=0.05)
-    model, drafter = _model(), sa.constant_drafter(0.05)
-    oracle = sa.bound(b, model, drafter, oracle=True).tokens_per_s
+    b = sim_policies.draw(sim_traces.synthetic(0.5, 3000, 4, rng), 8, rng, target_records=3000, explore=0.05)
+    model, drafter = _model(), costs.constant_drafter(0.05)
+    oracle = rules.bound(b, model, drafter, oracle=True).tokens_per_s
     for plan in (
-        sa.adaptive_verification(b, model, drafter, sa.fixed_k(b, 4)),
-        sa.calibrated_av(b, model, drafter, sa.fixed_k(b, 4)),
+        rules.adaptive_verification(b, model, drafter, rules.fixed_k(b, 4)),
+        rules.calibrated_av(b, model, drafter, rules.fixed_k(b, 4)),
     ):
-        assert sa.replay(b, plan, model, drafter).tokens_per_s <= oracle
+        assert rules.replay(b, plan, model, drafter).tokens_per_s <= oracle
 
 
 def _row(**tps):
@@ -219,17 +228,17 @@ def _row(**tps):
 
 def test_kiln_config_against_the_shipped_rules_and_every_upstream_rule():
     row = _row(**{"vllm-best-K": 2.0, "vllm-av": 2.1, "confidence": 2.5, "vllm-best-K+dt": 2.2, "kiln-av+dt": 2.4})
-    assert sa.kiln_config(row, "schedule+dt") == pytest.approx({"vs_shipped": 2.2 / 2.1, "vs_upstream": 0.88})
-    assert sa.kiln_config(row, "kiln-av") == pytest.approx({"vs_shipped": 2.4 / 2.1, "vs_upstream": 0.96})
+    assert report.kiln_config(row, "schedule+dt") == pytest.approx({"vs_shipped": 2.2 / 2.1, "vs_upstream": 0.88})
+    assert report.kiln_config(row, "kiln-av") == pytest.approx({"vs_shipped": 2.4 / 2.1, "vs_upstream": 0.96})
 
 
 def test_one_configuration_per_recipe_by_the_worst_case():
     """kiln-av helps in one case and loses more in another: the recipe keeps the
     configuration whose worst case is best; a near tie goes to the simpler one."""
     rows = [_row(**{"vllm-best-K+dt": 1.0, "kiln-av+dt": 1.1}), _row(**{"vllm-best-K+dt": 1.0, "kiln-av+dt": 0.95})]
-    assert sa.recipe_config(rows) == "schedule+dt"
-    assert sa.recipe_config(rows[:1]) == "kiln-av"
-    assert sa.recipe_config([_row(**{"kiln-av+dt": 1.0005})]) == "schedule+dt"
+    assert report.recipe_config(rows) == "schedule+dt"
+    assert report.recipe_config(rows[:1]) == "kiln-av"
+    assert report.recipe_config([_row(**{"kiln-av+dt": 1.0005})]) == "schedule+dt"
 
 
 def test_hook_price_interpolates_in_log_batch_from_the_measurement(tmp_path):
@@ -247,7 +256,7 @@ def test_hook_price_interpolates_in_log_batch_from_the_measurement(tmp_path):
             }
         )
     )
-    prices = sa.hook_prices(path)
+    prices = costs.hook_prices(path)
     assert list(prices) == ["none", "eager", "fused"]
     assert prices["eager"].share(2) == pytest.approx(0.015)
     assert prices["eager"].share(512) == pytest.approx(0.004)
@@ -258,7 +267,7 @@ def test_hook_price_interpolates_in_log_batch_from_the_measurement(tmp_path):
 
 
 def test_the_committed_measurement_prices_the_eager_hook_dearer_than_the_compiled():
-    prices = sa.hook_prices(sa.HOOK_PRICES)
+    prices = costs.hook_prices(costs.HOOK_PRICES)
     assert {"none", "eager", "compiled"} <= set(prices)
     for reqs in (1, 2, 4, 512):
         assert prices["eager"].share(reqs) > prices["compiled"].share(reqs) > 0
@@ -266,11 +275,11 @@ def test_the_committed_measurement_prices_the_eager_hook_dearer_than_the_compile
 
 def test_the_hook_price_is_paid_every_step():
     rng = np.random.default_rng(4)
-    b = st.draw(st.synthetic(0.7, 2000, 4, rng), 2, rng, target_records=2000)
-    model, drafter = _model(), sa.constant_drafter(0.05)
-    plan = sa.fixed_k(b, 2)
-    free = sa.replay(b, plan, model, drafter)
-    paid = sa.replay(b, plan, model, drafter, extra_us=100.0)
+    b = sim_policies.draw(sim_traces.synthetic(0.7, 2000, 4, rng), 2, rng, target_records=2000)
+    model, drafter = _model(), costs.constant_drafter(0.05)
+    plan = rules.fixed_k(b, 2)
+    free = rules.replay(b, plan, model, drafter)
+    paid = rules.replay(b, plan, model, drafter, extra_us=100.0)
     assert paid.tokens == free.tokens
     assert paid.time_us == pytest.approx(free.time_us + 100.0 * b.n.shape[0])
 
@@ -280,9 +289,9 @@ def test_kiln_av_steps_aside_below_the_minimum_batch_and_pays_its_hook_above():
     (no hook); from it on, the rule under the chosen price, which a dearer price
     never helps."""
     rng = np.random.default_rng(6)
-    records = st.synthetic(0.6, 3000, 4, rng)
-    model, drafter = _model(), sa.constant_drafter(0.05)
-    prices = {"none": sa.NO_HOOK_PRICE, "eager": sa.HookPrice("eager", ((1, 0.05),))}
+    records = sim_traces.synthetic(0.6, 3000, 4, rng)
+    model, drafter = _model(), costs.constant_drafter(0.05)
+    prices = {"none": costs.NO_HOOK_PRICE, "eager": costs.HookPrice("eager", ((1, 0.05),))}
     table = {1: 2}
     small, big = (
         sa.run_load(records, r, model, drafter, table, 0, 0.05, steps=1500, prices=prices, hook="eager", min_batch=2)
@@ -321,7 +330,7 @@ def test_minimum_batch_maximises_kiln_avs_gain_over_the_batches_it_runs_at():
         _hook_row("tiny-b", 8, eager=1.01, none=1.0),
         _hook_row("synthetic-x", 8, eager=0.9, none=0.9),
     ]
-    assert sa.min_batch(rows, "eager") == 8
-    assert sa.min_batch(rows, "none") == 1
+    assert report.min_batch(rows, "eager") == 8
+    assert report.min_batch(rows, "none") == 1
     losing = [_hook_row("tiny-a", s, eager=0.99, none=1.0) for s in (1, 2, 4)]
-    assert sa.min_batch(losing, "eager") == 8
+    assert report.min_batch(losing, "eager") == 8

@@ -1,4 +1,4 @@
-"""One tenant cannot steer the calibration (issue 47, point 6): the drafts of requests
+"""One tenant cannot steer the calibration: the drafts of requests
 whose sampling settings act on the target only stay out of the cost policy's
 calibration cells, and nothing else moves (``kiln_engine.draft_trunc._tenant``)."""
 

@@ -21,17 +21,17 @@ accepted and then keeps them: docs/draft-trunc-policy.md); "off" turns the featu
   and rejected drafts both > 0; the cost
   policy cut too (dead > 0), and kept a larger share of the drafts than the fixed rule;
   its start line appears exactly once in the server log and names the policy;
-- the twin's draft agrees with its target as the issue asks: with the feature off,
+- the twin's draft agrees with its target enough for speculation to pay: with the feature off,
   vLLM's own counters over the greedy sets give an acceptance (accepted / proposed
   draft tokens) in [0.4, 0.9];
-- combined with vLLM's own adaptive speculation (issue 37): a fourth server, "dyn",
+- combined with vLLM's own adaptive speculation: a fourth server, "dyn",
   runs vLLM's batch-size schedule (`num_speculative_tokens_per_batch_size`, DYNAMIC)
   with draft-trunc on, its drafting priced and its depth decision on
   (KILN_DRAFT_TRUNC_DRAFT_COST, KILN_DRAFT_TRUNC_DEPTH): on the greedy sets only (the
   sampled ones would add a third of the e2e time), its token ids equal the feature-off
   server's, vLLM's counters show the schedule (4 drafts a window alone, fewer at
   concurrency 8) and draft-trunc's show drafts cut;
-- one tenant cannot steer the calibration (issue 47, point 6): after its greedy sets the
+- one tenant cannot steer the calibration: after its greedy sets the
   "dyn" server gets one tenant's requests, each with a sampling setting that acts on the
   target only (penalties, greedy and sampled, bad words, allowed tokens), alone and then beside
   normal greedy requests. Its statistics flush every step, so its counters are exact at
@@ -60,7 +60,7 @@ MAX_TOKENS = 32
 CONCURRENCY = 8
 TIE = 1e-4
 VOCAB = 1024
-ACCEPTANCE = (0.4, 0.9)  # vLLM's accepted / proposed draft tokens, feature off (issue #10)
+ACCEPTANCE = (0.4, 0.9)  # vLLM's accepted / proposed draft tokens, feature off
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ DYN_ENV = {
     "KILN_DRAFT_TRUNC_DRAFT_COST": "1:0.08,8:0.05",
     "KILN_DRAFT_TRUNC_LOG_INTERVAL": "1",
 }
-# one tenant's requests (issue 47): each sets one sampling setting the drafter ignores. Not
+# one tenant's requests: each sets one sampling setting the drafter ignores. Not
 # sent: logit_bias and min_p, which vLLM refuses beside speculative decoding
 # (SamplingParams._validate_spec_decode), and top_k/top_p, whose Triton kernel
 # (_topk_topp_kernel) fails under Triton's interpreter, so the twin cannot serve them (seen
@@ -117,7 +117,7 @@ def _sets(url: str, model: str, size: TwinSize, *, on: bool, rerun: bool = False
     out = {
         "greedy_seq": run_set(url, model, batch, concurrency=1, logprobs=2, **common),
         "greedy_c8": run_set(url, model, batch, concurrency=CONCURRENCY, logprobs=2, **common),
-        # before any sampled request: the issue's acceptance goal is greedy (sampled
+        # before any sampled request: the acceptance goal is greedy (sampled
         # requests verify the draft's greedy proposals against a sampled target: ~0.02)
         "greedy_spec": spec_decode_stats(url),
         "sampled": run_set(url, model, batch, concurrency=CONCURRENCY, temperature=0.8, seeds=seeds, **common),

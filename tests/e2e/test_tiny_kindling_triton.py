@@ -1,4 +1,4 @@
-"""tiny-kindling's triton came in the one way every wheel does (issue 48): locked in
+"""tiny-kindling's triton came in the one way every wheel does: locked in
 recipes/tiny-kindling/recipe.lock.json, fetched and hash-checked on the host, installed
 from the build context offline. The built image has triton 3.9.0 where the old
 Dockerfile put it (the engine venv's site-packages), keeps neither the wheels nor the

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from cases import CASES, Case
+from cases import CASES
 from hostilekit import (
     Outcome,
     error_lines,
@@ -23,6 +23,7 @@ from hostilekit import (
     run_inprocess,
     shape_problems,
 )
+from recipe_edits import Case
 
 
 @pytest.fixture(scope="module")

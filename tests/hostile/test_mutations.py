@@ -7,10 +7,10 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from cases import GLM, OVERLAY, TINY
 from hostilekit import make_root, run_inprocess, shape_problems
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from recipe_edits import GLM, OVERLAY, TINY
 
 TARGETS = [
     (TINY, f"recipes/{TINY}/recipe.yaml"),

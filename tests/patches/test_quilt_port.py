@@ -1,6 +1,6 @@
 """Porting a series by hand with checkout/refresh, on a made-up engine (no wheel, no
 network): `checkout --series-from` ports a hunk whose context changed upstream by a
-3-way merge, as `kiln engine bump` does (issue 48: 0001/0005/0006 of draft-trunc's
+3-way merge, as `kiln engine bump` does (0001/0005/0006 of draft-trunc's
 0.33.0 series needed it on 0.34.0); `refresh --patch NAME` puts a hand-ported hunk
 into the patch it belongs to, not into the last patch touching its file, and adds
 an edited file no patch touches to it."""

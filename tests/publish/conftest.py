@@ -4,9 +4,11 @@ built once per module in a throwaway kiln tree that has a `publish:` section."""
 from __future__ import annotations
 
 import pytest
+from clijson import validated
 from kilntest import remove_images, renamed_mini, run_kiln
 from localregistry import LocalRegistry, available
 from pubtest import NAME, PUBLISH_SECTION, Mini
+from signing import SIGNING_PASSWORD, publish_signed
 
 
 @pytest.fixture(scope="session")
@@ -64,3 +66,30 @@ def mini(tmp_path_factory, base_image, docker_daemon):
         )
     paths.repo_root.cache_clear()
     remove_images(docker_daemon, f"kiln/{NAME}")
+
+
+# -- the signed-publishing tests' registry, keys and signed image (test_sign_*.py) ------------
+@pytest.fixture(scope="module")
+def reg(registry_tools, tmp_path_factory):
+    r = LocalRegistry(tmp_path_factory.mktemp("sign-registry"), log_level="info").start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture(scope="module")
+def signing_keys(tmp_path_factory):
+    from kiln.domain.signing import keys
+
+    d = tmp_path_factory.mktemp("keys")
+    ours = keys.write_key_pair(d / "team", SIGNING_PASSWORD.encode())
+    other = keys.write_key_pair(d / "other", b"other-pw")
+    return ours, other
+
+
+@pytest.fixture(scope="module")
+def signed(mini, reg, signing_keys):
+    """The mini image published signed into namespace `signed/`; (publish result, digest)."""
+    ours, _ = signing_keys
+    result = publish_signed(mini, reg, "signed", ours.private, "--json")
+    doc = validated("publish", result.stdout)
+    return result, doc

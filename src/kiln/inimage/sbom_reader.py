@@ -286,7 +286,7 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
-def model_files(root: str, roots: Iterable[str]) -> list[_ModelFile]:
+def _model_files(root: str, roots: Iterable[str]) -> list[_ModelFile]:
     """Every regular file under each existing model root (symlinks are not followed:
     what they point to is listed where it lives, if under a root)."""
     out: list[_ModelFile] = []
@@ -318,7 +318,7 @@ def inventory(root: str = "/", model_roots: Iterable[str] = ()) -> _Inventory:
         "python_distributions": _python_distributions(root, dirs),
         "patch_manifest": _patch_manifest(root),
         "model_roots": [r for r in model_roots if os.path.isdir(_under(root, r))],
-        "model_files": model_files(root, model_roots),
+        "model_files": _model_files(root, model_roots),
         "python": ".".join(str(n) for n in sys.version_info[:3]),
     }
 

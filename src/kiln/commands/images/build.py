@@ -256,7 +256,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             platform=platform,
         )
         docs.append((platform, _document(outcome, args.name)))
-    if args.json:  # one platform: the document as ever; `--platform all`: it per platform
+    if args.json:  # one platform: its document alone; `--platform all`: one per platform, inside the first
         first = docs[0][1]  # several only with `--platform all`, each one named
         log.emit_json(first if len(docs) == 1 else BuildDocument(**first, platforms={str(p): d for p, d in docs}))
     return 0

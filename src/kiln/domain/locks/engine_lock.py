@@ -66,11 +66,6 @@ class TargetPlatform:
     uv: str  # uv --python-platform
     glibc: tuple[int, int]  # the oldest glibc the base images have (bookworm: 2.36)
 
-    @property
-    def slug(self) -> str:
-        """The platform's name fit for a file or tag: `linux-amd64`."""
-        return self.name.replace("/", "-")
-
     def marker_env(self) -> dict[str, str]:
         """The environment markers of the image's Python on this platform, for evaluating requirement markers."""
         env = {k: str(v) for k, v in default_environment().items()}

@@ -28,7 +28,7 @@ from kiln.domain.recipes.recipe_sections import (
     Budgets,
     Build,
     Engine,
-    FeatureUseEntry,
+    FeatureUse,
     Launch,
     Model,
     Name,
@@ -58,7 +58,7 @@ class Recipe(Strict):
     topology: Topology | None = Field(
         None, description="nodes, accelerators per node and the parallel layout; drives the launch flags"
     )
-    experimental: list[FeatureUseEntry] = Field(
+    experimental: list[FeatureUse] = Field(
         default_factory=list,
         description="experimental/<feature>/ overlays switched on; {name, from} uses another recipe's",
     )

@@ -17,13 +17,16 @@ from packaging.version import Version as PEP440Version
 from pydantic import (
     AfterValidator,
     Field,
+    GetJsonSchemaHandler,
     PlainValidator,
     SerializerFunctionWrapHandler,
+    TypeAdapter,
     WithJsonSchema,
     model_serializer,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
 from kiln.basics import image_ref
 from kiln.domain.recipes import env_policy
@@ -349,11 +352,22 @@ class Build(Strict):
     )
 
 
+class FeatureFrom(Strict):
+    """An `experimental:` entry naming the override of another recipe in the same recipes/
+    folder, so that twins of a recipe (e.g. a CPU copy of a GPU recipe) share one override
+    instead of copies."""
+
+    name: Name = Field(description="experimental/<name>/ of that recipe")
+    from_: Name = Field(alias="from", description="the recipe whose override is used")
+
+
+# an `experimental:` entry as recipe.yaml spells it: a plain name, or {name, from}
+_FeatureSpelling = Name | FeatureFrom
+
+
 class FeatureUse(Strict):
     """One switched-on experimental feature: a plain name (its override is this recipe's
-    experimental/<name>/), or {name, from} for the override of another recipe in the same
-    recipes/ folder, so that twins of a recipe (e.g. a CPU copy of a GPU recipe) share
-    one override instead of copies."""
+    experimental/<name>/), or a FeatureFrom for another recipe's override."""
 
     name: Name
     from_: Name | None = Field(None, alias="from")
@@ -367,25 +381,7 @@ class FeatureUse(Strict):
     def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
         return self.name if self.from_ is None else handler(self)
 
-
-_FEATURE_USE_SCHEMA = {
-    "anyOf": [
-        {"type": "string", "pattern": NAME_PATTERN},
-        {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["name", "from"],
-            "properties": {
-                "name": {
-                    "type": "string",
-                    "pattern": NAME_PATTERN,
-                    "description": "experimental/<name>/ of that recipe",
-                },
-                "from": {"type": "string", "pattern": NAME_PATTERN, "description": "the recipe whose override is used"},
-            },
-        },
-    ]
-}
-
-# an `experimental:` entry, with the JSON schema of both spellings (a name, or {name, from})
-FeatureUseEntry = Annotated[FeatureUse, WithJsonSchema(_FEATURE_USE_SCHEMA)]
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        """The schema of both spellings, _FeatureSpelling's, rather than this model's fields."""
+        return handler(TypeAdapter(_FeatureSpelling).core_schema)

@@ -252,7 +252,7 @@ def problems(loaded: _Loaded) -> list[str]:
 # -- what a layout looks like on the command line -------------------------------------
 def layout_args(topo: Topology) -> list[str]:
     """vLLM flags for the parallel layout (defaults left out, so a one-rank recipe's
-    command line is what it was before topologies existed)."""
+    command line carries no layout flags at all)."""
     out: list[str] = []
     if topo.tensor_parallel > 1:
         out += ["--tensor-parallel-size", str(topo.tensor_parallel)]

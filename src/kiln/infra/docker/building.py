@@ -28,7 +28,7 @@ from kiln.infra.docker.streams import (
 
 
 class TarContext(Protocol):
-    """A build context, as the daemon needs it: a tar stream (kiln's `context.BuildContext`)."""
+    """A build context, as the daemon needs it: a tar stream (kiln.domain.images.build_context.BuildContext)."""
 
     def write_tar(self, fileobj: IO[bytes]) -> None:
         """Write the build context as a tar stream."""

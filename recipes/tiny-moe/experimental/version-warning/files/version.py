@@ -6,7 +6,11 @@ try:
 except Exception as e:
     import warnings
 
-    warnings.warn(f"Failed to read commit hash (kiln: is vllm/_version.py missing from the image?):\n{e}", RuntimeWarning, stacklevel=2)
+    warnings.warn(
+        f"Failed to read commit hash (kiln: is vllm/_version.py missing from the image?):\n{e}",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
     __version__ = "dev"
     __version_tuple__ = (0, 0, __version__)
