@@ -1,7 +1,6 @@
 #!/usr/bin/env python3
-"""sim_adaptive's step accounting checked against what the GPU twin served (issue 47,
-point 4): the twin's own step costs, fitted from two of its configurations, priced
-through ``sim_adaptive.replay`` for every other configuration's measured shape, and
+"""sim_adaptive's step accounting checked against what the GPU twin served: the twin's
+own step costs, fitted from two of its configurations, priced through ``sim_adaptive.replay`` for every other configuration's measured shape, and
 the prediction compared with the tokens/s served (`nox -s gpu_twin_model -- RESULTS`).
 
 RESULTS is runner.py's document (gpu-twin-results.json, or a committed

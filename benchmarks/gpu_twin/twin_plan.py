@@ -126,7 +126,7 @@ def _with_spec(argv: list[str], spec: dict[str, object] | None) -> list[str]:
 
 
 def configurations(argv: list[str], env: dict[str, str]) -> dict[str, dict[str, object]]:
-    """The issue's configurations, each the adapted recipe command with one change."""
+    """The configurations measured, each the adapted recipe command with one change."""
     i = argv.index("--speculative-config")
     shipped: dict[str, object] = json.loads(argv[i + 1])
     fixed = {k: v for k, v in shipped.items() if k not in (SCHEDULE, AV)}
