@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """sim_adaptive's step accounting checked against what the GPU twin served: the twin's
-own step costs, fitted from two of its configurations, priced through ``sim_adaptive.replay`` for every other configuration's measured shape, and
-the prediction compared with the tokens/s served (`nox -s gpu_twin_model -- RESULTS`).
+own step costs, fitted from two of its configurations, priced through
+``sim_adaptive.replay`` for every other configuration's measured shape, and the
+prediction compared with the tokens/s served (`nox -s gpu_twin_model -- RESULTS`).
 
 RESULTS is runner.py's document (gpu-twin-results.json, or a committed
 ``-raw.json.xz``). Per load b (concurrent requests), from the counters' deltas of the
