@@ -1,8 +1,8 @@
-"""`kiln base build`: a Debian base image from Debian packages alone (no registry)."""
+"""A Debian base image from Debian packages alone, no registry (`kiln base build`), and the
+builder base of cross-placed engine builds."""
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import shutil
@@ -15,7 +15,6 @@ from kiln.basics import log
 from kiln.basics.errors import BuildFailed, DebootstrapMissing
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import local_ref
-from kiln.commands.options import Subparsers
 from kiln.domain.images.build_context import BuildContext
 from kiln.domain.images.image_naming import platform_suffix
 from kiln.domain.locks import engine_lock
@@ -85,7 +84,7 @@ def _scrub(root: Path) -> None:
         path.write_text("\n".join(lines) + "\n")
 
 
-def _build_base(
+def build_base(
     docker: DockerDaemon,
     *,
     spec: BaseSpec | None = None,
@@ -94,21 +93,22 @@ def _build_base(
     relock: bool = False,
     platform: str | None = None,
 ) -> str:
-    """`platform` (linux/arm64): debootstrap --arch for it, its second stage and
+    """The base image's id, built by debootstrap unless the current inputs' base is tagged.
+    `platform` (linux/arm64): debootstrap --arch for it, its second stage and
     dpkg-query running under qemu (binfmt_misc, checked first)."""
     spec = spec or BaseSpec.load()
     tag = tag or local_ref(_base_tag(spec.tag, platform))
-    existing = docker.image(tag)
+    tagged = docker.image(tag)
     date = source_date.of({base_dir(): ()})
-    if existing is not None and not force:
-        if existing.attrs.get("Created") == source_date.rfc3339(date.epoch):
-            log.ok(f"{tag} already exists ({id_of(existing)[:19]}); --force rebuilds it")
-            return id_of(existing)
+    if tagged is not None and not force:
+        if tagged.attrs.get("Created") == source_date.rfc3339(date.epoch):
+            log.ok(f"{tag} already exists ({id_of(tagged)[:19]}); --force rebuilds it")
+            return id_of(tagged)
         # made by an older kiln (not normalised) or from older base inputs: not the base
         # these inputs give on a fresh machine
         log.warn(
-            f"{tag} ({id_of(existing)[:19]}) is not the base of the current inputs "
-            f"(created {existing.attrs.get('Created')}): rebuilding it"
+            f"{tag} ({id_of(tagged)[:19]}) is not the base of the current inputs "
+            f"(created {tagged.attrs.get('Created')}): rebuilding it"
         )
     if shutil.which("debootstrap") is None:
         raise DebootstrapMissing("debootstrap is not installed")
@@ -220,35 +220,6 @@ def _import_for(docker: DockerDaemon, tarball: Path, tag: str, changes: list[str
     return docker.image(result.image_id)
 
 
-def _cmd_base_build(args: argparse.Namespace) -> int:
-    _build_base(
-        DockerDaemon(), tag=args.tag, force=args.force or args.relock, relock=args.relock, platform=args.platform
-    )
-    return 0
-
-
-def register(sub: Subparsers) -> None:
-    base = sub.add_parser("base", help="the air-gapped Debian base image")
-    bsub = base.add_subparsers(dest="base_command", required=True, parser_class=type(base))
-    s = bsub.add_parser("build", help="debootstrap + import kiln/base:bookworm")
-    s.add_argument("--tag", default=None)
-    s.add_argument("--force", action="store_true")
-    s.add_argument(
-        "--platform",
-        choices=sorted(engine_lock.PLATFORMS),
-        default=None,
-        help="build for this platform (default the host's; linux/arm64 on x86-64 needs qemu: "
-        "scripts/setup.sh --arm64); tag kiln/base:bookworm-arm64",
-    )
-    s.add_argument(
-        "--relock",
-        action="store_true",
-        help="write the package set debootstrap installs into docker-images/base/locks/ "
-        "(after the mirror moved on) instead of refusing another set",
-    )
-    s.set_defaults(func=_cmd_base_build)
-
-
 def builder_base(docker: DockerDaemon, host_base: str, platform: str, tag: str) -> str:
     """`tag`: the host's base image `host_base`, its files unchanged, marked as `platform`.
     A cross-placed engine build runs its builder stages on it: the legacy builder lets a
@@ -257,9 +228,9 @@ def builder_base(docker: DockerDaemon, host_base: str, platform: str, tag: str) 
     builder's /opt/kiln may be copied into the arm64 image. Only builder stages start
     FROM it; no layer of it reaches an image kiln tags. Rebuilt when `host_base` moves."""
     source = docker.require_image(host_base)
-    existing = docker.image(tag)
-    if existing is not None and (existing.labels or {}).get(_BUILDER_FROM) == id_of(source):
-        return id_of(existing)
+    made = docker.image(tag)
+    if made is not None and (made.labels or {}).get(_BUILDER_FROM) == id_of(source):
+        return id_of(made)
     log.step(f"{tag}: {host_base}'s files, marked {platform} (builder stages of cross-placed builds)")
     with tempfile.TemporaryDirectory(prefix="kiln-builder-base-") as tmp:
         tarball = Path(tmp) / "rootfs.tar"

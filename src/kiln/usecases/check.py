@@ -1,8 +1,8 @@
-"""`kiln check`: validate everything that can be validated without building."""
+"""Validating everything that can be validated without building (`kiln check`)."""
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NotRequired
 
@@ -16,12 +16,9 @@ from kiln.basics.errors import (
     PlanDoesNotFit,
     PlatformUnsupported,
     RecipeInvalid,
-    UsageError,
 )
 from kiln.basics.json_types import DESCRIBED, Count
 from kiln.basics.paths import repo_root
-from kiln.commands.options import Subparsers, reports
-from kiln.commands.recipes.plan import plan_recipe
 from kiln.domain.imagecheck.launch_arg_check import check_against_engine
 from kiln.domain.images.build_plan import check_platform
 from kiln.domain.locks import engine_lock, lock_policy, recipe_lock
@@ -32,6 +29,7 @@ from kiln.domain.recipes.recipe import LoadedRecipe, recipe_dir, recipe_names
 from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
 from kiln.domain.recipes.topology import feature_problems
 from kiln.infra import wheel_cache
+from kiln.usecases.plan import plan_recipe
 
 
 @with_config(DESCRIBED)
@@ -69,9 +67,8 @@ def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
     return recipe_names()
 
 
-def check_one(name: str) -> list[str]:
-    """Problems with one recipe, as one-line messages (empty when it is fine)."""
-    recipe = _resolve(name)
+def check_one(recipe: ResolvedRecipe) -> list[str]:
+    """Problems with one resolved recipe, as one-line messages (empty when it is fine)."""
     recipe_problems, launch_problems, plan_problems = _check_one(recipe)
     return recipe_problems + launch_problems + plan_problems + _platform_problems_of(recipe)
 
@@ -98,21 +95,22 @@ def _platforms(loaded: LoadedRecipe) -> list[str]:
         return []  # a missing or unreadable lock is _lock's line already
     if lock is None:  # a stand-in engine without locks/: nothing to look in
         return []
-    shown = engine_lock.shown(engine_lock.lock_path(engine_lock.engine_image_dir(e.flavour), e.name, e.version))
+    lock_file = engine_lock.shown(engine_lock.lock_path(engine_lock.engine_image_dir(e.flavour), e.name, e.version))
     problems = []
     for i, plat in enumerate(e.platforms):
         gaps = engine_lock.platform_gaps(lock, plat, e.torch)
         if gaps:
             problems.append(
-                f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {plat}: {shown} "
+                f"{loaded.where('engine', 'platforms', i)}: engine.platforms[{i}]: {plat}: {lock_file} "
                 f"has no {plat} {', '.join(gaps)}"
             )
     return problems
 
 
-def _plan_problems(loaded: LoadedRecipe) -> tuple[list[str], list[str]]:
+def _plan_problems(resolved: ResolvedRecipe) -> tuple[list[str], list[str]]:
     """A recipe with a topology: `kiln plan` on its own GPUs (topology.accelerator) must
     fit. (problems planning it, e.g. no shape; the plan's verdict when it does not fit)"""
+    loaded = resolved.loaded
     recipe = loaded.recipe
     if recipe.topology is None:
         return [], []
@@ -120,7 +118,7 @@ def _plan_problems(loaded: LoadedRecipe) -> tuple[list[str], list[str]]:
         log.warn(f"{loaded.name}: not planned: topology.accelerator names no GPU (`kiln plan {loaded.name} --gpu G`)")
         return [], []
     try:
-        plan = plan_recipe(loaded)
+        plan = plan_recipe(resolved)
     except KilnError as exc:
         return [exc.message.splitlines()[0]], []
     if not plan.fits:
@@ -167,7 +165,7 @@ def _check_one(
             )
     problems += feature_problems(loaded)
     problems += _lock(loaded)
-    unplanned, too_big = _plan_problems(loaded)
+    unplanned, too_big = _plan_problems(recipe)
     return problems + unplanned, _launch_args(recipe, platform), too_big
 
 
@@ -210,20 +208,27 @@ def _launch_args(recipe: ResolvedRecipe, platform: str | None) -> list[str]:
     return check_against_engine(recipe, platform=platform)
 
 
-def check(name: str | None, *, all_recipes: bool, as_json: bool = False, platform: str | None = None) -> int:
-    if not name and not all_recipes:
-        all_recipes = True
+@dataclass(frozen=True)
+class CheckOutcome:
+    """What `kiln check` found: its `--json` document, and the error its verdict raises
+    (None: every recipe is valid)."""
+
+    document: CheckDocument
+    failure: KilnError | None
+
+
+def check_recipes(name: str | None, *, platform: str | None = None) -> CheckOutcome:
+    """Every recipe checked (`name`: that one only); `platform`: one recipe's engine image
+    for that platform answers the launch check."""
     given: ResolvedRecipe | None = None  # --platform's one recipe, resolved before anything else
-    if platform is not None:
-        if all_recipes or not name:
-            raise UsageError("kiln check --platform: name one recipe (its engine image for that platform is asked)")
+    if platform is not None and name is not None:
         given = resolve_recipe(name)
         check_platform(given.loaded, platform)
     problems: list[str] = []
     platform_only = True  # every problem is a declared platform without wheels: exit 100
     launch_only = True  # every problem is one the engine found: exit 17, as `kiln build`
     plan_only = True  # every problem is a recipe that does not fit its GPUs: exit 92, as `kiln plan`
-    names = _recipe_names(name, all_recipes)
+    names = _recipe_names(name, all_recipes=name is None)
     report: list[RecipeCheck] = []
     for recipe in names:
         resolved = given or _resolve(recipe)  # once per recipe: every check below takes it
@@ -240,35 +245,11 @@ def check(name: str | None, *, all_recipes: bool, as_json: bool = False, platfor
             entry["series"] = _series_used(resolved)
             log.ok(f"{recipe}")
         report.append(entry)
-    if as_json:
-        log.emit_json(CheckDocument(valid=not problems, recipes=report))
-    if problems:
-        if platform_only:
-            raise PlatformUnsupported(problems)
-        if plan_only:
-            raise PlanDoesNotFit(problems)
-        raise LaunchArgInvalid(problems) if launch_only else RecipeInvalid(problems)
-    for entry in report:  # after the verdict: error output stays one line per problem
-        log.info(f"{entry['name']} applies:")
-        for s in entry["series"]:
-            log.info(f"  {s['applies']}: {s['file'] or 'no series'} ({s['patches']} patch(es))")
-    log.info(f"{len(names)} recipe(s) valid")
-    return 0
-
-
-def _cmd_check(args: argparse.Namespace) -> int:
-    return check(args.name, all_recipes=args.all, as_json=args.json, platform=args.platform)
-
-
-def register(sub: Subparsers) -> None:
-    s = reports(sub.add_parser("check", help="validate recipes without building"))
-    s.add_argument("name", nargs="?")
-    s.add_argument("--all", action="store_true")
-    s.add_argument(
-        "--platform",
-        choices=sorted(engine_lock.PLATFORMS),
-        default=None,
-        help="ask this platform's engine image (of engine.platforms) for the launch check "
-        "(default: the host's; another architecture's runs under qemu)",
-    )
-    s.set_defaults(func=_cmd_check)
+    document = CheckDocument(valid=not problems, recipes=report)
+    if not problems:
+        return CheckOutcome(document, None)
+    if platform_only:
+        return CheckOutcome(document, PlatformUnsupported(problems))
+    if plan_only:
+        return CheckOutcome(document, PlanDoesNotFit(problems))
+    return CheckOutcome(document, LaunchArgInvalid(problems) if launch_only else RecipeInvalid(problems))

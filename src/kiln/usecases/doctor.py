@@ -1,18 +1,15 @@
-"""`kiln doctor`: is this machine ready to build, serve and publish?"""
+"""Is this machine ready to build, serve and publish (`kiln doctor`)? Each check a row."""
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 from typing import Literal
 
 from typing_extensions import TypedDict
 
-from kiln.basics import log
 from kiln.basics.errors import KilnError
 from kiln.basics.paths import cache_dir, repo_root, shown_home, state_dir
-from kiln.commands.options import Subparsers, reports
 from kiln.domain.images.ca_bundle import resolve_ca
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon
@@ -39,9 +36,6 @@ _STATUS: dict[bool | None, Literal["ok", "warn", "fail"]] = {True: "ok", False: 
 
 
 def _row(ok: bool | None, what: str, detail: str) -> bool:
-    mark = {True: "[green]ok[/]  ", False: "[red]FAIL[/]", None: "[yellow]warn[/]"}[ok]
-    log.console.print(f"  {mark} {what}: ", end="", markup=True, highlight=False)
-    log.console.print(detail, markup=False, highlight=False)
     _ROWS.append(DoctorCheck(check=what, status=_STATUS[ok], detail=detail))
     return ok is not False
 
@@ -53,10 +47,10 @@ def _gpu() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
-def doctor(as_json: bool = False) -> int:
+def check_machine() -> DoctorDocument:
+    """Every check of this machine, in order; `ok` unless one failed."""
     _ROWS.clear()
     good = True
-    log.step("kiln doctor")
     try:
         version = DockerDaemon().ping()
         good &= _row(True, "docker daemon", f"reachable, server {version}")
@@ -84,9 +78,7 @@ def doctor(as_json: bool = False) -> int:
             _row(*_emulation_row(emu))
     _row(True, "records", f"{shown_home(state_dir())} (smoke passes and publish results; $KILN_STATE_DIR moves them)")
     _row(*_checkout())
-    if as_json:
-        log.emit_json(DoctorDocument(ok=good, checks=list(_ROWS)))
-    return 0 if good else 1
+    return DoctorDocument(ok=good, checks=list(_ROWS))
 
 
 def _emulation_row(emu: binfmt.Emulation) -> tuple[bool | None, str, str]:
@@ -105,12 +97,3 @@ def _checkout() -> tuple[bool | None, str, str]:
         return True, "checkout", str(repo_root())
     except KilnError as exc:
         return None, "checkout", f"{exc.message} (recipe commands need one)"
-
-
-def _cmd_doctor(args: argparse.Namespace) -> int:
-    return doctor(as_json=args.json)
-
-
-def register(sub: Subparsers) -> None:
-    s = reports(sub.add_parser("doctor", help="check this machine"))
-    s.set_defaults(func=_cmd_doctor)

@@ -1,5 +1,5 @@
-"""`kiln publish` and `kiln promote`: put a built, smoke-tested image into an OCI
-registry and move it between channels without rebuilding or re-pushing.
+"""Publishing and promoting (`kiln publish`, `kiln promote`): put a built, smoke-tested
+image into an OCI registry and move it between channels without rebuilding or re-pushing.
 
 Tags written per publish, in this order (each one a manifest PUT of the same bytes):
 
@@ -18,7 +18,7 @@ published" is checked against.
 With `--sign KEY` (required when the recipe sets publish.require_signature) the daemon
 pushes under `<input digest, 12 hex>-staging` instead, a tag no consumer follows; the
 signature (`sha256-<hex>.sig`) and the SBOM and provenance attestations
-(`sha256-<hex>.att`) go up and are verified from the registry (commands/publishing/publish_signing.py);
+(`sha256-<hex>.att`) go up and are verified from the registry (usecases/publish_signing.py);
 only then are the three tags above written. So no consumer tag ever points at an image
 whose signature is not up and verified.
 
@@ -29,15 +29,11 @@ only, so no tag that consumers follow or pin ever points at an unproven image.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import asdict
 from pathlib import Path
 
 from kiln.basics import clock, log
 from kiln.basics.errors import ChannelEmpty, ChannelInvalid, UsageError
-from kiln.basics.paths import shown_home
-from kiln.commands.options import Subparsers
-from kiln.commands.publishing import publish_signing, publish_summary
 from kiln.domain.images.definitions import require_built
 from kiln.domain.locks import engine_lock
 from kiln.domain.publishing.publish_records import (
@@ -46,8 +42,6 @@ from kiln.domain.publishing.publish_records import (
     PublishResult,
     SignatureEvidence,
     SmokeEvidence,
-    promote_document,
-    publish_document,
     write_record,
 )
 from kiln.domain.publishing.registry_push import registry_client, upload, verify_tags, write_tags
@@ -60,8 +54,6 @@ from kiln.domain.publishing.rules import (
     target_for,
 )
 from kiln.domain.publishing.smoke_gate import (
-    SMOKE_LABEL,
-    UNSMOKED_SUFFIX,
     platform_smoke,
     platform_smoke_levels,
     promotable_image_id,
@@ -70,16 +62,17 @@ from kiln.domain.publishing.smoke_gate import (
     unsmoked_image,
     unsmoked_tag,
 )
-from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
+from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.infra import credentials
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.manifests import Manifest, image_index
 from kiln.infra.records import record_path
+from kiln.usecases import publish_signing
 
 
 # -- publish ----------------------------------------------------------------------------
 def publish(
-    name: str,
+    resolved: ResolvedRecipe,
     *,
     registry: str | None = None,
     channel: str | None = None,
@@ -90,12 +83,12 @@ def publish(
     docker: DockerDaemon | None = None,
     sign_key: Path | None = None,
 ) -> PublishResult:
-    """Push the image built from NAME's current inputs and tag it (see module doc).
+    """Push the image built from the recipe's current inputs and tag it (see module doc).
     `creds` (for callers in Python) replaces the env / docker-config lookup; `sign_key`
     (a cosign private key) signs and attests it before any consumer tag. A recipe that
     declares several platforms is published as one image index (`_publish_index`)."""
     docker = docker or DockerDaemon()
-    resolved = resolve_recipe(name)
+    name = resolved.name
     declared = list[str](resolved.engine.platforms)
     if len(declared) > 1:
         return _publish_index(
@@ -156,7 +149,6 @@ def publish(
     doc = {**asdict(result), "built_image_id": built_id, "time": clock.timestamp()}
     doc.pop("record")
     result.record = str(write_record("publish", name, doc))
-    publish_summary.report(result)
     return result
 
 
@@ -254,13 +246,12 @@ def _publish_index(
     doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
     result.record = str(write_record("publish", name, doc))
-    publish_summary.report(result)
     return result
 
 
 # -- promote ----------------------------------------------------------------------------
 def promote(
-    name: str,
+    resolved: ResolvedRecipe,
     *,
     from_channel: str,
     to_channel: str,
@@ -272,7 +263,7 @@ def promote(
 ) -> PromoteResult:
     """Point channel `to` at the exact manifest channel `from` points at (no layer moves),
     after verifying its signature when a key is given or the recipe requires signatures."""
-    loaded = resolve_recipe(name).loaded
+    name, loaded = resolved.name, resolved.loaded
     target = target_for(loaded, registry, plain_http=plain_http)
     source, dest = check_channel(loaded, from_channel), check_channel(loaded, to_channel)
     if source == dest:
@@ -303,96 +294,4 @@ def promote(
     doc = {**asdict(result), "time": clock.timestamp()}
     doc.pop("record")
     result.record = str(write_record("promote", name, doc))
-    log.summary(
-        f"promoted {name}: {source} -> {dest}" if moved else f"{dest} already points at {source}'s image",
-        {
-            "manifest digest": manifest.digest,
-            "image id": image_id,
-            "tag": target.ref(dest),
-            "record": shown_home(result.record),
-        },
-    )
     return result
-
-
-# -- CLI ----------------------------------------------------------------------------------
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("name")
-    p.add_argument(
-        "--registry",
-        help="[http://|https://]HOST[:PORT][/NAMESPACE] (default: the recipe's "
-        "publish.registry); without a scheme: HTTP for loopback, else HTTPS",
-    )
-    p.add_argument("--plain-http", action="store_true", help="talk HTTP, not HTTPS (same as writing http://HOST)")
-    p.add_argument(
-        "--password-stdin",
-        action="store_true",
-        help=f"read the password from stdin (user from ${credentials.USER_ENV})",
-    )
-
-
-def _cmd_publish(args: argparse.Namespace) -> int:
-    r = publish(
-        args.name,
-        registry=args.registry,
-        channel=args.channel,
-        skip_smoke_check=args.skip_smoke_check,
-        plain_http=args.plain_http,
-        password_stdin=args.password_stdin,
-        sign_key=Path(args.sign) if args.sign else None,
-    )
-    if args.json:
-        log.emit_json(publish_document(r))
-    else:
-        log.out.print(r.pinned, markup=False)  # stdout: the one machine-readable line
-    return 0
-
-
-def _cmd_promote(args: argparse.Namespace) -> int:
-    r = promote(
-        args.name,
-        from_channel=args.from_channel,
-        to_channel=args.to_channel,
-        registry=args.registry,
-        plain_http=args.plain_http,
-        password_stdin=args.password_stdin,
-        key=Path(args.key) if args.key else None,
-    )
-    if args.json:
-        log.emit_json(promote_document(r))
-    else:
-        log.out.print(r.pinned, markup=False)
-    return 0
-
-
-def register(sub: Subparsers) -> None:
-    p = sub.add_parser("publish", help="push a built, smoke-tested image to a registry")
-    _common(p)
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
-    p.add_argument("--channel", default=None, help="channel tag to move (default: experimental)")
-    p.add_argument(
-        "--skip-smoke-check",
-        action="store_true",
-        help=f"publish without a passing smoke record: only as <digest12>{UNSMOKED_SUFFIX}, "
-        f"labelled {SMOKE_LABEL}=skipped, no channel",
-    )
-    p.add_argument(
-        "--sign",
-        metavar="KEY",
-        help="sign the pushed digest with this cosign private key and attach "
-        "SBOM and provenance attestations, verified before any consumer tag "
-        "(password from KILN_SIGNING_PASSWORD or typed)",
-    )
-    p.set_defaults(func=_cmd_publish)
-    p = sub.add_parser("promote", help="point one channel at another's image (no rebuild, no re-push)")
-    _common(p)
-    p.add_argument("--json", action="store_true", help="print one JSON document on stdout (docs/cli-json.md)")
-    p.add_argument("--from", dest="from_channel", required=True)
-    p.add_argument("--to", dest="to_channel", required=True)
-    p.add_argument(
-        "--key",
-        metavar="PUB",
-        help="verify the image's signature and attestations with this public key "
-        "before the channel moves (default: the recipe's publish.public_key)",
-    )
-    p.set_defaults(func=_cmd_promote)

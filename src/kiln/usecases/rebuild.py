@@ -1,5 +1,5 @@
-"""`kiln rebuild --verify REF`: rebuild an image from the sources its labels name and
-compare. REF is a local image (tag or id) or a registry reference (pulled first).
+"""Rebuilding an image from the sources its labels name and comparing (`kiln rebuild
+--verify REF`). REF is a local image (tag or id) or a registry reference (pulled first).
 
 The image's labels say what to rebuild: `ai.kiln.recipe` (the recipe),
 `org.opencontainers.image.revision` (the commit of its newest input) and `ai.kiln.lock`
@@ -12,20 +12,18 @@ difference it prints the first layer and the first file in it that differ, and e
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TypedDict
+from typing import NamedTuple, TypedDict
 
 from kiln.basics import log
 from kiln.basics.documents import Shape
-from kiln.basics.errors import BuildFailed, ImageNotBuilt, RebuildDiffers, RebuildSourceMissing
+from kiln.basics.errors import BuildFailed, ImageNotBuilt, RebuildSourceMissing
 from kiln.basics.paths import repo_root
-from kiln.commands.options import Subparsers
 from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.reproducible import image_diff
 from kiln.infra import credentials, git
@@ -96,10 +94,10 @@ def _kiln(tree: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:
     """--reuse-engine: tag this daemon's base and engine image for those inputs into the
     verify namespace (trusting them), so that only the recipe's own layers are rebuilt."""
-    shown = _kiln(tree, "show", recipe, "--json")
-    if shown.returncode != 0:
-        raise BuildFailed(f"kiln show {recipe} at that revision failed (exit {shown.returncode})")
-    engine = _SHOWN.parse(shown.stdout, source=f"kiln show {recipe} --json at that revision", error=BuildFailed)[
+    show_run = _kiln(tree, "show", recipe, "--json")
+    if show_run.returncode != 0:
+        raise BuildFailed(f"kiln show {recipe} at that revision failed (exit {show_run.returncode})")
+    engine = _SHOWN.parse(show_run.stdout, source=f"kiln show {recipe} --json at that revision", error=BuildFailed)[
         "engine_image"
     ]
     canonical = "kiln/" + engine["tag"].split("/", 1)[1]
@@ -113,10 +111,18 @@ def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:
         docker.tag(id_of(base), f"{_NAMESPACE}/base:bookworm")
 
 
-def rebuild(
-    ref: str, *, reuse_engine: bool = False, keep: bool = False, docker: DockerDaemon | None = None
-) -> tuple[str, str, image_diff.Difference | None]:
-    """(image id given, image id rebuilt, the first difference or None)."""
+class Rebuilt(NamedTuple):
+    """A rebuild compared: the image id given, the image id rebuilt, and the first
+    difference (None: the same image, or no layer or file tells them apart)."""
+
+    given_id: str
+    rebuilt_id: str
+    difference: image_diff.Difference | None
+
+
+def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False, docker: DockerDaemon | None = None) -> Rebuilt:
+    """Rebuild the image under `ref` from the commit its labels name, in a git worktree,
+    with that revision's own kiln, and compare it with the one given."""
     docker = docker or DockerDaemon()
     img = _image(docker, ref)
     recipe, revision = _what_to_rebuild(img, ref)
@@ -164,7 +170,7 @@ def rebuild(
             for tag in other.tags:
                 if tag.startswith(f"{_NAMESPACE}/"):
                     docker.remove_image(tag)
-    return old_id, new_id, diff
+    return Rebuilt(old_id, new_id, diff)
 
 
 def _comparable(attrs: Mapping[str, object]) -> _ComparableConfig:
@@ -186,32 +192,3 @@ class _ComparableConfig(TypedDict):
     Os: object
     Author: object
     Comment: object
-
-
-def _cmd_rebuild(args: argparse.Namespace) -> int:
-    old_id, new_id, diff = rebuild(args.ref, reuse_engine=args.reuse_engine, keep=args.keep)
-    if old_id == new_id:
-        log.summary(f"rebuilt {args.ref}: the same image", {"image id": old_id})
-        return 0
-    lines = [f"{args.ref}: the rebuild is {new_id[:19]}, not {old_id[:19]}"]
-    if diff is not None:
-        lines.append(f"first difference: {diff.line()}")
-    raise RebuildDiffers("; ".join(lines))
-
-
-def register(sub: Subparsers) -> None:
-    p = sub.add_parser("rebuild", help="rebuild an image from the commit its labels name and compare (--verify)")
-    p.add_argument("ref", help="a local image (tag or id) or HOST/REPO:TAG in a registry")
-    p.add_argument(
-        "--verify",
-        action="store_true",
-        required=True,
-        help="compare the rebuild's image id and layers with REF's (the only mode)",
-    )
-    p.add_argument(
-        "--reuse-engine",
-        action="store_true",
-        help="trust this daemon's base and engine image for those inputs; rebuild the recipe's layers only",
-    )
-    p.add_argument("--keep", action="store_true", help="keep the rebuilt image's kiln-verify/ tags")
-    p.set_defaults(func=_cmd_rebuild)

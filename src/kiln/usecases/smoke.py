@@ -1,4 +1,4 @@
-"""`kiln smoke NAME`: prove a built image serves, with the official OpenAI client.
+"""Proving a built image serves, with the official OpenAI client (`kiln smoke NAME`).
 
 Starts the container on a free loopback port, waits for /health, runs the checks the
 recipe's smoke spec asks for, and writes a record keyed by image id that publishing
@@ -8,7 +8,6 @@ and exits with SmokeFailed's code.
 
 from __future__ import annotations
 
-import argparse
 import time
 from functools import partial
 from typing import Literal
@@ -20,9 +19,6 @@ from kiln.basics import clock, log
 from kiln.basics.errors import ContainerStartFailed, SmokeFailed
 from kiln.basics.json_types import DESCRIBED
 from kiln.basics.paths import shown_home
-from kiln.commands.images.build import build_recipe
-from kiln.commands.options import Subparsers, count, reports
-from kiln.commands.serving.smoke_checks import CHECKS, Check, ServedChecks, SmokeRun, require
 from kiln.domain.imagecheck import in_image_smoke, launch_arg_check
 from kiln.domain.images.build_plan import check_build_space, check_platform
 from kiln.domain.images.definitions import RecipeImage, require_built
@@ -31,8 +27,8 @@ from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.feature_registry import engine_features
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.recipe_sections import Smoke
-from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
-from kiln.domain.recipes.topology import Topology, effective, split_over_nodes
+from kiln.domain.recipes.resolved import ResolvedRecipe
+from kiln.domain.recipes.topology import Topology, effective
 from kiln.domain.serving.launch_command import RunSpec
 from kiln.domain.serving.multi_node import NodeGroup, node_specs
 from kiln.domain.serving.serving_container import (
@@ -45,6 +41,8 @@ from kiln.domain.serving.serving_container import (
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.records import CheckEntry, SmokeRecord, Timings, write_smoke_record
+from kiln.usecases.build import build_recipe
+from kiln.usecases.smoke_checks import CHECKS, Check, ServedChecks, SmokeRun, require
 
 
 @with_config(DESCRIBED)
@@ -105,7 +103,7 @@ def _emulated_smoke(spec: Smoke, factor: int = EMULATION_FACTOR) -> Smoke:
 
 
 def smoke(
-    name: str,
+    resolved: ResolvedRecipe,
     *,
     docker: DockerDaemon | None = None,
     build: bool = False,
@@ -113,13 +111,15 @@ def smoke(
     platform: str | None = None,
     in_image: bool = False,
 ) -> SmokeJson:
-    """`topology` overrides the recipe's (e.g. one tensor-parallel rank per container, to
+    """The smoke record of the recipe's built image, served (or proved in the image), or
+    why this host cannot smoke it; SmokeFailed (its record attached) when a check fails.
+    `topology` overrides the recipe's (e.g. one tensor-parallel rank per container, to
     prove the multi-node wiring on one host); such a run writes no smoke record.
     `platform`: the image built for that platform (another architecture runs under
     qemu, its limits scaled by EMULATION_FACTOR). `in_image`: a GPU recipe on a host
     without a GPU runs the in-image proofs instead of serving (record level "in-image")."""
     docker = docker or DockerDaemon()
-    resolved = resolve_recipe(name)  # once: the checks, the build and the image found take it
+    name = resolved.name
     if platform is not None:
         check_platform(resolved.loaded, platform)
     if build:
@@ -294,47 +294,3 @@ def _raise_if_node_lost(served: NodeGroup | ServingContainer) -> None:
     lost = served.lost_node() if isinstance(served, NodeGroup) else None
     if isinstance(served, NodeGroup) and lost is not None:
         raise served.node_lost(lost, "while serving")
-
-
-def _smoke_cli(args: argparse.Namespace) -> int:
-    topology = None
-    if getattr(args, "nodes", None):
-        topology = split_over_nodes(args.nodes)
-    try:
-        record = smoke(args.name, build=args.build, topology=topology, platform=args.platform, in_image=args.in_image)
-    except SmokeFailed as exc:
-        if args.json and exc.record:
-            log.emit_json(exc.record)  # the failed checks are what a script wants to see
-        raise
-    if args.json:
-        log.emit_json(record)
-    return 0
-
-
-def register(sub: Subparsers) -> None:
-    s = reports(sub.add_parser("smoke", help="smoke-test a built image with the OpenAI client"))
-    s.add_argument("name")
-    s.add_argument("--build", action="store_true", help="build first if needed")
-    s.add_argument(
-        "--platform",
-        choices=sorted(engine_lock.PLATFORMS),
-        default=None,
-        help="smoke the image built for this platform (default the host's); another architecture "
-        f"serves under qemu, with time limits x{EMULATION_FACTOR}",
-    )
-    s.add_argument(
-        "--in-image",
-        action="store_true",
-        help="a GPU recipe on a host without a GPU: prove inside the image what can be proved "
-        "without serving (machine, CUDA build, imports, kiln-engine, features, launch command); "
-        "the record says level in-image",
-    )
-    s.add_argument(
-        "--nodes",
-        type=count("node", 64),
-        default=None,
-        metavar="N",
-        help="serve across N containers on a private docker network, one tensor-parallel rank each "
-        "(proves the multi-node wiring on one host; writes no smoke record)",
-    )
-    s.set_defaults(func=_smoke_cli)

@@ -19,7 +19,7 @@ from kiln.basics import log
 from kiln.basics.errors import ImageNotBuilt, SbomWriteFailed, UsageError
 from kiln.basics.files import write_atomic
 from kiln.commands.options import Subparsers
-from kiln.domain.images.definitions import existing, require_built, resolve
+from kiln.domain.images.definitions import local_image_for, require_built, resolve
 from kiln.domain.supplychain import sbom as sbomdoc
 from kiln.domain.supplychain import spdx
 from kiln.domain.supplychain.cyclonedx_shape import CycloneDxDocument
@@ -67,7 +67,7 @@ def _document(args: argparse.Namespace, docker: DockerDaemon) -> tuple[Mapping[s
     if args.engine:
         resolved = resolve(args.name)
         loaded, engine_image = resolved.loaded, resolved.engine_image
-        image = existing(docker, engine_image.tag, engine_image.digest)
+        image = local_image_for(docker, engine_image.tag, engine_image.digest)
         if image is None:
             raise ImageNotBuilt(f"{engine_image.tag} (the engine of {args.name}, from the current inputs) is not built")
         cdx = sbomdoc.build_image_sbom(

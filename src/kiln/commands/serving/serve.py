@@ -19,7 +19,7 @@ from kiln.basics.errors import (
     UsageError,
 )
 from kiln.commands.options import Subparsers
-from kiln.domain.images.definitions import RecipeImage, existing, resolve
+from kiln.domain.images.definitions import RecipeImage, local_image_for, resolve
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.topology import Topology, effective
 from kiln.domain.serving.launch_command import LABEL_RECIPE, LABEL_URL
@@ -43,7 +43,7 @@ class _ServedRef(NamedTuple):
 
 
 def _image_ref(docker: DockerDaemon, recipe_image: RecipeImage) -> _ServedRef:
-    img = existing(docker, recipe_image.tag, recipe_image.digest)
+    img = local_image_for(docker, recipe_image.tag, recipe_image.digest)
     return _ServedRef(id_of(img), True) if img is not None else _ServedRef(recipe_image.tag, False)
 
 

@@ -11,7 +11,7 @@ import shutil
 from kiln.basics import log
 from kiln.basics.errors import PlatformNotDeclared, PlatformUnsupported
 from kiln.domain.images import disk_space
-from kiln.domain.images.definitions import RecipeImages, existing, images_on
+from kiln.domain.images.definitions import RecipeImages, local_image_for, images_on
 from kiln.domain.images.engine_image import for_engine
 from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.recipe import LoadedRecipe
@@ -69,9 +69,9 @@ def check_build_space(
     def ahead(platform: str | None) -> disk_space.EngineBuild | None:
         images = images_for(recipe, ca_flag, platform)
         recipe_image, engine_image = images.recipe_image, images.engine_image
-        if not force and existing(docker, recipe_image.tag, recipe_image.digest) is not None:
+        if not force and local_image_for(docker, recipe_image.tag, recipe_image.digest) is not None:
             return None  # build_recipe reuses it, and builds no engine
-        if not force_engine and existing(docker, engine_image.tag, engine_image.digest) is not None:
+        if not force_engine and local_image_for(docker, engine_image.tag, engine_image.digest) is not None:
             return None
         return disk_space.EngineBuild(engine_image.engine.flavour, engine_image.platform)
 
