@@ -35,7 +35,6 @@ from kiln_testkit.tree import REPO
 
 from kiln.basics import log
 from kiln.basics.errors import KilnError
-from kiln.commands.images.build import build_engine, build_recipe
 from kiln.domain.imagecheck import declared_engine, launch_arg_check
 from kiln.domain.images import wheelhouse
 from kiln.domain.images.build_context import BuildContext
@@ -44,8 +43,9 @@ from kiln.domain.images.definitions import resolve
 from kiln.domain.images.engine_image import LOCK_ARC
 from kiln.domain.images.image_naming import platform_suffix
 from kiln.domain.locks import engine_lock
-from kiln.domain.recipes.resolved import ResolvedRecipe
+from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
 from kiln.infra.docker import DockerDaemon
+from kiln.usecases.build import build_engine, build_recipe
 
 NAME = "glm53-kindling"
 DOC = REPO / "docs" / "build-cuda.md"
@@ -420,7 +420,12 @@ def main() -> int:
     recipe_id = None
     try:
         recipe = build_recipe(
-            NAME, docker=docker, force=args.force, quiet_summary=True, nocache=args.cold, platform=args.platform
+            resolve_recipe(NAME),
+            docker=docker,
+            force=args.force,
+            quiet_summary=True,
+            nocache=args.cold,
+            platform=args.platform,
         )
         recipe_id = recipe.image_id
         run["recipe_build"] = {"tag": recipe.tag, "size": recipe.size, "skipped": recipe.skipped}

@@ -36,7 +36,6 @@ from kiln.basics.errors import (
     RegistryAuthFailed,
     SbomReadFailed,
 )
-from kiln.commands.images import rebuild
 from kiln.domain.imagecheck import engine_stamp, in_image_smoke, launch_arg_check
 from kiln.domain.locks import base_lock
 from kiln.domain.locks import engine_lock as L
@@ -50,6 +49,7 @@ from kiln.infra.docker import DockerDaemon
 from kiln.infra.manifests import Manifest, index_children
 from kiln.infra.registry import _error_code
 from kiln.inimage import launch_arg_probe
+from kiln.usecases import rebuild
 
 IMAGE_ID = "sha256:" + "5c" * 32
 CPU_LOCK = REPO / "docker-images" / "engine-cpu" / "locks" / "vllm-0.32.0.lock.json"

@@ -12,6 +12,7 @@ import time
 
 import pip
 import pytest
+from kiln_testkit.provenance import resolved_by_role
 from kilntest import run_kiln
 from packaging.utils import canonicalize_name
 from sctest import validate_cyclonedx, validate_spdx, validate_statement
@@ -219,10 +220,10 @@ def test_kiln_sbom_provenance_recomputes_the_input_digest(tiny_moe, docker_daemo
     validate_statement(st)
     assert st["subject"] == [{"name": "kiln/tiny-moe", "digest": {"sha256": image.id.removeprefix("sha256:")}}]
     assert provenance.input_digest_from(st["predicate"]) == image.labels["ai.kiln.input-digest"]
-    (engine,) = provenance._resolved_by_role(st, "engine-image")
+    (engine,) = resolved_by_role(st, "engine-image")
     engine_image = resolve("tiny-moe").engine_image
     assert engine["digest"]["sha256"] == local_image_for(docker_daemon, engine_image.tag, engine_image.digest).id[7:]
-    (base,) = provenance._resolved_by_role(st, "base-image")
+    (base,) = resolved_by_role(st, "base-image")
     assert base["digest"]["sha256"] == docker_daemon.image("kiln/base:bookworm").id[7:]
 
 

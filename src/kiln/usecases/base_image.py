@@ -248,3 +248,7 @@ def builder_base(docker: DockerDaemon, host_base: str, platform: str, tag: str) 
 
 
 _BUILDER_FROM = "ai.kiln.base.builder-from"  # the id of the host base whose files it carries
+
+
+# the use-case's surface: what a command, or a caller in Python, imports from here
+__all__ = ["build_base", "builder_base"]

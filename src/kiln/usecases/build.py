@@ -202,3 +202,7 @@ def _summary(title: str, outcome: BuildOutcome, seconds: float, extra: dict[str,
     }
     rows.update(extra or {})
     log.summary(title, rows)
+
+
+# the use-case's surface: what a command, or a caller in Python, imports from here
+__all__ = ["BuildDocument", "build_engine", "build_recipe"]

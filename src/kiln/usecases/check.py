@@ -253,3 +253,7 @@ def check_recipes(name: str | None, *, platform: str | None = None) -> CheckOutc
     if plan_only:
         return CheckOutcome(document, PlanDoesNotFit(problems))
     return CheckOutcome(document, LaunchArgInvalid(problems) if launch_only else RecipeInvalid(problems))
+
+
+# the use-case's surface: what a command, or a caller in Python, imports from here
+__all__ = ["CheckDocument", "CheckOutcome", "RecipeCheck", "SeriesUsed", "check_one", "check_recipes"]

@@ -97,3 +97,7 @@ def _checkout() -> tuple[bool | None, str, str]:
         return True, "checkout", str(repo_root())
     except KilnError as exc:
         return None, "checkout", f"{exc.message} (recipe commands need one)"
+
+
+# the use-case's surface: what a command, or a caller in Python, imports from here
+__all__ = ["DoctorCheck", "DoctorDocument", "check_machine"]

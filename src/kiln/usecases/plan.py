@@ -35,3 +35,7 @@ def plan_recipe(resolved: ResolvedRecipe, *, gpu: str | None = None, gpus: int |
         else max(1, -(-layout.gpus // max(1, topo.accelerators_per_node)))
     )
     return compute(inp, acc, layout, nodes=nodes)
+
+
+# the use-case's surface: what a command, or a caller in Python, imports from here
+__all__ = ["plan_recipe"]

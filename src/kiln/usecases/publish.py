@@ -295,3 +295,7 @@ def promote(
     doc.pop("record")
     result.record = str(write_record("promote", name, doc))
     return result
+
+
+# the use-case's surface: what a command, or a caller in Python, imports from here
+__all__ = ["promote", "publish"]

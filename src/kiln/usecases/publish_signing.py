@@ -1,6 +1,6 @@
 """The signing steps of `kiln publish --sign` and the verification step of `kiln promote`.
 
-Kept out of commands/publishing/publish.py so that publishing itself (pushes, tags, records) stays
+Kept out of usecases/publish.py so that publishing itself (pushes, tags, records) stays
 one readable flow; publish calls three functions here:
 
 - `signer_for` before anything moves: the private key, decrypted (a wrong password or a

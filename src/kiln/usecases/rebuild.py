@@ -192,3 +192,7 @@ class _ComparableConfig(TypedDict):
     Os: object
     Author: object
     Comment: object
+
+
+# the use-case's surface: what a command, or a caller in Python, imports from here
+__all__ = ["Rebuilt", "rebuild"]

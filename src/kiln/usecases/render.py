@@ -56,3 +56,7 @@ def render_k8s(
         path.write_text(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False))
         written.append(path)
     return Rendered(dump(objects), image, written)
+
+
+# the use-case's surface: what a command, or a caller in Python, imports from here
+__all__ = ["RENDER_HINT", "Rendered", "render_k8s"]

@@ -294,3 +294,7 @@ def _raise_if_node_lost(served: NodeGroup | ServingContainer) -> None:
     lost = served.lost_node() if isinstance(served, NodeGroup) else None
     if isinstance(served, NodeGroup) and lost is not None:
         raise served.node_lost(lost, "while serving")
+
+
+# the use-case's surface: what a command, or a caller in Python, imports from here
+__all__ = ["EMULATION_FACTOR", "SmokeDocument", "SmokeJson", "SmokeSkipped", "smoke"]

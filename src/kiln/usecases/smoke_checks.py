@@ -1,6 +1,6 @@
 """The checks `kiln smoke` runs against a served image, with the official OpenAI client:
 each returns (value, detail) or raises, and SmokeRun records one verdict per check.
-Kept apart from commands/serving/smoke.py, which starts the server and writes the record."""
+Kept apart from usecases/smoke.py, which starts the server and writes the record."""
 
 from __future__ import annotations
 

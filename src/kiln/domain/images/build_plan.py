@@ -11,7 +11,7 @@ import shutil
 from kiln.basics import log
 from kiln.basics.errors import PlatformNotDeclared, PlatformUnsupported
 from kiln.domain.images import disk_space
-from kiln.domain.images.definitions import RecipeImages, local_image_for, images_on
+from kiln.domain.images.definitions import RecipeImages, images_on, local_image_for
 from kiln.domain.images.engine_image import for_engine
 from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.recipe import LoadedRecipe

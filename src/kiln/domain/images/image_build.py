@@ -50,7 +50,7 @@ class ImageBuild:
 
     label: str  # names the build in progress lines and errors
     context: BuildContext
-    digest: str  # input digest, stamped as a label and checked by `existing`
+    digest: str  # input digest, stamped as a label and checked by `local_image_for`
     tags: list[str]  # the digest tag first, then aliases
     labels: dict[str, str]
     buildargs: dict[str, str]
