@@ -25,7 +25,9 @@ def _example() -> str:
     """The Python block right after the marker in docs/architecture.md."""
     lines = DOC.read_text().splitlines()
     start = lines.index(MARKER) + 1
-    assert lines[start] == "```python", f"docs/architecture.md:{start + 1}: the marker is not followed by a python block"
+    assert lines[start] == "```python", (
+        f"docs/architecture.md:{start + 1}: the marker is not followed by a python block"
+    )
     end = lines.index("```", start + 1)
     return "\n".join(lines[start + 1 : end]) + "\n"
 
@@ -54,15 +56,16 @@ def test_the_documented_example_builds_then_smokes_the_resolved_recipe(monkeypat
 
 def _writes_stdout(source: str) -> list[int]:
     """The lines of `source` that write on stdout: print(), log.out, log.emit_json, sys.stdout."""
+    stdout = {("log", "out"), ("log", "emit_json"), ("sys", "stdout")}
     found = []
     for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
-            found.append(node.lineno)
-        elif (
+        printed = isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"
+        written = (
             isinstance(node, ast.Attribute)
             and isinstance(node.value, ast.Name)
-            and (node.value.id, node.attr) in {("log", "out"), ("log", "emit_json"), ("sys", "stdout")}
-        ):
+            and (node.value.id, node.attr) in stdout
+        )
+        if printed or written:
             found.append(node.lineno)
     return sorted(found)
 
