@@ -53,6 +53,9 @@ def _pinned_key(loaded: LoadedRecipe) -> keys.PublicKey | None:
 
 
 def signer_for(loaded: LoadedRecipe, sign_key: Path | None, *, stdin_taken: str | None) -> keys.PrivateKey | None:
+    """The private key to sign with (its password read once), or None when none is given
+    and the recipe requires none; a key other than the pinned one is refused before
+    anything moves."""
     if sign_key is None:
         if _required(loaded):
             raise SigningRequired(

@@ -28,6 +28,7 @@ from kiln.infra.docker import DockerDaemon, id_of
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln sbom` to the `kiln` subparsers."""
     s = sub.add_parser("sbom", help="SBOM of a built image, read from its filesystem (CycloneDX or SPDX JSON)")
     s.add_argument("name", help="a recipe (its image must be built from the current inputs)")
     s.add_argument(
