@@ -147,21 +147,21 @@ class ServedChecks:
         """Two greedy completions of one prompt are the same text."""
         outs = []
         for _ in range(2):
-            r = self.client.completions.create(
+            resp = self.client.completions.create(
                 model=self.name, prompt=self.spec.prompts[-1], max_tokens=self.spec.max_tokens, temperature=0
             )
-            outs.append(r.choices[0].text)
+            outs.append(resp.choices[0].text)
         require(outs[0] == outs[1], f"two greedy runs differ: {outs[0]!r} vs {outs[1]!r}")
         return outs[0], "same text twice at temperature 0"
 
     def throughput(self) -> tuple[float, str]:
         """Tokens per second of one completion, at least the recipe's minimum when it sets one."""
         t0 = time.monotonic()
-        r = self.client.completions.create(
+        resp = self.client.completions.create(
             model=self.name, prompt=self.spec.prompts[0], max_tokens=128, temperature=0, extra_body={"ignore_eos": True}
         )
         dt = time.monotonic() - t0
-        tokens = _usage(r.usage).completion_tokens
+        tokens = _usage(resp.usage).completion_tokens
         rate = tokens / dt
         if self.spec.min_tokens_per_s is not None:
             require(rate >= self.spec.min_tokens_per_s, f"{rate:.1f} tok/s < min {self.spec.min_tokens_per_s}")
@@ -220,10 +220,10 @@ class ServedChecks:
         prompts = [f"{self.spec.prompts[i % len(self.spec.prompts)]} {i}" for i in range(in_flight)]
 
         def one(prompt: str) -> int:
-            r = self.client.completions.create(
+            resp = self.client.completions.create(
                 model=self.name, prompt=prompt, max_tokens=tokens, temperature=0, extra_body={"ignore_eos": True}
             )
-            return _usage(r.usage).completion_tokens
+            return _usage(resp.usage).completion_tokens
 
         # rounds until the feature has reported (its summary line), at most four: how
         # many steps a round takes depends on how many drafts the model accepts

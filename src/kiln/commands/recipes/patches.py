@@ -142,14 +142,16 @@ def register(sub: Subparsers) -> None:
     )
     s.set_defaults(func=_cmd_patches_refresh)
 
-    o = sub.add_parser("override", help="experimental overrides (recipes/NAME/experimental/FEATURE)")
-    os_ = o.add_subparsers(dest="override_command", required=True, parser_class=type(o))
-    s = os_.add_parser("rebase", help="move a feature onto the pinned engine (3-way merges whole-file replacements)")
+    override = sub.add_parser("override", help="experimental overrides (recipes/NAME/experimental/FEATURE)")
+    override_sub = override.add_subparsers(dest="override_command", required=True, parser_class=type(override))
+    s = override_sub.add_parser(
+        "rebase", help="move a feature onto the pinned engine (3-way merges whole-file replacements)"
+    )
     s.add_argument("recipe")
     s.add_argument("feature")
     s.add_argument("--from", dest="from_version", required=True, help="engine version the override was forked from")
     s.set_defaults(func=_cmd_override_rebase)
-    s = os_.add_parser("to-patch", help="turn a feature's whole-file replacements into a patch")
+    s = override_sub.add_parser("to-patch", help="turn a feature's whole-file replacements into a patch")
     s.add_argument("recipe")
     s.add_argument("feature")
     s.set_defaults(func=_cmd_override_to_patch)
