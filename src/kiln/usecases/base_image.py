@@ -11,9 +11,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kiln.basics import log
 from kiln.basics.errors import BuildFailed, DebootstrapMissing
 from kiln.basics.files import write_atomic
+from kiln.basics.log import human_secs, human_size
 from kiln.basics.paths import local_ref
 from kiln.domain.images.build_context import BuildContext
 from kiln.domain.images.image_naming import platform_suffix
@@ -30,6 +30,7 @@ from kiln.domain.recipes.recipe_sections import DEFAULT_PLATFORM
 from kiln.domain.reproducible import normalise_image, source_date
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, Image, id_of
+from kiln.usecases import progress
 
 # files debootstrap copies from the build host, or stamps with today's date: Docker
 # provides /etc/hostname and /etc/resolv.conf at run time
@@ -38,11 +39,11 @@ _SHADOW = ("etc/shadow", "etc/gshadow", "etc/shadow-", "etc/gshadow-")
 
 
 def _run(cmd: list[str], what: str) -> str:
-    log.debug(" ".join(cmd))
+    progress.debug(" ".join(cmd))
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        log.console.print(tail, markup=False)
+        progress.output(tail)
         raise BuildFailed(f"base image: {what} failed (exit {proc.returncode})")
     return proc.stdout
 
@@ -102,11 +103,11 @@ def build_base(
     date = source_date.of({base_dir(): ()})
     if tagged is not None and not force:
         if tagged.attrs.get("Created") == source_date.rfc3339(date.epoch):
-            log.ok(f"{tag} already exists ({id_of(tagged)[:19]}); --force rebuilds it")
+            progress.ok(f"{tag} already exists ({id_of(tagged)[:19]}); --force rebuilds it")
             return id_of(tagged)
         # made by an older kiln (not normalised) or from older base inputs: not the base
         # these inputs give on a fresh machine
-        log.warn(
+        progress.warn(
             f"{tag} ({id_of(tagged)[:19]}) is not the base of the current inputs "
             f"(created {tagged.attrs.get('Created')}): rebuilding it"
         )
@@ -119,21 +120,21 @@ def build_base(
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="kiln-base-") as tmp:
         root = Path(tmp) / "rootfs"
-        log.step(f"debootstrap --variant={spec.variant} {spec.suite} ({spec.mirror})")
+        progress.step(f"debootstrap --variant={spec.variant} {spec.suite} ({spec.mirror})")
         cmd = ["debootstrap", f"--variant={spec.variant}"]
         if platform is not None:
             cmd.append(f"--arch={engine_lock.platform(platform).deb_arch}")
         if spec.include:
             cmd.append("--include=" + ",".join(spec.include))
         _run([*cmd, spec.suite, str(root), spec.mirror], "debootstrap")
-        log.info(f"debootstrap: {log.human_secs(time.monotonic() - t0)}")
+        progress.info(f"debootstrap: {human_secs(time.monotonic() - t0)}")
         (root / "etc/apt/sources.list").write_text(_sources_list(spec))
         installed = _installed(root)
         lock = lock_path(spec, platform_suffix(platform or DEFAULT_PLATFORM))
         if relock or not lock.is_file():
             lock.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(lock, lock_document(spec, installed))
-            log.warn(f"wrote {shown(lock)} ({len(installed)} packages): commit it")
+            progress.warn(f"wrote {shown(lock)} ({len(installed)} packages): commit it")
         else:
             check_lock(spec, installed, lock)
         packages = _run(["chroot", str(root), "dpkg-query", "-W", "-f", "${Package}=${Version}\\n"], "dpkg-query")
@@ -150,7 +151,7 @@ def build_base(
                 target.unlink()
         _scrub(root)
         tarball = Path(tmp) / "rootfs.tar"
-        log.step("packing rootfs (sorted, mtime 0, numeric owners)")
+        progress.step("packing rootfs (sorted, mtime 0, numeric owners)")
         _run(
             [
                 "tar",
@@ -185,7 +186,7 @@ def build_base(
             'CMD ["/bin/bash"]',
         ]
         if platform is None or platform == engine_lock.host_platform():
-            log.step(f"docker import -> {tag}")
+            progress.step(f"docker import -> {tag}")
             imported = docker.import_rootfs(tarball, None, changes)
         else:
             imported = _import_for(docker, tarball, tag, changes, platform)
@@ -194,14 +195,14 @@ def build_base(
         norm = normalise_image.make_reproducible(docker, id_of(imported), date.epoch, label="base")
         docker.tag(norm.image_id, tag)
         image = docker.require_image(norm.image_id)
-    log.summary(
+    progress.summary(
         "base image built",
         {
             "tag": tag,
             "image id": id_of(image),
-            "size": log.human_size(image.attrs.get("Size", 0)),
+            "size": human_size(image.attrs.get("Size", 0)),
             "packages": f"{len(packages.split())} (sha256 {pkg_sha[:12]})",
-            "took": log.human_secs(time.monotonic() - t0),
+            "took": human_secs(time.monotonic() - t0),
         },
     )
     return id_of(image)
@@ -212,7 +213,7 @@ def _import_for(docker: DockerDaemon, tarball: Path, tag: str, changes: list[str
     architecture into the config, so a FROM-scratch build for `platform` ADDs the tar
     (the same one layer; no RUN step, nothing executes). Untagged: the caller tags the
     normalised image."""
-    log.step(f"docker build --platform {platform} (FROM scratch, ADD rootfs) -> {tag}")
+    progress.step(f"docker build --platform {platform} (FROM scratch, ADD rootfs) -> {tag}")
     ctx = BuildContext()
     ctx.add_bytes("Dockerfile", ("FROM scratch\nADD rootfs.tar /\n" + "".join(c + "\n" for c in changes)).encode())
     ctx.add_file("rootfs.tar", tarball)
@@ -231,7 +232,7 @@ def builder_base(docker: DockerDaemon, host_base: str, platform: str, tag: str) 
     made = docker.image(tag)
     if made is not None and (made.labels or {}).get(_BUILDER_FROM) == id_of(source):
         return id_of(made)
-    log.step(f"{tag}: {host_base}'s files, marked {platform} (builder stages of cross-placed builds)")
+    progress.step(f"{tag}: {host_base}'s files, marked {platform} (builder stages of cross-placed builds)")
     with tempfile.TemporaryDirectory(prefix="kiln-builder-base-") as tmp:
         tarball = Path(tmp) / "rootfs.tar"
         docker.export_filesystem(id_of(source), tarball)

@@ -15,8 +15,8 @@ from typing import NotRequired
 from pydantic import with_config
 from typing_extensions import TypedDict
 
-from kiln.basics import log
 from kiln.basics.json_types import DESCRIBED, Count, Seconds, Sha256
+from kiln.basics.log import human_secs, human_size
 from kiln.basics.paths import local_ref
 from kiln.domain.imagecheck import declared_engine, engine_stamp
 from kiln.domain.images import build_plan
@@ -28,6 +28,7 @@ from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.domain.reproducible import normalise_image
 from kiln.infra import credentials
 from kiln.infra.docker import DockerDaemon
+from kiln.usecases import progress
 from kiln.usecases.base_image import builder_base
 
 
@@ -115,7 +116,7 @@ def _label_unprobed(docker: DockerDaemon, tags: list[str], outcome: BuildOutcome
             try:
                 docker.remove_image(tag)
             except Exception as exc:  # keep the probe's own error as the one reported  # noqa: BLE001
-                log.warn(f"could not remove tag {tag}: {exc}")
+                progress.warn(f"could not remove tag {tag}: {exc}")
         raise
     for tag in tags:
         docker.tag(image_id, tag)
@@ -145,9 +146,9 @@ def build_recipe(
     )
     if reused is not None:
         if not quiet_summary:
-            log.ok(
+            progress.ok(
                 f"{recipe_image.tag} is up to date (input digest {recipe_image.digest[:19]}); "
-                f"nothing to build [{log.human_secs(time.monotonic() - t0)}]"
+                f"nothing to build [{human_secs(time.monotonic() - t0)}]"
             )
         return reused
     series.preflight(recipe)
@@ -155,7 +156,7 @@ def build_recipe(
         docker, engine_image, force=force_engine, nocache=nocache and force_engine, recipe=recipe.name
     )
     if engine_outcome.skipped:
-        log.ok(f"engine {engine_image.tag} up to date")
+        progress.ok(f"engine {engine_image.tag} up to date")
     else:
         _summary("engine image built", engine_outcome, engine_outcome.seconds)
     declared_engine.preflight_launch_args(recipe, engine_outcome.image_id, docker)
@@ -196,12 +197,12 @@ def _summary(title: str, outcome: BuildOutcome, seconds: float, extra: dict[str,
         "tag": outcome.tag,
         "image id": outcome.image_id,
         "input digest": outcome.digest,
-        "size": log.human_size(outcome.size),
-        "took": log.human_secs(seconds),
+        "size": human_size(outcome.size),
+        "took": human_secs(seconds),
         "cache": f"{outcome.cached_steps}/{outcome.steps} steps cached",
     }
     rows.update(extra or {})
-    log.summary(title, rows)
+    progress.summary(title, rows)
 
 
 # the use-case's surface: what a command, or a caller in Python, imports from here

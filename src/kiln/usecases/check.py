@@ -9,7 +9,6 @@ from typing import NotRequired
 from pydantic import with_config
 from typing_extensions import TypedDict
 
-from kiln.basics import log
 from kiln.basics.errors import (
     KilnError,
     LaunchArgInvalid,
@@ -29,6 +28,7 @@ from kiln.domain.recipes.recipe import LoadedRecipe, recipe_dir, recipe_names
 from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
 from kiln.domain.recipes.topology import feature_problems
 from kiln.infra import wheel_cache
+from kiln.usecases import progress
 from kiln.usecases.plan import plan_recipe
 
 
@@ -115,7 +115,9 @@ def _plan_problems(resolved: ResolvedRecipe) -> tuple[list[str], list[str]]:
     if recipe.topology is None:
         return [], []
     if recipe.engine.flavour == "cuda" and recipe.topology.accelerator is None:
-        log.warn(f"{loaded.name}: not planned: topology.accelerator names no GPU (`kiln plan {loaded.name} --gpu G`)")
+        progress.warn(
+            f"{loaded.name}: not planned: topology.accelerator names no GPU (`kiln plan {loaded.name} --gpu G`)"
+        )
         return [], []
     try:
         plan = plan_recipe(resolved)
@@ -243,7 +245,7 @@ def check_recipes(name: str | None, *, platform: str | None = None) -> CheckOutc
             problems += found
         else:
             entry["series"] = _series_used(resolved)
-            log.ok(f"{recipe}")
+            progress.ok(f"{recipe}")
         report.append(entry)
     document = CheckDocument(valid=not problems, recipes=report)
     if not problems:

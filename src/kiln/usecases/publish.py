@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from pathlib import Path
 
-from kiln.basics import clock, log
+from kiln.basics import clock
 from kiln.basics.errors import ChannelEmpty, ChannelInvalid, UsageError
 from kiln.domain.images.definitions import require_built
 from kiln.domain.locks import engine_lock
@@ -67,7 +67,7 @@ from kiln.infra import credentials
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.manifests import Manifest, image_index
 from kiln.infra.records import record_path
-from kiln.usecases import publish_signing
+from kiln.usecases import progress, publish_signing
 
 
 # -- publish ----------------------------------------------------------------------------
@@ -121,7 +121,7 @@ def publish(
     client = registry_client(target, password_stdin, creds)
     if smoke["status"] == "skipped":
         image_id = unsmoked_image(docker, loaded, recipe_image.short, built_id)
-    log.step(f"publishing {name} ({image_id[:19]}) to {target.host}/{target.path}")
+    progress.step(f"publishing {name} ({image_id[:19]}) to {target.host}/{target.path}")
     signing = signer is not None and channel is not None  # unsmoked: its one tag is no consumer tag
     push_tag = f"{recipe_image.short}{publish_signing.STAGING_SUFFIX}" if signing else tags[0]
     manifest, pushed = upload(docker, client, tags[-1], image_id, push_tag)
@@ -188,7 +188,7 @@ def _publish_index(
     tags = consumer_tags(loaded, short, channel)
     signer = publish_signing.signer_for(loaded, sign_key, stdin_taken="--password-stdin" if password_stdin else None)
     client = registry_client(target, password_stdin, creds)
-    log.step(f"publishing {name} ({', '.join(p for p, _ in members)}) to {target.host}/{target.path} as one index")
+    progress.step(f"publishing {name} ({', '.join(p for p, _ in members)}) to {target.host}/{target.path} as one index")
     children: list[tuple[str, Manifest]] = []
     pushed_any = False
     for plat, built in members:

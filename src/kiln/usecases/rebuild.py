@@ -20,7 +20,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple, TypedDict
 
-from kiln.basics import log
 from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed, ImageNotBuilt, RebuildSourceMissing
 from kiln.basics.paths import repo_root
@@ -28,6 +27,7 @@ from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.reproducible import image_diff
 from kiln.infra import credentials, git
 from kiln.infra.docker import DockerDaemon, Image, id_of
+from kiln.usecases import progress
 
 _NAMESPACE = "kiln-verify"
 _REVISION = "org.opencontainers.image.revision"
@@ -103,7 +103,7 @@ def _reuse_local(docker: DockerDaemon, tree: Path, recipe: str) -> None:
     canonical = "kiln/" + engine["tag"].split("/", 1)[1]
     img = docker.image(canonical)
     if img is None or (img.labels or {}).get(f"{LABEL_NS}.input-digest") != engine["input_digest"]:
-        log.warn(f"no local {canonical} for these inputs: the engine is rebuilt too")
+        progress.warn(f"no local {canonical} for these inputs: the engine is rebuilt too")
         return
     docker.tag(id_of(img), engine["tag"])
     base = docker.image("kiln/base:bookworm")
@@ -129,7 +129,7 @@ def rebuild(ref: str, *, reuse_engine: bool = False, keep: bool = False, docker:
     root = repo_root()
     if git.run(root, "cat-file", "-e", f"{revision}^{{commit}}").returncode != 0:
         raise RebuildSourceMissing(f"{ref}: revision {revision[:12]} is not in the checkout at {root}")
-    log.step(f"rebuilding {recipe} at {revision[:12]} (lock {(img.labels or {}).get(f'{LABEL_NS}.lock', 'none')})")
+    progress.step(f"rebuilding {recipe} at {revision[:12]} (lock {(img.labels or {}).get(f'{LABEL_NS}.lock', 'none')})")
     with tempfile.TemporaryDirectory(prefix="kiln-rebuild-") as tmp:
         tree = Path(tmp) / "tree"
         added = git.run(root, "worktree", "add", "--detach", str(tree), revision)

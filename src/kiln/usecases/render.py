@@ -9,12 +9,12 @@ from pathlib import Path
 
 import yaml
 
-from kiln.basics import log
 from kiln.basics.errors import RecipeInvalid
 from kiln.domain.images.definitions import resolve
 from kiln.domain.publishing.publish_records import published_image
 from kiln.domain.recipes.resolved import ResolvedRecipe
 from kiln.domain.serving.k8s import HF_CACHE_PVC, dump, manifests
+from kiln.usecases import progress
 from kiln.usecases.check import check_one
 
 # why a recipe `kiln check` refuses is not rendered
@@ -45,7 +45,7 @@ def render_k8s(
     if image is None:
         image = published_image(name, recipe_image.digest)
     elif "@sha256:" not in image:
-        log.warn(f"--image {image} is not pinned by digest: nodes may pull different images")
+        progress.warn(f"--image {image} is not pinned by digest: nodes may pull different images")
     objects = manifests(loaded, image, replicas=replicas, hf_pvc=hf_pvc)
     if out_dir is None:
         return Rendered(dump(objects), image, [])

@@ -15,9 +15,10 @@ from typing import Literal
 from pydantic import with_config
 from typing_extensions import TypedDict
 
-from kiln.basics import clock, log
+from kiln.basics import clock
 from kiln.basics.errors import ContainerStartFailed, SmokeFailed
 from kiln.basics.json_types import DESCRIBED
+from kiln.basics.log import human_secs
 from kiln.basics.paths import shown_home
 from kiln.domain.imagecheck import in_image_smoke, launch_arg_check
 from kiln.domain.images.build_plan import check_build_space, check_platform
@@ -41,6 +42,7 @@ from kiln.domain.serving.serving_container import (
 from kiln.infra import binfmt
 from kiln.infra.docker import DockerDaemon, id_of
 from kiln.infra.records import CheckEntry, SmokeRecord, Timings, write_smoke_record
+from kiln.usecases import progress
 from kiln.usecases.build import build_recipe
 from kiln.usecases.smoke_checks import CHECKS, Check, ServedChecks, SmokeRun, require
 
@@ -131,14 +133,14 @@ def smoke(
     emulated = platform is not None and not binfmt.state(platform).native
     if emulated:
         recipe = recipe.model_copy(update={"smoke": _emulated_smoke(recipe.smoke)})
-        log.info(
+        progress.info(
             f"smoke {name}: {platform} under emulation: limits x{EMULATION_FACTOR} (startup "
             f"{recipe.smoke.startup_timeout_s} s, request {recipe.smoke.request_timeout_s} s)"
         )
     if recipe.smoke.gpu and not gpu_visible():
         if in_image:
             return _in_image_smoke(docker, built.loaded, recipe_image, id_of(image), emulated)
-        log.warn(
+        progress.warn(
             f"smoke {name}: SKIPPED: needs NVIDIA GPUs and none is visible on this host "
             "(--in-image: prove what can be proved without one)"
         )
@@ -146,7 +148,7 @@ def smoke(
     topo = topology or effective(recipe)
     if topo.multi_node and recipe.engine.flavour != "cpu":
         reason = f"spans {topo.nodes} nodes of GPUs; one host cannot serve it (smoke it on the cluster)"
-        log.warn(f"smoke {name}: SKIPPED: {reason}")
+        progress.warn(f"smoke {name}: SKIPPED: {reason}")
         return SmokeSkipped(recipe=name, skipped=True, reason=reason, passed=None)
     built_id = id_of(image)
     served, box, spec = _serving(docker, loaded, built_id, topo)
@@ -157,7 +159,7 @@ def smoke(
     preflight(loaded, spec)
     started = clock.now().isoformat(timespec="seconds")
     nodes = f", {topo.nodes} nodes" if topo.multi_node else ""
-    log.step(f"smoke {name}: {recipe_image.tag} ({built_id[:19]}) on {spec.host_ip}:{spec.host_port}{nodes}")
+    progress.step(f"smoke {name}: {recipe_image.tag} ({built_id[:19]}) on {spec.host_ip}:{spec.host_port}{nodes}")
     t0 = time.monotonic()
     run = SmokeRun()
     startup: float | None = None
@@ -201,13 +203,13 @@ def smoke(
     # no record when --nodes overrode the topology: it proves another layout than the recipe's
     path = write_smoke_record(evidence) if topology is None else None
     record = SmokeDocument(**evidence, record=None if path is None else str(path))
-    log.summary(
+    progress.summary(
         f"smoke {name}: {'PASSED' if run.passed else 'FAILED'}",
         {
             "image": f"{recipe_image.tag} ({built_id[:19]})",
             "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
             "startup": "never healthy" if startup is None else f"{startup:.1f} s",
-            "took": log.human_secs(time.monotonic() - t0),
+            "took": human_secs(time.monotonic() - t0),
             "record": shown_home(path) if path else "none (topology overridden)",
         },
     )
@@ -227,7 +229,7 @@ def _in_image_smoke(
     level "in-image": publishing shows the level; it is not a served smoke."""
     recipe = loaded.recipe
     started = clock.now().isoformat(timespec="seconds")
-    log.step(
+    progress.step(
         f"smoke {loaded.name}: in-image proofs in {recipe_image.tag} ({image_id[:19]}), no GPU on this host"
         + (", under qemu" if emulated else "")
     )
@@ -239,7 +241,7 @@ def _in_image_smoke(
         draft_trunc="draft-trunc" in recipe.features,
     )
     facts = in_image_smoke.gather(docker, image_id, want.modules)
-    log.info(f"  facts gathered in the image in {log.human_secs(time.monotonic() - t0)}")
+    progress.info(f"  facts gathered in the image in {human_secs(time.monotonic() - t0)}")
     run = SmokeRun()
     for check_name, ok, detail in in_image_smoke.judge(facts, want):
         run.check(check_name, partial(_fact, ok, detail))
@@ -259,12 +261,12 @@ def _in_image_smoke(
     )
     path = write_smoke_record(evidence)
     record = SmokeDocument(**evidence, record=str(path))
-    log.summary(
+    progress.summary(
         f"smoke {loaded.name}: in-image proofs {'PASSED' if run.passed else 'FAILED'} (not served: no GPU)",
         {
             "image": f"{recipe_image.tag} ({image_id[:19]})",
             "checks": f"{sum(c.ok for c in run.checks)}/{len(run.checks)} passed",
-            "took": log.human_secs(time.monotonic() - t0),
+            "took": human_secs(time.monotonic() - t0),
             "record": shown_home(path),
         },
     )

@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kiln.basics import log
 from kiln.basics.errors import DockerDaemonError
 from kiln.domain.recipes.recipe import Recipe
 from kiln.domain.serving.serving_container import ServingContainer
+from kiln.usecases import progress
 
 if TYPE_CHECKING:  # openai is a dev extra, imported late where a server is up
     from kiln_engine.features import Feature, Ratio
@@ -51,9 +51,7 @@ class SmokeRun:
             value, detail, ok = None, f"{type(exc).__name__}: {exc}", False
         c = Check(name, ok, str(detail)[:500], round(time.monotonic() - t0, 3))
         self.checks.append(c)
-        mark = "[green]pass[/]" if ok else "[red]FAIL[/]"
-        log.console.print(f"  {mark} {name}: ", end="", markup=True)
-        log.console.print(c.detail, markup=False, highlight=False)
+        progress.verdict(ok, name, c.detail)
         return value
 
     @property
