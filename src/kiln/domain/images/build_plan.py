@@ -66,7 +66,7 @@ def check_build_space(
     engine images are missing, or forced) fit on the daemon's disk, or DiskSpaceShort
     says so in one line (domain/images/disk_space.py has the figures)."""
 
-    def ahead(platform: str | None) -> disk_space.EngineBuild | None:
+    def engine_build_for(platform: str | None) -> disk_space.EngineBuild | None:
         images = images_for(recipe, ca_flag, platform)
         recipe_image, engine_image = images.recipe_image, images.engine_image
         if not force and local_image_for(docker, recipe_image.tag, recipe_image.digest) is not None:
@@ -75,7 +75,7 @@ def check_build_space(
             return None
         return disk_space.EngineBuild(engine_image.engine.flavour, engine_image.platform)
 
-    builds = [b for p in platforms if (b := ahead(p))]
+    builds = [b for p in platforms if (b := engine_build_for(p))]
     if not builds:
         return
     root = _local_root(docker)
