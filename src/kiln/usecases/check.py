@@ -15,6 +15,7 @@ from kiln.basics.errors import (
     PlanDoesNotFit,
     PlatformUnsupported,
     RecipeInvalid,
+    UsageError,
 )
 from kiln.basics.json_types import DESCRIBED, Count
 from kiln.basics.paths import repo_root
@@ -24,7 +25,7 @@ from kiln.domain.locks import engine_lock, lock_policy, recipe_lock
 from kiln.domain.patching.series import recipe_series
 from kiln.domain.planning.plan import verdict
 from kiln.domain.recipes.overrides import load_override
-from kiln.domain.recipes.recipe import LoadedRecipe, recipe_dir, recipe_names
+from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
 from kiln.domain.recipes.topology import feature_problems
 from kiln.infra import wheel_cache
@@ -58,13 +59,6 @@ class CheckDocument(TypedDict):
 
     valid: bool
     recipes: list[RecipeCheck]
-
-
-def _recipe_names(name: str | None, all_recipes: bool) -> list[str]:
-    if name and not all_recipes:
-        recipe_dir(name)  # an unknown name is no recipe problem: say so with its own hint
-        return [name]
-    return recipe_names()
 
 
 def check_one(recipe: ResolvedRecipe) -> list[str]:
@@ -219,18 +213,19 @@ class CheckOutcome:
     failure: KilnError | None
 
 
-def check_recipes(name: str | None, *, platform: str | None = None) -> CheckOutcome:
-    """Every recipe checked (`name`: that one only); `platform`: one recipe's engine image
-    for that platform answers the launch check."""
+def check_recipes(names: list[str], *, platform: str | None = None) -> CheckOutcome:
+    """The recipes named, each resolved once and checked; `platform` (one recipe only):
+    that platform's engine image answers the launch check."""
     given: ResolvedRecipe | None = None  # --platform's one recipe, resolved before anything else
-    if platform is not None and name is not None:
-        given = resolve_recipe(name)
+    if platform is not None:
+        if len(names) != 1:
+            raise UsageError("kiln check --platform: name one recipe (its engine image for that platform is asked)")
+        given = resolve_recipe(names[0])
         check_platform(given.loaded, platform)
     problems: list[str] = []
     platform_only = True  # every problem is a declared platform without wheels: exit 100
     launch_only = True  # every problem is one the engine found: exit 17, as `kiln build`
     plan_only = True  # every problem is a recipe that does not fit its GPUs: exit 92, as `kiln plan`
-    names = _recipe_names(name, all_recipes=name is None)
     report: list[RecipeCheck] = []
     for recipe in names:
         resolved = given or _resolve(recipe)  # once per recipe: every check below takes it

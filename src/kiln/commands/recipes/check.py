@@ -6,17 +6,22 @@ from __future__ import annotations
 import argparse
 
 from kiln.basics import log
-from kiln.basics.errors import UsageError
 from kiln.commands.options import Subparsers, reports
 from kiln.domain.locks import engine_lock
+from kiln.domain.recipes.recipe import recipe_dir, recipe_names
 from kiln.usecases.check import check_recipes
 
 
+def _recipe_names(args: argparse.Namespace) -> list[str]:
+    """NAME, or every recipe (no NAME, or --all)."""
+    if args.name and not args.all:
+        recipe_dir(args.name)  # an unknown name is no recipe problem: say so with its own hint
+        return [args.name]
+    return recipe_names()
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
-    all_recipes = args.all or not args.name
-    if args.platform is not None and all_recipes:
-        raise UsageError("kiln check --platform: name one recipe (its engine image for that platform is asked)")
-    outcome = check_recipes(None if all_recipes else args.name, platform=args.platform)
+    outcome = check_recipes(_recipe_names(args), platform=args.platform)
     if args.json:
         log.emit_json(outcome.document)
     if outcome.failure is not None:
