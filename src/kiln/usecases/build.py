@@ -135,7 +135,8 @@ def build_recipe(
     platform: str | None = None,
 ) -> BuildOutcome:
     """The recipe's image for `platform` (one of engine.platforms; None: the host's), built
-    after its engine image, or the one already built from the same inputs."""
+    after its engine image, or the one already built from the same inputs.
+    `quiet_summary`: no closing summary record (a caller that reports the outcome itself)."""
     docker = docker or DockerDaemon()
     t0 = time.monotonic()
     images = build_plan.images_for(recipe, ca_flag, platform)
