@@ -108,12 +108,13 @@ def twin_numbers(docker) -> dict:
     """tiny-kindling with draft-trunc on, then off (same image, -e KILN_DRAFT_TRUNC=0)."""
     from kiln_testkit.twinserve import counters, prompts, serving
 
-    from kiln.commands.images.build import build_recipe
-    from kiln.commands.serving.smoke_checks import feature_ratio
     from kiln.domain.images.definitions import require_built
     from kiln.domain.recipes.feature_registry import engine_features
+    from kiln.domain.recipes.resolved import resolve_recipe
+    from kiln.usecases.build import build_recipe
+    from kiln.usecases.smoke_checks import feature_ratio
 
-    build_recipe(TWIN, docker=docker, quiet_summary=True)
+    build_recipe(resolve_recipe(TWIN), docker=docker, quiet_summary=True)
     built = require_built(docker, TWIN)
     loaded, image = built.loaded, built.image
     (feature,) = engine_features(loaded.recipe.features)
@@ -153,12 +154,13 @@ def print_twin(t: dict) -> None:
 
 def main() -> None:
     if "--moe-only" in sys.argv:
-        from kiln.commands.images.build import build_recipe
+        from kiln.domain.recipes.resolved import resolve_recipe
         from kiln.infra.docker import DockerDaemon
+        from kiln.usecases.build import build_recipe
 
         docker = DockerDaemon()
         print(f"bench_cpu: {NAME} only (speculation on and off)")
-        print_moe(moe_numbers(docker, build_recipe(NAME, docker=docker, quiet_summary=True).image_id))
+        print_moe(moe_numbers(docker, build_recipe(resolve_recipe(NAME), docker=docker, quiet_summary=True).image_id))
         return
     if "--twin-only" in sys.argv:
         from kiln.infra.docker import DockerDaemon
@@ -167,9 +169,10 @@ def main() -> None:
         print_twin(twin_numbers(DockerDaemon()))
         return
     from kiln.basics import paths
-    from kiln.commands.images.build import build_engine, build_recipe
     from kiln.domain.images.definitions import resolve
+    from kiln.domain.recipes.resolved import resolve_recipe
     from kiln.infra.docker import DockerDaemon
+    from kiln.usecases.build import build_engine, build_recipe
 
     reuse = "--reuse" in sys.argv
     docker = DockerDaemon()
@@ -180,7 +183,7 @@ def main() -> None:
     eng = build_engine(docker, engine_image, force=not reuse, nocache=not reuse)
     engine_cold = time.monotonic() - t0
     t0 = time.monotonic()
-    rec = build_recipe(NAME, docker=docker, force=not reuse, quiet_summary=True)
+    rec = build_recipe(resolve_recipe(NAME), docker=docker, force=not reuse, quiet_summary=True)
     recipe_cold = time.monotonic() - t0
 
     with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
@@ -193,7 +196,7 @@ def main() -> None:
         os.environ["KILN_ROOT"] = str(tree)
         paths.repo_root.cache_clear()
         t0 = time.monotonic()
-        build_recipe(NAME, docker=docker, quiet_summary=True)
+        build_recipe(resolve_recipe(NAME), docker=docker, quiet_summary=True)
         warm = time.monotonic() - t0
         if root is None:
             del os.environ["KILN_ROOT"]

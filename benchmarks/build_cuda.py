@@ -30,10 +30,11 @@ from kiln_testkit.tree import REPO
 
 from kiln.basics import log
 from kiln.basics.errors import KilnError
-from kiln.commands.images.build import build_engine, build_recipe
 from kiln.domain.images.definitions import resolve
 from kiln.domain.locks import engine_lock
+from kiln.domain.recipes.resolved import resolve_recipe
 from kiln.infra.docker import DockerDaemon
+from kiln.usecases.build import build_engine, build_recipe
 
 checks = load_script("benchmarks/build_cuda_checks.py")
 plain = load_script("benchmarks/build_cuda_plain.py")
@@ -99,7 +100,12 @@ def main() -> int:
     recipe_id = None
     try:
         recipe = build_recipe(
-            checks.NAME, docker=docker, force=args.force, quiet_summary=True, nocache=args.cold, platform=args.platform
+            resolve_recipe(checks.NAME),
+            docker=docker,
+            force=args.force,
+            quiet_summary=True,
+            nocache=args.cold,
+            platform=args.platform,
         )
         recipe_id = recipe.image_id
         run["recipe_build"] = {"tag": recipe.tag, "size": recipe.size, "skipped": recipe.skipped}

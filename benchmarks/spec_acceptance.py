@@ -110,7 +110,7 @@ def _delta(after: dict, before: dict) -> dict:
 
 
 def feature_summary(feature, values: dict) -> str:
-    from kiln.commands.serving.smoke_checks import feature_ratio
+    from kiln.usecases.smoke_checks import feature_ratio
 
     parts = []
     for name in ("dead_fraction", "acceptance"):

@@ -4,7 +4,7 @@
 
 Nothing is imported or run: every module under the root is parsed with `ast`. The walk
 (printed with its result, as DEFINITION below) starts at `--start` (default
-kiln.commands.images.build.build_recipe) with `--param` (default `name`) tracked, and
+kiln.usecases.build.build_recipe) with `--param` (default `name`; `recipe` for that start) tracked, and
 prints each stop (function, module) in visit order, the number of distinct modules, and
 how many times the walk returns to a module it had left.
 """
@@ -321,7 +321,7 @@ def walk(root: Path, start: str, param: str, types: tuple[str, ...] = TYPES, eve
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent / "src")
-    parser.add_argument("--start", default="kiln.commands.images.build.build_recipe")
+    parser.add_argument("--start", default="kiln.usecases.build.build_recipe")
     parser.add_argument("--param", default="name")
     parser.add_argument("--types", nargs="+", default=list(TYPES), help="modules whose classes are recipe types")
     parser.add_argument(

@@ -39,7 +39,7 @@ def docker_daemon(request):
 
 @pytest.fixture(scope="session")
 def base_image(docker_daemon) -> str:
-    from kiln.commands.images.base_image import _build_base
+    from kiln.usecases.base_image import build_base as _build_base
 
     tag = "kiln/base:bookworm"
     if docker_daemon.image(tag) is None:

@@ -18,7 +18,7 @@ from kilntest import REPO
 from kiln.basics.errors import (
     KilnError,
 )
-from kiln.commands.images import rebuild
+from kiln.usecases import rebuild
 from kiln.domain.imagecheck import engine_stamp, in_image_smoke, launch_arg_check
 from kiln.domain.locks import base_lock
 from kiln.domain.locks import engine_lock as L

@@ -273,7 +273,7 @@ def test_a_cleanup_fault_while_another_error_is_on_its_way_out_is_a_warning(caps
 
 
 def test_a_daemon_fault_during_a_smoke_check_stops_the_smoke_instead_of_failing_the_image():
-    from kiln.commands.serving.smoke_checks import SmokeRun
+    from kiln.usecases.smoke_checks import SmokeRun
 
     run = SmokeRun()
     run.check("models", raising(AssertionError("served model 'x' not in []")))

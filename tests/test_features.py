@@ -11,9 +11,9 @@ from kiln_engine.draft_trunc._env import Knobs, read_knobs
 from kilntest import REPO, run_kiln
 
 from kiln.basics.errors import RecipeInvalid
-from kiln.commands.serving.smoke_checks import feature_ratio, metric_sum
 from kiln.domain.recipes.feature_registry import engine_features, registry
 from kiln.domain.recipes.recipe import load_recipe
+from kiln.usecases.smoke_checks import feature_ratio, metric_sum
 
 DT = features.DRAFT_TRUNC
 

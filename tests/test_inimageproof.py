@@ -112,7 +112,7 @@ def _published(smoke: dict, platforms: dict) -> object:
     ],
 )
 def test_the_publish_summary_says_when_a_pass_was_only_proved_inside_the_image(smoke, platforms, says):
-    from kiln.commands.publishing.publish_summary import _smoke_said
+    from kiln.commands.publishing.publish import _smoke_said
 
     got = _smoke_said(_published(smoke, platforms))
     assert got.startswith(says) and (got == says or says.endswith("check"))

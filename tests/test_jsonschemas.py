@@ -16,9 +16,7 @@ from typing_extensions import TypedDict
 
 from kiln.basics.errors import RecipeInvalid, SmokeFailed
 from kiln.commands import json_schemas
-from kiln.commands.doctor import DoctorCheck
-from kiln.commands.images.build import BuildDocument, _document
-from kiln.commands.serving.smoke import SmokeDocument, SmokeSkipped
+from kiln.commands.images.build import _document
 from kiln.domain.images.image_build import BuildOutcome
 from kiln.domain.publishing.publish_records import (
     PlatformEntry,
@@ -32,6 +30,9 @@ from kiln.domain.publishing.publish_records import (
 from kiln.domain.signing.layer_checks import _AttestationCheck
 from kiln.domain.signing.signatures import Verification
 from kiln.infra.records import CheckEntry, Timings
+from kiln.usecases.build import BuildDocument
+from kiln.usecases.doctor import DoctorCheck
+from kiln.usecases.smoke import SmokeDocument, SmokeSkipped
 
 D = [f"sha256:{c * 64}" for c in "abcdef"]  # six digests
 

@@ -12,7 +12,6 @@ import yaml
 from kilntest import REPO, run_kiln, write_recipe
 
 from kiln.basics.errors import PlatformUnsupported, RecipeInvalid
-from kiln.commands.recipes.check import _platforms
 from kiln.domain.images import engine_image
 from kiln.domain.images.definitions import RecipeImage
 from kiln.domain.images.engine_image import EngineImage, _LazyCA
@@ -20,6 +19,7 @@ from kiln.domain.images.image_naming import _platform_labels, platform_suffix
 from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.recipe import load_recipe, recipe_dir
 from kiln.domain.recipes.resolved import ResolvedRecipe
+from kiln.usecases.check import _platforms
 
 pytestmark = pytest.mark.usefixtures("no_docker")
 
@@ -293,7 +293,7 @@ def test_build_for_a_platform_checks_it_before_anything_builds(tmp_path, platfor
 
 
 def test_emulated_smoke_limits_are_scaled_and_capped():
-    from kiln.commands.serving.smoke import EMULATION_FACTOR, _emulated_smoke
+    from kiln.usecases.smoke import EMULATION_FACTOR, _emulated_smoke
 
     spec = load_recipe(recipe_dir("tiny-moe")).recipe.smoke.model_copy(update={"min_tokens_per_s": 10.0})
     scaled = _emulated_smoke(spec)
@@ -305,7 +305,7 @@ def test_emulated_smoke_limits_are_scaled_and_capped():
 
 
 def test_base_tags_per_platform():
-    from kiln.commands.images.base_image import _base_tag
+    from kiln.usecases.base_image import _base_tag
 
     assert (
         _base_tag("kiln/base:bookworm", None) == _base_tag("kiln/base:bookworm", "linux/amd64") == "kiln/base:bookworm"

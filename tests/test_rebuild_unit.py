@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from kiln.basics.errors import BaseLockMismatch, RebuildSourceMissing
-from kiln.commands.images import rebuild
 from kiln.domain.locks import base_lock
 from kiln.domain.reproducible import image_diff
+from kiln.usecases import rebuild
 
 
 def _img(**labels):

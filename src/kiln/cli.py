@@ -1,5 +1,6 @@
-"""The `kiln` command line: the parser root, and the one place where a KilnError becomes
-a one-line message and its exit code.
+"""The `kiln` command line: the parser root, the one place where a KilnError becomes
+a one-line message and its exit code, and where the use-cases' progress records
+(kiln.usecases.progress) become kiln's lines on stderr.
 
 The root holds the global flags, the `--` passthrough to vLLM and the command modules
 of kiln.commands and its sub-packages, each of which registers its own parsers."""
@@ -7,6 +8,7 @@ of kiln.commands and its sub-packages, each of which registers its own parsers."
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import traceback
 from importlib.metadata import PackageNotFoundError, version
@@ -23,6 +25,7 @@ from kiln.commands.publishing import keys, publish, verify
 from kiln.commands.recipes import check, engine, listing, patches, plan, schema, show
 from kiln.commands.serving import fetch, render, serve, smoke
 from kiln.infra.docker import daemon_fault
+from kiln.usecases import progress
 
 # every command module, in the order `kiln --help` lists their commands; each one's
 # register(sub) adds its parser(s) with set_defaults(func=...), func(args) -> exit code
@@ -95,8 +98,34 @@ def _build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _ProgressLines(logging.Handler):
+    """The use-cases' progress records, each shown as the kiln.basics.log line of its kind."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # no handleError: a failing stderr (a closed pipe) reaches main as it would from log
+        kind, message = getattr(record, progress.KIND, "info"), record.getMessage()
+        if kind == "summary":
+            log.summary(message, getattr(record, progress.ROWS))
+        elif kind == "verdict":
+            mark = "[green]pass[/]" if getattr(record, progress.PASSED) else "[red]FAIL[/]"
+            log.console.print(f"  {mark} {message}: ", end="", markup=True)
+            log.console.print(getattr(record, progress.DETAIL), markup=False, highlight=False)
+        elif kind == "output":
+            log.console.print(message, markup=False)
+        else:
+            {"step": log.step, "ok": log.ok, "warn": log.warn, "debug": log.debug}.get(kind, log.info)(message)
+
+
+def _show_progress() -> None:
+    """The use-cases' progress on stderr, once however often main runs (tests run it in-process)."""
+    if not any(isinstance(handler, _ProgressLines) for handler in progress.LOGGER.handlers):
+        progress.LOGGER.addHandler(_ProgressLines())
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one `kiln` command line; its exit code."""
     argv = sys.argv[1:] if argv is None else argv
+    _show_progress()
     # before parsing, so a usage error or a crash in parsing honours them too
     log.set_debug("--debug" in argv or log.DEBUG)
     as_json = "--json" in (argv[: argv.index("--")] if "--" in argv else argv)

@@ -15,9 +15,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kiln.commands.serving.smoke_checks import feature_metrics_text, metric_sum
 from kiln.domain.serving.launch_command import Mount
 from kiln.domain.serving.serving_container import ServingContainer, free_port, run_spec
+from kiln.usecases.smoke_checks import feature_metrics_text, metric_sum
 
 # the client half lives apart so that the GPU twin's runner can use it without kiln
 from kiln_testkit.requestsets import prompts as prompts  # an explicit re-export (mypy --strict)  # noqa: PLC0414

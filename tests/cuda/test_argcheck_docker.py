@@ -11,11 +11,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from kiln_testkit.engine_images import engine_image_id
 from kilntest import REPO, remove_images, run_kiln
 
 from kiln.basics.documents import Shape
 from kiln.basics.errors import BuildFailed
-from kiln.commands.images import build
 from kiln.domain.imagecheck import launch_arg_check
 from kiln.domain.recipes.resolved import ResolvedRecipe
 
@@ -33,7 +33,7 @@ def cpu_engine_id(docker_daemon, base_image) -> str:
     from kiln.domain.recipes.recipe import load_recipe
 
     loaded = load_recipe(recipes_dir() / "tiny-moe")
-    return build._engine_image_id(docker_daemon, ResolvedRecipe(loaded), build_if_missing=True)
+    return engine_image_id(docker_daemon, ResolvedRecipe(loaded), build_if_missing=True)
 
 
 @pytest.fixture(scope="module")

@@ -9,10 +9,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 
 @pytest.fixture(scope="module")
 def built(cuda_build_enabled, docker_daemon, base_image):
-    from kiln.commands.images.build import build_recipe
     from kiln.domain.images.definitions import resolve
+    from kiln.domain.recipes.resolved import resolve_recipe
+    from kiln.usecases.build import build_recipe
 
-    outcome = build_recipe("glm53-kindling", docker=docker_daemon, quiet_summary=True)
+    outcome = build_recipe(resolve_recipe("glm53-kindling"), docker=docker_daemon, quiet_summary=True)
     resolved = resolve("glm53-kindling")
     loaded, engine_image = resolved.loaded, resolved.engine_image
     return loaded, engine_image, docker_daemon.client.images.get(outcome.image_id)

@@ -41,8 +41,8 @@ def engine_id(cuda_build_enabled, docker_daemon) -> str:
     given = os.environ.get("KILN_CUDA_ENGINE_IMAGE")
     if given:
         return docker_daemon.client.images.get(given).id
-    from kiln.commands.images.build import build_engine
     from kiln.domain.images.definitions import resolve
+    from kiln.usecases.build import build_engine
 
     engine_image = resolve("glm53-kindling").engine_image
     return build_engine(docker_daemon, engine_image).image_id

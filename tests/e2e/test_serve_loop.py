@@ -13,9 +13,9 @@ import time
 import urllib.request
 
 import pytest
+from kiln_testkit.health import wait_for_health
 from kilntest import REPO, kiln_containers_on, run_kiln
 
-from kiln.domain.serving.serving_container import _wait_for_health as wait_for_health
 from kiln.domain.serving.serving_container import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]

@@ -11,9 +11,9 @@ import subprocess
 import time
 
 import pytest
+from kiln_testkit.health import wait_for_health
 from kilntest import REPO, kiln_containers_on, make_tree, run_kiln, saved_image
 
-from kiln.domain.serving.serving_container import _wait_for_health as wait_for_health
 from kiln.domain.serving.serving_container import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]

@@ -14,13 +14,13 @@ import time
 import urllib.request
 
 import pytest
+from kiln_testkit.health import wait_for_health
 from kilntest import REPO
 
 from kiln.domain.recipes.topology import split_over_nodes
 from kiln.domain.serving.launch_command import LABEL_RECIPE
 from kiln.domain.serving.multi_node import NodeGroup, node_specs
 from kiln.domain.serving.serving_container import ServingContainer, free_port, run_spec
-from kiln.domain.serving.serving_container import _wait_for_health as wait_for_health
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 

@@ -215,11 +215,12 @@ def test_signed_index_publish_signs_the_index_and_each_platform_with_its_own_sbo
     CycloneDX document naming the image it was read from; the provenance, signing and
     verification are real."""
     from kiln.basics import paths
-    from kiln.commands.publishing import publish
+    from kiln.domain.recipes.resolved import resolve_recipe
     from kiln.domain.signing import keys
     from kiln.domain.supplychain import attest
     from kiln.infra.credentials import Credentials
     from kiln.infra.docker import DockerDaemon
+    from kiln.usecases import publish
 
     pair = keys.write_key_pair(tmp_path / "team", b"team-pw")
     monkeypatch.setenv("KILN_SIGNING_PASSWORD", "team-pw")
@@ -242,7 +243,7 @@ def test_signed_index_publish_signs_the_index_and_each_platform_with_its_own_sbo
     ns = f"{registry.host}/signed"
     try:
         result = publish.publish(
-            NAME,
+            resolve_recipe(NAME),
             registry=ns,
             creds=Credentials(registry.user, registry.password, "test"),
             docker=DockerDaemon(),
@@ -301,11 +302,12 @@ def test_a_signed_index_whose_platform_image_is_unsigned_fails_verify_naming_it(
     """An index signed on its own (as a signer that knows nothing of its images would) is
     not verified: each platform's image must carry a signature of its own."""
     from kiln.basics import paths
-    from kiln.commands.publishing import publish
+    from kiln.domain.recipes.resolved import resolve_recipe
     from kiln.domain.signing import keys, signatures
     from kiln.infra.credentials import Credentials
     from kiln.infra.docker import DockerDaemon
     from kiln.infra.registry import RegistryClient, Target
+    from kiln.usecases import publish
 
     pair = keys.write_key_pair(tmp_path / "team", b"team-pw")
     monkeypatch.setenv("KILN_ROOT", str(tree["root"]))
@@ -316,7 +318,7 @@ def test_a_signed_index_whose_platform_image_is_unsigned_fails_verify_naming_it(
     ns = f"{registry.host}/indexonly"
     creds = Credentials(registry.user, registry.password, "test")
     try:
-        result = publish.publish(NAME, registry=ns, creds=creds, docker=DockerDaemon())
+        result = publish.publish(resolve_recipe(NAME), registry=ns, creds=creds, docker=DockerDaemon())
     finally:
         paths.repo_root.cache_clear()
     client = RegistryClient(Target(registry.host, f"indexonly/{REPOSITORY}", plain_http=True), creds)

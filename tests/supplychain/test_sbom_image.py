@@ -12,12 +12,13 @@ import time
 
 import pip
 import pytest
+from kiln_testkit.provenance import resolved_by_role
 from kilntest import run_kiln
 from packaging.utils import canonicalize_name
 from sctest import validate_cyclonedx, validate_spdx, validate_statement
 
 from kiln.basics.errors import SbomReadFailed
-from kiln.domain.images.definitions import existing, resolve
+from kiln.domain.images.definitions import local_image_for, resolve
 from kiln.domain.supplychain import provenance, sbom
 
 pytestmark = [pytest.mark.docker, pytest.mark.e2e]
@@ -105,7 +106,7 @@ def count(doc: dict, kind: str) -> int:
 def engine_image(tiny_moe, docker_daemon):
     loaded = tiny_moe.loaded
     engine = resolve(loaded.name).engine_image
-    image = existing(docker_daemon, engine.tag, engine.digest)
+    image = local_image_for(docker_daemon, engine.tag, engine.digest)
     assert image is not None, f"{engine.tag} should exist once tiny-moe is built"
     # (the alias tag kiln/engine-cpu:vllm-0.32.0 follows the latest engine build on a shared
     # daemon; the digest tag and its input-digest label name this recipe's engine)
@@ -219,10 +220,10 @@ def test_kiln_sbom_provenance_recomputes_the_input_digest(tiny_moe, docker_daemo
     validate_statement(st)
     assert st["subject"] == [{"name": "kiln/tiny-moe", "digest": {"sha256": image.id.removeprefix("sha256:")}}]
     assert provenance.input_digest_from(st["predicate"]) == image.labels["ai.kiln.input-digest"]
-    (engine,) = provenance._resolved_by_role(st, "engine-image")
+    (engine,) = resolved_by_role(st, "engine-image")
     engine_image = resolve("tiny-moe").engine_image
-    assert engine["digest"]["sha256"] == existing(docker_daemon, engine_image.tag, engine_image.digest).id[7:]
-    (base,) = provenance._resolved_by_role(st, "base-image")
+    assert engine["digest"]["sha256"] == local_image_for(docker_daemon, engine_image.tag, engine_image.digest).id[7:]
+    (base,) = resolved_by_role(st, "base-image")
     assert base["digest"]["sha256"] == docker_daemon.image("kiln/base:bookworm").id[7:]
 
 

@@ -16,6 +16,7 @@ def _cmd_completion(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln completion` to the `kiln` subparsers."""
     s = sub.add_parser("completion", help="print a shell completion script (bash, zsh, tcsh)")
     s.add_argument("shell", choices=("bash", "zsh", "tcsh"))
     s.set_defaults(func=_cmd_completion)

@@ -1,116 +1,31 @@
-"""`kiln doctor`: is this machine ready to build, serve and publish?"""
+"""`kiln doctor`: is this machine ready to build, serve and publish? (the checks:
+kiln.usecases.doctor)"""
 
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
-from typing import Literal
-
-from typing_extensions import TypedDict
 
 from kiln.basics import log
-from kiln.basics.errors import KilnError
-from kiln.basics.paths import cache_dir, repo_root, shown_home, state_dir
 from kiln.commands.options import Subparsers, reports
-from kiln.domain.images.ca_bundle import resolve_ca
-from kiln.infra import binfmt
-from kiln.infra.docker import DockerDaemon
+from kiln.usecases.doctor import check_machine
 
-
-class DoctorCheck(TypedDict):
-    """One check of this machine and what it found."""
-
-    check: str
-    status: Literal["ok", "warn", "fail"]
-    detail: str
-
-
-class DoctorDocument(TypedDict):
-    """`kiln doctor --json` (src/kiln/schemas/doctor.json): every check; `ok` unless one failed."""
-
-    ok: bool
-    checks: list[DoctorCheck]
-
-
-_ROWS: list[DoctorCheck] = []
-# a check's outcome (None: a warning) as its row's status
-_STATUS: dict[bool | None, Literal["ok", "warn", "fail"]] = {True: "ok", False: "fail", None: "warn"}
-
-
-def _row(ok: bool | None, what: str, detail: str) -> bool:
-    mark = {True: "[green]ok[/]  ", False: "[red]FAIL[/]", None: "[yellow]warn[/]"}[ok]
-    log.console.print(f"  {mark} {what}: ", end="", markup=True, highlight=False)
-    log.console.print(detail, markup=False, highlight=False)
-    _ROWS.append(DoctorCheck(check=what, status=_STATUS[ok], detail=detail))
-    return ok is not False
-
-
-def _gpu() -> str | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, check=False)
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
-
-
-def doctor(as_json: bool = False) -> int:
-    _ROWS.clear()
-    good = True
-    log.step("kiln doctor")
-    try:
-        version = DockerDaemon().ping()
-        good &= _row(True, "docker daemon", f"reachable, server {version}")
-    except KilnError as exc:
-        good &= _row(False, "docker daemon", exc.message)
-    deb = shutil.which("debootstrap")
-    _row(True if deb else None, "debootstrap", deb or "missing (needed only for `kiln base build`)")
-    usage = shutil.disk_usage(cache_dir())
-    free_gb = usage.free / 1e9
-    good &= _row(
-        free_gb > 15 if free_gb < 15 else True, "disk", f"{free_gb:.0f} GB free (an engine build needs ~10 GB)"
-    )
-    try:
-        ca = resolve_ca()
-        _row(True, "CA bundle", f"{ca.path or 'none'} ({ca.origin})")
-    except KilnError as exc:
-        good &= _row(False, "CA bundle", exc.message)
-    gpu = _gpu()
-    _row(True if gpu else None, "GPU", gpu or "none visible (CPU recipes only; GPU smoke tests skip)")
-    reg = shutil.which("docker-registry") or shutil.which("registry")
-    _row(True if reg else None, "local registry binary", reg or "missing (publish tests need Debian's docker-registry)")
-    for plat in binfmt.ENTRIES:
-        emu = binfmt.state(plat)
-        if not emu.native:  # a warning: only builds for that platform need it
-            _row(*_emulation_row(emu))
-    _row(True, "records", f"{shown_home(state_dir())} (smoke passes and publish results; $KILN_STATE_DIR moves them)")
-    _row(*_checkout())
-    if as_json:
-        log.emit_json(DoctorDocument(ok=good, checks=list(_ROWS)))
-    return 0 if good else 1
-
-
-def _emulation_row(emu: binfmt.Emulation) -> tuple[bool | None, str, str]:
-    fix = f"(needed only to build or run {emu.platform} images: scripts/setup.sh --arm64)"
-    if not emu.usable:
-        return None, f"emulation {emu.platform}", f"{emu.why_not()} {fix}"
-    version = binfmt.qemu_version(emu.interpreter)
-    said = f"{emu.describe()}, qemu {version or 'version unknown'}"
-    if binfmt.too_old(version):
-        return None, f"emulation {emu.platform}", f"{said}: below {binfmt.QEMU_MIN_MAJOR}, torch does not import {fix}"
-    return True, f"emulation {emu.platform}", said
-
-
-def _checkout() -> tuple[bool | None, str, str]:
-    try:
-        return True, "checkout", str(repo_root())
-    except KilnError as exc:
-        return None, "checkout", f"{exc.message} (recipe commands need one)"
+# a row's status as it is marked on the terminal
+_MARKS = {"ok": "[green]ok[/]  ", "fail": "[red]FAIL[/]", "warn": "[yellow]warn[/]"}
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    return doctor(as_json=args.json)
+    log.step("kiln doctor")
+    document = check_machine()
+    for row in document["checks"]:
+        mark = _MARKS[row["status"]]
+        log.console.print(f"  {mark} {row['check']}: ", end="", markup=True, highlight=False)
+        log.console.print(row["detail"], markup=False, highlight=False)
+    if args.json:
+        log.emit_json(document)
+    return 0 if document["ok"] else 1
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln doctor` to the `kiln` subparsers."""
     s = reports(sub.add_parser("doctor", help="check this machine"))
     s.set_defaults(func=_cmd_doctor)

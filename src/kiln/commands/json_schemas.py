@@ -1,5 +1,5 @@
 """The JSON Schemas of the `--json` documents (src/kiln/schemas/<name>.json), generated
-from the TypedDicts the commands emit, as `kiln schema` makes the recipe's: pydantic
+from the TypedDicts the commands emit (the use-cases' and the domain's), as `kiln schema` makes the recipe's: pydantic
 writes the schema, kiln adds `$schema`, `$id` and `title`.
 
     python -m kiln.commands.json_schemas           rewrite the stale files (or `nox -s schemas`)
@@ -22,14 +22,14 @@ from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import CoreSchema
 
 from kiln.basics.errors import ErrorDocument
-from kiln.commands.doctor import DoctorDocument
-from kiln.commands.images.build import BuildDocument
-from kiln.commands.recipes.check import CheckDocument
-from kiln.commands.serving.smoke import SmokeJson
 from kiln.domain.catalogue.entries import ListDocument, ShowDocument
 from kiln.domain.patching.outdated import OutdatedDocument
 from kiln.domain.publishing.publish_records import PromoteDocument, PublishDocument
 from kiln.domain.signing.signatures import VerificationJson
+from kiln.usecases.build import BuildDocument
+from kiln.usecases.check import CheckDocument
+from kiln.usecases.doctor import DoctorDocument
+from kiln.usecases.smoke import SmokeJson
 
 _SCHEMAS = Path(__file__).resolve().parents[1] / "schemas"
 _DRAFT = "https://json-schema.org/draft/2020-12/schema"

@@ -47,6 +47,7 @@ def _stale_images(docker: DockerDaemon, keep: set[str], recipes: set[str], engin
 
 
 def prune(names: list[str] | None = None, *, dry_run: bool = False, docker: DockerDaemon | None = None) -> int:
+    """Remove (or with `dry_run` only list) the kiln images no current recipe input produces; the count."""
     docker = docker or DockerDaemon()
     keep = _current_digests()
     stale = _stale_images(docker, keep, set(names or recipe_names()), engines=not names)
@@ -79,6 +80,7 @@ def _cmd_prune(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln prune` to the `kiln` subparsers."""
     s = sub.add_parser("prune", help="remove kiln images no current recipe input produces")
     s.add_argument("names", nargs="*", help="only these recipes' images (default: all recipes and engines)")
     s.add_argument("--dry-run", action="store_true", help="only list them")

@@ -19,7 +19,7 @@ from kiln.basics import log
 from kiln.basics.errors import ImageNotBuilt, SbomWriteFailed, UsageError
 from kiln.basics.files import write_atomic
 from kiln.commands.options import Subparsers
-from kiln.domain.images.definitions import existing, require_built, resolve
+from kiln.domain.images.definitions import local_image_for, require_built, resolve
 from kiln.domain.supplychain import sbom as sbomdoc
 from kiln.domain.supplychain import spdx
 from kiln.domain.supplychain.cyclonedx_shape import CycloneDxDocument
@@ -28,6 +28,7 @@ from kiln.infra.docker import DockerDaemon, id_of
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln sbom` to the `kiln` subparsers."""
     s = sub.add_parser("sbom", help="SBOM of a built image, read from its filesystem (CycloneDX or SPDX JSON)")
     s.add_argument("name", help="a recipe (its image must be built from the current inputs)")
     s.add_argument(
@@ -67,7 +68,7 @@ def _document(args: argparse.Namespace, docker: DockerDaemon) -> tuple[Mapping[s
     if args.engine:
         resolved = resolve(args.name)
         loaded, engine_image = resolved.loaded, resolved.engine_image
-        image = existing(docker, engine_image.tag, engine_image.digest)
+        image = local_image_for(docker, engine_image.tag, engine_image.digest)
         if image is None:
             raise ImageNotBuilt(f"{engine_image.tag} (the engine of {args.name}, from the current inputs) is not built")
         cdx = sbomdoc.build_image_sbom(

@@ -79,6 +79,7 @@ def _cmd_fingerprint(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln keys generate` and `kiln keys fingerprint` to the `kiln` subparsers."""
     p = sub.add_parser("keys", help="cosign-compatible signing keys (generate, fingerprint)")
     ksub = p.add_subparsers(dest="keys_command", metavar="{generate,fingerprint}", required=True)
     g = ksub.add_parser(

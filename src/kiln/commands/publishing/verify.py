@@ -33,6 +33,8 @@ def verify(
     signed_repository: str | None = None,
     creds: credentials.Credentials | None = None,
 ) -> signatures.Verification:
+    """The verification of the image under `ref` against the public key at `key_path`:
+    its signature, and unless `signature_only` its SBOM and provenance attestations."""
     public = keys.load_public_key(key_path)  # a bad key fails before any network
     image = signatures.parse_reference(ref, plain_http=plain_http)
     if creds is None:
@@ -71,6 +73,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln verify` to the `kiln` subparsers."""
     p = sub.add_parser(
         "verify", help="check an image's cosign signature and its SBOM/provenance attestations against a public key"
     )

@@ -22,19 +22,16 @@ from pathlib import Path
 from kiln.basics import log
 from kiln.basics.errors import EngineOutdated, LockInvalid, UsageError
 from kiln.commands.options import Subparsers, reports
-from kiln.commands.recipes import bump_report
 from kiln.domain.images.ca_bundle import resolve_ca
 from kiln.domain.images.engine_image import EngineImage
-from kiln.domain.locks import engine_lock as L
-from kiln.domain.locks import lock_records as LR
-from kiln.domain.locks import lock_resolver, recipe_lock
-from kiln.domain.patching import outdated as O
-from kiln.domain.patching import series as S
+from kiln.domain.locks import engine_lock, lock_records, lock_resolver, recipe_lock
+from kiln.domain.patching import outdated, series
 from kiln.domain.patching.bump import PortedEngine, bump, default_from, move_recipe
 from kiln.domain.recipes.recipe import LoadedRecipe, load_recipe, recipe_dir, recipe_names
 from kiln.domain.recipes.recipe_sections import Engine
 from kiln.infra import package_index, wheel_cache
 from kiln.infra.docker import DockerDaemon
+from kiln.usecases.bump_report import command_line, write_bump_report
 
 _HEADER = ("recipe", "distribution", "pinned", "newest on index", "newest with a kiln series", "status")
 
@@ -56,7 +53,7 @@ def _engines(loaded: list[LoadedRecipe]) -> list[tuple[str, Engine]]:
 
 
 def _uses_locks(engine: Engine) -> bool:
-    return L.uses_locks(L.engine_image_dir(engine.flavour))
+    return engine_lock.uses_locks(engine_lock.engine_image_dir(engine.flavour))
 
 
 def _platforms_wanted(engine: Engine) -> list[str]:
@@ -73,13 +70,13 @@ def _platforms_wanted(engine: Engine) -> list[str]:
 
 def _lock_engine(
     recipe: str, engine: Engine, platforms: list[str] | None = None, docker: DockerDaemon | None = None
-) -> LR.EngineLock:
+) -> lock_records.EngineLock:
     """Resolve and write one engine's lock (unchanged bytes are not rewritten)."""
     t0 = time.monotonic()
-    folder = L.engine_image_dir(engine.flavour)
-    path = L.lock_path(folder, engine.name, engine.version)
+    folder = engine_lock.engine_image_dir(engine.flavour)
+    path = engine_lock.lock_path(folder, engine.name, engine.version)
     if platforms is None:
-        platforms = L.load(path).platforms if path.is_file() else _platforms_wanted(engine)
+        platforms = engine_lock.load(path).platforms if path.is_file() else _platforms_wanted(engine)
     cafile = resolve_ca(None).path
     lock = lock_resolver.make_lock(
         engine,
@@ -89,7 +86,7 @@ def _lock_engine(
         docker=docker or DockerDaemon(),
         base_of=lambda platform: EngineImage(engine, None, platform).base_ref,
     )
-    changed = L.write(lock, path)
+    changed = engine_lock.write(lock, path)
     debian = sum(len(v) for v in lock.debian_packages.values())
     what = (
         f"{len(lock.python_packages)} Python distributions"
@@ -97,32 +94,33 @@ def _lock_engine(
         + f", {debian} Debian packages, {', '.join(lock.platforms)}"
     )
     verb = "wrote" if changed else "unchanged:"
-    log.ok(f"{verb} {L.shown(path)}: {what} (for {recipe}) [{log.human_secs(time.monotonic() - t0)}]")
+    log.ok(f"{verb} {engine_lock.shown(path)}: {what} (for {recipe}) [{log.human_secs(time.monotonic() - t0)}]")
     return lock
 
 
-def _lock_recipe(loaded: LoadedRecipe, platforms: list[str] | None = None) -> LR.EngineLock:
+def _lock_recipe(loaded: LoadedRecipe, platforms: list[str] | None = None) -> lock_records.EngineLock:
     """Resolve and write a recipe's own lock against its committed engine lock (unchanged
     bytes are not rewritten)."""
     t0 = time.monotonic()
     e = loaded.recipe.engine
-    engine_lock = L.for_image(L.engine_image_dir(e.flavour), e.name, e.version, loaded.name)
-    if engine_lock is None:
+    pinned_lock = engine_lock.for_image(engine_lock.engine_image_dir(e.flavour), e.name, e.version, loaded.name)
+    if pinned_lock is None:
         raise LockInvalid(
-            f"{L.shown(L.engine_image_dir(e.flavour))}: not built from a lock; "
+            f"{engine_lock.shown(engine_lock.engine_image_dir(e.flavour))}: not built from a lock; "
             f"{loaded.name}'s build.python_packages are locked against its engine's lock"
         )
     path = recipe_lock.lock_path(loaded.dir)
     lock = lock_resolver.make_recipe_lock(
         loaded.name,
         list(loaded.recipe.build.python_packages),
-        engine_lock,
+        pinned_lock,
         platforms or list(e.platforms),
         cafile=resolve_ca(None).path,
     )
-    verb = "wrote" if L.write(lock, path) else "unchanged:"
+    verb = "wrote" if engine_lock.write(lock, path) else "unchanged:"
     names = ", ".join(f"{p.name} {p.version}" for p in lock.python_packages) or "nothing beyond the engine lock"
-    log.ok(f"{verb} {L.shown(path)}: {names}, {', '.join(lock.platforms)} [{log.human_secs(time.monotonic() - t0)}]")
+    took = log.human_secs(time.monotonic() - t0)
+    log.ok(f"{verb} {engine_lock.shown(path)}: {names}, {', '.join(lock.platforms)} [{took}]")
     return lock
 
 
@@ -141,27 +139,33 @@ def _cmd_engine_lock(args: argparse.Namespace) -> int:
     return 0
 
 
-def _committed(engines: list[tuple[str, Engine]], own: list[LoadedRecipe]) -> list[tuple[Path, LR.EngineLock | None]]:
+def _committed(
+    engines: list[tuple[str, Engine]], own: list[LoadedRecipe]
+) -> list[tuple[Path, lock_records.EngineLock | None]]:
     """(lock file, its lock or None for an engine image without locks/) of each engine
     and each recipe's own packages, as committed: what `--check` asks the index about."""
-    out: list[tuple[Path, LR.EngineLock | None]] = []
+    out: list[tuple[Path, lock_records.EngineLock | None]] = []
     for recipe, e in engines:
-        folder = L.engine_image_dir(e.flavour)
-        out.append((L.lock_path(folder, e.name, e.version), L.for_image(folder, e.name, e.version, recipe)))
+        folder = engine_lock.engine_image_dir(e.flavour)
+        out.append(
+            (engine_lock.lock_path(folder, e.name, e.version), engine_lock.for_image(folder, e.name, e.version, recipe))
+        )
     return out + [(recipe_lock.lock_path(item.dir), recipe_lock.for_recipe(item)) for item in own]
 
 
-def _check(locks: list[tuple[Path, LR.EngineLock | None]]) -> int:
+def _check(locks: list[tuple[Path, lock_records.EngineLock | None]]) -> int:
     cafile = resolve_ca(None).path
     for path, lock in locks:
         if lock is None:
-            log.info(f"{L.shown(path.parent.parent)}: not built from a lock")
+            log.info(f"{engine_lock.shown(path.parent.parent)}: not built from a lock")
             continue
         findings = lock_resolver.outdated(lock, cafile=cafile)
         total = len(lock.python_packages) + len(lock.plain_extra_packages) + len(lock.tools)
         yanked = sum(bool(f.yanked) for f in findings)
         newer = sum(bool(f.newest) for f in findings)
-        log.out.print(f"{L.shown(path)}: {total} locked, {yanked} yanked, {newer} with newer releases", markup=False)
+        log.out.print(
+            f"{engine_lock.shown(path)}: {total} locked, {yanked} yanked, {newer} with newer releases", markup=False
+        )
         for f in findings:
             log.out.print(f"  {f.line()}", markup=False)
     log.info("nothing was changed; `kiln engine lock RECIPE` re-locks")
@@ -180,7 +184,7 @@ def _register_lock(es: Subparsers) -> None:
     s.add_argument(
         "--platform",
         action="append",
-        choices=sorted(L.PLATFORMS),
+        choices=sorted(engine_lock.PLATFORMS),
         help="lock for this platform (repeatable; default: the lock's own, else every "
         "platform the recipes on that engine build for; a recipe's own lock: its engine.platforms)",
     )
@@ -194,28 +198,31 @@ def _register_lock(es: Subparsers) -> None:
 
 
 def _cmd_engine_bump(args: argparse.Namespace) -> int:
-    to_version = S.parse_engine(args.to)
+    to_version = series.parse_engine(args.to)
     if args.report is not None and not args.dry_run:
         raise UsageError("--report goes with --dry-run (a report changes nothing)")
-    ported = args.recipe and S.series_dir(to_version).is_dir() and not args.from_version
+    ported = args.recipe and series.series_dir(to_version).is_dir() and not args.from_version
     if ported:  # moving one more recipe onto an engine whose series is already ported
-        log.ok(f"{S.shown(S.series_dir(to_version))} exists; moving {args.recipe} onto it")
+        log.ok(f"{series.shown(series.series_dir(to_version))} exists; moving {args.recipe} onto it")
     else:
-        from_version = S.parse_engine(args.from_version) if args.from_version else default_from(to_version)
+        from_version = series.parse_engine(args.from_version) if args.from_version else default_from(to_version)
         then = None
         if args.report is not None:
-            command = bump_report.command_line(
-                to_version, args.from_version and from_version, args.flavour, args.report
-            )
+            command = command_line(to_version, args.from_version and from_version, args.flavour, args.report)
 
             def then(engine: PortedEngine) -> None:
-                bump_report.report_bump((from_version, to_version), args.flavour, engine, args.report, command)
+                text, written = write_bump_report(
+                    (from_version, to_version), args.flavour, engine, args.report, command
+                )
+                log.out.print(text, markup=False, end="")
+                if written is not None:
+                    log.ok(f"wrote {written}")
 
         bump(from_version, to_version, args.flavour, args.dry_run, then)
     if args.recipe and not args.dry_run:
         move_recipe(args.recipe, to_version)
         # the recipe's engine image needs a lock for the new version (input of its digest)
-        loaded = S.load_recipe(args.recipe)
+        loaded = series.load_recipe(args.recipe)
         moved = loaded.recipe.engine
         if _uses_locks(moved):
             _lock_engine(args.recipe, moved)
@@ -224,7 +231,7 @@ def _cmd_engine_bump(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(row: O.OutdatedRow) -> str:
+def _status(row: outdated.OutdatedRow) -> str:
     if row["status"] == "current":
         return "up to date"
     if row["status"] == "not-on-index":
@@ -233,7 +240,7 @@ def _status(row: O.OutdatedRow) -> str:
     return "lags (series ready)" if ready else f"lags (no series for {row['newest_on_index']} yet)"
 
 
-def _table(doc: O.OutdatedDocument) -> list[str]:
+def _table(doc: outdated.OutdatedDocument) -> list[str]:
     """The rows for a person: one line per recipe under a header, columns aligned."""
     cells = [_HEADER] + [
         (
@@ -250,7 +257,7 @@ def _table(doc: O.OutdatedDocument) -> list[str]:
     return ["  ".join([*(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)), row[-1]]) for row in cells]
 
 
-def _summary(doc: O.OutdatedDocument, behind: list[O.OutdatedRow]) -> str:
+def _summary(doc: outdated.OutdatedDocument, behind: list[outdated.OutdatedRow]) -> str:
     """One line: how many recipes lag, and what is out per distribution."""
     news: dict[tuple[str, str], set[str]] = {}
     for r in behind:
@@ -264,8 +271,8 @@ def _summary(doc: O.OutdatedDocument, behind: list[O.OutdatedRow]) -> str:
 def _cmd_engine_outdated(args: argparse.Namespace) -> int:
     index = (args.index_url or package_index.index_url()).rstrip("/")
     cafile = package_index.index_cafile()
-    doc = O.outdated(index, lambda dist: package_index.wheel_releases(dist, index=index, cafile=cafile))
-    behind = O.lagging(doc)
+    doc = outdated.outdated(index, lambda dist: package_index.wheel_releases(dist, index=index, cafile=cafile))
+    behind = outdated.lagging(doc)
     if args.json:
         log.emit_json(doc)
     else:
@@ -295,7 +302,7 @@ def _register_outdated(es: Subparsers) -> None:
 
 def _register_bump(es: Subparsers) -> None:
     s = es.add_parser("bump", help="port the patch series to another engine version (--dry-run: only report)")
-    s.add_argument("--to", required=True, help=f"{S.ENGINE}==Y or Y")
+    s.add_argument("--to", required=True, help=f"{series.ENGINE}==Y or Y")
     s.add_argument("--from", dest="from_version", help="series to bump (default: the newest one older than --to)")
     s.add_argument("--dry-run", action="store_true", help="report per patch; change nothing")
     s.add_argument(

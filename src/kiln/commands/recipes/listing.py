@@ -27,5 +27,6 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln list` to the `kiln` subparsers."""
     s = reports(sub.add_parser("list", help="list recipes"))
     s.set_defaults(func=_cmd_list)

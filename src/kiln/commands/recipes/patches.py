@@ -8,51 +8,53 @@ import argparse
 from kiln.basics import log
 from kiln.basics.paths import repo_root
 from kiln.commands.options import Subparsers
-from kiln.domain.patching import series as S
+from kiln.domain.patching import series
 from kiln.domain.patching.quilt import checkout, refresh
 from kiln.domain.patching.quilt_state import Target
 from kiln.domain.patching.rebase import rebase, to_patch
 from kiln.domain.recipes.resolved import resolve_recipe
 from kiln.infra import wheel_cache
 
-_ENGINE = S.ENGINE
+_ENGINE = series.ENGINE
 
 
 def _cmd_patches_check(args: argparse.Namespace) -> int:
     if args.feature:  # every engine version the feature has a series for, or --engine's
-        _, ov = S.FeatureRef.parse(args.feature).load()
+        _, ov = series.FeatureRef.parse(args.feature).load()
         versions = (
-            [S.parse_engine(args.engine)] if args.engine else (ov.series_versions() or [ov.override.engine.version])
+            [series.parse_engine(args.engine)]
+            if args.engine
+            else (ov.series_versions() or [ov.override.engine.version])
         )
-        S.check_feature(ov, versions, args.flavour)
+        series.check_feature(ov, versions, args.flavour)
         return 0
     recipe = resolve_recipe(args.recipe) if args.recipe else None
     if args.engine:
-        versions = [S.parse_engine(args.engine)]
+        versions = [series.parse_engine(args.engine)]
     elif recipe is not None:
         versions = [recipe.recipe.engine.version]
     else:
-        versions = S.pinned_versions()
+        versions = series.pinned_versions()
         if not versions:
-            log.info(f"no series under {S.shown(repo_root() / 'patches' / _ENGINE)}; nothing to check")
+            log.info(f"no series under {series.shown(repo_root() / 'patches' / _ENGINE)}; nothing to check")
             return 0
     flavour = args.flavour or (recipe.recipe.engine.flavour if recipe is not None else None)
     for version in versions:
-        S.check(version, flavour, recipe)
+        series.check(version, flavour, recipe)
     return 0
 
 
 def _target(args: argparse.Namespace) -> Target:
     """The series checkout/refresh work on: --feature RECIPE/FEATURE or the engine's."""
-    feature = S.FeatureRef.parse(args.feature) if getattr(args, "feature", None) else None
+    feature = series.FeatureRef.parse(args.feature) if getattr(args, "feature", None) else None
     if args.engine:
-        version = S.parse_engine(args.engine)
+        version = series.parse_engine(args.engine)
     elif feature is not None:
         version = feature.load()[0].recipe.engine.version
     else:
-        version = S.newest_version()
+        version = series.newest_version()
     series_from = getattr(args, "series_from", None)
-    return Target(version, S.parse_engine(series_from) if series_from else version, feature)
+    return Target(version, series.parse_engine(series_from) if series_from else version, feature)
 
 
 def _again(args: argparse.Namespace, target: Target) -> str:
@@ -79,14 +81,14 @@ def _cmd_patches_refresh(args: argparse.Namespace) -> int:
     written = refresh(target, args.flavour, args.patch)
     folder = target.series_folder(target.version)
     for name in written:
-        log.ok(f"refreshed {S.shown(folder / name)}")
+        log.ok(f"refreshed {series.shown(folder / name)}")
     if not written:
         log.ok("every patch is up to date")
     return 0
 
 
 def _cmd_override_rebase(args: argparse.Namespace) -> int:
-    written = rebase(args.recipe, args.feature, S.parse_engine(args.from_version))
+    written = rebase(args.recipe, args.feature, series.parse_engine(args.from_version))
     for f in written:
         log.ok(f"merged {f} onto the pinned engine; upstream_sha256 updated")
     return 0
@@ -94,7 +96,7 @@ def _cmd_override_rebase(args: argparse.Namespace) -> int:
 
 def _cmd_override_to_patch(args: argparse.Namespace) -> int:
     path = to_patch(args.recipe, args.feature)
-    log.ok(f"wrote {S.shown(path)}; override.yaml now uses the series, replacement files removed")
+    log.ok(f"wrote {series.shown(path)}; override.yaml now uses the series, replacement files removed")
     return 0
 
 
@@ -140,14 +142,16 @@ def register(sub: Subparsers) -> None:
     )
     s.set_defaults(func=_cmd_patches_refresh)
 
-    o = sub.add_parser("override", help="experimental overrides (recipes/NAME/experimental/FEATURE)")
-    os_ = o.add_subparsers(dest="override_command", required=True, parser_class=type(o))
-    s = os_.add_parser("rebase", help="move a feature onto the pinned engine (3-way merges whole-file replacements)")
+    override = sub.add_parser("override", help="experimental overrides (recipes/NAME/experimental/FEATURE)")
+    override_sub = override.add_subparsers(dest="override_command", required=True, parser_class=type(override))
+    s = override_sub.add_parser(
+        "rebase", help="move a feature onto the pinned engine (3-way merges whole-file replacements)"
+    )
     s.add_argument("recipe")
     s.add_argument("feature")
     s.add_argument("--from", dest="from_version", required=True, help="engine version the override was forked from")
     s.set_defaults(func=_cmd_override_rebase)
-    s = os_.add_parser("to-patch", help="turn a feature's whole-file replacements into a patch")
+    s = override_sub.add_parser("to-patch", help="turn a feature's whole-file replacements into a patch")
     s.add_argument("recipe")
     s.add_argument("feature")
     s.set_defaults(func=_cmd_override_to_patch)

@@ -1,43 +1,18 @@
 """`kiln plan NAME [--gpu G] [--gpus N] [--strict]`: per GPU, the recipe's weights, KV
-cache and engine reserve against capacity x gpu-memory-utilization (domain/planning/plan.py says
-how each is counted); exit 92 with one line when it does not fit."""
+cache and engine reserve against capacity x gpu-memory-utilization (the use-case:
+kiln.usecases.plan); exit 92 with one line when it does not fit."""
 
 from __future__ import annotations
 
 import argparse
 
 from kiln.basics import log
-from kiln.basics.errors import PlanDoesNotFit, UsageError
+from kiln.basics.errors import PlanDoesNotFit
 from kiln.commands.options import Subparsers, count
-from kiln.domain.images.image_files import recipe_image_reader
-from kiln.domain.planning.model_shape import plan_input
-from kiln.domain.planning.plan import Layout, Plan, compute, gib, verdict
-from kiln.domain.recipes.accelerators import ACCELERATORS, NAMES, Accelerator
-from kiln.domain.recipes.recipe import LoadedRecipe
+from kiln.domain.planning.plan import Plan, gib, verdict
+from kiln.domain.recipes.accelerators import NAMES
 from kiln.domain.recipes.resolved import resolve_recipe
-from kiln.domain.recipes.topology import effective
-
-
-def plan_recipe(loaded: LoadedRecipe, *, gpu: str | None = None, gpus: int | None = None) -> Plan:
-    """The plan of a loaded recipe on its own GPUs, or on `gpus` x `gpu`."""
-    recipe = loaded.recipe
-    topo = effective(recipe)
-    inp = plan_input(loaded, image_json=recipe_image_reader(loaded.name))
-    if recipe.engine.flavour == "cpu":
-        return compute(inp, None, Layout.of(topo), nodes=topo.nodes)
-    name = gpu or topo.accelerator
-    if name is None:
-        raise UsageError(f"{recipe.name} names no GPU (topology.accelerator): pass --gpu ({', '.join(NAMES)})")
-    acc: Accelerator = ACCELERATORS[name]
-    layout = Layout.of(topo)
-    if gpus is not None and gpus != layout.gpus:
-        layout = layout.over(gpus)
-    nodes = (
-        topo.nodes
-        if layout.gpus == topo.nodes * topo.accelerators_per_node
-        else max(1, -(-layout.gpus // max(1, topo.accelerators_per_node)))
-    )
-    return compute(inp, acc, layout, nodes=nodes)
+from kiln.usecases.plan import plan_recipe
 
 
 def _count_params(n: int) -> str:
@@ -60,14 +35,15 @@ def _table(plan: Plan) -> list[str]:
     rows.append(("KV cache: 1 request", gib(plan.kv_one), f"{full_len}, kv-cache-dtype {plan.kv_dtype}"))
     rows.append(("KV cache: all requests", gib(plan.kv_full), f"{full_len} x max-num-seqs {plan.max_num_seqs:,}"))
     if acc is not None:
-        r = plan.reserve
+        reserve = plan.reserve
         rows.append(
             (
                 "engine reserve",
-                gib(r.total),
+                gib(reserve.total),
                 (
-                    f"estimate: activations {gib(r.activations)} at {plan.batched_tokens:,} batched tokens, "
-                    f"sampler {gib(r.sampler)}, CUDA graphs {gib(r.cuda_graphs)}, context {gib(r.context)}"
+                    f"estimate: activations {gib(reserve.activations)} at {plan.batched_tokens:,} batched tokens, "
+                    f"sampler {gib(reserve.sampler)}, CUDA graphs {gib(reserve.cuda_graphs)}, "
+                    f"context {gib(reserve.context)}"
                 ),
             )
         )
@@ -97,7 +73,7 @@ def _table(plan: Plan) -> list[str]:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     recipe = resolve_recipe(args.name)  # once (its overrides are never read: a plan is arithmetic)
-    plan = plan_recipe(recipe.loaded, gpu=args.gpu, gpus=args.gpus)
+    plan = plan_recipe(recipe, gpu=args.gpu, gpus=args.gpus)
     for line in _table(plan):
         log.out.print(line, markup=False, highlight=False)
     if not plan.fits or (args.strict and not plan.fits_full):
@@ -115,6 +91,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln plan` to the `kiln` subparsers."""
     s = sub.add_parser("plan", help="does the recipe fit its GPUs? weights, KV cache and engine reserve per GPU")
     s.add_argument("name")
     s.add_argument("--gpu", choices=NAMES, help="the GPU (default: the recipe's topology.accelerator)")

@@ -15,5 +15,6 @@ def _cmd_schema(args: argparse.Namespace) -> int:  # every _cmd_* takes the pars
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln schema` to the `kiln` subparsers."""
     s = sub.add_parser("schema", help="print the recipe JSON Schema")
     s.set_defaults(func=_cmd_schema)

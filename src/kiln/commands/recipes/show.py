@@ -108,6 +108,7 @@ def served(runs: list[Mapping[str, Any]]) -> str:
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln show` to the `kiln` subparsers."""
     s = reports(sub.add_parser("show", help="one recipe resolved: input digest, tag, launch command"))
     s.add_argument("name")
     s.set_defaults(func=_cmd_show)

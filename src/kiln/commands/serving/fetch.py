@@ -40,6 +40,7 @@ def _cmd_fetch(args: argparse.Namespace) -> int:
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln fetch` to the `kiln` subparsers."""
     s = sub.add_parser("fetch", help="download the recipe's pinned Hugging Face snapshots into the shared cache")
     s.add_argument("name")
     s.add_argument(

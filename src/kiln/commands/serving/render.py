@@ -1,5 +1,5 @@
-"""`kiln render k8s NAME`: argument handling and file writing; the manifests themselves
-are built in kiln.domain.serving.k8s (what they contain and why is documented there)."""
+"""`kiln render k8s NAME`: argument handling and what it prints (the use-case:
+kiln.usecases.render; the manifests themselves are built in kiln.domain.serving.k8s)."""
 
 from __future__ import annotations
 
@@ -7,63 +7,43 @@ import argparse
 import re
 from pathlib import Path
 
-import yaml
-
 from kiln.basics import log
 from kiln.basics.errors import RecipeInvalid
 from kiln.commands.options import Subparsers
-from kiln.commands.recipes.check import check_one
-from kiln.domain.images.definitions import resolve
-from kiln.domain.publishing.publish_records import published_image
+from kiln.domain.recipes.resolved import resolve_recipe
 from kiln.domain.recipes.topology import effective
-from kiln.domain.serving.k8s import HF_CACHE_PVC, dump, manifests
+from kiln.domain.serving.k8s import HF_CACHE_PVC
 from kiln.domain.serving.launch_command import hf_models
-
-
-def render(
-    name: str, *, out_dir: Path | None, image: str | None, replicas: int, hf_pvc: str = HF_CACHE_PVC
-) -> list[Path]:
-    """Check the recipe as `kiln check` does, then write (or print) its manifests."""
-    problems = check_one(name)
-    if problems:
-        raise RecipeInvalid(problems, hint="`kiln render` renders only recipes that `kiln check` accepts")
-    resolved = resolve(name)
-    loaded, recipe_image = resolved.loaded, resolved.recipe_image
-    if image is None:
-        image = published_image(name, recipe_image.digest)
-    elif "@sha256:" not in image:
-        log.warn(f"--image {image} is not pinned by digest: nodes may pull different images")
-    objects = manifests(loaded, image, replicas=replicas, hf_pvc=hf_pvc)
-    if out_dir is None:
-        print(dump(objects), end="")
-        return []
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for obj in objects:
-        path = out_dir / f"{name}-{obj['kind'].lower()}.yaml"
-        path.write_text(yaml.safe_dump(obj, sort_keys=False, default_flow_style=False))
-        written.append(path)
-    topo = effective(loaded.recipe)
-    shape = f"LeaderWorkerSet of {topo.nodes} nodes" if topo.multi_node else "Deployment"
-    fetch = f" + Job {name}-fetch (fills PVC {hf_pvc})" if hf_models(loaded.recipe) else ""
-    log.ok(f"{name}: {shape} x {replicas} replica(s) + Service{fetch}, image {image}")
-    for path in written:
-        log.info(f"  wrote {path}")
-    return written
+from kiln.usecases.render import RENDER_HINT, render_k8s
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    render(
-        args.name,
+    try:
+        recipe = resolve_recipe(args.name)
+    except RecipeInvalid as exc:  # refused as `kiln check` refuses it, with render's hint
+        raise RecipeInvalid(exc.problems, hint=RENDER_HINT) from None
+    rendered = render_k8s(
+        recipe,
         out_dir=Path(args.output) if args.output else None,
         image=args.image,
         replicas=args.replicas,
         hf_pvc=args.hf_cache_pvc,
     )
+    if not args.output:
+        print(rendered.text, end="")
+        return 0
+    loaded = recipe.loaded
+    topo = effective(loaded.recipe)
+    shape = f"LeaderWorkerSet of {topo.nodes} nodes" if topo.multi_node else "Deployment"
+    fetch = f" + Job {args.name}-fetch (fills PVC {args.hf_cache_pvc})" if hf_models(loaded.recipe) else ""
+    log.ok(f"{args.name}: {shape} x {args.replicas} replica(s) + Service{fetch}, image {rendered.image}")
+    for path in rendered.written:
+        log.info(f"  wrote {path}")
     return 0
 
 
 def register(sub: Subparsers) -> None:
+    """Add `kiln render k8s` to the `kiln` subparsers."""
     render_parser = sub.add_parser("render", help="render deployment manifests from a recipe")
     targets = render_parser.add_subparsers(dest="render_target", required=True, metavar="TARGET")
     s = targets.add_parser("k8s", help="Kubernetes: a LeaderWorkerSet (several nodes) or Deployment, and a Service")

@@ -19,7 +19,7 @@ from kiln.basics.errors import (
     UsageError,
 )
 from kiln.commands.options import Subparsers
-from kiln.domain.images.definitions import RecipeImage, existing, resolve
+from kiln.domain.images.definitions import RecipeImage, local_image_for, resolve
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.topology import Topology, effective
 from kiln.domain.serving.launch_command import LABEL_RECIPE, LABEL_URL
@@ -43,7 +43,7 @@ class _ServedRef(NamedTuple):
 
 
 def _image_ref(docker: DockerDaemon, recipe_image: RecipeImage) -> _ServedRef:
-    img = existing(docker, recipe_image.tag, recipe_image.digest)
+    img = local_image_for(docker, recipe_image.tag, recipe_image.digest)
     return _ServedRef(id_of(img), True) if img is not None else _ServedRef(recipe_image.tag, False)
 
 
@@ -92,6 +92,7 @@ def _sigterm_as_interrupt() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Serve the recipe's built image in a container kiln labels (or with --print only print the command)."""
     resolved = resolve(args.name)
     loaded, recipe_image = resolved.loaded, resolved.recipe_image
     extra = _vllm_extra(args)
@@ -217,6 +218,7 @@ def _one(docker: DockerDaemon, name: str) -> Container:
 
 
 def ps(args: argparse.Namespace) -> int:
+    """List the containers kiln started (running ones, or all with --all)."""
     boxes = kiln_containers(DockerDaemon(), all_states=args.all)
     if not boxes:
         log.info("no kiln containers" + ("" if args.all else " running"))
@@ -231,6 +233,7 @@ def ps(args: argparse.Namespace) -> int:
 
 
 def logs(args: argparse.Namespace) -> int:
+    """Print (or follow) one kiln container's log."""
     box = _one(DockerDaemon(), args.name)
     tail: LogTail = "all" if args.tail is None else args.tail
     try:
@@ -244,6 +247,7 @@ def logs(args: argparse.Namespace) -> int:
 
 
 def stop(args: argparse.Namespace) -> int:
+    """Stop and remove the kiln containers named, or all of them."""
     docker = DockerDaemon()
     if args.all == bool(args.names):
         raise UsageError("kiln stop: name containers or pass --all, not both or neither", hint="`kiln ps` lists them")

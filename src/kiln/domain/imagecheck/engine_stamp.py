@@ -5,7 +5,7 @@ from the index, NCCL from the nvidia-nccl wheel torch pins. So after the engine 
 built, a short container imports torch inside it (no GPU needed) and prints what it
 finds; a derived image (`FROM <id>` plus labels, no new filesystem layer) carries the
 answers as `ai.kiln.engine.torch` / `.cuda` / `.nccl`, and that image is what gets
-tagged (`build.stamp` heals an image built before probing existed). `declared_engine`
+tagged (`kiln.usecases.build` heals an image built before probing existed). `declared_engine`
 compares these labels with the recipe's declared engine.
 """
 

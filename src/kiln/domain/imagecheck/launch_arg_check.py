@@ -32,7 +32,7 @@ from kiln.basics.documents import Shape, read_document
 from kiln.basics.errors import KilnError
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import cache_dir
-from kiln.domain.images.definitions import existing, resolve
+from kiln.domain.images.definitions import local_image_for, resolve
 from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.resolved import ResolvedRecipe
@@ -414,7 +414,7 @@ def check_against_engine(
         job = Job.of(recipe)  # an override it cannot load is a recipe problem, reported as one
         docker = docker or DockerDaemon()
         engine_image = resolve(recipe, platform=platform).engine_image
-        image = existing(docker, engine_image.tag, engine_image.digest)
+        image = local_image_for(docker, engine_image.tag, engine_image.digest)
     except KilnError as exc:
         log.debug(f"launch args of {loaded.name} not checked: {exc.message}")
         return []

@@ -11,7 +11,7 @@ import shutil
 from kiln.basics import log
 from kiln.basics.errors import PlatformNotDeclared, PlatformUnsupported
 from kiln.domain.images import disk_space
-from kiln.domain.images.definitions import RecipeImages, existing, images_on
+from kiln.domain.images.definitions import RecipeImages, images_on, local_image_for
 from kiln.domain.images.engine_image import for_engine
 from kiln.domain.locks import engine_lock
 from kiln.domain.recipes.recipe import LoadedRecipe
@@ -66,16 +66,16 @@ def check_build_space(
     engine images are missing, or forced) fit on the daemon's disk, or DiskSpaceShort
     says so in one line (domain/images/disk_space.py has the figures)."""
 
-    def ahead(platform: str | None) -> disk_space.EngineBuild | None:
+    def engine_build_for(platform: str | None) -> disk_space.EngineBuild | None:
         images = images_for(recipe, ca_flag, platform)
         recipe_image, engine_image = images.recipe_image, images.engine_image
-        if not force and existing(docker, recipe_image.tag, recipe_image.digest) is not None:
+        if not force and local_image_for(docker, recipe_image.tag, recipe_image.digest) is not None:
             return None  # build_recipe reuses it, and builds no engine
-        if not force_engine and existing(docker, engine_image.tag, engine_image.digest) is not None:
+        if not force_engine and local_image_for(docker, engine_image.tag, engine_image.digest) is not None:
             return None
         return disk_space.EngineBuild(engine_image.engine.flavour, engine_image.platform)
 
-    builds = [b for p in platforms if (b := ahead(p))]
+    builds = [b for p in platforms if (b := engine_build_for(p))]
     if not builds:
         return
     root = _local_root(docker)

@@ -1,6 +1,6 @@
 """The images kiln builds for a recipe, defined by their inputs: RecipeImage (one per
 recipe, FROM its engine image: kiln.domain.images.engine_image) and the recipe's Dockerfile
-with the kiln tail; `resolve` makes both images from a recipe name, `existing` finds the
+with the kiln tail; `resolve` makes both images from a recipe name, `local_image_for` finds the
 image the current inputs already built and `require_built` insists on it. `build.py`
 builds them. How images are named and labelled: kiln.domain.images.image_naming."""
 
@@ -201,7 +201,7 @@ def images_on(resolved: ResolvedRecipe, engine_image: EngineImage) -> RecipeImag
     return RecipeImages(resolved.loaded, engine_image, RecipeImage(resolved, engine_image))
 
 
-def existing(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
+def local_image_for(docker: DockerDaemon, tag: str, digest: str) -> Image | None:
     """The local image for this input digest, or None (a tag alone is not trusted, nor an
     image an older kiln built from the same inputs without normalising it)."""
     img = docker.image(tag)
@@ -225,21 +225,21 @@ def require_built(docker: DockerDaemon, recipe: str | ResolvedRecipe, platform: 
     """The image built from the current inputs (for `platform`), or ImageNotBuilt."""
     resolved = resolve(recipe, platform=platform)
     recipe_image, name = resolved.recipe_image, resolved.loaded.name
-    img = existing(docker, recipe_image.tag, recipe_image.digest)
+    img = local_image_for(docker, recipe_image.tag, recipe_image.digest)
     if img is None:
         what = f"{name}" if recipe_image.platform == DEFAULT_PLATFORM else f"{name}, {recipe_image.platform}"
         raise ImageNotBuilt(f"{recipe_image.tag} (from the current inputs of {what}) is not built")
     return BuiltRecipe(resolved.loaded, recipe_image, img)
 
 
-# what kiln.commands.images.build imports from here (the rest: from their modules)
+# what kiln.usecases.build imports from here (the rest: from their modules)
 __all__ = [
     "PATCHER_ARC",
     "BuiltRecipe",
     "EngineImage",
     "RecipeImage",
     "engine_modules",
-    "existing",
+    "local_image_for",
     "platform_suffix",
     "require_built",
     "resolve",

@@ -50,7 +50,7 @@ class ImageBuild:
 
     label: str  # names the build in progress lines and errors
     context: BuildContext
-    digest: str  # input digest, stamped as a label and checked by `existing`
+    digest: str  # input digest, stamped as a label and checked by `local_image_for`
     tags: list[str]  # the digest tag first, then aliases
     labels: dict[str, str]
     buildargs: dict[str, str]
@@ -64,10 +64,10 @@ class ImageBuild:
     parent: str | None = None  # the image the final stage is FROM: its layers are kept as they are
 
 
-def reuse(
+def retag_built(
     docker: DockerDaemon, img: Image | None, digest: str, tags: list[str], date: SourceDate | None = None
 ) -> BuildOutcome | None:
-    """`img`, the image these inputs already built (`definitions.existing`; None: there is
+    """`img`, the image these inputs already built (`definitions.local_image_for`; None: there is
     none), with every alias tag (re)pointed at it; None when there is none. With `date`:
     only one dated by it (the same input digest from another commit carries another
     created/revision, hence another id)."""

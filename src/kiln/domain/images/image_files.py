@@ -8,7 +8,7 @@ from typing import Any
 
 from kiln.basics.documents import Shape
 from kiln.basics.errors import KilnError
-from kiln.domain.images.definitions import existing, resolve
+from kiln.domain.images.definitions import local_image_for, resolve
 from kiln.infra.docker import DockerDaemon
 
 _MARKER = "KILN-CONFIG"
@@ -23,7 +23,7 @@ def _recipe_image_json(recipe: str, path: str, docker: DockerDaemon | None = Non
     try:
         docker = docker or DockerDaemon()
         recipe_image = resolve(recipe).recipe_image
-        image = existing(docker, recipe_image.tag, recipe_image.digest)
+        image = local_image_for(docker, recipe_image.tag, recipe_image.digest)
         if image is None:
             return None
         data = docker.run_script(

@@ -2,7 +2,7 @@
 
 Which registry and repository, which channels a recipe has, the tags a publish writes
 and their order, the built images of a multi-platform set and its input digest.
-`kiln publish` / `kiln promote` (commands/publishing/publish.py) do the pushing
+`kiln publish` / `kiln promote` (usecases/publish.py) do the pushing
 (domain/publishing/registry_push.py); the smoke evidence is domain/publishing/smoke_gate.py's,
 the records and --json documents domain/publishing/publish_records.py's.
 """

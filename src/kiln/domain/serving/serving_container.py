@@ -55,17 +55,6 @@ def health_ok(base_url: str) -> bool:
         return False
 
 
-def _wait_for_health(base_url: str, timeout_s: float) -> float:
-    """Seconds until /health answered 200 (plain polling, for callers that started the
-    container themselves); TimeoutError after `timeout_s`."""
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout_s:
-        if health_ok(base_url):
-            return time.monotonic() - t0
-        time.sleep(0.25)
-    raise TimeoutError(f"no 200 from {base_url}/health after {timeout_s:.0f} s")
-
-
 def kiln_containers(docker: DockerDaemon, *, all_states: bool = False) -> list[Container]:
     """Containers that kiln started (by label), newest first."""
     return docker.containers(label=LABEL_RECIPE, all_states=all_states)

@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 import re
-from typing import TypedDict, cast
+from typing import TypedDict
 
 from kiln.basics.errors import KilnError
 from kiln.domain.images.definitions import RecipeImage
@@ -225,16 +225,6 @@ def build_provenance(
         "predicateType": PREDICATE_TYPE,
         "predicate": predicate,
     }
-
-
-def _resolved_by_role(statement: InTotoStatement, role: str) -> list[_ResourceDescriptor]:
-    """The resolved dependencies annotated with `kiln_role` == role (tests)."""
-    predicate = cast("_Provenance", statement["predicate"])  # build_provenance's own statement
-    return [
-        d
-        for d in predicate["buildDefinition"]["resolvedDependencies"]
-        if (d.get("annotations") or {}).get("kiln_role") == role
-    ]
 
 
 __all__ = ["PREDICATE_TYPE", "STATEMENT_TYPE", "build_provenance", "input_digest_from"]

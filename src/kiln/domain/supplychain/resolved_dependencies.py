@@ -15,7 +15,7 @@ from kiln.basics import image_ref
 from kiln.basics.files import sha256_file
 from kiln.basics.paths import cache_dir, repo_root
 from kiln.domain.images.build_context import BuildContext
-from kiln.domain.images.definitions import RecipeImage, existing
+from kiln.domain.images.definitions import RecipeImage, local_image_for
 from kiln.domain.images.engine_image import EngineImage
 from kiln.domain.images.image_naming import series_entries
 from kiln.domain.locks import base_lock as baselock
@@ -273,7 +273,7 @@ def resolved_dependencies(
     deps.append(
         _image_dependency("base-image", base.pinned, None if base.digest else docker.image(base.pinned), base.digest)
     )
-    engine_local = existing(docker, engine_image.tag, engine_image.digest)
+    engine_local = local_image_for(docker, engine_image.tag, engine_image.digest)
     deps.append(_image_dependency("engine-image", engine_image.tag, engine_local))
     deps += _wheel_dependencies(engine_image, lock, platform)
     deps += _lock_dependencies(lock, recipe_image, platform, base.ref)

@@ -1,6 +1,6 @@
 """The checks `kiln smoke` runs against a served image, with the official OpenAI client:
 each returns (value, detail) or raises, and SmokeRun records one verdict per check.
-Kept apart from commands/serving/smoke.py, which starts the server and writes the record."""
+Kept apart from usecases/smoke.py, which starts the server and writes the record."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from kiln.basics import log
 from kiln.basics.errors import DockerDaemonError
 from kiln.domain.recipes.recipe import Recipe
 from kiln.domain.serving.serving_container import ServingContainer
+from kiln.usecases import progress
 
 if TYPE_CHECKING:  # openai is a dev extra, imported late where a server is up
     from kiln_engine.features import Feature, Ratio
@@ -24,6 +24,8 @@ if TYPE_CHECKING:  # openai is a dev extra, imported late where a server is up
 
 @dataclass
 class Check:
+    """One check of a smoke run: its name, verdict, what it found and how long it took."""
+
     name: str
     ok: bool
     detail: str
@@ -32,9 +34,13 @@ class Check:
 
 @dataclass
 class SmokeRun:
+    """The checks of one smoke run, in order, each printed as it ends."""
+
     checks: list[Check] = field(default_factory=list)
 
     def check(self, name: str, fn: Callable[[], tuple[object, object]]) -> object:
+        """Run one check and record its verdict (an exception is a failed check, the
+        daemon's own failure excepted); the check's value."""
         t0 = time.monotonic()
         try:
             value, detail = fn()
@@ -45,13 +51,12 @@ class SmokeRun:
             value, detail, ok = None, f"{type(exc).__name__}: {exc}", False
         c = Check(name, ok, str(detail)[:500], round(time.monotonic() - t0, 3))
         self.checks.append(c)
-        mark = "[green]pass[/]" if ok else "[red]FAIL[/]"
-        log.console.print(f"  {mark} {name}: ", end="", markup=True)
-        log.console.print(c.detail, markup=False, highlight=False)
+        progress.verdict(ok, name, c.detail)
         return value
 
     @property
     def passed(self) -> bool:
+        """Every check passed (and there was at least one)."""
         return bool(self.checks) and all(c.ok for c in self.checks)
 
 
@@ -68,6 +73,7 @@ def metric_sum(text: str, name: str) -> float | None:
 
 
 def require(cond: bool, message: str) -> None:
+    """Fail the check with `message` unless `cond` holds."""
     if not cond:
         raise AssertionError(message)
 
@@ -83,6 +89,7 @@ class ServedChecks:
     """The checks themselves; each returns (value, detail) or raises."""
 
     def __init__(self, box: ServingContainer, recipe: Recipe) -> None:
+        """The checks against `box`, served from `recipe`, through the OpenAI client."""
         from openai import OpenAI  # late: a dev extra, needed only once a server is up to smoke
 
         self.box = box
@@ -94,6 +101,7 @@ class ServedChecks:
         )
 
     def models(self) -> tuple[list[str], str]:
+        """The served model is listed under its name."""
         ids = [m.id for m in self.client.models.list().data]
         require(self.name in ids, f"served model {self.name!r} not in {ids}")
         return ids, f"{ids}"
@@ -112,6 +120,7 @@ class ServedChecks:
         return usage
 
     def completion(self) -> tuple[str, str]:
+        """A completion comes back, with usage that adds up."""
         mt = self.spec.max_tokens
         resp = self.client.completions.create(
             model=self.name, prompt=self.spec.prompts[0], max_tokens=mt, temperature=0
@@ -122,6 +131,7 @@ class ServedChecks:
         return text, f"{usage.completion_tokens} tokens: {text[:60]!r}"
 
     def chat(self) -> tuple[str, str]:
+        """A chat completion comes back, with usage that adds up."""
         mt = self.spec.max_tokens
         resp = self.client.chat.completions.create(
             model=self.name, messages=[{"role": "user", "content": self.spec.prompts[-1]}], max_tokens=mt, temperature=0
@@ -132,28 +142,31 @@ class ServedChecks:
         return text, f"{usage.completion_tokens} tokens: {text[:60]!r}"
 
     def greedy_determinism(self) -> tuple[str, str]:
+        """Two greedy completions of one prompt are the same text."""
         outs = []
         for _ in range(2):
-            r = self.client.completions.create(
+            resp = self.client.completions.create(
                 model=self.name, prompt=self.spec.prompts[-1], max_tokens=self.spec.max_tokens, temperature=0
             )
-            outs.append(r.choices[0].text)
+            outs.append(resp.choices[0].text)
         require(outs[0] == outs[1], f"two greedy runs differ: {outs[0]!r} vs {outs[1]!r}")
         return outs[0], "same text twice at temperature 0"
 
     def throughput(self) -> tuple[float, str]:
+        """Tokens per second of one completion, at least the recipe's minimum when it sets one."""
         t0 = time.monotonic()
-        r = self.client.completions.create(
+        resp = self.client.completions.create(
             model=self.name, prompt=self.spec.prompts[0], max_tokens=128, temperature=0, extra_body={"ignore_eos": True}
         )
         dt = time.monotonic() - t0
-        tokens = _usage(r.usage).completion_tokens
+        tokens = _usage(resp.usage).completion_tokens
         rate = tokens / dt
         if self.spec.min_tokens_per_s is not None:
             require(rate >= self.spec.min_tokens_per_s, f"{rate:.1f} tok/s < min {self.spec.min_tokens_per_s}")
         return rate, f"{tokens} tokens in {dt:.2f} s = {rate:.1f} tok/s"
 
     def metrics(self) -> tuple[dict[str, float | None], str]:
+        """vLLM's Prometheus metrics count the requests the checks made."""
         with urllib.request.urlopen(f"{self.box.url}/metrics", timeout=10) as resp:
             text = resp.read().decode()
         ok_requests = metric_sum(text, "vllm:request_success_total")
@@ -176,6 +189,7 @@ class ServedChecks:
         return values, detail
 
     def plugin_loaded(self) -> tuple[str, str]:
+        """The container's log says kiln-engine loaded."""
         text = self.box.logs(tail=100000)
         lines = [ln for ln in text.splitlines() if "kiln-engine" in ln and "loaded" in ln]
         require(bool(lines), "no 'kiln-engine ... loaded' line in the container log")
@@ -183,6 +197,7 @@ class ServedChecks:
 
     def patched_runner_imports(self) -> tuple[str, str]:
         # as vLLM does: general plugins first (kiln's registers the modules patched code imports)
+        """The patched model runner imports inside the container."""
         code, out = self.box.exec(
             [
                 "python",
@@ -203,10 +218,10 @@ class ServedChecks:
         prompts = [f"{self.spec.prompts[i % len(self.spec.prompts)]} {i}" for i in range(in_flight)]
 
         def one(prompt: str) -> int:
-            r = self.client.completions.create(
+            resp = self.client.completions.create(
                 model=self.name, prompt=prompt, max_tokens=tokens, temperature=0, extra_body={"ignore_eos": True}
             )
-            return _usage(r.usage).completion_tokens
+            return _usage(resp.usage).completion_tokens
 
         # rounds until the feature has reported (its summary line), at most four: how
         # many steps a round takes depends on how many drafts the model accepts
@@ -246,10 +261,11 @@ class ServedChecks:
                 raise AssertionError(f"{name}: denominator is 0 (nothing counted yet)")
             require(bounds.min is None or value >= bounds.min, f"{name}={value:.3f} < min {bounds.min}")
             require(bounds.max is None or value <= bounds.max, f"{name}={value:.3f} > max {bounds.max}")
-        shown = ", ".join(f"{k}={v:.3f}" for k, v in ratios.items()) or "no bounds in the spec"
-        return {**values, **ratios}, f"{len(values)} counters; {shown}"
+        ratios_said = ", ".join(f"{k}={v:.3f}" for k, v in ratios.items()) or "no bounds in the spec"
+        return {**values, **ratios}, f"{len(values)} counters; {ratios_said}"
 
     def engine_info(self) -> tuple[str, str]:
+        """`python -m kiln_engine info` runs inside the container."""
         code, out = self.box.exec(["python", "-m", "kiln_engine", "info"])
         require(code == 0, f"exit {code}: {out[-200:]}")
         return out, out.strip().splitlines()[0]
@@ -269,6 +285,7 @@ CHECKS = (
 
 
 def feature_metrics_text(url: str) -> str:
+    """The server's /metrics page, as Prometheus text."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
         text: str = resp.read().decode()
     return text

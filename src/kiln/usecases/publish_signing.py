@@ -1,6 +1,6 @@
 """The signing steps of `kiln publish --sign` and the verification step of `kiln promote`.
 
-Kept out of commands/publishing/publish.py so that publishing itself (pushes, tags, records) stays
+Kept out of usecases/publish.py so that publishing itself (pushes, tags, records) stays
 one readable flow; publish calls three functions here:
 
 - `signer_for` before anything moves: the private key, decrypted (a wrong password or a
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kiln.basics import log
 from kiln.basics.errors import SigningKeyInvalid, SigningRequired
 from kiln.domain.images.definitions import RecipeImage
 from kiln.domain.publishing.publish_records import AttestationEntry, SignatureEvidence
@@ -30,6 +29,7 @@ from kiln.domain.supplychain.image_subject import kiln_version
 from kiln.infra import key_password
 from kiln.infra.docker import DockerDaemon, Image
 from kiln.infra.registry import RegistryClient
+from kiln.usecases import progress
 
 STAGING_SUFFIX = "-staging"  # the tag the daemon pushes under while signing (not a consumer tag)
 
@@ -53,6 +53,9 @@ def _pinned_key(loaded: LoadedRecipe) -> keys.PublicKey | None:
 
 
 def signer_for(loaded: LoadedRecipe, sign_key: Path | None, *, stdin_taken: str | None) -> keys.PrivateKey | None:
+    """The private key to sign with (its password read once), or None when none is given
+    and the recipe requires none; a key other than the pinned one is refused before
+    anything moves."""
     if sign_key is None:
         if _required(loaded):
             raise SigningRequired(
@@ -69,7 +72,7 @@ def signer_for(loaded: LoadedRecipe, sign_key: Path | None, *, stdin_taken: str 
             f"publish.public_key {pinned.source} ({pinned.fingerprint}); nothing was pushed",
             hint="sign with the key the recipe pins, or change publish.public_key in a reviewed commit",
         )
-    log.info(f"signing with {sign_key} (public key {key.public.fingerprint})")
+    progress.info(f"signing with {sign_key} (public key {key.public.fingerprint})")
     return key
 
 
@@ -84,14 +87,14 @@ def sign_and_verify(
 ) -> SignatureEvidence:
     """Sign and attest `digest`, then verify it from the registry; the record's part."""
     repository = layer_checks.identity(client.target)
-    log.step(f"signing {repository}@{digest}: SBOM, provenance, signature")
+    progress.step(f"signing {repository}@{digest}: SBOM, provenance, signature")
     attestations = kiln_attestations(docker, loaded, recipe_image, image, repository, digest)
     result = signatures.sign_image(client, digest, key, attestations, creator=f"kiln {kiln_version()}")
     if result.signature_reused:
-        log.info(f"{result.signature_tag} already holds a signature by this key; kept")
+        progress.info(f"{result.signature_tag} already holds a signature by this key; kept")
     # read back and check it all as a verifier would, before any consumer tag
     checked = signatures.verify_image(client, digest, key.public, required=result.predicate_types)
-    log.ok(
+    progress.ok(
         f"signature and {len(result.predicate_types)} attestations verified from the registry "
         f"({result.signature_tag}, {result.attestation_tag})"
     )
@@ -123,7 +126,7 @@ def verify_for_promote(
             )
         return None
     checked = signatures.verify_image(client, digest, key)
-    log.ok(f"{digest} verified with {key.source} ({key.fingerprint})")
+    progress.ok(f"{digest} verified with {key.source} ({key.fingerprint})")
     return SignatureEvidence(
         key_fingerprint=checked.key_fingerprint,
         signature_tag=checked.signature_tag,
