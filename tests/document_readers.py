@@ -18,7 +18,6 @@ from kilntest import REPO
 from kiln.basics.errors import (
     KilnError,
 )
-from kiln.usecases import rebuild
 from kiln.domain.imagecheck import engine_stamp, in_image_smoke, launch_arg_check
 from kiln.domain.locks import base_lock
 from kiln.domain.locks import engine_lock as L
@@ -31,6 +30,7 @@ from kiln.infra import credentials, package_index, records, registry_auth
 from kiln.infra.docker import DockerDaemon
 from kiln.infra.manifests import Manifest, index_children
 from kiln.inimage import launch_arg_probe
+from kiln.usecases import rebuild
 
 IMAGE_ID = "sha256:" + "5c" * 32
 CPU_LOCK = REPO / "docker-images" / "engine-cpu" / "locks" / "vllm-0.32.0.lock.json"

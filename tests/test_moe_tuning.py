@@ -52,3 +52,37 @@ def test_dense_and_mxfp4_models_have_no_lookup():
     dense = {k: v for k, v in GLM.items() if k not in ("n_routed_experts", "moe_intermediate_size")}
     shape = parse_config(dense)
     assert kernel_shape(shape, tensor_parallel=1, data_parallel=1, expert_parallel=False, accelerator="h200") is None
+
+
+def _warnings(caplog, monkeypatch, root):
+    import logging
+
+    from kiln.domain.recipes.resolved import resolve_recipe
+    from kiln.infra import wheel_cache
+    from kiln.usecases import check
+
+    monkeypatch.setattr(wheel_cache, "cached_sources", lambda version, flavour: root)
+    monkeypatch.setattr(check, "_launch_args", lambda recipe, platform: [])  # no engine image asked
+    with caplog.at_level(logging.INFO, logger="kiln.usecases"):
+        check.check_one(resolve_recipe("deepseek-v32-mtp-2node"))
+    return [r.getMessage() for r in caplog.records if "fused-MoE" in r.getMessage() or "MoE tuning" in r.getMessage()]
+
+
+def test_kiln_check_warns_where_the_pinned_vllm_ships_no_tuned_config(caplog, monkeypatch, tmp_path):
+    from kiln.domain.planning.moe_tuning import CONFIG_FOLDER
+
+    folder = tmp_path / CONFIG_FOLDER
+    folder.mkdir(parents=True)
+    (folder / "E=16,N=2048,device_name=NVIDIA_H200,dtype=fp8_w8a8,block_shape=[128,128].json").write_text("{}")
+    said = _warnings(caplog, monkeypatch, tmp_path)
+    assert len(said) == 1
+    assert said[0].startswith("deepseek-v32-mtp-2node: no tuned fused-MoE config in vllm 0.34.0 for 16 experts")
+    (folder / "E=16,N=2048,device_name=NVIDIA_H100_80GB_HBM3,dtype=fp8_w8a8,block_shape=[128,128].json").write_text(
+        "{}"
+    )
+    caplog.clear()
+    assert _warnings(caplog, monkeypatch, tmp_path) == []
+    caplog.clear()
+    assert _warnings(caplog, monkeypatch, None) == [
+        "deepseek-v32-mtp-2node: MoE tuning not checked (vllm 0.34.0's CUDA sources not cached)"
+    ]

@@ -23,6 +23,8 @@ from kiln.domain.imagecheck.launch_arg_check import check_against_engine
 from kiln.domain.images.build_plan import check_platform
 from kiln.domain.locks import engine_lock, lock_policy, recipe_lock
 from kiln.domain.patching.series import recipe_series
+from kiln.domain.planning.model_shape import plan_input
+from kiln.domain.planning.moe_tuning import CONFIG_FOLDER, kernel_shape, untuned_line
 from kiln.domain.planning.plan import verdict
 from kiln.domain.recipes.overrides import load_override
 from kiln.domain.recipes.recipe import LoadedRecipe
@@ -119,7 +121,38 @@ def _plan_problems(resolved: ResolvedRecipe) -> tuple[list[str], list[str]]:
         return [exc.message.splitlines()[0]], []
     if not plan.fits:
         return [], [f"{loaded.where('topology')}: topology: {verdict(plan)}"]
+    _warn_untuned_moe(resolved)
     return [], []
+
+
+def _warn_untuned_moe(resolved: ResolvedRecipe) -> None:
+    """One warning line when the pinned vLLM ships no tuned fused-MoE config for the
+    recipe's rank on its GPU (read from the engine's cached sources; never downloads)."""
+    recipe = resolved.loaded.recipe
+    topo = recipe.topology
+    if recipe.engine.flavour != "cuda" or topo is None or topo.accelerator is None:
+        return
+    try:
+        shape = plan_input(resolved.loaded).target
+    except KilnError:
+        return  # the plan above said what is wrong with the shape
+    key = kernel_shape(
+        shape,
+        tensor_parallel=topo.tensor_parallel,
+        data_parallel=topo.data_parallel,
+        expert_parallel=topo.expert_parallel,
+        accelerator=topo.accelerator,
+    )
+    if key is None:
+        return
+    root = wheel_cache.cached_sources(recipe.engine.version, "cuda")
+    if root is None:
+        progress.info(f"{recipe.name}: MoE tuning not checked (vllm {recipe.engine.version}'s CUDA sources not cached)")
+        return
+    shipped = frozenset(path.name for path in (root / CONFIG_FOLDER).glob("*.json"))
+    line = untuned_line(key, shipped, recipe.engine.version)
+    if line is not None:
+        progress.warn(f"{recipe.name}: {line}")
 
 
 def _check_one(

@@ -27,11 +27,11 @@ _DEVICE_FILE_NAMES = {
     "a100": "NVIDIA_A100-SXM4-80GB",
     "l40s": "NVIDIA_L40S",
 }
-_CONFIG_FOLDER = "vllm/model_executor/layers/fused_moe/configs"
+CONFIG_FOLDER = "vllm/model_executor/layers/fused_moe/configs"
 
 
 @dataclass(frozen=True)
-class MoeKernelShape:
+class _MoeKernelShape:
     """What vLLM looks a tuned fused-MoE config up by, for one rank."""
 
     experts: int
@@ -50,7 +50,7 @@ class MoeKernelShape:
 
 def kernel_shape(
     shape: ModelShape, *, tensor_parallel: int, data_parallel: int, expert_parallel: bool, accelerator: str
-) -> MoeKernelShape | None:
+) -> _MoeKernelShape | None:
     """The rank's fused-MoE lookup key; None where vLLM's tuned Triton configs do not apply
     (a dense model, MXFP4 experts, or a GPU kiln has no file name for)."""
     device = _DEVICE_FILE_NAMES.get(accelerator)
@@ -62,16 +62,16 @@ def kernel_shape(
         experts, width = shape.experts, shape.expert_intermediate // tensor_parallel
     if shape.quant == "fp8":
         block = shape.fp8_block if all(shape.fp8_block) else None
-        return MoeKernelShape(experts, width, device, "fp8_w8a8", block)
-    return MoeKernelShape(experts, width, device, "", None)
+        return _MoeKernelShape(experts, width, device, "fp8_w8a8", block)
+    return _MoeKernelShape(experts, width, device, "", None)
 
 
-def untuned_line(key: MoeKernelShape, shipped: frozenset[str], engine: str) -> str | None:
+def untuned_line(key: _MoeKernelShape, shipped: frozenset[str], engine: str) -> str | None:
     """One line when vLLM `engine` ships no tuned config for `key`, else None."""
     if key.file_name in shipped:
         return None
     return (
         f"no tuned fused-MoE config in vllm {engine} for {key.experts} experts of width {key.width} "
         f"on {key.device}{' ' + key.dtype if key.dtype else ' bf16'}: vLLM runs its default tiles "
-        f"({_CONFIG_FOLDER}/{key.file_name} is missing)"
+        f"({CONFIG_FOLDER}/{key.file_name} is missing)"
     )
