@@ -15,6 +15,8 @@ PACKAGES_WITH_UNDERSCORES = {"draft_trunc"}
 # run together (split it with `_`) or a new word (add it here).
 WORDS = frozenset(
     [
+        "moe",
+        "tuning",
         "accelerators",
         "adaptive",
         "applier",

@@ -106,13 +106,14 @@ def _is_text_source(name: str, data: bytes) -> bool:
     )
 
 
-def _sources_dir(version: str, flavour: str) -> Path:
-    return cache_dir() / "sources" / f"vllm-{version}-{flavour}"
+def _sources_dir(version: str, flavour: str, *, create: bool = True) -> Path:
+    return cache_dir(create=create) / "sources" / f"vllm-{version}-{flavour}"
 
 
 def cached_sources(version: str, flavour: str) -> Path | None:
-    """The unpacked sources if they are already in the cache (no network, no unpack)."""
-    dest = _sources_dir(version, flavour)
+    """The unpacked sources if they are already in the cache (no network, no unpack, and
+    looking creates no cache folder)."""
+    dest = _sources_dir(version, flavour, create=False)
     return dest if (dest / MARKER).is_file() else None
 
 

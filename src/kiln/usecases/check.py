@@ -147,7 +147,9 @@ def _warn_untuned_moe(resolved: ResolvedRecipe) -> None:
         return
     root = wheel_cache.cached_sources(recipe.engine.version, "cuda")
     if root is None:
-        progress.info(f"{recipe.name}: MoE tuning not checked (vllm {recipe.engine.version}'s CUDA sources not cached)")
+        progress.debug(
+            f"{recipe.name}: MoE tuning not checked (vllm {recipe.engine.version}'s CUDA sources not cached)"
+        )
         return
     shipped = frozenset(path.name for path in (root / CONFIG_FOLDER).glob("*.json"))
     line = untuned_line(key, shipped, recipe.engine.version)
