@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypedDict, TypeVar
@@ -248,26 +249,36 @@ class _Asked(NamedTuple):
     answer: _ProbeAnswer  # its parser's verdict on the command
 
 
-def ask(docker: DockerDaemon, image_id: str, job: Job, mounts: _Mounts = None) -> _Asked:
+def ask(
+    docker: DockerDaemon, image_id: str, job: Job, mounts: _Mounts = None, also: Callable[[], list[Job]] | None = None
+) -> _Asked:
     """The image's accepted flags and its answer for `job`, from the caches or from one
     container run (which then fills both; `mounts`: the host folders a parser
-    environment's image runs with)."""
+    environment's image runs with). `also`: other command lines the same run answers
+    when it runs anyway (called only then), each into its own cache entry."""
     flags = _read(_cache_file(image_id), _FLAGS, _SCHEMA)
     answer = _read(_answer_file(image_id, job), _ANSWER, _ANSWER_SCHEMA)
     if flags is None or answer is None:
         log.info(f"checking the launch command with the engine's own parser ({image_id[:19]})")
-        data = _probe(docker, image_id, dump=flags is None, jobs=[job] if answer is None else [], mounts=mounts)
+        jobs = [job] if answer is None else []
+        if answer is None and also is not None:
+            unasked = (j for j in also() if j.digest != job.digest and not _answer_file(image_id, j).is_file())
+            jobs += list({j.digest: j for j in unasked}.values())
+        data = _probe(docker, image_id, dump=flags is None, jobs=jobs, mounts=mounts)
         if flags is None:
             flags = _flags_entry(data)
             _write(_cache_file(image_id), flags)
-        if answer is None:
-            answer = {
+        for asked, said in zip(jobs, data["jobs"], strict=True):
+            entry: _AnswerEntry = {
                 "schema": _ANSWER_SCHEMA,
                 "version": data.get("version"),
                 "kiln_engine": data.get("kiln_engine"),
-                "job": data["jobs"][0],
+                "job": said,
             }
-            _write(_answer_file(image_id, job), answer)
+            _write(_answer_file(image_id, asked), entry)
+            answer = entry if asked is job else answer
+    if answer is None:
+        raise AssertionError("the probe answered no job for the command line it was sent")
     return _Asked(_EngineArgs(flags), _ProbeAnswer.from_json(answer))
 
 

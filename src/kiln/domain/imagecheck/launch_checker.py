@@ -8,6 +8,7 @@ else nothing, said in one line. `kiln check` never builds the engine image itsel
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 from kiln.basics import log
@@ -15,7 +16,8 @@ from kiln.basics.errors import KilnError
 from kiln.domain.imagecheck import launch_arg_check
 from kiln.domain.imagecheck.parser_env import parser_env
 from kiln.domain.images.definitions import existing, resolve
-from kiln.domain.recipes.resolved import ResolvedRecipe
+from kiln.domain.recipes.recipe import recipe_names
+from kiln.domain.recipes.resolved import ResolvedRecipe, resolve_recipe
 from kiln.infra.docker import DockerDaemon, id_of
 
 
@@ -43,6 +45,7 @@ def check_launch(
         log.debug(f"launch args of {name} not checked: {exc.message}")
         return LaunchCheck([], None)
     mounts: dict[str, tuple[str, bool]] | None = None
+    also = None
     if image is not None:
         image_id, checked_by = id_of(image), f"engine image {engine_image.tag}"
     else:
@@ -59,6 +62,27 @@ def check_launch(
             )
             return LaunchCheck([], None)
         image_id, checked_by, mounts = ready.image_id, f"parser environment {ready.tag}", ready.mounts
-    accepted, answer = launch_arg_check.ask(docker, image_id, job, mounts)
+        also = partial(_same_pin_jobs, recipe)
+    accepted, answer = launch_arg_check.ask(docker, image_id, job, mounts, also)
     log.info(f"{name}: launch args checked by the {checked_by} (vLLM {answer.version or '-'})")
     return LaunchCheck(launch_arg_check.launch_problems(recipe, accepted, job, answer), checked_by)
+
+
+def _same_pin_jobs(recipe: ResolvedRecipe) -> list[launch_arg_check.Job]:
+    """The command lines of the checkout's other recipes on the same engine pin and base,
+    which a parser environment's container run answers along with `recipe`'s: it costs
+    one import of vLLM either way, and every later check of them is then a cache hit. A
+    recipe that does not load is left to its own check."""
+    mine = recipe.recipe.engine
+    jobs = []
+    for name in recipe_names():
+        if name == recipe.name:
+            continue
+        try:
+            other = resolve_recipe(name)
+            e = other.recipe.engine
+            if (e.flavour, e.version, e.base_image) == (mine.flavour, mine.version, mine.base_image):
+                jobs.append(launch_arg_check.Job.of(other))
+        except KilnError as exc:
+            log.debug(f"{name}: not asked along with {recipe.name}: {exc.message}")
+    return jobs

@@ -83,7 +83,7 @@ class _Prepared(TypedDict):
     stubs: list[str]
 
 
-class Ready(NamedTuple):
+class _Ready(NamedTuple):
     """A parser environment ready to run the probe: its image and the folders it mounts."""
 
     image_id: str
@@ -91,7 +91,7 @@ class Ready(NamedTuple):
     mounts: dict[str, tuple[str, bool]]
 
 
-class ParserEnv:
+class _ParserEnv:
     """The parser environment of one engine image's inputs (its lock, series, kiln-engine)."""
 
     def __init__(self, engine_image: EngineImage) -> None:
@@ -150,14 +150,14 @@ class ParserEnv:
     def folder(self) -> Path:
         return cache_dir() / "argcheck" / f"env-{self._key}"
 
-    def ensure(self, docker: DockerDaemon) -> Ready:
+    def ensure(self, docker: DockerDaemon) -> _Ready:
         """The environment, made now where its image or folder is missing (the image
         built, the wheels installed, the series applied and the stubs written)."""
         image_id = self._image(docker)
         mounts = {str(self.folder / "site-packages"): (_SITE, False), str(self.folder / "cuda-stubs"): (_STUBS, False)}
         if not (self.folder / _DONE).is_file():
             self._make_folder(docker, image_id)
-        return Ready(image_id, self.tag, mounts)
+        return _Ready(image_id, self.tag, mounts)
 
     def _image(self, docker: DockerDaemon) -> str:
         img = docker.image(self.tag)
@@ -219,7 +219,7 @@ class ParserEnv:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
-def parser_env(engine_image: EngineImage) -> ParserEnv | None:
+def parser_env(engine_image: EngineImage) -> _ParserEnv | None:
     """The parser environment for an engine image kiln can stand in for: a CUDA engine
     with a lock, for this machine's platform (another's would run under qemu); else None."""
     if engine_image.engine.flavour != "cuda" or engine_image.platform != engine_lock.host_platform():
@@ -229,4 +229,4 @@ def parser_env(engine_image: EngineImage) -> ParserEnv | None:
             return None
     except KilnError:
         return None
-    return ParserEnv(engine_image)
+    return _ParserEnv(engine_image)
