@@ -132,3 +132,23 @@ def test_an_env_var_kiln_sets_itself_is_refused_naming_its_field(checkout):
         f"recipes/{GLM}/recipe.yaml:{at + 1}: launch.env.KILN_FEATURES: kiln sets KILN_FEATURES itself, from "
         "`experimental:` (its value here would be overwritten): set experimental instead"
     )
+
+
+def test_hf_hub_cache_beside_a_hub_model_is_refused(tmp_path):
+    import shutil as sh
+
+    from kiln.domain.planning.recipe_facts import problems
+    from kiln.domain.recipes.recipe import load_recipe
+
+    sh.copytree(REPO / "recipes" / "tiny-moe-hf", tmp_path / "tiny-moe-hf")
+    rfile = tmp_path / "tiny-moe-hf" / "recipe.yaml"
+    text = rfile.read_text()
+    assert "\n  env:\n" in text
+    text = text.replace("\n  env:\n", "\n  env:\n    HF_HUB_CACHE: /elsewhere\n", 1)
+    rfile.write_text(text)
+    at = text[: text.index("    HF_HUB_CACHE:")].count("\n") + 1
+    [line] = problems(load_recipe(tmp_path / "tiny-moe-hf"))
+    assert line.endswith(
+        f"tiny-moe-hf/recipe.yaml:{at}: launch.env.HF_HUB_CACHE: kiln sets HF_HUB_CACHE itself, for "
+        "`model.target.source: hf` (the mounted cache, checked before start): drop it"
+    )

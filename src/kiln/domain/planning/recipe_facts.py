@@ -10,8 +10,9 @@ said at `kiln check` with the reason they would give, at the line of the field:
 - `max-model-len` above the model's `max_position_embeddings` (vLLM refuses it unless
   VLLM_ALLOW_LONG_MAX_MODEL_LEN is set);
 - a `served:` record that names no file of the checkout;
-- a `launch.env` variable that kiln sets itself (KILN_FEATURES), naming the field that
-  controls it.
+- a `launch.env` variable that kiln sets itself (KILN_FEATURES from `experimental:`;
+  HF_HUB_CACHE, where kiln mounts the Hugging Face cache for a `source: hf` model),
+  naming the field that controls it.
 
 The shapes are the ones the planner reads (config.json when at hand, else the recipe's
 `shape:` block); a model with neither is not checked here (`kiln plan` says so).
@@ -153,11 +154,20 @@ def _served(loaded: LoadedRecipe) -> list[str]:
 
 
 def _env(loaded: LoadedRecipe) -> list[str]:
-    return [
-        f"{loaded.where('launch', 'env', var)}: launch.env.{var}: kiln sets {var} itself, from `{field}:` "
-        f"(its value here would be overwritten): set {field} instead"
+    rec = loaded.recipe
+    sets = {
+        var: f"from `{field}:` (its value here would be overwritten): set {field} instead"
         for var, field in _KILN_SETS.items()
-        if var in loaded.recipe.launch.env
+    }
+    hf = [
+        role for role, src in (("target", rec.model.target), ("draft", rec.model.draft)) if src and src.source == "hf"
+    ]
+    if hf:  # kiln mounts the Hugging Face cache and points the server at it
+        sets["HF_HUB_CACHE"] = f"for `model.{hf[0]}.source: hf` (the mounted cache, checked before start): drop it"
+    return [
+        f"{loaded.where('launch', 'env', var)}: launch.env.{var}: kiln sets {var} itself, {why}"
+        for var, why in sets.items()
+        if var in rec.launch.env
     ]
 
 
