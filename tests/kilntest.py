@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from kiln_testkit.tree import FIXTURES, REPO, make_tree, renamed_mini, run_kiln, write_recipe
+from kiln_testkit.tree import FIXTURES, REPO, link_served_records, make_tree, renamed_mini, run_kiln, write_recipe
 
 __all__ = [
     "DAEMON_GROUP",
@@ -22,6 +22,7 @@ __all__ = [
     "SavedImage",
     "assign_xdist_groups",
     "kiln_containers_on",
+    "link_served_records",
     "machine_share",
     "make_tree",
     "passing_smoke_record",

@@ -85,7 +85,7 @@ def test_a_flag_refusal_names_its_recipe_line_flag_value_and_complaint(tmp_path)
     complaint = "argument --max-model-len: invalid human_readable_int_or_auto value: '512; touch /tmp/pwned'"
     answer = _answer(_Refusal("parse", complaint, group=_group_of(job, "launch.args.max-model-len")))
     line = loaded.line_of("launch", "args", "max-model-len")
-    assert launch_arg_check._launch_problems(recipe, _accepted(loaded), job, answer) == [
+    assert launch_arg_check.launch_problems(recipe, _accepted(loaded), job, answer) == [
         (
             f"recipes/tiny-moe/recipe.yaml:{line}: launch.args.max-model-len: vLLM 0.32.0 refuses "
             f"--max-model-len '512; touch /tmp/pwned': {complaint}"
@@ -254,7 +254,7 @@ def test_a_wrong_flag_name_is_said_once(tmp_path):
             group=_group_of(job, "launch.args.max-model-lenght"),
         )
     )
-    found = launch_arg_check._launch_problems(recipe, accepted, job, answer)
+    found = launch_arg_check.launch_problems(recipe, accepted, job, answer)
     assert len(found) == 1 and found[0].endswith(
         "launch.args.max-model-lenght: vLLM 0.32.0 does not accept --max-model-lenght"
     )
@@ -266,7 +266,7 @@ def test_a_long_value_is_shortened_in_the_line(tmp_path):
     recipe = ResolvedRecipe(loaded)
     job = Job.of(recipe)
     answer = _answer(_Refusal("parse", "argument --dtype: invalid choice", group=_group_of(job, "launch.args.dtype")))
-    (line,) = launch_arg_check._launch_problems(recipe, _accepted(loaded), job, answer)
+    (line,) = launch_arg_check.launch_problems(recipe, _accepted(loaded), job, answer)
     assert len(line) < 400 and "..." in line
 
 

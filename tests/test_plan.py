@@ -304,6 +304,7 @@ def test_check_runs_the_plan_of_recipes_with_a_topology(tmp_path):
         shutil.copytree(
             REPO / part, root / part, symlinks=True, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
         )
+    (root / "benchmarks").symlink_to(REPO / "benchmarks")  # the served: records the recipe names
     path = root / "recipes" / "deepseek-v32-mtp" / "recipe.yaml"
     path.write_text(path.read_text().replace("accelerator: h200", "accelerator: h100"))
     result = run_kiln("check", "deepseek-v32-mtp", env={"KILN_ROOT": str(root)}, cwd=root)

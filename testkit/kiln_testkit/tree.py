@@ -42,7 +42,16 @@ def make_tree(dest: Path) -> Path:
     shutil.copytree(
         REPO / "engine", dest / "engine", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "tests")
     )
+    link_served_records(dest)
     return dest
+
+
+def link_served_records(dest: Path) -> None:
+    """The served runs' records the real recipes name (`served:`, which `kiln check` finds
+    or refuses), linked into a checkout that copies recipes but not benchmarks/."""
+    records = Path("benchmarks") / "gpu_twin" / "results"
+    (dest / records).parent.mkdir(parents=True, exist_ok=True)
+    (dest / records).symlink_to(REPO / records)
 
 
 def renamed_mini(dest: Path, name: str, extra_yaml: str = "", replace: dict[str, str] | None = None) -> Path:

@@ -256,7 +256,7 @@ def test_the_engine_leaves_the_draft_count_open_so_kiln_bounds_it(tmp_path, dock
     )
     big = dataclasses.replace(job, parts=parts)
     assert json.loads(parts[-1].tokens[1])["num_speculative_tokens"] == 100000
-    answer = launch_arg_check._ask(docker_daemon, cpu_engine_id, big).answer
+    answer = launch_arg_check.ask(docker_daemon, cpu_engine_id, big).answer
     assert "speculative" in answer.stages and answer.refusals == (), answer
     tree = _tree(tmp_path / "t", replace={"    num_speculative_tokens: 3\n": "    num_speculative_tokens: 100000\n"})
     line = (tree / "recipes" / TEST_RECIPE / "recipe.yaml").read_text().splitlines().index(
@@ -305,12 +305,12 @@ def test_shipped_cpu_recipes_pass_the_value_check(docker_daemon, cpu_engine_id):
     for name in ("tiny-moe", "tiny-kindling"):
         recipe = ResolvedRecipe(_load(recipes_dir() / name))
         job = launch_arg_check.Job.of(recipe)
-        accepted, answer = launch_arg_check._ask(docker_daemon, cpu_engine_id, job)
+        accepted, answer = launch_arg_check.ask(docker_daemon, cpu_engine_id, job)
         assert answer.version.startswith("0.32.0") and answer.kiln_engine, answer
         # every stage ran: the parser, serve's checks, EngineArgs, the config fields, the
         # speculative config and kiln-engine's knobs (tiny-kindling switches draft-trunc on)
         assert answer.stages == ("parse", "serve", "engine-args", "config", "speculative", "env"), answer
-        assert launch_arg_check._launch_problems(recipe, accepted, job, answer) == [], name
+        assert launch_arg_check.launch_problems(recipe, accepted, job, answer) == [], name
 
 
 def test_answer_is_cached_per_command_line(tmp_path, docker_daemon, cpu_engine_id, monkeypatch):

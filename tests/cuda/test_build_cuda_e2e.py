@@ -48,11 +48,13 @@ def test_patched_runner_and_kiln_engine_import_on_cpu(built, docker_daemon):
 
 
 def test_launch_args_accepted_by_the_built_engine(built):
-    from kiln.domain.imagecheck import launch_arg_check
+    from kiln.domain.imagecheck import launch_checker
     from kiln.domain.recipes.resolved import ResolvedRecipe
 
     loaded, _, _ = built
-    assert launch_arg_check.check_against_engine(ResolvedRecipe(loaded)) == []
+    checked = launch_checker.check_launch(ResolvedRecipe(loaded))
+    assert checked.problems == []
+    assert checked.checked_by is not None and checked.checked_by.startswith("engine image ")
 
 
 def test_image_runs_as_non_root_without_ca_or_pip(built, docker_daemon):

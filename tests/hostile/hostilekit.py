@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kilntest import REPO
+from kilntest import REPO, link_served_records
 
 # what a recipe problem looks like: `kiln: error: FILE:LINE: FIELD: MESSAGE`, FILE inside recipes/
 RECIPE_LINE = re.compile(r"^kiln: error: (?P<file>recipes/\S+?):(?P<line>[1-9]\d*): (?P<field>\S.*?): (?P<msg>\S.*)$")
@@ -39,6 +39,7 @@ def make_root(dest: Path) -> Path:
         shutil.copytree(
             REPO / part, dest / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "tests"), symlinks=True
         )
+    link_served_records(dest)
     return dest
 
 

@@ -170,3 +170,32 @@ def pinned_dependency(version: str, flavour: str, name: str) -> str | None:
         if sep and dist.strip().lower() == name.lower():
             return pinned.strip()
     return None
+
+
+def install_unpacked(uv_wheel: Path, wheels: list[Path], target: Path, *, python: str, platform: str) -> None:
+    """Install `wheels` (each already checked against its lock) into the folder `target`,
+    as a site-packages of CPython `python` on `platform` (uv's --python-platform), with
+    the uv of `uv_wheel` (the lock's own) and nothing resolved or downloaded: no deps,
+    no index, no build. EngineFetchFailed, with uv's last line, when it fails."""
+    with tempfile.TemporaryDirectory(prefix="kiln-uv-") as tmp:
+        with zipfile.ZipFile(uv_wheel) as zf:
+            member = next((n for n in zf.namelist() if n.endswith(".data/scripts/uv")), None)
+            if member is None:
+                raise EngineFetchFailed(f"{uv_wheel.name}: no uv binary in the wheel")
+            uv = Path(tmp) / "uv"
+            uv.write_bytes(zf.read(member))
+            uv.chmod(0o755)
+        cmd = [
+            str(uv), "pip", "install", "--quiet", "--offline", "--no-index", "--no-deps", "--no-build",
+            "--target", str(target), "--python-version", python, "--python-platform", platform,
+            *map(str, wheels),
+        ]  # fmt: skip
+        env = {**os.environ, "UV_NO_CACHE": "1", "UV_NO_CONFIG": "1", "UV_PYTHON_DOWNLOADS": "never"}
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False, env=env)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EngineFetchFailed(f"installing the parser environment's wheels failed: {exc}") from None
+    if proc.returncode != 0:
+        lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
+        why = lines[-1].strip() if lines else f"exit status {proc.returncode}"
+        raise EngineFetchFailed(f"installing the parser environment's wheels failed: {why}")

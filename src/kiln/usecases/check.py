@@ -19,10 +19,11 @@ from kiln.basics.errors import (
 )
 from kiln.basics.json_types import DESCRIBED, Count
 from kiln.basics.paths import repo_root
-from kiln.domain.imagecheck.launch_arg_check import check_against_engine
+from kiln.domain.imagecheck.launch_checker import LaunchCheck, check_launch
 from kiln.domain.images.build_plan import check_platform
 from kiln.domain.locks import engine_lock, lock_policy, recipe_lock
 from kiln.domain.patching.series import recipe_series
+from kiln.domain.planning import recipe_facts
 from kiln.domain.planning.model_shape import plan_input
 from kiln.domain.planning.moe_tuning import CONFIG_FOLDER, kernel_shape, untuned_line
 from kiln.domain.planning.plan import verdict
@@ -54,6 +55,9 @@ class RecipeCheck(TypedDict):
     problems: list[str]
     series: NotRequired[list[SeriesUsed]]
     """A valid recipe: the patch series its image applies, in order."""
+    launch_checked_by: NotRequired[str | None]
+    """What ran the engine's own checks of the launch command: `engine image TAG` or
+    `parser environment TAG`; null: neither could be had (said on stderr)."""
 
 
 class CheckDocument(TypedDict):
@@ -65,8 +69,8 @@ class CheckDocument(TypedDict):
 
 def check_one(recipe: ResolvedRecipe) -> list[str]:
     """Problems with one resolved recipe, as one-line messages (empty when it is fine)."""
-    recipe_problems, launch_problems, plan_problems = _check_one(recipe)
-    return recipe_problems + launch_problems + plan_problems + _platform_problems_of(recipe)
+    recipe_problems, launch, plan_problems = _check_one(recipe)
+    return recipe_problems + launch.problems + plan_problems + _platform_problems_of(recipe)
 
 
 def _resolve(name: str) -> ResolvedRecipe | list[str]:
@@ -159,10 +163,10 @@ def _warn_untuned_moe(resolved: ResolvedRecipe) -> None:
 
 def _check_one(
     recipe: ResolvedRecipe | list[str], platform: str | None = None
-) -> tuple[list[str], list[str], list[str]]:
-    """(recipe problems, launch-command problems the engine image found, plan problems)."""
+) -> tuple[list[str], LaunchCheck, list[str]]:
+    """(recipe problems, launch-command problems the engine's code found, plan problems)."""
     if isinstance(recipe, list):
-        return recipe, [], []
+        return recipe, LaunchCheck([], None), []
     loaded, name = recipe.loaded, recipe.name
     problems: list[str] = []
     for feature in loaded.recipe.features:
@@ -196,8 +200,9 @@ def _check_one(
             )
     problems += feature_problems(loaded)
     problems += _lock(loaded)
-    unplanned, too_big = _plan_problems(recipe)
-    return problems + unplanned, _launch_args(recipe, platform), too_big
+    facts = recipe_facts.problems(loaded)  # before the fit: a shape that cannot route is not "too big"
+    unplanned, too_big = _plan_problems(recipe) if not facts else ([], [])
+    return problems + facts + unplanned, _launch_args(recipe, platform), too_big
 
 
 def _lock(loaded: LoadedRecipe) -> list[str]:
@@ -214,6 +219,7 @@ def _lock(loaded: LoadedRecipe) -> list[str]:
             loaded.name,
         ),
         *recipe_lock.problems(loaded),
+        *lock_policy.pin_problems(loaded),
     ]
 
 
@@ -232,11 +238,11 @@ def _series_used(recipe: ResolvedRecipe) -> list[SeriesUsed]:
     ]
 
 
-def _launch_args(recipe: ResolvedRecipe, platform: str | None) -> list[str]:
-    """The launch command (flags, values, feature knobs) checked by the built engine's own
-    parser and kiln-engine, when that image exists: the engine image for `platform` (None:
-    the host's; another architecture's parser runs under qemu)."""
-    return check_against_engine(recipe, platform=platform)
+def _launch_args(recipe: ResolvedRecipe, platform: str | None) -> LaunchCheck:
+    """The launch command (flags, values, feature knobs) checked by the engine's own
+    parser and kiln-engine: the engine image for `platform` (None: the host's; another
+    architecture's parser runs under qemu), else the parser environment of its pin."""
+    return check_launch(recipe, platform=platform)
 
 
 @dataclass(frozen=True)
@@ -264,13 +270,14 @@ def check_recipes(names: list[str], *, platform: str | None = None) -> CheckOutc
     report: list[RecipeCheck] = []
     for recipe in names:
         resolved = given or _resolve(recipe)  # once per recipe: every check below takes it
-        recipe_problems, launch_problems, plan_problems = _check_one(resolved, platform)
+        recipe_problems, launch, plan_problems = _check_one(resolved, platform)
+        launch_problems = launch.problems
         platform_problems = _platform_problems_of(resolved) if not recipe_problems else []
         found = recipe_problems + launch_problems + plan_problems + platform_problems
         platform_only = platform_only and not recipe_problems and not launch_problems and not plan_problems
         launch_only = launch_only and not recipe_problems and not plan_problems and not platform_problems
         plan_only = plan_only and not recipe_problems and not launch_problems and not platform_problems
-        entry = RecipeCheck(name=recipe, valid=not found, problems=found)
+        entry = RecipeCheck(name=recipe, valid=not found, problems=found, launch_checked_by=launch.checked_by)
         if found or isinstance(resolved, list):
             problems += found
         else:

@@ -13,8 +13,9 @@ from.
 Two caches: the flags `vllm serve` accepts, per engine image id (the id changes whenever
 the engine does); the answer for one command line, per engine image id and digest of
 that argv, env and probe. `kiln build` runs this before tagging a recipe image (via
-declared_engine), `kiln check` when the engine image exists. This module only checks:
-building a missing engine image is the caller's decision.
+declared_engine), `kiln check` with the engine image, or without it with the parser
+environment (launch_checker, parser_env). This module only checks: building a missing
+engine image is the caller's decision.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypedDict, TypeVar
@@ -32,7 +34,6 @@ from kiln.basics.documents import Shape, read_document
 from kiln.basics.errors import KilnError
 from kiln.basics.files import write_atomic
 from kiln.basics.paths import cache_dir
-from kiln.domain.images.definitions import local_image_for, resolve
 from kiln.domain.images.image_naming import LABEL_NS
 from kiln.domain.recipes.recipe import LoadedRecipe
 from kiln.domain.recipes.resolved import ResolvedRecipe
@@ -86,6 +87,7 @@ class _CacheHead(TypedDict):
 
 
 _T = TypeVar("_T")
+_Mounts = dict[str, tuple[str, bool]] | None  # host folder -> (where in the container, writable)
 _HEAD = Shape(_CacheHead)
 _FLAGS = Shape(_FlagsEntry)
 _ANSWER = Shape(_AnswerEntry)
@@ -209,7 +211,7 @@ def _write(path: Path, data: _FlagsEntry | _AnswerEntry) -> None:
     write_atomic(path, json.dumps(data, indent=1, sort_keys=True))
 
 
-def _probe(docker: DockerDaemon, image_id: str, *, dump: bool, jobs: list[Job]) -> ProbeAnswer:
+def _probe(docker: DockerDaemon, image_id: str, *, dump: bool, jobs: list[Job], mounts: _Mounts = None) -> ProbeAnswer:
     # no network, no GPU: parsing and validating is pure Python
     request = json.dumps({"dump": dump, "jobs": [job.request() for job in jobs]})
     return docker.run_script(
@@ -220,6 +222,7 @@ def _probe(docker: DockerDaemon, image_id: str, *, dump: bool, jobs: list[Job]) 
         timeout_s=_TIMEOUT_S,
         what=f"checking the launch command with the engine's own vLLM parser in {image_id[:19]}",
         env={**_PROBE_ENV, launch_arg_probe.REQUEST_ENV: request},
+        mounts=mounts,
     )
 
 
@@ -249,25 +252,36 @@ class _Asked(NamedTuple):
     answer: _ProbeAnswer  # its parser's verdict on the command
 
 
-def _ask(docker: DockerDaemon, image_id: str, job: Job) -> _Asked:
+def ask(
+    docker: DockerDaemon, image_id: str, job: Job, mounts: _Mounts = None, also: Callable[[], list[Job]] | None = None
+) -> _Asked:
     """The image's accepted flags and its answer for `job`, from the caches or from one
-    container run (which then fills both)."""
+    container run (which then fills both; `mounts`: the host folders a parser
+    environment's image runs with). `also`: other command lines the same run answers
+    when it runs anyway (called only then), each into its own cache entry."""
     flags = _read(_cache_file(image_id), _FLAGS, _SCHEMA)
     answer = _read(_answer_file(image_id, job), _ANSWER, _ANSWER_SCHEMA)
     if flags is None or answer is None:
         log.info(f"checking the launch command with the engine's own parser ({image_id[:19]})")
-        data = _probe(docker, image_id, dump=flags is None, jobs=[job] if answer is None else [])
+        jobs = [job] if answer is None else []
+        if answer is None and also is not None:
+            unasked = (j for j in also() if j.digest != job.digest and not _answer_file(image_id, j).is_file())
+            jobs += list({j.digest: j for j in unasked}.values())
+        data = _probe(docker, image_id, dump=flags is None, jobs=jobs, mounts=mounts)
         if flags is None:
             flags = _flags_entry(data)
             _write(_cache_file(image_id), flags)
-        if answer is None:
-            answer = {
+        for asked, said in zip(jobs, data["jobs"], strict=True):
+            entry: _AnswerEntry = {
                 "schema": _ANSWER_SCHEMA,
                 "version": data.get("version"),
                 "kiln_engine": data.get("kiln_engine"),
-                "job": data["jobs"][0],
+                "job": said,
             }
-            _write(_answer_file(image_id, job), answer)
+            _write(_answer_file(image_id, asked), entry)
+            answer = entry if asked is job else answer
+    if answer is None:
+        raise AssertionError("the probe answered no job for the command line it was sent")
     return _Asked(_EngineArgs(flags), _ProbeAnswer.from_json(answer))
 
 
@@ -386,43 +400,21 @@ def _env_where(recipe: ResolvedRecipe, var: str) -> tuple[str, str]:
 
 
 # -- both -----------------------------------------------------------------------------
-def _launch_problems(recipe: ResolvedRecipe, accepted: _EngineArgs, job: Job, answer: _ProbeAnswer) -> list[str]:
+def launch_problems(recipe: ResolvedRecipe, accepted: _EngineArgs, job: Job, answer: _ProbeAnswer) -> list[str]:
     """Name problems, then value and env problems; a field whose name is already wrong
     is not reported twice."""
     names = _name_problems(recipe.loaded, accepted)
     named = {p.field for p in names}
     values = [p for p in _value_problems(recipe, job, answer) if p.field not in named]
-    log.debug(f"{recipe.name}: launch command checked by the engine image: {', '.join(answer.stages) or 'nothing'}")
+    log.debug(f"{recipe.name}: launch command checked: {', '.join(answer.stages) or 'nothing'}")
     return [p.line for p in names + values]
 
 
 def check_engine_image(docker: DockerDaemon, recipe: ResolvedRecipe, image_id: str) -> list[str]:
     """Problems with the recipe's launch arguments as the image's vLLM parses them; empty when it accepts them."""
     job = Job.of(recipe)
-    accepted, answer = _ask(docker, image_id, job)
-    return _launch_problems(recipe, accepted, job, answer)
-
-
-def check_against_engine(
-    recipe: ResolvedRecipe, docker: DockerDaemon | None = None, *, platform: str | None = None
-) -> list[str]:
-    """Launch problems against the engine image built from the recipe's current engine
-    inputs; [] when there is none to ask (not built, or no Docker daemon): `kiln check`
-    must work on any machine, and it never builds."""
-    loaded = recipe.loaded
-    try:
-        job = Job.of(recipe)  # an override it cannot load is a recipe problem, reported as one
-        docker = docker or DockerDaemon()
-        engine_image = resolve(recipe, platform=platform).engine_image
-        image = local_image_for(docker, engine_image.tag, engine_image.digest)
-    except KilnError as exc:
-        log.debug(f"launch args of {loaded.name} not checked: {exc.message}")
-        return []
-    if image is None:
-        log.info(f"{loaded.name}: launch args not checked against vLLM (engine image not built)")
-        return []
-    accepted, answer = _ask(docker, id_of(image), job)
-    return _launch_problems(recipe, accepted, job, answer)
+    accepted, answer = ask(docker, image_id, job)
+    return launch_problems(recipe, accepted, job, answer)
 
 
 def check_image(docker: DockerDaemon, recipe: ResolvedRecipe, image: Image) -> list[str]:

@@ -124,6 +124,11 @@ def fetch_locked(
     return _fetch(engine_lock.all_wheels(lock, plat, plain=plain), lock_file=lock_file, cafile=cafile)
 
 
+def fetch_files(wanted: list[engine_lock.LockedFile], *, lock_file: Path, cafile: Path | None) -> list[Path]:
+    """Some of a lock's wheel files (a parser environment's), with `fetch_locked`'s cache and checks."""
+    return _fetch(wanted, lock_file=lock_file, cafile=cafile)
+
+
 def fetch_tools(lock: lock_records.EngineLock, plat: str, *, lock_file: Path, cafile: Path | None) -> list[Path]:
     """The locked tool wheels (uv) for `plat`: what a cross-placed build's builder stages,
     which run on the host's machine, take instead of the target's (`fetch_locked`'s checks)."""

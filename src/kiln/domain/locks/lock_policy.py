@@ -17,8 +17,9 @@ from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import Version
 
 from kiln.basics.errors import LockInvalid, LockMissing
-from kiln.domain.locks.engine_lock import TargetPlatform, for_image, lock_path, platform, shown
+from kiln.domain.locks.engine_lock import TargetPlatform, engine_image_dir, for_image, lock_path, platform, shown
 from kiln.domain.locks.lock_records import PYTHON, EngineLock
+from kiln.domain.recipes.recipe import LoadedRecipe
 
 
 # -- what kiln locks for each flavour ----------------------------------------------------
@@ -222,3 +223,46 @@ def lock_problems(
         *_requirement_problems(lock, requirements, path),
         *_debian_problems(lock, requested_debian(sorted(image_dir.glob("*Dockerfile"))), path),
     ]
+
+
+def _cuda_of(lock: EngineLock) -> str | None:
+    """The CUDA release the lock installs: its CUDA runtime wheel's major.minor (torch's
+    CUDA build pins it); None: no CUDA runtime (a CPU engine)."""
+    for pkg in lock.python_packages:
+        if re.fullmatch(r"nvidia-cuda-runtime(-cu\d+)?", canonicalize_name(pkg.name)):
+            return ".".join(pkg.version.split(".")[:2])
+    return None
+
+
+def _same_pin(declared: str, found: str) -> bool:
+    """The build's own rule (declared_engine): the same release, local tags (+cpu, +cu130)
+    being build variants."""
+    return found.split("+", 1)[0] == declared.split("+", 1)[0]
+
+
+def pin_problems(loaded: LoadedRecipe) -> list[str]:
+    """engine.torch and engine.cuda against the lock the engine image installs from: the
+    build reads both from the built image and fails when they differ; `kiln check` says
+    so first, at the field's line."""
+    e = loaded.recipe.engine
+    image_dir = engine_image_dir(e.flavour)
+    try:
+        lock = for_image(image_dir, e.name, e.version, loaded.name)
+    except (LockMissing, LockInvalid):
+        return []  # lock_problems' line
+    if lock is None:
+        return []
+    torch = lock.package("torch")
+    locked = {"torch": torch.version if torch is not None else None, "cuda": _cuda_of(lock)}
+    where = shown(lock_path(image_dir, e.name, e.version))
+    out = []
+    for key, declared in (("torch", e.torch), ("cuda", e.cuda)):
+        found = locked[key]
+        if declared is None or (found is not None and _same_pin(declared, found)):
+            continue
+        out.append(
+            f"{loaded.where('engine', key)}: engine.{key}: {declared}, but {where} pins "
+            f"{found or 'none'} for {e.name} {e.version}: the build would fail when it reads the image's "
+            f"({'set ' + found if found else 'drop it'}, or re-lock: kiln engine lock {loaded.name})"
+        )
+    return out

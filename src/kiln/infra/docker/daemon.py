@@ -330,6 +330,7 @@ class DockerDaemon:
         env: dict[str, str] | None = None,
         cause: str = "",
         user: str | None = None,
+        mounts: dict[str, tuple[str, bool]] | None = None,
     ) -> _T:
         """`throwaway_runs.run_script` on this daemon (its docstring is the contract)."""
         return throwaway_runs.run_script(
@@ -343,6 +344,7 @@ class DockerDaemon:
             env=env,
             cause=cause,
             user=user,
+            mounts=mounts,
         )
 
     def run_command(self, image: str, argv: list[str], *, timeout_s: float, name_prefix: str = "kiln-") -> ExecResult:

@@ -33,14 +33,18 @@ def run_script(
     env: dict[str, str] | None = None,
     cause: str = "",
     user: str | None = None,
+    mounts: dict[str, tuple[str, bool]] | None = None,
 ) -> _T:
     """Run `python -c script` in a throwaway, network-less container of `image_id` and
     return the JSON the script printed after `marker ` on one line of its output, checked
     against `answer`, the type the script writes (as `user` when given, else the image's
-    own USER). BuildFailed (`what` names the job) when it does not finish, fails, prints
-    no such line or one that is not that type (naming the field): what a built image
-    reports about itself must be read, never guessed."""
+    own USER). `mounts`: host folder -> (its path in the container, writable). BuildFailed
+    (`what` names the job) when it does not finish, fails, prints no such line or one
+    that is not that type (naming the field): what a built image reports about itself
+    must be read, never guessed."""
     as_user: dict[str, Any] = {"user": user} if user is not None else {}
+    if mounts:
+        as_user["volumes"] = {host: {"bind": at, "mode": "rw" if rw else "ro"} for host, (at, rw) in mounts.items()}
     status, output = _throwaway(
         client,
         what,
