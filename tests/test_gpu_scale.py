@@ -142,6 +142,7 @@ def test_a_step_profile_counts_kernels_copies_and_syncs_per_step():
     assert out["kernels"] == {"fused_moe_kernel": {"per_step": 1.0, "us_per_step": 40.0}}
     assert out["gpu_us_per_step"] == 40.0
     assert list(out["syncs"]) == ["cudaStreamSynchronize"] and list(out["copies"]) == ["Memcpy DtoH (Device -> Pinned)"]
+    assert out["launches"] == {"cudaLaunchKernel": {"per_step": 0.5, "us_per_step": 1.5}}
 
 
 def test_correlated_routing_loads_about_the_published_share_of_experts():

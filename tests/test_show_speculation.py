@@ -59,10 +59,27 @@ def test_served_names_each_run_newest_first_or_says_nothing_did():
 
     assert served([]) == "nothing here has served this speculation configuration"
     runs = [
-        {"by": "a GPU run", "date": "2026-11-01", "device": "H200", "result": "ok", "record": "x.json"},
-        {"by": "the GPU twin", "date": "2026-12-07", "device": "H100", "result": "lossless", "record": "y.json"},
+        {
+            "by": "a GPU run",
+            "date": "2026-11-01",
+            "device": "H200",
+            "configuration": "K 4",
+            "result": "ok",
+            "record": "x.json",
+        },
+        {
+            "by": "the scale twin",
+            "date": "2026-12-07",
+            "device": "H100",
+            "configuration": "GQA for MLA",
+            "result": "lossless",
+            "record": "y.json",
+        },
     ]
-    assert served(runs) == "the GPU twin, 2026-12-07, H100: lossless (y.json); a GPU run, 2026-11-01, H200: ok (x.json)"
+    assert served(runs) == (
+        "the scale twin, 2026-12-07, H100, GQA for MLA: lossless (y.json); "
+        "a GPU run, 2026-11-01, H200, K 4: ok (x.json)"
+    )
 
 
 def test_every_recorded_run_points_at_a_record_in_the_checkout():

@@ -20,6 +20,8 @@ from pathlib import Path
 # host-side calls that wait for the GPU, and the copies that cross to the host
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy")
 COPIES = ("Memcpy DtoH", "Memcpy HtoD", "Memcpy DtoD")
+# launches: a step the CUDA graph covers is one cudaGraphLaunch, an eager one many kernels
+LAUNCHES = ("cudaGraphLaunch", "cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
 
 
 def profiler_flags(folder: Path) -> list[str]:
@@ -41,19 +43,22 @@ def _post(url: str, path: str) -> None:
 
 
 def summarise(trace: dict, steps: float) -> dict:
-    """Kernels, copies and syncs of a Chrome trace, each with its count and microseconds
-    per step; `steps` is how many decode steps the trace covers."""
+    """Kernels, copies, syncs and launches of a Chrome trace, each with its count and
+    microseconds per step; `steps` is how many decode steps the trace covers."""
     kernels: dict[str, list[float]] = {}
     copies: dict[str, list[float]] = {}
     syncs: dict[str, list[float]] = {}
+    launches: dict[str, list[float]] = {}
     for event in trace.get("traceEvents", []):
         name, cat, dur = event.get("name", ""), event.get("cat", ""), float(event.get("dur", 0.0))
         if cat == "kernel":
             table = kernels
         elif cat in ("gpu_memcpy", "gpu_memset") or name.startswith(COPIES):
             table = copies
-        elif cat == "cuda_runtime" and name.startswith(SYNCS):
+        elif cat in ("cuda_runtime", "cuda_driver") and name.startswith(SYNCS):
             table = syncs
+        elif cat in ("cuda_runtime", "cuda_driver") and name in LAUNCHES:
+            table = launches
         else:
             continue
         entry = table.setdefault(name[:160], [0.0, 0.0])
@@ -72,6 +77,7 @@ def summarise(trace: dict, steps: float) -> dict:
         "kernels": per_step(kernels),
         "copies": per_step(copies),
         "syncs": per_step(syncs),
+        "launches": per_step(launches),
     }
 
 

@@ -102,7 +102,7 @@ def served(runs: list[Mapping[str, Any]]) -> str:
     if not runs:
         return "nothing here has served this speculation configuration"
     return "; ".join(
-        f"{r['by']}, {r['date']}, {r['device']}: {r['result']} ({r['record']})"
+        f"{r['by']}, {r['date']}, {r['device']}, {r['configuration']}: {r['result']} ({r['record']})"
         for r in sorted(runs, key=lambda r: str(r["date"]), reverse=True)
     )
 
