@@ -62,7 +62,9 @@ def _warnings(caplog, monkeypatch, root):
     from kiln.usecases import check
 
     monkeypatch.setattr(wheel_cache, "cached_sources", lambda version, flavour: root)
-    monkeypatch.setattr(check, "_launch_args", lambda recipe, platform: [])  # no engine image asked
+    from kiln.domain.imagecheck.launch_checker import LaunchCheck
+
+    monkeypatch.setattr(check, "_launch_args", lambda recipe, platform: LaunchCheck([], None))  # no engine asked
     with caplog.at_level(logging.DEBUG, logger="kiln.usecases"):
         check.check_one(resolve_recipe("deepseek-v32-mtp-2node"))
     return [r.getMessage() for r in caplog.records if "fused-MoE" in r.getMessage() or "MoE tuning" in r.getMessage()]

@@ -119,7 +119,7 @@ def test_a_served_record_that_is_no_file_is_refused(checkout):
     _, at = _edit(checkout, old, old.replace("kindling.json", "kindling-gone.json"))
     line = _refused(checkout, "kindling-gone.json")
     assert line.endswith(
-        f"recipes/{GLM}/recipe.yaml:{at}: served[2].record: "
+        f"recipes/{GLM}/recipe.yaml:{at}: served[3].record: "
         "benchmarks/gpu_twin/results/gpu-twin-2026-12-07-glm53-kindling-gone.json is no file of the checkout"
     )
 
