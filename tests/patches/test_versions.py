@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from kiln_testkit.tree import link_served_records
 from patchtest import left_out
 
 from kiln.cli import main
@@ -36,6 +37,7 @@ def groot(kroot, src033) -> Path:
     shutil.copytree(REPO / "recipes" / GLM, kroot / "recipes" / GLM, ignore=left_out)
     recipe = kroot / "recipes" / GLM / "recipe.yaml"
     recipe.write_text(recipe.read_text().replace("  version: 0.34.0\n", "  version: 0.33.0\n"))
+    link_served_records(kroot)  # `kiln check` finds the records its `served:` names
     return kroot
 
 
