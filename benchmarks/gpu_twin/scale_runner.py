@@ -30,19 +30,19 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 
-def _load(name: str):  # a sibling script as a module (no kiln here)
-    spec = importlib.util.spec_from_file_location(f"kiln_scale_{name}", HERE / f"{name}.py")
+def _load_runner():  # runner.py as a module (no kiln here); it loads the other siblings
+    spec = importlib.util.spec_from_file_location("kiln_gpu_twin_runner", HERE / "runner.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 
 
-runner = _load("runner")
-serving = _load("twin_serving")
-step_profile = _load("step_profile")
-shapes = _load("scale_shapes")
-acceptance = _load("scale_acceptance")
+runner = _load_runner()
+serving = runner.serving  # the one twin_serving module runner.Server is built on
+step_profile = runner._sibling("step_profile")
+shapes = runner._sibling("scale_shapes")
+acceptance = runner._sibling("scale_acceptance")
 STASH = Path("/tmp/kiln-gpu-scale")
 CONFIG_S = 150  # a warm start, a smoke and three loads of three 10 s passes
 WEIGHT_SHARE = 0.65  # of the GPU's memory for weights: the rest is KV cache, activations, graphs
