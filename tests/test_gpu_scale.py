@@ -152,3 +152,27 @@ def test_correlated_routing_loads_about_the_published_share_of_experts():
     correlated = shapes.distinct_experts(4, 256, 8, rho=0.5, trials=2000)
     assert uniform / 8 == pytest.approx(256 * (1 - (1 - 8 / 256) ** 4) / 8, rel=0.01)
     assert 2.2 < correlated / 8 < 2.7
+
+
+@pytest.mark.parametrize(
+    ("doc", "says"),
+    [
+        ("{not json", "not JSON ("),
+        ('{"recipes": []}', "plan.json.recipes: must be a JSON object, not list"),
+        (
+            '{"recipes": {"r": {"slice": {}, "configs": {}, "smoke": {}}}}',
+            "plan.json: recipes.r: missing field 'substitutions'",
+        ),
+        (
+            '{"recipes": {"r": {"slice": {"target": {}, "full_layers": "78"}, '
+            '"configs": {}, "smoke": {}, "substitutions": []}}}',
+            "plan.json: recipes.r.slice.full_layers: must be a JSON integer, not str",
+        ),
+    ],
+)
+def test_a_damaged_plan_is_one_line_and_exit_3(tmp_path: Path, capsys, doc: str, says: str):
+    (tmp_path / "plan.json").write_text(doc)
+    assert scale_runner.main(["--plan", str(tmp_path / "plan.json"), "--out", str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err
+    assert not (tmp_path / "out").exists()  # nothing made before the plan is read

@@ -66,7 +66,7 @@ def _fields(doc: object, where: str, fields: dict[str, type]) -> dict:
     return doc
 
 
-_KINDS = {str: "string", list: "array", dict: "object"}
+_KINDS = {str: "string", list: "array", dict: "object", int: "integer"}
 
 
 def _json_file(path: Path) -> object:

@@ -224,6 +224,20 @@ def serve_one(name: str, config: dict, plan: dict, args: argparse.Namespace, rec
         server.stop()
 
 
+PLAN_FIELDS = {"slice": dict, "configs": dict, "smoke": dict, "substitutions": list}
+SLICE_FIELDS = {"target": dict, "full_layers": int, "draft_layers": int, "layer_bytes": int, "fixed_bytes": int}
+
+
+def read_plans(path: Path) -> dict:
+    """scale_plan.py's document, each recipe's plan checked field by field (runner.py's
+    plain checks): PartProblem naming the file and the field, one line."""
+    doc = runner._fields(runner._json_file(path), str(path), {"recipes": dict})
+    for name, plan in doc["recipes"].items():
+        runner._fields(plan, f"{path}: recipes.{name}", PLAN_FIELDS)
+        runner._fields(plan["slice"], f"{path}: recipes.{name}.slice", SLICE_FIELDS)
+    return doc["recipes"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", type=Path, required=True)
@@ -240,10 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--call-s", type=float, default=560, help="start no configuration past this minus its time")
     args = parser.parse_args(argv)
     try:
-        plans = json.loads(args.plan.read_text())["recipes"]
+        plans = read_plans(args.plan)
         runner.assemble()
         preflight = runner.preflight()
-    except (OSError, ValueError, KeyError, runner.PartProblem) as exc:
+    except (OSError, runner.PartProblem) as exc:
         print(f"gpu-scale: {exc}", file=sys.stderr)
         return 3
     sys.path[:0] = [str(runner.SITE)]
