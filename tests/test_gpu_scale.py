@@ -164,8 +164,10 @@ def test_correlated_routing_loads_about_the_published_share_of_experts():
             "plan.json: recipes.r: missing field 'substitutions'",
         ),
         (
-            '{"recipes": {"r": {"slice": {"target": {}, "full_layers": "78"}, '
-            '"configs": {}, "smoke": {}, "substitutions": []}}}',
+            (
+                '{"recipes": {"r": {"slice": {"target": {}, "full_layers": "78"}, '
+                '"configs": {}, "smoke": {}, "substitutions": []}}}'
+            ),
             "plan.json: recipes.r.slice.full_layers: must be a JSON integer, not str",
         ),
     ],
